@@ -1,0 +1,79 @@
+# Finds every dependency once and records it in the feature summary.
+# Kokkos: installed by scripts/install-deps.sh (CPU) or Spack (clusters); point
+# CMAKE_PREFIX_PATH / Kokkos_ROOT at it.
+
+find_package(Kokkos REQUIRED)
+set_package_properties(Kokkos PROPERTIES TYPE REQUIRED PURPOSE "portable kernels (Serial/OpenMP/CUDA)")
+if(MESHTRAIN_ENABLE_CUDA)
+  kokkos_check(DEVICES CUDA)   # fails configure with a clear message when Kokkos lacks CUDA
+endif()
+
+find_package(MPI REQUIRED COMPONENTS C)
+# meshtrain uses the MPI C API from C++; keep the deprecated C++ bindings out of mpi.h.
+add_library(meshtrain_mpi INTERFACE)
+target_link_libraries(meshtrain_mpi INTERFACE MPI::MPI_C)
+target_compile_definitions(meshtrain_mpi INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+set_package_properties(MPI PROPERTIES TYPE REQUIRED PURPOSE "launch, topology, CPU collectives")
+
+set(HDF5_PREFER_PARALLEL TRUE)
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "meshtrain needs a parallel (MPI-IO) HDF5; found a serial one at ${HDF5_INCLUDE_DIRS}. "
+                      "On Debian install libhdf5-openmpi-dev; with Spack use hdf5+mpi.")
+endif()
+set_package_properties(HDF5 PROPERTIES TYPE REQUIRED PURPOSE "collective sharded checkpoints")
+
+find_package(Boost 1.66 REQUIRED COMPONENTS program_options)
+set_package_properties(Boost PROPERTIES TYPE REQUIRED PURPOSE "configuration files and command-line options")
+
+find_package(Threads REQUIRED)
+
+# Host BLAS: OpenBLAS with its CBLAS header. Used on every build for host GEMMs
+# (CPU training; checkpoint-side and reference math on GPU builds).
+if(NOT DEFINED BLA_VENDOR)
+  set(BLA_VENDOR OpenBLAS)
+endif()
+find_package(BLAS REQUIRED)
+find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread)
+if(NOT CBLAS_INCLUDE_DIR)
+  message(FATAL_ERROR "cblas.h not found: install libopenblas-dev (Debian) or openblas (Spack)")
+endif()
+add_library(meshtrain_blas INTERFACE)
+target_link_libraries(meshtrain_blas INTERFACE ${BLAS_LIBRARIES})
+target_include_directories(meshtrain_blas INTERFACE ${CBLAS_INCLUDE_DIR})
+add_feature_info(OpenBLAS BLAS_FOUND "host GEMM (${BLAS_LIBRARIES})")
+
+# CUDA toolkit: required for MESHTRAIN_ENABLE_CUDA; on CPU builds it is used (when
+# present) to compile and link the NCCL communicator and cuBLAS GEMM so they cannot rot.
+set(_want_cuda_toolkit ${MESHTRAIN_ENABLE_CUDA})
+if(NOT MESHTRAIN_ENABLE_CUDA AND NOT MESHTRAIN_CUDA_CHECK STREQUAL "OFF")
+  set(_want_cuda_toolkit ON)
+endif()
+set(MESHTRAIN_HAVE_CUDA_TOOLKIT OFF)
+if(_want_cuda_toolkit)
+  if(MESHTRAIN_ENABLE_CUDA OR MESHTRAIN_CUDA_CHECK STREQUAL "ON")
+    find_package(CUDAToolkit REQUIRED)
+  else()
+    find_package(CUDAToolkit QUIET)
+  endif()
+  if(CUDAToolkit_FOUND)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} $ENV{NCCL_ROOT}/include)
+    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} $ENV{NCCL_ROOT}/lib)
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      add_library(meshtrain_nccl INTERFACE)
+      target_include_directories(meshtrain_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+      target_link_libraries(meshtrain_nccl INTERFACE ${NCCL_LIBRARY})
+      set(MESHTRAIN_HAVE_CUDA_TOOLKIT ON)
+    elseif(MESHTRAIN_ENABLE_CUDA OR MESHTRAIN_CUDA_CHECK STREQUAL "ON")
+      message(FATAL_ERROR "NCCL not found (nccl.h / libnccl): set NCCL_ROOT")
+    endif()
+  endif()
+endif()
+add_feature_info(CUDA MESHTRAIN_ENABLE_CUDA "Kokkos-CUDA kernels, cuBLAS GEMMs, NCCL communicators")
+add_feature_info(CUDA_LINK_CHECK MESHTRAIN_HAVE_CUDA_TOOLKIT "NCCL communicator and cuBLAS GEMM compiled and linked against the CUDA toolkit")
+
+if(MESHTRAIN_ENABLE_TESTS)
+  find_package(GTest REQUIRED)
+  set_package_properties(GTest PROPERTIES TYPE REQUIRED PURPOSE "unit and MPI tests")
+  find_program(MESHTRAIN_PYTHON_REFERENCE NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+endif()

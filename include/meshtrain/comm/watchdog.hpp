@@ -1,0 +1,33 @@
+#pragma once
+/// \brief Collective watchdog: a rank that waits longer than `parallel.collective_timeout`
+/// for a collective aborts the whole job with a message naming the collective, its
+/// group, and the group members that never entered it.
+///
+/// Each rank publishes, per communicator group, how many collectives it has entered,
+/// in an MPI shared-memory window on its node. A waiting rank that times out reads its
+/// node-local peers' counters: a peer whose counter is behind has not arrived (stalled or
+/// dead). Peers on other nodes cannot be inspected and are listed as such.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "meshtrain/runtime/mpi_comm.hpp"
+
+namespace meshtrain {
+
+/// Collective over `world`; call once after MPI init (main and the test main do).
+/// Safe to skip: the watchdog then still times out but cannot name absent ranks.
+void watchdog_init(const MpiComm& world);
+/// Frees the shared window (before MPI_Finalize).
+void watchdog_finalize();
+
+/// Records that this rank entered the next collective of `group`; returns its number.
+std::uint64_t watchdog_enter(const std::string& group);
+void watchdog_leave(const std::string& group, std::uint64_t sequence);
+
+/// Polls `done` until it returns true; past the timeout, diagnoses and aborts the job.
+void watchdog_wait(const char* what, const std::string& group, std::uint64_t sequence,
+                   const MpiComm& group_comm, const std::function<bool()>& done);
+
+}  // namespace meshtrain

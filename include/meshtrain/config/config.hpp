@@ -1,0 +1,135 @@
+#pragma once
+/// \brief The run configuration: INI files (`[section] key = value`) plus
+/// `--section.key=value` overrides, parsed with Boost.Program_options. Every key has a
+/// default and a help line (`meshtrain <command> --help`); unknown keys and bad values
+/// are UserErrors that name the key (and the nearest valid one).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+struct ModelConfig {
+  std::string family = "gpt2";        ///< gpt2 | llama
+  std::int64_t vocab_size = 50257;
+  int vocab_pad_multiple = 1;         ///< pad the vocabulary up to a multiple (TP needs divisibility)
+  int d_model = 768;
+  int n_layers = 12;
+  int n_heads = 12;
+  int n_kv_heads = -1;                ///< -1: = n_heads (no GQA)
+  int ffn_dim = -1;                   ///< -1: 4*d_model (gpt2) or the Llama rule
+  int max_seq_len = 1024;
+  bool tie_embeddings = true;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  double init_std = 0.02;
+  int lora_rank = 0;                  ///< >0: train LoRA adapters only (base weights frozen)
+  double lora_alpha = 16.0;
+  std::string lora_targets = "q,v";   ///< comma list of attention/MLP projections
+};
+
+struct ParallelConfig {
+  int dp_replicate = 1;
+  int dp_shard = -1;
+  int tp = 1;
+  std::string strategy = "auto";      ///< auto | full_shard | shard_grad_op | no_shard | hybrid_shard
+  std::string backend = "auto";       ///< auto | mpi | nccl
+  int prefetch = 1;                   ///< gathered blocks prefetched ahead of compute
+  std::string reduce_dtype = "fp32";  ///< fp32 | bf16
+  std::string memory_limit;           ///< per-rank budget for `auto` on CPU ("8GiB"); empty = node RAM / ranks
+  double memory_headroom = 0.15;      ///< fraction of the budget kept free
+  int world_size = 0;                 ///< plan only: plan for this many ranks instead of this job
+  int gpus_per_node = 0;              ///< plan only: ranks per node of the target cluster
+  std::string device_memory;          ///< plan only: memory per device of the target ("80GiB")
+  std::string target_gemm_tflops;     ///< plan only: per-device GEMM peak (TFLOP/s) of the target
+  std::string target_bus_gbps;        ///< plan only: intra,inter-node bus bandwidth (GB/s) "150,25"
+  double collective_timeout = 600.0;  ///< seconds a rank waits in a collective before aborting the job
+};
+
+struct TrainConfig {
+  int steps = 100;
+  int micro_batch = 4;
+  int seq_len = 256;
+  int grad_accum = 1;
+  int global_batch = 0;               ///< sequences per optimizer step; 0 = micro_batch*dp*grad_accum
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  int warmup_steps = 10;
+  std::string lr_schedule = "cosine"; ///< cosine | constant
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double adam_eps = 1e-8;
+  bool decay_embeddings = false;      ///< apply weight decay to embeddings (never to norms/biases)
+  double grad_clip = 1.0;             ///< 0 disables clipping
+  std::string precision = "fp32";     ///< fp32 | bf16
+  bool activation_checkpointing = false;
+  std::uint64_t seed = 1234;
+  int eval_every = 0;                 ///< 0 = only at the end (when val.bin exists)
+  int eval_batches = 4;               ///< batches of micro_batch per dp rank per evaluation
+  int log_every = 1;
+  double time_limit = 0;              ///< seconds; save and exit before this (0 = none; Slurm end time also used)
+  double time_limit_margin = 60;      ///< seconds before the limit at which to save
+  int max_skipped_steps = 5;          ///< non-finite steps skipped before aborting
+  std::string inject_nan_steps;       ///< debug: comma list of steps whose gradients are made NaN
+  int inject_nan_rank = -1;           ///< debug: which rank injects (-1 = all)
+  std::string sample_prompt;          ///< text sampled at the end of training (empty = none)
+  int sample_tokens = 0;
+};
+
+struct DataConfig {
+  std::string dir;                    ///< dataset directory from `meshtrain prepare` ("random" = random tokens)
+};
+
+struct CheckpointConfig {
+  std::string dir;                    ///< empty: <output.dir>/checkpoints
+  int every = 0;                      ///< steps between saves (0 = only at the end)
+  int keep = 3;
+  std::string resume = "auto";        ///< auto | none | PATH
+  std::string init_from;              ///< safetensors file or dir (or .h5 checkpoint) with initial weights
+  bool save_final = true;
+};
+
+struct OutputConfig {
+  std::string dir = "runs/default";
+  bool log_all_ranks = false;
+  std::string log_level = "info";     ///< debug | info | warn
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  OutputConfig output;
+  std::string source_file;            ///< the INI file, if any
+};
+
+/// A parse result: the config, the free arguments of the subcommand, and whether help was asked.
+struct ParsedArgs {
+  Config config;
+  bool help = false;
+  std::string help_text;
+};
+
+/// \brief Parses `args` (after the subcommand): an optional INI path, then overrides.
+/// Throws UserError for unknown keys, bad values, or a missing file.
+ParsedArgs parse_config(const std::string& command, const std::vector<std::string>& args);
+
+/// Range/enum checks that need no knowledge of the job (UserError naming the key).
+void validate_config(const Config& config);
+
+/// The effective config as INI text (every key, current values) — printed at start and
+/// saved with each run.
+std::string config_to_ini(const Config& config);
+/// One line per key: "model.d_model = 768".
+std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
+
+/// Parses "8GiB", "512MB", "1.5e9" into bytes; throws UserError naming `key`.
+std::uint64_t parse_bytes(const std::string& key, const std::string& text);
+/// Parses "1,5,7" into integers; throws UserError naming `key`.
+std::vector<long> parse_int_list(const std::string& key, const std::string& text);
+
+}  // namespace meshtrain

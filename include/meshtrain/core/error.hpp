@@ -1,0 +1,59 @@
+#pragma once
+/// \file
+/// \brief Two kinds of failure: user errors (bad config, data, checkpoint) that every
+/// rank detects alike and that end the run with one clear sentence and a non-zero exit,
+/// and internal faults that abort every rank so that no rank hangs in a collective.
+
+#include <stdexcept>
+#include <string>
+
+#include "meshtrain/core/format.hpp"
+
+namespace meshtrain {
+
+/// \brief A problem in the user's input. Throw it only where every rank reaches the
+/// same decision (or after `agree_on_error`); `main` prints it once on rank 0 and every
+/// rank exits with status 2 without a stack dump.
+class UserError : public std::runtime_error {
+ public:
+  explicit UserError(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// Exit status for a user error (bad input); documented in doc/running.md.
+inline constexpr int kExitUserError = 2;
+/// Exit status after a preemption save (the Slurm script requeues on it).
+inline constexpr int kExitPreempted = 75;
+/// Exit status of an aborted job (internal fault, watchdog, too many bad steps).
+inline constexpr int kExitAbort = 3;
+
+/// \brief Prints `[meshtrain] rank R (host) <lib> error at file:line: message` and aborts
+/// every rank of the job (MPI_Abort on the communicator registered with
+/// `set_abort_context`). Never returns.
+[[noreturn]] void fatal(const char* library, const std::string& message, const char* call,
+                        const char* file, int line);
+
+/// \brief Registers the communicator that `fatal` aborts and the rank it prints.
+/// Called once by main (the only place that knows MPI_COMM_WORLD).
+void set_abort_context(void* mpi_comm_handle, int world_rank);
+
+/// \brief Aborts the whole job with `code` after printing `message` (watchdog, NaN limit).
+[[noreturn]] void abort_job(const std::string& message, int code = kExitAbort);
+
+/// The world rank registered by main (0 before registration).
+int world_rank();
+
+}  // namespace meshtrain
+
+/// Throws UserError when `cond` is false; the message is printf-formatted.
+#define MESHTRAIN_REQUIRE(cond, ...)                                      \
+  do {                                                                    \
+    if (!(cond)) throw ::meshtrain::UserError(::meshtrain::strprintf(__VA_ARGS__)); \
+  } while (0)
+
+/// Internal invariant: aborts every rank when violated (a bug, not bad input).
+#define MESHTRAIN_ASSERT(cond, ...)                                                     \
+  do {                                                                                  \
+    if (!(cond))                                                                        \
+      ::meshtrain::fatal("meshtrain", ::meshtrain::strprintf(__VA_ARGS__), #cond, __FILE__, \
+                         __LINE__);                                                     \
+  } while (0)

@@ -1,0 +1,119 @@
+#pragma once
+/// \brief Device memory accounting and a caching pool.
+///
+/// Every long-lived or per-step buffer comes from here, tagged with a category, so that
+/// (a) the allocation counter can report per-rank bytes by component (what `plan`
+/// predicts), and (b) per-step buffers are recycled instead of calling
+/// cudaMalloc/cudaFree (or malloc/free) every step.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "meshtrain/core/views.hpp"
+
+namespace meshtrain {
+
+enum class MemCategory : int {
+  Params = 0,       ///< fp32 master parameter shards (or replicated params for no_shard)
+  Grads,            ///< persistent gradient buffers (shards or full, by strategy)
+  Optimizer,        ///< AdamW moments
+  GatheredParams,   ///< all-gathered (unsharded) parameters in compute precision
+  Activations,      ///< saved activations for backward
+  CommBuffers,      ///< staging buffers for collectives
+  Workspace,        ///< scratch
+  Count
+};
+const char* category_name(MemCategory c);
+inline constexpr int kNumMemCategories = static_cast<int>(MemCategory::Count);
+
+struct MemoryStats {
+  std::array<std::size_t, kNumMemCategories> in_use{};
+  std::array<std::size_t, kNumMemCategories> peak_in_use{};
+  std::size_t total_in_use = 0;
+  std::size_t peak_total_in_use = 0;
+  std::size_t reserved = 0;       ///< in use + cached by the pool
+  std::size_t peak_reserved = 0;
+  std::uint64_t device_allocations = 0;  ///< calls to the underlying allocator
+};
+
+/// \brief Process-wide allocator: tracks bytes per category; caches freed blocks by
+/// exact size (sizes recur every step) so steady-state steps do not allocate.
+class MemoryPool {
+ public:
+  static MemoryPool& instance();
+
+  void* allocate(std::size_t bytes, MemCategory category);
+  void release(void* ptr, std::size_t bytes, MemCategory category);
+  /// Returns cached blocks to the system (end of run, tests).
+  void trim();
+
+  const MemoryStats& stats() const { return stats_; }
+  /// Resets peaks to current values (start of a measured phase).
+  void reset_peaks();
+
+ private:
+  MemoryPool() = default;
+  ~MemoryPool();
+  struct Impl;
+  Impl* impl();
+  Impl* impl_ = nullptr;
+  MemoryStats stats_;
+};
+
+/// \brief Owning, move-only device buffer of `n` elements from the pool. Contents are
+/// uninitialised unless `zero()` is called.
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(std::size_t n, MemCategory category) : n_(n), category_(category) {
+    if (n_ > 0) ptr_ = static_cast<T*>(MemoryPool::instance().allocate(n_ * sizeof(T), category_));
+  }
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& o) noexcept { swap(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      swap(o);
+    }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void reset() {
+    if (ptr_) MemoryPool::instance().release(ptr_, n_ * sizeof(T), category_);
+    ptr_ = nullptr;
+    n_ = 0;
+  }
+  T* data() const { return ptr_; }
+  std::size_t size() const { return n_; }
+  std::size_t bytes() const { return n_ * sizeof(T); }
+  bool empty() const { return n_ == 0; }
+  UView<T> view() const { return UView<T>(ptr_, n_); }
+  UView<T> view(std::size_t offset, std::size_t count) const { return UView<T>(ptr_ + offset, count); }
+  /// Sets every element to zero (a device kernel).
+  void zero() {
+    if (n_) Kokkos::deep_copy(view(), T{});
+  }
+
+ private:
+  void swap(Buffer& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(n_, o.n_);
+    std::swap(category_, o.category_);
+  }
+  T* ptr_ = nullptr;
+  std::size_t n_ = 0;
+  MemCategory category_ = MemCategory::Workspace;
+};
+
+/// Peak resident set size of this process in bytes (host memory, from getrusage).
+std::size_t host_peak_rss_bytes();
+/// Total physical memory of this node in bytes.
+std::size_t host_total_memory_bytes();
+
+}  // namespace meshtrain

@@ -1,0 +1,32 @@
+#pragma once
+/// \brief Execution/memory spaces and view aliases used across meshtrain. Tensors are
+/// flat, row-major 1-D views with their shapes stated in comments at each use.
+
+#include <cstddef>
+
+#include <Kokkos_Core.hpp>
+
+#include "meshtrain/core/bf16.hpp"
+
+namespace meshtrain {
+
+using ExecSpace = Kokkos::DefaultExecutionSpace;
+using DeviceMem = ExecSpace::memory_space;
+using HostMem = Kokkos::HostSpace;
+
+/// Non-owning 1-D view over memory owned elsewhere (a pool block, a flat parameter buffer).
+template <class T, class MemSpace = DeviceMem>
+using UView = Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+/// Owning 1-D view (Kokkos-managed; used for small, long-lived buffers).
+template <class T, class MemSpace = DeviceMem>
+using View1 = Kokkos::View<T*, MemSpace>;
+
+/// Range policy over the default execution space.
+using Range = Kokkos::RangePolicy<ExecSpace>;
+
+/// True when device memory is host-accessible (Serial/OpenMP builds).
+inline constexpr bool kDeviceIsHost =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMem>::accessible;
+
+}  // namespace meshtrain

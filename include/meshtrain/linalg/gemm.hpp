@@ -1,0 +1,35 @@
+#pragma once
+/// \brief GEMM behind one interface: CBLAS (OpenBLAS) on host builds, cuBLAS
+/// (`cublasGemmEx` / `cublasGemmStridedBatchedEx`, fp32 accumulation, bf16 tensor cores)
+/// on CUDA builds, on the Kokkos execution-space stream. Row-major throughout:
+///
+///   C (m, n) = alpha * op(A) (m, k) * op(B) (k, n) + beta * C
+///
+/// with leading dimensions lda/ldb/ldc in elements (row strides). T = float, double or
+/// bf16 (bf16 accumulates in fp32).
+
+#include <cstdint>
+#include <string>
+
+#include "meshtrain/core/bf16.hpp"
+
+namespace meshtrain::linalg {
+
+enum class Op { N, T };
+
+template <class T>
+void gemm(Op op_a, Op op_b, int m, int n, int k, float alpha, const T* a, int lda, const T* b,
+          int ldb, float beta, T* c, int ldc);
+
+/// `batch` independent GEMMs; matrix i starts at a + i*stride_a (and likewise b, c).
+template <class T>
+void gemm_strided_batched(Op op_a, Op op_b, int m, int n, int k, float alpha, const T* a, int lda,
+                          std::int64_t stride_a, const T* b, int ldb, std::int64_t stride_b,
+                          float beta, T* c, int ldc, std::int64_t stride_c, int batch);
+
+/// "OpenBLAS 0.3.21 (CBLAS)" or "cuBLAS 13.0".
+std::string gemm_backend_name();
+/// "off" on host builds; "CUDA 13.0, NCCL 2.x, device N: <name>" on CUDA builds.
+std::string cuda_description();
+
+}  // namespace meshtrain::linalg

@@ -1,0 +1,78 @@
+#pragma once
+/// \brief The device mesh: world = dp_replicate × dp_shard × tp, tp fastest-varying so
+/// that a tensor-parallel group is a run of consecutive ranks (inside one node).
+///
+/// world rank = (replicate * dp_shard + shard) * tp + tp_rank
+
+#include <optional>
+#include <string>
+
+#include "meshtrain/runtime/mpi_comm.hpp"
+#include "meshtrain/runtime/topology.hpp"
+
+namespace meshtrain {
+
+/// Requested sizes; -1 means "infer from the world size" (at most one of them).
+struct MeshRequest {
+  int dp_replicate = 1;
+  int dp_shard = -1;
+  int tp = 1;
+};
+
+struct MeshShape {
+  int dp_replicate = 1;
+  int dp_shard = 1;
+  int tp = 1;
+  int world() const { return dp_replicate * dp_shard * tp; }
+  int dp() const { return dp_replicate * dp_shard; }  ///< data-parallel degree
+  std::string str() const;                            ///< "1 (dp_replicate) x 2 (dp_shard) x 2 (tp)"
+};
+
+/// \brief Resolves -1 entries and validates; throws UserError naming the key to change.
+/// `ranks_per_node` (when known and uniform) bounds tp and requires tp groups not to
+/// straddle nodes.
+MeshShape resolve_mesh(const MeshRequest& request, int world_size,
+                       std::optional<int> ranks_per_node);
+
+/// Coordinates of a rank in the mesh.
+struct MeshCoord {
+  int replicate = 0;
+  int shard = 0;
+  int tp = 0;
+};
+MeshCoord mesh_coord(const MeshShape& shape, int world_rank);
+int mesh_rank(const MeshShape& shape, const MeshCoord& c);
+
+/// \brief A resolved mesh over a live communicator, with one sub-communicator per group.
+class Mesh {
+ public:
+  Mesh(const MpiComm& world, const MeshShape& shape);
+
+  const MeshShape& shape() const { return shape_; }
+  const MeshCoord& coord() const { return coord_; }
+  int world_rank() const { return world_.rank(); }
+
+  const MpiComm& world() const { return world_; }
+  /// Ranks with the same (replicate, shard): one tensor-parallel group.
+  const MpiComm& tp_group() const { return tp_; }
+  /// Ranks with the same (replicate, tp): the FSDP shard group.
+  const MpiComm& shard_group() const { return shard_; }
+  /// Ranks with the same (shard, tp): the replicate group (hybrid sharding).
+  const MpiComm& replicate_group() const { return replicate_; }
+  /// Ranks with the same tp: all data-parallel ranks (replicate × shard).
+  const MpiComm& dp_group() const { return dp_; }
+  /// Data-parallel index of this rank, 0..dp()-1 (= replicate * dp_shard + shard).
+  int dp_rank() const { return coord_.replicate * shape_.dp_shard + coord_.shard; }
+
+ private:
+  MpiComm world_;
+  MeshShape shape_;
+  MeshCoord coord_;
+  MpiComm tp_, shard_, replicate_, dp_;
+};
+
+/// Multi-line description: the shape and, for every world rank, its coordinates,
+/// host and groups (as rank lists).
+std::string describe_mesh(const MeshShape& shape, const Topology* topology);
+
+}  // namespace meshtrain

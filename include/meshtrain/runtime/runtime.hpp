@@ -1,0 +1,38 @@
+#pragma once
+/// \brief RAII process runtime: `MPI_Init_thread` then Kokkos initialize (device =
+/// node-local rank mod visible devices); on destruction the memory pool is trimmed,
+/// Kokkos finalized, then MPI finalized — the order both libraries require.
+
+#include <mpi.h>
+
+#include "meshtrain/runtime/mpi_comm.hpp"
+#include "meshtrain/runtime/topology.hpp"
+
+namespace meshtrain {
+
+class Runtime {
+ public:
+  /// `world` is the job's world communicator handle (MPI_COMM_WORLD, passed by main);
+  /// it is duplicated after MPI_Init_thread.
+  Runtime(int& argc, char**& argv, MPI_Comm world);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const MpiComm& world() const { return world_; }
+  const Topology& topology() const { return topology_; }
+  /// Device this rank uses (-1 on host-only builds).
+  int device_id() const { return device_id_; }
+  int mpi_thread_level() const { return thread_level_; }
+
+ private:
+  MpiComm world_;
+  Topology topology_;
+  int device_id_ = -1;
+  int thread_level_ = 0;
+};
+
+/// "Open MPI v4.1.4, ..." from MPI_Get_library_version (first line).
+std::string mpi_library_version();
+
+}  // namespace meshtrain

@@ -1,0 +1,89 @@
+#include "meshtrain/app/cli.hpp"
+
+#include <cstdio>
+#include <functional>
+#include <map>
+
+#include "meshtrain/app/commands.hpp"
+#include "meshtrain/build_config.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/kokkos_compat.hpp"
+#include "meshtrain/linalg/gemm.hpp"
+
+namespace meshtrain::app {
+namespace {
+
+struct Command {
+  std::function<int(Runtime&, const Args&)> run;
+  const char* summary;
+};
+
+const std::map<std::string, Command>& commands() {
+  static const std::map<std::string, Command> table = {
+      {"train", {command_train, "train or fine-tune a model: meshtrain train CONFIG.ini [--section.key=value ...]"}},
+      {"plan", {command_plan, "print the mesh, per-rank memory of every strategy, and the predicted step time"}},
+      {"prepare", {command_prepare, "turn text files into a token dataset: --input PATH... --output DIR"}},
+      {"convert", {command_convert, "checkpoint <-> safetensors: --input PATH --output PATH"}},
+      {"generate", {command_generate, "sample text from a checkpoint"}},
+      {"eval", {command_eval, "validation loss and perplexity of a checkpoint on a dataset"}},
+      {"bench", {command_bench, "benchmarks: bench comm | bench gemm | bench memory"}},
+  };
+  return table;
+}
+
+std::string usage() {
+  std::string s = "usage: meshtrain <command> [args]   (launch with mpirun/srun for several ranks)\n\ncommands:\n";
+  for (const auto& [name, c] : commands()) s += strprintf("  %-9s %s\n", name.c_str(), c.summary);
+  s += "\n  meshtrain --version     versions of meshtrain and its libraries\n"
+       "  meshtrain <command> --help   every option of a command with its default\n";
+  return s;
+}
+
+}  // namespace
+
+std::string version_text() {
+  std::string s = strprintf("meshtrain %s (%s, %s)\n", MESHTRAIN_VERSION, MESHTRAIN_GIT_DESCRIBE,
+                            MESHTRAIN_BUILD_TYPE);
+  s += strprintf("  compiler: %s\n", MESHTRAIN_CXX_COMPILER);
+  s += strprintf("  Kokkos:   %s, default execution space %s\n", kokkos_version_string().c_str(),
+                 kokkos_backend_name().c_str());
+  s += strprintf("  MPI:      %s\n", mpi_library_version().c_str());
+  s += strprintf("  GEMM:     %s\n", linalg::gemm_backend_name().c_str());
+  s += strprintf("  CUDA:     %s\n", linalg::cuda_description().c_str());
+  return s;
+}
+
+int run_cli(Runtime& rt, int argc, char** argv) {
+  const bool root = rt.topology().world_rank == 0;
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {
+    if (root) std::fputs(usage().c_str(), stdout);
+    return cmd.empty() ? kExitUserError : 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    if (root) std::fputs(version_text().c_str(), stdout);
+    return 0;
+  }
+  const auto it = commands().find(cmd);
+  try {
+    if (it == commands().end()) {
+      std::string best;
+      std::size_t best_d = 1000;
+      for (const auto& [name, c] : commands())
+        if (edit_distance(cmd, name) < best_d) best_d = edit_distance(cmd, name), best = name;
+      throw UserError(strprintf("unknown command '%s'%s; run `meshtrain --help` for the list",
+                                cmd.c_str(), best_d <= 3 ? (" (did you mean '" + best + "'?)").c_str() : ""));
+    }
+    Args args(argv + 2, argv + argc);
+    return it->second.run(rt, args);
+  } catch (const UserError& e) {
+    // Every rank reached the same decision (UserError contract): one message, clean exit.
+    if (root) std::fprintf(stderr, "meshtrain %s: error: %s\n", cmd.c_str(), e.what());
+    std::fflush(stderr);
+    return kExitUserError;
+  } catch (const std::exception& e) {
+    abort_job(strprintf("unexpected error in `meshtrain %s`: %s", cmd.c_str(), e.what()));
+  }
+}
+
+}  // namespace meshtrain::app

@@ -1,0 +1,18 @@
+// meshtrain: one SPMD executable; see `meshtrain --help`.
+// The only file that touches MPI_COMM_WORLD: everything else receives a communicator.
+#include <mpi.h>
+
+#include "meshtrain/app/cli.hpp"
+#include "meshtrain/comm/watchdog.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/runtime/runtime.hpp"
+
+int main(int argc, char** argv) {
+  meshtrain::Runtime runtime(argc, argv, MPI_COMM_WORLD);
+  MPI_Comm world = MPI_COMM_WORLD;
+  meshtrain::set_abort_context(&world, runtime.topology().world_rank);
+  meshtrain::watchdog_init(runtime.world());
+  const int status = meshtrain::app::run_cli(runtime, argc, argv);
+  meshtrain::watchdog_finalize();
+  return status;
+}

@@ -1,0 +1,147 @@
+#include "meshtrain/comm/watchdog.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <vector>
+
+#include "meshtrain/comm/mpi_communicator.hpp"
+#include "meshtrain/core/check.hpp"
+#include "meshtrain/core/format.hpp"
+#include "meshtrain/core/timer.hpp"
+
+namespace meshtrain {
+namespace {
+
+constexpr int kMaxGroups = 16;
+
+struct Slot {
+  std::uint64_t entered[kMaxGroups];  // collectives entered per group id
+};
+
+struct Board {
+  MpiComm world;
+  MpiComm node;
+  MPI_Win window = MPI_WIN_NULL;
+  Slot* mine = nullptr;
+  std::vector<int> world_rank_of_local;  // node-local rank -> world rank
+  std::map<std::string, int> group_ids;
+  std::map<std::string, std::uint64_t> counters;  // used when no board exists
+};
+
+Board& board() {
+  static Board b;
+  return b;
+}
+
+int group_id(const std::string& group) {
+  Board& b = board();
+  auto it = b.group_ids.find(group);
+  if (it != b.group_ids.end()) return it->second;
+  const int id = static_cast<int>(b.group_ids.size());
+  b.group_ids[group] = id;
+  return id;
+}
+
+}  // namespace
+
+void watchdog_init(const MpiComm& world) {
+  Board& b = board();
+  b.world = world;
+  b.node = world.split_shared();
+  MPI_Aint bytes = sizeof(Slot);
+  void* base = nullptr;
+  MPI_CHECK(MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, b.node.get(), &base, &b.window));
+  b.mine = static_cast<Slot*>(base);
+  for (int g = 0; g < kMaxGroups; ++g) b.mine->entered[g] = 0;
+  const int local = b.node.size();
+  b.world_rank_of_local.resize(local);
+  const int me = world.rank();
+  MPI_CHECK(MPI_Allgather(&me, 1, MPI_INT, b.world_rank_of_local.data(), 1, MPI_INT, b.node.get()));
+  MPI_CHECK(MPI_Barrier(b.node.get()));
+}
+
+void watchdog_finalize() {
+  Board& b = board();
+  if (b.window != MPI_WIN_NULL) MPI_Win_free(&b.window);
+  b.mine = nullptr;
+  b.node = MpiComm();
+  b.world = MpiComm();
+}
+
+std::uint64_t watchdog_enter(const std::string& group) {
+  Board& b = board();
+  const int id = group_id(group);
+  if (b.mine && id < kMaxGroups) {
+    // A plain store is enough: peers only read it after a timeout of seconds.
+    auto* slot = reinterpret_cast<volatile std::uint64_t*>(&b.mine->entered[id]);
+    *slot = *slot + 1;
+    return *slot;
+  }
+  return ++b.counters[group];
+}
+
+void watchdog_leave(const std::string&, std::uint64_t) {}
+
+void watchdog_wait(const char* what, const std::string& group, std::uint64_t sequence,
+                   const MpiComm& group_comm, const std::function<bool()>& done) {
+  const double timeout = collective_timeout();
+  if (timeout <= 0) {
+    while (!done()) {
+    }
+    return;
+  }
+  const double start = now_seconds();
+  int spins = 0;
+  while (!done()) {
+    if (++spins % 1024 != 0) continue;
+    if (now_seconds() - start < timeout) {
+      if (spins % (1 << 16) == 0) usleep(50);  // long waits: yield the core to peers
+      continue;
+    }
+    // Diagnose: which members of the group have not entered this collective?
+    Board& b = board();
+    std::string detail;
+    if (b.mine && b.world.valid() && group_comm.valid()) {
+      MPI_Group g_group, w_group;
+      MPI_Comm_group(group_comm.get(), &g_group);
+      MPI_Comm_group(b.world.get(), &w_group);
+      const int n = group_comm.size();
+      std::vector<int> members(n), world_ranks(n);
+      for (int i = 0; i < n; ++i) members[i] = i;
+      MPI_Group_translate_ranks(g_group, n, members.data(), w_group, world_ranks.data());
+      MPI_Group_free(&g_group);
+      MPI_Group_free(&w_group);
+      std::vector<std::string> absent, remote;
+      const int id = group_id(group);
+      for (int wr : world_ranks) {
+        int local = -1;
+        for (std::size_t l = 0; l < b.world_rank_of_local.size(); ++l)
+          if (b.world_rank_of_local[l] == wr) local = static_cast<int>(l);
+        if (local < 0) {
+          remote.push_back(std::to_string(wr));
+          continue;
+        }
+        MPI_Aint size;
+        int disp;
+        void* ptr = nullptr;
+        MPI_Win_shared_query(b.window, local, &size, &disp, &ptr);
+        const auto* slot = static_cast<const Slot*>(ptr);
+        const std::uint64_t seen = *reinterpret_cast<const volatile std::uint64_t*>(&slot->entered[id]);
+        if (seen < sequence) absent.push_back(std::to_string(wr));
+      }
+      detail = absent.empty() ? "no node-local member is missing"
+                              : "rank(s) " + join(absent, ", ") + " did not arrive";
+      if (!remote.empty()) detail += "; on other nodes (not inspectable): " + join(remote, ", ");
+    } else {
+      detail = "the absent ranks cannot be named (watchdog board not initialised)";
+    }
+    abort_job(strprintf("collective watchdog: %s #%llu on the '%s' group did not complete within "
+                        "parallel.collective_timeout=%g s: %s",
+                        what, static_cast<unsigned long long>(sequence), group.c_str(), timeout,
+                        detail.c_str()));
+  }
+}
+
+}  // namespace meshtrain

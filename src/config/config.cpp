@@ -1,0 +1,375 @@
+#include "meshtrain/config/config.hpp"
+
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
+
+namespace po = boost::program_options;
+
+namespace meshtrain {
+namespace {
+
+/// Calls `v(key, field, help)` for every config key. The single list of keys: used to
+/// register options, to print help, and to dump the effective config.
+template <class C, class V>
+void visit_config(C& c, V&& v) {
+  auto& m = c.model;
+  v("model.family", m.family, "model family: gpt2 | llama");
+  v("model.vocab_size", m.vocab_size, "vocabulary size (>= the dataset's)");
+  v("model.vocab_pad_multiple", m.vocab_pad_multiple, "pad the vocabulary to a multiple of this (tensor parallelism needs vocab % tp == 0); padded logits are masked");
+  v("model.d_model", m.d_model, "hidden size");
+  v("model.n_layers", m.n_layers, "transformer blocks");
+  v("model.n_heads", m.n_heads, "attention heads");
+  v("model.n_kv_heads", m.n_kv_heads, "key/value heads (grouped-query attention, llama); -1 = n_heads");
+  v("model.ffn_dim", m.ffn_dim, "MLP hidden size; -1 = 4*d_model (gpt2) or 256-aligned 8/3*d_model (llama)");
+  v("model.max_seq_len", m.max_seq_len, "longest sequence (gpt2: size of the position table)");
+  v("model.tie_embeddings", m.tie_embeddings, "share the token embedding with the LM head (gpt2 always ties)");
+  v("model.norm_eps", m.norm_eps, "epsilon of LayerNorm/RMSNorm");
+  v("model.rope_theta", m.rope_theta, "RoPE base (llama)");
+  v("model.init_std", m.init_std, "std of the normal init; residual projections use std/sqrt(2*n_layers)");
+  v("model.lora_rank", m.lora_rank, "LoRA rank; >0 trains low-rank adapters only, base weights frozen");
+  v("model.lora_alpha", m.lora_alpha, "LoRA scaling numerator (scale = alpha / rank)");
+  v("model.lora_targets", m.lora_targets, "comma list of projections that get adapters: q,k,v,o,up,gate,down");
+
+  auto& p = c.parallel;
+  v("parallel.dp_replicate", p.dp_replicate, "data-parallel replicas (hybrid sharding: across nodes); -1 = infer");
+  v("parallel.dp_shard", p.dp_shard, "FSDP shard group size; -1 = infer from the world size");
+  v("parallel.tp", p.tp, "tensor-parallel degree (inside a node); -1 = infer");
+  v("parallel.strategy", p.strategy, "auto | full_shard | shard_grad_op | no_shard | hybrid_shard");
+  v("parallel.backend", p.backend, "collective backend: auto | mpi | nccl");
+  v("parallel.prefetch", p.prefetch, "FSDP blocks all-gathered ahead of compute (0 = no overlap)");
+  v("parallel.reduce_dtype", p.reduce_dtype, "gradient reduction dtype: fp32 | bf16");
+  v("parallel.memory_limit", p.memory_limit, "per-rank memory budget for strategy=auto on CPU (e.g. 8GiB); empty = node RAM / ranks per node");
+  v("parallel.memory_headroom", p.memory_headroom, "fraction of the memory budget kept free by strategy=auto");
+  v("parallel.world_size", p.world_size, "plan: number of ranks of the target job (0 = this job)");
+  v("parallel.gpus_per_node", p.gpus_per_node, "plan: ranks per node of the target cluster (0 = this job's)");
+  v("parallel.device_memory", p.device_memory, "plan: memory per device of the target (e.g. 80GiB)");
+  v("parallel.target_gemm_tflops", p.target_gemm_tflops, "plan: GEMM peak per device of the target in TFLOP/s (empty = measured here)");
+  v("parallel.target_bus_gbps", p.target_bus_gbps, "plan: bus bandwidth of the target in GB/s, 'intra,inter' (empty = measured here)");
+  v("parallel.collective_timeout", p.collective_timeout, "seconds a rank waits in one collective before the watchdog aborts the job (0 = never)");
+
+  auto& t = c.train;
+  v("train.steps", t.steps, "optimizer steps");
+  v("train.micro_batch", t.micro_batch, "sequences per rank per micro-step");
+  v("train.seq_len", t.seq_len, "tokens per sequence");
+  v("train.grad_accum", t.grad_accum, "micro-steps per optimizer step (derived when train.global_batch is set)");
+  v("train.global_batch", t.global_batch, "sequences per optimizer step over all ranks; fixes the optimisation across rank counts (0 = unset)");
+  v("train.lr", t.lr, "peak learning rate");
+  v("train.min_lr", t.min_lr, "final learning rate of the cosine decay");
+  v("train.warmup_steps", t.warmup_steps, "linear warmup steps");
+  v("train.lr_schedule", t.lr_schedule, "cosine | constant (after warmup)");
+  v("train.weight_decay", t.weight_decay, "AdamW decoupled weight decay (never on norms and biases)");
+  v("train.beta1", t.beta1, "AdamW beta1");
+  v("train.beta2", t.beta2, "AdamW beta2");
+  v("train.adam_eps", t.adam_eps, "AdamW epsilon");
+  v("train.decay_embeddings", t.decay_embeddings, "apply weight decay to embeddings too");
+  v("train.grad_clip", t.grad_clip, "clip the global gradient norm to this (0 = off)");
+  v("train.precision", t.precision, "compute precision: fp32 | bf16 (fp32 master weights and moments)");
+  v("train.activation_checkpointing", t.activation_checkpointing, "recompute each block's activations in backward instead of storing them");
+  v("train.seed", t.seed, "seed of initialisation, data order and sampling");
+  v("train.eval_every", t.eval_every, "steps between validation evaluations (0 = at the end only)");
+  v("train.eval_batches", t.eval_batches, "micro-batches per data-parallel rank per evaluation");
+  v("train.log_every", t.log_every, "steps between progress lines and metrics.jsonl records");
+  v("train.time_limit", t.time_limit, "wall-clock seconds for this run; saves and exits before it (0 = none; the Slurm end time is used when present)");
+  v("train.time_limit_margin", t.time_limit_margin, "seconds before the time limit at which the save starts");
+  v("train.max_skipped_steps", t.max_skipped_steps, "steps with a non-finite loss or gradient norm that are skipped before the job aborts");
+  v("train.inject_nan_steps", t.inject_nan_steps, "debug: comma list of steps whose gradients are poisoned with NaN");
+  v("train.inject_nan_rank", t.inject_nan_rank, "debug: rank that poisons its gradients (-1 = all)");
+  v("train.sample_prompt", t.sample_prompt, "text to continue with the trained model at the end of training");
+  v("train.sample_tokens", t.sample_tokens, "tokens sampled at the end of training (0 = no sample)");
+
+  v("data.dir", c.data.dir, "dataset directory written by `meshtrain prepare`, or 'random' for random tokens");
+
+  auto& k = c.checkpoint;
+  v("checkpoint.dir", k.dir, "checkpoint directory (empty = <output.dir>/checkpoints)");
+  v("checkpoint.every", k.every, "steps between checkpoints (0 = only at the end)");
+  v("checkpoint.keep", k.keep, "complete checkpoints kept (the newest is never deleted)");
+  v("checkpoint.resume", k.resume, "auto (newest complete checkpoint in checkpoint.dir) | none | PATH");
+  v("checkpoint.init_from", k.init_from, "initial weights: a safetensors file/dir or an .h5 checkpoint (fine-tuning)");
+  v("checkpoint.save_final", k.save_final, "save a checkpoint after the last step");
+
+  v("output.dir", c.output.dir, "run directory: effective config, metrics.jsonl, run record");
+  v("output.log_all_ranks", c.output.log_all_ranks, "every rank logs, prefixed with its rank");
+  v("output.log_level", c.output.log_level, "debug | info | warn");
+}
+
+template <class T> std::string to_text(const T& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+template <> std::string to_text(const bool& v) { return v ? "true" : "false"; }
+template <> std::string to_text(const double& v) { return strprintf("%.10g", v); }
+
+template <class T> const char* type_word() { return "a value"; }
+template <> const char* type_word<int>() { return "an integer"; }
+template <> const char* type_word<std::int64_t>() { return "an integer"; }
+template <> const char* type_word<std::uint64_t>() { return "a non-negative integer"; }
+template <> const char* type_word<double>() { return "a number"; }
+template <> const char* type_word<bool>() { return "true or false"; }
+template <> const char* type_word<std::string>() { return "a string"; }
+
+struct Registry {
+  std::vector<std::string> keys;
+  std::map<std::string, std::string> type_of;
+};
+
+po::options_description make_options(Config& c, Registry& reg) {
+  po::options_description desc("Configuration keys (INI [section] key = value, or --section.key=value)");
+  visit_config(c, [&](const char* key, auto& field, const char* help) {
+    using T = std::decay_t<decltype(field)>;
+    reg.keys.push_back(key);
+    reg.type_of[key] = type_word<T>();
+    desc.add_options()(key, po::value<T>(&field)->default_value(field, to_text(field)), help);
+  });
+  return desc;
+}
+
+std::string nearest_key(const std::string& unknown, const std::vector<std::string>& keys) {
+  std::string best;
+  std::size_t best_d = std::string::npos;
+  for (const auto& k : keys) {
+    const std::size_t d = edit_distance(unknown, k);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  return best;
+}
+
+[[noreturn]] void unknown_key_error(const std::string& raw, const std::string& where,
+                                    const Registry& reg, const std::string& command) {
+  std::string name = raw;
+  while (!name.empty() && name[0] == '-') name.erase(0, 1);
+  if (const auto eq = name.find('='); eq != std::string::npos) name.resize(eq);
+  const auto dot = name.find('.');
+  const std::string section = dot == std::string::npos ? "" : name.substr(0, dot);
+  bool section_known = false;
+  for (const auto& k : reg.keys)
+    if (k.compare(0, section.size() + 1, section + ".") == 0) section_known = true;
+  if (dot == std::string::npos) {
+    throw UserError(strprintf("unknown option '%s'%s: configuration keys have the form "
+                              "--section.key=value (did you mean '--%s'?); see `meshtrain %s --help`",
+                              raw.c_str(), where.c_str(), nearest_key(name, reg.keys).c_str(),
+                              command.c_str()));
+  }
+  if (!section_known) {
+    throw UserError(strprintf("unknown config section '%s' in '%s'%s; sections are model, parallel, "
+                              "train, data, checkpoint, output (did you mean '%s'?)",
+                              section.c_str(), name.c_str(), where.c_str(),
+                              nearest_key(name, reg.keys).c_str()));
+  }
+  throw UserError(strprintf("unknown config key '%s'%s; did you mean '%s'? See `meshtrain %s --help` "
+                            "for every key",
+                            name.c_str(), where.c_str(), nearest_key(name, reg.keys).c_str(),
+                            command.c_str()));
+}
+
+bool looks_like_config_file(const std::string& arg) {
+  return !arg.empty() && arg[0] != '-';
+}
+
+}  // namespace
+
+ParsedArgs parse_config(const std::string& command, const std::vector<std::string>& args) {
+  ParsedArgs out;
+  Registry reg;
+  po::options_description keys = make_options(out.config, reg);
+  po::options_description generic("Options");
+  generic.add_options()("help,h", "show this help");
+  po::options_description hidden;
+  hidden.add_options()("config-file", po::value<std::string>(), "INI file");
+  po::options_description all;
+  all.add(generic).add(keys).add(hidden);
+  po::positional_options_description positional;
+  positional.add("config-file", 1);
+
+  po::variables_map vm;
+  std::string where = " (on the command line)";
+  try {
+    std::vector<std::string> argv = args;
+    po::store(po::command_line_parser(argv).options(all).positional(positional).run(), vm);
+    if (vm.count("help")) {
+      std::ostringstream os;
+      os << "usage: meshtrain " << command << " [CONFIG.ini] [--section.key=value ...]\n\n"
+         << generic << "\n" << keys;
+      out.help = true;
+      out.help_text = os.str();
+      return out;
+    }
+    if (vm.count("config-file")) {
+      const std::string path = vm["config-file"].as<std::string>();
+      std::ifstream in(path);
+      MESHTRAIN_REQUIRE(in.good(), "cannot open config file '%s': %s", path.c_str(),
+                        std::strerror(errno));
+      out.config.source_file = path;
+      where = " (in " + path + ")";
+      // Values already stored from the command line take precedence over the file.
+      po::store(po::parse_config_file(in, keys, /*allow_unregistered=*/false), vm);
+    }
+    po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    unknown_key_error(e.get_option_name(), where, reg, command);
+  } catch (const po::too_many_positional_options_error&) {
+    throw UserError(strprintf("meshtrain %s takes at most one config file; give settings as "
+                              "--section.key=value", command.c_str()));
+  } catch (const po::invalid_option_value& e) {
+    const std::string name = e.get_option_name();
+    std::string key = name;
+    while (!key.empty() && key[0] == '-') key.erase(0, 1);
+    throw UserError(strprintf("config key '%s'%s expects %s: %s", key.c_str(), where.c_str(),
+                              reg.type_of.count(key) ? reg.type_of.at(key).c_str() : "another value",
+                              e.what()));
+  } catch (const po::multiple_occurrences& e) {
+    throw UserError(strprintf("config key '%s' is given twice%s", e.get_option_name().c_str(),
+                              where.c_str()));
+  } catch (const po::error& e) {
+    throw UserError(strprintf("cannot parse the configuration%s: %s", where.c_str(), e.what()));
+  }
+  (void)looks_like_config_file;
+  return out;
+}
+
+void validate_config(const Config& c) {
+  const auto one_of = [](const char* key, const std::string& v, std::initializer_list<const char*> ok) {
+    for (const char* o : ok)
+      if (v == o) return;
+    std::vector<std::string> opts(ok.begin(), ok.end());
+    throw UserError(strprintf("%s = '%s' is not valid; expected one of: %s", key, v.c_str(),
+                              join(opts, ", ").c_str()));
+  };
+  const auto positive = [](const char* key, double v) {
+    MESHTRAIN_REQUIRE(v > 0, "%s must be positive, got %g", key, v);
+  };
+  const auto non_negative = [](const char* key, double v) {
+    MESHTRAIN_REQUIRE(v >= 0, "%s must be >= 0, got %g", key, v);
+  };
+  one_of("model.family", c.model.family, {"gpt2", "llama"});
+  positive("model.vocab_size", static_cast<double>(c.model.vocab_size));
+  positive("model.vocab_pad_multiple", c.model.vocab_pad_multiple);
+  positive("model.d_model", c.model.d_model);
+  positive("model.n_layers", c.model.n_layers);
+  positive("model.n_heads", c.model.n_heads);
+  MESHTRAIN_REQUIRE(c.model.n_kv_heads == -1 || c.model.n_kv_heads >= 1,
+                    "model.n_kv_heads must be -1 (= n_heads) or positive, got %d", c.model.n_kv_heads);
+  MESHTRAIN_REQUIRE(c.model.ffn_dim == -1 || c.model.ffn_dim >= 1,
+                    "model.ffn_dim must be -1 (default rule) or positive, got %d", c.model.ffn_dim);
+  positive("model.max_seq_len", c.model.max_seq_len);
+  positive("model.norm_eps", c.model.norm_eps);
+  positive("model.rope_theta", c.model.rope_theta);
+  positive("model.init_std", c.model.init_std);
+  non_negative("model.lora_rank", c.model.lora_rank);
+  one_of("parallel.strategy", c.parallel.strategy,
+         {"auto", "full_shard", "shard_grad_op", "no_shard", "hybrid_shard"});
+  one_of("parallel.backend", c.parallel.backend, {"auto", "mpi", "nccl"});
+  one_of("parallel.reduce_dtype", c.parallel.reduce_dtype, {"fp32", "bf16"});
+  non_negative("parallel.prefetch", c.parallel.prefetch);
+  MESHTRAIN_REQUIRE(c.parallel.memory_headroom >= 0 && c.parallel.memory_headroom < 1,
+                    "parallel.memory_headroom must be in [0, 1), got %g", c.parallel.memory_headroom);
+  non_negative("parallel.world_size", c.parallel.world_size);
+  non_negative("parallel.gpus_per_node", c.parallel.gpus_per_node);
+  non_negative("parallel.collective_timeout", c.parallel.collective_timeout);
+  if (!c.parallel.memory_limit.empty()) parse_bytes("parallel.memory_limit", c.parallel.memory_limit);
+  if (!c.parallel.device_memory.empty()) parse_bytes("parallel.device_memory", c.parallel.device_memory);
+  non_negative("train.steps", c.train.steps);
+  positive("train.micro_batch", c.train.micro_batch);
+  positive("train.seq_len", c.train.seq_len);
+  positive("train.grad_accum", c.train.grad_accum);
+  non_negative("train.global_batch", c.train.global_batch);
+  non_negative("train.lr", c.train.lr);
+  non_negative("train.min_lr", c.train.min_lr);
+  non_negative("train.warmup_steps", c.train.warmup_steps);
+  one_of("train.lr_schedule", c.train.lr_schedule, {"cosine", "constant"});
+  non_negative("train.weight_decay", c.train.weight_decay);
+  MESHTRAIN_REQUIRE(c.train.beta1 >= 0 && c.train.beta1 < 1, "train.beta1 must be in [0, 1), got %g", c.train.beta1);
+  MESHTRAIN_REQUIRE(c.train.beta2 >= 0 && c.train.beta2 < 1, "train.beta2 must be in [0, 1), got %g", c.train.beta2);
+  positive("train.adam_eps", c.train.adam_eps);
+  non_negative("train.grad_clip", c.train.grad_clip);
+  one_of("train.precision", c.train.precision, {"fp32", "bf16"});
+  non_negative("train.eval_every", c.train.eval_every);
+  positive("train.eval_batches", c.train.eval_batches);
+  positive("train.log_every", c.train.log_every);
+  non_negative("train.time_limit", c.train.time_limit);
+  non_negative("train.max_skipped_steps", c.train.max_skipped_steps);
+  non_negative("train.sample_tokens", c.train.sample_tokens);
+  if (!c.train.inject_nan_steps.empty()) parse_int_list("train.inject_nan_steps", c.train.inject_nan_steps);
+  non_negative("checkpoint.every", c.checkpoint.every);
+  positive("checkpoint.keep", c.checkpoint.keep);
+  MESHTRAIN_REQUIRE(!c.output.dir.empty(), "output.dir must not be empty");
+  one_of("output.log_level", c.output.log_level, {"debug", "info", "warn"});
+}
+
+std::vector<std::pair<std::string, std::string>> config_entries(const Config& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  visit_config(c, [&](const char* key, const auto& field, const char*) {
+    out.emplace_back(key, to_text(field));
+  });
+  return out;
+}
+
+std::string config_to_ini(const Config& c) {
+  std::string out;
+  std::string section;
+  for (const auto& [key, value] : config_entries(c)) {
+    const std::string s = key.substr(0, key.find('.'));
+    if (s != section) {
+      out += (section.empty() ? "" : "\n") + std::string("[") + s + "]\n";
+      section = s;
+    }
+    out += key.substr(key.find('.') + 1) + " = " + value + "\n";
+  }
+  return out;
+}
+
+std::uint64_t parse_bytes(const std::string& key, const std::string& text) {
+  std::size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    throw UserError(strprintf("%s = '%s' is not a size; write e.g. 8GiB, 512MiB, 80GB or a byte count",
+                              key.c_str(), text.c_str()));
+  }
+  std::string unit = text.substr(pos);
+  while (!unit.empty() && unit[0] == ' ') unit.erase(0, 1);
+  double mult = 1;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "KiB" || unit == "K") mult = 1024.0;
+  else if (unit == "MiB" || unit == "M") mult = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "T") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else if (unit == "TB") mult = 1e12;
+  else
+    throw UserError(strprintf("%s = '%s': unknown size unit '%s' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
+                              key.c_str(), text.c_str(), unit.c_str()));
+  MESHTRAIN_REQUIRE(value >= 0 && std::isfinite(value), "%s = '%s' must be a non-negative size",
+                    key.c_str(), text.c_str());
+  return static_cast<std::uint64_t>(value * mult);
+}
+
+std::vector<long> parse_int_list(const std::string& key, const std::string& text) {
+  std::vector<long> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      std::size_t pos = 0;
+      out.push_back(std::stol(item, &pos));
+      MESHTRAIN_REQUIRE(pos == item.size(), "bad");
+    } catch (...) {
+      throw UserError(strprintf("%s = '%s' must be a comma-separated list of integers", key.c_str(),
+                                text.c_str()));
+    }
+  }
+  return out;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,38 @@
+#include "meshtrain/core/kokkos_compat.hpp"
+
+#include "meshtrain/core/format.hpp"
+
+namespace meshtrain {
+
+void kokkos_initialize(int device_id, int num_threads) {
+#if KOKKOS_VERSION >= 30700
+  Kokkos::InitializationSettings settings;
+  if (device_id >= 0) settings.set_device_id(device_id);
+  if (num_threads > 0) settings.set_num_threads(num_threads);
+  settings.set_disable_warnings(true);
+  Kokkos::initialize(settings);
+#else
+  Kokkos::InitArguments args;
+  args.device_id = device_id;
+  args.num_threads = num_threads;
+  args.disable_warnings = true;
+  Kokkos::initialize(args);
+#endif
+}
+
+std::string kokkos_backend_name() { return Kokkos::DefaultExecutionSpace::name(); }
+
+std::string kokkos_version_string() {
+  return strprintf("%d.%d.%d", KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100,
+                   KOKKOS_VERSION % 100);
+}
+
+int kokkos_visible_devices() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return Kokkos::Cuda::detect_device_count();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace meshtrain

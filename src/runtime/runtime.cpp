@@ -1,0 +1,40 @@
+#include "meshtrain/runtime/runtime.hpp"
+
+#include "meshtrain/core/check.hpp"
+#include "meshtrain/core/kokkos_compat.hpp"
+#include "meshtrain/core/memory.hpp"
+
+namespace meshtrain {
+
+Runtime::Runtime(int& argc, char**& argv, MPI_Comm world) {
+  // FUNNELED: only the main thread calls MPI (OpenMP threads never do).
+  MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level_));
+  world_ = MpiComm::duplicate(world);
+  topology_ = Topology::discover(world_);
+  const int devices = kokkos_visible_devices();
+  device_id_ = devices > 0 ? topology_.local_rank % devices : -1;
+  kokkos_initialize(device_id_, -1);
+}
+
+Runtime::~Runtime() {
+  if (Kokkos::is_initialized()) {
+    Kokkos::fence();
+    MemoryPool::instance().trim();
+    Kokkos::finalize();
+  }
+  world_ = MpiComm();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::string mpi_library_version() {
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(buf, &len);
+  std::string s(buf, static_cast<std::size_t>(len));
+  const auto nl = s.find_first_of("\n,");
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+}  // namespace meshtrain
