@@ -1,0 +1,42 @@
+#pragma once
+/// \brief Causal multi-head attention with grouped-query heads, built from batched GEMMs
+/// (linalg) and Kokkos softmax kernels.
+///
+/// Layout: activations are rows of N = B*T tokens. Query head h (local index, 0..Hq-1) is
+/// columns [h*hd, (h+1)*hd) of q (row stride ldq); key/value head j likewise in k/v.
+/// Query head h reads kv head  (q_head_offset + h) / group - kv_head_offset , where
+/// group = (total query heads)/(total kv heads). This covers plain MHA, GQA, and GQA under
+/// tensor parallelism with split (kv_head_offset = rank*Hkv) or replicated
+/// (kv_head_offset = 0) kv heads.
+
+#include <cstdint>
+
+#include "meshtrain/core/bf16.hpp"
+
+namespace meshtrain::kernels {
+
+struct AttentionShape {
+  int B = 1, T = 1;        ///< batch, sequence length
+  int Hq = 1, Hkv = 1;     ///< local query heads, local kv heads present in k/v
+  int hd = 1;              ///< head dim
+  int group = 1;           ///< query heads per kv head (global)
+  int q_head_offset = 0;   ///< global index of local query head 0
+  int kv_head_offset = 0;  ///< global index of local kv head 0
+  float scale = 1.0f;      ///< 1/sqrt(hd)
+};
+
+/// out (N, Hq*hd; ldo) = softmax(scale * q k^T + causal mask) v, per (b, h).
+/// probs (B, Hq, T, T): saved softmax probabilities (masked entries 0), needed by backward.
+template <class T>
+void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
+                       const T* v, int ldv, T* out, int ldo, T* probs);
+
+/// Gradients: dq (N, Hq*hd; ldq) overwritten; dk, dv (N, Hkv*hd; ldk/ldv) overwritten
+/// (kv heads shared by several query heads accumulate their contributions in a fixed order).
+/// workspace: B*Hq*T*T elements of scratch.
+template <class T>
+void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
+                        const T* v, int ldv, const T* probs, const T* dout, int ldo, T* dq,
+                        T* dk, T* dv, T* workspace);
+
+}  // namespace meshtrain::kernels

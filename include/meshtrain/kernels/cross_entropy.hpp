@@ -1,0 +1,42 @@
+#pragma once
+/// \brief Fused softmax cross-entropy over (possibly vocab-parallel) logits, in three
+/// phases so tensor parallelism can reduce between them without gathering the logits:
+///
+///   1. row_max  = max over local columns          -> all_reduce(MAX) over tp
+///   2. row_sum  = sum exp(l - row_max) over local columns, row_tgt = target logit if the
+///                 target is in this slice else 0  -> all_reduce(SUM) over tp of [row_sum|row_tgt]
+///   3. loss_i   = log(row_sum) + row_max - row_tgt; logits overwritten IN PLACE by
+///                 grad_scale * (softmax - onehot)
+///
+/// logits: (N, V_local; ld) for vocab ids [vocab_start, vocab_start + V_local). Columns with
+/// id >= valid_vocab (padding) are treated as -inf. targets: (N) int32; a negative target
+/// is ignored (loss 0, gradient 0).
+
+#include <cstdint>
+
+#include "meshtrain/core/bf16.hpp"
+
+namespace meshtrain::kernels {
+
+template <class T>
+void cross_entropy_row_max(const T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
+                           std::int64_t valid_vocab, float* row_max);
+
+/// stats: (2N) floats: [0, N) = sum of exp, [N, 2N) = target logit.
+template <class T>
+void cross_entropy_row_sums(const T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
+                            std::int64_t valid_vocab, const std::int32_t* targets,
+                            const float* row_max, float* stats);
+
+/// Writes dlogits into `logits` (in place) scaled by grad_scale; returns the sum over rows
+/// of the per-row loss (double; ignored rows contribute 0).
+template <class T>
+double cross_entropy_finish(T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
+                            std::int64_t valid_vocab, const std::int32_t* targets,
+                            const float* row_max, const float* stats, float grad_scale);
+
+/// Loss only (evaluation): sum over rows of the per-row loss; logits untouched.
+double cross_entropy_loss_sum(int N, const std::int32_t* targets, const float* row_max,
+                              const float* stats);
+
+}  // namespace meshtrain::kernels

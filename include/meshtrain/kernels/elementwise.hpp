@@ -1,0 +1,58 @@
+#pragma once
+/// \brief Elementwise and small reduction kernels (Kokkos, default execution space).
+/// All pointers are device pointers. T = float, double or bf16 unless stated; math is done
+/// in acc_t<T> (float for bf16/float, double for double). "ld" = row stride in elements.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "meshtrain/core/bf16.hpp"
+
+namespace meshtrain::kernels {
+
+/// out[i] = static_cast<Out>(in[i]) for i < n (fp32<->bf16, fp32<->fp64, ...).
+template <class In, class Out>
+void cast(const In* in, Out* out, std::size_t n);
+
+/// y[i] += x[i]
+template <class T>
+void add_inplace(T* y, const T* x, std::size_t n);
+
+/// x[i] *= s
+template <class T>
+void scale_inplace(T* x, std::size_t n, double s);
+
+/// x[i] = value
+template <class T>
+void fill(T* x, std::size_t n, double value);
+
+/// y (rows, cols; ld) += bias (cols) broadcast over rows.
+template <class T>
+void add_bias(T* y, const T* bias, int rows, int cols, int ld);
+
+/// dbias (cols) += sum over rows of dy (rows, cols; ld). Deterministic (no atomics).
+template <class T>
+void bias_backward(const T* dy, T* dbias, int rows, int cols, int ld);
+
+/// GELU, tanh approximation (GPT-2 "gelu_new"): y = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
+/// x, y: (n). In place allowed (y == x).
+template <class T>
+void gelu_forward(const T* x, T* y, std::size_t n);
+/// dx = dy * gelu'(x) (overwrite; dx may alias dy).
+template <class T>
+void gelu_backward(const T* x, const T* dy, T* dx, std::size_t n);
+
+/// SwiGLU: out (rows, cols; ld_out) = silu(gate) * up, where gate and up are (rows, cols)
+/// with row stride ld_in (they are usually the two halves of one GEMM output).
+template <class T>
+void swiglu_forward(const T* gate, const T* up, int ld_in, T* out, int ld_out, int rows, int cols);
+/// dgate, dup (rows, cols; ld_in) = gradients of the SwiGLU inputs (overwrite).
+template <class T>
+void swiglu_backward(const T* gate, const T* up, int ld_in, const T* dout, int ld_out, T* dgate,
+                     T* dup, int rows, int cols);
+
+/// Sum of squares of x (n) in double (deterministic for a fixed thread count). NaN/Inf propagate.
+template <class T>
+double sum_squares(const T* x, std::size_t n);
+
+}  // namespace meshtrain::kernels

@@ -1,0 +1,29 @@
+#pragma once
+/// \brief LayerNorm (GPT-2) and RMSNorm (Llama) over the last dimension C.
+/// Saved statistics are in acc_t<T>: mean and rstd (LayerNorm), rstd (RMSNorm).
+
+#include "meshtrain/core/bf16.hpp"
+
+namespace meshtrain::kernels {
+
+/// y (N, C) = (x - mean) * rstd * w + b;  mean, rstd: (N) saved for backward.
+template <class T>
+void layernorm_forward(const T* x, const T* w, const T* b, double eps, int N, int C, T* y,
+                       acc_t<T>* mean, acc_t<T>* rstd);
+
+/// dx (N, C) += dL/dx (ACCUMULATES: the residual stream's gradient is already in dx);
+/// dw, db (C) += parameter gradients (deterministic, no atomics).
+template <class T>
+void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mean,
+                        const acc_t<T>* rstd, int N, int C, T* dx, T* dw, T* db);
+
+/// y (N, C) = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps): (N) saved.
+template <class T>
+void rmsnorm_forward(const T* x, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd);
+
+/// dx (N, C) += dL/dx (ACCUMULATES); dw (C) += (deterministic).
+template <class T>
+void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C,
+                      T* dx, T* dw);
+
+}  // namespace meshtrain::kernels

@@ -1,0 +1,30 @@
+// GoogleTest main for meshtrain: MPI_Init -> Kokkos init -> tests -> finalize (via Runtime).
+// Only rank 0 prints GoogleTest's result listener; a failure on any rank fails the run.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include "meshtrain/comm/watchdog.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/runtime/runtime.hpp"
+#include "test_support.hpp"
+
+int main(int argc, char** argv) {
+  meshtrain::Runtime runtime(argc, argv, MPI_COMM_WORLD);
+  MPI_Comm world = MPI_COMM_WORLD;
+  meshtrain::set_abort_context(&world, runtime.topology().world_rank);
+  meshtrain::watchdog_init(runtime.world());
+  meshtrain::test::set_runtime(&runtime);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (runtime.topology().world_rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int local_failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int any_failed = 0;
+  MPI_Allreduce(&local_failed, &any_failed, 1, MPI_INT, MPI_MAX, runtime.world().get());
+  if (any_failed && local_failed && runtime.topology().world_rank != 0)
+    std::fprintf(stderr, "[rank %d] had failing tests (see above)\n", runtime.topology().world_rank);
+  meshtrain::test::set_runtime(nullptr);
+  meshtrain::watchdog_finalize();
+  return any_failed;
+}

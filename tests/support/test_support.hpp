@@ -1,0 +1,49 @@
+#pragma once
+/// \brief Helpers shared by the tests: the runtime, host<->device copies, reference math.
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "meshtrain/core/memory.hpp"
+#include "meshtrain/runtime/runtime.hpp"
+
+namespace meshtrain::test {
+
+void set_runtime(Runtime* rt);
+Runtime& runtime();
+/// The world communicator of the test job.
+const MpiComm& world();
+
+/// Copies a host vector into a new device Buffer and back.
+template <class T>
+Buffer<T> to_device(const std::vector<T>& host, MemCategory cat = MemCategory::Workspace) {
+  Buffer<T> b(host.size(), cat);
+  if (!host.empty()) {
+    Kokkos::View<const T*, HostMem, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(host.data(), host.size());
+    Kokkos::deep_copy(b.view(), h);
+  }
+  return b;
+}
+template <class T>
+std::vector<T> to_host(const T* device, std::size_t n) {
+  std::vector<T> host(n);
+  if (n) {
+    UView<T, HostMem> h(host.data(), n);
+    UView<T> d(const_cast<T*>(device), n);
+    Kokkos::deep_copy(h, d);
+  }
+  return host;
+}
+template <class T>
+std::vector<T> to_host(const Buffer<T>& b) {
+  return to_host(b.data(), b.size());
+}
+
+/// n normally distributed values (seeded).
+std::vector<double> random_normal(std::size_t n, std::uint64_t seed, double stddev = 1.0);
+/// Relative error |a-b| / max(|a|, |b|, floor).
+double rel_err(double a, double b, double floor = 1e-12);
+
+}  // namespace meshtrain::test
