@@ -1,0 +1,60 @@
+#pragma once
+/// \brief Resolved model dimensions (defaults applied, vocab padded) and the tensor-parallel
+/// slice of them that one rank computes.
+
+#include <cstdint>
+#include <string>
+
+#include "meshtrain/config/config.hpp"
+
+namespace meshtrain::model {
+
+enum class Family { Gpt2, Llama };
+
+struct ModelDims {
+  Family family = Family::Gpt2;
+  std::int64_t vocab = 0;        ///< padded vocabulary (rows of the embedding)
+  std::int64_t valid_vocab = 0;  ///< model.vocab_size: ids >= this are padding (masked logits)
+  int d_model = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int ffn_dim = 0;
+  int max_seq_len = 0;
+  bool tied = true;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000;
+  double init_std = 0.02;
+
+  /// Parameters of the logical model (excluding padding of the vocab? no: including it).
+  std::int64_t num_params() const;
+  /// Forward FLOPs per token of the matmuls (2 * params in matmuls) plus attention
+  /// (2 * 2 * n_layers * seq_len * d_model for scores and weighted sum, causal not discounted).
+  double flops_per_token_forward(int seq_len) const;
+};
+
+/// \brief Applies defaults and checks consistency (UserError naming the key).
+ModelDims resolve_dims(const ModelConfig& config);
+
+/// \brief What one tensor-parallel rank holds and computes.
+struct TpDims {
+  int tp = 1, rank = 0;
+  int heads = 0;            ///< local query heads
+  int kv_heads = 0;         ///< kv heads present locally (all of them when replicated)
+  bool kv_replicated = false;
+  int q_head_offset = 0;    ///< global index of local query head 0
+  int kv_head_offset = 0;   ///< global index of local kv head 0
+  int ffn = 0;              ///< local MLP width
+  std::int64_t vocab = 0;   ///< local vocab rows
+  std::int64_t vocab_start = 0;
+};
+
+/// \brief The TP slice for `rank` of `tp`; UserError for impossible layouts (heads or
+/// vocab not divisible, with the fix).
+TpDims tp_dims(const ModelDims& dims, int tp, int rank);
+
+Family parse_family(const std::string& name);
+const char* family_name(Family f);
+
+}  // namespace meshtrain::model

@@ -1,0 +1,101 @@
+#pragma once
+/// \brief The decoder-only transformer (GPT-2 and Llama families) with explicit forward and
+/// backward per layer — no autograd. A `Transformer<T>` holds no parameters: every call
+/// receives the base pointer of the unit's flat TP-local parameter buffer (and of its
+/// gradient buffer, same layout), so FSDP, a plain local store, or a test can own them.
+///
+/// T is the compute type (float, bf16; double for gradient checks).
+/// Data flow of one micro-batch (N = B*T tokens, C = d_model):
+///   x0 = embed(tokens)                          (N, C)  [vocab-parallel + tp all-reduce]
+///   x_{i+1} = block_i(x_i)                      (N, C)
+///   loss, dx_L = head(x_L, targets)             fused forward+backward, vocab-parallel CE
+///   dx_i = block_i.backward(dx_{i+1})           in place
+///   embed.backward(dx_0)
+
+#include <cstdint>
+#include <vector>
+
+#include "meshtrain/core/memory.hpp"
+#include "meshtrain/model/activations.hpp"
+#include "meshtrain/model/compute_context.hpp"
+#include "meshtrain/model/layout.hpp"
+
+namespace meshtrain::model {
+
+struct BatchShape {
+  int B = 1;  ///< sequences
+  int T = 1;  ///< tokens per sequence
+  int N() const { return B * T; }
+};
+
+template <class T>
+class Transformer {
+ public:
+  /// `layouts` give parameter offsets inside each unit buffer (any shard count).
+  Transformer(const ModelDims& dims, const TpDims& tp, const std::vector<ParamSpec>& specs,
+              const std::vector<UnitLayout>& layouts);
+
+  const ModelDims& dims() const { return dims_; }
+  const TpDims& tp() const { return tp_; }
+
+  /// x (N, C) = token (+ position) embedding. tokens: device (N) int32.
+  void embed_forward(const ComputeContext& ctx, const T* outer, const std::int32_t* tokens,
+                     BatchShape s, T* x) const;
+  /// Accumulates embedding gradients from dx (N, C).
+  void embed_backward(const ComputeContext& ctx, T* outer_grad, const std::int32_t* tokens,
+                      BatchShape s, const T* dx) const;
+
+  /// Block i: x_out (N, C) = block(x_in). With `checkpoint`, the cache keeps nothing
+  /// (backward recomputes from x_in).
+  void block_forward(const ComputeContext& ctx, int i, const T* params, BatchShape s, const T* x_in,
+                     T* x_out, BlockCache<T>& cache, bool checkpoint) const;
+  /// dx (N, C): gradient w.r.t. the block output on entry, w.r.t. its input on return.
+  /// Parameter gradients accumulate into `grads` (unit layout). x_in is the block input
+  /// (needed when the cache was checkpointed).
+  void block_backward(const ComputeContext& ctx, int i, const T* params, T* grads, BatchShape s,
+                      const T* x_in, BlockCache<T>& cache, T* dx) const;
+
+  /// Final norm + LM head + cross-entropy, forward and backward together: returns the local
+  /// sum of per-token losses (identical on every tp rank), writes dx_L (N, C) (overwrite) and
+  /// accumulates head/final-norm gradients. grad_scale multiplies dlogits (1/global tokens).
+  double head_forward_backward(const ComputeContext& ctx, const T* outer, T* outer_grad,
+                               BatchShape s, const T* x, const std::int32_t* targets,
+                               float grad_scale, T* dx) const;
+  /// Loss sum only (evaluation).
+  double head_loss(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+                   const std::int32_t* targets) const;
+  /// Full-vocabulary logits of the LAST position of each sequence, gathered over tp, on the
+  /// host: (B, valid_vocab) floats (generation).
+  std::vector<float> last_logits(const ComputeContext& ctx, const T* outer, BatchShape s,
+                                 const T* x) const;
+
+ private:
+  void gpt2_forward(const ComputeContext& ctx, const T* params, BatchShape s, const T* x_in, T* x_out,
+                    BlockCache<T>& c) const;
+  void gpt2_backward(const ComputeContext& ctx, const T* params, T* grads, BatchShape s,
+                     const T* x_in, BlockCache<T>& c, T* dx) const;
+  void llama_forward(const ComputeContext& ctx, const T* params, BatchShape s, const T* x_in, T* x_out,
+                     BlockCache<T>& c) const;
+  void llama_backward(const ComputeContext& ctx, const T* params, T* grads, BatchShape s,
+                      const T* x_in, BlockCache<T>& c, T* dx) const;
+  void final_norm(const T* outer, BatchShape s, const T* x, HeadCache<T>& hc) const;
+  const T* head_weight(const T* outer) const;
+  std::int64_t head_chunk_rows(int N) const;
+
+  ModelDims dims_;
+  TpDims tp_;
+  /// Offsets (elements) of each role inside a block unit / the outer unit.
+  std::vector<std::int64_t> block_off_;
+  std::vector<std::int64_t> outer_off_;
+  Buffer<float> rope_cos_, rope_sin_;  ///< (max_seq_len, head_dim/2) (llama)
+  int qkv_width_ = 0;                  ///< local width of the fused q|k|v projection output
+};
+
+/// Role indices into the offset tables (see transformer.cpp for the HF role names).
+enum Gpt2Role { G_LN1_W, G_LN1_B, G_ATTN_W, G_ATTN_B, G_PROJ_W, G_PROJ_B, G_LN2_W, G_LN2_B,
+                G_FC_W, G_FC_B, G_FCPROJ_W, G_FCPROJ_B, G_NUM_ROLES };
+enum LlamaRole { L_NORM1_W, L_Q_W, L_K_W, L_V_W, L_O_W, L_NORM2_W, L_GATE_W, L_UP_W, L_DOWN_W,
+                 L_NUM_ROLES };
+enum OuterRole { O_WTE, O_WPE, O_NORM_W, O_NORM_B, O_HEAD, O_NUM_ROLES };
+
+}  // namespace meshtrain::model

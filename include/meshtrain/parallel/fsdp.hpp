@@ -1,0 +1,124 @@
+#pragma once
+/// \brief The FSDP engine: flat parameter units, sharded fp32 master weights, gradients and
+/// AdamW moments, async all-gather (with prefetch) and reduce-scatter / all-reduce of
+/// gradients, for every strategy (full_shard, shard_grad_op, no_shard, hybrid_shard).
+///
+/// Unit u's buffer holds its TP-local parameters (model::UnitLayout). With sharding, rank
+/// s of the dp_shard group owns elements [s*shard_numel, (s+1)*shard_numel) of the fp32
+/// master, gradient and moments; `wait_params(u)` returns the all-gathered buffer in the
+/// compute type T, whose parameters are views (no copy-out). Without sharding (no_shard)
+/// every rank holds everything and gradients are all-reduced over the dp group.
+///
+/// Per micro-step the runner calls, per unit: gather/prefetch -> wait_params -> forward ->
+/// after_forward -> (backward) wait_params -> grad_buffer -> after_backward; then
+/// finish_step() after the last micro-step.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "meshtrain/comm/communicator.hpp"
+#include "meshtrain/core/memory.hpp"
+#include "meshtrain/model/layout.hpp"
+#include "meshtrain/parallel/comm_groups.hpp"
+#include "meshtrain/parallel/strategy.hpp"
+#include "meshtrain/runtime/mesh.hpp"
+
+namespace meshtrain::parallel {
+
+struct FsdpOptions {
+  Strategy strategy = Strategy::FullShard;
+  int prefetch = 1;               ///< block units gathered ahead of the one computing
+  DType reduce_dtype = DType::F32;
+  int grad_accum = 1;             ///< micro-steps per optimizer step
+};
+
+/// fp32 state of one unit held by this rank: elements [begin, begin + numel) of the unit.
+struct UnitState {
+  std::int64_t begin = 0;
+  std::int64_t numel = 0;
+  Buffer<float> master;
+  Buffer<float> grad;        ///< reduced gradient (valid after finish_step)
+  Buffer<float> exp_avg;
+  Buffer<float> exp_avg_sq;
+};
+
+template <class T>
+class FsdpEngine {
+ public:
+  FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, int tp, int tp_rank, const MeshShape& mesh,
+             const MeshCoord& coord, const CommGroups& groups, const FsdpOptions& options);
+  ~FsdpEngine();
+
+  const std::vector<model::ParamSpec>& specs() const { return specs_; }
+  const std::vector<model::UnitLayout>& layouts() const { return layouts_; }
+  int num_units() const { return static_cast<int>(layouts_.size()); }
+  const FsdpOptions& options() const { return opt_; }
+  int tp_size() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
+
+  /// Mesh-independent initial values (model::init_unit_range) into the master state.
+  void init_parameters(std::uint64_t seed);
+
+  // ---- step protocol -------------------------------------------------------------------
+  void begin_step();
+  void begin_micro(int micro);
+  /// Starts the all-gather of unit u if it is not alive or in flight. `prefetch` requests
+  /// are skipped when `parallel.prefetch` blocks are already alive.
+  void gather(int u, bool prefetch = false);
+  /// Gathered parameters of unit u (waits for the gather).
+  const T* wait_params(int u);
+  void after_forward(int u);
+  /// Gradient buffer of unit u for this micro-step (unit layout; zeroed on first use).
+  T* grad_buffer(int u);
+  /// Unit u's backward is done for this micro-step: frees parameters and launches the
+  /// gradient reduction when it is due (every micro-step for full/hybrid, last otherwise).
+  void after_backward(int u);
+  /// Waits for every reduction of the step, sums over dp_replicate, releases buffers.
+  void finish_step();
+  /// Drives in-flight collectives and completes finished reductions.
+  void progress();
+  /// Frees every gathered (transient) parameter buffer (after evaluation).
+  void release_all();
+
+  // ---- optimizer / checkpoint view -----------------------------------------------------
+  UnitState& state(int u) { return state_[u]; }
+  const UnitState& state(int u) const { return state_[u]; }
+  /// Range of unit u (subset of the state range) whose values this rank counts in global
+  /// sums and writes to checkpoints: each logical element is owned by exactly one rank
+  /// (replicated-over-tp parameters are additionally filtered by counted_on_tp_rank).
+  std::int64_t owned_begin(int u) const { return owned_begin_[u]; }
+  std::int64_t owned_numel(int u) const { return owned_numel_[u]; }
+  /// Master weights changed (optimizer step, checkpoint load): persistent gathered copies
+  /// are refreshed at the next gather.
+  void params_updated();
+
+  /// Bytes of persistent state (master + grads + moments) on this rank.
+  std::size_t persistent_bytes() const;
+
+ private:
+  struct Runtime;
+  struct Reduction;
+  void launch_reduction(int u);
+  void complete(Reduction& r);
+  template <class G>
+  void sum_replicated_grads_over_tp(int u, G* grads);
+
+  std::vector<model::ParamSpec> specs_;
+  std::vector<model::UnitLayout> layouts_;
+  int tp_, tp_rank_;
+  MeshShape mesh_;
+  MeshCoord coord_;
+  const CommGroups& groups_;
+  FsdpOptions opt_;
+  StrategyTraits traits_;
+  int micro_ = 0;
+  bool last_micro_ = false;
+  std::vector<UnitState> state_;
+  std::vector<std::int64_t> owned_begin_, owned_numel_;
+  std::vector<Runtime> rt_;
+  std::deque<std::unique_ptr<Reduction>> pending_;
+};
+
+}  // namespace meshtrain::parallel

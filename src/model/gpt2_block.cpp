@@ -1,0 +1,142 @@
+// GPT-2 block: pre-LayerNorm attention and GELU MLP with biases; HF Conv1D weights (in, out).
+//   x_mid = x_in + c_proj(attn(c_attn(ln_1(x_in))))     c_attn column-parallel (q|k|v chunks)
+//   x_out = x_mid + mlp.c_proj(gelu(mlp.c_fc(ln_2(x_mid))))   c_proj row-parallel + tp all-reduce
+#include <cmath>
+
+#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/elementwise.hpp"
+#include "meshtrain/kernels/norms.hpp"
+#include "meshtrain/linalg/gemm.hpp"
+#include "meshtrain/model/transformer.hpp"
+
+namespace meshtrain::model {
+
+using linalg::Op;
+
+template <class T>
+void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchShape s, const T* x_in, T* x_out,
+                                  BlockCache<T>& c) const {
+  const int N = s.N(), C = dims_.d_model, hd = dims_.head_dim;
+  const int Hl = tp_.heads, Cl = Hl * hd, Fl = tp_.ffn, W3 = qkv_width_;  // W3 = 3*Cl
+  const auto n = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
+  const auto* o = block_off_.data();
+
+  c.norm1 = Buffer<T>(n(N, C), MemCategory::Activations);
+  c.mean1 = Buffer<acc_t<T>>(N, MemCategory::Activations);
+  c.rstd1 = Buffer<acc_t<T>>(N, MemCategory::Activations);
+  kernels::layernorm_forward(x_in, p + o[G_LN1_W], p + o[G_LN1_B], dims_.norm_eps, N, C, c.norm1.data(),
+                             c.mean1.data(), c.rstd1.data());
+  // qkv (N, 3Cl) = norm1 (N, C) @ c_attn (C, 3Cl) + bias
+  c.qkv = Buffer<T>(n(N, W3), MemCategory::Activations);
+  linalg::gemm<T>(Op::N, Op::N, N, W3, C, 1.0f, c.norm1.data(), C, p + o[G_ATTN_W], W3, 0.0f, c.qkv.data(), W3);
+  kernels::add_bias(c.qkv.data(), p + o[G_ATTN_B], N, W3, W3);
+  ctx.poll();
+
+  kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
+                             static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
+  c.probs = Buffer<T>(n(static_cast<std::int64_t>(s.B) * Hl * s.T, s.T), MemCategory::Activations);
+  c.attn_out = Buffer<T>(n(N, Cl), MemCategory::Activations);
+  kernels::attention_forward(as, c.qkv.data(), W3, c.qkv.data() + Cl, W3, c.qkv.data() + 2 * Cl, W3,
+                             c.attn_out.data(), Cl, c.probs.data());
+  ctx.poll();
+
+  // x_mid (N, C) = attn_out (N, Cl) @ c_proj (Cl, C)  -> sum over tp, + bias, + x_in
+  c.x_mid = Buffer<T>(n(N, C), MemCategory::Activations);
+  linalg::gemm<T>(Op::N, Op::N, N, C, Cl, 1.0f, c.attn_out.data(), Cl, p + o[G_PROJ_W], C, 0.0f, c.x_mid.data(), C);
+  ctx.tp_all_reduce(c.x_mid.data(), n(N, C));
+  kernels::add_bias(c.x_mid.data(), p + o[G_PROJ_B], N, C, C);
+  kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
+  ctx.poll();
+
+  c.norm2 = Buffer<T>(n(N, C), MemCategory::Activations);
+  c.mean2 = Buffer<acc_t<T>>(N, MemCategory::Activations);
+  c.rstd2 = Buffer<acc_t<T>>(N, MemCategory::Activations);
+  kernels::layernorm_forward(c.x_mid.data(), p + o[G_LN2_W], p + o[G_LN2_B], dims_.norm_eps, N, C, c.norm2.data(),
+                             c.mean2.data(), c.rstd2.data());
+  // h (N, Fl) = norm2 @ c_fc (C, Fl) + bias; act = gelu(h)
+  c.mlp_in = Buffer<T>(n(N, Fl), MemCategory::Activations);
+  linalg::gemm<T>(Op::N, Op::N, N, Fl, C, 1.0f, c.norm2.data(), C, p + o[G_FC_W], Fl, 0.0f, c.mlp_in.data(), Fl);
+  kernels::add_bias(c.mlp_in.data(), p + o[G_FC_B], N, Fl, Fl);
+  c.mlp_act = Buffer<T>(n(N, Fl), MemCategory::Activations);
+  kernels::gelu_forward(c.mlp_in.data(), c.mlp_act.data(), n(N, Fl));
+  ctx.poll();
+  // x_out (N, C) = act (N, Fl) @ mlp.c_proj (Fl, C) -> sum over tp, + bias, + x_mid
+  linalg::gemm<T>(Op::N, Op::N, N, C, Fl, 1.0f, c.mlp_act.data(), Fl, p + o[G_FCPROJ_W], C, 0.0f, x_out, C);
+  ctx.tp_all_reduce(x_out, n(N, C));
+  kernels::add_bias(x_out, p + o[G_FCPROJ_B], N, C, C);
+  kernels::add_inplace(x_out, c.x_mid.data(), n(N, C));
+  ctx.poll();
+}
+
+template <class T>
+void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, BatchShape s, const T* x_in,
+                                   BlockCache<T>& c, T* dx) const {
+  const int N = s.N(), C = dims_.d_model, hd = dims_.head_dim;
+  const int Hl = tp_.heads, Cl = Hl * hd, Fl = tp_.ffn, W3 = qkv_width_;
+  const auto n = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
+  const auto* o = block_off_.data();
+
+  // ---- MLP: dx is dL/dx_out = dL/d(mlp out) -------------------------------------------
+  kernels::bias_backward(dx, g + o[G_FCPROJ_B], N, C, C);
+  // d c_proj (Fl, C) += act^T (Fl, N) @ dx (N, C)
+  linalg::gemm<T>(Op::T, Op::N, Fl, C, N, 1.0f, c.mlp_act.data(), Fl, dx, C, 1.0f, g + o[G_FCPROJ_W], C);
+  ctx.poll();
+  // dact (N, Fl) = dx (N, C) @ c_proj^T (C, Fl)
+  Buffer<T> dh(n(N, Fl), MemCategory::Workspace);
+  linalg::gemm<T>(Op::N, Op::T, N, Fl, C, 1.0f, dx, C, p + o[G_FCPROJ_W], C, 0.0f, dh.data(), Fl);
+  kernels::gelu_backward(c.mlp_in.data(), dh.data(), dh.data(), n(N, Fl));
+  kernels::bias_backward(dh.data(), g + o[G_FC_B], N, Fl, Fl);
+  ctx.poll();
+  // d c_fc (C, Fl) += norm2^T (C, N) @ dh (N, Fl)
+  linalg::gemm<T>(Op::T, Op::N, C, Fl, N, 1.0f, c.norm2.data(), C, dh.data(), Fl, 1.0f, g + o[G_FC_W], Fl);
+  ctx.poll();
+  // dnorm2 (N, C) = dh (N, Fl) @ c_fc^T (Fl, C): partial over tp
+  Buffer<T> dnorm(n(N, C), MemCategory::Workspace);
+  linalg::gemm<T>(Op::N, Op::T, N, C, Fl, 1.0f, dh.data(), Fl, p + o[G_FC_W], Fl, 0.0f, dnorm.data(), C);
+  dh.reset();
+  ctx.tp_all_reduce(dnorm.data(), n(N, C));
+  kernels::layernorm_backward(dnorm.data(), c.x_mid.data(), p + o[G_LN2_W], c.mean2.data(), c.rstd2.data(), N, C, dx,
+                              g + o[G_LN2_W], g + o[G_LN2_B]);
+  ctx.poll();
+
+  // ---- attention: dx is now dL/dx_mid ---------------------------------------------------
+  kernels::bias_backward(dx, g + o[G_PROJ_B], N, C, C);
+  // d c_proj (Cl, C) += attn_out^T (Cl, N) @ dx (N, C)
+  linalg::gemm<T>(Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f, g + o[G_PROJ_W], C);
+  Buffer<T> dy(n(N, Cl), MemCategory::Workspace);
+  linalg::gemm<T>(Op::N, Op::T, N, Cl, C, 1.0f, dx, C, p + o[G_PROJ_W], C, 0.0f, dy.data(), Cl);
+  ctx.poll();
+  kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
+                             static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
+  Buffer<T> dqkv(n(N, W3), MemCategory::Workspace);
+  {
+    Buffer<T> work(c.probs.size(), MemCategory::Workspace);
+    kernels::attention_backward(as, c.qkv.data(), W3, c.qkv.data() + Cl, W3, c.qkv.data() + 2 * Cl, W3,
+                                c.probs.data(), dy.data(), Cl, dqkv.data(), dqkv.data() + Cl, dqkv.data() + 2 * Cl,
+                                work.data());
+  }
+  dy.reset();
+  ctx.poll();
+  kernels::bias_backward(dqkv.data(), g + o[G_ATTN_B], N, W3, W3);
+  // d c_attn (C, 3Cl) += norm1^T (C, N) @ dqkv (N, 3Cl)
+  linalg::gemm<T>(Op::T, Op::N, C, W3, N, 1.0f, c.norm1.data(), C, dqkv.data(), W3, 1.0f, g + o[G_ATTN_W], W3);
+  ctx.poll();
+  // dnorm1 (N, C) = dqkv (N, 3Cl) @ c_attn^T (3Cl, C): partial over tp
+  linalg::gemm<T>(Op::N, Op::T, N, C, W3, 1.0f, dqkv.data(), W3, p + o[G_ATTN_W], W3, 0.0f, dnorm.data(), C);
+  ctx.tp_all_reduce(dnorm.data(), n(N, C));
+  kernels::layernorm_backward(dnorm.data(), x_in, p + o[G_LN1_W], c.mean1.data(), c.rstd1.data(), N, C, dx,
+                              g + o[G_LN1_W], g + o[G_LN1_B]);
+  ctx.poll();
+}
+
+#define MESHTRAIN_INSTANTIATE(T)                                                                          \
+  template void Transformer<T>::gpt2_forward(const ComputeContext&, const T*, BatchShape, const T*, T*,   \
+                                             BlockCache<T>&) const;                                       \
+  template void Transformer<T>::gpt2_backward(const ComputeContext&, const T*, T*, BatchShape, const T*,  \
+                                              BlockCache<T>&, T*) const;
+MESHTRAIN_INSTANTIATE(float)
+MESHTRAIN_INSTANTIATE(double)
+MESHTRAIN_INSTANTIATE(bf16)
+#undef MESHTRAIN_INSTANTIATE
+
+}  // namespace meshtrain::model

@@ -1,0 +1,149 @@
+// Llama block: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, no biases; HF Linear
+// weights (out, in).
+//   x_mid = x_in + o_proj(attn(rope(q|k|v_proj(norm1(x_in)))))   q|k|v column-parallel, o row-parallel
+//   x_out = x_mid + down(silu(gate(n2)) * up(n2)), n2 = norm2(x_mid)   gate|up column-, down row-parallel
+#include <cmath>
+
+#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/elementwise.hpp"
+#include "meshtrain/kernels/norms.hpp"
+#include "meshtrain/kernels/rope.hpp"
+#include "meshtrain/linalg/gemm.hpp"
+#include "meshtrain/model/transformer.hpp"
+
+namespace meshtrain::model {
+
+using linalg::Op;
+
+namespace {
+kernels::AttentionShape llama_attention_shape(const ModelDims& d, const TpDims& t, BatchShape s) {
+  kernels::AttentionShape as;
+  as.B = s.B;
+  as.T = s.T;
+  as.Hq = t.heads;
+  as.Hkv = t.kv_heads;
+  as.hd = d.head_dim;
+  as.group = d.n_heads / d.n_kv_heads;
+  as.q_head_offset = t.q_head_offset;
+  as.kv_head_offset = t.kv_head_offset;
+  as.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
+  return as;
+}
+}  // namespace
+
+template <class T>
+void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchShape s, const T* x_in, T* x_out,
+                                   BlockCache<T>& c) const {
+  const int N = s.N(), C = dims_.d_model, hd = dims_.head_dim;
+  const int Hl = tp_.heads, KVl = tp_.kv_heads, Ql = Hl * hd, Fl = tp_.ffn, W = qkv_width_;  // W = (Hl+2KVl)hd
+  const auto n = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
+  const auto* o = block_off_.data();
+
+  c.norm1 = Buffer<T>(n(N, C), MemCategory::Activations);
+  c.rstd1 = Buffer<acc_t<T>>(N, MemCategory::Activations);
+  kernels::rmsnorm_forward(x_in, p + o[L_NORM1_W], dims_.norm_eps, N, C, c.norm1.data(), c.rstd1.data());
+  // qkv (N, W) = norm1 (N, C) @ [q;k;v]^T (C, W)   (the three weights are adjacent rows)
+  c.qkv = Buffer<T>(n(N, W), MemCategory::Activations);
+  linalg::gemm<T>(Op::N, Op::T, N, W, C, 1.0f, c.norm1.data(), C, p + o[L_Q_W], C, 0.0f, c.qkv.data(), W);
+  kernels::rope_forward(c.qkv.data(), W, s.B, s.T, Hl, hd, rope_cos_.data(), rope_sin_.data());
+  kernels::rope_forward(c.qkv.data() + Ql, W, s.B, s.T, KVl, hd, rope_cos_.data(), rope_sin_.data());
+  ctx.poll();
+
+  const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s);
+  c.probs = Buffer<T>(n(static_cast<std::int64_t>(s.B) * Hl * s.T, s.T), MemCategory::Activations);
+  c.attn_out = Buffer<T>(n(N, Ql), MemCategory::Activations);
+  kernels::attention_forward(as, c.qkv.data(), W, c.qkv.data() + Ql, W, c.qkv.data() + Ql + KVl * hd, W,
+                             c.attn_out.data(), Ql, c.probs.data());
+  ctx.poll();
+
+  // x_mid (N, C) = attn_out (N, Ql) @ o_proj^T (Ql, C) -> sum over tp, + x_in
+  c.x_mid = Buffer<T>(n(N, C), MemCategory::Activations);
+  linalg::gemm<T>(Op::N, Op::T, N, C, Ql, 1.0f, c.attn_out.data(), Ql, p + o[L_O_W], Ql, 0.0f, c.x_mid.data(), C);
+  ctx.tp_all_reduce(c.x_mid.data(), n(N, C));
+  kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
+  ctx.poll();
+
+  c.norm2 = Buffer<T>(n(N, C), MemCategory::Activations);
+  c.rstd2 = Buffer<acc_t<T>>(N, MemCategory::Activations);
+  kernels::rmsnorm_forward(c.x_mid.data(), p + o[L_NORM2_W], dims_.norm_eps, N, C, c.norm2.data(), c.rstd2.data());
+  // gate|up (N, 2Fl) = norm2 @ [gate; up]^T
+  c.mlp_in = Buffer<T>(n(N, 2 * Fl), MemCategory::Activations);
+  linalg::gemm<T>(Op::N, Op::T, N, 2 * Fl, C, 1.0f, c.norm2.data(), C, p + o[L_GATE_W], C, 0.0f, c.mlp_in.data(),
+                  2 * Fl);
+  c.mlp_act = Buffer<T>(n(N, Fl), MemCategory::Activations);
+  kernels::swiglu_forward(c.mlp_in.data(), c.mlp_in.data() + Fl, 2 * Fl, c.mlp_act.data(), Fl, N, Fl);
+  ctx.poll();
+  // x_out (N, C) = act (N, Fl) @ down^T (Fl, C) -> sum over tp, + x_mid
+  linalg::gemm<T>(Op::N, Op::T, N, C, Fl, 1.0f, c.mlp_act.data(), Fl, p + o[L_DOWN_W], Fl, 0.0f, x_out, C);
+  ctx.tp_all_reduce(x_out, n(N, C));
+  kernels::add_inplace(x_out, c.x_mid.data(), n(N, C));
+  ctx.poll();
+}
+
+template <class T>
+void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g, BatchShape s, const T* x_in,
+                                    BlockCache<T>& c, T* dx) const {
+  const int N = s.N(), C = dims_.d_model, hd = dims_.head_dim;
+  const int Hl = tp_.heads, KVl = tp_.kv_heads, Ql = Hl * hd, Fl = tp_.ffn, W = qkv_width_;
+  const auto n = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
+  const auto* o = block_off_.data();
+
+  // ---- MLP ------------------------------------------------------------------------------
+  // d down (C, Fl) += dx^T (C, N) @ act (N, Fl)
+  linalg::gemm<T>(Op::T, Op::N, C, Fl, N, 1.0f, dx, C, c.mlp_act.data(), Fl, 1.0f, g + o[L_DOWN_W], Fl);
+  Buffer<T> dact(n(N, Fl), MemCategory::Workspace);
+  linalg::gemm<T>(Op::N, Op::N, N, Fl, C, 1.0f, dx, C, p + o[L_DOWN_W], Fl, 0.0f, dact.data(), Fl);
+  ctx.poll();
+  Buffer<T> dgu(n(N, 2 * Fl), MemCategory::Workspace);
+  kernels::swiglu_backward(c.mlp_in.data(), c.mlp_in.data() + Fl, 2 * Fl, dact.data(), Fl, dgu.data(),
+                           dgu.data() + Fl, N, Fl);
+  dact.reset();
+  // d [gate; up] (2Fl, C) += dgu^T (2Fl, N) @ norm2 (N, C)
+  linalg::gemm<T>(Op::T, Op::N, 2 * Fl, C, N, 1.0f, dgu.data(), 2 * Fl, c.norm2.data(), C, 1.0f, g + o[L_GATE_W], C);
+  ctx.poll();
+  Buffer<T> dnorm(n(N, C), MemCategory::Workspace);
+  linalg::gemm<T>(Op::N, Op::N, N, C, 2 * Fl, 1.0f, dgu.data(), 2 * Fl, p + o[L_GATE_W], C, 0.0f, dnorm.data(), C);
+  dgu.reset();
+  ctx.tp_all_reduce(dnorm.data(), n(N, C));
+  kernels::rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx, g + o[L_NORM2_W]);
+  ctx.poll();
+
+  // ---- attention ------------------------------------------------------------------------
+  // d o_proj (C, Ql) += dx^T (C, N) @ attn_out (N, Ql)
+  linalg::gemm<T>(Op::T, Op::N, C, Ql, N, 1.0f, dx, C, c.attn_out.data(), Ql, 1.0f, g + o[L_O_W], Ql);
+  Buffer<T> dy(n(N, Ql), MemCategory::Workspace);
+  linalg::gemm<T>(Op::N, Op::N, N, Ql, C, 1.0f, dx, C, p + o[L_O_W], Ql, 0.0f, dy.data(), Ql);
+  ctx.poll();
+  const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s);
+  Buffer<T> dqkv(n(N, W), MemCategory::Workspace);
+  {
+    Buffer<T> work(c.probs.size(), MemCategory::Workspace);
+    const int kv_off = Ql + KVl * hd;
+    kernels::attention_backward(as, c.qkv.data(), W, c.qkv.data() + Ql, W, c.qkv.data() + kv_off, W, c.probs.data(),
+                                dy.data(), Ql, dqkv.data(), dqkv.data() + Ql, dqkv.data() + kv_off, work.data());
+  }
+  dy.reset();
+  kernels::rope_backward(dqkv.data(), W, s.B, s.T, Hl, hd, rope_cos_.data(), rope_sin_.data());
+  kernels::rope_backward(dqkv.data() + Ql, W, s.B, s.T, KVl, hd, rope_cos_.data(), rope_sin_.data());
+  ctx.poll();
+  // d [q;k;v] (W, C) += dqkv^T (W, N) @ norm1 (N, C). With replicated kv heads the k/v
+  // parts are partial over tp; the FSDP engine sums them over tp before reducing.
+  linalg::gemm<T>(Op::T, Op::N, W, C, N, 1.0f, dqkv.data(), W, c.norm1.data(), C, 1.0f, g + o[L_Q_W], C);
+  ctx.poll();
+  linalg::gemm<T>(Op::N, Op::N, N, C, W, 1.0f, dqkv.data(), W, p + o[L_Q_W], C, 0.0f, dnorm.data(), C);
+  ctx.tp_all_reduce(dnorm.data(), n(N, C));
+  kernels::rmsnorm_backward(dnorm.data(), x_in, p + o[L_NORM1_W], c.rstd1.data(), N, C, dx, g + o[L_NORM1_W]);
+  ctx.poll();
+}
+
+#define MESHTRAIN_INSTANTIATE(T)                                                                           \
+  template void Transformer<T>::llama_forward(const ComputeContext&, const T*, BatchShape, const T*, T*,   \
+                                              BlockCache<T>&) const;                                       \
+  template void Transformer<T>::llama_backward(const ComputeContext&, const T*, T*, BatchShape, const T*,  \
+                                               BlockCache<T>&, T*) const;
+MESHTRAIN_INSTANTIATE(float)
+MESHTRAIN_INSTANTIATE(double)
+MESHTRAIN_INSTANTIATE(bf16)
+#undef MESHTRAIN_INSTANTIATE
+
+}  // namespace meshtrain::model

@@ -1,0 +1,271 @@
+#include "meshtrain/model/transformer.hpp"
+
+#include <algorithm>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/kernels/cross_entropy.hpp"
+#include "meshtrain/kernels/elementwise.hpp"
+#include "meshtrain/kernels/embedding.hpp"
+#include "meshtrain/kernels/norms.hpp"
+#include "meshtrain/kernels/rope.hpp"
+#include "meshtrain/linalg/gemm.hpp"
+
+namespace meshtrain::model {
+namespace {
+
+const char* kGpt2Roles[G_NUM_ROLES] = {"ln_1.weight",       "ln_1.bias",        "attn.c_attn.weight",
+                                       "attn.c_attn.bias",  "attn.c_proj.weight", "attn.c_proj.bias",
+                                       "ln_2.weight",       "ln_2.bias",        "mlp.c_fc.weight",
+                                       "mlp.c_fc.bias",     "mlp.c_proj.weight", "mlp.c_proj.bias"};
+const char* kLlamaRoles[L_NUM_ROLES] = {"input_layernorm.weight", "self_attn.q_proj.weight",
+                                        "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                        "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                                        "mlp.gate_proj.weight",   "mlp.up_proj.weight",
+                                        "mlp.down_proj.weight"};
+
+std::vector<std::int64_t> role_offsets(const std::vector<ParamSpec>& specs, const UnitLayout& L,
+                                       const char* const* roles, int n, bool allow_missing) {
+  std::vector<std::int64_t> off(n, -1);
+  for (int r = 0; r < n; ++r) {
+    if (!roles[r]) continue;
+    const ParamSlot* s = L.find(specs, roles[r]);
+    MESHTRAIN_ASSERT(s || allow_missing, "parameter role %s missing from unit %d", roles[r], L.unit);
+    if (s) off[r] = s->offset;
+  }
+  return off;
+}
+
+}  // namespace
+
+template <class T>
+Transformer<T>::Transformer(const ModelDims& dims, const TpDims& tp, const std::vector<ParamSpec>& specs,
+                            const std::vector<UnitLayout>& layouts)
+    : dims_(dims), tp_(tp) {
+  const bool gpt2 = dims.family == Family::Gpt2;
+  if (dims.n_layers > 0) {
+    block_off_ = gpt2 ? role_offsets(specs, layouts[1], kGpt2Roles, G_NUM_ROLES, false)
+                      : role_offsets(specs, layouts[1], kLlamaRoles, L_NUM_ROLES, false);
+    // Fused projections rely on adjacency in the flat buffer.
+    if (!gpt2) {
+      const auto& L = layouts[1];
+      const std::int64_t q = L.find(specs, kLlamaRoles[L_Q_W])->numel;
+      const std::int64_t k = L.find(specs, kLlamaRoles[L_K_W])->numel;
+      const std::int64_t g = L.find(specs, kLlamaRoles[L_GATE_W])->numel;
+      MESHTRAIN_ASSERT(block_off_[L_K_W] == block_off_[L_Q_W] + q && block_off_[L_V_W] == block_off_[L_K_W] + k &&
+                           block_off_[L_UP_W] == block_off_[L_GATE_W] + g,
+                       "q|k|v and gate|up must be adjacent in the flat layout (align the sizes to %lld)",
+                       static_cast<long long>(kFlatAlign));
+    }
+  }
+  const char* outer_roles[O_NUM_ROLES];
+  if (gpt2) {
+    outer_roles[O_WTE] = "wte.weight";
+    outer_roles[O_WPE] = "wpe.weight";
+    outer_roles[O_NORM_W] = "ln_f.weight";
+    outer_roles[O_NORM_B] = "ln_f.bias";
+    outer_roles[O_HEAD] = nullptr;
+  } else {
+    outer_roles[O_WTE] = "model.embed_tokens.weight";
+    outer_roles[O_WPE] = nullptr;
+    outer_roles[O_NORM_W] = "model.norm.weight";
+    outer_roles[O_NORM_B] = nullptr;
+    outer_roles[O_HEAD] = dims.tied ? nullptr : "lm_head.weight";
+  }
+  outer_off_ = role_offsets(specs, layouts[0], outer_roles, O_NUM_ROLES, false);
+  const int hd = dims.head_dim;
+  qkv_width_ = gpt2 ? 3 * tp.heads * hd : (tp.heads + 2 * tp.kv_heads) * hd;
+  if (!gpt2) {
+    const std::size_t n = static_cast<std::size_t>(dims.max_seq_len) * (hd / 2);
+    rope_cos_ = Buffer<float>(n, MemCategory::Workspace);
+    rope_sin_ = Buffer<float>(n, MemCategory::Workspace);
+    kernels::rope_tables(dims.rope_theta, hd, dims.max_seq_len, rope_cos_.data(), rope_sin_.data());
+  }
+}
+
+template <class T>
+void Transformer<T>::block_forward(const ComputeContext& ctx, int i, const T* params, BatchShape s,
+                                   const T* x_in, T* x_out, BlockCache<T>& cache, bool checkpoint) const {
+  MESHTRAIN_ASSERT(s.T <= dims_.max_seq_len, "sequence length %d exceeds model.max_seq_len %d", s.T,
+                   dims_.max_seq_len);
+  if (dims_.family == Family::Gpt2) gpt2_forward(ctx, params, s, x_in, x_out, cache);
+  else llama_forward(ctx, params, s, x_in, x_out, cache);
+  cache.filled = true;
+  if (checkpoint) cache.clear();  // recomputed in backward from x_in
+}
+
+template <class T>
+void Transformer<T>::block_backward(const ComputeContext& ctx, int i, const T* params, T* grads, BatchShape s,
+                                    const T* x_in, BlockCache<T>& cache, T* dx) const {
+  if (!cache.filled) {
+    // Activation checkpointing: recompute this block's forward (including its tp
+    // all-reduces) to rebuild the cache; the recomputed output is discarded.
+    Buffer<T> scratch(static_cast<std::size_t>(s.N()) * dims_.d_model, MemCategory::Workspace);
+    if (dims_.family == Family::Gpt2) gpt2_forward(ctx, params, s, x_in, scratch.data(), cache);
+    else llama_forward(ctx, params, s, x_in, scratch.data(), cache);
+  }
+  if (dims_.family == Family::Gpt2) gpt2_backward(ctx, params, grads, s, x_in, cache, dx);
+  else llama_backward(ctx, params, grads, s, x_in, cache, dx);
+  cache.clear();
+}
+
+template <class T>
+void Transformer<T>::embed_forward(const ComputeContext& ctx, const T* outer, const std::int32_t* tokens,
+                                   BatchShape s, T* x) const {
+  const int C = dims_.d_model;
+  // x (N, C): rows of this rank's vocab slice; other ranks fill the rest, summed over tp.
+  kernels::embedding_forward(tokens, s.N(), outer + outer_off_[O_WTE], tp_.vocab_start, tp_.vocab, C, x);
+  ctx.tp_all_reduce(x, static_cast<std::size_t>(s.N()) * C);
+  if (dims_.family == Family::Gpt2) kernels::add_position_embedding(x, outer + outer_off_[O_WPE], s.B, s.T, C);
+}
+
+template <class T>
+void Transformer<T>::embed_backward(const ComputeContext&, T* outer_grad, const std::int32_t* tokens, BatchShape s,
+                                    const T* dx) const {
+  const int C = dims_.d_model;
+  // dx is identical on every tp rank; each accumulates the rows of its own vocab slice.
+  kernels::embedding_backward(tokens, s.N(), dx, tp_.vocab_start, tp_.vocab, C, outer_grad + outer_off_[O_WTE]);
+  if (dims_.family == Family::Gpt2)
+    kernels::position_embedding_backward(dx, outer_grad + outer_off_[O_WPE], s.B, s.T, C);
+}
+
+template <class T>
+const T* Transformer<T>::head_weight(const T* outer) const {
+  return outer + (outer_off_[O_HEAD] >= 0 ? outer_off_[O_HEAD] : outer_off_[O_WTE]);
+}
+
+template <class T>
+std::int64_t Transformer<T>::head_chunk_rows(int N) const {
+  // Bound the logits scratch to ~16M elements (64 MiB fp32): rows x local vocab.
+  const std::int64_t limit = std::max<std::int64_t>(1, (std::int64_t{1} << 24) / std::max<std::int64_t>(1, tp_.vocab));
+  return std::min<std::int64_t>(N, limit);
+}
+
+template <class T>
+void Transformer<T>::final_norm(const T* outer, BatchShape s, const T* x, HeadCache<T>& hc) const {
+  const int N = s.N(), C = dims_.d_model;
+  hc.normed = Buffer<T>(static_cast<std::size_t>(N) * C, MemCategory::Activations);
+  hc.rstd = Buffer<acc_t<T>>(N, MemCategory::Activations);
+  if (dims_.family == Family::Gpt2) {
+    hc.mean = Buffer<acc_t<T>>(N, MemCategory::Activations);
+    kernels::layernorm_forward(x, outer + outer_off_[O_NORM_W], outer + outer_off_[O_NORM_B], dims_.norm_eps, N, C,
+                               hc.normed.data(), hc.mean.data(), hc.rstd.data());
+  } else {
+    kernels::rmsnorm_forward(x, outer + outer_off_[O_NORM_W], dims_.norm_eps, N, C, hc.normed.data(), hc.rstd.data());
+  }
+}
+
+template <class T>
+double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T* outer, T* outer_grad, BatchShape s,
+                                             const T* x, const std::int32_t* targets, float grad_scale,
+                                             T* dx) const {
+  using linalg::Op;
+  const int N = s.N(), C = dims_.d_model;
+  const int Vl = static_cast<int>(tp_.vocab);
+  HeadCache<T> hc;
+  final_norm(outer, s, x, hc);
+  const T* W = head_weight(outer);  // (Vl, C)
+  T* dW = outer_grad + (outer_off_[O_HEAD] >= 0 ? outer_off_[O_HEAD] : outer_off_[O_WTE]);
+  const std::int64_t chunk = head_chunk_rows(N);
+  Buffer<T> logits(static_cast<std::size_t>(chunk) * Vl, MemCategory::Workspace);
+  Buffer<float> row_max(chunk, MemCategory::Workspace);
+  Buffer<float> stats(2 * chunk, MemCategory::Workspace);
+  Buffer<T> dnormed(static_cast<std::size_t>(N) * C, MemCategory::Workspace);
+  double loss = 0;
+  for (std::int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int nc = static_cast<int>(std::min<std::int64_t>(chunk, N - r0));
+    const T* h = hc.normed.data() + r0 * C;
+    // logits (nc, Vl) = h (nc, C) @ W^T
+    linalg::gemm<T>(Op::N, Op::T, nc, Vl, C, 1.0f, h, C, W, C, 0.0f, logits.data(), Vl);
+    ctx.poll();
+    kernels::cross_entropy_row_max(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, row_max.data());
+    ctx.tp_all_reduce(row_max.data(), nc, ReduceOp::Max);
+    kernels::cross_entropy_row_sums(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets + r0,
+                                    row_max.data(), stats.data());
+    // stats (2, nc): [sum exp | target logit], both summed over the vocab slices.
+    ctx.tp_all_reduce(stats.data(), 2 * static_cast<std::size_t>(nc));
+    loss += kernels::cross_entropy_finish(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets + r0,
+                                          row_max.data(), stats.data(), grad_scale);
+    // dW (Vl, C) += dlogits^T (Vl, nc) @ h (nc, C);  dh (nc, C) = dlogits @ W
+    linalg::gemm<T>(Op::T, Op::N, Vl, C, nc, 1.0f, logits.data(), Vl, h, C, 1.0f, dW, C);
+    ctx.poll();
+    linalg::gemm<T>(Op::N, Op::N, nc, C, Vl, 1.0f, logits.data(), Vl, W, C, 0.0f, dnormed.data() + r0 * C, C);
+    ctx.poll();
+  }
+  ctx.tp_all_reduce(dnormed.data(), static_cast<std::size_t>(N) * C);
+  kernels::fill(dx, static_cast<std::size_t>(N) * C, 0.0);
+  if (dims_.family == Family::Gpt2) {
+    kernels::layernorm_backward(dnormed.data(), x, outer + outer_off_[O_NORM_W], hc.mean.data(), hc.rstd.data(), N, C,
+                                dx, outer_grad + outer_off_[O_NORM_W], outer_grad + outer_off_[O_NORM_B]);
+  } else {
+    kernels::rmsnorm_backward(dnormed.data(), x, outer + outer_off_[O_NORM_W], hc.rstd.data(), N, C, dx,
+                              outer_grad + outer_off_[O_NORM_W]);
+  }
+  return loss;
+}
+
+template <class T>
+double Transformer<T>::head_loss(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+                                 const std::int32_t* targets) const {
+  using linalg::Op;
+  const int N = s.N(), C = dims_.d_model;
+  const int Vl = static_cast<int>(tp_.vocab);
+  HeadCache<T> hc;
+  final_norm(outer, s, x, hc);
+  const T* W = head_weight(outer);
+  const std::int64_t chunk = head_chunk_rows(N);
+  Buffer<T> logits(static_cast<std::size_t>(chunk) * Vl, MemCategory::Workspace);
+  Buffer<float> row_max(chunk, MemCategory::Workspace);
+  Buffer<float> stats(2 * chunk, MemCategory::Workspace);
+  double loss = 0;
+  for (std::int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int nc = static_cast<int>(std::min<std::int64_t>(chunk, N - r0));
+    linalg::gemm<T>(Op::N, Op::T, nc, Vl, C, 1.0f, hc.normed.data() + r0 * C, C, W, C, 0.0f, logits.data(), Vl);
+    kernels::cross_entropy_row_max(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, row_max.data());
+    ctx.tp_all_reduce(row_max.data(), nc, ReduceOp::Max);
+    kernels::cross_entropy_row_sums(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets + r0,
+                                    row_max.data(), stats.data());
+    ctx.tp_all_reduce(stats.data(), 2 * static_cast<std::size_t>(nc));
+    loss += kernels::cross_entropy_loss_sum(nc, targets + r0, row_max.data(), stats.data());
+  }
+  return loss;
+}
+
+template <class T>
+std::vector<float> Transformer<T>::last_logits(const ComputeContext& ctx, const T* outer, BatchShape s,
+                                               const T* x) const {
+  using linalg::Op;
+  const int C = dims_.d_model;
+  const int Vl = static_cast<int>(tp_.vocab);
+  HeadCache<T> hc;
+  final_norm(outer, s, x, hc);
+  // Gather the last row of each sequence into (B, C), then logits (B, Vl).
+  Buffer<T> last(static_cast<std::size_t>(s.B) * C, MemCategory::Workspace);
+  for (int b = 0; b < s.B; ++b)
+    Kokkos::deep_copy(last.view(static_cast<std::size_t>(b) * C, C),
+                      UView<T>(hc.normed.data() + (static_cast<std::size_t>(b) * s.T + s.T - 1) * C, C));
+  Buffer<T> logits(static_cast<std::size_t>(s.B) * Vl, MemCategory::Workspace);
+  linalg::gemm<T>(Op::N, Op::T, s.B, Vl, C, 1.0f, last.data(), C, head_weight(outer), C, 0.0f, logits.data(), Vl);
+  Buffer<float> local(static_cast<std::size_t>(s.B) * Vl, MemCategory::Workspace);
+  kernels::cast(logits.data(), local.data(), local.size());
+  // all-gather over tp: (tp, B, Vl) then reorder to (B, V).
+  const int tp = ctx.tp_size();
+  Buffer<float> all(local.size() * tp, MemCategory::Workspace);
+  if (tp > 1) ctx.tp->all_gather(local.data(), all.data(), local.size(), DType::F32);
+  else Kokkos::deep_copy(all.view(), local.view());
+  std::vector<float> host(all.size());
+  Kokkos::deep_copy(UView<float, HostMem>(host.data(), host.size()), all.view());
+  std::vector<float> out(static_cast<std::size_t>(s.B) * dims_.valid_vocab);
+  for (int r = 0; r < tp; ++r)
+    for (int b = 0; b < s.B; ++b)
+      for (int v = 0; v < Vl; ++v) {
+        const std::int64_t id = static_cast<std::int64_t>(r) * Vl + v;
+        if (id < dims_.valid_vocab) out[b * dims_.valid_vocab + id] = host[(static_cast<std::size_t>(r) * s.B + b) * Vl + v];
+      }
+  return out;
+}
+
+template class Transformer<float>;
+template class Transformer<double>;
+template class Transformer<bf16>;
+
+}  // namespace meshtrain::model

@@ -1,0 +1,391 @@
+#include "meshtrain/parallel/fsdp.hpp"
+
+#include <type_traits>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/kernels/elementwise.hpp"
+#include "meshtrain/model/init.hpp"
+
+namespace meshtrain::parallel {
+namespace {
+/// out = in converted (a plain copy when the types agree).
+template <class In, class Out>
+void convert(const In* in, Out* out, std::size_t n) {
+  if constexpr (std::is_same_v<In, Out>) {
+    Kokkos::deep_copy(UView<Out>(out, n), UView<Out>(const_cast<In*>(in), n));
+  } else {
+    kernels::cast(in, out, n);
+  }
+}
+}  // namespace
+
+template <class T>
+struct FsdpEngine<T>::Runtime {
+  Buffer<T> gathered;       ///< (padded) gathered params in T; persistent for no_shard (bf16)
+  Work gather_work;
+  bool in_flight = false;
+  bool alive = false;
+  bool stale = true;        ///< no_shard: persistent copy must be refreshed from the master
+  Buffer<T> grad_micro;     ///< (padded) this micro-step's gradients in T
+  Buffer<float> accum;      ///< (padded) fp32 local accumulation (shard_grad_op)
+  bool grad_started = false;
+};
+
+template <class T>
+struct FsdpEngine<T>::Reduction {
+  enum class Epilogue { None, AddF32, CopyFromBf16, AddFromBf16 };
+  int unit = 0;
+  Work work;
+  Buffer<T> keep_t;         ///< send buffers kept alive until completion
+  Buffer<float> keep_f;
+  Buffer<bf16> send_b;
+  Buffer<float> recv_f;     ///< temporary results
+  Buffer<bf16> recv_b;
+  Epilogue epilogue = Epilogue::None;
+  float* target = nullptr;
+  std::size_t n = 0;
+};
+
+template <class T>
+FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, int tp, int tp_rank,
+                          const MeshShape& mesh, const MeshCoord& coord, const CommGroups& groups,
+                          const FsdpOptions& options)
+    : specs_(std::move(specs)), tp_(tp), tp_rank_(tp_rank), mesh_(mesh), coord_(coord), groups_(groups),
+      opt_(options), traits_(traits(options.strategy)) {
+  const int shards = traits_.shard_params ? mesh.dp_shard : 1;
+  layouts_ = model::build_layouts(specs_, n_units, tp, shards);
+  state_.resize(n_units);
+  rt_.resize(n_units);
+  owned_begin_.resize(n_units);
+  owned_numel_.resize(n_units);
+  for (int u = 0; u < n_units; ++u) {
+    const model::UnitLayout& L = layouts_[u];
+    UnitState& st = state_[u];
+    if (traits_.shard_params) {
+      st.begin = coord.shard * L.shard_numel;
+      st.numel = L.shard_numel;
+      owned_begin_[u] = st.begin;
+      owned_numel_[u] = coord.replicate == 0 ? st.numel : 0;
+    } else {
+      st.begin = 0;
+      st.numel = L.padded();
+      // Every dp rank holds everything; ownership is split evenly so sums and writes are
+      // shared out and each element is counted once.
+      const int dp = mesh.dp();
+      const int d = coord.replicate * mesh.dp_shard + coord.shard;
+      const std::int64_t per = (L.padded() + dp - 1) / dp;
+      const std::int64_t b = std::min<std::int64_t>(L.padded(), d * per);
+      owned_begin_[u] = b;
+      owned_numel_[u] = std::min<std::int64_t>(L.padded(), b + per) - b;
+    }
+    st.master = Buffer<float>(st.numel, MemCategory::Params);
+    st.grad = Buffer<float>(st.numel, MemCategory::Grads);
+    st.exp_avg = Buffer<float>(st.numel, MemCategory::Optimizer);
+    st.exp_avg_sq = Buffer<float>(st.numel, MemCategory::Optimizer);
+    st.master.zero();
+    st.grad.zero();
+    st.exp_avg.zero();
+    st.exp_avg_sq.zero();
+  }
+}
+
+template <class T>
+FsdpEngine<T>::~FsdpEngine() {
+  while (!pending_.empty()) {
+    pending_.front()->work.wait();
+    pending_.pop_front();
+  }
+}
+
+template <class T>
+void FsdpEngine<T>::init_parameters(std::uint64_t seed) {
+  for (int u = 0; u < num_units(); ++u) {
+    UnitState& st = state_[u];
+    std::vector<float> host(st.numel);
+    model::init_unit_range(specs_, layouts_[u], tp_, tp_rank_, st.begin, st.begin + st.numel, seed, host.data());
+    Kokkos::deep_copy(st.master.view(), UView<float, HostMem>(host.data(), host.size()));
+  }
+  params_updated();
+}
+
+template <class T>
+void FsdpEngine<T>::params_updated() {
+  for (Runtime& r : rt_) r.stale = true;
+}
+
+template <class T>
+void FsdpEngine<T>::begin_step() {
+  if (!traits_.shard_params)
+    for (UnitState& st : state_) st.grad.zero();  // no_shard accumulates into the grad state
+}
+
+template <class T>
+void FsdpEngine<T>::begin_micro(int micro) {
+  micro_ = micro;
+  last_micro_ = micro == opt_.grad_accum - 1;
+  for (Runtime& r : rt_) r.grad_started = false;
+}
+
+template <class T>
+void FsdpEngine<T>::gather(int u, bool prefetch) {
+  if (!traits_.shard_params || u < 0 || u >= num_units()) return;
+  Runtime& r = rt_[u];
+  if (r.alive || r.in_flight) return;
+  if (prefetch && u > 0) {
+    int busy = 0;
+    for (int v = 1; v < num_units(); ++v) busy += (rt_[v].alive || rt_[v].in_flight) ? 1 : 0;
+    if (busy >= 1 + opt_.prefetch) return;
+  }
+  const model::UnitLayout& L = layouts_[u];
+  const std::size_t sn = L.shard_numel;
+  r.gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
+  T* mine = r.gathered.data() + static_cast<std::size_t>(coord_.shard) * sn;
+  convert(state_[u].master.data(), mine, sn);  // fp32 master shard -> T, in its slot
+  r.gather_work = groups_.shard->all_gather_async(mine, r.gathered.data(), sn, DTypeOf<T>::value);
+  r.in_flight = true;
+}
+
+template <class T>
+const T* FsdpEngine<T>::wait_params(int u) {
+  Runtime& r = rt_[u];
+  UnitState& st = state_[u];
+  if (!traits_.shard_params) {
+    if constexpr (std::is_same_v<T, float>) {
+      return st.master.data();  // replicated fp32 master is the compute copy
+    } else {
+      if (r.stale || r.gathered.empty()) {
+        if (r.gathered.empty()) r.gathered = Buffer<T>(st.numel, MemCategory::GatheredParams);
+        convert(st.master.data(), r.gathered.data(), st.numel);
+        r.stale = false;
+      }
+      return r.gathered.data();
+    }
+  }
+  if (!r.alive) {
+    if (!r.in_flight) gather(u);
+    r.gather_work.wait();
+    r.in_flight = false;
+    r.alive = true;
+  }
+  return r.gathered.data();
+}
+
+template <class T>
+void FsdpEngine<T>::after_forward(int u) {
+  if (traits_.shard_params && traits_.reshard_after_forward && rt_[u].alive) {
+    rt_[u].gathered.reset();
+    rt_[u].alive = false;
+  }
+}
+
+template <class T>
+T* FsdpEngine<T>::grad_buffer(int u) {
+  Runtime& r = rt_[u];
+  const std::size_t padded = layouts_[u].padded();
+  const bool local_accum = !traits_.reduce_every_micro;
+  if (!r.grad_started) {
+    r.grad_started = true;
+    if (local_accum && traits_.shard_params && r.accum.empty()) {
+      r.accum = Buffer<float>(padded, MemCategory::Grads);
+      r.accum.zero();
+    }
+    const bool direct = local_accum && std::is_same_v<T, float>;
+    if (!direct) {
+      r.grad_micro = Buffer<T>(padded, MemCategory::Grads);
+      r.grad_micro.zero();
+    }
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (local_accum) return traits_.shard_params ? r.accum.data() : state_[u].grad.data();
+  }
+  return r.grad_micro.data();
+}
+
+template <class T>
+template <class G>
+void FsdpEngine<T>::sum_replicated_grads_over_tp(int u, G* grads) {
+  if (tp_ == 1) return;
+  for (const model::ParamSlot& s : layouts_[u].slots)
+    if (specs_[s.spec].grad_tp_sum)
+      groups_.tp->all_reduce(grads + s.offset, grads + s.offset, s.numel, DTypeOf<G>::value, ReduceOp::Sum);
+}
+
+template <class T>
+void FsdpEngine<T>::after_backward(int u) {
+  Runtime& r = rt_[u];
+  const std::size_t padded = layouts_[u].padded();
+  if (!traits_.reduce_every_micro && !std::is_same_v<T, float> && !r.grad_micro.empty()) {
+    // bf16 compute with local accumulation: widen this micro-step's grads into fp32.
+    float* acc = traits_.shard_params ? r.accum.data() : state_[u].grad.data();
+    Buffer<float> wide(padded, MemCategory::Workspace);
+    convert(r.grad_micro.data(), wide.data(), padded);
+    kernels::add_inplace(acc, wide.data(), padded);
+    r.grad_micro.reset();
+  }
+  if (traits_.shard_params && r.alive) {
+    r.gathered.reset();
+    r.alive = false;
+  }
+  if (traits_.reduce_every_micro || last_micro_) launch_reduction(u);
+}
+
+template <class T>
+void FsdpEngine<T>::launch_reduction(int u) {
+  using Epi = typename Reduction::Epilogue;
+  const model::UnitLayout& L = layouts_[u];
+  const std::size_t padded = L.padded(), sn = L.shard_numel;
+  UnitState& st = state_[u];
+  Runtime& rt = rt_[u];
+  auto red = std::make_unique<Reduction>();
+  Reduction& R = *red;
+  R.unit = u;
+  const bool bf16_reduce = opt_.reduce_dtype == DType::BF16;
+
+  if (traits_.shard_params) {
+    // Source of the reduce-scatter: this micro-step's T grads (full/hybrid) or the fp32
+    // local accumulation (shard_grad_op, last micro-step).
+    const bool from_micro = traits_.reduce_every_micro;
+    const bool first = !traits_.reduce_every_micro || micro_ == 0;
+    const void* send = nullptr;
+    if (from_micro) {
+      T* src = rt.grad_micro.data();
+      sum_replicated_grads_over_tp(u, src);
+      if (!bf16_reduce) {
+        if constexpr (std::is_same_v<T, float>) {
+          send = src;
+          R.keep_t = std::move(rt.grad_micro);
+        } else {
+          R.keep_f = Buffer<float>(padded, MemCategory::CommBuffers);
+          kernels::cast(src, R.keep_f.data(), padded);
+          send = R.keep_f.data();
+          rt.grad_micro.reset();
+        }
+      } else {
+        if constexpr (std::is_same_v<T, bf16>) {
+          send = src;
+          R.keep_t = std::move(rt.grad_micro);
+        } else {
+          R.send_b = Buffer<bf16>(padded, MemCategory::CommBuffers);
+          kernels::cast(src, R.send_b.data(), padded);
+          send = R.send_b.data();
+          rt.grad_micro.reset();
+        }
+      }
+    } else {
+      float* src = rt.accum.data();
+      sum_replicated_grads_over_tp(u, src);
+      if (!bf16_reduce) {
+        send = src;
+        R.keep_f = std::move(rt.accum);
+      } else {
+        R.send_b = Buffer<bf16>(padded, MemCategory::CommBuffers);
+        kernels::cast(src, R.send_b.data(), padded);
+        send = R.send_b.data();
+        rt.accum.reset();
+      }
+    }
+    R.target = st.grad.data();
+    R.n = sn;
+    if (!bf16_reduce) {
+      void* recv = st.grad.data();
+      if (!first) {
+        R.recv_f = Buffer<float>(sn, MemCategory::CommBuffers);
+        recv = R.recv_f.data();
+        R.epilogue = Epi::AddF32;
+      }
+      R.work = groups_.shard->reduce_scatter_async(send, recv, sn, DType::F32, ReduceOp::Sum);
+    } else {
+      R.recv_b = Buffer<bf16>(sn, MemCategory::CommBuffers);
+      R.epilogue = first ? Epi::CopyFromBf16 : Epi::AddFromBf16;
+      R.work = groups_.shard->reduce_scatter_async(send, R.recv_b.data(), sn, DType::BF16, ReduceOp::Sum);
+    }
+  } else {
+    // no_shard: all-reduce the fp32 accumulation (the grad state) over every dp rank.
+    float* src = st.grad.data();
+    sum_replicated_grads_over_tp(u, src);
+    R.target = src;
+    R.n = padded;
+    if (!bf16_reduce) {
+      R.work = groups_.dp->all_reduce_async(src, src, padded, DType::F32, ReduceOp::Sum);
+    } else {
+      R.recv_b = Buffer<bf16>(padded, MemCategory::CommBuffers);
+      kernels::cast(src, R.recv_b.data(), padded);
+      R.work = groups_.dp->all_reduce_async(R.recv_b.data(), R.recv_b.data(), padded, DType::BF16, ReduceOp::Sum);
+      R.epilogue = Epi::CopyFromBf16;
+    }
+  }
+  pending_.push_back(std::move(red));
+}
+
+template <class T>
+void FsdpEngine<T>::complete(Reduction& R) {
+  using Epi = typename Reduction::Epilogue;
+  R.work.wait();
+  switch (R.epilogue) {
+    case Epi::None: break;
+    case Epi::AddF32: kernels::add_inplace(R.target, R.recv_f.data(), R.n); break;
+    case Epi::CopyFromBf16: kernels::cast(R.recv_b.data(), R.target, R.n); break;
+    case Epi::AddFromBf16: {
+      Buffer<float> wide(R.n, MemCategory::Workspace);
+      kernels::cast(R.recv_b.data(), wide.data(), R.n);
+      kernels::add_inplace(R.target, wide.data(), R.n);
+      break;
+    }
+  }
+}
+
+template <class T>
+void FsdpEngine<T>::progress() {
+  groups_.progress();
+  // Complete in issue order: two reductions of one unit must land in order.
+  while (!pending_.empty() && pending_.front()->work.test()) {
+    complete(*pending_.front());
+    pending_.pop_front();
+  }
+}
+
+template <class T>
+void FsdpEngine<T>::finish_step() {
+  while (!pending_.empty()) {
+    complete(*pending_.front());
+    pending_.pop_front();
+  }
+  if (traits_.shard_params && mesh_.dp_replicate > 1) {
+    // Hybrid sharding: shards are replicated across dp_replicate groups; sum them.
+    for (UnitState& st : state_)
+      groups_.replicate->all_reduce(st.grad.data(), st.grad.data(), st.numel, DType::F32, ReduceOp::Sum);
+  }
+  for (Runtime& r : rt_) {
+    if (traits_.shard_params && r.alive) {
+      r.gathered.reset();
+      r.alive = false;
+    }
+    r.grad_micro.reset();
+    r.grad_started = false;
+  }
+}
+
+template <class T>
+void FsdpEngine<T>::release_all() {
+  if (!traits_.shard_params) return;
+  for (Runtime& r : rt_) {
+    if (r.in_flight) {
+      r.gather_work.wait();
+      r.in_flight = false;
+    }
+    r.gathered.reset();
+    r.alive = false;
+  }
+}
+
+template <class T>
+std::size_t FsdpEngine<T>::persistent_bytes() const {
+  std::size_t b = 0;
+  for (const UnitState& st : state_) b += st.master.bytes() + st.grad.bytes() + st.exp_avg.bytes() + st.exp_avg_sq.bytes();
+  return b;
+}
+
+template class FsdpEngine<float>;
+template class FsdpEngine<bf16>;
+
+}  // namespace meshtrain::parallel
