@@ -106,6 +106,7 @@ struct MpiCommunicator::Pending {
   MPI_Request request = MPI_REQUEST_NULL;
   void* result = nullptr;  // Avg post-scaling target
   std::size_t result_count = 0;
+  const void* relocate_from = nullptr;  // in-place reduce_scatter: result to move into place
   DType dtype = DType::F32;
   ReduceOp op = ReduceOp::Sum;
   double posted_at = 0;
@@ -141,6 +142,10 @@ class MpiWork final : public WorkImpl {
       });
       comm_stats().exposed_seconds += now_seconds() - t0;
     }
+    if (p_->relocate_from) {
+      std::memmove(p_->result, p_->relocate_from, p_->result_count * dtype_size(p_->dtype));
+      p_->relocate_from = nullptr;
+    }
     if (p_->op == ReduceOp::Avg && p_->result)
       scale_in_place(p_->result, p_->result_count, p_->dtype, 1.0 / p_->owner->size());
     p_->result = nullptr;
@@ -168,7 +173,7 @@ Work MpiCommunicator::post(const char* what, MPI_Request request, void* result,
   p->owner = this;
   p->what = what;
   p->request = request;
-  p->result = op == ReduceOp::Avg ? result : nullptr;
+  p->result = result;
   p->result_count = result_count;
   p->dtype = dtype;
   p->op = op;
@@ -193,10 +198,23 @@ Work MpiCommunicator::all_gather_async(const void* send, void* recv, std::size_t
 
 Work MpiCommunicator::reduce_scatter_async(const void* send, void* recv, std::size_t count,
                                            DType dtype, ReduceOp op) {
+  const std::size_t esize = dtype_size(dtype);
+  // In place (NCCL's convention): recv is this rank's block of send. MPI's in-place form
+  // reduces the whole buffer and leaves the result at its start, so the result is moved
+  // to this rank's block when the operation completes.
+  const bool in_place = count > 0 && recv == static_cast<const char*>(send) + rank_ * count * esize;
   MPI_Request req;
-  MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, checked_count(count), mpi_type(dtype),
-                                      mpi_op(op, dtype), comm_.get(), &req));
-  return post("reduce_scatter", req, recv, count, dtype, op, count * dtype_size(dtype) * size_);
+  if (in_place) {
+    void* whole = const_cast<void*>(send);
+    MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, whole, checked_count(count), mpi_type(dtype),
+                                        mpi_op(op, dtype), comm_.get(), &req));
+  } else {
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, checked_count(count), mpi_type(dtype),
+                                        mpi_op(op, dtype), comm_.get(), &req));
+  }
+  Work w = post("reduce_scatter", req, recv, count, dtype, op, count * esize * size_);
+  if (in_place && rank_ != 0) in_flight_.back()->relocate_from = send;
+  return w;
 }
 
 Work MpiCommunicator::all_reduce_async(const void* send, void* recv, std::size_t count, DType dtype,

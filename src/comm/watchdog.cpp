@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include <atomic>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -14,10 +14,15 @@
 namespace meshtrain {
 namespace {
 
-constexpr int kMaxGroups = 16;
+constexpr int kMaxGroups = 32;
+constexpr int kNameLen = 32;
 
+// One rank's public record. Group ids are assigned per process in first-use order, which
+// can differ between ranks (a rank that skips a collective may never use its group), so
+// a slot also publishes the name of each id and peers are looked up by name.
 struct Slot {
-  std::uint64_t entered[kMaxGroups];  // collectives entered per group id
+  char name[kMaxGroups][kNameLen];     // group name of each id ("" = unused)
+  std::uint64_t entered[kMaxGroups];   // collectives entered per group id
 };
 
 struct Board {
@@ -41,7 +46,27 @@ int group_id(const std::string& group) {
   if (it != b.group_ids.end()) return it->second;
   const int id = static_cast<int>(b.group_ids.size());
   b.group_ids[group] = id;
+  if (b.mine && id < kMaxGroups) {
+    // Published before the first increment of its counter; peers read it only after a
+    // timeout of seconds.
+    std::strncpy(b.mine->name[id], group.c_str(), kNameLen - 1);
+    b.mine->name[id][kNameLen - 1] = '\0';
+  }
   return id;
+}
+
+/// Collectives of `group` that a peer's slot says it entered (0 if it never used it).
+std::uint64_t entered_by(const Slot* slot, const std::string& group) {
+  char key[kNameLen];
+  std::strncpy(key, group.c_str(), kNameLen - 1);
+  key[kNameLen - 1] = '\0';
+  for (int g = 0; g < kMaxGroups; ++g) {
+    const volatile char* n = slot->name[g];
+    if (n[0] == '\0') break;
+    if (std::strncmp(const_cast<const char*>(n), key, kNameLen) == 0)
+      return *reinterpret_cast<const volatile std::uint64_t*>(&slot->entered[g]);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -54,7 +79,12 @@ void watchdog_init(const MpiComm& world) {
   void* base = nullptr;
   MPI_CHECK(MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, b.node.get(), &base, &b.window));
   b.mine = static_cast<Slot*>(base);
-  for (int g = 0; g < kMaxGroups; ++g) b.mine->entered[g] = 0;
+  std::memset(b.mine, 0, sizeof(Slot));
+  for (const auto& [name, id] : b.group_ids) {  // groups used before init
+    if (id >= kMaxGroups) continue;
+    std::strncpy(b.mine->name[id], name.c_str(), kNameLen - 1);
+    b.mine->entered[id] = b.counters[name];
+  }
   const int local = b.node.size();
   b.world_rank_of_local.resize(local);
   const int me = world.rank();
@@ -66,6 +96,7 @@ void watchdog_finalize() {
   Board& b = board();
   if (b.window != MPI_WIN_NULL) MPI_Win_free(&b.window);
   b.mine = nullptr;
+  b.group_ids.clear();
   b.node = MpiComm();
   b.world = MpiComm();
 }
@@ -103,7 +134,8 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
     // Diagnose: which members of the group have not entered this collective?
     Board& b = board();
     std::string detail;
-    if (b.mine && b.world.valid() && group_comm.valid()) {
+    const bool on_board = group_id(group) < kMaxGroups;
+    if (b.mine && on_board && b.world.valid() && group_comm.valid()) {
       MPI_Group g_group, w_group;
       MPI_Comm_group(group_comm.get(), &g_group);
       MPI_Comm_group(b.world.get(), &w_group);
@@ -114,7 +146,6 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
       MPI_Group_free(&g_group);
       MPI_Group_free(&w_group);
       std::vector<std::string> absent, remote;
-      const int id = group_id(group);
       for (int wr : world_ranks) {
         int local = -1;
         for (std::size_t l = 0; l < b.world_rank_of_local.size(); ++l)
@@ -127,15 +158,15 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
         int disp;
         void* ptr = nullptr;
         MPI_Win_shared_query(b.window, local, &size, &disp, &ptr);
-        const auto* slot = static_cast<const Slot*>(ptr);
-        const std::uint64_t seen = *reinterpret_cast<const volatile std::uint64_t*>(&slot->entered[id]);
-        if (seen < sequence) absent.push_back(std::to_string(wr));
+        if (entered_by(static_cast<const Slot*>(ptr), group) < sequence)
+          absent.push_back(std::to_string(wr));
       }
       detail = absent.empty() ? "no node-local member is missing"
                               : "rank(s) " + join(absent, ", ") + " did not arrive";
       if (!remote.empty()) detail += "; on other nodes (not inspectable): " + join(remote, ", ");
     } else {
-      detail = "the absent ranks cannot be named (watchdog board not initialised)";
+      detail = on_board ? "the absent ranks cannot be named (watchdog board not initialised)"
+                        : "the absent ranks cannot be named (more than 32 communicator groups)";
     }
     abort_job(strprintf("collective watchdog: %s #%llu on the '%s' group did not complete within "
                         "parallel.collective_timeout=%g s: %s",

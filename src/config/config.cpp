@@ -1,8 +1,11 @@
 #include "meshtrain/config/config.hpp"
 
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "meshtrain/core/error.hpp"
@@ -103,7 +106,15 @@ template <class T> std::string to_text(const T& v) {
   return os.str();
 }
 template <> std::string to_text(const bool& v) { return v ? "true" : "false"; }
-template <> std::string to_text(const double& v) { return strprintf("%.10g", v); }
+// The shortest text that reads back as the same double (0.0003, not 0.00029999999999999997),
+// so the effective config round-trips exactly.
+template <> std::string to_text(const double& v) {
+  for (int digits = 6; digits < 17; ++digits) {
+    std::string t = strprintf("%.*g", digits, v);
+    if (std::strtod(t.c_str(), nullptr) == v) return t;
+  }
+  return strprintf("%.17g", v);
+}
 
 template <class T> const char* type_word() { return "a value"; }
 template <> const char* type_word<int>() { return "an integer"; }
@@ -124,12 +135,19 @@ po::options_description make_options(Config& c, Registry& reg) {
     using T = std::decay_t<decltype(field)>;
     reg.keys.push_back(key);
     reg.type_of[key] = type_word<T>();
-    desc.add_options()(key, po::value<T>(&field)->default_value(field, to_text(field)), help);
+    // An empty default is shown as "" so that --help prints one for every key.
+    const std::string shown = to_text(field).empty() ? "\"\"" : to_text(field);
+    desc.add_options()(key, po::value<T>(&field)->default_value(field, shown), help);
   });
   return desc;
 }
 
+/// The valid key a person most likely meant: one with the same name in another section
+/// ("steps" -> "train.steps", "model.lr" -> "train.lr"), else the smallest edit distance.
 std::string nearest_key(const std::string& unknown, const std::vector<std::string>& keys) {
+  const std::string leaf = unknown.substr(unknown.find('.') + 1);
+  for (const auto& k : keys)
+    if (k.substr(k.find('.') + 1) == leaf) return k;
   std::string best;
   std::size_t best_d = std::string::npos;
   for (const auto& k : keys) {
@@ -170,8 +188,24 @@ std::string nearest_key(const std::string& unknown, const std::vector<std::strin
                             command.c_str()));
 }
 
-bool looks_like_config_file(const std::string& arg) {
-  return !arg.empty() && arg[0] != '-';
+std::string strip_dashes(std::string name) {
+  while (!name.empty() && name[0] == '-') name.erase(0, 1);
+  return name;
+}
+
+/// "--key=" (an empty value, e.g. to clear a path) becomes "--key" "": Boost rejects an
+/// empty value after '=' but accepts an empty argument.
+std::vector<std::string> split_empty_assignments(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const std::string& a : args) {
+    if (a.size() > 3 && a.compare(0, 2, "--") == 0 && a.back() == '=' && a.find('=') == a.size() - 1) {
+      out.push_back(a.substr(0, a.size() - 1));
+      out.emplace_back();
+    } else {
+      out.push_back(a);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -192,7 +226,7 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
   po::variables_map vm;
   std::string where = " (on the command line)";
   try {
-    std::vector<std::string> argv = args;
+    std::vector<std::string> argv = split_empty_assignments(args);
     po::store(po::command_line_parser(argv).options(all).positional(positional).run(), vm);
     if (vm.count("help")) {
       std::ostringstream os;
@@ -218,20 +252,18 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
   } catch (const po::too_many_positional_options_error&) {
     throw UserError(strprintf("meshtrain %s takes at most one config file; give settings as "
                               "--section.key=value", command.c_str()));
-  } catch (const po::invalid_option_value& e) {
-    const std::string name = e.get_option_name();
-    std::string key = name;
-    while (!key.empty() && key[0] == '-') key.erase(0, 1);
+  } catch (const po::validation_error& e) {
+    // Bad numbers (invalid_option_value) and bad booleans (invalid_bool_value).
+    const std::string key = strip_dashes(e.get_option_name());
     throw UserError(strprintf("config key '%s'%s expects %s: %s", key.c_str(), where.c_str(),
                               reg.type_of.count(key) ? reg.type_of.at(key).c_str() : "another value",
                               e.what()));
   } catch (const po::multiple_occurrences& e) {
-    throw UserError(strprintf("config key '%s' is given twice%s", e.get_option_name().c_str(),
-                              where.c_str()));
+    throw UserError(strprintf("config key '%s' is given twice%s; give each key once",
+                              strip_dashes(e.get_option_name()).c_str(), where.c_str()));
   } catch (const po::error& e) {
     throw UserError(strprintf("cannot parse the configuration%s: %s", where.c_str(), e.what()));
   }
-  (void)looks_like_config_file;
   return out;
 }
 

@@ -41,17 +41,35 @@ MeshShape resolve_mesh(const MeshRequest& req, int world_size, std::optional<int
     }
   }
   if (infer >= 0) {
-    MESHTRAIN_REQUIRE(world_size % known == 0,
-                      "%s cannot be inferred: the other mesh dimensions multiply to %d, which does "
-                      "not divide the %d ranks of this job. With %d ranks, %s must be one of %s "
-                      "(or launch a multiple of %d ranks)",
-                      names[infer], known, world_size, world_size,
-                      infer == 2 ? names[1] : names[2], divisors_of(world_size).c_str(), known);
+    if (world_size % known != 0) {
+      // Name the given dimensions (> 1) whose product does not divide the world: those
+      // are the keys to change.
+      std::vector<std::string> culprits;
+      std::vector<std::string> culprit_keys;
+      for (int i = 0; i < 3; ++i) {
+        if (i == infer || dims[i] == 1) continue;
+        culprits.push_back(strprintf("%s=%d", names[i], dims[i]));
+        culprit_keys.push_back(names[i]);
+      }
+      if (culprits.size() == 1) {
+        throw UserError(strprintf(
+            "%s does not divide the %d ranks of this job, so %s cannot be inferred; use %s in %s, "
+            "or launch a multiple of %d ranks",
+            culprits[0].c_str(), world_size, names[infer], culprit_keys[0].c_str(),
+            divisors_of(world_size).c_str(), known));
+      }
+      throw UserError(strprintf(
+          "%s = %d does not divide the %d ranks of this job, so %s cannot be inferred; choose %s "
+          "so that their product is one of %s, or launch a multiple of %d ranks",
+          join(culprits, " x ").c_str(), known, world_size, names[infer],
+          join(culprit_keys, " and ").c_str(), divisors_of(world_size).c_str(), known));
+    }
     dims[infer] = world_size / known;
   } else {
     MESHTRAIN_REQUIRE(known == world_size,
-                      "parallel.dp_replicate x dp_shard x tp = %d x %d x %d = %d, but the job has %d "
-                      "ranks; set one of them to -1 to infer it, or launch %d ranks",
+                      "parallel.dp_replicate x parallel.dp_shard x parallel.tp = %d x %d x %d = %d, "
+                      "but the job has %d ranks; set one of them to -1 to infer it, or launch %d "
+                      "ranks",
                       dims[0], dims[1], dims[2], known, world_size, known);
   }
   MeshShape s{dims[0], dims[1], dims[2]};

@@ -1,12 +1,33 @@
 // GoogleTest main for meshtrain: MPI_Init -> Kokkos init -> tests -> finalize (via Runtime).
 // Only rank 0 prints GoogleTest's result listener; a failure on any rank fails the run.
 #include <gtest/gtest.h>
+#include <cstdio>
 #include <mpi.h>
 
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/runtime/runtime.hpp"
 #include "test_support.hpp"
+
+namespace {
+/// On ranks other than 0 the default printer is removed (one report per job); this
+/// listener still shows each failed assertion there, prefixed by the rank, so a failure
+/// that happens on rank 3 only is visible in the test log.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::fprintf(stderr, "[rank %d] %s.%s: %s:%d: %s\n", rank_, t ? t->test_suite_name() : "?",
+                 t ? t->name() : "?", r.file_name() ? r.file_name() : "?", r.line_number(),
+                 r.message());
+  }
+
+ private:
+  int rank_;
+};
+}  // namespace
 
 int main(int argc, char** argv) {
   meshtrain::Runtime runtime(argc, argv, MPI_COMM_WORLD);
@@ -18,6 +39,7 @@ int main(int argc, char** argv) {
   if (runtime.topology().world_rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(runtime.topology().world_rank));
   }
   int local_failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   int any_failed = 0;

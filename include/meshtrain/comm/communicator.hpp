@@ -92,6 +92,8 @@ class Communicator {
   virtual Work all_gather_async(const void* send, void* recv, std::size_t count_per_rank,
                                 DType dtype) = 0;
   /// recv (count_per_rank) = op over ranks of send[rank*count .. (rank+1)*count).
+  /// In place when recv == send + rank*count (NCCL's convention); the other blocks of
+  /// send are then undefined afterwards.
   virtual Work reduce_scatter_async(const void* send, void* recv, std::size_t count_per_rank,
                                     DType dtype, ReduceOp op) = 0;
   /// In place when send == recv.

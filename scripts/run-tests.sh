@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The test command (README): on a fresh Debian 12 machine, installs the dependencies,
+# configures and builds the `cpu` preset, starts what the tests need, and runs the whole
+# CTest suite. The exit status is the test result. `.ci/run` calls exactly this.
+#
+# Usage: bash scripts/run-tests.sh [extra ctest arguments, e.g. -L mpi or -R config]
+# Environment:
+#   MESHTRAIN_BUILD_DIR  build directory (default build/cpu, the `cpu` preset's)
+#   MESHTRAIN_JOBS       parallel build and test jobs (default: number of cores)
+#   MESHTRAIN_DEPS       dependency cache prefix (default /opt/meshtrain-deps)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build_dir=${MESHTRAIN_BUILD_DIR:-build/cpu}
+jobs=${MESHTRAIN_JOBS:-$(nproc)}
+
+log() { printf '[run-tests] %s\n' "$*"; }
+
+log "dependencies"
+bash scripts/install-deps.sh
+
+log "configure ($build_dir)"
+cmake --preset cpu -B "$build_dir"
+log "build (-j$jobs)"
+cmake --build "$build_dir" -j"$jobs"
+
+# ---- services the tests need that a fresh machine does not run -------------------
+# HOOK (batch-job issue): the Slurm batch-job test needs munged, slurmctld and slurmd
+# running with SLURM_CONF exported (see shared/design/ENVIRONMENT.md, "A real Slurm on
+# one machine"). Start them in start_test_services and stop them, by their pid files,
+# in stop_test_services. Nothing in the current suite needs a service.
+start_test_services() { :; }
+stop_test_services() { :; }
+trap stop_test_services EXIT
+start_test_services
+
+log "test (ctest -j$jobs)"
+# OMP/BLAS thread counts are set per test by tests/CMakeLists.txt (MESHTRAIN_TEST_ENV).
+status=0
+ctest --test-dir "$build_dir" -j"$jobs" --output-on-failure "$@" || status=$?
+if (( status == 0 )); then log "all tests passed"; else log "tests FAILED (ctest exit status $status)"; fi
+exit "$status"

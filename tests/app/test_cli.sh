@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The command line as a person meets it (issue 2, "Must show" 2 and 3):
+#   * mpirun -np 4 meshtrain plan --parallel.tp=2 prints the 1 x 2 (dp_shard) x 2 (tp) mesh
+#     with each rank's groups;
+#   * plan --parallel.tp=3 on 4 ranks and train --model.no_such_key=1 exit non-zero with
+#     one message naming the problem, no stack dump and no hang;
+#   * meshtrain --version names the libraries.
+# Every command runs under `timeout`, so a hang is a failure, not a stuck CI job.
+#
+# Environment (set by meshtrain_add_script_test): MESHTRAIN_BIN, MPIEXEC, TEST_TMP.
+set -uo pipefail
+
+bin=$MESHTRAIN_BIN
+mkdir -p "$TEST_TMP"
+out="$TEST_TMP/stdout" err="$TEST_TMP/stderr"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# run LABEL COMMAND...: runs with a 60 s limit; sets $rc; shows the output.
+run() {
+  local label=$1
+  shift
+  echo "--- $label: $*"
+  timeout 60 "$@" >"$out" 2>"$err"
+  rc=$?
+  sed 's/^/  stdout: /' "$out"
+  sed 's/^/  stderr: /' "$err"
+  echo "  exit status $rc"
+  [[ $rc -ne 124 ]] || fail "$label: hung (killed after 60 s)"
+}
+
+# A user error: non-zero exit, exactly one "error:" line naming the problem, and none of
+# the signs of a crash (stack dumps, std::terminate, MPI_Abort, signals).
+expect_user_error() {
+  local label=$1 must_name=$2
+  [[ $rc -ne 0 ]] || fail "$label: exit status 0"
+  local n
+  n=$(grep -c "error:" "$err")
+  [[ $n -eq 1 ]] || fail "$label: expected one error message on stderr, found $n"
+  grep -qF -- "$must_name" "$err" || fail "$label: the message does not name '$must_name'"
+  if grep -Eq "Backtrace|backtrace|terminate called|MPI_ABORT|Abort|Segmentation|core dumped|\*\*\* Process received signal" "$err" "$out"; then
+    fail "$label: crash output on stderr/stdout"
+  fi
+}
+
+# shellcheck disable=SC2086  # MPIEXEC is a command with flags
+run "plan on 4 ranks with tp=2" $MPIEXEC -np 4 "$bin" plan --parallel.tp=2
+[[ $rc -eq 0 ]] || fail "plan tp=2: exit status $rc"
+grep -qF "mesh: 1 (dp_replicate) x 2 (dp_shard) x 2 (tp) = 4 ranks" "$out" || fail "plan tp=2: no 2 (dp_shard) x 2 (tp) mesh line"
+grep -qF "topology: 4 rank(s) on 1 node(s)" "$out" || fail "plan tp=2: no topology line"
+# One row per rank: rank host replicate shard tp tp_group shard_group replicate_group.
+declare -A want=(
+  [0]="0 0 0 [0,1] [0,2] [0]"
+  [1]="0 0 1 [0,1] [1,3] [1]"
+  [2]="0 1 0 [2,3] [0,2] [2]"
+  [3]="0 1 1 [2,3] [1,3] [3]"
+)
+for r in 0 1 2 3; do
+  got=$(awk -v r="$r" '$1 == r && NF == 8 {print $3, $4, $5, $6, $7, $8}' "$out")
+  [[ "$got" == "${want[$r]}" ]] || fail "plan tp=2: rank $r row is '$got', expected '${want[$r]}'"
+done
+[[ $(grep -c "^mesh:" "$out") -eq 1 ]] || fail "plan tp=2: the mesh must be printed once (rank 0), not per rank"
+
+# shellcheck disable=SC2086
+run "plan on 4 ranks with tp=3" $MPIEXEC -np 4 "$bin" plan --parallel.tp=3
+expect_user_error "plan tp=3" "parallel.tp=3"
+[[ $rc -eq 2 ]] || fail "plan tp=3: exit status $rc, expected 2 (user error)"
+
+run "train with an unknown key (1 rank, no mpirun)" "$bin" train --model.no_such_key=1
+expect_user_error "train unknown key" "model.no_such_key"
+[[ $rc -eq 2 ]] || fail "train unknown key: exit status $rc, expected 2 (user error)"
+
+# shellcheck disable=SC2086
+run "train with an unknown key on 2 ranks" $MPIEXEC -np 2 "$bin" train --model.no_such_key=1
+expect_user_error "train unknown key, 2 ranks" "model.no_such_key"
+
+run "unknown command" "$bin" trian
+expect_user_error "unknown command" "did you mean 'train'"
+
+run "version" "$bin" --version
+[[ $rc -eq 0 ]] || fail "--version: exit status $rc"
+for part in "meshtrain 0." "Kokkos:" "MPI:" "GEMM:" "CUDA:"; do
+  grep -qF "$part" "$out" || fail "--version: no '$part'"
+done
+
+run "plan --help" "$bin" plan --help
+[[ $rc -eq 0 ]] || fail "plan --help: exit status $rc"
+for key in model.d_model parallel.tp parallel.collective_timeout train.lr output.dir; do
+  grep -qE -- "--$key arg \(=" "$out" || fail "plan --help: no '--$key' with its default"
+done
+
+if (( failures )); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "cli: all checks passed"

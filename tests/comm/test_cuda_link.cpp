@@ -1,0 +1,191 @@
+// The NCCL communicator and the cuBLAS GEMM wrapper, built into meshtrain_cuda_host by
+// CPU builds on machines with the CUDA toolkit. This program links them for real (it
+// constructs an NcclCommunicator and calls linalg::cublas::gemm), so a CPU CI run
+// proves they compile and link. Where a GPU per node-local rank is present it also runs
+// them against host references; elsewhere those tests are skipped (the job decides
+// together, so no rank enters NCCL initialisation alone).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "meshtrain/comm/nccl_communicator.hpp"
+#include "meshtrain/core/bf16.hpp"
+#include "meshtrain/linalg/cublas_gemm.hpp"
+#include "test_support.hpp"
+
+using namespace meshtrain;
+
+namespace {
+
+/// True on every rank when every rank has a device of its own (NCCL needs one GPU per
+/// rank); otherwise sets *why on every rank.
+bool job_has_gpus(std::string* why) {
+  int n = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n);
+  const int local_size = test::runtime().topology().local_size;
+  int ok = rc == cudaSuccess && n >= local_size ? 1 : 0;
+  if (rc != cudaSuccess) {
+    *why = std::string("no usable CUDA device: ") + cudaGetErrorString(rc);
+    cudaGetLastError();  // clear the sticky error
+  } else if (n < local_size) {
+    *why = "NCCL needs one GPU per rank: " + std::to_string(n) + " device(s) for " +
+           std::to_string(local_size) + " ranks on this node";
+  }
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, test::world().get());
+  if (ok && !all_ok) *why = "another rank of the job has no GPU of its own";
+  if (all_ok) EXPECT_EQ(cudaSetDevice(test::runtime().topology().local_rank % n), cudaSuccess);
+  return all_ok == 1;
+}
+
+#define SKIP_WITHOUT_GPUS()               \
+  do {                                    \
+    std::string why_;                     \
+    if (!job_has_gpus(&why_)) GTEST_SKIP() << why_; \
+  } while (0)
+
+template <class T>
+T* device_copy(const std::vector<T>& h) {
+  T* d = nullptr;
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), std::max<std::size_t>(h.size(), 1) * sizeof(T)), cudaSuccess);
+  if (!h.empty()) EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+template <class T>
+std::vector<T> host_copy(const T* d, std::size_t n) {
+  std::vector<T> h(n);
+  if (n) EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+TEST(CudaLink, NcclVersionIsCompiledIn) {
+  // Needs no GPU: the header version baked into the NCCL communicator's object file.
+  const std::string v = nccl_version_string();
+  EXPECT_TRUE(std::regex_match(v, std::regex(R"(\d+\.\d+\.\d+)"))) << v;
+}
+
+TEST(CudaLink, NcclCollectivesMatchHostReference) {
+  SKIP_WITHOUT_GPUS();
+  cudaStream_t compute = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&compute), cudaSuccess);
+  {
+    NcclCommunicator comm(test::world(), "nccl-test", compute);
+    const int me = comm.rank(), p = comm.size();
+    EXPECT_STREQ(comm.backend(), "nccl");
+    EXPECT_EQ(p, test::world().size());
+    const std::size_t n = 1023;  // odd on purpose
+    auto pattern = [](int r, std::size_t i) { return static_cast<float>(int((r * 31 + i * 7) % 17) - 8); };
+
+    // all_reduce (sum) and all_gather in flight together, waited in reverse order.
+    std::vector<float> x(n), g(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = g[i] = pattern(me, i);
+    float* dx = device_copy(x);
+    float* dg = device_copy(g);
+    float* dgathered = device_copy(std::vector<float>(n * p, 99.0f));
+    Work a = comm.all_reduce_async(dx, dx, n, DType::F32, ReduceOp::Sum);
+    Work b = comm.all_gather_async(dg, dgathered, n, DType::F32);
+    b.wait();
+    a.wait();
+    ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+    const auto reduced = host_copy(dx, n);
+    const auto gathered = host_copy(dgathered, n * p);
+    for (std::size_t i = 0; i < n; ++i) {
+      float s = 0;
+      for (int r = 0; r < p; ++r) s += pattern(r, i);
+      ASSERT_EQ(reduced[i], s) << "all_reduce element " << i;
+    }
+    for (std::size_t j = 0; j < n * p; ++j) ASSERT_EQ(gathered[j], pattern(int(j / n), j % n)) << "all_gather element " << j;
+
+    // reduce_scatter (avg) of bf16: small integers / p are exact in bf16.
+    std::vector<bf16> rs(n * p);
+    for (std::size_t j = 0; j < n * p; ++j) rs[j] = bf16(pattern(me, j));
+    bf16* drs = device_copy(rs);
+    bf16* drs_out = device_copy(std::vector<bf16>(n, bf16(99.0f)));
+    comm.reduce_scatter(drs, drs_out, n, DType::BF16, ReduceOp::Avg);
+    ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+    const auto rs_out = host_copy(drs_out, n);
+    for (std::size_t i = 0; i < n; ++i) {
+      float s = 0;
+      for (int r = 0; r < p; ++r) s += pattern(r, me * n + i);
+      ASSERT_EQ(static_cast<float>(rs_out[i]), s / p) << "reduce_scatter element " << i;
+    }
+
+    // broadcast from the last rank, then a barrier.
+    std::vector<double> bc(7, me == p - 1 ? 2.5 : -1.0);
+    double* dbc = device_copy(bc);
+    comm.broadcast(dbc, bc.size(), DType::F64, p - 1);
+    ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+    for (double v : host_copy(dbc, bc.size())) ASSERT_EQ(v, 2.5);
+    comm.barrier();
+    EXPECT_GE(comm.drain_busy_seconds(), 0.0);
+
+    for (void* ptr : {static_cast<void*>(dx), static_cast<void*>(dg), static_cast<void*>(dgathered),
+                      static_cast<void*>(drs), static_cast<void*>(drs_out), static_cast<void*>(dbc)})
+      cudaFree(ptr);
+  }
+  cudaStreamDestroy(compute);
+}
+
+/// Row-major reference: C (m, n) = alpha op(A) op(B) + beta C.
+template <class T>
+std::vector<double> reference_gemm(bool ta, bool tb, int m, int n, int k, double alpha,
+                                   const std::vector<T>& a, const std::vector<T>& b, double beta,
+                                   const std::vector<T>& c) {
+  std::vector<double> out(static_cast<std::size_t>(m) * n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int l = 0; l < k; ++l) {
+        const double av = static_cast<double>(static_cast<float>(ta ? a[l * m + i] : a[i * k + l]));
+        const double bv = static_cast<double>(static_cast<float>(tb ? b[j * k + l] : b[l * n + j]));
+        s += av * bv;
+      }
+      out[i * n + j] = alpha * s + beta * static_cast<double>(static_cast<float>(c[i * n + j]));
+    }
+  return out;
+}
+
+template <class T>
+void check_gemm(linalg::cublas::Type type, double tol) {
+  const int m = 3, n = 4, k = 5;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      std::vector<T> a(m * k), b(k * n), c(m * n);
+      for (int i = 0; i < m * k; ++i) a[i] = T(static_cast<float>(i % 7 - 3) * 0.5f);
+      for (int i = 0; i < k * n; ++i) b[i] = T(static_cast<float>(i % 5 - 2) * 0.25f);
+      for (int i = 0; i < m * n; ++i) c[i] = T(static_cast<float>(i % 3));
+      const auto expect = reference_gemm(ta, tb, m, n, k, 1.5, a, b, 0.5, c);
+      T* da = device_copy(a);
+      T* db = device_copy(b);
+      T* dc = device_copy(c);
+      // Leading dimensions are the row strides of the stored (untransposed) matrices.
+      linalg::cublas::gemm(type, ta, tb, m, n, k, 1.5f, da, ta ? m : k, db, tb ? k : n, 0.5f, dc, n);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto got = host_copy(dc, c.size());
+      for (int i = 0; i < m * n; ++i)
+        EXPECT_NEAR(static_cast<double>(static_cast<float>(got[i])), expect[i], tol) << "element " << i;
+      cudaFree(da);
+      cudaFree(db);
+      cudaFree(dc);
+    }
+}
+
+TEST(CudaLink, CublasGemmMatchesHostReference) {
+  SKIP_WITHOUT_GPUS();
+  linalg::cublas::set_stream(nullptr);
+  EXPECT_NE(linalg::cublas::version_string().find("cuBLAS"), std::string::npos);
+  EXPECT_NE(linalg::cublas::device_description().find("device"), std::string::npos);
+  // Inputs are multiples of 1/4 with |x| <= 1.5, k = 5: every product and sum is exact
+  // in fp32/fp64; bf16 rounds the output to 8 significant bits (|C| < 8: error < 2^-5).
+  check_gemm<float>(linalg::cublas::Type::F32, 1e-6);
+  check_gemm<double>(linalg::cublas::Type::F64, 1e-12);
+  check_gemm<bf16>(linalg::cublas::Type::BF16, 1.0 / 32);
+}
+
+}  // namespace

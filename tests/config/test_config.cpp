@@ -1,0 +1,318 @@
+// Configuration: INI files, --section.key=value overrides and their precedence, error
+// messages for unknown keys/sections and bad values, range validation, --help, the
+// effective-config dump (config_to_ini) and the size/list parsers.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "meshtrain/config/config.hpp"
+#include "meshtrain/core/error.hpp"
+
+using namespace meshtrain;
+
+namespace {
+
+using Args = std::vector<std::string>;
+
+/// A scratch directory for INI files, removed at the end of the test.
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/meshtrain-config-test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const auto& f : files_) std::remove(f.c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    files_.push_back(path);
+    return path;
+  }
+
+  std::string dir_;
+  std::vector<std::string> files_;
+};
+
+/// The UserError message of parse_config (+ validate_config), or a test failure.
+std::string error_of(const std::string& command, const Args& args) {
+  try {
+    const ParsedArgs p = parse_config(command, args);
+    validate_config(p.config);
+  } catch (const UserError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a UserError (" << typeid(e).name() << "): " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "accepted";
+  return {};
+}
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (part) << "' not in: " << (text)
+
+std::string entry(const Config& c, const std::string& key) {
+  for (const auto& [k, v] : config_entries(c))
+    if (k == key) return v;
+  ADD_FAILURE() << "no key " << key;
+  return {};
+}
+
+TEST_F(ConfigTest, DefaultsWithoutArguments) {
+  const ParsedArgs p = parse_config("train", {});
+  EXPECT_FALSE(p.help);
+  EXPECT_EQ(config_entries(p.config), config_entries(Config{}));
+  EXPECT_NO_THROW(validate_config(p.config));
+  EXPECT_TRUE(p.config.source_file.empty());
+}
+
+TEST_F(ConfigTest, IniFileSetsKeysOfEverySection) {
+  const std::string ini = write("run.ini",
+                                "# a comment\n"
+                                "[model]\nfamily = llama\nd_model = 256\ntie_embeddings = false\nnorm_eps = 1e-6\n"
+                                "[parallel]\ntp = 2\ndp_shard = -1\n"
+                                "[train]\nlr = 0.001\nseed = 18446744073709551615\nprecision = bf16\n"
+                                "[data]\ndir = data/tiny\n"
+                                "[checkpoint]\nevery = 50\n"
+                                "[output]\ndir = runs/x\nlog_all_ranks = true\n");
+  const ParsedArgs p = parse_config("train", {ini});
+  const Config& c = p.config;
+  EXPECT_EQ(c.source_file, ini);
+  EXPECT_EQ(c.model.family, "llama");
+  EXPECT_EQ(c.model.d_model, 256);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_DOUBLE_EQ(c.model.norm_eps, 1e-6);
+  EXPECT_EQ(c.parallel.tp, 2);
+  EXPECT_EQ(c.parallel.dp_shard, -1);
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.001);
+  EXPECT_EQ(c.train.seed, UINT64_MAX);
+  EXPECT_EQ(c.train.precision, "bf16");
+  EXPECT_EQ(c.data.dir, "data/tiny");
+  EXPECT_EQ(c.checkpoint.every, 50);
+  EXPECT_EQ(c.output.dir, "runs/x");
+  EXPECT_TRUE(c.output.log_all_ranks);
+  // Keys not in the file keep their defaults.
+  EXPECT_EQ(c.model.n_layers, Config{}.model.n_layers);
+  EXPECT_NO_THROW(validate_config(c));
+}
+
+TEST_F(ConfigTest, CommandLineOverridesTheFileWhereverItStands) {
+  const std::string ini = write("run.ini", "[model]\nd_model = 256\nn_layers = 4\n[train]\nlr = 0.001\n");
+  for (const Args& args : {Args{ini, "--model.d_model=512", "--train.steps=7"},
+                           Args{"--model.d_model=512", ini, "--train.steps=7"},
+                           Args{"--model.d_model", "512", "--train.steps", "7", ini}}) {
+    const Config c = parse_config("train", args).config;
+    EXPECT_EQ(c.model.d_model, 512);           // command line beats the file
+    EXPECT_EQ(c.model.n_layers, 4);            // file beats the default
+    EXPECT_DOUBLE_EQ(c.train.lr, 0.001);       // file only
+    EXPECT_EQ(c.train.steps, 7);               // command line only
+    EXPECT_EQ(c.model.n_heads, Config{}.model.n_heads);  // neither
+  }
+}
+
+TEST_F(ConfigTest, UnknownKeyOnTheCommandLineNamesItAndTheNearestKey) {
+  std::string msg = error_of("train", {"--model.no_such_key=1"});
+  EXPECT_CONTAINS(msg, "unknown config key 'model.no_such_key'");
+  EXPECT_CONTAINS(msg, "did you mean 'model.");
+  EXPECT_CONTAINS(msg, "meshtrain train --help");
+
+  msg = error_of("train", {"--model.d_modle=5"});
+  EXPECT_CONTAINS(msg, "'model.d_modle'");
+  EXPECT_CONTAINS(msg, "did you mean 'model.d_model'");
+
+  msg = error_of("plan", {"--train.lrr=0.1"});
+  EXPECT_CONTAINS(msg, "did you mean 'train.lr'");
+  EXPECT_CONTAINS(msg, "meshtrain plan --help");
+
+  msg = error_of("train", {"--model.lr=0.1"});
+  EXPECT_CONTAINS(msg, "did you mean 'train.lr'");
+
+  msg = error_of("train", {"--steps=3"});
+  EXPECT_CONTAINS(msg, "--section.key=value");
+  EXPECT_CONTAINS(msg, "did you mean '--train.steps'");
+}
+
+TEST_F(ConfigTest, UnknownKeyInTheFileNamesItTheFileAndTheNearestKey) {
+  const std::string ini = write("bad.ini", "[model]\nd_model = 256\nn_layer = 4\n");
+  const std::string msg = error_of("train", {ini});
+  EXPECT_CONTAINS(msg, "'model.n_layer'");
+  EXPECT_CONTAINS(msg, ini);
+  EXPECT_CONTAINS(msg, "did you mean 'model.n_layers'");
+}
+
+TEST_F(ConfigTest, UnknownSectionIsNamed) {
+  std::string msg = error_of("train", {"--modle.d_model=5"});
+  EXPECT_CONTAINS(msg, "unknown config section 'modle'");
+  EXPECT_CONTAINS(msg, "model, parallel, train, data, checkpoint, output");
+  EXPECT_CONTAINS(msg, "did you mean 'model.d_model'");
+
+  const std::string ini = write("bad.ini", "[trian]\nsteps = 5\n");
+  msg = error_of("train", {ini});
+  EXPECT_CONTAINS(msg, "unknown config section 'trian'");
+  EXPECT_CONTAINS(msg, ini);
+  EXPECT_CONTAINS(msg, "did you mean 'train.steps'");
+}
+
+TEST_F(ConfigTest, BadValueNamesTheKeyAndTheExpectedType) {
+  struct Case {
+    const char* arg;
+    const char* key;
+    const char* type;
+  };
+  for (const Case& c : {Case{"--model.d_model=abc", "model.d_model", "an integer"},
+                        Case{"--model.d_model=1.5", "model.d_model", "an integer"},
+                        Case{"--model.vocab_size=lots", "model.vocab_size", "an integer"},
+                        Case{"--train.lr=fast", "train.lr", "a number"},
+                        Case{"--model.tie_embeddings=maybe", "model.tie_embeddings", "true or false"},
+                        Case{"--train.seed=x1", "train.seed", "a non-negative integer"}}) {
+    SCOPED_TRACE(c.arg);
+    const std::string msg = error_of("train", {c.arg});
+    EXPECT_CONTAINS(msg, std::string("'") + c.key + "'");
+    EXPECT_CONTAINS(msg, c.type);
+  }
+  const std::string ini = write("bad.ini", "[train]\nsteps = ten\n");
+  const std::string msg = error_of("train", {ini});
+  EXPECT_CONTAINS(msg, "'train.steps'");
+  EXPECT_CONTAINS(msg, "an integer");
+  EXPECT_CONTAINS(msg, ini);
+}
+
+TEST_F(ConfigTest, RangeAndChoiceValidationNamesTheKey) {
+  struct Case {
+    const char* arg;
+    std::vector<const char*> parts;
+  };
+  for (const Case& c : {Case{"--model.family=bert", {"model.family", "'bert'", "gpt2, llama"}},
+                        Case{"--model.d_model=0", {"model.d_model", "positive"}},
+                        Case{"--model.n_kv_heads=0", {"model.n_kv_heads"}},
+                        Case{"--parallel.strategy=zero3", {"parallel.strategy", "full_shard"}},
+                        Case{"--parallel.memory_headroom=1.5", {"parallel.memory_headroom", "[0, 1)"}},
+                        Case{"--parallel.memory_limit=8XB", {"parallel.memory_limit", "unit"}},
+                        Case{"--parallel.collective_timeout=-1", {"parallel.collective_timeout", ">= 0"}},
+                        Case{"--train.beta1=1.5", {"train.beta1", "[0, 1)"}},
+                        Case{"--train.micro_batch=0", {"train.micro_batch", "positive"}},
+                        Case{"--train.precision=fp16", {"train.precision", "fp32, bf16"}},
+                        Case{"--train.inject_nan_steps=1,x", {"train.inject_nan_steps", "integers"}},
+                        Case{"--checkpoint.keep=0", {"checkpoint.keep"}},
+                        Case{"--output.dir=", {"output.dir must not be empty"}},
+                        Case{"--output.log_level=loud", {"output.log_level", "debug, info, warn"}}}) {
+    SCOPED_TRACE(c.arg);
+    const std::string msg = error_of("train", {c.arg});
+    for (const char* part : c.parts) EXPECT_CONTAINS(msg, part);
+  }
+}
+
+TEST_F(ConfigTest, OtherCommandLineMistakes) {
+  EXPECT_CONTAINS(error_of("train", {"/no/such/dir/run.ini"}), "cannot open config file '/no/such/dir/run.ini'");
+  const std::string a = write("a.ini", "[train]\nsteps = 1\n");
+  const std::string b = write("b.ini", "[train]\nsteps = 2\n");
+  EXPECT_CONTAINS(error_of("train", {a, b}), "at most one config file");
+  EXPECT_CONTAINS(error_of("train", {"--train.steps=1", "--train.steps=2"}), "'train.steps' is given twice");
+}
+
+TEST_F(ConfigTest, HelpListsEveryKeyWithItsDefault) {
+  const ParsedArgs p = parse_config("train", {"--help"});
+  ASSERT_TRUE(p.help);
+  EXPECT_CONTAINS(p.help_text, "usage: meshtrain train");
+  // Boost prints "--key arg (=default)" for each option; every key of the config is there.
+  std::size_t keys = 0;
+  for (const auto& [key, value] : config_entries(Config{})) {
+    EXPECT_CONTAINS(p.help_text, "--" + key + " arg (=" + (value.empty() ? "\"\"" : value) + ")");
+    ++keys;
+  }
+  EXPECT_GT(keys, 60u);
+  // ... with its meaning.
+  EXPECT_CONTAINS(p.help_text, "tensor-parallel degree");
+  EXPECT_TRUE(parse_config("plan", {"-h"}).help);
+}
+
+TEST_F(ConfigTest, EffectiveConfigRoundTripsThroughIni) {
+  // Non-default values of every type, including ones that are easy to mangle: doubles
+  // that need 17 digits, strings with spaces, empty strings, the largest uint64.
+  const Args overrides = {"--model.family=llama",
+                          "--model.d_model=320",
+                          "--model.norm_eps=1e-06",
+                          "--model.init_std=0.1234567890123456789",
+                          "--model.tie_embeddings=false",
+                          "--model.lora_targets=q,k,v,o",
+                          "--parallel.tp=2",
+                          "--parallel.memory_limit=8GiB",
+                          "--train.lr=0.0003",
+                          "--train.beta2=0.999",
+                          "--train.seed=18446744073709551615",
+                          "--train.sample_prompt=Once upon a time",
+                          "--data.dir=data/tiny shakespeare",
+                          "--checkpoint.resume=none",
+                          "--checkpoint.init_from=",
+                          "--output.dir=runs/round trip",
+                          "--output.log_all_ranks=true"};
+  const Config original = parse_config("train", overrides).config;
+  EXPECT_EQ(original.train.sample_prompt, "Once upon a time");
+  EXPECT_DOUBLE_EQ(original.model.init_std, 0.1234567890123456789);
+
+  const std::string ini_text = config_to_ini(original);
+  for (const char* section : {"[model]", "[parallel]", "[train]", "[data]", "[checkpoint]", "[output]"})
+    EXPECT_CONTAINS(ini_text, section);
+  const std::string path = write("effective.ini", ini_text);
+  const Config reparsed = parse_config("train", {path}).config;
+  EXPECT_EQ(config_entries(reparsed), config_entries(original)) << ini_text;
+  // Bit-exact doubles, not just equal text.
+  EXPECT_EQ(reparsed.model.init_std, original.model.init_std);
+  EXPECT_EQ(reparsed.train.lr, original.train.lr);
+  // And the dump of the default config parses back to the defaults.
+  const std::string defaults = write("defaults.ini", config_to_ini(Config{}));
+  EXPECT_EQ(config_entries(parse_config("train", {defaults}).config), config_entries(Config{}));
+}
+
+TEST_F(ConfigTest, DoublesPrintShortWhenThatIsExact) {
+  Config c;
+  c.train.lr = 3e-4;
+  c.train.beta2 = 0.95;
+  EXPECT_EQ(entry(c, "train.lr"), "0.0003");
+  EXPECT_EQ(entry(c, "train.beta2"), "0.95");
+}
+
+TEST(ParseBytes, UnitsAndErrors) {
+  EXPECT_EQ(parse_bytes("k", "0"), 0u);
+  EXPECT_EQ(parse_bytes("k", "512"), 512u);
+  EXPECT_EQ(parse_bytes("k", "512B"), 512u);
+  EXPECT_EQ(parse_bytes("k", "8GiB"), 8ull << 30);
+  EXPECT_EQ(parse_bytes("k", "8 GiB"), 8ull << 30);
+  EXPECT_EQ(parse_bytes("k", "8G"), 8ull << 30);
+  EXPECT_EQ(parse_bytes("k", "1.5KiB"), 1536u);
+  EXPECT_EQ(parse_bytes("k", "512MiB"), 512ull << 20);
+  EXPECT_EQ(parse_bytes("k", "2TiB"), 2ull << 40);
+  EXPECT_EQ(parse_bytes("k", "80GB"), 80000000000ull);
+  EXPECT_EQ(parse_bytes("k", "512MB"), 512000000ull);
+  EXPECT_EQ(parse_bytes("k", "1.5e9"), 1500000000ull);
+  for (const char* bad : {"", "lots", "8XB", "-1GiB", "inf", "8 GiB extra"}) {
+    SCOPED_TRACE(bad);
+    try {
+      parse_bytes("parallel.memory_limit", bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const UserError& e) {
+      EXPECT_CONTAINS(e.what(), "parallel.memory_limit");
+    }
+  }
+}
+
+TEST(ParseIntList, ListsAndErrors) {
+  EXPECT_EQ(parse_int_list("k", "1,5,7"), (std::vector<long>{1, 5, 7}));
+  EXPECT_EQ(parse_int_list("k", "-3"), (std::vector<long>{-3}));
+  EXPECT_TRUE(parse_int_list("k", "").empty());
+  for (const char* bad : {"1,,2", "a", "1.5", "3x"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROW(parse_int_list("train.inject_nan_steps", bad), UserError);
+  }
+}
+
+}  // namespace
