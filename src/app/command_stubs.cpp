@@ -11,7 +11,6 @@ int reserved(const char* name, const Args& args) {
 }
 }  // namespace
 int command_train(Runtime&, const Args& a) { return reserved("train", a); }
-int command_prepare(Runtime&, const Args& a) { return reserved("prepare", a); }
 int command_convert(Runtime&, const Args& a) { return reserved("convert", a); }
 int command_generate(Runtime&, const Args& a) { return reserved("generate", a); }
 int command_eval(Runtime&, const Args& a) { return reserved("eval", a); }

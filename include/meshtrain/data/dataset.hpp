@@ -1,0 +1,57 @@
+#pragma once
+/// \file
+/// \brief A prepared dataset directory (train.bin, val.bin, meta.json from `meshtrain
+/// prepare`), or synthetic random tokens for benchmarks (`data.dir = random`).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtrain/data/token_source.hpp"
+
+namespace meshtrain::data {
+
+/// \brief The contents of meta.json.
+struct DatasetMeta {
+  std::string tokenizer;             ///< "byte", or "random" for synthetic data
+  std::int64_t vocab_size = 0;
+  std::int32_t eot_id = -1;          ///< -1: none (random tokens)
+  std::uint64_t train_tokens = 0;
+  std::uint64_t val_tokens = 0;
+  double val_fraction = 0;
+  std::string val_split;             ///< the split rule, in words
+  std::uint64_t bytes = 0;           ///< bytes of source text
+  std::vector<std::string> source_files;
+  double train_entropy_bits = 0;     ///< unigram entropy of train.bin (bits/token)
+  std::string meshtrain_version;
+};
+
+/// meta.json text (an object with one key per field, 2-space indented).
+std::string meta_to_json(const DatasetMeta& meta);
+/// Parses meta.json; UserError naming `path` for malformed JSON or missing keys.
+DatasetMeta meta_from_json(const std::string& text, const std::string& path);
+
+/// \brief Train and validation token sources and their description.
+struct Dataset {
+  std::shared_ptr<const TokenSource> train;
+  std::shared_ptr<const TokenSource> val;  ///< may hold 0 tokens (val_fraction = 0)
+  DatasetMeta meta;
+  std::string dir;
+
+  /// Opens `dir`: meta.json, train.bin and val.bin must exist and agree (vocabulary, token
+  /// counts). UserError naming the missing or inconsistent file and saying to run
+  /// `meshtrain prepare`.
+  static Dataset open(const std::string& dir);
+  /// Synthetic tokens: train = RandomTokens(vocab, seed), val = RandomTokens(vocab, seed + 1).
+  static Dataset random(std::int64_t vocab, std::uint64_t seed);
+  /// What a trainer calls with `data.dir`: "random" -> random(model_vocab, seed), any
+  /// other value -> open(spec), and an empty value is a UserError asking for data.dir.
+  static Dataset load(const std::string& spec, std::int64_t model_vocab, std::uint64_t seed);
+};
+
+/// UserError "the dataset's vocabulary (N) is larger than model.vocab_size (M)" when
+/// dataset_vocab > model_vocab (a model may have more ids than the data uses, not fewer).
+void check_vocab(std::int64_t dataset_vocab, std::int64_t model_vocab);
+
+}  // namespace meshtrain::data

@@ -1,0 +1,56 @@
+#pragma once
+/// \file
+/// \brief `prepare`: text files -> a dataset directory (train.bin, val.bin, meta.json).
+/// Every file is one document, tokenized and followed by the end-of-text id. The
+/// validation split is the tail of each document (see `val_split_point`), so validation
+/// text never appears in train and every document contributes to both splits.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshtrain::data {
+
+struct PrepareOptions {
+  std::vector<std::string> inputs;  ///< files and/or directories
+  std::string output;               ///< dataset directory (created if missing)
+  std::string tokenizer = "byte";
+  double val_fraction = 0.05;       ///< in [0, 1); about this fraction of each document goes to val
+};
+
+/// \brief What prepare did (printed by `meshtrain prepare`, stored in meta.json).
+struct PrepareSummary {
+  std::vector<std::string> files;         ///< documents used, in order
+  std::vector<std::string> skipped;       ///< "path: reason" for files left out
+  std::uint64_t bytes = 0;                ///< bytes of text in `files`
+  std::uint64_t train_tokens = 0;         ///< including one eot per train piece
+  std::uint64_t val_tokens = 0;
+  std::int64_t vocab_size = 0;
+  std::int32_t eot_id = 0;
+  std::string tokenizer;
+  double train_entropy_bits = 0;          ///< unigram entropy of train.bin, bits/token
+  double train_entropy_nats = 0;          ///< the same in nats/token (compare with a loss)
+  std::string output;
+};
+
+/// \brief Runs prepare on this process (the CLI calls it on rank 0 only). Writes every
+/// output to `*.tmp` and renames them into place only when all are complete (meta.json
+/// last, so it marks a finished dataset); on any error the temporaries are removed.
+/// UserError: no input files, nothing usable in them, val_fraction outside [0, 1),
+/// unknown tokenizer, output not writable.
+PrepareSummary prepare(const PrepareOptions& options);
+
+/// \brief Where a document of `text` is cut: text[0, cut) goes to train and
+/// text[cut, end) to val. The nominal cut is floor(size * (1 - val_fraction)); it moves to
+/// the nearest line start strictly inside the document (ties: the later one), so both
+/// pieces are whole lines. A document with no inner line start is cut at the nominal
+/// point, moved forward to a UTF-8 character boundary. Returns size when val_fraction == 0.
+std::size_t val_split_point(const std::string& text, double val_fraction);
+
+/// Entropy of the distribution counts / sum(counts), in bits (0 for no counts).
+double unigram_entropy_bits(const std::vector<std::uint64_t>& counts);
+
+/// The human-readable summary that `meshtrain prepare` prints.
+std::string format_summary(const PrepareSummary& s);
+
+}  // namespace meshtrain::data

@@ -1,0 +1,78 @@
+#pragma once
+/// \file
+/// \brief Training and evaluation windows. A window is seq_len + 1 consecutive tokens:
+/// inputs = tokens[start, start + seq_len), targets = tokens[start + 1, start + seq_len + 1).
+///
+/// The training order is one GLOBAL sequence of windows w = 0, 1, 2, ... that does not
+/// depend on the number of ranks; the trainer hands rank d of D data-parallel ranks the
+/// windows given by `rank_first_window`, and a checkpoint stores only the cursor (windows
+/// consumed). Starts are counter-based hashes, so window w costs O(seq_len) to produce
+/// no matter how large w is.
+
+#include <cstdint>
+#include <memory>
+
+#include "meshtrain/data/token_source.hpp"
+
+namespace meshtrain::data {
+
+/// True when `source` holds at least one window (size >= seq_len + 1).
+bool has_window(const TokenSource& source, int seq_len);
+
+/// \brief Random training windows: start(w) = counter_hash(stream_key(seed, TrainWindows), w)
+/// % (size - seq_len), uniform over every valid start (bias <= (size - seq_len) / 2^64).
+class Sampler {
+ public:
+  /// UserError when the source has fewer than seq_len + 1 tokens (the message says how
+  /// many it has and how many are needed) or seq_len < 1.
+  Sampler(std::shared_ptr<const TokenSource> source, int seq_len, std::uint64_t seed);
+
+  int seq_len() const { return seq_len_; }
+  const TokenSource& source() const { return *source_; }
+  /// First token of window w.
+  std::uint64_t window_start(std::uint64_t w) const;
+
+  /// Windows first_window .. first_window + n_windows - 1, row j of each buffer being
+  /// window first_window + j. inputs, targets: host (n_windows, seq_len) row-major.
+  void fill(std::uint64_t first_window, int n_windows, std::int32_t* inputs,
+            std::int32_t* targets) const;
+
+ private:
+  std::shared_ptr<const TokenSource> source_;
+  int seq_len_;
+  std::uint64_t key_;
+  std::uint64_t starts_;  // number of valid starts: size - seq_len
+};
+
+/// \brief Deterministic evaluation windows: window i starts at (i * seq_len) % (size -
+/// seq_len), so windows 0 .. windows_per_pass() - 1 tile the source without overlapping
+/// inputs, and later ones wrap around.
+class EvalSampler {
+ public:
+  /// Same errors as Sampler.
+  EvalSampler(std::shared_ptr<const TokenSource> source, int seq_len);
+
+  int seq_len() const { return seq_len_; }
+  /// Number of non-overlapping windows before the starts wrap: (size - 1) / seq_len.
+  std::uint64_t windows_per_pass() const;
+  std::uint64_t window_start(std::uint64_t i) const;
+  /// Same layout as Sampler::fill.
+  void fill(std::uint64_t first_window, int n_windows, std::int32_t* inputs,
+            std::int32_t* targets) const;
+
+ private:
+  std::shared_ptr<const TokenSource> source_;
+  int seq_len_;
+  std::uint64_t starts_;
+};
+
+/// \brief The global index of the first window of a micro-batch: rank `dp_rank` of
+/// `dp_size` data-parallel ranks, accumulation step `accum_step`, `micro` windows per rank
+/// per micro-batch, at `cursor` windows consumed before this optimizer step:
+/// cursor + accum_step * (micro * dp_size) + dp_rank * micro. Its windows are that index
+/// and the next micro - 1. One step consumes accum * micro * dp_size windows, and for a
+/// fixed global batch the union over ranks is the same for every dp_size.
+std::uint64_t rank_first_window(std::uint64_t cursor, int accum_step, int micro, int dp_size,
+                                int dp_rank);
+
+}  // namespace meshtrain::data

@@ -1,0 +1,29 @@
+#pragma once
+/// \file
+/// \brief Finding the documents of a corpus: expanding input files and directories into a
+/// sorted, duplicate-free list, and deciding which files are text.
+
+#include <string>
+#include <vector>
+
+namespace meshtrain::data {
+
+/// \brief Expands `inputs` (files and directories, recursed) into regular files sorted
+/// by path. Symlinks are followed, but each file and directory is visited once (by
+/// canonical path), so links to files already listed and symlink loops add nothing.
+/// `*.dat` files (fortune indexes and other binary tables) are left out.
+/// UserError when an input does not exist or a directory cannot be read.
+std::vector<std::string> collect_input_files(const std::vector<std::string>& inputs);
+
+/// True when `s` is well-formed UTF-8 (no overlong forms, surrogates or code points
+/// above U+10FFFF).
+bool is_valid_utf8(const std::string& s);
+
+/// Why `content` is not a usable text document ("empty", "contains NUL bytes",
+/// "is not valid UTF-8"), or "" when it is one.
+std::string text_rejection(const std::string& content);
+
+/// The whole file as bytes; UserError naming the file when it cannot be read.
+std::string read_file_bytes(const std::string& path);
+
+}  // namespace meshtrain::data

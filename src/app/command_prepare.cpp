@@ -1,0 +1,94 @@
+// `meshtrain prepare`: rank 0 turns text files into a dataset; the other ranks wait for
+// its outcome, so a user error ends every rank with status 2 and one message.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <sstream>
+
+#include "meshtrain/app/commands.hpp"
+#include "meshtrain/comm/mpi_communicator.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/data/prepare.hpp"
+#include "meshtrain/data/tokenizer.hpp"
+
+namespace meshtrain::app {
+namespace {
+
+namespace po = boost::program_options;
+
+struct PrepareArgs {
+  data::PrepareOptions options;
+  bool help = false;
+  std::string help_text;
+};
+
+// Every rank parses the same arguments, so every rank throws the same UserError.
+PrepareArgs parse_prepare_args(const Args& args) {
+  PrepareArgs out;
+  data::PrepareOptions& o = out.options;
+  po::options_description desc("Options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("input", po::value<std::vector<std::string>>(&o.inputs)->multitoken(),
+       "text files and/or directories (searched recursively; files with NUL bytes or invalid UTF-8 "
+       "and *.dat files are skipped); each file is one document")
+      ("output", po::value<std::string>(&o.output), "dataset directory to write (train.bin, val.bin, meta.json)")
+      ("tokenizer", po::value<std::string>(&o.tokenizer)->default_value(o.tokenizer),
+       ("tokenizer: " + join(data::known_tokenizers(), " | ")).c_str())
+      ("val_fraction", po::value<double>(&o.val_fraction)->default_value(o.val_fraction),
+       "fraction of each document (its tail, from a line start) that goes to val.bin, in [0, 1)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UserError(strprintf("%s; run `meshtrain prepare --help` for the options", e.what()));
+  }
+  if (vm.count("help")) {
+    std::ostringstream os;
+    os << "usage: meshtrain prepare --input PATH... --output DIR [--tokenizer byte] [--val_fraction F]\n\n"
+       << desc;
+    out.help = true;
+    out.help_text = os.str();
+    return out;
+  }
+  MESHTRAIN_REQUIRE(vm.count("input"), "--input is required: text files and/or directories to prepare");
+  MESHTRAIN_REQUIRE(vm.count("output"), "--output is required: the dataset directory to write");
+  return out;
+}
+
+// Rank 0's outcome ("" = success, else its UserError message) on every rank.
+std::string broadcast_outcome(MpiCommunicator& comm, std::string message) {
+  std::int64_t n = static_cast<std::int64_t>(message.size());
+  comm.broadcast(&n, 1, DType::I64, 0);
+  message.resize(static_cast<std::size_t>(n));
+  if (n > 0) comm.broadcast(message.data(), message.size(), DType::U8, 0);
+  return message;
+}
+
+}  // namespace
+
+int command_prepare(Runtime& rt, const Args& args) {
+  const PrepareArgs parsed = parse_prepare_args(args);
+  const bool root = rt.topology().world_rank == 0;
+  if (parsed.help) {
+    if (root) std::fputs(parsed.help_text.c_str(), stdout);
+    return 0;
+  }
+  MpiCommunicator world(rt.world(), "world");
+  std::string error;
+  if (root) {
+    try {
+      const data::PrepareSummary summary = data::prepare(parsed.options);
+      std::fputs(data::format_summary(summary).c_str(), stdout);
+      std::fflush(stdout);
+    } catch (const UserError& e) {
+      error = e.what();
+      if (error.empty()) error = "prepare failed";
+    }
+  }
+  error = broadcast_outcome(world, error);
+  if (!error.empty()) throw UserError(error);
+  return 0;
+}
+
+}  // namespace meshtrain::app

@@ -1,0 +1,108 @@
+// meta.json: written by prepare, read by Dataset::open.
+#include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "json_lite.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/data/dataset.hpp"
+
+namespace meshtrain::data {
+namespace {
+
+const json::Value& member(const json::Value& obj, const char* key, json::Value::Kind kind,
+                          const std::string& path) {
+  const json::Value* v = obj.find(key);
+  MESHTRAIN_REQUIRE(v != nullptr && v->kind == kind,
+                    "%s has no valid \"%s\" entry; re-run `meshtrain prepare` to rewrite the dataset",
+                    path.c_str(), key);
+  return *v;
+}
+
+std::uint64_t unsigned_member(const json::Value& obj, const char* key, const std::string& path) {
+  const std::string& t = member(obj, key, json::Value::Kind::Number, path).text;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(t.c_str(), &end, 10);
+  MESHTRAIN_REQUIRE(!t.empty() && t[0] != '-' && *end == '\0' && errno == 0,
+                    "%s: \"%s\" must be a non-negative integer, got %s", path.c_str(), key, t.c_str());
+  return v;
+}
+
+std::int64_t signed_member(const json::Value& obj, const char* key, const std::string& path) {
+  const std::string& t = member(obj, key, json::Value::Kind::Number, path).text;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(t.c_str(), &end, 10);
+  MESHTRAIN_REQUIRE(!t.empty() && *end == '\0' && errno == 0, "%s: \"%s\" must be an integer, got %s",
+                    path.c_str(), key, t.c_str());
+  return v;
+}
+
+double number_member(const json::Value& obj, const char* key, const std::string& path) {
+  return std::strtod(member(obj, key, json::Value::Kind::Number, path).text.c_str(), nullptr);
+}
+
+// The shortest of %.15g / %.17g that reads back as the same double (0.05, not 0.050000000000000003).
+std::string number_text(double v) {
+  const std::string short_form = strprintf("%.15g", v);
+  return std::strtod(short_form.c_str(), nullptr) == v ? short_form : strprintf("%.17g", v);
+}
+
+}  // namespace
+
+std::string meta_to_json(const DatasetMeta& m) {
+  std::string files;
+  for (std::size_t i = 0; i < m.source_files.size(); ++i)
+    files += strprintf("%s\n    %s", i ? "," : "", json::quote(m.source_files[i]).c_str());
+  return strprintf(
+      "{\n"
+      "  \"format\": \"meshtrain-dataset\",\n"
+      "  \"tokenizer\": %s,\n"
+      "  \"vocab_size\": %lld,\n"
+      "  \"eot_id\": %d,\n"
+      "  \"train_tokens\": %llu,\n"
+      "  \"val_tokens\": %llu,\n"
+      "  \"val_fraction\": %s,\n"
+      "  \"val_split\": %s,\n"
+      "  \"bytes\": %llu,\n"
+      "  \"train_entropy_bits\": %s,\n"
+      "  \"meshtrain_version\": %s,\n"
+      "  \"source_files\": [%s%s]\n"
+      "}\n",
+      json::quote(m.tokenizer).c_str(), static_cast<long long>(m.vocab_size), m.eot_id,
+      static_cast<unsigned long long>(m.train_tokens), static_cast<unsigned long long>(m.val_tokens),
+      number_text(m.val_fraction).c_str(), json::quote(m.val_split).c_str(),
+      static_cast<unsigned long long>(m.bytes), number_text(m.train_entropy_bits).c_str(),
+      json::quote(m.meshtrain_version).c_str(), files.c_str(),
+      files.empty() ? "" : "\n  ");
+}
+
+DatasetMeta meta_from_json(const std::string& text, const std::string& path) {
+  json::Value root;
+  try {
+    root = json::parse(text);
+  } catch (const std::runtime_error& e) {
+    throw UserError(strprintf("%s is not valid JSON (%s); re-run `meshtrain prepare`", path.c_str(), e.what()));
+  }
+  MESHTRAIN_REQUIRE(root.kind == json::Value::Kind::Object, "%s must hold a JSON object", path.c_str());
+  using K = json::Value::Kind;
+  DatasetMeta m;
+  m.tokenizer = member(root, "tokenizer", K::String, path).text;
+  m.vocab_size = signed_member(root, "vocab_size", path);
+  m.eot_id = static_cast<std::int32_t>(signed_member(root, "eot_id", path));
+  m.train_tokens = unsigned_member(root, "train_tokens", path);
+  m.val_tokens = unsigned_member(root, "val_tokens", path);
+  m.val_fraction = number_member(root, "val_fraction", path);
+  m.val_split = member(root, "val_split", K::String, path).text;
+  m.bytes = unsigned_member(root, "bytes", path);
+  m.train_entropy_bits = number_member(root, "train_entropy_bits", path);
+  m.meshtrain_version = member(root, "meshtrain_version", K::String, path).text;
+  for (const json::Value& f : member(root, "source_files", K::Array, path).items) {
+    MESHTRAIN_REQUIRE(f.kind == K::String, "%s: \"source_files\" must be a list of strings", path.c_str());
+    m.source_files.push_back(f.text);
+  }
+  return m;
+}
+
+}  // namespace meshtrain::data

@@ -1,0 +1,160 @@
+#include "meshtrain/data/prepare.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "meshtrain/build_config.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/data/dataset.hpp"
+#include "meshtrain/data/text_files.hpp"
+#include "meshtrain/data/token_file.hpp"
+#include "meshtrain/data/tokenizer.hpp"
+#include "staged_output.hpp"
+
+namespace meshtrain::data {
+namespace {
+
+using ull = unsigned long long;
+
+constexpr const char* kValSplitRule =
+    "per document: the text from the line start nearest to (1 - val_fraction) of its bytes goes to "
+    "val, the text before it to train; each non-empty piece ends with eot";
+
+// Tokenizes one piece of a document into `out`, followed by the end-of-text id.
+void append_piece(const Tokenizer& tok, const std::string& text, TokenFileWriter& out,
+                  std::vector<std::uint64_t>* counts) {
+  if (text.empty()) return;
+  std::vector<std::int32_t> ids = tok.encode(text);
+  ids.push_back(tok.eot_id());
+  out.append(ids.data(), ids.size());
+  if (counts)
+    for (const std::int32_t id : ids) ++(*counts)[static_cast<std::size_t>(id)];
+}
+
+std::string list_some(const std::vector<std::string>& items, std::size_t max) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size() && i < max; ++i) s += "\n    " + items[i];
+  if (items.size() > max) s += strprintf("\n    ... and %zu more", items.size() - max);
+  return s;
+}
+
+}  // namespace
+
+std::size_t val_split_point(const std::string& text, double val_fraction) {
+  const std::size_t n = text.size();
+  if (val_fraction <= 0 || n == 0) return n;
+  auto cut = static_cast<std::size_t>(std::floor(static_cast<double>(n) * (1.0 - val_fraction)));
+  if (cut >= n) return n;
+  if (cut > 0 && text[cut - 1] == '\n') return cut;
+  // Line starts strictly inside the document: the last one before the cut, the first after.
+  const std::size_t prev_nl = cut >= 2 ? text.rfind('\n', cut - 2) : std::string::npos;
+  const std::size_t next_nl = text.find('\n', cut);
+  const bool has_prev = prev_nl != std::string::npos;
+  const bool has_next = next_nl != std::string::npos && next_nl + 1 < n;
+  if (has_next && (!has_prev || next_nl + 1 - cut <= cut - (prev_nl + 1))) return next_nl + 1;
+  if (has_prev) return prev_nl + 1;
+  while (cut < n && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) ++cut;  // UTF-8 boundary
+  return cut;
+}
+
+double unigram_entropy_bits(const std::vector<std::uint64_t>& counts) {
+  double total = 0;
+  for (const std::uint64_t c : counts) total += static_cast<double>(c);
+  if (total == 0) return 0;
+  double h = 0;
+  for (const std::uint64_t c : counts)
+    if (c) {
+      const double p = static_cast<double>(c) / total;
+      h -= p * std::log2(p);
+    }
+  return h;
+}
+
+PrepareSummary prepare(const PrepareOptions& o) {
+  MESHTRAIN_REQUIRE(!o.inputs.empty(), "no input given; pass --input with text files or directories");
+  MESHTRAIN_REQUIRE(!o.output.empty(), "no output directory given; pass --output DIR");
+  MESHTRAIN_REQUIRE(std::isfinite(o.val_fraction) && o.val_fraction >= 0 && o.val_fraction < 1,
+                    "--val_fraction must be in [0, 1), got %g", o.val_fraction);
+  const std::unique_ptr<Tokenizer> tok = make_tokenizer(o.tokenizer);
+  const std::vector<std::string> files = collect_input_files(o.inputs);
+  MESHTRAIN_REQUIRE(!files.empty(),
+                    "no input files found in %s (directories are searched recursively; *.dat files are ignored)",
+                    join(o.inputs, ", ").c_str());
+
+  PrepareSummary s;
+  s.tokenizer = tok->name();
+  s.vocab_size = tok->vocab_size();
+  s.eot_id = tok->eot_id();
+  s.output = o.output;
+  StagedOutput out(o.output);
+  TokenFileWriter train(out.stage("train.bin"), s.vocab_size);
+  TokenFileWriter val(out.stage("val.bin"), s.vocab_size);
+  const std::string meta_tmp = out.stage("meta.json");  // staged last: marks a complete dataset
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(s.vocab_size), 0);
+
+  for (const std::string& path : files) {
+    const std::string text = read_file_bytes(path);
+    const std::string why = text_rejection(text);
+    if (!why.empty()) {
+      s.skipped.push_back(path + ": " + why);
+      continue;
+    }
+    const std::size_t cut = val_split_point(text, o.val_fraction);
+    append_piece(*tok, text.substr(0, cut), train, &counts);
+    append_piece(*tok, text.substr(cut), val, nullptr);
+    s.files.push_back(path);
+    s.bytes += text.size();
+  }
+  MESHTRAIN_REQUIRE(!s.files.empty(),
+                    "the corpus is empty: none of the %zu input files is a non-empty UTF-8 text file:%s",
+                    files.size(), list_some(s.skipped, 10).c_str());
+  train.close();
+  val.close();
+  s.train_tokens = train.count();
+  s.val_tokens = val.count();
+  s.train_entropy_bits = unigram_entropy_bits(counts);
+  s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
+
+  DatasetMeta meta;
+  meta.tokenizer = s.tokenizer;
+  meta.vocab_size = s.vocab_size;
+  meta.eot_id = s.eot_id;
+  meta.train_tokens = s.train_tokens;
+  meta.val_tokens = s.val_tokens;
+  meta.val_fraction = o.val_fraction;
+  meta.val_split = kValSplitRule;
+  meta.bytes = s.bytes;
+  meta.source_files = s.files;
+  meta.train_entropy_bits = s.train_entropy_bits;
+  meta.meshtrain_version = MESHTRAIN_VERSION;
+  const std::string text = meta_to_json(meta);
+  std::FILE* f = std::fopen(meta_tmp.c_str(), "wb");
+  MESHTRAIN_REQUIRE(f != nullptr, "cannot create %s", meta_tmp.c_str());
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                  ::fsync(fileno(f)) == 0;
+  MESHTRAIN_REQUIRE(std::fclose(f) == 0 && ok, "cannot write %s", meta_tmp.c_str());
+  out.commit();
+  return s;
+}
+
+std::string format_summary(const PrepareSummary& s) {
+  std::string r = strprintf("prepared %s with the %s tokenizer (vocab %lld, end-of-text id %d)\n",
+                            s.output.c_str(), s.tokenizer.c_str(), static_cast<long long>(s.vocab_size), s.eot_id);
+  r += strprintf("  input:   %zu file(s), %llu bytes (%s)\n", s.files.size(), static_cast<ull>(s.bytes),
+                 format_bytes(static_cast<double>(s.bytes)).c_str());
+  if (!s.skipped.empty())
+    r += strprintf("  skipped: %zu file(s) that are not text:%s\n", s.skipped.size(), list_some(s.skipped, 10).c_str());
+  const double total = static_cast<double>(s.train_tokens + s.val_tokens);
+  r += strprintf("  tokens:  %llu = train %llu + val %llu (%.2f%% val)\n",
+                 static_cast<ull>(s.train_tokens + s.val_tokens), static_cast<ull>(s.train_tokens),
+                 static_cast<ull>(s.val_tokens), total > 0 ? 100.0 * static_cast<double>(s.val_tokens) / total : 0.0);
+  r += strprintf("  train unigram entropy: %.4f bits/token = %.4f nats/token "
+                 "(the loss of a model that knows only token frequencies)\n",
+                 s.train_entropy_bits, s.train_entropy_nats);
+  return r;
+}
+
+}  // namespace meshtrain::data

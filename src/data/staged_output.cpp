@@ -1,0 +1,54 @@
+#include "staged_output.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::data {
+namespace fs = std::filesystem;
+
+StagedOutput::StagedOutput(std::string dir) : dir_(std::move(dir)) {
+  std::error_code ec;
+  if (!fs::exists(dir_, ec)) {
+    fs::create_directories(dir_, ec);
+    MESHTRAIN_REQUIRE(!ec, "cannot create the output directory %s: %s", dir_.c_str(), ec.message().c_str());
+    created_dir_ = true;
+  }
+  MESHTRAIN_REQUIRE(fs::is_directory(dir_, ec), "the output %s exists and is not a directory", dir_.c_str());
+  MESHTRAIN_REQUIRE(::access(dir_.c_str(), W_OK | X_OK) == 0, "the output directory %s is not writable",
+                    dir_.c_str());
+}
+
+StagedOutput::~StagedOutput() {
+  if (committed_) return;
+  std::error_code ec;
+  for (const std::string& n : names_) fs::remove(fs::path(dir_) / (n + ".tmp"), ec);
+  if (created_dir_) fs::remove(dir_, ec);  // removes only an empty directory
+}
+
+std::string StagedOutput::stage(const std::string& name) {
+  names_.push_back(name);
+  return (fs::path(dir_) / (name + ".tmp")).string();
+}
+
+void StagedOutput::commit() {
+  // Remove the old completion marker first: a crash between renames then leaves a
+  // directory without it, which readers reject, rather than a marker over mixed files.
+  for (auto it = names_.rbegin(); it != names_.rend(); ++it) {
+    std::error_code ec;
+    fs::remove(fs::path(dir_) / *it, ec);
+  }
+  for (const std::string& n : names_) {
+    const fs::path from = fs::path(dir_) / (n + ".tmp"), to = fs::path(dir_) / n;
+    std::error_code ec;
+    fs::rename(from, to, ec);
+    MESHTRAIN_REQUIRE(!ec, "cannot rename %s to %s: %s", from.string().c_str(), to.string().c_str(),
+                      ec.message().c_str());
+  }
+  committed_ = true;
+}
+
+}  // namespace meshtrain::data

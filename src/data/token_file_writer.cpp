@@ -1,0 +1,62 @@
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "le_bytes.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/data/token_file.hpp"
+
+namespace meshtrain::data {
+
+TokenFileWriter::TokenFileWriter(std::string path, std::int64_t vocab_size) : path_(std::move(path)) {
+  MESHTRAIN_REQUIRE(vocab_size >= 1 && vocab_size <= INT32_MAX,
+                    "cannot write %s: vocabulary size %lld is outside 1 .. 2^31-1", path_.c_str(),
+                    static_cast<long long>(vocab_size));
+  header_.vocab_size = static_cast<std::uint64_t>(vocab_size);
+  header_.bytes_per_token = bytes_per_token_for(vocab_size);
+  file_ = std::fopen(path_.c_str(), "wb");
+  MESHTRAIN_REQUIRE(file_ != nullptr, "cannot create %s: %s", path_.c_str(), std::strerror(errno));
+  const auto h = encode_header(header_);  // count 0 until close()
+  write_bytes(h.data(), h.size());
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void TokenFileWriter::write_bytes(const void* data, std::size_t n) {
+  MESHTRAIN_REQUIRE(std::fwrite(data, 1, n, file_) == n, "cannot write %s: %s", path_.c_str(),
+                    std::strerror(errno));
+}
+
+void TokenFileWriter::append(const std::int32_t* ids, std::size_t n) {
+  const std::size_t w = header_.bytes_per_token;
+  std::vector<unsigned char> bytes(n * w);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || static_cast<std::uint64_t>(ids[i]) >= header_.vocab_size)
+      throw std::out_of_range(strprintf("token id %d outside the vocabulary of %llu written to %s", ids[i],
+                                        static_cast<unsigned long long>(header_.vocab_size), path_.c_str()));
+    if (w == 2) store_le16(bytes.data() + 2 * i, static_cast<std::uint32_t>(ids[i]));
+    else store_le32(bytes.data() + 4 * i, static_cast<std::uint32_t>(ids[i]));
+  }
+  write_bytes(bytes.data(), bytes.size());
+  header_.count += n;
+}
+
+void TokenFileWriter::close() {
+  MESHTRAIN_REQUIRE(file_ != nullptr, "%s was already closed", path_.c_str());
+  const auto h = encode_header(header_);
+  MESHTRAIN_REQUIRE(std::fseek(file_, 0, SEEK_SET) == 0, "cannot seek in %s: %s", path_.c_str(),
+                    std::strerror(errno));
+  write_bytes(h.data(), h.size());
+  const bool ok = std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0;
+  const int err = errno;
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  MESHTRAIN_REQUIRE(ok && closed, "cannot write %s: %s", path_.c_str(), std::strerror(ok ? errno : err));
+}
+
+}  // namespace meshtrain::data

@@ -1,0 +1,345 @@
+// prepare: text files -> train.bin/val.bin/meta.json, read back through Dataset::open.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "data_test_util.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/data/dataset.hpp"
+#include "meshtrain/data/prepare.hpp"
+#include "meshtrain/data/sampler.hpp"
+#include "meshtrain/data/text_files.hpp"
+#include "meshtrain/data/token_file.hpp"
+#include "meshtrain/data/tokenizer.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::data;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kDocA =
+    "The quick brown fox\njumps over the lazy dog.\nPack my box with\nfive dozen liquor jugs.\n"
+    "How vexingly quick daft zebras jump!\nSphinx of black quartz, judge my vow.\n";
+const std::string kDocB = "Ünïcödé text — 日本語の文章。\nsecond line 🙂\nthird line\nfourth line\n";
+
+// A corpus with two text documents and every kind of file prepare must skip.
+void make_corpus(const TempDir& dir) {
+  test::write_file(dir / "corpus/a.txt", kDocA);
+  test::write_file(dir / "corpus/sub/b.md", kDocB);
+  test::write_file(dir / "corpus/index.dat", "not read at all");
+  test::write_file(dir / "corpus/binary", std::string("ab\0cd", 5));
+  test::write_file(dir / "corpus/latin1.txt", "caf\xe9\n");
+  test::write_file(dir / "corpus/empty.txt", "");
+  fs::create_directory_symlink("..", dir / "corpus/sub/loop");   // a symlink loop
+  fs::create_symlink("a.txt", dir / "corpus/z_link_to_a.txt");   // a second name for a.txt
+}
+
+// The pieces of `ids` between end-of-text ids, decoded.
+std::vector<std::string> split_documents(const TokenSource& src) {
+  ByteTokenizer tok;
+  std::vector<std::int32_t> ids(src.size());
+  src.read(0, static_cast<int>(ids.size()), ids.data());
+  std::vector<std::string> docs;
+  std::vector<std::int32_t> cur;
+  for (const std::int32_t id : ids) {
+    if (id == tok.eot_id()) {
+      docs.push_back(tok.decode(cur));
+      cur.clear();
+    } else {
+      cur.push_back(id);
+    }
+  }
+  EXPECT_TRUE(cur.empty()) << "the last document does not end with eot";
+  return docs;
+}
+
+template <class F>
+std::string user_error(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no UserError";
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(Prepare, RoundTripSplitsEachDocumentAtALine) {
+  TempDir dir("prepare");
+  make_corpus(dir);
+  PrepareOptions o;
+  o.inputs = {dir / "corpus"};
+  o.output = dir / "out";
+  o.val_fraction = 0.2;
+  const PrepareSummary s = prepare(o);
+
+  EXPECT_EQ(s.files, (std::vector<std::string>{dir / "corpus/a.txt", dir / "corpus/sub/b.md"}));
+  ASSERT_EQ(s.skipped.size(), 3u);  // binary, empty.txt, latin1.txt (sorted); index.dat never listed
+  EXPECT_TRUE(contains(s.skipped[0], "binary: contains NUL bytes"));
+  EXPECT_TRUE(contains(s.skipped[1], "empty.txt: empty"));
+  EXPECT_TRUE(contains(s.skipped[2], "latin1.txt: is not valid UTF-8"));
+  EXPECT_EQ(s.bytes, kDocA.size() + kDocB.size());
+  EXPECT_EQ(s.train_tokens + s.val_tokens, s.bytes + 4);  // 2 documents x (train + val piece) eots
+
+  const Dataset d = Dataset::open(o.output);
+  EXPECT_EQ(d.meta.tokenizer, "byte");
+  EXPECT_EQ(d.meta.vocab_size, 257);
+  EXPECT_EQ(d.meta.eot_id, 256);
+  EXPECT_EQ(d.meta.train_tokens, s.train_tokens);
+  EXPECT_EQ(d.meta.val_tokens, s.val_tokens);
+  EXPECT_EQ(d.meta.val_fraction, 0.2);
+  EXPECT_EQ(d.meta.source_files, s.files);
+  EXPECT_EQ(d.train->size(), s.train_tokens);
+  EXPECT_EQ(d.val->size(), s.val_tokens);
+
+  // train piece + val piece == document; val starts at a line; val is the smaller tail.
+  const std::vector<std::string> train = split_documents(*d.train), val = split_documents(*d.val);
+  ASSERT_EQ(train.size(), 2u);
+  ASSERT_EQ(val.size(), 2u);
+  const std::vector<std::string> docs = {kDocA, kDocB};
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(train[i] + val[i], docs[i]);
+    EXPECT_EQ(train[i].back(), '\n');
+    EXPECT_GT(val[i].size(), 0u);
+    EXPECT_LT(val[i].size(), docs[i].size() * 0.4);  // 0.2 of the bytes, give or take a line
+  }
+
+  // The entropy is that of the train tokens.
+  std::vector<std::uint64_t> counts(257, 0);
+  std::vector<std::int32_t> ids(d.train->size());
+  d.train->read(0, static_cast<int>(ids.size()), ids.data());
+  for (const std::int32_t id : ids) ++counts[static_cast<std::size_t>(id)];
+  EXPECT_NEAR(s.train_entropy_bits, unigram_entropy_bits(counts), 1e-12);
+  EXPECT_NEAR(s.train_entropy_nats, s.train_entropy_bits * std::log(2.0), 1e-12);
+  EXPECT_NEAR(d.meta.train_entropy_bits, s.train_entropy_bits, 1e-12);
+
+  for (const auto& e : fs::directory_iterator(o.output))
+    EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  EXPECT_TRUE(contains(format_summary(s), "2 file(s)"));
+}
+
+TEST(Prepare, IsDeterministicAndOverwrites) {
+  TempDir dir("prepare");
+  make_corpus(dir);
+  PrepareOptions o;
+  o.inputs = {dir / "corpus/sub", dir / "corpus/a.txt"};  // the order of inputs does not matter
+  o.output = dir / "out";
+  prepare(o);
+  const std::string first = test::read_file(dir / "out/train.bin");
+  o.inputs = {dir / "corpus/a.txt", dir / "corpus/sub"};
+  prepare(o);
+  EXPECT_EQ(test::read_file(dir / "out/train.bin"), first);
+}
+
+TEST(Prepare, ZeroValFractionGivesEmptyVal) {
+  TempDir dir("prepare");
+  make_corpus(dir);
+  PrepareOptions o;
+  o.inputs = {dir / "corpus/a.txt"};
+  o.output = dir / "out";
+  o.val_fraction = 0;
+  const PrepareSummary s = prepare(o);
+  EXPECT_EQ(s.val_tokens, 0u);
+  EXPECT_EQ(s.train_tokens, kDocA.size() + 1);
+  const Dataset d = Dataset::open(o.output);
+  EXPECT_EQ(d.val->size(), 0u);
+  EXPECT_EQ(fs::file_size(dir / "out/val.bin"), kTokenFileHeaderBytes);
+}
+
+TEST(Prepare, ValSplitPoint) {
+  EXPECT_EQ(val_split_point("abc\ndef\n", 0.0), 8u);
+  EXPECT_EQ(val_split_point("", 0.5), 0u);
+  // The nearest line start: nominal 6 ("abcd\ne|fgh\nij\n") -> 5, nominal 9 -> 10.
+  EXPECT_EQ(val_split_point("abcd\nefgh\nij\n", 0.5), 5u);
+  EXPECT_EQ(val_split_point("abcd\nefgh\nij\n", 0.3), 10u);
+  // A trailing newline is not an inner line start: nominal 11 in the last line -> 10.
+  EXPECT_EQ(val_split_point("abcd\nefgh\nijklm\n", 0.3), 10u);
+  // Already at a line start.
+  EXPECT_EQ(val_split_point("abcd\nefgh\n", 0.5), 5u);
+  // No line starts before the last byte: the nominal cut, moved off a UTF-8 continuation.
+  EXPECT_EQ(val_split_point("abcdefghij", 0.25), 7u);
+  const std::string u = "aaaaaaa\xc3\xa9zz";  // cut floor(11 * 0.75) = 8 lands inside é (bytes 7, 8)
+  EXPECT_EQ(val_split_point(u, 0.25), 9u);
+}
+
+TEST(TextFiles, CollectSortsDedupsAndSurvivesLoops) {
+  TempDir dir("textfiles");
+  make_corpus(dir);
+  const std::vector<std::string> files = collect_input_files({dir / "corpus"});
+  EXPECT_EQ(files, (std::vector<std::string>{dir / "corpus/a.txt", dir / "corpus/binary", dir / "corpus/empty.txt",
+                                             dir / "corpus/latin1.txt", dir / "corpus/sub/b.md"}));
+  EXPECT_TRUE(contains(user_error([&] { collect_input_files({dir / "missing"}); }), "does not exist"));
+}
+
+TEST(TextFiles, Utf8Validation) {
+  EXPECT_TRUE(is_valid_utf8("plain ascii"));
+  EXPECT_TRUE(is_valid_utf8("é 日本 🙂"));
+  EXPECT_FALSE(is_valid_utf8("\xc0\xaf"));          // overlong '/'
+  EXPECT_FALSE(is_valid_utf8("\xe0\x80\xaf"));      // overlong
+  EXPECT_FALSE(is_valid_utf8("\xed\xa0\x80"));      // surrogate
+  EXPECT_FALSE(is_valid_utf8("\xf4\x90\x80\x80"));  // above U+10FFFF
+  EXPECT_FALSE(is_valid_utf8("\xe2\x82"));          // truncated
+  EXPECT_FALSE(is_valid_utf8("\x80"));              // lone continuation
+  EXPECT_EQ(text_rejection("ok\n"), "");
+}
+
+TEST(PrepareErrors, NoInputFiles) {
+  TempDir dir("prepare");
+  PrepareOptions o;
+  o.output = dir / "out";
+  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "no input"));
+  fs::create_directories(dir / "emptydir");
+  test::write_file(dir / "emptydir/x.dat", "index");
+  o.inputs = {dir / "emptydir"};
+  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "no input files found"));
+  o.inputs = {dir / "nope"};
+  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "does not exist"));
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+TEST(PrepareErrors, EmptyCorpusLeavesNoOutput) {
+  TempDir dir("prepare");
+  test::write_file(dir / "in/empty.txt", "");
+  test::write_file(dir / "in/bin", std::string("\0\0", 2));
+  PrepareOptions o;
+  o.inputs = {dir / "in"};
+  o.output = dir / "out";
+  const std::string msg = user_error([&] { prepare(o); });
+  EXPECT_TRUE(contains(msg, "corpus is empty")) << msg;
+  EXPECT_TRUE(contains(msg, "empty.txt: empty")) << msg;
+  EXPECT_FALSE(fs::exists(dir / "out"));  // created for the temporaries, then removed
+  // An existing directory is kept, without temporaries.
+  fs::create_directories(dir / "out");
+  user_error([&] { prepare(o); });
+  EXPECT_TRUE(fs::is_empty(dir / "out"));
+}
+
+TEST(PrepareErrors, OutputNotWritable) {
+  TempDir dir("prepare");
+  test::write_file(dir / "in/a.txt", kDocA);
+  PrepareOptions o;
+  o.inputs = {dir / "in"};
+  o.output = dir / "in/a.txt/out";  // under a regular file: cannot be created, even by root
+  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "cannot create the output directory"));
+  o.output = dir / "in/a.txt";
+  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "is not a directory"));
+}
+
+TEST(PrepareErrors, BadOptions) {
+  TempDir dir("prepare");
+  test::write_file(dir / "in/a.txt", kDocA);
+  PrepareOptions o;
+  o.inputs = {dir / "in"};
+  o.output = dir / "out";
+  o.val_fraction = 1.0;
+  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "--val_fraction must be in [0, 1)"));
+  o.val_fraction = 0.1;
+  o.tokenizer = "bpe42";
+  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "known tokenizers: byte"));
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+TEST(DatasetErrors, MissingDirectoryOrFilesSayRunPrepare) {
+  TempDir dir("dataset");
+  std::string msg = user_error([&] { Dataset::open(dir / "nope"); });
+  EXPECT_TRUE(contains(msg, dir / "nope") && contains(msg, "meshtrain prepare")) << msg;
+  test::write_file(dir / "in/a.txt", kDocA);
+  PrepareOptions o;
+  o.inputs = {dir / "in"};
+  o.output = dir / "ds";
+  prepare(o);
+  fs::remove(dir / "ds/meta.json");
+  msg = user_error([&] { Dataset::open(dir / "ds"); });
+  EXPECT_TRUE(contains(msg, "meta.json is missing") && contains(msg, "meshtrain prepare")) << msg;
+}
+
+TEST(DatasetErrors, InconsistentMeta) {
+  TempDir dir("dataset");
+  test::write_file(dir / "in/a.txt", kDocA);
+  PrepareOptions o;
+  o.inputs = {dir / "in"};
+  o.output = dir / "ds";
+  const PrepareSummary s = prepare(o);
+  const std::string meta = test::read_file(dir / "ds/meta.json");
+  std::string edited = meta;
+  const std::string key = "\"train_tokens\": " + std::to_string(s.train_tokens);
+  edited.replace(edited.find(key), key.size(), "\"train_tokens\": 5");
+  test::write_file(dir / "ds/meta.json", edited);
+  EXPECT_TRUE(contains(user_error([&] { Dataset::open(dir / "ds"); }), "but " + (dir / "ds/meta.json") + " says 5"));
+  test::write_file(dir / "ds/meta.json", "{\"tokenizer\": ");
+  EXPECT_TRUE(contains(user_error([&] { Dataset::open(dir / "ds"); }), "is not valid JSON"));
+}
+
+TEST(Dataset, MetaJsonRoundTrip) {
+  DatasetMeta m;
+  m.tokenizer = "byte";
+  m.vocab_size = 257;
+  m.eot_id = 256;
+  m.train_tokens = (std::uint64_t{1} << 60) + 3;  // beyond double precision
+  m.val_tokens = 7;
+  m.val_fraction = 0.05;
+  m.val_split = "rule \"quoted\"\n";
+  m.source_files = {"a \\ b.txt", "c\td"};
+  m.train_entropy_bits = 4.25;
+  m.meshtrain_version = "0.1.0";
+  const DatasetMeta r = meta_from_json(meta_to_json(m), "meta.json");
+  EXPECT_EQ(r.train_tokens, m.train_tokens);
+  EXPECT_EQ(r.val_split, m.val_split);
+  EXPECT_EQ(r.source_files, m.source_files);
+  EXPECT_EQ(r.val_fraction, m.val_fraction);
+  EXPECT_EQ(r.train_entropy_bits, m.train_entropy_bits);
+}
+
+TEST(Dataset, RandomAndLoad) {
+  const Dataset d = Dataset::load("random", 512, 9);
+  EXPECT_EQ(d.train->vocab_size(), 512);
+  EXPECT_EQ(d.meta.tokenizer, "random");
+  std::vector<std::int32_t> a(64), b(64);
+  d.train->read(0, 64, a.data());
+  d.val->read(0, 64, b.data());
+  EXPECT_NE(a, b);  // val is another stream
+  EXPECT_TRUE(contains(user_error([] { Dataset::load("", 512, 9); }), "data.dir is not set"));
+}
+
+TEST(Dataset, CheckVocab) {
+  check_vocab(257, 257);
+  check_vocab(257, 320);
+  EXPECT_EQ(user_error([] { check_vocab(50257, 32000); }).rfind(
+                "the dataset's vocabulary (50257) is larger than model.vocab_size (32000)", 0),
+            0u);
+}
+
+TEST(Dataset, SamplersReadThePreparedTokens) {
+  TempDir dir("dataset");
+  make_corpus(dir);
+  PrepareOptions o;
+  o.inputs = {dir / "corpus"};
+  o.output = dir / "ds";
+  o.val_fraction = 0.3;
+  prepare(o);
+  const Dataset d = Dataset::open(o.output);
+  const int T = 16;
+  const std::string text = kDocA + kDocB;
+  Sampler train(d.train, T, 11);
+  std::vector<std::int32_t> in(4 * T), tg(4 * T), ref(T + 1);
+  train.fill(1000, 4, in.data(), tg.data());
+  for (int j = 0; j < 4; ++j) {
+    d.train->read(train.window_start(1000 + static_cast<std::uint64_t>(j)), T + 1, ref.data());
+    EXPECT_TRUE(std::equal(ref.begin(), ref.end() - 1, in.begin() + j * T));
+    EXPECT_TRUE(std::equal(ref.begin() + 1, ref.end(), tg.begin() + j * T));
+  }
+  ASSERT_TRUE(has_window(*d.val, T));
+  EvalSampler val(d.val, T);
+  val.fill(0, 1, in.data(), tg.data());
+  d.val->read(0, T + 1, ref.data());
+  EXPECT_TRUE(std::equal(ref.begin(), ref.end() - 1, in.begin()));
+  EXPECT_TRUE(std::equal(ref.begin() + 1, ref.end(), tg.begin()));
+}
