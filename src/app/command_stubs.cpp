@@ -1,4 +1,6 @@
 // Temporary: commands that later issues implement.
+#include <cstdio>
+
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
@@ -6,11 +8,15 @@
 namespace meshtrain::app {
 namespace {
 int reserved(const char* name, const Args& args) {
-  parse_config(name, args);
+  // --help works already: every command shares the configuration keys.
+  const ParsedArgs parsed = parse_config(name, args);
+  if (parsed.help) {
+    if (world_rank() == 0) std::fputs(parsed.help_text.c_str(), stdout);
+    return 0;
+  }
   throw UserError(strprintf("`meshtrain %s` is not available in this build yet", name));
 }
 }  // namespace
-int command_train(Runtime&, const Args& a) { return reserved("train", a); }
 int command_convert(Runtime&, const Args& a) { return reserved("convert", a); }
 int command_generate(Runtime&, const Args& a) { return reserved("generate", a); }
 int command_eval(Runtime&, const Args& a) { return reserved("eval", a); }

@@ -75,13 +75,14 @@ void visit_config(C& c, V&& v) {
   v("train.activation_checkpointing", t.activation_checkpointing, "recompute each block's activations in backward instead of storing them");
   v("train.seed", t.seed, "seed of initialisation, data order and sampling");
   v("train.eval_every", t.eval_every, "steps between validation evaluations (0 = at the end only)");
-  v("train.eval_batches", t.eval_batches, "micro-batches per data-parallel rank per evaluation");
+  v("train.eval_batches", t.eval_batches, "global batches (train.global_batch sequences of the validation split) per evaluation");
   v("train.log_every", t.log_every, "steps between progress lines and metrics.jsonl records");
   v("train.time_limit", t.time_limit, "wall-clock seconds for this run; saves and exits before it (0 = none; the Slurm end time is used when present)");
   v("train.time_limit_margin", t.time_limit_margin, "seconds before the time limit at which the save starts");
   v("train.max_skipped_steps", t.max_skipped_steps, "steps with a non-finite loss or gradient norm that are skipped before the job aborts");
   v("train.inject_nan_steps", t.inject_nan_steps, "debug: comma list of steps whose gradients are poisoned with NaN");
   v("train.inject_nan_rank", t.inject_nan_rank, "debug: rank that poisons its gradients (-1 = all)");
+  v("train.peak_tflops", t.peak_tflops, "per-rank GEMM peak in TFLOP/s used for MFU (0 = measure it at start, ~0.5 s)");
   v("train.sample_prompt", t.sample_prompt, "text to continue with the trained model at the end of training");
   v("train.sample_tokens", t.sample_tokens, "tokens sampled at the end of training (0 = no sample)");
 
@@ -158,6 +159,23 @@ std::string nearest_key(const std::string& unknown, const std::vector<std::strin
     }
   }
   return best;
+}
+
+/// Boost's INI parser only knows whole-line comments; also accept "key = value  ; note"
+/// and "key = value  # note" (a ; or # preceded by whitespace starts a comment).
+std::string strip_inline_comments(std::istream& in) {
+  std::string out, line;
+  while (std::getline(in, line)) {
+    for (std::size_t i = 1; i < line.size(); ++i) {
+      if ((line[i] == ';' || line[i] == '#') && (line[i - 1] == ' ' || line[i - 1] == '\t')) {
+        line.resize(i);
+        break;
+      }
+    }
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) line.pop_back();
+    out += line + "\n";
+  }
+  return out;
 }
 
 [[noreturn]] void unknown_key_error(const std::string& raw, const std::string& where,
@@ -244,7 +262,8 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
       out.config.source_file = path;
       where = " (in " + path + ")";
       // Values already stored from the command line take precedence over the file.
-      po::store(po::parse_config_file(in, keys, /*allow_unregistered=*/false), vm);
+      std::istringstream stripped(strip_inline_comments(in));
+      po::store(po::parse_config_file(stripped, keys, /*allow_unregistered=*/false), vm);
     }
     po::notify(vm);
   } catch (const po::unknown_option& e) {
@@ -329,6 +348,7 @@ void validate_config(const Config& c) {
   non_negative("train.time_limit", c.train.time_limit);
   non_negative("train.max_skipped_steps", c.train.max_skipped_steps);
   non_negative("train.sample_tokens", c.train.sample_tokens);
+  non_negative("train.peak_tflops", c.train.peak_tflops);
   if (!c.train.inject_nan_steps.empty()) parse_int_list("train.inject_nan_steps", c.train.inject_nan_steps);
   non_negative("checkpoint.every", c.checkpoint.every);
   positive("checkpoint.keep", c.checkpoint.keep);

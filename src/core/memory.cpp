@@ -9,6 +9,10 @@
 
 #include "meshtrain/core/error.hpp"
 
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
 namespace meshtrain {
 
 const char* category_name(MemCategory c) {
@@ -113,4 +117,16 @@ std::size_t host_total_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
 }
 
+}  // namespace meshtrain
+
+namespace meshtrain {
+std::size_t device_memory_bytes() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  std::size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return 0;
+  return total;
+#else
+  return 0;
+#endif
+}
 }  // namespace meshtrain

@@ -67,13 +67,14 @@ struct TrainConfig {
   bool activation_checkpointing = false;
   std::uint64_t seed = 1234;
   int eval_every = 0;                 ///< 0 = only at the end (when val.bin exists)
-  int eval_batches = 4;               ///< batches of micro_batch per dp rank per evaluation
+  int eval_batches = 4;               ///< global batches of validation windows per evaluation
   int log_every = 1;
   double time_limit = 0;              ///< seconds; save and exit before this (0 = none; Slurm end time also used)
   double time_limit_margin = 60;      ///< seconds before the limit at which to save
   int max_skipped_steps = 5;          ///< non-finite steps skipped before aborting
   std::string inject_nan_steps;       ///< debug: comma list of steps whose gradients are made NaN
   int inject_nan_rank = -1;           ///< debug: which rank injects (-1 = all)
+  double peak_tflops = 0;             ///< per-rank GEMM peak for MFU (0 = measured at start)
   std::string sample_prompt;          ///< text sampled at the end of training (empty = none)
   int sample_tokens = 0;
 };

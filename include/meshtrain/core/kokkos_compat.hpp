@@ -36,6 +36,8 @@ template <class T> KOKKOS_INLINE_FUNCTION T sin(T x) { return MESHTRAIN_KOKKOS_M
 template <class T> KOKKOS_INLINE_FUNCTION T pow(T x, T y) { return MESHTRAIN_KOKKOS_MATH_NS::pow(x, y); }
 template <class T> KOKKOS_INLINE_FUNCTION T fabs(T x) { return MESHTRAIN_KOKKOS_MATH_NS::fabs(x); }
 template <class T> KOKKOS_INLINE_FUNCTION bool isfinite(T x) { return MESHTRAIN_KOKKOS_MATH_NS::isfinite(x); }
+/// +infinity of T (Kokkos numeric traits: same spelling in 3.4 and 4.x).
+template <class T> KOKKOS_INLINE_FUNCTION T infinity() { return Kokkos::Experimental::infinity<T>::value; }
 template <class T> KOKKOS_INLINE_FUNCTION T max(T a, T b) { return a > b ? a : b; }
 template <class T> KOKKOS_INLINE_FUNCTION T min(T a, T b) { return a < b ? a : b; }
 }  // namespace math

@@ -115,5 +115,7 @@ class Buffer {
 std::size_t host_peak_rss_bytes();
 /// Total physical memory of this node in bytes.
 std::size_t host_total_memory_bytes();
+/// Memory of this rank's device in bytes (0 on host-only builds).
+std::size_t device_memory_bytes();
 
 }  // namespace meshtrain

@@ -1,0 +1,83 @@
+#pragma once
+/// \brief The memory model and strategy planner behind `parallel.strategy = auto` and
+/// `meshtrain plan`. It builds the same flat layouts the FSDP engine allocates (so the
+/// persistent bytes are exact, not estimated) and models the transient peaks
+/// (gathered parameters, gradient buffers, activations, communication buffers) of one
+/// micro-step. No model memory is allocated: a 70B job can be planned on a laptop.
+
+#include <string>
+#include <vector>
+
+#include "meshtrain/comm/communicator.hpp"
+#include "meshtrain/model/model_dims.hpp"
+#include "meshtrain/parallel/strategy.hpp"
+#include "meshtrain/runtime/mesh.hpp"
+
+namespace meshtrain::parallel {
+
+struct PlanInput {
+  model::ModelDims dims;
+  int world = 1;
+  int ranks_per_node = 1;
+  MeshRequest mesh;            ///< as configured (tp, dp_shard, dp_replicate)
+  int micro_batch = 1;
+  int seq_len = 1;
+  int global_batch = 0;        ///< 0: micro_batch * dp * grad_accum
+  int grad_accum = 1;
+  bool bf16 = false;
+  bool activation_checkpointing = false;
+  DType reduce_dtype = DType::F32;
+  int prefetch = 1;
+  double memory_budget = 0;    ///< bytes per rank
+  double headroom = 0.15;
+};
+
+/// Per-rank bytes by component.
+struct MemoryEstimate {
+  double params = 0, grads = 0, optimizer = 0;    ///< persistent
+  double gathered = 0, grad_buffers = 0;          ///< transient parameter/gradient copies
+  double activations = 0, comm_buffers = 0;       ///< transient
+  double persistent() const { return params + grads + optimizer; }
+  double total() const { return persistent() + gathered + grad_buffers + activations + comm_buffers; }
+};
+
+/// Per-step communication volume of one rank (bytes moved per rank on the wire, i.e. the
+/// bus volume: (n-1)/n of the buffer for all-gather/reduce-scatter, 2(n-1)/n for all-reduce).
+struct CommVolume {
+  double fsdp_gather = 0;      ///< parameter all-gathers (overlappable with compute)
+  double fsdp_reduce = 0;      ///< gradient reduce-scatter / all-reduce (overlappable)
+  double replicate = 0;        ///< all-reduce across dp_replicate (hybrid)
+  double tp = 0;               ///< tensor-parallel all-reduces (on the critical path)
+  int fsdp_collectives = 0, tp_collectives = 0;
+  double total() const { return fsdp_gather + fsdp_reduce + replicate + tp; }
+};
+
+struct StrategyPlan {
+  Strategy strategy = Strategy::FullShard;
+  MeshShape mesh;
+  int grad_accum = 1;
+  MemoryEstimate memory;
+  CommVolume comm;
+  bool valid = true;           ///< mesh/batch possible for this strategy
+  bool fits = false;
+  std::string note;            ///< why it is invalid or does not fit
+};
+
+struct Plan {
+  std::vector<StrategyPlan> options;  ///< no_shard, shard_grad_op, full_shard, hybrid_shard
+  int chosen = -1;                    ///< index into options (auto's pick), -1 if none fits
+  std::string reason;
+};
+
+/// Evaluates every strategy; `auto` picks the least-communication one that fits in
+/// memory_budget * (1 - headroom).
+Plan make_plan(const PlanInput& in);
+
+/// The memory and communication of one strategy on one mesh.
+StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mesh);
+
+/// The mesh a strategy runs on for the configured request (hybrid_shard: replicas across
+/// nodes when dp_replicate is left at 1). UserError when impossible.
+MeshShape mesh_for_strategy(const PlanInput& in, Strategy s);
+
+}  // namespace meshtrain::parallel

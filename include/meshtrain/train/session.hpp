@@ -1,0 +1,43 @@
+#pragma once
+/// \brief A model on a mesh: the mesh and its communicators, the FSDP engine holding the
+/// (sharded) state, and the transformer that computes with it. Shared by train, eval and
+/// generate.
+
+#include <memory>
+
+#include "meshtrain/model/transformer.hpp"
+#include "meshtrain/parallel/comm_groups.hpp"
+#include "meshtrain/parallel/fsdp.hpp"
+#include "meshtrain/runtime/mesh.hpp"
+#include "meshtrain/runtime/runtime.hpp"
+#include "meshtrain/train/run_setup.hpp"
+
+namespace meshtrain::train {
+
+template <class T>
+class Session {
+ public:
+  Session(const Runtime& rt, const RunSetup& setup);
+
+  const RunSetup& setup() const { return setup_; }
+  const Mesh& mesh() const { return mesh_; }
+  const parallel::CommGroups& groups() const { return groups_; }
+  const model::TpDims& tp() const { return tp_; }
+  parallel::FsdpEngine<T>& engine() { return *engine_; }
+  const model::Transformer<T>& model() const { return *model_; }
+  model::ComputeContext context() const;
+
+  /// Loss summed over every token of every data-parallel rank: contributions of tp rank 0
+  /// only (tp ranks hold the same value), summed over the world. Same value on all ranks.
+  double global_sum(double local_tp_identical) const;
+
+ private:
+  RunSetup setup_;
+  Mesh mesh_;
+  parallel::CommGroups groups_;
+  model::TpDims tp_;
+  std::unique_ptr<parallel::FsdpEngine<T>> engine_;
+  std::unique_ptr<model::Transformer<T>> model_;
+};
+
+}  // namespace meshtrain::train

@@ -1,0 +1,29 @@
+#include <cstdio>
+
+#include "meshtrain/app/commands.hpp"
+#include "meshtrain/comm/mpi_communicator.hpp"
+#include "meshtrain/config/config.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/train/trainer.hpp"
+
+namespace meshtrain::app {
+
+int command_train(Runtime& rt, const Args& args) {
+  ParsedArgs parsed = parse_config("train", args);
+  const bool root = rt.topology().world_rank == 0;
+  if (parsed.help) {
+    if (root) std::fputs(parsed.help_text.c_str(), stdout);
+    return 0;
+  }
+  const Config& cfg = parsed.config;
+  log::configure(rt.topology().world_rank, cfg.output.log_all_ranks,
+                 cfg.output.log_level == "debug" ? log::Level::Debug
+                 : cfg.output.log_level == "warn" ? log::Level::Warn
+                                                  : log::Level::Info);
+  set_collective_timeout(cfg.parallel.collective_timeout);
+  const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
+  return train::run_training(rt, setup);
+}
+
+}  // namespace meshtrain::app

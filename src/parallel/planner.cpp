@@ -1,0 +1,188 @@
+#include "meshtrain/parallel/planner.hpp"
+
+#include <algorithm>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
+#include "meshtrain/model/layout.hpp"
+
+namespace meshtrain::parallel {
+namespace {
+
+/// Saved activations of one block for one micro-batch (elements), mirroring BlockCache.
+double block_activation_elems(const model::ModelDims& d, const model::TpDims& t, int B, int T) {
+  const double N = static_cast<double>(B) * T, C = d.d_model, hd = d.head_dim;
+  const double W = d.family == model::Family::Gpt2 ? 3.0 * t.heads * hd : (t.heads + 2.0 * t.kv_heads) * hd;
+  const double mlp_in = d.family == model::Family::Gpt2 ? t.ffn : 2.0 * t.ffn;
+  return N * C * 3 /*norm1, x_mid, norm2*/ + N * W + static_cast<double>(B) * t.heads * T * T /*probs*/ +
+         N * t.heads * hd /*attn_out*/ + N * mlp_in + N * t.ffn /*act*/;
+}
+
+/// Largest backward scratch of a block (elements): dqkv + attention work + dnorm + dh.
+double block_backward_scratch_elems(const model::ModelDims& d, const model::TpDims& t, int B, int T) {
+  const double N = static_cast<double>(B) * T, C = d.d_model, hd = d.head_dim;
+  const double W = d.family == model::Family::Gpt2 ? 3.0 * t.heads * hd : (t.heads + 2.0 * t.kv_heads) * hd;
+  const double mlp = d.family == model::Family::Gpt2 ? t.ffn : 2.0 * t.ffn;
+  return std::max(N * W + static_cast<double>(B) * t.heads * T * T + N * t.heads * hd, N * mlp + N * t.ffn) + N * C;
+}
+
+}  // namespace
+
+MeshShape mesh_for_strategy(const PlanInput& in, Strategy s) {
+  MeshRequest req = in.mesh;
+  if (s == Strategy::HybridShard && req.dp_replicate == 1 && req.dp_shard == -1) {
+    // Shard within a node, replicate across nodes.
+    const int nodes = std::max(1, in.world / std::max(1, in.ranks_per_node));
+    req.dp_replicate = nodes;
+  }
+  return resolve_mesh(req, in.world, in.ranks_per_node > 0 ? std::optional<int>(in.ranks_per_node) : std::nullopt);
+}
+
+StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mesh) {
+  StrategyPlan p;
+  p.strategy = s;
+  p.mesh = mesh;
+  const StrategyTraits tr = traits(s);
+  const model::TpDims t = model::tp_dims(in.dims, mesh.tp, 0);
+  const auto specs = model::build_param_specs(in.dims, mesh.tp);
+  const int units = model::num_units(in.dims);
+  const int shards = tr.shard_params ? mesh.dp_shard : 1;
+  const auto layouts = model::build_layouts(specs, units, mesh.tp, shards);
+
+  const int dp = mesh.dp();
+  if (in.global_batch > 0) {
+    if (in.global_batch % (in.micro_batch * dp) != 0) {
+      p.valid = false;
+      p.note = strprintf("train.global_batch=%d is not a multiple of micro_batch x dp = %d x %d", in.global_batch,
+                         in.micro_batch, dp);
+      return p;
+    }
+    p.grad_accum = in.global_batch / (in.micro_batch * dp);
+  } else {
+    p.grad_accum = in.grad_accum;
+  }
+
+  const double sT = in.bf16 ? 2.0 : 4.0;
+  const double sR = in.reduce_dtype == DType::BF16 ? 2.0 : 4.0;
+  double state_elems = 0, max_block = 0, outer = 0, all_padded = 0;
+  for (const auto& L : layouts) {
+    state_elems += tr.shard_params ? L.shard_numel : L.padded();
+    all_padded += L.padded();
+    if (L.unit == 0) outer = static_cast<double>(L.padded());
+    else max_block = std::max(max_block, static_cast<double>(L.padded()));
+  }
+  MemoryEstimate& m = p.memory;
+  m.params = 4.0 * state_elems;
+  m.grads = 4.0 * state_elems;
+  m.optimizer = 8.0 * state_elems;
+
+  // Transient parameter copies in the compute dtype.
+  const int alive_blocks = std::min(in.dims.n_layers, 1 + in.prefetch);
+  if (s == Strategy::NoShard) m.gathered = in.bf16 ? sT * all_padded : 0.0;
+  else if (s == Strategy::ShardGradOp) m.gathered = sT * all_padded;  // kept from forward to backward
+  else m.gathered = sT * (outer + alive_blocks * max_block);
+  // Gradient buffers: full/hybrid hold this micro-step's grads of the outer unit and of the
+  // blocks whose reduce-scatter is in flight; shard_grad_op accumulates everything in fp32.
+  if (s == Strategy::ShardGradOp) m.grad_buffers = 4.0 * all_padded + (in.bf16 ? sT * max_block : 0.0);
+  else if (s == Strategy::NoShard) m.grad_buffers = in.bf16 ? sT * std::max(outer, max_block) : 0.0;
+  else m.grad_buffers = sT * (outer + 2 * max_block);
+  m.comm_buffers = (sR != sT || in.bf16) ? std::max(sR, 4.0) * std::max(outer, max_block) : 0.0;
+
+  const int B = in.micro_batch, T = in.seq_len;
+  const double N = static_cast<double>(B) * T, C = in.dims.d_model;
+  const double per_block = block_activation_elems(in.dims, t, B, T);
+  const double L = in.dims.n_layers;
+  double act = (L + 2) * N * C;  // residual stream at every block boundary + dx
+  act += in.activation_checkpointing ? per_block : L * per_block;
+  act += block_backward_scratch_elems(in.dims, t, B, T);
+  const double chunk = std::min(N, std::max(1.0, 16777216.0 / static_cast<double>(t.vocab)));
+  act += chunk * t.vocab + 2 * N * C;  // head: logits chunk, normed, dnormed
+  m.activations = sT * act;
+
+  // Communication per optimizer step.
+  CommVolume& c = p.comm;
+  const int A = p.grad_accum;
+  const double S = mesh.dp_shard;
+  double unit_bytes_T = 0, unit_bytes_R = 0;
+  for (const auto& Lu : layouts) {
+    unit_bytes_T += sT * Lu.padded();
+    unit_bytes_R += sR * Lu.padded();
+  }
+  if (tr.shard_params && S > 1) {
+    // Per micro-step the outer unit is gathered once and every block once (forward), or
+    // twice when it is resharded after forward (forward and backward).
+    const double outer_T = sT * layouts[0].padded();
+    const double blocks_T = unit_bytes_T - outer_T;
+    c.fsdp_gather = A * (S - 1) / S * (outer_T + (tr.reshard_after_forward ? 2.0 : 1.0) * blocks_T);
+    c.fsdp_reduce = (tr.reduce_every_micro ? A : 1) * (S - 1) / S * unit_bytes_R;
+    c.fsdp_collectives = units * (tr.reduce_every_micro ? 3 * A : A + 1);
+  } else if (!tr.shard_params && dp > 1) {
+    c.fsdp_reduce = 2.0 * (dp - 1) / dp * unit_bytes_R;
+    c.fsdp_collectives = units;
+  }
+  if (tr.shard_params && mesh.dp_replicate > 1) {
+    const double Rr = mesh.dp_replicate;
+    c.replicate = 2.0 * (Rr - 1) / Rr * 4.0 * state_elems;
+  }
+  if (mesh.tp > 1) {
+    // Per block: forward 2 (attention out, MLP out), backward 2 (norm input grads), plus the
+    // recomputation's 2 with activation checkpointing; embedding 1 and head 1.
+    const double per = 2.0 * (mesh.tp - 1) / mesh.tp * N * C * sT;
+    const double per_block_ars = in.activation_checkpointing ? 6 : 4;
+    c.tp = A * per * (per_block_ars * L + 2);
+    c.tp_collectives = static_cast<int>(A * (per_block_ars * L + 2));
+  }
+
+  const double budget = in.memory_budget * (1.0 - in.headroom);
+  p.fits = in.memory_budget <= 0 || m.total() <= budget;
+  if (!p.fits)
+    p.note = strprintf("needs %s of the %s usable per rank", format_bytes(m.total()).c_str(),
+                       format_bytes(budget).c_str());
+  return p;
+}
+
+Plan make_plan(const PlanInput& in) {
+  Plan plan;
+  const Strategy order[] = {Strategy::NoShard, Strategy::ShardGradOp, Strategy::HybridShard, Strategy::FullShard};
+  const int nodes = std::max(1, in.world / std::max(1, in.ranks_per_node));
+  for (Strategy s : order) {
+    StrategyPlan p;
+    try {
+      p = plan_strategy(in, s, mesh_for_strategy(in, s));
+    } catch (const UserError& e) {
+      p.strategy = s;
+      p.valid = false;
+      p.note = e.what();
+    }
+    if (s == Strategy::HybridShard && p.valid && p.mesh.dp_replicate == 1) {
+      p.valid = false;
+      p.note = "needs more than one replica (dp_replicate > 1); same as full_shard here";
+    }
+    plan.options.push_back(p);
+  }
+  // Least communication first: no_shard < shard_grad_op < hybrid_shard < full_shard.
+  for (int i = 0; i < static_cast<int>(plan.options.size()); ++i) {
+    const StrategyPlan& p = plan.options[i];
+    if (p.valid && p.fits) {
+      plan.chosen = i;
+      break;
+    }
+  }
+  if (plan.chosen < 0) {
+    plan.reason = "no strategy fits the memory budget: add ranks, use train.activation_checkpointing=true, a "
+                  "smaller train.micro_batch, or bf16";
+  } else {
+    const StrategyPlan& p = plan.options[plan.chosen];
+    plan.reason = strprintf("%s is the least-communication strategy that fits: %s per rank of %s usable",
+                            strategy_name(p.strategy), format_bytes(p.memory.total()).c_str(),
+                            format_bytes(in.memory_budget * (1 - in.headroom)).c_str());
+    for (int i = 0; i < plan.chosen; ++i)
+      if (plan.options[i].valid)
+        plan.reason += strprintf("; %s does not fit (%s)", strategy_name(plan.options[i].strategy),
+                                 plan.options[i].note.c_str());
+    (void)nodes;
+  }
+  return plan;
+}
+
+}  // namespace meshtrain::parallel

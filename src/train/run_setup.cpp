@@ -1,0 +1,85 @@
+#include "meshtrain/train/run_setup.hpp"
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/core/memory.hpp"
+
+namespace meshtrain::train {
+
+double memory_budget_per_rank(const Config& cfg, const Topology& topo, bool other_cluster) {
+  if (!cfg.parallel.device_memory.empty()) return static_cast<double>(parse_bytes("parallel.device_memory", cfg.parallel.device_memory));
+  if (!cfg.parallel.memory_limit.empty()) return static_cast<double>(parse_bytes("parallel.memory_limit", cfg.parallel.memory_limit));
+  const double device = static_cast<double>(device_memory_bytes());
+  if (device > 0) return device;
+  const int per_node = other_cluster && cfg.parallel.gpus_per_node > 0 ? cfg.parallel.gpus_per_node : topo.local_size;
+  return static_cast<double>(host_total_memory_bytes()) / std::max(1, per_node);
+}
+
+parallel::PlanInput plan_input(const Config& cfg, const model::ModelDims& dims, int world, int ranks_per_node,
+                               double budget) {
+  parallel::PlanInput in;
+  in.dims = dims;
+  in.world = world;
+  in.ranks_per_node = ranks_per_node;
+  in.mesh = {cfg.parallel.dp_replicate, cfg.parallel.dp_shard, cfg.parallel.tp};
+  in.micro_batch = cfg.train.micro_batch;
+  in.seq_len = cfg.train.seq_len;
+  in.global_batch = cfg.train.global_batch;
+  in.grad_accum = cfg.train.grad_accum;
+  in.bf16 = cfg.train.precision == "bf16";
+  in.activation_checkpointing = cfg.train.activation_checkpointing;
+  in.reduce_dtype = cfg.parallel.reduce_dtype == "bf16" ? DType::BF16 : DType::F32;
+  in.prefetch = cfg.parallel.prefetch;
+  in.memory_budget = budget;
+  in.headroom = cfg.parallel.memory_headroom;
+  return in;
+}
+
+RunSetup resolve_run(const Config& cfg, const Topology& topo) {
+  validate_config(cfg);
+  RunSetup r;
+  r.config = cfg;
+  r.dims = model::resolve_dims(cfg.model);
+  MESHTRAIN_REQUIRE(cfg.train.seq_len <= r.dims.max_seq_len,
+                    "train.seq_len=%d is longer than model.max_seq_len=%d", cfg.train.seq_len, r.dims.max_seq_len);
+  r.bf16 = cfg.train.precision == "bf16";
+  const int rpn = topo.uniform() ? topo.local_size : 0;
+  r.memory_budget = memory_budget_per_rank(cfg, topo, false);
+  const parallel::PlanInput in = plan_input(cfg, r.dims, topo.world_size, rpn, r.memory_budget);
+  r.plan = parallel::make_plan(in);
+
+  parallel::StrategyPlan chosen;
+  if (cfg.parallel.strategy == "auto") {
+    MESHTRAIN_REQUIRE(r.plan.chosen >= 0, "parallel.strategy=auto: %s", r.plan.reason.c_str());
+    chosen = r.plan.options[r.plan.chosen];
+    r.strategy_reason = r.plan.reason;
+  } else {
+    const parallel::Strategy s = parallel::parse_strategy(cfg.parallel.strategy);
+    chosen = parallel::plan_strategy(in, s, parallel::mesh_for_strategy(in, s));
+    MESHTRAIN_REQUIRE(chosen.valid, "parallel.strategy=%s: %s", cfg.parallel.strategy.c_str(), chosen.note.c_str());
+    r.strategy_reason = "set by parallel.strategy";
+    if (!chosen.fits)
+      log::warn("parallel.strategy=%s may not fit in memory: %s (parallel.memory_limit or the device size sets the budget)",
+                cfg.parallel.strategy.c_str(), chosen.note.c_str());
+  }
+  r.strategy = chosen.strategy;
+  r.mesh = chosen.mesh;
+  // Validate the TP slice (heads, vocab divisibility) on the resolved mesh.
+  model::tp_dims(r.dims, r.mesh.tp, 0);
+  const int dp = r.mesh.dp();
+  if (cfg.train.global_batch > 0) {
+    const int per = cfg.train.micro_batch * dp;
+    MESHTRAIN_REQUIRE(cfg.train.global_batch % per == 0,
+                      "train.global_batch=%d is not a multiple of train.micro_batch x data-parallel ranks = %d x %d "
+                      "= %d; choose a global batch that is a multiple of %d, or change train.micro_batch",
+                      cfg.train.global_batch, cfg.train.micro_batch, dp, per, per);
+    r.grad_accum = cfg.train.global_batch / per;
+    r.global_batch = cfg.train.global_batch;
+  } else {
+    r.grad_accum = cfg.train.grad_accum;
+    r.global_batch = cfg.train.micro_batch * dp * r.grad_accum;
+  }
+  return r;
+}
+
+}  // namespace meshtrain::train

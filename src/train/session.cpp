@@ -1,0 +1,41 @@
+#include "meshtrain/train/session.hpp"
+
+namespace meshtrain::train {
+
+template <class T>
+Session<T>::Session(const Runtime& rt, const RunSetup& setup)
+    : setup_(setup), mesh_(rt.world(), setup.mesh), groups_(parallel::make_comm_groups(mesh_, setup.config.parallel.backend)) {
+  const MeshCoord& c = mesh_.coord();
+  tp_ = model::tp_dims(setup.dims, setup.mesh.tp, c.tp);
+  parallel::FsdpOptions opt;
+  opt.strategy = setup.strategy;
+  opt.prefetch = setup.config.parallel.prefetch;
+  opt.reduce_dtype = setup.config.parallel.reduce_dtype == "bf16" ? DType::BF16 : DType::F32;
+  opt.grad_accum = setup.grad_accum;
+  engine_ = std::make_unique<parallel::FsdpEngine<T>>(model::build_param_specs(setup.dims, setup.mesh.tp),
+                                                      model::num_units(setup.dims), setup.mesh.tp, c.tp, setup.mesh,
+                                                      c, groups_, opt);
+  model_ = std::make_unique<model::Transformer<T>>(setup.dims, tp_, engine_->specs(), engine_->layouts());
+}
+
+template <class T>
+model::ComputeContext Session<T>::context() const {
+  model::ComputeContext ctx;
+  ctx.tp = groups_.tp.get();
+  return ctx;
+}
+
+template <class T>
+double Session<T>::global_sum(double local) const {
+  Buffer<double> v(1, MemCategory::Workspace);
+  Kokkos::deep_copy(v.view(), mesh_.coord().tp == 0 ? local : 0.0);
+  groups_.world->all_reduce(v.data(), v.data(), 1, DType::F64, ReduceOp::Sum);
+  double out = 0;
+  Kokkos::deep_copy(out, Kokkos::subview(v.view(), 0));
+  return out;
+}
+
+template class Session<float>;
+template class Session<bf16>;
+
+}  // namespace meshtrain::train

@@ -1,0 +1,315 @@
+#include "meshtrain/train/trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "meshtrain/comm/agree.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/json.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/core/timer.hpp"
+#include "meshtrain/data/dataset.hpp"
+#include "meshtrain/data/sampler.hpp"
+#include "meshtrain/linalg/peak.hpp"
+#include "meshtrain/optim/adamw.hpp"
+#include "meshtrain/optim/schedule.hpp"
+#include "meshtrain/parallel/grad_norm.hpp"
+#include "meshtrain/parallel/micro_step.hpp"
+#include "meshtrain/train/generate.hpp"
+#include "meshtrain/train/metrics.hpp"
+#include "meshtrain/train/run_record.hpp"
+#include "meshtrain/train/session.hpp"
+
+namespace meshtrain::train {
+namespace {
+
+/// Host token staging + device copies for one micro-batch.
+struct TokenBatch {
+  std::vector<std::int32_t> host_in, host_tgt;
+  Buffer<std::int32_t> in, tgt;
+  TokenBatch(int B, int T)
+      : host_in(static_cast<std::size_t>(B) * T), host_tgt(host_in.size()),
+        in(host_in.size(), MemCategory::Workspace), tgt(host_in.size(), MemCategory::Workspace) {}
+  void upload() {
+    Kokkos::deep_copy(in.view(), UView<std::int32_t, HostMem>(host_in.data(), host_in.size()));
+    Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(host_tgt.data(), host_tgt.size()));
+  }
+};
+
+struct StepTimes {
+  double step = 0, exposed_comm = 0, busy_comm = 0, io = 0;
+  double compute() const { return std::max(0.0, step - exposed_comm); }
+};
+
+template <class T>
+class Trainer {
+ public:
+  Trainer(const Runtime& rt, const RunSetup& setup)
+      : rt_(rt), s_(setup), cfg_(setup.config), session_(rt, setup), root_(rt.topology().world_rank == 0),
+        batch_(cfg_.train.micro_batch, cfg_.train.seq_len) {}
+
+  int run();
+
+ private:
+  bool train_step(int step, StepTimes& times, double& loss, double& gnorm, double& lr);
+  double evaluate();
+  void log_step(int step, double loss, double gnorm, double lr, const StepTimes& t, double val_loss);
+  void write_summary();
+  std::pair<double, double> min_max(double v) const;
+
+  const Runtime& rt_;
+  const RunSetup& s_;
+  const Config& cfg_;
+  Session<T> session_;
+  bool root_;
+  TokenBatch batch_;
+  data::Dataset data_;
+  std::unique_ptr<data::Sampler> sampler_;
+  std::unique_ptr<data::EvalSampler> eval_sampler_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  optim::LrSchedule schedule_;
+  optim::AdamWSettings adam_;
+  std::set<long> nan_steps_;
+  double peak_flops_ = 0;
+  std::uint64_t cursor_ = 0;      ///< training windows consumed (global)
+  int updates_ = 0;               ///< optimizer updates applied (bias correction)
+  int skipped_ = 0;
+  double total_compute_ = 0, total_exposed_ = 0, total_busy_ = 0, total_io_ = 0;
+  double last_loss_ = NAN, last_val_ = NAN;
+};
+
+template <class T>
+std::pair<double, double> Trainer<T>::min_max(double v) const {
+  double mn = v, mx = v;
+  MPI_Allreduce(&v, &mn, 1, MPI_DOUBLE, MPI_MIN, rt_.world().get());
+  MPI_Allreduce(&v, &mx, 1, MPI_DOUBLE, MPI_MAX, rt_.world().get());
+  return {mn, mx};
+}
+
+template <class T>
+int Trainer<T>::run() {
+  const Topology& topo = rt_.topology();
+  const TrainConfig& tc = cfg_.train;
+  const std::string out_dir = cfg_.output.dir;
+  agree_on_errors(rt_.world(), [&] {
+    if (root_) write_run_record(s_, topo, out_dir);
+  });
+  agree_on_errors(rt_.world(), [&] {
+    data_ = data::Dataset::load(cfg_.data.dir, s_.dims.valid_vocab, tc.seed);
+    sampler_ = std::make_unique<data::Sampler>(data_.train, tc.seq_len, tc.seed);
+    if (data_.val && data::has_window(*data_.val, tc.seq_len))
+      eval_sampler_ = std::make_unique<data::EvalSampler>(data_.val, tc.seq_len);
+  });
+  if (!eval_sampler_ && tc.eval_every > 0)
+    log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", tc.seq_len);
+
+  log::info("meshtrain train: %s model, %lld parameters (%s), %d rank(s) on %d node(s)", model::family_name(s_.dims.family),
+            static_cast<long long>(s_.dims.num_params()), tc.precision.c_str(), topo.world_size, topo.num_nodes);
+  log::info("mesh %s, strategy %s (%s)", s_.mesh.str().c_str(), parallel::strategy_name(s_.strategy),
+            s_.strategy_reason.c_str());
+  log::info("batch: %d sequences x %d tokens per step = micro_batch %d x dp %d x grad_accum %d", s_.global_batch,
+            tc.seq_len, tc.micro_batch, s_.mesh.dp(), s_.grad_accum);
+  log::info("data: %s; output: %s", cfg_.data.dir.c_str(), out_dir.c_str());
+
+  parallel::FsdpEngine<T>& eng = session_.engine();
+  eng.init_parameters(tc.seed);
+  schedule_ = {tc.lr, tc.min_lr, tc.warmup_steps, tc.steps, tc.lr_schedule == "cosine"};
+  adam_ = {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay, tc.decay_embeddings};
+  if (!tc.inject_nan_steps.empty())
+    for (long v : parse_int_list("train.inject_nan_steps", tc.inject_nan_steps)) nan_steps_.insert(v);
+
+  peak_flops_ = tc.peak_tflops > 0 ? tc.peak_tflops * 1e12 : linalg::measure_gemm_flops(1024, 0.3, s_.bf16);
+  {
+    const auto [mn, mx] = min_max(peak_flops_);
+    peak_flops_ = mn;  // the slowest rank bounds the step
+    log::info("measured GEMM peak: %.1f GFLOP/s per rank (%s), min over ranks (max %.1f)", mn / 1e9,
+              s_.bf16 ? "bf16" : "fp32", mx / 1e9);
+  }
+  metrics_ = std::make_unique<MetricsWriter>(out_dir + "/metrics.jsonl", false, root_);
+  MemoryPool::instance().reset_peaks();
+
+  int status = 0;
+  for (int step = 0; step < tc.steps; ++step) {
+    StepTimes times;
+    double loss = 0, gnorm = 0, lr = 0;
+    const bool applied = train_step(step, times, loss, gnorm, lr);
+    if (!applied) {
+      ++skipped_;
+      log::warn("step %d: non-finite %s (loss %g, grad norm %g): step skipped, optimizer state untouched (%d of "
+                "train.max_skipped_steps=%d)",
+                step + 1, std::isfinite(loss) ? "gradient norm" : "loss", loss, gnorm, skipped_, tc.max_skipped_steps);
+      if (skipped_ > tc.max_skipped_steps) {
+        if (root_)
+          log::error("%d steps had a non-finite loss or gradient norm, more than train.max_skipped_steps=%d: stopping. "
+                     "Lower train.lr, enable train.grad_clip, or check the data.",
+                     skipped_, tc.max_skipped_steps);
+        status = kExitAbort;
+        break;
+      }
+    }
+    double val = NAN;
+    const bool last = step + 1 == tc.steps;
+    if (eval_sampler_ && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last)) val = evaluate();
+    if ((step + 1) % tc.log_every == 0 || last || !std::isnan(val)) log_step(step + 1, loss, gnorm, lr, times, val);
+  }
+  if (status == 0 && tc.sample_tokens > 0) {
+    auto tok = data::make_tokenizer(data_.meta.tokenizer == "random" ? "byte" : data_.meta.tokenizer);
+    const std::string text = sample_text(session_, *tok, tc.sample_prompt, tc.sample_tokens, 0.8, 40, tc.seed);
+    if (root_) std::printf("\n--- sample (%d tokens, temperature 0.8, top-k 40) ---\n%s%s\n---\n", tc.sample_tokens,
+                           tc.sample_prompt.c_str(), text.c_str());
+  }
+  write_summary();
+  return status;
+}
+
+template <class T>
+bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gnorm, double& lr) {
+  const TrainConfig& tc = cfg_.train;
+  parallel::FsdpEngine<T>& eng = session_.engine();
+  const Mesh& mesh = session_.mesh();
+  const CommStats before = comm_stats();
+  const double t0 = now_seconds();
+  const model::BatchShape shape{tc.micro_batch, tc.seq_len};
+  const double global_tokens = static_cast<double>(s_.global_batch) * tc.seq_len;
+  const float grad_scale = static_cast<float>(1.0 / global_tokens);
+
+  eng.begin_step();
+  double local_loss = 0;
+  for (int a = 0; a < s_.grad_accum; ++a) {
+    eng.begin_micro(a);
+    const std::uint64_t w0 = data::rank_first_window(cursor_, a, tc.micro_batch, mesh.shape().dp(), mesh.dp_rank());
+    sampler_->fill(w0, tc.micro_batch, batch_.host_in.data(), batch_.host_tgt.data());
+    batch_.upload();
+    local_loss += parallel::forward_backward(eng, session_.model(), session_.context(), batch_.in.data(),
+                                             batch_.tgt.data(), shape, grad_scale, tc.activation_checkpointing);
+  }
+  eng.finish_step();
+  if (nan_steps_.count(step + 1) && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank))
+    parallel::poison_gradients(eng, NAN);
+  gnorm = parallel::global_grad_norm(eng, *session_.groups().world);
+  loss = session_.global_sum(local_loss) / global_tokens;
+  cursor_ += static_cast<std::uint64_t>(s_.global_batch);
+  lr = schedule_.at(step);
+  // Every rank sees the same loss and norm (world reductions), so all take the same branch.
+  const bool finite = std::isfinite(loss) && std::isfinite(gnorm);
+  if (finite) {
+    const double clip = tc.grad_clip > 0 ? std::min(1.0, tc.grad_clip / (gnorm + 1e-6)) : 1.0;
+    ++updates_;
+    optim::adamw_update(eng, adam_, lr, updates_, clip);
+    last_loss_ = loss;
+  }
+  Kokkos::fence();
+  times.step = now_seconds() - t0;
+  times.exposed_comm = comm_stats().exposed_seconds - before.exposed_seconds;
+  times.busy_comm = comm_stats().busy_seconds - before.busy_seconds;
+  total_compute_ += times.compute();
+  total_exposed_ += times.exposed_comm;
+  total_busy_ += times.busy_comm;
+  return finite;
+}
+
+template <class T>
+double Trainer<T>::evaluate() {
+  const TrainConfig& tc = cfg_.train;
+  const Mesh& mesh = session_.mesh();
+  const int dp = mesh.shape().dp();
+  const model::BatchShape shape{tc.micro_batch, tc.seq_len};
+  // The evaluation set is eval_batches global batches of windows, split over the dp ranks
+  // like training batches, so every mesh evaluates the same windows.
+  double local = 0;
+  const int micro_batches = tc.eval_batches * s_.grad_accum;
+  for (int b = 0; b < micro_batches; ++b) {
+    const std::uint64_t w0 = data::rank_first_window(0, b, tc.micro_batch, dp, mesh.dp_rank());
+    eval_sampler_->fill(w0, tc.micro_batch, batch_.host_in.data(), batch_.host_tgt.data());
+    batch_.upload();
+    local += parallel::forward_loss(session_.engine(), session_.model(), session_.context(), batch_.in.data(),
+                                    batch_.tgt.data(), shape);
+  }
+  const double tokens = static_cast<double>(micro_batches) * tc.micro_batch * dp * tc.seq_len;
+  last_val_ = session_.global_sum(local) / tokens;
+  return last_val_;
+}
+
+template <class T>
+void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const StepTimes& t, double val) {
+  const TrainConfig& tc = cfg_.train;
+  const double tokens = static_cast<double>(s_.global_batch) * tc.seq_len;
+  const auto [step_min, step_max] = min_max(t.step);
+  const auto [exp_min, exp_max] = min_max(t.exposed_comm);
+  const auto [busy_min, busy_max] = min_max(t.busy_comm);
+  const auto [comp_min, comp_max] = min_max(t.compute());
+  const double tok_s = tokens / step_max;
+  const double flops = 3.0 * s_.dims.flops_per_token_forward(tc.seq_len) * tok_s;
+  const double mfu = flops / (peak_flops_ * rt_.topology().world_size);
+  const MemoryStats& ms = MemoryPool::instance().stats();
+  const auto [mem_min, mem_max] = min_max(static_cast<double>(ms.peak_reserved));
+  const double rss = static_cast<double>(host_peak_rss_bytes());
+  const auto [rss_min, rss_max] = min_max(rss);
+  if (root_) {
+    std::string line = strprintf("step %5d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | mfu %.1f%% | mem %s | "
+                                 "comp %.3fs comm %.3fs (exposed %.3fs)",
+                                 step, tc.steps, loss, lr, gnorm, tok_s, 100 * mfu, format_bytes(mem_max).c_str(),
+                                 comp_max, busy_max, exp_max);
+    if (!std::isnan(val)) line += strprintf(" | val %.4f (ppl %.2f)", val, std::exp(val));
+    log::info("%s", line.c_str());
+  }
+  JsonObject j;
+  j.add("step", step).add("loss", loss).add("lr", lr).add("grad_norm", gnorm).add("tokens_per_s", tok_s)
+      .add("mfu", mfu).add("peak_mem_bytes", mem_max).add("peak_rss_bytes", rss_max).add("step_time_s", step_max)
+      .add("compute_s_min", comp_min).add("compute_s_max", comp_max).add("comm_s_min", busy_min)
+      .add("comm_s_max", busy_max).add("exposed_comm_s_min", exp_min).add("exposed_comm_s_max", exp_max)
+      .add("tokens", static_cast<double>(cursor_) * tc.seq_len).add("skipped_steps", skipped_);
+  if (!std::isnan(val)) j.add("val_loss", val);
+  (void)step_min;
+  (void)mem_min;
+  (void)rss_min;
+  metrics_->write(j.str());
+}
+
+template <class T>
+void Trainer<T>::write_summary() {
+  // Per-rank summary: where the time went and the memory peak of every rank.
+  const int world = rt_.topology().world_size;
+  const MemoryStats& ms = MemoryPool::instance().stats();
+  double mine[6] = {total_compute_, total_busy_, total_exposed_, total_io_, static_cast<double>(ms.peak_reserved),
+                    static_cast<double>(host_peak_rss_bytes())};
+  std::vector<double> all(static_cast<std::size_t>(6) * world);
+  MPI_Gather(mine, 6, MPI_DOUBLE, all.data(), 6, MPI_DOUBLE, 0, rt_.world().get());
+  if (!root_) return;
+  std::string table = "per-rank summary:\n  rank  compute_s  comm_s  exposed_comm_s  io_s  peak_mem  peak_rss\n";
+  std::string json = "[";
+  for (int r = 0; r < world; ++r) {
+    const double* v = &all[static_cast<std::size_t>(r) * 6];
+    table += strprintf("  %4d  %9.2f  %6.2f  %14.2f  %4.2f  %8s  %8s\n", r, v[0], v[1], v[2], v[3],
+                       format_bytes(v[4]).c_str(), format_bytes(v[5]).c_str());
+    JsonObject o;
+    o.add("rank", r).add("compute_s", v[0]).add("comm_s", v[1]).add("exposed_comm_s", v[2]).add("io_s", v[3])
+        .add("peak_mem_bytes", v[4]).add("peak_rss_bytes", v[5]).add("host", rt_.topology().host_of_rank[r]);
+    json += (r ? ", " : "") + o.str();
+  }
+  json += "]";
+  log::info("%s", table.c_str());
+  JsonObject summary;
+  summary.add("final_loss", last_loss_).add("final_val_loss", last_val_).add("skipped_steps", skipped_)
+      .add("optimizer_updates", updates_).add_raw("ranks", json);
+  std::FILE* f = std::fopen((cfg_.output.dir + "/summary.json").c_str(), "w");
+  if (f) {
+    std::fprintf(f, "%s\n", summary.str().c_str());
+    std::fclose(f);
+  }
+}
+
+}  // namespace
+
+int run_training(const Runtime& rt, const RunSetup& setup) {
+  if (setup.bf16) {
+    Trainer<bf16> t(rt, setup);
+    return t.run();
+  }
+  Trainer<float> t(rt, setup);
+  return t.run();
+}
+
+}  // namespace meshtrain::train
