@@ -10,7 +10,8 @@
 ///
 /// logits: (N, V_local; ld) for vocab ids [vocab_start, vocab_start + V_local). Columns with
 /// id >= valid_vocab (padding) are treated as -inf. targets: (N) int32; a negative target
-/// is ignored (loss 0, gradient 0).
+/// is ignored (loss 0, gradient 0). A row whose slice holds no valid column gets
+/// row_max = -inf and sum 0 (the tp reductions then combine them correctly).
 
 #include <cstdint>
 
@@ -38,5 +39,19 @@ double cross_entropy_finish(T* logits, int ld, int N, int V_local, std::int64_t 
 /// Loss only (evaluation): sum over rows of the per-row loss; logits untouched.
 double cross_entropy_loss_sum(int N, const std::int32_t* targets, const float* row_max,
                               const float* stats);
+
+/// \brief Double-precision statistics for double logits (gradient checks): the same three
+/// phases with row_max and stats in double, so the loss is accurate to double rounding
+/// (fp32 statistics limit it to ~1e-7 relative). Overloads, chosen by the stats pointer type.
+void cross_entropy_row_max(const double* logits, int ld, int N, int V_local,
+                           std::int64_t vocab_start, std::int64_t valid_vocab, double* row_max);
+void cross_entropy_row_sums(const double* logits, int ld, int N, int V_local,
+                            std::int64_t vocab_start, std::int64_t valid_vocab,
+                            const std::int32_t* targets, const double* row_max, double* stats);
+double cross_entropy_finish(double* logits, int ld, int N, int V_local, std::int64_t vocab_start,
+                            std::int64_t valid_vocab, const std::int32_t* targets,
+                            const double* row_max, const double* stats, float grad_scale);
+double cross_entropy_loss_sum(int N, const std::int32_t* targets, const double* row_max,
+                              const double* stats);
 
 }  // namespace meshtrain::kernels

@@ -1,0 +1,189 @@
+#include "meshtrain/kernels/attention.hpp"
+
+#include <algorithm>
+
+#include "kernel_common.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
+#include "meshtrain/linalg/gemm.hpp"
+
+namespace meshtrain::kernels {
+using namespace detail;
+using linalg::Op;
+
+namespace {
+
+/// Local kv head read by local query head h.
+int kv_head(const AttentionShape& s, int h) {
+  const int j = (s.q_head_offset + h) / s.group - s.kv_head_offset;
+  MESHTRAIN_ASSERT(j >= 0 && j < s.Hkv,
+                   "attention: query head %d (global %d, group %d) maps to kv head %d, outside "
+                   "the local kv heads [%d, %d)",
+                   h, s.q_head_offset + h, s.group, s.kv_head_offset + j, s.kv_head_offset,
+                   s.kv_head_offset + s.Hkv);
+  return j;
+}
+
+/// Causal attention only needs the lower triangle of each (T, T) score matrix. On host
+/// the query rows are processed in blocks of this many rows, and block [i0, i1) only
+/// multiplies against keys [0, i1): about half the GEMM flops of the full square. On GPUs
+/// one block (fewer, larger cuBLAS calls) is faster.
+int causal_block_rows(int T) { return kHostExec ? std::min(T, 128) : T; }
+
+/// Row-wise causal softmax in place over p (rows of length T; row r is query position
+/// r % T): entries j <= i become softmax of the row's first i+1 scores, entries j > i
+/// become 0 (they are never read: they may hold anything).
+template <class T>
+void causal_softmax(T* p, std::int64_t rows, int T_seq) {
+  using A = acc_t<T>;
+  Kokkos::parallel_for(
+      "Kernels::attention_softmax", row_policy(static_cast<int>(rows)),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t r = team.league_rank();
+        const int n = static_cast<int>(r % T_seq) + 1;
+        T* pr = p + r * T_seq;
+        const A mx = team_max<A>(team, n, -math::infinity<A>(), [&](int j) { return load(pr[j]); });
+        // Stores the exponentials and sums exactly the stored (rounded) values, so the
+        // normalised row sums to 1 up to one rounding also for bf16.
+        const A sum = team_sum<A>(team, n, [&](int j) {
+          const T e = store<T>(math::exp(load(pr[j]) - mx));
+          pr[j] = e;
+          return load(e);
+        });
+        const A inv = A(1) / sum;
+        team.team_barrier();
+        team_for(team, T_seq, [&](int j) {
+          pr[j] = j < n ? store<T>(load(pr[j]) * inv) : store<T>(A(0));
+        });
+      });
+}
+
+/// ds = p * (dp - sum_j p_j dp_j) row-wise in place over dp (causal: entries j > i set to 0).
+template <class T>
+void causal_softmax_backward(const T* p, T* dp, std::int64_t rows, int T_seq) {
+  using A = acc_t<T>;
+  Kokkos::parallel_for(
+      "Kernels::attention_softmax_backward", row_policy(static_cast<int>(rows)),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t r = team.league_rank();
+        const int n = static_cast<int>(r % T_seq) + 1;
+        const T* pr = p + r * T_seq;
+        T* dr = dp + r * T_seq;
+        const A dot = team_sum<A>(team, n, [&](int j) { return load(pr[j]) * load(dr[j]); });
+        team.team_barrier();
+        team_for(team, T_seq, [&](int j) {
+          dr[j] = j < n ? store<T>(load(pr[j]) * (load(dr[j]) - dot)) : store<T>(A(0));
+        });
+      });
+}
+
+/// Zeroes a (rows, cols; ld) block.
+template <class T>
+void zero_rows(T* x, int rows, int cols, int ld) {
+  Kokkos::parallel_for(
+      "Kernels::attention_zero_dkv", row_policy(rows), KOKKOS_LAMBDA(const Member& team) {
+        T* xr = x + static_cast<std::int64_t>(team.league_rank()) * ld;
+        team_for(team, cols, [&](int c) { xr[c] = store<T>(acc_t<T>(0)); });
+      });
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
+                       const T* v, int ldv, T* out, int ldo, T* probs) {
+  // q: (B*T, ldq), k: (B*T, ldk), v: (B*T, ldv), out: (B*T, ldo), probs: (B, Hq, T, T)
+  Kokkos::Profiling::pushRegion("Kernels::attention_forward");
+  const int Tn = s.T, hd = s.hd;
+  const std::int64_t TT = static_cast<std::int64_t>(Tn) * Tn;
+  const std::int64_t sp = s.Hq * TT;  // probs stride between sequences
+  const int rb = causal_block_rows(Tn);
+  for (int h = 0; h < s.Hq; ++h) {
+    const int j = kv_head(s, h);
+    for (int i0 = 0; i0 < Tn; i0 += rb) {
+      const int i1 = std::min(Tn, i0 + rb);
+      // scores[b, h, i0:i1, 0:i1] = scale * q_bh[i0:i1] k_bj[0:i1]^T
+      linalg::gemm_strided_batched<T>(
+          Op::N, Op::T, i1 - i0, i1, hd, s.scale, q + static_cast<std::int64_t>(i0) * ldq + h * hd,
+          ldq, static_cast<std::int64_t>(Tn) * ldq, k + j * hd, ldk,
+          static_cast<std::int64_t>(Tn) * ldk, 0.0f, probs + h * TT + static_cast<std::int64_t>(i0) * Tn,
+          Tn, sp, s.B);
+    }
+  }
+  causal_softmax(probs, static_cast<std::int64_t>(s.B) * s.Hq * Tn, Tn);
+  for (int h = 0; h < s.Hq; ++h) {
+    const int j = kv_head(s, h);
+    for (int i0 = 0; i0 < Tn; i0 += rb) {
+      const int i1 = std::min(Tn, i0 + rb);
+      // out_bh[i0:i1] = probs[b, h, i0:i1, 0:i1] v_bj[0:i1]
+      linalg::gemm_strided_batched<T>(
+          Op::N, Op::N, i1 - i0, hd, i1, 1.0f, probs + h * TT + static_cast<std::int64_t>(i0) * Tn,
+          Tn, sp, v + j * hd, ldv, static_cast<std::int64_t>(Tn) * ldv, 0.0f,
+          out + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo, static_cast<std::int64_t>(Tn) * ldo,
+          s.B);
+    }
+  }
+  Kokkos::Profiling::popRegion();
+}
+
+template <class T>
+void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
+                        const T* v, int ldv, const T* probs, const T* dout, int ldo, T* dq,
+                        T* dk, T* dv, T* workspace) {
+  // dq like q; dk like k; dv like v; workspace: (B, Hq, T, T) for dP, then dS in place.
+  Kokkos::Profiling::pushRegion("Kernels::attention_backward");
+  const int Tn = s.T, hd = s.hd;
+  const std::int64_t TT = static_cast<std::int64_t>(Tn) * Tn;
+  const std::int64_t sp = s.Hq * TT;
+  const std::int64_t sq = static_cast<std::int64_t>(Tn) * ldq, sk = static_cast<std::int64_t>(Tn) * ldk,
+                     sv = static_cast<std::int64_t>(Tn) * ldv, so = static_cast<std::int64_t>(Tn) * ldo;
+  const int rb = causal_block_rows(Tn);
+  const int N = s.B * Tn;
+  // kv heads accumulate over the query heads that read them (in head order).
+  zero_rows(dk, N, s.Hkv * hd, ldk);
+  zero_rows(dv, N, s.Hkv * hd, ldv);
+  for (int h = 0; h < s.Hq; ++h) {
+    const int j = kv_head(s, h);
+    for (int i0 = 0; i0 < Tn; i0 += rb) {
+      const int i1 = std::min(Tn, i0 + rb);
+      // dP[b, h, i0:i1, 0:i1] = dout_bh[i0:i1] v_bj[0:i1]^T
+      linalg::gemm_strided_batched<T>(
+          Op::N, Op::T, i1 - i0, i1, hd, 1.0f, dout + static_cast<std::int64_t>(i0) * ldo + h * hd,
+          ldo, so, v + j * hd, ldv, sv, 0.0f,
+          workspace + h * TT + static_cast<std::int64_t>(i0) * Tn, Tn, sp, s.B);
+    }
+  }
+  causal_softmax_backward(probs, workspace, static_cast<std::int64_t>(s.B) * s.Hq * Tn, Tn);
+  for (int h = 0; h < s.Hq; ++h) {
+    const int j = kv_head(s, h);
+    for (int i0 = 0; i0 < Tn; i0 += rb) {
+      const int i1 = std::min(Tn, i0 + rb);
+      const std::int64_t blk = h * TT + static_cast<std::int64_t>(i0) * Tn;
+      // dq_bh[i0:i1] = scale * dS[i0:i1, 0:i1] k_bj[0:i1]
+      linalg::gemm_strided_batched<T>(Op::N, Op::N, i1 - i0, hd, i1, s.scale, workspace + blk, Tn,
+                                      sp, k + j * hd, ldk, sk, 0.0f,
+                                      dq + static_cast<std::int64_t>(i0) * ldq + h * hd, ldq, sq, s.B);
+      // dk_bj[0:i1] += scale * dS[i0:i1, 0:i1]^T q_bh[i0:i1]
+      linalg::gemm_strided_batched<T>(Op::T, Op::N, i1, hd, i1 - i0, s.scale, workspace + blk, Tn,
+                                      sp, q + static_cast<std::int64_t>(i0) * ldq + h * hd, ldq, sq,
+                                      1.0f, dk + j * hd, ldk, sk, s.B);
+      // dv_bj[0:i1] += P[i0:i1, 0:i1]^T dout_bh[i0:i1]
+      linalg::gemm_strided_batched<T>(Op::T, Op::N, i1, hd, i1 - i0, 1.0f, probs + blk, Tn, sp,
+                                      dout + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo, so,
+                                      1.0f, dv + j * hd, ldv, sv, s.B);
+    }
+  }
+  Kokkos::Profiling::popRegion();
+}
+
+#define MESHTRAIN_INSTANTIATE_ATTENTION(T)                                                       \
+  template void attention_forward<T>(const AttentionShape&, const T*, int, const T*, int,        \
+                                     const T*, int, T*, int, T*);                                \
+  template void attention_backward<T>(const AttentionShape&, const T*, int, const T*, int,       \
+                                      const T*, int, const T*, const T*, int, T*, T*, T*, T*);
+MESHTRAIN_INSTANTIATE_ATTENTION(float)
+MESHTRAIN_INSTANTIATE_ATTENTION(double)
+MESHTRAIN_INSTANTIATE_ATTENTION(bf16)
+#undef MESHTRAIN_INSTANTIATE_ATTENTION
+
+}  // namespace meshtrain::kernels

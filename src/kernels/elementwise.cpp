@@ -1,0 +1,217 @@
+#include "meshtrain/kernels/elementwise.hpp"
+
+#include "kernel_common.hpp"
+
+namespace meshtrain::kernels {
+using namespace detail;
+
+namespace {
+
+/// Value of a storage scalar in a type that converts to any other without surprises
+/// (bf16 goes through float).
+KOKKOS_INLINE_FUNCTION float widen(float x) { return x; }
+KOKKOS_INLINE_FUNCTION double widen(double x) { return x; }
+KOKKOS_INLINE_FUNCTION float widen(bf16 x) { return static_cast<float>(x); }
+
+template <class Out>
+struct Narrow {
+  template <class W>
+  KOKKOS_INLINE_FUNCTION static Out from(W x) { return static_cast<Out>(x); }
+};
+template <>
+struct Narrow<bf16> {
+  template <class W>
+  KOKKOS_INLINE_FUNCTION static bf16 from(W x) { return bf16(static_cast<float>(x)); }
+};
+
+/// Constants of the tanh-approximated GELU.
+template <class A>
+struct Gelu {
+  static constexpr A kSqrt2OverPi = A(0.7978845608028654);
+  static constexpr A kCoeff = A(0.044715);
+};
+
+}  // namespace
+
+template <class In, class Out>
+void cast(const In* in, Out* out, std::size_t n) {
+  Kokkos::parallel_for(
+      "Kernels::cast", Range64(0, static_cast<std::int64_t>(n)),
+      KOKKOS_LAMBDA(std::int64_t i) { out[i] = Narrow<Out>::from(widen(in[i])); });
+}
+
+template <class T>
+void add_inplace(T* y, const T* x, std::size_t n) {
+  Kokkos::parallel_for(
+      "Kernels::add_inplace", Range64(0, static_cast<std::int64_t>(n)),
+      KOKKOS_LAMBDA(std::int64_t i) { y[i] = store<T>(load(y[i]) + load(x[i])); });
+}
+
+template <class T>
+void scale_inplace(T* x, std::size_t n, double s) {
+  const acc_t<T> sa = static_cast<acc_t<T>>(s);
+  Kokkos::parallel_for(
+      "Kernels::scale_inplace", Range64(0, static_cast<std::int64_t>(n)),
+      KOKKOS_LAMBDA(std::int64_t i) { x[i] = store<T>(load(x[i]) * sa); });
+}
+
+template <class T>
+void fill(T* x, std::size_t n, double value) {
+  const T v = store<T>(static_cast<acc_t<T>>(value));
+  Kokkos::parallel_for(
+      "Kernels::fill", Range64(0, static_cast<std::int64_t>(n)),
+      KOKKOS_LAMBDA(std::int64_t i) { x[i] = v; });
+}
+
+template <class T>
+void add_bias(T* y, const T* bias, int rows, int cols, int ld) {
+  // y: (rows, cols; ld), bias: (cols)
+  Kokkos::parallel_for(
+      "Kernels::add_bias", row_policy(rows), KOKKOS_LAMBDA(const Member& team) {
+        T* yr = y + static_cast<std::int64_t>(team.league_rank()) * ld;
+        team_for(team, cols, [&](int c) { yr[c] = store<T>(load(yr[c]) + load(bias[c])); });
+      });
+}
+
+template <class T>
+void bias_backward(const T* dy, T* dbias, int rows, int cols, int ld) {
+  // dy: (rows, cols; ld) -> dbias (cols) +=
+  using A = acc_t<T>;
+  column_sums<A, 1>(
+      "Kernels::bias_backward", rows, cols,
+      KOKKOS_LAMBDA(int r, int c, A* v) { v[0] = load(dy[static_cast<std::int64_t>(r) * ld + c]); },
+      KOKKOS_LAMBDA(int c, const A* s) { dbias[c] = store<T>(load(dbias[c]) + s[0]); });
+}
+
+template <class T>
+void gelu_forward(const T* x, T* y, std::size_t n) {
+  using A = acc_t<T>;
+  Kokkos::parallel_for(
+      "Kernels::gelu_forward", Range64(0, static_cast<std::int64_t>(n)),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        const A v = load(x[i]);
+        const A u = Gelu<A>::kSqrt2OverPi * (v + Gelu<A>::kCoeff * v * v * v);
+        y[i] = store<T>(A(0.5) * v * (A(1) + math::tanh(u)));
+      });
+}
+
+template <class T>
+void gelu_backward(const T* x, const T* dy, T* dx, std::size_t n) {
+  using A = acc_t<T>;
+  Kokkos::parallel_for(
+      "Kernels::gelu_backward", Range64(0, static_cast<std::int64_t>(n)),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        const A v = load(x[i]);
+        const A u = Gelu<A>::kSqrt2OverPi * (v + Gelu<A>::kCoeff * v * v * v);
+        const A t = math::tanh(u);
+        const A du = Gelu<A>::kSqrt2OverPi * (A(1) + A(3) * Gelu<A>::kCoeff * v * v);
+        const A grad = A(0.5) * (A(1) + t) + A(0.5) * v * (A(1) - t * t) * du;
+        dx[i] = store<T>(load(dy[i]) * grad);
+      });
+}
+
+template <class T>
+void swiglu_forward(const T* gate, const T* up, int ld_in, T* out, int ld_out, int rows, int cols) {
+  // gate, up: (rows, cols; ld_in) -> out (rows, cols; ld_out) = silu(gate) * up
+  using A = acc_t<T>;
+  Kokkos::parallel_for(
+      "Kernels::swiglu_forward", row_policy(rows), KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t r = team.league_rank();
+        const T* g = gate + r * ld_in;
+        const T* u = up + r * ld_in;
+        T* o = out + r * ld_out;
+        team_for(team, cols, [&](int c) {
+          const A gv = load(g[c]);
+          const A sig = A(1) / (A(1) + math::exp(-gv));
+          o[c] = store<T>(gv * sig * load(u[c]));
+        });
+      });
+}
+
+template <class T>
+void swiglu_backward(const T* gate, const T* up, int ld_in, const T* dout, int ld_out, T* dgate,
+                     T* dup, int rows, int cols) {
+  using A = acc_t<T>;
+  Kokkos::parallel_for(
+      "Kernels::swiglu_backward", row_policy(rows), KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t r = team.league_rank();
+        const T* g = gate + r * ld_in;
+        const T* u = up + r * ld_in;
+        const T* d = dout + r * ld_out;
+        T* dg = dgate + r * ld_in;
+        T* du = dup + r * ld_in;
+        team_for(team, cols, [&](int c) {
+          // All inputs are read before either output is written: dgate/dup may alias gate/up.
+          const A gv = load(g[c]);
+          const A uv = load(u[c]);
+          const A dv = load(d[c]);
+          const A sig = A(1) / (A(1) + math::exp(-gv));
+          const A silu = gv * sig;
+          dg[c] = store<T>(dv * uv * sig * (A(1) + gv * (A(1) - sig)));
+          du[c] = store<T>(dv * silu);
+        });
+      });
+}
+
+template <class T>
+double sum_squares(const T* x, std::size_t n) {
+  const std::int64_t n64 = static_cast<std::int64_t>(n);
+  double total = 0;
+  if constexpr (kHostExec) {
+    // Fixed chunks, each summed with independent lanes (vectorizable); chunk sums are then
+    // combined by Kokkos in an order fixed by the thread count.
+    constexpr std::int64_t kChunk = 4096;
+    const std::int64_t nchunks = (n64 + kChunk - 1) / kChunk;
+    Kokkos::parallel_reduce(
+        "Kernels::sum_squares", Range64(0, nchunks),
+        KOKKOS_LAMBDA(std::int64_t ch, double& acc) {
+          const std::int64_t b = ch * kChunk;
+          const int len = static_cast<int>(n64 - b < kChunk ? n64 - b : kChunk);
+          const T* p = x + b;
+          acc += lane_sum<double>(len, [&](int i) {
+            const double v = static_cast<double>(load(p[i]));
+            return v * v;
+          });
+        },
+        total);
+  } else {
+    Kokkos::parallel_reduce(
+        "Kernels::sum_squares", Range64(0, n64),
+        KOKKOS_LAMBDA(std::int64_t i, double& acc) {
+          const double v = static_cast<double>(load(x[i]));
+          acc += v * v;
+        },
+        total);
+  }
+  return total;
+}
+
+#define MESHTRAIN_INSTANTIATE_ELEMENTWISE(T)                                                     \
+  template void add_inplace<T>(T*, const T*, std::size_t);                                       \
+  template void scale_inplace<T>(T*, std::size_t, double);                                       \
+  template void fill<T>(T*, std::size_t, double);                                                \
+  template void add_bias<T>(T*, const T*, int, int, int);                                        \
+  template void bias_backward<T>(const T*, T*, int, int, int);                                   \
+  template void gelu_forward<T>(const T*, T*, std::size_t);                                      \
+  template void gelu_backward<T>(const T*, const T*, T*, std::size_t);                           \
+  template void swiglu_forward<T>(const T*, const T*, int, T*, int, int, int);                   \
+  template void swiglu_backward<T>(const T*, const T*, int, const T*, int, T*, T*, int, int);    \
+  template double sum_squares<T>(const T*, std::size_t);
+MESHTRAIN_INSTANTIATE_ELEMENTWISE(float)
+MESHTRAIN_INSTANTIATE_ELEMENTWISE(double)
+MESHTRAIN_INSTANTIATE_ELEMENTWISE(bf16)
+#undef MESHTRAIN_INSTANTIATE_ELEMENTWISE
+
+#define MESHTRAIN_INSTANTIATE_CAST(In, Out) template void cast<In, Out>(const In*, Out*, std::size_t);
+MESHTRAIN_INSTANTIATE_CAST(float, float)
+MESHTRAIN_INSTANTIATE_CAST(float, double)
+MESHTRAIN_INSTANTIATE_CAST(float, bf16)
+MESHTRAIN_INSTANTIATE_CAST(double, float)
+MESHTRAIN_INSTANTIATE_CAST(double, double)
+MESHTRAIN_INSTANTIATE_CAST(double, bf16)
+MESHTRAIN_INSTANTIATE_CAST(bf16, float)
+MESHTRAIN_INSTANTIATE_CAST(bf16, double)
+MESHTRAIN_INSTANTIATE_CAST(bf16, bf16)
+#undef MESHTRAIN_INSTANTIATE_CAST
+
+}  // namespace meshtrain::kernels

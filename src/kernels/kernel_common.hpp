@@ -1,0 +1,179 @@
+#pragma once
+/// \brief Private building blocks of the kernels: row (team) loops and reductions, and
+/// deterministic column sums. One source serves host and GPU execution spaces:
+///
+/// - On host spaces (Serial/OpenMP) a team is one thread that owns a whole row, so a row
+///   loop is a plain unit-stride loop the compiler vectorizes, and a row reduction keeps
+///   kLanes independent partial sums (vectorizable, and a fixed summation order).
+/// - On GPUs a team of threads shares a row and reduces with Kokkos team reductions
+///   (a fixed tree for a fixed team size, hence deterministic).
+///
+/// The choice is made once, at compile time, from the default execution space.
+
+#include <cstdint>
+
+#include <Kokkos_Core.hpp>
+
+#include "meshtrain/core/bf16.hpp"
+#include "meshtrain/core/kokkos_compat.hpp"
+#include "meshtrain/core/views.hpp"
+
+namespace meshtrain::kernels::detail {
+
+/// True when kernels execute on host threads.
+inline constexpr bool kHostExec =
+    Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using Member = TeamPolicy::member_type;
+using Range64 = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+using RangeInt = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<int>>;
+
+/// Independent partial sums per row reduction on host (two SSE registers of float).
+inline constexpr int kLanes = 8;
+/// Columns per work item in column sums: a vectorizable block on host, one column per
+/// GPU thread (adjacent threads read adjacent addresses).
+inline constexpr int kColBlock = kHostExec ? 64 : 1;
+
+/// One team per row.
+inline TeamPolicy row_policy(int rows) {
+  if constexpr (kHostExec) {
+    return TeamPolicy(rows, 1);
+  } else {
+    return TeamPolicy(rows, Kokkos::AUTO);
+  }
+}
+
+/// Sum over i < n of f(i), in a fixed order (lanes combined pairwise).
+template <class A, class F>
+KOKKOS_INLINE_FUNCTION A lane_sum(int n, const F& f) {
+  A acc[kLanes];
+  for (int l = 0; l < kLanes; ++l) acc[l] = A(0);
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += f(i + l);
+  for (int l = 0; i + l < n; ++l) acc[l] += f(i + l);
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/// Max over i < n of f(i); `init` when n == 0.
+template <class A, class F>
+KOKKOS_INLINE_FUNCTION A lane_max(int n, A init, const F& f) {
+  A acc[kLanes];
+  for (int l = 0; l < kLanes; ++l) acc[l] = init;
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const A v = f(i + l);
+      acc[l] = acc[l] > v ? acc[l] : v;
+    }
+  for (int l = 0; i + l < n; ++l) {
+    const A v = f(i + l);
+    acc[l] = acc[l] > v ? acc[l] : v;
+  }
+  A m = acc[0];
+  for (int l = 1; l < kLanes; ++l) m = m > acc[l] ? m : acc[l];
+  return m;
+}
+
+/// Row loop: f(i) for i < n, spread over the team.
+template <class F>
+KOKKOS_INLINE_FUNCTION void team_for(const Member& team, int n, const F& f) {
+  if constexpr (kHostExec) {
+    for (int i = 0; i < n; ++i) f(i);
+  } else {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), f);
+  }
+}
+
+/// Two-level row loop: f(o, i) for o < n_outer, i < n_inner (nested unit-stride loops on
+/// host; one flattened range over the team on GPUs).
+template <class F>
+KOKKOS_INLINE_FUNCTION void team_for2(const Member& team, int n_outer, int n_inner, const F& f) {
+  if constexpr (kHostExec) {
+    for (int o = 0; o < n_outer; ++o)
+      for (int i = 0; i < n_inner; ++i) f(o, i);
+  } else {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_outer * n_inner), [&](int oi) {
+      const int o = oi / n_inner;
+      f(o, oi - o * n_inner);
+    });
+  }
+}
+
+/// Row reduction: sum over i < n of f(i); every thread of the team gets the result.
+template <class A, class F>
+KOKKOS_INLINE_FUNCTION A team_sum(const Member& team, int n, const F& f) {
+  if constexpr (kHostExec) {
+    return lane_sum<A>(n, f);
+  } else {
+    A s = A(0);
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, n), [&](int i, A& acc) { acc += f(i); }, s);
+    return s;
+  }
+}
+
+/// Row reduction: max over i < n of f(i) (`init` when n == 0).
+template <class A, class F>
+KOKKOS_INLINE_FUNCTION A team_max(const Member& team, int n, A init, const F& f) {
+  if constexpr (kHostExec) {
+    return lane_max<A>(n, init, f);
+  } else {
+    A m = init;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, n),
+        [&](int i, A& acc) {
+          const A v = f(i);
+          acc = acc > v ? acc : v;
+        },
+        Kokkos::Max<A>(m));
+    return m > init ? m : init;
+  }
+}
+
+/// Writes by one thread of the team.
+template <class F>
+KOKKOS_INLINE_FUNCTION void team_single(const Member& team, const F& f) {
+  Kokkos::single(Kokkos::PerTeam(team), f);
+}
+
+/// \brief Deterministic sums over rows for each column, NS sums at once:
+/// for c < cols: g(c, s) with s[k] = sum over r < rows (in row order) of the k-th value
+/// written by f(r, c, v). Parallel over column blocks, serial over rows: the result does
+/// not depend on the thread count.
+template <class A, int NS, class F, class G>
+void column_sums(const char* name, int rows, int cols, const F& f, const G& g) {
+  constexpr int CB = kColBlock;
+  const int nblocks = (cols + CB - 1) / CB;
+  Kokkos::parallel_for(
+      name, RangeInt(0, nblocks), KOKKOS_LAMBDA(int blk) {
+        const int c0 = blk * CB;
+        const int nc = cols - c0 < CB ? cols - c0 : CB;
+        A acc[NS][CB];
+        for (int k = 0; k < NS; ++k)
+          for (int j = 0; j < CB; ++j) acc[k][j] = A(0);
+        if (nc == CB) {
+          for (int r = 0; r < rows; ++r)
+            for (int j = 0; j < CB; ++j) {
+              A v[NS];
+              f(r, c0 + j, v);
+              for (int k = 0; k < NS; ++k) acc[k][j] += v[k];
+            }
+        } else {
+          for (int r = 0; r < rows; ++r)
+            for (int j = 0; j < nc; ++j) {
+              A v[NS];
+              f(r, c0 + j, v);
+              for (int k = 0; k < NS; ++k) acc[k][j] += v[k];
+            }
+        }
+        for (int j = 0; j < nc; ++j) {
+          A s[NS];
+          for (int k = 0; k < NS; ++k) s[k] = acc[k][j];
+          g(c0 + j, s);
+        }
+      });
+}
+
+}  // namespace meshtrain::kernels::detail

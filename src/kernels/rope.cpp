@@ -1,0 +1,85 @@
+#include "meshtrain/kernels/rope.hpp"
+
+#include "kernel_common.hpp"
+
+namespace meshtrain::kernels {
+using namespace detail;
+
+void rope_tables(double theta, int head_dim, int max_seq_len, float* cos_table, float* sin_table) {
+  // cos_table, sin_table: (max_seq_len, head_dim/2). Same fp32 operations as Hugging Face:
+  //   inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+  //   freqs    = position.float() * inv_freq;  cos = freqs.cos(), sin = freqs.sin()
+  const int half = head_dim / 2;
+  const float base = static_cast<float>(theta);
+  const float dim = static_cast<float>(head_dim);
+  Kokkos::parallel_for(
+      "Kernels::rope_tables", Range64(0, static_cast<std::int64_t>(max_seq_len) * half),
+      KOKKOS_LAMBDA(std::int64_t idx) {
+        const int pos = static_cast<int>(idx / half);
+        const int i = static_cast<int>(idx % half);
+        const float exponent = static_cast<float>(2 * i) / dim;
+        const float inv_freq = 1.0f / math::pow(base, exponent);
+        const float angle = static_cast<float>(pos) * inv_freq;
+        cos_table[idx] = math::cos(angle);
+        sin_table[idx] = math::sin(angle);
+      });
+}
+
+namespace {
+
+/// Rotates the pairs (i, i + hd/2) of every head of every row by +angle (Forward) or
+/// -angle (the transpose, for the gradient).
+template <bool Forward, class T>
+void rope_apply(const char* name, T* x, int ld, int B, int T_seq, int n_heads, int head_dim,
+                const float* cos_table, const float* sin_table) {
+  using A = acc_t<T>;
+  const int half = head_dim / 2;
+  Kokkos::parallel_for(
+      name, row_policy(B * T_seq), KOKKOS_LAMBDA(const Member& team) {
+        const int r = team.league_rank();
+        T* xr = x + static_cast<std::int64_t>(r) * ld;
+        const float* cr = cos_table + static_cast<std::int64_t>(r % T_seq) * half;
+        const float* sr = sin_table + static_cast<std::int64_t>(r % T_seq) * half;
+        team_for2(team, n_heads, half, [&](int h, int i) {
+          T* p = xr + h * head_dim + i;
+          const A x1 = load(p[0]);
+          const A x2 = load(p[half]);
+          const A c = static_cast<A>(cr[i]);
+          const A s = static_cast<A>(sr[i]);
+          if constexpr (Forward) {
+            // HF: q * cos + rotate_half(q) * sin, rotate_half(q) = cat(-q2, q1)
+            p[0] = store<T>(x1 * c - x2 * s);
+            p[half] = store<T>(x2 * c + x1 * s);
+          } else {
+            p[0] = store<T>(x1 * c + x2 * s);
+            p[half] = store<T>(x2 * c - x1 * s);
+          }
+        });
+      });
+}
+
+}  // namespace
+
+template <class T>
+void rope_forward(T* x, int ld, int B, int T_seq, int n_heads, int head_dim,
+                  const float* cos_table, const float* sin_table) {
+  rope_apply<true>("Kernels::rope_forward", x, ld, B, T_seq, n_heads, head_dim, cos_table,
+                   sin_table);
+}
+
+template <class T>
+void rope_backward(T* dx, int ld, int B, int T_seq, int n_heads, int head_dim,
+                   const float* cos_table, const float* sin_table) {
+  rope_apply<false>("Kernels::rope_backward", dx, ld, B, T_seq, n_heads, head_dim, cos_table,
+                    sin_table);
+}
+
+#define MESHTRAIN_INSTANTIATE_ROPE(T)                                                      \
+  template void rope_forward<T>(T*, int, int, int, int, int, const float*, const float*);  \
+  template void rope_backward<T>(T*, int, int, int, int, int, const float*, const float*);
+MESHTRAIN_INSTANTIATE_ROPE(float)
+MESHTRAIN_INSTANTIATE_ROPE(double)
+MESHTRAIN_INSTANTIATE_ROPE(bf16)
+#undef MESHTRAIN_INSTANTIATE_ROPE
+
+}  // namespace meshtrain::kernels

@@ -1,0 +1,247 @@
+// Elementwise kernels: casts, axpy-like updates, bias, GELU, SwiGLU, sum of squares.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernel_test_utils.hpp"
+#include "meshtrain/kernels/elementwise.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::test;
+namespace k = meshtrain::kernels;
+
+namespace {
+
+double gelu_ref(double x) {
+  const double c = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
+
+template <class In, class Out>
+void check_cast(const std::vector<double>& src) {
+  const std::vector<In> in = convert<In>(src);
+  auto d_in = to_device(in);
+  Buffer<Out> d_out(src.size(), MemCategory::Workspace);
+  k::cast<In, Out>(d_in.data(), d_out.data(), src.size());
+  const std::vector<Out> out = to_host(d_out);
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    // Exact: a cast is one conversion (bf16 rounds from float, the IEEE/RNE rule).
+    const Out expect = convert<Out>({as_double(in[i])})[0];
+    ASSERT_EQ(std::memcmp(&out[i], &expect, sizeof(Out)), 0) << "element " << i;
+  }
+}
+
+}  // namespace
+
+TEST(KernelsElementwise, CastAllPairs) {
+  const auto src = random_normal(1000, 1, 3.0);
+  check_cast<float, float>(src);
+  check_cast<float, double>(src);
+  check_cast<float, bf16>(src);
+  check_cast<double, float>(src);
+  check_cast<double, double>(src);
+  check_cast<double, bf16>(src);
+  check_cast<bf16, float>(src);
+  check_cast<bf16, double>(src);
+  check_cast<bf16, bf16>(src);
+}
+
+TEST(KernelsElementwise, AddScaleFill) {
+  const std::size_t n = 1003;
+  const auto y0 = random_normal(n, 2), x = random_normal(n, 3);
+  auto dy = upload<double>(y0);
+  auto dx = upload<double>(x);
+  k::add_inplace(dy.data(), dx.data(), n);
+  k::scale_inplace(dy.data(), n, -1.5);
+  const auto got = download(dy);
+  // Exact: the same two IEEE double operations as the reference.
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], (y0[i] + x[i]) * -1.5);
+  k::fill(dy.data(), n, 0.25);
+  for (double v : download(dy)) EXPECT_EQ(v, 0.25);
+}
+
+TEST(KernelsElementwise, AddBiasForwardAndGradient) {
+  const int rows = 67, cols = 70, ld = 73;  // 70 columns: one full 64-column block and a tail
+  auto y0 = random_normal(static_cast<std::size_t>(rows) * ld, 4);
+  auto bias = random_normal(cols, 5);
+  const auto w = random_normal(y0.size(), 6);
+  auto forward = [&]() {
+    auto dy = upload<double>(y0);
+    auto db = upload<double>(bias);
+    k::add_bias(dy.data(), db.data(), rows, cols, ld);
+    return download(dy);
+  };
+  const auto y = forward();
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < ld; ++c) {
+      const std::size_t i = static_cast<std::size_t>(r) * ld + c;
+      // Exact: one addition; columns past `cols` (row padding) untouched.
+      EXPECT_EQ(y[i], c < cols ? y0[i] + bias[c] : y0[i]);
+    }
+  // dL/dbias for L = sum(w * y): bias_backward of w, accumulated onto an initial value.
+  const auto dbias0 = random_normal(cols, 7);
+  auto dw = upload<double>(w);
+  auto ddb = upload<double>(dbias0);
+  k::bias_backward(dw.data(), ddb.data(), rows, cols, ld);
+  const auto dbias = download(ddb);
+  std::vector<double> grad(cols), host(cols);
+  for (int c = 0; c < cols; ++c) {
+    double s = 0;
+    for (int r = 0; r < rows; ++r) s += w[static_cast<std::size_t>(r) * ld + c];
+    host[c] = dbias0[c] + s;
+    grad[c] = dbias[c] - dbias0[c];
+  }
+  // 1e-12: same sum in a different association order, double rounding only.
+  expect_close("bias_backward vs host", dbias, host, 1e-12, 1e-3);
+  fd_check("dbias", bias, grad, [&]() { return weighted_sum(w, forward()); }, 30, 8);
+}
+
+TEST(KernelsElementwise, GeluForwardBackward) {
+  const std::size_t n = 517;
+  auto x = random_normal(n, 10, 2.0);
+  const auto w = random_normal(n, 11);
+  auto forward = [&]() {
+    auto dx = upload<double>(x);
+    Buffer<double> dy(n, MemCategory::Workspace);
+    k::gelu_forward(dx.data(), dy.data(), n);
+    return download(dy);
+  };
+  std::vector<double> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = gelu_ref(x[i]);
+  // 1e-14: the same formula in double; only libm tanh may differ in the last bit.
+  expect_close("gelu_forward", forward(), host, 1e-14, 1e-12);
+  // In place (y == x).
+  auto dx = upload<double>(x);
+  k::gelu_forward(dx.data(), dx.data(), n);
+  expect_close("gelu_forward in place", download(dx), host, 1e-14, 1e-12);
+
+  auto dxx = upload<double>(x);
+  auto dw = upload<double>(w);
+  Buffer<double> dgrad(n, MemCategory::Workspace);
+  k::gelu_backward(dxx.data(), dw.data(), dgrad.data(), n);
+  const auto grad = download(dgrad);
+  fd_check("gelu dx", x, grad, [&]() { return weighted_sum(w, forward()); }, 40, 12);
+  // dx may alias dy.
+  k::gelu_backward(dxx.data(), dw.data(), dw.data(), n);
+  EXPECT_TRUE(bitwise_equal(download(dw), grad));
+}
+
+TEST(KernelsElementwise, SwigluForwardBackward) {
+  const int rows = 9, cols = 37, ld_in = 2 * cols + 3, ld_out = cols + 5;
+  // gate = columns [0, cols), up = columns [cols, 2 cols) of one (rows, ld_in) buffer.
+  auto gu = random_normal(static_cast<std::size_t>(rows) * ld_in, 20, 2.0);
+  const auto w = random_normal(static_cast<std::size_t>(rows) * ld_out, 21);
+  auto forward = [&]() {
+    auto d = upload<double>(gu);
+    auto out = upload<double>(std::vector<double>(w.size(), 0.0));
+    k::swiglu_forward(d.data(), d.data() + cols, ld_in, out.data(), ld_out, rows, cols);
+    return download(out);
+  };
+  const auto out = forward();
+  std::vector<double> host(w.size(), 0.0);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      host[static_cast<std::size_t>(r) * ld_out + c] =
+          silu_ref(gu[static_cast<std::size_t>(r) * ld_in + c]) * gu[static_cast<std::size_t>(r) * ld_in + cols + c];
+  // 1e-14: the same formula in double (exp may differ in the last bit).
+  expect_close("swiglu_forward", out, host, 1e-14, 1e-12);
+
+  auto d = upload<double>(gu);
+  auto dout = upload<double>(w);
+  auto dgu = upload<double>(std::vector<double>(gu.size(), 0.0));
+  k::swiglu_backward(d.data(), d.data() + cols, ld_in, dout.data(), ld_out, dgu.data(),
+                     dgu.data() + cols, rows, cols);
+  const auto grad = download(dgu);  // same layout as gu: [dgate | dup] per row
+  fd_check("swiglu d(gate|up)", gu, grad, [&]() { return weighted_sum(w, forward()); }, 60, 22);
+  // In place over the inputs (dgate == gate, dup == up).
+  k::swiglu_backward(d.data(), d.data() + cols, ld_in, dout.data(), ld_out, d.data(), d.data() + cols,
+                     rows, cols);
+  const auto inplace = download(d);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < 2 * cols; ++c) {
+      const std::size_t i = static_cast<std::size_t>(r) * ld_in + c;
+      EXPECT_EQ(inplace[i], grad[i]);
+    }
+}
+
+TEST(KernelsElementwise, SumSquares) {
+  const std::size_t n = 10007;
+  const auto x = random_normal(n, 30);
+  double host = 0;
+  for (double v : x) host += v * v;
+  auto dd = upload<double>(x);
+  // 1e-13: a sum of 1e4 positive terms in another order (relative error <= n eps).
+  EXPECT_LT(rel_err(k::sum_squares(dd.data(), n), host), 1e-13);
+  auto df = upload<float>(x);
+  double hostf = 0;
+  for (float v : convert<float>(x)) hostf += static_cast<double>(v) * v;
+  // 1e-13: float inputs are squared and summed in double, like the reference.
+  EXPECT_LT(rel_err(k::sum_squares(df.data(), n), hostf), 1e-13);
+  auto db = upload<bf16>(x);
+  double hostb = 0;
+  for (bf16 v : convert<bf16>(x)) hostb += as_double(v) * as_double(v);
+  EXPECT_LT(rel_err(k::sum_squares(db.data(), n), hostb), 1e-13);
+  EXPECT_EQ(k::sum_squares(dd.data(), 0), 0.0);
+  // Deterministic: the same value, bit for bit.
+  const double a = k::sum_squares(dd.data(), n), b = k::sum_squares(dd.data(), n);
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0);
+  // NaN and Inf propagate (the grad-norm check relies on it).
+  auto xn = x;
+  xn[5000] = std::numeric_limits<double>::quiet_NaN();
+  auto dn = upload<float>(xn);
+  EXPECT_TRUE(std::isnan(k::sum_squares(dn.data(), n)));
+  xn[5000] = std::numeric_limits<double>::infinity();
+  auto di = upload<float>(xn);
+  EXPECT_TRUE(std::isinf(k::sum_squares(di.data(), n)));
+}
+
+TEST(KernelsElementwise, Bf16MatchesFloat) {
+  const int rows = 33, cols = 70, ld = 72;
+  const auto x = bf16_exact(random_normal(static_cast<std::size_t>(rows) * ld, 40, 2.0));
+  const auto bias = bf16_exact(random_normal(cols, 41));
+  const auto dy = bf16_exact(random_normal(x.size(), 42));
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<std::vector<double>> outs;
+    auto dx = upload<T>(x);
+    auto db = upload<T>(bias);
+    auto ddy = upload<T>(dy);
+    Buffer<T> y(x.size(), MemCategory::Workspace);
+    k::gelu_forward(dx.data(), y.data(), x.size());
+    outs.push_back(download(y));
+    k::gelu_backward(dx.data(), ddy.data(), y.data(), x.size());
+    outs.push_back(download(y));
+    auto zero = upload<T>(std::vector<double>(x.size(), 0.0));
+    k::swiglu_forward(dx.data(), dx.data() + 32, ld, zero.data(), ld, rows, 32);
+    outs.push_back(download(zero));
+    auto g = upload<T>(std::vector<double>(x.size(), 0.0));
+    k::swiglu_backward(dx.data(), dx.data() + 32, ld, ddy.data(), ld, g.data(), g.data() + 32, rows, 32);
+    outs.push_back(download(g));
+    auto yb = upload<T>(x);
+    k::add_bias(yb.data(), db.data(), rows, cols, ld);
+    outs.push_back(download(yb));
+    auto dbias = upload<T>(std::vector<double>(cols, 0.0));
+    k::bias_backward(ddy.data(), dbias.data(), rows, cols, ld);
+    outs.push_back(download(dbias));
+    return outs;
+  };
+  const auto f = run(float{});
+  const auto b = run(bf16{});
+  const char* names[] = {"gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward",
+                         "add_bias", "bias_backward"};
+  for (std::size_t i = 0; i < f.size(); ++i) expect_bf16_close(names[i], b[i], f[i]);
+}
+
+TEST(KernelsElementwise, BiasBackwardDeterministic) {
+  const int rows = 513, cols = 300, ld = 300;
+  const auto dy = random_normal(static_cast<std::size_t>(rows) * ld, 50);
+  auto d = upload<float>(dy);
+  auto run = [&]() {
+    auto db = upload<float>(std::vector<double>(cols, 0.0));
+    k::bias_backward(d.data(), db.data(), rows, cols, ld);
+    return to_host(db);
+  };
+  EXPECT_TRUE(bitwise_equal(run(), run()));
+}

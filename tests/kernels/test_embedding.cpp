@@ -1,0 +1,140 @@
+// Token (vocab-parallel) and position embeddings.
+#include <gtest/gtest.h>
+
+#include "kernel_test_utils.hpp"
+#include "meshtrain/kernels/embedding.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::test;
+namespace k = meshtrain::kernels;
+
+namespace {
+
+// A vocab slice [vocab_start, vocab_start + vocab_local) of a 40-token vocabulary, and
+// tokens with repeats, some outside the slice.
+constexpr int kC = 70;
+constexpr std::int64_t kVocabStart = 10, kVocabLocal = 17;
+std::vector<std::int32_t> tokens() {
+  return {12, 0, 26, 12, 39, 10, 15, 12, 27, 9, 26, 20, 11, 11, 30, 12, 25, 10, 3, 14, 26};
+}
+
+}  // namespace
+
+TEST(KernelsEmbedding, ForwardAndGradient) {
+  const auto tok = tokens();
+  const int n = static_cast<int>(tok.size());
+  auto wte = random_normal(static_cast<std::size_t>(kVocabLocal) * kC, 1);
+  const auto w = random_normal(static_cast<std::size_t>(n) * kC, 2);
+  auto dtok = to_device(tok);
+  auto forward = [&]() {
+    auto dw = upload<double>(wte);
+    auto out = upload<double>(std::vector<double>(w.size(), 7.0));
+    k::embedding_forward(dtok.data(), n, dw.data(), kVocabStart, kVocabLocal, kC, out.data());
+    return download(out);
+  };
+  const auto out = forward();
+  for (int i = 0; i < n; ++i) {
+    const std::int64_t row = tok[i] - kVocabStart;
+    const bool in_slice = row >= 0 && row < kVocabLocal;
+    for (int c = 0; c < kC; ++c)  // exact: a copy, or 0 for tokens of other slices
+      EXPECT_EQ(out[static_cast<std::size_t>(i) * kC + c], in_slice ? wte[row * kC + c] : 0.0);
+  }
+  // dwte += scatter(dout); initial dwte nonzero to check accumulation.
+  const auto dwte0 = random_normal(wte.size(), 3);
+  auto ddw = upload<double>(dwte0);
+  auto dout = upload<double>(w);
+  k::embedding_backward(dtok.data(), n, dout.data(), kVocabStart, kVocabLocal, kC, ddw.data());
+  const auto dwte = download(ddw);
+  std::vector<double> host = dwte0, grad(wte.size());
+  for (int i = 0; i < n; ++i) {  // token order, like the kernel: exact
+    const std::int64_t row = tok[i] - kVocabStart;
+    if (row < 0 || row >= kVocabLocal) continue;
+    for (int c = 0; c < kC; ++c) host[row * kC + c] += w[static_cast<std::size_t>(i) * kC + c];
+  }
+  // Exact: each element is summed in token order, which is the reference's order.
+  EXPECT_TRUE(bitwise_equal(dwte, host));
+  for (std::size_t i = 0; i < grad.size(); ++i) grad[i] = dwte[i] - dwte0[i];
+  fd_check("dwte", wte, grad, [&]() { return weighted_sum(w, forward()); }, 60, 4);
+}
+
+TEST(KernelsEmbedding, PositionForwardAndGradient) {
+  const int B = 3, T = 11, C = 70, max_seq = 16;
+  const auto x0 = random_normal(static_cast<std::size_t>(B) * T * C, 10);
+  auto wpe = random_normal(static_cast<std::size_t>(max_seq) * C, 11);
+  const auto w = random_normal(x0.size(), 12);
+  auto forward = [&]() {
+    auto dx = upload<double>(x0);
+    auto dw = upload<double>(wpe);
+    k::add_position_embedding(dx.data(), dw.data(), B, T, C);
+    return download(dx);
+  };
+  const auto y = forward();
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        const std::size_t i = (static_cast<std::size_t>(b) * T + t) * C + c;
+        EXPECT_EQ(y[i], x0[i] + wpe[static_cast<std::size_t>(t) * C + c]);  // exact: one add
+      }
+  const auto dwpe0 = random_normal(wpe.size(), 13);
+  auto ddw = upload<double>(dwpe0);
+  auto dy = upload<double>(w);
+  k::position_embedding_backward(dy.data(), ddw.data(), B, T, C);
+  const auto dwpe = download(ddw);
+  std::vector<double> grad(wpe.size());
+  for (std::size_t i = 0; i < grad.size(); ++i) grad[i] = dwpe[i] - dwpe0[i];
+  // Rows t >= T_seq are untouched.
+  for (std::size_t i = static_cast<std::size_t>(T) * C; i < dwpe.size(); ++i) EXPECT_EQ(dwpe[i], dwpe0[i]);
+  fd_check("dwpe", wpe, grad, [&]() { return weighted_sum(w, forward()); }, 60, 14);
+}
+
+TEST(KernelsEmbedding, Bf16MatchesFloat) {
+  const auto tok = tokens();
+  const int n = static_cast<int>(tok.size());
+  const int B = 3, T = 7;  // 21 tokens as (B, T)
+  const auto wte = bf16_exact(random_normal(static_cast<std::size_t>(kVocabLocal) * kC, 20));
+  const auto wpe = bf16_exact(random_normal(static_cast<std::size_t>(T) * kC, 21));
+  const auto dy = bf16_exact(random_normal(static_cast<std::size_t>(n) * kC, 22));
+  auto dtok = to_device(tok);
+  auto run = [&](auto tag) {
+    using T_ = decltype(tag);
+    std::vector<std::vector<double>> outs;
+    auto dw = upload<T_>(wte);
+    auto dp = upload<T_>(wpe);
+    Buffer<T_> out(dy.size(), MemCategory::Workspace);
+    k::embedding_forward(dtok.data(), n, dw.data(), kVocabStart, kVocabLocal, kC, out.data());
+    k::add_position_embedding(out.data(), dp.data(), B, T, kC);
+    outs.push_back(download(out));
+    auto ddy = upload<T_>(dy);
+    auto gw = upload<T_>(std::vector<double>(wte.size(), 0.0));
+    auto gp = upload<T_>(std::vector<double>(wpe.size(), 0.0));
+    k::embedding_backward(dtok.data(), n, ddy.data(), kVocabStart, kVocabLocal, kC, gw.data());
+    k::position_embedding_backward(ddy.data(), gp.data(), B, T, kC);
+    outs.push_back(download(gw));
+    outs.push_back(download(gp));
+    return outs;
+  };
+  const auto f = run(float{});
+  const auto b = run(bf16{});
+  expect_bf16_close("embedding + position forward", b[0], f[0]);
+  expect_bf16_close("embedding_backward", b[1], f[1]);
+  expect_bf16_close("position_embedding_backward", b[2], f[2]);
+}
+
+TEST(KernelsEmbedding, BackwardDeterministic) {
+  std::vector<std::int32_t> tok(4096);
+  for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<std::int32_t>((i * 7919) % 37);
+  const int n = static_cast<int>(tok.size()), C = 200;
+  const auto dy = random_normal(static_cast<std::size_t>(n) * C, 30);
+  auto dtok = to_device(tok);
+  auto ddy = upload<float>(dy);
+  auto run = [&]() {
+    auto g = upload<float>(std::vector<double>(static_cast<std::size_t>(37) * C, 0.0));
+    auto gp = upload<float>(std::vector<double>(static_cast<std::size_t>(64) * C, 0.0));
+    k::embedding_backward(dtok.data(), n, ddy.data(), 0, 37, C, g.data());
+    k::position_embedding_backward(ddy.data(), gp.data(), 64, 64, C);
+    auto a = to_host(g), b = to_host(gp);
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  EXPECT_TRUE(bitwise_equal(run(), run()));
+}
