@@ -34,6 +34,21 @@ void append_piece(const Tokenizer& tok, const std::string& text, TokenFileWriter
     for (const std::int32_t id : ids) ++(*counts)[static_cast<std::size_t>(id)];
 }
 
+// Drops files inside `output` (a dataset directory under an input, from an earlier run).
+std::vector<std::string> outside_of(const std::vector<std::string>& files, const std::string& output) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path out = fs::canonical(output, ec);
+  if (ec || !fs::is_directory(out)) return files;  // nothing can be inside it
+  std::vector<std::string> kept;
+  for (const std::string& f : files) {
+    const fs::path c = fs::canonical(f, ec);
+    const auto rel = c.lexically_relative(out);
+    if (ec || rel.empty() || *rel.begin() == "..") kept.push_back(f);
+  }
+  return kept;
+}
+
 std::string list_some(const std::vector<std::string>& items, std::size_t max) {
   std::string s;
   for (std::size_t i = 0; i < items.size() && i < max; ++i) s += "\n    " + items[i];
@@ -79,7 +94,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   MESHTRAIN_REQUIRE(std::isfinite(o.val_fraction) && o.val_fraction >= 0 && o.val_fraction < 1,
                     "--val_fraction must be in [0, 1), got %g", o.val_fraction);
   const std::unique_ptr<Tokenizer> tok = make_tokenizer(o.tokenizer);
-  const std::vector<std::string> files = collect_input_files(o.inputs);
+  const std::vector<std::string> files = outside_of(collect_input_files(o.inputs), o.output);
   MESHTRAIN_REQUIRE(!files.empty(),
                     "no input files found in %s (directories are searched recursively; *.dat files are ignored)",
                     join(o.inputs, ", ").c_str());

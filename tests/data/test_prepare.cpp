@@ -139,6 +139,18 @@ TEST(Prepare, IsDeterministicAndOverwrites) {
   EXPECT_EQ(test::read_file(dir / "out/train.bin"), first);
 }
 
+TEST(Prepare, IgnoresItsOwnOutputInsideAnInput) {
+  TempDir dir("prepare");
+  make_corpus(dir);
+  PrepareOptions o;
+  o.inputs = {dir / "corpus"};
+  o.output = dir / "corpus/dataset";
+  const PrepareSummary first = prepare(o);
+  const PrepareSummary second = prepare(o);  // meta.json of the first run is not a document
+  EXPECT_EQ(second.files, first.files);
+  EXPECT_EQ(second.train_tokens, first.train_tokens);
+}
+
 TEST(Prepare, ZeroValFractionGivesEmptyVal) {
   TempDir dir("prepare");
   make_corpus(dir);
