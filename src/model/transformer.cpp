@@ -231,37 +231,43 @@ double Transformer<T>::head_loss(const ComputeContext& ctx, const T* outer, Batc
 }
 
 template <class T>
-std::vector<float> Transformer<T>::last_logits(const ComputeContext& ctx, const T* outer, BatchShape s,
-                                               const T* x) const {
+std::vector<float> Transformer<T>::logits(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+                                          bool last_only) const {
   using linalg::Op;
   const int C = dims_.d_model;
   const int Vl = static_cast<int>(tp_.vocab);
   HeadCache<T> hc;
   final_norm(outer, s, x, hc);
-  // Gather the last row of each sequence into (B, C), then logits (B, Vl).
-  Buffer<T> last(static_cast<std::size_t>(s.B) * C, MemCategory::Workspace);
-  for (int b = 0; b < s.B; ++b)
-    Kokkos::deep_copy(last.view(static_cast<std::size_t>(b) * C, C),
-                      UView<T>(hc.normed.data() + (static_cast<std::size_t>(b) * s.T + s.T - 1) * C, C));
-  Buffer<T> logits(static_cast<std::size_t>(s.B) * Vl, MemCategory::Workspace);
-  linalg::gemm<T>(Op::N, Op::T, s.B, Vl, C, 1.0f, last.data(), C, head_weight(outer), C, 0.0f, logits.data(), Vl);
-  Buffer<float> local(static_cast<std::size_t>(s.B) * Vl, MemCategory::Workspace);
-  kernels::cast(logits.data(), local.data(), local.size());
-  // all-gather over tp: (tp, B, Vl) then reorder to (B, V).
+  // rows (R, C): the last position of each sequence, or every position.
+  const int R = last_only ? s.B : s.N();
+  Buffer<T> rows(static_cast<std::size_t>(R) * C, MemCategory::Workspace);
+  if (last_only) {
+    for (int b = 0; b < s.B; ++b)
+      Kokkos::deep_copy(rows.view(static_cast<std::size_t>(b) * C, C),
+                        UView<T>(hc.normed.data() + (static_cast<std::size_t>(b) * s.T + s.T - 1) * C, C));
+  } else {
+    Kokkos::deep_copy(rows.view(), hc.normed.view());
+  }
+  Buffer<T> out(static_cast<std::size_t>(R) * Vl, MemCategory::Workspace);
+  linalg::gemm<T>(Op::N, Op::T, R, Vl, C, 1.0f, rows.data(), C, head_weight(outer), C, 0.0f, out.data(), Vl);
+  Buffer<float> local(out.size(), MemCategory::Workspace);
+  kernels::cast(out.data(), local.data(), local.size());
+  // all-gather over tp: (tp, R, Vl), then reorder to (R, valid_vocab) on the host.
   const int tp = ctx.tp_size();
   Buffer<float> all(local.size() * tp, MemCategory::Workspace);
   if (tp > 1) ctx.tp->all_gather(local.data(), all.data(), local.size(), DType::F32);
   else Kokkos::deep_copy(all.view(), local.view());
   std::vector<float> host(all.size());
   Kokkos::deep_copy(UView<float, HostMem>(host.data(), host.size()), all.view());
-  std::vector<float> out(static_cast<std::size_t>(s.B) * dims_.valid_vocab);
+  const std::int64_t V = dims_.valid_vocab;
+  std::vector<float> result(static_cast<std::size_t>(R) * V);
   for (int r = 0; r < tp; ++r)
-    for (int b = 0; b < s.B; ++b)
+    for (int row = 0; row < R; ++row)
       for (int v = 0; v < Vl; ++v) {
         const std::int64_t id = static_cast<std::int64_t>(r) * Vl + v;
-        if (id < dims_.valid_vocab) out[b * dims_.valid_vocab + id] = host[(static_cast<std::size_t>(r) * s.B + b) * Vl + v];
+        if (id < V) result[row * V + id] = host[(static_cast<std::size_t>(r) * R + row) * Vl + v];
       }
-  return out;
+  return result;
 }
 
 template class Transformer<float>;

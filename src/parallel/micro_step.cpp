@@ -87,11 +87,11 @@ double forward_loss(FsdpEngine<T>& eng, const model::Transformer<T>& model, mode
 }
 
 template <class T>
-std::vector<float> forward_last_logits(FsdpEngine<T>& eng, const model::Transformer<T>& model,
-                                       model::ComputeContext ctx, const std::int32_t* tokens, BatchShape s) {
+std::vector<float> forward_logits(FsdpEngine<T>& eng, const model::Transformer<T>& model, model::ComputeContext ctx,
+                                  const std::int32_t* tokens, BatchShape s, bool last_only) {
   ctx.progress = [&eng] { eng.progress(); };
   Buffer<T> x = forward_to_last(eng, model, ctx, tokens, s);
-  std::vector<float> logits = model.last_logits(ctx, eng.wait_params(0), s, x.data());
+  std::vector<float> logits = model.logits(ctx, eng.wait_params(0), s, x.data(), last_only);
   eng.release_all();
   return logits;
 }
@@ -101,8 +101,8 @@ std::vector<float> forward_last_logits(FsdpEngine<T>& eng, const model::Transfor
                                       const std::int32_t*, const std::int32_t*, BatchShape, float, bool);        \
   template double forward_loss<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext,           \
                                   const std::int32_t*, const std::int32_t*, BatchShape);                         \
-  template std::vector<float> forward_last_logits<T>(FsdpEngine<T>&, const model::Transformer<T>&,               \
-                                                     model::ComputeContext, const std::int32_t*, BatchShape);
+  template std::vector<float> forward_logits<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext, \
+                                                const std::int32_t*, BatchShape, bool);
 MESHTRAIN_INSTANTIATE(float)
 MESHTRAIN_INSTANTIATE(bf16)
 #undef MESHTRAIN_INSTANTIATE

@@ -22,7 +22,7 @@ std::vector<std::int32_t> generate_ids(Session<T>& s, std::vector<std::int32_t> 
     Buffer<std::int32_t> dev(ctx.size(), MemCategory::Workspace);
     Kokkos::deep_copy(dev.view(), UView<std::int32_t, HostMem>(ctx.data(), ctx.size()));
     std::vector<float> logits =
-        parallel::forward_last_logits(s.engine(), s.model(), s.context(), dev.data(), model::BatchShape{1, len});
+        parallel::forward_logits(s.engine(), s.model(), s.context(), dev.data(), model::BatchShape{1, len}, true);
     std::int32_t next = 0;
     if (o.temperature <= 0) {
       next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());

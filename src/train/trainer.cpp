@@ -13,14 +13,12 @@
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/sampler.hpp"
 #include "meshtrain/linalg/peak.hpp"
-#include "meshtrain/optim/adamw.hpp"
-#include "meshtrain/optim/schedule.hpp"
-#include "meshtrain/parallel/grad_norm.hpp"
 #include "meshtrain/parallel/micro_step.hpp"
 #include "meshtrain/train/generate.hpp"
 #include "meshtrain/train/metrics.hpp"
 #include "meshtrain/train/run_record.hpp"
 #include "meshtrain/train/session.hpp"
+#include "meshtrain/train/step.hpp"
 
 namespace meshtrain::train {
 namespace {
@@ -69,8 +67,7 @@ class Trainer {
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<data::EvalSampler> eval_sampler_;
   std::unique_ptr<MetricsWriter> metrics_;
-  optim::LrSchedule schedule_;
-  optim::AdamWSettings adam_;
+  StepSettings settings_;
   std::set<long> nan_steps_;
   double peak_flops_ = 0;
   std::uint64_t cursor_ = 0;      ///< training windows consumed (global)
@@ -115,8 +112,7 @@ int Trainer<T>::run() {
 
   parallel::FsdpEngine<T>& eng = session_.engine();
   eng.init_parameters(tc.seed);
-  schedule_ = {tc.lr, tc.min_lr, tc.warmup_steps, tc.steps, tc.lr_schedule == "cosine"};
-  adam_ = {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay, tc.decay_embeddings};
+  settings_ = step_settings(tc);
   if (!tc.inject_nan_steps.empty())
     for (long v : parse_int_list("train.inject_nan_steps", tc.inject_nan_steps)) nan_steps_.insert(v);
 
@@ -167,39 +163,21 @@ int Trainer<T>::run() {
 template <class T>
 bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gnorm, double& lr) {
   const TrainConfig& tc = cfg_.train;
-  parallel::FsdpEngine<T>& eng = session_.engine();
   const Mesh& mesh = session_.mesh();
   const CommStats before = comm_stats();
   const double t0 = now_seconds();
-  const model::BatchShape shape{tc.micro_batch, tc.seq_len};
-  const double global_tokens = static_cast<double>(s_.global_batch) * tc.seq_len;
-  const float grad_scale = static_cast<float>(1.0 / global_tokens);
-
-  eng.begin_step();
-  double local_loss = 0;
-  for (int a = 0; a < s_.grad_accum; ++a) {
-    eng.begin_micro(a);
-    const std::uint64_t w0 = data::rank_first_window(cursor_, a, tc.micro_batch, mesh.shape().dp(), mesh.dp_rank());
-    sampler_->fill(w0, tc.micro_batch, batch_.host_in.data(), batch_.host_tgt.data());
-    batch_.upload();
-    local_loss += parallel::forward_backward(eng, session_.model(), session_.context(), batch_.in.data(),
-                                             batch_.tgt.data(), shape, grad_scale, tc.activation_checkpointing);
-  }
-  eng.finish_step();
-  if (nan_steps_.count(step + 1) && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank))
-    parallel::poison_gradients(eng, NAN);
-  gnorm = parallel::global_grad_norm(eng, *session_.groups().world);
-  loss = session_.global_sum(local_loss) / global_tokens;
+  const BatchFiller fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
+    const std::uint64_t w0 = data::rank_first_window(cursor_, micro, tc.micro_batch, mesh.shape().dp(), mesh.dp_rank());
+    sampler_->fill(w0, tc.micro_batch, in, tgt);
+  };
+  const bool poison =
+      nan_steps_.count(step + 1) && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank);
+  const StepResult r = train::train_step(session_, settings_, step, updates_, fill, poison);
   cursor_ += static_cast<std::uint64_t>(s_.global_batch);
-  lr = schedule_.at(step);
-  // Every rank sees the same loss and norm (world reductions), so all take the same branch.
-  const bool finite = std::isfinite(loss) && std::isfinite(gnorm);
-  if (finite) {
-    const double clip = tc.grad_clip > 0 ? std::min(1.0, tc.grad_clip / (gnorm + 1e-6)) : 1.0;
-    ++updates_;
-    optim::adamw_update(eng, adam_, lr, updates_, clip);
-    last_loss_ = loss;
-  }
+  loss = r.loss;
+  gnorm = r.grad_norm;
+  lr = r.lr;
+  if (r.applied) last_loss_ = loss;
   Kokkos::fence();
   times.step = now_seconds() - t0;
   times.exposed_comm = comm_stats().exposed_seconds - before.exposed_seconds;
@@ -207,7 +185,7 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   total_compute_ += times.compute();
   total_exposed_ += times.exposed_comm;
   total_busy_ += times.busy_comm;
-  return finite;
+  return r.applied;
 }
 
 template <class T>

@@ -64,10 +64,11 @@ class Transformer {
   /// Loss sum only (evaluation).
   double head_loss(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
                    const std::int32_t* targets) const;
-  /// Full-vocabulary logits of the LAST position of each sequence, gathered over tp, on the
-  /// host: (B, valid_vocab) floats (generation).
-  std::vector<float> last_logits(const ComputeContext& ctx, const T* outer, BatchShape s,
-                                 const T* x) const;
+  /// Full-vocabulary logits gathered over tp, on the host: (B, valid_vocab) floats for the
+  /// last position of each sequence (generation), or (N, valid_vocab) for every position
+  /// (reference tests).
+  std::vector<float> logits(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+                            bool last_only) const;
 
  private:
   void gpt2_forward(const ComputeContext& ctx, const T* params, BatchShape s, const T* x_in, T* x_out,

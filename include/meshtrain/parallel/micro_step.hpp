@@ -29,11 +29,11 @@ template <class T>
 double forward_loss(FsdpEngine<T>& engine, const model::Transformer<T>& model, model::ComputeContext ctx,
                     const std::int32_t* tokens, const std::int32_t* targets, model::BatchShape shape);
 
-/// Forward only; returns the full-vocabulary logits of each sequence's last position on
-/// the host, (B, valid_vocab) (generation).
+/// Forward only; returns full-vocabulary logits on the host: (B, valid_vocab) for each
+/// sequence's last position (generation) or (N, valid_vocab) for every position.
 template <class T>
-std::vector<float> forward_last_logits(FsdpEngine<T>& engine, const model::Transformer<T>& model,
-                                       model::ComputeContext ctx, const std::int32_t* tokens,
-                                       model::BatchShape shape);
+std::vector<float> forward_logits(FsdpEngine<T>& engine, const model::Transformer<T>& model,
+                                  model::ComputeContext ctx, const std::int32_t* tokens, model::BatchShape shape,
+                                  bool last_only);
 
 }  // namespace meshtrain::parallel

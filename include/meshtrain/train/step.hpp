@@ -1,0 +1,40 @@
+#pragma once
+/// \brief One optimizer step: grad_accum micro-batches of forward/backward, gradient
+/// reduction, the global gradient norm, the non-finite check, clipping and AdamW.
+
+#include <cstdint>
+#include <functional>
+
+#include "meshtrain/optim/adamw.hpp"
+#include "meshtrain/optim/schedule.hpp"
+#include "meshtrain/train/session.hpp"
+
+namespace meshtrain::train {
+
+struct StepSettings {
+  optim::LrSchedule schedule;
+  optim::AdamWSettings adam;
+  double grad_clip = 1.0;               ///< 0 = no clipping
+  bool activation_checkpointing = false;
+};
+
+StepSettings step_settings(const TrainConfig& tc);
+
+struct StepResult {
+  double loss = 0;       ///< mean token loss of the global batch (same on every rank)
+  double grad_norm = 0;  ///< true global norm before clipping
+  double lr = 0;
+  bool applied = false;  ///< false: non-finite loss or norm, optimizer state untouched
+};
+
+/// Writes this rank's micro-batch `micro` into host buffers (micro_batch x seq_len each).
+using BatchFiller = std::function<void(int micro, std::int32_t* inputs, std::int32_t* targets)>;
+
+/// Runs optimizer step `step` (0-based). `updates` counts applied updates (AdamW bias
+/// correction) and is incremented when the step is applied. `poison` sets this rank's
+/// gradients to NaN before the norm (the train.inject_nan_steps debug option).
+template <class T>
+StepResult train_step(Session<T>& session, const StepSettings& settings, int step, int& updates,
+                      const BatchFiller& fill, bool poison = false);
+
+}  // namespace meshtrain::train

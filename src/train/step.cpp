@@ -1,0 +1,62 @@
+#include "meshtrain/train/step.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "meshtrain/parallel/grad_norm.hpp"
+#include "meshtrain/parallel/micro_step.hpp"
+
+namespace meshtrain::train {
+
+StepSettings step_settings(const TrainConfig& tc) {
+  StepSettings s;
+  s.schedule = {tc.lr, tc.min_lr, tc.warmup_steps, tc.steps, tc.lr_schedule == "cosine"};
+  s.adam = {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay, tc.decay_embeddings};
+  s.grad_clip = tc.grad_clip;
+  s.activation_checkpointing = tc.activation_checkpointing;
+  return s;
+}
+
+template <class T>
+StepResult train_step(Session<T>& session, const StepSettings& st, int step, int& updates, const BatchFiller& fill,
+                      bool poison) {
+  const RunSetup& setup = session.setup();
+  const int B = setup.config.train.micro_batch, L = setup.config.train.seq_len;
+  const model::BatchShape shape{B, L};
+  const double global_tokens = static_cast<double>(setup.global_batch) * L;
+  const float grad_scale = static_cast<float>(1.0 / global_tokens);
+  parallel::FsdpEngine<T>& eng = session.engine();
+
+  std::vector<std::int32_t> in_host(static_cast<std::size_t>(B) * L), tgt_host(in_host.size());
+  Buffer<std::int32_t> in(in_host.size(), MemCategory::Workspace), tgt(in_host.size(), MemCategory::Workspace);
+  eng.begin_step();
+  double local_loss = 0;
+  for (int a = 0; a < setup.grad_accum; ++a) {
+    eng.begin_micro(a);
+    fill(a, in_host.data(), tgt_host.data());
+    Kokkos::deep_copy(in.view(), UView<std::int32_t, HostMem>(in_host.data(), in_host.size()));
+    Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(tgt_host.data(), tgt_host.size()));
+    local_loss += parallel::forward_backward(eng, session.model(), session.context(), in.data(), tgt.data(), shape,
+                                             grad_scale, st.activation_checkpointing);
+  }
+  eng.finish_step();
+  if (poison) parallel::poison_gradients(eng, NAN);
+
+  StepResult r;
+  r.grad_norm = parallel::global_grad_norm(eng, *session.groups().world);
+  r.loss = session.global_sum(local_loss) / global_tokens;
+  r.lr = st.schedule.at(step);
+  // Loss and norm come from world reductions: every rank takes the same branch.
+  r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+  if (r.applied) {
+    const double clip = st.grad_clip > 0 ? std::min(1.0, st.grad_clip / (r.grad_norm + 1e-6)) : 1.0;
+    ++updates;
+    optim::adamw_update(eng, st.adam, r.lr, updates, clip);
+  }
+  return r;
+}
+
+template StepResult train_step<float>(Session<float>&, const StepSettings&, int, int&, const BatchFiller&, bool);
+template StepResult train_step<bf16>(Session<bf16>&, const StepSettings&, int, int&, const BatchFiller&, bool);
+
+}  // namespace meshtrain::train

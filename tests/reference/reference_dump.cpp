@@ -1,0 +1,142 @@
+// Writes what torch_reference.py needs to check meshtrain against PyTorch:
+//   manifest.json            dims, batch, optimizer and schedule settings, tensor list
+//   params/<name>.f32        initial weights (logical HF tensors, little-endian fp32)
+//   grads/<name>.f32         gradients of step 1
+//   tokens.i32, targets.i32  (steps, global_batch, seq_len) batches
+//   logits.f32               (global_batch*seq_len, vocab) logits of step 1 (before the update)
+//   curve.json               loss and grad norm of each of the steps
+// Usage: reference_dump CONFIG.ini OUT_DIR [--section.key=value ...]   (1 rank)
+#include <mpi.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "meshtrain/comm/watchdog.hpp"
+#include "meshtrain/config/config.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/json.hpp"
+#include "meshtrain/data/dataset.hpp"
+#include "meshtrain/data/sampler.hpp"
+#include "meshtrain/model/init.hpp"
+#include "meshtrain/parallel/micro_step.hpp"
+#include "meshtrain/runtime/runtime.hpp"
+#include "meshtrain/train/step.hpp"
+
+using namespace meshtrain;
+
+namespace {
+
+/// Logical HF tensors from a unit-state array (1 rank: the state covers every element).
+std::map<std::string, std::vector<float>> logical_tensors(parallel::FsdpEngine<float>& eng, bool grads) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& p : eng.specs()) out[p.name].assign(static_cast<std::size_t>(p.numel()), 0.0f);
+  for (int u = 0; u < eng.num_units(); ++u) {
+    const parallel::UnitState& st = eng.state(u);
+    std::vector<float> host(st.numel);
+    Kokkos::deep_copy(UView<float, HostMem>(host.data(), host.size()), grads ? st.grad.view() : st.master.view());
+    model::for_each_global_run(eng.specs(), eng.layouts()[u], 1, 0, st.begin, st.begin + st.numel,
+                               [&](const model::ParamSlot& slot, std::int64_t pos, std::int64_t row, std::int64_t col,
+                                   std::int64_t n) {
+                                 const auto& p = eng.specs()[slot.spec];
+                                 std::copy(host.begin() + pos, host.begin() + pos + n,
+                                           out[p.name].begin() + row * p.cols() + col);
+                               });
+  }
+  return out;
+}
+
+template <class V>
+void write_raw(const std::string& path, const V& v) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(v[0])));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Runtime rt(argc, argv, MPI_COMM_WORLD);
+  MPI_Comm world = MPI_COMM_WORLD;
+  set_abort_context(&world, rt.topology().world_rank);
+  if (argc < 3 || rt.topology().world_size != 1) {
+    std::fprintf(stderr, "usage: reference_dump CONFIG.ini OUT_DIR [--k=v ...]  (one rank)\n");
+    return 2;
+  }
+  const std::string out = argv[2];
+  std::vector<std::string> args = {argv[1], "--parallel.strategy=no_shard", "--train.peak_tflops=1"};
+  for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
+  try {
+    const Config cfg = parse_config("train", args).config;
+    const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
+    const TrainConfig& tc = cfg.train;
+    train::Session<float> session(rt, setup);
+    auto& eng = session.engine();
+    eng.init_parameters(tc.seed);
+
+    namespace fs = std::filesystem;
+    fs::create_directories(out + "/params");
+    fs::create_directories(out + "/grads");
+    JsonObject tensors;
+    for (const auto& [name, v] : logical_tensors(eng, false)) write_raw(out + "/params/" + name + ".f32", v);
+    std::string list = "[";
+    for (const auto& p : eng.specs()) {
+      std::string shape = "[";
+      for (std::size_t i = 0; i < p.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(p.shape[i]);
+      JsonObject t;
+      t.add("name", p.name).add_raw("shape", shape + "]").add("weight_decay", p.is_embedding ? tc.decay_embeddings : p.weight_decay);
+      list += (list.size() > 1 ? ", " : "") + t.str();
+    }
+    list += "]";
+
+    const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
+    const data::Sampler sampler(ds.train, tc.seq_len, tc.seed);
+    const int G = setup.global_batch, T = tc.seq_len;
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(tc.steps) * G * T), targets(tokens.size());
+    for (int s = 0; s < tc.steps; ++s)
+      sampler.fill(static_cast<std::uint64_t>(s) * G, G, tokens.data() + static_cast<std::size_t>(s) * G * T,
+                   targets.data() + static_cast<std::size_t>(s) * G * T);
+    write_raw(out + "/tokens.i32", tokens);
+    write_raw(out + "/targets.i32", targets);
+
+    // Logits of the first batch with the initial weights.
+    {
+      Buffer<std::int32_t> dev(static_cast<std::size_t>(G) * T, MemCategory::Workspace);
+      Kokkos::deep_copy(dev.view(), UView<std::int32_t, HostMem>(tokens.data(), dev.size()));
+      write_raw(out + "/logits.f32", parallel::forward_logits(eng, session.model(), session.context(), dev.data(),
+                                                              model::BatchShape{G, T}, false));
+    }
+
+    const train::StepSettings st = train::step_settings(tc);
+    int updates = 0;
+    std::string curve = "[";
+    for (int s = 0; s < tc.steps; ++s) {
+      const train::BatchFiller fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
+        const std::size_t off = (static_cast<std::size_t>(s) * G + static_cast<std::size_t>(micro) * tc.micro_batch) * T;
+        std::copy(tokens.begin() + off, tokens.begin() + off + tc.micro_batch * T, in);
+        std::copy(targets.begin() + off, targets.begin() + off + tc.micro_batch * T, tgt);
+      };
+      // AdamW leaves the reduced gradients in place, so step 1's gradients are read after it.
+      const train::StepResult r = train::train_step(session, st, s, updates, fill);
+      if (s == 0)
+        for (const auto& [name, v] : logical_tensors(eng, true)) write_raw(out + "/grads/" + name + ".f32", v);
+      JsonObject c;
+      c.add("step", s + 1).add("loss", r.loss).add("grad_norm", r.grad_norm).add("lr", r.lr);
+      curve += (s ? ", " : "") + c.str();
+    }
+    std::ofstream(out + "/curve.json") << curve << "]\n";
+
+    JsonObject m;
+    m.add("family", cfg.model.family).add("vocab", setup.dims.vocab).add("valid_vocab", setup.dims.valid_vocab)
+        .add("d_model", setup.dims.d_model).add("n_layers", setup.dims.n_layers).add("n_heads", setup.dims.n_heads)
+        .add("n_kv_heads", setup.dims.n_kv_heads).add("ffn_dim", setup.dims.ffn_dim).add("tied", setup.dims.tied)
+        .add("norm_eps", setup.dims.norm_eps).add("rope_theta", setup.dims.rope_theta).add("steps", tc.steps)
+        .add("global_batch", G).add("seq_len", T).add("beta1", tc.beta1).add("beta2", tc.beta2)
+        .add("adam_eps", tc.adam_eps).add("weight_decay", tc.weight_decay).add("grad_clip", tc.grad_clip)
+        .add_raw("tensors", list);
+    std::ofstream(out + "/manifest.json") << m.str() << "\n";
+  } catch (const UserError& e) {
+    std::fprintf(stderr, "reference_dump: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
