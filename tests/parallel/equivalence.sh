@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Trains tiny-$EQUIV_FAMILY for 20 steps on $EQUIV_NP ranks with $EQUIV_ARGS and compares
+# its metrics.jsonl with the 1-rank baseline (the equiv_<family>_baseline_np1 fixture).
+set -euo pipefail
+family=${EQUIV_FAMILY:?}
+np=${EQUIV_NP:?}
+base="$MESHTRAIN_BUILD_DIR/tests/parallel/tmp/equiv_${family}_baseline"
+name=$(basename "$TEST_TMP")
+out="$TEST_TMP"
+[[ "$name" == *baseline* ]] && out="$base"
+rm -rf "$out" && mkdir -p "$out"
+# shellcheck disable=SC2086
+$MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
+  --train.steps=20 --train.global_batch=8 --train.eval_every=0 --data.dir=random \
+  --checkpoint.save_final=false --output.dir="$out" $EQUIV_ARGS > "$out/log.txt" 2>&1 || { cat "$out/log.txt"; exit 1; }
+[[ "$out" == "$base" ]] && exit 0
+python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$base/metrics.jsonl" "$out/metrics.jsonl" \
+  --rtol 1e-5 --keys loss grad_norm --label "$name"
