@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "meshtrain/app/commands.hpp"
-#include "meshtrain/comm/mpi_communicator.hpp"
+#include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/data/prepare.hpp"
 #include "meshtrain/data/tokenizer.hpp"
@@ -56,15 +56,6 @@ PrepareArgs parse_prepare_args(const Args& args) {
   return out;
 }
 
-// Rank 0's outcome ("" = success, else its UserError message) on every rank.
-std::string broadcast_outcome(MpiCommunicator& comm, std::string message) {
-  std::int64_t n = static_cast<std::int64_t>(message.size());
-  comm.broadcast(&n, 1, DType::I64, 0);
-  message.resize(static_cast<std::size_t>(n));
-  if (n > 0) comm.broadcast(message.data(), message.size(), DType::U8, 0);
-  return message;
-}
-
 }  // namespace
 
 int command_prepare(Runtime& rt, const Args& args) {
@@ -74,20 +65,13 @@ int command_prepare(Runtime& rt, const Args& args) {
     if (root) std::fputs(parsed.help_text.c_str(), stdout);
     return 0;
   }
-  MpiCommunicator world(rt.world(), "world");
-  std::string error;
-  if (root) {
-    try {
-      const data::PrepareSummary summary = data::prepare(parsed.options);
-      std::fputs(data::format_summary(summary).c_str(), stdout);
-      std::fflush(stdout);
-    } catch (const UserError& e) {
-      error = e.what();
-      if (error.empty()) error = "prepare failed";
-    }
-  }
-  error = broadcast_outcome(world, error);
-  if (!error.empty()) throw UserError(error);
+  // Rank 0 works; agree_on_errors makes the others wait for it and rethrow its UserError.
+  agree_on_errors(rt.world(), [&] {
+    if (!root) return;
+    const data::PrepareSummary summary = data::prepare(parsed.options);
+    std::fputs(data::format_summary(summary).c_str(), stdout);
+    std::fflush(stdout);
+  });
   return 0;
 }
 
