@@ -167,8 +167,8 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
   T* dW = outer_grad + (outer_off_[O_HEAD] >= 0 ? outer_off_[O_HEAD] : outer_off_[O_WTE]);
   const std::int64_t chunk = head_chunk_rows(N);
   Buffer<T> logits(static_cast<std::size_t>(chunk) * Vl, MemCategory::Workspace);
-  Buffer<float> row_max(chunk, MemCategory::Workspace);
-  Buffer<float> stats(2 * chunk, MemCategory::Workspace);
+  Buffer<acc_t<T>> row_max(chunk, MemCategory::Workspace);
+  Buffer<acc_t<T>> stats(2 * chunk, MemCategory::Workspace);
   Buffer<T> dnormed(static_cast<std::size_t>(N) * C, MemCategory::Workspace);
   double loss = 0;
   for (std::int64_t r0 = 0; r0 < N; r0 += chunk) {
@@ -214,8 +214,8 @@ double Transformer<T>::head_loss(const ComputeContext& ctx, const T* outer, Batc
   const T* W = head_weight(outer);
   const std::int64_t chunk = head_chunk_rows(N);
   Buffer<T> logits(static_cast<std::size_t>(chunk) * Vl, MemCategory::Workspace);
-  Buffer<float> row_max(chunk, MemCategory::Workspace);
-  Buffer<float> stats(2 * chunk, MemCategory::Workspace);
+  Buffer<acc_t<T>> row_max(chunk, MemCategory::Workspace);
+  Buffer<acc_t<T>> stats(2 * chunk, MemCategory::Workspace);
   double loss = 0;
   for (std::int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int nc = static_cast<int>(std::min<std::int64_t>(chunk, N - r0));
