@@ -53,6 +53,7 @@ void visit_config(C& c, V&& v) {
   v("parallel.device_memory", p.device_memory, "plan: memory per device of the target (e.g. 80GiB)");
   v("parallel.target_gemm_tflops", p.target_gemm_tflops, "plan: GEMM peak per device of the target in TFLOP/s (empty = measured here)");
   v("parallel.target_bus_gbps", p.target_bus_gbps, "plan: bus bandwidth of the target in GB/s, 'intra,inter' (empty = measured here)");
+  v("parallel.target_mem_gbps", p.target_mem_gbps, "plan: memory bandwidth per device of the target in GB/s (empty = measured here)");
   v("parallel.collective_timeout", p.collective_timeout, "seconds a rank waits in one collective before the watchdog aborts the job (0 = never)");
 
   auto& t = c.train;

@@ -83,7 +83,10 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
   else m.gathered = sT * (outer + alive_blocks * max_block);
   // Gradient buffers: full/hybrid hold this micro-step's grads of the outer unit and of the
   // blocks whose reduce-scatter is in flight; shard_grad_op accumulates everything in fp32.
-  if (s == Strategy::ShardGradOp) m.grad_buffers = 4.0 * all_padded + (in.bf16 ? sT * max_block : 0.0);
+  // shard_grad_op keeps fp32 unsharded gradients across micro-steps (no communication until
+  // the last); with one micro-step each unit's are reduced right after its backward.
+  if (s == Strategy::ShardGradOp && p.grad_accum > 1) m.grad_buffers = 4.0 * all_padded + (in.bf16 ? sT * max_block : 0.0);
+  else if (s == Strategy::ShardGradOp) m.grad_buffers = 4.0 * (outer + 2 * max_block) + (in.bf16 ? sT * max_block : 0.0);
   else if (s == Strategy::NoShard) m.grad_buffers = in.bf16 ? sT * std::max(outer, max_block) : 0.0;
   else m.grad_buffers = sT * (outer + 2 * max_block);
   m.comm_buffers = (sR != sT || in.bf16) ? std::max(sR, 4.0) * std::max(outer, max_block) : 0.0;
@@ -168,7 +171,11 @@ Plan make_plan(const PlanInput& in) {
       break;
     }
   }
-  if (plan.chosen < 0) {
+  bool any_valid = false;
+  for (const auto& p : plan.options) any_valid = any_valid || p.valid;
+  if (!any_valid) {
+    plan.reason = "no strategy can lay this model out on this mesh: " + plan.options.back().note;
+  } else if (plan.chosen < 0) {
     plan.reason = "no strategy fits the memory budget: add ranks, use train.activation_checkpointing=true, a "
                   "smaller train.micro_batch, or bf16";
   } else {

@@ -44,6 +44,7 @@ struct ParallelConfig {
   std::string device_memory;          ///< plan only: memory per device of the target ("80GiB")
   std::string target_gemm_tflops;     ///< plan only: per-device GEMM peak (TFLOP/s) of the target
   std::string target_bus_gbps;        ///< plan only: intra,inter-node bus bandwidth (GB/s) "150,25"
+  std::string target_mem_gbps;        ///< plan only: device memory bandwidth (GB/s) of the target
   double collective_timeout = 600.0;  ///< seconds a rank waits in a collective before aborting the job
 };
 
