@@ -17,7 +17,6 @@ int reserved(const char* name, const Args& args) {
   throw UserError(strprintf("`meshtrain %s` is not available in this build yet", name));
 }
 }  // namespace
-int command_convert(Runtime&, const Args& a) { return reserved("convert", a); }
 int command_generate(Runtime&, const Args& a) { return reserved("generate", a); }
 int command_eval(Runtime&, const Args& a) { return reserved("eval", a); }
 int command_bench(Runtime&, const Args& a) { return reserved("bench", a); }

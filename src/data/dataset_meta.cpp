@@ -3,8 +3,9 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "json_lite.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/json.hpp"
+#include "meshtrain/core/json_parse.hpp"
 #include "meshtrain/data/dataset.hpp"
 
 namespace meshtrain::data {
@@ -54,7 +55,7 @@ std::string number_text(double v) {
 std::string meta_to_json(const DatasetMeta& m) {
   std::string files;
   for (std::size_t i = 0; i < m.source_files.size(); ++i)
-    files += strprintf("%s\n    %s", i ? "," : "", json::quote(m.source_files[i]).c_str());
+    files += strprintf("%s\n    %s", i ? "," : "", json_quote(m.source_files[i]).c_str());
   return strprintf(
       "{\n"
       "  \"format\": \"meshtrain-dataset\",\n"
@@ -70,11 +71,11 @@ std::string meta_to_json(const DatasetMeta& m) {
       "  \"meshtrain_version\": %s,\n"
       "  \"source_files\": [%s%s]\n"
       "}\n",
-      json::quote(m.tokenizer).c_str(), static_cast<long long>(m.vocab_size), m.eot_id,
+      json_quote(m.tokenizer).c_str(), static_cast<long long>(m.vocab_size), m.eot_id,
       static_cast<unsigned long long>(m.train_tokens), static_cast<unsigned long long>(m.val_tokens),
-      number_text(m.val_fraction).c_str(), json::quote(m.val_split).c_str(),
+      number_text(m.val_fraction).c_str(), json_quote(m.val_split).c_str(),
       static_cast<unsigned long long>(m.bytes), number_text(m.train_entropy_bits).c_str(),
-      json::quote(m.meshtrain_version).c_str(), files.c_str(),
+      json_quote(m.meshtrain_version).c_str(), files.c_str(),
       files.empty() ? "" : "\n  ");
 }
 

@@ -1,9 +1,8 @@
-#include "json_lite.hpp"
+#include "meshtrain/core/json_parse.hpp"
 
-#include <cstdio>
 #include <stdexcept>
 
-namespace meshtrain::data::json {
+namespace meshtrain::json {
 namespace {
 
 class Parser {
@@ -45,6 +44,11 @@ class Parser {
   Value value() {
     skip_space();
     if (pos_ >= s_.size()) fail("unexpected end of input");
+    if (++depth_ > kMaxJsonDepth) fail("nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     Value v;
     const char c = s_[pos_];
     if (c == '{') {
@@ -93,6 +97,7 @@ class Parser {
       if (pos_ >= s_.size()) fail("unterminated string");
       const char c = s_[pos_++];
       if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
       if (c != '\\') {
         out += c;
         continue;
@@ -155,6 +160,7 @@ class Parser {
 
   const std::string& s_;
   std::size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -167,26 +173,4 @@ const Value* Value::find(const std::string& key) const {
 
 Value parse(const std::string& text) { return Parser(text).document(); }
 
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace meshtrain::data::json
+}  // namespace meshtrain::json

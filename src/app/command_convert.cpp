@@ -1,0 +1,94 @@
+// `meshtrain convert`: an HDF5 checkpoint -> a Hugging Face model directory (safetensors +
+// config.json). Rank 0 converts serially; the other ranks wait for its outcome, so a user
+// error ends every rank with status 2 and one message.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "meshtrain/app/commands.hpp"
+#include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/comm/agree.hpp"
+#include "meshtrain/config/config.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/timer.hpp"
+
+namespace meshtrain::app {
+namespace {
+
+namespace po = boost::program_options;
+
+struct ConvertArgs {
+  std::string input, output;
+  checkpoint::ExportOptions options;
+  bool help = false;
+  std::string help_text;
+};
+
+ConvertArgs parse_convert_args(const Args& args) {
+  ConvertArgs out;
+  std::string max_shard = "2GiB";
+  po::options_description desc("Options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("input", po::value<std::string>(&out.input),
+       "an HDF5 checkpoint (step_*.h5), or a checkpoint directory (its newest complete checkpoint)")
+      ("output", po::value<std::string>(&out.output),
+       "Hugging Face model directory to write: model.safetensors (or shards + index) and config.json")
+      ("dtype", po::value<std::string>(&out.options.dtype)->default_value(out.options.dtype),
+       "tensor dtype of the safetensors: fp32 | bf16")
+      ("max_shard_size", po::value<std::string>(&max_shard)->default_value(max_shard),
+       "largest safetensors file; above it the model is sharded (model-0000i-of-0000N.safetensors + index)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UserError(strprintf("%s; run `meshtrain convert --help` for the options", e.what()));
+  }
+  if (vm.count("help")) {
+    std::ostringstream os;
+    os << "usage: meshtrain convert --input CHECKPOINT --output DIR [--dtype fp32|bf16] [--max_shard_size 2GiB]\n\n"
+       << "Converts a meshtrain HDF5 checkpoint into a Hugging Face model directory. To start training\n"
+       << "from safetensors weights, set checkpoint.init_from=PATH in `meshtrain train`.\n\n"
+       << desc;
+    out.help = true;
+    out.help_text = os.str();
+    return out;
+  }
+  MESHTRAIN_REQUIRE(vm.count("input"), "--input is required: an HDF5 checkpoint or a checkpoint directory");
+  MESHTRAIN_REQUIRE(vm.count("output"), "--output is required: the model directory to write");
+  MESHTRAIN_REQUIRE(out.options.dtype == "fp32" || out.options.dtype == "bf16",
+                    "--dtype must be fp32 or bf16, not '%s'", out.options.dtype.c_str());
+  out.options.max_shard_bytes = parse_bytes("--max_shard_size", max_shard);
+  MESHTRAIN_REQUIRE(out.options.max_shard_bytes > 0, "--max_shard_size must be positive");
+  return out;
+}
+
+}  // namespace
+
+int command_convert(Runtime& rt, const Args& args) {
+  const ConvertArgs parsed = parse_convert_args(args);
+  const bool root = rt.topology().world_rank == 0;
+  if (parsed.help) {
+    if (root) std::fputs(parsed.help_text.c_str(), stdout);
+    return 0;
+  }
+  agree_on_errors(rt.world(), [&] {
+    if (!root) return;
+    std::error_code ec;
+    std::string input = parsed.input;
+    if (std::filesystem::is_directory(input, ec)) input = checkpoint::resolve_resume(input, input);
+    const double t0 = now_seconds();
+    const checkpoint::ExportSummary s = checkpoint::export_safetensors(input, parsed.output, parsed.options);
+    const double dt = now_seconds() - t0;
+    std::printf("converted %s (step %d): %d tensors, %s in %s: %s (%.2f s, %.2f GB/s)\n", input.c_str(), s.step,
+                s.tensors, format_bytes(static_cast<double>(s.tensor_bytes)).c_str(), parsed.output.c_str(),
+                join(s.files, ", ").c_str(), dt, dt > 0 ? s.tensor_bytes / dt / 1e9 : 0.0);
+    std::fflush(stdout);
+  });
+  return 0;
+}
+
+}  // namespace meshtrain::app

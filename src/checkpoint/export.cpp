@@ -1,0 +1,178 @@
+// HDF5 checkpoint -> Hugging Face model directory (safetensors + config.json), serial.
+#include <cstdio>
+#include <filesystem>
+
+#include "files.hpp"
+#include "format.hpp"
+#include "h5.hpp"
+#include "meshtrain/build_config.hpp"
+#include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/core/bf16.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/json.hpp"
+
+namespace meshtrain::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// config.json in the family's Hugging Face format (GPT2Config / LlamaConfig keys).
+std::string hf_config(const model::ModelDims& d, const std::string& torch_dtype) {
+  JsonObject j;
+  if (d.family == model::Family::Gpt2) {
+    j.add_raw("architectures", "[\"GPT2LMHeadModel\"]").add("model_type", "gpt2");
+    j.add("vocab_size", d.valid_vocab).add("n_positions", d.max_seq_len).add("n_ctx", d.max_seq_len);
+    j.add("n_embd", d.d_model).add("n_layer", d.n_layers).add("n_head", d.n_heads);
+    if (d.ffn_dim == 4 * d.d_model) j.add_raw("n_inner", "null");
+    else j.add("n_inner", d.ffn_dim);
+    j.add("activation_function", "gelu_new").add("layer_norm_epsilon", d.norm_eps);
+    j.add("resid_pdrop", 0.0).add("embd_pdrop", 0.0).add("attn_pdrop", 0.0);
+  } else {
+    j.add_raw("architectures", "[\"LlamaForCausalLM\"]").add("model_type", "llama");
+    j.add("vocab_size", d.valid_vocab).add("hidden_size", d.d_model).add("intermediate_size", d.ffn_dim);
+    j.add("num_hidden_layers", d.n_layers).add("num_attention_heads", d.n_heads);
+    j.add("num_key_value_heads", d.n_kv_heads).add("head_dim", d.head_dim);
+    j.add("max_position_embeddings", d.max_seq_len).add("rms_norm_eps", d.norm_eps).add("rope_theta", d.rope_theta);
+    j.add("hidden_act", "silu").add("attention_bias", false).add("mlp_bias", false);
+  }
+  j.add("initializer_range", d.init_std).add("tie_word_embeddings", d.tied).add("torch_dtype", torch_dtype);
+  return j.str() + "\n";
+}
+
+/// Rows [0, rows) of a float32 dataset (all of its columns) as floats.
+std::vector<float> read_rows(hid_t file, const std::string& ds_path, const model::ParamSpec& p, std::int64_t rows) {
+  h5::Handle ds = h5::dataset(H5Dopen2(file, ds_path.c_str(), H5P_DEFAULT));
+  MESHTRAIN_REQUIRE(ds.valid(), "cannot open dataset %s", ds_path.c_str());
+  h5::Handle fspace = h5::space(H5Dget_space(ds.get()));
+  const hsize_t start[2] = {0, 0};
+  const hsize_t count[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(p.cols())};
+  H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  std::vector<float> out(static_cast<std::size_t>(rows * p.cols()));
+  const hsize_t n = out.size();
+  h5::Handle mspace = h5::space(H5Screate_simple(1, &n, nullptr));
+  MESHTRAIN_REQUIRE(H5Dread(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, out.data()) >= 0,
+                    "cannot read dataset %s: the file is damaged", ds_path.c_str());
+  return out;
+}
+
+/// Removes the temporaries it was given unless released (a failed export leaves nothing).
+struct TempFiles {
+  std::vector<std::string> paths;
+  bool keep = false;
+  ~TempFiles() {
+    if (keep) return;
+    for (const std::string& p : paths) std::remove(p.c_str());
+  }
+};
+
+}  // namespace
+
+ExportSummary export_safetensors(const std::string& h5_path, const std::string& out_dir, const ExportOptions& opt) {
+  MESHTRAIN_REQUIRE(opt.dtype == "fp32" || opt.dtype == "bf16", "--dtype must be fp32 or bf16, not '%s'",
+                    opt.dtype.c_str());
+  MESHTRAIN_REQUIRE(opt.max_shard_bytes > 0, "--max_shard_size must be positive");
+  const bool bf = opt.dtype == "bf16";
+
+  format::validate(h5_path, {}, {false, nullptr});
+  model::ModelDims dims;
+  ExportSummary summary;
+  {
+    h5::QuietErrors quiet;
+    h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    dims = format::read_model_dims(f.get(), h5_path);
+    summary.step = static_cast<int>(h5::read_int_attr(f.get(), "step").value_or(0));
+  }
+  const std::vector<model::ParamSpec> specs = model::build_param_specs(dims, 1);
+  format::validate(h5_path, specs, {false, nullptr});
+
+  std::vector<SafetensorsEntry> entries;
+  for (const model::ParamSpec& p : specs) {
+    SafetensorsEntry e{p.name, bf ? "BF16" : "F32", p.shape};
+    if (format::has_vocab_rows(p, dims)) e.shape[0] = dims.valid_vocab;  // padding rows are not exported
+    entries.push_back(e);
+    summary.tensor_bytes += e.bytes();
+  }
+  // Greedy sharding in parameter order: a new shard when the next tensor would overflow.
+  std::vector<std::vector<std::size_t>> shards(1);
+  std::uint64_t in_shard = 0;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (!shards.back().empty() && in_shard + entries[i].bytes() > opt.max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(i);
+    in_shard += entries[i].bytes();
+  }
+  const std::size_t n_shards = shards.size();
+  std::vector<std::string> names;
+  for (std::size_t s = 0; s < n_shards; ++s)
+    names.push_back(n_shards == 1 ? "model.safetensors"
+                                  : strprintf("model-%05zu-of-%05zu.safetensors", s + 1, n_shards));
+
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  MESHTRAIN_REQUIRE(fs::is_directory(out_dir, ec), "cannot create the output directory %s: %s", out_dir.c_str(),
+                    ec ? ec.message().c_str() : "a file of that name exists");
+  TempFiles temps;
+  const std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"meshtrain_step", std::to_string(summary.step)},
+      {"meshtrain_version", MESHTRAIN_VERSION}, {"source", fs::path(h5_path).filename().string()}};
+  h5::QuietErrors quiet;
+  h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  MESHTRAIN_REQUIRE(f.valid(), "cannot open %s", h5_path.c_str());
+  std::string weight_map;
+  for (std::size_t s = 0; s < n_shards; ++s) {
+    std::vector<SafetensorsEntry> shard_entries;
+    for (std::size_t i : shards[s]) {
+      shard_entries.push_back(entries[i]);
+      weight_map += strprintf("%s\n    %s: %s", weight_map.empty() ? "" : ",", json_quote(entries[i].name).c_str(),
+                              json_quote(names[s]).c_str());
+    }
+    const std::string tmp = out_dir + "/" + names[s] + ".tmp";
+    temps.paths.push_back(tmp);
+    write_safetensors(tmp, shard_entries, metadata, [&](std::size_t k, std::vector<unsigned char>& out) {
+      const model::ParamSpec& p = specs[shards[s][k]];
+      const std::vector<float> v =
+          read_rows(f.get(), format::dataset_path(format::kModelGroup, p.name), p, shard_entries[k].shape[0]);
+      if (bf) {
+        out.resize(v.size() * 2);
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          const std::uint16_t b = bf16::from_float(v[i]);
+          out[2 * i] = static_cast<unsigned char>(b & 0xFF);
+          out[2 * i + 1] = static_cast<unsigned char>(b >> 8);
+        }
+      } else {
+        const unsigned char* b = reinterpret_cast<const unsigned char*>(v.data());
+        out.assign(b, b + v.size() * 4);
+      }
+    });
+  }
+  f.reset();
+
+  auto write_text = [&](const std::string& name, const std::string& text) {
+    const std::string tmp = out_dir + "/" + name + ".tmp";
+    temps.paths.push_back(tmp);
+    std::FILE* out = std::fopen(tmp.c_str(), "w");
+    MESHTRAIN_REQUIRE(out && std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fclose(out) == 0,
+                      "cannot write %s", tmp.c_str());
+  };
+  write_text("config.json", hf_config(dims, bf ? "bfloat16" : "float32"));
+  names.push_back("config.json");
+  if (n_shards > 1) {
+    write_text("model.safetensors.index.json",
+               strprintf("{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {%s\n  }\n}\n",
+                         static_cast<unsigned long long>(summary.tensor_bytes), weight_map.c_str()));
+    names.push_back("model.safetensors.index.json");
+  }
+  // Everything is written: move the files into place.
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    files::rename_durably(temps.paths[i], out_dir + "/" + names[i]);
+    summary.files.push_back(names[i]);
+  }
+  temps.keep = true;
+  summary.tensors = static_cast<int>(entries.size());
+  return summary;
+}
+
+}  // namespace meshtrain::checkpoint

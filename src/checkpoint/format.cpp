@@ -1,0 +1,177 @@
+#include "format.hpp"
+
+#include <filesystem>
+#include <functional>
+
+#include "h5.hpp"
+#include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::checkpoint::format {
+namespace {
+
+/// One key of the model description: how it is read from and written to ModelDims.
+struct Field {
+  const char* key;
+  enum Kind { Int, Real, Text } kind;
+  std::function<std::string(const model::ModelDims&)> text;  ///< for messages and comparison
+};
+
+std::string real_text(double v) { return strprintf("%.17g", v); }
+
+const std::vector<Field>& fields() {
+  using D = model::ModelDims;
+  static const std::vector<Field> f = {
+      {"family", Field::Text, [](const D& d) { return std::string(model::family_name(d.family)); }},
+      {"vocab_size", Field::Int, [](const D& d) { return std::to_string(d.valid_vocab); }},
+      {"padded_vocab_size", Field::Int, [](const D& d) { return std::to_string(d.vocab); }},
+      {"d_model", Field::Int, [](const D& d) { return std::to_string(d.d_model); }},
+      {"n_layers", Field::Int, [](const D& d) { return std::to_string(d.n_layers); }},
+      {"n_heads", Field::Int, [](const D& d) { return std::to_string(d.n_heads); }},
+      {"n_kv_heads", Field::Int, [](const D& d) { return std::to_string(d.n_kv_heads); }},
+      {"head_dim", Field::Int, [](const D& d) { return std::to_string(d.head_dim); }},
+      {"ffn_dim", Field::Int, [](const D& d) { return std::to_string(d.ffn_dim); }},
+      {"max_seq_len", Field::Int, [](const D& d) { return std::to_string(d.max_seq_len); }},
+      {"tie_embeddings", Field::Int, [](const D& d) { return std::string(d.tied ? "1" : "0"); }},
+      {"norm_eps", Field::Real, [](const D& d) { return real_text(d.norm_eps); }},
+      {"rope_theta", Field::Real, [](const D& d) { return real_text(d.rope_theta); }},
+  };
+  return f;
+}
+
+std::string size_text(const std::string& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  return ec ? std::string("unknown size") : strprintf("%llu bytes", static_cast<unsigned long long>(n));
+}
+
+std::string describe_type(hid_t t) {
+  const std::size_t bits = H5Tget_size(t) * 8;
+  switch (H5Tget_class(t)) {
+    case H5T_FLOAT: return strprintf("float%zu", bits);
+    case H5T_INTEGER: return strprintf("%sint%zu", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", bits);
+    case H5T_STRING: return "string";
+    default: return "a non-numeric type";
+  }
+}
+
+}  // namespace
+
+void write_model_attrs(hid_t group, const model::ModelDims& d) {
+  for (const Field& f : fields()) {
+    const std::string v = f.text(d);
+    switch (f.kind) {
+      case Field::Int: h5::write_attr(group, f.key, static_cast<std::int64_t>(std::stoll(v))); break;
+      case Field::Real: h5::write_attr(group, f.key, std::stod(v)); break;  // %.17g round-trips exactly
+      case Field::Text: h5::write_attr(group, f.key, v); break;
+    }
+  }
+}
+
+model::ModelDims read_model_dims(hid_t file, const std::string& path) {
+  h5::QuietErrors quiet;
+  h5::Handle g = h5::group(H5Gopen2(file, kModelGroup, H5P_DEFAULT));
+  MESHTRAIN_REQUIRE(g.valid(), "checkpoint %s has no /model group: it is not a meshtrain checkpoint", path.c_str());
+  auto need_int = [&](const char* key) {
+    const auto v = h5::read_int_attr(g.get(), key);
+    MESHTRAIN_REQUIRE(v.has_value(), "checkpoint %s: /model lacks the integer attribute '%s'", path.c_str(), key);
+    return *v;
+  };
+  auto need_real = [&](const char* key) {
+    const auto v = h5::read_double_attr(g.get(), key);
+    MESHTRAIN_REQUIRE(v.has_value(), "checkpoint %s: /model lacks the float attribute '%s'", path.c_str(), key);
+    return *v;
+  };
+  const auto family = h5::read_string_attr(g.get(), "family");
+  MESHTRAIN_REQUIRE(family.has_value(), "checkpoint %s: /model lacks the attribute 'family'", path.c_str());
+  model::ModelDims d;
+  d.family = model::parse_family(*family);
+  d.valid_vocab = need_int("vocab_size");
+  d.vocab = need_int("padded_vocab_size");
+  d.d_model = static_cast<int>(need_int("d_model"));
+  d.n_layers = static_cast<int>(need_int("n_layers"));
+  d.n_heads = static_cast<int>(need_int("n_heads"));
+  d.n_kv_heads = static_cast<int>(need_int("n_kv_heads"));
+  d.head_dim = static_cast<int>(need_int("head_dim"));
+  d.ffn_dim = static_cast<int>(need_int("ffn_dim"));
+  d.max_seq_len = static_cast<int>(need_int("max_seq_len"));
+  d.tied = need_int("tie_embeddings") != 0;
+  d.norm_eps = need_real("norm_eps");
+  d.rope_theta = need_real("rope_theta");
+  MESHTRAIN_REQUIRE(d.vocab > 0 && d.valid_vocab > 0 && d.valid_vocab <= d.vocab && d.d_model > 0 && d.n_layers > 0 &&
+                        d.n_heads > 0 && d.n_kv_heads > 0 && d.head_dim > 0 && d.ffn_dim > 0 && d.max_seq_len > 0,
+                    "checkpoint %s: the model description in /model is inconsistent", path.c_str());
+  return d;
+}
+
+std::vector<std::string> model_differences(const model::ModelDims& in_file, const model::ModelDims& run) {
+  std::vector<std::string> out;
+  for (const Field& f : fields()) {
+    const std::string a = f.text(in_file), b = f.text(run);
+    if (a != b) out.push_back(strprintf("%s: %s in the checkpoint, %s in this run", f.key, a.c_str(), b.c_str()));
+  }
+  return out;
+}
+
+void validate(const std::string& path, const std::vector<model::ParamSpec>& specs, const Requirements& req) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  MESHTRAIN_REQUIRE(fs::exists(path, ec), "checkpoint %s does not exist", path.c_str());
+  MESHTRAIN_REQUIRE(fs::is_regular_file(path, ec), "checkpoint %s is not a regular file", path.c_str());
+  h5::QuietErrors quiet;
+  MESHTRAIN_REQUIRE(H5Fis_hdf5(path.c_str()) > 0,
+                    "checkpoint %s is not an HDF5 file (%s; no HDF5 signature): a damaged or foreign file",
+                    path.c_str(), size_text(path).c_str());
+  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  MESHTRAIN_REQUIRE(f.valid(),
+                    "checkpoint %s cannot be opened by HDF5: the file is truncated or damaged (%s); use an earlier "
+                    "checkpoint",
+                    path.c_str(), size_text(path).c_str());
+  const auto name = h5::read_string_attr(f.get(), "format");
+  const auto version = h5::read_int_attr(f.get(), "format_version");
+  MESHTRAIN_REQUIRE(name && *name == kFormatName && version,
+                    "%s is an HDF5 file but not a meshtrain checkpoint (no 'format' = '%s' and 'format_version' "
+                    "attributes)",
+                    path.c_str(), kFormatName);
+  MESHTRAIN_REQUIRE(*version >= 1 && *version <= kFormatVersion,
+                    "checkpoint %s has format version %lld; this meshtrain reads versions 1 to %d (a newer meshtrain "
+                    "wrote it: upgrade meshtrain)",
+                    path.c_str(), static_cast<long long>(*version), kFormatVersion);
+  if (req.same_model) {
+    const model::ModelDims in_file = read_model_dims(f.get(), path);
+    const std::vector<std::string> diff = model_differences(in_file, *req.same_model);
+    MESHTRAIN_REQUIRE(diff.empty(),
+                      "checkpoint %s was written for a different model (%s); run with the checkpoint's model "
+                      "settings, or set checkpoint.resume=none to start fresh",
+                      path.c_str(), join(diff, "; ").c_str());
+  }
+  std::vector<const char*> groups = {kModelGroup};
+  if (req.optimizer) {
+    groups.push_back(kExpAvgGroup);
+    groups.push_back(kExpAvgSqGroup);
+  }
+  for (const char* g : groups) {
+    for (const model::ParamSpec& p : specs) {
+      const std::string ds = dataset_path(g, p.name);
+      MESHTRAIN_REQUIRE(h5::link_exists(f.get(), ds), "checkpoint %s lacks the dataset %s", path.c_str(), ds.c_str());
+      h5::Handle d = h5::dataset(H5Dopen2(f.get(), ds.c_str(), H5P_DEFAULT));
+      MESHTRAIN_REQUIRE(d.valid(), "checkpoint %s: %s is not a dataset", path.c_str(), ds.c_str());
+      h5::Handle t = h5::type(H5Dget_type(d.get()));
+      MESHTRAIN_REQUIRE(t.valid() && H5Tget_class(t.get()) == H5T_FLOAT && H5Tget_size(t.get()) == 4,
+                        "checkpoint %s: dataset %s has dtype %s, expected float32", path.c_str(), ds.c_str(),
+                        t.valid() ? describe_type(t.get()).c_str() : "unknown");
+      h5::Handle sp = h5::space(H5Dget_space(d.get()));
+      const int nd = sp.valid() ? H5Sget_simple_extent_ndims(sp.get()) : -1;
+      std::vector<std::int64_t> shape;
+      if (nd > 0) {
+        std::vector<hsize_t> dims(static_cast<std::size_t>(nd));
+        H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
+        shape.assign(dims.begin(), dims.end());
+      }
+      MESHTRAIN_REQUIRE(shape == p.shape, "checkpoint %s: dataset %s has shape %s, expected %s", path.c_str(),
+                        ds.c_str(), shape_string(shape).c_str(), shape_string(p.shape).c_str());
+    }
+  }
+}
+
+}  // namespace meshtrain::checkpoint::format

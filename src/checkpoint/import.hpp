@@ -1,0 +1,50 @@
+#pragma once
+// Safetensors -> the model's parameters: opening a file or a (sharded) directory, matching
+// tensor names and shapes to the parameter registry, reading one rank's pieces.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/model/param_spec.hpp"
+#include "pieces.hpp"
+
+namespace meshtrain::checkpoint {
+
+class SafetensorsWeights {
+ public:
+  /// Opens `path` (a .safetensors file, or a directory with model.safetensors or
+  /// model.safetensors.index.json), validates every file and matches every parameter of
+  /// `specs`. Accepted spellings: the HF name; for GPT-2 also without "transformer."
+  /// Ignored: HF's attention-mask buffers (.attn.bias, .attn.masked_bias), rotary
+  /// inv_freq buffers, and lm_head.weight of a tied model. Embedding / LM-head tensors may
+  /// hold dims.valid_vocab rows instead of the padded vocab (padding rows become 0).
+  /// UserError: a missing parameter, a wrong shape, a non-float dtype, an unexpected tensor.
+  SafetensorsWeights(const std::string& path, const std::vector<model::ParamSpec>& specs,
+                     const model::ModelDims& dims);
+  ~SafetensorsWeights();
+
+  /// Values of `piece` (of parameter piece.spec) in piece order into `dst`.
+  void read(const Piece& piece, float* dst) const;
+  /// For a tied model whose file also holds lm_head.weight: UserError unless it equals the
+  /// embedding (it would otherwise be silently dropped).
+  void check_tied_head() const;
+  /// Bytes of tensor data matched to parameters.
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  struct Source {
+    const SafetensorsFile* file = nullptr;
+    const SafetensorsTensor* tensor = nullptr;
+    std::int64_t rows = 0;  ///< rows present in the file (<= the parameter's rows)
+  };
+  const std::vector<model::ParamSpec>& specs_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<Source> sources_;  ///< per spec
+  Source tied_head_;             ///< lm_head.weight of a tied model, when present
+  int embedding_spec_ = -1;
+  std::uint64_t bytes_ = 0;
+};
+
+}  // namespace meshtrain::checkpoint

@@ -1,0 +1,101 @@
+// Finding checkpoints: names, listing, the `latest` pointer, checkpoint.resume.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "files.hpp"
+#include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/core/check.hpp"
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::checkpoint {
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The newest complete checkpoint of `dir` ("" when there is none): the file `latest`
+/// names, or without `latest` the highest step_*.h5. `what` prefixes messages.
+std::string newest_in(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  const std::string latest = dir + "/latest";
+  if (fs::exists(latest, ec)) {
+    std::ifstream in(latest);
+    std::string name;
+    std::getline(in, name);
+    while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
+    MESHTRAIN_REQUIRE(!name.empty() && name.find('/') == std::string::npos,
+                      "%s: %s is empty or damaged (it should hold a file name like step_00000100.h5); delete it to "
+                      "fall back to the newest step_*.h5",
+                      what.c_str(), latest.c_str());
+    const std::string path = dir + "/" + name;
+    MESHTRAIN_REQUIRE(fs::is_regular_file(path, ec),
+                      "%s: %s points to %s which does not exist; delete %s to fall back to the newest step_*.h5, set "
+                      "checkpoint.resume=PATH to pick one, or checkpoint.resume=none to start fresh",
+                      what.c_str(), latest.c_str(), path.c_str(), latest.c_str());
+    return path;
+  }
+  const std::vector<std::string> all = list_checkpoints(dir);
+  return all.empty() ? std::string() : all.back();
+}
+
+}  // namespace
+
+std::string checkpoint_dir(const Config& config) {
+  return config.checkpoint.dir.empty() ? config.output.dir + "/checkpoints" : config.checkpoint.dir;
+}
+
+std::string checkpoint_file_name(int step) { return strprintf("step_%08d.h5", step); }
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (const auto step = files::step_of(name); step && e.is_regular_file(ec)) found.emplace_back(*step, dir + "/" + name);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& [step, path] : found) out.push_back(std::move(path));
+  return out;
+}
+
+std::string resolve_resume(const std::string& dir, const std::string& setting) {
+  std::error_code ec;
+  if (setting == "none") return "";
+  if (setting == "auto") return fs::is_directory(dir, ec) ? newest_in(dir, "checkpoint.resume=auto") : "";
+  const std::string what = "checkpoint.resume=" + setting;
+  MESHTRAIN_REQUIRE(fs::exists(setting, ec),
+                    "%s: no such file or directory (use auto, none, a step_*.h5 file or a checkpoint directory)",
+                    what.c_str());
+  if (fs::is_directory(setting, ec)) {
+    const std::string path = newest_in(setting, what);
+    MESHTRAIN_REQUIRE(!path.empty(), "%s: the directory holds no complete checkpoint (step_*.h5)", what.c_str());
+    return path;
+  }
+  return setting;
+}
+
+std::string resolve_resume(const MpiComm& comm, const std::string& dir, const std::string& setting) {
+  // Rank 0 decides so that every rank resumes from the same file even if the directory
+  // changes while the ranks look at it.
+  std::string answer, error;
+  if (comm.rank() == 0) {
+    try {
+      answer = resolve_resume(dir, setting);
+    } catch (const UserError& e) {
+      error = e.what();
+      if (error.empty()) error = "checkpoint.resume: cannot resolve";
+    }
+  }
+  for (std::string* s : {&error, &answer}) {
+    long long n = static_cast<long long>(s->size());
+    MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm.get()));
+    s->resize(static_cast<std::size_t>(n));
+    if (n > 0) MPI_CHECK(MPI_Bcast(s->data(), static_cast<int>(n), MPI_CHAR, 0, comm.get()));
+  }
+  if (!error.empty()) throw UserError(error);
+  return answer;
+}
+
+}  // namespace meshtrain::checkpoint

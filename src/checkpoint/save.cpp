@@ -1,0 +1,224 @@
+// checkpoint::save: every rank writes the hyperslabs it owns into one HDF5 file through
+// collective MPI-IO, then rank 0 commits the file (fsync, rename, `latest`, retention).
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "files.hpp"
+#include "format.hpp"
+#include "h5.hpp"
+#include "meshtrain/build_config.hpp"
+#include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/comm/agree.hpp"
+#include "meshtrain/core/check.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/core/timer.hpp"
+#include "meshtrain/data/sampler.hpp"
+#include "pieces.hpp"
+#include "staging.hpp"
+
+namespace meshtrain::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// Rank 0: the directory exists and a file can be created in it (the collective create
+/// that follows would otherwise fail on every rank with HDF5's stack instead of a sentence).
+void prepare_directory(const std::string& dir, const std::string& probe) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  MESHTRAIN_REQUIRE(fs::is_directory(dir, ec), "cannot create the checkpoint directory %s (checkpoint.dir): %s",
+                    dir.c_str(), ec ? ec.message().c_str() : "a file of that name exists");
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  MESHTRAIN_REQUIRE(f, "cannot write in the checkpoint directory %s (checkpoint.dir): %s", dir.c_str(),
+                    std::strerror(errno));
+  std::fclose(f);
+}
+
+void write_root_attrs(hid_t file, const Mesh& mesh, const train::RunSetup& s, const TrainState& st) {
+  const TrainConfig& tc = s.config.train;
+  h5::write_attr(file, "format", std::string(format::kFormatName));
+  h5::write_attr(file, "format_version", static_cast<std::int64_t>(kFormatVersion));
+  h5::write_attr(file, "meshtrain_version", std::string(MESHTRAIN_VERSION " (" MESHTRAIN_GIT_DESCRIBE ")"));
+  h5::write_attr(file, "step", static_cast<std::int64_t>(st.step));
+  h5::write_attr(file, "tokens_seen", st.tokens_seen);
+  h5::write_attr(file, "data_cursor", st.cursor);
+  h5::write_attr(file, "optimizer_updates", static_cast<std::int64_t>(st.updates));
+  h5::write_attr(file, "skipped_steps", static_cast<std::int64_t>(st.skipped));
+  h5::write_attr(file, "seed", st.seed);
+  h5::write_attr(file, "lr_schedule", tc.lr_schedule);
+  h5::write_attr(file, "lr", tc.lr);
+  h5::write_attr(file, "min_lr", tc.min_lr);
+  h5::write_attr(file, "warmup_steps", static_cast<std::int64_t>(tc.warmup_steps));
+  h5::write_attr(file, "total_steps", static_cast<std::int64_t>(tc.steps));
+  h5::write_attr(file, "seq_len", static_cast<std::int64_t>(tc.seq_len));
+  h5::write_attr(file, "micro_batch", static_cast<std::int64_t>(tc.micro_batch));
+  h5::write_attr(file, "global_batch", static_cast<std::int64_t>(s.global_batch));
+  h5::write_attr(file, "grad_accum", static_cast<std::int64_t>(s.grad_accum));
+  h5::write_attr(file, "precision", tc.precision);
+  h5::write_attr(file, "mesh_dp_replicate", static_cast<std::int64_t>(s.mesh.dp_replicate));
+  h5::write_attr(file, "mesh_dp_shard", static_cast<std::int64_t>(s.mesh.dp_shard));
+  h5::write_attr(file, "mesh_tp", static_cast<std::int64_t>(s.mesh.tp));
+  h5::write_attr(file, "mesh_strategy", std::string(parallel::strategy_name(s.strategy)));
+  h5::write_attr(file, "world_size", static_cast<std::int64_t>(mesh.world().size()));
+  h5::write_attr(file, "config_ini", config_to_ini(s.config));
+}
+
+/// /train/rank_first_window: the first training window of every data-parallel rank at
+/// the next step (rank 0 writes it; the others take part with an empty selection).
+void write_rank_windows(hid_t file, hid_t dxpl, const train::RunSetup& s, const TrainState& st, bool root) {
+  const int dp = s.mesh.dp();
+  std::vector<std::uint64_t> w(static_cast<std::size_t>(dp));
+  for (int d = 0; d < dp; ++d) w[d] = data::rank_first_window(st.cursor, 0, s.config.train.micro_batch, dp, d);
+  h5::Handle fspace = h5::simple_space({dp});
+  h5::Handle ds = h5::dataset(
+      H5_CHECK(H5Dcreate2(file, format::kRankFirstWindow, H5T_STD_U64LE, fspace.get(), H5P_DEFAULT, H5P_DEFAULT,
+                          H5P_DEFAULT)));
+  h5::Handle mspace = h5::simple_space({dp});
+  if (!root) {
+    H5_CHECK(H5Sselect_none(fspace.get()));
+    H5_CHECK(H5Sselect_none(mspace.get()));
+  }
+  H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT64, mspace.get(), fspace.get(), dxpl, w.data()));
+}
+
+/// Writes this rank's `piece` of one parameter (nullptr: nothing, but the call is
+/// collective so the rank still takes part). `data` is the piece's first element; the
+/// file selection is the union of its logical rectangles (h5::select_piece says why the
+/// orders agree).
+void write_piece(hid_t ds, hid_t dxpl, const Piece* piece, const float* data) {
+  h5::Handle fspace = h5::space(H5_CHECK(H5Dget_space(ds)));
+  H5_CHECK(H5Sselect_none(fspace.get()));
+  const hsize_t n = piece ? static_cast<hsize_t>(piece->count) : 1;
+  h5::Handle mspace = h5::space(H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+  static const float dummy = 0;
+  if (piece) {
+    h5::select_piece(fspace.get(), *piece);
+  } else {
+    H5_CHECK(H5Sselect_none(mspace.get()));
+  }
+  H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, piece ? data : &dummy));
+}
+
+std::uint64_t count_nonfinite(const float* p, std::int64_t n) {
+  std::uint64_t bad = 0;
+  for (std::int64_t i = 0; i < n; ++i) bad += std::isfinite(p[i]) ? 0 : 1;
+  return bad;
+}
+
+/// Keeps the newest `keep` complete checkpoints (never `newest`) and removes temporaries
+/// of saves that did not finish. Best effort: a file that cannot be removed is reported.
+void apply_retention(const std::string& dir, int keep, const std::string& newest) {
+  std::vector<std::string> all = list_checkpoints(dir);
+  const std::size_t n = all.size();
+  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < n; ++i) {
+    if (all[i] == newest) continue;
+    std::error_code ec;
+    if (!fs::remove(all[i], ec) && ec) log::warn("checkpoint retention: cannot remove %s: %s", all[i].c_str(), ec.message().c_str());
+  }
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (files::step_of(name, true)) fs::remove(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+template <class T>
+IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::RunSetup& setup, const TrainState& st,
+             const std::string& dir) {
+  const MpiComm& comm = mesh.world();
+  const bool root = comm.rank() == 0;
+  MPI_CHECK(MPI_Barrier(comm.get()));
+  const double t0 = now_seconds();
+  IoStats stats;
+  const std::string name = checkpoint_file_name(st.step);
+  stats.path = dir + "/" + name;
+  const std::string tmp = stats.path + ".tmp";
+  agree_on_errors(comm, [&] {
+    if (root) prepare_directory(dir, tmp);
+  });
+
+  const auto& specs = eng.specs();
+  const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
+  std::uint64_t nonfinite = 0;
+  {
+    h5::Handle fapl = h5::mpio_fapl(comm.get());
+    h5::Handle file = h5::file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get())));
+    h5::Handle dxpl = h5::collective_dxpl();
+    write_root_attrs(file.get(), mesh, setup, st);
+    for (const char* g : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq", "/train"})
+      h5::group(H5_CHECK(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    {
+      h5::Handle model_group = h5::group(H5_CHECK(H5Gopen2(file.get(), format::kModelGroup, H5P_DEFAULT)));
+      format::write_model_attrs(model_group.get(), setup.dims);
+    }
+    write_rank_windows(file.get(), dxpl.get(), setup, st, root);
+
+    // Every dataset is created by every rank (collective metadata), in spec order.
+    h5::Handle dcpl = h5::plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+    H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
+    std::vector<std::array<h5::Handle, 3>> datasets(specs.size());
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      h5::Handle sp = h5::simple_space(specs[i].shape);
+      for (int k = 0; k < 3; ++k)
+        datasets[i][k] = h5::dataset(H5_CHECK(H5Dcreate2(file.get(), format::dataset_path(groups[k], specs[i].name).c_str(),
+                                                         H5T_IEEE_F32LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT)));
+    }
+
+    for (int u = 0; u < eng.num_units(); ++u) {
+      const parallel::UnitState& state = eng.state(u);
+      const model::UnitLayout& L = eng.layouts()[u];
+      const std::int64_t ob = eng.owned_begin(u), on = eng.owned_numel(u);
+      const std::vector<float> host[3] = {stage_to_host(state.master, ob - state.begin, on),
+                                          stage_to_host(state.exp_avg, ob - state.begin, on),
+                                          stage_to_host(state.exp_avg_sq, ob - state.begin, on)};
+      const std::vector<Piece> pieces = unit_pieces(specs, L, eng.tp_size(), eng.tp_rank(), ob, ob + on, ob, true);
+      std::size_t next = 0;
+      for (const model::ParamSlot& slot : L.slots) {
+        const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
+        for (int k = 0; k < 3; ++k) {
+          const float* data = piece ? host[k].data() + piece->offset : nullptr;
+          if (piece) nonfinite += count_nonfinite(data, piece->count);
+          write_piece(datasets[slot.spec][k].get(), dxpl.get(), piece, data);
+        }
+      }
+    }
+    datasets.clear();
+    file.reset();  // collective close: all data is in the file
+  }
+  std::uint64_t any_nonfinite = 0;
+  MPI_CHECK(MPI_Allreduce(&nonfinite, &any_nonfinite, 1, MPI_UINT64_T, MPI_SUM, comm.get()));
+  if (any_nonfinite > 0) {
+    if (root) {
+      std::remove(tmp.c_str());
+      log::warn("checkpoint at step %d NOT saved: %llu non-finite values in the weights or optimizer moments", st.step,
+                static_cast<unsigned long long>(any_nonfinite));
+    }
+    MPI_CHECK(MPI_Barrier(comm.get()));
+    stats.written = false;
+    stats.seconds = now_seconds() - t0;
+    return stats;
+  }
+  agree_on_errors(comm, [&] {
+    if (!root) return;
+    files::fsync_path(tmp);
+    files::rename_durably(tmp, stats.path);
+    files::replace_file(dir + "/latest", name + "\n");
+    apply_retention(dir, setup.config.checkpoint.keep, stats.path);
+  });
+  MPI_CHECK(MPI_Barrier(comm.get()));
+  stats.seconds = now_seconds() - t0;
+  for (const model::ParamSpec& p : specs) stats.bytes += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
+  return stats;
+}
+
+template IoStats save<float>(const parallel::FsdpEngine<float>&, const Mesh&, const train::RunSetup&, const TrainState&,
+                             const std::string&);
+template IoStats save<bf16>(const parallel::FsdpEngine<bf16>&, const Mesh&, const train::RunSetup&, const TrainState&,
+                            const std::string&);
+
+}  // namespace meshtrain::checkpoint
