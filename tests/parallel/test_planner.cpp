@@ -1,0 +1,101 @@
+// The strategy planner: `auto` picks no_shard when the model fits easily, a sharded
+// strategy when it does not, nothing when nothing fits — over a table of model sizes, rank
+// counts and memory budgets — and explains why.
+#include <gtest/gtest.h>
+
+#include "meshtrain/parallel/planner.hpp"
+#include "test_support.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::parallel;
+
+namespace {
+
+model::ModelDims gpt(int d_model, int layers) {
+  ModelConfig c;
+  c.family = "gpt2";
+  c.vocab_size = 50304;
+  c.d_model = d_model;
+  c.n_layers = layers;
+  c.n_heads = d_model / 64;
+  c.max_seq_len = 1024;
+  return model::resolve_dims(c);
+}
+
+PlanInput input(const model::ModelDims& d, int world, double budget_gib, int rpn = 8) {
+  PlanInput in;
+  in.dims = d;
+  in.world = world;
+  in.ranks_per_node = std::min(world, rpn);
+  in.micro_batch = 4;
+  in.seq_len = 1024;
+  in.bf16 = true;
+  in.activation_checkpointing = true;
+  in.memory_budget = budget_gib * 1073741824.0;
+  return in;
+}
+
+std::string pick(const Plan& p) { return p.chosen < 0 ? "none" : strategy_name(p.options[p.chosen].strategy); }
+
+}  // namespace
+
+TEST(Planner, TableOfModelsRanksAndBudgets) {
+  struct Row {
+    int d_model, layers, world;
+    double budget_gib;
+    const char* expect;
+  };
+  const Row rows[] = {
+      {768, 12, 8, 80, "no_shard"},          // GPT-2 124M on 80 GiB GPUs: fits replicated
+      {768, 12, 1, 80, "no_shard"},
+      {1600, 48, 8, 24, "shard_grad_op"},    // GPT-2 1.5B: 16 B/param replicated = 24 GiB, too much
+      {4096, 32, 8, 80, "shard_grad_op"},    // ~6.7B on 8 x 80 GiB: sharded state, gathered params fit
+      {4096, 32, 8, 24, "full_shard"},       // ... on 8 x 24 GiB only full sharding fits
+      {4096, 32, 64, 24, "shard_grad_op"},   // ... while 64 ranks leave room for shard_grad_op
+      {8192, 80, 8, 80, "none"},             // ~65B on 8 GPUs: nothing fits
+  };
+  for (const Row& r : rows) {
+    const Plan p = make_plan(input(gpt(r.d_model, r.layers), r.world, r.budget_gib));
+    EXPECT_EQ(pick(p), r.expect) << "d_model " << r.d_model << " layers " << r.layers << " world " << r.world
+                                 << " budget " << r.budget_gib << " GiB: " << p.reason;
+    EXPECT_FALSE(p.reason.empty());
+  }
+}
+
+TEST(Planner, ReasonNamesWhyCheaperStrategiesWereRejected) {
+  const Plan p = make_plan(input(gpt(4096, 32), 8, 24));
+  ASSERT_GE(p.chosen, 0);
+  EXPECT_NE(p.reason.find("full_shard is the least-communication strategy that fits"), std::string::npos) << p.reason;
+  EXPECT_NE(p.reason.find("no_shard does not fit"), std::string::npos) << p.reason;
+  EXPECT_NE(p.reason.find("shard_grad_op does not fit"), std::string::npos) << p.reason;
+}
+
+TEST(Planner, ShardingDividesPersistentMemory) {
+  const auto d = gpt(1024, 8);
+  PlanInput in = input(d, 8, 1000);
+  in.bf16 = false;  // fp32 gathers: full_shard moves 1.5x the bytes of no_shard's all-reduce
+  const StrategyPlan none = plan_strategy(in, Strategy::NoShard, mesh_for_strategy(in, Strategy::NoShard));
+  const StrategyPlan full = plan_strategy(in, Strategy::FullShard, mesh_for_strategy(in, Strategy::FullShard));
+  EXPECT_NEAR(full.memory.persistent() / none.memory.persistent(), 1.0 / 8, 0.01);
+  // full_shard gathers ~3x the parameters per step (forward + backward all-gather, reduce-scatter).
+  EXPECT_GT(full.comm.total(), none.comm.total());
+}
+
+TEST(Planner, HybridShardReplicatesAcrossNodes) {
+  PlanInput in = input(gpt(1024, 8), 16, 80, 8);
+  const MeshShape m = mesh_for_strategy(in, Strategy::HybridShard);
+  EXPECT_EQ(m.dp_replicate, 2);
+  EXPECT_EQ(m.dp_shard, 8);
+  const StrategyPlan p = plan_strategy(in, Strategy::HybridShard, m);
+  EXPECT_GT(p.comm.replicate, 0);
+}
+
+TEST(Planner, ActivationCheckpointingReducesActivations) {
+  PlanInput in = input(gpt(1024, 24), 8, 80);
+  in.activation_checkpointing = false;
+  const auto m = mesh_for_strategy(in, Strategy::FullShard);
+  const double full = plan_strategy(in, Strategy::FullShard, m).memory.activations;
+  in.activation_checkpointing = true;
+  const double ckpt = plan_strategy(in, Strategy::FullShard, m).memory.activations;
+  EXPECT_LT(ckpt, full / 3);
+}
