@@ -46,15 +46,14 @@ void causal_softmax(T* p, std::int64_t rows, int T_seq) {
         // Stores the exponentials and sums exactly the stored (rounded) values, so the
         // normalised row sums to 1 up to one rounding also for bf16.
         const A sum = team_sum<A>(team, n, [&](int j) {
-          const T e = store<T>(math::exp(load(pr[j]) - mx));
+          const T e = store<T>(exp_acc(load(pr[j]) - mx));
           pr[j] = e;
           return load(e);
         });
         const A inv = A(1) / sum;
         team.team_barrier();
-        team_for(team, T_seq, [&](int j) {
-          pr[j] = j < n ? store<T>(load(pr[j]) * inv) : store<T>(A(0));
-        });
+        team_for(team, n, [&](int j) { pr[j] = store<T>(load(pr[j]) * inv); });
+        team_for(team, T_seq - n, [&](int j) { pr[n + j] = store<T>(A(0)); });
       });
 }
 
@@ -71,9 +70,8 @@ void causal_softmax_backward(const T* p, T* dp, std::int64_t rows, int T_seq) {
         T* dr = dp + r * T_seq;
         const A dot = team_sum<A>(team, n, [&](int j) { return load(pr[j]) * load(dr[j]); });
         team.team_barrier();
-        team_for(team, T_seq, [&](int j) {
-          dr[j] = j < n ? store<T>(load(pr[j]) * (load(dr[j]) - dot)) : store<T>(A(0));
-        });
+        team_for(team, n, [&](int j) { dr[j] = store<T>(load(pr[j]) * (load(dr[j]) - dot)); });
+        team_for(team, T_seq - n, [&](int j) { dr[n + j] = store<T>(A(0)); });
       });
 }
 

@@ -47,7 +47,7 @@ void row_sums_impl(const T* logits, int ld, int N, int V_local, std::int64_t voc
         const std::int64_t r = team.league_rank();
         const T* lr = logits + r * ld;
         const A mx = row_max[r];
-        const A sum = team_sum<A>(team, nv, [&](int c) { return math::exp(load(lr[c]) - mx); });
+        const A sum = team_sum<A>(team, nv, [&](int c) { return exp_acc(A(load(lr[c]) - mx)); });
         team_single(team, [&]() {
           const std::int64_t t = static_cast<std::int64_t>(targets[r]) - vocab_start;
           stats[r] = static_cast<S>(sum);
@@ -79,11 +79,15 @@ double finish_impl(T* logits, int ld, int N, int V_local, std::int64_t vocab_sta
         const A sum = stats[r];
         const A scale = gs / sum;
         const std::int64_t t = static_cast<std::int64_t>(tgt) - vocab_start;
-        team_for(team, V_local, [&](int c) {
-          const A p = c < nv ? math::exp(load(lr[c]) - mx) * scale : A(0);
-          lr[c] = store<T>(c == t ? p - gs : p);
-        });
+        const bool has_target = t >= 0 && t < nv;
+        const A target_logit = has_target ? A(load(lr[t])) : A(0);
+        team.team_barrier();  // every thread has read the target logit before it is overwritten
+        // Branch-free loops (vectorizable); the target's -grad_scale is applied afterwards.
+        team_for(team, nv, [&](int c) { lr[c] = store<T>(exp_acc(A(load(lr[c]) - mx)) * scale); });
+        team_for(team, V_local - nv, [&](int c) { lr[nv + c] = store<T>(A(0)); });
+        team.team_barrier();
         team_single(team, [&]() {
+          if (has_target) lr[t] = store<T>(exp_acc(A(target_logit - mx)) * scale - gs);
           acc += static_cast<double>(math::log(sum) + mx - stats[N + r]);
         });
       },

@@ -83,6 +83,10 @@ void bias_backward(const T* dy, T* dbias, int rows, int cols, int ld) {
       KOKKOS_LAMBDA(int c, const A* s) { dbias[c] = store<T>(load(dbias[c]) + s[0]); });
 }
 
+// GELU through the sigmoid: 0.5 (1 + tanh(u)) = sigmoid(2u), so
+//   y = x sigmoid(2u),  y' = s + 2 x s (1 - s) u',  s = sigmoid(2u), u' = k (1 + 3 c x^2).
+// Same function as the tanh form, without the cancellation in 1 + tanh(u) for x < 0, and
+// with one exp (vectorizable on host) instead of a libm tanh.
 template <class T>
 void gelu_forward(const T* x, T* y, std::size_t n) {
   using A = acc_t<T>;
@@ -91,7 +95,7 @@ void gelu_forward(const T* x, T* y, std::size_t n) {
       KOKKOS_LAMBDA(std::int64_t i) {
         const A v = load(x[i]);
         const A u = Gelu<A>::kSqrt2OverPi * (v + Gelu<A>::kCoeff * v * v * v);
-        y[i] = store<T>(A(0.5) * v * (A(1) + math::tanh(u)));
+        y[i] = store<T>(v / (A(1) + exp_acc(A(-2) * u)));
       });
 }
 
@@ -103,10 +107,9 @@ void gelu_backward(const T* x, const T* dy, T* dx, std::size_t n) {
       KOKKOS_LAMBDA(std::int64_t i) {
         const A v = load(x[i]);
         const A u = Gelu<A>::kSqrt2OverPi * (v + Gelu<A>::kCoeff * v * v * v);
-        const A t = math::tanh(u);
+        const A s = A(1) / (A(1) + exp_acc(A(-2) * u));
         const A du = Gelu<A>::kSqrt2OverPi * (A(1) + A(3) * Gelu<A>::kCoeff * v * v);
-        const A grad = A(0.5) * (A(1) + t) + A(0.5) * v * (A(1) - t * t) * du;
-        dx[i] = store<T>(load(dy[i]) * grad);
+        dx[i] = store<T>(load(dy[i]) * (s + A(2) * v * s * (A(1) - s) * du));
       });
 }
 
@@ -122,7 +125,7 @@ void swiglu_forward(const T* gate, const T* up, int ld_in, T* out, int ld_out, i
         T* o = out + r * ld_out;
         team_for(team, cols, [&](int c) {
           const A gv = load(g[c]);
-          const A sig = A(1) / (A(1) + math::exp(-gv));
+          const A sig = A(1) / (A(1) + exp_acc(-gv));
           o[c] = store<T>(gv * sig * load(u[c]));
         });
       });
@@ -145,7 +148,7 @@ void swiglu_backward(const T* gate, const T* up, int ld_in, const T* dout, int l
           const A gv = load(g[c]);
           const A uv = load(u[c]);
           const A dv = load(d[c]);
-          const A sig = A(1) / (A(1) + math::exp(-gv));
+          const A sig = A(1) / (A(1) + exp_acc(-gv));
           const A silu = gv * sig;
           dg[c] = store<T>(dv * uv * sig * (A(1) + gv * (A(1) - sig)));
           du[c] = store<T>(dv * silu);

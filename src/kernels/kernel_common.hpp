@@ -11,6 +11,8 @@
 /// The choice is made once, at compile time, from the default execution space.
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include <Kokkos_Core.hpp>
 
@@ -31,9 +33,70 @@ using RangeInt = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<int>>;
 
 /// Independent partial sums per row reduction on host (two SSE registers of float).
 inline constexpr int kLanes = 8;
-/// Columns per work item in column sums: a vectorizable block on host, one column per
-/// GPU thread (adjacent threads read adjacent addresses).
-inline constexpr int kColBlock = kHostExec ? 64 : 1;
+/// Columns per work item in column sums of NS values: on host a vectorizable block whose
+/// NS x block accumulators stay in registers (64 floats per sum is the measured optimum
+/// for one sum; more spills and runs several times slower); one column per GPU thread
+/// (adjacent threads read adjacent addresses).
+template <int NS>
+inline constexpr int kColBlock = kHostExec ? 64 / NS : 1;
+
+/// \brief exp for float without a libm call, so that host loops around it vectorize
+/// (libm's expf is a scalar call: ~9 ns per element on the CI machines, several times
+/// the cost of the surrounding kernel). Cephes' expf: x = n ln2 + r with |r| <= ln2/2,
+/// a degree-7 polynomial for e^r, and 2^n from exponent bits (split in two factors so
+/// that results near overflow and in the subnormal range round like IEEE). Measured max
+/// error < 1 ulp; exp(-inf) = 0, exp(+inf) = inf, NaN propagates. Range checks are done
+/// on the bit pattern: with the default -ftrapping-math, GCC does not if-convert (and so
+/// does not vectorize) floating-point comparisons.
+KOKKOS_FORCEINLINE_FUNCTION float exp_poly(float x) {
+  constexpr std::int32_t kBits89 = 0x42b20000;   // 89.0f: exp overflows above ~88.72
+  constexpr std::int32_t kBits104 = 0x42d00000;  // 104.0f: exp(-104) rounds to 0
+  constexpr std::int32_t kBitsMinus104 = static_cast<std::int32_t>(0xc2d00000u);
+  std::int32_t ix;
+  std::memcpy(&ix, &x, sizeof ix);
+  // All-ones / all-zeros masks (branch-free selects).
+  const std::int32_t ax = ix & 0x7fffffff;
+  const std::int32_t is_nan = -static_cast<std::int32_t>(ax > 0x7f800000);
+  const std::int32_t underflow = -static_cast<std::int32_t>((ix < 0) & (ax > kBits104));  // x < -104
+  const std::int32_t overflow = -static_cast<std::int32_t>((ix >= 0) & (ax > kBits89));   // x > 89
+  const std::int32_t ic = (underflow & kBitsMinus104) | (overflow & kBits89) | (~(underflow | overflow) & ix);
+  float xc;
+  std::memcpy(&xc, &ic, sizeof xc);
+  // n = round(x / ln2) by the 1.5 * 2^23 trick (|x / ln2| < 2^22), r = x - n ln2 in two parts.
+  const float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const int n = static_cast<int>(fn);
+  const float r = (xc - fn * 0.693359375f) - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int n1 = n / 2, n2 = n - n1;
+  const std::int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, sizeof s1);
+  std::memcpy(&s2, &b2, sizeof s2);
+  const float e = (p * s1) * s2;
+  std::int32_t ie;
+  std::memcpy(&ie, &e, sizeof ie);
+  ie = (is_nan & ix) | (~is_nan & ~underflow & ie);
+  float out;
+  std::memcpy(&out, &ie, sizeof out);
+  return out;
+}
+
+/// exp in the accumulator type: the vectorizable polynomial for float on host, the
+/// platform's exp otherwise (double: gradient checks; GPUs: the fast hardware exp).
+template <class A>
+KOKKOS_FORCEINLINE_FUNCTION A exp_acc(A x) {
+  if constexpr (kHostExec && std::is_same_v<A, float>) {
+    return exp_poly(x);
+  } else {
+    return math::exp(x);
+  }
+}
 
 /// One team per row.
 inline TeamPolicy row_policy(int rows) {
@@ -144,7 +207,7 @@ KOKKOS_INLINE_FUNCTION void team_single(const Member& team, const F& f) {
 /// not depend on the thread count.
 template <class A, int NS, class F, class G>
 void column_sums(const char* name, int rows, int cols, const F& f, const G& g) {
-  constexpr int CB = kColBlock;
+  constexpr int CB = kColBlock<NS>;
   const int nblocks = (cols + CB - 1) / CB;
   Kokkos::parallel_for(
       name, RangeInt(0, nblocks), KOKKOS_LAMBDA(int blk) {

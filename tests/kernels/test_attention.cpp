@@ -172,6 +172,21 @@ TEST(KernelsAttention, LongSequenceCausalBlocks) {
   check_case(make_layout(2, 150, 2, 1, 8, 2, 0, 0), 40, 120);
 }
 
+TEST(KernelsAttention, Fp32AgainstReference) {
+  const Layout L = make_layout(2, 150, 4, 2, 16, 2, 0, 0);
+  const auto qkv = to_double(convert<float>(random_normal(L.qkv_size(), 45, 2.0)));
+  const auto f = run_attention<float>(L, qkv, nullptr);
+  std::vector<double> ref_out, ref_probs;
+  attention_ref(L, qkv, ref_out, ref_probs);
+  // 1e-5 relative. An fp32 score carries an absolute error ~ eps * sum|q_i k_i| * scale
+  // (~1e-6 here: q, k ~ N(0, 4), scores up to ~20), which moves each probability by that
+  // much relatively; fp32 exp and sums over <= 150 terms add less. Floors: probs 1e-3;
+  // out 1 (absolute 1e-5), because an output is an average of v values (|v| ~ 2) that
+  // can cancel to near zero, so its error (observed <= 3e-6) is relative to |v|.
+  expect_close("fp32 attention out", f.out, ref_out, 1e-5, 1.0);
+  expect_close("fp32 attention probs", f.probs, ref_probs, 1e-5, 1e-3);
+}
+
 TEST(KernelsAttention, Bf16MatchesFloat) {
   const Layout L = make_layout(2, 150, 4, 2, 16, 2, 0, 0);
   const auto qkv = bf16_exact(random_normal(L.qkv_size(), 50));

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "kernel_test_utils.hpp"
@@ -110,12 +111,14 @@ TEST(KernelsElementwise, GeluForwardBackward) {
   };
   std::vector<double> host(n);
   for (std::size_t i = 0; i < n; ++i) host[i] = gelu_ref(x[i]);
-  // 1e-14: the same formula in double; only libm tanh may differ in the last bit.
-  expect_close("gelu_forward", forward(), host, 1e-14, 1e-12);
+  // 1e-14 with a floor of 1 (absolute 1e-14 for small outputs): the kernel evaluates
+  // 0.5 (1 + tanh(u)) as sigmoid(2u); the reference's 1 + tanh(u) cancels for x < 0,
+  // leaving an absolute error of ~eps |x| in the (small) output.
+  expect_close("gelu_forward", forward(), host, 1e-14, 1.0);
   // In place (y == x).
   auto dx = upload<double>(x);
   k::gelu_forward(dx.data(), dx.data(), n);
-  expect_close("gelu_forward in place", download(dx), host, 1e-14, 1e-12);
+  expect_close("gelu_forward in place", download(dx), host, 1e-14, 1.0);
 
   auto dxx = upload<double>(x);
   auto dw = upload<double>(w);
@@ -164,6 +167,68 @@ TEST(KernelsElementwise, SwigluForwardBackward) {
       const std::size_t i = static_cast<std::size_t>(r) * ld_in + c;
       EXPECT_EQ(inplace[i], grad[i]);
     }
+}
+
+TEST(KernelsElementwise, Fp32GeluSwigluAgainstReference) {
+  // fp32 kernels (host: a polynomial exp instead of libm) against double references on
+  // the same fp32-exact inputs, over a wide range (|x| up to ~15: deep into the tails).
+  const std::size_t n = 4000;
+  const auto x = to_double(convert<float>(random_normal(n, 60, 4.0)));
+  const auto up = to_double(convert<float>(random_normal(n, 61)));
+  const auto dy = to_double(convert<float>(random_normal(n, 62)));
+  auto dx = upload<float>(x), dup = upload<float>(up), ddy = upload<float>(dy);
+  Buffer<float> y(n, MemCategory::Workspace), g1(n, MemCategory::Workspace), g2(n, MemCategory::Workspace);
+  const double c = std::sqrt(2.0 / M_PI);
+  auto u_of = [&](double v) { return c * (v + 0.044715 * v * v * v); };
+  // |got - ref| <= 8 * 2^-24 * (1 + |z|) * mag, z = the argument of exp, mag = the sum of
+  // the magnitudes of the terms that make up the result (|ref| when there is one term):
+  // a few fp32 roundings, amplified by exp's condition number |z| (an fp32 rounding of z
+  // moves exp(z) by |z| 2^-24 relative: any fp32 implementation has this), and absolute
+  // near the zeros of the derivatives (gelu' at x ~ -0.75, silu' at x ~ -1.28), where
+  // the terms cancel; plus 1e-30 absolute: in the far tail (x < -9) the sigmoid itself is
+  // ~1e-38, fp32's subnormal range, where products lose their precision.
+  // A libm-grade exp (<= 1-2 ulp) is needed to pass.
+  auto check = [&](const char* what, const std::vector<double>& got, const std::vector<double>& ref,
+                   const std::vector<double>& mag, const std::function<double(std::size_t)>& z) {
+    int bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double tol = 8 * std::ldexp(1.0, -24) * (1 + std::fabs(z(i))) * mag[i] + 1e-30;
+      if (!(std::fabs(got[i] - ref[i]) <= tol) && ++bad <= 5)
+        ADD_FAILURE() << what << "[" << i << "] x=" << x[i] << ": " << got[i] << " vs " << ref[i];
+    }
+    EXPECT_EQ(bad, 0) << what;
+  };
+  auto z_gelu = [&](std::size_t i) { return 2 * u_of(x[i]); };
+  auto z_silu = [&](std::size_t i) { return x[i]; };
+  auto magnitude = [](const std::vector<double>& v) {
+    std::vector<double> m(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) m[i] = std::fabs(v[i]);
+    return m;
+  };
+  std::vector<double> ref(n), ref2(n), mag(n);
+  k::gelu_forward(dx.data(), y.data(), n);
+  for (std::size_t i = 0; i < n; ++i) ref[i] = x[i] / (1.0 + std::exp(-2.0 * u_of(x[i])));
+  check("fp32 gelu_forward", download(y), ref, magnitude(ref), z_gelu);
+  k::gelu_backward(dx.data(), ddy.data(), g1.data(), n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double s = 1.0 / (1.0 + std::exp(-2.0 * u_of(x[i])));
+    const double t2 = 2.0 * x[i] * s * (1 - s) * c * (1 + 3 * 0.044715 * x[i] * x[i]);
+    ref[i] = dy[i] * (s + t2);
+    mag[i] = std::fabs(dy[i]) * (s + std::fabs(t2));
+  }
+  check("fp32 gelu_backward", download(g1), ref, mag, z_gelu);
+  k::swiglu_forward(dx.data(), dup.data(), 0, y.data(), 0, 1, static_cast<int>(n));
+  for (std::size_t i = 0; i < n; ++i) ref[i] = silu_ref(x[i]) * up[i];
+  check("fp32 swiglu_forward", download(y), ref, magnitude(ref), z_silu);
+  k::swiglu_backward(dx.data(), dup.data(), 0, ddy.data(), 0, g1.data(), g2.data(), 1, static_cast<int>(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    const double s = 1.0 / (1.0 + std::exp(-x[i]));
+    ref[i] = dy[i] * up[i] * s * (1 + x[i] * (1 - s));
+    mag[i] = std::fabs(dy[i] * up[i]) * s * (1 + std::fabs(x[i] * (1 - s)));
+    ref2[i] = dy[i] * x[i] * s;
+  }
+  check("fp32 swiglu dgate", download(g1), ref, mag, z_silu);
+  check("fp32 swiglu dup", download(g2), ref2, magnitude(ref2), z_silu);
 }
 
 TEST(KernelsElementwise, SumSquares) {
