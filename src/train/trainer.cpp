@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/json.hpp"
@@ -56,6 +57,10 @@ class Trainer {
   void log_step(int step, double loss, double gnorm, double lr, const StepTimes& t, double val_loss);
   void write_summary();
   std::pair<double, double> min_max(double v) const;
+  // Checkpoints: resume / init_from at start, saves every checkpoint.every steps and at the end.
+  int restore_or_init();
+  bool checkpoint_due(int step, bool last) const;
+  void save_checkpoint(int step);
 
   const Runtime& rt_;
   const RunSetup& s_;
@@ -75,6 +80,8 @@ class Trainer {
   int skipped_ = 0;
   double total_compute_ = 0, total_exposed_ = 0, total_busy_ = 0, total_io_ = 0;
   double last_loss_ = NAN, last_val_ = NAN;
+  double ckpt_save_s_ = NAN, ckpt_save_gbps_ = NAN;  ///< last save/load, reported with the next step
+  double ckpt_load_s_ = NAN, ckpt_load_gbps_ = NAN;
 };
 
 template <class T>
@@ -112,6 +119,7 @@ int Trainer<T>::run() {
 
   parallel::FsdpEngine<T>& eng = session_.engine();
   eng.init_parameters(tc.seed);
+  const int first_step = restore_or_init();
   settings_ = step_settings(tc);
   if (!tc.inject_nan_steps.empty())
     for (long v : parse_int_list("train.inject_nan_steps", tc.inject_nan_steps)) nan_steps_.insert(v);
@@ -127,7 +135,7 @@ int Trainer<T>::run() {
   MemoryPool::instance().reset_peaks();
 
   int status = 0;
-  for (int step = 0; step < tc.steps; ++step) {
+  for (int step = first_step; step < tc.steps; ++step) {
     StepTimes times;
     double loss = 0, gnorm = 0, lr = 0;
     const bool applied = train_step(step, times, loss, gnorm, lr);
@@ -148,6 +156,7 @@ int Trainer<T>::run() {
     double val = NAN;
     const bool last = step + 1 == tc.steps;
     if (eval_sampler_ && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last)) val = evaluate();
+    if (checkpoint_due(step + 1, last)) save_checkpoint(step + 1);
     if ((step + 1) % tc.log_every == 0 || last || !std::isnan(val)) log_step(step + 1, loss, gnorm, lr, times, val);
   }
   if (status == 0 && tc.sample_tokens > 0) {
@@ -240,10 +249,77 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
       .add("comm_s_max", busy_max).add("exposed_comm_s_min", exp_min).add("exposed_comm_s_max", exp_max)
       .add("tokens", static_cast<double>(cursor_) * tc.seq_len).add("skipped_steps", skipped_);
   if (!std::isnan(val)) j.add("val_loss", val);
+  if (!std::isnan(ckpt_save_s_)) j.add("ckpt_save_s", ckpt_save_s_).add("ckpt_save_gbps", ckpt_save_gbps_);
+  if (!std::isnan(ckpt_load_s_)) j.add("ckpt_load_s", ckpt_load_s_).add("ckpt_load_gbps", ckpt_load_gbps_);
+  ckpt_save_s_ = ckpt_save_gbps_ = ckpt_load_s_ = ckpt_load_gbps_ = NAN;
   (void)step_min;
   (void)mem_min;
   (void)rss_min;
   metrics_->write(j.str());
+}
+
+// ---- checkpoints -------------------------------------------------------------------------
+
+/// checkpoint.resume (auto | none | PATH) restores weights, moments and progress; otherwise
+/// checkpoint.init_from loads initial weights. Returns the first step to run.
+template <class T>
+int Trainer<T>::restore_or_init() {
+  const CheckpointConfig& cc = cfg_.checkpoint;
+  parallel::FsdpEngine<T>& eng = session_.engine();
+  const std::string path = checkpoint::resolve_resume(rt_.world(), checkpoint::checkpoint_dir(cfg_), cc.resume);
+  checkpoint::IoStats io;
+  if (!path.empty()) {
+    const checkpoint::TrainState st = checkpoint::load(eng, session_.mesh(), s_, path, &io);
+    cursor_ = st.cursor;
+    updates_ = st.updates;
+    skipped_ = st.skipped;
+    log::info("resumed from %s: step %d, %llu tokens seen (load %.2f s, %.2f GB/s)", path.c_str(), st.step,
+              static_cast<unsigned long long>(st.tokens_seen), io.seconds, io.gbps());
+    if (st.seed != cfg_.train.seed)
+      log::warn("the checkpoint was written with train.seed=%llu, this run uses %llu: the data order changes",
+                static_cast<unsigned long long>(st.seed), static_cast<unsigned long long>(cfg_.train.seed));
+    if (st.step >= cfg_.train.steps)
+      log::warn("the checkpoint is at step %d, train.steps=%d: nothing left to train", st.step, cfg_.train.steps);
+    ckpt_load_s_ = io.seconds;
+    ckpt_load_gbps_ = io.gbps();
+    total_io_ += io.seconds;
+    return st.step;
+  }
+  if (!cc.init_from.empty()) {
+    checkpoint::load_weights(eng, session_.mesh(), s_.dims, cc.init_from, &io);
+    log::info("initial weights from %s (load %.2f s, %.2f GB/s)", io.path.c_str(), io.seconds, io.gbps());
+    ckpt_load_s_ = io.seconds;
+    ckpt_load_gbps_ = io.gbps();
+    total_io_ += io.seconds;
+  }
+  return 0;
+}
+
+template <class T>
+bool Trainer<T>::checkpoint_due(int step, bool last) const {
+  const CheckpointConfig& cc = cfg_.checkpoint;
+  return (cc.every > 0 && step % cc.every == 0) || (last && cc.save_final);
+}
+
+template <class T>
+void Trainer<T>::save_checkpoint(int step) {
+  checkpoint::TrainState st;
+  st.step = step;
+  st.cursor = cursor_;
+  st.updates = updates_;
+  st.skipped = skipped_;
+  st.seed = cfg_.train.seed;
+  st.tokens_seen = cursor_ * static_cast<std::uint64_t>(cfg_.train.seq_len);
+  // Skipped (non-finite) steps leave the state untouched, and save() refuses a state that
+  // holds a non-finite value anyway, so no checkpoint carries a NaN.
+  const checkpoint::IoStats io =
+      checkpoint::save(session_.engine(), session_.mesh(), s_, st, checkpoint::checkpoint_dir(cfg_));
+  total_io_ += io.seconds;
+  if (!io.written) return;
+  ckpt_save_s_ = io.seconds;
+  ckpt_save_gbps_ = io.gbps();
+  log::info("checkpoint %s: %s in %.2f s (%.2f GB/s)", io.path.c_str(), format_bytes(static_cast<double>(io.bytes)).c_str(),
+            io.seconds, io.gbps());
 }
 
 template <class T>
