@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "meshtrain/checkpoint/checkpoint.hpp"
@@ -20,6 +21,7 @@
 #include "meshtrain/train/run_record.hpp"
 #include "meshtrain/train/session.hpp"
 #include "meshtrain/train/step.hpp"
+#include "meshtrain/train/stop_policy.hpp"
 
 namespace meshtrain::train {
 namespace {
@@ -36,6 +38,19 @@ struct TokenBatch {
     Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(host_tgt.data(), host_tgt.size()));
   }
 };
+
+/// Keeps the lines of metrics.jsonl whose step is <= `last_step` (resume after a crash).
+void truncate_metrics(const std::string& path, int last_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const auto pos = line.find("\"step\": ");
+    if (pos != std::string::npos && std::atoi(line.c_str() + pos + 8) <= last_step) kept += line + "\n";
+  }
+  in.close();
+  std::ofstream(path, std::ios::trunc) << kept;
+}
 
 struct StepTimes {
   double step = 0, exposed_comm = 0, busy_comm = 0, io = 0;
@@ -116,6 +131,7 @@ int Trainer<T>::run() {
   log::info("batch: %d sequences x %d tokens per step = micro_batch %d x dp %d x grad_accum %d", s_.global_batch,
             tc.seq_len, tc.micro_batch, s_.mesh.dp(), s_.grad_accum);
   log::info("data: %s; output: %s", cfg_.data.dir.c_str(), out_dir.c_str());
+  log::info("effective configuration (also in %s/config.ini):\n%s", out_dir.c_str(), config_to_ini(cfg_).c_str());
 
   parallel::FsdpEngine<T>& eng = session_.engine();
   eng.init_parameters(tc.seed);
@@ -131,7 +147,13 @@ int Trainer<T>::run() {
     log::info("measured GEMM peak: %.1f GFLOP/s per rank (%s), min over ranks (max %.1f)", mn / 1e9,
               s_.bf16 ? "bf16" : "fp32", mx / 1e9);
   }
-  metrics_ = std::make_unique<MetricsWriter>(out_dir + "/metrics.jsonl", false, root_);
+  // A resumed run continues the run's metrics.jsonl (lines past the resumed step, from a
+  // run that died after its last checkpoint, are dropped); a fresh run starts it anew.
+  if (root_ && first_step > 0) truncate_metrics(out_dir + "/metrics.jsonl", first_step);
+  metrics_ = std::make_unique<MetricsWriter>(out_dir + "/metrics.jsonl", first_step > 0, root_);
+  install_stop_signal_handlers();
+  const StopPolicy stop(tc, now_seconds(), rt_.world());
+  log::info("%s", stop.describe().c_str());
   MemoryPool::instance().reset_peaks();
 
   int status = 0;
@@ -158,6 +180,18 @@ int Trainer<T>::run() {
     if (eval_sampler_ && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last)) val = evaluate();
     if (checkpoint_due(step + 1, last)) save_checkpoint(step + 1);
     if ((step + 1) % tc.log_every == 0 || last || !std::isnan(val)) log_step(step + 1, loss, gnorm, lr, times, val);
+    // Preemption / time limit: decided together by all ranks at this step boundary.
+    const StopReason why = last ? StopReason::None : stop.check(times.step);
+    if (why != StopReason::None) {
+      if (root_)
+        log::warn("stopping after step %d (%s): saving a checkpoint, then exiting with status %d so the job can be "
+                  "requeued and resumed",
+                  step + 1, why == StopReason::Signal ? "SIGUSR1/SIGTERM received" : "wall-clock limit ahead",
+                  kExitPreempted);
+      if (!checkpoint_due(step + 1, last)) save_checkpoint(step + 1);
+      status = kExitPreempted;
+      break;
+    }
   }
   if (status == 0 && tc.sample_tokens > 0) {
     auto tok = data::make_tokenizer(data_.meta.tokenizer == "random" ? "byte" : data_.meta.tokenizer);

@@ -1,0 +1,46 @@
+#pragma once
+/// \brief When a run must stop early, decided identically on every rank at a step boundary:
+/// a SIGUSR1/SIGTERM on any rank (Slurm's --signal=USR1@T before the time limit,
+/// scancel --signal, a preemption), or the wall-clock deadline (train.time_limit, or the
+/// Slurm job's end time) minus a margin and one step. The trainer then saves a checkpoint
+/// of the same step on every rank and exits with kExitPreempted (75), which the Slurm
+/// jobscript turns into a requeue.
+
+#include <string>
+
+#include "meshtrain/config/config.hpp"
+#include "meshtrain/runtime/mpi_comm.hpp"
+
+namespace meshtrain::train {
+
+/// Installs SIGUSR1 and SIGTERM handlers that only set a flag (async-signal-safe); a second
+/// signal while the save runs sets it again and changes nothing.
+void install_stop_signal_handlers();
+/// The last signal received by this process (0 = none).
+int received_stop_signal();
+
+enum class StopReason { None, Signal, TimeLimit };
+const char* stop_reason_name(StopReason r);
+
+class StopPolicy {
+ public:
+  /// `start` = now_seconds() at the start of the run. Reads the Slurm end time (env
+  /// SLURM_JOB_END_TIME, or `squeue -h -j $SLURM_JOB_ID -o %e`) on rank 0 and shares it.
+  StopPolicy(const TrainConfig& tc, double start, const MpiComm& world);
+
+  /// Collective over `world`: the same answer on every rank. `step_seconds` = the last
+  /// step's duration (the deadline check leaves room for one more step and the save).
+  StopReason check(double step_seconds) const;
+
+  /// Seconds of wall-clock budget left (infinity without a deadline).
+  double seconds_left() const;
+  std::string describe() const;
+
+ private:
+  MpiComm world_;
+  double deadline_ = 0;  ///< now_seconds() scale; 0 = none
+  double margin_ = 60;
+  std::string source_;
+};
+
+}  // namespace meshtrain::train

@@ -1,0 +1,104 @@
+#include "meshtrain/train/stop_policy.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <limits>
+
+#include "meshtrain/core/check.hpp"
+#include "meshtrain/core/format.hpp"
+#include "meshtrain/core/timer.hpp"
+
+namespace meshtrain::train {
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+
+/// Seconds since the epoch of the Slurm job's end, or 0 when unknown.
+double slurm_end_epoch() {
+  if (const char* e = std::getenv("SLURM_JOB_END_TIME")) {
+    const double v = std::atof(e);
+    if (v > 0) return v;
+  }
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (!job) return 0;
+  // squeue prints the end time as YYYY-MM-DDTHH:MM:SS in local time.
+  const std::string cmd = strprintf("squeue -h -j %s -o %%e 2>/dev/null", job);
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return 0;
+  char buf[64] = {0};
+  const bool got = std::fgets(buf, sizeof(buf), p) != nullptr;
+  pclose(p);
+  if (!got) return 0;
+  std::tm tm{};
+  if (std::sscanf(buf, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                  &tm.tm_sec) != 6)
+    return 0;  // "Unknown" / "N/A": no time limit
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  tm.tm_isdst = -1;
+  return static_cast<double>(std::mktime(&tm));
+}
+
+}  // namespace
+
+void install_stop_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // MPI and file I/O calls continue after the handler
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int received_stop_signal() { return g_signal; }
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::None: return "none";
+    case StopReason::Signal: return "signal";
+    case StopReason::TimeLimit: return "time limit";
+  }
+  return "?";
+}
+
+StopPolicy::StopPolicy(const TrainConfig& tc, double start, const MpiComm& world) : world_(world) {
+  margin_ = tc.time_limit_margin;
+  // Deadline on the steady clock: configured limit, or the Slurm end time (rank 0 asks).
+  double deadline = tc.time_limit > 0 ? start + tc.time_limit : 0;
+  double from_slurm = 0;
+  if (world.rank() == 0) {
+    const double end = slurm_end_epoch();
+    if (end > 0) from_slurm = start + (end - static_cast<double>(std::time(nullptr)));
+  }
+  MPI_CHECK(MPI_Bcast(&from_slurm, 1, MPI_DOUBLE, 0, world.get()));
+  source_ = tc.time_limit > 0 ? strprintf("train.time_limit=%gs", tc.time_limit) : "none";
+  if (from_slurm > 0 && (deadline == 0 || from_slurm < deadline)) {
+    deadline = from_slurm;
+    source_ = "the Slurm job's end time";
+  }
+  deadline_ = deadline;
+}
+
+double StopPolicy::seconds_left() const {
+  return deadline_ > 0 ? deadline_ - now_seconds() : std::numeric_limits<double>::infinity();
+}
+
+std::string StopPolicy::describe() const {
+  if (deadline_ <= 0) return "no wall-clock limit; SIGUSR1/SIGTERM save and exit with status 75";
+  return strprintf("wall-clock limit from %s: %.0f s left; the run saves %g s (+ one step) before it; SIGUSR1/SIGTERM "
+                   "save and exit with status 75",
+                   source_.c_str(), seconds_left(), margin_);
+}
+
+StopReason StopPolicy::check(double step_seconds) const {
+  int local = g_signal != 0 ? 2 : (deadline_ > 0 && seconds_left() < margin_ + step_seconds ? 1 : 0);
+  int any = 0;
+  MPI_CHECK(MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, world_.get()));
+  return any == 2 ? StopReason::Signal : any == 1 ? StopReason::TimeLimit : StopReason::None;
+}
+
+}  // namespace meshtrain::train
