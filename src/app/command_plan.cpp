@@ -57,6 +57,16 @@ void print_plan(const Config& cfg, const model::ModelDims& dims, const parallel:
                 gib(p.comm.fsdp_gather + p.comm.fsdp_reduce + p.comm.replicate).c_str(), gib(p.comm.tp).c_str(),
                 pred.step_seconds_overlap, pred.tokens_per_s, static_cast<int>(i) == plan.chosen ? "   <- auto" : "");
   }
+  std::printf("\npredicted optimizer-step time by term (seconds; the cost model of doc/perf.md):\n");
+  std::printf("  %-14s %9s %11s %9s %9s %10s %9s\n", "strategy", "gemm", "elementwise", "fsdp_comm", "tp_comm",
+              "no_overlap", "overlap");
+  for (const parallel::StrategyPlan& p : plan.options) {
+    if (!p.valid) continue;
+    const train::StepPrediction pred = train::predict_step(dims, in, p, costs);
+    std::printf("  %-14s %9.4f %11.4f %9.4f %9.4f %10.4f %9.4f\n", parallel::strategy_name(p.strategy), pred.gemm_s,
+                pred.elementwise_s, pred.fsdp_comm_s, pred.tp_comm_s, pred.step_seconds_no_overlap,
+                pred.step_seconds_overlap);
+  }
   std::printf("\nauto: %s\n", plan.reason.c_str());
   if (cfg.parallel.strategy != "auto") std::printf("configured: parallel.strategy = %s\n", cfg.parallel.strategy.c_str());
   std::printf("\ncost model: GEMM %.1f GFLOP/s per rank (%s), copy %.1f GB/s, bus bandwidth %.2f GB/s intra-node, %.2f GB/s "

@@ -19,5 +19,4 @@ int reserved(const char* name, const Args& args) {
 }  // namespace
 int command_generate(Runtime&, const Args& a) { return reserved("generate", a); }
 int command_eval(Runtime&, const Args& a) { return reserved("eval", a); }
-int command_bench(Runtime&, const Args& a) { return reserved("bench", a); }
 }  // namespace meshtrain::app

@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""Summarises a perf/bench_step.sh run: per configuration the median step time over its runs
+(each run: median after warm-up), tokens/s, MFU against the SGEMM peak measured in the same
+run, and the ratios meshtrain/PyTorch and full_shard/no_shard. Writes results.json and
+results.md into the run directory and prints the table."""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+
+V, C, L, T, B = 8192, 512, 6, 256, 4
+FLOPS_PER_TOKEN = 3.0 * (2.0 * (L * (4 * C * C + 2 * C * 4 * C) + V * C) + 4.0 * L * T * C)
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def meshtrain_run(d, warmup):
+    rows = [r for r in read_jsonl(os.path.join(d, "metrics.jsonl")) if "step_time_s" in r]
+    timed = rows[warmup:] if len(rows) > warmup else rows
+    med = lambda k: statistics.median(r[k] for r in timed)
+    tokens = rows[1]["tokens"] - rows[0]["tokens"] if len(rows) > 1 else rows[0]["tokens"]
+    return {"step_s": med("step_time_s"), "tokens_per_step": tokens, "compute_s": med("compute_s_max"),
+            "comm_s": med("comm_s_max"), "exposed_comm_s": med("exposed_comm_s_max"),
+            "peak_mem_bytes": max(r["peak_mem_bytes"] for r in rows), "steps": len(rows),
+            "load1": json.load(open(os.path.join(d, "load.json")))["load1"]}
+
+
+def torch_run(d):
+    r = json.load(open(os.path.join(d, "result.json")))
+    return {"step_s": r["median_step_s"], "tokens_per_step": r["ranks"] * r.get("grad_accum", 1) * r["micro_batch"] * r["seq_len"],
+            "steps": r["steps"], "load1": json.load(open(os.path.join(d, "load.json")))["load1"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    machine = json.load(open(os.path.join(a.out, "machine.json")))
+    ceil = {}
+    for n in (1, 2):
+        g = json.load(open(os.path.join(a.out, "ceilings", f"gemm-{n}.json")))["results"]
+        m = json.load(open(os.path.join(a.out, "ceilings", f"memory-{n}.json")))["results"][0]
+        square = [r for r in g if r["m"] == r["n"] == r["k"]]
+        ceil[n] = {"sgemm_peak": max(r["best_flops_min"] for r in square),
+                   "gemm_shapes": {f'{r["m"]}x{r["n"]}x{r["k"]}': r["best_flops_min"] for r in g},
+                   "copy": m["copy_bytes_per_s_min"]}
+
+    groups = {}
+    for d in sorted(glob.glob(os.path.join(a.out, "runs", "*"))):
+        if not os.path.isdir(d):
+            continue
+        name = re.sub(r"-\d+$", "", os.path.basename(d))
+        try:
+            r = torch_run(d) if name.startswith("pt-") else meshtrain_run(d, a.warmup)
+        except (OSError, ValueError, KeyError, IndexError) as e:
+            print(f"skipping {d}: {e}")
+            continue
+        groups.setdefault(name, []).append(r)
+
+    res = {}
+    for name, runs in groups.items():
+        ranks = 1 if "-1r" in name else 2
+        step = statistics.median(r["step_s"] for r in runs)
+        tok = runs[0]["tokens_per_step"] / step
+        res[name] = {"ranks": ranks, "threads": a.threads, "runs": len(runs), "step_s": step,
+                     "step_s_runs": [r["step_s"] for r in runs], "tokens_per_s": tok,
+                     "mfu": tok * FLOPS_PER_TOKEN / (ceil[ranks]["sgemm_peak"] * ranks),
+                     "load1_runs": [r["load1"] for r in runs]}
+        for k in ("compute_s", "exposed_comm_s", "comm_s", "peak_mem_bytes"):
+            if k in runs[0]:
+                res[name][k] = statistics.median(r[k] for r in runs)
+
+    def ratio(x, y):
+        return res[x]["tokens_per_s"] / res[y]["tokens_per_s"] if x in res and y in res else float("nan")
+
+    ratios = {
+        "meshtrain_vs_pytorch_1rank": ratio("mt-1r-no_shard", "pt-1r"),
+        "meshtrain_full_shard_vs_pytorch_ddp_2rank": ratio("mt-2r-full_shard", "pt-2r-ddp"),
+        "meshtrain_no_shard_vs_pytorch_ddp_2rank": ratio("mt-2r-no_shard", "pt-2r-ddp"),
+        "full_shard_vs_no_shard_2rank": ratio("mt-2r-full_shard", "mt-2r-no_shard"),
+    }
+    out = {"machine": machine, "ceilings": {str(k): v for k, v in ceil.items()}, "configs": res, "ratios": ratios,
+           "flops_per_token": FLOPS_PER_TOKEN, "warmup_steps": a.warmup}
+    json.dump(out, open(os.path.join(a.out, "results.json"), "w"), indent=1)
+
+    labels = {"mt-1r-no_shard": "meshtrain (1 rank)", "pt-1r": "PyTorch (1 rank)",
+              "mt-2r-full_shard": "meshtrain full_shard", "mt-2r-no_shard": "meshtrain no_shard",
+              "pt-2r-ddp": "PyTorch DDP (gloo)"}
+    lines = [f"Measured {machine['date']} on {machine['cpu']} ({machine['cores']} cores), {a.threads} thread(s) per rank, "
+             f"fp32, OpenBLAS kernel {machine['openblas_core'].split('|')[0].strip()} ({machine['blas_env_used']}); "
+             f"1-minute load average {machine['load_at_start']:.2f} at start.",
+             "",
+             f"Ceilings measured in the same run: SGEMM peak {ceil[1]['sgemm_peak']/1e9:.1f} GFLOP/s per rank alone, "
+             f"{ceil[2]['sgemm_peak']/1e9:.1f} GFLOP/s per rank with 2 ranks at once; copy bandwidth "
+             f"{ceil[1]['copy']/1e9:.1f} GB/s alone, {ceil[2]['copy']/1e9:.1f} GB/s per rank with 2 at once.",
+             "",
+             "| configuration | ranks x threads | step (s) | tokens/s | MFU | compute (s) | exposed comm (s) | load during runs |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name in ("mt-1r-no_shard", "pt-1r", "mt-2r-full_shard", "mt-2r-no_shard", "pt-2r-ddp"):
+        if name not in res:
+            continue
+        r = res[name]
+        comp = f"{r['compute_s']:.3f}" if "compute_s" in r else "-"
+        exp = f"{r['exposed_comm_s']:.3f}" if "exposed_comm_s" in r else "-"
+        lines.append(f"| {labels[name]} | {r['ranks']} x {a.threads} | {r['step_s']:.3f} | {r['tokens_per_s']:.0f} | "
+                     f"{100*r['mfu']:.1f}% | {comp} | {exp} | {', '.join(f'{x:.2f}' for x in r['load1_runs'])} |")
+    lines += ["", "| ratio | value | target |", "|---|---|---|",
+              f"| meshtrain / PyTorch, 1 rank x {a.threads} thread | {ratios['meshtrain_vs_pytorch_1rank']:.2f} | >= 1.0 |",
+              f"| meshtrain full_shard / PyTorch DDP, 2 ranks | {ratios['meshtrain_full_shard_vs_pytorch_ddp_2rank']:.2f} | >= 1.0 |",
+              f"| meshtrain no_shard / PyTorch DDP, 2 ranks | {ratios['meshtrain_no_shard_vs_pytorch_ddp_2rank']:.2f} | >= 1.0 |",
+              f"| full_shard / no_shard, 2 ranks | {ratios['full_shard_vs_no_shard_2rank']:.2f} | >= 0.9 |"]
+    gs = ceil[1]["gemm_shapes"]
+    lines += ["", "SGEMM at the model's shapes (m x n x k, 1 rank, GFLOP/s): " +
+              ", ".join(f"{k} {v/1e9:.0f}" for k, v in gs.items())]
+    md = "\n".join(lines) + "\n"
+    open(os.path.join(a.out, "results.md"), "w").write(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

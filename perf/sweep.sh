@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# perf/sweep.sh [OUT_DIR]: the CPU scaling sweep (issue 8) on inputs/bench-gpt2-23m.ini, in one
+# run with its ceilings, in well under 20 minutes on a 2-core machine:
+#
+#   ceilings   SGEMM peak and copy bandwidth at 1, 2 and 4 ranks running at once
+#   comm       meshtrain bench comm: all four collectives 1 KiB..64 MiB at 2 and 4 ranks (world)
+#              and over the tp groups of a 4-rank tp=2 mesh; data checked (zero wrong results)
+#   runs       ranks {1,2,4} x strategy {full_shard, shard_grad_op, no_shard} x tp {1,2}
+#              (strategies coincide when the data-parallel degree is 1: run once, as no_shard),
+#              strong scaling (global batch STRONG_GLOBAL sequences, fixed) and weak scaling
+#              (MICRO sequences per data-parallel rank); `meshtrain plan` before each mesh
+#              records the cost model's predicted step time next to the measured one
+#   peer       PyTorch DDP (gloo) at 1, 2 and 4 ranks with the same per-rank batch, both modes
+#
+# Then perf/collect.py writes sweep.csv (every logged step of every run), summary.csv/.md and
+# perf/plot.py the PNGs. Environment: MESHTRAIN, THREADS (1), STEPS (6), WARMUP (2),
+# MICRO (2), STRONG_GLOBAL (8), PERF_NATIVE_BLAS (1), PERF_MAX_LOAD (1.5).
+#
+# Back of the envelope: 148 MFLOP per token (fwd+bwd); a strong-scaling step is 8 x 256 tokens
+# = 0.30 TFLOP, ~2.5 s on one core at ~120 GFLOP/s, ~1.3 s on two; 30 train runs of ~6 steps
+# plus start-up, 10 plans and 6 PyTorch runs come to ~12-15 minutes.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+OUT=${1:-$ROOT/perf/results/sweep}
+STEPS=${STEPS:-6}
+WARMUP=${WARMUP:-2}
+MICRO=${MICRO:-2}
+STRONG_GLOBAL=${STRONG_GLOBAL:-8}
+CONFIG=$ROOT/inputs/bench-gpt2-23m.ini
+RANKS=(${SWEEP_RANKS:-1 2 4})
+STRATEGIES=(full_shard shard_grad_op no_shard)
+rm -rf "$OUT/runs" "$OUT/plans" "$OUT/peer" "$OUT/comm" "$OUT/ceilings"
+mkdir -p "$OUT/runs" "$OUT/plans" "$OUT/peer" "$OUT/comm" "$OUT/ceilings"
+cd "$ROOT"
+T0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - T0 ))s; }
+
+wait_quiet || true
+machine_json "$OUT/machine.json"
+echo "== sweep: load $(cut -d' ' -f1-3 /proc/loadavg), $THREADS thread(s) per rank, $BLAS_ENV_USED; OpenBLAS $(openblas_core | cut -d'|' -f1)"
+echo "   strong scaling: global batch $STRONG_GLOBAL x 256 tokens; weak scaling: $MICRO x 256 tokens per data-parallel rank"
+
+# ---- ceilings ------------------------------------------------------------------------------
+for n in "${RANKS[@]}"; do
+  mpirun_n "$n" "$MESHTRAIN" bench gemm --sizes 1024,2048 --seconds 0.7 --json "$OUT/ceilings/gemm-$n.json" | tail -2
+  mpirun_n "$n" "$MESHTRAIN" bench memory --sizes 64MiB --seconds 0.5 --json "$OUT/ceilings/memory-$n.json" | tail -1
+done
+echo "   ceilings done ($(elapsed))"
+
+# ---- communication benchmark -------------------------------------------------------------
+mpirun_n 2 "$MESHTRAIN" bench comm --min_bytes 1KiB --max_bytes 64MiB --warmup 3 --iters 10 \
+  --csv "$OUT/comm/world-2.csv" --json "$OUT/comm/world-2.json" | tee "$OUT/comm/world-2.txt" | grep -E '^# (all_gather|memory|wrong)' || true
+mpirun_n 4 "$MESHTRAIN" bench comm --min_bytes 1KiB --max_bytes 64MiB --warmup 3 --iters 10 \
+  --csv "$OUT/comm/world-4.csv" --json "$OUT/comm/world-4.json" > "$OUT/comm/world-4.txt"
+mpirun_n 4 "$MESHTRAIN" bench comm --parallel.tp=2 --group tp --ops all_reduce --min_bytes 1KiB --max_bytes 16MiB \
+  --warmup 3 --iters 10 --csv "$OUT/comm/tp-4.csv" --json "$OUT/comm/tp-4.json" > "$OUT/comm/tp-4.txt"
+grep -h 'wrong results' "$OUT"/comm/*.txt
+echo "   comm benchmark done ($(elapsed))"
+
+# ---- meshtrain runs ------------------------------------------------------------------------
+mode_args() {  # MODE -> batch arguments
+  if [[ $1 == strong ]]; then echo "--train.micro_batch=$MICRO --train.global_batch=$STRONG_GLOBAL"
+  else echo "--train.micro_batch=$MICRO --train.grad_accum=1"; fi
+}
+for mode in strong weak; do
+  for n in "${RANKS[@]}"; do
+    for tp in 1 2; do
+      (( tp <= n )) || continue
+      dp=$(( n / tp ))
+      args="$(mode_args $mode) --parallel.tp=$tp"
+      mpirun_n "$n" "$MESHTRAIN" plan "$CONFIG" $args > "$OUT/plans/$mode-${n}r-tp$tp.txt" 2>&1 ||
+        { tail "$OUT/plans/$mode-${n}r-tp$tp.txt"; exit 1; }
+      strategies=("${STRATEGIES[@]}")
+      (( dp == 1 )) && strategies=(no_shard)
+      for s in "${strategies[@]}"; do
+        name=$mode-${n}r-tp$tp-$s
+        dir=$OUT/runs/$name
+        load=$(load1)
+        mpirun_n "$n" "$MESHTRAIN" train "$CONFIG" $args --parallel.strategy=$s --train.steps=$STEPS \
+          --train.log_every=1 --checkpoint.save_final=false --output.dir="$dir" > "$OUT/runs/$name.log" 2>&1 ||
+          { tail -20 "$OUT/runs/$name.log"; exit 1; }
+        echo "{\"mode\": \"$mode\", \"ranks\": $n, \"tp\": $tp, \"dp\": $dp, \"strategy\": \"$s\", \"micro_batch\": $MICRO, \"load1_before\": $load, \"load1_after\": $(load1)}" > "$dir/sweep.json"
+        printf '   %-34s %s\n' "$name" "$(tail -1 "$dir/metrics.jsonl" | "$PY" -c 'import json,sys; r=json.load(sys.stdin); print("%.0f tok/s, step %.2f s, exposed comm %.3f s" % (r["tokens_per_s"], r["step_time_s"], r["exposed_comm_s_max"]))') ($(elapsed))"
+      done
+    done
+  done
+done
+
+# ---- PyTorch peer --------------------------------------------------------------------------
+for mode in strong weak; do
+  for n in "${RANKS[@]}"; do
+    accum=1
+    [[ $mode == strong ]] && accum=$(( STRONG_GLOBAL / (MICRO * n) ))
+    name=$mode-${n}r
+    mpirun_n "$n" "$PY" "$PERF_DIR/peer/torch_gpt.py" --steps $STEPS --warmup $WARMUP --threads $THREADS \
+      --micro_batch $MICRO --grad_accum $accum --json "$OUT/peer/$name.json" > "$OUT/peer/$name.log" 2>&1 ||
+      { tail -20 "$OUT/peer/$name.log"; exit 1; }
+    printf '   pytorch %-26s %.0f tok/s (%s)\n' "$name" "$("$PY" -c "import json; print(json.load(open('$OUT/peer/$name.json'))['tokens_per_s'])")" "$(elapsed)"
+  done
+done
+
+echo "{\"wall_s\": $(( $(date +%s) - T0 )), \"load1_end\": $(load1), \"steps\": $STEPS, \"warmup\": $WARMUP, \"micro_batch\": $MICRO, \"strong_global_batch\": $STRONG_GLOBAL}" > "$OUT/sweep_meta.json"
+"$PY" "$PERF_DIR/collect.py" "$OUT"
+"$PY" "$PERF_DIR/plot.py" "$OUT"
+echo "== sweep done in $(elapsed)"

@@ -1,0 +1,441 @@
+// `meshtrain bench comm | gemm | memory`: the measured ceilings of this machine, run by
+// every rank at once (as in training), reduced to min/avg/max across ranks on rank 0.
+//
+//   bench comm    collectives over one mesh group, a doubling size sweep, nccl-tests style:
+//                 time, algbw, busbw (factor derived in doc/perf.md) and a count of wrong
+//                 elements (the data is checked, not only timed); ends with the measured
+//                 memory-copy bandwidth, the ceiling of a shared-memory transport.
+//   bench gemm    GEMM throughput at given sizes (square N or MxNxK, op variants), fp32/bf16.
+//   bench memory  STREAM-like copy bandwidth (read + write bytes counted) at given sizes.
+#include <boost/program_options.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "meshtrain/app/commands.hpp"
+#include "meshtrain/comm/bench.hpp"
+#include "meshtrain/config/config.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
+#include "meshtrain/core/json.hpp"
+#include "meshtrain/core/memory.hpp"
+#include "meshtrain/core/timer.hpp"
+#include "meshtrain/kernels/elementwise.hpp"
+#include "meshtrain/linalg/gemm.hpp"
+#include "meshtrain/linalg/peak.hpp"
+#include "meshtrain/parallel/comm_groups.hpp"
+#include "meshtrain/runtime/mesh.hpp"
+
+namespace meshtrain::app {
+namespace {
+
+namespace po = boost::program_options;
+
+// ---- arguments -------------------------------------------------------------------------
+
+struct BenchArgs {
+  std::string what;                  ///< comm | gemm | memory
+  std::vector<std::string> ops{"all"};
+  std::string min_bytes = "1KiB", max_bytes = "64MiB";
+  std::string group = "world";
+  std::string dtype = "fp32";
+  int warmup = 5, iters = 20;
+  std::string sizes;                 ///< gemm: "1024,2048,1024x512x1536"; memory: "4MiB,64MiB"
+  std::string transpose = "nn";      ///< gemm: nn | nt | tn (op(A), op(B))
+  double seconds = 0.5;              ///< gemm/memory: time per size
+  std::string csv, json;
+  Config config;                     ///< --parallel.* keys (mesh, backend)
+  bool help = false;
+  std::string help_text;
+};
+
+const char* kUsage =
+    "usage: meshtrain bench comm   [--ops all_gather,reduce_scatter,all_reduce,broadcast|all] [--min_bytes 1KiB]\n"
+    "                              [--max_bytes 64MiB] [--group world|tp|dp_shard|dp_replicate|dp]\n"
+    "                              [--parallel.tp N --parallel.dp_shard N --parallel.dp_replicate N]\n"
+    "                              [--dtype fp32|bf16] [--warmup 5] [--iters 20] [--csv PATH] [--json PATH]\n"
+    "       meshtrain bench gemm   [--sizes 256,512,1024,2048,MxNxK] [--transpose nn|nt|tn] [--dtype fp32|bf16]\n"
+    "                              [--seconds 0.5] [--csv PATH] [--json PATH]\n"
+    "       meshtrain bench memory [--sizes 1MiB,4MiB,16MiB,64MiB,256MiB] [--seconds 0.5] [--csv PATH] [--json PATH]\n"
+    "Every rank runs the benchmark at the same time (launch with mpirun/srun); rank 0 prints min/avg/max "
+    "across ranks. Bus-bandwidth factors and what the numbers mean: doc/perf.md.\n\n";
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+BenchArgs parse_bench_args(const Args& args) {
+  BenchArgs a;
+  MESHTRAIN_REQUIRE(!args.empty(), "`meshtrain bench` needs a benchmark: comm, gemm or memory (see --help)");
+  if (args[0] == "--help" || args[0] == "-h") {
+    a.help = true;
+    a.help_text = kUsage;
+    return a;
+  }
+  a.what = args[0];
+  MESHTRAIN_REQUIRE(a.what == "comm" || a.what == "gemm" || a.what == "memory",
+                    "unknown benchmark '%s'; use `meshtrain bench comm`, `bench gemm` or `bench memory`",
+                    a.what.c_str());
+  if (a.what == "gemm") a.sizes = "256,512,1024,2048";
+  if (a.what == "memory") a.sizes = "1MiB,4MiB,16MiB,64MiB,256MiB";
+  // --parallel.* (and any other --section.key) go to the configuration parser, so the mesh
+  // keys are spelled and validated exactly as for `train` and `plan`.
+  Args own, config_args;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string& s = args[i];
+    const bool config_key = s.rfind("--", 0) == 0 && s.find('.') != std::string::npos &&
+                            s.find('.') < s.find('=');
+    if (config_key) {
+      config_args.push_back(s);
+      // "--parallel.tp 2" (value as the next argument)
+      if (s.find('=') == std::string::npos && i + 1 < args.size()) config_args.push_back(args[++i]);
+    } else {
+      own.push_back(s);
+    }
+  }
+  std::string ops = "all";
+  po::options_description desc("Options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("ops", po::value<std::string>(&ops)->default_value(ops), "comm: collectives, comma-separated, or all")
+      ("min_bytes", po::value<std::string>(&a.min_bytes)->default_value(a.min_bytes), "comm: smallest message (full buffer)")
+      ("max_bytes", po::value<std::string>(&a.max_bytes)->default_value(a.max_bytes), "comm: largest message; sizes double")
+      ("group", po::value<std::string>(&a.group)->default_value(a.group), "comm: world | tp | dp_shard | dp_replicate | dp")
+      ("dtype", po::value<std::string>(&a.dtype)->default_value(a.dtype), "fp32 | bf16")
+      ("warmup", po::value<int>(&a.warmup)->default_value(a.warmup), "comm: untimed operations per size")
+      ("iters", po::value<int>(&a.iters)->default_value(a.iters), "comm: timed operations per size")
+      ("sizes", po::value<std::string>(&a.sizes)->default_value(a.sizes), "gemm: N or MxNxK list; memory: byte sizes")
+      ("transpose", po::value<std::string>(&a.transpose)->default_value(a.transpose), "gemm: nn | nt | tn")
+      ("seconds", po::value<double>(&a.seconds)->default_value(a.seconds), "gemm/memory: seconds per size")
+      ("csv", po::value<std::string>(&a.csv), "also write the results as CSV (rank 0)")
+      ("json", po::value<std::string>(&a.json), "also write the results as JSON (rank 0)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(own).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UserError(strprintf("%s; run `meshtrain bench --help` for the options", e.what()));
+  }
+  if (vm.count("help")) {
+    std::ostringstream os;
+    os << kUsage << desc << "\nmesh keys: --parallel.tp, --parallel.dp_shard, --parallel.dp_replicate, "
+       << "--parallel.backend (auto | mpi | nccl)\n";
+    a.help = true;
+    a.help_text = os.str();
+    return a;
+  }
+  a.ops = split_list(ops == "all" ? "all_gather,reduce_scatter,all_reduce,broadcast" : ops);
+  for (const std::string& op : a.ops) parse_collective(op);
+  MESHTRAIN_REQUIRE(a.dtype == "fp32" || a.dtype == "bf16", "--dtype must be fp32 or bf16, got '%s'", a.dtype.c_str());
+  MESHTRAIN_REQUIRE(a.warmup >= 0 && a.iters >= 1, "--warmup must be >= 0 and --iters >= 1");
+  MESHTRAIN_REQUIRE(a.seconds > 0, "--seconds must be positive");
+  MESHTRAIN_REQUIRE(a.transpose == "nn" || a.transpose == "nt" || a.transpose == "tn",
+                    "--transpose must be nn, nt or tn, got '%s'", a.transpose.c_str());
+  const ParsedArgs parsed = parse_config("bench", config_args);
+  a.config = parsed.config;
+  validate_config(a.config);
+  return a;
+}
+
+// ---- reductions over the world (host doubles) --------------------------------------------
+
+struct Spread {
+  double min = 0, avg = 0, max = 0, sum = 0;
+};
+Spread spread(const MpiComm& world, double v) {
+  Spread s;
+  MPI_Allreduce(&v, &s.min, 1, MPI_DOUBLE, MPI_MIN, world.get());
+  MPI_Allreduce(&v, &s.max, 1, MPI_DOUBLE, MPI_MAX, world.get());
+  MPI_Allreduce(&v, &s.sum, 1, MPI_DOUBLE, MPI_SUM, world.get());
+  s.avg = s.sum / world.size();
+  return s;
+}
+
+/// Writes `text` to `path` on rank 0 (UserError when it cannot).
+void write_file(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  MESHTRAIN_REQUIRE(f != nullptr, "cannot write '%s'", path.c_str());
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+}
+
+// ---- bench comm ----------------------------------------------------------------------------
+
+int bench_comm(Runtime& rt, const BenchArgs& a) {
+  const MpiComm& world = rt.world();
+  const bool root = world.rank() == 0;
+  const Topology& topo = rt.topology();
+  std::optional<int> rpn;
+  if (topo.uniform()) rpn = topo.local_size;
+  const ParallelConfig& pc = a.config.parallel;
+  const MeshShape shape = resolve_mesh({pc.dp_replicate, pc.dp_shard, pc.tp}, world.size(), rpn);
+  const Mesh mesh(world, shape);
+  parallel::CommGroups groups = parallel::make_comm_groups(mesh, pc.backend);
+  Communicator* comm = nullptr;
+  if (a.group == "world") comm = groups.world.get();
+  else if (a.group == "tp") comm = groups.tp.get();
+  else if (a.group == "dp_shard") comm = groups.shard.get();
+  else if (a.group == "dp_replicate") comm = groups.replicate.get();
+  else if (a.group == "dp") comm = groups.dp.get();
+  MESHTRAIN_REQUIRE(comm != nullptr, "--group must be world, tp, dp_shard, dp_replicate or dp, got '%s'",
+                    a.group.c_str());
+  const int n = comm->size();
+  const int instances = world.size() / n;  // groups of this kind running at once
+  const DType dt = a.dtype == "bf16" ? DType::BF16 : DType::F32;
+  const std::size_t esize = dtype_size(dt);
+  const std::uint64_t lo = std::max<std::uint64_t>(parse_bytes("--min_bytes", a.min_bytes), esize * n);
+  const std::uint64_t hi = parse_bytes("--max_bytes", a.max_bytes);
+  MESHTRAIN_REQUIRE(hi >= lo, "--max_bytes (%s) must be at least --min_bytes (%s)", a.max_bytes.c_str(),
+                    a.min_bytes.c_str());
+
+  if (root) {
+    std::printf("# meshtrain bench comm: group %s (%d ranks; %d such group(s) run at once), mesh %s\n",
+                a.group.c_str(), n, instances, shape.str().c_str());
+    std::printf("# %d rank(s) on %d node(s), %d thread(s) per rank, backend %s, dtype %s, warmup %d, iters %d\n",
+                world.size(), topo.num_nodes, Kokkos::DefaultExecutionSpace().concurrency(), comm->backend(),
+                a.dtype.c_str(), a.warmup, a.iters);
+    std::printf("# time: seconds per operation averaged over the timed iterations, min/avg/max across all ranks\n");
+    std::printf("# algbw = size / time_max; busbw = algbw * factor (all_gather, reduce_scatter: (n-1)/n; "
+                "all_reduce: 2(n-1)/n; broadcast: 1)\n");
+  }
+  std::string csv =
+      "op,group,group_ranks,world_ranks,mesh,backend,dtype,bytes,count,time_min_s,time_avg_s,time_max_s,"
+      "algbw_bytes_per_s,busbw_bytes_per_s,bus_factor,wrong,copy_bytes_per_s\n";
+  std::vector<std::string> rows_json;
+  std::vector<std::string> csv_rows;
+  long total_wrong = 0;
+  struct Last {
+    std::string op;
+    double busbw = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<Last> largest;
+  for (const std::string& op_name : a.ops) {
+    const CollectiveKind kind = parse_collective(op_name);
+    if (root) {
+      std::printf("\n# %s, bus factor %.3f\n", op_name.c_str(), bus_factor(kind, n));
+      std::printf("#%13s %12s %11s %11s %11s %10s %10s %7s\n", "size(B)", "count(elem)", "min(us)", "avg(us)",
+                  "max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    }
+    for (std::uint64_t bytes = lo; bytes <= hi; bytes *= 2) {
+      const CollectiveResult r = bench_collective(*comm, kind, bytes, dt, a.warmup, a.iters);
+      // Across all concurrent groups: the slowest rank bounds the bandwidth; wrong counts are
+      // per-group sums, counted once per group (by its rank 0).
+      const Spread tmin = spread(world, r.time_min), tmax = spread(world, r.time_max), tavg = spread(world, r.time_avg);
+      const Spread wrong = spread(world, comm->rank() == 0 ? static_cast<double>(r.wrong) : 0.0);
+      const double t = tmax.max;
+      const double algbw = r.bytes / t, busbw = algbw * bus_factor(kind, n);
+      const long w = static_cast<long>(wrong.sum);
+      total_wrong += w;
+      const std::size_t count = r.bytes / esize;
+      if (root) {
+        std::printf("%14llu %12zu %11.1f %11.1f %11.1f %10.3f %10.3f %7ld\n", static_cast<unsigned long long>(r.bytes),
+                    count, 1e6 * tmin.min, 1e6 * tavg.avg, 1e6 * t, algbw / 1e9, busbw / 1e9, w);
+        std::fflush(stdout);
+      }
+      csv_rows.push_back(strprintf("%s,%s,%d,%d,%dx%dx%d,%s,%s,%llu,%zu,%.9g,%.9g,%.9g,%.6g,%.6g,%.6g,%ld,", op_name.c_str(),
+                                   a.group.c_str(), n, world.size(), shape.dp_replicate, shape.dp_shard, shape.tp,
+                                   comm->backend(), a.dtype.c_str(), static_cast<unsigned long long>(r.bytes), count,
+                                   tmin.min, tavg.avg, t, algbw, busbw, bus_factor(kind, n), w));
+      JsonObject j;
+      j.add("op", op_name).add("bytes", static_cast<std::uint64_t>(r.bytes)).add("count", static_cast<std::uint64_t>(count))
+          .add("time_min_s", tmin.min).add("time_avg_s", tavg.avg).add("time_max_s", t).add("algbw_bytes_per_s", algbw)
+          .add("busbw_bytes_per_s", busbw).add("bus_factor", bus_factor(kind, n)).add("wrong", static_cast<std::int64_t>(w));
+      rows_json.push_back(j.str());
+      if (bytes > hi / 2) largest.push_back({op_name, busbw, r.bytes});
+    }
+  }
+  // The ceiling of a shared-memory transport: a memory copy, every rank copying at once.
+  const Spread copy = spread(world, linalg::measure_copy_bandwidth(64.0 * 1024 * 1024, 0.3));
+  if (root) {
+    std::printf("\n# memory copy (64 MiB, read + write bytes counted, all %d ranks copying at once): per rank "
+                "min %.2f / avg %.2f / max %.2f GB/s, sum %.2f GB/s\n",
+                world.size(), copy.min / 1e9, copy.avg / 1e9, copy.max / 1e9, copy.sum / 1e9);
+    for (const Last& l : largest)
+      std::printf("# %-14s %s: busbw %.2f GB/s = %.2f x the per-rank copy bandwidth (%.2f x its memcpy rate, "
+                  "copy / 2)\n",
+                  l.op.c_str(), format_bytes(static_cast<double>(l.bytes)).c_str(), l.busbw / 1e9, l.busbw / copy.min,
+                  2 * l.busbw / copy.min);
+    std::printf("# wrong results: %ld%s\n", total_wrong, total_wrong ? "  FAILED" : "  (all data checked)");
+    if (!a.csv.empty()) {
+      for (const std::string& row : csv_rows) csv += row + strprintf("%.6g\n", copy.min);
+      write_file(a.csv, csv);
+    }
+    if (!a.json.empty()) {
+      JsonObject j;
+      j.add("benchmark", "comm").add("group", a.group).add("group_ranks", n).add("world_ranks", world.size())
+          .add("mesh", strprintf("%dx%dx%d", shape.dp_replicate, shape.dp_shard, shape.tp)).add("backend", comm->backend())
+          .add("dtype", a.dtype).add("warmup", a.warmup).add("iters", a.iters)
+          .add("threads_per_rank", Kokkos::DefaultExecutionSpace().concurrency())
+          .add("copy_bytes_per_s_min", copy.min).add("copy_bytes_per_s_avg", copy.avg)
+          .add("copy_bytes_per_s_sum", copy.sum).add("wrong", static_cast<std::int64_t>(total_wrong));
+      std::string arr = "[";
+      for (std::size_t i = 0; i < rows_json.size(); ++i) arr += (i ? ",\n  " : "\n  ") + rows_json[i];
+      j.add_raw("results", arr + "\n]");
+      write_file(a.json, j.str() + "\n");
+    }
+  }
+  return total_wrong == 0 ? 0 : 1;
+}
+
+// ---- bench gemm ----------------------------------------------------------------------------
+
+struct GemmShape {
+  int m = 0, n = 0, k = 0;
+};
+
+GemmShape parse_gemm_shape(const std::string& s) {
+  GemmShape g;
+  int parts[3] = {0, 0, 0};
+  int count = 0;
+  std::stringstream ss(s);
+  std::string item;
+  try {
+    while (std::getline(ss, item, 'x')) {
+      MESHTRAIN_REQUIRE(count < 3, "--sizes entry '%s' must be N or MxNxK", s.c_str());
+      parts[count++] = std::stoi(item);
+    }
+  } catch (const std::logic_error&) {
+    throw UserError(strprintf("--sizes entry '%s' must be N or MxNxK (positive integers)", s.c_str()));
+  }
+  MESHTRAIN_REQUIRE(count == 1 || count == 3, "--sizes entry '%s' must be N or MxNxK", s.c_str());
+  g.m = parts[0];
+  g.n = count == 3 ? parts[1] : parts[0];
+  g.k = count == 3 ? parts[2] : parts[0];
+  MESHTRAIN_REQUIRE(g.m > 0 && g.n > 0 && g.k > 0, "--sizes entry '%s' must be positive", s.c_str());
+  return g;
+}
+
+/// Best and mean FLOP/s of C (m,n) = op(A) op(B) over repeats lasting about `seconds`.
+template <class T>
+std::pair<double, double> time_gemm(const GemmShape& g, const std::string& tr, double seconds) {
+  using linalg::Op;
+  const Op oa = tr[0] == 't' ? Op::T : Op::N, ob = tr[1] == 't' ? Op::T : Op::N;
+  const std::size_t na = static_cast<std::size_t>(g.m) * g.k, nb = static_cast<std::size_t>(g.k) * g.n,
+                    nc = static_cast<std::size_t>(g.m) * g.n;
+  Buffer<T> a(na, MemCategory::Workspace), b(nb, MemCategory::Workspace), c(nc, MemCategory::Workspace);
+  kernels::fill(a.data(), na, 0.5);
+  kernels::fill(b.data(), nb, 0.25);
+  // Row-major: A is (m,k) or stored (k,m) when transposed; likewise B.
+  const int lda = oa == Op::N ? g.k : g.m, ldb = ob == Op::N ? g.n : g.k;
+  const auto once = [&] {
+    linalg::gemm<T>(oa, ob, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), g.n);
+    Kokkos::fence();
+  };
+  once();  // warm-up
+  const double flop = 2.0 * g.m * static_cast<double>(g.n) * g.k;
+  double best = 0, total = 0;
+  int reps = 0;
+  const double start = now_seconds();
+  do {
+    const double t0 = now_seconds();
+    once();
+    const double t = now_seconds() - t0;
+    best = std::max(best, flop / t);
+    total += t;
+    ++reps;
+  } while (now_seconds() - start < seconds);
+  return {best, flop * reps / total};
+}
+
+int bench_gemm(Runtime& rt, const BenchArgs& a) {
+  const MpiComm& world = rt.world();
+  const bool root = world.rank() == 0;
+  const bool bf16 = a.dtype == "bf16";
+  if (root) {
+    std::printf("# meshtrain bench gemm: %s, op(A)op(B) = %s, %d rank(s) at once, %d thread(s) per rank, %s\n",
+                a.dtype.c_str(), a.transpose.c_str(), world.size(), Kokkos::DefaultExecutionSpace().concurrency(),
+                linalg::gemm_backend_name().c_str());
+    std::printf("# GFLOP/s per rank: best repeat (min/max across ranks) and mean over repeats (avg across ranks)\n");
+    std::printf("#%21s %12s %12s %12s %12s\n", "m x n x k", "best_min", "best_max", "mean_avg", "sum_best");
+  }
+  std::string csv = "m,n,k,dtype,transpose,ranks,threads_per_rank,best_flops_min,best_flops_max,mean_flops_avg,best_flops_sum\n";
+  std::string arr = "[";
+  for (const std::string& item : split_list(a.sizes)) {
+    const GemmShape g = parse_gemm_shape(item);
+    const auto [best, mean] = bf16 ? time_gemm<meshtrain::bf16>(g, a.transpose, a.seconds)
+                                   : time_gemm<float>(g, a.transpose, a.seconds);
+    const Spread b = spread(world, best), m = spread(world, mean);
+    if (root) {
+      std::printf("%22s %12.1f %12.1f %12.1f %12.1f\n", strprintf("%d x %d x %d", g.m, g.n, g.k).c_str(), b.min / 1e9,
+                  b.max / 1e9, m.avg / 1e9, b.sum / 1e9);
+      std::fflush(stdout);
+    }
+    csv += strprintf("%d,%d,%d,%s,%s,%d,%d,%.6g,%.6g,%.6g,%.6g\n", g.m, g.n, g.k, a.dtype.c_str(), a.transpose.c_str(),
+                     world.size(), Kokkos::DefaultExecutionSpace().concurrency(), b.min, b.max, m.avg, b.sum);
+    JsonObject j;
+    j.add("m", g.m).add("n", g.n).add("k", g.k).add("dtype", a.dtype).add("transpose", a.transpose)
+        .add("ranks", world.size()).add("best_flops_min", b.min).add("best_flops_max", b.max)
+        .add("mean_flops_avg", m.avg).add("best_flops_sum", b.sum);
+    arr += (arr.size() > 1 ? ",\n  " : "\n  ") + j.str();
+  }
+  if (root && !a.csv.empty()) write_file(a.csv, csv);
+  if (root && !a.json.empty()) {
+    JsonObject j;
+    j.add("benchmark", "gemm").add("threads_per_rank", Kokkos::DefaultExecutionSpace().concurrency())
+        .add("backend", linalg::gemm_backend_name()).add_raw("results", arr + "\n]");
+    write_file(a.json, j.str() + "\n");
+  }
+  return 0;
+}
+
+// ---- bench memory --------------------------------------------------------------------------
+
+int bench_memory(Runtime& rt, const BenchArgs& a) {
+  const MpiComm& world = rt.world();
+  const bool root = world.rank() == 0;
+  if (root) {
+    std::printf("# meshtrain bench memory: STREAM-like copy b = a (fp32), read + write bytes counted, best of "
+                "repeats over %.2f s; %d rank(s) copying at once, %d thread(s) per rank\n",
+                a.seconds, world.size(), Kokkos::DefaultExecutionSpace().concurrency());
+    std::printf("#%13s %12s %12s %12s %12s\n", "size(B)", "min(GB/s)", "avg(GB/s)", "max(GB/s)", "sum(GB/s)");
+  }
+  std::string csv = "bytes,ranks,threads_per_rank,copy_min,copy_avg,copy_max,copy_sum\n";
+  std::string arr = "[";
+  for (const std::string& item : split_list(a.sizes)) {
+    const std::uint64_t bytes = parse_bytes("--sizes", item);
+    MESHTRAIN_REQUIRE(bytes >= 4096, "--sizes entry '%s' is below 4 KiB", item.c_str());
+    const Spread s = spread(world, linalg::measure_copy_bandwidth(static_cast<double>(bytes), a.seconds));
+    if (root) {
+      std::printf("%14llu %12.2f %12.2f %12.2f %12.2f\n", static_cast<unsigned long long>(bytes), s.min / 1e9,
+                  s.avg / 1e9, s.max / 1e9, s.sum / 1e9);
+      std::fflush(stdout);
+    }
+    csv += strprintf("%llu,%d,%d,%.6g,%.6g,%.6g,%.6g\n", static_cast<unsigned long long>(bytes), world.size(),
+                     Kokkos::DefaultExecutionSpace().concurrency(), s.min, s.avg, s.max, s.sum);
+    JsonObject j;
+    j.add("bytes", bytes).add("ranks", world.size()).add("copy_bytes_per_s_min", s.min).add("copy_bytes_per_s_avg", s.avg)
+        .add("copy_bytes_per_s_max", s.max).add("copy_bytes_per_s_sum", s.sum);
+    arr += (arr.size() > 1 ? ",\n  " : "\n  ") + j.str();
+  }
+  if (root && !a.csv.empty()) write_file(a.csv, csv);
+  if (root && !a.json.empty()) {
+    JsonObject j;
+    j.add("benchmark", "memory").add("threads_per_rank", Kokkos::DefaultExecutionSpace().concurrency())
+        .add_raw("results", arr + "\n]");
+    write_file(a.json, j.str() + "\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int command_bench(Runtime& rt, const Args& args) {
+  const BenchArgs a = parse_bench_args(args);
+  if (a.help) {
+    if (rt.topology().world_rank == 0) std::fputs(a.help_text.c_str(), stdout);
+    return 0;
+  }
+  if (a.what == "comm") return bench_comm(rt, a);
+  if (a.what == "gemm") return bench_gemm(rt, a);
+  return bench_memory(rt, a);
+}
+
+}  // namespace meshtrain::app

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# `meshtrain bench` as a smoke test (issue 8): the collective benchmark checks its data, so at
+# 2 and 4 ranks, on the world and on the tp groups of a 2 x 2 mesh, in fp32 and bf16, every
+# result must be right (zero wrong elements, exit status 0), and the CSV/JSON files must hold
+# one row per (collective, size). Nothing here is timed: performance is measured by perf/.
+#
+# Environment (set by meshtrain_add_script_test): MESHTRAIN_BIN, MPIEXEC, TEST_TMP.
+set -uo pipefail
+
+bin=$MESHTRAIN_BIN
+mkdir -p "$TEST_TMP"
+out="$TEST_TMP/stdout" err="$TEST_TMP/stderr"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+run() {  # LABEL COMMAND...: 120 s limit; sets $rc
+  local label=$1
+  shift
+  echo "--- $label: $*"
+  timeout 120 "$@" >"$out" 2>"$err"
+  rc=$?
+  sed 's/^/  stdout: /' "$out"
+  sed 's/^/  stderr: /' "$err"
+  echo "  exit status $rc"
+  [[ $rc -ne 124 ]] || fail "$label: hung (killed after 120 s)"
+}
+
+# 1 KiB .. 256 KiB doubling = 9 sizes per collective.
+check_comm() {  # LABEL NP DTYPE [ARGS...]
+  local label=$1 np=$2 dtype=$3
+  shift 3
+  local csv="$TEST_TMP/$label.csv" json="$TEST_TMP/$label.json"
+  rm -f "$csv" "$json"
+  run "$label" $MPIEXEC -np "$np" "$bin" bench comm --min_bytes 1KiB --max_bytes 256KiB --warmup 1 --iters 2 \
+    --dtype "$dtype" --csv "$csv" --json "$json" "$@"
+  [[ $rc -eq 0 ]] || fail "$label: exit status $rc"
+  grep -qF "# wrong results: 0" "$out" || fail "$label: no '# wrong results: 0' line"
+  grep -qF "# memory copy" "$out" || fail "$label: the copy bandwidth is not printed"
+  local nops
+  nops=$(grep -c "bus factor" "$out")
+  [[ -f $csv ]] || { fail "$label: no CSV"; return; }
+  local rows
+  rows=$(($(wc -l <"$csv") - 1))
+  [[ $rows -eq $((nops * 9)) ]] || fail "$label: CSV has $rows rows, expected $((nops * 9))"
+  # column 16 = wrong
+  awk -F, 'NR > 1 && $16 != 0 { bad = 1 } END { exit bad }' "$csv" || fail "$label: a CSV row has wrong results"
+  grep -q '"wrong": 0' "$json" || fail "$label: JSON does not report zero wrong results"
+}
+
+check_comm comm_np2_fp32 2 fp32
+check_comm comm_np4_fp32 4 fp32
+check_comm comm_np4_bf16 4 bf16
+check_comm comm_np4_tp_group 4 fp32 --parallel.tp=2 --group tp --ops all_reduce,all_gather
+grep -qF "group tp (2 ranks; 2 such group(s) run at once)" "$out" || fail "tp group: header does not name 2 groups of 2"
+check_comm comm_np4_dp_shard 4 fp32 --parallel.tp 2 --group dp_shard --ops reduce_scatter
+
+run "gemm" $MPIEXEC -np 2 "$bin" bench gemm --sizes 64,32x48x16 --transpose nt --seconds 0.01 --csv "$TEST_TMP/gemm.csv"
+[[ $rc -eq 0 ]] || fail "gemm: exit status $rc"
+[[ $(wc -l <"$TEST_TMP/gemm.csv") -eq 3 ]] || fail "gemm: CSV must have a header and 2 rows"
+grep -q "32 x 48 x 16" "$out" || fail "gemm: the MxNxK row is missing"
+
+run "memory" $MPIEXEC -np 2 "$bin" bench memory --sizes 1MiB --seconds 0.01 --json "$TEST_TMP/memory.json"
+[[ $rc -eq 0 ]] || fail "memory: exit status $rc"
+grep -q '"copy_bytes_per_s_min"' "$TEST_TMP/memory.json" || fail "memory: JSON lacks copy_bytes_per_s_min"
+
+run "bad group" $MPIEXEC -np 2 "$bin" bench comm --group nope --max_bytes 4KiB
+[[ $rc -eq 2 ]] || fail "bad group: exit status $rc, expected 2 (user error)"
+[[ $(grep -c "error:" "$err") -eq 1 ]] || fail "bad group: expected one error message"
+grep -qF -- "--group" "$err" || fail "bad group: the message does not name --group"
+
+run "bad benchmark" $MPIEXEC -np 1 "$bin" bench disk
+[[ $rc -eq 2 ]] || fail "bad benchmark: exit status $rc, expected 2"
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "all bench checks passed"
