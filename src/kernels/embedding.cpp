@@ -1,7 +1,5 @@
 #include "meshtrain/kernels/embedding.hpp"
 
-#include <algorithm>
-
 #include "kernel_common.hpp"
 
 namespace meshtrain::kernels {
@@ -31,14 +29,8 @@ void embedding_backward(const std::int32_t* tokens, int n_tokens, const T* dout,
   // dout: (n_tokens, C) -> dwte: (vocab_local, C) +=
   // Parallel over column blocks, serial over tokens: every element of dwte receives its
   // contributions in token order, whatever the blocking or thread count, and no two work
-  // items touch the same element (no atomics). On host the blocks are as wide as the
-  // thread count allows (one block = whole rows with one thread: each token's row is one
-  // contiguous stream); on GPUs one column per thread.
-  int CB = 1;
-  if constexpr (kHostExec) {
-    const int conc = ExecSpace().concurrency();
-    CB = std::max(64, ((C + conc - 1) / conc + 15) / 16 * 16);
-  }
+  // items touch the same element (no atomics).
+  const int CB = column_block(C, C);
   const int nblocks = (C + CB - 1) / CB;
   Kokkos::parallel_for(
       "Kernels::embedding_backward", RangeInt(0, nblocks), KOKKOS_LAMBDA(int blk) {

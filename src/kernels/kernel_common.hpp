@@ -33,16 +33,25 @@ using RangeInt = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<int>>;
 
 /// Independent partial sums per row reduction on host (two SSE registers of float).
 inline constexpr int kLanes = 8;
-/// Columns per work item in column sums of NS values: on host a vectorizable block whose
-/// NS x block accumulators stay in registers (64 floats per sum is the measured optimum
-/// for one sum; more spills and runs several times slower); one column per GPU thread
-/// (adjacent threads read adjacent addresses).
-template <int NS>
-inline constexpr int kColBlock = kHostExec ? 64 / NS : 1;
+
+/// \brief Width of the column blocks of column-parallel, row-serial kernels (column sums,
+/// embedding scatter): on host as wide as the thread count allows, so that each thread
+/// streams contiguous row segments (one block = whole rows with one thread), at least 64
+/// and at most `max_cols`; on GPUs one column per thread (adjacent threads read adjacent
+/// addresses). Results never depend on it: every column is processed in row order.
+inline int column_block(int cols, int max_cols) {
+  if constexpr (kHostExec) {
+    const int conc = ExecSpace().concurrency();
+    const int cb = ((cols + conc - 1) / conc + 15) / 16 * 16;
+    return cb < 64 ? 64 : (cb > max_cols ? max_cols : cb);
+  } else {
+    return 1;
+  }
+}
 
 /// \brief exp for float without a libm call, so that host loops around it vectorize
-/// (libm's expf is a scalar call: ~9 ns per element on the CI machines, several times
-/// the cost of the surrounding kernel). Cephes' expf: x = n ln2 + r with |r| <= ln2/2,
+/// (libm's expf is a scalar call, several times the cost of the surrounding kernel; this
+/// is 2-3x faster per element in SSE2 code). Cephes' expf: x = n ln2 + r with |r| <= ln2/2,
 /// a degree-7 polynomial for e^r, and 2^n from exponent bits (split in two factors so
 /// that results near overflow and in the subnormal range round like IEEE). Measured max
 /// error < 1 ulp; exp(-inf) = 0, exp(+inf) = inf, NaN propagates. Range checks are done
@@ -204,33 +213,26 @@ KOKKOS_INLINE_FUNCTION void team_single(const Member& team, const F& f) {
 /// \brief Deterministic sums over rows for each column, NS sums at once:
 /// for c < cols: g(c, s) with s[k] = sum over r < rows (in row order) of the k-th value
 /// written by f(r, c, v). Parallel over column blocks, serial over rows: the result does
-/// not depend on the thread count.
+/// not depend on the thread count. On host a block's accumulators (at most kMax columns)
+/// live on the stack, in L1, while the rows stream through.
 template <class A, int NS, class F, class G>
 void column_sums(const char* name, int rows, int cols, const F& f, const G& g) {
-  constexpr int CB = kColBlock<NS>;
-  const int nblocks = (cols + CB - 1) / CB;
+  constexpr int kMax = kHostExec ? 1024 : 1;
+  const int cb = column_block(cols, kMax);
+  const int nblocks = (cols + cb - 1) / cb;
   Kokkos::parallel_for(
       name, RangeInt(0, nblocks), KOKKOS_LAMBDA(int blk) {
-        const int c0 = blk * CB;
-        const int nc = cols - c0 < CB ? cols - c0 : CB;
-        A acc[NS][CB];
+        const int c0 = blk * cb;
+        const int nc = cols - c0 < cb ? cols - c0 : cb;
+        A acc[NS][kMax];
         for (int k = 0; k < NS; ++k)
-          for (int j = 0; j < CB; ++j) acc[k][j] = A(0);
-        if (nc == CB) {
-          for (int r = 0; r < rows; ++r)
-            for (int j = 0; j < CB; ++j) {
-              A v[NS];
-              f(r, c0 + j, v);
-              for (int k = 0; k < NS; ++k) acc[k][j] += v[k];
-            }
-        } else {
-          for (int r = 0; r < rows; ++r)
-            for (int j = 0; j < nc; ++j) {
-              A v[NS];
-              f(r, c0 + j, v);
-              for (int k = 0; k < NS; ++k) acc[k][j] += v[k];
-            }
-        }
+          for (int j = 0; j < nc; ++j) acc[k][j] = A(0);
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < nc; ++j) {
+            A v[NS];
+            f(r, c0 + j, v);
+            for (int k = 0; k < NS; ++k) acc[k][j] += v[k];
+          }
         for (int j = 0; j < nc; ++j) {
           A s[NS];
           for (int k = 0; k < NS; ++k) s[k] = acc[k][j];
