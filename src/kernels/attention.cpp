@@ -31,8 +31,8 @@ int kv_head(const AttentionShape& s, int h) {
 int causal_block_rows(int T) { return kHostExec ? std::min(T, 128) : T; }
 
 /// Row-wise causal softmax in place over p (rows of length T; row r is query position
-/// r % T): entries j <= i become softmax of the row's first i+1 scores, entries j > i
-/// become 0 (they are never read: they may hold anything).
+/// r % T): entries j <= i become the softmax of the row's first i+1 scores, entries j > i
+/// become 0. Entries j > i are not read (the blocked score GEMMs leave some unwritten).
 template <class T>
 void causal_softmax(T* p, std::int64_t rows, int T_seq) {
   using A = acc_t<T>;
