@@ -2,6 +2,8 @@
 # Installs everything meshtrain needs on a fresh Debian 12 machine:
 #   * Debian packages (compiler, Open MPI, parallel HDF5, Boost.Program_options,
 #     OpenBLAS, GoogleTest, Python reference stack, Slurm for the batch tests),
+#   * the Python package safetensors (PyPI; the checkpoint tests' independent reader and
+#     writer) into $MESHTRAIN_DEPS/python, used through PYTHONPATH,
 #   * Kokkos 3.4.1 (OpenMP + Serial) built from Debian's `trilinos` source package
 #     into a cache prefix outside the repository (reused when already present).
 #
@@ -25,7 +27,7 @@ PACKAGES=(
   libboost-program-options-dev
   libopenblas-dev
   libgtest-dev googletest
-  python3 python3-numpy python3-torch python3-h5py python3-matplotlib
+  python3 python3-numpy python3-torch python3-h5py python3-matplotlib python3-pip
   fortunes fortunes-min
   dpkg-dev xz-utils
 )
@@ -42,6 +44,16 @@ if (( ${#missing[@]} )); then
   as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   log "Debian packages already installed"
+fi
+
+# --- Python safetensors (not packaged by Debian 12) ----------------------------------
+PY_PREFIX="$DEPS_PREFIX/python"
+if PYTHONPATH="$PY_PREFIX" /usr/bin/python3 -c 'import safetensors.numpy' 2>/dev/null; then
+  log "Python safetensors found in $PY_PREFIX (cached)"
+else
+  log "installing the Python package safetensors into $PY_PREFIX"
+  as_root mkdir -p "$PY_PREFIX"
+  as_root /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$PY_PREFIX" safetensors
 fi
 
 if [[ -f "$KOKKOS_PREFIX/lib/cmake/Kokkos/KokkosConfig.cmake" ]]; then

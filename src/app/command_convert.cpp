@@ -79,7 +79,11 @@ int command_convert(Runtime& rt, const Args& args) {
     if (!root) return;
     std::error_code ec;
     std::string input = parsed.input;
-    if (std::filesystem::is_directory(input, ec)) input = checkpoint::resolve_resume(input, input);
+    if (std::filesystem::is_directory(input, ec)) {
+      input = checkpoint::newest_checkpoint(parsed.input);
+      MESHTRAIN_REQUIRE(!input.empty(), "--input %s: the directory holds no complete checkpoint (step_*.h5)",
+                        parsed.input.c_str());
+    }
     const double t0 = now_seconds();
     const checkpoint::ExportSummary s = checkpoint::export_safetensors(input, parsed.output, parsed.options);
     const double dt = now_seconds() - t0;

@@ -111,7 +111,11 @@ std::pair<WeightsKind, std::string> classify_weights(const MpiComm& comm, const 
     MESHTRAIN_REQUIRE(fs::exists(path, ec), "checkpoint.init_from=%s: no such file or directory", path.c_str());
     if (fs::is_directory(path, ec) && !fs::exists(path + "/model.safetensors", ec) &&
         !fs::exists(path + "/model.safetensors.index.json", ec)) {
-      resolved = resolve_resume(path, path);  // a checkpoint directory: its newest checkpoint
+      resolved = newest_checkpoint(path);  // a checkpoint directory: its newest checkpoint
+      MESHTRAIN_REQUIRE(!resolved.empty(),
+                        "checkpoint.init_from=%s: the directory holds no model.safetensors, no "
+                        "model.safetensors.index.json and no complete checkpoint (step_*.h5)",
+                        path.c_str());
       kind = 0;
       return;
     }

@@ -46,6 +46,8 @@ std::string checkpoint_dir(const Config& config) {
 
 std::string checkpoint_file_name(int step) { return strprintf("step_%08d.h5", step); }
 
+std::string newest_checkpoint(const std::string& dir) { return newest_in(dir, "checkpoint directory " + dir); }
+
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<int, std::string>> found;
   std::error_code ec;

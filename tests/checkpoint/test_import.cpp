@@ -245,7 +245,9 @@ TEST(Import, MissingWrongShapeAndUnexpectedTensorsAreErrors) {
   if (world().rank() == 0) fs::create_directories(dir + "/empty_dir_with_file"), std::ofstream(dir + "/empty_dir_with_file/x") << 1;
   MPI_Barrier(world().get());
   m = load_error(*job, dir + "/empty_dir_with_file");
-  EXPECT_NE(m.find("no complete checkpoint"), std::string::npos) << m;
+  EXPECT_NE(m.find("holds no model.safetensors, no model.safetensors.index.json and no complete checkpoint"),
+            std::string::npos)
+      << m;
 }
 
 }  // namespace

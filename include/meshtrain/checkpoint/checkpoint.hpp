@@ -90,6 +90,11 @@ template <class T>
 void load_weights(parallel::FsdpEngine<T>& engine, const Mesh& mesh, const model::ModelDims& dims,
                   const std::string& path, IoStats* stats = nullptr);
 
+/// The newest complete checkpoint of directory `dir`: the file `latest` names, or without
+/// `latest` the highest step_*.h5; "" when there is none. UserError when `latest` is
+/// damaged or points to a file that does not exist.
+std::string newest_checkpoint(const std::string& dir);
+
 /// Complete checkpoints (step_*.h5, no .tmp) in `dir`, oldest first; empty when the
 /// directory does not exist.
 std::vector<std::string> list_checkpoints(const std::string& dir);
