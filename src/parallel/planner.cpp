@@ -174,7 +174,7 @@ Plan make_plan(const PlanInput& in) {
   bool any_valid = false;
   for (const auto& p : plan.options) any_valid = any_valid || p.valid;
   if (!any_valid) {
-    plan.reason = "no strategy can lay this model out on this mesh: " + plan.options.back().note;
+    plan.reason = "no strategy can run this configuration: " + plan.options.back().note;
   } else if (plan.chosen < 0) {
     plan.reason = "no strategy fits the memory budget: add ranks, use train.activation_checkpointing=true, a "
                   "smaller train.micro_batch, or bf16";

@@ -1,6 +1,8 @@
 // GoogleTest main for meshtrain: MPI_Init -> Kokkos init -> tests -> finalize (via Runtime).
 // Only rank 0 prints GoogleTest's result listener; a failure on any rank fails the run.
 #include <gtest/gtest.h>
+
+#include <string>
 #include <cstdio>
 #include <mpi.h>
 
@@ -16,16 +18,20 @@ namespace {
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  // The test name is remembered at start: GoogleTest holds its mutex while it reports a
+  // part result, so asking it for the current test there would deadlock.
+  void OnTestStart(const ::testing::TestInfo& t) override {
+    test_ = std::string(t.test_suite_name()) + "." + t.name();
+  }
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
-    const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::fprintf(stderr, "[rank %d] %s.%s: %s:%d: %s\n", rank_, t ? t->test_suite_name() : "?",
-                 t ? t->name() : "?", r.file_name() ? r.file_name() : "?", r.line_number(),
-                 r.message());
+    std::fprintf(stderr, "[rank %d] %s: %s:%d: %s\n", rank_, test_.c_str(), r.file_name() ? r.file_name() : "?",
+                 r.line_number(), r.message());
   }
 
  private:
   int rank_;
+  std::string test_;
 };
 }  // namespace
 
