@@ -21,6 +21,11 @@ STEPS=${STEPS:-12}
 WARMUP=${WARMUP:-3}
 REPS=${REPS:-2}
 CONFIG=$ROOT/inputs/bench-gpt2-23m.ini
+# For trying the scripts out quickly on another shape (not for results): meshtrain overrides
+# and the matching perf/peer/torch_gpt.py arguments, e.g. MODEL_ARGS="--model.n_layers=2"
+# PEER_ARGS="--n_layers 2".
+MODEL_ARGS=${MODEL_ARGS:-}
+PEER_ARGS=${PEER_ARGS:-}
 mkdir -p "$OUT"
 rm -rf "$OUT/runs" && mkdir -p "$OUT/runs" "$OUT/ceilings"
 cd "$ROOT"
@@ -40,6 +45,7 @@ print(f"   model: {L} layers, d_model {C}, vocab {V}, seq {T}, micro-batch {B}: 
 EOF
 
 # ---- ceilings ------------------------------------------------------------------------------
+wait_idle || true
 SHAPES=2048,1024,1024x1536x512,1024x512x512,1024x2048x512,1024x512x2048,1024x8192x512
 for n in 1 2; do
   mpirun_n $n "$MESHTRAIN" bench gemm --sizes $SHAPES --seconds 1 --json "$OUT/ceilings/gemm-$n.json"
@@ -50,19 +56,23 @@ done
 run_meshtrain() {  # NAME RANKS STRATEGY
   local dir=$OUT/runs/$1
   rm -rf "$dir"
+  wait_idle || true
+  local others; others=$(others_running)
   echo "   load $(load1): meshtrain $2 rank(s) $3 -> $dir"
-  mpirun_n "$2" "$MESHTRAIN" train "$CONFIG" --train.steps=$STEPS --parallel.strategy="$3" \
+  mpirun_n "$2" "$MESHTRAIN" train "$CONFIG" $MODEL_ARGS --train.steps=$STEPS --parallel.strategy="$3" \
     --output.dir="$dir" --checkpoint.save_final=false --train.log_every=1 > "$dir.log" 2>&1 ||
     { tail -20 "$dir.log"; return 1; }
-  echo "{\"load1\": $(load1)}" > "$dir/load.json"
+  echo "{\"load1\": $(load1), \"others_running_before\": $others}" > "$dir/load.json"
 }
 run_torch() {  # NAME RANKS
   local dir=$OUT/runs/$1
   mkdir -p "$dir"
+  wait_idle || true
+  local others; others=$(others_running)
   echo "   load $(load1): pytorch $2 rank(s) -> $dir"
   mpirun_n "$2" "$PY" "$PERF_DIR/peer/torch_gpt.py" --steps $STEPS --warmup $WARMUP --threads $THREADS \
-    --micro_batch 4 --seq_len 256 --json "$dir/result.json" > "$dir.log" 2>&1 || { tail -20 "$dir.log"; return 1; }
-  echo "{\"load1\": $(load1)}" > "$dir/load.json"
+    --micro_batch 4 --seq_len 256 --json "$dir/result.json" $PEER_ARGS > "$dir.log" 2>&1 || { tail -20 "$dir.log"; return 1; }
+  echo "{\"load1\": $(load1), \"others_running_before\": $others}" > "$dir/load.json"
 }
 for rep in $(seq 1 "$REPS"); do
   run_meshtrain mt-1r-no_shard-$rep 1 no_shard

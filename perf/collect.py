@@ -18,14 +18,9 @@ import re
 import statistics
 import sys
 
-V, C, L, T = 8192, 512, 6, 256
-FLOPS_PER_TOKEN = 3.0 * (2.0 * (L * (4 * C * C + 2 * C * 4 * C) + V * C) + 4.0 * L * T * C)
+from perfutil import flops_per_token, model_of, read_jsonl
+
 PLAN_MEM_COLS = ["params", "grads", "optim", "gathered", "grad_buf", "activ", "comm", "total"]
-
-
-def read_jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def parse_plan(path):
@@ -84,9 +79,10 @@ def main():
                "exposed_comm_s": med("exposed_comm_s_max"), "io_s": io_s,
                "peak_mem_bytes": max(r["peak_mem_bytes"] for r in rows)}
         run["tokens_per_s"] = tokens_per_step / run["step_s"]
-        run["grad_accum"] = int(round(tokens_per_step / (cfg["micro_batch"] * T * cfg["dp"])))
+        model = model_of(os.path.join(d, "config.ini"))
+        run["grad_accum"] = int(round(tokens_per_step / (cfg["micro_batch"] * model["seq_len"] * cfg["dp"])))
         ceil = ceilings.get(cfg["ranks"], ceilings.get(1))
-        run["mfu"] = run["tokens_per_s"] * FLOPS_PER_TOKEN / (ceil["sgemm_peak_per_rank"] * cfg["ranks"])
+        run["mfu"] = run["tokens_per_s"] * flops_per_token(model) / (ceil["sgemm_peak_per_rank"] * cfg["ranks"])
         plan, inputs = parse_plan(os.path.join(out_dir, "plans", f"{cfg['mode']}-{cfg['ranks']}r-tp{cfg['tp']}.txt"))
         p = plan.get(cfg["strategy"], {})
         run["plan_memory"] = p.get("memory", {})
@@ -135,7 +131,7 @@ def main():
     flat_keys = ["mode", "ranks", "tp", "dp", "strategy", "micro_batch", "grad_accum", "tokens_per_step", "step_s",
                  "tokens_per_s", "speedup", "efficiency", "efficiency_per_core", "mfu", "compute_s", "comm_busy_s",
                  "exposed_comm_s", "io_s", "peak_mem_bytes", "predicted_step_s", "predicted_over_measured",
-                 "pytorch_tokens_per_s", "meshtrain_over_pytorch", "load1_before", "load1_after"]
+                 "pytorch_tokens_per_s", "meshtrain_over_pytorch", "load1_before", "others_running_before", "load1_after"]
     with open(os.path.join(out_dir, "summary.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(flat_keys + ["pred_" + k for k in ["gemm", "elementwise", "fsdp_comm", "tp_comm", "no_overlap"]] +
@@ -165,7 +161,8 @@ def markdown(machine, meta, ceilings, runs, peers, comm):
     L_.append(f"Sweep of {machine['date']}: {machine['cpu']}, {machine['cores']} cores, {machine['threads_per_rank']} "
               f"thread(s) per rank, OpenBLAS {machine['openblas_core'].split('|')[0].strip()} ({machine['blas_env_used']}); "
               f"load average {machine['load_at_start']:.2f} at start, {meta.get('load1_end', float('nan')):.2f} at the end; "
-              f"wall time {meta['wall_s'] / 60:.1f} min. {meta['steps']} steps per run, median of the last "
+              f"wall time {meta['wall_s'] / 60:.1f} min (plus {meta.get('idle_wait_s', 0) / 60:.1f} min waiting for other users' jobs "
+              f"to finish between runs; 'others running' = runnable tasks of other users when a run started). {meta['steps']} steps per run, median of the last "
               f"{meta['steps'] - meta['warmup']}.")
     L_.append("")
     L_.append("Ceilings (same run; per rank, all ranks running at once): " + "; ".join(
@@ -178,15 +175,15 @@ def markdown(machine, meta, ceilings, runs, peers, comm):
             continue
         L_ += ["", f"**{what}**", "",
                "| ranks | tp x dp | strategy | accum | tokens/s | speedup | eff. | eff./core | MFU | step s | compute s | "
-               "exposed comm s | peak mem | predicted s | pred/meas | PyTorch tok/s | meshtrain/PyTorch |",
-               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+               "exposed comm s | peak mem | predicted s | pred/meas | PyTorch tok/s | meshtrain/PyTorch | others running |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sorted(rs, key=lambda r: (r["ranks"], r["tp"], r["strategy"])):
             L_.append(f"| {r['ranks']} | {r['tp']} x {r['dp']} | {r['strategy']} | {r['grad_accum']} | {r['tokens_per_s']:.0f} | "
                       f"{fmt(r.get('speedup'))} | {fmt(r.get('efficiency'))} | {fmt(r.get('efficiency_per_core'))} | "
                       f"{100 * r['mfu']:.1f}% | {r['step_s']:.3f} | {r['compute_s']:.3f} | {r['exposed_comm_s']:.3f} | "
                       f"{r['peak_mem_bytes'] / 2**20:.0f} MiB | {fmt(r.get('predicted_step_s'), '{:.3f}')} | "
                       f"{fmt(r.get('predicted_over_measured'))} | {fmt(r.get('pytorch_tokens_per_s'), '{:.0f}')} | "
-                      f"{fmt(r.get('meshtrain_over_pytorch'))} |")
+                      f"{fmt(r.get('meshtrain_over_pytorch'))} | {fmt(r.get('others_running_before'), '{:.1f}')} |")
     big = [c for c in comm if c["op"] == "all_gather" and c["group"] == "world" and c["world_ranks"] == "2"]
     if big:
         c = max(big, key=lambda c: int(c["bytes"]))

@@ -49,6 +49,28 @@ wait_quiet() {
   return 0
 }
 
+# others_running: runnable tasks on the machine right now besides this sampler, averaged over
+# 10 samples in 1 s (/proc/loadavg field 4). Between our own runs this is other users' load.
+others_running() {
+  local i sum=0
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    sum=$(( sum + $(cut -d' ' -f4 /proc/loadavg | cut -d/ -f1) - 1 ))
+    sleep 0.1
+  done
+  awk -v s=$sum 'BEGIN{printf "%.1f", s / 10}'
+}
+# wait_idle: between runs, wait (up to PERF_IDLE_MAX s) until nobody else is running, so a run
+# does not start in the middle of someone's compile. The 1-minute load average cannot tell:
+# it still holds our own previous run.
+PERF_IDLE_MAX=${PERF_IDLE_MAX:-600}
+wait_idle() {
+  local waited=0
+  while awk -v o="$(others_running)" 'BEGIN{exit !(o >= 0.5)}'; do
+    (( waited >= PERF_IDLE_MAX )) && { echo "perf: WARNING: other processes still running after ${waited}s" >&2; return 1; }
+    sleep 5; waited=$((waited + 6))
+  done
+}
+
 # The OpenBLAS kernel actually selected (after the environment above).
 openblas_core() {
   "$PY" - <<'PYEOF' 2>/dev/null || echo unknown

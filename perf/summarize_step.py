@@ -10,13 +10,7 @@ import os
 import re
 import statistics
 
-V, C, L, T, B = 8192, 512, 6, 256, 4
-FLOPS_PER_TOKEN = 3.0 * (2.0 * (L * (4 * C * C + 2 * C * 4 * C) + V * C) + 4.0 * L * T * C)
-
-
-def read_jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+from perfutil import flops_per_token, model_of, read_jsonl
 
 
 def meshtrain_run(d, warmup):
@@ -27,13 +21,18 @@ def meshtrain_run(d, warmup):
     return {"step_s": med("step_time_s"), "tokens_per_step": tokens, "compute_s": med("compute_s_max"),
             "comm_s": med("comm_s_max"), "exposed_comm_s": med("exposed_comm_s_max"),
             "peak_mem_bytes": max(r["peak_mem_bytes"] for r in rows), "steps": len(rows),
-            "load1": json.load(open(os.path.join(d, "load.json")))["load1"]}
+            **load_of(d)}
+
+
+def load_of(d):
+    j = json.load(open(os.path.join(d, "load.json")))
+    return {"load1": j["load1"], "others": j.get("others_running_before", float("nan"))}
 
 
 def torch_run(d):
     r = json.load(open(os.path.join(d, "result.json")))
     return {"step_s": r["median_step_s"], "tokens_per_step": r["ranks"] * r.get("grad_accum", 1) * r["micro_batch"] * r["seq_len"],
-            "steps": r["steps"], "load1": json.load(open(os.path.join(d, "load.json")))["load1"]}
+            "steps": r["steps"], **load_of(d)}
 
 
 def main():
@@ -64,6 +63,8 @@ def main():
             continue
         groups.setdefault(name, []).append(r)
 
+    configs = sorted(glob.glob(os.path.join(a.out, "runs", "mt-*", "config.ini")))
+    flops_tok = flops_per_token(model_of(configs[0]))
     res = {}
     for name, runs in groups.items():
         ranks = 1 if "-1r" in name else 2
@@ -71,8 +72,8 @@ def main():
         tok = runs[0]["tokens_per_step"] / step
         res[name] = {"ranks": ranks, "threads": a.threads, "runs": len(runs), "step_s": step,
                      "step_s_runs": [r["step_s"] for r in runs], "tokens_per_s": tok,
-                     "mfu": tok * FLOPS_PER_TOKEN / (ceil[ranks]["sgemm_peak"] * ranks),
-                     "load1_runs": [r["load1"] for r in runs]}
+                     "mfu": tok * flops_tok / (ceil[ranks]["sgemm_peak"] * ranks),
+                     "load1_runs": [r["load1"] for r in runs], "others_running_runs": [r["others"] for r in runs]}
         for k in ("compute_s", "exposed_comm_s", "comm_s", "peak_mem_bytes"):
             if k in runs[0]:
                 res[name][k] = statistics.median(r[k] for r in runs)
@@ -87,7 +88,7 @@ def main():
         "full_shard_vs_no_shard_2rank": ratio("mt-2r-full_shard", "mt-2r-no_shard"),
     }
     out = {"machine": machine, "ceilings": {str(k): v for k, v in ceil.items()}, "configs": res, "ratios": ratios,
-           "flops_per_token": FLOPS_PER_TOKEN, "warmup_steps": a.warmup}
+           "flops_per_token": flops_tok, "warmup_steps": a.warmup}
     json.dump(out, open(os.path.join(a.out, "results.json"), "w"), indent=1)
 
     labels = {"mt-1r-no_shard": "meshtrain (1 rank)", "pt-1r": "PyTorch (1 rank)",
@@ -101,7 +102,7 @@ def main():
              f"{ceil[2]['sgemm_peak']/1e9:.1f} GFLOP/s per rank with 2 ranks at once; copy bandwidth "
              f"{ceil[1]['copy']/1e9:.1f} GB/s alone, {ceil[2]['copy']/1e9:.1f} GB/s per rank with 2 at once.",
              "",
-             "| configuration | ranks x threads | step (s) | tokens/s | MFU | compute (s) | exposed comm (s) | load during runs |",
+             "| configuration | ranks x threads | step (s) | tokens/s | MFU | compute (s) | exposed comm (s) | load1 after each run (others running before) |",
              "|---|---|---|---|---|---|---|---|"]
     for name in ("mt-1r-no_shard", "pt-1r", "mt-2r-full_shard", "mt-2r-no_shard", "pt-2r-ddp"):
         if name not in res:
@@ -110,7 +111,7 @@ def main():
         comp = f"{r['compute_s']:.3f}" if "compute_s" in r else "-"
         exp = f"{r['exposed_comm_s']:.3f}" if "exposed_comm_s" in r else "-"
         lines.append(f"| {labels[name]} | {r['ranks']} x {a.threads} | {r['step_s']:.3f} | {r['tokens_per_s']:.0f} | "
-                     f"{100*r['mfu']:.1f}% | {comp} | {exp} | {', '.join(f'{x:.2f}' for x in r['load1_runs'])} |")
+                     f"{100*r['mfu']:.1f}% | {comp} | {exp} | {', '.join(f'{x:.2f} ({o:.1f})' for x, o in zip(r['load1_runs'], r['others_running_runs']))} |")
     lines += ["", "| ratio | value | target |", "|---|---|---|",
               f"| meshtrain / PyTorch, 1 rank x {a.threads} thread | {ratios['meshtrain_vs_pytorch_1rank']:.2f} | >= 1.0 |",
               f"| meshtrain full_shard / PyTorch DDP, 2 ranks | {ratios['meshtrain_full_shard_vs_pytorch_ddp_2rank']:.2f} | >= 1.0 |",

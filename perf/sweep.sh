@@ -27,12 +27,18 @@ WARMUP=${WARMUP:-2}
 MICRO=${MICRO:-2}
 STRONG_GLOBAL=${STRONG_GLOBAL:-8}
 CONFIG=$ROOT/inputs/bench-gpt2-23m.ini
+# For trying the scripts out quickly on another shape (not for results): meshtrain overrides
+# and the matching perf/peer/torch_gpt.py arguments, e.g. MODEL_ARGS="--model.n_layers=2"
+# PEER_ARGS="--n_layers 2".
+MODEL_ARGS=${MODEL_ARGS:-}
+PEER_ARGS=${PEER_ARGS:-}
 RANKS=(${SWEEP_RANKS:-1 2 4})
 STRATEGIES=(full_shard shard_grad_op no_shard)
 rm -rf "$OUT/runs" "$OUT/plans" "$OUT/peer" "$OUT/comm" "$OUT/ceilings"
 mkdir -p "$OUT/runs" "$OUT/plans" "$OUT/peer" "$OUT/comm" "$OUT/ceilings"
 cd "$ROOT"
 T0=$(date +%s)
+WAITED=0  # seconds spent waiting for other users' jobs between runs (not part of the sweep's time)
 elapsed() { echo $(( $(date +%s) - T0 ))s; }
 
 wait_quiet || true
@@ -41,6 +47,7 @@ echo "== sweep: load $(cut -d' ' -f1-3 /proc/loadavg), $THREADS thread(s) per ra
 echo "   strong scaling: global batch $STRONG_GLOBAL x 256 tokens; weak scaling: $MICRO x 256 tokens per data-parallel rank"
 
 # ---- ceilings ------------------------------------------------------------------------------
+wait_idle || true
 for n in "${RANKS[@]}"; do
   mpirun_n "$n" "$MESHTRAIN" bench gemm --sizes 1024,2048 --seconds 0.7 --json "$OUT/ceilings/gemm-$n.json" | tail -2
   mpirun_n "$n" "$MESHTRAIN" bench memory --sizes 64MiB --seconds 0.5 --json "$OUT/ceilings/memory-$n.json" | tail -1
@@ -48,6 +55,7 @@ done
 echo "   ceilings done ($(elapsed))"
 
 # ---- communication benchmark -------------------------------------------------------------
+wait_idle || true
 mpirun_n 2 "$MESHTRAIN" bench comm --min_bytes 1KiB --max_bytes 64MiB --warmup 3 --iters 10 \
   --csv "$OUT/comm/world-2.csv" --json "$OUT/comm/world-2.json" | tee "$OUT/comm/world-2.txt" | grep -E '^# (all_gather|memory|wrong)' || true
 mpirun_n 4 "$MESHTRAIN" bench comm --min_bytes 1KiB --max_bytes 64MiB --warmup 3 --iters 10 \
@@ -68,18 +76,19 @@ for mode in strong weak; do
       (( tp <= n )) || continue
       dp=$(( n / tp ))
       args="$(mode_args $mode) --parallel.tp=$tp"
-      mpirun_n "$n" "$MESHTRAIN" plan "$CONFIG" $args > "$OUT/plans/$mode-${n}r-tp$tp.txt" 2>&1 ||
+      mpirun_n "$n" "$MESHTRAIN" plan "$CONFIG" $MODEL_ARGS $args > "$OUT/plans/$mode-${n}r-tp$tp.txt" 2>&1 ||
         { tail "$OUT/plans/$mode-${n}r-tp$tp.txt"; exit 1; }
       strategies=("${STRATEGIES[@]}")
       (( dp == 1 )) && strategies=(no_shard)
       for s in "${strategies[@]}"; do
         name=$mode-${n}r-tp$tp-$s
         dir=$OUT/runs/$name
-        load=$(load1)
-        mpirun_n "$n" "$MESHTRAIN" train "$CONFIG" $args --parallel.strategy=$s --train.steps=$STEPS \
+        tw=$(date +%s); wait_idle || true; WAITED=$(( WAITED + $(date +%s) - tw ))
+        load=$(load1); others=$(others_running)
+        mpirun_n "$n" "$MESHTRAIN" train "$CONFIG" $MODEL_ARGS $args --parallel.strategy=$s --train.steps=$STEPS \
           --train.log_every=1 --checkpoint.save_final=false --output.dir="$dir" > "$OUT/runs/$name.log" 2>&1 ||
           { tail -20 "$OUT/runs/$name.log"; exit 1; }
-        echo "{\"mode\": \"$mode\", \"ranks\": $n, \"tp\": $tp, \"dp\": $dp, \"strategy\": \"$s\", \"micro_batch\": $MICRO, \"load1_before\": $load, \"load1_after\": $(load1)}" > "$dir/sweep.json"
+        echo "{\"mode\": \"$mode\", \"ranks\": $n, \"tp\": $tp, \"dp\": $dp, \"strategy\": \"$s\", \"micro_batch\": $MICRO, \"load1_before\": $load, \"others_running_before\": $others, \"load1_after\": $(load1)}" > "$dir/sweep.json"
         printf '   %-34s %s\n' "$name" "$(tail -1 "$dir/metrics.jsonl" | "$PY" -c 'import json,sys; r=json.load(sys.stdin); print("%.0f tok/s, step %.2f s, exposed comm %.3f s" % (r["tokens_per_s"], r["step_time_s"], r["exposed_comm_s_max"]))') ($(elapsed))"
       done
     done
@@ -92,14 +101,15 @@ for mode in strong weak; do
     accum=1
     [[ $mode == strong ]] && accum=$(( STRONG_GLOBAL / (MICRO * n) ))
     name=$mode-${n}r
+    tw=$(date +%s); wait_idle || true; WAITED=$(( WAITED + $(date +%s) - tw ))
     mpirun_n "$n" "$PY" "$PERF_DIR/peer/torch_gpt.py" --steps $STEPS --warmup $WARMUP --threads $THREADS \
-      --micro_batch $MICRO --grad_accum $accum --json "$OUT/peer/$name.json" > "$OUT/peer/$name.log" 2>&1 ||
+      --micro_batch $MICRO --grad_accum $accum --json "$OUT/peer/$name.json" $PEER_ARGS > "$OUT/peer/$name.log" 2>&1 ||
       { tail -20 "$OUT/peer/$name.log"; exit 1; }
     printf '   pytorch %-26s %.0f tok/s (%s)\n' "$name" "$("$PY" -c "import json; print(json.load(open('$OUT/peer/$name.json'))['tokens_per_s'])")" "$(elapsed)"
   done
 done
 
-echo "{\"wall_s\": $(( $(date +%s) - T0 )), \"load1_end\": $(load1), \"steps\": $STEPS, \"warmup\": $WARMUP, \"micro_batch\": $MICRO, \"strong_global_batch\": $STRONG_GLOBAL}" > "$OUT/sweep_meta.json"
+echo "{\"wall_s\": $(( $(date +%s) - T0 - WAITED )), \"idle_wait_s\": $WAITED, \"load1_end\": $(load1), \"steps\": $STEPS, \"warmup\": $WARMUP, \"micro_batch\": $MICRO, \"strong_global_batch\": $STRONG_GLOBAL}" > "$OUT/sweep_meta.json"
 "$PY" "$PERF_DIR/collect.py" "$OUT"
 "$PY" "$PERF_DIR/plot.py" "$OUT"
 echo "== sweep done in $(elapsed)"

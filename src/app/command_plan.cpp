@@ -99,7 +99,7 @@ int command_plan(Runtime& rt, const Args& args) {
   const double budget = train::memory_budget_per_rank(cfg, topo, other);
   const parallel::PlanInput in = train::plan_input(cfg, dims, world, rpn.value_or(world), budget);
   const parallel::Plan plan = parallel::make_plan(in);
-  const train::CostModelInputs costs = train::cost_model_inputs(cfg, rt, in.bf16, !other);
+  const train::CostModelInputs costs = train::cost_model_inputs(cfg, rt, in.bf16, !other, &dims, shape.tp);
   if (root) {
     const int nodes = other ? (rpn ? (world + *rpn - 1) / *rpn : 1) : topo.num_nodes;
     std::printf("topology: %d rank(s) on %d node(s), %s ranks per node%s\n", world, nodes,

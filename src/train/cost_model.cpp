@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 #include "meshtrain/comm/bench.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/memory.hpp"
+#include "meshtrain/core/timer.hpp"
+#include "meshtrain/kernels/elementwise.hpp"
+#include "meshtrain/linalg/gemm.hpp"
 #include "meshtrain/linalg/peak.hpp"
 #include "meshtrain/model/layout.hpp"
 #include "meshtrain/parallel/comm_groups.hpp"
@@ -19,6 +24,95 @@ namespace {
 /// backward). Calibrated against the CPU sweep (perf/README.md).
 constexpr double kElementwisePasses = 6.0;
 
+/// One GEMM call of a micro-step: C (m, n) = op(A) op(B), `batch` times (strided), repeated
+/// `count` times per micro-step.
+struct GemmCall {
+  linalg::Op a, b;
+  int m, n, k, batch, count;
+};
+
+/// The GEMMs of one micro-step of N = micro_batch x seq_len rows, as the model issues them:
+/// per block the four linear layers (forward X W; backward dW += X^T dY and dX = dY W^T) and
+/// causal attention in row blocks of 128 (scores, weighted sum; dP, dQ, dK, dV), and the LM head
+/// (logits, dW, dX) in the model's row chunks. Returns the list and, in `flop`, the FLOPs the
+/// step is credited with (3 x ModelDims::flops_per_token_forward x N: attention counted as full,
+/// not causal-halved) - so FLOP / time is the rate that turns that count into this time.
+std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int T, int tp, double& flop) {
+  using linalg::Op;
+  const int N = B * T, C = d.d_model, hd = d.head_dim;
+  const int Hq = d.n_heads / tp, kv = d.n_kv_heads * hd / std::max(1, std::min(tp, d.n_kv_heads));
+  const int Fl = d.ffn_dim / tp, Vl = static_cast<int>(d.vocab / tp), L = d.n_layers;
+  const int qkv = Hq * hd + 2 * kv;
+  const int up = d.family == model::Family::Gpt2 ? Fl : 2 * Fl;  // llama: gate and up
+  std::vector<GemmCall> g;
+  const auto linear = [&](int in, int out) {  // Y (N, out) = X (N, in) W (in, out)
+    g.push_back({Op::N, Op::N, N, out, in, 1, L});
+    g.push_back({Op::T, Op::N, in, out, N, 1, L});
+    g.push_back({Op::N, Op::T, N, in, out, 1, L});
+  };
+  linear(C, qkv);
+  linear(Hq * hd, C);
+  linear(C, up);
+  linear(Fl, C);
+  const int rb = std::min(T, 128);
+  for (int i0 = 0; i0 < T; i0 += rb) {
+    const int i1 = std::min(T, i0 + rb), r = i1 - i0;
+    g.push_back({Op::N, Op::T, r, i1, hd, B, L * Hq});   // scores
+    g.push_back({Op::N, Op::N, r, hd, i1, B, L * Hq});   // out = P V
+    g.push_back({Op::N, Op::T, r, i1, hd, B, L * Hq});   // dP
+    g.push_back({Op::N, Op::N, r, hd, i1, B, L * Hq});   // dQ
+    g.push_back({Op::T, Op::N, i1, hd, r, B, L * Hq});   // dK
+    g.push_back({Op::T, Op::N, i1, hd, r, B, L * Hq});   // dV
+  }
+  const int chunk = static_cast<int>(std::min<std::int64_t>(N, std::max<std::int64_t>(1, (std::int64_t{1} << 24) / Vl)));
+  for (int r0 = 0; r0 < N; r0 += chunk) {
+    const int nc = std::min(chunk, N - r0);
+    g.push_back({Op::N, Op::T, nc, Vl, C, 1, 1});
+    g.push_back({Op::T, Op::N, Vl, C, nc, 1, 1});
+    g.push_back({Op::N, Op::N, nc, C, Vl, 1, 1});
+  }
+  flop = 3.0 * d.flops_per_token_forward(T) * N / tp;
+  return g;
+}
+
+template <class T>
+double time_gemms(const std::vector<GemmCall>& calls) {
+  std::size_t na = 0, nb = 0, nc = 0;
+  for (const GemmCall& c : calls) {
+    na = std::max(na, static_cast<std::size_t>(c.m) * c.k * c.batch);
+    nb = std::max(nb, static_cast<std::size_t>(c.k) * c.n * c.batch);
+    nc = std::max(nc, static_cast<std::size_t>(c.m) * c.n * c.batch);
+  }
+  Buffer<T> a(na, MemCategory::Workspace), b(nb, MemCategory::Workspace), c(nc, MemCategory::Workspace);
+  kernels::fill(a.data(), na, 0.01);
+  kernels::fill(b.data(), nb, 0.01);
+  kernels::fill(c.data(), nc, 0.0);
+  const auto run_all = [&](bool once) {
+    for (const GemmCall& g : calls) {
+      const int lda = g.a == linalg::Op::N ? g.k : g.m, ldb = g.b == linalg::Op::N ? g.n : g.k;
+      const int reps = once ? 1 : g.count;
+      for (int r = 0; r < reps; ++r) {
+        if (g.batch == 1)
+          linalg::gemm<T>(g.a, g.b, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), g.n);
+        else
+          linalg::gemm_strided_batched<T>(g.a, g.b, g.m, g.n, g.k, 1.0f, a.data(), lda,
+                                          static_cast<std::int64_t>(g.m) * g.k, b.data(), ldb,
+                                          static_cast<std::int64_t>(g.k) * g.n, 0.0f, c.data(), g.n,
+                                          static_cast<std::int64_t>(g.m) * g.n, g.batch);
+      }
+    }
+    Kokkos::fence();
+  };
+  run_all(true);  // warm-up: every shape once
+  double best = 1e300;
+  for (int rep = 0; rep < 2; ++rep) {
+    const double t0 = now_seconds();
+    run_all(false);
+    best = std::min(best, now_seconds() - t0);
+  }
+  return best;
+}
+
 double min_over_world(const Runtime& rt, double v) {
   double out = v;
   MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MIN, rt.world().get());
@@ -27,7 +121,17 @@ double min_over_world(const Runtime& rt, double v) {
 
 }  // namespace
 
-CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf16, bool measure_here) {
+double measure_model_gemm_flops(const model::ModelDims& d, int micro_batch, int seq_len, int tp, bool bf16,
+                                double max_flop) {
+  double flop = 0;
+  const std::vector<GemmCall> calls = model_gemms(d, micro_batch, seq_len, tp, flop);
+  if (flop / std::max(1, d.n_layers) > max_flop) return 0;
+  const double t = bf16 ? time_gemms<meshtrain::bf16>(calls) : time_gemms<float>(calls);
+  return t > 0 ? flop / t : 0;
+}
+
+CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf16, bool measure_here,
+                                  const model::ModelDims* dims, int tp) {
   CostModelInputs c;
   const auto& p = cfg.parallel;
   if (!p.target_gemm_tflops.empty()) {
@@ -36,6 +140,15 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
   } else {
     c.gemm_flops = min_over_world(rt, linalg::measure_gemm_flops(1024, 0.3, bf16));
     c.gemm_source = strprintf("measured here, %s GEMM 1024^3, slowest rank", bf16 ? "bf16" : "fp32");
+    if (measure_here && dims != nullptr) {
+      // Every rank at once, as in training; the slowest rank bounds the step. A rank whose
+      // model is too large to time here reports 0 on all ranks alike.
+      c.model_gemm_flops = min_over_world(
+          rt, measure_model_gemm_flops(*dims, cfg.train.micro_batch, cfg.train.seq_len, tp, bf16));
+      if (c.model_gemm_flops > 0)
+        c.gemm_source += strprintf("; this model's GEMMs (micro-batch %d x %d rows): %.1f GFLOP/s",
+                                   cfg.train.micro_batch, cfg.train.seq_len, c.model_gemm_flops / 1e9);
+    }
   }
   if (!p.target_mem_gbps.empty()) {
     c.copy_bytes = std::stod(p.target_mem_gbps) * 1e9;
@@ -76,7 +189,8 @@ StepPrediction predict_step(const model::ModelDims& d, const parallel::PlanInput
   const double global = in.global_batch > 0 ? in.global_batch : static_cast<double>(in.micro_batch) * dp * p.grad_accum;
   const double tokens = global * in.seq_len;
   const double tokens_per_rank = tokens / dp;
-  r.gemm_s = 3.0 * d.flops_per_token_forward(in.seq_len) * tokens_per_rank / tp / c.gemm_flops;
+  const double gemm_rate = c.model_gemm_flops > 0 ? c.model_gemm_flops : c.gemm_flops;
+  r.gemm_s = 3.0 * d.flops_per_token_forward(in.seq_len) * tokens_per_rank / tp / gemm_rate;
   // Memory-bound kernels: activations (per micro-batch) times micro-batches, plus the
   // optimizer's pass over the state (4 arrays read, 3 written, fp32).
   const double sT = in.bf16 ? 2.0 : 4.0;

@@ -14,8 +14,12 @@
 namespace meshtrain::train {
 
 struct CostModelInputs {
-  double gemm_flops = 1e11;        ///< per rank, FLOP/s
+  double gemm_flops = 1e11;        ///< per rank, FLOP/s (square GEMM: the peak)
   std::string gemm_source;
+  /// Per rank FLOP/s of this model's own GEMMs (a block's forward and backward linear layers
+  /// and causal attention, and the LM head, at the micro-batch's row count), FLOPs counted as
+  /// ModelDims::flops_per_token_forward counts them; 0 = not measured (use gemm_flops).
+  double model_gemm_flops = 0;
   double copy_bytes = 1e10;        ///< per rank memory bandwidth for elementwise kernels, bytes/s
   double intra_bus_bytes = 1e10;   ///< bus bandwidth inside a node, bytes/s
   double inter_bus_bytes = 1e9;    ///< bus bandwidth across nodes, bytes/s
@@ -23,11 +27,19 @@ struct CostModelInputs {
   std::string bus_source;
 };
 
-/// Measures (collectively over the job's world) or takes from parallel.target_* keys.
-CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf16, bool measure_here);
+/// Measures (collectively over the job's world) or takes from parallel.target_* keys. With
+/// `dims` and `tp` given and measure_here, also times the model's own GEMM shapes.
+CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf16, bool measure_here,
+                                  const model::ModelDims* dims = nullptr, int tp = 1);
+
+/// Effective FLOP/s of one micro-step's GEMMs of `dims` (see CostModelInputs::model_gemm_flops);
+/// 0 when one block's GEMMs exceed `max_flop` (then too slow to time here: big models run
+/// their GEMMs near the square peak anyway).
+double measure_model_gemm_flops(const model::ModelDims& dims, int micro_batch, int seq_len, int tp, bool bf16,
+                                double max_flop = 4e10);
 
 struct StepPrediction {
-  double compute_s = 0;        ///< GEMM FLOPs / peak + elementwise bytes / bandwidth
+  double compute_s = 0;        ///< GEMM FLOPs / (model-shape) GEMM rate + elementwise bytes / bandwidth
   double gemm_s = 0, elementwise_s = 0;
   double fsdp_comm_s = 0;      ///< all-gathers + reduce-scatters / all-reduces (overlappable)
   double tp_comm_s = 0;        ///< tensor-parallel all-reduces (critical path)

@@ -1,0 +1,30 @@
+"""Shared helpers of the perf/ scripts."""
+import configparser
+import json
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def model_of(config_ini):
+    """Model dims from a run's effective config.ini (output.dir/config.ini)."""
+    cp = configparser.ConfigParser(inline_comment_prefixes=("#",))
+    cp.read(config_ini)
+    m, t = cp["model"], cp["train"]
+    d = int(m["d_model"])
+    ffn = int(m["ffn_dim"])
+    family = m["family"]
+    if ffn <= 0:
+        ffn = 4 * d if family == "gpt2" else None
+    return {"family": family, "vocab": int(m["vocab_size"]), "d_model": d, "n_layers": int(m["n_layers"]),
+            "n_heads": int(m["n_heads"]), "ffn": ffn, "seq_len": int(t["seq_len"])}
+
+
+def flops_per_token(m):
+    """Training FLOPs per token (3 x forward), as meshtrain's ModelDims::flops_per_token_forward
+    for GPT-2 (attention k/v = d_model, MLP of two matmuls, LM head counted once)."""
+    C, F, L, V, T = m["d_model"], m["ffn"], m["n_layers"], m["vocab"], m["seq_len"]
+    matmul = L * (4 * C * C + 2 * C * F) + V * C
+    return 3.0 * (2.0 * matmul + 4.0 * L * T * C)
