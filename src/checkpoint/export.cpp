@@ -79,7 +79,7 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   ExportSummary summary;
   {
     h5::QuietErrors quiet;
-    h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
     dims = format::read_model_dims(f.get(), h5_path);
     summary.step = static_cast<int>(h5::read_int_attr(f.get(), "step").value_or(0));
   }
@@ -119,7 +119,7 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
       {"format", "pt"}, {"meshtrain_step", std::to_string(summary.step)},
       {"meshtrain_version", MESHTRAIN_VERSION}, {"source", fs::path(h5_path).filename().string()}};
   h5::QuietErrors quiet;
-  h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
   MESHTRAIN_REQUIRE(f.valid(), "cannot open %s", h5_path.c_str());
   std::string weight_map;
   for (std::size_t s = 0; s < n_shards; ++s) {

@@ -122,7 +122,7 @@ void validate(const std::string& path, const std::vector<model::ParamSpec>& spec
   MESHTRAIN_REQUIRE(H5Fis_hdf5(path.c_str()) > 0,
                     "checkpoint %s is not an HDF5 file (%s; no HDF5 signature): a damaged or foreign file",
                     path.c_str(), size_text(path).c_str());
-  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
   MESHTRAIN_REQUIRE(f.valid(),
                     "checkpoint %s cannot be opened by HDF5: the file is truncated or damaged (%s); use an earlier "
                     "checkpoint",

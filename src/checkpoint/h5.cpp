@@ -24,6 +24,14 @@ Handle mpio_fapl(MPI_Comm comm) {
   return fapl;
 }
 
+Handle serial_fapl() {
+  Handle fapl = plist(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+#if H5_VERSION_GE(1, 10, 7)
+  H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
+#endif
+  return fapl;
+}
+
 Handle collective_dxpl() {
   Handle dxpl = plist(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
   H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));

@@ -72,6 +72,10 @@ class QuietErrors {
 /// writes; the file format is bounded to 1.8..1.10 so h5py of any recent age reads it and
 /// large attributes (the config text) go to dense storage.
 Handle mpio_fapl(MPI_Comm comm);
+/// File access list for one process reading a file (validation, export): the default
+/// driver without HDF5's file locking, which parallel file systems often refuse (Lustre
+/// without flock) and which a read-only reader does not need.
+Handle serial_fapl();
 /// Transfer list with H5FD_MPIO_COLLECTIVE.
 Handle collective_dxpl();
 
