@@ -29,7 +29,7 @@ PACKAGES=(
   libgtest-dev googletest
   python3 python3-numpy python3-torch python3-h5py python3-matplotlib python3-pip
   fortunes fortunes-min
-  dpkg-dev xz-utils
+  dpkg-dev xz-utils procps
 )
 (( WITH_SLURM )) && PACKAGES+=(slurm-wlm munge)
 
