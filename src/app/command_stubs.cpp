@@ -17,6 +17,4 @@ int reserved(const char* name, const Args& args) {
   throw UserError(strprintf("`meshtrain %s` is not available in this build yet", name));
 }
 }  // namespace
-int command_generate(Runtime&, const Args& a) { return reserved("generate", a); }
-int command_eval(Runtime&, const Args& a) { return reserved("eval", a); }
 }  // namespace meshtrain::app

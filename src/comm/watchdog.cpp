@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -23,6 +24,7 @@ constexpr int kNameLen = 32;
 struct Slot {
   char name[kMaxGroups][kNameLen];     // group name of each id ("" = unused)
   std::uint64_t entered[kMaxGroups];   // collectives entered per group id
+  double heartbeat;                    // now_seconds() when this rank last entered or polled a collective
 };
 
 struct Board {
@@ -69,6 +71,13 @@ std::uint64_t entered_by(const Slot* slot, const std::string& group) {
   return 0;
 }
 
+/// A rank that entered a collective but stopped polling it (SIGSTOP, a stuck kernel) is
+/// still "arrived" by its counter; its heartbeat tells it apart from the ranks waiting.
+void beat(double now) {
+  Board& b = board();
+  if (b.mine) *reinterpret_cast<volatile double*>(&b.mine->heartbeat) = now;
+}
+
 }  // namespace
 
 void watchdog_init(const MpiComm& world) {
@@ -80,6 +89,7 @@ void watchdog_init(const MpiComm& world) {
   MPI_CHECK(MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, b.node.get(), &base, &b.window));
   b.mine = static_cast<Slot*>(base);
   std::memset(b.mine, 0, sizeof(Slot));
+  beat(now_seconds());
   for (const auto& [name, id] : b.group_ids) {  // groups used before init
     if (id >= kMaxGroups) continue;
     std::strncpy(b.mine->name[id], name.c_str(), kNameLen - 1);
@@ -104,6 +114,7 @@ void watchdog_finalize() {
 std::uint64_t watchdog_enter(const std::string& group) {
   Board& b = board();
   const int id = group_id(group);
+  beat(now_seconds());
   if (b.mine && id < kMaxGroups) {
     // A plain store is enough: peers only read it after a timeout of seconds.
     auto* slot = reinterpret_cast<volatile std::uint64_t*>(&b.mine->entered[id]);
@@ -127,7 +138,9 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
   int spins = 0;
   while (!done()) {
     if (++spins % 1024 != 0) continue;
-    if (now_seconds() - start < timeout) {
+    const double now = now_seconds();
+    beat(now);
+    if (now - start < timeout) {
       if (spins % (1 << 16) == 0) usleep(50);  // long waits: yield the core to peers
       continue;
     }
@@ -145,7 +158,9 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
       MPI_Group_translate_ranks(g_group, n, members.data(), w_group, world_ranks.data());
       MPI_Group_free(&g_group);
       MPI_Group_free(&w_group);
-      std::vector<std::string> absent, remote;
+      std::vector<std::string> absent, stalled, remote;
+      const double now = now_seconds();
+      const double stall_after = std::min(1.0, 0.5 * timeout);
       for (int wr : world_ranks) {
         int local = -1;
         for (std::size_t l = 0; l < b.world_rank_of_local.size(); ++l)
@@ -158,11 +173,18 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
         int disp;
         void* ptr = nullptr;
         MPI_Win_shared_query(b.window, local, &size, &disp, &ptr);
-        if (entered_by(static_cast<const Slot*>(ptr), group) < sequence)
+        const Slot* peer = static_cast<const Slot*>(ptr);
+        const double idle = now - *reinterpret_cast<const volatile double*>(&peer->heartbeat);
+        if (entered_by(peer, group) < sequence)
           absent.push_back(std::to_string(wr));
+        else if (wr != b.world.rank() && idle > stall_after)
+          stalled.push_back(strprintf("%d (idle %.1f s)", wr, idle));
       }
-      detail = absent.empty() ? "no node-local member is missing"
-                              : "rank(s) " + join(absent, ", ") + " did not arrive";
+      std::vector<std::string> parts;
+      if (!absent.empty()) parts.push_back("rank(s) " + join(absent, ", ") + " did not arrive");
+      if (!stalled.empty())
+        parts.push_back("rank(s) " + join(stalled, ", ") + " entered it but stopped progressing (stalled)");
+      detail = parts.empty() ? "no node-local member is missing" : join(parts, "; ");
       if (!remote.empty()) detail += "; on other nodes (not inspectable): " + join(remote, ", ");
     } else {
       detail = on_board ? "the absent ranks cannot be named (watchdog board not initialised)"
@@ -173,6 +195,19 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
                         what, static_cast<unsigned long long>(sequence), group.c_str(), timeout,
                         detail.c_str()));
   }
+}
+
+void watched_collective(const char* what, const std::string& group, const MpiComm& comm,
+                        const std::function<void(MPI_Request*)>& post) {
+  const std::uint64_t sequence = watchdog_enter(group);
+  MPI_Request request = MPI_REQUEST_NULL;
+  post(&request);
+  watchdog_wait(what, group, sequence, comm, [&request] {
+    int flag = 0;
+    MPI_CHECK(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
+    return flag != 0;
+  });
+  watchdog_leave(group, sequence);
 }
 
 }  // namespace meshtrain

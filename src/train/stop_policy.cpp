@@ -6,6 +6,7 @@
 #include <ctime>
 #include <limits>
 
+#include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -97,7 +98,10 @@ std::string StopPolicy::describe() const {
 StopReason StopPolicy::check(double step_seconds) const {
   int local = g_signal != 0 ? 2 : (deadline_ > 0 && seconds_left() < margin_ + step_seconds ? 1 : 0);
   int any = 0;
-  MPI_CHECK(MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, world_.get()));
+  // Under the watchdog: a rank that stalls between steps must not hang the others here.
+  watched_collective("all_reduce", "world", world_, [&](MPI_Request* r) {
+    MPI_CHECK(MPI_Iallreduce(&local, &any, 1, MPI_INT, MPI_MAX, world_.get(), r));
+  });
   return any == 2 ? StopReason::Signal : any == 1 ? StopReason::TimeLimit : StopReason::None;
 }
 

@@ -8,6 +8,8 @@
 
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/comm/agree.hpp"
+#include "meshtrain/comm/watchdog.hpp"
+#include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/core/log.hpp"
@@ -101,10 +103,13 @@ class Trainer {
 
 template <class T>
 std::pair<double, double> Trainer<T>::min_max(double v) const {
-  double mn = v, mx = v;
-  MPI_Allreduce(&v, &mn, 1, MPI_DOUBLE, MPI_MIN, rt_.world().get());
-  MPI_Allreduce(&v, &mx, 1, MPI_DOUBLE, MPI_MAX, rt_.world().get());
-  return {mn, mx};
+  // One max-reduction of (-v, v), under the watchdog (a stalled rank must not hang the
+  // others in the step-boundary metrics); negation is exact, so -max(-v) == min(v).
+  double m[2] = {-v, v};
+  watched_collective("all_reduce", "world", rt_.world(), [&](MPI_Request* r) {
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, m, 2, MPI_DOUBLE, MPI_MAX, rt_.world().get(), r));
+  });
+  return {-m[0], m[1]};
 }
 
 template <class T>
@@ -364,7 +369,9 @@ void Trainer<T>::write_summary() {
   double mine[6] = {total_compute_, total_busy_, total_exposed_, total_io_, static_cast<double>(ms.peak_reserved),
                     static_cast<double>(host_peak_rss_bytes())};
   std::vector<double> all(static_cast<std::size_t>(6) * world);
-  MPI_Gather(mine, 6, MPI_DOUBLE, all.data(), 6, MPI_DOUBLE, 0, rt_.world().get());
+  watched_collective("gather", "world", rt_.world(), [&](MPI_Request* r) {
+    MPI_CHECK(MPI_Igather(mine, 6, MPI_DOUBLE, all.data(), 6, MPI_DOUBLE, 0, rt_.world().get(), r));
+  });
   if (!root_) return;
   std::string table = "per-rank summary:\n  rank  compute_s  comm_s  exposed_comm_s  io_s  peak_mem  peak_rss\n";
   std::string json = "[";

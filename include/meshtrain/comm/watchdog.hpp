@@ -30,4 +30,12 @@ void watchdog_leave(const std::string& group, std::uint64_t sequence);
 void watchdog_wait(const char* what, const std::string& group, std::uint64_t sequence,
                    const MpiComm& group_comm, const std::function<bool()>& done);
 
+/// \brief A blocking collective outside a Communicator (the step-boundary stop decision,
+/// metric reductions) under the watchdog: records the entry into `group`, lets `post`
+/// start the non-blocking MPI call (MPI_Iallreduce, ...) on `comm`, and waits for it like
+/// a Communicator collective. Without it a rank that stalls at a step boundary would leave
+/// the others in a plain MPI_Allreduce forever.
+void watched_collective(const char* what, const std::string& group, const MpiComm& comm,
+                        const std::function<void(MPI_Request*)>& post);
+
 }  // namespace meshtrain

@@ -1,0 +1,44 @@
+#pragma once
+// Shared by `meshtrain eval` and `meshtrain generate`: the command's own options split from
+// the configuration overrides, and a model on this job's mesh loaded from a checkpoint.
+
+#include <boost/program_options.hpp>
+#include <string>
+
+#include "meshtrain/app/commands.hpp"
+#include "meshtrain/config/config.hpp"
+#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/train/session.hpp"
+
+namespace meshtrain::app {
+
+/// The command's own options (`own`, e.g. --checkpoint) parsed from `args`; every other
+/// argument (the config file and --section.key=value) goes to parse_config. `--help`
+/// prints `usage`, the command's options, then every configuration key.
+struct CommandArgs {
+  boost::program_options::variables_map own;
+  ParsedArgs config;
+};
+CommandArgs parse_command_args(const std::string& command, const std::string& usage,
+                               const boost::program_options::options_description& own, const Args& args);
+
+/// Which weights to load: `--checkpoint` as given (a step_*.h5 file, a checkpoint
+/// directory, or a Hugging Face directory / .safetensors file), or empty for the run's
+/// newest checkpoint in checkpoint.dir (<output.dir>/checkpoints).
+struct LoadedWeights {
+  std::string path;  ///< the file that was read
+  int step = -1;     ///< training step of a meshtrain checkpoint; -1 for safetensors
+  double load_seconds = 0;
+};
+
+/// Initialises `session`'s engine and loads the weights (collective). A meshtrain
+/// checkpoint must describe the same model as the config (UserError naming each differing
+/// key); safetensors are matched by name and shape.
+template <class T>
+LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::RunSetup& setup,
+                                      const std::string& checkpoint_option);
+
+/// Configures logging from output.log_level / output.log_all_ranks and the watchdog timeout.
+void configure_run_logging(const Runtime& rt, const Config& cfg);
+
+}  // namespace meshtrain::app

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# A rank that dies or stalls does not leave the job hanging (issue 7, "Must show" 4), with
+# parallel.collective_timeout=T:
+#  1. kill -9 of rank 1 mid-run: the job exits non-zero within T plus a few seconds, with a
+#     message (Open MPI's launcher notices the dead rank and ends the job; had it not, the
+#     survivors' watchdog would after T).
+#  2. SIGSTOP of rank 1 mid-run (the case no launcher notices: the process is alive): the
+#     survivor's collective watchdog aborts the job with status 3 within T plus a few
+#     seconds, naming the collective and rank 1. Collectives at step boundaries (the stop
+#     decision, metric reductions) are watched too, so the stall is caught wherever it hits.
+set -uo pipefail
+rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
+cd "$TEST_TMP" || exit 1
+source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+
+T=5
+grace=10  # launcher teardown and process exit on a loaded 2-core machine
+args=(train "$tiny" --data.dir=random --train.steps=100000 --checkpoint.every=0 --checkpoint.save_final=false
+      --parallel.collective_timeout=$T)
+
+# run_case NAME SIGNAL: starts the run, sends SIGNAL to rank 1 once step 3 is logged, and
+# sets $status (launcher exit) and $elapsed (seconds from the signal to the exit).
+run_case() {
+  local name=$1 sig=$2
+  mpirun_bg 2 "$name.log" "${args[@]}" --output.dir="$name"
+  wait_for_step "$name/metrics.jsonl" 3 120 "$launcher" || { cat "$name.log"; fail "$name: no progress"; return 1; }
+  victim=$(rank_pid 1) || { fail "$name: rank 1 not found"; return 1; }
+  local t0 at
+  at=$(last_step "$name/metrics.jsonl")
+  t0=$(date +%s.%N)
+  kill "-$sig" "$victim"
+  wait_pid "$launcher" $((T + 60))
+  status=$?
+  elapsed=$("$py" -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$t0")
+  kill -CONT "$victim" 2>/dev/null  # a stopped rank that survived the teardown
+  kill -9 "$victim" 2>/dev/null
+  echo "$name: SIG$sig to rank 1 (pid $victim) at step $at -> exit status $status after $elapsed s" \
+       "(collective_timeout=$T s)"
+  [[ $status -ne 124 ]] || fail "$name: the job hung (killed after $((T + 60)) s)"
+  [[ $status -ne 0 ]] || fail "$name: the job exited 0"
+  "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)" "$elapsed" $((T + grace)) ||
+    fail "$name: took $elapsed s, more than collective_timeout + $grace s"
+}
+
+echo "--- 1. kill -9 of rank 1"
+if run_case killed KILL; then
+  grep -E "exited on signal 9|collective watchdog" killed.log || fail "killed: no message about the dead rank"
+fi
+
+echo "--- 2. SIGSTOP of rank 1"
+if run_case stalled STOP; then
+  grep "collective watchdog" stalled.log
+  [[ $status -eq 3 ]] || fail "stalled: exit status $status, expected 3 (aborted by the watchdog)"
+  grep -Eq "aborting the job: collective watchdog: [a-z_]+ #[0-9]+ on the '[a-z_]+' group did not complete within parallel.collective_timeout=$T s: rank\(s\) 1[ ,;]" stalled.log ||
+    fail "stalled: no watchdog message naming the collective and rank 1"
+fi
+finish "dead and stalled ranks end the job within collective_timeout + $grace s, with a message"
