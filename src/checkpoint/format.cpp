@@ -153,6 +153,7 @@ void validate(const std::string& path, const std::vector<model::ParamSpec>& spec
   for (const char* g : groups) {
     for (const model::ParamSpec& p : specs) {
       const std::string ds = dataset_path(g, p.name);
+      if (p.is_lora && req.lora_optional && !h5::link_exists(f.get(), ds)) continue;
       MESHTRAIN_REQUIRE(h5::link_exists(f.get(), ds), "checkpoint %s lacks the dataset %s", path.c_str(), ds.c_str());
       h5::Handle d = h5::dataset(H5Dopen2(f.get(), ds.c_str(), H5P_DEFAULT));
       MESHTRAIN_REQUIRE(d.valid(), "checkpoint %s: %s is not a dataset", path.c_str(), ds.c_str());

@@ -40,6 +40,7 @@ std::vector<std::string> model_differences(const model::ModelDims& in_file, cons
 struct Requirements {
   bool optimizer = true;                      ///< /optim/exp_avg and /optim/exp_avg_sq too
   const model::ModelDims* same_model = nullptr;  ///< model description must equal this
+  bool lora_optional = false;                 ///< LoRA adapters may be absent (base weights for fine-tuning)
 };
 
 /// \brief Serial validation of checkpoint `path` (call on one rank, under agree_on_errors):

@@ -108,6 +108,7 @@ SafetensorsWeights::SafetensorsWeights(const std::string& path, const std::vecto
         found = &all[n];
         used[n] = true;
       }
+    if (!found && p.is_lora) continue;  // a base model for LoRA fine-tuning: adapters keep their init
     MESHTRAIN_REQUIRE(found, "initial weights %s lack the parameter %s%s", where.c_str(), p.name.c_str(),
                       p.role == "lm_head.weight" ? " (a model with tied embeddings? set model.tie_embeddings=true)" : "");
     const SafetensorsTensor& t = *found->tensor;

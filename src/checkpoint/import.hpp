@@ -27,6 +27,8 @@ class SafetensorsWeights {
 
   /// Values of `piece` (of parameter piece.spec) in piece order into `dst`.
   void read(const Piece& piece, float* dst) const;
+  /// False for a LoRA adapter the files do not hold (it keeps its initial value).
+  bool has(int spec) const { return sources_[spec].tensor != nullptr; }
   /// For a tied model whose file also holds lm_head.weight: UserError unless it equals the
   /// embedding (it would otherwise be silently dropped).
   void check_tied_head() const;

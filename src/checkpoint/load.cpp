@@ -25,9 +25,11 @@ Buffer<float>& state_array(parallel::UnitState& st, int k) {
 /// Fills the first `arrays` state arrays of every unit from `read(piece_or_null, k, dst)`,
 /// which is called for every parameter slot in order on every rank (nullptr where the
 /// rank's range misses the parameter) so that collective readers stay matched. Padding
-/// elements become 0. Returns the bytes this rank read.
+/// elements become 0; so do parameters `read` leaves alone, except with `keep_unread`,
+/// where they keep their current value (LoRA adapters when loading base weights). Returns
+/// the bytes this rank read.
 template <class T, class Read>
-std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read) {
+std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, bool keep_unread = false) {
   std::uint64_t bytes = 0;
   for (int u = 0; u < eng.num_units(); ++u) {
     parallel::UnitState& st = eng.state(u);
@@ -36,6 +38,9 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read) 
         unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), st.begin, st.begin + st.numel, st.begin, false);
     std::vector<std::vector<float>> host(static_cast<std::size_t>(arrays),
                                          std::vector<float>(static_cast<std::size_t>(st.numel), 0.0f));
+    if (keep_unread)
+      for (int k = 0; k < arrays; ++k)
+        Kokkos::deep_copy(UView<float, HostMem>(host[k].data(), host[k].size()), state_array(st, k).view());
     std::size_t next = 0;
     for (const model::ParamSlot& slot : L.slots) {
       const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
@@ -62,16 +67,18 @@ void read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
 }
 
 /// Reads arrays 0..arrays-1 (/model, /optim/exp_avg, /optim/exp_avg_sq) of a validated
-/// checkpoint collectively into the engine; returns this rank's bytes.
+/// checkpoint collectively into the engine; returns this rank's bytes. With `lora_optional`
+/// LoRA adapters the file lacks keep their values (the same decision on every rank: same file).
 template <class T>
-std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, hid_t file, int arrays) {
+std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, hid_t file, int arrays, bool lora_optional = false) {
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   h5::Handle dxpl = h5::collective_dxpl();
   return fill_state(eng, arrays, [&](int spec, const Piece* piece, int k, float* dst) {
     const std::string path = format::dataset_path(groups[k], eng.specs()[spec].name);
+    if (lora_optional && eng.specs()[spec].is_lora && !h5::link_exists(file, path)) return;
     h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
     read_piece(ds.get(), dxpl.get(), piece, dst);
-  });
+  }, /*keep_unread=*/lora_optional);
 }
 
 std::uint64_t sum_over(const MpiComm& comm, std::uint64_t v) {
@@ -167,11 +174,11 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
   std::uint64_t bytes = 0;
   if (kind == WeightsKind::Hdf5) {
     agree_on_errors(comm, [&] {
-      if (comm.rank() == 0) format::validate(resolved, eng.specs(), {false, nullptr});
+      if (comm.rank() == 0) format::validate(resolved, eng.specs(), {false, nullptr, true});
     });
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
-    bytes = read_checkpoint_state(eng, file.get(), 1);
+    bytes = read_checkpoint_state(eng, file.get(), 1, /*lora_optional=*/true);
   } else {
     // Every rank maps the files and validates them alike (the same bytes give the same
     // verdict); rank 0 alone compares a tied head with the embedding.
@@ -180,9 +187,12 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
       w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
       if (comm.rank() == 0) w->check_tied_head();
     });
-    bytes = fill_state(eng, 1, [&](int, const Piece* piece, int, float* dst) {
-      if (piece) w->read(*piece, dst);
-    });
+    bytes = fill_state(
+        eng, 1,
+        [&](int spec, const Piece* piece, int, float* dst) {
+          if (piece && w->has(spec)) w->read(*piece, dst);
+        },
+        /*keep_unread=*/true);
   }
   for (int u = 0; u < eng.num_units(); ++u) {
     eng.state(u).exp_avg.zero();

@@ -29,6 +29,7 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
   // qkv (N, 3Cl) = norm1 (N, C) @ c_attn (C, 3Cl) + bias
   c.qkv = Buffer<T>(n(N, W3), MemCategory::Activations);
   linalg::gemm<T>(Op::N, Op::N, N, W3, C, 1.0f, c.norm1.data(), C, p + o[G_ATTN_W], W3, 0.0f, c.qkv.data(), W3);
+  lora_fwd(ctx, GL_ATTN, p, c, N, c.norm1.data(), C, c.qkv.data(), W3);
   kernels::add_bias(c.qkv.data(), p + o[G_ATTN_B], N, W3, W3);
   ctx.poll();
 
@@ -43,6 +44,7 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
   // x_mid (N, C) = attn_out (N, Cl) @ c_proj (Cl, C)  -> sum over tp, + bias, + x_in
   c.x_mid = Buffer<T>(n(N, C), MemCategory::Activations);
   linalg::gemm<T>(Op::N, Op::N, N, C, Cl, 1.0f, c.attn_out.data(), Cl, p + o[G_PROJ_W], C, 0.0f, c.x_mid.data(), C);
+  lora_fwd(ctx, GL_PROJ, p, c, N, c.attn_out.data(), Cl, c.x_mid.data(), C);
   ctx.tp_all_reduce(c.x_mid.data(), n(N, C));
   kernels::add_bias(c.x_mid.data(), p + o[G_PROJ_B], N, C, C);
   kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
@@ -56,12 +58,14 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
   // h (N, Fl) = norm2 @ c_fc (C, Fl) + bias; act = gelu(h)
   c.mlp_in = Buffer<T>(n(N, Fl), MemCategory::Activations);
   linalg::gemm<T>(Op::N, Op::N, N, Fl, C, 1.0f, c.norm2.data(), C, p + o[G_FC_W], Fl, 0.0f, c.mlp_in.data(), Fl);
+  lora_fwd(ctx, GL_FC, p, c, N, c.norm2.data(), C, c.mlp_in.data(), Fl);
   kernels::add_bias(c.mlp_in.data(), p + o[G_FC_B], N, Fl, Fl);
   c.mlp_act = Buffer<T>(n(N, Fl), MemCategory::Activations);
   kernels::gelu_forward(c.mlp_in.data(), c.mlp_act.data(), n(N, Fl));
   ctx.poll();
   // x_out (N, C) = act (N, Fl) @ mlp.c_proj (Fl, C) -> sum over tp, + bias, + x_mid
   linalg::gemm<T>(Op::N, Op::N, N, C, Fl, 1.0f, c.mlp_act.data(), Fl, p + o[G_FCPROJ_W], C, 0.0f, x_out, C);
+  lora_fwd(ctx, GL_MLPPROJ, p, c, N, c.mlp_act.data(), Fl, x_out, C);
   ctx.tp_all_reduce(x_out, n(N, C));
   kernels::add_bias(x_out, p + o[G_FCPROJ_B], N, C, C);
   kernels::add_inplace(x_out, c.x_mid.data(), n(N, C));
@@ -78,21 +82,25 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
 
   // ---- MLP: dx is dL/dx_out = dL/d(mlp out) -------------------------------------------
   kernels::bias_backward(dx, g + o[G_FCPROJ_B], N, C, C);
-  // d c_proj (Fl, C) += act^T (Fl, N) @ dx (N, C)
-  linalg::gemm<T>(Op::T, Op::N, Fl, C, N, 1.0f, c.mlp_act.data(), Fl, dx, C, 1.0f, g + o[G_FCPROJ_W], C);
+  // d c_proj (Fl, C) += act^T (Fl, N) @ dx (N, C)   (skipped for a frozen base under LoRA)
+  if (train_base_)
+    linalg::gemm<T>(Op::T, Op::N, Fl, C, N, 1.0f, c.mlp_act.data(), Fl, dx, C, 1.0f, g + o[G_FCPROJ_W], C);
   ctx.poll();
   // dact (N, Fl) = dx (N, C) @ c_proj^T (C, Fl)
   Buffer<T> dh(n(N, Fl), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::T, N, Fl, C, 1.0f, dx, C, p + o[G_FCPROJ_W], C, 0.0f, dh.data(), Fl);
+  lora_bwd(GL_MLPPROJ, p, g, c, N, c.mlp_act.data(), Fl, dx, C, dh.data(), Fl);
   kernels::gelu_backward(c.mlp_in.data(), dh.data(), dh.data(), n(N, Fl));
   kernels::bias_backward(dh.data(), g + o[G_FC_B], N, Fl, Fl);
   ctx.poll();
   // d c_fc (C, Fl) += norm2^T (C, N) @ dh (N, Fl)
-  linalg::gemm<T>(Op::T, Op::N, C, Fl, N, 1.0f, c.norm2.data(), C, dh.data(), Fl, 1.0f, g + o[G_FC_W], Fl);
+  if (train_base_)
+    linalg::gemm<T>(Op::T, Op::N, C, Fl, N, 1.0f, c.norm2.data(), C, dh.data(), Fl, 1.0f, g + o[G_FC_W], Fl);
   ctx.poll();
   // dnorm2 (N, C) = dh (N, Fl) @ c_fc^T (Fl, C): partial over tp
   Buffer<T> dnorm(n(N, C), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::T, N, C, Fl, 1.0f, dh.data(), Fl, p + o[G_FC_W], Fl, 0.0f, dnorm.data(), C);
+  lora_bwd(GL_FC, p, g, c, N, c.norm2.data(), C, dh.data(), Fl, dnorm.data(), C);
   dh.reset();
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
   kernels::layernorm_backward(dnorm.data(), c.x_mid.data(), p + o[G_LN2_W], c.mean2.data(), c.rstd2.data(), N, C, dx,
@@ -102,9 +110,11 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   // ---- attention: dx is now dL/dx_mid ---------------------------------------------------
   kernels::bias_backward(dx, g + o[G_PROJ_B], N, C, C);
   // d c_proj (Cl, C) += attn_out^T (Cl, N) @ dx (N, C)
-  linalg::gemm<T>(Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f, g + o[G_PROJ_W], C);
+  if (train_base_)
+    linalg::gemm<T>(Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f, g + o[G_PROJ_W], C);
   Buffer<T> dy(n(N, Cl), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::T, N, Cl, C, 1.0f, dx, C, p + o[G_PROJ_W], C, 0.0f, dy.data(), Cl);
+  lora_bwd(GL_PROJ, p, g, c, N, c.attn_out.data(), Cl, dx, C, dy.data(), Cl);
   ctx.poll();
   kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
@@ -119,10 +129,12 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   ctx.poll();
   kernels::bias_backward(dqkv.data(), g + o[G_ATTN_B], N, W3, W3);
   // d c_attn (C, 3Cl) += norm1^T (C, N) @ dqkv (N, 3Cl)
-  linalg::gemm<T>(Op::T, Op::N, C, W3, N, 1.0f, c.norm1.data(), C, dqkv.data(), W3, 1.0f, g + o[G_ATTN_W], W3);
+  if (train_base_)
+    linalg::gemm<T>(Op::T, Op::N, C, W3, N, 1.0f, c.norm1.data(), C, dqkv.data(), W3, 1.0f, g + o[G_ATTN_W], W3);
   ctx.poll();
   // dnorm1 (N, C) = dqkv (N, 3Cl) @ c_attn^T (3Cl, C): partial over tp
   linalg::gemm<T>(Op::N, Op::T, N, C, W3, 1.0f, dqkv.data(), W3, p + o[G_ATTN_W], W3, 0.0f, dnorm.data(), C);
+  lora_bwd(GL_ATTN, p, g, c, N, c.norm1.data(), C, dqkv.data(), W3, dnorm.data(), C);
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
   kernels::layernorm_backward(dnorm.data(), x_in, p + o[G_LN1_W], c.mean1.data(), c.rstd1.data(), N, C, dx,
                               g + o[G_LN1_W], g + o[G_LN1_B]);

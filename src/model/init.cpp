@@ -27,12 +27,14 @@ float initial_value(const ParamSpec& p, std::int64_t row, std::int64_t col, std:
   switch (p.init) {
     case InitKind::Ones: return 1.0f;
     case InitKind::Zeros: return 0.0f;
-    case InitKind::Normal: break;
+    case InitKind::Normal:
+    case InitKind::Uniform: break;
   }
   const std::uint64_t index = static_cast<std::uint64_t>(row * p.cols() + col);
   const std::uint64_t key = splitmix64(seed ^ hash_name(p.name));
   const double u1 = uniform01(splitmix64(key + 2 * index));
   const double u2 = uniform01(splitmix64(key + 2 * index + 1));
+  if (p.init == InitKind::Uniform) return static_cast<float>((2.0 * u1 - 1.0) * p.init_std);
   const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);  // Box-Muller
   return static_cast<float>(z * p.init_std);
 }

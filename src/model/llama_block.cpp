@@ -45,6 +45,9 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   // qkv (N, W) = norm1 (N, C) @ [q;k;v]^T (C, W)   (the three weights are adjacent rows)
   c.qkv = Buffer<T>(n(N, W), MemCategory::Activations);
   linalg::gemm<T>(Op::N, Op::T, N, W, C, 1.0f, c.norm1.data(), C, p + o[L_Q_W], C, 0.0f, c.qkv.data(), W);
+  lora_fwd(ctx, LL_Q, p, c, N, c.norm1.data(), C, c.qkv.data(), W);
+  lora_fwd(ctx, LL_K, p, c, N, c.norm1.data(), C, c.qkv.data() + Ql, W);
+  lora_fwd(ctx, LL_V, p, c, N, c.norm1.data(), C, c.qkv.data() + Ql + KVl * hd, W);
   kernels::rope_forward(c.qkv.data(), W, s.B, s.T, Hl, hd, rope_cos_.data(), rope_sin_.data());
   kernels::rope_forward(c.qkv.data() + Ql, W, s.B, s.T, KVl, hd, rope_cos_.data(), rope_sin_.data());
   ctx.poll();
@@ -59,6 +62,7 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   // x_mid (N, C) = attn_out (N, Ql) @ o_proj^T (Ql, C) -> sum over tp, + x_in
   c.x_mid = Buffer<T>(n(N, C), MemCategory::Activations);
   linalg::gemm<T>(Op::N, Op::T, N, C, Ql, 1.0f, c.attn_out.data(), Ql, p + o[L_O_W], Ql, 0.0f, c.x_mid.data(), C);
+  lora_fwd(ctx, LL_O, p, c, N, c.attn_out.data(), Ql, c.x_mid.data(), C);
   ctx.tp_all_reduce(c.x_mid.data(), n(N, C));
   kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
   ctx.poll();
@@ -70,11 +74,14 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   c.mlp_in = Buffer<T>(n(N, 2 * Fl), MemCategory::Activations);
   linalg::gemm<T>(Op::N, Op::T, N, 2 * Fl, C, 1.0f, c.norm2.data(), C, p + o[L_GATE_W], C, 0.0f, c.mlp_in.data(),
                   2 * Fl);
+  lora_fwd(ctx, LL_GATE, p, c, N, c.norm2.data(), C, c.mlp_in.data(), 2 * Fl);
+  lora_fwd(ctx, LL_UP, p, c, N, c.norm2.data(), C, c.mlp_in.data() + Fl, 2 * Fl);
   c.mlp_act = Buffer<T>(n(N, Fl), MemCategory::Activations);
   kernels::swiglu_forward(c.mlp_in.data(), c.mlp_in.data() + Fl, 2 * Fl, c.mlp_act.data(), Fl, N, Fl);
   ctx.poll();
   // x_out (N, C) = act (N, Fl) @ down^T (Fl, C) -> sum over tp, + x_mid
   linalg::gemm<T>(Op::N, Op::T, N, C, Fl, 1.0f, c.mlp_act.data(), Fl, p + o[L_DOWN_W], Fl, 0.0f, x_out, C);
+  lora_fwd(ctx, LL_DOWN, p, c, N, c.mlp_act.data(), Fl, x_out, C);
   ctx.tp_all_reduce(x_out, n(N, C));
   kernels::add_inplace(x_out, c.x_mid.data(), n(N, C));
   ctx.poll();
@@ -90,19 +97,24 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
 
   // ---- MLP ------------------------------------------------------------------------------
   // d down (C, Fl) += dx^T (C, N) @ act (N, Fl)
-  linalg::gemm<T>(Op::T, Op::N, C, Fl, N, 1.0f, dx, C, c.mlp_act.data(), Fl, 1.0f, g + o[L_DOWN_W], Fl);
+  if (train_base_)
+    linalg::gemm<T>(Op::T, Op::N, C, Fl, N, 1.0f, dx, C, c.mlp_act.data(), Fl, 1.0f, g + o[L_DOWN_W], Fl);
   Buffer<T> dact(n(N, Fl), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::N, N, Fl, C, 1.0f, dx, C, p + o[L_DOWN_W], Fl, 0.0f, dact.data(), Fl);
+  lora_bwd(LL_DOWN, p, g, c, N, c.mlp_act.data(), Fl, dx, C, dact.data(), Fl);
   ctx.poll();
   Buffer<T> dgu(n(N, 2 * Fl), MemCategory::Workspace);
   kernels::swiglu_backward(c.mlp_in.data(), c.mlp_in.data() + Fl, 2 * Fl, dact.data(), Fl, dgu.data(),
                            dgu.data() + Fl, N, Fl);
   dact.reset();
   // d [gate; up] (2Fl, C) += dgu^T (2Fl, N) @ norm2 (N, C)
-  linalg::gemm<T>(Op::T, Op::N, 2 * Fl, C, N, 1.0f, dgu.data(), 2 * Fl, c.norm2.data(), C, 1.0f, g + o[L_GATE_W], C);
+  if (train_base_)
+    linalg::gemm<T>(Op::T, Op::N, 2 * Fl, C, N, 1.0f, dgu.data(), 2 * Fl, c.norm2.data(), C, 1.0f, g + o[L_GATE_W], C);
   ctx.poll();
   Buffer<T> dnorm(n(N, C), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::N, N, C, 2 * Fl, 1.0f, dgu.data(), 2 * Fl, p + o[L_GATE_W], C, 0.0f, dnorm.data(), C);
+  lora_bwd(LL_GATE, p, g, c, N, c.norm2.data(), C, dgu.data(), 2 * Fl, dnorm.data(), C);
+  lora_bwd(LL_UP, p, g, c, N, c.norm2.data(), C, dgu.data() + Fl, 2 * Fl, dnorm.data(), C);
   dgu.reset();
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
   kernels::rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx, g + o[L_NORM2_W]);
@@ -110,9 +122,11 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
 
   // ---- attention ------------------------------------------------------------------------
   // d o_proj (C, Ql) += dx^T (C, N) @ attn_out (N, Ql)
-  linalg::gemm<T>(Op::T, Op::N, C, Ql, N, 1.0f, dx, C, c.attn_out.data(), Ql, 1.0f, g + o[L_O_W], Ql);
+  if (train_base_)
+    linalg::gemm<T>(Op::T, Op::N, C, Ql, N, 1.0f, dx, C, c.attn_out.data(), Ql, 1.0f, g + o[L_O_W], Ql);
   Buffer<T> dy(n(N, Ql), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::N, N, Ql, C, 1.0f, dx, C, p + o[L_O_W], Ql, 0.0f, dy.data(), Ql);
+  lora_bwd(LL_O, p, g, c, N, c.attn_out.data(), Ql, dx, C, dy.data(), Ql);
   ctx.poll();
   const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s);
   Buffer<T> dqkv(n(N, W), MemCategory::Workspace);
@@ -128,9 +142,13 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
   ctx.poll();
   // d [q;k;v] (W, C) += dqkv^T (W, N) @ norm1 (N, C). With replicated kv heads the k/v
   // parts are partial over tp; the FSDP engine sums them over tp before reducing.
-  linalg::gemm<T>(Op::T, Op::N, W, C, N, 1.0f, dqkv.data(), W, c.norm1.data(), C, 1.0f, g + o[L_Q_W], C);
+  if (train_base_)
+    linalg::gemm<T>(Op::T, Op::N, W, C, N, 1.0f, dqkv.data(), W, c.norm1.data(), C, 1.0f, g + o[L_Q_W], C);
   ctx.poll();
   linalg::gemm<T>(Op::N, Op::N, N, C, W, 1.0f, dqkv.data(), W, p + o[L_Q_W], C, 0.0f, dnorm.data(), C);
+  lora_bwd(LL_Q, p, g, c, N, c.norm1.data(), C, dqkv.data(), W, dnorm.data(), C);
+  lora_bwd(LL_K, p, g, c, N, c.norm1.data(), C, dqkv.data() + Ql, W, dnorm.data(), C);
+  lora_bwd(LL_V, p, g, c, N, c.norm1.data(), C, dqkv.data() + Ql + KVl * hd, W, dnorm.data(), C);
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
   kernels::rmsnorm_backward(dnorm.data(), x_in, p + o[L_NORM1_W], c.rstd1.data(), N, C, dx, g + o[L_NORM1_W]);
   ctx.poll();

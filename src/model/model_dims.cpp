@@ -1,5 +1,7 @@
 #include "meshtrain/model/model_dims.hpp"
 
+#include <algorithm>
+
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/model/param_spec.hpp"
 
@@ -12,6 +14,11 @@ Family parse_family(const std::string& name) {
 }
 
 const char* family_name(Family f) { return f == Family::Gpt2 ? "gpt2" : "llama"; }
+
+std::vector<std::string> lora_target_names(Family f) {
+  if (f == Family::Gpt2) return {"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"};
+  return {"q", "k", "v", "o", "gate", "up", "down"};
+}
 
 ModelDims resolve_dims(const ModelConfig& c) {
   ModelDims d;
@@ -51,6 +58,30 @@ ModelDims resolve_dims(const ModelConfig& c) {
   d.norm_eps = c.norm_eps;
   d.rope_theta = c.rope_theta;
   d.init_std = c.init_std;
+  d.lora_rank = c.lora_rank;
+  d.lora_alpha = c.lora_alpha;
+  if (c.lora_rank > 0) {
+    const std::vector<std::string> valid = lora_target_names(d.family);
+    std::string list = c.lora_targets;
+    if (list == "auto") list = d.family == Family::Gpt2 ? "c_attn" : "q,v";
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t comma = list.find(',', start);
+      std::string t = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      while (!t.empty() && t.front() == ' ') t.erase(0, 1);
+      while (!t.empty() && t.back() == ' ') t.pop_back();
+      if (!t.empty()) {
+        MESHTRAIN_REQUIRE(std::find(valid.begin(), valid.end(), t) != valid.end(),
+                          "model.lora_targets: '%s' is not a %s projection; choose from %s", t.c_str(),
+                          family_name(d.family), join(valid, ", ").c_str());
+        d.lora_targets.push_back(t);
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    MESHTRAIN_REQUIRE(!d.lora_targets.empty(), "model.lora_rank=%d needs at least one model.lora_targets entry",
+                      c.lora_rank);
+  }
   return d;
 }
 

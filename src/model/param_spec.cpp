@@ -92,6 +92,70 @@ void llama_specs(const ModelDims& d, std::vector<ParamSpec>& out) {
   }
 }
 
+/// Role (without ".weight") of the base projection a LoRA target adapts.
+std::string lora_base_role(Family f, const std::string& target) {
+  if (f == Family::Gpt2) {
+    if (target == "c_attn") return "attn.c_attn";
+    if (target == "c_fc") return "mlp.c_fc";
+    return target;  // attn.c_proj, mlp.c_proj
+  }
+  if (target == "q" || target == "k" || target == "v" || target == "o") return "self_attn." + target + "_proj";
+  return "mlp." + target + "_proj";
+}
+
+/// LoRA (Hu et al. 2021): W x + (alpha/r) B A x with A (r, in), B (out, r), B = 0 at start,
+/// every base parameter frozen. Adapters follow their base projection's tensor parallelism:
+///   column-parallel base (out split): B split like the base's rows, A replicated with
+///     partial gradients (summed over tp);
+///   row-parallel base (in split): A split by columns, B replicated (identical gradients).
+/// Names follow PEFT: <module>.lora_A.weight, <module>.lora_B.weight.
+void add_lora_specs(const ModelDims& d, std::vector<ParamSpec>& out) {
+  for (auto& p : out) p.frozen = true;
+  const std::size_t n_base = out.size();
+  for (std::size_t i = 0; i < n_base; ++i) {
+    const ParamSpec base = out[i];  // copy: out grows below
+    if (base.unit == 0) continue;
+    for (const std::string& t : d.lora_targets) {
+      if (base.role != lora_base_role(d.family, t) + ".weight") continue;
+      // Logical (in, out) of the projection: HF Conv1D (gpt2) stores (in, out), Linear (out, in).
+      const bool conv1d = d.family == Family::Gpt2;
+      const std::int64_t in = conv1d ? base.shape[0] : base.shape[1];
+      const std::int64_t outd = conv1d ? base.shape[1] : base.shape[0];
+      const int out_dim = conv1d ? 1 : 0;  // the base's output dimension
+      const bool column_parallel = base.split_dim == out_dim;
+      const bool row_parallel = base.split_dim >= 0 && !column_parallel;
+      const std::string module = base.name.substr(0, base.name.size() - 7);  // strip ".weight"
+      const std::string mrole = base.role.substr(0, base.role.size() - 7);
+      ParamSpec a;
+      a.name = module + ".lora_A.weight";
+      a.role = mrole + ".lora_A.weight";
+      a.shape = {d.lora_rank, in};
+      a.init = InitKind::Uniform;
+      a.init_std = 1.0 / std::sqrt(static_cast<double>(in));  // PEFT: kaiming_uniform(a=sqrt(5))
+      a.weight_decay = false;
+      a.unit = base.unit;
+      a.is_lora = true;
+      ParamSpec b = a;
+      b.name = module + ".lora_B.weight";
+      b.role = mrole + ".lora_B.weight";
+      b.shape = {outd, d.lora_rank};
+      b.init = InitKind::Zeros;
+      b.init_std = 0;
+      if (column_parallel) {
+        a.grad_tp_sum = true;
+        b.split_dim = 0;
+        b.split_chunks = base.split_chunks;
+      } else if (row_parallel) {
+        a.split_dim = 1;
+      } else if (base.grad_tp_sum) {  // replicated GQA key/value projection
+        a.grad_tp_sum = b.grad_tp_sum = true;
+      }
+      out.push_back(a);
+      out.push_back(b);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<ParamSpec> build_param_specs(const ModelDims& d, int tp) {
@@ -106,6 +170,7 @@ std::vector<ParamSpec> build_param_specs(const ModelDims& d, int tp) {
         p.grad_tp_sum = true;
       }
   }
+  if (d.lora_rank > 0) add_lora_specs(d, out);
   return out;
 }
 

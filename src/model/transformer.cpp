@@ -9,6 +9,7 @@
 #include "meshtrain/kernels/norms.hpp"
 #include "meshtrain/kernels/rope.hpp"
 #include "meshtrain/linalg/gemm.hpp"
+#include "meshtrain/model/lora.hpp"
 
 namespace meshtrain::model {
 namespace {
@@ -72,6 +73,35 @@ Transformer<T>::Transformer(const ModelDims& dims, const TpDims& tp, const std::
     outer_roles[O_HEAD] = dims.tied ? nullptr : "lm_head.weight";
   }
   outer_off_ = role_offsets(specs, layouts[0], outer_roles, O_NUM_ROLES, false);
+  if (dims.lora_rank > 0 && dims.n_layers > 0) {
+    train_base_ = false;
+    const std::vector<std::string> targets = lora_target_names(dims.family);
+    lora_.resize(targets.size());
+    for (std::size_t t = 0; t < targets.size(); ++t) {
+      const UnitLayout& L = layouts[1];
+      // The adapter's role is its base projection's role with .lora_A/.lora_B.
+      for (const ParamSlot& slot : L.slots) {
+        const ParamSpec& p = specs[slot.spec];
+        if (!p.is_lora) continue;
+        const std::string module = p.role.substr(0, p.role.rfind(".lora_"));
+        const bool is_a = p.role.find(".lora_A.") != std::string::npos;
+        const bool match = dims.family == Family::Gpt2
+                               ? (module == (targets[t] == "c_attn" ? "attn.c_attn"
+                                             : targets[t] == "c_fc" ? "mlp.c_fc"
+                                                                    : targets[t]))
+                               : (module == (t < 4 ? "self_attn." : "mlp.") + targets[t] + "_proj");
+        if (!match) continue;
+        if (is_a) {
+          lora_[t].a = slot.offset;
+          lora_[t].in = static_cast<int>(slot.local_shape[1]);
+          lora_[t].row_parallel = p.split_dim == 1;
+        } else {
+          lora_[t].b = slot.offset;
+          lora_[t].out = static_cast<int>(slot.local_shape[0]);
+        }
+      }
+    }
+  }
   const int hd = dims.head_dim;
   qkv_width_ = gpt2 ? 3 * tp.heads * hd : (tp.heads + 2 * tp.kv_heads) * hd;
   if (!gpt2) {
@@ -119,8 +149,31 @@ void Transformer<T>::embed_forward(const ComputeContext& ctx, const T* outer, co
 }
 
 template <class T>
+void Transformer<T>::lora_fwd(const ComputeContext& ctx, int t, const T* p, BlockCache<T>& c, int N, const T* x,
+                              int ldx, T* y, int ldy) const {
+  if (!has_lora(t)) return;
+  const LoraSlot& l = lora_[t];
+  if (c.lora_u.size() < lora_.size()) c.lora_u.resize(lora_.size());
+  c.lora_u[t] = Buffer<T>(static_cast<std::size_t>(N) * dims_.lora_rank, MemCategory::Activations);
+  const LoraShape sh{N, l.in, l.out, dims_.lora_rank, static_cast<float>(dims_.lora_scale())};
+  if (l.row_parallel) lora_forward_row(ctx, tp_.rank, sh, x, ldx, p + l.a, p + l.b, y, ldy, c.lora_u[t].data());
+  else lora_forward_column(sh, x, ldx, p + l.a, p + l.b, y, ldy, c.lora_u[t].data());
+}
+
+template <class T>
+void Transformer<T>::lora_bwd(int t, const T* p, T* g, BlockCache<T>& c, int N, const T* x, int ldx, const T* dy,
+                              int lddy, T* dx, int lddx) const {
+  if (!has_lora(t)) return;
+  const LoraSlot& l = lora_[t];
+  const LoraShape sh{N, l.in, l.out, dims_.lora_rank, static_cast<float>(dims_.lora_scale())};
+  Buffer<T> du(static_cast<std::size_t>(N) * dims_.lora_rank, MemCategory::Workspace);
+  lora_backward(sh, x, ldx, p + l.a, p + l.b, dy, lddy, c.lora_u[t].data(), g + l.a, g + l.b, dx, lddx, du.data());
+}
+
+template <class T>
 void Transformer<T>::embed_backward(const ComputeContext&, T* outer_grad, const std::int32_t* tokens, BatchShape s,
                                     const T* dx) const {
+  if (!train_base_) return;  // LoRA: the embeddings are frozen
   const int C = dims_.d_model;
   // dx is identical on every tp rank; each accumulates the rows of its own vocab slice.
   kernels::embedding_backward(tokens, s.N(), dx, tp_.vocab_start, tp_.vocab, C, outer_grad + outer_off_[O_WTE]);
@@ -186,7 +239,7 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
     loss += kernels::cross_entropy_finish(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets + r0,
                                           row_max.data(), stats.data(), grad_scale);
     // dW (Vl, C) += dlogits^T (Vl, nc) @ h (nc, C);  dh (nc, C) = dlogits @ W
-    linalg::gemm<T>(Op::T, Op::N, Vl, C, nc, 1.0f, logits.data(), Vl, h, C, 1.0f, dW, C);
+    if (train_base_) linalg::gemm<T>(Op::T, Op::N, Vl, C, nc, 1.0f, logits.data(), Vl, h, C, 1.0f, dW, C);
     ctx.poll();
     linalg::gemm<T>(Op::N, Op::N, nc, C, Vl, 1.0f, logits.data(), Vl, W, C, 0.0f, dnormed.data() + r0 * C, C);
     ctx.poll();

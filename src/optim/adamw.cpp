@@ -17,6 +17,7 @@ void adamw_update(parallel::FsdpEngine<T>& eng, const AdamWSettings& s, double l
       const std::int64_t a = std::max(lo, slot.offset), b = std::min(hi, slot.offset + slot.numel);
       if (a >= b) continue;
       const model::ParamSpec& p = specs[slot.spec];
+      if (p.frozen) continue;  // LoRA: the base model is not trained
       const bool decay = p.is_embedding ? s.decay_embeddings : p.weight_decay;
       kernels::AdamWParams k;
       k.lr = static_cast<float>(lr);

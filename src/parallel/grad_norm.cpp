@@ -14,7 +14,8 @@ double global_grad_norm(FsdpEngine<T>& eng, Communicator& world) {
     const UnitState& st = eng.state(u);
     const std::int64_t lo = eng.owned_begin(u), hi = lo + eng.owned_numel(u);
     for (const model::ParamSlot& slot : eng.layouts()[u].slots) {
-      if (!model::counted_on_tp_rank(eng.specs()[slot.spec], eng.tp_rank())) continue;
+      const model::ParamSpec& p = eng.specs()[slot.spec];
+      if (p.frozen || !model::counted_on_tp_rank(p, eng.tp_rank())) continue;
       const std::int64_t a = std::max(lo, slot.offset), b = std::min(hi, slot.offset + slot.numel);
       if (a >= b) continue;
       local += kernels::sum_squares(st.grad.data() + (a - st.begin), static_cast<std::size_t>(b - a));

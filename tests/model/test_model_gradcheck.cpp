@@ -23,7 +23,7 @@ struct Fixture {
   BatchShape shape{2, 6};
   std::vector<std::int32_t> tokens, targets;
 
-  explicit Fixture(Family f) {
+  explicit Fixture(Family f, int lora_rank = 0) {
     ModelConfig c;
     c.family = f == Family::Gpt2 ? "gpt2" : "llama";
     c.vocab_size = 21;
@@ -36,6 +36,9 @@ struct Fixture {
     c.max_seq_len = 8;
     c.tie_embeddings = f == Family::Gpt2;
     c.init_std = 0.3;  // larger weights than training uses: every path carries signal
+    c.lora_rank = lora_rank;
+    c.lora_alpha = 3.0;
+    c.lora_targets = f == Family::Gpt2 ? "c_attn,attn.c_proj,c_fc,mlp.c_proj" : "q,k,v,o,gate,up,down";
     dims = resolve_dims(c);
     specs = build_param_specs(dims, 1);
     layouts = build_layouts(specs, num_units(dims), 1, 1);
@@ -95,8 +98,8 @@ double run(const Fixture& f, const std::vector<std::vector<double>>& params, boo
   return loss;
 }
 
-void gradcheck(Family family, bool checkpoint) {
-  Fixture f(family);
+void gradcheck(Family family, bool checkpoint, int lora_rank = 0) {
+  Fixture f(family, lora_rank);
   std::vector<std::vector<double>> grads;
   run(f, f.params, checkpoint, &grads);
   std::mt19937_64 gen(3);
@@ -104,6 +107,7 @@ void gradcheck(Family family, bool checkpoint) {
   double worst = 0;
   for (std::size_t u = 0; u < f.layouts.size(); ++u) {
     for (const auto& slot : f.layouts[u].slots) {
+      if (lora_rank > 0 && f.specs[slot.spec].frozen) continue;  // LoRA: only adapters get gradients
       std::uniform_int_distribution<std::int64_t> pick(0, slot.numel - 1);
       for (int k = 0; k < 4; ++k) {
         const std::int64_t i = slot.offset + pick(gen);
@@ -128,8 +132,8 @@ void gradcheck(Family family, bool checkpoint) {
       }
     }
   }
-  std::printf("%s%s: %d elements checked, worst relative error %.2e\n", family == Family::Gpt2 ? "gpt2" : "llama",
-              checkpoint ? " (activation checkpointing)" : "", checked, worst);
+  std::printf("%s%s%s: %d elements checked, worst relative error %.2e\n", family == Family::Gpt2 ? "gpt2" : "llama",
+              checkpoint ? " (activation checkpointing)" : "", lora_rank ? " (LoRA adapters)" : "", checked, worst);
 }
 
 }  // namespace
@@ -138,6 +142,12 @@ TEST(ModelGradcheck, Gpt2) { gradcheck(Family::Gpt2, false); }
 TEST(ModelGradcheck, Llama) { gradcheck(Family::Llama, false); }
 TEST(ModelGradcheck, Gpt2ActivationCheckpointing) { gradcheck(Family::Gpt2, true); }
 TEST(ModelGradcheck, LlamaActivationCheckpointing) { gradcheck(Family::Llama, true); }
+
+// LoRA on every projection of both families: the adapters' gradients (A and B, with B
+// perturbed away from its zero init so both get signal) against finite differences.
+TEST(ModelGradcheck, Gpt2LoraAdapters) { gradcheck(Family::Gpt2, false, 2); }
+TEST(ModelGradcheck, LlamaLoraAdapters) { gradcheck(Family::Llama, false, 2); }
+TEST(ModelGradcheck, LlamaLoraAdaptersActivationCheckpointing) { gradcheck(Family::Llama, true, 2); }
 
 TEST(ModelGradcheck, PaddedVocabularyRowsGetNoGradient) {
   Fixture f(Family::Llama);

@@ -3,6 +3,8 @@
 /// category Activations). With activation checkpointing only the block input is kept and
 /// the rest is recomputed in backward.
 
+#include <vector>
+
 #include "meshtrain/core/memory.hpp"
 
 namespace meshtrain::model {
@@ -22,6 +24,7 @@ struct BlockCache {
   Buffer<acc_t<T>> rstd2;      ///< (N)
   Buffer<T> mlp_in;            ///< gpt2: (N, Fl) pre-GELU; llama: (N, 2Fl) gate|up
   Buffer<T> mlp_act;           ///< (N, Fl) GELU / SwiGLU output
+  std::vector<Buffer<T>> lora_u;  ///< (N, r) x A^T of each LoRA target (index = target)
   bool filled = false;
 
   void clear() { *this = BlockCache(); }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "meshtrain/config/config.hpp"
 
@@ -26,6 +27,10 @@ struct ModelDims {
   double norm_eps = 1e-5;
   double rope_theta = 10000;
   double init_std = 0.02;
+  int lora_rank = 0;                     ///< >0: LoRA fine-tuning (base weights frozen)
+  double lora_alpha = 16;
+  std::vector<std::string> lora_targets; ///< projections with adapters (family names, see lora_target_names)
+  double lora_scale() const { return lora_rank > 0 ? lora_alpha / lora_rank : 0.0; }
 
   /// Parameters of the logical model (excluding padding of the vocab? no: including it).
   std::int64_t num_params() const;
@@ -55,6 +60,9 @@ struct TpDims {
 TpDims tp_dims(const ModelDims& dims, int tp, int rank);
 
 Family parse_family(const std::string& name);
+/// Projections that can carry LoRA adapters: llama q,k,v,o,gate,up,down; gpt2 c_attn,
+/// attn.c_proj, c_fc, mlp.c_proj.
+std::vector<std::string> lora_target_names(Family f);
 const char* family_name(Family f);
 
 }  // namespace meshtrain::model

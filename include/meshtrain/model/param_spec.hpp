@@ -12,7 +12,7 @@
 
 namespace meshtrain::model {
 
-enum class InitKind { Normal, Ones, Zeros };
+enum class InitKind { Normal, Ones, Zeros, Uniform };
 
 struct ParamSpec {
   std::string name;                 ///< HF name, e.g. "model.layers.3.self_attn.q_proj.weight"
@@ -22,10 +22,12 @@ struct ParamSpec {
   int split_chunks = 1;             ///< the split dim is this many equal chunks, each sliced (fused q|k|v)
   bool grad_tp_sum = false;         ///< replicated, but each tp rank's gradient is partial: sum over tp
   InitKind init = InitKind::Normal;
-  double init_std = 0.02;
+  double init_std = 0.02;           ///< Normal: std; Uniform: bound (U(-bound, bound))
   bool weight_decay = true;
   bool is_embedding = false;
   bool fused_with_previous = false; ///< laid out right after the previous parameter (one GEMM for both)
+  bool frozen = false;              ///< not trained (LoRA fine-tuning freezes the base model)
+  bool is_lora = false;             ///< a LoRA adapter matrix (absent from base-model weight files)
   int unit = 0;                     ///< FSDP unit: 0 = outer (embeddings, final norm, head), 1+i = block i
 
   std::int64_t numel() const;

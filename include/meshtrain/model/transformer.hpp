@@ -82,6 +82,12 @@ class Transformer {
   void final_norm(const T* outer, BatchShape s, const T* x, HeadCache<T>& hc) const;
   const T* head_weight(const T* outer) const;
   std::int64_t head_chunk_rows(int N) const;
+  // LoRA: adapter t (index into lora_target_names) of a block, when present.
+  bool has_lora(int t) const { return t < static_cast<int>(lora_.size()) && lora_[t].a >= 0; }
+  void lora_fwd(const ComputeContext& ctx, int t, const T* p, BlockCache<T>& c, int N, const T* x, int ldx, T* y,
+                int ldy) const;
+  void lora_bwd(int t, const T* p, T* g, BlockCache<T>& c, int N, const T* x, int ldx, const T* dy, int lddy, T* dx,
+                int lddx) const;
 
   ModelDims dims_;
   TpDims tp_;
@@ -90,6 +96,14 @@ class Transformer {
   std::vector<std::int64_t> outer_off_;
   Buffer<float> rope_cos_, rope_sin_;  ///< (max_seq_len, head_dim/2) (llama)
   int qkv_width_ = 0;                  ///< local width of the fused q|k|v projection output
+  /// LoRA adapter of one target projection inside a block unit.
+  struct LoraSlot {
+    std::int64_t a = -1, b = -1;  ///< offsets of A (r, in_l) and B (out_l, r); -1 = no adapter
+    int in = 0, out = 0;          ///< local widths
+    bool row_parallel = false;
+  };
+  std::vector<LoraSlot> lora_;
+  bool train_base_ = true;             ///< false under LoRA: base weight gradients are skipped
 };
 
 /// Role indices into the offset tables (see transformer.cpp for the HF role names).
@@ -98,5 +112,8 @@ enum Gpt2Role { G_LN1_W, G_LN1_B, G_ATTN_W, G_ATTN_B, G_PROJ_W, G_PROJ_B, G_LN2_
 enum LlamaRole { L_NORM1_W, L_Q_W, L_K_W, L_V_W, L_O_W, L_NORM2_W, L_GATE_W, L_UP_W, L_DOWN_W,
                  L_NUM_ROLES };
 enum OuterRole { O_WTE, O_WPE, O_NORM_W, O_NORM_B, O_HEAD, O_NUM_ROLES };
+/// LoRA targets in lora_target_names() order.
+enum Gpt2Lora { GL_ATTN, GL_PROJ, GL_FC, GL_MLPPROJ };
+enum LlamaLora { LL_Q, LL_K, LL_V, LL_O, LL_GATE, LL_UP, LL_DOWN };
 
 }  // namespace meshtrain::model
