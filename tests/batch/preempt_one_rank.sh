@@ -3,7 +3,9 @@
 # rank 1 only. At the next step boundary the ranks combine their flags, so every rank
 # saves the same step into one checkpoint and every rank exits with 75 (kExitPreempted,
 # doc/batch.md); a second run with checkpoint.resume=auto continues, and its losses and
-# gradient norms are bitwise those of an uninterrupted run at every step.
+# gradient norms are bitwise those of an uninterrupted run at every step. The resumed
+# run's record (config.ini, mesh.txt, run.json with library versions, metrics.jsonl,
+# summary.json with a per-rank summary) is complete.
 # Per-rank exit statuses come from a wrapper that records `meshtrain`'s status.
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
@@ -70,4 +72,20 @@ timeout 300 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >resume
 grep -q "resumed from run/checkpoints/$ckpt: step $stopped" resumed.log || fail "the resumed run did not start from $ckpt"
 "$py" "$compare" ref/metrics.jsonl run/metrics.jsonl --exact --keys loss grad_norm lr --label "preempted+resumed vs uninterrupted" ||
   fail "the resumed run is not bitwise the uninterrupted one"
+# The run record of the resumed run (doc/batch.md, "Run records").
+"$py" - run <<'EOF' || fail "the run record is incomplete"
+import json, os, sys
+d = sys.argv[1]
+ok = all(os.path.getsize(f"{d}/{f}") > 0 for f in ("config.ini", "mesh.txt", "run.json", "metrics.jsonl", "summary.json"))
+run = json.load(open(f"{d}/run.json"))
+versions = run["versions"]
+ok &= all(versions.get(k) for k in ("meshtrain", "compiler", "kokkos", "mpi", "hdf5", "boost", "gemm"))
+summary = json.load(open(f"{d}/summary.json"))
+ranks = summary["ranks"]
+ok &= [r["rank"] for r in ranks] == [0, 1]
+ok &= all(r["compute_s"] > 0 and r["io_s"] > 0 and r["peak_mem_bytes"] > 0 and "comm_s" in r for r in ranks)
+print("run.json versions:", ", ".join(sorted(versions)), "| summary.json ranks:",
+      [{k: r[k] for k in ("rank", "compute_s", "comm_s", "io_s")} for r in ranks])
+sys.exit(0 if ok else 1)
+EOF
 finish "SIGUSR1 to one rank: both ranks saved step $stopped and exited 75; the resumed run is bitwise the uninterrupted one"

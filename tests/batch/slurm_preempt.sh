@@ -96,6 +96,9 @@ grep -q "resumed from $TEST_TMP/run/checkpoints/$ckpt: step ${stopped:-?}" job.o
   fail "the requeued job did not resume from the preemption checkpoint ($ckpt)"
 ((${stopped:-0} > 0 && ${stopped:-0} < steps)) || fail "preempted at step '${stopped:-}', expected inside 1..$((steps - 1))"
 grep -q "meshtrain exited with status 0" job.out || fail "the requeued run did not finish with status 0"
+# --time=10: meshtrain reads the job's end time from Slurm and plans to save before it.
+grep -q "wall-clock limit from the Slurm job's end time: [0-9]* s left" job.out ||
+  fail "meshtrain did not pick up the Slurm job's end time"
 
 "$py" "$compare" ref/metrics.jsonl run/metrics.jsonl --exact --keys loss grad_norm --label "Slurm preempted+requeued vs uninterrupted" ||
   fail "the requeued run's losses differ from the uninterrupted run's"
