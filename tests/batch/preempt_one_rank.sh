@@ -13,7 +13,7 @@ cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 
 steps=150
-args=(train "$tiny" --data.dir=random --train.steps=$steps --checkpoint.every=0 --output.log_all_ranks=true)
+args=(train "$tiny" --data.dir=random --train.steps="$steps" --checkpoint.every=0 --output.log_all_ranks=true)
 
 # Records each rank's exit status in exit.<rank>.
 cat >rank_status.sh <<'EOF'

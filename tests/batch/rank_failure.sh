@@ -16,7 +16,7 @@ source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 T=5
 grace=10  # launcher teardown and process exit on a loaded 2-core machine
 args=(train "$tiny" --data.dir=random --train.steps=100000 --checkpoint.every=0 --checkpoint.save_final=false
-      --parallel.collective_timeout=$T)
+      --parallel.collective_timeout="$T")
 
 # run_case NAME SIGNAL: starts the run, sends SIGNAL to rank 1 once step 3 is logged, and
 # sets $status (launcher exit) and $elapsed (seconds from the signal to the exit).

@@ -12,7 +12,7 @@ cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 
 steps=20
-args=(train "$tiny" --model.d_model=256 --model.n_layers=4 --train.steps=$steps --train.eval_every=0 --data.dir=random
+args=(train "$tiny" --model.d_model=256 --model.n_layers=4 --train.steps="$steps" --train.eval_every=0 --data.dir=random
       --checkpoint.every=0 --checkpoint.save_final=true --parallel.dp_shard=2 --parallel.strategy=full_shard)
 
 caught=0

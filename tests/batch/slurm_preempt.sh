@@ -40,7 +40,7 @@ if ! slurm_start "$cluster"; then
 fi
 
 steps=150
-args=("$tiny" --data.dir=random --train.steps=$steps --train.log_every=1)
+args=("$tiny" --data.dir=random --train.steps="$steps" --train.log_every=1)
 # Open MPI refuses root without this; srun-launched ranks do not check, mpirun does.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -52,7 +52,7 @@ timeout 300 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${args[@]}" --output.dir=ref >
 echo "--- 2. sbatch jobscripts/slurm-cpu.sbatch"
 job=$(sbatch --parsable --job-name=meshtrain-test --chdir="$TEST_TMP" --output="$TEST_TMP/job.out" --time=10 \
         --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
-        --export=ALL,MESHTRAIN="$MESHTRAIN_BIN",MESHTRAIN_RUN_DIR="$TEST_TMP/run" \
+        --export="ALL,MESHTRAIN=$MESHTRAIN_BIN,MESHTRAIN_RUN_DIR=$TEST_TMP/run" \
         "$MESHTRAIN_SOURCE_DIR/jobscripts/slurm-cpu.sbatch" "${args[@]}") || { fail "sbatch failed"; finish; }
 job=${job%%;*}
 echo "submitted job $job"
