@@ -140,7 +140,13 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
   } else {
     c.gemm_flops = min_over_world(rt, linalg::measure_gemm_flops(1024, 0.3, bf16));
     c.gemm_source = strprintf("measured here, %s GEMM 1024^3, slowest rank", bf16 ? "bf16" : "fp32");
-    if (measure_here && dims != nullptr) {
+    // Timing this model's own GEMM shapes (3 passes over one micro-step) is worth it only
+    // when it takes seconds: `plan` must stay quick for big models and loaded machines.
+    double micro_flop = 0;
+    if (dims != nullptr)
+      micro_flop = 3.0 * dims->flops_per_token_forward(cfg.train.seq_len) * cfg.train.micro_batch *
+                   cfg.train.seq_len / std::max(1, tp);
+    if (measure_here && dims != nullptr && 3.0 * micro_flop / c.gemm_flops < 5.0) {
       // Every rank at once, as in training; the slowest rank bounds the step. A rank whose
       // model is too large to time here reports 0 on all ranks alike.
       c.model_gemm_flops = min_over_world(
