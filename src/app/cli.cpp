@@ -23,7 +23,7 @@ const std::map<std::string, Command>& commands() {
       {"train", {command_train, "train or fine-tune a model: meshtrain train CONFIG.ini [--section.key=value ...]"}},
       {"plan", {command_plan, "print the mesh, per-rank memory of every strategy, and the predicted step time"}},
       {"prepare", {command_prepare, "turn text files into a token dataset: --input PATH... --output DIR"}},
-      {"convert", {command_convert, "checkpoint <-> safetensors: --input PATH --output PATH"}},
+      {"convert", {command_convert, "checkpoint -> Hugging Face safetensors: --input PATH --output DIR (import: checkpoint.init_from)"}},
       {"generate", {command_generate, "sample text from a checkpoint"}},
       {"eval", {command_eval, "validation loss and perplexity of a checkpoint on a dataset"}},
       {"bench", {command_bench, "benchmarks: bench comm | bench gemm | bench memory"}},
