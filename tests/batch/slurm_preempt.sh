@@ -46,7 +46,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "--- 1. uninterrupted reference: $steps steps on 2 ranks (mpirun)"
 # shellcheck disable=SC2086
-timeout 300 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${args[@]}" --output.dir=ref >ref.log 2>&1 ||
+timeout 150 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${args[@]}" --output.dir=ref >ref.log 2>&1 ||
   { cat ref.log; fail "the reference run failed"; finish; }
 
 echo "--- 2. sbatch jobscripts/slurm-cpu.sbatch"
