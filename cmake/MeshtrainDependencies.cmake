@@ -6,6 +6,25 @@ find_package(Kokkos REQUIRED)
 set_package_properties(Kokkos PROPERTIES TYPE REQUIRED PURPOSE "portable kernels (Serial/OpenMP/CUDA)")
 if(MESHTRAIN_ENABLE_CUDA)
   kokkos_check(DEVICES CUDA)   # fails configure with a clear message when Kokkos lacks CUDA
+  # Kokkos compiles device code for exactly one architecture, fixed when Kokkos was built
+  # (Kokkos_ARCH_HOPPER90 -> -arch=sm_90 on every translation unit through Kokkos::kokkos).
+  # MESHTRAIN_CUDA_ARCH states the one this build is for; Kokkos 4.x exports its own, and a
+  # mismatch stops configure here instead of "no kernel image is available" on the GPU.
+  if(DEFINED Kokkos_CUDA_ARCHITECTURES)
+    if(NOT Kokkos_CUDA_ARCHITECTURES STREQUAL MESHTRAIN_CUDA_ARCH)
+      message(FATAL_ERROR
+        "MESHTRAIN_CUDA_ARCH=${MESHTRAIN_CUDA_ARCH}, but the Kokkos in ${Kokkos_DIR} was built for "
+        "sm_${Kokkos_CUDA_ARCHITECTURES}. Use a Kokkos built for the target GPUs (Spack: kokkos+cuda "
+        "cuda_arch=${MESHTRAIN_CUDA_ARCH}; by hand: -DKokkos_ARCH_<NAME>${MESHTRAIN_CUDA_ARCH}=ON) or set "
+        "-DMESHTRAIN_CUDA_ARCH=${Kokkos_CUDA_ARCHITECTURES}.")
+    endif()
+  else()
+    message(WARNING "This Kokkos (${Kokkos_VERSION}) does not export Kokkos_CUDA_ARCHITECTURES; "
+                    "assuming it was built for MESHTRAIN_CUDA_ARCH=${MESHTRAIN_CUDA_ARCH}.")
+  endif()
+  if(Kokkos_VERSION VERSION_LESS 4.6)
+    message(FATAL_ERROR "CUDA builds need Kokkos >= 4.6 (found ${Kokkos_VERSION}); see doc/install.md")
+  endif()
 endif()
 
 find_package(MPI REQUIRED COMPONENTS C)
@@ -28,20 +47,22 @@ set_package_properties(Boost PROPERTIES TYPE REQUIRED PURPOSE "configuration fil
 
 find_package(Threads REQUIRED)
 
-# Host BLAS: OpenBLAS with its CBLAS header. Used on every build for host GEMMs
-# (CPU training; checkpoint-side and reference math on GPU builds).
-if(NOT DEFINED BLA_VENDOR)
-  set(BLA_VENDOR OpenBLAS)
+# Host BLAS: OpenBLAS with its CBLAS header, the GEMM of host builds. CUDA builds run every
+# GEMM through cuBLAS and do not need (or link) a host BLAS.
+if(NOT MESHTRAIN_ENABLE_CUDA)
+  if(NOT DEFINED BLA_VENDOR)
+    set(BLA_VENDOR OpenBLAS)
+  endif()
+  find_package(BLAS REQUIRED)
+  find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread)
+  if(NOT CBLAS_INCLUDE_DIR)
+    message(FATAL_ERROR "cblas.h not found: install libopenblas-dev (Debian) or openblas (Spack)")
+  endif()
+  add_library(meshtrain_blas INTERFACE)
+  target_link_libraries(meshtrain_blas INTERFACE ${BLAS_LIBRARIES})
+  target_include_directories(meshtrain_blas INTERFACE ${CBLAS_INCLUDE_DIR})
+  add_feature_info(OpenBLAS BLAS_FOUND "host GEMM (${BLAS_LIBRARIES})")
 endif()
-find_package(BLAS REQUIRED)
-find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread)
-if(NOT CBLAS_INCLUDE_DIR)
-  message(FATAL_ERROR "cblas.h not found: install libopenblas-dev (Debian) or openblas (Spack)")
-endif()
-add_library(meshtrain_blas INTERFACE)
-target_link_libraries(meshtrain_blas INTERFACE ${BLAS_LIBRARIES})
-target_include_directories(meshtrain_blas INTERFACE ${CBLAS_INCLUDE_DIR})
-add_feature_info(OpenBLAS BLAS_FOUND "host GEMM (${BLAS_LIBRARIES})")
 
 # CUDA toolkit: required for MESHTRAIN_ENABLE_CUDA; on CPU builds it is used (when
 # present) to compile and link the NCCL communicator and cuBLAS GEMM so they cannot rot.
@@ -69,7 +90,7 @@ if(_want_cuda_toolkit)
     endif()
   endif()
 endif()
-add_feature_info(CUDA MESHTRAIN_ENABLE_CUDA "Kokkos-CUDA kernels, cuBLAS GEMMs, NCCL communicators")
+add_feature_info(CUDA MESHTRAIN_ENABLE_CUDA "Kokkos-CUDA kernels (sm_${MESHTRAIN_CUDA_ARCH}), cuBLAS GEMMs, NCCL communicators")
 add_feature_info(CUDA_LINK_CHECK MESHTRAIN_HAVE_CUDA_TOOLKIT "NCCL communicator and cuBLAS GEMM compiled and linked against the CUDA toolkit")
 
 if(MESHTRAIN_ENABLE_TESTS)

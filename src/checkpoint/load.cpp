@@ -170,7 +170,11 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
   const MpiComm& comm = mesh.world();
   MPI_CHECK(MPI_Barrier(comm.get()));
   const double t0 = now_seconds();
-  const auto [kind, resolved] = classify_weights(comm, path);
+  // Plain variables, not a structured binding: the lambdas below capture them (C++17 does
+  // not allow capturing structured bindings; nvcc warns about it).
+  const std::pair<WeightsKind, std::string> classified = classify_weights(comm, path);
+  const WeightsKind kind = classified.first;
+  const std::string& resolved = classified.second;
   std::uint64_t bytes = 0;
   if (kind == WeightsKind::Hdf5) {
     agree_on_errors(comm, [&] {

@@ -27,10 +27,22 @@ std::string kokkos_version_string() {
                    KOKKOS_VERSION % 100);
 }
 
-int kokkos_visible_devices() {
+int kokkos_visible_devices(std::string* why) {
 #if defined(KOKKOS_ENABLE_CUDA)
-  return Kokkos::Cuda::detect_device_count();
+  // The CUDA runtime directly: Kokkos 3.x spells this Cuda::detect_device_count() (deprecated
+  // in 4.x), 4.x Kokkos::num_devices(), and both abort instead of returning when no driver
+  // or device is present, which callers here want to report themselves.
+  int n = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess) {
+    if (why) *why = strprintf("cudaGetDeviceCount: %s", cudaGetErrorString(rc));
+    cudaGetLastError();  // clear the error so later CUDA calls do not see it
+    return 0;
+  }
+  if (n == 0 && why) *why = "cudaGetDeviceCount found no device";
+  return n;
 #else
+  if (why) *why = "host-only build";
   return 0;
 #endif
 }

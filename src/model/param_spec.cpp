@@ -34,7 +34,6 @@ struct SpecBuilder {
     out.push_back(p);
     return out.back();
   }
-  void norm(const std::string& role) { add(role, {0}, -1, InitKind::Ones, 0, false); }
 };
 
 void fix_norm_shapes(std::vector<ParamSpec>& specs, std::int64_t C) {

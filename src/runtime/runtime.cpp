@@ -1,6 +1,10 @@
 #include "meshtrain/runtime/runtime.hpp"
 
+#include <cstdio>
+#include <string>
+
 #include "meshtrain/core/check.hpp"
+#include "meshtrain/core/error.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/memory.hpp"
 
@@ -11,7 +15,18 @@ Runtime::Runtime(int& argc, char**& argv, MPI_Comm world) {
   MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level_));
   world_ = MpiComm::duplicate(world);
   topology_ = Topology::discover(world_);
-  const int devices = kokkos_visible_devices();
+  std::string why;
+  const int devices = kokkos_visible_devices(&why);
+  if constexpr (!kDeviceIsHost) {
+    if (devices == 0) {
+      // Kokkos would abort inside its initialization with a less direct message.
+      std::fprintf(stderr,
+                   "[meshtrain] rank %d: this is a GPU build of meshtrain and no CUDA device is usable (%s). "
+                   "Run it on a GPU node, or use a CPU build (cmake --preset cpu).\n",
+                   topology_.world_rank, why.c_str());
+      MPI_Abort(world, kExitAbort);
+    }
+  }
   device_id_ = devices > 0 ? topology_.local_rank % devices : -1;
   kokkos_initialize(device_id_, -1);
 }

@@ -39,9 +39,12 @@ class NcclCommunicator final : public Communicator {
                         ReduceOp op) override;
   Work broadcast_async(void* buffer, std::size_t count, DType dtype, int root) override;
   void barrier() override;
+  /// Accounts the collectives that have finished (comm_stats().busy_seconds); NCCL needs
+  /// no host progress otherwise.
+  void progress() override;
 
-  /// Seconds the comm stream spent in collectives since the last call (event timing;
-  /// reads completed events only, never blocks).
+  /// Seconds the comm stream spent in collectives that finished since the last drain
+  /// (event timing; also added to comm_stats().busy_seconds; never blocks).
   double drain_busy_seconds();
 
   struct Impl;

@@ -23,8 +23,9 @@ void kokkos_initialize(int device_id, int num_threads);
 std::string kokkos_backend_name();
 /// "3.4.1", "4.6.1".
 std::string kokkos_version_string();
-/// Number of visible devices for the default execution space (0 on host-only builds).
-int kokkos_visible_devices();
+/// Number of visible devices for the default execution space (0 on host-only builds, and
+/// on device builds where the driver reports none; `why` then says why).
+int kokkos_visible_devices(std::string* why = nullptr);
 
 namespace math {
 template <class T> KOKKOS_INLINE_FUNCTION T exp(T x) { return MESHTRAIN_KOKKOS_MATH_NS::exp(x); }

@@ -37,7 +37,7 @@ class Meshtrain(CMakePackage, CudaPackage):
     depends_on("mpi")
     depends_on("hdf5@1.10: +mpi")
     depends_on("boost@1.66: +program_options")
-    depends_on("openblas")
+    depends_on("openblas", when="~cuda")  # host GEMMs; CUDA builds use cuBLAS only
     depends_on("googletest", type="test")
 
     # Host builds: Kokkos 3.4 (Debian's, used by CI) through 4.x; Kokkos 5 needs C++20.
@@ -59,11 +59,14 @@ class Meshtrain(CMakePackage, CudaPackage):
             self.define_from_variant("MESHTRAIN_ENABLE_CUDA", "cuda"),
             self.define("MESHTRAIN_ENABLE_TESTS", self.run_tests),
             self.define("Kokkos_ROOT", spec["kokkos"].prefix),
-            self.define("BLA_VENDOR", "OpenBLAS"),
         ]
+        if spec.satisfies("~cuda"):
+            args.append(self.define("BLA_VENDOR", "OpenBLAS"))
         if spec.satisfies("+cuda"):
-            # Kokkos' nvcc_wrapper compiles every translation unit that includes Kokkos.
+            # Kokkos' nvcc_wrapper compiles every translation unit that includes Kokkos;
+            # configure checks that Kokkos was built for the same architecture.
             args.append(self.define("CMAKE_CXX_COMPILER", self["kokkos"].kokkos_cxx))
+            args.append(self.define("MESHTRAIN_CUDA_ARCH", spec.variants["cuda_arch"].value[0]))
         else:
             # A CPU build never picks up a CUDA toolkit that happens to be on the machine.
             args.append(self.define("MESHTRAIN_CUDA_CHECK", "OFF"))

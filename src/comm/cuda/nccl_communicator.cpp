@@ -41,20 +41,43 @@ struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;
   cudaStream_t compute = nullptr;
   cudaStream_t comm_stream = nullptr;
-  // Events are recycled: (start, stop) pairs for timing, and ready/done events for ordering.
+  // Events are recycled, so that steady-state steps create none: ready/done events for
+  // ordering (no timing), and (start, stop) pairs that time each collective on the comm
+  // stream, returned to their pool once read.
   std::vector<cudaEvent_t> free_events;
-  std::deque<std::pair<cudaEvent_t, cudaEvent_t>> timing;  // completed-or-pending pairs
-  double busy_seconds = 0;
+  std::vector<cudaEvent_t> free_timed;
+  std::deque<std::pair<cudaEvent_t, cudaEvent_t>> timing;  // pending pairs, in issue order
 
   cudaEvent_t event(bool timed) {
-    if (!timed && !free_events.empty()) {
-      cudaEvent_t e = free_events.back();
-      free_events.pop_back();
+    std::vector<cudaEvent_t>& pool = timed ? free_timed : free_events;
+    if (!pool.empty()) {
+      cudaEvent_t e = pool.back();
+      pool.pop_back();
       return e;
     }
     cudaEvent_t e;
     CUDA_CHECK(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault : cudaEventDisableTiming));
     return e;
+  }
+
+  /// Adds the comm-stream time of every completed collective to comm_stats().busy_seconds
+  /// and recycles its events; stops at the first pending one (never blocks).
+  double drain() {
+    double total = 0;
+    while (!timing.empty()) {
+      auto [t0, t1] = timing.front();
+      const cudaError_t q = cudaEventQuery(t1);
+      if (q == cudaErrorNotReady) break;
+      CUDA_CHECK(q);
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+      total += ms * 1e-3;
+      free_timed.push_back(t0);
+      free_timed.push_back(t1);
+      timing.pop_front();
+    }
+    comm_stats().busy_seconds += total;
+    return total;
   }
 };
 
@@ -95,6 +118,7 @@ NcclCommunicator::~NcclCommunicator() {
   if (!impl_) return;
   cudaStreamSynchronize(impl_->comm_stream);
   for (cudaEvent_t e : impl_->free_events) cudaEventDestroy(e);
+  for (cudaEvent_t e : impl_->free_timed) cudaEventDestroy(e);
   for (auto& [a, b] : impl_->timing) {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
@@ -105,6 +129,7 @@ NcclCommunicator::~NcclCommunicator() {
 
 template <class Launch>
 static Work enqueue(NcclCommunicator::Impl* impl, std::size_t bytes, Launch launch) {
+  impl->drain();  // account finished collectives, recycle their timing events
   // 1) the comm stream waits for everything already queued on the compute stream
   cudaEvent_t ready = impl->event(false);
   CUDA_CHECK(cudaEventRecord(ready, impl->compute));
@@ -163,21 +188,9 @@ void NcclCommunicator::barrier() {
   comm_stats().exposed_seconds += now_seconds() - t0;
 }
 
-double NcclCommunicator::drain_busy_seconds() {
-  double total = 0;
-  while (!impl_->timing.empty()) {
-    auto [t0, t1] = impl_->timing.front();
-    if (cudaEventQuery(t1) != cudaSuccess) break;
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    total += ms * 1e-3;
-    cudaEventDestroy(t0);
-    cudaEventDestroy(t1);
-    impl_->timing.pop_front();
-  }
-  comm_stats().busy_seconds += total;
-  return total;
-}
+double NcclCommunicator::drain_busy_seconds() { return impl_->drain(); }
+
+void NcclCommunicator::progress() { impl_->drain(); }
 
 std::string nccl_version_string() {
   return strprintf("%d.%d.%d", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);

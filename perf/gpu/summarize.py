@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""The one table of perf/gpu/validate.sh, from the files its run left in --work.
+
+Reads: BUILD_INFO.txt, nvidia-smi.csv, tests/status.txt (+ each test's log), gemm_bf16.json,
+gemm_fp32.json, torch_gemm.txt, train/train.log, train/metrics.jsonl, gpu_memory.csv.
+Writes the table (--table) and the same numbers as JSON (--json, with "ok": all tests
+passed and training finished with finite losses). Standard library only: it runs under
+whatever python3 the GPU machine has.
+
+Definitions (what the table prints):
+  tokens/s   median over the steps after warm-up (the first max(2, steps/8) steps pay for
+             first-touch allocations, cuBLAS heuristics and NCCL setup) of
+             global tokens per step / step wall time (meshtrain's metrics.jsonl).
+  MFU        model FLOPs per second / measured GEMM peak, model FLOPs = 3 x forward FLOPs
+             (ModelDims::flops_per_token_forward: every matmul incl. the LM head, attention
+             scores and values unmasked) x tokens/s; the peak is the best bf16 cuBLAS GEMM
+             of `meshtrain bench gemm` in the same run (train.peak_tflops).
+  memory     pool: peak bytes reserved by meshtrain's device pool (every tensor of the run);
+             device: highest memory.used that nvidia-smi reported while training (adds the
+             CUDA context, cuBLAS/NCCL workspaces and Kokkos' own small allocations).
+"""
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+
+
+def read(path, default=""):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return default
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def gib(b):
+    if b is None:
+        return "n/a"
+    return "%.2f GiB" % (b / 2**30) if b >= 2**30 else "%.1f MiB" % (b / 2**20)
+
+
+def tf(x):
+    """TFLOP/s with 4 significant digits (a CPU dry run measures ~0.05)."""
+    return "%.4g" % x
+
+
+def test_results(work):
+    rows = []
+    for line in read(os.path.join(work, "tests", "status.txt")).splitlines():
+        name, rc = line.split()
+        log = read(os.path.join(work, "tests", name + ".log"))
+        ran = re.findall(r"\[==========\] (\d+) tests? from .* ran", log)
+        failed = re.findall(r"^\[  FAILED  \] (\d+) tests?,", log, re.M)
+        skipped = re.findall(r"^\[  SKIPPED \] (\d+) tests?,", log, re.M)
+        failed = int(failed[-1]) if failed else 0
+        skipped = int(skipped[-1]) if skipped else 0
+        rows.append({"name": name, "exit": int(rc), "tests": int(ran[-1]) if ran else None,
+                     "failed": failed, "skipped": skipped})
+    return rows
+
+
+def gemm(path):
+    j = load_json(path)
+    if not j:
+        return []
+    return [{"m": r["m"], "n": r["n"], "k": r["k"], "tflops": r["best_flops_min"] / 1e12} for r in j["results"]]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--dry-run", default="0")
+    a = ap.parse_args()
+    w = a.work
+    res = {"dry_run": a.dry_run == "1"}
+
+    info = read(os.path.join(w, "BUILD_INFO.txt")).splitlines()
+    res["build"] = info[0] if info else "unknown"
+    smi = read(os.path.join(w, "nvidia-smi.csv")).splitlines()
+    res["device"] = smi[1].strip() if len(smi) > 1 else ("host (dry run)" if res["dry_run"] else "unknown")
+    version = read(os.path.join(w, "version.txt"))
+    m = re.search(r"CUDA:\s*(.*)", version)
+    res["cuda"] = m.group(1).strip() if m else ""
+
+    tests = test_results(w)
+    res["tests"] = tests
+    tests_ok = bool(tests) and all(t["exit"] == 0 for t in tests)
+
+    bf = gemm(os.path.join(w, "gemm_bf16.json"))
+    fp = gemm(os.path.join(w, "gemm_fp32.json"))
+    peak = max((g["tflops"] for g in bf), default=0.0)
+    res["gemm_bf16"] = bf
+    res["gemm_fp32"] = fp
+    res["gemm_bf16_peak_tflops"] = peak
+    torch_line = read(os.path.join(w, "torch_gemm.txt")).strip().splitlines()
+    res["torch_gemm"] = torch_line[-1] if torch_line else ""
+
+    log = read(os.path.join(w, "train", "train.log"))
+    steps = []
+    for line in read(os.path.join(w, "train", "metrics.jsonl")).splitlines():
+        try:
+            steps.append(json.loads(line))
+        except ValueError:
+            pass
+    status = read(os.path.join(w, "train", "status.txt")).strip()
+    m = re.search(r"meshtrain train: (\S+) model, (\d+) parameters \((\w+)\), (\d+) rank", log)
+    model = {"family": m.group(1), "params": int(m.group(2)), "precision": m.group(3), "ranks": int(m.group(4))} if m else {}
+    m = re.search(r"batch: (\d+) sequences x (\d+) tokens", log)
+    if m:
+        model["sequences"], model["seq_len"] = int(m.group(1)), int(m.group(2))
+    m = re.search(r"mesh (.+?), strategy (\S+)", log)
+    if m:
+        model["mesh"], model["strategy"] = m.group(1), m.group(2)
+    m = re.search(r"measured GEMM peak: ([\d.]+) GFLOP/s", log)
+    model["peak_used_tflops"] = float(m.group(1)) / 1e3 if m else None
+    res["model"] = model
+
+    train = {"exit": int(status) if status.lstrip("-").isdigit() else None, "steps": len(steps)}
+    losses = [(s["step"], s["loss"]) for s in steps]
+    finite = bool(losses) and all(math.isfinite(l) for _, l in losses)
+    if steps:
+        warm = max(2, len(steps) // 8)
+        body = steps[warm:] if len(steps) > warm else steps
+        train["warmup_steps_excluded"] = warm if len(steps) > warm else 0
+        train["tokens_per_s_median"] = statistics.median(s["tokens_per_s"] for s in body)
+        train["tokens_per_s_best"] = max(s["tokens_per_s"] for s in body)
+        train["step_time_s_median"] = statistics.median(s["step_time_s"] for s in body)
+        train["mfu_median"] = statistics.median(s["mfu"] for s in body)
+        train["pool_peak_bytes"] = max(s.get("peak_mem_bytes", 0) for s in steps)
+        train["first_loss"], train["last_loss"] = losses[0][1], losses[-1][1]
+        train["losses"] = losses
+    mem = []
+    for line in read(os.path.join(w, "gpu_memory.csv")).splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            mem.append((int(parts[0]), int(parts[1])))
+    if mem:
+        train["device_used_max_bytes"] = max(u for u, _ in mem) * 2**20
+        train["device_total_bytes"] = mem[0][1] * 2**20
+    res["train"] = train
+    train_ok = train["exit"] == 0 and finite and len(steps) > 0
+    res["ok"] = tests_ok and train_ok
+
+    # ---- the table --------------------------------------------------------------------
+    L = []
+    L.append("=" * 100)
+    L.append("meshtrain GPU validation%s" % ("  (DRY RUN: CPU build, tiny model)" if res["dry_run"] else ""))
+    L.append("  build    %s" % res["build"])
+    L.append("  device   %s" % res["device"])
+    if res["cuda"]:
+        L.append("  cuda     %s" % res["cuda"])
+    L.append("-" * 100)
+    ntests = sum(t["tests"] or 0 for t in tests)
+    nfail = sum(t["failed"] for t in tests)
+    nskip = sum(t["skipped"] for t in tests)
+    L.append("tests    %d/%d programs passed: %d tests, %d failed, %d skipped (kernels vs host references; NCCL + cuBLAS)"
+             % (sum(t["exit"] == 0 for t in tests), len(tests), ntests, nfail, nskip))
+    for t in tests:
+        if t["exit"] != 0:
+            L.append("         FAILED %s (exit %d, %d failed)" % (t["name"], t["exit"], t["failed"]))
+    backend = "host BLAS" if res["dry_run"] else "cuBLAS"
+    L.append("GEMM     bf16 %s (meshtrain bench gemm, best repeat, TFLOP/s): %s -> peak %s TFLOP/s"
+             % (backend, ", ".join("%dx%dx%d %s" % (g["m"], g["n"], g["k"], tf(g["tflops"])) for g in bf) or "n/a", tf(peak)))
+    if fp:
+        L.append("         fp32 %s: %s TFLOP/s" % (backend, ", ".join("%dx%dx%d %s" % (g["m"], g["n"], g["k"], tf(g["tflops"])) for g in fp)))
+    if res["torch_gemm"]:
+        L.append("         cross-check: %s" % res["torch_gemm"])
+    L.append("-" * 100)
+    if model:
+        L.append("model    %s, %.1f M parameters, %s, %d rank(s), %s x %s tokens per step, mesh %s, strategy %s"
+                 % (model.get("family"), model.get("params", 0) / 1e6, model.get("precision"), model.get("ranks", 0),
+                    model.get("sequences", "?"), model.get("seq_len", "?"), model.get("mesh", "?"), model.get("strategy", "?")))
+    if steps:
+        L.append("speed    tokens/s %.0f median (best %.0f), step %.1f ms median, over steps %d-%d (first %d = warm-up)"
+                 % (train["tokens_per_s_median"], train["tokens_per_s_best"], 1e3 * train["step_time_s_median"],
+                    steps[train["warmup_steps_excluded"]]["step"] if train["warmup_steps_excluded"] else steps[0]["step"],
+                    steps[-1]["step"], train["warmup_steps_excluded"]))
+        L.append("MFU      %.1f%% of the measured bf16 GEMM peak (%s TFLOP/s used by the trainer; 3 x forward FLOPs)"
+                 % (100 * train["mfu_median"], tf(model.get("peak_used_tflops") or 0)))
+        dev = ("%s max used (nvidia-smi) of %s" % (gib(train["device_used_max_bytes"]), gib(train["device_total_bytes"]))
+               if "device_used_max_bytes" in train else "nvidia-smi n/a")
+        L.append("memory   pool peak %s reserved; device %s" % (gib(train["pool_peak_bytes"]), dev))
+        pick = losses if len(losses) <= 12 else [losses[int(round(i * (len(losses) - 1) / 11))] for i in range(12)]
+        L.append("loss     " + "  ".join("%5d" % s for s, _ in pick) + "   (step)")
+        L.append("         " + "  ".join("%5.3f" % l if abs(l) < 100 else "%5.0f" % l for _, l in pick))
+        vocab = re.search(r"vocab_size = (\d+)", log)
+        floor = ("; uniform random tokens: floor ln(%s) = %.3f" % (vocab.group(1), math.log(int(vocab.group(1))))
+                 if vocab else "")
+        L.append("         first %.4f, last %.4f%s" % (train["first_loss"], train["last_loss"], floor))
+    else:
+        L.append("training produced no steps (exit %s): see train.log" % train["exit"])
+    L.append("-" * 100)
+    why = []
+    if not tests_ok:
+        why.append("tests failed" if tests else "no tests ran")
+    if not train_ok:
+        why.append("training did not finish with finite losses")
+    L.append("verdict  %s" % ("PASS" if res["ok"] else "FAIL: " + ", ".join(why)))
+    L.append("=" * 100)
+    with open(a.table, "w") as f:
+        f.write("\n".join(L) + "\n")
+    with open(a.json, "w") as f:
+        json.dump(res, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+#!/usr/bin/env bash
+# perf/gpu/validate.sh — one command that validates meshtrain on a lent GPU machine.
+#
+# It runs a meshtrain CUDA build that was compiled elsewhere and packed by perf/gpu/pack.sh
+# (the GPU machine has CUDA 13, cuBLAS, NCCL via PyTorch's wheels and python3, but no MPI,
+# HDF5, Boost, network or package manager, and too little time to compile: the CUDA build
+# takes over an hour of nvcc on 2 cores, several minutes on 16):
+#
+#   1. unpacks the package and sets up the environment: its libraries, Open MPI's plugins
+#      for a singleton MPI_Init (no mpirun, no orted), cuBLAS/NCCL found on the machine;
+#   2. runs the kernel tests (every Kokkos kernel against a host reference in double, and
+#      backward kernels against finite differences) and the NCCL/cuBLAS test on the GPU;
+#   3. measures the cuBLAS bf16 GEMM peak with `meshtrain bench gemm` (the MFU denominator);
+#   4. trains a GPT-2-124M-shaped model (inputs/gpt2-124m.ini: bf16, seq 1024, random tokens)
+#      for a few dozen steps on 1 GPU with the NCCL backend;
+#   5. prints ONE table: tests, GEMM peak, tokens/s, MFU, peak device memory, loss curve.
+#
+# Back of the envelope (inputs/gpt2-124m.ini): 0.854 GFLOP per token with backward, 16384
+# tokens per step = 14.0 TFLOP per step; at a ~750 TFLOP/s bf16 GEMM peak that is 19 ms,
+# plus ~10 ms of memory-bound kernels: ~30 ms per step (~550 k tokens/s) is the floor.
+# Budget: unpack ~10 s, tests ~1-2 min, GEMM ~15 s, training ~1-2 min: under 8 minutes.
+#
+# Usage (the device call runs it as root from the repository root, $OUT set):
+#   perf/gpu/validate.sh [--pack FILE] [--steps N] [--config INI] [--work DIR]
+#   perf/gpu/validate.sh --dry-run --pack /tmp/cpu-pack/meshtrain-gpu.tar.xz [--isolate]
+#     --dry-run: the same steps with a CPU build's package (perf/gpu/pack.sh --build
+#                build/cpu --out DIR), a tiny model and small GEMMs: checks the script here.
+#     --isolate: (root) re-runs itself in a private mount namespace in which every system
+#                copy of a library the package carries, Open MPI's and PMIx's plugin
+#                folders and the MPI launchers are hidden: proves the package is complete.
+#   perf/gpu/validate.sh --check-pack [--isolate]     (here, with the CUDA package)
+#     --check-pack: only unpack, set up the environment and start `meshtrain --version`;
+#                without a GPU it must stop with "no CUDA device is usable", never with a
+#                missing library (the driver's libcuda is replaced by the toolkit's stub).
+#
+# Results: $OUT (default runs/gpu-validate) gets validate.log, table.txt, results.json,
+# metrics.jsonl, train.log and details.tar.gz (test XML/logs, GEMM JSON, memory samples,
+# the run's config and summary, BUILD_INFO). Exit status 0 when every test passed and the
+# training finished with a finite loss.
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+pack=$repo/.gpu/meshtrain-gpu.tar.xz
+steps=40
+config=inputs/gpt2-124m.ini
+work=${TMPDIR:-/tmp}/meshtrain-validate
+dry_run=0
+isolate=0
+check_pack=0
+args=("$@")
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --pack) pack=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --config) config=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    --dry-run) dry_run=1; shift ;;
+    --isolate) isolate=1; shift ;;
+    --check-pack) check_pack=1; shift ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "validate.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+out=${OUT:-$repo/runs/gpu-validate}
+[[ $pack = /* ]] || pack=$PWD/$pack
+cd "$repo"
+
+# ---- --isolate: hide the system's copies of what the package carries --------------------
+if [[ $isolate == 1 && -z ${MESHTRAIN_VALIDATE_ISOLATED:-} ]]; then
+  [[ $(id -u) == 0 ]] || { echo "validate.sh: --isolate needs root (mount namespaces)" >&2; exit 2; }
+  list=$(mktemp)
+  # Libraries by soname (their system copies get /dev/null bound over them), then the plugin
+  # and configuration folders of Open MPI and PMIx (an empty tmpfs over each), then the MPI
+  # launchers (a singleton must not need them). Paths are found before anything is hidden.
+  tar -tJf "$pack" | sed -n 's|^meshtrain-gpu/lib/\([^/]*\.so[^/]*\)$|lib \1|p' > "$list"
+  for k in pkglibdir pkgdatadir sysconfdir; do
+    echo "dir $(ompi_info --path $k --parsable | cut -d: -f3)" >> "$list"
+  done
+  echo "dir /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix" >> "$list"
+  for b in orted orterun mpirun mpiexec; do
+    p=$(command -v $b) && echo "file $(readlink -f "$p")" >> "$list"
+  done
+  exec env MESHTRAIN_VALIDATE_ISOLATED=1 unshare -m --propagation private bash -c '
+    set -e
+    while read -r kind what; do
+      case $kind in
+        lib) for p in $(ldconfig -p | awk -v n="$what" "\$1 == n {print \$NF}"); do
+               mount --bind /dev/null "$(readlink -f "$p")"
+             done ;;
+        dir) [ -d "$what" ] && mount -t tmpfs none "$what" ;;
+        file) mount --bind /dev/null "$what" ;;
+      esac
+    done < "$1"
+    echo "[validate] isolated: $(grep -c "^lib" "$1") system libraries and Open MPI/PMIx plugins hidden"
+    shift
+    exec bash "$@"' isolate "$list" "$repo/perf/gpu/validate.sh" "${args[@]}"
+fi
+
+t_start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - t_start )); }
+# The whole run must end inside 8 minutes: each phase's time limit is what is left of a
+# 450 s budget minus what the later phases need (tests ~1 min, GEMM ~0.5 min, training
+# ~1.5 min are expected; the limits only matter when something hangs or crawls).
+budget=450
+left() { echo $(( budget - $(elapsed) - $1 )); }
+say() { printf '[validate %4ss] %s\n' "$(elapsed)" "$*"; }
+fail=0
+
+main() {
+  mkdir -p "$work/tests" "$work/train"
+  say "meshtrain GPU validation: pack $pack, config $config, $steps steps$([[ $dry_run == 1 ]] && echo ', DRY RUN (CPU build)')"
+
+  # ---- 1. unpack and environment ---------------------------------------------------------
+  if [[ ! -f $pack ]]; then
+    say "FATAL: no package at $pack. Build and pack here first: cmake --preset cuda && cmake --build build/cuda && perf/gpu/pack.sh; then carry .gpu"
+    return 1
+  fi
+  tar -C "$work" -xJf "$pack" || { say "FATAL: could not unpack $pack"; return 1; }
+  P=$work/meshtrain-gpu
+  cp "$P/BUILD_INFO.txt" "$work/"
+  say "package: $(head -1 "$P/BUILD_INFO.txt"), $(sed -n 2p "$P/BUILD_INFO.txt")"
+  setup_environment || return 1
+  M=$P/bin/meshtrain
+  if [[ $check_pack == 1 ]]; then
+    local text rc
+    text=$(timeout 60 "$M" --version 2>&1)
+    rc=$?
+    echo "$text" | sed 's/^/    /'
+    if echo "$text" | grep -q "error while loading shared libraries"; then
+      say "check-pack: FAIL (a library is missing)"; return 1
+    elif [[ $rc == 0 ]] || echo "$text" | grep -q "no CUDA device is usable"; then
+      say "check-pack: OK (all libraries load; status $rc)"; return 0
+    fi
+    say "check-pack: FAIL (status $rc)"; return 1
+  fi
+
+  # ---- 2. machine, version ---------------------------------------------------------------
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,power.limit,temperature.gpu \
+      --format=csv > "$work/nvidia-smi.csv" 2>&1
+    say "GPU: $(sed -n 2p "$work/nvidia-smi.csv")"
+  elif [[ $dry_run == 0 ]]; then
+    say "WARNING: nvidia-smi not found"
+  fi
+  timeout 60 "$M" --version > "$work/version.txt" 2>&1
+  local rc=$?
+  sed 's/^/    /' "$work/version.txt"
+  if [[ $rc != 0 ]]; then say "FATAL: meshtrain --version failed (status $rc)"; return 1; fi
+
+  # ---- 3. tests --------------------------------------------------------------------------
+  local t name limit
+  for t in "$P"/bin/test_*; do
+    name=$(basename "$t")
+    limit=$(left 240)
+    if (( limit < 20 )); then
+      say "$(printf '%-28s %s' "$name" "NOT RUN (time budget spent)")"
+      echo "$name 125" >> "$work/tests/status.txt"
+      fail=1
+      continue
+    fi
+    (( limit > 120 )) && limit=120
+    timeout "$limit" "$t" --gtest_output="xml:$work/tests/$name.xml" > "$work/tests/$name.log" 2>&1
+    rc=$?
+    echo "$name $rc" >> "$work/tests/status.txt"
+    say "$(printf '%-28s %s' "$name" "$(test_verdict "$rc" "$work/tests/$name.log")")"
+    [[ $rc == 0 ]] || fail=1
+  done
+
+  # ---- 4. GEMM peak ----------------------------------------------------------------------
+  local sizes="4096,8192,16384" seconds=1.5
+  [[ $dry_run == 1 ]] && { sizes="256,512"; seconds=0.3; }
+  say "GEMM peak: meshtrain bench gemm --dtype bf16 --sizes $sizes"
+  timeout 60 "$M" bench gemm --dtype bf16 --sizes "$sizes" --seconds "$seconds" --json "$work/gemm_bf16.json" \
+    > "$work/gemm_bf16.txt" 2>&1 || say "WARNING: bench gemm bf16 failed (status $?)"
+  sed 's/^/    /' "$work/gemm_bf16.txt"
+  timeout 40 "$M" bench gemm --dtype fp32 --sizes "${sizes##*,}" --seconds "$seconds" --json "$work/gemm_fp32.json" \
+    > "$work/gemm_fp32.txt" 2>&1 || say "WARNING: bench gemm fp32 failed (status $?)"
+  sed 's/^/    /' "$work/gemm_fp32.txt"
+  if [[ $dry_run == 0 ]] && (( $(left 180) > 60 )); then torch_gemm_check; fi
+  local peak_tflops
+  peak_tflops=$(python3 - "$work/gemm_bf16.json" <<'EOF'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))["results"]
+    print("%.3f" % (max(x["best_flops_min"] for x in r) / 1e12))
+except Exception:
+    print("0")
+EOF
+)
+  say "measured bf16 GEMM peak: $peak_tflops TFLOP/s (MFU denominator)"
+
+  # ---- 5. training -----------------------------------------------------------------------
+  local overrides=(--output.dir="$work/train" --train.steps="$steps" --checkpoint.save_final=false
+                   --train.log_every=1)
+  if [[ $peak_tflops != 0 ]]; then overrides+=(--train.peak_tflops="$peak_tflops"); fi
+  if [[ $dry_run == 1 ]]; then
+    # Same model family and code path, sized for 2 CPU cores.
+    overrides+=(--model.vocab_size=1000 --model.d_model=64 --model.n_layers=2 --model.n_heads=4
+                --model.max_seq_len=64 --train.seq_len=64 --train.micro_batch=2 --parallel.backend=auto)
+  else
+    overrides+=(--parallel.backend=nccl)
+  fi
+  local sampler=""
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -lms 200 \
+      > "$work/gpu_memory.csv" 2>/dev/null &
+    sampler=$!
+  fi
+  say "training: meshtrain train $config ${overrides[*]}"
+  limit=$(left 10)
+  (( limit < 60 )) && limit=60
+  timeout "$limit" "$M" train "$config" "${overrides[@]}" > "$work/train/train.log" 2>&1
+  rc=$?
+  [[ -n $sampler ]] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
+  grep -E "measured GEMM peak|mesh |strategy|step +[0-9]+/|per-rank|rank +0 " "$work/train/train.log" | sed 's/^/    /' | tail -60
+  if [[ $rc != 0 ]]; then
+    say "training FAILED (status $rc); last lines:"
+    tail -25 "$work/train/train.log" | sed 's/^/    /'
+    fail=1
+  fi
+  echo "$rc" > "$work/train/status.txt"
+  return 0
+}
+
+# Library search path: the package, then cuBLAS/NCCL wherever the machine has them, then
+# the fallback C++ runtime only for what the machine lacks. Open MPI and PMIx are pointed at
+# their relocated plugins and help files; a singleton MPI_Init starts no daemon.
+setup_environment() {
+  local ld=$P/lib
+  local info=$P/BUILD_INFO.txt
+  local need_glibc have_glibc
+  need_glibc=$(sed -n 's/.*glibc >= \([0-9.]*\).*/\1/p' "$info")
+  have_glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
+  if [[ -n $need_glibc ]] && [[ $(printf '%s\n%s\n' "$need_glibc" "$have_glibc" | sort -V | head -1) != "$need_glibc" ]]; then
+    say "FATAL: the package needs glibc >= $need_glibc, this machine has $have_glibc: pack on an older system"
+    return 1
+  fi
+  # C++ runtime: the machine's own unless missing or older than the build needs.
+  local glibcxx f name sys
+  glibcxx=$(sed -n 's/^GLIBCXX_REQUIRED=//p' "$info")
+  mkdir -p "$work/fallback"
+  for f in "$P"/lib/fallback/*; do
+    name=$(basename "$f")
+    sys=$(ldconfig -p | awk -v n="$name" '$1 == n && /x86-64/ {print $NF; exit}')
+    if [[ -z $sys ]] || { [[ $name == libstdc++* && -n $glibcxx ]] && ! grep -aq "$glibcxx" "$sys"; }; then
+      ln -sf "$f" "$work/fallback/$name"
+      say "using the packaged $name (the machine's is ${sys:-missing})"
+    fi
+  done
+  [[ -n $(ls "$work/fallback") ]] && ld=$ld:$work/fallback
+  # cuBLAS, cuBLASLt, NCCL: the CUDA toolkit, the system, or the nvidia-* wheels of PyTorch.
+  local dirs=() d lib found
+  local IFS_=$IFS
+  IFS=: read -r -a d <<< "${LD_LIBRARY_PATH:-}"
+  IFS=$IFS_
+  for d in "${d[@]}" /usr/local/nvidia/lib64 /usr/local/nvidia/lib ${CUDA_HOME:+$CUDA_HOME/lib64} \
+           /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib64; do
+    [[ -n $d && -d $d ]] && dirs+=("$d")
+  done
+  if command -v python3 >/dev/null; then
+    while read -r d; do dirs+=("$d"); done < <(python3 - <<'EOF' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for r in roots:
+    for p in sorted(glob.glob(os.path.join(r, "nvidia", "**", "lib"), recursive=True)):
+        print(p)
+EOF
+)
+  fi
+  for lib in $(sed -n 's/^MACHINE_LIBS=//p' "$info"); do
+    found=""
+    if ldconfig -p | awk -v n="$lib" '$1 == n' | grep -q .; then found=system; fi
+    for d in "${dirs[@]}"; do
+      [[ -n $found ]] && break
+      if [[ -e $d/$lib ]]; then found=$d; ld=$ld:$d; fi
+    done
+    if [[ -z $found && $check_pack == 1 && $lib == libcuda.so.1 && -e /usr/local/cuda/lib64/stubs/libcuda.so ]]; then
+      mkdir -p "$work/stub" && ln -sf /usr/local/cuda/lib64/stubs/libcuda.so "$work/stub/libcuda.so.1"
+      found="$work/stub (the toolkit's stub: no driver here)"; ld=$ld:$work/stub
+    fi
+    say "$lib: ${found:-NOT FOUND}"
+    [[ -n $found ]] || { say "FATAL: $lib is not on this machine (searched: system, ${dirs[*]})"; return 1; }
+  done
+  export LD_LIBRARY_PATH=$ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export OPAL_PKGLIBDIR=$P/openmpi/lib/openmpi3 OPAL_PKGDATADIR=$P/openmpi/share/openmpi
+  export OPAL_SYSCONFDIR=$P/openmpi/etc
+  export OMPI_MCA_mca_base_component_path=$P/openmpi/lib/openmpi3
+  export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export PMIX_INSTALL_PREFIX=$P/pmix PMIX_MCA_mca_base_component_path=$P/pmix/lib/pmix
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} OMP_PROC_BIND=false OPENBLAS_NUM_THREADS=1
+  export HDF5_USE_FILE_LOCKING=FALSE
+  # One process, one GPU: NCCL's bootstrap needs no network beyond loopback, and there is
+  # no InfiniBand; warnings (not the info flood) reach the log.
+  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+  local missing
+  missing=$(for f in "$P"/bin/*; do ldd "$f"; done | grep "not found" | sort -u)
+  if [[ -n $missing ]]; then
+    say "FATAL: libraries missing on this machine:"
+    echo "$missing" | sed 's/^/    /'
+    return 1
+  fi
+  say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+}
+
+# "passed (12 tests)", "FAILED (2 of 12 tests)", "skipped (...)", "exit 134".
+test_verdict() {
+  local rc=$1 logf=$2 n
+  n=$(sed -n 's/.*\[==========\] \([0-9]*\) tests\{0,1\} from .* ran\..*/\1/p' "$logf" | tail -1)
+  if [[ $rc == 0 ]]; then
+    if grep -q '\[  SKIPPED \]' "$logf"; then
+      echo "passed (${n:-?} tests, $(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\},.*/\1/p' "$logf") skipped)"
+    else
+      echo "passed (${n:-?} tests)"
+    fi
+  elif [[ $rc == 124 ]]; then
+    echo "TIMED OUT"
+  else
+    echo "FAILED (exit $rc; $(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\},.*/\1/p' "$logf") failed of ${n:-?}): $(grep -m3 -E 'Failure|error|FAILED|Aborted' "$logf" | tr '\n' ' ' | cut -c1-300)"
+  fi
+}
+
+# Cross-check of the cuBLAS peak on random data through PyTorch (its cuBLAS, not ours).
+torch_gemm_check() {
+  timeout 90 python3 - > "$work/torch_gemm.txt" 2>&1 <<'EOF'
+import torch
+if not torch.cuda.is_available():
+    raise SystemExit("torch: no CUDA")
+n = 8192
+xs = [torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+for i in range(10):
+    xs[i % 2] @ xs[2 + i % 2]
+torch.cuda.synchronize()
+times = []
+for i in range(50):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); xs[i % 2] @ xs[2 + i % 2]; e.record(); e.synchronize()
+    times.append(s.elapsed_time(e) * 1e-3)
+times.sort()
+print("torch %s bf16 %dx%dx%d random data: median %.1f TFLOP/s, best %.1f TFLOP/s" %
+      (torch.__version__, n, n, n, 2 * n**3 / times[len(times) // 2] / 1e12, 2 * n**3 / times[0] / 1e12))
+EOF
+  sed 's/^/    /' "$work/torch_gemm.txt"
+}
+
+# ---- run, summarise, collect ---------------------------------------------------------------
+rm -rf "$work"
+mkdir -p "$work" "$out"
+main 2>&1 | tee "$work/validate.log.part"
+main_rc=${PIPESTATUS[0]}
+[[ $check_pack == 1 ]] && exit "$main_rc"
+[[ $main_rc == 0 ]] || fail=1
+# `fail` set inside the piped main() does not reach here: recompute from the files.
+if [[ -f $work/tests/status.txt ]] && awk '$2 != 0 {bad=1} END {exit !bad}' "$work/tests/status.txt"; then fail=1; fi
+[[ -f $work/train/status.txt && $(cat "$work/train/status.txt") == 0 ]] || fail=1
+python3 "$repo/perf/gpu/summarize.py" --work "$work" --table "$work/table.txt" --json "$work/results.json" \
+  --dry-run "$dry_run" > "$work/summarize.log" 2>&1 || { cat "$work/summarize.log"; fail=1; }
+[[ -f $work/table.txt ]] && cat "$work/table.txt"
+[[ -f $work/results.json ]] && python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("ok") else 1)' \
+  "$work/results.json" || fail=1
+echo "[validate $(elapsed)s] done: $([[ $fail == 0 ]] && echo PASS || echo FAIL); results in $out"
+{ cat "$work/validate.log.part"; [[ -f $work/table.txt ]] && cat "$work/table.txt"; } > "$work/validate.log"
+cp "$work/validate.log" "$out/"
+for f in table.txt results.json; do [[ -f $work/$f ]] && cp "$work/$f" "$out/"; done
+[[ -f $work/train/metrics.jsonl ]] && cp "$work/train/metrics.jsonl" "$out/"
+[[ -f $work/train/train.log ]] && cp "$work/train/train.log" "$out/"
+tar -C "$work" -czf "$out/details.tar.gz" --exclude=meshtrain-gpu --exclude=fallback --exclude=validate.log.part \
+  tests train BUILD_INFO.txt $(cd "$work" && ls *.txt *.json *.csv 2>/dev/null | grep -v -e '^table.txt$' -e '^results.json$') 2>/dev/null
+exit $fail

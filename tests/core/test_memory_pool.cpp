@@ -1,0 +1,98 @@
+// MemoryPool: blocks are cached by exact size and handed out again, the counters follow
+// every allocate/release, and training steps after the first call the underlying
+// allocator (cudaMalloc on GPUs, Kokkos' host allocator on CPUs) zero times, for every
+// FSDP strategy and both compute precisions.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "meshtrain/config/config.hpp"
+#include "meshtrain/core/memory.hpp"
+#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/train/session.hpp"
+#include "meshtrain/train/step.hpp"
+#include "test_support.hpp"
+
+using namespace meshtrain;
+
+namespace {
+
+int category(MemCategory c) { return static_cast<int>(c); }
+
+TEST(MemoryPool, ReleasedBlocksAreReusedForTheSameSizeOnly) {
+  MemoryPool& pool = MemoryPool::instance();
+  pool.trim();
+  const MemoryStats s0 = pool.stats();
+  void* a = nullptr;
+  {
+    Buffer<float> b(1000, MemCategory::Workspace);
+    a = b.data();
+    EXPECT_EQ(pool.stats().in_use[category(MemCategory::Workspace)] - s0.in_use[category(MemCategory::Workspace)],
+              4000u);
+  }
+  EXPECT_EQ(pool.stats().total_in_use, s0.total_in_use);
+  EXPECT_EQ(pool.stats().reserved, s0.reserved + 4000) << "a released block stays reserved (cached)";
+  const auto calls = pool.stats().device_allocations;
+  {
+    Buffer<float> same(1000, MemCategory::Activations);  // same bytes, other category
+    EXPECT_EQ(same.data(), a) << "the cached block of the same size is handed out again";
+    EXPECT_EQ(pool.stats().device_allocations, calls);
+    Buffer<float> other(1001, MemCategory::Workspace);  // another size: a new block
+    EXPECT_NE(other.data(), a);
+    EXPECT_EQ(pool.stats().device_allocations, calls + 1);
+    EXPECT_GE(pool.stats().peak_total_in_use, s0.total_in_use + 8004);
+  }
+  pool.trim();
+  EXPECT_EQ(pool.stats().reserved, s0.reserved) << "trim returns every cached block";
+}
+
+Config small_model(const std::string& strategy, const std::string& precision) {
+  Config c;
+  c.model.family = "gpt2";
+  c.model.vocab_size = 256;
+  c.model.d_model = 64;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.max_seq_len = 32;
+  c.parallel.strategy = strategy;
+  c.train.micro_batch = 2;
+  c.train.seq_len = 32;
+  c.train.grad_accum = 2;  // the accumulation path allocates too
+  c.train.precision = precision;
+  c.data.dir = "random";
+  c.parallel.memory_limit = "1GiB";
+  return c;
+}
+
+template <class T>
+void expect_steady_state(const Config& cfg) {
+  const train::RunSetup setup = train::resolve_run(cfg, test::runtime().topology());
+  train::Session<T> s(test::runtime(), setup);
+  s.engine().init_parameters(7);
+  const train::StepSettings settings = train::step_settings(cfg.train);
+  const int rank = test::runtime().topology().world_rank;
+  const auto fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
+    for (int i = 0; i < cfg.train.micro_batch * cfg.train.seq_len; ++i) {
+      in[i] = (i * 7 + micro * 3 + rank) % 251;
+      tgt[i] = (i * 5 + micro + rank) % 251;
+    }
+  };
+  int updates = 0;
+  train::train_step(s, settings, 0, updates, fill);  // first step: every buffer size appears
+  const auto after_first = MemoryPool::instance().stats().device_allocations;
+  for (int step = 1; step < 4; ++step) train::train_step(s, settings, step, updates, fill);
+  EXPECT_EQ(MemoryPool::instance().stats().device_allocations, after_first)
+      << "steps 2-4 called the device allocator (strategy " << cfg.parallel.strategy << ", " << cfg.train.precision
+      << ")";
+  EXPECT_EQ(updates, 4);
+}
+
+TEST(MemoryPool, NoAllocatorCallsAfterTheFirstStep) {
+  for (const char* strategy : {"no_shard", "full_shard", "shard_grad_op"}) {
+    SCOPED_TRACE(strategy);
+    expect_steady_state<float>(small_model(strategy, "fp32"));
+    expect_steady_state<bf16>(small_model(strategy, "bf16"));
+  }
+}
+
+}  // namespace
