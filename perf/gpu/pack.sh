@@ -20,12 +20,14 @@
 #                   OpenBLAS and libgfortran
 #   lib/fallback/   libstdc++, libgcc_s, libgomp: used there only when the machine's own are
 #                   missing or too old (validate.sh decides), never in front of newer ones
+#   glibc/          this machine's C library and dynamic loader: used there only when the
+#                   machine's glibc is older than the build needs (validate.sh then starts
+#                   every executable through the packed loader)
 #   openmpi/        Open MPI's run-time plugins (shared-memory and self transports, collectives,
 #                   MPI-IO, the singleton launcher), its help texts and site defaults
 #   pmix/           PMIx's plugins
 #   BUILD_INFO.txt  what was built, from which commit, with which compilers and libraries
-# Left out on purpose: the C library family (glibc) and the NVIDIA driver's libcuda, which
-# the machine has; cuBLAS/cuBLASLt (~600 MB) and NCCL (~200 MB), which are too large to carry
+# Left out on purpose: the NVIDIA driver's libcuda, which the machine has; cuBLAS/cuBLASLt (~600 MB) and NCCL (~200 MB), which are too large to carry
 # and which the machine has (CUDA toolkit or the nvidia-* Python wheels; validate.sh finds
 # them); Open MPI's network transports (UCX, libfabric, InfiniBand, PSM), which a one-node,
 # one-rank run never loads (validate.sh pins pml=ob1, btl=self,vader).
@@ -63,7 +65,7 @@ done
 stage_root=$(mktemp -d)
 trap 'rm -rf "$stage_root"' EXIT
 stage=$stage_root/meshtrain-gpu
-mkdir -p "$stage"/{bin,lib/fallback,openmpi/lib,openmpi/share,openmpi/etc,pmix/lib}
+mkdir -p "$stage"/{bin,lib/fallback,glibc,openmpi/lib,openmpi/share,openmpi/etc,pmix/lib}
 
 for b in "${bins[@]}"; do
   cp "$b" "$stage/bin/"
@@ -99,6 +101,7 @@ closure() {
       [[ $arrow == "=>" ]] || continue
       [[ -n ${seen[$name]:-} ]] && continue
       seen[$name]=1
+      if [[ $name =~ $system_re && $path == /* ]]; then cp -L "$path" "$stage/glibc/$name"; continue; fi
       if [[ $name =~ $system_re || $name =~ $machine_re ]]; then continue; fi
       if [[ $path == not ]]; then missing+=("$name (needed by $(basename "$obj"))"); continue; fi
       origin[$name]=$path
@@ -122,6 +125,10 @@ if [[ -n $pmix_so ]]; then
     closure "$stage"/pmix/lib/pmix/*.so
   fi
 fi
+# The C library of this machine with its loader: validate.sh runs the executables through
+# it only where the GPU machine's own glibc is older than the build needs.
+interp=$(readelf -l "$stage/bin/meshtrain" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
+cp -L "$interp" "$stage/glibc/$(basename "$interp")"
 if [[ ${#missing[@]} -gt 0 ]]; then
   printf 'pack.sh: libraries not found here (fix the build machine first):\n' >&2
   printf '  %s\n' "${missing[@]}" >&2
@@ -146,6 +153,7 @@ cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -1; }
   if command -v nvcc >/dev/null; then echo "nvcc: $(nvcc --version | tail -2 | head -1)"; fi
   echo "needs from the machine: glibc >= ${glibc_max#GLIBC_}, libstdc++ with ${glibcxx_max:-none} (else lib/fallback), $machine_libs"
   echo "GLIBCXX_REQUIRED=${glibcxx_max}"
+  echo "GLIBC_PACKED=$(getconf GNU_LIBC_VERSION | awk '{print $2}') LOADER=$(basename "$interp")"
   echo "MACHINE_LIBS=$machine_libs"
   echo
   (cd "$stage" && find . -type f -printf '%10s  %P\n' | sort -k2)

@@ -28,6 +28,11 @@
 #     --isolate: (root) re-runs itself in a private mount namespace in which every system
 #                copy of a library the package carries, Open MPI's and PMIx's plugin
 #                folders and the MPI launchers are hidden: proves the package is complete.
+#   perf/gpu/validate.sh --from-source [...]
+#     --from-source: no package: build the executables from this checkout on the machine
+#                (needs MPI, parallel HDF5, Boost, GoogleTest, CUDA and $Kokkos_ROOT there;
+#                the lent GPU machines lack the first four, so there the package is the way).
+#                Also what happens when the package file is absent.
 #   perf/gpu/validate.sh --check-pack [--isolate]     (here, with the CUDA package)
 #     --check-pack: only unpack, set up the environment and start `meshtrain --version`;
 #                without a GPU it must stop with "no CUDA device is usable", never with a
@@ -47,6 +52,7 @@ work=${TMPDIR:-/tmp}/meshtrain-validate
 dry_run=0
 isolate=0
 check_pack=0
+from_source=0
 args=("$@")
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -57,6 +63,7 @@ while [[ $# -gt 0 ]]; do
     --dry-run) dry_run=1; shift ;;
     --isolate) isolate=1; shift ;;
     --check-pack) check_pack=1; shift ;;
+    --from-source) from_source=1; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "validate.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -102,6 +109,7 @@ elapsed() { echo $(( $(date +%s) - t_start )); }
 # 450 s budget minus what the later phases need (tests ~1 min, GEMM ~0.5 min, training
 # ~1.5 min are expected; the limits only matter when something hangs or crawls).
 budget=450
+[[ $dry_run == 1 ]] && budget=3600  # 2 shared cores here, not 16
 left() { echo $(( budget - $(elapsed) - $1 )); }
 say() { printf '[validate %4ss] %s\n' "$(elapsed)" "$*"; }
 fail=0
@@ -110,20 +118,21 @@ main() {
   mkdir -p "$work/tests" "$work/train"
   say "meshtrain GPU validation: pack $pack, config $config, $steps steps$([[ $dry_run == 1 ]] && echo ', DRY RUN (CPU build)')"
 
-  # ---- 1. unpack and environment ---------------------------------------------------------
-  if [[ ! -f $pack ]]; then
-    say "FATAL: no package at $pack. Build and pack here first: cmake --preset cuda && cmake --build build/cuda && perf/gpu/pack.sh; then carry .gpu"
-    return 1
+  # ---- 1. unpack and environment (or build from the sources) -----------------------------
+  if [[ -f $pack && $from_source == 0 ]]; then
+    tar -C "$work" -xJf "$pack" || { say "FATAL: could not unpack $pack"; return 1; }
+    P=$work/meshtrain-gpu
+    cp "$P/BUILD_INFO.txt" "$work/"
+    say "package: $(head -1 "$P/BUILD_INFO.txt"), $(sed -n 2p "$P/BUILD_INFO.txt")"
+    setup_environment || return 1
+  else
+    [[ $from_source == 1 ]] || say "no package at $pack: building from the repository's sources instead"
+    build_from_source || return 1
   fi
-  tar -C "$work" -xJf "$pack" || { say "FATAL: could not unpack $pack"; return 1; }
-  P=$work/meshtrain-gpu
-  cp "$P/BUILD_INFO.txt" "$work/"
-  say "package: $(head -1 "$P/BUILD_INFO.txt"), $(sed -n 2p "$P/BUILD_INFO.txt")"
-  setup_environment || return 1
   M=$P/bin/meshtrain
   if [[ $check_pack == 1 ]]; then
     local text rc
-    text=$(timeout 60 "$M" --version 2>&1)
+    text=$(timeout 60 "${RUN[@]}" "$M" --version 2>&1)
     rc=$?
     echo "$text" | sed 's/^/    /'
     if echo "$text" | grep -q "error while loading shared libraries"; then
@@ -142,7 +151,7 @@ main() {
   elif [[ $dry_run == 0 ]]; then
     say "WARNING: nvidia-smi not found"
   fi
-  timeout 60 "$M" --version > "$work/version.txt" 2>&1
+  timeout 60 "${RUN[@]}" "$M" --version > "$work/version.txt" 2>&1
   local rc=$?
   sed 's/^/    /' "$work/version.txt"
   if [[ $rc != 0 ]]; then say "FATAL: meshtrain --version failed (status $rc)"; return 1; fi
@@ -159,7 +168,7 @@ main() {
       continue
     fi
     (( limit > 120 )) && limit=120
-    timeout "$limit" "$t" --gtest_output="xml:$work/tests/$name.xml" > "$work/tests/$name.log" 2>&1
+    timeout "$limit" "${RUN[@]}" "$t" --gtest_output="xml:$work/tests/$name.xml" > "$work/tests/$name.log" 2>&1
     rc=$?
     echo "$name $rc" >> "$work/tests/status.txt"
     say "$(printf '%-28s %s' "$name" "$(test_verdict "$rc" "$work/tests/$name.log")")"
@@ -170,10 +179,10 @@ main() {
   local sizes="4096,8192,16384" seconds=1.5
   [[ $dry_run == 1 ]] && { sizes="256,512"; seconds=0.3; }
   say "GEMM peak: meshtrain bench gemm --dtype bf16 --sizes $sizes"
-  timeout 60 "$M" bench gemm --dtype bf16 --sizes "$sizes" --seconds "$seconds" --json "$work/gemm_bf16.json" \
+  timeout 60 "${RUN[@]}" "$M" bench gemm --dtype bf16 --sizes "$sizes" --seconds "$seconds" --json "$work/gemm_bf16.json" \
     > "$work/gemm_bf16.txt" 2>&1 || say "WARNING: bench gemm bf16 failed (status $?)"
   sed 's/^/    /' "$work/gemm_bf16.txt"
-  timeout 40 "$M" bench gemm --dtype fp32 --sizes "${sizes##*,}" --seconds "$seconds" --json "$work/gemm_fp32.json" \
+  timeout 40 "${RUN[@]}" "$M" bench gemm --dtype fp32 --sizes "${sizes##*,}" --seconds "$seconds" --json "$work/gemm_fp32.json" \
     > "$work/gemm_fp32.txt" 2>&1 || say "WARNING: bench gemm fp32 failed (status $?)"
   sed 's/^/    /' "$work/gemm_fp32.txt"
   if [[ $dry_run == 0 ]] && (( $(left 180) > 60 )); then torch_gemm_check; fi
@@ -209,7 +218,7 @@ EOF
   say "training: meshtrain train $config ${overrides[*]}"
   limit=$(left 10)
   (( limit < 60 )) && limit=60
-  timeout "$limit" "$M" train "$config" "${overrides[@]}" > "$work/train/train.log" 2>&1
+  timeout "$limit" "${RUN[@]}" "$M" train "$config" "${overrides[@]}" > "$work/train/train.log" 2>&1
   rc=$?
   [[ -n $sampler ]] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
   grep -E "measured GEMM peak|mesh |strategy|step +[0-9]+/|per-rank|rank +0 " "$work/train/train.log" | sed 's/^/    /' | tail -60
@@ -222,6 +231,47 @@ EOF
   return 0
 }
 
+# Without a package: configure and build the executables from this checkout with the
+# machine's own MPI, parallel HDF5, Boost, GoogleTest and CUDA toolkit, and a Kokkos-CUDA
+# install at $Kokkos_ROOT (or .gpu/kokkos-cuda). That is a GPU node with the dependencies
+# (a Spack environment, say); the lent GPU machines have none of them, so there configure
+# stops at the first one missing and says which. ~25 CPU-minutes of nvcc: ~2-3 minutes on
+# 16 cores, counted against the same 450 s budget. The dry run builds the cpu preset.
+build_from_source() {
+  local preset=cuda
+  [[ $dry_run == 1 ]] && preset=cpu
+  if [[ $preset == cuda ]]; then
+    if [[ -z ${Kokkos_ROOT:-} && -d $repo/.gpu/kokkos-cuda ]]; then export Kokkos_ROOT=$repo/.gpu/kokkos-cuda; fi
+    [[ -n ${Kokkos_ROOT:-} ]] || { say "FATAL: no package and no Kokkos_ROOT (a Kokkos built with CUDA) to build with"; return 1; }
+    command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+  fi
+  local b=$work/build targets=(meshtrain test_cuda_link test_model_gradcheck test_memory_accounting test_memory_pool)
+  local k
+  for k in elementwise embedding norms rope attention cross_entropy adamw; do targets+=("test_kernels_$k"); done
+  say "building from source: cmake --preset $preset -B $b (Kokkos_ROOT=${Kokkos_ROOT:-})"
+  if ! cmake --preset "$preset" -B "$b" > "$work/build-configure.log" 2>&1; then
+    say "FATAL: configure failed; the end of its log:"; tail -15 "$work/build-configure.log" | sed 's/^/    /'; return 1
+  fi
+  local limit
+  limit=$(left 200)
+  (( limit < 60 )) && limit=60
+  if ! timeout "$limit" cmake --build "$b" -j "$(nproc)" --target "${targets[@]}" > "$work/build.log" 2>&1; then
+    say "FATAL: the build failed or ran out of time; the end of its log:"; tail -15 "$work/build.log" | sed 's/^/    /'; return 1
+  fi
+  P=$work/from-source
+  mkdir -p "$P/bin"
+  for k in "${targets[@]}"; do [[ -x $b/bin/$k ]] && ln -sf "$b/bin/$k" "$P/bin/$k"; done
+  {
+    echo "meshtrain $(git -C "$repo" describe --always --dirty --tags 2>/dev/null || echo unknown) (built from source on this machine)"
+    echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), preset $preset"
+  } > "$P/BUILD_INFO.txt"
+  cp "$P/BUILD_INFO.txt" "$work/"
+  say "built in $(elapsed) s"
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} OMP_PROC_BIND=false OPENBLAS_NUM_THREADS=1
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_ess_singleton_isolated=1
+  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+}
+
 # Library search path: the package, then cuBLAS/NCCL wherever the machine has them, then
 # the fallback C++ runtime only for what the machine lacks. Open MPI and PMIx are pointed at
 # their relocated plugins and help files; a singleton MPI_Init starts no daemon.
@@ -231,9 +281,18 @@ setup_environment() {
   local need_glibc have_glibc
   need_glibc=$(sed -n 's/.*glibc >= \([0-9.]*\).*/\1/p' "$info")
   have_glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
-  if [[ -n $need_glibc ]] && [[ $(printf '%s\n%s\n' "$need_glibc" "$have_glibc" | sort -V | head -1) != "$need_glibc" ]]; then
-    say "FATAL: the package needs glibc >= $need_glibc, this machine has $have_glibc: pack on an older system"
-    return 1
+  local loader
+  loader=$P/glibc/$(sed -n 's/.* LOADER=\(.*\)/\1/p' "$info")
+  if [[ ${MESHTRAIN_VALIDATE_PACKED_GLIBC:-0} == 1 ]] ||
+     { [[ -n $need_glibc ]] && [[ $(printf '%s\n%s\n' "$need_glibc" "$have_glibc" | sort -V | head -1) != "$need_glibc" ]]; }; then
+    if [[ ! -x $loader ]]; then
+      say "FATAL: the package needs glibc >= $need_glibc, this machine has $have_glibc, and no packed C library"
+      return 1
+    fi
+    # Every executable starts through the packed loader with the packed C library first;
+    # the machine's libraries (driver, cuBLAS, NCCL) are older-glibc builds and load fine.
+    use_loader=$loader
+    say "running every executable through the packed glibc $(sed -n 's/^GLIBC_PACKED=\([^ ]*\).*/\1/p' "$info") (the build needs >= $need_glibc; this machine has $have_glibc)"
   fi
   # C++ runtime: the machine's own unless missing or older than the build needs.
   local glibcxx f name sys
@@ -282,6 +341,10 @@ EOF
     [[ -n $found ]] || { say "FATAL: $lib is not on this machine (searched: system, ${dirs[*]})"; return 1; }
   done
   export LD_LIBRARY_PATH=$ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if [[ -n $use_loader ]]; then
+    LD_LIBRARY_PATH=$P/glibc:$LD_LIBRARY_PATH
+    RUN=("$use_loader" --library-path "$LD_LIBRARY_PATH")
+  fi
   export OPAL_PKGLIBDIR=$P/openmpi/lib/openmpi3 OPAL_PKGDATADIR=$P/openmpi/share/openmpi
   export OPAL_SYSCONFDIR=$P/openmpi/etc
   export OMPI_MCA_mca_base_component_path=$P/openmpi/lib/openmpi3
@@ -294,7 +357,11 @@ EOF
   # no InfiniBand; warnings (not the info flood) reach the log.
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
   local missing
-  missing=$(for f in "$P"/bin/*; do ldd "$f"; done | grep "not found" | sort -u)
+  if [[ -n $use_loader ]]; then
+    missing=$(for f in "$P"/bin/*; do "$use_loader" --list "$f"; done | grep "not found" | sort -u)
+  else
+    missing=$(for f in "$P"/bin/*; do ldd "$f"; done | grep "not found" | sort -u)
+  fi
   if [[ -n $missing ]]; then
     say "FATAL: libraries missing on this machine:"
     echo "$missing" | sed 's/^/    /'
@@ -302,6 +369,11 @@ EOF
   fi
   say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 }
+
+# Prefix of every packed executable's command line: empty, or the packed loader when the
+# machine's glibc is too old (set by setup_environment).
+use_loader=""
+RUN=()
 
 # "passed (12 tests)", "FAILED (2 of 12 tests)", "skipped (...)", "exit 134".
 test_verdict() {
