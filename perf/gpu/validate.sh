@@ -340,10 +340,14 @@ EOF
     say "$lib: ${found:-NOT FOUND}"
     [[ -n $found ]] || { say "FATAL: $lib is not on this machine (searched: system, ${dirs[*]})"; return 1; }
   done
-  export LD_LIBRARY_PATH=$ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # The search path is given to the packed executables only (RUN), never exported: the
+  # machine's own programs (python3, nvidia-smi, tar) must keep their own libraries.
+  local path=$ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if [[ -n $use_loader ]]; then
-    LD_LIBRARY_PATH=$P/glibc:$LD_LIBRARY_PATH
-    RUN=("$use_loader" --library-path "$LD_LIBRARY_PATH")
+    path=$P/glibc:$path
+    RUN=("$use_loader" --library-path "$path")
+  else
+    RUN=(env "LD_LIBRARY_PATH=$path")
   fi
   export OPAL_PKGLIBDIR=$P/openmpi/lib/openmpi3 OPAL_PKGDATADIR=$P/openmpi/share/openmpi
   export OPAL_SYSCONFDIR=$P/openmpi/etc
@@ -358,16 +362,16 @@ EOF
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
   local missing
   if [[ -n $use_loader ]]; then
-    missing=$(for f in "$P"/bin/*; do "$use_loader" --list "$f"; done | grep "not found" | sort -u)
+    missing=$(for f in "$P"/bin/*; do "${RUN[@]}" --list "$f"; done | grep "not found" | sort -u)
   else
-    missing=$(for f in "$P"/bin/*; do ldd "$f"; done | grep "not found" | sort -u)
+    missing=$(for f in "$P"/bin/*; do LD_LIBRARY_PATH=$path ldd "$f"; done | grep "not found" | sort -u)
   fi
   if [[ -n $missing ]]; then
     say "FATAL: libraries missing on this machine:"
     echo "$missing" | sed 's/^/    /'
     return 1
   fi
-  say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  say "library path of the packed executables: $path"
 }
 
 # Prefix of every packed executable's command line: empty, or the packed loader when the
