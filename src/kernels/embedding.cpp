@@ -1,5 +1,7 @@
 #include "meshtrain/kernels/embedding.hpp"
 
+#include <vector>
+
 #include "kernel_common.hpp"
 
 namespace meshtrain::kernels {
@@ -27,23 +29,70 @@ template <class T>
 void embedding_backward(const std::int32_t* tokens, int n_tokens, const T* dout,
                         std::int64_t vocab_start, std::int64_t vocab_local, int C, T* dwte) {
   // dout: (n_tokens, C) -> dwte: (vocab_local, C) +=
-  // Parallel over column blocks, serial over tokens: every element of dwte receives its
-  // contributions in token order, whatever the blocking or thread count, and no two work
-  // items touch the same element (no atomics).
-  const int CB = column_block(C, C);
-  const int nblocks = (C + CB - 1) / CB;
-  Kokkos::parallel_for(
-      "Kernels::embedding_backward", RangeInt(0, nblocks), KOKKOS_LAMBDA(int blk) {
-        const int c0 = blk * CB;
-        const int nc = C - c0 < CB ? C - c0 : CB;
-        for (int i = 0; i < n_tokens; ++i) {
-          const std::int64_t row = static_cast<std::int64_t>(tokens[i]) - vocab_start;
-          if (row < 0 || row >= vocab_local) continue;
-          T* w = dwte + row * C + c0;
-          const T* d = dout + static_cast<std::int64_t>(i) * C + c0;
-          for (int j = 0; j < nc; ++j) w[j] = store<T>(load(w[j]) + load(d[j]));
-        }
-      });
+  // Every element of dwte receives its contributions in token order, whatever the blocking
+  // or thread count, and no two work items touch the same element (no atomics).
+  if constexpr (kHostExec) {
+    // Parallel over column blocks, serial over tokens.
+    const int CB = column_block(C, C);
+    const int nblocks = (C + CB - 1) / CB;
+    Kokkos::parallel_for(
+        "Kernels::embedding_backward", RangeInt(0, nblocks), KOKKOS_LAMBDA(int blk) {
+          const int c0 = blk * CB;
+          const int nc = C - c0 < CB ? C - c0 : CB;
+          for (int i = 0; i < n_tokens; ++i) {
+            const std::int64_t row = static_cast<std::int64_t>(tokens[i]) - vocab_start;
+            if (row < 0 || row >= vocab_local) continue;
+            T* w = dwte + row * C + c0;
+            const T* d = dout + static_cast<std::int64_t>(i) * C + c0;
+            for (int j = 0; j < nc; ++j) w[j] = store<T>(load(w[j]) + load(d[j]));
+          }
+        });
+  } else {
+    // GPUs: group the positions by token on the host (a stable counting sort of n_tokens
+    // ids), then one team per distinct row sums its positions in token order, threads over
+    // the columns.
+    std::vector<std::int32_t> host(static_cast<std::size_t>(n_tokens));
+    Kokkos::deep_copy(UView<std::int32_t, HostMem>(host.data(), host.size()),
+                      UView<std::int32_t>(const_cast<std::int32_t*>(tokens), host.size()));
+    std::vector<std::int32_t> count(static_cast<std::size_t>(vocab_local) + 1, 0);
+    for (std::int32_t t : host) {
+      const std::int64_t row = static_cast<std::int64_t>(t) - vocab_start;
+      if (row >= 0 && row < vocab_local) ++count[static_cast<std::size_t>(row) + 1];
+    }
+    std::vector<std::int32_t> rows, offsets{0};
+    for (std::int64_t r = 0; r < vocab_local; ++r)
+      if (count[static_cast<std::size_t>(r) + 1] > 0) {
+        rows.push_back(static_cast<std::int32_t>(r));
+        offsets.push_back(offsets.back() + count[static_cast<std::size_t>(r) + 1]);
+      }
+    for (std::int64_t r = 0; r < vocab_local; ++r) count[static_cast<std::size_t>(r) + 1] += count[static_cast<std::size_t>(r)];
+    std::vector<std::int32_t> positions(static_cast<std::size_t>(offsets.back()));
+    for (int i = 0; i < n_tokens; ++i) {  // stable: positions of a row stay in token order
+      const std::int64_t row = static_cast<std::int64_t>(host[static_cast<std::size_t>(i)]) - vocab_start;
+      if (row >= 0 && row < vocab_local) positions[static_cast<std::size_t>(count[static_cast<std::size_t>(row)]++)] = i;
+    }
+    const int n_rows = static_cast<int>(rows.size());
+    if (n_rows == 0) return;
+    Buffer<std::int32_t> d_rows(rows.size(), MemCategory::Workspace), d_off(offsets.size(), MemCategory::Workspace),
+        d_pos(positions.size(), MemCategory::Workspace);
+    Kokkos::deep_copy(d_rows.view(), UView<std::int32_t, HostMem>(rows.data(), rows.size()));
+    Kokkos::deep_copy(d_off.view(), UView<std::int32_t, HostMem>(offsets.data(), offsets.size()));
+    Kokkos::deep_copy(d_pos.view(), UView<std::int32_t, HostMem>(positions.data(), positions.size()));
+    const std::int32_t* R = d_rows.data();
+    const std::int32_t* O = d_off.data();
+    const std::int32_t* Pp = d_pos.data();
+    Kokkos::parallel_for(
+        "Kernels::embedding_backward", row_policy(n_rows), KOKKOS_LAMBDA(const Member& team) {
+          const int u = team.league_rank();
+          T* w = dwte + static_cast<std::int64_t>(R[u]) * C;
+          team_for(team, C, [&](int c) {
+            acc_t<T> acc = load(w[c]);
+            for (int p = O[u]; p < O[u + 1]; ++p) acc += load(dout[static_cast<std::int64_t>(Pp[p]) * C + c]);
+            w[c] = store<T>(acc);
+          });
+        });
+    Kokkos::fence();  // the index buffers return to the pool when this function ends
+  }
 }
 
 template <class T>

@@ -18,6 +18,7 @@
 
 #include "meshtrain/core/bf16.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
+#include "meshtrain/core/memory.hpp"
 #include "meshtrain/core/views.hpp"
 
 namespace meshtrain::kernels::detail {
@@ -212,33 +213,66 @@ KOKKOS_INLINE_FUNCTION void team_single(const Member& team, const F& f) {
 
 /// \brief Deterministic sums over rows for each column, NS sums at once:
 /// for c < cols: g(c, s) with s[k] = sum over r < rows (in row order) of the k-th value
-/// written by f(r, c, v). Parallel over column blocks, serial over rows: the result does
-/// not depend on the thread count. On host a block's accumulators (at most kMax columns)
-/// live on the stack, in L1, while the rows stream through.
+/// written by f(r, c, v). The result does not depend on the thread count.
+/// On host: parallel over column blocks, serial over rows; a block's accumulators (at most
+/// kMax columns) live on the stack, in L1, while the rows stream through.
+/// On GPUs: two passes with a fixed order — chunks of kGpuChunk rows summed per column by
+/// one thread each (adjacent threads, adjacent columns), then the chunk partials summed in
+/// chunk order — so 16k rows x 768 columns use ~200k threads instead of 768 serial ones.
 template <class A, int NS, class F, class G>
 void column_sums(const char* name, int rows, int cols, const F& f, const G& g) {
-  constexpr int kMax = kHostExec ? 1024 : 1;
-  const int cb = column_block(cols, kMax);
-  const int nblocks = (cols + cb - 1) / cb;
-  Kokkos::parallel_for(
-      name, RangeInt(0, nblocks), KOKKOS_LAMBDA(int blk) {
-        const int c0 = blk * cb;
-        const int nc = cols - c0 < cb ? cols - c0 : cb;
-        A acc[NS][kMax];
-        for (int k = 0; k < NS; ++k)
-          for (int j = 0; j < nc; ++j) acc[k][j] = A(0);
-        for (int r = 0; r < rows; ++r)
+  if constexpr (kHostExec) {
+    constexpr int kMax = 1024;
+    const int cb = column_block(cols, kMax);
+    const int nblocks = (cols + cb - 1) / cb;
+    Kokkos::parallel_for(
+        name, RangeInt(0, nblocks), KOKKOS_LAMBDA(int blk) {
+          const int c0 = blk * cb;
+          const int nc = cols - c0 < cb ? cols - c0 : cb;
+          A acc[NS][kMax];
+          for (int k = 0; k < NS; ++k)
+            for (int j = 0; j < nc; ++j) acc[k][j] = A(0);
+          for (int r = 0; r < rows; ++r)
+            for (int j = 0; j < nc; ++j) {
+              A v[NS];
+              f(r, c0 + j, v);
+              for (int k = 0; k < NS; ++k) acc[k][j] += v[k];
+            }
           for (int j = 0; j < nc; ++j) {
-            A v[NS];
-            f(r, c0 + j, v);
-            for (int k = 0; k < NS; ++k) acc[k][j] += v[k];
+            A s[NS];
+            for (int k = 0; k < NS; ++k) s[k] = acc[k][j];
+            g(c0 + j, s);
           }
-        for (int j = 0; j < nc; ++j) {
+        });
+  } else {
+    constexpr int kGpuChunk = 64;
+    const int chunks = (rows + kGpuChunk - 1) / kGpuChunk;
+    // partial: (chunks, NS, cols) from the memory pool (no device allocation per call).
+    Buffer<A> partial(static_cast<std::size_t>(chunks) * NS * cols, MemCategory::Workspace);
+    A* P = partial.data();
+    Kokkos::parallel_for(
+        name, Range64(0, static_cast<std::int64_t>(chunks) * cols), KOKKOS_LAMBDA(std::int64_t idx) {
+          const int ch = static_cast<int>(idx / cols);
+          const int c = static_cast<int>(idx % cols);
+          A acc[NS];
+          for (int k = 0; k < NS; ++k) acc[k] = A(0);
+          const int r1 = rows < (ch + 1) * kGpuChunk ? rows : (ch + 1) * kGpuChunk;
+          for (int r = ch * kGpuChunk; r < r1; ++r) {
+            A v[NS];
+            f(r, c, v);
+            for (int k = 0; k < NS; ++k) acc[k] += v[k];
+          }
+          for (int k = 0; k < NS; ++k) P[(static_cast<std::int64_t>(ch) * NS + k) * cols + c] = acc[k];
+        });
+    Kokkos::parallel_for(
+        name, RangeInt(0, cols), KOKKOS_LAMBDA(int c) {
           A s[NS];
-          for (int k = 0; k < NS; ++k) s[k] = acc[k][j];
-          g(c0 + j, s);
-        }
-      });
+          for (int k = 0; k < NS; ++k) s[k] = A(0);
+          for (int ch = 0; ch < chunks; ++ch)
+            for (int k = 0; k < NS; ++k) s[k] += P[(static_cast<std::int64_t>(ch) * NS + k) * cols + c];
+          g(c, s);
+        });
+  }
 }
 
 }  // namespace meshtrain::kernels::detail

@@ -1,5 +1,8 @@
 #include "meshtrain/kernels/rope.hpp"
 
+#include <cmath>
+#include <vector>
+
 #include "kernel_common.hpp"
 
 namespace meshtrain::kernels {
@@ -9,20 +12,26 @@ void rope_tables(double theta, int head_dim, int max_seq_len, float* cos_table, 
   // cos_table, sin_table: (max_seq_len, head_dim/2). Same fp32 operations as Hugging Face:
   //   inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
   //   freqs    = position.float() * inv_freq;  cos = freqs.cos(), sin = freqs.sin()
+  // Computed once on the host and copied: device powf/cosf may differ from the host's by an
+  // ulp, and at position 4095 one ulp of inv_freq moves the angle by ~5e-4 rad, so host
+  // tables keep CPU and GPU builds (and the PyTorch reference) on the same angles.
   const int half = head_dim / 2;
   const float base = static_cast<float>(theta);
   const float dim = static_cast<float>(head_dim);
-  Kokkos::parallel_for(
-      "Kernels::rope_tables", Range64(0, static_cast<std::int64_t>(max_seq_len) * half),
-      KOKKOS_LAMBDA(std::int64_t idx) {
-        const int pos = static_cast<int>(idx / half);
-        const int i = static_cast<int>(idx % half);
-        const float exponent = static_cast<float>(2 * i) / dim;
-        const float inv_freq = 1.0f / math::pow(base, exponent);
-        const float angle = static_cast<float>(pos) * inv_freq;
-        cos_table[idx] = math::cos(angle);
-        sin_table[idx] = math::sin(angle);
-      });
+  const std::size_t n = static_cast<std::size_t>(max_seq_len) * half;
+  std::vector<float> c(n), s(n);
+  for (int pos = 0; pos < max_seq_len; ++pos)
+    for (int i = 0; i < half; ++i) {
+      const float inv_freq = 1.0f / std::pow(base, static_cast<float>(2 * i) / dim);
+      const float angle = static_cast<float>(pos) * inv_freq;
+      c[static_cast<std::size_t>(pos) * half + i] = std::cos(angle);
+      s[static_cast<std::size_t>(pos) * half + i] = std::sin(angle);
+    }
+  using HostView = Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using DevView = Kokkos::View<float*, Kokkos::DefaultExecutionSpace::memory_space,
+                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  Kokkos::deep_copy(DevView(cos_table, n), HostView(c.data(), n));
+  Kokkos::deep_copy(DevView(sin_table, n), HostView(s.data(), n));
 }
 
 namespace {

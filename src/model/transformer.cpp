@@ -188,8 +188,8 @@ const T* Transformer<T>::head_weight(const T* outer) const {
 
 template <class T>
 std::int64_t Transformer<T>::head_chunk_rows(int N) const {
-  // Bound the logits scratch to ~16M elements (64 MiB fp32): rows x local vocab.
-  const std::int64_t limit = std::max<std::int64_t>(1, (std::int64_t{1} << 24) / std::max<std::int64_t>(1, tp_.vocab));
+  // Bound the logits scratch (rows x local vocab) to kHeadChunkElements.
+  const std::int64_t limit = std::max<std::int64_t>(1, kHeadChunkElements / std::max<std::int64_t>(1, tp_.vocab));
   return std::min<std::int64_t>(N, limit);
 }
 

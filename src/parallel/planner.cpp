@@ -5,6 +5,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/model/layout.hpp"
+#include "meshtrain/model/transformer.hpp"
 
 namespace meshtrain::parallel {
 namespace {
@@ -98,7 +99,7 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
   double act = (L + 2) * N * C;  // residual stream at every block boundary + dx
   act += in.activation_checkpointing ? per_block : L * per_block;
   act += block_backward_scratch_elems(in.dims, t, B, T);
-  const double chunk = std::min(N, std::max(1.0, 16777216.0 / static_cast<double>(t.vocab)));
+  const double chunk = std::min(N, std::max(1.0, static_cast<double>(model::kHeadChunkElements) / t.vocab));
   act += chunk * t.vocab + 2 * N * C;  // head: logits chunk, normed, dnormed
   m.activations = sT * act;
 

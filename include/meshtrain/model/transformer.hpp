@@ -22,6 +22,10 @@
 
 namespace meshtrain::model {
 
+/// Elements of the logits scratch of the fused head (rows x local vocab): 16 M on host
+/// (64 MiB fp32, cache-friendly chunks), 256 M on GPUs (few, large GEMMs; 512 MiB in bf16).
+inline constexpr std::int64_t kHeadChunkElements = kDeviceIsHost ? (std::int64_t{1} << 24) : (std::int64_t{1} << 28);
+
 struct BatchShape {
   int B = 1;  ///< sequences
   int T = 1;  ///< tokens per sequence
