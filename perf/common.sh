@@ -52,9 +52,12 @@ wait_quiet() {
 # others_running: runnable tasks on the machine right now besides this sampler, averaged over
 # 10 samples in 1 s (/proc/loadavg field 4). Between our own runs this is other users' load.
 others_running() {
-  local i sum=0
+  # Read with the shell's own `read` (no child processes): a sampler that forks `cut` would
+  # count its own pipeline as "others running" and wait_idle would never see an idle machine.
+  local i sum=0 a b c runq rest
   for i in 1 2 3 4 5 6 7 8 9 10; do
-    sum=$(( sum + $(cut -d' ' -f4 /proc/loadavg | cut -d/ -f1) - 1 ))
+    read -r a b c runq rest < /proc/loadavg
+    sum=$(( sum + ${runq%%/*} - 1 ))
     sleep 0.1
   done
   awk -v s=$sum 'BEGIN{printf "%.1f", s / 10}'

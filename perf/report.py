@@ -121,6 +121,13 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
                    "discrepancy).\n")
         out.append(table + "\n")
         out.append("![predicted vs measured](results/sweep/plots/predicted.png)\n")
+    gpu_table = read("gpu", "table.txt")
+    if gpu_table:
+        out.append("## GPU validation (issue 9): the table of the latest real run\n")
+        out.append("Printed by `perf/gpu/validate.sh` on a GPU machine and copied to `results/gpu/` with its "
+                   "`results.json`, `validate.log` and `metrics.jsonl` (see [gpu/README.md](gpu/README.md)). "
+                   + (read("gpu", "NOTE.md") or "") + "\n")
+        out.append("```\n" + gpu_table.rstrip() + "\n```\n")
     text = "\n".join(s.rstrip() + "\n" for s in out if s)
     dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(PERF, "README.md")
     open(dest, "w").write(text)
