@@ -73,6 +73,10 @@ void print_plan(const Config& cfg, const model::ModelDims& dims, const parallel:
               "inter-node, latency %.0f us (%s)\n",
               costs.gemm_flops / 1e9, costs.gemm_source.c_str(), costs.copy_bytes / 1e9, costs.intra_bus_bytes / 1e9, costs.inter_bus_bytes / 1e9,
               costs.latency_s * 1e6, costs.bus_source.c_str());
+  if (costs.adamw_s_per_elem > 0)
+    std::printf("  elementwise = AdamW %.2f ns/element (measured) + MLP activation fwd+bwd %.2f ns/element (measured) + "
+                "other kernels' bytes / copy bandwidth\n",
+                costs.adamw_s_per_elem * 1e9, costs.activation_s_per_elem * 1e9);
   std::printf("step s = predicted optimizer-step time with FSDP communication overlapped behind compute "
               "(tensor-parallel all-reduces exposed); see doc/perf.md\n");
 }

@@ -10,6 +10,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/kernels/adamw.hpp"
 #include "meshtrain/kernels/elementwise.hpp"
 #include "meshtrain/linalg/gemm.hpp"
 #include "meshtrain/linalg/peak.hpp"
@@ -20,8 +21,9 @@ namespace meshtrain::train {
 namespace {
 
 /// Reads+writes of every saved activation element by the memory-bound kernels over a
-/// forward and backward (norms, bias, GELU/SwiGLU, softmax, residual adds and their
-/// backward). Calibrated against the CPU sweep (perf/README.md).
+/// forward and backward (norms, bias, softmax, residual adds and their backward; the MLP
+/// activation is timed separately when measured). An estimate from counting the kernels'
+/// passes, not a fit.
 constexpr double kElementwisePasses = 6.0;
 
 /// One GEMM call of a micro-step: C (m, n) = op(A) op(B), `batch` times (strided), repeated
@@ -29,6 +31,7 @@ constexpr double kElementwisePasses = 6.0;
 struct GemmCall {
   linalg::Op a, b;
   int m, n, k, batch, count;
+  float beta = 0.0f;  ///< 1 for weight gradients, which the model accumulates (dW += X^T dY)
 };
 
 /// The GEMMs of one micro-step of N = micro_batch x seq_len rows, as the model issues them:
@@ -47,7 +50,7 @@ std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int T, int t
   std::vector<GemmCall> g;
   const auto linear = [&](int in, int out) {  // Y (N, out) = X (N, in) W (in, out)
     g.push_back({Op::N, Op::N, N, out, in, 1, L});
-    g.push_back({Op::T, Op::N, in, out, N, 1, L});
+    g.push_back({Op::T, Op::N, in, out, N, 1, L, 1.0f});
     g.push_back({Op::N, Op::T, N, in, out, 1, L});
   };
   linear(C, qkv);
@@ -68,12 +71,17 @@ std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int T, int t
   for (int r0 = 0; r0 < N; r0 += chunk) {
     const int nc = std::min(chunk, N - r0);
     g.push_back({Op::N, Op::T, nc, Vl, C, 1, 1});
-    g.push_back({Op::T, Op::N, Vl, C, nc, 1, 1});
+    g.push_back({Op::T, Op::N, Vl, C, nc, 1, 1, 1.0f});
     g.push_back({Op::N, Op::N, nc, C, Vl, 1, 1});
   }
   flop = 3.0 * d.flops_per_token_forward(T) * N / tp;
   return g;
 }
+
+/// Operand sets cycled through by time_gemms, so that successive calls find their
+/// activations in memory rather than in the last-level cache (as in training, where every
+/// call reads a different activation and its weights were last touched a block earlier).
+constexpr std::size_t kColdSetBytes = std::size_t{96} << 20;
 
 template <class T>
 double time_gemms(const std::vector<GemmCall>& calls) {
@@ -83,21 +91,25 @@ double time_gemms(const std::vector<GemmCall>& calls) {
     nb = std::max(nb, static_cast<std::size_t>(c.k) * c.n * c.batch);
     nc = std::max(nc, static_cast<std::size_t>(c.m) * c.n * c.batch);
   }
-  Buffer<T> a(na, MemCategory::Workspace), b(nb, MemCategory::Workspace), c(nc, MemCategory::Workspace);
-  kernels::fill(a.data(), na, 0.01);
-  kernels::fill(b.data(), nb, 0.01);
-  kernels::fill(c.data(), nc, 0.0);
+  const std::size_t set = na + nb + nc;
+  const std::size_t sets = std::clamp<std::size_t>(kColdSetBytes / (set * sizeof(T)) + 1, 1, 8);
+  Buffer<T> pool(set * sets, MemCategory::Workspace);
+  kernels::fill(pool.data(), set * sets, 0.01);
+  std::size_t next = 0;
   const auto run_all = [&](bool once) {
     for (const GemmCall& g : calls) {
       const int lda = g.a == linalg::Op::N ? g.k : g.m, ldb = g.b == linalg::Op::N ? g.n : g.k;
       const int reps = once ? 1 : g.count;
       for (int r = 0; r < reps; ++r) {
+        T* a = pool.data() + (next++ % sets) * set;
+        T* b = a + na;
+        T* c = b + nb;
         if (g.batch == 1)
-          linalg::gemm<T>(g.a, g.b, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), g.n);
+          linalg::gemm<T>(g.a, g.b, g.m, g.n, g.k, 1.0f, a, lda, b, ldb, g.beta, c, g.n);
         else
-          linalg::gemm_strided_batched<T>(g.a, g.b, g.m, g.n, g.k, 1.0f, a.data(), lda,
-                                          static_cast<std::int64_t>(g.m) * g.k, b.data(), ldb,
-                                          static_cast<std::int64_t>(g.k) * g.n, 0.0f, c.data(), g.n,
+          linalg::gemm_strided_batched<T>(g.a, g.b, g.m, g.n, g.k, 1.0f, a, lda,
+                                          static_cast<std::int64_t>(g.m) * g.k, b, ldb,
+                                          static_cast<std::int64_t>(g.k) * g.n, g.beta, c, g.n,
                                           static_cast<std::int64_t>(g.m) * g.n, g.batch);
       }
     }
@@ -113,9 +125,65 @@ double time_gemms(const std::vector<GemmCall>& calls) {
   return best;
 }
 
+/// Seconds per element of the fused AdamW update and of the MLP activation's forward plus
+/// backward (GELU-tanh or SwiGLU): both are compute-bound on CPUs (sqrt/div, tanh/exp per
+/// element), so bytes / copy bandwidth underestimates them several-fold. Timed on `n`
+/// elements, best of 3 after a warm-up.
+struct ElementRates {
+  double adamw = 0, activation = 0;
+};
+
+template <class T>
+ElementRates measure_element_rates(model::Family family, std::size_t n) {
+  ElementRates r;
+  const auto best_of = [](auto&& fn) {
+    fn();
+    double best = 1e300;
+    for (int rep = 0; rep < 3; ++rep) {
+      const double t0 = now_seconds();
+      fn();
+      Kokkos::fence();
+      best = std::min(best, now_seconds() - t0);
+    }
+    return best;
+  };
+  {
+    Buffer<float> p(n, MemCategory::Workspace), g(n, MemCategory::Workspace), m(n, MemCategory::Workspace),
+        v(n, MemCategory::Workspace);
+    for (Buffer<float>* b : {&p, &g, &m, &v}) kernels::fill(b->data(), n, 0.01);
+    kernels::AdamWParams ap;
+    ap.weight_decay = 0.1f;
+    r.adamw = best_of([&] { kernels::adamw_step(p.data(), g.data(), m.data(), v.data(), n, ap); }) / n;
+  }
+  // Activation: n elements of the MLP hidden (rows x cols); SwiGLU reads gate and up.
+  Buffer<T> a(2 * n, MemCategory::Workspace), b(2 * n, MemCategory::Workspace), c(2 * n, MemCategory::Workspace);
+  kernels::fill(a.data(), 2 * n, 0.5);
+  kernels::fill(b.data(), 2 * n, 0.25);
+  const int cols = 1024, rows = static_cast<int>(n / cols);
+  if (family == model::Family::Gpt2) {
+    r.activation = best_of([&] {
+      kernels::gelu_forward(a.data(), c.data(), n);
+      kernels::gelu_backward(a.data(), b.data(), c.data(), n);
+    }) / n;
+  } else {
+    r.activation = best_of([&] {
+      kernels::swiglu_forward(a.data(), a.data() + cols, 2 * cols, c.data(), cols, rows, cols);
+      kernels::swiglu_backward(a.data(), a.data() + cols, 2 * cols, b.data(), cols, c.data(), c.data() + cols,
+                               rows, cols);
+    }) / n;
+  }
+  return r;
+}
+
 double min_over_world(const Runtime& rt, double v) {
   double out = v;
   MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MIN, rt.world().get());
+  return out;
+}
+
+double max_over_world(const Runtime& rt, double v) {
+  double out = v;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, rt.world().get());
   return out;
 }
 
@@ -154,6 +222,13 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
       if (c.model_gemm_flops > 0)
         c.gemm_source += strprintf("; this model's GEMMs (micro-batch %d x %d rows): %.1f GFLOP/s",
                                    cfg.train.micro_batch, cfg.train.seq_len, c.model_gemm_flops / 1e9);
+    }
+    if (measure_here && dims != nullptr) {
+      const std::size_t n = std::size_t{1} << 21;  // a few ms per kernel
+      const ElementRates er = bf16 ? measure_element_rates<meshtrain::bf16>(dims->family, n)
+                                   : measure_element_rates<float>(dims->family, n);
+      c.adamw_s_per_elem = max_over_world(rt, er.adamw);
+      c.activation_s_per_elem = max_over_world(rt, er.activation);
     }
   }
   if (!p.target_mem_gbps.empty()) {
@@ -199,11 +274,13 @@ StepPrediction predict_step(const model::ModelDims& d, const parallel::PlanInput
   r.gemm_s = 3.0 * d.flops_per_token_forward(in.seq_len) * tokens_per_rank / tp / gemm_rate;
   // Memory-bound kernels: activations (per micro-batch) times micro-batches, plus the
   // optimizer's pass over the state (4 arrays read, 3 written, fp32).
-  const double sT = in.bf16 ? 2.0 : 4.0;
   const double act_bytes = p.memory.activations * p.grad_accum;
-  const double state_elems = p.memory.params / 4.0;
-  r.elementwise_s = (kElementwisePasses * act_bytes / 2.0 + 7.0 * 4.0 * state_elems) / c.copy_bytes;
-  (void)sT;
+  const double state_elems = p.memory.params / 4.0;  // fp32 master elements this rank updates
+  r.optimizer_s = c.adamw_s_per_elem > 0 ? state_elems * c.adamw_s_per_elem : 7.0 * 4.0 * state_elems / c.copy_bytes;
+  // MLP hidden elements per micro-step (tokens x ffn_dim / tp per block), forward + backward.
+  const double hidden = tokens_per_rank * d.n_layers * (static_cast<double>(d.ffn_dim) / tp);
+  r.activation_s = hidden * c.activation_s_per_elem;  // 0 unmeasured: in the bytes term below
+  r.elementwise_s = r.optimizer_s + r.activation_s + kElementwisePasses * act_bytes / 2.0 / c.copy_bytes;
   r.compute_s = r.gemm_s + r.elementwise_s;
 
   const int ranks_per_node = std::max(1, in.ranks_per_node);

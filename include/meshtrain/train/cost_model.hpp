@@ -21,6 +21,9 @@ struct CostModelInputs {
   /// ModelDims::flops_per_token_forward counts them; 0 = not measured (use gemm_flops).
   double model_gemm_flops = 0;
   double copy_bytes = 1e10;        ///< per rank memory bandwidth for elementwise kernels, bytes/s
+  /// Measured seconds per element (slowest rank) of the fused AdamW update and of the MLP
+  /// activation's forward + backward; 0 = not measured (then both count as bytes / copy_bytes).
+  double adamw_s_per_elem = 0, activation_s_per_elem = 0;
   double intra_bus_bytes = 1e10;   ///< bus bandwidth inside a node, bytes/s
   double inter_bus_bytes = 1e9;    ///< bus bandwidth across nodes, bytes/s
   double latency_s = 2e-5;         ///< per-collective latency (alpha)
@@ -39,8 +42,10 @@ double measure_model_gemm_flops(const model::ModelDims& dims, int micro_batch, i
                                 double max_flop = 4e10);
 
 struct StepPrediction {
-  double compute_s = 0;        ///< GEMM FLOPs / (model-shape) GEMM rate + elementwise bytes / bandwidth
-  double gemm_s = 0, elementwise_s = 0;
+  double compute_s = 0;        ///< GEMM FLOPs / (model-shape) GEMM rate + elementwise
+  double gemm_s = 0;
+  double elementwise_s = 0;    ///< optimizer + MLP activation (measured rates) + other kernels' bytes / bandwidth
+  double optimizer_s = 0, activation_s = 0;  ///< the measured-rate parts of elementwise_s
   double fsdp_comm_s = 0;      ///< all-gathers + reduce-scatters / all-reduces (overlappable)
   double tp_comm_s = 0;        ///< tensor-parallel all-reduces (critical path)
   double step_seconds_no_overlap = 0;

@@ -1,0 +1,115 @@
+// The cost model behind `meshtrain plan`: each term is the quantity it claims (FLOPs / rate,
+// elements x measured per-element time, bytes / bandwidth), overlap can only hide FSDP
+// communication, and the measurements it takes are sane on this machine.
+#include <gtest/gtest.h>
+
+#include "meshtrain/linalg/peak.hpp"
+#include "meshtrain/parallel/planner.hpp"
+#include "meshtrain/train/cost_model.hpp"
+#include "test_support.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::train;
+
+namespace {
+
+model::ModelDims small_gpt() {
+  ModelConfig c;
+  c.family = "gpt2";
+  c.vocab_size = 8192;
+  c.d_model = 512;
+  c.n_layers = 6;
+  c.n_heads = 8;
+  c.max_seq_len = 256;
+  return model::resolve_dims(c);
+}
+
+parallel::PlanInput input(const model::ModelDims& d, int world) {
+  parallel::PlanInput in;
+  in.dims = d;
+  in.world = world;
+  in.ranks_per_node = world;
+  in.micro_batch = 4;
+  in.seq_len = 256;
+  in.memory_budget = 8.0 * 1073741824.0;
+  return in;
+}
+
+CostModelInputs fixed_costs() {
+  CostModelInputs c;
+  c.gemm_flops = 1e11;
+  c.copy_bytes = 1e10;
+  c.intra_bus_bytes = c.inter_bus_bytes = 2e9;
+  c.latency_s = 1e-5;
+  return c;
+}
+
+}  // namespace
+
+TEST(CostModel, GemmTermIsFlopsOverRate) {
+  const auto d = small_gpt();
+  const auto in = input(d, 1);
+  const auto plan = parallel::plan_strategy(in, parallel::Strategy::NoShard, parallel::mesh_for_strategy(in, parallel::Strategy::NoShard));
+  CostModelInputs c = fixed_costs();
+  const StepPrediction p = predict_step(d, in, plan, c);
+  const double flop = 3.0 * d.flops_per_token_forward(256) * 4 * 256;
+  EXPECT_NEAR(p.gemm_s, flop / c.gemm_flops, 1e-12);
+  // A measured model-shape rate replaces the square peak.
+  c.model_gemm_flops = 5e10;
+  EXPECT_NEAR(predict_step(d, in, plan, c).gemm_s, flop / 5e10, 1e-12);
+  // One rank: nothing to communicate, overlap changes nothing.
+  EXPECT_EQ(p.fsdp_comm_s, 0.0);
+  EXPECT_EQ(p.tp_comm_s, 0.0);
+  EXPECT_DOUBLE_EQ(p.step_seconds_overlap, p.step_seconds_no_overlap);
+}
+
+TEST(CostModel, MeasuredElementRatesEnterTheElementwiseTerm) {
+  const auto d = small_gpt();
+  const auto in = input(d, 1);
+  const auto plan = parallel::plan_strategy(in, parallel::Strategy::NoShard, parallel::mesh_for_strategy(in, parallel::Strategy::NoShard));
+  CostModelInputs c = fixed_costs();
+  const StepPrediction bytes_only = predict_step(d, in, plan, c);
+  EXPECT_EQ(bytes_only.activation_s, 0.0);
+  c.adamw_s_per_elem = 4e-9;
+  c.activation_s_per_elem = 8e-9;
+  const StepPrediction p = predict_step(d, in, plan, c);
+  EXPECT_NEAR(p.optimizer_s, plan.memory.params / 4.0 * 4e-9, 1e-12);
+  EXPECT_NEAR(p.activation_s, 4.0 * 256 * d.n_layers * d.ffn_dim * 8e-9, 1e-12);
+  EXPECT_NEAR(p.elementwise_s - p.optimizer_s - p.activation_s,
+              bytes_only.elementwise_s - bytes_only.optimizer_s, 1e-12);
+}
+
+TEST(CostModel, OverlapHidesOnlyFsdpCommunication) {
+  const auto d = small_gpt();
+  auto in = input(d, 4);
+  for (auto s : {parallel::Strategy::FullShard, parallel::Strategy::ShardGradOp, parallel::Strategy::NoShard}) {
+    const auto plan = parallel::plan_strategy(in, s, parallel::mesh_for_strategy(in, s));
+    ASSERT_TRUE(plan.valid);
+    const StepPrediction p = predict_step(d, in, plan, fixed_costs());
+    EXPECT_GT(p.fsdp_comm_s, 0.0) << parallel::strategy_name(s);
+    EXPECT_LE(p.step_seconds_overlap, p.step_seconds_no_overlap);
+    EXPECT_GE(p.step_seconds_overlap, p.compute_s + p.tp_comm_s);
+    // Half the bus bandwidth: the communication term (beyond latency) doubles.
+    CostModelInputs slow = fixed_costs();
+    slow.intra_bus_bytes /= 2;
+    slow.inter_bus_bytes /= 2;
+    const StepPrediction q = predict_step(d, in, plan, slow);
+    const double lat = plan.comm.fsdp_collectives * 1e-5;
+    EXPECT_NEAR(q.fsdp_comm_s - lat, 2 * (p.fsdp_comm_s - lat), 1e-9);
+  }
+  // full_shard gathers the parameters again for backward: never cheaper in communication than
+  // shard_grad_op, which gathers once.
+  const auto fs = parallel::plan_strategy(in, parallel::Strategy::FullShard, parallel::mesh_for_strategy(in, parallel::Strategy::FullShard));
+  const auto sg = parallel::plan_strategy(in, parallel::Strategy::ShardGradOp, parallel::mesh_for_strategy(in, parallel::Strategy::ShardGradOp));
+  EXPECT_GE(predict_step(d, in, fs, fixed_costs()).fsdp_comm_s, predict_step(d, in, sg, fixed_costs()).fsdp_comm_s);
+}
+
+TEST(CostModel, ModelGemmRateIsMeasuredAndBelowTwiceThePeak) {
+  auto d = small_gpt();
+  d.n_layers = 1;  // quick: one block's GEMMs
+  const double rate = measure_model_gemm_flops(d, 1, 256, 1, false);
+  EXPECT_GT(rate, 1e8);                          // it ran and took time
+  EXPECT_LT(rate, 2.0 * linalg::measure_gemm_flops(512, 0.2, false));  // not an absurd number
+  // Too large to time: 0, the caller falls back to the square-GEMM peak.
+  EXPECT_EQ(measure_model_gemm_flops(small_gpt(), 4, 256, 1, false, 1.0), 0.0);
+}
