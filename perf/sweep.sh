@@ -76,6 +76,9 @@ for mode in strong weak; do
       (( tp <= n )) || continue
       dp=$(( n / tp ))
       args="$(mode_args $mode) --parallel.tp=$tp"
+      # plan measures its inputs (GEMM rates, kernel rates, bus bandwidth) with every rank at
+      # once: like a run, it must not start while the previous run's ranks are still exiting.
+      tw=$(date +%s); wait_idle || true; WAITED=$(( WAITED + $(date +%s) - tw ))
       mpirun_n "$n" "$MESHTRAIN" plan "$CONFIG" $MODEL_ARGS $args > "$OUT/plans/$mode-${n}r-tp$tp.txt" 2>&1 ||
         { tail "$OUT/plans/$mode-${n}r-tp$tp.txt"; exit 1; }
       strategies=("${STRATEGIES[@]}")

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sched.h>
+
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "meshtrain/comm/bench.hpp"
@@ -175,16 +178,40 @@ ElementRates measure_element_rates(model::Family family, std::size_t n) {
   return r;
 }
 
-double min_over_world(const Runtime& rt, double v) {
-  double out = v;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MIN, rt.world().get());
-  return out;
+/// How the ranks of an oversubscribed node (more host threads than cores, e.g. 4 ranks on a
+/// 2-core workstation) share it. Measuring with every rank at once there is noise: over a
+/// 0.3 s window one rank gets a tenth of a core, another a whole one. Instead only the first
+/// `slots` ranks of each node (one per core's worth of threads) measure, and a rank's step
+/// sees that rate times `share` = slots / ranks on the node - its time-shared fraction.
+struct NodeShare {
+  bool measures = true;  ///< this rank takes the measurements
+  double share = 1.0;    ///< fraction of a measuring rank's rate each rank gets in a step
+};
+
+NodeShare node_share(const Runtime& rt) {
+  NodeShare ns;
+  if (!kDeviceIsHost) return ns;
+  cpu_set_t set;
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                                  : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads = std::max(1, static_cast<int>(Kokkos::DefaultHostExecutionSpace().concurrency()));
+  const int slots = std::max(1, std::max(1, cores) / threads);
+  const int local = rt.topology().local_size;
+  if (local > slots) {
+    ns.measures = rt.topology().local_rank < slots;
+    ns.share = static_cast<double>(slots) / local;
+  }
+  return ns;
 }
 
-double max_over_world(const Runtime& rt, double v) {
-  double out = v;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, rt.world().get());
-  return out;
+/// The value a training step will see from per-rank measurements: the slowest measuring
+/// rank's (it bounds the step; `worse` = MPI_MIN for rates, MPI_MAX for times), scaled by
+/// the node's time share. Collective; `v` is ignored on ranks that do not measure.
+double step_value(const Runtime& rt, double v, MPI_Op worse, const NodeShare& ns) {
+  const bool rate = worse == MPI_MIN;
+  double in = ns.measures ? v : (rate ? 1e300 : -1e300), out = in;
+  MPI_Allreduce(&in, &out, 1, MPI_DOUBLE, worse, rt.world().get());
+  return rate ? out * ns.share : out / ns.share;
 }
 
 }  // namespace
@@ -202,39 +229,46 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
                                   const model::ModelDims* dims, int tp) {
   CostModelInputs c;
   const auto& p = cfg.parallel;
+  const NodeShare ns = node_share(rt);
+  // Measure on the measuring ranks only (the others wait in the reduction).
+  const auto slowest_rate = [&](auto&& measure) { return step_value(rt, ns.measures ? measure() : 0.0, MPI_MIN, ns); };
+  const auto slowest_time = [&](double v) { return step_value(rt, v, MPI_MAX, ns); };
   if (!p.target_gemm_tflops.empty()) {
     c.gemm_flops = std::stod(p.target_gemm_tflops) * 1e12;
     c.gemm_source = "parallel.target_gemm_tflops";
   } else {
-    c.gemm_flops = min_over_world(rt, linalg::measure_gemm_flops(1024, 0.3, bf16));
-    c.gemm_source = strprintf("measured here, %s GEMM 1024^3, slowest rank", bf16 ? "bf16" : "fp32");
+    c.gemm_flops = slowest_rate([&] { return linalg::measure_gemm_flops(1024, 0.3, bf16); });
+    c.gemm_source = strprintf("measured here, %s GEMM 1024^3, %s", bf16 ? "bf16" : "fp32",
+                              ns.share < 1 ? strprintf("one rank per core, x %.2f time share (cores oversubscribed)", ns.share).c_str()
+                                          : "slowest rank");
     // Timing this model's own GEMM shapes (3 passes over one micro-step) is worth it only
     // when it takes seconds: `plan` must stay quick for big models and loaded machines.
     double micro_flop = 0;
     if (dims != nullptr)
       micro_flop = 3.0 * dims->flops_per_token_forward(cfg.train.seq_len) * cfg.train.micro_batch *
                    cfg.train.seq_len / std::max(1, tp);
-    if (measure_here && dims != nullptr && 3.0 * micro_flop / c.gemm_flops < 5.0) {
-      // Every rank at once, as in training; the slowest rank bounds the step. A rank whose
-      // model is too large to time here reports 0 on all ranks alike.
-      c.model_gemm_flops = min_over_world(
-          rt, measure_model_gemm_flops(*dims, cfg.train.micro_batch, cfg.train.seq_len, tp, bf16));
+    if (measure_here && dims != nullptr && 3.0 * micro_flop / (c.gemm_flops / ns.share) < 5.0) {
+      // Every (measuring) rank at once, as in training; the slowest rank bounds the step. A
+      // model too large to time here reports 0 on all ranks alike.
+      c.model_gemm_flops = slowest_rate(
+          [&] { return measure_model_gemm_flops(*dims, cfg.train.micro_batch, cfg.train.seq_len, tp, bf16); });
       if (c.model_gemm_flops > 0)
         c.gemm_source += strprintf("; this model's GEMMs (micro-batch %d x %d rows): %.1f GFLOP/s",
                                    cfg.train.micro_batch, cfg.train.seq_len, c.model_gemm_flops / 1e9);
     }
     if (measure_here && dims != nullptr) {
       const std::size_t n = std::size_t{1} << 21;  // a few ms per kernel
-      const ElementRates er = bf16 ? measure_element_rates<meshtrain::bf16>(dims->family, n)
-                                   : measure_element_rates<float>(dims->family, n);
-      c.adamw_s_per_elem = max_over_world(rt, er.adamw);
-      c.activation_s_per_elem = max_over_world(rt, er.activation);
+      ElementRates er;
+      if (ns.measures)
+        er = bf16 ? measure_element_rates<meshtrain::bf16>(dims->family, n) : measure_element_rates<float>(dims->family, n);
+      c.adamw_s_per_elem = slowest_time(er.adamw);
+      c.activation_s_per_elem = slowest_time(er.activation);
     }
   }
   if (!p.target_mem_gbps.empty()) {
     c.copy_bytes = std::stod(p.target_mem_gbps) * 1e9;
   } else {
-    c.copy_bytes = min_over_world(rt, linalg::measure_copy_bandwidth(64.0 * 1024 * 1024, 0.2));
+    c.copy_bytes = slowest_rate([&] { return linalg::measure_copy_bandwidth(64.0 * 1024 * 1024, 0.2); });
   }
   if (!p.target_bus_gbps.empty()) {
     std::stringstream ss(p.target_bus_gbps);
