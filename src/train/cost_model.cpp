@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sched.h>
 
+#include <chrono>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -208,6 +209,15 @@ NodeShare node_share(const Runtime& rt) {
 /// rank's (it bounds the step; `worse` = MPI_MIN for rates, MPI_MAX for times), scaled by
 /// the node's time share. Collective; `v` is ignored on ranks that do not measure.
 double step_value(const Runtime& rt, double v, MPI_Op worse, const NodeShare& ns) {
+  // Ranks that do not measure arrive early; they must sleep, not spin in the collective:
+  // Open MPI busy-polls a blocking collective and would take the cores being measured.
+  MPI_Request barrier;
+  MPI_Ibarrier(rt.world().get(), &barrier);
+  for (int done = 0;;) {
+    MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+    if (done) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   const bool rate = worse == MPI_MIN;
   double in = ns.measures ? v : (rate ? 1e300 : -1e300), out = in;
   MPI_Allreduce(&in, &out, 1, MPI_DOUBLE, worse, rt.world().get());
