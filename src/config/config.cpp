@@ -86,6 +86,8 @@ void visit_config(C& c, V&& v) {
   v("train.peak_tflops", t.peak_tflops, "per-rank GEMM peak in TFLOP/s used for MFU (0 = measure it at start, ~0.5 s)");
   v("train.sample_prompt", t.sample_prompt, "text to continue with the trained model at the end of training");
   v("train.sample_tokens", t.sample_tokens, "tokens sampled at the end of training (0 = no sample)");
+  v("train.sample_temperature", t.sample_temperature, "softmax temperature of that sample (0 = greedy)");
+  v("train.sample_top_k", t.sample_top_k, "sample among the k most likely tokens (0 = all)");
 
   v("data.dir", c.data.dir, "dataset directory written by `meshtrain prepare`, or 'random' for random tokens");
 
@@ -349,6 +351,8 @@ void validate_config(const Config& c) {
   non_negative("train.time_limit", c.train.time_limit);
   non_negative("train.max_skipped_steps", c.train.max_skipped_steps);
   non_negative("train.sample_tokens", c.train.sample_tokens);
+  non_negative("train.sample_temperature", c.train.sample_temperature);
+  non_negative("train.sample_top_k", c.train.sample_top_k);
   non_negative("train.peak_tflops", c.train.peak_tflops);
   if (!c.train.inject_nan_steps.empty()) parse_int_list("train.inject_nan_steps", c.train.inject_nan_steps);
   non_negative("checkpoint.every", c.checkpoint.every);

@@ -200,9 +200,11 @@ int Trainer<T>::run() {
   }
   if (status == 0 && tc.sample_tokens > 0) {
     auto tok = data::make_tokenizer(data_.meta.tokenizer == "random" ? "byte" : data_.meta.tokenizer);
-    const std::string text = sample_text(session_, *tok, tc.sample_prompt, tc.sample_tokens, 0.8, 40, tc.seed);
-    if (root_) std::printf("\n--- sample (%d tokens, temperature 0.8, top-k 40) ---\n%s%s\n---\n", tc.sample_tokens,
-                           tc.sample_prompt.c_str(), text.c_str());
+    const std::string text =
+        sample_text(session_, *tok, tc.sample_prompt, tc.sample_tokens, tc.sample_temperature, tc.sample_top_k, tc.seed);
+    if (root_)
+      std::printf("\n--- sample (%d tokens, temperature %g, top-k %d) ---\n%s%s\n---\n", tc.sample_tokens,
+                  tc.sample_temperature, tc.sample_top_k, tc.sample_prompt.c_str(), text.c_str());
   }
   write_summary();
   return status;

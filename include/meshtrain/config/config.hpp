@@ -78,6 +78,8 @@ struct TrainConfig {
   double peak_tflops = 0;             ///< per-rank GEMM peak for MFU (0 = measured at start)
   std::string sample_prompt;          ///< text sampled at the end of training (empty = none)
   int sample_tokens = 0;
+  double sample_temperature = 0.8;    ///< 0 = greedy
+  int sample_top_k = 40;              ///< 0 = all tokens
 };
 
 struct DataConfig {
