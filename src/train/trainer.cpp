@@ -229,6 +229,9 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   lr = r.lr;
   if (r.applied) last_loss_ = loss;
   Kokkos::fence();
+  // Account every collective of this step now that all streams are idle: NCCL's comm-stream
+  // times are read from events as they complete, and would otherwise land in the next step.
+  session_.groups().progress();
   times.step = now_seconds() - t0;
   times.exposed_comm = comm_stats().exposed_seconds - before.exposed_seconds;
   times.busy_comm = comm_stats().busy_seconds - before.busy_seconds;
