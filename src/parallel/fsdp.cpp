@@ -314,6 +314,14 @@ void FsdpEngine<T>::launch_reduction(int u) {
       R.epilogue = Epi::CopyFromBf16;
     }
   }
+  // At most one older reduction stays in flight behind the one just started: finish the
+  // rest here, at a point fixed by the schedule, never "whenever the network was done".
+  // That keeps the gradient/comm buffers alive at once - and so the memory pool's size and
+  // the planner's grad_buffers estimate - the same in every step, however loaded the machine.
+  while (!pending_.empty()) {
+    complete(*pending_.front());
+    pending_.pop_front();
+  }
   pending_.push_back(std::move(red));
 }
 
@@ -336,12 +344,10 @@ void FsdpEngine<T>::complete(Reduction& R) {
 
 template <class T>
 void FsdpEngine<T>::progress() {
+  // Drives the in-flight collectives (MPI progresses only inside MPI calls). Reductions are
+  // completed - epilogue run, buffers released - only at fixed points of the schedule
+  // (launch_reduction, finish_step), in issue order: two reductions of one unit land in order.
   groups_.progress();
-  // Complete in issue order: two reductions of one unit must land in order.
-  while (!pending_.empty() && pending_.front()->work.test()) {
-    complete(*pending_.front());
-    pending_.pop_front();
-  }
 }
 
 template <class T>
