@@ -28,7 +28,7 @@ def why_off(sweep, r, term):
     if term == "compute" and ceil and plan_gemm and plan_gemm * 1e9 < 0.8 * ceil:
         return (f"why: `plan` measured GEMM at {plan_gemm:.0f} GFLOP/s per rank where the sweep's ceiling at "
                 f"{r['ranks']} rank(s) is {ceil / 1e9:.0f}: the machine was disturbed during that plan's ~1 s "
-                f"of measurement (the runs themselves were not)")
+                f"of measurement, so its inputs, not the model, are off")
     same_mesh = [o["compute_s"] for o in sweep["runs"] if o is not r and o["mode"] == r["mode"]
                  and o["ranks"] == r["ranks"] and o["tp"] == r["tp"]]
     if term == "compute" and same_mesh and r["compute_s"] > 1.15 * max(same_mesh):
