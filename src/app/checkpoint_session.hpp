@@ -22,6 +22,11 @@ struct CommandArgs {
 CommandArgs parse_command_args(const std::string& command, const std::string& usage,
                                const boost::program_options::options_description& own, const Args& args);
 
+/// Help text of the `--checkpoint` option both commands take.
+inline constexpr const char* kCheckpointOptionHelp =
+    "a step_*.h5 checkpoint, a checkpoint directory (its newest checkpoint), or a Hugging Face model "
+    "directory / .safetensors file; default: the newest checkpoint in checkpoint.dir (<output.dir>/checkpoints)";
+
 /// Which weights to load: `--checkpoint` as given (a step_*.h5 file, a checkpoint
 /// directory, or a Hugging Face directory / .safetensors file), or empty for the run's
 /// newest checkpoint in checkpoint.dir (<output.dir>/checkpoints).

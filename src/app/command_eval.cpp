@@ -109,9 +109,7 @@ int command_eval(Runtime& rt, const Args& args) {
   EvalOptions o;
   po::options_description own("Options of eval");
   own.add_options()
-      ("checkpoint", po::value<std::string>(&o.checkpoint),
-       "a step_*.h5 checkpoint, a checkpoint directory (its newest checkpoint), or a Hugging Face model "
-       "directory / .safetensors file; default: the newest checkpoint in checkpoint.dir (<output.dir>/checkpoints)")
+      ("checkpoint", po::value<std::string>(&o.checkpoint), kCheckpointOptionHelp)
       ("batches", po::value<int>(&o.batches)->default_value(o.batches),
        "global batches (train.global_batch windows each) to evaluate; -1 = train.eval_batches (the windows "
        "training reports as val_loss), 0 = every non-overlapping window of the split once")

@@ -73,9 +73,7 @@ int command_generate(Runtime& rt, const Args& args) {
   GenerateOptions o;
   po::options_description own("Options of generate");
   own.add_options()
-      ("checkpoint", po::value<std::string>(&o.checkpoint),
-       "a step_*.h5 checkpoint, a checkpoint directory (its newest checkpoint), or a Hugging Face model "
-       "directory / .safetensors file; default: the newest checkpoint in checkpoint.dir (<output.dir>/checkpoints)")
+      ("checkpoint", po::value<std::string>(&o.checkpoint), kCheckpointOptionHelp)
       ("prompt", po::value<std::string>(&o.prompt)->default_value(o.prompt), "text to continue (may be empty)")
       ("tokens", po::value<int>(&o.tokens)->default_value(o.tokens), "tokens to generate (fewer if end-of-text)")
       ("temperature", po::value<double>(&o.temperature)->default_value(o.temperature, "0.8"),

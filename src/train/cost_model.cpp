@@ -11,6 +11,7 @@
 
 #include "meshtrain/comm/bench.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
+#include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -212,9 +213,9 @@ double step_value(const Runtime& rt, double v, MPI_Op worse, const NodeShare& ns
   // Ranks that do not measure arrive early; they must sleep, not spin in the collective:
   // Open MPI busy-polls a blocking collective and would take the cores being measured.
   MPI_Request barrier;
-  MPI_Ibarrier(rt.world().get(), &barrier);
+  MPI_CHECK(MPI_Ibarrier(rt.world().get(), &barrier));
   for (int done = 0;;) {
-    MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+    MPI_CHECK(MPI_Test(&barrier, &done, MPI_STATUS_IGNORE));
     if (done) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

@@ -35,6 +35,10 @@ parallel::PlanInput input(const model::ModelDims& d, int world) {
   return in;
 }
 
+parallel::StrategyPlan plan_for(const parallel::PlanInput& in, parallel::Strategy s) {
+  return parallel::plan_strategy(in, s, parallel::mesh_for_strategy(in, s));
+}
+
 CostModelInputs fixed_costs() {
   CostModelInputs c;
   c.gemm_flops = 1e11;
@@ -49,7 +53,7 @@ CostModelInputs fixed_costs() {
 TEST(CostModel, GemmTermIsFlopsOverRate) {
   const auto d = small_gpt();
   const auto in = input(d, 1);
-  const auto plan = parallel::plan_strategy(in, parallel::Strategy::NoShard, parallel::mesh_for_strategy(in, parallel::Strategy::NoShard));
+  const auto plan = plan_for(in, parallel::Strategy::NoShard);
   CostModelInputs c = fixed_costs();
   const StepPrediction p = predict_step(d, in, plan, c);
   const double flop = 3.0 * d.flops_per_token_forward(256) * 4 * 256;
@@ -66,7 +70,7 @@ TEST(CostModel, GemmTermIsFlopsOverRate) {
 TEST(CostModel, MeasuredElementRatesEnterTheElementwiseTerm) {
   const auto d = small_gpt();
   const auto in = input(d, 1);
-  const auto plan = parallel::plan_strategy(in, parallel::Strategy::NoShard, parallel::mesh_for_strategy(in, parallel::Strategy::NoShard));
+  const auto plan = plan_for(in, parallel::Strategy::NoShard);
   CostModelInputs c = fixed_costs();
   const StepPrediction bytes_only = predict_step(d, in, plan, c);
   EXPECT_EQ(bytes_only.activation_s, 0.0);
@@ -83,7 +87,7 @@ TEST(CostModel, OverlapHidesOnlyFsdpCommunication) {
   const auto d = small_gpt();
   auto in = input(d, 4);
   for (auto s : {parallel::Strategy::FullShard, parallel::Strategy::ShardGradOp, parallel::Strategy::NoShard}) {
-    const auto plan = parallel::plan_strategy(in, s, parallel::mesh_for_strategy(in, s));
+    const auto plan = plan_for(in, s);
     ASSERT_TRUE(plan.valid);
     const StepPrediction p = predict_step(d, in, plan, fixed_costs());
     EXPECT_GT(p.fsdp_comm_s, 0.0) << parallel::strategy_name(s);
@@ -99,8 +103,8 @@ TEST(CostModel, OverlapHidesOnlyFsdpCommunication) {
   }
   // full_shard gathers the parameters again for backward: never cheaper in communication than
   // shard_grad_op, which gathers once.
-  const auto fs = parallel::plan_strategy(in, parallel::Strategy::FullShard, parallel::mesh_for_strategy(in, parallel::Strategy::FullShard));
-  const auto sg = parallel::plan_strategy(in, parallel::Strategy::ShardGradOp, parallel::mesh_for_strategy(in, parallel::Strategy::ShardGradOp));
+  const auto fs = plan_for(in, parallel::Strategy::FullShard);
+  const auto sg = plan_for(in, parallel::Strategy::ShardGradOp);
   EXPECT_GE(predict_step(d, in, fs, fixed_costs()).fsdp_comm_s, predict_step(d, in, sg, fixed_costs()).fsdp_comm_s);
 }
 
