@@ -130,7 +130,7 @@ int command_eval(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.batches >= -1, "--batches must be -1, 0 or positive, not %d", o.batches);
   const Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
-  const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
+  const train::RunSetup setup = train::resolve_run(cfg, rt);
   return setup.bf16 ? run_eval<bf16>(rt, setup, o) : run_eval<float>(rt, setup, o);
 }
 
