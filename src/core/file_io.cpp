@@ -26,7 +26,7 @@ UserError write_error(const std::string& path, int err, std::uint64_t bytes_need
   if (!cause.empty()) cause[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(cause[0])));
   if (!is_storage_error(err)) return UserError(strprintf("cannot write %s: %s", target.c_str(), cause.c_str()));
   std::string detail;
-  if (bytes_needed > 0) {
+  if (bytes_needed > 0 && err != EIO) {  // space matters for ENOSPC, EDQUOT, EFBIG
     const std::string dir = parent_dir(path);
     struct statvfs fs {};
     if (::statvfs(dir.c_str(), &fs) == 0)
