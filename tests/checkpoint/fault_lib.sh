@@ -3,9 +3,9 @@
 # checkpoint directories. Builds on tests/batch/batch_lib.sh (fail, finish, $py, $compare).
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 
-# 8 steps, fp32 on dp_shard=2; a stalled rank is caught by the watchdog after 5 s. Runs that
+# ${STEPS:-8} steps, fp32 on dp_shard=2; a stalled rank is caught by the watchdog after 5 s. Runs that
 # checkpoint add $ckpt (every 2 steps, keep 3).
-base=("$tiny" --data.dir=random --train.steps=8 --train.eval_every=0 --parallel.dp_shard=2
+base=("$tiny" --data.dir=random --train.eval_every=0 --parallel.dp_shard=2
       --parallel.strategy=full_shard --parallel.collective_timeout=5)
 ckpt=(--checkpoint.every=2 --checkpoint.keep=3)
 
@@ -16,7 +16,8 @@ run() {
   local log=$1 spec=$2
   shift 2
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  MESHTRAIN_FAULT=$spec timeout -k 5 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${base[@]}" "$@" >"$log.log" 2>&1
+  MESHTRAIN_FAULT=$spec timeout -k 5 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${base[@]}" --train.steps="${STEPS:-8}" "$@" \
+    >"$log.log" 2>&1
   status=$?
   echo "$log: MESHTRAIN_FAULT='$spec' -> exit status $status"
 }
