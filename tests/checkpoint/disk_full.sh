@@ -27,7 +27,8 @@ expect_status full 74
 one_error full "cannot write checkpoint small/ckpt/step_00000006.h5: no space left on device \(.* needed, .* free in small/ckpt\)"
 latest_is small/ckpt step_00000003.h5
 no_tmp small/ckpt
-[[ $(ls small/ckpt | tr '\n' ' ') == "latest step_00000003.h5 " ]] || fail "small/ckpt holds: $(ls small/ckpt)"
+held=$(find small/ckpt -mindepth 1 -printf '%f\n' | sort | tr '\n' ' ')
+[[ $held == "latest step_00000003.h5 " ]] || fail "small/ckpt holds: $held"
 [[ $(last_step full/metrics.jsonl) -eq 5 ]] || fail "metrics.jsonl should end at step 5, the last before the failed save"
 
 cp -a small/ckpt big_ckpt

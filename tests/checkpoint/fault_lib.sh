@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers for the fault-injection tests (sourced after cd "$TEST_TMP"): 2-rank runs of the
 # tiny GPT-2 with MESHTRAIN_FAULT (doc/batch.md, "Fault injection"), and checks on their
 # checkpoint directories. Builds on tests/batch/batch_lib.sh (fail, finish, $py, $compare).
@@ -7,6 +8,7 @@ source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 # checkpoint add $ckpt (every 2 steps, keep 3).
 base=("$tiny" --data.dir=random --train.eval_every=0 --parallel.dp_shard=2
       --parallel.strategy=full_shard --parallel.collective_timeout=5)
+# shellcheck disable=SC2034  # used by the scripts that source this file
 ckpt=(--checkpoint.every=2 --checkpoint.keep=3)
 
 # run LOG FAULT ARGS...: `meshtrain train` on 2 ranks with MESHTRAIN_FAULT=FAULT ("" = none)
