@@ -24,7 +24,7 @@ train() {
   local name=$1 np=$2
   shift 2
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  if ! timeout 300 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
+  if ! timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
       --train.steps=20 --train.eval_every=0 --data.dir=random --output.dir="$name" "$@" >"$name.log" 2>&1; then
     cat "$name.log"
     fail "$name: training exited non-zero"
