@@ -37,7 +37,7 @@ PY
 eval_loss() {
   # shellcheck disable=SC2086
   timeout 60 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" eval "$1/config.ini" --json > "eval_$1_$2.log" 2>&1 ||
-    { cat "eval_$1_$2.log"; echo "FAIL: eval of run $1" >&2; return 1; }
+    { cat "eval_$1_$2.log" >&2; echo "FAIL: eval of run $1" >&2; return 1; }
   grep '^{' "eval_$1_$2.log" | "$py" -c 'import json, sys; print(repr(json.load(sys.stdin)["loss"]))'
 }
 e1=$(eval_loss a 1)
