@@ -17,7 +17,7 @@ source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 
 "$MESHTRAIN_BIN" prepare --input /usr/share/games/fortunes --output data >/dev/null || { fail "prepare failed"; finish; }
 # shellcheck disable=SC2086
-timeout 300 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data --train.steps=30 --train.eval_every=10 \
+timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data --train.steps=30 --train.eval_every=10 \
   --checkpoint.every=10 --train.sample_tokens=60 "--train.sample_prompt=Q: " --output.dir=run >train.log 2>&1 ||
   { cat train.log; fail "training failed"; finish; }
 cfg=run/config.ini

@@ -5,7 +5,9 @@
 #     norm is global) and skips the same steps -- each rank warns "step N: non-finite ...
 #     (k of train.max_skipped_steps=5)" with the same k; metrics.jsonl counts the skips;
 #     the optimizer state is untouched (checkpoint attribute optimizer_updates = steps -
-#     skipped); training continues to the end with a finite, falling loss.
+#     skipped; the checkpoints just before and after a skipped step hold bitwise the same
+#     parameters and AdamW moments, read with h5py, while an applied step changes all
+#     three); training continues to the end with a finite, falling loss.
 #  2. NaN on all ranks at steps 3, 4 and 5 with train.max_skipped_steps=2: the third skip
 #     aborts cleanly -- exit status 3 and one error message naming the limit.
 # In both, every checkpoint written (one per step) holds only finite values (h5py).
@@ -20,7 +22,7 @@ common=(train "$tiny" --data.dir=data --checkpoint.every=1 --checkpoint.keep=100
 
 echo "--- 1. NaN gradients on rank 1 at steps 4 and 7, max_skipped_steps=5"
 # shellcheck disable=SC2086
-timeout 300 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${common[@]}" --train.steps=12 --train.inject_nan_steps=4,7 \
+timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${common[@]}" --train.steps=12 --train.inject_nan_steps=4,7 \
   --train.inject_nan_rank=1 --train.max_skipped_steps=5 --output.dir=skip >skip.log 2>&1
 status=$?
 [[ $status -eq 0 ]] || { tail -30 skip.log; fail "exit status $status, expected 0 (two skips are within the limit)"; }
@@ -59,9 +61,30 @@ for k in "4:3:1" "7:5:2" "12:10:2"; do
     fail "$f: optimizer_updates/skipped_steps are not $updates/$skipped"
 done
 
+# The state around each skipped step: step_{N-1} and step_N (N skipped) bitwise equal in
+# /model, /optim/exp_avg and /optim/exp_avg_sq; step_N and step_{N+1} (applied) differ in
+# every one of the three groups (so that the comparison above can fail).
+for step in 4 7; do
+  before=$(printf 'skip/checkpoints/step_%08d.h5' $((step - 1)))
+  after=$(printf 'skip/checkpoints/step_%08d.h5' "$step")
+  next=$(printf 'skip/checkpoints/step_%08d.h5' $((step + 1)))
+  echo "skipped step $step: $before vs $after"
+  "$py" "$MESHTRAIN_SOURCE_DIR/tests/checkpoint/check_h5.py" gpt2 "$before" "$after" --exact ||
+    fail "the skipped step $step changed the parameters or the optimizer moments"
+  "$py" - "$after" "$next" <<'EOF' || fail "the applied step $((step + 1)) did not change parameters and both moments"
+import sys
+import h5py, numpy as np
+a, b = (h5py.File(f, "r") for f in sys.argv[1:3])
+for group in ("model", "optim/exp_avg", "optim/exp_avg_sq"):
+    changed = sum(not np.array_equal(a[group][n][...], b[group][n][...]) for n in a[group])
+    print(f"  applied step: {changed} of {len(a[group])} tensors of /{group} changed")
+    assert changed > 0, f"/{group} unchanged by an applied step"
+EOF
+done
+
 echo "--- 2. NaN gradients on all ranks at steps 3, 4, 5, max_skipped_steps=2"
 # shellcheck disable=SC2086
-timeout 300 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${common[@]}" --train.steps=12 --train.inject_nan_steps=3,4,5 \
+timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${common[@]}" --train.steps=12 --train.inject_nan_steps=3,4,5 \
   --train.inject_nan_rank=-1 --train.max_skipped_steps=2 --output.dir=abort >abort.log 2>&1
 status=$?
 echo "exit status $status"

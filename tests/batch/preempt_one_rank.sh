@@ -27,7 +27,7 @@ chmod +x rank_status.sh
 
 echo "--- uninterrupted reference: $steps steps on 2 ranks"
 # shellcheck disable=SC2086
-timeout 300 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=ref >ref.log 2>&1 || { cat ref.log; fail "the reference run failed"; finish; }
+timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=ref >ref.log 2>&1 || { cat ref.log; fail "the reference run failed"; finish; }
 
 echo "--- the same run, SIGUSR1 to rank 1 only"
 # shellcheck disable=SC2086
@@ -68,7 +68,7 @@ done
 
 echo "--- resume with checkpoint.resume=auto"
 # shellcheck disable=SC2086
-timeout 300 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >resumed.log 2>&1 || { cat resumed.log; fail "the resumed run failed"; }
+timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >resumed.log 2>&1 || { cat resumed.log; fail "the resumed run failed"; }
 grep -q "resumed from run/checkpoints/$ckpt: step $stopped" resumed.log || fail "the resumed run did not start from $ckpt"
 "$py" "$compare" ref/metrics.jsonl run/metrics.jsonl --exact --keys loss grad_norm lr --label "preempted+resumed vs uninterrupted" ||
   fail "the resumed run is not bitwise the uninterrupted one"

@@ -57,7 +57,7 @@ all_finite "run/checkpoints/$latest" || fail "$latest is unreadable or holds non
 step=$((10#$(basename "$saved" .h5 | cut -d_ -f2)))
 
 # shellcheck disable=SC2086
-timeout 300 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >resumed.log 2>&1 || { tail -30 resumed.log; fail "the resumed run failed"; }
+timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >resumed.log 2>&1 || { tail -30 resumed.log; fail "the resumed run failed"; }
 grep -q "resumed from run/checkpoints/$latest: step $step" resumed.log || fail "the run did not resume from $latest"
 [[ $(last_step run/metrics.jsonl) == "$steps" ]] || fail "the resumed run did not reach step $steps"
 finish "signals during the save of step $step: checkpoint complete and loadable; resumed to step $steps"

@@ -19,7 +19,7 @@ train() {
   local family=$1 name=$2 np=$3
   shift 3
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  timeout 300 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
+  timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
     --train.steps=3 --train.eval_every=0 --data.dir=random --output.dir="$name" "$@" >"$name.log" 2>&1 ||
     { cat "$name.log"; fail "$name: training exited non-zero"; }
 }

@@ -1,6 +1,7 @@
-// HDF5 checkpoints: save/load round trips on every mesh of the job's size, resharding
-// between meshes and world sizes (masters and both moments bit for bit), the commit
-// protocol (latest, retention, temporaries, non-finite state), checkpoint.resume.
+// HDF5 checkpoints: save/load round trips on every mesh of the job's size (masters and
+// both moments bit for bit), the commit protocol (latest, retention, temporaries,
+// non-finite state), checkpoint.resume. Resharding between meshes and world sizes is
+// test_checkpoint_reshard.cpp (4 ranks, checked with h5py).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -95,47 +96,6 @@ TEST(Checkpoint, RoundTripOnEveryMeshOfThisSize) {
       EXPECT_TRUE(fs::exists(s.path));
       EXPECT_FALSE(fs::exists(s.path + ".tmp"));
       expect_loads_exactly(*job, s.path, st, family + " " + mc.str());
-    }
-  }
-}
-
-/// Saves on each source mesh and loads on each destination mesh, including other world
-/// sizes (sub-communicators of the 4-rank job).
-TEST(Checkpoint, ReshardsBetweenMeshesAndWorldSizes) {
-  const MpiComm& w = world();
-  if (w.size() < 4) GTEST_SKIP() << "needs 4 ranks";
-  const std::vector<MeshCase> sources = {{{1, 1, 2}, Strategy::FullShard},   // tp=2 on 2 ranks
-                                         {{1, 2, 2}, Strategy::FullShard},   // dp_shard=2 x tp=2
-                                         {{1, 1, 4}, Strategy::FullShard},   // llama kv replicated over tp
-                                         {{2, 2, 1}, Strategy::HybridShard}, // only replicate 0 writes
-                                         {{1, 4, 1}, Strategy::NoShard}};
-  const std::vector<MeshCase> destinations = {{{1, 1, 1}, Strategy::FullShard},   // 1 rank
-                                              {{1, 1, 2}, Strategy::FullShard},   // 2 ranks, tp=2
-                                              {{1, 4, 1}, Strategy::FullShard},   // dp_shard=4
-                                              {{1, 2, 2}, Strategy::ShardGradOp},
-                                              {{2, 1, 2}, Strategy::HybridShard},
-                                              {{1, 1, 4}, Strategy::FullShard},
-                                              {{1, 2, 1}, Strategy::NoShard}};
-  for (const std::string family : {"gpt2", "llama"}) {
-    for (const MeshCase& src : sources) {
-      const std::string dir = fresh_dir(w, "reshard");
-      const checkpoint::TrainState st = sample_state(3);
-      std::string path;
-      {
-        auto job = make_job(w, tiny_config(family), src.shape, src.strategy);
-        if (job->member()) {
-          fill_known(*job->engine);
-          path = checkpoint::save(*job->engine, *job->mesh, job->setup, st, dir).path;
-        }
-      }
-      path = dir + "/step_00000003.h5";
-      MPI_Barrier(w.get());
-      for (const MeshCase& dst : destinations) {
-        SCOPED_TRACE(family + " from " + src.str() + " to " + dst.str());
-        auto job = make_job(w, tiny_config(family), dst.shape, dst.strategy);
-        if (job->member()) expect_loads_exactly(*job, path, st, family + " " + src.str() + " -> " + dst.str());
-        MPI_Barrier(w.get());
-      }
     }
   }
 }

@@ -49,7 +49,8 @@ if [[ -d $corpus ]]; then
   cmp -s "$TEST_TMP/fortunes/train.bin" "$TEST_TMP/fortunes_mpi/train.bin" ||
     fail "1 and 2 ranks wrote different train.bin"
 else
-  echo "SKIP: $corpus not installed (apt-get install fortunes)"
+  # A dependency of the project (scripts/install-deps.sh): missing, this test fails.
+  fail "$corpus is not installed: run scripts/install-deps.sh (Debian package fortunes)"
 fi
 
 run "" help --help

@@ -13,6 +13,9 @@ ap.add_argument("--rtol", type=float, default=1e-5)
 ap.add_argument("--exact", action="store_true", help="require bitwise equal values")
 ap.add_argument("--label", default="")
 ap.add_argument("--steps", default="", help="compare only steps in [a,b] (e.g. 11,20)")
+ap.add_argument("--sparse", action="store_true",
+                help="the keys exist only on some steps (val_loss on evaluation steps): compare them where the "
+                     "reference has them; the candidate must have them on exactly the same steps")
 a = ap.parse_args()
 
 
@@ -36,7 +39,15 @@ if missing or not steps:
 bad = []
 for k in a.keys:
     worst = 0.0
-    for s in steps:
+    key_steps = steps
+    if a.sparse:
+        key_steps = [s for s in steps if k in ref[s]]
+        extra = [s for s in steps if k in cand[s] and k not in ref[s]]
+        if not key_steps:
+            bad.append(f"{k}: on no step of {a.reference}")
+        if extra:
+            bad.append(f"{k}: on steps {extra} of {a.candidate} but not of {a.reference}")
+    for s in key_steps:
         x, y = ref[s].get(k), cand[s].get(k)
         if x is None or y is None:
             bad.append(f"step {s}: {k} missing")
@@ -49,8 +60,8 @@ for k in a.keys:
         worst = max(worst, err)
         if err > a.rtol:
             bad.append(f"step {s}: {k} {y:.9g} vs {x:.9g} (rel err {err:.2e} > {a.rtol:g})")
-    print(f"{a.label}: {k} worst relative error over {len(steps)} steps: {worst:.2e}" if not a.exact
-          else f"{a.label}: {k} bitwise equal over {len(steps)} steps" if not bad else "")
+    print(f"{a.label}: {k} worst relative error over {len(key_steps)} steps: {worst:.2e}" if not a.exact
+          else f"{a.label}: {k} bitwise equal over {len(key_steps)} steps" if not bad else "")
 if bad:
     print("\n".join(bad[:20]))
     sys.exit(1)

@@ -132,6 +132,8 @@ int main(int argc, char** argv) {
         .add("norm_eps", setup.dims.norm_eps).add("rope_theta", setup.dims.rope_theta).add("steps", tc.steps)
         .add("global_batch", G).add("seq_len", T).add("beta1", tc.beta1).add("beta2", tc.beta2)
         .add("adam_eps", tc.adam_eps).add("weight_decay", tc.weight_decay).add("grad_clip", tc.grad_clip)
+        .add("lr", tc.lr).add("min_lr", tc.min_lr).add("warmup_steps", tc.warmup_steps)
+        .add("lr_schedule", tc.lr_schedule)
         .add_raw("tensors", list);
     std::ofstream(out + "/manifest.json") << m.str() << "\n";
   } catch (const UserError& e) {

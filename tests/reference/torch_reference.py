@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Rebuilds meshtrain's model in PyTorch from the weights reference_dump wrote and checks,
 in fp32: logits, loss, every parameter gradient (relative error per tensor < 1e-5) and a
-10-step AdamW loss curve (each step within 1e-5 relative).
+10-step AdamW loss curve (each step within 1e-5 relative) whose learning rates PyTorch's
+LambdaLR computes from the schedule's settings (warmup, cosine, min_lr) -- meshtrain's
+logged learning rate of every step must equal it.
 
 The PyTorch model is written here from the Hugging Face definitions (GPT2LMHeadModel with
 Conv1D weights and gelu_new; LlamaForCausalLM with rotate_half RoPE, RMSNorm, SwiGLU,
@@ -136,20 +138,40 @@ decay = [P[t["name"]] for t in m["tensors"] if t["weight_decay"]]
 no_decay = [P[t["name"]] for t in m["tensors"] if not t["weight_decay"]]
 opt = torch.optim.AdamW([{"params": decay, "weight_decay": m["weight_decay"]},
                          {"params": no_decay, "weight_decay": 0.0}],
-                        lr=1.0, betas=(m["beta1"], m["beta2"]), eps=m["adam_eps"])
+                        lr=m["lr"], betas=(m["beta1"], m["beta2"]), eps=m["adam_eps"])
+
+
+def lr_factor(s):
+    """The schedule's definition (doc/training.md), as a multiple of train.lr at 0-based
+    step s: linear warmup over W steps, then cosine from lr to min_lr over N - W steps
+    (or constant). Written here from the definition: meshtrain's learning rates are only
+    compared with it, never fed to PyTorch."""
+    W, N, lr, min_lr = m["warmup_steps"], m["steps"], m["lr"], m["min_lr"]
+    if s < W:
+        return (s + 1) / W
+    if m["lr_schedule"] == "constant":
+        return 1.0
+    progress = min(1.0, (s - W) / max(1, N - W))
+    return (min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))) / lr
+
+
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
 worst_curve = 0.0
 for s in range(steps):
     opt.zero_grad()
     loss = loss_of(model(tokens[s]), targets[s])
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(list(P.values()), m["grad_clip"]) if m["grad_clip"] > 0 else None
-    for g in opt.param_groups:
-        g["lr"] = curve[s]["lr"]  # the schedule is meshtrain's; its values are checked in unit tests
+    torch_lr = sched.get_last_lr()[0]
+    if abs(curve[s]["lr"] - torch_lr) > 1e-12 * torch_lr:
+        failures.append(f"lr at step {s + 1}: meshtrain {curve[s]['lr']!r}, PyTorch's LambdaLR {torch_lr!r}")
     opt.step()
+    sched.step()
     worst_curve = max(worst_curve, check(f"loss at step {s + 1}", [curve[s]["loss"]], [loss.item()], 1e-5))
     if norm is not None:
         check(f"grad norm at step {s + 1}", [curve[s]["grad_norm"]], [norm.item()], 1e-5)
-print(f"{steps} AdamW steps: worst loss rel err {worst_curve:.2e}; final loss ours {curve[-1]['loss']:.6f} "
+print(f"{steps} AdamW steps (learning rates from LambdaLR, warmup {m['warmup_steps']}, {m['lr_schedule']}): "
+      f"worst loss rel err {worst_curve:.2e}; final loss ours {curve[-1]['loss']:.6f} "
       f"torch {loss.item():.6f}")
 if failures:
     print("FAILED:\n  " + "\n  ".join(failures))

@@ -1,5 +1,6 @@
 // GoogleTest main for meshtrain: MPI_Init -> Kokkos init -> tests -> finalize (via Runtime).
-// Only rank 0 prints GoogleTest's result listener; a failure on any rank fails the run.
+// Only rank 0 prints GoogleTest's result listener; a failure on any rank fails the run;
+// a skipped test on any rank (and no failure) makes every rank exit 77 (CTest: skipped).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -47,12 +48,15 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new RankFailurePrinter(runtime.topology().world_rank));
   }
-  int local_failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int any_failed = 0;
-  MPI_Allreduce(&local_failed, &any_failed, 1, MPI_INT, MPI_MAX, runtime.world().get());
-  if (any_failed && local_failed && runtime.topology().world_rank != 0)
+  int local[2] = {RUN_ALL_TESTS() != 0 ? 1 : 0, ::testing::UnitTest::GetInstance()->skipped_test_count() > 0 ? 1 : 0};
+  int any[2] = {0, 0};
+  MPI_Allreduce(local, any, 2, MPI_INT, MPI_MAX, runtime.world().get());
+  if (any[0] && local[0] && runtime.topology().world_rank != 0)
     std::fprintf(stderr, "[rank %d] had failing tests (see above)\n", runtime.topology().world_rank);
   meshtrain::test::set_runtime(nullptr);
   meshtrain::watchdog_finalize();
-  return any_failed;
+  // A GTEST_SKIP anywhere (and no failure) exits with kSkipped, which CTest reports as
+  // skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt), never as passed.
+  constexpr int kSkipped = 77;
+  return any[0] ? 1 : any[1] ? kSkipped : 0;
 }

@@ -1,6 +1,7 @@
 #pragma once
 /// \brief Learning-rate schedule: linear warmup to train.lr over warmup_steps, then cosine
-/// decay to train.min_lr at the last step (or constant).
+/// decay that reaches train.min_lr one step past the last (0-based step total_steps) and
+/// stays there, or constant. The formula is in doc/training.md.
 
 #include <string>
 
