@@ -36,8 +36,12 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
   fs::create_directories(dir, ec);
   MESHTRAIN_REQUIRE(!ec, "cannot create output.dir '%s': %s", dir.c_str(), ec.message().c_str());
   {
+    // train.grad_accum as resolved: with train.global_batch set it is derived, and the file
+    // would otherwise hold a value that the global batch overrides (a warning on reuse).
+    Config effective = s.config;
+    effective.train.grad_accum = s.grad_accum;
     std::ofstream out(dir + "/config.ini");
-    out << "# Effective configuration of this run (every key, defaults included).\n" << config_to_ini(s.config);
+    out << "# Effective configuration of this run (every key, defaults included).\n" << config_to_ini(effective);
   }
   {
     std::ofstream out(dir + "/mesh.txt");
