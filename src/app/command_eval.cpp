@@ -138,6 +138,12 @@ int command_eval(Runtime& rt, const Args& args) {
   Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
   fit_mesh_to_job(cfg, rt.topology().world_size);
+  if (o.batches == 0) {
+    // The whole split does not come in global batches: a training global batch that the
+    // job's ranks do not divide must not stop it.
+    cfg.train.global_batch = 0;
+    cfg.train.grad_accum = 1;
+  }
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
   const train::RunSetup setup = train::resolve_run(cfg, rt.topology());

@@ -100,6 +100,16 @@ int command_plan(Runtime& rt, const Args& args) {
   else if (!other && topo.uniform()) rpn = topo.local_size;
   const MeshShape shape = resolve_mesh({cfg.parallel.dp_replicate, cfg.parallel.dp_shard, cfg.parallel.tp}, world, rpn);
   const model::ModelDims dims = model::resolve_dims(cfg.model);
+  try {
+    model::tp_dims(dims, shape.tp, 0);  // heads, MLP width and vocabulary must split over tp
+  } catch (const UserError& e) {
+    // Without a config file the model is the default GPT-2 124M (vocabulary 50257, odd):
+    // say so, since the user asked about a mesh, not a model.
+    if (!cfg.source_file.empty()) throw;
+    throw UserError(strprintf("%s (no config file was given, so the model is the default GPT-2 124M with %lld "
+                              "tokens; give a config, e.g. `meshtrain plan inputs/tiny-gpt2.ini --parallel.tp=%d`)",
+                              e.what(), static_cast<long long>(dims.valid_vocab), shape.tp));
+  }
   const double budget = train::memory_budget_per_rank(cfg, topo, other);
   const parallel::PlanInput in = train::plan_input(cfg, dims, world, rpn.value_or(world), budget);
   const parallel::Plan plan = parallel::make_plan(in);

@@ -206,9 +206,9 @@ std::string strip_inline_comments(std::istream& in) {
     std::vector<std::string> listed;
     for (const auto& o : command_options) listed.push_back("--" + o);
     const bool close = best_d <= std::max<std::size_t>(2, name.size() / 3);
-    throw UserError(strprintf("unknown option '%s'%s%s; `meshtrain %s` takes %s, and configuration keys as "
+    throw UserError(strprintf("unknown option '%s'%s; `meshtrain %s` takes %s, and configuration keys as "
                               "--section.key=value (see `meshtrain %s --help`)",
-                              raw.c_str(), where.c_str(), close ? (" (did you mean '--" + best + "'?)").c_str() : "",
+                              raw.c_str(), close ? (" (did you mean '--" + best + "'?)").c_str() : where.c_str(),
                               command.c_str(), join(listed, ", ").c_str(), command.c_str()));
   }
   if (dot == std::string::npos) {
