@@ -59,9 +59,9 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
   const double seconds = now_seconds() - t0;
   if (rt.topology().world_rank == 0) {
     // The text alone goes to stdout (pipe-friendly); what produced it goes to stderr.
-    const std::string count = generated < o.tokens
-                                  ? strprintf("%d tokens (of --tokens %d: stopped at end-of-text)", generated, o.tokens)
-                                  : strprintf("%d tokens", generated);
+    // The real count: sampling stops early when the model emits end-of-text.
+    std::string count = strprintf("%d token%s", generated, generated == 1 ? "" : "s");
+    if (generated < o.tokens) count += strprintf(" (of --tokens %d: stopped at end-of-text)", o.tokens);
     std::fprintf(stderr, "generate: %s%s (loaded in %.2f s), %s at temperature %g, top-k %d, seed %llu "
                  "(%.2f s)\n",
                  weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
