@@ -2,11 +2,14 @@
 // communication per step, whether it fits, and which one `auto` picks — without
 // allocating the model, for this job or (with --parallel.world_size etc.) another cluster.
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
+#include "meshtrain/core/log.hpp"
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/parallel/planner.hpp"
 #include "meshtrain/runtime/mesh.hpp"
@@ -111,6 +114,22 @@ int command_plan(Runtime& rt, const Args& args) {
                               e.what(), static_cast<long long>(dims.valid_vocab), shape.tp));
   }
   const double budget = train::memory_budget_per_rank(cfg, topo, other);
+  {
+    // Planning another machine with some of its ceilings missing: those terms use this
+    // machine's measurements, which can be far off (a laptop's copy bandwidth for an HBM GPU).
+    const ParallelConfig& p = cfg.parallel;
+    const bool target = other || !p.device_memory.empty() || !p.target_gemm_tflops.empty() ||
+                        !p.target_bus_gbps.empty() || !p.target_mem_gbps.empty();
+    std::vector<std::string> missing;
+    if (p.target_gemm_tflops.empty()) missing.push_back("parallel.target_gemm_tflops");
+    if (p.target_bus_gbps.empty()) missing.push_back("parallel.target_bus_gbps");
+    if (p.target_mem_gbps.empty()) missing.push_back("parallel.target_mem_gbps");
+    if (target && !missing.empty() && root)
+      log::warn("planning another machine, but %s %s not set: %s measured on this machine (see the cost model lines "
+                "at the end)",
+                join(missing, ", ").c_str(), missing.size() == 1 ? "is" : "are",
+                missing.size() == 1 ? "that ceiling is" : "those ceilings are");
+  }
   const parallel::PlanInput in = train::plan_input(cfg, dims, world, rpn.value_or(world), budget);
   const parallel::Plan plan = parallel::make_plan(in);
   const train::CostModelInputs costs = train::cost_model_inputs(cfg, rt, in.bf16, !other, &dims, shape.tp);
