@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs every shell block of README.md and doc/*.md (issue 16: docs that are tested).
 
-A fenced block tagged bash, sh or console is run unless the line right before its fence
+A fenced block tagged bash, sh or console (only its "$ " lines) is run unless the line right before its fence
 (HTML comments, invisible when rendered, may be stacked) says otherwise:
 
   <!-- doc-test: skip (REASON) -->       not runnable here; REASON is printed (GPU,
@@ -135,6 +135,8 @@ def main():
                 if rc != 0:
                     print(out)
                     failed.append(f"{where}: fixture {name} failed")
+            if lang == "console":  # "$ command" lines are run; the others are shown output
+                text = "".join(l[2:] + "\n" for l in text.split("\n") if l.startswith("$ "))
             print(f"--- {where} ({lang}):\n" + "".join(f"    $ {l}\n" for l in text.rstrip("\n").split("\n")), end="")
             rc, out, secs = run(text, cwd, env)
             ran += 1
