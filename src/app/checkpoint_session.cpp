@@ -28,7 +28,9 @@ CommandArgs parse_command_args(const std::string& command, const std::string& us
   } catch (const po::error& e) {
     throw UserError(strprintf("%s; run `meshtrain %s --help` for the options", e.what(), command.c_str()));
   }
-  out.config = parse_config(command, rest);
+  std::vector<std::string> own_names;
+  for (const auto& opt : own.options()) own_names.push_back(opt->long_name());
+  out.config = parse_config(command, rest, own_names);
   if (out.config.help) {
     std::ostringstream os;
     // parse_config's text: its usage line, then every configuration key with its default.
@@ -58,20 +60,47 @@ bool is_safetensors(const std::string& path) {
 
 }  // namespace
 
-template <class T>
-LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::RunSetup& setup,
-                                      const std::string& option) {
-  const MpiComm& world = session.mesh().world();
-  const std::string dir = checkpoint::checkpoint_dir(setup.config);
+namespace {
+
+void broadcast_string(const MpiComm& world, std::string& s) {
+  long long n = static_cast<long long>(s.size());
+  MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, world.get()));
+  s.resize(static_cast<std::size_t>(n));
+  if (n > 0) MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, world.get()));
+}
+
+/// model.lora_targets as the checkpoint stores it: resolved (auto) and in the family's
+/// order; "" when the family is unknown (the comparison then reports a difference).
+std::string canonical_lora_targets(const std::string& family, const std::string& targets) {
+  if (family != "gpt2" && family != "llama") return "";
+  const model::Family f = model::parse_family(family);
+  std::string list = targets;
+  if (list == "auto") list = model::lora_auto_targets(f);
+  std::vector<std::string> given, out;
+  std::stringstream ss(list);
+  for (std::string t; std::getline(ss, t, ',');) {
+    t.erase(0, t.find_first_not_of(' '));
+    t.erase(t.find_last_not_of(' ') + 1);
+    given.push_back(t);
+  }
+  for (const std::string& t : model::lora_target_names(f))
+    if (std::find(given.begin(), given.end(), t) != given.end()) out.push_back(t);
+  return join(out, ",");
+}
+
+}  // namespace
+
+WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std::string& option) {
+  const std::string dir = checkpoint::checkpoint_dir(cfg);
   // Rank 0 resolves the path (file-system lookups); every rank gets its answer or error.
-  std::string resolved;
+  WeightsSource out;
   int safetensors = 0;
   agree_on_errors(world, [&] {
     if (world.rank() != 0) return;
     std::error_code ec;
     if (option.empty()) {
-      resolved = checkpoint::resolve_resume(dir, "auto");
-      MESHTRAIN_REQUIRE(!resolved.empty(),
+      out.path = checkpoint::resolve_resume(dir, "auto");
+      MESHTRAIN_REQUIRE(!out.path.empty(),
                         "no checkpoint found in %s: pass --checkpoint PATH (a step_*.h5 file, a checkpoint "
                         "directory or a Hugging Face model directory), or set output.dir (or checkpoint.dir) to "
                         "the training run's",
@@ -81,25 +110,86 @@ LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::R
     MESHTRAIN_REQUIRE(fs::exists(option, ec), "--checkpoint %s: no such file or directory", option.c_str());
     if (is_safetensors(option)) {
       safetensors = 1;
-      resolved = option;
+      out.path = option;
       return;
     }
     if (fs::is_directory(option, ec)) {
-      resolved = checkpoint::resolve_resume(option, "auto");
-      MESHTRAIN_REQUIRE(!resolved.empty(),
+      out.path = checkpoint::resolve_resume(option, "auto");
+      MESHTRAIN_REQUIRE(!out.path.empty(),
                         "--checkpoint %s: the directory holds no complete checkpoint (step_*.h5) and no "
                         "model.safetensors",
                         option.c_str());
       return;
     }
-    resolved = option;
+    out.path = option;
   });
   MPI_CHECK(MPI_Bcast(&safetensors, 1, MPI_INT, 0, world.get()));
-  long long n = static_cast<long long>(resolved.size());
-  MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, world.get()));
-  resolved.resize(static_cast<std::size_t>(n));
-  MPI_CHECK(MPI_Bcast(resolved.data(), static_cast<int>(n), MPI_CHAR, 0, world.get()));
+  out.safetensors = safetensors != 0;
+  broadcast_string(world, out.path);
+  return out;
+}
 
+void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsSource& src) {
+  if (src.safetensors) return;  // exports carry no settings: the tensors are matched by name
+  checkpoint::LoraSettings stored;
+  agree_on_errors(world, [&] {
+    if (world.rank() == 0) stored = checkpoint::stored_lora_settings(src.path);
+  });
+  int recorded = stored.recorded ? 1 : 0;
+  MPI_CHECK(MPI_Bcast(&recorded, 1, MPI_INT, 0, world.get()));
+  MPI_CHECK(MPI_Bcast(&stored.rank, 1, MPI_INT, 0, world.get()));
+  MPI_CHECK(MPI_Bcast(&stored.alpha, 1, MPI_DOUBLE, 0, world.get()));
+  broadcast_string(world, stored.targets);
+  if (!recorded) return;  // an older checkpoint: the loader checks its tensors against the config
+  ModelConfig& m = cfg.model;
+  const bool differs = m.lora_rank != stored.rank ||
+                       (stored.rank > 0 && (m.lora_alpha != stored.alpha ||
+                                            canonical_lora_targets(m.family, m.lora_targets) != stored.targets));
+  if (!differs) return;
+  const bool user_set = cfg.is_set("model.lora_rank") || cfg.is_set("model.lora_alpha") ||
+                        cfg.is_set("model.lora_targets");
+  const std::string given = m.lora_rank > 0 ? strprintf("model.lora_rank=%d, model.lora_alpha=%g, model.lora_targets=%s",
+                                                        m.lora_rank, m.lora_alpha, m.lora_targets.c_str())
+                                            : std::string("no LoRA (model.lora_rank=0)");
+  // The adapters are part of the checkpoint's model: evaluating it without them (or with
+  // another subset) would silently measure a different model.
+  const std::string note = strprintf("%s was trained with %s; using those settings (the configuration says %s)",
+                                     src.path.c_str(), stored.str().c_str(), given.c_str());
+  if (user_set) log::warn("%s", note.c_str());
+  else log::info("%s", note.c_str());
+  m.lora_rank = stored.rank;
+  if (stored.rank > 0) {
+    m.lora_alpha = stored.alpha;
+    m.lora_targets = stored.targets;
+  }
+}
+
+void fit_mesh_to_job(Config& cfg, int world_size) {
+  ParallelConfig& p = cfg.parallel;
+  const char* keys[] = {"parallel.dp_replicate", "parallel.dp_shard", "parallel.tp"};
+  for (const char* k : keys)
+    if (cfg.command_line_keys.count(k)) return;  // chosen for this job: errors name them
+  const long known = static_cast<long>(p.dp_replicate > 0 ? p.dp_replicate : 1) * (p.dp_shard > 0 ? p.dp_shard : 1) *
+                     (p.tp > 0 ? p.tp : 1);
+  const bool all_known = p.dp_replicate > 0 && p.dp_shard > 0 && p.tp > 0;
+  const bool fits = all_known ? known == world_size : world_size % known == 0;
+  if (fits) return;
+  // A saved run's config.ini holds that run's mesh; the weights load onto any mesh, so
+  // eval/generate fall back to plain FSDP over this job's ranks instead of failing.
+  log::info("the configured mesh (parallel.dp_replicate=%d, parallel.dp_shard=%d, parallel.tp=%d) does not fit the %d "
+            "rank(s) of this job; using dp_shard=%d, tp=1 (any mesh loads any checkpoint; give --parallel.tp to choose)",
+            p.dp_replicate, p.dp_shard, p.tp, world_size, world_size);
+  p.dp_replicate = 1;
+  p.dp_shard = -1;
+  p.tp = 1;
+  if (p.strategy == "hybrid_shard") p.strategy = "auto";
+}
+
+template <class T>
+LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::RunSetup& setup,
+                                      const WeightsSource& source) {
+  const bool safetensors = source.safetensors;
+  const std::string& resolved = source.path;
   parallel::FsdpEngine<T>& eng = session.engine();
   eng.init_parameters(setup.config.train.seed);
   checkpoint::IoStats io;
@@ -119,8 +209,8 @@ LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::R
 }
 
 template LoadedWeights load_checkpoint_weights<float>(train::Session<float>&, const train::RunSetup&,
-                                                      const std::string&);
+                                                      const WeightsSource&);
 template LoadedWeights load_checkpoint_weights<bf16>(train::Session<bf16>&, const train::RunSetup&,
-                                                     const std::string&);
+                                                     const WeightsSource&);
 
 }  // namespace meshtrain::app

@@ -36,12 +36,30 @@ struct LoadedWeights {
   double load_seconds = 0;
 };
 
+/// The weights `--checkpoint` names (empty: the newest checkpoint of the config's run),
+/// resolved on rank 0 and shared (collective; UserError on every rank alike).
+struct WeightsSource {
+  std::string path;          ///< a step_*.h5 file, or a safetensors file/directory
+  bool safetensors = false;
+};
+WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std::string& checkpoint_option);
+
+/// The LoRA settings (rank, alpha, targets) of a meshtrain checkpoint replace the config's:
+/// the adapters are part of the model that was trained (a message when they differ; a
+/// warning when the user set other values). Collective.
+void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsSource& source);
+
+/// A mesh that came from a config file (a saved run's config.ini) and does not fit this
+/// job's `world_size` ranks is replaced by plain FSDP over all ranks, with a message;
+/// mesh keys given on the command line are kept (their errors name them).
+void fit_mesh_to_job(Config& cfg, int world_size);
+
 /// Initialises `session`'s engine and loads the weights (collective). A meshtrain
 /// checkpoint must describe the same model as the config (UserError naming each differing
 /// key); safetensors are matched by name and shape.
 template <class T>
 LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::RunSetup& setup,
-                                      const std::string& checkpoint_option);
+                                      const WeightsSource& source);
 
 /// Configures logging from output.log_level / output.log_all_ranks and the watchdog timeout.
 void configure_run_logging(const Runtime& rt, const Config& cfg);

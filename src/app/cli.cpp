@@ -1,5 +1,8 @@
 #include "meshtrain/app/cli.hpp"
 
+#include <hdf5.h>
+
+#include <boost/version.hpp>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -13,6 +16,12 @@
 
 namespace meshtrain::app {
 namespace {
+
+#ifdef H5_HAVE_PARALLEL
+constexpr bool H5_HAVE_PARALLEL_FLAG = true;
+#else
+constexpr bool H5_HAVE_PARALLEL_FLAG = false;
+#endif
 
 struct Command {
   std::function<int(Runtime&, const Args&)> run;
@@ -49,6 +58,11 @@ std::string version_text() {
   s += strprintf("  Kokkos:   %s, default execution space %s\n", kokkos_version_string().c_str(),
                  kokkos_backend_name().c_str());
   s += strprintf("  MPI:      %s\n", mpi_library_version().c_str());
+  unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
+  H5get_libversion(&h5_major, &h5_minor, &h5_release);
+  s += strprintf("  HDF5:     %u.%u.%u%s\n", h5_major, h5_minor, h5_release, H5_HAVE_PARALLEL_FLAG ? " (parallel)" : "");
+  s += strprintf("  Boost:    %d.%d.%d (program_options)\n", BOOST_VERSION / 100000, BOOST_VERSION / 100 % 1000,
+                 BOOST_VERSION % 100);
   s += strprintf("  GEMM:     %s\n", linalg::gemm_backend_name().c_str());
   s += strprintf("  CUDA:     %s\n", linalg::cuda_description().c_str());
   return s;

@@ -2,7 +2,10 @@
 // mesh. The windows are those of the trainer's evaluation (train.eval_batches global
 // batches of the validation split, split over the data-parallel ranks), so a checkpoint
 // evaluated with its run's config reproduces the val_loss the run logged; --batches 0
-// evaluates every non-overlapping window of the split once.
+// evaluates every non-overlapping window of the split exactly once on any mesh: the last
+// micro-batch is padded with windows whose targets are masked (-1), so the window count
+// and the mean do not depend on the number of ranks.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -29,19 +32,20 @@ struct EvalOptions {
 };
 
 template <class T>
-int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions& o) {
+int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions& o, const WeightsSource& weights_source) {
   const Config& cfg = setup.config;
   const TrainConfig& tc = cfg.train;
   const bool root = rt.topology().world_rank == 0;
   train::Session<T> session(rt, setup);
   const MpiComm& world = session.mesh().world();
-  const LoadedWeights weights = load_checkpoint_weights(session, setup, o.checkpoint);
+  const LoadedWeights weights = load_checkpoint_weights(session, setup, weights_source);
 
   const int dp = session.mesh().shape().dp();
   const int per_micro = tc.micro_batch * dp;  // windows per micro-batch over all dp ranks
   std::unique_ptr<data::EvalSampler> sampler;
   std::string source;
   long long micro_batches = 0;
+  std::uint64_t windows = 0;  // windows evaluated over all ranks (padding excluded)
   agree_on_errors(world, [&] {
     const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
     const auto& src = o.split == "val" ? ds.val : ds.train;
@@ -54,17 +58,15 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     source = src->description();
     if (o.batches > 0) {
       micro_batches = static_cast<long long>(o.batches) * setup.grad_accum;
+      windows = static_cast<std::uint64_t>(micro_batches) * per_micro;
     } else if (o.batches < 0) {
       micro_batches = static_cast<long long>(tc.eval_batches) * setup.grad_accum;
+      windows = static_cast<std::uint64_t>(micro_batches) * per_micro;
     } else {
       MESHTRAIN_REQUIRE(cfg.data.dir != "random", "--batches 0 (the whole split) needs a prepared dataset; "
                         "data.dir=random never ends: give --batches N");
-      micro_batches = static_cast<long long>(sampler->windows_per_pass() / static_cast<std::uint64_t>(per_micro));
-      MESHTRAIN_REQUIRE(micro_batches > 0,
-                        "the %s split has %llu windows of %d tokens, fewer than one micro-batch of %d windows "
-                        "(train.micro_batch x %d data-parallel ranks): lower train.micro_batch or train.seq_len",
-                        o.split.c_str(), static_cast<unsigned long long>(sampler->windows_per_pass()), tc.seq_len,
-                        per_micro, dp);
+      windows = sampler->windows_per_pass();
+      micro_batches = static_cast<long long>((windows + per_micro - 1) / static_cast<std::uint64_t>(per_micro));
     }
   });
 
@@ -78,23 +80,28 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     // The trainer's evaluate(): micro-batch b of rank d starts at window b*micro*dp + d*micro.
     const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), tc.micro_batch, dp, session.mesh().dp_rank());
     sampler->fill(w0, tc.micro_batch, host_in.data(), host_tgt.data());
+    // Windows past the end (the last micro-batch of --batches 0) still run, so that every
+    // rank takes part in every collective, but their targets are masked out of the loss.
+    for (int i = 0; i < tc.micro_batch; ++i)
+      if (w0 + static_cast<std::uint64_t>(i) >= windows)
+        std::fill_n(host_tgt.begin() + static_cast<std::ptrdiff_t>(i) * tc.seq_len, tc.seq_len, -1);
     Kokkos::deep_copy(in.view(), UView<std::int32_t, HostMem>(host_in.data(), n));
     Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(host_tgt.data(), n));
     local += parallel::forward_loss(session.engine(), session.model(), session.context(), in.data(), tgt.data(), shape);
   }
-  const double tokens = static_cast<double>(micro_batches) * per_micro * tc.seq_len;
+  const double tokens = static_cast<double>(windows) * tc.seq_len;
   const double loss = session.global_sum(local) / tokens;
   const double seconds = now_seconds() - t0;
   if (root) {
     std::printf("eval: %s%s on the %s split (%s): %.0f tokens in %lld windows of %d | loss %.6f | perplexity %.4f "
                 "| load %.2f s, eval %.2f s, mesh %s\n",
                 weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
-                o.split.c_str(), source.c_str(), tokens, micro_batches * per_micro, tc.seq_len, loss, std::exp(loss),
+                o.split.c_str(), source.c_str(), tokens, static_cast<long long>(windows), tc.seq_len, loss, std::exp(loss),
                 weights.load_seconds, seconds, setup.mesh.str().c_str());
     if (o.json) {
       JsonObject j;
       j.add("checkpoint", weights.path).add("step", weights.step).add("split", o.split).add("tokens", tokens)
-          .add("windows", static_cast<double>(micro_batches * per_micro)).add("loss", loss)
+          .add("windows", static_cast<double>(windows)).add("loss", loss)
           .add("perplexity", std::exp(loss)).add("world_size", rt.topology().world_size);
       std::printf("%s\n", j.str().c_str());
     }
@@ -128,10 +135,19 @@ int command_eval(Runtime& rt, const Args& args) {
   }
   MESHTRAIN_REQUIRE(o.split == "val" || o.split == "train", "--split must be val or train, not '%s'", o.split.c_str());
   MESHTRAIN_REQUIRE(o.batches >= -1, "--batches must be -1, 0 or positive, not %d", o.batches);
-  const Config& cfg = ca.config.config;
+  Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
+  fit_mesh_to_job(cfg, rt.topology().world_size);
+  if (o.batches == 0) {
+    // The whole split does not come in global batches: a training global batch that the
+    // job's ranks do not divide must not stop it.
+    cfg.train.global_batch = 0;
+    cfg.train.grad_accum = 1;
+  }
+  const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
+  take_lora_from_checkpoint(rt.world(), cfg, source);
   const train::RunSetup setup = train::resolve_run(cfg, rt);
-  return setup.bf16 ? run_eval<bf16>(rt, setup, o) : run_eval<float>(rt, setup, o);
+  return setup.bf16 ? run_eval<bf16>(rt, setup, o, source) : run_eval<float>(rt, setup, o, source);
 }
 
 }  // namespace meshtrain::app

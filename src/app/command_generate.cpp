@@ -30,7 +30,8 @@ struct GenerateOptions {
 };
 
 template <class T>
-int run_generate(const Runtime& rt, const train::RunSetup& setup, const GenerateOptions& o) {
+int run_generate(const Runtime& rt, const train::RunSetup& setup, const GenerateOptions& o,
+                 const WeightsSource& source) {
   const Config& cfg = setup.config;
   train::Session<T> session(rt, setup);
   const MpiComm& world = session.mesh().world();
@@ -50,16 +51,21 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
                       "the %s tokenizer has %lld ids, more than model.vocab_size=%lld", name.c_str(),
                       static_cast<long long>(tok->vocab_size()), static_cast<long long>(setup.dims.valid_vocab));
   });
-  const LoadedWeights weights = load_checkpoint_weights(session, setup, o.checkpoint);
+  const LoadedWeights weights = load_checkpoint_weights(session, setup, source);
   const double t0 = now_seconds();
-  const std::string text = train::sample_text(session, *tok, o.prompt, o.tokens, o.temperature, o.top_k, o.seed);
+  int generated = 0;
+  const std::string text =
+      train::sample_text(session, *tok, o.prompt, o.tokens, o.temperature, o.top_k, o.seed, &generated);
   const double seconds = now_seconds() - t0;
   if (rt.topology().world_rank == 0) {
     // The text alone goes to stdout (pipe-friendly); what produced it goes to stderr.
-    std::fprintf(stderr, "generate: %s%s (loaded in %.2f s), %d tokens at temperature %g, top-k %d, seed %llu "
+    // The real count: sampling stops early when the model emits end-of-text.
+    std::string count = strprintf("%d token%s", generated, generated == 1 ? "" : "s");
+    if (generated < o.tokens) count += strprintf(" (of --tokens %d: stopped at end-of-text)", o.tokens);
+    std::fprintf(stderr, "generate: %s%s (loaded in %.2f s), %s at temperature %g, top-k %d, seed %llu "
                  "(%.2f s)\n",
                  weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
-                 weights.load_seconds, o.tokens, o.temperature, o.top_k, static_cast<unsigned long long>(o.seed),
+                 weights.load_seconds, count.c_str(), o.temperature, o.top_k, static_cast<unsigned long long>(o.seed),
                  seconds);
     std::printf("%s%s\n", o.prompt.c_str(), text.c_str());
     std::fflush(stdout);
@@ -96,10 +102,13 @@ int command_generate(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.tokens >= 0, "--tokens must be >= 0, not %d", o.tokens);
   MESHTRAIN_REQUIRE(o.temperature >= 0, "--temperature must be >= 0 (0 = greedy), not %g", o.temperature);
   MESHTRAIN_REQUIRE(o.top_k >= 0, "--top_k must be >= 0 (0 = the whole vocabulary), not %d", o.top_k);
-  const Config& cfg = ca.config.config;
+  Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
+  fit_mesh_to_job(cfg, rt.topology().world_size);
+  const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
+  take_lora_from_checkpoint(rt.world(), cfg, source);
   const train::RunSetup setup = train::resolve_run(cfg, rt);
-  return setup.bf16 ? run_generate<bf16>(rt, setup, o) : run_generate<float>(rt, setup, o);
+  return setup.bf16 ? run_generate<bf16>(rt, setup, o, source) : run_generate<float>(rt, setup, o, source);
 }
 
 }  // namespace meshtrain::app

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "checkpoint_session.hpp"
 
@@ -16,6 +18,7 @@
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
+#include "meshtrain/core/log.hpp"
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/parallel/planner.hpp"
 #include "meshtrain/runtime/mesh.hpp"
@@ -207,7 +210,35 @@ int command_plan(Runtime& rt, const Args& args) {
   if (cfg.parallel.gpus_per_node > 0) rpn = cfg.parallel.gpus_per_node;
   else if (!other && topo.uniform()) rpn = topo.local_size;
   const model::ModelDims dims = model::resolve_dims(cfg.model);
+  // With tp left to the planner (-1) only tp values that split the model are candidates.
+  const int fixed_tp = cfg.parallel.tp > 0 ? cfg.parallel.tp : 1;
+  try {
+    model::tp_dims(dims, fixed_tp, 0);  // heads, MLP width and vocabulary must split over tp
+  } catch (const UserError& e) {
+    // Without a config file the model is the default GPT-2 124M (vocabulary 50257, odd):
+    // say so, since the user asked about a mesh, not a model.
+    if (!cfg.source_file.empty()) throw;
+    throw UserError(strprintf("%s (no config file was given, so the model is the default GPT-2 124M with %lld "
+                              "tokens; give a config, e.g. `meshtrain plan inputs/tiny-gpt2.ini --parallel.tp=%d`)",
+                              e.what(), static_cast<long long>(dims.valid_vocab), fixed_tp));
+  }
   const double budget = train::memory_budget_per_rank(cfg, topo, other);
+  {
+    // Planning another machine with some of its ceilings missing: those terms use this
+    // machine's measurements, which can be far off (a laptop's copy bandwidth for an HBM GPU).
+    const ParallelConfig& p = cfg.parallel;
+    const bool target = other || !p.device_memory.empty() || !p.target_gemm_tflops.empty() ||
+                        !p.target_bus_gbps.empty() || !p.target_mem_gbps.empty();
+    std::vector<std::string> missing;
+    if (p.target_gemm_tflops.empty()) missing.push_back("parallel.target_gemm_tflops");
+    if (p.target_bus_gbps.empty()) missing.push_back("parallel.target_bus_gbps");
+    if (p.target_mem_gbps.empty()) missing.push_back("parallel.target_mem_gbps");
+    if (target && !missing.empty() && root)
+      log::warn("planning another machine, but %s %s not set: %s measured on this machine (see the cost model lines "
+                "at the end)",
+                join(missing, ", ").c_str(), missing.size() == 1 ? "is" : "are",
+                missing.size() == 1 ? "that ceiling is" : "those ceilings are");
+  }
   const parallel::PlanInput in = train::plan_input(cfg, dims, world, rpn.value_or(world), budget);
   const bool search = train::searches_mesh(cfg);
   MeshShape shape;

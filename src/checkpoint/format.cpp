@@ -1,7 +1,9 @@
 #include "format.hpp"
 
 #include <filesystem>
+#include <algorithm>
 #include <functional>
+#include <set>
 
 #include "h5.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
@@ -39,6 +41,28 @@ const std::vector<Field>& fields() {
   return f;
 }
 
+/// The adapted projections in the family's canonical order ("q,v" and "v,q" are one setting).
+std::string canonical_targets(const model::ModelDims& d) {
+  std::vector<std::string> out;
+  for (const std::string& t : model::lora_target_names(d.family))
+    if (std::find(d.lora_targets.begin(), d.lora_targets.end(), t) != d.lora_targets.end()) out.push_back(t);
+  return join(out, ",");
+}
+
+/// Names of the datasets directly under `group` of an open file.
+std::vector<std::string> dataset_names(hid_t file, const char* group) {
+  std::vector<std::string> names;
+  h5::Handle g = h5::group(H5Gopen2(file, group, H5P_DEFAULT));
+  if (!g.valid()) return names;
+  H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
+             [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+               static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+               return 0;
+             },
+             &names);
+  return names;
+}
+
 std::string size_text(const std::string& path) {
   std::error_code ec;
   const auto n = std::filesystem::file_size(path, ec);
@@ -66,7 +90,38 @@ void write_model_attrs(hid_t group, const model::ModelDims& d) {
       case Field::Text: h5::write_attr(group, f.key, v); break;
     }
   }
+  // The LoRA settings: the adapters change the model's function (alpha has no dataset of
+  // its own), so readers compare them like the dimensions above.
+  h5::write_attr(group, "lora_rank", static_cast<std::int64_t>(d.lora_rank));
+  h5::write_attr(group, "lora_alpha", d.lora_alpha);
+  h5::write_attr(group, "lora_targets", d.lora_rank > 0 ? canonical_targets(d) : std::string());
 }
+
+LoraSettings read_lora(hid_t file) {
+  h5::QuietErrors quiet;
+  LoraSettings out;
+  h5::Handle g = h5::group(H5Gopen2(file, kModelGroup, H5P_DEFAULT));
+  if (!g.valid()) return out;
+  const auto rank = h5::read_int_attr(g.get(), "lora_rank");
+  const auto alpha = h5::read_double_attr(g.get(), "lora_alpha");
+  const auto targets = h5::read_string_attr(g.get(), "lora_targets");
+  if (!rank || !alpha || !targets) return out;  // written before the settings were recorded
+  out.recorded = true;
+  out.rank = static_cast<int>(*rank);
+  out.alpha = *alpha;
+  out.targets = *targets;
+  return out;
+}
+
+LoraSettings lora_settings(const model::ModelDims& d) {
+  LoraSettings out;
+  out.recorded = true;
+  out.rank = d.lora_rank;
+  out.alpha = d.lora_alpha;
+  out.targets = d.lora_rank > 0 ? canonical_targets(d) : std::string();
+  return out;
+}
+
 
 model::ModelDims read_model_dims(hid_t file, const std::string& path) {
   h5::QuietErrors quiet;
@@ -98,6 +153,23 @@ model::ModelDims read_model_dims(hid_t file, const std::string& path) {
   d.tied = need_int("tie_embeddings") != 0;
   d.norm_eps = need_real("norm_eps");
   d.rope_theta = need_real("rope_theta");
+  const LoraSettings lora = read_lora(file);
+  if (lora.recorded && lora.rank > 0) {
+    d.lora_rank = lora.rank;
+    d.lora_alpha = lora.alpha;
+    for (std::size_t start = 0; start <= lora.targets.size();) {
+      const std::size_t comma = std::min(lora.targets.find(',', start), lora.targets.size());
+      if (comma > start) d.lora_targets.push_back(lora.targets.substr(start, comma - start));
+      start = comma + 1;
+    }
+    const std::vector<std::string> valid = model::lora_target_names(d.family);
+    for (const std::string& t : d.lora_targets)
+      MESHTRAIN_REQUIRE(std::find(valid.begin(), valid.end(), t) != valid.end(),
+                        "checkpoint %s: /model names the LoRA target '%s', which is not a %s projection", path.c_str(),
+                        t.c_str(), model::family_name(d.family));
+    MESHTRAIN_REQUIRE(!d.lora_targets.empty(), "checkpoint %s: /model has lora_rank=%d but no lora_targets",
+                      path.c_str(), lora.rank);
+  }
   MESHTRAIN_REQUIRE(d.vocab > 0 && d.valid_vocab > 0 && d.valid_vocab <= d.vocab && d.d_model > 0 && d.n_layers > 0 &&
                         d.n_heads > 0 && d.n_kv_heads > 0 && d.head_dim > 0 && d.ffn_dim > 0 && d.max_seq_len > 0,
                     "checkpoint %s: the model description in /model is inconsistent", path.c_str());
@@ -112,6 +184,31 @@ std::vector<std::string> model_differences(const model::ModelDims& in_file, cons
   }
   return out;
 }
+
+}  // namespace meshtrain::checkpoint::format
+
+namespace meshtrain::checkpoint {
+
+std::string LoraSettings::str() const {
+  if (rank <= 0) return "no LoRA (model.lora_rank=0)";
+  return strprintf("model.lora_rank=%d, model.lora_alpha=%g, model.lora_targets=%s", rank, alpha, targets.c_str());
+}
+
+bool LoraSettings::same(const LoraSettings& o) const {
+  if (rank <= 0 || o.rank <= 0) return rank <= 0 && o.rank <= 0;
+  return rank == o.rank && alpha == o.alpha && targets == o.targets;
+}
+
+LoraSettings stored_lora_settings(const std::string& path) {
+  h5::QuietErrors quiet;
+  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
+  MESHTRAIN_REQUIRE(f.valid(), "checkpoint %s cannot be opened by HDF5: the file is truncated or damaged", path.c_str());
+  return format::read_lora(f.get());
+}
+
+}  // namespace meshtrain::checkpoint
+
+namespace meshtrain::checkpoint::format {
 
 void validate(const std::string& path, const std::vector<model::ParamSpec>& specs, const Requirements& req) {
   namespace fs = std::filesystem;
@@ -139,11 +236,49 @@ void validate(const std::string& path, const std::vector<model::ParamSpec>& spec
                     path.c_str(), static_cast<long long>(*version), kFormatVersion);
   if (req.same_model) {
     const model::ModelDims in_file = read_model_dims(f.get(), path);
-    const std::vector<std::string> diff = model_differences(in_file, *req.same_model);
+    std::vector<std::string> diff = model_differences(in_file, *req.same_model);
+    const LoraSettings stored = read_lora(f.get()), run = lora_settings(*req.same_model);
+    if (stored.recorded && !stored.same(run))
+      diff.push_back(strprintf("LoRA: %s in the checkpoint, %s in this run", stored.str().c_str(), run.str().c_str()));
     MESHTRAIN_REQUIRE(diff.empty(),
                       "checkpoint %s was written for a different model (%s); run with the checkpoint's model "
                       "settings, or set checkpoint.resume=none to start fresh",
                       path.c_str(), join(diff, "; ").c_str());
+  }
+  if (req.lora_of && req.lora_optional) {
+    // Initial weights: a base model (no adapters) suits any LoRA setting; adapters in the
+    // file are only taken as they are, never dropped or partly loaded.
+    const LoraSettings stored = read_lora(f.get()), run = lora_settings(*req.lora_of);
+    MESHTRAIN_REQUIRE(!stored.recorded || stored.rank <= 0 || stored.same(run),
+                      "checkpoint.init_from=%s holds LoRA adapters (%s) that this run (%s) would %s; to continue "
+                      "training them give the same model.lora_* settings (adapters are not merged into the base "
+                      "weights on import)",
+                      path.c_str(), stored.str().c_str(), run.str().c_str(),
+                      run.rank <= 0 ? "drop" : "not load as trained");
+  }
+  if (!specs.empty()) {
+    // Every tensor of the file must be a parameter of this model: anything else (adapters
+    // of another LoRA setting, a checkpoint written before the LoRA settings were
+    // recorded) would be ignored silently.
+    std::set<std::string> wanted;
+    for (const model::ParamSpec& p : specs) wanted.insert(p.name);
+    std::vector<std::string> extra;
+    for (const std::string& n : dataset_names(f.get(), kModelGroup))
+      if (!wanted.count(n)) extra.push_back(n);
+    if (!extra.empty()) {
+      const bool lora = std::any_of(extra.begin(), extra.end(),
+                                    [](const std::string& n) { return n.find(".lora_") != std::string::npos; });
+      const std::size_t total = extra.size();
+      if (extra.size() > 3) {
+        extra.resize(3);
+        extra.push_back(strprintf("and %zu more", total - 3));
+      }
+      throw UserError(strprintf("checkpoint %s holds tensors that are not parameters of this model (%s)%s", path.c_str(),
+                                join(extra, ", ").c_str(),
+                                lora ? ": LoRA adapters; give the model.lora_rank, model.lora_alpha and "
+                                       "model.lora_targets of the run that wrote it"
+                                     : "; check the model settings"));
+    }
   }
   std::vector<const char*> groups = {kModelGroup};
   if (req.optimizer) {

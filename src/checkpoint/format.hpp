@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/model/param_spec.hpp"
 
@@ -36,11 +37,18 @@ model::ModelDims read_model_dims(hid_t file, const std::string& path);
 /// "d_model: 64 in the checkpoint, 128 in this run" for every key that differs.
 std::vector<std::string> model_differences(const model::ModelDims& in_file, const model::ModelDims& run);
 
+/// The LoRA settings of /model (attributes lora_rank, lora_alpha, lora_targets); not
+/// `recorded` in checkpoints written before they were stored.
+LoraSettings read_lora(hid_t file);
+/// The settings of a resolved model.
+LoraSettings lora_settings(const model::ModelDims& dims);
+
 /// What a reader needs from a checkpoint.
 struct Requirements {
   bool optimizer = true;                      ///< /optim/exp_avg and /optim/exp_avg_sq too
-  const model::ModelDims* same_model = nullptr;  ///< model description must equal this
+  const model::ModelDims* same_model = nullptr;  ///< model description (LoRA included) must equal this
   bool lora_optional = false;                 ///< LoRA adapters may be absent (base weights for fine-tuning)
+  const model::ModelDims* lora_of = nullptr;  ///< with lora_optional: adapters in the file must match this model's
 };
 
 /// \brief Serial validation of checkpoint `path` (call on one rank, under agree_on_errors):

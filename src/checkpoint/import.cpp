@@ -93,6 +93,7 @@ SafetensorsWeights::SafetensorsWeights(const std::string& path, const std::vecto
                       "%s maps '%s' to %s, but that file does not hold it", index_path.c_str(), name.c_str(), file.c_str());
   }
 
+  gpt2_ = dims.family == model::Family::Gpt2;
   const std::string where = files_.size() == 1 ? files_[0]->path() : path;
   std::map<std::string, bool> used;
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -142,9 +143,13 @@ SafetensorsWeights::SafetensorsWeights(const std::string& path, const std::vecto
       unexpected.resize(5);
       unexpected.push_back(strprintf("and %zu more", more));
     }
-    throw UserError(strprintf("initial weights %s hold tensors that are not parameters of this %s model: %s; check "
-                              "the model settings (n_layers, tie_embeddings, family)",
-                              where.c_str(), model::family_name(dims.family), join(unexpected, ", ").c_str()));
+    const bool lora = std::any_of(unexpected.begin(), unexpected.end(),
+                                  [](const std::string& n) { return n.find(".lora_") != std::string::npos; });
+    throw UserError(strprintf("initial weights %s hold tensors that are not parameters of this %s model: %s; %s",
+                              where.c_str(), model::family_name(dims.family), join(unexpected, ", ").c_str(),
+                              lora ? "they are LoRA adapters: give the model.lora_rank, model.lora_alpha and "
+                                     "model.lora_targets of the run that trained them"
+                                   : "check the model settings (n_layers, tie_embeddings, family)"));
   }
 }
 
@@ -174,10 +179,17 @@ void SafetensorsWeights::check_tied_head() const {
     tied_head_.file->read_f32(h, i, m, a.data());
     emb.file->read_f32(*emb.tensor, i, m, b.data());
     for (std::int64_t k = 0; k < m; ++k)
-      MESHTRAIN_REQUIRE(a[k] == b[k],
-                        "initial weights: lm_head.weight differs from %s (element %lld), but model.tie_embeddings=true "
-                        "would drop it; set model.tie_embeddings=false to load it as a separate head",
-                        emb.tensor->name.c_str(), static_cast<long long>(i + k));
+      MESHTRAIN_REQUIRE(a[k] == b[k], "%s",
+                        (gpt2_ ? strprintf("initial weights: lm_head.weight differs from %s (element %lld), but "
+                                           "meshtrain's gpt2 always ties the LM head to the token embedding, so this "
+                                           "separate head cannot be loaded; use a GPT-2 file whose head is the "
+                                           "embedding, or model.family=llama for models with an untied head",
+                                           emb.tensor->name.c_str(), static_cast<long long>(i + k))
+                               : strprintf("initial weights: lm_head.weight differs from %s (element %lld), but "
+                                           "model.tie_embeddings=true would drop it; set model.tie_embeddings=false "
+                                           "to load it as a separate head",
+                                           emb.tensor->name.c_str(), static_cast<long long>(i + k)))
+                            .c_str());
   }
 }
 

@@ -46,6 +46,7 @@ class SafetensorsWeights {
   std::vector<Source> sources_;  ///< per spec
   Source tied_head_;             ///< lm_head.weight of a tied model, when present
   int embedding_spec_ = -1;
+  bool gpt2_ = false;            ///< gpt2 always ties: an untied head cannot be loaded at all
   std::uint64_t bytes_ = 0;
 };
 

@@ -178,7 +178,7 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
   std::uint64_t bytes = 0;
   if (kind == WeightsKind::Hdf5) {
     agree_on_errors(comm, [&] {
-      if (comm.rank() == 0) format::validate(resolved, eng.specs(), {false, nullptr, true});
+      if (comm.rank() == 0) format::validate(resolved, eng.specs(), {false, nullptr, true, &dims});
     });
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));

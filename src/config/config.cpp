@@ -1,6 +1,7 @@
 #include "meshtrain/config/config.hpp"
 
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -36,7 +37,7 @@ void visit_config(C& c, V&& v) {
   v("model.init_std", m.init_std, "std of the normal init; residual projections use std/sqrt(2*n_layers)");
   v("model.lora_rank", m.lora_rank, "LoRA rank; >0 trains low-rank adapters only, base weights frozen");
   v("model.lora_alpha", m.lora_alpha, "LoRA scaling numerator (scale = alpha / rank)");
-  v("model.lora_targets", m.lora_targets, "comma list of projections that get adapters: q,k,v,o,up,gate,down");
+  v("model.lora_targets", m.lora_targets, "comma list of projections that get adapters (llama: q,k,v,o,gate,up,down; gpt2: c_attn,attn.c_proj,c_fc,mlp.c_proj); auto = the attention projections PEFT adapts by default: q,v (llama), c_attn (gpt2)");
 
   auto& p = c.parallel;
   v("parallel.dp_replicate", p.dp_replicate, "data-parallel replicas (hybrid sharding: across nodes); -1 = infer");
@@ -164,11 +165,14 @@ std::string nearest_key(const std::string& unknown, const std::vector<std::strin
   return best;
 }
 
-/// Boost's INI parser only knows whole-line comments; also accept "key = value  ; note"
-/// and "key = value  # note" (a ; or # preceded by whitespace starts a comment).
+/// Boost's INI parser only knows whole-line comments starting with '#'; also accept a
+/// whole line starting with ';' (in any column) and "key = value  ; note" /
+/// "key = value  # note" (a ; or # preceded by whitespace starts a comment).
 std::string strip_inline_comments(std::istream& in) {
   std::string out, line;
   while (std::getline(in, line)) {
+    const std::size_t first = line.find_first_not_of(" \t");
+    if (first != std::string::npos && (line[first] == ';' || line[first] == '#')) line.clear();
     for (std::size_t i = 1; i < line.size(); ++i) {
       if ((line[i] == ';' || line[i] == '#') && (line[i - 1] == ' ' || line[i - 1] == '\t')) {
         line.resize(i);
@@ -182,7 +186,8 @@ std::string strip_inline_comments(std::istream& in) {
 }
 
 [[noreturn]] void unknown_key_error(const std::string& raw, const std::string& where,
-                                    const Registry& reg, const std::string& command) {
+                                    const Registry& reg, const std::string& command,
+                                    const std::vector<std::string>& command_options) {
   std::string name = raw;
   while (!name.empty() && name[0] == '-') name.erase(0, 1);
   if (const auto eq = name.find('='); eq != std::string::npos) name.resize(eq);
@@ -191,6 +196,21 @@ std::string strip_inline_comments(std::istream& in) {
   bool section_known = false;
   for (const auto& k : reg.keys)
     if (k.compare(0, section.size() + 1, section + ".") == 0) section_known = true;
+  if (dot == std::string::npos && !command_options.empty()) {
+    // A command with options of its own (eval --batches): the mistyped name is most likely
+    // one of those; suggest one only when it is close, and list them all.
+    std::string best;
+    std::size_t best_d = std::string::npos;
+    for (const auto& o : command_options)
+      if (edit_distance(name, o) < best_d) best_d = edit_distance(name, o), best = o;
+    std::vector<std::string> listed;
+    for (const auto& o : command_options) listed.push_back("--" + o);
+    const bool close = best_d <= std::max<std::size_t>(2, name.size() / 3);
+    throw UserError(strprintf("unknown option '%s'%s; `meshtrain %s` takes %s, and configuration keys as "
+                              "--section.key=value (see `meshtrain %s --help`)",
+                              raw.c_str(), close ? (" (did you mean '--" + best + "'?)").c_str() : where.c_str(),
+                              command.c_str(), join(listed, ", ").c_str(), command.c_str()));
+  }
   if (dot == std::string::npos) {
     throw UserError(strprintf("unknown option '%s'%s: configuration keys have the form "
                               "--section.key=value (did you mean '--%s'?); see `meshtrain %s --help`",
@@ -231,7 +251,8 @@ std::vector<std::string> split_empty_assignments(const std::vector<std::string>&
 
 }  // namespace
 
-ParsedArgs parse_config(const std::string& command, const std::vector<std::string>& args) {
+ParsedArgs parse_config(const std::string& command, const std::vector<std::string>& args,
+                        const std::vector<std::string>& command_options) {
   ParsedArgs out;
   Registry reg;
   po::options_description keys = make_options(out.config, reg);
@@ -249,6 +270,8 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
   try {
     std::vector<std::string> argv = split_empty_assignments(args);
     po::store(po::command_line_parser(argv).options(all).positional(positional).run(), vm);
+    for (const std::string& k : reg.keys)
+      if (vm.count(k) && !vm[k].defaulted()) out.config.command_line_keys.insert(k);
     if (vm.count("help")) {
       std::ostringstream os;
       os << "usage: meshtrain " << command << " [CONFIG.ini] [--section.key=value ...]\n\n"
@@ -266,11 +289,13 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
       where = " (in " + path + ")";
       // Values already stored from the command line take precedence over the file.
       std::istringstream stripped(strip_inline_comments(in));
-      po::store(po::parse_config_file(stripped, keys, /*allow_unregistered=*/false), vm);
+      const po::parsed_options from_file = po::parse_config_file(stripped, keys, /*allow_unregistered=*/false);
+      for (const po::option& o : from_file.options) out.config.file_keys.insert(o.string_key);
+      po::store(from_file, vm);
     }
     po::notify(vm);
   } catch (const po::unknown_option& e) {
-    unknown_key_error(e.get_option_name(), where, reg, command);
+    unknown_key_error(e.get_option_name(), where, reg, command, command_options);
   } catch (const po::too_many_positional_options_error&) {
     throw UserError(strprintf("meshtrain %s takes at most one config file; give settings as "
                               "--section.key=value", command.c_str()));

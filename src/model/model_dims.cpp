@@ -20,6 +20,12 @@ std::vector<std::string> lora_target_names(Family f) {
   return {"q", "k", "v", "o", "gate", "up", "down"};
 }
 
+std::string lora_auto_targets(Family f) {
+  // PEFT's default target_modules for these architectures: the attention projections,
+  // q_proj/v_proj for Llama and the fused c_attn (q, k and v) for GPT-2.
+  return f == Family::Gpt2 ? "c_attn" : "q,v";
+}
+
 ModelDims resolve_dims(const ModelConfig& c) {
   ModelDims d;
   d.family = parse_family(c.family);
@@ -63,7 +69,7 @@ ModelDims resolve_dims(const ModelConfig& c) {
   if (c.lora_rank > 0) {
     const std::vector<std::string> valid = lora_target_names(d.family);
     std::string list = c.lora_targets;
-    if (list == "auto") list = d.family == Family::Gpt2 ? "c_attn" : "q,v";
+    if (list == "auto") list = lora_auto_targets(d.family);
     std::size_t start = 0;
     while (start <= list.size()) {
       const std::size_t comma = list.find(',', start);

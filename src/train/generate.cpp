@@ -49,7 +49,7 @@ std::vector<std::int32_t> generate_ids(Session<T>& s, std::vector<std::int32_t> 
 
 template <class T>
 std::string sample_text(Session<T>& s, const data::Tokenizer& tok, const std::string& prompt, int n_tokens,
-                        double temperature, int top_k, std::uint64_t seed) {
+                        double temperature, int top_k, std::uint64_t seed, int* generated) {
   SamplingOptions o;
   o.max_new_tokens = n_tokens;
   o.temperature = temperature;
@@ -57,14 +57,15 @@ std::string sample_text(Session<T>& s, const data::Tokenizer& tok, const std::st
   o.seed = seed;
   o.stop_token = tok.eot_id() < s.setup().dims.valid_vocab ? tok.eot_id() : -1;
   const std::vector<std::int32_t> ids = generate_ids(s, tok.encode(prompt), o);
+  if (generated) *generated = static_cast<int>(ids.size());
   return tok.decode(ids);
 }
 
 template std::vector<std::int32_t> generate_ids<float>(Session<float>&, std::vector<std::int32_t>, const SamplingOptions&);
 template std::vector<std::int32_t> generate_ids<bf16>(Session<bf16>&, std::vector<std::int32_t>, const SamplingOptions&);
 template std::string sample_text<float>(Session<float>&, const data::Tokenizer&, const std::string&, int, double, int,
-                                        std::uint64_t);
+                                        std::uint64_t, int*);
 template std::string sample_text<bf16>(Session<bf16>&, const data::Tokenizer&, const std::string&, int, double, int,
-                                       std::uint64_t);
+                                       std::uint64_t, int*);
 
 }  // namespace meshtrain::train

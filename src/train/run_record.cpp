@@ -38,8 +38,12 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
   MESHTRAIN_REQUIRE(!ec, "cannot create output.dir '%s': %s", dir.c_str(), ec.message().c_str());
   // Each file is replaced atomically and every write is checked (file_io): a full disk is
   // one IoError naming the file, and an earlier run's record is never half overwritten.
+  // train.grad_accum as resolved: with train.global_batch set it is derived, and the file
+  // would otherwise hold a value that the global batch overrides (a warning on reuse).
+  Config effective = s.config;
+  effective.train.grad_accum = s.grad_accum;
   file_io::replace_file(dir + "/config.ini",
-                        "# Effective configuration of this run (every key, defaults included).\n" + config_to_ini(s.config),
+                        "# Effective configuration of this run (every key, defaults included).\n" + config_to_ini(effective),
                         fault::Point::RecordWrite);
   file_io::replace_file(dir + "/mesh.txt", describe_mesh(s.mesh, &topo), fault::Point::RecordWrite);
   JsonObject run;

@@ -24,6 +24,7 @@
 #include "meshtrain/train/metrics.hpp"
 #include "meshtrain/train/run_record.hpp"
 #include "meshtrain/train/session.hpp"
+#include "meshtrain/train/setting_warnings.hpp"
 #include "meshtrain/train/step.hpp"
 #include "meshtrain/train/stop_policy.hpp"
 
@@ -120,6 +121,8 @@ int Trainer<T>::run() {
 
   log::info("meshtrain train: %s model, %lld parameters (%s), %d rank(s) on %d node(s)", model::family_name(s_.dims.family),
             static_cast<long long>(s_.dims.num_params()), tc.precision.c_str(), topo.world_size, topo.num_nodes);
+  if (s_.dims.lora_rank > 0) log::info("%s", lora_summary(s_.dims).c_str());
+  for (const std::string& w : setting_warnings(s_)) log::warn("%s", w.c_str());
   log::info("mesh %s, strategy %s (%s)", s_.mesh.str().c_str(), parallel::strategy_name(s_.strategy),
             s_.strategy_reason.c_str());
   log::info("batch: %d sequences x %d tokens per step = micro_batch %d x dp %d x grad_accum %d", s_.global_batch,
@@ -318,6 +321,10 @@ int Trainer<T>::restore_or_init() {
     skipped_ = st.skipped;
     log::info("resumed from %s: step %d, %llu tokens seen (load %.2f s, %.2f GB/s)", path.c_str(), st.step,
               static_cast<unsigned long long>(st.tokens_seen), io.seconds, io.gbps());
+    if (!cc.init_from.empty())
+      log::warn("checkpoint.init_from=%s is not used: the run resumes from its own checkpoint %s (set "
+                "checkpoint.resume=none to start from the initial weights instead)",
+                cc.init_from.c_str(), path.c_str());
     if (st.seed != cfg_.train.seed)
       log::warn("the checkpoint was written with train.seed=%llu, this run uses %llu: the data order changes",
                 static_cast<unsigned long long>(st.seed), static_cast<unsigned long long>(cfg_.train.seed));

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The command line as a person meets it (issue 2, "Must show" 2 and 3):
-#   * mpirun -np 4 meshtrain plan --parallel.tp=2 prints the 1 x 2 (dp_shard) x 2 (tp) mesh
-#     with each rank's groups;
+#   * mpirun -np 4 meshtrain plan inputs/tiny-gpt2.ini --parallel.tp=2 prints the
+#     1 x 2 (dp_shard) x 2 (tp) mesh with each rank's groups; without a config (the default
+#     GPT-2 124M, whose 50257-token vocabulary tp=2 cannot split) it is one user error that
+#     says so and names a config to use (issue 16);
 #   * plan --parallel.tp=3 on 4 ranks and train --model.no_such_key=1 exit non-zero with
 #     one message naming the problem, no stack dump and no hang;
 #   * meshtrain --version names the libraries.
@@ -44,7 +46,7 @@ expect_user_error() {
 }
 
 # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-run "plan on 4 ranks with tp=2" $MPIEXEC -np 4 "$bin" plan --parallel.tp=2
+run "plan on 4 ranks with tp=2" $MPIEXEC -np 4 "$bin" plan "$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini" --parallel.tp=2
 [[ $rc -eq 0 ]] || fail "plan tp=2: exit status $rc"
 grep -qF "mesh: 1 (dp_replicate) x 2 (dp_shard) x 2 (tp) = 4 ranks" "$out" || fail "plan tp=2: no 2 (dp_shard) x 2 (tp) mesh line"
 grep -qF "topology: 4 rank(s) on 1 node(s)" "$out" || fail "plan tp=2: no topology line"
@@ -60,6 +62,12 @@ for r in 0 1 2 3; do
   [[ "$got" == "${want[$r]}" ]] || fail "plan tp=2: rank $r row is '$got', expected '${want[$r]}'"
 done
 [[ $(grep -c "^mesh:" "$out") -eq 1 ]] || fail "plan tp=2: the mesh must be printed once (rank 0), not per rank"
+
+# shellcheck disable=SC2086
+run "plan on 4 ranks with tp=2 and no config" $MPIEXEC -np 4 "$bin" plan --parallel.tp=2
+expect_user_error "plan tp=2 without a config" "no config file was given"
+grep -qF "inputs/tiny-gpt2.ini --parallel.tp=2" "$err" || fail "plan tp=2 without a config: no config suggested"
+[[ $rc -eq 2 ]] || fail "plan tp=2 without a config: exit status $rc, expected 2 (user error)"
 
 # shellcheck disable=SC2086
 run "plan on 4 ranks with tp=3" $MPIEXEC -np 4 "$bin" plan --parallel.tp=3
@@ -79,7 +87,7 @@ expect_user_error "unknown command" "did you mean 'train'"
 
 run "version" "$bin" --version
 [[ $rc -eq 0 ]] || fail "--version: exit status $rc"
-for part in "meshtrain 0." "Kokkos:" "MPI:" "GEMM:" "CUDA:"; do
+for part in "meshtrain 0." "Kokkos:" "MPI:" "HDF5:" "Boost:" "GEMM:" "CUDA:"; do
   grep -qF "$part" "$out" || fail "--version: no '$part'"
 done
 

@@ -215,6 +215,10 @@ TEST(Import, HuggingFaceGpt2SpellingsAreAccepted) {
     if (entries[i].name == "lm_head.weight") data[i][7] += 1.0f;
   const std::string m = load_error(*job, write(dir + "/tied_differs.safetensors"));
   EXPECT_NE(m.find("lm_head.weight differs from transformer.wte.weight"), std::string::npos) << m;
+  // gpt2 always ties: the message must not suggest model.tie_embeddings=false, which the
+  // gpt2 family rejects (issue 16), but say that the head cannot be loaded.
+  EXPECT_EQ(m.find("tie_embeddings=false"), std::string::npos) << m;
+  EXPECT_NE(m.find("gpt2 always ties"), std::string::npos) << m;
 }
 
 TEST(Import, MissingWrongShapeAndUnexpectedTensorsAreErrors) {

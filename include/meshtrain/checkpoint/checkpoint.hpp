@@ -43,6 +43,21 @@ struct IoStats {
   double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 };
 
+/// The LoRA settings a checkpoint was written with (stored in /model; part of the model
+/// description that resume and eval compare).
+struct LoraSettings {
+  bool recorded = false;  ///< false: a checkpoint written before the settings were stored
+  int rank = 0;           ///< model.lora_rank (0: no adapters)
+  double alpha = 16;      ///< model.lora_alpha
+  std::string targets;    ///< model.lora_targets, resolved, in the family's order ("q,v")
+  std::string str() const;                     ///< "model.lora_rank=4, model.lora_alpha=16, ..."
+  bool same(const LoraSettings& other) const;  ///< equal adapters (any two without LoRA are equal)
+};
+
+/// The LoRA settings stored in checkpoint file `path` (serial: call on one rank); not
+/// `recorded` when the file predates them. UserError when the file cannot be opened.
+LoraSettings stored_lora_settings(const std::string& path);
+
 /// checkpoint.dir, or <output.dir>/checkpoints when it is empty.
 std::string checkpoint_dir(const Config& config);
 

@@ -5,6 +5,7 @@
 /// are UserErrors that name the key (and the nearest valid one).
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@ struct ModelConfig {
   double init_std = 0.02;
   int lora_rank = 0;                  ///< >0: train LoRA adapters only (base weights frozen)
   double lora_alpha = 16.0;
-  std::string lora_targets = "q,v";   ///< comma list of attention/MLP projections
+  std::string lora_targets = "auto";  ///< comma list of projections; auto = PEFT's default (q,v / c_attn)
 };
 
 struct ParallelConfig {
@@ -109,6 +110,11 @@ struct Config {
   CheckpointConfig checkpoint;
   OutputConfig output;
   std::string source_file;            ///< the INI file, if any
+  /// Keys given on the command line, and keys given in the INI file (not defaulted). They
+  /// let later stages tell a value the user chose from a default (warnings when one key
+  /// overrides another; eval/generate dropping a saved run's mesh that does not fit).
+  std::set<std::string> command_line_keys, file_keys;
+  bool is_set(const std::string& key) const { return command_line_keys.count(key) || file_keys.count(key); }
 };
 
 /// A parse result: the config, the free arguments of the subcommand, and whether help was asked.
@@ -119,8 +125,11 @@ struct ParsedArgs {
 };
 
 /// \brief Parses `args` (after the subcommand): an optional INI path, then overrides.
-/// Throws UserError for unknown keys, bad values, or a missing file.
-ParsedArgs parse_config(const std::string& command, const std::vector<std::string>& args);
+/// Throws UserError for unknown keys, bad values, or a missing file. `command_options`
+/// are the subcommand's own options (e.g. "batches" of eval), offered in the message
+/// when an unknown option without a section is given.
+ParsedArgs parse_config(const std::string& command, const std::vector<std::string>& args,
+                        const std::vector<std::string>& command_options = {});
 
 /// Range/enum checks that need no knowledge of the job (UserError naming the key).
 void validate_config(const Config& config);

@@ -63,6 +63,9 @@ Family parse_family(const std::string& name);
 /// Projections that can carry LoRA adapters: llama q,k,v,o,gate,up,down; gpt2 c_attn,
 /// attn.c_proj, c_fc, mlp.c_proj.
 std::vector<std::string> lora_target_names(Family f);
+/// What model.lora_targets=auto (the default) means: PEFT's default for the family, the
+/// attention projections "q,v" (llama) or the fused "c_attn" (gpt2).
+std::string lora_auto_targets(Family f);
 const char* family_name(Family f);
 
 }  // namespace meshtrain::model

@@ -24,9 +24,10 @@ template <class T>
 std::vector<std::int32_t> generate_ids(Session<T>& session, std::vector<std::int32_t> prompt,
                                        const SamplingOptions& options);
 
-/// Decoded continuation of `prompt` text.
+/// Decoded continuation of `prompt` text; `generated` (optional) receives the number of
+/// tokens produced, fewer than `n_tokens` when the model emitted end-of-text.
 template <class T>
 std::string sample_text(Session<T>& session, const data::Tokenizer& tokenizer, const std::string& prompt,
-                        int n_tokens, double temperature, int top_k, std::uint64_t seed);
+                        int n_tokens, double temperature, int top_k, std::uint64_t seed, int* generated = nullptr);
 
 }  // namespace meshtrain::train

@@ -1,0 +1,51 @@
+#include "meshtrain/train/setting_warnings.hpp"
+
+#include "meshtrain/core/format.hpp"
+#include "meshtrain/model/param_spec.hpp"
+
+namespace meshtrain::train {
+
+std::vector<std::string> setting_warnings(const RunSetup& s) {
+  const Config& c = s.config;
+  const TrainConfig& t = c.train;
+  std::vector<std::string> out;
+  if (t.global_batch > 0 && c.is_set("train.grad_accum") && t.grad_accum != s.grad_accum)
+    out.push_back(strprintf("train.global_batch=%d wins over train.grad_accum=%d: %d sequences per step = micro_batch "
+                            "%d x %d data-parallel rank(s) x grad_accum %d; remove one of the two keys",
+                            t.global_batch, t.grad_accum, s.global_batch, t.micro_batch, s.mesh.dp(), s.grad_accum));
+  if (t.time_limit > 0 && t.time_limit_margin >= t.time_limit)
+    out.push_back(strprintf("train.time_limit=%g s is not longer than train.time_limit_margin=%g s (the time kept for "
+                            "the final save): the run saves and stops after its first step; lower "
+                            "train.time_limit_margin or raise train.time_limit",
+                            t.time_limit, t.time_limit_margin));
+  if (t.eval_every > 0 && t.eval_every % t.log_every != 0)
+    out.push_back(strprintf("train.eval_every=%d is not a multiple of train.log_every=%d: every step with a validation "
+                            "loss is also logged and written to metrics.jsonl, between the log_every lines",
+                            t.eval_every, t.log_every));
+  if (!t.sample_prompt.empty() && t.sample_tokens == 0)
+    out.push_back("train.sample_prompt is set but train.sample_tokens=0: no sample is generated; set "
+                  "train.sample_tokens");
+  if (c.is_set("model.lora_alpha") || c.is_set("model.lora_targets")) {
+    if (c.model.lora_rank == 0 && (c.command_line_keys.count("model.lora_alpha") ||
+                                   c.command_line_keys.count("model.lora_targets")))
+      out.push_back("model.lora_alpha / model.lora_targets have no effect with model.lora_rank=0 (full training); set "
+                    "model.lora_rank > 0 for LoRA");
+  }
+  return out;
+}
+
+std::string lora_summary(const model::ModelDims& d) {
+  if (d.lora_rank <= 0) return "";
+  std::int64_t total = 0, trainable = 0;
+  for (const model::ParamSpec& p : model::build_param_specs(d)) {
+    total += p.numel();
+    if (!p.frozen) trainable += p.numel();
+  }
+  return strprintf("LoRA fine-tuning: rank %d, alpha %g (scale %g) on %s: %lld trainable parameters (%.2f%% of %lld); "
+                   "base weights frozen",
+                   d.lora_rank, d.lora_alpha, d.lora_scale(), join(d.lora_targets, ",").c_str(),
+                   static_cast<long long>(trainable), 100.0 * static_cast<double>(trainable) / static_cast<double>(total),
+                   static_cast<long long>(total));
+}
+
+}  // namespace meshtrain::train
