@@ -101,6 +101,31 @@ for c in "nope|neither 'byte' nor an existing file" "wordpiece.json|model type '
   [[ -e "bad_$spec/meta.json" ]] && fail "--tokenizer $spec: a dataset was written"
 done
 
+# Training refuses a dataset whose tokenizer is not the one the model source brings: a tiny
+# Llama exported to a Hugging Face directory with a byte-level tokenizer.json of 257 ids.
+tiny=(train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini" --train.eval_every=0 --train.steps=1)
+"$MESHTRAIN_BIN" "${tiny[@]}" --data.dir=random --output.dir=base >base.log 2>&1 &&
+  "$MESHTRAIN_BIN" convert --input base/checkpoints --output hf_llama >convert.log 2>&1 ||
+  { cat base.log convert.log; fail "training or converting the tiny model"; }
+"$py" - <<'PY' || fail "writing the tiny tokenizer.json"
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+chars = pre_tokenizers.ByteLevel.alphabet()
+tk = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(sorted(chars))}, merges=[]))
+tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tk.decoder = decoders.ByteLevel()
+tk.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+tk.save("hf_llama/tokenizer.json")
+PY
+"$MESHTRAIN_BIN" prepare --input corpus --output ds_byte >/dev/null 2>&1 || fail "prepare ds_byte"
+"$MESHTRAIN_BIN" prepare --input corpus --output ds_match --tokenizer hf_llama >/dev/null 2>&1 || fail "prepare ds_match"
+"$MESHTRAIN_BIN" "${tiny[@]}" --data.dir=ds_byte --checkpoint.init_from=hf_llama --output.dir=run_bad >bad_train.log 2>&1
+rc=$?
+[[ $rc -eq 2 ]] || fail "training on a byte dataset from a model with a BPE tokenizer: exit status $rc, expected 2"
+grep -q "was tokenized with a byte tokenizer but model hf_llama uses a bpe tokenizer" bad_train.log ||
+  { cat bad_train.log; fail "the refusal does not name both tokenizers"; }
+"$MESHTRAIN_BIN" "${tiny[@]}" --data.dir=ds_match --checkpoint.init_from=hf_llama --output.dir=run_ok >ok_train.log 2>&1 ||
+  { cat ok_train.log; fail "training on a dataset made with the model's own tokenizer failed"; }
+
 if ((failures)); then
   echo "$failures failure(s)"
   exit 1
