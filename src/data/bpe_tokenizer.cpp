@@ -136,6 +136,9 @@ class BpeTokenizer final : public Tokenizer {
     added_by_length_ = c_.added;
     std::stable_sort(added_by_length_.begin(), added_by_length_.end(),
                      [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+    // Llama 3 has 256 added tokens all starting with '<': look up only those that can start here.
+    for (std::size_t k = 0; k < added_by_length_.size(); ++k)
+      added_by_first_byte_[static_cast<unsigned char>(added_by_length_[k].content[0])].push_back(k);
     for (std::size_t r = 0; r < c_.merges.size(); ++r) {
       const auto& [l, rt] = c_.merges[r];
       const std::int32_t a = id_of(l), b = id_of(rt), m = id_of(l + rt);
@@ -230,8 +233,9 @@ class BpeTokenizer final : public Tokenizer {
   const AddedToken* find_added(const std::string& text, std::size_t pos, std::size_t& mb, std::size_t& me) const {
     if (added_by_length_.empty()) return nullptr;
     for (std::size_t i = pos; i < text.size(); ++i) {
-      for (const auto& a : added_by_length_) {
-        if (a.content[0] != text[i] || text.compare(i, a.content.size(), a.content) != 0) continue;
+      for (const std::size_t k : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
+        const AddedToken& a = added_by_length_[k];
+        if (text.compare(i, a.content.size(), a.content) != 0) continue;
         mb = i;
         me = i + a.content.size();
         if (a.lstrip)
@@ -450,6 +454,7 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<std::string, std::int32_t> token_to_id_;
   std::vector<char> added_ids_;
   std::vector<AddedToken> added_by_length_;
+  std::vector<std::size_t> added_by_first_byte_[256];  // indices into added_by_length_, longest first
   std::unordered_map<std::uint64_t, std::pair<std::int32_t, std::int32_t>> merges_;  // pair -> (rank, new id)
   std::vector<std::unique_ptr<Regex>> regexes_;  // per pre-tokenizer step (nullptr: none)
   std::int32_t unk_id_ = -1;
