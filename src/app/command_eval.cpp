@@ -48,6 +48,7 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   std::uint64_t windows = 0;  // windows evaluated over all ranks (padding excluded)
   agree_on_errors(world, [&] {
     const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
+    data::check_dataset_tokenizer(ds.meta, cfg.data.dir, o.checkpoint);
     const auto& src = o.split == "val" ? ds.val : ds.train;
     MESHTRAIN_REQUIRE(src && data::has_window(*src, tc.seq_len),
                       "data.dir=%s: the %s split holds %llu tokens, fewer than one window of train.seq_len + 1 = %d "
