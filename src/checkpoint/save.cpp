@@ -1,5 +1,6 @@
 // checkpoint::save: every rank writes the hyperslabs it owns into one HDF5 file through
-// collective MPI-IO, then rank 0 commits the file (fsync, rename, `latest`, retention).
+// MPI-IO (collective metadata, each rank's pieces written independently: h5::piece_dxpl
+// says why), then rank 0 commits the file (fsync, rename, `latest`, retention).
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -84,9 +85,9 @@ void write_rank_windows(hid_t file, hid_t dxpl, const train::RunSetup& s, const 
   H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT64, mspace.get(), fspace.get(), dxpl, w.data()));
 }
 
-/// Writes this rank's `piece` of one parameter (nullptr: nothing, but the call is
-/// collective so the rank still takes part). `data` is the piece's first element; the
-/// file selection is the union of its logical rectangles (h5::select_piece says why the
+/// Writes this rank's `piece` of one parameter (nullptr: nothing, but every rank calls
+/// H5Dwrite for every dataset so that HDF5's collective metadata operations stay
+/// matched). `data` is the piece's first element; the file selection is the union of its logical rectangles (h5::select_piece says why the
 /// orders agree).
 void write_piece(hid_t ds, hid_t dxpl, const Piece* piece, const float* data) {
   h5::Handle fspace = h5::space(H5_CHECK(H5Dget_space(ds)));
@@ -145,10 +146,12 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
   const auto& specs = eng.specs();
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   std::uint64_t nonfinite = 0;
+  std::uint64_t my_bytes = 0;
+  double my_data_seconds = 0;
   {
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get())));
-    h5::Handle dxpl = h5::collective_dxpl();
+    h5::Handle dxpl = h5::piece_dxpl();
     write_root_attrs(file.get(), mesh, setup, st);
     for (const char* g : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq", "/train"})
       h5::group(H5_CHECK(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
@@ -169,6 +172,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
                                                          H5T_IEEE_F32LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT)));
     }
 
+    const double data_t0 = now_seconds();
     for (int u = 0; u < eng.num_units(); ++u) {
       const parallel::UnitState& state = eng.state(u);
       const model::UnitLayout& L = eng.layouts()[u];
@@ -183,10 +187,12 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
         for (int k = 0; k < 3; ++k) {
           const float* data = piece ? host[k].data() + piece->offset : nullptr;
           if (piece) nonfinite += count_nonfinite(data, piece->count);
+          if (piece) my_bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
           write_piece(datasets[slot.spec][k].get(), dxpl.get(), piece, data);
         }
       }
     }
+    my_data_seconds = now_seconds() - data_t0;
     datasets.clear();
     file.reset();  // collective close: all data is in the file
   }
@@ -213,6 +219,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
   MPI_CHECK(MPI_Barrier(comm.get()));
   stats.seconds = now_seconds() - t0;
   for (const model::ParamSpec& p : specs) stats.bytes += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
+  reduce_write_stats(comm, my_bytes, my_data_seconds, stats);
   return stats;
 }
 
