@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "meshtrain/comm/mpi_communicator.hpp"
@@ -33,6 +35,7 @@ struct Board {
   MPI_Win window = MPI_WIN_NULL;
   Slot* mine = nullptr;
   std::vector<int> world_rank_of_local;  // node-local rank -> world rank
+  std::vector<std::string> host_of_rank;  // world rank -> host name (names remote ranks' nodes)
   std::map<std::string, int> group_ids;
   std::map<std::string, std::uint64_t> counters;  // used when no board exists
 };
@@ -99,6 +102,15 @@ void watchdog_init(const MpiComm& world) {
   b.world_rank_of_local.resize(local);
   const int me = world.rank();
   MPI_CHECK(MPI_Allgather(&me, 1, MPI_INT, b.world_rank_of_local.data(), 1, MPI_INT, b.node.get()));
+  // Host names of all ranks, so that a timeout can say on which node the ranks it cannot
+  // inspect run (a node cut off from the network shows up as all of its ranks).
+  constexpr int kHostLen = 64;
+  char host[kHostLen] = {0};
+  gethostname(host, kHostLen - 1);
+  std::vector<char> hosts(static_cast<std::size_t>(world.size()) * kHostLen);
+  MPI_CHECK(MPI_Allgather(host, kHostLen, MPI_CHAR, hosts.data(), kHostLen, MPI_CHAR, world.get()));
+  b.host_of_rank.clear();
+  for (int r = 0; r < world.size(); ++r) b.host_of_rank.emplace_back(hosts.data() + static_cast<std::size_t>(r) * kHostLen);
   MPI_CHECK(MPI_Barrier(b.node.get()));
 }
 
@@ -107,6 +119,7 @@ void watchdog_finalize() {
   if (b.window != MPI_WIN_NULL) MPI_Win_free(&b.window);
   b.mine = nullptr;
   b.group_ids.clear();
+  b.host_of_rank.clear();
   b.node = MpiComm();
   b.world = MpiComm();
 }
@@ -185,7 +198,20 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
       if (!stalled.empty())
         parts.push_back("rank(s) " + join(stalled, ", ") + " entered it but stopped progressing (stalled)");
       detail = parts.empty() ? "no node-local member is missing" : join(parts, "; ");
-      if (!remote.empty()) detail += "; on other nodes (not inspectable): " + join(remote, ", ");
+      if (!remote.empty()) {
+        // Ranks of other nodes, grouped by host in order of first appearance.
+        std::vector<std::pair<std::string, std::vector<std::string>>> by_host;
+        for (const std::string& r : remote) {
+          const std::size_t wr = std::stoul(r);
+          const std::string h = wr < b.host_of_rank.size() ? b.host_of_rank[wr] : "?";
+          auto it = std::find_if(by_host.begin(), by_host.end(), [&](const auto& e) { return e.first == h; });
+          if (it == by_host.end()) by_host.push_back({h, {r}});
+          else it->second.push_back(r);
+        }
+        std::vector<std::string> named;
+        for (const auto& [h, ranks] : by_host) named.push_back("rank(s) " + join(ranks, ", ") + " on " + h);
+        detail += "; on other nodes (not inspectable: unreachable, dead, stalled or slow): " + join(named, "; ");
+      }
     } else {
       detail = on_board ? "the absent ranks cannot be named (watchdog board not initialised)"
                         : "the absent ranks cannot be named (more than 32 communicator groups)";

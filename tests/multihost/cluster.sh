@@ -189,8 +189,12 @@ cluster_mpirun() {
   [[ ${1:-} == -- ]] && shift
   for h in "${CLUSTER_HOSTS[@]}"; do hostlist+="${hostlist:+,}$h:$per"; done
   local np=$((per * ${#CLUSTER_HOSTS[@]}))
+  # The hosts share this machine's cores, but Open MPI takes the slots of --host at their
+  # word and busy-polls; with more ranks than cores a polling rank holds the core its peer
+  # needs to answer, and every TCP message above the eager limit (64 KiB) then waits a
+  # scheduler time slice (~7 ms measured). Yielding when idle removes that artefact.
   local mca=(--mca plm_rsh_agent "$CLUSTER_DIR/agent" --mca btl_tcp_if_include "$CLUSTER_SUBNET_PREFIX.0/24"
-             --mca oob_tcp_if_include "$CLUSTER_SUBNET_PREFIX.0/24")
+             --mca oob_tcp_if_include "$CLUSTER_SUBNET_PREFIX.0/24" --mca mpi_yield_when_idle 1)
   local has_btl=0 o
   for o in "${opts[@]}"; do [[ $o == btl ]] && has_btl=1; done
   ((has_btl)) || mca+=(--mca btl tcp,self,vader)
