@@ -8,19 +8,22 @@ set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/multihost/mh_lib.sh"
 cluster_up 2 || { fail "cannot build the cluster"; finish; }
 
+# name | the mesh line meshtrain must print | arguments
 cases=(
-  "hybrid --parallel.strategy=hybrid_shard --parallel.dp_replicate=2 --parallel.dp_shard=2 --parallel.tp=1"
-  "fsdp --parallel.strategy=full_shard --parallel.dp_replicate=1 --parallel.dp_shard=4 --parallel.tp=1"
-  "tp --parallel.strategy=full_shard --parallel.dp_replicate=1 --parallel.dp_shard=2 --parallel.tp=2"
+  "hybrid|mesh 2 (dp_replicate) x 2 (dp_shard) x 1 (tp), strategy hybrid_shard|--parallel.strategy=hybrid_shard --parallel.dp_replicate=2 --parallel.dp_shard=2 --parallel.tp=1"
+  "fsdp|mesh 1 (dp_replicate) x 4 (dp_shard) x 1 (tp), strategy full_shard|--parallel.strategy=full_shard --parallel.dp_replicate=1 --parallel.dp_shard=4 --parallel.tp=1"
+  "tp|mesh 1 (dp_replicate) x 2 (dp_shard) x 2 (tp), strategy full_shard|--parallel.strategy=full_shard --parallel.dp_replicate=1 --parallel.dp_shard=2 --parallel.tp=2"
 )
 for c in "${cases[@]}"; do
-  read -r name -a mesh <<<"$c"
+  IFS='|' read -r name expect rest <<<"$c"
+  read -r -a mesh <<<"$rest"
   args=("${train_args[@]}" --train.steps=8 --checkpoint.save_final=false "${mesh[@]}")
   single_host 4 "$name-1host" "${args[@]}" || continue
   on_cluster 2 "$name-2hosts" "${args[@]}" || continue
   n=$(nodes_in_log "$name-2hosts.log")
   [[ $n == 2 ]] || fail "$name: meshtrain saw ${n:-?} node(s) across the 2 hosts, expected 2"
   [[ $(nodes_in_log "$name-1host.log") == 1 ]] || fail "$name: the single-host run did not see 1 node"
+  grep -qF "$expect" "$name-2hosts.log" || fail "$name: the run did not use the $expect"
   same_losses "$name-1host" "$name-2hosts" "$name (2 hosts x 2 ranks vs 1 host x 4 ranks)"
 done
 finish "hybrid_shard, full_shard and tp=2 across 2 namespace hosts match the single-host runs"
