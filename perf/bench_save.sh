@@ -26,6 +26,7 @@ source "$ROOT/tests/multihost/cluster.sh"
 have_cluster=0
 if reason=$(cluster_check); then have_cluster=1; else echo "perf: $reason; only the one-host cases run" >&2; fi
 trap 'cluster_down; rm -rf "$WORK"' EXIT
+trap 'exit 130' INT TERM  # (the EXIT trap then cleans up)
 
 STRATS=("full_shard --parallel.dp_replicate=1 --parallel.dp_shard=-1"
         "hybrid_shard --parallel.dp_replicate=2 --parallel.dp_shard=-1")

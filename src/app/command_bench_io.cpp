@@ -115,9 +115,13 @@ std::optional<Ceiling> network_ceiling(const MpiComm& world, const Topology& top
   MPI_CHECK(MPI_Sendrecv(&mine, 1, MPI_UINT64_T, to, 0, &theirs, 1, MPI_UINT64_T, from, 0, world.get(), MPI_STATUS_IGNORE));
   constexpr std::uint64_t kChunk = 64u << 20;  // MPI counts are int
   std::vector<char> out(std::min(mine, kChunk), 2), in(std::min(theirs, kChunk));
+  // Every rank runs the same number of exchanges (a rank that owns nothing still receives,
+  // and its partner still waits for its empty send): the most chunks any rank sends.
+  std::uint64_t rounds = (mine + kChunk - 1) / kChunk, max_rounds = 0;
+  MPI_CHECK(MPI_Allreduce(&rounds, &max_rounds, 1, MPI_UINT64_T, MPI_MAX, world.get()));
   MPI_CHECK(MPI_Barrier(world.get()));
   const double t0 = now_seconds();
-  for (std::uint64_t sent = 0, got = 0; sent < mine || got < theirs;) {
+  for (std::uint64_t i = 0, sent = 0, got = 0; i < max_rounds; ++i) {
     const int s = static_cast<int>(std::min(kChunk, mine - sent)), g = static_cast<int>(std::min(kChunk, theirs - got));
     MPI_CHECK(MPI_Sendrecv(out.data(), s, MPI_BYTE, to, 1, in.data(), g, MPI_BYTE, from, 1, world.get(), MPI_STATUS_IGNORE));
     sent += static_cast<std::uint64_t>(s);

@@ -68,8 +68,8 @@ class QuietErrors {
   void* data_ = nullptr;
 };
 
-/// File access list for MPI-IO on `comm` with collective metadata reads and writes (rank 0
-/// reads and broadcasts, one collective write of the metadata at close); the file format is
+/// File access list for MPI-IO on `comm` with collective metadata reads (rank 0 reads and
+/// broadcasts) and metadata writes split among the ranks (independent); the file format is
 /// bounded to 1.8..1.10 so h5py of any recent age reads it and large attributes (the config
 /// text) go to dense storage. MPI-IO hints: no data sieving for independent writes (a
 /// read-modify-write of the holes between a rank's pieces, under file locks).

@@ -89,6 +89,7 @@ _cluster_reap_stale() {
   for d in "$CLUSTER_STATE_ROOT"/mt*; do
     [[ -d $d ]] || continue
     owner=$(cat "$d/owner" 2>/dev/null)
+    [[ $owner == manual ]] && continue  # made by `cluster.sh up`: stays until `down`
     if [[ -z $owner ]] || ! kill -0 "$owner" 2>/dev/null; then
       _cluster_log "removing stale cluster $(basename "$d") (owner ${owner:-?} is gone)"
       _cluster_remove "$(basename "$d")"
@@ -96,8 +97,9 @@ _cluster_reap_stale() {
   done
 }
 
-# cluster_up N [OWNER_PID]: creates N hosts; installs an EXIT trap that removes them
-# (unless CLUSTER_NO_TRAP=1). Sets CLUSTER_TAG, CLUSTER_HOSTS, CLUSTER_DIR.
+# cluster_up N [OWNER]: creates N hosts; installs an EXIT trap that removes them (unless
+# CLUSTER_NO_TRAP=1). OWNER (default this shell) is the pid whose death makes the cluster
+# stale, or "manual" (never reaped). Sets CLUSTER_TAG, CLUSTER_HOSTS, CLUSTER_DIR.
 cluster_up() {
   local n=$1 owner=${2:-$$} i
   ((n >= 1 && n <= 200)) || { _cluster_log "cluster_up: N must be 1..200, got '$n'"; return 2; }
@@ -229,7 +231,7 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     check) cluster_check ;;
     up)
       cluster_check >&2 || exit 1
-      CLUSTER_NO_TRAP=1 cluster_up "${1:?usage: up N [RATE DELAY]}" "$PPID" || exit 1
+      CLUSTER_NO_TRAP=1 cluster_up "${1:?usage: up N [RATE DELAY]}" manual || exit 1
       if [[ -n ${2:-} ]]; then cluster_shape "$2" "${3:-0ms}" || { cluster_down; exit 1; }; fi
       echo "$CLUSTER_TAG"
       ;;
