@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # perf/multihost_sweep.sh [OUT_DIR]: the measurement harness for a slow inter-node link
 # (issue 17). Builds HOSTS namespace hosts (tests/multihost/cluster.sh) with every host's
-# link shaped by tc netem (RATE, DELAY), then measures on it:
+# link shaped by tc (RATE with tbf, DELAY with netem where the kernel has sch_netem; the
+# qdiscs really applied are recorded in setup.txt), then measures on it:
 #
 #   comm   `meshtrain bench comm` with a mesh of dp_replicate=HOSTS x dp_shard=PER_HOST:
 #          the dp_shard groups stay inside a host (shared memory), the dp_replicate groups
@@ -38,8 +39,8 @@ rm -rf "$OUT" && mkdir -p "$OUT/comm" "$OUT/runs" "$OUT/plans"
 cluster_up "$HOSTS"
 cluster_shape "$RATE" "$DELAY"
 export OMP_NUM_THREADS OPENBLAS_NUM_THREADS OMP_PROC_BIND
-echo "perf: $HOSTS hosts x $PER_HOST ranks, inter-host links shaped to $RATE, +$DELAY (tc netem)" | tee "$OUT/setup.txt"
-tc -n "${CLUSTER_HOSTS[0]}" qdisc show dev eth0 | tee -a "$OUT/setup.txt"
+echo "perf: $HOSTS hosts x $PER_HOST ranks, inter-host links shaped to $RATE (tc tbf), +$DELAY (tc netem, where the kernel has it)" | tee "$OUT/setup.txt"
+tc -n "${CLUSTER_HOSTS[0]}" qdisc show dev eth0 | tee -a "$OUT/setup.txt"  # what was really applied
 
 # ---- comm: intra (dp_shard, inside a host) vs inter (dp_replicate, across hosts) ----------
 wait_quiet || true

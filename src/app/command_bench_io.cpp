@@ -186,14 +186,15 @@ int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOption
     else
       std::printf(" %-12s %14s %10s %10s   (one node: nothing crosses a network)\n", "network", "-", "-", "-");
     const bool fs_bound = !net || fsc.gbps() <= net->gbps();
-    const double ceiling = fs_bound ? fsc.gbps() : net->gbps();
-    std::printf("bound: %s (%.3f GB/s%s); the save reaches %.0f%% of it, and moves no tensor bytes over the network "
-                "(each rank writes its own pieces)\n",
-                fs_bound ? "file system" : "network", ceiling,
-                net ? strprintf(" vs %s %.3f GB/s", fs_bound ? "network" : "file system",
-                                fs_bound ? net->gbps() : fsc.gbps()).c_str()
-                    : "",
-                ceiling > 0 ? 100.0 * best->gbps() / ceiling : 0.0);
+    const double lower = fs_bound ? fsc.gbps() : net->gbps();
+    auto pct = [&](double ceiling) { return ceiling > 0 ? 100.0 * best->gbps() / ceiling : 0.0; };
+    if (net)
+      std::printf("bound: %s (file system %.3f GB/s, network %.3f GB/s); the save reaches %.0f%% of the file system's "
+                  "and %.0f%% of the lower, moving no tensor bytes over the network (each rank writes its own pieces)\n",
+                  fs_bound ? "file system" : "network", fsc.gbps(), net->gbps(), pct(fsc.gbps()), pct(lower));
+    else
+      std::printf("bound: file system (%.3f GB/s; one node, no network); the save reaches %.0f%% of it\n", fsc.gbps(),
+                  pct(fsc.gbps()));
     if (!o.json.empty()) {
       std::string arr = "[";
       for (const auto& s : saves) {

@@ -22,7 +22,7 @@
 #   cluster_check || exit 77            # prints why not and returns 1 when it cannot work
 #   cluster_up 2                        # sets CLUSTER_HOSTS=(mtXXXXXX-h1 mtXXXXXX-h2) ...
 #   cluster_mpirun 2 -- meshtrain train ...   # 2 ranks per host, started from host 1
-#   cluster_shape 1gbit 0.2ms           # optional: shape every host's link (tc netem)
+#   cluster_shape 1gbit 0.2ms           # optional: shape every host's link (tc tbf + netem)
 #   cluster_cut 2                       # `ip link set down` on host 2's link
 #   cluster_down
 # or as a command (the cluster stays up until `down`; state in /run/meshtrain-cluster/TAG):
@@ -208,15 +208,23 @@ cluster_mpirun() {
     "${mca[@]}" "${env_flags[@]}" "${opts[@]}" "$@"
 }
 
-# cluster_shape RATE DELAY: every host's egress (eth0) limited to RATE with DELAY added,
-# e.g. `cluster_shape 1gbit 0.2ms` (inter-host traffic only: intra-host goes through
-# shared memory and never touches eth0).
+# cluster_shape RATE DELAY: every host's egress (eth0) limited to RATE (tc tbf) with DELAY
+# added (tc netem under the tbf), e.g. `cluster_shape 1gbit 0.2ms`. Inter-host traffic only:
+# intra-host traffic goes through shared memory and never touches eth0. Kernels without
+# sch_netem (some VMs) get the rate alone, with a warning; DELAY 0 asks for none.
+# CLUSTER_TBF_BURST (default 512kb) is the token bucket's depth: at least rate / HZ.
 cluster_shape() {
-  local rate=$1 delay=$2 h
+  local rate=$1 delay=${2:-0} h warned=0
   for h in "${CLUSTER_HOSTS[@]}"; do
-    ip -n "$h" link set eth0 txqueuelen 10000
-    tc -n "$h" qdisc replace dev eth0 root netem delay "$delay" rate "$rate" limit 100000 || return 1
+    tc -n "$h" qdisc del dev eth0 root 2>/dev/null || true  # none yet: fine
+    tc -n "$h" qdisc add dev eth0 root handle 1: tbf rate "$rate" burst "${CLUSTER_TBF_BURST:-512kb}" latency 50ms ||
+      return 1
+    if [[ $delay != 0 && $delay != 0ms ]] &&
+       ! tc -n "$h" qdisc add dev eth0 parent 1:1 handle 10: netem delay "$delay" 2>/dev/null; then
+      ((warned++)) || _cluster_log "WARNING: no netem qdisc on this kernel: links limited to $rate, delay $delay NOT applied"
+    fi
   done
+  return 0
 }
 
 # cluster_cut HOST_INDEX: takes that host's link down (the host keeps running, unreachable).
