@@ -152,10 +152,13 @@ int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOption
     MESHTRAIN_REQUIRE(!ec, "cannot create %s (under checkpoint.dir): %s", dir.c_str(), ec.message().c_str());
   });
 
+  std::uint64_t params = 0;
+  for (const model::ParamSpec& p : eng.specs()) params += static_cast<std::uint64_t>(p.numel());
   if (root)
-    std::printf("# meshtrain bench io: checkpoint save of %s on mesh %s, %d rank(s) on %d node(s), in %s\n",
-                setup.config.model.family.c_str(), setup.mesh.str().c_str(), world.size(), rt.topology().num_nodes,
-                dir.c_str());
+    std::printf("# meshtrain bench io: checkpoint save of a %s model, %llu parameters (weights + 2 AdamW moments, "
+                "fp32), on mesh %s, %d rank(s) on %d node(s), in %s\n",
+                setup.config.model.family.c_str(), static_cast<unsigned long long>(params), setup.mesh.str().c_str(),
+                world.size(), rt.topology().num_nodes, dir.c_str());
   std::vector<checkpoint::IoStats> saves;
   for (int i = 0; i < o.iters; ++i) {
     checkpoint::TrainState st;
