@@ -30,6 +30,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch python3-h5py python3-matplotlib python3-pip
   fortunes fortunes-min
   dpkg-dev xz-utils procps
+  iproute2 util-linux  # multi-host tests: ip netns, tc, unshare (tests/multihost)
 )
 (( WITH_SLURM )) && PACKAGES+=(slurm-wlm munge)
 
