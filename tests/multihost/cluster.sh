@@ -90,6 +90,9 @@ _cluster_reap_stale() {
     [[ -d $d ]] || continue
     owner=$(cat "$d/owner" 2>/dev/null)
     [[ $owner == manual ]] && continue  # made by `cluster.sh up`: stays until `down`
+    # No owner yet: another cluster_up is between its mkdir and writing the owner; only a
+    # directory left like that for a minute is stale.
+    [[ -z $owner ]] && (($(date +%s) - $(stat -c %Y "$d" 2>/dev/null || echo 0) < 60)) && continue
     if [[ -z $owner ]] || ! kill -0 "$owner" 2>/dev/null; then
       _cluster_log "removing stale cluster $(basename "$d") (owner ${owner:-?} is gone)"
       _cluster_remove "$(basename "$d")"
