@@ -28,7 +28,7 @@ cluster_mpirun 2 "${keepalive[@]}" --output-filename "$TEST_TMP/ranks" -- "$MESH
   --train.steps=100000 --checkpoint.every=0 --checkpoint.save_final=false --parallel.strategy=full_shard \
   --parallel.dp_shard=4 --parallel.collective_timeout=$T --output.dir=run >run.log 2>&1 &
 launcher=$!
-wait_for_step run/metrics.jsonl 3 120 "$launcher" || { cat run.log; fail "no progress before the cut"; finish; }
+wait_for_step run/metrics.jsonl 3 60 "$launcher" || { cat run.log; fail "no progress before the cut"; finish; }
 [[ $(alive_on 1) == 2 && $(alive_on 2) == 2 ]] || fail "expected 2 ranks on each host before the cut"
 t0=$SECONDS
 cluster_cut 2
