@@ -106,6 +106,8 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/bench_step.sh` | SGEMM peak, copy bandwidth; meshtrain vs PyTorch (`perf/peer/torch_gpt.py`) tokens/s and MFU on `inputs/bench-gpt2-23m.ini` at 1 rank and at 2 ranks (full_shard, no_shard vs DDP over gloo); the ratios -> `results/bench_step/` |
 | `perf/profile.sh` | `perf record` of both at 1 rank x 1 thread, grouped into kernel categories -> `results/profile/` |
 | `perf/sweep.sh` | the scaling sweep: 1/2/4 ranks x full_shard/shard_grad_op/no_shard x tp 1/2, strong and weak; `meshtrain plan` prediction per configuration; PyTorch at 1/2/4 ranks; `meshtrain bench comm` -> `results/sweep/` (sweep.csv = every logged step of every run, summary.csv, comm.csv, plots/) |
+| `perf/bench_save.sh` | a 37 MiB checkpoint save (`meshtrain bench io`: best of 5, file-system and network ceilings) on one host over shared memory and over TCP, and across 2 and 4 namespace hosts (needs root) -> `results/bench_save/` |
+| `perf/multihost_sweep.sh` | namespace hosts with tc-shaped links (default 1 Gbit/s, +0.2 ms): `bench comm` inside vs across hosts, training runs of several (strategy, mesh), `plan` given the measured bandwidths -> `results/multihost_sweep/` (harness only; not run by run-all.sh) |
 | `perf/plot.py`, `perf/collect.py`, `perf/report.py` | plots, tables, this page |
 
 Rules the scripts follow: they wait for a 1-minute load average below 1.5 before measuring
@@ -143,6 +145,11 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
                    "discrepancy) and why, from the sweep's own data.\n")
         out.append(table + "\n")
         out.append("![predicted vs measured](results/sweep/plots/predicted.png)\n")
+    save_table = read("bench_save", "results.md")
+    if save_table:
+        out.append("## Checkpoint saves across hosts (issue 17)\n")
+        out.append(read("bench_save", "NOTE.md") or "")
+        out.append(save_table)
     gpu_table = read("gpu", "table.txt")
     if gpu_table:
         out.append("## GPU validation (issue 9): the table of the latest real run\n")

@@ -7,4 +7,5 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bash "$here/bench_step.sh"
 bash "$here/profile.sh"
 bash "$here/sweep.sh"
+bash "$here/bench_save.sh"   # the namespace-host cases need root; without it only the one-host ones run
 /usr/bin/python3 "$here/report.py"

@@ -34,6 +34,7 @@ PACKAGES=(
   python3-yaml
   fortunes fortunes-min
   dpkg-dev xz-utils procps
+  iproute2 util-linux  # multi-host tests: ip netns, tc, unshare (tests/multihost)
 )
 (( WITH_SLURM )) && PACKAGES+=(slurm-wlm munge)
 

@@ -37,7 +37,7 @@ const std::map<std::string, Command>& commands() {
       {"generate", {command_generate, "sample text from a checkpoint"}},
       {"eval", {command_eval, "validation loss and perplexity of a checkpoint on a dataset"}},
       {"tokenize", {command_tokenize, "token ids of text files under a tokenizer: --tokenizer SPEC FILE..."}},
-      {"bench", {command_bench, "benchmarks: bench comm | bench gemm | bench memory"}},
+      {"bench", {command_bench, "benchmarks: bench comm | bench gemm | bench memory | bench io"}},
   };
   return table;
 }

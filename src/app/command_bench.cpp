@@ -59,6 +59,8 @@ const char* kUsage =
     "       meshtrain bench gemm   [--sizes 256,512,1024,2048,MxNxK] [--transpose nn|nt|tn] [--dtype fp32|bf16]\n"
     "                              [--seconds 0.5] [--csv PATH] [--json PATH]\n"
     "       meshtrain bench memory [--sizes 1MiB,4MiB,16MiB,64MiB,256MiB] [--seconds 0.5] [--csv PATH] [--json PATH]\n"
+    "       meshtrain bench io     [CONFIG.ini] [--iters 3] [--json PATH] [--section.key=value ...]  (checkpoint save;\n"
+    "                              `meshtrain bench io --help`)\n"
     "Every rank runs the benchmark at the same time (launch with mpirun/srun); rank 0 prints min/avg/max "
     "across ranks. Bus-bandwidth factors and what the numbers mean: doc/perf.md.\n\n";
 
@@ -73,7 +75,7 @@ std::vector<std::string> split_list(const std::string& s) {
 
 BenchArgs parse_bench_args(const Args& args) {
   BenchArgs a;
-  MESHTRAIN_REQUIRE(!args.empty(), "`meshtrain bench` needs a benchmark: comm, gemm or memory (see --help)");
+  MESHTRAIN_REQUIRE(!args.empty(), "`meshtrain bench` needs a benchmark: comm, gemm, memory or io (see --help)");
   if (args[0] == "--help" || args[0] == "-h") {
     a.help = true;
     a.help_text = kUsage;
@@ -81,7 +83,7 @@ BenchArgs parse_bench_args(const Args& args) {
   }
   a.what = args[0];
   MESHTRAIN_REQUIRE(a.what == "comm" || a.what == "gemm" || a.what == "memory",
-                    "unknown benchmark '%s'; use `meshtrain bench comm`, `bench gemm` or `bench memory`",
+                    "unknown benchmark '%s'; use `meshtrain bench comm`, `bench gemm`, `bench memory` or `bench io`",
                     a.what.c_str());
   if (a.what == "gemm") a.sizes = "256,512,1024,2048";
   if (a.what == "memory") a.sizes = "1MiB,4MiB,16MiB,64MiB,256MiB";
@@ -428,6 +430,7 @@ int bench_memory(Runtime& rt, const BenchArgs& a) {
 }  // namespace
 
 int command_bench(Runtime& rt, const Args& args) {
+  if (!args.empty() && args[0] == "io") return command_bench_io(rt, Args(args.begin() + 1, args.end()));
   const BenchArgs a = parse_bench_args(args);
   if (a.help) {
     if (rt.topology().world_rank == 0) std::fputs(a.help_text.c_str(), stdout);

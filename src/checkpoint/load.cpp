@@ -72,7 +72,7 @@ void read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
 template <class T>
 std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, hid_t file, int arrays, bool lora_optional = false) {
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
-  h5::Handle dxpl = h5::collective_dxpl();
+  h5::Handle dxpl = h5::piece_dxpl();
   return fill_state(eng, arrays, [&](int spec, const Piece* piece, int k, float* dst) {
     const std::string path = format::dataset_path(groups[k], eng.specs()[spec].name);
     if (lora_optional && eng.specs()[spec].is_lora && !h5::link_exists(file, path)) return;

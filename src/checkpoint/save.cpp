@@ -1,5 +1,6 @@
 // checkpoint::save: every rank writes the hyperslabs it owns into one HDF5 file through
-// collective MPI-IO, then rank 0 commits the file (fsync, rename, `latest`, retention).
+// MPI-IO (collective metadata, each rank's pieces written independently: h5::piece_dxpl
+// says why), then rank 0 commits the file (fsync, rename, `latest`, retention).
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -93,8 +94,9 @@ herr_t write_rank_windows(hid_t file, hid_t dxpl, const train::RunSetup& s, cons
   return H5Dwrite(ds.get(), H5T_NATIVE_UINT64, mspace.get(), fspace.get(), dxpl, w.data());
 }
 
-/// Writes this rank's `piece` of one parameter; returns H5Dwrite's result (nullptr: nothing, but the call is
-/// collective so the rank still takes part). `data` is the piece's first element; the
+/// Writes this rank's `piece` of one parameter; returns H5Dwrite's result (nullptr: nothing, but every rank
+/// calls H5Dwrite for every dataset so that HDF5's collective metadata operations stay
+/// matched). `data` is the piece's first element; the
 /// file selection is the union of its logical rectangles (h5::select_piece says why the
 /// orders agree).
 herr_t write_piece(hid_t ds, hid_t dxpl, const Piece* piece, const float* data) {
@@ -176,6 +178,8 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
   for (const model::ParamSpec& p : specs) bytes_needed += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   std::uint64_t nonfinite = 0;
+  std::uint64_t my_bytes = 0;       // tensor bytes this rank wrote (the save's log line)
+  double my_data_seconds = 0;       // this rank's data phase
   // A failed HDF5 call (disk full, EIO) becomes one sentence below, not HDF5's error stack.
   h5::QuietErrors quiet;
   int err = 0;  // this rank's first I/O failure (an errno value)
@@ -205,7 +209,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
       failed(!file.valid());
     }
     agree();
-    h5::Handle dxpl = h5::collective_dxpl();
+    h5::Handle dxpl = h5::piece_dxpl();
     std::vector<std::array<h5::Handle, 3>> datasets(specs.size());
     {
       // Metadata: attributes, groups and every dataset, created by every rank in spec order
@@ -233,6 +237,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
     }
     agree();
 
+    const double data_t0 = now_seconds();
     for (int u = 0; u < eng.num_units(); ++u) {
       const parallel::UnitState& state = eng.state(u);
       const model::UnitLayout& L = eng.layouts()[u];
@@ -247,8 +252,9 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
         for (int k = 0; k < 3; ++k) {
           const float* data = piece ? host[k].data() + piece->offset : nullptr;
           if (piece) nonfinite += count_nonfinite(data, piece->count);
+          if (piece) my_bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
           // An injected I/O error is this rank's write failing: the call still takes place
-          // (it is collective) and its result is replaced.
+          // (every rank makes it) and its result is replaced.
           const int injected = fault::pass(fault::Point::SaveDataset);
           {
             WatchedBlockingCall watch("H5Dwrite", kWatchGroup, comm);
@@ -259,6 +265,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
         }
       }
     }
+    my_data_seconds = now_seconds() - data_t0;
     {
       // Collective closes: the file's flushes the metadata, so it can fail on a full disk.
       WatchedBlockingCall watch("H5Fclose", kWatchGroup, comm);
@@ -313,6 +320,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
   }, kWatchGroup);
   stats.seconds = now_seconds() - t0;
   stats.bytes = bytes_needed;
+  reduce_write_stats(comm, my_bytes, my_data_seconds, stats);
   return stats;
 }
 

@@ -9,6 +9,8 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "meshtrain/comm/mpi_communicator.hpp"
@@ -38,6 +40,7 @@ struct Board {
   Slot* mine = nullptr;
   std::vector<int> world_rank_of_local;  // node-local rank -> world rank
   std::vector<const Slot*> peer_slots;   // node-local rank -> its slot (read without MPI calls)
+  std::vector<std::string> host_of_rank;  // world rank -> host name (names remote ranks' nodes)
   std::map<std::string, int> group_ids;
   std::map<std::string, std::uint64_t> counters;  // used when no board exists
 };
@@ -112,6 +115,15 @@ void watchdog_init(const MpiComm& world) {
     MPI_CHECK(MPI_Win_shared_query(b.window, l, &size, &disp, &ptr));
     b.peer_slots[static_cast<std::size_t>(l)] = static_cast<const Slot*>(ptr);
   }
+  // Host names of all ranks, so that a timeout can say on which node the ranks it cannot
+  // inspect run (a node cut off from the network shows up as all of its ranks).
+  constexpr int kHostLen = 64;
+  char host[kHostLen] = {0};
+  gethostname(host, kHostLen - 1);
+  std::vector<char> hosts(static_cast<std::size_t>(world.size()) * kHostLen);
+  MPI_CHECK(MPI_Allgather(host, kHostLen, MPI_CHAR, hosts.data(), kHostLen, MPI_CHAR, world.get()));
+  b.host_of_rank.clear();
+  for (int r = 0; r < world.size(); ++r) b.host_of_rank.emplace_back(hosts.data() + static_cast<std::size_t>(r) * kHostLen);
   MPI_CHECK(MPI_Barrier(b.node.get()));
 }
 
@@ -162,7 +174,21 @@ std::string diagnose(const std::string& group, std::uint64_t sequence, const std
   if (!absent.empty()) parts.push_back("rank(s) " + join(absent, ", ") + " did not arrive");
   if (!stalled.empty()) parts.push_back("rank(s) " + join(stalled, ", ") + " entered it but stopped progressing (stalled)");
   std::string detail = parts.empty() ? "no node-local member is missing" : join(parts, "; ");
-  if (!remote.empty()) detail += "; on other nodes (not inspectable): " + join(remote, ", ");
+  if (!remote.empty()) {
+    // Ranks of other nodes, grouped by host in order of first appearance (a node cut off
+    // from the network shows up as all of its ranks).
+    std::vector<std::pair<std::string, std::vector<std::string>>> by_host;
+    for (const std::string& r : remote) {
+      const std::size_t wr = std::stoul(r);
+      const std::string h = wr < b.host_of_rank.size() ? b.host_of_rank[wr] : "?";
+      auto it = std::find_if(by_host.begin(), by_host.end(), [&](const auto& e) { return e.first == h; });
+      if (it == by_host.end()) by_host.push_back({h, {r}});
+      else it->second.push_back(r);
+    }
+    std::vector<std::string> named;
+    for (const auto& [h, ranks] : by_host) named.push_back("rank(s) " + join(ranks, ", ") + " on " + h);
+    detail += "; on other nodes (not inspectable: unreachable, dead, stalled or slow): " + join(named, "; ");
+  }
   return detail;
 }
 
@@ -239,6 +265,7 @@ void watchdog_finalize() {
   b.mine = nullptr;
   b.peer_slots.clear();
   b.group_ids.clear();
+  b.host_of_rank.clear();
   b.node = MpiComm();
   b.world = MpiComm();
 }

@@ -369,8 +369,7 @@ void Trainer<T>::save_checkpoint(int step) {
   if (!io.written) return;
   ckpt_save_s_ = io.seconds;
   ckpt_save_gbps_ = io.gbps();
-  log::info("checkpoint %s: %s in %.2f s (%.2f GB/s)", io.path.c_str(), format_bytes(static_cast<double>(io.bytes)).c_str(),
-            io.seconds, io.gbps());
+  log::info("checkpoint %s: %s", io.path.c_str(), checkpoint::describe_save(io).c_str());
 }
 
 template <class T>

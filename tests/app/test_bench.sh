@@ -63,6 +63,31 @@ run "memory" $MPIEXEC -np 2 "$bin" bench memory --sizes 1MiB --seconds 0.01 --js
 [[ $rc -eq 0 ]] || fail "memory: exit status $rc"
 grep -q '"copy_bytes_per_s_min"' "$TEST_TMP/memory.json" || fail "memory: JSON lacks copy_bytes_per_s_min"
 
+# bench io: the save path on the job's mesh; the saves go to a private directory that is
+# removed afterwards, and the run's own checkpoint directory keeps what it held.
+io_dir="$TEST_TMP/io"
+rm -rf "$io_dir" && mkdir -p "$io_dir/checkpoints" && echo keep >"$io_dir/checkpoints/latest"
+run "io" $MPIEXEC -np 2 "$bin" bench io "$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini" --parallel.strategy=full_shard \
+  --output.dir="$io_dir" --iters 2 --json "$TEST_TMP/io.json"
+[[ $rc -eq 0 ]] || fail "io: exit status $rc"
+[[ $(grep -c "^save [12]: .* from 2 rank(s) on 1 node(s)" "$out") -eq 2 ]] || fail "io: expected 2 save lines from 2 ranks"
+grep -Eq "^ file_system +[0-9]+ " "$out" || fail "io: no file_system ceiling row"
+grep -q "^bound: file system" "$out" || fail "io: one node must be file-system bound"
+# Every tensor of tiny-gpt2 as weights + 2 moments, fp32: the bytes a save must report.
+params=$(sed -n 's/.* model, \([0-9]*\) parameters .*/\1/p' "$out" | head -n1)
+[[ $params == 121088 ]] || fail "io: expected tiny-gpt2's 121088 parameters in the header, got '${params}'"
+expect=$((3 * 4 * 121088))
+python3 - "$TEST_TMP/io.json" "${expect:-0}" <<'PY' || fail "io: JSON wrong (see above)"
+import json, sys
+j = json.load(open(sys.argv[1])); expect = int(sys.argv[2])
+assert len(j["saves"]) == 2, j
+assert j["save_bytes"] == expect, (j["save_bytes"], expect)
+assert all(s["writer_ranks"] == 2 and s["writer_nodes"] == 1 for s in j["saves"]), j["saves"]
+assert j["file_system_bytes"] >= j["save_bytes"] and j["bound"] == "file_system", j
+PY
+[[ $(ls -A "$io_dir/checkpoints") == latest && $(cat "$io_dir/checkpoints/latest") == keep ]] ||
+  fail "io: the checkpoint directory changed: $(ls -A "$io_dir/checkpoints" | tr '\n' ' ')"
+
 run "bad group" $MPIEXEC -np 2 "$bin" bench comm --group nope --max_bytes 4KiB
 [[ $rc -eq 2 ]] || fail "bad group: exit status $rc, expected 2 (user error)"
 [[ $(grep -c "error:" "$err") -eq 1 ]] || fail "bad group: expected one error message"
@@ -70,6 +95,9 @@ grep -qF -- "--group" "$err" || fail "bad group: the message does not name --gro
 
 run "bad benchmark" $MPIEXEC -np 1 "$bin" bench disk
 [[ $rc -eq 2 ]] || fail "bad benchmark: exit status $rc, expected 2"
+run "io bad iters" $MPIEXEC -np 1 "$bin" bench io "$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini" --iters 0
+[[ $rc -eq 2 ]] || fail "io bad iters: exit status $rc, expected 2"
+grep -qF -- "--iters" "$err" || fail "io bad iters: the message does not name --iters"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)" >&2

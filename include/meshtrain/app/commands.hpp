@@ -19,5 +19,7 @@ int command_generate(Runtime& rt, const Args& args);
 int command_eval(Runtime& rt, const Args& args);
 int command_bench(Runtime& rt, const Args& args);
 int command_tokenize(Runtime& rt, const Args& args);
+/// `meshtrain bench io` (its own file: it builds the model and mesh like `train`).
+int command_bench_io(Runtime& rt, const Args& args);
 
 }  // namespace meshtrain::app

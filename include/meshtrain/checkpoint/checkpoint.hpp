@@ -40,7 +40,14 @@ struct IoStats {
   double seconds = 0;             ///< wall time, barrier to barrier (the slowest rank)
   std::uint64_t bytes = 0;        ///< tensor bytes moved by all ranks together
   bool written = true;            ///< save only: false when refused (non-finite state)
+  // Save only: where the bytes went (checkpoint::reduce_write_stats fills them).
+  double data_seconds = 0;        ///< the slowest rank's tensor-data phase (staging + its writes)
+  int writer_ranks = 0;           ///< ranks that wrote tensor bytes (each its own pieces)
+  int writer_nodes = 0;           ///< nodes holding those ranks
+  std::uint64_t max_node_bytes = 0;  ///< tensor bytes written from the busiest node
   double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
+  /// File-system bandwidth of the data phase: all tensor bytes over the slowest rank's time.
+  double data_gbps() const { return data_seconds > 0 ? static_cast<double>(bytes) / data_seconds / 1e9 : 0.0; }
 };
 
 /// The LoRA settings a checkpoint was written with (stored in /model; part of the model
@@ -57,6 +64,14 @@ struct LoraSettings {
 /// The LoRA settings stored in checkpoint file `path` (serial: call on one rank); not
 /// `recorded` when the file predates them. UserError when the file cannot be opened.
 LoraSettings stored_lora_settings(const std::string& path);
+
+/// Collective over `comm`: fills the save-only fields of `stats` from this rank's tensor
+/// bytes written and data-phase seconds.
+void reduce_write_stats(const MpiComm& comm, std::uint64_t my_bytes, double my_data_seconds, IoStats& stats);
+
+/// The save's log line after "checkpoint PATH: ": size, time, overall rate, then the data
+/// phase as the file system saw it and what crossed the network.
+std::string describe_save(const IoStats& stats);
 
 /// checkpoint.dir, or <output.dir>/checkpoints when it is empty.
 std::string checkpoint_dir(const Config& config);

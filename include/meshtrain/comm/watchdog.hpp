@@ -6,7 +6,7 @@
 /// Each rank publishes, per communicator group, how many collectives it has entered,
 /// in an MPI shared-memory window on its node. A waiting rank that times out reads its
 /// node-local peers' counters: a peer whose counter is behind has not arrived (stalled or
-/// dead). Peers on other nodes cannot be inspected and are listed as such.
+/// dead). Peers on other nodes cannot be inspected and are listed as such, by host.
 ///
 /// Calls that block inside MPI without a request to poll (the collective HDF5 calls of a
 /// checkpoint save) are watched by a monitor thread instead: see WatchedBlockingCall.

@@ -1,0 +1,256 @@
+// `meshtrain bench io`: the checkpoint save path alone, on the job's mesh and model, next
+// to the two ceilings it could be bound by:
+//   file system  every rank writes the bytes it owns (the same count a save writes from
+//                it) into one shared file at disjoint offsets, then fsyncs: what the file
+//                system sustains for this job's writers, durably;
+//   network      every rank sends the same bytes to a rank on the next node and receives
+//                from the previous one at once (one node: no network, not measured): what
+//                moving the checkpoint between nodes would cost, as a collective-buffering
+//                write or a gather to one writer does.
+// A save writes each rank's own pieces (independent MPI-IO), so it should run near the
+// file-system ceiling; the report says how near. Saves go to a private temporary directory
+// under checkpoint.dir (removed afterwards), never next to the run's checkpoints.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "checkpoint_session.hpp"
+#include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/comm/agree.hpp"
+#include "meshtrain/core/check.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
+#include "meshtrain/core/json.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/core/timer.hpp"
+
+namespace meshtrain::app {
+namespace {
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+struct IoOptions {
+  int iters = 3;
+  std::string json;
+};
+
+struct Ceiling {
+  std::uint64_t bytes = 0;  ///< all ranks together
+  double seconds = 0;       ///< slowest rank
+  double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
+};
+
+double max_over(const MpiComm& comm, double v) {
+  double out = 0;
+  MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm.get()));
+  return out;
+}
+std::uint64_t sum_over(const MpiComm& comm, std::uint64_t v) {
+  std::uint64_t out = 0;
+  MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, MPI_SUM, comm.get()));
+  return out;
+}
+
+/// Tensor bytes this rank owns and a save writes from it (weights and two moments, fp32;
+/// padding of the flat units included, so a little more than the save's count).
+template <class T>
+std::uint64_t owned_bytes(const parallel::FsdpEngine<T>& eng) {
+  std::uint64_t n = 0;
+  for (int u = 0; u < eng.num_units(); ++u) n += static_cast<std::uint64_t>(eng.owned_numel(u));
+  return 3 * n * sizeof(float);
+}
+
+/// Every rank writes `mine` bytes at its offset of one shared file, then fsyncs it.
+Ceiling file_system_ceiling(const MpiComm& world, const std::string& path, std::uint64_t mine) {
+  std::uint64_t offset = 0;
+  MPI_CHECK(MPI_Exscan(&mine, &offset, 1, MPI_UINT64_T, MPI_SUM, world.get()));
+  if (world.rank() == 0) offset = 0;
+  std::vector<char> buf(std::min<std::uint64_t>(mine, 8u << 20), 1);
+  agree_on_errors(world, [&] {
+    if (world.rank() != 0) return;
+    const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    MESHTRAIN_REQUIRE(fd >= 0, "cannot create %s: %s", path.c_str(), std::strerror(errno));
+    ::close(fd);
+  });
+  MPI_CHECK(MPI_Barrier(world.get()));
+  const double t0 = now_seconds();
+  std::string error;
+  if (mine > 0) {
+    const int fd = ::open(path.c_str(), O_WRONLY);
+    if (fd < 0) error = std::strerror(errno);
+    for (std::uint64_t done = 0; fd >= 0 && error.empty() && done < mine;) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), mine - done));
+      const ssize_t w = ::pwrite(fd, buf.data(), n, static_cast<off_t>(offset + done));
+      if (w <= 0) error = std::strerror(errno);
+      else done += static_cast<std::uint64_t>(w);
+    }
+    if (fd >= 0 && error.empty() && ::fsync(fd) != 0) error = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+  }
+  const double mine_s = now_seconds() - t0;
+  agree_on_errors(world, [&] { MESHTRAIN_REQUIRE(error.empty(), "writing %s failed: %s", path.c_str(), error.c_str()); });
+  return {sum_over(world, mine), max_over(world, mine_s)};
+}
+
+/// Every rank sends `mine` bytes to the rank `local_size` places on (the same slot of the
+/// next node when ranks fill nodes in order) and receives from the one as far back.
+/// Nothing when all ranks share one node.
+std::optional<Ceiling> network_ceiling(const MpiComm& world, const Topology& topo, std::uint64_t mine) {
+  if (topo.num_nodes < 2) return std::nullopt;
+  const int n = world.size(), r = world.rank();
+  const int to = (r + topo.local_size) % n, from = (r - topo.local_size % n + n) % n;
+  int cross = topo.host_of_rank[to] != topo.host_of_rank[r] && topo.host_of_rank[from] != topo.host_of_rank[r];
+  int all_cross = 0;
+  MPI_CHECK(MPI_Allreduce(&cross, &all_cross, 1, MPI_INT, MPI_MIN, world.get()));
+  if (!all_cross) return std::nullopt;  // uneven nodes: no clean pairing
+  std::uint64_t theirs = 0;
+  MPI_CHECK(MPI_Sendrecv(&mine, 1, MPI_UINT64_T, to, 0, &theirs, 1, MPI_UINT64_T, from, 0, world.get(), MPI_STATUS_IGNORE));
+  constexpr std::uint64_t kChunk = 64u << 20;  // MPI counts are int
+  std::vector<char> out(std::min(mine, kChunk), 2), in(std::min(theirs, kChunk));
+  // Every rank runs the same number of exchanges (a rank that owns nothing still receives,
+  // and its partner still waits for its empty send): the most chunks any rank sends.
+  std::uint64_t rounds = (mine + kChunk - 1) / kChunk, max_rounds = 0;
+  MPI_CHECK(MPI_Allreduce(&rounds, &max_rounds, 1, MPI_UINT64_T, MPI_MAX, world.get()));
+  MPI_CHECK(MPI_Barrier(world.get()));
+  const double t0 = now_seconds();
+  for (std::uint64_t i = 0, sent = 0, got = 0; i < max_rounds; ++i) {
+    const int s = static_cast<int>(std::min(kChunk, mine - sent)), g = static_cast<int>(std::min(kChunk, theirs - got));
+    MPI_CHECK(MPI_Sendrecv(out.data(), s, MPI_BYTE, to, 1, in.data(), g, MPI_BYTE, from, 1, world.get(), MPI_STATUS_IGNORE));
+    sent += static_cast<std::uint64_t>(s);
+    got += static_cast<std::uint64_t>(g);
+  }
+  const double mine_s = now_seconds() - t0;
+  return Ceiling{sum_over(world, mine), max_over(world, mine_s)};
+}
+
+template <class T>
+int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOptions& o) {
+  const bool root = rt.topology().world_rank == 0;
+  train::Session<T> session(rt, setup);
+  const MpiComm& world = session.mesh().world();
+  parallel::FsdpEngine<T>& eng = session.engine();
+  eng.init_parameters(setup.config.train.seed);
+
+  // A private directory: rank 0 names it, every rank uses it.
+  std::string dir = checkpoint::checkpoint_dir(setup.config) + "/.bench-io-" + std::to_string(::getpid());
+  long long len = static_cast<long long>(dir.size());
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, world.get()));
+  dir.resize(static_cast<std::size_t>(len));
+  MPI_CHECK(MPI_Bcast(dir.data(), static_cast<int>(len), MPI_CHAR, 0, world.get()));
+  agree_on_errors(world, [&] {
+    if (!root) return;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    MESHTRAIN_REQUIRE(!ec, "cannot create %s (under checkpoint.dir): %s", dir.c_str(), ec.message().c_str());
+  });
+
+  std::uint64_t params = 0;
+  for (const model::ParamSpec& p : eng.specs()) params += static_cast<std::uint64_t>(p.numel());
+  if (root)
+    std::printf("# meshtrain bench io: checkpoint save of a %s model, %llu parameters (weights + 2 AdamW moments, "
+                "fp32), on mesh %s, %d rank(s) on %d node(s), in %s\n",
+                setup.config.model.family.c_str(), static_cast<unsigned long long>(params), setup.mesh.str().c_str(),
+                world.size(), rt.topology().num_nodes, dir.c_str());
+  std::vector<checkpoint::IoStats> saves;
+  for (int i = 0; i < o.iters; ++i) {
+    checkpoint::TrainState st;
+    st.step = i + 1;
+    st.seed = setup.config.train.seed;
+    saves.push_back(checkpoint::save(eng, session.mesh(), setup, st, dir));
+    if (root) std::printf("save %d: %s\n", i + 1, checkpoint::describe_save(saves.back()).c_str());
+    std::fflush(stdout);
+  }
+  const auto best = std::min_element(saves.begin(), saves.end(), [](const auto& a, const auto& b) {
+    return a.seconds < b.seconds;
+  });
+  const std::uint64_t mine = owned_bytes(eng);
+  const Ceiling fsc = file_system_ceiling(world, dir + "/ceiling.bin", mine);
+  const std::optional<Ceiling> net = network_ceiling(world, rt.topology(), mine);
+
+  if (root) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    std::printf("#%-12s %14s %10s %10s\n", "what", "bytes", "seconds", "GB/s");
+    std::printf(" %-12s %14llu %10.3f %10.3f   (best of %d; data phase %.3f s)\n", "save",
+                static_cast<unsigned long long>(best->bytes), best->seconds, best->gbps(), o.iters, best->data_seconds);
+    std::printf(" %-12s %14llu %10.3f %10.3f   (each rank its owned bytes, pwrite + fsync)\n", "file_system",
+                static_cast<unsigned long long>(fsc.bytes), fsc.seconds, fsc.gbps());
+    if (net)
+      std::printf(" %-12s %14llu %10.3f %10.3f   (each rank its owned bytes to the next node)\n", "network",
+                  static_cast<unsigned long long>(net->bytes), net->seconds, net->gbps());
+    else
+      std::printf(" %-12s %14s %10s %10s   (one node: nothing crosses a network)\n", "network", "-", "-", "-");
+    const bool fs_bound = !net || fsc.gbps() <= net->gbps();
+    const double lower = fs_bound ? fsc.gbps() : net->gbps();
+    auto pct = [&](double ceiling) { return ceiling > 0 ? 100.0 * best->gbps() / ceiling : 0.0; };
+    if (net)
+      std::printf("bound: %s (file system %.3f GB/s, network %.3f GB/s); the save reaches %.0f%% of the file system's "
+                  "and %.0f%% of the lower, moving no tensor bytes over the network (each rank writes its own pieces)\n",
+                  fs_bound ? "file system" : "network", fsc.gbps(), net->gbps(), pct(fsc.gbps()), pct(lower));
+    else
+      std::printf("bound: file system (%.3f GB/s; one node, no network); the save reaches %.0f%% of it\n", fsc.gbps(),
+                  pct(fsc.gbps()));
+    if (!o.json.empty()) {
+      std::string arr = "[";
+      for (const auto& s : saves) {
+        JsonObject j;
+        j.add("seconds", s.seconds).add("data_seconds", s.data_seconds).add("bytes", s.bytes)
+            .add("writer_ranks", s.writer_ranks).add("writer_nodes", s.writer_nodes);
+        arr += (arr.size() > 1 ? ", " : "") + j.str();
+      }
+      JsonObject j;
+      j.add("benchmark", "io").add("ranks", world.size()).add("nodes", rt.topology().num_nodes)
+          .add("mesh", setup.mesh.str()).add("save_bytes", best->bytes).add("save_seconds", best->seconds)
+          .add("save_gbps", best->gbps()).add("file_system_bytes", fsc.bytes).add("file_system_seconds", fsc.seconds)
+          .add("file_system_gbps", fsc.gbps()).add("bound", fs_bound ? "file_system" : "network")
+          .add_raw("saves", arr + "]");
+      if (net) j.add("network_bytes", net->bytes).add("network_seconds", net->seconds).add("network_gbps", net->gbps());
+      std::FILE* f = std::fopen(o.json.c_str(), "w");
+      if (f) {
+        std::fputs((j.str() + "\n").c_str(), f);
+        std::fclose(f);
+      } else {
+        log::warn("cannot write %s: %s", o.json.c_str(), std::strerror(errno));
+      }
+    }
+    std::fflush(stdout);
+  }
+  MPI_CHECK(MPI_Barrier(world.get()));
+  return 0;
+}
+
+}  // namespace
+
+int command_bench_io(Runtime& rt, const Args& args) {
+  IoOptions o;
+  po::options_description own("Options of bench io");
+  own.add_options()
+      ("iters", po::value<int>(&o.iters)->default_value(o.iters), "saves to time (the best is reported)")
+      ("json", po::value<std::string>(&o.json), "also write the results as JSON (rank 0)");
+  const std::string usage =
+      "usage: meshtrain bench io [CONFIG.ini] [--iters 3] [--json PATH] [--section.key=value ...]\n\n"
+      "Times the checkpoint save of the config's model on this job's mesh (weights and AdamW moments, fp32),\n"
+      "into a temporary directory under checkpoint.dir that is removed afterwards, next to the file system's\n"
+      "ceiling (each rank writes and fsyncs its own bytes) and the network's (each rank sends them to the next\n"
+      "node), and says which bounds the save. No training step runs.\n";
+  CommandArgs ca = parse_command_args("bench io", usage, own, args);
+  if (ca.config.help) {
+    if (rt.topology().world_rank == 0) std::fputs(ca.config.help_text.c_str(), stdout);
+    return 0;
+  }
+  MESHTRAIN_REQUIRE(o.iters >= 1, "--iters must be at least 1, got %d", o.iters);
+  const Config& cfg = ca.config.config;
+  configure_run_logging(rt, cfg);
+  const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
+  return setup.bf16 ? run_bench_io<bf16>(rt, setup, o) : run_bench_io<float>(rt, setup, o);
+}
+
+}  // namespace meshtrain::app
