@@ -37,6 +37,9 @@ class Meshtrain(CMakePackage, CudaPackage):
     depends_on("mpi")
     depends_on("hdf5@1.10: +mpi")
     depends_on("boost@1.66: +program_options")
+    depends_on("nlohmann-json@3.9:")  # tokenizer.json, JSONL data, plan --json
+    depends_on("pcre2")  # pre-tokenizer regexes
+    depends_on("sentencepiece")  # tokenizer.model files
     depends_on("openblas", when="~cuda")  # host GEMMs; CUDA builds use cuBLAS only
     depends_on("googletest", type="test")
 
