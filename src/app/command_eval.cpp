@@ -35,7 +35,6 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   const bool root = rt.topology().world_rank == 0;
   train::Session<T> session(rt, setup);
   const MpiComm& world = session.mesh().world();
-  const LoadedWeights weights = load_checkpoint_weights(session, setup, o.checkpoint);
 
   const int dp = session.mesh().shape().dp();
   const int per_micro = tc.micro_batch * dp;  // windows per micro-batch over all dp ranks
@@ -68,6 +67,9 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     }
   });
 
+  // The dataset (and its vocabulary against model.vocab_size) first: it is cheaper to refuse.
+  const LoadedWeights weights = load_checkpoint_weights(session, setup, o.checkpoint);
+
   const model::BatchShape shape{tc.micro_batch, tc.seq_len};
   const std::size_t n = static_cast<std::size_t>(tc.micro_batch) * tc.seq_len;
   std::vector<std::int32_t> host_in(n), host_tgt(n);
@@ -77,7 +79,8 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   for (long long b = 0; b < micro_batches; ++b) {
     // The trainer's evaluate(): micro-batch b of rank d starts at window b*micro*dp + d*micro.
     const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), tc.micro_batch, dp, session.mesh().dp_rank());
-    sampler->fill(w0, tc.micro_batch, host_in.data(), host_tgt.data());
+    // A token id outside the vocabulary (checked as it is read) stops every rank alike.
+    agree_on_errors(world, [&] { sampler->fill(w0, tc.micro_batch, host_in.data(), host_tgt.data()); });
     Kokkos::deep_copy(in.view(), UView<std::int32_t, HostMem>(host_in.data(), n));
     Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(host_tgt.data(), n));
     local += parallel::forward_loss(session.engine(), session.model(), session.context(), in.data(), tgt.data(), shape);

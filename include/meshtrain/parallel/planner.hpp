@@ -76,6 +76,11 @@ Plan make_plan(const PlanInput& in);
 /// The memory and communication of one strategy on one mesh.
 StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mesh);
 
+/// \brief What would fit when `forced` does not (for the error of a forced strategy): the
+/// other strategies that fit on this job with their mesh and per-rank memory, and `forced`
+/// (or another strategy) with activation checkpointing. "" when nothing fits.
+std::string fit_alternatives(const PlanInput& in, Strategy forced);
+
 /// The mesh a strategy runs on for the configured request (hybrid_shard: replicas across
 /// nodes when dp_replicate is left at 1). UserError when impossible.
 MeshShape mesh_for_strategy(const PlanInput& in, Strategy s);
