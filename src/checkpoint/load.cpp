@@ -51,14 +51,18 @@ void find_non_finite(const Piece& piece, int array, const float* dst, NonFinite&
 
 /// UserError on every rank when any rank found a non-finite value; `where(spec, array)`
 /// names the tensor. Collective.
-template <class Where>
-void agree_finite(const MpiComm& comm, const NonFinite& bad, Where&& where) {
+template <class T, class Where>
+void agree_finite(const MpiComm& comm, const parallel::FsdpEngine<T>& eng, const NonFinite& bad, Where&& where) {
   agree_on_errors(comm, [&] {
-    MESHTRAIN_REQUIRE(!bad.found(),
-                      "%s holds a non-finite value (%g at row %lld, column %lld): the file is damaged or the "
-                      "weights diverged; use an earlier checkpoint or other weights",
-                      where(bad.spec, bad.array).c_str(), static_cast<double>(bad.value),
-                      static_cast<long long>(bad.row), static_cast<long long>(bad.col));
+    if (!bad.found()) return;
+    // for_each_row_run gives a 1-D tensor's index as its row.
+    const bool matrix = eng.specs()[bad.spec].shape.size() == 2;
+    const std::string at = matrix ? strprintf("row %lld, column %lld", static_cast<long long>(bad.row),
+                                              static_cast<long long>(bad.col))
+                                  : strprintf("element %lld", static_cast<long long>(bad.row));
+    throw UserError(strprintf("%s holds a non-finite value (%g at %s): the file is damaged or the weights diverged; "
+                              "use an earlier checkpoint or other weights",
+                              where(bad.spec, bad.array).c_str(), static_cast<double>(bad.value), at.c_str()));
   });
 }
 
@@ -127,7 +131,7 @@ std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, const MpiComm&
     h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
     read_piece(ds.get(), dxpl.get(), piece, dst);
   }, bad, /*keep_unread=*/lora_optional);
-  agree_finite(comm, bad, [&](int spec, int k) {
+  agree_finite(comm, eng, bad, [&](int spec, int k) {
     return strprintf("checkpoint %s: dataset %s", file_path.c_str(),
                      format::dataset_path(groups[k], eng.specs()[spec].name).c_str());
   });
@@ -140,34 +144,46 @@ std::uint64_t sum_over(const MpiComm& comm, std::uint64_t v) {
   return total;
 }
 
-/// Progress attributes of an open checkpoint (written by every format version).
+/// Progress attributes of an open checkpoint (written by every format version). A damaged
+/// counter must not reach the schedule (a negative step gives a negative learning rate) or
+/// the sampler: each is range-checked against what a save can write.
 TrainState read_train_state(hid_t file, const std::string& path) {
   auto need = [&](const char* key) {
     const auto v = h5::read_int_attr(file, key);
     MESHTRAIN_REQUIRE(v.has_value(), "checkpoint %s lacks the attribute '%s'", path.c_str(), key);
     return *v;
   };
-  // A damaged counter must not reach the schedule (a negative step gives a negative
-  // learning rate) or the sampler: each is range-checked against what a save can write.
+  auto need_unsigned = [&](const char* key) {
+    const auto v = h5::read_uint_attr(file, key);
+    MESHTRAIN_REQUIRE(v.has_value(), "checkpoint %s lacks the attribute '%s'", path.c_str(), key);
+    return *v;
+  };
+  auto impossible = [&](const char* key, const std::string& value, const char* rule) {
+    return UserError(strprintf("checkpoint %s: attribute '%s' = %s is impossible (%s); the file is damaged, use an "
+                               "earlier checkpoint",
+                               path.c_str(), key, value.c_str(), rule));
+  };
   auto in_range = [&](const char* key, std::int64_t v, std::int64_t lo, std::int64_t hi, const char* rule) {
-    MESHTRAIN_REQUIRE(v >= lo && v <= hi,
-                      "checkpoint %s: attribute '%s' = %lld is impossible (%s); the file is damaged, use an earlier "
-                      "checkpoint",
-                      path.c_str(), key, static_cast<long long>(v), rule);
+    if (v < lo || v > hi) throw impossible(key, std::to_string(v), rule);
     return v;
   };
   TrainState st;
   st.step = static_cast<int>(in_range("step", need("step"), 0, INT32_MAX, "it must be in 0 .. 2^31-1"));
   st.updates = static_cast<int>(
       in_range("optimizer_updates", need("optimizer_updates"), 0, st.step, "it must be in 0 .. step"));
-  st.skipped = static_cast<int>(
-      in_range("skipped_steps", need("skipped_steps"), 0, st.step - st.updates, "it must be in 0 .. step - optimizer_updates"));
-  // Windows and tokens are counted in uint64 and read back as int64: a negative value is a
-  // damaged counter, not 2^63 windows.
-  st.cursor = static_cast<std::uint64_t>(
-      in_range("data_cursor", need("data_cursor"), 0, INT64_MAX, "it must be in 0 .. 2^63-1"));
-  st.tokens_seen = static_cast<std::uint64_t>(
-      in_range("tokens_seen", need("tokens_seen"), 0, INT64_MAX, "it must be in 0 .. 2^63-1"));
+  st.skipped = static_cast<int>(in_range("skipped_steps", need("skipped_steps"), 0, st.step - st.updates,
+                                         "it must be in 0 .. step - optimizer_updates"));
+  // Windows and tokens are uint64 counters. A step reads at most train.global_batch
+  // (<= 2^30) windows of at most model.max_seq_len (<= 2^22) tokens; a wrapped counter
+  // (a "negative" one) is far past both.
+  st.cursor = need_unsigned("data_cursor");
+  if (st.cursor > static_cast<std::uint64_t>(st.step) << 30)
+    throw impossible("data_cursor", std::to_string(st.cursor),
+                     "a step reads at most 2^30 windows, so it must be at most step x 2^30");
+  st.tokens_seen = need_unsigned("tokens_seen");
+  if (static_cast<unsigned __int128>(st.tokens_seen) > static_cast<unsigned __int128>(st.cursor) << 22)
+    throw impossible("tokens_seen", std::to_string(st.tokens_seen),
+                     "a window holds at most 2^22 tokens, so it must be at most data_cursor x 2^22");
   st.seed = static_cast<std::uint64_t>(need("seed"));  // any 64-bit pattern is a seed
   return st;
 }
@@ -266,7 +282,7 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
           if (piece && w->has(spec)) w->read(*piece, dst);
         },
         bad, /*keep_unread=*/true);
-    agree_finite(comm, bad, [&](int spec, int) {
+    agree_finite(comm, eng, bad, [&](int spec, int) {
       return strprintf("initial weights %s: tensor %s", resolved.c_str(), w->file_tensor_name(spec).c_str());
     });
   }
