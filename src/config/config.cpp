@@ -233,6 +233,21 @@ std::vector<std::string> split_empty_assignments(const std::vector<std::string>&
   return out;
 }
 
+/// Boost converts "-1" to an unsigned key as 2^64 - 1 without complaint (lexical_cast
+/// accepts a sign for unsigned types); refuse it like any other value of the wrong type.
+po::parsed_options refuse_negative_unsigned(po::parsed_options parsed, const Registry& reg, const std::string& where) {
+  for (const po::option& o : parsed.options) {
+    const auto it = reg.type_of.find(o.string_key);
+    if (it == reg.type_of.end() || it->second != type_word<std::uint64_t>()) continue;
+    for (const std::string& v : o.value) {
+      const auto first = v.find_first_not_of(" \t");
+      MESHTRAIN_REQUIRE(first == std::string::npos || v[first] != '-', "config key '%s'%s expects %s, got '%s'",
+                        o.string_key.c_str(), where.c_str(), it->second.c_str(), v.c_str());
+    }
+  }
+  return parsed;
+}
+
 }  // namespace
 
 ParsedArgs parse_config(const std::string& command, const std::vector<std::string>& args) {
@@ -252,7 +267,9 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
   std::string where = " (on the command line)";
   try {
     std::vector<std::string> argv = split_empty_assignments(args);
-    po::store(po::command_line_parser(argv).options(all).positional(positional).run(), vm);
+    po::store(refuse_negative_unsigned(po::command_line_parser(argv).options(all).positional(positional).run(), reg,
+                                       where),
+              vm);
     if (vm.count("help")) {
       std::ostringstream os;
       os << "usage: meshtrain " << command << " [CONFIG.ini] [--section.key=value ...]\n\n"
@@ -275,7 +292,9 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
       where = " (in " + path + ")";
       // Values already stored from the command line take precedence over the file.
       std::istringstream stripped(strip_inline_comments(in));
-      po::store(po::parse_config_file(stripped, keys, /*allow_unregistered=*/false), vm);
+      po::store(refuse_negative_unsigned(po::parse_config_file(stripped, keys, /*allow_unregistered=*/false), reg,
+                                         where),
+                vm);
     }
     po::notify(vm);
   } catch (const po::unknown_option& e) {

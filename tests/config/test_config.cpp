@@ -376,6 +376,7 @@ TEST(ConfigNumbers, PhysicalRangesAndAbsurdSizes) {
       {{"--train.micro_batch=65536", "--train.seq_len=65536"}, "train.micro_batch x train.seq_len"},
       {{"--parallel.tp=0"}, "parallel.tp must be -1 (infer) or positive"},
       {{"--train.inject_nan_rank=-2"}, "train.inject_nan_rank must be -1"},
+      {{"--train.seed=-1"}, "config key 'train.seed' (on the command line) expects a non-negative integer, got '-1'"},
   };
   for (const auto& [args, expect] : cases) {
     SCOPED_TRACE(args[0]);
@@ -392,6 +393,11 @@ TEST(ConfigNumbers, PhysicalRangesAndAbsurdSizes) {
 
 TEST_F(ConfigTest, ADirectoryIsNotAConfigFile) {
   EXPECT_CONTAINS(error_of("train", {dir_}), "is a directory; give the path of an INI file");
+}
+
+TEST_F(ConfigTest, ANegativeSeedInAFileIsRefused) {
+  const std::string ini = write("seed.ini", "[train]\nseed = -3\n");
+  EXPECT_CONTAINS(error_of("train", {ini}), "config key 'train.seed' (in " + ini + ") expects a non-negative integer");
 }
 
 }  // namespace
