@@ -3,6 +3,7 @@
 #include <climits>
 #include <vector>
 
+#include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
 
@@ -17,8 +18,12 @@ void agree_on_errors(const MpiComm& comm, const std::function<void()>& fn) {
     message = e.what();
     failed_rank = comm.rank();
   }
+  // Under the watchdog: the trainer agrees on every step's token ids, so a rank that
+  // stalls between steps must be named and end the job, not leave the others here forever.
   int first = INT_MAX;
-  MPI_CHECK(MPI_Allreduce(&failed_rank, &first, 1, MPI_INT, MPI_MIN, comm.get()));
+  watched_collective("all_reduce (agree on errors)", "world", comm, [&](MPI_Request* r) {
+    MPI_CHECK(MPI_Iallreduce(&failed_rank, &first, 1, MPI_INT, MPI_MIN, comm.get(), r));
+  });
   if (first == INT_MAX) return;
   int len = static_cast<int>(message.size());
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, comm.get()));
