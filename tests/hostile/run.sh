@@ -18,7 +18,8 @@
 #          once the run has logged a step; "1:late" / "2:late": the error can only be
 #          found after start-up (a bad token deep in a file), so the run may have written
 #          its own records into $NEW (never into $RUN).
-#   ARGUMENTS: meshtrain's arguments, expanded by bash (quotes work); variables:
+#   ARGUMENTS: meshtrain's arguments, expanded by bash (quotes work); leading NAME=value
+#   words set environment variables of the run; variables:
 #     $INI $LLAMA_INI   inputs/tiny-gpt2.ini, inputs/tiny-llama.ini
 #     $DATA             the good dataset        $F    the damaged fixtures (make_fixtures.py)
 #     $RUN              the earlier run (output.dir, checkpoints in $RUN/checkpoints)
@@ -92,11 +93,17 @@ run_case() {
   # The expected text may name the case's paths too ($NEW, $F).
   expect=${expect//'$NEW'/$NEW}
   expect=${expect//'$F'/$F}
-  local -a argv
+  local -a argv envs=()
   eval "argv=($args)" || { fail "$name: cannot expand the arguments: $args"; return; }
+  # Leading NAME=value words set the environment of the run (fault injection and the like).
+  while ((${#argv[@]})) && [[ ${argv[0]} =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; do
+    envs+=("${argv[0]}")
+    argv=("${argv[@]:1}")
+  done
   local -a cmd=("$MESHTRAIN_BIN" "${argv[@]}")
   # shellcheck disable=SC2206  # MPIEXEC is a command with flags
   ((np > 1)) && cmd=($MPIEXEC -n "$np" "${cmd[@]}")
+  cmd=(env "${envs[@]}" "${cmd[@]}")
   local rc started=$SECONDS
   if [[ -z $signal ]]; then
     (cd "$work" && timeout 120 "${cmd[@]}") </dev/null >"$log" 2>&1
@@ -112,7 +119,7 @@ run_case() {
     fi
     local target
     if ((np == 1)); then
-      target=$(pgrep -P "$launcher" -x meshtrain || true)  # the launcher is `timeout` (exec)
+      target=$(pgrep -P "$launcher" -x meshtrain || true)  # the launcher is `timeout` (exec), env exec's
     else
       target=$(rank_pid $((np - 1)) || true)
     fi
@@ -164,6 +171,23 @@ while IFS= read -r line || [[ -n $line ]]; do
   total=$((total + 1))
   run_case "$name" "$ranks" "$status" "$expect" "$args"
 done <"$cases_file"
+
+# The checks themselves can fail: a run that succeeds and writes into the earlier run must
+# be reported (exit status, no error line, changed files), and the earlier run restored.
+if [[ -z $only ]]; then
+  before_self=$failures
+  run_case self_check_detects_writes 1 2 "error" \
+    "train $INI --data.dir=$DATA --output.dir=$RUN --train.steps=1 --checkpoint.resume=none --train.eval_every=0" \
+    2>"$TEST_TMP/logs/self_check.err" >/dev/null
+  if ((failures == before_self + 1)) && grep -q "changed the earlier run" "$TEST_TMP/logs/self_check.err" &&
+    grep -q "exit status 0, expected 2" "$TEST_TMP/logs/self_check.err"; then
+    failures=$before_self
+    echo "ok   the runner reports a run that writes (self-check)"
+  else
+    fail "self-check: a run that wrote into the earlier run was not reported: $(head -c 300 "$TEST_TMP/logs/self_check.err")"
+  fi
+  [[ $(snapshot "$RUN") == "$run_before" ]] || fail "self-check: the earlier run was not restored"
+fi
 
 [[ $(snapshot "$DATA" "$F" "$HF") == "$fixtures_before" ]] || fail "a case changed the fixtures (datasets, checkpoints, safetensors)"
 if [[ -z $only ]] && ((total < 100)); then fail "only $total cases; the suite promises at least 100"; fi
