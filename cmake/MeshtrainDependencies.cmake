@@ -45,6 +45,9 @@ set_package_properties(HDF5 PROPERTIES TYPE REQUIRED PURPOSE "collective sharded
 find_package(Boost 1.66 REQUIRED COMPONENTS program_options)
 set_package_properties(Boost PROPERTIES TYPE REQUIRED PURPOSE "configuration files and command-line options")
 
+find_package(nlohmann_json 3.2 REQUIRED)
+set_package_properties(nlohmann_json PROPERTIES TYPE REQUIRED PURPOSE "JSON output of `meshtrain plan --json`")
+
 find_package(Threads REQUIRED)
 
 # Host BLAS: OpenBLAS with its CBLAS header, the GEMM of host builds. CUDA builds run every

@@ -25,6 +25,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev
+  nlohmann-json3-dev
   libopenblas-dev
   libgtest-dev googletest
   python3 python3-numpy python3-torch python3-h5py python3-matplotlib python3-pip

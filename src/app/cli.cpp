@@ -7,6 +7,7 @@
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/fault.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/linalg/gemm.hpp"
 
@@ -76,13 +77,18 @@ int run_cli(Runtime& rt, int argc, char** argv) {
       throw UserError(strprintf("unknown command '%s'%s; run `meshtrain --help` for the list",
                                 cmd.c_str(), best_d <= 3 ? (" (did you mean '" + best + "'?)").c_str() : ""));
     }
+    // Deterministic fault injection for tests (core/fault.hpp): read once, here.
+    fault::configure_from_environment();
+    if (root && !fault::armed_spec().empty())
+      std::fprintf(stderr, "meshtrain %s: warning: fault injection armed: MESHTRAIN_FAULT=%s\n", cmd.c_str(),
+                   fault::armed_spec().c_str());
     Args args(argv + 2, argv + argc);
     return it->second.run(rt, args);
   } catch (const UserError& e) {
     // Every rank reached the same decision (UserError contract): one message, clean exit.
     if (root) std::fprintf(stderr, "meshtrain %s: error: %s\n", cmd.c_str(), e.what());
     std::fflush(stderr);
-    return kExitUserError;
+    return e.exit_status();  // 2, or 74 for an I/O error (IoError)
   } catch (const std::exception& e) {
     abort_job(strprintf("unexpected error in `meshtrain %s`: %s", cmd.c_str(), e.what()));
   }

@@ -80,7 +80,7 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     // The trainer's evaluate(): micro-batch b of rank d starts at window b*micro*dp + d*micro.
     const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), tc.micro_batch, dp, session.mesh().dp_rank());
     // A token id outside the vocabulary (checked as it is read) stops every rank alike.
-    agree_on_errors(world, [&] { sampler->fill(w0, tc.micro_batch, host_in.data(), host_tgt.data()); });
+    agree_on_errors(world, [&] { sampler->fill(w0, tc.micro_batch, host_in.data(), host_tgt.data()); }, "world");
     Kokkos::deep_copy(in.view(), UView<std::int32_t, HostMem>(host_in.data(), n));
     Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(host_tgt.data(), n));
     local += parallel::forward_loss(session.engine(), session.model(), session.context(), in.data(), tgt.data(), shape);
@@ -133,7 +133,7 @@ int command_eval(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.batches >= -1, "--batches must be -1, 0 or positive, not %d", o.batches);
   const Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
-  const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
+  const train::RunSetup setup = train::resolve_run(cfg, rt);
   return setup.bf16 ? run_eval<bf16>(rt, setup, o) : run_eval<float>(rt, setup, o);
 }
 

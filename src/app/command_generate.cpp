@@ -100,7 +100,7 @@ int command_generate(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.top_k >= 0, "--top_k must be >= 0 (0 = the whole vocabulary), not %d", o.top_k);
   const Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
-  const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
+  const train::RunSetup setup = train::resolve_run(cfg, rt);
   return setup.bf16 ? run_generate<bf16>(rt, setup, o) : run_generate<float>(rt, setup, o);
 }
 

@@ -1,7 +1,16 @@
 // meshtrain plan: the mesh, and for every strategy the per-rank memory by component, the
 // communication per step, whether it fits, and which one `auto` picks — without
 // allocating the model, for this job or (with --parallel.world_size etc.) another cluster.
+// When the mesh is left to the planner (mesh keys at -1) it ranks every candidate mesh by
+// predicted step time; --json FILE writes the candidates for scripts.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint_session.hpp"
 
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/config/config.hpp"
@@ -11,6 +20,7 @@
 #include "meshtrain/parallel/planner.hpp"
 #include "meshtrain/runtime/mesh.hpp"
 #include "meshtrain/train/cost_model.hpp"
+#include "meshtrain/train/mesh_search.hpp"
 #include "meshtrain/train/run_setup.hpp"
 
 namespace meshtrain::app {
@@ -81,16 +91,114 @@ void print_plan(const Config& cfg, const model::ModelDims& dims, const parallel:
               "(tensor-parallel all-reduces exposed); see doc/perf.md\n");
 }
 
+
+std::string mesh_text(const MeshShape& m) { return strprintf("%d x %d x %d", m.dp_replicate, m.dp_shard, m.tp); }
+
+std::string candidate_text(const train::Candidate& c) {
+  return strprintf("%s on %s (dp_replicate x dp_shard x tp), micro_batch %d%s", parallel::strategy_name(c.plan.strategy),
+                   mesh_text(c.plan.mesh).c_str(), c.plan.micro_batch,
+                   c.plan.activation_checkpointing ? ", activation checkpointing" : "");
+}
+
+/// The keys that reproduce a candidate (to paste into a config or a command line).
+std::string candidate_keys(const train::Candidate& c) {
+  return strprintf("--parallel.strategy=%s --parallel.dp_replicate=%d --parallel.dp_shard=%d --parallel.tp=%d "
+                   "--train.micro_batch=%d --train.activation_checkpointing=%s",
+                   parallel::strategy_name(c.plan.strategy), c.plan.mesh.dp_replicate, c.plan.mesh.dp_shard,
+                   c.plan.mesh.tp, c.plan.micro_batch, c.plan.activation_checkpointing ? "true" : "false");
+}
+
+void print_search(const train::MeshSearch& ms, const parallel::PlanInput& in, int top) {
+  std::printf("\nmesh search: %zu candidates (strategy x dp_replicate x dp_shard x tp x checkpointing x micro-batch), "
+              "fastest predicted first; memory per rank of %s usable:\n",
+              ms.candidates.size(), format_bytes(in.memory_budget * (1 - in.headroom)).c_str());
+  std::printf("  %4s %-14s %-13s %3s %3s %9s %4s %8s %8s %8s %8s %8s %9s %12s\n", "rank", "strategy", "mesh r x s x t",
+              "ac", "mb", "mem GiB", "fits", "compute", "fsdp", "exposed", "replic", "tp", "step s", "tok/s");
+  int shown = 0;
+  for (std::size_t i = 0; i < ms.candidates.size(); ++i) {
+    const bool is_chosen = static_cast<int>(i) == ms.chosen;
+    if (shown >= top && !is_chosen) continue;
+    const train::Candidate& c = ms.candidates[i];
+    std::printf("  %4zu %-14s %-13s %3s %3d %9.2f %4s %8.3f %8.3f %8.3f %8.3f %8.3f %9.3f %12.0f%s\n", i + 1,
+                parallel::strategy_name(c.plan.strategy), mesh_text(c.plan.mesh).c_str(),
+                c.plan.activation_checkpointing ? "yes" : "no", c.plan.micro_batch, c.plan.memory.total() / 1073741824.0,
+                c.plan.fits ? "yes" : "NO", c.pred.compute_s, c.pred.fsdp_comm_s, c.pred.exposed_fsdp_s,
+                c.pred.replicate_comm_s, c.pred.tp_comm_s, c.pred.step_seconds_overlap, c.pred.tokens_per_s,
+                is_chosen ? "   <- chosen" : "");
+    ++shown;
+  }
+  std::printf("  (compute = GEMM + elementwise; fsdp = shard-group gathers and reductions, of which 'exposed' does not hide "
+              "behind compute; replic = the replicate all-reduce after backward; tp = tensor-parallel all-reduces)\n");
+}
+
+nlohmann::json candidate_json(const train::Candidate& c) {
+  return {{"strategy", parallel::strategy_name(c.plan.strategy)},
+          {"dp_replicate", c.plan.mesh.dp_replicate},
+          {"dp_shard", c.plan.mesh.dp_shard},
+          {"tp", c.plan.mesh.tp},
+          {"activation_checkpointing", c.plan.activation_checkpointing},
+          {"micro_batch", c.plan.micro_batch},
+          {"grad_accum", c.plan.grad_accum},
+          {"memory_bytes", c.plan.memory.total()},
+          {"fits", c.plan.fits},
+          {"step_s", c.pred.step_seconds_overlap},
+          {"tokens_per_s", c.pred.tokens_per_s},
+          {"compute_s", c.pred.compute_s},
+          {"fsdp_comm_s", c.pred.fsdp_comm_s},
+          {"exposed_fsdp_s", c.pred.exposed_fsdp_s},
+          {"replicate_comm_s", c.pred.replicate_comm_s},
+          {"tp_comm_s", c.pred.tp_comm_s}};
+}
+
+/// Writes the search as JSON: the target, every candidate, the pick under `chosen` (null
+/// when nothing fits). Written to FILE.tmp and renamed, so a reader never sees half a file.
+void write_json(const std::string& path, int world, int rpn, const parallel::PlanInput& in, const train::MeshSearch& ms,
+                const train::MeshSearch* unrestricted) {
+  nlohmann::json j;
+  j["world_size"] = world;
+  j["ranks_per_node"] = rpn;
+  j["memory_budget_bytes"] = in.memory_budget;
+  j["memory_usable_bytes"] = in.memory_budget * (1 - in.headroom);
+  j["global_batch"] = in.global_batch;
+  j["seq_len"] = in.seq_len;
+  j["candidates"] = nlohmann::json::array();
+  for (const auto& c : ms.candidates) j["candidates"].push_back(candidate_json(c));
+  j["chosen"] = ms.chosen >= 0 ? candidate_json(ms.candidates[ms.chosen]) : nlohmann::json(nullptr);
+  j["reason"] = ms.reason;
+  if (unrestricted != nullptr && unrestricted->chosen >= 0)
+    j["best_unrestricted"] = candidate_json(unrestricted->candidates[unrestricted->chosen]);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    MESHTRAIN_REQUIRE(out.good(), "--json %s: cannot write '%s': %s; give a path in a writable directory",
+                      path.c_str(), tmp.c_str(), std::strerror(errno));
+    out << j.dump(1) << "\n";
+    MESHTRAIN_REQUIRE(out.good(), "--json %s: writing failed: %s", path.c_str(), std::strerror(errno));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
 }  // namespace
 
 int command_plan(Runtime& rt, const Args& args) {
-  ParsedArgs parsed = parse_config("plan", args);
+  std::string json_path;
+  int top = 10;
+  namespace po = boost::program_options;
+  po::options_description own("Options of plan");
+  own.add_options()("json", po::value<std::string>(&json_path), "also write every candidate mesh and the pick as JSON to FILE")
+      ("top", po::value<int>(&top)->default_value(top), "candidates printed by the mesh search (the chosen one always)");
+  const std::string usage =
+      "usage: meshtrain plan [CONFIG.ini] [--json FILE] [--top N] [--section.key=value ...]\n\n"
+      "Per-rank memory and predicted step time of every strategy and, with the mesh keys left at -1, of every\n"
+      "mesh; for this job or, with --parallel.world_size and the parallel.target_* keys, another cluster.\n";
+  CommandArgs ca = parse_command_args("plan", usage, own, args);
   const bool root = rt.topology().world_rank == 0;
-  if (parsed.help) {
-    if (root) std::fputs(parsed.help_text.c_str(), stdout);
+  if (ca.config.help) {
+    if (root) std::fputs(ca.config.help_text.c_str(), stdout);
     return 0;
   }
-  const Config& cfg = parsed.config;
+  MESHTRAIN_REQUIRE(top >= 0, "--top must be >= 0, not %d", top);
+  const Config& cfg = ca.config.config;
   validate_config(cfg);
   const Topology& topo = rt.topology();
   const bool other = cfg.parallel.world_size > 0;
@@ -98,19 +206,61 @@ int command_plan(Runtime& rt, const Args& args) {
   std::optional<int> rpn;
   if (cfg.parallel.gpus_per_node > 0) rpn = cfg.parallel.gpus_per_node;
   else if (!other && topo.uniform()) rpn = topo.local_size;
-  const MeshShape shape = resolve_mesh({cfg.parallel.dp_replicate, cfg.parallel.dp_shard, cfg.parallel.tp}, world, rpn);
   const model::ModelDims dims = model::resolve_dims(cfg.model);
   const double budget = train::memory_budget_per_rank(cfg, topo, other);
   const parallel::PlanInput in = train::plan_input(cfg, dims, world, rpn.value_or(world), budget);
-  const parallel::Plan plan = parallel::make_plan(in);
-  const train::CostModelInputs costs = train::cost_model_inputs(cfg, rt, in.bf16, !other, &dims, shape.tp);
+  const bool search = train::searches_mesh(cfg);
+  MeshShape shape;
+  if (!search) shape = resolve_mesh({cfg.parallel.dp_replicate, cfg.parallel.dp_shard, cfg.parallel.tp}, world, rpn);
+  const train::CostModelInputs costs =
+      train::cost_model_inputs(cfg, rt, in.bf16, !other, &dims, search ? 1 : shape.tp);
+
+  // The user's space (their fixed keys), and the whole space for comparison.
+  train::MeshSearch ms;
+  if (search) ms = train::search_meshes(dims, in, train::search_space(cfg), costs);
+  Config free_cfg = cfg;
+  free_cfg.parallel.strategy = "auto";
+  free_cfg.parallel.dp_replicate = free_cfg.parallel.dp_shard = free_cfg.parallel.tp = -1;
+  if (free_cfg.train.micro_batch == 0 && free_cfg.train.global_batch == 0) free_cfg.train.micro_batch = 1;
+  parallel::PlanInput free_in = in;
+  free_in.mesh = {-1, -1, -1};
+  const train::MeshSearch best = train::search_meshes(dims, free_in, train::search_space(free_cfg), costs);
+  const bool restricted = !search || cfg.parallel.strategy != "auto" || cfg.parallel.dp_replicate != -1 ||
+                          cfg.parallel.dp_shard != -1 || cfg.parallel.tp != -1 || cfg.train.activation_checkpointing;
+
   if (root) {
     const int nodes = other ? (rpn ? (world + *rpn - 1) / *rpn : 1) : topo.num_nodes;
     std::printf("topology: %d rank(s) on %d node(s), %s ranks per node%s\n", world, nodes,
                 rpn ? std::to_string(*rpn).c_str() : "uneven", other ? " (planned target, not this job)" : "");
-    if (world <= 64) std::fputs(describe_mesh(shape, other ? nullptr : &topo).c_str(), stdout);
-    else std::printf("mesh: %s = %d ranks (tp fastest-varying; per-rank table omitted above 64 ranks)\n", shape.str().c_str(), world);
-    print_plan(cfg, dims, in, plan, costs);
+    if (search) {
+      print_search(ms, in, top);
+      std::printf("\nchosen: %s\n  why: %s\n", ms.chosen >= 0 ? candidate_text(ms.candidates[ms.chosen]).c_str() : "none",
+                  ms.reason.c_str());
+    } else {
+      if (world <= 64) std::fputs(describe_mesh(shape, other ? nullptr : &topo).c_str(), stdout);
+      else std::printf("mesh: %s = %d ranks (tp fastest-varying; per-rank table omitted above 64 ranks)\n", shape.str().c_str(), world);
+      const parallel::Plan plan = parallel::make_plan(in);
+      print_plan(cfg, dims, in, plan, costs);
+    }
+    if (restricted && best.chosen >= 0) {
+      const train::Candidate& b = best.candidates[best.chosen];
+      std::printf("\nwith nothing fixed (strategy, mesh and checkpointing left to the planner) the best is %s: %.3f s per "
+                  "step, %s per rank\n  keys: %s\n",
+                  candidate_text(b).c_str(), b.pred.step_seconds_overlap, format_bytes(b.plan.memory.total()).c_str(),
+                  candidate_keys(b).c_str());
+      if (search && ms.chosen >= 0)
+        std::printf("  your settings' pick takes %.3f s (%+.1f%%)\n", ms.candidates[ms.chosen].pred.step_seconds_overlap,
+                    100.0 * (ms.candidates[ms.chosen].pred.step_seconds_overlap / b.pred.step_seconds_overlap - 1.0));
+    }
+    if (search)
+      std::printf("\ncost model: GEMM %.1f GFLOP/s per rank (%s), copy %.1f GB/s, bus bandwidth %.2f GB/s intra-node, "
+                  "%.2f GB/s per rank inter-node, ring step latency %.1f us (%s)\n",
+                  costs.gemm_flops / 1e9, costs.gemm_source.c_str(), costs.copy_bytes / 1e9, costs.intra_bus_bytes / 1e9,
+                  costs.inter_bus_bytes / 1e9, costs.latency_s * 1e6, costs.bus_source.c_str());
+    if (!json_path.empty()) {
+      if (search) write_json(json_path, world, rpn.value_or(world), in, ms, restricted ? &best : nullptr);
+      else write_json(json_path, world, rpn.value_or(world), in, best, nullptr);
+    }
   }
   return 0;
 }

@@ -22,7 +22,7 @@ int command_train(Runtime& rt, const Args& args) {
                  : cfg.output.log_level == "warn" ? log::Level::Warn
                                                   : log::Level::Info);
   set_collective_timeout(cfg.parallel.collective_timeout);
-  const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
+  const train::RunSetup setup = train::resolve_run(cfg, rt);
   return train::run_training(rt, setup);
 }
 

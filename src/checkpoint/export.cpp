@@ -10,6 +10,7 @@
 #include "meshtrain/checkpoint/safetensors.hpp"
 #include "meshtrain/core/bf16.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json.hpp"
 
 namespace meshtrain::checkpoint {
@@ -167,7 +168,7 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   }
   // Everything is written: move the files into place.
   for (std::size_t i = 0; i < names.size(); ++i) {
-    files::rename_durably(temps.paths[i], out_dir + "/" + names[i]);
+    file_io::rename_durably(temps.paths[i], out_dir + "/" + names[i]);
     summary.files.push_back(names[i]);
   }
   temps.keep = true;

@@ -1,47 +1,8 @@
 #include "files.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-
-#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 
 namespace meshtrain::checkpoint::files {
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  MESHTRAIN_REQUIRE(fd >= 0, "cannot open %s to sync it: %s", path.c_str(), std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  // Some file systems do not sync directories (EINVAL); the rename is still atomic there.
-  MESHTRAIN_REQUIRE(rc == 0 || err == EINVAL, "cannot sync %s to disk: %s", path.c_str(), std::strerror(err));
-}
-
-void rename_durably(const std::string& from, const std::string& to) {
-  MESHTRAIN_REQUIRE(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename %s to %s: %s", from.c_str(), to.c_str(),
-                    std::strerror(errno));
-  fsync_path(parent_dir(to));
-}
-
-void replace_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  MESHTRAIN_REQUIRE(f, "cannot write %s: %s", tmp.c_str(), std::strerror(errno));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                  ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  std::fclose(f);
-  if (!ok) {
-    std::remove(tmp.c_str());
-    throw UserError(strprintf("cannot write %s: %s", tmp.c_str(), std::strerror(err)));
-  }
-  rename_durably(tmp, path);
-}
 
 std::optional<int> step_of(const std::string& name, bool tmp) {
   const std::string suffix = tmp ? ".h5.tmp" : ".h5";
@@ -56,9 +17,6 @@ std::optional<int> step_of(const std::string& name, bool tmp) {
   return v;
 }
 
-std::string parent_dir(const std::string& path) {
-  const std::string p = std::filesystem::path(path).parent_path().string();
-  return p.empty() ? "." : p;
-}
+std::string parent_dir(const std::string& path) { return file_io::parent_dir(path); }
 
 }  // namespace meshtrain::checkpoint::files

@@ -1,6 +1,11 @@
 #include "h5.hpp"
 
+#include <sys/statvfs.h>
+
+#include <cerrno>
+
 #include "meshtrain/core/check.hpp"
+#include "meshtrain/core/file_io.hpp"
 
 namespace meshtrain::checkpoint::h5 {
 
@@ -124,6 +129,26 @@ std::optional<std::string> read_string_attr(hid_t obj, const char* name) {
   if (H5Aread(a.get(), ft.get(), buf.data()) < 0) return std::nullopt;
   buf.resize(buf.find('\0') == std::string::npos ? n : buf.find('\0'));
   return buf;
+}
+
+namespace {
+herr_t find_no_space(unsigned, const H5E_error2_t* e, void* found) {
+  const std::string text = std::string(e->desc ? e->desc : "") + " " + (e->func_name ? e->func_name : "");
+  for (const char* needle : {"No space", "no space", "NO_SPACE", "not enough space", "ENOSPC", "quota"})
+    if (text.find(needle) != std::string::npos) *static_cast<bool*>(found) = true;
+  return 0;
+}
+}  // namespace
+
+int io_errno(const std::string& dir, std::uint64_t bytes_needed) {
+  const int err = errno;
+  if (file_io::is_storage_error(err)) return err;
+  bool no_space = false;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, find_no_space, &no_space);
+  if (no_space) return ENOSPC;
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) == 0 && static_cast<double>(fs.f_bavail) * fs.f_frsize < bytes_needed) return ENOSPC;
+  return EIO;
 }
 
 bool link_exists(hid_t file, const std::string& path) {

@@ -41,6 +41,13 @@ class Handle {
     if (id_ >= 0 && close_) close_(id_);
     id_ = -1;
   }
+  /// Closes now and returns the close call's result (0 when there was nothing to close):
+  /// a file's close flushes its metadata, which is where a full disk can show up.
+  herr_t close() {
+    const herr_t rc = id_ >= 0 && close_ ? close_(id_) : 0;
+    id_ = -1;
+    return rc;
+  }
 
  private:
   hid_t id_ = -1;
@@ -97,6 +104,12 @@ bool link_exists(hid_t file, const std::string& path);
 
 /// Dataspace of a logical tensor shape (1-D or 2-D).
 Handle simple_space(const std::vector<std::int64_t>& shape);
+
+/// \brief The errno behind a failed HDF5 call that wrote to `dir` (call it right after the
+/// failure): errno itself when it is a storage error (HDF5 and MPI-IO leave the failed
+/// write's errno in place), else ENOSPC when HDF5's error stack or the file system's free
+/// space says the disk is full, else EIO.
+int io_errno(const std::string& dir, std::uint64_t bytes_needed);
 
 /// Selects (in addition to what is selected) the union of the piece's logical rectangles
 /// in the dataspace of its tensor (1-D tensors use the rows of each box).

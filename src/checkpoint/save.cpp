@@ -3,8 +3,12 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "files.hpp"
 #include "format.hpp"
@@ -12,7 +16,10 @@
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/comm/agree.hpp"
+#include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/check.hpp"
+#include "meshtrain/core/fault.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/data/sampler.hpp"
@@ -32,6 +39,7 @@ void prepare_directory(const std::string& dir, const std::string& probe) {
   MESHTRAIN_REQUIRE(fs::is_directory(dir, ec), "cannot create the checkpoint directory %s (checkpoint.dir): %s",
                     dir.c_str(), ec ? ec.message().c_str() : "a file of that name exists");
   std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f && file_io::is_storage_error(errno)) throw file_io::write_error(probe, errno);
   MESHTRAIN_REQUIRE(f, "cannot write in the checkpoint directory %s (checkpoint.dir): %s", dir.c_str(),
                     std::strerror(errno));
   std::fclose(f);
@@ -68,7 +76,8 @@ void write_root_attrs(hid_t file, const Mesh& mesh, const train::RunSetup& s, co
 
 /// /train/rank_first_window: the first training window of every data-parallel rank at
 /// the next step (rank 0 writes it; the others take part with an empty selection).
-void write_rank_windows(hid_t file, hid_t dxpl, const train::RunSetup& s, const TrainState& st, bool root) {
+/// Returns H5Dwrite's result.
+herr_t write_rank_windows(hid_t file, hid_t dxpl, const train::RunSetup& s, const TrainState& st, bool root) {
   const int dp = s.mesh.dp();
   std::vector<std::uint64_t> w(static_cast<std::size_t>(dp));
   for (int d = 0; d < dp; ++d) w[d] = data::rank_first_window(st.cursor, 0, s.config.train.micro_batch, dp, d);
@@ -81,14 +90,14 @@ void write_rank_windows(hid_t file, hid_t dxpl, const train::RunSetup& s, const 
     H5_CHECK(H5Sselect_none(fspace.get()));
     H5_CHECK(H5Sselect_none(mspace.get()));
   }
-  H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT64, mspace.get(), fspace.get(), dxpl, w.data()));
+  return H5Dwrite(ds.get(), H5T_NATIVE_UINT64, mspace.get(), fspace.get(), dxpl, w.data());
 }
 
-/// Writes this rank's `piece` of one parameter (nullptr: nothing, but the call is
+/// Writes this rank's `piece` of one parameter; returns H5Dwrite's result (nullptr: nothing, but the call is
 /// collective so the rank still takes part). `data` is the piece's first element; the
 /// file selection is the union of its logical rectangles (h5::select_piece says why the
 /// orders agree).
-void write_piece(hid_t ds, hid_t dxpl, const Piece* piece, const float* data) {
+herr_t write_piece(hid_t ds, hid_t dxpl, const Piece* piece, const float* data) {
   h5::Handle fspace = h5::space(H5_CHECK(H5Dget_space(ds)));
   H5_CHECK(H5Sselect_none(fspace.get()));
   const hsize_t n = piece ? static_cast<hsize_t>(piece->count) : 1;
@@ -99,7 +108,7 @@ void write_piece(hid_t ds, hid_t dxpl, const Piece* piece, const float* data) {
   } else {
     H5_CHECK(H5Sselect_none(mspace.get()));
   }
-  H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, piece ? data : &dummy));
+  return H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, piece ? data : &dummy);
 }
 
 std::uint64_t count_nonfinite(const float* p, std::int64_t n) {
@@ -125,6 +134,26 @@ void apply_retention(const std::string& dir, int keep, const std::string& newest
   }
 }
 
+/// Every collective of a save (MPI and HDF5) is one of this watchdog group on the world
+/// communicator, so a rank that stalls anywhere inside a save is named (watchdog.hpp).
+constexpr const char* kWatchGroup = "checkpoint";
+
+/// The largest errno any rank saw (0: every call succeeded), the same on every rank. A
+/// watched all-reduce: ranks stalled before it are named.
+int agree_errno(const MpiComm& comm, int err) {
+  int worst = 0;
+  watched_collective("all_reduce", kWatchGroup, comm, [&](MPI_Request* r) {
+    MPI_CHECK(MPI_Iallreduce(&err, &worst, 1, MPI_INT, MPI_MAX, comm.get(), r));
+  });
+  return worst;
+}
+
+/// Thrown on every rank alike (after agree_errno) to unwind a failed save: the HDF5
+/// handles close on the way out, in the same order everywhere (their closes are collective).
+struct SaveFailed {
+  int err;
+};
+
 }  // namespace
 
 template <class T>
@@ -132,7 +161,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
              const std::string& dir) {
   const MpiComm& comm = mesh.world();
   const bool root = comm.rank() == 0;
-  MPI_CHECK(MPI_Barrier(comm.get()));
+  watched_collective("barrier", kWatchGroup, comm, [&](MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(comm.get(), r)); });
   const double t0 = now_seconds();
   IoStats stats;
   const std::string name = checkpoint_file_name(st.step);
@@ -140,34 +169,69 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
   const std::string tmp = stats.path + ".tmp";
   agree_on_errors(comm, [&] {
     if (root) prepare_directory(dir, tmp);
-  });
+  }, kWatchGroup);
 
   const auto& specs = eng.specs();
+  std::uint64_t bytes_needed = 0;  // tensor bytes; the file adds a little metadata
+  for (const model::ParamSpec& p : specs) bytes_needed += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   std::uint64_t nonfinite = 0;
-  {
+  // A failed HDF5 call (disk full, EIO) becomes one sentence below, not HDF5's error stack.
+  h5::QuietErrors quiet;
+  int err = 0;  // this rank's first I/O failure (an errno value)
+  const auto failed = [&](bool bad) {
+    if (bad && err == 0) err = h5::io_errno(dir, bytes_needed);
+  };
+  try {
+    // Declared before the HDF5 handles, so that on a failure it is destroyed after them and
+    // their collective closes run under the watchdog too.
+    std::unique_ptr<WatchedBlockingCall> closing_after_failure;
+    const auto agree = [&] {
+      const int e = agree_errno(comm, err);
+      if (e == 0) return;
+      // The doomed file's space is freed before the handles close: closing flushes HDF5's
+      // metadata, and that flush must succeed on every rank alike -- a rank whose flush
+      // fails skips the close's barriers and the others wait in them forever.
+      if (root) ::truncate(tmp.c_str(), 0);
+      watched_collective("barrier", kWatchGroup, comm, [&](MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(comm.get(), r)); });
+      closing_after_failure = std::make_unique<WatchedBlockingCall>("H5Fclose", kWatchGroup, comm);
+      throw SaveFailed{e};
+    };
     h5::Handle fapl = h5::mpio_fapl(comm.get());
-    h5::Handle file = h5::file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get())));
-    h5::Handle dxpl = h5::collective_dxpl();
-    write_root_attrs(file.get(), mesh, setup, st);
-    for (const char* g : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq", "/train"})
-      h5::group(H5_CHECK(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    h5::Handle file;
     {
-      h5::Handle model_group = h5::group(H5_CHECK(H5Gopen2(file.get(), format::kModelGroup, H5P_DEFAULT)));
-      format::write_model_attrs(model_group.get(), setup.dims);
+      WatchedBlockingCall watch("H5Fcreate", kWatchGroup, comm);
+      file = h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+      failed(!file.valid());
     }
-    write_rank_windows(file.get(), dxpl.get(), setup, st, root);
-
-    // Every dataset is created by every rank (collective metadata), in spec order.
-    h5::Handle dcpl = h5::plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-    H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
+    agree();
+    h5::Handle dxpl = h5::collective_dxpl();
     std::vector<std::array<h5::Handle, 3>> datasets(specs.size());
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      h5::Handle sp = h5::simple_space(specs[i].shape);
-      for (int k = 0; k < 3; ++k)
-        datasets[i][k] = h5::dataset(H5_CHECK(H5Dcreate2(file.get(), format::dataset_path(groups[k], specs[i].name).c_str(),
-                                                         H5T_IEEE_F32LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT)));
+    {
+      // Metadata: attributes, groups and every dataset, created by every rank in spec order
+      // (collective metadata, cached by HDF5 until it is flushed at the close).
+      WatchedBlockingCall watch("H5Dcreate", kWatchGroup, comm);
+      write_root_attrs(file.get(), mesh, setup, st);
+      for (const char* g : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq", "/train"})
+        h5::group(H5_CHECK(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+      {
+        h5::Handle model_group = h5::group(H5_CHECK(H5Gopen2(file.get(), format::kModelGroup, H5P_DEFAULT)));
+        format::write_model_attrs(model_group.get(), setup.dims);
+      }
+      failed(write_rank_windows(file.get(), dxpl.get(), setup, st, root) < 0);
+      h5::Handle dcpl = h5::plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+      H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
+      // After a failure every rank still makes every call: they are collective.
+      for (std::size_t i = 0; i < specs.size(); ++i) {
+        h5::Handle sp = h5::simple_space(specs[i].shape);
+        for (int k = 0; k < 3; ++k) {
+          datasets[i][k] = h5::dataset(H5Dcreate2(file.get(), format::dataset_path(groups[k], specs[i].name).c_str(),
+                                                  H5T_IEEE_F32LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+          failed(!datasets[i][k].valid());
+        }
+      }
     }
+    agree();
 
     for (int u = 0; u < eng.num_units(); ++u) {
       const parallel::UnitState& state = eng.state(u);
@@ -183,15 +247,37 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
         for (int k = 0; k < 3; ++k) {
           const float* data = piece ? host[k].data() + piece->offset : nullptr;
           if (piece) nonfinite += count_nonfinite(data, piece->count);
-          write_piece(datasets[slot.spec][k].get(), dxpl.get(), piece, data);
+          // An injected I/O error is this rank's write failing: the call still takes place
+          // (it is collective) and its result is replaced.
+          const int injected = fault::pass(fault::Point::SaveDataset);
+          {
+            WatchedBlockingCall watch("H5Dwrite", kWatchGroup, comm);
+            failed(write_piece(datasets[slot.spec][k].get(), dxpl.get(), piece, data) < 0);
+          }
+          if (injected != 0 && err == 0) err = injected;
+          agree();  // a failed write stops the save on every rank at the same dataset
         }
       }
     }
-    datasets.clear();
-    file.reset();  // collective close: all data is in the file
+    {
+      // Collective closes: the file's flushes the metadata, so it can fail on a full disk.
+      WatchedBlockingCall watch("H5Fclose", kWatchGroup, comm);
+      for (auto& d : datasets)
+        for (h5::Handle& h : d) failed(h.close() < 0);
+      failed(file.close() < 0);
+    }
+    agree();
+  } catch (const SaveFailed& f) {
+    // Every rank is here, at the same point; the handles are closed. Nothing of this save
+    // may remain: the previous checkpoint and `latest` are untouched.
+    if (root) std::remove(tmp.c_str());
+    MPI_CHECK(MPI_Barrier(comm.get()));
+    throw file_io::write_error(stats.path, f.err, bytes_needed, "checkpoint");
   }
   std::uint64_t any_nonfinite = 0;
-  MPI_CHECK(MPI_Allreduce(&nonfinite, &any_nonfinite, 1, MPI_UINT64_T, MPI_SUM, comm.get()));
+  watched_collective("all_reduce", kWatchGroup, comm, [&](MPI_Request* r) {
+    MPI_CHECK(MPI_Iallreduce(&nonfinite, &any_nonfinite, 1, MPI_UINT64_T, MPI_SUM, comm.get(), r));
+  });
   if (any_nonfinite > 0) {
     if (root) {
       std::remove(tmp.c_str());
@@ -203,16 +289,30 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
     stats.seconds = now_seconds() - t0;
     return stats;
   }
+  // The .tmp is complete and closed on every rank; rank 0 commits it.
+  err = fault::pass(fault::Point::SaveBeforeRename);
+  if (const int e = agree_errno(comm, err)) {
+    if (root) std::remove(tmp.c_str());
+    throw file_io::write_error(stats.path, e, bytes_needed, "checkpoint");
+  }
   agree_on_errors(comm, [&] {
     if (!root) return;
-    files::fsync_path(tmp);
-    files::rename_durably(tmp, stats.path);
-    files::replace_file(dir + "/latest", name + "\n");
+    try {
+      file_io::fsync_path(tmp);
+      file_io::rename_durably(tmp, stats.path);
+    } catch (const UserError&) {
+      std::remove(tmp.c_str());
+      throw;
+    }
+    // A failure from here on leaves the complete step_*.h5 in place but `latest` naming
+    // the previous checkpoint, which a resume loads.
+    if (const int e = fault::pass(fault::Point::SaveAfterRename))
+      throw file_io::write_error(dir + "/latest", e, name.size() + 1);
+    file_io::replace_file(dir + "/latest", name + "\n");
     apply_retention(dir, setup.config.checkpoint.keep, stats.path);
-  });
-  MPI_CHECK(MPI_Barrier(comm.get()));
+  }, kWatchGroup);
   stats.seconds = now_seconds() - t0;
-  for (const model::ParamSpec& p : specs) stats.bytes += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
+  stats.bytes = bytes_needed;
   return stats;
 }
 

@@ -9,28 +9,34 @@
 
 namespace meshtrain {
 
-void agree_on_errors(const MpiComm& comm, const std::function<void()>& fn) {
+void agree_on_errors(const MpiComm& comm, const std::function<void()>& fn, const char* watch_group) {
   std::string message;
   int failed_rank = INT_MAX;
+  int status = kExitUserError;
   try {
     fn();
   } catch (const UserError& e) {
     message = e.what();
     failed_rank = comm.rank();
+    status = e.exit_status();
   }
-  // Under the watchdog: the trainer agrees on every step's token ids, so a rank that
-  // stalls between steps must be named and end the job, not leave the others here forever.
   int first = INT_MAX;
-  watched_collective("all_reduce (agree on errors)", "world", comm, [&](MPI_Request* r) {
-    MPI_CHECK(MPI_Iallreduce(&failed_rank, &first, 1, MPI_INT, MPI_MIN, comm.get(), r));
-  });
+  if (watch_group) {
+    watched_collective("all_reduce", watch_group, comm, [&](MPI_Request* r) {
+      MPI_CHECK(MPI_Iallreduce(&failed_rank, &first, 1, MPI_INT, MPI_MIN, comm.get(), r));
+    });
+  } else {
+    MPI_CHECK(MPI_Allreduce(&failed_rank, &first, 1, MPI_INT, MPI_MIN, comm.get()));
+  }
   if (first == INT_MAX) return;
-  int len = static_cast<int>(message.size());
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, comm.get()));
-  std::vector<char> buf(static_cast<std::size_t>(len) + 1, '\0');
+  // Past this point a rank has failed and all ranks know it: the broadcasts below follow
+  // at once on every rank, so they need no watchdog.
+  int head[2] = {static_cast<int>(message.size()), status};
+  MPI_CHECK(MPI_Bcast(head, 2, MPI_INT, first, comm.get()));
+  std::vector<char> buf(static_cast<std::size_t>(head[0]) + 1, '\0');
   if (comm.rank() == first) std::copy(message.begin(), message.end(), buf.begin());
-  MPI_CHECK(MPI_Bcast(buf.data(), len, MPI_CHAR, first, comm.get()));
-  throw UserError(std::string(buf.data(), static_cast<std::size_t>(len)));
+  MPI_CHECK(MPI_Bcast(buf.data(), head[0], MPI_CHAR, first, comm.get()));
+  throw UserError(std::string(buf.data(), static_cast<std::size_t>(head[0])), head[1]);
 }
 
 }  // namespace meshtrain

@@ -7,6 +7,7 @@
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/bf16.hpp"
 #include "meshtrain/core/check.hpp"
+#include "meshtrain/core/fault.hpp"
 #include "meshtrain/core/timer.hpp"
 
 namespace meshtrain {
@@ -182,6 +183,7 @@ Work MpiCommunicator::post(const char* what, MPI_Request request, void* result,
   comm_stats().bytes += bytes;
   comm_stats().operations += 1;
   in_flight_.push_back(p);
+  fault::pass(fault::Point::Collective);  // a rank dying or stalling inside a collective (tests)
   return Work(std::make_unique<MpiWork>(p, &in_flight_));
 }
 

@@ -3,8 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "meshtrain/comm/mpi_communicator.hpp"
@@ -33,6 +37,7 @@ struct Board {
   MPI_Win window = MPI_WIN_NULL;
   Slot* mine = nullptr;
   std::vector<int> world_rank_of_local;  // node-local rank -> world rank
+  std::vector<const Slot*> peer_slots;   // node-local rank -> its slot (read without MPI calls)
   std::map<std::string, int> group_ids;
   std::map<std::string, std::uint64_t> counters;  // used when no board exists
 };
@@ -99,13 +104,140 @@ void watchdog_init(const MpiComm& world) {
   b.world_rank_of_local.resize(local);
   const int me = world.rank();
   MPI_CHECK(MPI_Allgather(&me, 1, MPI_INT, b.world_rank_of_local.data(), 1, MPI_INT, b.node.get()));
+  b.peer_slots.assign(static_cast<std::size_t>(local), nullptr);
+  for (int l = 0; l < local; ++l) {
+    MPI_Aint size;
+    int disp;
+    void* ptr = nullptr;
+    MPI_CHECK(MPI_Win_shared_query(b.window, l, &size, &disp, &ptr));
+    b.peer_slots[static_cast<std::size_t>(l)] = static_cast<const Slot*>(ptr);
+  }
   MPI_CHECK(MPI_Barrier(b.node.get()));
 }
 
+namespace {
+
+/// World ranks of the members of `group_comm` (MPI calls: main thread only).
+std::vector<int> world_ranks_of(const MpiComm& group_comm) {
+  Board& b = board();
+  MPI_Group g_group, w_group;
+  MPI_Comm_group(group_comm.get(), &g_group);
+  MPI_Comm_group(b.world.get(), &w_group);
+  const int n = group_comm.size();
+  std::vector<int> members(n), world_ranks(n);
+  for (int i = 0; i < n; ++i) members[i] = i;
+  MPI_Group_translate_ranks(g_group, n, members.data(), w_group, world_ranks.data());
+  MPI_Group_free(&g_group);
+  MPI_Group_free(&w_group);
+  return world_ranks;
+}
+
+/// Which members (`world_ranks`) of `group` have not entered collective #`sequence`, and
+/// (unless `blocking`) which entered it but stopped polling. Reads the shared board only,
+/// no MPI calls, so the blocking-call monitor thread can call it. With `blocking` every
+/// member that arrived sits in the same blocking call and publishes no heartbeat either,
+/// so only the absent ones are named.
+std::string diagnose(const std::string& group, std::uint64_t sequence, const std::vector<int>& world_ranks,
+                     double timeout, bool blocking) {
+  Board& b = board();
+  std::vector<std::string> absent, stalled, remote;
+  const double now = now_seconds();
+  const double stall_after = std::min(1.0, 0.5 * timeout);
+  for (int wr : world_ranks) {
+    int local = -1;
+    for (std::size_t l = 0; l < b.world_rank_of_local.size(); ++l)
+      if (b.world_rank_of_local[l] == wr) local = static_cast<int>(l);
+    if (local < 0 || static_cast<std::size_t>(local) >= b.peer_slots.size()) {
+      remote.push_back(std::to_string(wr));
+      continue;
+    }
+    const Slot* peer = b.peer_slots[static_cast<std::size_t>(local)];
+    const double idle = now - *reinterpret_cast<const volatile double*>(&peer->heartbeat);
+    if (entered_by(peer, group) < sequence)
+      absent.push_back(std::to_string(wr));
+    else if (!blocking && wr != b.world.rank() && idle > stall_after)
+      stalled.push_back(strprintf("%d (idle %.1f s)", wr, idle));
+  }
+  std::vector<std::string> parts;
+  if (!absent.empty()) parts.push_back("rank(s) " + join(absent, ", ") + " did not arrive");
+  if (!stalled.empty()) parts.push_back("rank(s) " + join(stalled, ", ") + " entered it but stopped progressing (stalled)");
+  std::string detail = parts.empty() ? "no node-local member is missing" : join(parts, "; ");
+  if (!remote.empty()) detail += "; on other nodes (not inspectable): " + join(remote, ", ");
+  return detail;
+}
+
+std::string timeout_message(const char* what, const std::string& group, std::uint64_t sequence, double timeout,
+                            const std::string& detail) {
+  return strprintf("collective watchdog: %s #%llu on the '%s' group did not complete within "
+                   "parallel.collective_timeout=%g s: %s",
+                   what, static_cast<unsigned long long>(sequence), group.c_str(), timeout, detail.c_str());
+}
+
+/// \brief The thread behind WatchedBlockingCall: the calling thread is blocked inside MPI
+/// (HDF5's collective MPI-IO) and cannot poll, so this thread waits for the deadline of the
+/// armed call and, if the call is still armed then, diagnoses and aborts the job. Started
+/// at the first blocking call, stopped by watchdog_finalize.
+struct BlockingMonitor {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::thread thread;
+  bool stop = false;
+  bool armed = false;
+  std::uint64_t generation = 0;  // arming count: a new call is never mistaken for an old one
+  std::chrono::steady_clock::time_point deadline;
+  std::string what, group;
+  std::uint64_t sequence = 0;
+  std::vector<int> world_ranks;
+  double timeout = 0;
+
+  ~BlockingMonitor() {  // a process that exits without watchdog_finalize
+    if (!thread.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    cv.notify_all();
+    thread.join();
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stop) {
+      if (!armed) {
+        cv.wait(lock);
+        continue;
+      }
+      const std::uint64_t gen = generation;
+      if (cv.wait_until(lock, deadline, [&] { return stop || !armed || generation != gen; })) continue;
+      const std::string detail = diagnose(group, sequence, world_ranks, timeout, /*blocking=*/true);
+      const std::string message = timeout_message(what.c_str(), group, sequence, timeout, detail);
+      lock.unlock();
+      abort_job(message);
+    }
+  }
+};
+
+BlockingMonitor& monitor() {
+  static BlockingMonitor m;
+  return m;
+}
+
+}  // namespace
+
 void watchdog_finalize() {
+  BlockingMonitor& m = monitor();
+  if (m.thread.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(m.mutex);
+      m.stop = true;
+    }
+    m.cv.notify_all();
+    m.thread.join();
+  }
   Board& b = board();
   if (b.window != MPI_WIN_NULL) MPI_Win_free(&b.window);
   b.mine = nullptr;
+  b.peer_slots.clear();
   b.group_ids.clear();
   b.node = MpiComm();
   b.world = MpiComm();
@@ -149,52 +281,54 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
     std::string detail;
     const bool on_board = group_id(group) < kMaxGroups;
     if (b.mine && on_board && b.world.valid() && group_comm.valid()) {
-      MPI_Group g_group, w_group;
-      MPI_Comm_group(group_comm.get(), &g_group);
-      MPI_Comm_group(b.world.get(), &w_group);
-      const int n = group_comm.size();
-      std::vector<int> members(n), world_ranks(n);
-      for (int i = 0; i < n; ++i) members[i] = i;
-      MPI_Group_translate_ranks(g_group, n, members.data(), w_group, world_ranks.data());
-      MPI_Group_free(&g_group);
-      MPI_Group_free(&w_group);
-      std::vector<std::string> absent, stalled, remote;
-      const double now = now_seconds();
-      const double stall_after = std::min(1.0, 0.5 * timeout);
-      for (int wr : world_ranks) {
-        int local = -1;
-        for (std::size_t l = 0; l < b.world_rank_of_local.size(); ++l)
-          if (b.world_rank_of_local[l] == wr) local = static_cast<int>(l);
-        if (local < 0) {
-          remote.push_back(std::to_string(wr));
-          continue;
-        }
-        MPI_Aint size;
-        int disp;
-        void* ptr = nullptr;
-        MPI_Win_shared_query(b.window, local, &size, &disp, &ptr);
-        const Slot* peer = static_cast<const Slot*>(ptr);
-        const double idle = now - *reinterpret_cast<const volatile double*>(&peer->heartbeat);
-        if (entered_by(peer, group) < sequence)
-          absent.push_back(std::to_string(wr));
-        else if (wr != b.world.rank() && idle > stall_after)
-          stalled.push_back(strprintf("%d (idle %.1f s)", wr, idle));
-      }
-      std::vector<std::string> parts;
-      if (!absent.empty()) parts.push_back("rank(s) " + join(absent, ", ") + " did not arrive");
-      if (!stalled.empty())
-        parts.push_back("rank(s) " + join(stalled, ", ") + " entered it but stopped progressing (stalled)");
-      detail = parts.empty() ? "no node-local member is missing" : join(parts, "; ");
-      if (!remote.empty()) detail += "; on other nodes (not inspectable): " + join(remote, ", ");
+      detail = diagnose(group, sequence, world_ranks_of(group_comm), timeout, /*blocking=*/false);
     } else {
       detail = on_board ? "the absent ranks cannot be named (watchdog board not initialised)"
                         : "the absent ranks cannot be named (more than 32 communicator groups)";
     }
-    abort_job(strprintf("collective watchdog: %s #%llu on the '%s' group did not complete within "
-                        "parallel.collective_timeout=%g s: %s",
-                        what, static_cast<unsigned long long>(sequence), group.c_str(), timeout,
-                        detail.c_str()));
+    abort_job(timeout_message(what, group, sequence, timeout, detail));
   }
+}
+
+WatchedBlockingCall::WatchedBlockingCall(const char* what, const std::string& group, const MpiComm& comm) {
+  const std::uint64_t sequence = watchdog_enter(group);
+  const double timeout = collective_timeout();
+  Board& b = board();
+  if (timeout <= 0 || !b.mine || !b.world.valid() || group_id(group) >= kMaxGroups) return;
+  // Members are looked up per group name once (an MPI call, main thread).
+  static std::map<std::string, std::vector<int>> members;
+  auto it = members.find(group);
+  if (it == members.end()) it = members.emplace(group, world_ranks_of(comm)).first;
+  BlockingMonitor& m = monitor();
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    if (!m.thread.joinable()) {
+      m.stop = false;
+      m.thread = std::thread([&m] { m.run(); });
+    }
+    m.armed = true;
+    ++m.generation;
+    m.deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                        std::chrono::duration<double>(timeout));
+    m.what = what;
+    m.group = group;
+    m.sequence = sequence;
+    m.world_ranks = it->second;
+    m.timeout = timeout;
+  }
+  m.cv.notify_all();
+  armed_ = true;
+}
+
+WatchedBlockingCall::~WatchedBlockingCall() {
+  if (!armed_) return;
+  BlockingMonitor& m = monitor();
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.armed = false;
+  }
+  m.cv.notify_all();
+  beat(now_seconds());
 }
 
 void watched_collective(const char* what, const std::string& group, const MpiComm& comm,

@@ -62,7 +62,7 @@ void visit_config(C& c, V&& v) {
 
   auto& t = c.train;
   v("train.steps", t.steps, "optimizer steps");
-  v("train.micro_batch", t.micro_batch, "sequences per rank per micro-step");
+  v("train.micro_batch", t.micro_batch, "sequences per rank per micro-step; 0 = auto: the planner chooses it (needs train.global_batch)");
   v("train.seq_len", t.seq_len, "tokens per sequence");
   v("train.grad_accum", t.grad_accum, "micro-steps per optimizer step (derived when train.global_batch is set)");
   v("train.global_batch", t.global_batch, "sequences per optimizer step over all ranks; fixes the optimisation across rank counts (0 = unset)");
@@ -395,7 +395,7 @@ void validate_config(const Config& c) {
   if (!c.parallel.memory_limit.empty()) parse_bytes("parallel.memory_limit", c.parallel.memory_limit);
   if (!c.parallel.device_memory.empty()) parse_bytes("parallel.device_memory", c.parallel.device_memory);
   non_negative("train.steps", c.train.steps);
-  positive("train.micro_batch", c.train.micro_batch);
+  non_negative("train.micro_batch", c.train.micro_batch);  // 0: chosen by the planner
   at_most("train.micro_batch", c.train.micro_batch, 1 << 20);
   positive("train.seq_len", c.train.seq_len);
   at_most("train.seq_len", c.train.seq_len, 1 << 22);

@@ -39,6 +39,34 @@ MeshShape mesh_for_strategy(const PlanInput& in, Strategy s) {
   return resolve_mesh(req, in.world, in.ranks_per_node > 0 ? std::optional<int>(in.ranks_per_node) : std::nullopt);
 }
 
+std::vector<MeshShape> candidate_meshes(const PlanInput& in, Strategy s) {
+  std::vector<MeshShape> out;
+  const int world = in.world, rpn = in.ranks_per_node > 0 ? in.ranks_per_node : world;
+  const auto fixed_ok = [](int want, int v) { return want == -1 || want == v; };
+  for (int tp = 1; tp <= std::min(world, rpn); ++tp) {
+    if (world % tp != 0 || rpn % tp != 0 || !fixed_ok(in.mesh.tp, tp)) continue;
+    try {
+      model::tp_dims(in.dims, tp, 0);  // heads, kv heads, ffn and vocabulary split evenly
+    } catch (const UserError&) {
+      continue;
+    }
+    const int dp = world / tp;
+    for (int r = 1; r <= dp; ++r) {
+      if (dp % r != 0) continue;
+      const MeshShape m{r, dp / r, tp};
+      if (!fixed_ok(in.mesh.dp_replicate, m.dp_replicate) || !fixed_ok(in.mesh.dp_shard, m.dp_shard)) continue;
+      const bool all_in_shard = m.dp_replicate == 1;
+      if ((s == Strategy::NoShard || s == Strategy::FullShard) && !all_in_shard) {
+        // Only when the user fixed dp_replicate > 1 (then these run as configured).
+        if (in.mesh.dp_replicate == -1) continue;
+      }
+      if (s == Strategy::HybridShard && (m.dp_replicate == 1 || m.dp_shard == 1)) continue;
+      out.push_back(m);
+    }
+  }
+  return out;
+}
+
 StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mesh) {
   StrategyPlan p;
   p.strategy = s;
@@ -103,6 +131,12 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
   act += chunk * t.vocab + 2 * N * C;  // head: logits chunk, normed, dnormed
   m.activations = sT * act;
 
+  // Activations one micro-step's forward writes, stored or not (the checkpointed blocks
+  // write theirs again in the recomputation; the cost model adds that pass).
+  p.micro_batch = in.micro_batch;
+  p.activation_checkpointing = in.activation_checkpointing;
+  p.activation_traffic = sT * ((L + 2) * N * C + L * per_block + N * t.vocab + 2 * N * C);  // head: every logit once
+
   // Communication per optimizer step.
   CommVolume& c = p.comm;
   const int A = p.grad_accum;
@@ -112,21 +146,29 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
     unit_bytes_T += sT * Lu.padded();
     unit_bytes_R += sR * Lu.padded();
   }
+  const double outer_T = sT * layouts[0].padded();
+  const double blocks_T = unit_bytes_T - outer_T;
   if (tr.shard_params && S > 1) {
     // Per micro-step the outer unit is gathered once and every block once (forward), or
     // twice when it is resharded after forward (forward and backward).
-    const double outer_T = sT * layouts[0].padded();
-    const double blocks_T = unit_bytes_T - outer_T;
     c.fsdp_gather = A * (S - 1) / S * (outer_T + (tr.reshard_after_forward ? 2.0 : 1.0) * blocks_T);
+    c.fsdp_gather_backward = tr.reshard_after_forward ? A * (S - 1) / S * blocks_T : 0.0;
     c.fsdp_reduce = (tr.reduce_every_micro ? A : 1) * (S - 1) / S * unit_bytes_R;
-    c.fsdp_collectives = units * (tr.reduce_every_micro ? 3 * A : A + 1);
+    c.gather_collectives = A * (1 + (tr.reshard_after_forward ? 2 : 1) * in.dims.n_layers);
+    c.reduce_collectives = (tr.reduce_every_micro ? A : 1) * units;
+    c.fill_gather = A * (S - 1) / S * (outer_T + sT * max_block);
+    c.fill_reduce = (S - 1) / S * sR * layouts[0].padded();
   } else if (!tr.shard_params && dp > 1) {
     c.fsdp_reduce = 2.0 * (dp - 1) / dp * unit_bytes_R;
-    c.fsdp_collectives = units;
+    c.reduce_collectives = units;
+    c.reduce_is_all_reduce = true;
+    c.fill_reduce = 2.0 * (dp - 1) / dp * sR * layouts[0].padded();
   }
+  c.fsdp_collectives = c.gather_collectives + c.reduce_collectives;
   if (tr.shard_params && mesh.dp_replicate > 1) {
     const double Rr = mesh.dp_replicate;
     c.replicate = 2.0 * (Rr - 1) / Rr * 4.0 * state_elems;
+    c.replicate_collectives = units;
   }
   if (mesh.tp > 1) {
     // Per block: forward 2 (attention out, MLP out), backward 2 (norm input grads), plus the

@@ -298,7 +298,8 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
     const CollectiveResult big = bench_collective(*comm, CollectiveKind::AllGather, 16u << 20, DType::F32, 1, 3);
     const CollectiveResult small = bench_collective(*comm, CollectiveKind::AllReduce, 64, DType::F32, 2, 20);
     c.intra_bus_bytes = c.inter_bus_bytes = big.busbw;
-    c.latency_s = small.time_max;
+    // A small all-reduce is a ring of 2(n-1) latency-bound steps: alpha is one step.
+    c.latency_s = small.time_max / (2.0 * (rt.topology().world_size - 1));
     c.bus_source = strprintf("measured here: all_gather 16 MiB bus bandwidth over %d ranks, all_reduce latency",
                              rt.topology().world_size);
   } else {
@@ -307,39 +308,98 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
   return c;
 }
 
+GroupLink group_link(int n, int stride, int ranks_per_node, const CostModelInputs& c) {
+  GroupLink g;
+  g.ranks = n;
+  const int rpn = std::max(1, ranks_per_node);
+  const long span = static_cast<long>(n) * stride;  // consecutive ranks one group's members lie in
+  // Groups are laid out at multiples of their span, so they stay inside nodes iff the span
+  // divides the node.
+  g.crosses_nodes = n > 1 && (span > rpn || rpn % span != 0);
+  g.members_per_node = g.crosses_nodes ? std::max(1, std::min(n, rpn / std::max(1, stride))) : n;
+  // Across nodes every member brings its own network link (inter_bus_bytes is one rank's
+  // share of the network): a node's members import the group's data through members_per_node
+  // links and spread it over the node's fabric (NCCL's rings over all of a node's NICs), so
+  // the ring's bus bandwidth is members x network, capped by the node's own fabric.
+  g.bus_bytes = g.crosses_nodes ? std::min(c.intra_bus_bytes, g.members_per_node * c.inter_bus_bytes) : c.intra_bus_bytes;
+  return g;
+}
+
+double collective_seconds(const GroupLink& g, int collectives, double bus_volume, bool all_reduce,
+                          const CostModelInputs& c) {
+  if (g.ranks <= 1 || (collectives == 0 && bus_volume == 0)) return 0;
+  // A ring collective over n ranks takes n-1 steps (all-gather, reduce-scatter) or 2(n-1)
+  // (all-reduce), each paying the per-step latency; the bytes move at the bus bandwidth.
+  const double steps = (all_reduce ? 2.0 : 1.0) * (g.ranks - 1);
+  return collectives * steps * c.latency_s + bus_volume / g.bus_bytes;
+}
+
 StepPrediction predict_step(const model::ModelDims& d, const parallel::PlanInput& in, const parallel::StrategyPlan& p,
                             const CostModelInputs& c) {
   StepPrediction r;
   if (!p.valid) return r;
   const int dp = p.mesh.dp(), tp = p.mesh.tp;
-  const double global = in.global_batch > 0 ? in.global_batch : static_cast<double>(in.micro_batch) * dp * p.grad_accum;
+  const double global = in.global_batch > 0 ? in.global_batch : static_cast<double>(p.micro_batch) * dp * p.grad_accum;
   const double tokens = global * in.seq_len;
   const double tokens_per_rank = tokens / dp;
   const double gemm_rate = c.model_gemm_flops > 0 ? c.model_gemm_flops : c.gemm_flops;
-  r.gemm_s = 3.0 * d.flops_per_token_forward(in.seq_len) * tokens_per_rank / tp / gemm_rate;
-  // Memory-bound kernels: activations (per micro-batch) times micro-batches, plus the
-  // optimizer's pass over the state (4 arrays read, 3 written, fp32).
-  const double act_bytes = p.memory.activations * p.grad_accum;
+  // Forward GEMMs once, backward twice (input and weight gradients); activation
+  // checkpointing runs every block's forward again inside backward.
+  const double ac = p.activation_checkpointing ? 1.0 : 0.0;
+  const double forward_gemm_s = d.flops_per_token_forward(in.seq_len) * tokens_per_rank / tp / gemm_rate;
+  r.gemm_s = (3.0 + ac) * forward_gemm_s;
+  // Memory-bound kernels: the activations every micro-step's forward writes (stored or
+  // recomputed) streamed by kElementwisePasses passes over forward and backward (2 more
+  // passes, a forward, with checkpointing), plus the optimizer's pass over the state.
+  const double act_bytes = p.activation_traffic * p.grad_accum;
   const double state_elems = p.memory.params / 4.0;  // fp32 master elements this rank updates
   r.optimizer_s = c.adamw_s_per_elem > 0 ? state_elems * c.adamw_s_per_elem : 7.0 * 4.0 * state_elems / c.copy_bytes;
-  // MLP hidden elements per micro-step (tokens x ffn_dim / tp per block), forward + backward.
+  // MLP hidden elements per step (tokens x ffn_dim / tp per block), forward + backward (the
+  // measured rate), plus the recomputed forward (about half of it) with checkpointing.
   const double hidden = tokens_per_rank * d.n_layers * (static_cast<double>(d.ffn_dim) / tp);
-  r.activation_s = hidden * c.activation_s_per_elem;  // 0 unmeasured: in the bytes term below
-  r.elementwise_s = r.optimizer_s + r.activation_s + kElementwisePasses * act_bytes / 2.0 / c.copy_bytes;
+  r.activation_s = hidden * c.activation_s_per_elem * (1.0 + 0.5 * ac);  // 0 unmeasured: in the bytes term
+  r.elementwise_s = r.optimizer_s + r.activation_s + (kElementwisePasses + 2.0 * ac) * act_bytes / 2.0 / c.copy_bytes;
   r.compute_s = r.gemm_s + r.elementwise_s;
 
-  const int ranks_per_node = std::max(1, in.ranks_per_node);
-  const bool dp_in_node = p.mesh.dp_shard * tp <= ranks_per_node;
-  const double fsdp_bw = dp_in_node ? c.intra_bus_bytes : c.inter_bus_bytes;
-  const double fsdp_bytes = p.comm.fsdp_gather + p.comm.fsdp_reduce;
-  r.fsdp_comm_s = p.comm.fsdp_collectives * c.latency_s + fsdp_bytes / fsdp_bw + p.comm.replicate / c.inter_bus_bytes;
-  r.tp_comm_s = p.comm.tp_collectives * c.latency_s + p.comm.tp / c.intra_bus_bytes;
-  r.step_seconds_no_overlap = r.compute_s + r.fsdp_comm_s + r.tp_comm_s;
-  // With overlap only the pipeline fill (first gather, last reduction: ~2 units' worth)
-  // and whatever exceeds the compute stay exposed.
-  const double units = model::num_units(d);
-  const double fill = r.fsdp_comm_s * std::min(1.0, 2.0 / units);
-  r.step_seconds_overlap = r.compute_s + r.tp_comm_s + std::max(fill, r.fsdp_comm_s - r.compute_s + fill);
+  // Each mesh group's ring, on the links it crosses (tp fastest-varying: tp groups are
+  // consecutive ranks, shard groups stride tp, replicate groups stride dp_shard x tp).
+  const int rpn = std::max(1, in.ranks_per_node);
+  const GroupLink tp_link = group_link(tp, 1, rpn, c);
+  const GroupLink shard_link = p.comm.reduce_is_all_reduce ? group_link(dp, tp, rpn, c)
+                                                           : group_link(p.mesh.dp_shard, tp, rpn, c);
+  const GroupLink rep_link = group_link(p.mesh.dp_replicate, p.mesh.dp_shard * tp, rpn, c);
+  r.shard_crosses_nodes = shard_link.crosses_nodes;
+  r.shard_bus_bytes = shard_link.bus_bytes;
+  r.replicate_bus_bytes = rep_link.bus_bytes;
+
+  const auto& v = p.comm;
+  const int n_gather_bwd = v.fsdp_gather > 0 ? static_cast<int>(std::lround(v.gather_collectives * v.fsdp_gather_backward / v.fsdp_gather)) : 0;
+  const double gather_fwd_s = collective_seconds(shard_link, v.gather_collectives - n_gather_bwd,
+                                                 v.fsdp_gather - v.fsdp_gather_backward, false, c);
+  const double gather_bwd_s = collective_seconds(shard_link, n_gather_bwd, v.fsdp_gather_backward, false, c);
+  const double reduce_s = collective_seconds(shard_link, v.reduce_collectives, v.fsdp_reduce, v.reduce_is_all_reduce, c);
+  r.replicate_comm_s = collective_seconds(rep_link, v.replicate_collectives, v.replicate, true, c);
+  r.fsdp_comm_s = gather_fwd_s + gather_bwd_s + reduce_s;
+  r.tp_comm_s = collective_seconds(tp_link, v.tp_collectives, v.tp, true, c);
+
+  // Overlap: the gathers of forward hide behind forward compute, the re-gathers and
+  // reductions of backward behind backward compute (the optimizer runs after both). What
+  // cannot hide is the pipeline fill - the first gathers of each micro-step (the outer unit
+  // and the first block) and the outer unit's reduction, which the embedding's backward
+  // produces last - and whatever exceeds the compute. The replicate all-reduce runs after
+  // backward (FsdpEngine::finish_step), so it is exposed entirely.
+  const double fill_g = v.fill_gather > 0 ? collective_seconds(shard_link, p.grad_accum * 2, v.fill_gather, false, c) : 0.0;
+  const double fill_r = v.fill_reduce > 0 ? collective_seconds(shard_link, 1, v.fill_reduce, v.reduce_is_all_reduce, c) : 0.0;
+  const double overlappable = r.compute_s - r.optimizer_s;
+  const double fwd_c = overlappable / (3.0 + ac), bwd_c = overlappable - fwd_c;
+  if (in.prefetch > 0) {
+    r.exposed_fsdp_s = std::min(r.fsdp_comm_s, fill_g + fill_r + std::max(0.0, gather_fwd_s - fill_g - fwd_c) +
+                                                    std::max(0.0, gather_bwd_s + reduce_s - fill_r - bwd_c));
+  } else {
+    r.exposed_fsdp_s = r.fsdp_comm_s;
+  }
+  r.step_seconds_no_overlap = r.compute_s + r.fsdp_comm_s + r.replicate_comm_s + r.tp_comm_s;
+  r.step_seconds_overlap = r.compute_s + r.tp_comm_s + r.exposed_fsdp_s + r.replicate_comm_s;
   r.tokens_per_s = r.step_seconds_overlap > 0 ? tokens / r.step_seconds_overlap : 0;
   return r;
 }

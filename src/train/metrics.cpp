@@ -1,27 +1,78 @@
 #include "meshtrain/train/metrics.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
-#include <cstring>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/fault.hpp"
+#include "meshtrain/core/file_io.hpp"
+#include "meshtrain/core/log.hpp"
 
 namespace meshtrain::train {
 
-MetricsWriter::MetricsWriter(const std::string& path, bool append, bool is_root) {
+MetricsWriter::MetricsWriter(const std::string& path, bool append, bool is_root) : path_(path) {
   if (!is_root) return;
-  file_ = std::fopen(path.c_str(), append ? "a" : "w");
-  MESHTRAIN_ASSERT(file_ != nullptr, "cannot open %s: %s", path.c_str(), std::strerror(errno));
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
+  if (fd_ < 0) throw file_io::write_error(path, errno);
 }
 
 MetricsWriter::~MetricsWriter() {
-  if (file_) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsWriter::write(const std::string& line) {
-  if (!file_) return;
-  std::fputs(line.c_str(), file_);
-  std::fputc('\n', file_);
-  std::fflush(file_);
+  if (fd_ < 0) return;
+  const std::string record = line + "\n";
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  int err = fault::pass(fault::Point::MetricsWrite);
+  if (err == 0) {
+    const ssize_t n = ::write(fd_, record.data(), record.size());
+    if (n < 0) err = errno;
+    else if (static_cast<std::size_t>(n) != record.size()) err = ENOSPC;  // a short write: the disk filled up
+  }
+  if (err == 0) return;
+  // No partial record may stay: a resumed run appends after the last newline.
+  if (before >= 0 && ::ftruncate(fd_, before) != 0) {
+    // Nothing more to do: the next resumed run cuts the torn line off.
+  }
+  throw file_io::write_error(path_, err, record.size());
+}
+
+void prepare_metrics_for_resume(const std::string& path, int last_step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
+  in.close();
+  std::string kept;
+  std::size_t start = 0, dropped = 0;
+  while (start < text.size()) {
+    const std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) {
+      log::warn("%s: cut off a torn last line (%zu bytes without a newline) left by an earlier run that died while "
+                "writing it",
+                path.c_str(), text.size() - start);
+      break;
+    }
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    const auto pos = line.find("\"step\": ");
+    if (pos != std::string::npos && std::atoi(line.c_str() + pos + 8) <= last_step)
+      kept += line + "\n";
+    else
+      ++dropped;
+  }
+  if (kept.size() == text.size()) return;
+  if (dropped > 0)
+    log::info("%s: dropped %zu record(s) past step %d, the step this run resumes from", path.c_str(), dropped,
+              last_step);
+  file_io::replace_file(path, kept);
 }
 
 }  // namespace meshtrain::train

@@ -4,10 +4,11 @@
 
 #include <boost/version.hpp>
 #include <filesystem>
-#include <fstream>
 
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/fault.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/linalg/gemm.hpp"
@@ -35,14 +36,12 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
   std::error_code ec;
   fs::create_directories(dir, ec);
   MESHTRAIN_REQUIRE(!ec, "cannot create output.dir '%s': %s", dir.c_str(), ec.message().c_str());
-  {
-    std::ofstream out(dir + "/config.ini");
-    out << "# Effective configuration of this run (every key, defaults included).\n" << config_to_ini(s.config);
-  }
-  {
-    std::ofstream out(dir + "/mesh.txt");
-    out << describe_mesh(s.mesh, &topo);
-  }
+  // Each file is replaced atomically and every write is checked (file_io): a full disk is
+  // one IoError naming the file, and an earlier run's record is never half overwritten.
+  file_io::replace_file(dir + "/config.ini",
+                        "# Effective configuration of this run (every key, defaults included).\n" + config_to_ini(s.config),
+                        fault::Point::RecordWrite);
+  file_io::replace_file(dir + "/mesh.txt", describe_mesh(s.mesh, &topo), fault::Point::RecordWrite);
   JsonObject run;
   run.add("world_size", topo.world_size)
       .add("nodes", topo.num_nodes)
@@ -54,8 +53,7 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
       .add("parameters", s.dims.num_params())
       .add("memory_budget_bytes", s.memory_budget)
       .add_raw("versions", library_versions_json());
-  std::ofstream out(dir + "/run.json");
-  out << run.str() << "\n";
+  file_io::replace_file(dir + "/run.json", run.str() + "\n", fault::Point::RecordWrite);
 }
 
 }  // namespace meshtrain::train

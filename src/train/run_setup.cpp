@@ -4,6 +4,7 @@
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/memory.hpp"
+#include "meshtrain/train/mesh_search.hpp"
 
 namespace meshtrain::train {
 
@@ -48,10 +49,19 @@ parallel::PlanInput plan_input(const Config& cfg, const model::ModelDims& dims, 
   return in;
 }
 
-RunSetup resolve_run(const Config& cfg, const Topology& topo) {
+RunSetup resolve_run(const Config& cfg, const Runtime& rt) {
   validate_config(cfg);
+  if (!searches_mesh(cfg)) return resolve_run(cfg, rt.topology());
+  const model::ModelDims dims = model::resolve_dims(cfg.model);
+  const CostModelInputs costs = cost_model_inputs(cfg, rt, cfg.train.precision == "bf16", true, &dims, 1);
+  return resolve_run(cfg, rt.topology(), &costs);
+}
+
+RunSetup resolve_run(const Config& cfg_in, const Topology& topo, const CostModelInputs* costs) {
+  validate_config(cfg_in);
   RunSetup r;
-  r.config = cfg;
+  r.config = cfg_in;
+  const Config& cfg = r.config;  // the planner's choices (mesh, micro-batch, checkpointing) land here
   r.dims = model::resolve_dims(cfg.model);
   MESHTRAIN_REQUIRE(cfg.train.seq_len <= r.dims.max_seq_len,
                     "train.seq_len=%d is longer than model.max_seq_len=%d", cfg.train.seq_len, r.dims.max_seq_len);
@@ -59,14 +69,27 @@ RunSetup resolve_run(const Config& cfg, const Topology& topo) {
   const int rpn = topo.uniform() ? topo.local_size : 0;
   r.memory_budget = memory_budget_per_rank(cfg, topo, false);
   const parallel::PlanInput in = plan_input(cfg, r.dims, topo.world_size, rpn, r.memory_budget);
-  r.plan = parallel::make_plan(in);
 
   parallel::StrategyPlan chosen;
-  if (cfg.parallel.strategy == "auto") {
+  if (searches_mesh(cfg)) {
+    MESHTRAIN_REQUIRE(costs != nullptr, "internal: the mesh search needs the cost model's inputs");
+    const MeshSearch ms = search_meshes(r.dims, in, search_space(cfg), *costs);
+    MESHTRAIN_REQUIRE(ms.chosen >= 0, "the planner found no mesh for this job: %s", ms.reason.c_str());
+    chosen = ms.candidates[ms.chosen].plan;
+    r.strategy_reason = "planner: " + ms.reason;
+    r.config.parallel.dp_replicate = chosen.mesh.dp_replicate;
+    r.config.parallel.dp_shard = chosen.mesh.dp_shard;
+    r.config.parallel.tp = chosen.mesh.tp;
+    r.config.train.micro_batch = chosen.micro_batch;
+    r.config.train.activation_checkpointing = chosen.activation_checkpointing;
+    r.plan = parallel::make_plan(plan_input(cfg, r.dims, topo.world_size, rpn, r.memory_budget));
+  } else if (cfg.parallel.strategy == "auto") {
+    r.plan = parallel::make_plan(in);
     MESHTRAIN_REQUIRE(r.plan.chosen >= 0, "parallel.strategy=auto: %s", r.plan.reason.c_str());
     chosen = r.plan.options[r.plan.chosen];
     r.strategy_reason = r.plan.reason;
   } else {
+    r.plan = parallel::make_plan(in);
     const parallel::Strategy s = parallel::parse_strategy(cfg.parallel.strategy);
     chosen = parallel::plan_strategy(in, s, parallel::mesh_for_strategy(in, s));
     MESHTRAIN_REQUIRE(chosen.valid, "parallel.strategy=%s: %s", cfg.parallel.strategy.c_str(), chosen.note.c_str());

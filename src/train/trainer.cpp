@@ -11,6 +11,8 @@
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/fault.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -41,19 +43,6 @@ struct TokenBatch {
     Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(host_tgt.data(), host_tgt.size()));
   }
 };
-
-/// Keeps the lines of metrics.jsonl whose step is <= `last_step` (resume after a crash).
-void truncate_metrics(const std::string& path, int last_step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    const auto pos = line.find("\"step\": ");
-    if (pos != std::string::npos && std::atoi(line.c_str() + pos + 8) <= last_step) kept += line + "\n";
-  }
-  in.close();
-  std::ofstream(path, std::ios::trunc) << kept;
-}
 
 struct StepTimes {
   double step = 0, exposed_comm = 0, busy_comm = 0, io = 0;
@@ -168,8 +157,10 @@ int Trainer<T>::run() {
   }
   // A resumed run continues the run's metrics.jsonl (lines past the resumed step, from a
   // run that died after its last checkpoint, are dropped); a fresh run starts it anew.
-  if (root_ && first_step > 0) truncate_metrics(out_dir + "/metrics.jsonl", first_step);
-  metrics_ = std::make_unique<MetricsWriter>(out_dir + "/metrics.jsonl", first_step > 0, root_);
+  agree_on_errors(rt_.world(), [&] {
+    if (root_ && first_step > 0) prepare_metrics_for_resume(out_dir + "/metrics.jsonl", first_step);
+    metrics_ = std::make_unique<MetricsWriter>(out_dir + "/metrics.jsonl", first_step > 0, root_);
+  });
   install_stop_signal_handlers();
   const StopPolicy stop(tc, now_seconds(), rt_.world());
   log::info("%s", stop.describe().c_str());
@@ -177,6 +168,7 @@ int Trainer<T>::run() {
 
   int status = 0;
   for (int step = first_step; step < tc.steps; ++step) {
+    fault::set_step(step + 1);
     StepTimes times;
     double loss = 0, gnorm = 0, lr = 0;
     const bool applied = train_step(step, times, loss, gnorm, lr);
@@ -198,7 +190,6 @@ int Trainer<T>::run() {
     const bool last = step + 1 == tc.steps;
     if (eval_sampler_ && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last)) val = evaluate();
     if (checkpoint_due(step + 1, last)) save_checkpoint(step + 1);
-    if ((step + 1) % tc.log_every == 0 || last || !std::isnan(val)) log_step(step + 1, loss, gnorm, lr, times, val);
     // Preemption / time limit: decided together by all ranks at this step boundary.
     const StopReason why = last ? StopReason::None : stop.check(times.step);
     if (why != StopReason::None) {
@@ -208,6 +199,13 @@ int Trainer<T>::run() {
                   step + 1, why == StopReason::Signal ? "SIGUSR1/SIGTERM received" : "wall-clock limit ahead",
                   kExitPreempted);
       if (!checkpoint_due(step + 1, last)) save_checkpoint(step + 1);
+    }
+    // A step that saved, or the first after a load, always writes its record: the save or
+    // load is reported in it (doc/checkpoints.md), never overwritten by a later one.
+    const bool checkpoint_io = !std::isnan(ckpt_save_s_) || !std::isnan(ckpt_load_s_);
+    if ((step + 1) % tc.log_every == 0 || last || !std::isnan(val) || checkpoint_io)
+      log_step(step + 1, loss, gnorm, lr, times, val);
+    if (why != StopReason::None) {
       status = kExitPreempted;
       break;
     }
@@ -242,7 +240,7 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
           data::rank_first_window(cursor_, micro, tc.micro_batch, mesh.shape().dp(), mesh.dp_rank());
       sampler_->fill(w0, tc.micro_batch, step_in_.data() + micro * per_micro, step_tgt_.data() + micro * per_micro);
     }
-  });
+  }, "world");  // under the watchdog: a rank stalled between steps ends the job, named
   const BatchFiller fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
     std::copy_n(step_in_.data() + micro * per_micro, per_micro, in);
     std::copy_n(step_tgt_.data() + micro * per_micro, per_micro, tgt);
@@ -282,7 +280,7 @@ double Trainer<T>::evaluate() {
     const std::uint64_t w0 = data::rank_first_window(0, b, tc.micro_batch, dp, mesh.dp_rank());
     agree_on_errors(rt_.world(), [&] {  // a bad token id stops every rank alike
       eval_sampler_->fill(w0, tc.micro_batch, batch_.host_in.data(), batch_.host_tgt.data());
-    });
+    }, "world");
     batch_.upload();
     local += parallel::forward_loss(session_.engine(), session_.model(), session_.context(), batch_.in.data(),
                                     batch_.tgt.data(), shape);
@@ -328,7 +326,8 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
   (void)step_min;
   (void)mem_min;
   (void)rss_min;
-  metrics_->write(j.str());
+  // Rank 0 writes; every rank learns whether the write failed (disk full: exit 74).
+  agree_on_errors(rt_.world(), [&] { metrics_->write(j.str()); }, "world");
 }
 
 // ---- checkpoints -------------------------------------------------------------------------
@@ -406,28 +405,28 @@ void Trainer<T>::write_summary() {
   watched_collective("gather", "world", rt_.world(), [&](MPI_Request* r) {
     MPI_CHECK(MPI_Igather(mine, 6, MPI_DOUBLE, all.data(), 6, MPI_DOUBLE, 0, rt_.world().get(), r));
   });
-  if (!root_) return;
-  std::string table = "per-rank summary:\n  rank  compute_s  comm_s  exposed_comm_s  io_s  peak_mem  peak_rss\n";
-  std::string json = "[";
-  for (int r = 0; r < world; ++r) {
-    const double* v = &all[static_cast<std::size_t>(r) * 6];
-    table += strprintf("  %4d  %9.2f  %6.2f  %14.2f  %4.2f  %8s  %8s\n", r, v[0], v[1], v[2], v[3],
-                       format_bytes(v[4]).c_str(), format_bytes(v[5]).c_str());
-    JsonObject o;
-    o.add("rank", r).add("compute_s", v[0]).add("comm_s", v[1]).add("exposed_comm_s", v[2]).add("io_s", v[3])
-        .add("peak_mem_bytes", v[4]).add("peak_rss_bytes", v[5]).add("host", rt_.topology().host_of_rank[r]);
-    json += (r ? ", " : "") + o.str();
-  }
-  json += "]";
-  log::info("%s", table.c_str());
-  JsonObject summary;
-  summary.add("final_loss", last_loss_).add("final_val_loss", last_val_).add("skipped_steps", skipped_)
-      .add("optimizer_updates", updates_).add_raw("ranks", json);
-  std::FILE* f = std::fopen((cfg_.output.dir + "/summary.json").c_str(), "w");
-  if (f) {
-    std::fprintf(f, "%s\n", summary.str().c_str());
-    std::fclose(f);
-  }
+  // Rank 0 writes; every rank learns whether that failed (disk full: exit 74).
+  agree_on_errors(rt_.world(), [&] {
+    if (!root_) return;
+    std::string table = "per-rank summary:\n  rank  compute_s  comm_s  exposed_comm_s  io_s  peak_mem  peak_rss\n";
+    std::string json = "[";
+    for (int r = 0; r < world; ++r) {
+      const double* v = &all[static_cast<std::size_t>(r) * 6];
+      table += strprintf("  %4d  %9.2f  %6.2f  %14.2f  %4.2f  %8s  %8s\n", r, v[0], v[1], v[2], v[3],
+                         format_bytes(v[4]).c_str(), format_bytes(v[5]).c_str());
+      JsonObject o;
+      o.add("rank", r).add("compute_s", v[0]).add("comm_s", v[1]).add("exposed_comm_s", v[2]).add("io_s", v[3])
+          .add("peak_mem_bytes", v[4]).add("peak_rss_bytes", v[5]).add("host", rt_.topology().host_of_rank[r]);
+      json += (r ? ", " : "") + o.str();
+    }
+    json += "]";
+    log::info("%s", table.c_str());
+    JsonObject summary;
+    summary.add("final_loss", last_loss_).add("final_val_loss", last_val_).add("skipped_steps", skipped_)
+        .add("optimizer_updates", updates_).add_raw("ranks", json);
+    // Atomic and checked: an earlier summary.json is replaced whole or kept.
+    file_io::replace_file(cfg_.output.dir + "/summary.json", summary.str() + "\n", fault::Point::RecordWrite);
+  }, "world");
 }
 
 }  // namespace

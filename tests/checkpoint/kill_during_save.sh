@@ -1,95 +1,33 @@
 #!/usr/bin/env bash
-# kill -9 of one rank in the middle of a save: the job dies, `latest` still names the
-# previous complete checkpoint (the dead save left only its .tmp), and a new run with
-# checkpoint.resume=auto continues from that checkpoint to the end (and clears the .tmp).
-# The model is widened (~38 MB checkpoints) so a save lasts long enough to be caught; the
-# script watches for a step_*.h5.tmp and kills rank 1 while it exists. If the kill lands
-# after the rename (the save won the race), it tries again.
+# kill -9 of one rank inside a checkpoint save, every time (fault injection, not a race):
+# MESHTRAIN_FAULT makes rank 1 SIGKILL itself in the step-4 save after 10 of its tensor
+# datasets are written. The job dies; `latest` still names the step-2 checkpoint, the dead
+# save left only its .tmp; a new run with checkpoint.resume=auto continues from step 2 to
+# the end, clears the .tmp, and its losses are bitwise those of a run never interrupted.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON.
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
-py=${REFERENCE_PYTHON:-/usr/bin/python3}
-args=("$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini" --model.d_model=256 --model.n_layers=4 --train.steps=40
-      --train.eval_every=0 --data.dir=random --checkpoint.every=2 --checkpoint.keep=2 --output.dir=run
-      --parallel.dp_shard=2 --parallel.strategy=full_shard)
+source "$MESHTRAIN_SOURCE_DIR/tests/checkpoint/fault_lib.sh"
 
-# The pid of world rank $2 among the descendants of the launcher $1, found by the rank
-# variable the launcher puts in each process's environment (Open MPI or MPICH/Hydra).
-rank_pid() {
-  local p
-  for p in $(pgrep -P "$1"); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxE "(OMPI_COMM_WORLD_RANK|PMI_RANK)=$2"; then
-      echo "$p"
-      return 0
-    fi
-    rank_pid "$p" "$2" && return 0
-  done
-  return 1
-}
+run straight "" --output.dir=straight --checkpoint.every=0 --checkpoint.save_final=false
+expect_status straight 0
 
-caught=0
-for attempt in 1 2 3; do
-  rm -rf run
-  # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${args[@]}" >"killed_$attempt.log" 2>&1 &
-  mpirun_pid=$!
-  victim=""
-  for _ in $(seq 1 6000); do  # up to 60 s
-    kill -0 "$mpirun_pid" 2>/dev/null || break
-    tmp=$(ls run/checkpoints/step_*.h5.tmp 2>/dev/null | head -n1)
-    if [[ -n $tmp && -f run/checkpoints/latest ]]; then
-      victim=$(rank_pid "$mpirun_pid" 1) && kill -9 "$victim"
-      break
-    fi
-    sleep 0.01
-  done
-  wait "$mpirun_pid"
-  status=$?
-  if [[ -z $victim ]]; then
-    echo "attempt $attempt: no save was caught in flight (exit $status)"
-    continue
-  fi
-  latest=$(cat run/checkpoints/latest)
-  echo "attempt $attempt: killed rank 1 (pid $victim) while $tmp existed; mpirun exit $status; latest -> $latest"
-  if [[ ! -e $tmp ]]; then
-    echo "attempt $attempt: the save finished before the kill landed; trying again"
-    continue
-  fi
-  caught=1
-  break
-done
-if ((!caught)); then
-  echo "FAIL: could not kill a rank during a save in 3 attempts" >&2
-  exit 1
-fi
+run killed "save.dataset:rank=1:step=4:after=10:action=kill" "${ckpt[@]}" --output.dir=run
+[[ $status -ne 0 && $status -ne 124 ]] || fail "the job whose rank was killed exited $status"
+fired killed save.dataset
+grep -q "rank 1: MESHTRAIN_FAULT=.* fires: kill at save.dataset (step 4, pass 11)" killed.log ||
+  fail "rank 1 was not killed at the 11th dataset of the step-4 save"
+latest_is run/checkpoints step_00000002.h5
+[[ -f run/checkpoints/step_00000004.h5.tmp ]] || fail "the killed save left no .tmp: the kill did not land inside it"
+[[ ! -e run/checkpoints/step_00000004.h5 ]] || fail "the killed save was committed"
 
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-[[ $status -ne 0 ]] || fail "the job whose rank was killed exited 0"
-dead_step=$(basename "$tmp" .h5.tmp)
-[[ $latest != "$dead_step.h5" ]] || fail "latest points to the checkpoint whose save was killed"
-[[ ! -e run/checkpoints/$dead_step.h5 ]] || fail "the killed save was committed"
-"$py" - "run/checkpoints/$latest" <<'EOF' || fail "latest does not name a complete, readable checkpoint"
-import sys, h5py
-with h5py.File(sys.argv[1], "r") as f:
-    n = sum(1 for _ in f["model"]) + sum(1 for _ in f["optim/exp_avg"]) + sum(1 for _ in f["optim/exp_avg_sq"])
-    print(f"{sys.argv[1]}: step {int(f.attrs['step'])}, {n} tensors readable")
-    sys.exit(0 if n > 0 else 1)
-EOF
-prev_step=$((10#${latest:5:8}))
-
-# shellcheck disable=SC2086
-timeout 300 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${args[@]}" --checkpoint.resume=auto >resumed.log 2>&1 ||
-  { cat resumed.log; fail "the resumed run failed"; }
-grep -q "resumed from run/checkpoints/$latest: step $prev_step" resumed.log || fail "the resumed run did not start from $latest"
-grep -q '"step": 40' run/metrics.jsonl || fail "the resumed run did not reach step 40"
-[[ $(cat run/checkpoints/latest) == step_00000040.h5 ]] || fail "latest is not the final checkpoint"
-ls run/checkpoints/*.tmp 2>/dev/null && fail "the dead save's temporary survived the next save"
-
-if ((failures)); then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "kill -9 during a save: previous checkpoint kept as latest, resume=auto continued from step $prev_step"
+run resumed "" "${ckpt[@]}" --output.dir=run --checkpoint.resume=auto
+expect_status resumed 0
+grep -q "resumed from run/checkpoints/step_00000002.h5: step 2" resumed.log || fail "the resumed run did not start from step 2"
+[[ $(last_step run/metrics.jsonl) -eq 8 ]] || fail "the resumed run did not reach step 8"
+latest_is run/checkpoints step_00000008.h5
+no_tmp run/checkpoints
+same_losses straight/metrics.jsonl run/metrics.jsonl 1 8
+finish "kill -9 inside a save: latest kept step 2, the resume continued bitwise"

@@ -200,7 +200,7 @@ TEST_F(ConfigTest, RangeAndChoiceValidationNamesTheKey) {
                         Case{"--parallel.memory_limit=8XB", {"parallel.memory_limit", "unit"}},
                         Case{"--parallel.collective_timeout=-1", {"parallel.collective_timeout", ">= 0"}},
                         Case{"--train.beta1=1.5", {"train.beta1", "[0, 1)"}},
-                        Case{"--train.micro_batch=0", {"train.micro_batch", "positive"}},
+                        Case{"--train.micro_batch=-1", {"train.micro_batch", ">= 0"}},  // 0 = auto (planner)
                         Case{"--train.precision=fp16", {"train.precision", "fp32, bf16"}},
                         Case{"--train.inject_nan_steps=1,x", {"train.inject_nan_steps", "integers"}},
                         Case{"--checkpoint.keep=0", {"checkpoint.keep"}},

@@ -127,3 +127,27 @@ TEST(Planner, FitAlternativesOfAForcedStrategy) {
   // ~65B on 8 GPUs: nothing to suggest.
   EXPECT_EQ(fit_alternatives(input(gpt(8192, 80), 8, 80), Strategy::FullShard), "");
 }
+
+// The candidate meshes: every factorisation of the world with tp inside a node (dividing it
+// and the heads), fixed keys kept, one mesh per distinct behaviour of a strategy.
+TEST(Planner, CandidateMeshesKeepTpInsideANodeAndHonourFixedKeys) {
+  PlanInput in = input(gpt(1024, 4), 32, 80, 8);  // 16 heads
+  in.mesh = {-1, -1, -1};
+  for (Strategy s : {Strategy::NoShard, Strategy::ShardGradOp, Strategy::HybridShard, Strategy::FullShard}) {
+    const auto meshes = candidate_meshes(in, s);
+    EXPECT_FALSE(meshes.empty()) << strategy_name(s);
+    for (const MeshShape& m : meshes) {
+      EXPECT_EQ(m.world(), 32);
+      EXPECT_LE(m.tp, 8);
+      EXPECT_EQ(8 % m.tp, 0);
+      if (s == Strategy::NoShard || s == Strategy::FullShard) EXPECT_EQ(m.dp_replicate, 1) << strategy_name(s);
+      if (s == Strategy::HybridShard) EXPECT_TRUE(m.dp_replicate > 1 && m.dp_shard > 1);
+    }
+  }
+  // tp in {1, 2, 4, 8} x dp_replicate dividing 32 / tp: shard_grad_op sees 6 + 5 + 4 + 3 meshes.
+  EXPECT_EQ(candidate_meshes(in, Strategy::ShardGradOp).size(), 18u);
+  in.mesh = {-1, -1, 4};
+  for (const MeshShape& m : candidate_meshes(in, Strategy::ShardGradOp)) EXPECT_EQ(m.tp, 4);
+  in.mesh = {2, -1, -1};
+  for (const MeshShape& m : candidate_meshes(in, Strategy::HybridShard)) EXPECT_EQ(m.dp_replicate, 2);
+}

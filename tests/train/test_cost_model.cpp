@@ -98,7 +98,9 @@ TEST(CostModel, OverlapHidesOnlyFsdpCommunication) {
     slow.intra_bus_bytes /= 2;
     slow.inter_bus_bytes /= 2;
     const StepPrediction q = predict_step(d, in, plan, slow);
-    const double lat = plan.comm.fsdp_collectives * 1e-5;
+    // Latency: every ring collective over the 4 ranks pays 3 steps (6 for an all-reduce).
+    const double lat = (plan.comm.gather_collectives + plan.comm.reduce_collectives * (plan.comm.reduce_is_all_reduce ? 2 : 1)) *
+                       3 * 1e-5;
     EXPECT_NEAR(q.fsdp_comm_s - lat, 2 * (p.fsdp_comm_s - lat), 1e-9);
   }
   // full_shard gathers the parameters again for backward: never cheaper in communication than
@@ -116,4 +118,47 @@ TEST(CostModel, ModelGemmRateIsMeasuredAndBelowTwiceThePeak) {
   EXPECT_LT(rate, 2.0 * linalg::measure_gemm_flops(512, 0.2, false));  // not an absurd number
   // Too large to time: 0, the caller falls back to the square-GEMM peak.
   EXPECT_EQ(measure_model_gemm_flops(small_gpt(), 4, 256, 1, false, 1.0), 0.0);
+}
+
+TEST(CostModel, EachMeshGroupRunsOnTheLinksItCrosses) {
+  CostModelInputs c = fixed_costs();
+  c.intra_bus_bytes = 150e9;
+  c.inter_bus_bytes = 25e9;
+  // 8 ranks per node. A tp group of 8 and a shard group of 8 (tp 1) stay inside a node.
+  EXPECT_FALSE(group_link(8, 1, 8, c).crosses_nodes);
+  EXPECT_EQ(group_link(8, 1, 8, c).bus_bytes, 150e9);
+  // hybrid_shard 128 x 8 x 1: the replicate group (stride 8) has one member per node, so its
+  // ring runs on one rank's network link.
+  const GroupLink rep = group_link(128, 8, 8, c);
+  EXPECT_TRUE(rep.crosses_nodes);
+  EXPECT_EQ(rep.members_per_node, 1);
+  EXPECT_EQ(rep.bus_bytes, 25e9);
+  // A flat shard group of 64 over 8 nodes: 8 members per node import through 8 links, capped by
+  // the node's own fabric; with tp 8 (stride 8) only one member per node is left.
+  EXPECT_EQ(group_link(64, 1, 8, c).bus_bytes, 150e9);
+  EXPECT_EQ(group_link(64, 2, 8, c).bus_bytes, 100e9);
+  EXPECT_EQ(group_link(8, 8, 8, c).bus_bytes, 25e9);
+  // A group of 6 on nodes of 8 does not divide the node: some of those groups straddle two.
+  EXPECT_TRUE(group_link(6, 1, 8, c).crosses_nodes);
+  // Latency: n-1 ring steps per all-gather, 2(n-1) per all-reduce.
+  EXPECT_DOUBLE_EQ(collective_seconds(group_link(4, 1, 8, c), 10, 0, false, c), 10 * 3 * c.latency_s);
+  EXPECT_DOUBLE_EQ(collective_seconds(group_link(4, 1, 8, c), 10, 0, true, c), 10 * 6 * c.latency_s);
+}
+
+TEST(CostModel, HybridReplicateAllReduceIsExposedAndCheckpointingRecomputesForward) {
+  const auto d = small_gpt();
+  auto in = input(d, 16);
+  in.ranks_per_node = 4;
+  const MeshShape hybrid{4, 4, 1};
+  const auto hp = parallel::plan_strategy(in, parallel::Strategy::HybridShard, hybrid);
+  ASSERT_TRUE(hp.valid);
+  const StepPrediction p = predict_step(d, in, hp, fixed_costs());
+  EXPECT_GT(p.replicate_comm_s, 0.0);
+  // FsdpEngine::finish_step all-reduces the replicas after backward: nothing hides it.
+  EXPECT_NEAR(p.step_seconds_overlap, p.compute_s + p.tp_comm_s + p.exposed_fsdp_s + p.replicate_comm_s, 1e-12);
+  EXPECT_LE(p.exposed_fsdp_s, p.fsdp_comm_s);
+  // Checkpointing: one more forward of GEMMs (4/3 of fwd + bwd).
+  in.activation_checkpointing = true;
+  const auto ac = parallel::plan_strategy(in, parallel::Strategy::HybridShard, hybrid);
+  EXPECT_NEAR(predict_step(d, in, ac, fixed_costs()).gemm_s, p.gemm_s * 4.0 / 3.0, 1e-12);
 }

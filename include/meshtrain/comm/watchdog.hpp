@@ -7,6 +7,9 @@
 /// in an MPI shared-memory window on its node. A waiting rank that times out reads its
 /// node-local peers' counters: a peer whose counter is behind has not arrived (stalled or
 /// dead). Peers on other nodes cannot be inspected and are listed as such.
+///
+/// Calls that block inside MPI without a request to poll (the collective HDF5 calls of a
+/// checkpoint save) are watched by a monitor thread instead: see WatchedBlockingCall.
 
 #include <cstdint>
 #include <functional>
@@ -37,5 +40,24 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
 /// the others in a plain MPI_Allreduce forever.
 void watched_collective(const char* what, const std::string& group, const MpiComm& comm,
                         const std::function<void(MPI_Request*)>& post);
+
+/// \brief A blocking collective call that cannot be polled -- HDF5's collective MPI-IO
+/// (file create, dataset create and write, close) -- under the watchdog, for its lifetime:
+/// the constructor enters the next collective of `group` (every member of `comm` must
+/// construct one for the same call, in the same order) and arms a monitor thread; if the
+/// object still exists after parallel.collective_timeout, the monitor names the members
+/// that never entered the call and aborts the job (status 3), as watchdog_wait does.
+/// Members that entered it are blocked in the same call and cannot be told from stalled
+/// ones, so only absent members are named.
+class WatchedBlockingCall {
+ public:
+  WatchedBlockingCall(const char* what, const std::string& group, const MpiComm& comm);
+  ~WatchedBlockingCall();
+  WatchedBlockingCall(const WatchedBlockingCall&) = delete;
+  WatchedBlockingCall& operator=(const WatchedBlockingCall&) = delete;
+
+ private:
+  bool armed_ = false;
+};
 
 }  // namespace meshtrain

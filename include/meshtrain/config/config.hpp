@@ -50,7 +50,7 @@ struct ParallelConfig {
 
 struct TrainConfig {
   int steps = 100;
-  int micro_batch = 4;
+  int micro_batch = 4;                ///< 0 = auto (the planner chooses; needs global_batch)
   int seq_len = 256;
   int grad_accum = 1;
   int global_batch = 0;               ///< sequences per optimizer step; 0 = micro_batch*dp*grad_accum

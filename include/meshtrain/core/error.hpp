@@ -11,16 +11,34 @@
 
 namespace meshtrain {
 
-/// \brief A problem in the user's input. Throw it only where every rank reaches the
-/// same decision (or after `agree_on_error`); `main` prints it once on rank 0 and every
-/// rank exits with status 2 without a stack dump.
-class UserError : public std::runtime_error {
- public:
-  explicit UserError(const std::string& what) : std::runtime_error(what) {}
-};
-
 /// Exit status for a user error (bad input); documented in doc/running.md.
 inline constexpr int kExitUserError = 2;
+/// Exit status after a write failed with an I/O error (disk full, quota, EIO):
+/// EX_IOERR of sysexits.h. Documented in doc/batch.md.
+inline constexpr int kExitIoError = 74;
+
+/// \brief A problem in the user's input. Throw it only where every rank reaches the
+/// same decision (or after `agree_on_error`); `main` prints it once on rank 0 and every
+/// rank exits with `exit_status()` (2) without a stack dump.
+class UserError : public std::runtime_error {
+ public:
+  explicit UserError(const std::string& what, int exit_status = kExitUserError)
+      : std::runtime_error(what), exit_status_(exit_status) {}
+  /// The status every rank exits with: kExitUserError, or kExitIoError for an IoError.
+  int exit_status() const { return exit_status_; }
+
+ private:
+  int exit_status_;
+};
+
+/// \brief A write that failed with an I/O error (disk full, quota exceeded, EIO) after the
+/// run's inputs were validated. Same contract as UserError (every rank throws it alike,
+/// rank 0 prints one sentence) but the job exits with kExitIoError.
+class IoError : public UserError {
+ public:
+  explicit IoError(const std::string& what) : UserError(what, kExitIoError) {}
+};
+
 /// Exit status after a preemption save (the Slurm script requeues on it).
 inline constexpr int kExitPreempted = 75;
 /// Exit status of an aborted job (internal fault, watchdog, too many bad steps).

@@ -45,10 +45,17 @@ struct MemoryEstimate {
 /// bus volume: (n-1)/n of the buffer for all-gather/reduce-scatter, 2(n-1)/n for all-reduce).
 struct CommVolume {
   double fsdp_gather = 0;      ///< parameter all-gathers (overlappable with compute)
-  double fsdp_reduce = 0;      ///< gradient reduce-scatter / all-reduce (overlappable)
-  double replicate = 0;        ///< all-reduce across dp_replicate (hybrid)
+  double fsdp_gather_backward = 0;  ///< the part of fsdp_gather re-gathered for backward (reshard after forward)
+  double fsdp_reduce = 0;      ///< gradient reduce-scatter / all-reduce over the shard (or dp) group (overlappable)
+  double replicate = 0;        ///< all-reduce across dp_replicate (hybrid); blocking at the end of the step
   double tp = 0;               ///< tensor-parallel all-reduces (on the critical path)
   int fsdp_collectives = 0, tp_collectives = 0;
+  int gather_collectives = 0, reduce_collectives = 0, replicate_collectives = 0;  ///< per step, by kind
+  /// What cannot hide behind compute (the pipeline fill), bytes per rank: the first gathers
+  /// of a micro-step (outer unit and first block) and the outer unit's reduction (the
+  /// embedding's gradient is the last one backward produces).
+  double fill_gather = 0, fill_reduce = 0;
+  bool reduce_is_all_reduce = false;  ///< no_shard: the dp reduction is an all-reduce
   double total() const { return fsdp_gather + fsdp_reduce + replicate + tp; }
 };
 
@@ -56,6 +63,11 @@ struct StrategyPlan {
   Strategy strategy = Strategy::FullShard;
   MeshShape mesh;
   int grad_accum = 1;
+  int micro_batch = 1;                 ///< the candidate's micro-batch (PlanInput::micro_batch)
+  bool activation_checkpointing = false;
+  /// Bytes of activations one micro-step's forward writes (every block's, whether kept or
+  /// recomputed): what the memory-bound kernels stream, independent of checkpointing.
+  double activation_traffic = 0;
   MemoryEstimate memory;
   CommVolume comm;
   bool valid = true;           ///< mesh/batch possible for this strategy
@@ -80,6 +92,14 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
 /// other strategies that fit on this job with their mesh and per-rank memory, and `forced`
 /// (or another strategy) with activation checkpointing. "" when nothing fits.
 std::string fit_alternatives(const PlanInput& in, Strategy forced);
+
+/// Every mesh a strategy can run on for this job: dp_replicate x dp_shard x tp = world with
+/// tp dividing the node (tensor parallelism stays inside a node) and the model's heads, and
+/// the dimensions fixed in `in.mesh` (not -1) kept. One mesh per distinct behaviour:
+/// no_shard and full_shard put all data parallelism in dp_shard (replicas of no_shard are
+/// all the same; full_shard with dp_replicate > 1 is hybrid_shard), hybrid_shard needs
+/// dp_replicate > 1 and dp_shard > 1.
+std::vector<MeshShape> candidate_meshes(const PlanInput& in, Strategy s);
 
 /// The mesh a strategy runs on for the configured request (hybrid_shard: replicas across
 /// nodes when dp_replicate is left at 1). UserError when impossible.

@@ -25,8 +25,11 @@ struct CostModelInputs {
   /// activation's forward + backward; 0 = not measured (then both count as bytes / copy_bytes).
   double adamw_s_per_elem = 0, activation_s_per_elem = 0;
   double intra_bus_bytes = 1e10;   ///< bus bandwidth inside a node, bytes/s
-  double inter_bus_bytes = 1e9;    ///< bus bandwidth across nodes, bytes/s
-  double latency_s = 2e-5;         ///< per-collective latency (alpha)
+  double inter_bus_bytes = 1e9;    ///< network bandwidth of one rank across nodes (its NIC share), bytes/s
+  /// Latency of one step of a ring collective (alpha); a collective over n ranks pays it n-1
+  /// (all-gather, reduce-scatter) or 2(n-1) (all-reduce) times. The default is a typical
+  /// inter-node NCCL step (a few microseconds).
+  double latency_s = 5e-6;
   std::string bus_source;
 };
 
@@ -46,12 +49,32 @@ struct StepPrediction {
   double gemm_s = 0;
   double elementwise_s = 0;    ///< optimizer + MLP activation (measured rates) + other kernels' bytes / bandwidth
   double optimizer_s = 0, activation_s = 0;  ///< the measured-rate parts of elementwise_s
-  double fsdp_comm_s = 0;      ///< all-gathers + reduce-scatters / all-reduces (overlappable)
+  double fsdp_comm_s = 0;      ///< all-gathers + reduce-scatters / all-reduces over the shard group (overlappable)
+  double exposed_fsdp_s = 0;   ///< the part of fsdp_comm_s that does not hide behind compute
+  double replicate_comm_s = 0; ///< all-reduce across dp_replicate (after backward: exposed)
   double tp_comm_s = 0;        ///< tensor-parallel all-reduces (critical path)
+  bool shard_crosses_nodes = false;
+  double shard_bus_bytes = 0, replicate_bus_bytes = 0;  ///< bus bandwidth of those groups' rings
   double step_seconds_no_overlap = 0;
   double step_seconds_overlap = 0;
   double tokens_per_s = 0;     ///< global tokens per second with overlap
 };
+
+/// The ring of one mesh group: its size, whether it crosses nodes, and its bus bandwidth.
+struct GroupLink {
+  int ranks = 1;
+  bool crosses_nodes = false;
+  int members_per_node = 1;
+  double bus_bytes = 0;
+};
+
+/// A group of `n` ranks `stride` apart (tp groups: 1, shard groups: tp, replicate groups:
+/// dp_shard x tp) on nodes of `ranks_per_node`.
+GroupLink group_link(int n, int stride, int ranks_per_node, const CostModelInputs& c);
+
+/// Seconds of `collectives` ring collectives over `g` moving `bus_volume` bytes per rank.
+double collective_seconds(const GroupLink& g, int collectives, double bus_volume, bool all_reduce,
+                          const CostModelInputs& c);
 
 StepPrediction predict_step(const model::ModelDims& dims, const parallel::PlanInput& in,
                             const parallel::StrategyPlan& plan, const CostModelInputs& c);

@@ -8,6 +8,7 @@
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/parallel/planner.hpp"
 #include "meshtrain/runtime/topology.hpp"
+#include "meshtrain/train/cost_model.hpp"
 
 namespace meshtrain::train {
 
@@ -33,6 +34,13 @@ parallel::PlanInput plan_input(const Config& cfg, const model::ModelDims& dims, 
                                double memory_budget);
 
 /// Resolves the run for `world` ranks (UserError with the fix for anything impossible).
-RunSetup resolve_run(const Config& cfg, const Topology& topo);
+/// When the config leaves the mesh to the planner (train::searches_mesh), `costs` must be
+/// given: the fastest predicted candidate that fits is taken, and its mesh, micro-batch and
+/// checkpointing are written into RunSetup::config.
+RunSetup resolve_run(const Config& cfg, const Topology& topo, const CostModelInputs* costs = nullptr);
+
+/// resolve_run for this live job: the cost model's inputs, when the planner needs them, come
+/// from parallel.target_* or are measured here (collective: every rank calls it).
+RunSetup resolve_run(const Config& cfg, const Runtime& rt);
 
 }  // namespace meshtrain::train

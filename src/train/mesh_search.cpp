@@ -1,0 +1,101 @@
+#include "meshtrain/train/mesh_search.hpp"
+
+#include <algorithm>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
+
+namespace meshtrain::train {
+
+bool searches_mesh(const Config& cfg) {
+  const auto& p = cfg.parallel;
+  const int free_keys = (p.dp_replicate == -1) + (p.dp_shard == -1) + (p.tp == -1);
+  return free_keys >= 2 || cfg.train.micro_batch == 0;
+}
+
+SearchSpace search_space(const Config& cfg) {
+  SearchSpace s;
+  if (cfg.parallel.strategy == "auto")
+    s.strategies = {parallel::Strategy::NoShard, parallel::Strategy::ShardGradOp, parallel::Strategy::HybridShard,
+                    parallel::Strategy::FullShard};
+  else
+    s.strategies = {parallel::parse_strategy(cfg.parallel.strategy)};
+  // Checkpointing only ever costs time (a second forward), so the search turns it on only
+  // where a candidate would not fit without it; `true` forces it.
+  if (cfg.train.activation_checkpointing || !searches_mesh(cfg)) s.activation_checkpointing = {cfg.train.activation_checkpointing};
+  else s.activation_checkpointing = {false, true};
+  if (cfg.train.micro_batch > 0) {
+    s.micro_batches = {cfg.train.micro_batch};
+  } else {
+    MESHTRAIN_REQUIRE(cfg.train.global_batch > 0,
+                      "train.micro_batch=0 (auto) needs train.global_batch, so that the planner's choice of "
+                      "micro-batch leaves the optimisation unchanged; set train.global_batch");
+    for (int mb = 1; mb <= std::min(64, cfg.train.global_batch); ++mb)
+      if (cfg.train.global_batch % mb == 0) s.micro_batches.push_back(mb);
+  }
+  return s;
+}
+
+MeshSearch search_meshes(const model::ModelDims& dims, const parallel::PlanInput& base, const SearchSpace& space,
+                         const CostModelInputs& costs) {
+  MeshSearch out;
+  for (parallel::Strategy s : space.strategies) {
+    for (const MeshShape& mesh : parallel::candidate_meshes(base, s)) {
+      for (bool ac : space.activation_checkpointing) {
+        for (int mb : space.micro_batches) {
+          parallel::PlanInput in = base;
+          in.activation_checkpointing = ac;
+          in.micro_batch = mb;
+          Candidate c;
+          c.plan = parallel::plan_strategy(in, s, mesh);
+          if (!c.plan.valid) continue;  // the global batch does not split over this dp x micro-batch
+          c.pred = predict_step(dims, in, c.plan, costs);
+          out.candidates.push_back(std::move(c));
+        }
+      }
+    }
+  }
+  // Fastest first; ties (identical predictions) by less memory, then the enumeration order.
+  std::stable_sort(out.candidates.begin(), out.candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.pred.step_seconds_overlap != b.pred.step_seconds_overlap)
+      return a.pred.step_seconds_overlap < b.pred.step_seconds_overlap;
+    return a.plan.memory.total() < b.plan.memory.total();
+  });
+  for (std::size_t i = 0; i < out.candidates.size(); ++i)
+    if (out.candidates[i].plan.fits) {
+      out.chosen = static_cast<int>(i);
+      break;
+    }
+  const double usable = base.memory_budget * (1.0 - base.headroom);
+  if (out.candidates.empty()) {
+    out.reason = "no mesh is possible for this job: the global batch must split into micro-batches over the "
+                 "data-parallel ranks, and tensor parallelism must divide the heads and the node";
+  } else if (out.chosen < 0) {
+    out.reason = strprintf("nothing fits in %s per rank: the smallest candidate needs %s; add ranks, use bf16, or "
+                           "train.activation_checkpointing=true",
+                           format_bytes(usable).c_str(),
+                           format_bytes(std::min_element(out.candidates.begin(), out.candidates.end(),
+                                                         [](const Candidate& a, const Candidate& b) {
+                                                           return a.plan.memory.total() < b.plan.memory.total();
+                                                         })->plan.memory.total())
+                               .c_str());
+  } else {
+    const Candidate& w = out.candidates[out.chosen];
+    out.reason = strprintf("fastest predicted step that fits: %.3f s, %s of %s usable per rank", w.pred.step_seconds_overlap,
+                           format_bytes(w.plan.memory.total()).c_str(), format_bytes(usable).c_str());
+    int faster_not_fitting = out.chosen;
+    if (faster_not_fitting > 0)
+      out.reason += strprintf("; %d faster candidate(s) do not fit (the fastest, %.3f s, needs %s)", faster_not_fitting,
+                              out.candidates[0].pred.step_seconds_overlap,
+                              format_bytes(out.candidates[0].plan.memory.total()).c_str());
+    for (std::size_t i = out.chosen + 1; i < out.candidates.size(); ++i)
+      if (out.candidates[i].plan.fits) {
+        out.reason += strprintf("; the runner-up is %.1f%% slower", 100.0 * (out.candidates[i].pred.step_seconds_overlap /
+                                                                               w.pred.step_seconds_overlap - 1.0));
+        break;
+      }
+  }
+  return out;
+}
+
+}  // namespace meshtrain::train

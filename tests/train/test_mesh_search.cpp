@@ -1,0 +1,110 @@
+// The mesh search behind strategy=auto with the mesh left at -1: the pick is the fastest
+// predicted candidate that fits, fixed keys restrict the space, checkpointing is only
+// turned on where it is needed to fit, and nothing fitting is a clear error.
+#include <gtest/gtest.h>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/train/mesh_search.hpp"
+#include "test_support.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::train;
+
+namespace {
+
+Config llama_8b(int world) {
+  Config c;
+  c.model.family = "llama";
+  c.model.vocab_size = 128256;
+  c.model.d_model = 4096;
+  c.model.n_layers = 32;
+  c.model.n_heads = 32;
+  c.model.n_kv_heads = 8;
+  c.model.ffn_dim = 14336;
+  c.model.max_seq_len = 8192;
+  c.model.tie_embeddings = false;
+  c.parallel.dp_replicate = c.parallel.dp_shard = c.parallel.tp = -1;
+  c.train.micro_batch = 1;
+  c.train.seq_len = 8192;
+  c.train.global_batch = world;
+  c.train.precision = "bf16";
+  return c;
+}
+
+CostModelInputs h100ish() {
+  CostModelInputs c;
+  c.gemm_flops = 700e12;
+  c.copy_bytes = 3000e9;
+  c.intra_bus_bytes = 150e9;
+  c.inter_bus_bytes = 25e9;
+  return c;
+}
+
+MeshSearch run(const Config& cfg, int world, double gib) {
+  const model::ModelDims d = model::resolve_dims(cfg.model);
+  parallel::PlanInput in;
+  in.dims = d;
+  in.world = world;
+  in.ranks_per_node = 8;
+  in.mesh = {cfg.parallel.dp_replicate, cfg.parallel.dp_shard, cfg.parallel.tp};
+  in.micro_batch = std::max(1, cfg.train.micro_batch);
+  in.seq_len = cfg.train.seq_len;
+  in.global_batch = cfg.train.global_batch;
+  in.bf16 = true;
+  in.memory_budget = gib * 1073741824.0;
+  return search_meshes(d, in, search_space(cfg), h100ish());
+}
+
+}  // namespace
+
+TEST(MeshSearch, PicksTheFastestCandidateThatFits) {
+  const Config cfg = llama_8b(64);
+  ASSERT_TRUE(searches_mesh(cfg));
+  const MeshSearch ms = run(cfg, 64, 80);
+  ASSERT_GE(ms.chosen, 0) << ms.reason;
+  const Candidate& w = ms.candidates[ms.chosen];
+  EXPECT_TRUE(w.plan.fits);
+  for (const Candidate& c : ms.candidates)
+    if (c.plan.fits) EXPECT_GE(c.pred.step_seconds_overlap, w.pred.step_seconds_overlap);
+  // Faster candidates exist that do not fit (no checkpointing at 8192 tokens): the search
+  // skipped them, and said so.
+  EXPECT_GT(ms.chosen, 0);
+  EXPECT_FALSE(ms.candidates[0].plan.fits);
+  EXPECT_NE(ms.reason.find("do not fit"), std::string::npos) << ms.reason;
+}
+
+TEST(MeshSearch, FixedKeysRestrictTheSpace) {
+  Config cfg = llama_8b(64);
+  cfg.parallel.tp = 8;
+  cfg.parallel.strategy = "full_shard";
+  const MeshSearch ms = run(cfg, 64, 80);
+  ASSERT_FALSE(ms.candidates.empty());
+  for (const Candidate& c : ms.candidates) {
+    EXPECT_EQ(c.plan.mesh.tp, 8);
+    EXPECT_EQ(c.plan.strategy, parallel::Strategy::FullShard);
+  }
+  // Checkpointing fixed on: every candidate has it.
+  cfg.train.activation_checkpointing = true;
+  for (const Candidate& c : run(cfg, 64, 80).candidates) EXPECT_TRUE(c.plan.activation_checkpointing);
+}
+
+TEST(MeshSearch, MicroBatchAutoKeepsTheGlobalBatch) {
+  Config cfg = llama_8b(8);
+  cfg.train.global_batch = 32;
+  cfg.train.micro_batch = 0;  // auto
+  const MeshSearch ms = run(cfg, 8, 80);
+  bool several = false;
+  for (const Candidate& c : ms.candidates) {
+    EXPECT_EQ(c.plan.micro_batch * c.plan.mesh.dp() * c.plan.grad_accum, 32);
+    several = several || c.plan.micro_batch > 1;
+  }
+  EXPECT_TRUE(several);
+  cfg.train.global_batch = 0;
+  EXPECT_THROW(search_space(cfg), UserError);
+}
+
+TEST(MeshSearch, NothingFitsIsAnErrorWithTheFix) {
+  const MeshSearch ms = run(llama_8b(8), 8, 4);  // 4 GiB GPUs
+  EXPECT_EQ(ms.chosen, -1);
+  EXPECT_NE(ms.reason.find("nothing fits"), std::string::npos) << ms.reason;
+}
