@@ -145,6 +145,9 @@ run_case() {
   fi
   grep -qE "$crash_output" "$log" && problems+=("crash output: $(grep -m1 -E "$crash_output" "$log")")
   if [[ -z $signal ]] && ((!late)) && [[ -e $NEW ]]; then problems+=("created $NEW"); fi
+  if [[ -e $NEW ]] && [[ -n $(find "$NEW" -name '*.tmp*') ]]; then
+    problems+=("left temporary files: $(find "$NEW" -name '*.tmp*' | head -3 | tr '\n' ' ')")
+  fi
   [[ -z $(ls -A "$work") ]] || problems+=("wrote into the working directory: $(ls -A "$work" | head -3 | tr '\n' ' ')")
   local run_after
   run_after=$(snapshot "$RUN")
