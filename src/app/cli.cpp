@@ -74,6 +74,8 @@ int run_cli(Runtime& rt, int argc, char** argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {
     if (root) std::fputs(usage().c_str(), stdout);
+    // Without a command it is a user error like any other: status 2 and one error line.
+    if (root && cmd.empty()) std::fputs("meshtrain: error: no command given; choose one of the commands above\n", stderr);
     return cmd.empty() ? kExitUserError : 0;
   }
   if (cmd == "--version" || cmd == "version") {

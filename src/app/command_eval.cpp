@@ -38,7 +38,6 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   const bool root = rt.topology().world_rank == 0;
   train::Session<T> session(rt, setup);
   const MpiComm& world = session.mesh().world();
-  const LoadedWeights weights = load_checkpoint_weights(session, setup, weights_source);
 
   const int dp = session.mesh().shape().dp();
   const int per_micro = tc.micro_batch * dp;  // windows per micro-batch over all dp ranks
@@ -71,6 +70,9 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     }
   });
 
+  // The dataset (and its vocabulary against model.vocab_size) first: it is cheaper to refuse.
+  const LoadedWeights weights = load_checkpoint_weights(session, setup, weights_source);
+
   const model::BatchShape shape{tc.micro_batch, tc.seq_len};
   const std::size_t n = static_cast<std::size_t>(tc.micro_batch) * tc.seq_len;
   std::vector<std::int32_t> host_in(n), host_tgt(n);
@@ -80,7 +82,8 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   for (long long b = 0; b < micro_batches; ++b) {
     // The trainer's evaluate(): micro-batch b of rank d starts at window b*micro*dp + d*micro.
     const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), tc.micro_batch, dp, session.mesh().dp_rank());
-    sampler->fill(w0, tc.micro_batch, host_in.data(), host_tgt.data());
+    // A token id outside the vocabulary (checked as it is read) stops every rank alike.
+    agree_on_errors(world, [&] { sampler->fill(w0, tc.micro_batch, host_in.data(), host_tgt.data()); }, "world");
     // Windows past the end (the last micro-batch of --batches 0) still run, so that every
     // rank takes part in every collective, but their targets are masked out of the loss.
     for (int i = 0; i < tc.micro_batch; ++i)

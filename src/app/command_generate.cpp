@@ -3,6 +3,7 @@
 // generator (train/generate.hpp), so the text depends on the weights and the options, not
 // on the ranks. The trainer's end-of-run sample (train.sample_tokens) is the same call with
 // temperature 0.8, top-k 40 and seed train.seed.
+#include <cmath>
 #include <cstdio>
 
 #include "checkpoint_session.hpp"
@@ -100,7 +101,8 @@ int command_generate(Runtime& rt, const Args& args) {
     return 0;
   }
   MESHTRAIN_REQUIRE(o.tokens >= 0, "--tokens must be >= 0, not %d", o.tokens);
-  MESHTRAIN_REQUIRE(o.temperature >= 0, "--temperature must be >= 0 (0 = greedy), not %g", o.temperature);
+  MESHTRAIN_REQUIRE(std::isfinite(o.temperature) && o.temperature >= 0,
+                    "--temperature must be >= 0 and finite (0 = greedy), not %g", o.temperature);
   MESHTRAIN_REQUIRE(o.top_k >= 0, "--top_k must be >= 0 (0 = the whole vocabulary), not %d", o.top_k);
   Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);

@@ -164,6 +164,12 @@ void SafetensorsWeights::read(const Piece& piece, float* dst) const {
   });
 }
 
+std::string SafetensorsWeights::file_tensor_name(int spec) const {
+  const Source& s = sources_[spec];
+  if (!s.tensor) return specs_[spec].name;
+  return files_.size() == 1 ? s.tensor->name : s.tensor->name + " (in " + s.file->path() + ")";
+}
+
 void SafetensorsWeights::check_tied_head() const {
   if (!tied_head_.tensor) return;
   const Source& emb = sources_[embedding_spec_];

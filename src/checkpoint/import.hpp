@@ -29,6 +29,8 @@ class SafetensorsWeights {
   void read(const Piece& piece, float* dst) const;
   /// False for a LoRA adapter the files do not hold (it keeps its initial value).
   bool has(int spec) const { return sources_[spec].tensor != nullptr; }
+  /// The tensor's name as the files spell it, and its file when there are several shards.
+  std::string file_tensor_name(int spec) const;
   /// For a tied model whose file also holds lm_head.weight: UserError unless it equals the
   /// embedding (it would otherwise be silently dropped).
   void check_tied_head() const;

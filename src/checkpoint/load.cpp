@@ -1,5 +1,8 @@
 // checkpoint::load and load_weights: validate once (rank 0, serially), then every rank
 // reads exactly the hyperslabs of its own state range, so any mesh loads any checkpoint.
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 
 #include "format.hpp"
@@ -22,14 +25,57 @@ Buffer<float>& state_array(parallel::UnitState& st, int k) {
   return k == 0 ? st.master : k == 1 ? st.exp_avg : st.exp_avg_sq;
 }
 
+/// The first non-finite value a rank read, if any: which tensor (spec, state array k), where.
+struct NonFinite {
+  int spec = -1;
+  int array = 0;
+  std::int64_t row = 0, col = 0;
+  float value = 0;
+  bool found() const { return spec >= 0; }
+};
+
+/// Scans the elements of `piece` just read into `dst` (its first element) and records the
+/// first non-finite one in `bad` (when none is recorded yet). A NaN or Inf in a checkpoint
+/// or in imported weights would otherwise train into NaNs from the first step.
+void find_non_finite(const Piece& piece, int array, const float* dst, NonFinite& bad) {
+  if (bad.found()) return;
+  piece.for_each_row_run([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
+    if (bad.found()) return;
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(dst[at + i])) {
+        bad = NonFinite{piece.spec, array, row, col + i, dst[at + i]};
+        return;
+      }
+  });
+}
+
+/// UserError on every rank when any rank found a non-finite value; `where(spec, array)`
+/// names the tensor. Collective.
+template <class T, class Where>
+void agree_finite(const MpiComm& comm, const parallel::FsdpEngine<T>& eng, const NonFinite& bad, Where&& where) {
+  agree_on_errors(comm, [&] {
+    if (!bad.found()) return;
+    // for_each_row_run gives a 1-D tensor's index as its row.
+    const bool matrix = eng.specs()[bad.spec].shape.size() == 2;
+    const std::string at = matrix ? strprintf("row %lld, column %lld", static_cast<long long>(bad.row),
+                                              static_cast<long long>(bad.col))
+                                  : strprintf("element %lld", static_cast<long long>(bad.row));
+    throw UserError(strprintf("%s holds a non-finite value (%g at %s): the file is damaged or the weights diverged; "
+                              "use an earlier checkpoint or other weights",
+                              where(bad.spec, bad.array).c_str(), static_cast<double>(bad.value), at.c_str()));
+  });
+}
+
 /// Fills the first `arrays` state arrays of every unit from `read(piece_or_null, k, dst)`,
 /// which is called for every parameter slot in order on every rank (nullptr where the
 /// rank's range misses the parameter) so that collective readers stay matched. Padding
 /// elements become 0; so do parameters `read` leaves alone, except with `keep_unread`,
-/// where they keep their current value (LoRA adapters when loading base weights). Returns
-/// the bytes this rank read.
+/// where they keep their current value (LoRA adapters when loading base weights). Every
+/// piece is checked for non-finite values as it is read (chunk by chunk: one piece at a
+/// time), the first recorded in `bad`. Returns the bytes this rank read.
 template <class T, class Read>
-std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, bool keep_unread = false) {
+std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, NonFinite& bad,
+                         bool keep_unread = false) {
   std::uint64_t bytes = 0;
   for (int u = 0; u < eng.num_units(); ++u) {
     parallel::UnitState& st = eng.state(u);
@@ -46,7 +92,10 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
       const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
       for (int k = 0; k < arrays; ++k) {
         read(slot.spec, piece, k, piece ? host[k].data() + piece->offset : nullptr);
-        if (piece) bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
+        if (piece) {
+          find_non_finite(*piece, k, host[k].data() + piece->offset, bad);
+          bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
+        }
       }
     }
     for (int k = 0; k < arrays; ++k) stage_to_device(host[k], state_array(st, k));
@@ -69,16 +118,24 @@ void read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
 /// Reads arrays 0..arrays-1 (/model, /optim/exp_avg, /optim/exp_avg_sq) of a validated
 /// checkpoint collectively into the engine; returns this rank's bytes. With `lora_optional`
 /// LoRA adapters the file lacks keep their values (the same decision on every rank: same file).
+/// A non-finite value in any of them is a UserError naming the dataset (every rank alike).
 template <class T>
-std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, hid_t file, int arrays, bool lora_optional = false) {
+std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, const MpiComm& comm, hid_t file,
+                                    const std::string& file_path, int arrays, bool lora_optional = false) {
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   h5::Handle dxpl = h5::piece_dxpl();
-  return fill_state(eng, arrays, [&](int spec, const Piece* piece, int k, float* dst) {
+  NonFinite bad;
+  const std::uint64_t bytes = fill_state(eng, arrays, [&](int spec, const Piece* piece, int k, float* dst) {
     const std::string path = format::dataset_path(groups[k], eng.specs()[spec].name);
     if (lora_optional && eng.specs()[spec].is_lora && !h5::link_exists(file, path)) return;
     h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
     read_piece(ds.get(), dxpl.get(), piece, dst);
-  }, /*keep_unread=*/lora_optional);
+  }, bad, /*keep_unread=*/lora_optional);
+  agree_finite(comm, eng, bad, [&](int spec, int k) {
+    return strprintf("checkpoint %s: dataset %s", file_path.c_str(),
+                     format::dataset_path(groups[k], eng.specs()[spec].name).c_str());
+  });
+  return bytes;
 }
 
 std::uint64_t sum_over(const MpiComm& comm, std::uint64_t v) {
@@ -87,20 +144,47 @@ std::uint64_t sum_over(const MpiComm& comm, std::uint64_t v) {
   return total;
 }
 
-/// Progress attributes of an open checkpoint (written by every format version).
+/// Progress attributes of an open checkpoint (written by every format version). A damaged
+/// counter must not reach the schedule (a negative step gives a negative learning rate) or
+/// the sampler: each is range-checked against what a save can write.
 TrainState read_train_state(hid_t file, const std::string& path) {
   auto need = [&](const char* key) {
     const auto v = h5::read_int_attr(file, key);
     MESHTRAIN_REQUIRE(v.has_value(), "checkpoint %s lacks the attribute '%s'", path.c_str(), key);
     return *v;
   };
+  auto need_unsigned = [&](const char* key) {
+    const auto v = h5::read_uint_attr(file, key);
+    MESHTRAIN_REQUIRE(v.has_value(), "checkpoint %s lacks the attribute '%s'", path.c_str(), key);
+    return *v;
+  };
+  auto impossible = [&](const char* key, const std::string& value, const char* rule) {
+    return UserError(strprintf("checkpoint %s: attribute '%s' = %s is impossible (%s); the file is damaged, use an "
+                               "earlier checkpoint",
+                               path.c_str(), key, value.c_str(), rule));
+  };
+  auto in_range = [&](const char* key, std::int64_t v, std::int64_t lo, std::int64_t hi, const char* rule) {
+    if (v < lo || v > hi) throw impossible(key, std::to_string(v), rule);
+    return v;
+  };
   TrainState st;
-  st.step = static_cast<int>(need("step"));
-  st.cursor = static_cast<std::uint64_t>(need("data_cursor"));
-  st.updates = static_cast<int>(need("optimizer_updates"));
-  st.skipped = static_cast<int>(need("skipped_steps"));
-  st.seed = static_cast<std::uint64_t>(need("seed"));
-  st.tokens_seen = static_cast<std::uint64_t>(need("tokens_seen"));
+  st.step = static_cast<int>(in_range("step", need("step"), 0, INT32_MAX, "it must be in 0 .. 2^31-1"));
+  st.updates = static_cast<int>(
+      in_range("optimizer_updates", need("optimizer_updates"), 0, st.step, "it must be in 0 .. step"));
+  st.skipped = static_cast<int>(in_range("skipped_steps", need("skipped_steps"), 0, st.step - st.updates,
+                                         "it must be in 0 .. step - optimizer_updates"));
+  // Windows and tokens are uint64 counters. A step reads at most train.global_batch
+  // (<= 2^30) windows of at most model.max_seq_len (<= 2^22) tokens; a wrapped counter
+  // (a "negative" one) is far past both.
+  st.cursor = need_unsigned("data_cursor");
+  if (st.cursor > static_cast<std::uint64_t>(st.step) << 30)
+    throw impossible("data_cursor", std::to_string(st.cursor),
+                     "a step reads at most 2^30 windows, so it must be at most step x 2^30");
+  st.tokens_seen = need_unsigned("tokens_seen");
+  if (static_cast<unsigned __int128>(st.tokens_seen) > static_cast<unsigned __int128>(st.cursor) << 22)
+    throw impossible("tokens_seen", std::to_string(st.tokens_seen),
+                     "a window holds at most 2^22 tokens, so it must be at most data_cursor x 2^22");
+  st.seed = static_cast<std::uint64_t>(need("seed"));  // any 64-bit pattern is a seed
   return st;
 }
 
@@ -155,7 +239,7 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())));
     agree_on_errors(comm, [&] { st = read_train_state(file.get(), path); });
-    bytes = read_checkpoint_state(eng, file.get(), 3);
+    bytes = read_checkpoint_state(eng, comm, file.get(), path, 3);
   }
   eng.params_updated();
   bytes = sum_over(comm, bytes);
@@ -182,7 +266,7 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
     });
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
-    bytes = read_checkpoint_state(eng, file.get(), 1, /*lora_optional=*/true);
+    bytes = read_checkpoint_state(eng, comm, file.get(), resolved, 1, /*lora_optional=*/true);
   } else {
     // Every rank maps the files and validates them alike (the same bytes give the same
     // verdict); rank 0 alone compares a tied head with the embedding.
@@ -191,12 +275,16 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
       w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
       if (comm.rank() == 0) w->check_tied_head();
     });
+    NonFinite bad;
     bytes = fill_state(
         eng, 1,
         [&](int spec, const Piece* piece, int, float* dst) {
           if (piece && w->has(spec)) w->read(*piece, dst);
         },
-        /*keep_unread=*/true);
+        bad, /*keep_unread=*/true);
+    agree_finite(comm, eng, bad, [&](int spec, int) {
+      return strprintf("initial weights %s: tensor %s", resolved.c_str(), w->file_tensor_name(spec).c_str());
+    });
   }
   for (int u = 0; u < eng.num_units(); ++u) {
     eng.state(u).exp_avg.zero();

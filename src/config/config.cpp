@@ -4,10 +4,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <climits>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
@@ -249,6 +253,21 @@ std::vector<std::string> split_empty_assignments(const std::vector<std::string>&
   return out;
 }
 
+/// Boost converts "-1" to an unsigned key as 2^64 - 1 without complaint (lexical_cast
+/// accepts a sign for unsigned types); refuse it like any other value of the wrong type.
+po::parsed_options refuse_negative_unsigned(po::parsed_options parsed, const Registry& reg, const std::string& where) {
+  for (const po::option& o : parsed.options) {
+    const auto it = reg.type_of.find(o.string_key);
+    if (it == reg.type_of.end() || it->second != type_word<std::uint64_t>()) continue;
+    for (const std::string& v : o.value) {
+      const auto first = v.find_first_not_of(" \t");
+      MESHTRAIN_REQUIRE(first == std::string::npos || v[first] != '-', "config key '%s'%s expects %s, got '%s'",
+                        o.string_key.c_str(), where.c_str(), it->second.c_str(), v.c_str());
+    }
+  }
+  return parsed;
+}
+
 }  // namespace
 
 ParsedArgs parse_config(const std::string& command, const std::vector<std::string>& args,
@@ -269,9 +288,12 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
   std::string where = " (on the command line)";
   try {
     std::vector<std::string> argv = split_empty_assignments(args);
-    po::store(po::command_line_parser(argv).options(all).positional(positional).run(), vm);
+    po::store(refuse_negative_unsigned(po::command_line_parser(argv).options(all).positional(positional).run(), reg,
+                                       where),
+              vm);
     for (const std::string& k : reg.keys)
       if (vm.count(k) && !vm[k].defaulted()) out.config.command_line_keys.insert(k);
+
     if (vm.count("help")) {
       std::ostringstream os;
       os << "usage: meshtrain " << command << " [CONFIG.ini] [--section.key=value ...]\n\n"
@@ -282,6 +304,11 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
     }
     if (vm.count("config-file")) {
       const std::string path = vm["config-file"].as<std::string>();
+      std::error_code ec;
+      // An ifstream opens a directory without error and reads nothing from it, which
+      // would silently run the defaults.
+      MESHTRAIN_REQUIRE(!std::filesystem::is_directory(path, ec),
+                        "config file '%s' is a directory; give the path of an INI file", path.c_str());
       std::ifstream in(path);
       MESHTRAIN_REQUIRE(in.good(), "cannot open config file '%s': %s", path.c_str(),
                         std::strerror(errno));
@@ -289,7 +316,8 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
       where = " (in " + path + ")";
       // Values already stored from the command line take precedence over the file.
       std::istringstream stripped(strip_inline_comments(in));
-      const po::parsed_options from_file = po::parse_config_file(stripped, keys, /*allow_unregistered=*/false);
+      const po::parsed_options from_file =
+          refuse_negative_unsigned(po::parse_config_file(stripped, keys, /*allow_unregistered=*/false), reg, where);
       for (const po::option& o : from_file.options) out.config.file_keys.insert(o.string_key);
       po::store(from_file, vm);
     }
@@ -315,6 +343,13 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
 }
 
 void validate_config(const Config& c) {
+  // Every float key first: NaN and +-Inf pass the range checks below (NaN compares false
+  // with everything) and would train into NaNs, so no float key may hold one.
+  visit_config(c, [](const char* key, const auto& field, const char*) {
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<T, double>)
+      MESHTRAIN_REQUIRE(std::isfinite(field), "%s = %g is not a finite number; give a finite value", key, field);
+  });
   const auto one_of = [](const char* key, const std::string& v, std::initializer_list<const char*> ok) {
     for (const char* o : ok)
       if (v == o) return;
@@ -328,40 +363,80 @@ void validate_config(const Config& c) {
   const auto non_negative = [](const char* key, double v) {
     MESHTRAIN_REQUIRE(v >= 0, "%s must be >= 0, got %g", key, v);
   };
+  // Upper bounds on sizes: far above any real model or job, low enough that products of
+  // them (tokens per micro-batch, elements per tensor) cannot overflow the integer types
+  // that hold them. A value past one is a typo, not a plan.
+  const auto at_most = [](const char* key, long long v, long long max) {
+    MESHTRAIN_REQUIRE(v <= max, "%s = %lld is larger than the largest supported value %lld; check the value", key,
+                      v, max);
+  };
+  const auto mesh_degree = [&](const char* key, int v) {
+    MESHTRAIN_REQUIRE(v == -1 || v >= 1, "%s must be -1 (infer) or positive, got %d", key, v);
+    at_most(key, v, 1 << 24);
+  };
   one_of("model.family", c.model.family, {"gpt2", "llama"});
   positive("model.vocab_size", static_cast<double>(c.model.vocab_size));
+  at_most("model.vocab_size", c.model.vocab_size, INT32_MAX);  // token ids are int32
   positive("model.vocab_pad_multiple", c.model.vocab_pad_multiple);
+  at_most("model.vocab_pad_multiple", c.model.vocab_pad_multiple, 1 << 16);
   positive("model.d_model", c.model.d_model);
+  at_most("model.d_model", c.model.d_model, 1 << 17);
   positive("model.n_layers", c.model.n_layers);
+  at_most("model.n_layers", c.model.n_layers, 1 << 14);
   positive("model.n_heads", c.model.n_heads);
+  at_most("model.n_heads", c.model.n_heads, c.model.d_model);
   MESHTRAIN_REQUIRE(c.model.n_kv_heads == -1 || c.model.n_kv_heads >= 1,
                     "model.n_kv_heads must be -1 (= n_heads) or positive, got %d", c.model.n_kv_heads);
+  at_most("model.n_kv_heads", c.model.n_kv_heads, c.model.n_heads);
   MESHTRAIN_REQUIRE(c.model.ffn_dim == -1 || c.model.ffn_dim >= 1,
                     "model.ffn_dim must be -1 (default rule) or positive, got %d", c.model.ffn_dim);
+  at_most("model.ffn_dim", c.model.ffn_dim, 1 << 20);
   positive("model.max_seq_len", c.model.max_seq_len);
+  at_most("model.max_seq_len", c.model.max_seq_len, 1 << 22);
   positive("model.norm_eps", c.model.norm_eps);
+  MESHTRAIN_REQUIRE(c.model.norm_eps < 1, "model.norm_eps must be below 1 (typically 1e-5 or 1e-6), got %g",
+                    c.model.norm_eps);
   positive("model.rope_theta", c.model.rope_theta);
   positive("model.init_std", c.model.init_std);
   non_negative("model.lora_rank", c.model.lora_rank);
+  at_most("model.lora_rank", c.model.lora_rank, c.model.d_model);
+  positive("model.lora_alpha", c.model.lora_alpha);
   one_of("parallel.strategy", c.parallel.strategy,
          {"auto", "full_shard", "shard_grad_op", "no_shard", "hybrid_shard"});
   one_of("parallel.backend", c.parallel.backend, {"auto", "mpi", "nccl"});
   one_of("parallel.reduce_dtype", c.parallel.reduce_dtype, {"fp32", "bf16"});
+  mesh_degree("parallel.dp_replicate", c.parallel.dp_replicate);
+  mesh_degree("parallel.dp_shard", c.parallel.dp_shard);
+  mesh_degree("parallel.tp", c.parallel.tp);
   non_negative("parallel.prefetch", c.parallel.prefetch);
+  at_most("parallel.prefetch", c.parallel.prefetch, 1 << 14);
   MESHTRAIN_REQUIRE(c.parallel.memory_headroom >= 0 && c.parallel.memory_headroom < 1,
                     "parallel.memory_headroom must be in [0, 1), got %g", c.parallel.memory_headroom);
   non_negative("parallel.world_size", c.parallel.world_size);
+  at_most("parallel.world_size", c.parallel.world_size, 1 << 24);
   non_negative("parallel.gpus_per_node", c.parallel.gpus_per_node);
+  at_most("parallel.gpus_per_node", c.parallel.gpus_per_node, 1 << 12);
   non_negative("parallel.collective_timeout", c.parallel.collective_timeout);
   if (!c.parallel.memory_limit.empty()) parse_bytes("parallel.memory_limit", c.parallel.memory_limit);
   if (!c.parallel.device_memory.empty()) parse_bytes("parallel.device_memory", c.parallel.device_memory);
   non_negative("train.steps", c.train.steps);
   non_negative("train.micro_batch", c.train.micro_batch);  // 0: chosen by the planner
+  at_most("train.micro_batch", c.train.micro_batch, 1 << 20);
   positive("train.seq_len", c.train.seq_len);
+  at_most("train.seq_len", c.train.seq_len, 1 << 22);
+  // Tokens of one micro-batch index int32 buffers.
+  at_most("train.micro_batch x train.seq_len", static_cast<long long>(c.train.micro_batch) * c.train.seq_len,
+          INT32_MAX);
   positive("train.grad_accum", c.train.grad_accum);
+  at_most("train.grad_accum", c.train.grad_accum, 1 << 20);
   non_negative("train.global_batch", c.train.global_batch);
-  non_negative("train.lr", c.train.lr);
+  at_most("train.global_batch", c.train.global_batch, 1 << 30);
+  non_negative("train.lr", c.train.lr);  // 0 keeps the weights fixed (used to check loading)
   non_negative("train.min_lr", c.train.min_lr);
+  MESHTRAIN_REQUIRE(c.train.lr_schedule != "cosine" || c.train.min_lr <= c.train.lr,
+                    "train.min_lr = %g is above train.lr = %g, so the cosine schedule would raise the learning rate; "
+                    "set train.min_lr <= train.lr",
+                    c.train.min_lr, c.train.lr);
   non_negative("train.warmup_steps", c.train.warmup_steps);
   one_of("train.lr_schedule", c.train.lr_schedule, {"cosine", "constant"});
   non_negative("train.weight_decay", c.train.weight_decay);
@@ -372,10 +447,15 @@ void validate_config(const Config& c) {
   one_of("train.precision", c.train.precision, {"fp32", "bf16"});
   non_negative("train.eval_every", c.train.eval_every);
   positive("train.eval_batches", c.train.eval_batches);
+  at_most("train.eval_batches", c.train.eval_batches, 1 << 20);
   positive("train.log_every", c.train.log_every);
   non_negative("train.time_limit", c.train.time_limit);
+  non_negative("train.time_limit_margin", c.train.time_limit_margin);
   non_negative("train.max_skipped_steps", c.train.max_skipped_steps);
+  MESHTRAIN_REQUIRE(c.train.inject_nan_rank >= -1, "train.inject_nan_rank must be -1 (all ranks) or a rank, got %d",
+                    c.train.inject_nan_rank);
   non_negative("train.sample_tokens", c.train.sample_tokens);
+  at_most("train.sample_tokens", c.train.sample_tokens, 1 << 24);
   non_negative("train.sample_temperature", c.train.sample_temperature);
   non_negative("train.sample_top_k", c.train.sample_top_k);
   non_negative("train.peak_tflops", c.train.peak_tflops);

@@ -69,7 +69,10 @@ Dataset Dataset::load(const std::string& spec, std::int64_t model_vocab, std::ui
   MESHTRAIN_REQUIRE(!spec.empty(),
                     "data.dir is not set; give a dataset directory made by `meshtrain prepare`, or "
                     "`random` for synthetic tokens");
-  return spec == "random" ? random(model_vocab, seed) : open(spec);
+  if (spec == "random") return random(model_vocab, seed);
+  Dataset d = open(spec);
+  check_vocab(d.meta.vocab_size, model_vocab);
+  return d;
 }
 
 void check_vocab(std::int64_t dataset_vocab, std::int64_t model_vocab) {

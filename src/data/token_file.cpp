@@ -107,7 +107,8 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   tokens_ = base + kTokenFileHeaderBytes;
   try {
     header_ = decode_and_validate(path, base, file_bytes);
-    // Sampled vocabulary check: a full scan would read the whole file at every start.
+    // Sampled vocabulary check, so that most damaged files are refused at start-up; a full
+    // scan would read the whole file at every start. read() checks every id it returns.
     const std::uint64_t n = header_.count;
     const std::uint64_t samples = std::min<std::uint64_t>(n, kSampledIds);
     for (std::uint64_t k = 0; k < samples; ++k) {
@@ -136,12 +137,33 @@ std::uint32_t TokenFile::token_at(std::uint64_t i) const {
 
 void TokenFile::read(std::uint64_t offset, int len, std::int32_t* out) const {
   check_read_range(offset, len, header_.count, path_);
+  // Every id is checked as it is read (a compare per token, nothing next to the GEMMs it
+  // feeds): the open-time check only samples the file, and an id past the vocabulary
+  // would index outside the embedding table.
+  const std::uint64_t vocab = header_.vocab_size;
+  std::uint32_t bad = 0;
   if (header_.bytes_per_token == 2) {
     const unsigned char* p = tokens_ + 2 * offset;
-    for (int i = 0; i < len; ++i) out[i] = static_cast<std::int32_t>(load_le16(p + 2 * i));
+    for (int i = 0; i < len; ++i) {
+      const std::uint32_t id = load_le16(p + 2 * i);
+      bad |= id >= vocab;
+      out[i] = static_cast<std::int32_t>(id);
+    }
   } else {
     const unsigned char* p = tokens_ + 4 * offset;
-    for (int i = 0; i < len; ++i) out[i] = static_cast<std::int32_t>(load_le32(p + 4 * i));
+    for (int i = 0; i < len; ++i) {
+      const std::uint32_t id = load_le32(p + 4 * i);
+      bad |= id >= vocab;
+      out[i] = static_cast<std::int32_t>(id);
+    }
+  }
+  if (bad) {
+    for (int i = 0; i < len; ++i)
+      MESHTRAIN_REQUIRE(static_cast<std::uint32_t>(out[i]) < vocab,
+                        "%s: token %u at position %llu is not below the vocabulary size %llu in the header; the "
+                        "file is corrupt or was written for another vocabulary, re-run `meshtrain prepare`",
+                        path_.c_str(), static_cast<std::uint32_t>(out[i]),
+                        static_cast<ull>(offset + static_cast<std::uint64_t>(i)), static_cast<ull>(vocab));
   }
 }
 

@@ -219,8 +219,13 @@ Plan make_plan(const PlanInput& in) {
   if (!any_valid) {
     plan.reason = "no strategy can run this configuration: " + plan.options.back().note;
   } else if (plan.chosen < 0) {
-    plan.reason = "no strategy fits the memory budget: add ranks, use train.activation_checkpointing=true, a "
-                  "smaller train.micro_batch, or bf16";
+    const StrategyPlan* least = nullptr;
+    for (const auto& p : plan.options)
+      if (p.valid && (!least || p.memory.total() < least->memory.total())) least = &p;
+    plan.reason = strprintf("no strategy fits the memory budget (the smallest, %s, needs %s per rank of %s usable): "
+                            "add ranks, use train.activation_checkpointing=true, a smaller train.micro_batch, or bf16",
+                            strategy_name(least->strategy), format_bytes(least->memory.total()).c_str(),
+                            format_bytes(in.memory_budget * (1 - in.headroom)).c_str());
   } else {
     const StrategyPlan& p = plan.options[plan.chosen];
     plan.reason = strprintf("%s is the least-communication strategy that fits: %s per rank of %s usable",
@@ -233,6 +238,38 @@ Plan make_plan(const PlanInput& in) {
     (void)nodes;
   }
   return plan;
+}
+
+std::string fit_alternatives(const PlanInput& in, Strategy forced) {
+  std::vector<std::string> out;
+  const Plan plan = make_plan(in);
+  for (const StrategyPlan& p : plan.options)
+    if (p.valid && p.fits && p.strategy != forced)
+      out.push_back(strprintf("parallel.strategy=%s on mesh %s (%s per rank)", strategy_name(p.strategy),
+                              p.mesh.str().c_str(), format_bytes(p.memory.total()).c_str()));
+  if (!in.activation_checkpointing) {
+    PlanInput ac = in;
+    ac.activation_checkpointing = true;
+    try {
+      const StrategyPlan p = plan_strategy(ac, forced, mesh_for_strategy(ac, forced));
+      if (p.valid && p.fits) {
+        out.push_back(strprintf("train.activation_checkpointing=true with %s (%s per rank)", strategy_name(forced),
+                                format_bytes(p.memory.total()).c_str()));
+      } else {
+        const Plan with_ac = make_plan(ac);
+        if (with_ac.chosen >= 0) {
+          const StrategyPlan& q = with_ac.options[with_ac.chosen];
+          out.push_back(strprintf("train.activation_checkpointing=true with parallel.strategy=%s on mesh %s (%s per "
+                                  "rank)",
+                                  strategy_name(q.strategy), q.mesh.str().c_str(),
+                                  format_bytes(q.memory.total()).c_str()));
+        }
+      }
+    } catch (const UserError&) {
+      // The forced strategy's mesh is impossible with or without checkpointing: nothing to add.
+    }
+  }
+  return join(out, ", or ");
 }
 
 }  // namespace meshtrain::parallel

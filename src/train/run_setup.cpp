@@ -1,6 +1,7 @@
 #include "meshtrain/train/run_setup.hpp"
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/train/mesh_search.hpp"
@@ -15,6 +16,18 @@ double memory_budget_per_rank(const Config& cfg, const Topology& topo, bool othe
   const int per_node = other_cluster && cfg.parallel.gpus_per_node > 0 ? cfg.parallel.gpus_per_node : topo.local_size;
   return static_cast<double>(host_total_memory_bytes()) / std::max(1, per_node);
 }
+
+namespace {
+
+/// Where memory_budget_per_rank's number comes from, in words for messages.
+std::string budget_source(const Config& cfg) {
+  if (!cfg.parallel.device_memory.empty()) return "parallel.device_memory=" + cfg.parallel.device_memory;
+  if (!cfg.parallel.memory_limit.empty()) return "parallel.memory_limit=" + cfg.parallel.memory_limit;
+  if (device_memory_bytes() > 0) return "the device's memory";
+  return "node memory / ranks per node; parallel.memory_limit sets it";
+}
+
+}  // namespace
 
 parallel::PlanInput plan_input(const Config& cfg, const model::ModelDims& dims, int world, int ranks_per_node,
                                double budget) {
@@ -81,6 +94,24 @@ RunSetup resolve_run(const Config& cfg_in, const Topology& topo, const CostModel
     chosen = parallel::plan_strategy(in, s, parallel::mesh_for_strategy(in, s));
     MESHTRAIN_REQUIRE(chosen.valid, "parallel.strategy=%s: %s", cfg.parallel.strategy.c_str(), chosen.note.c_str());
     r.strategy_reason = "set by parallel.strategy";
+    const double need = chosen.memory.total();
+    if (r.memory_budget > 0 && need > r.memory_budget) {
+      // Allocating it would end in std::bad_alloc (or an out-of-memory kill) on some rank
+      // part-way through start-up; say so now, with the numbers and what would fit.
+      const std::string alternatives = parallel::fit_alternatives(in, chosen.strategy);
+      throw UserError(strprintf(
+          "parallel.strategy=%s on mesh %s needs %s per rank (parameters %s, gradients %s, optimizer %s, "
+          "activations %s, gathered/communication buffers %s), more than the %s available per rank (%s); %s%s",
+          cfg.parallel.strategy.c_str(), chosen.mesh.str().c_str(), format_bytes(need).c_str(),
+          format_bytes(chosen.memory.params).c_str(), format_bytes(chosen.memory.grads).c_str(),
+          format_bytes(chosen.memory.optimizer).c_str(), format_bytes(chosen.memory.activations).c_str(),
+          format_bytes(chosen.memory.gathered + chosen.memory.grad_buffers + chosen.memory.comm_buffers).c_str(),
+          format_bytes(r.memory_budget).c_str(), budget_source(cfg).c_str(),
+          alternatives.empty() ? "nothing fits this job: use more ranks, bf16, a smaller train.micro_batch or "
+                                 "train.seq_len, or a smaller model"
+                               : "what would fit: ",
+          alternatives.c_str()));
+    }
     if (!chosen.fits)
       log::warn("parallel.strategy=%s may not fit in memory: %s (parallel.memory_limit or the device size sets the budget)",
                 cfg.parallel.strategy.c_str(), chosen.note.c_str());

@@ -22,6 +22,7 @@
 #include "meshtrain/parallel/micro_step.hpp"
 #include "meshtrain/train/generate.hpp"
 #include "meshtrain/train/metrics.hpp"
+#include "meshtrain/train/preflight.hpp"
 #include "meshtrain/train/run_record.hpp"
 #include "meshtrain/train/session.hpp"
 #include "meshtrain/train/setting_warnings.hpp"
@@ -81,6 +82,7 @@ class Trainer {
   std::unique_ptr<MetricsWriter> metrics_;
   StepSettings settings_;
   std::set<long> nan_steps_;
+  std::vector<std::int32_t> step_in_, step_tgt_;  ///< this rank's windows of one step: (grad_accum, B, T) each
   double peak_flops_ = 0;
   std::uint64_t cursor_ = 0;      ///< training windows consumed (global)
   int updates_ = 0;               ///< optimizer updates applied (bias correction)
@@ -107,15 +109,23 @@ int Trainer<T>::run() {
   const Topology& topo = rt_.topology();
   const TrainConfig& tc = cfg_.train;
   const std::string out_dir = cfg_.output.dir;
-  agree_on_errors(rt_.world(), [&] {
-    if (root_) write_run_record(s_, topo, out_dir);
-  });
+  // Start-up validates everything the run reads (config and mesh in resolve_run, the
+  // dataset and its vocabulary here, the checkpoint or init_from weights in
+  // restore_or_init) and probes every directory it writes, before anything is written:
+  // a user error found now leaves output.dir and checkpoint.dir exactly as they were, and
+  // a failed resume never rewrites the earlier run's records.
   agree_on_errors(rt_.world(), [&] {
     data_ = data::Dataset::load(cfg_.data.dir, s_.dims.valid_vocab, tc.seed);
     data::check_dataset_tokenizer(data_.meta, cfg_.data.dir, cfg_.checkpoint.init_from);
     sampler_ = std::make_unique<data::Sampler>(data_.train, tc.seq_len, tc.seed);
     if (data_.val && data::has_window(*data_.val, tc.seq_len))
       eval_sampler_ = std::make_unique<data::EvalSampler>(data_.val, tc.seq_len);
+  });
+  agree_on_errors(rt_.world(), [&] {
+    if (!root_) return;
+    require_writable_dir("output.dir", out_dir);
+    require_writable_dir(cfg_.checkpoint.dir.empty() ? "checkpoint.dir (<output.dir>/checkpoints)" : "checkpoint.dir",
+                         checkpoint::checkpoint_dir(cfg_));
   });
   if (!eval_sampler_ && tc.eval_every > 0)
     log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", tc.seq_len);
@@ -134,6 +144,10 @@ int Trainer<T>::run() {
   parallel::FsdpEngine<T>& eng = session_.engine();
   eng.init_parameters(tc.seed);
   const int first_step = restore_or_init();
+  // Inputs are valid: from here on the run writes.
+  agree_on_errors(rt_.world(), [&] {
+    if (root_) write_run_record(s_, topo, out_dir);
+  });
   settings_ = step_settings(tc);
   if (!tc.inject_nan_steps.empty())
     for (long v : parse_int_list("train.inject_nan_steps", tc.inject_nan_steps)) nan_steps_.insert(v);
@@ -218,9 +232,22 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   const Mesh& mesh = session_.mesh();
   const CommStats before = comm_stats();
   const double t0 = now_seconds();
+  // Every micro-batch of the step is read before the step starts, and the ranks agree on a
+  // bad token id (data::TokenFile::read checks each one) so that all of them stop with the
+  // same message instead of the others waiting in the step's collectives.
+  const std::size_t per_micro = static_cast<std::size_t>(tc.micro_batch) * static_cast<std::size_t>(tc.seq_len);
+  step_in_.resize(per_micro * static_cast<std::size_t>(s_.grad_accum));
+  step_tgt_.resize(step_in_.size());
+  agree_on_errors(rt_.world(), [&] {
+    for (int micro = 0; micro < s_.grad_accum; ++micro) {
+      const std::uint64_t w0 =
+          data::rank_first_window(cursor_, micro, tc.micro_batch, mesh.shape().dp(), mesh.dp_rank());
+      sampler_->fill(w0, tc.micro_batch, step_in_.data() + micro * per_micro, step_tgt_.data() + micro * per_micro);
+    }
+  }, "world");  // under the watchdog: a rank stalled between steps ends the job, named
   const BatchFiller fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
-    const std::uint64_t w0 = data::rank_first_window(cursor_, micro, tc.micro_batch, mesh.shape().dp(), mesh.dp_rank());
-    sampler_->fill(w0, tc.micro_batch, in, tgt);
+    std::copy_n(step_in_.data() + micro * per_micro, per_micro, in);
+    std::copy_n(step_tgt_.data() + micro * per_micro, per_micro, tgt);
   };
   const bool poison =
       nan_steps_.count(step + 1) && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank);
@@ -255,7 +282,9 @@ double Trainer<T>::evaluate() {
   const int micro_batches = tc.eval_batches * s_.grad_accum;
   for (int b = 0; b < micro_batches; ++b) {
     const std::uint64_t w0 = data::rank_first_window(0, b, tc.micro_batch, dp, mesh.dp_rank());
-    eval_sampler_->fill(w0, tc.micro_batch, batch_.host_in.data(), batch_.host_tgt.data());
+    agree_on_errors(rt_.world(), [&] {  // a bad token id stops every rank alike
+      eval_sampler_->fill(w0, tc.micro_batch, batch_.host_in.data(), batch_.host_tgt.data());
+    }, "world");
     batch_.upload();
     local += parallel::forward_loss(session_.engine(), session_.model(), session_.context(), batch_.in.data(),
                                     batch_.tgt.data(), shape);

@@ -40,6 +40,7 @@ def retype(f):
 variant("dtype.h5", retype)
 EOF
 mkdir -p dangling && echo step_00000099.h5 >dangling/latest
+mkdir -p empty_dir
 # Safetensors that break a rule, and one that lacks a parameter.
 "$py" - <<'EOF' || fail "preparing the bad safetensors"
 import numpy as np
@@ -83,7 +84,7 @@ cases=(
   "convert_dtype|--dtype must be fp32 or bf16, not 'fp16'|convert --input $good --output c3 --dtype fp16"
   "convert_shard|--max_shard_size|convert --input $good --output c4 --max_shard_size=lots"
   "convert_latest|checkpoint directory dangling: dangling/latest points to|convert --input dangling --output c5"
-  "convert_empty_dir|--input o1: the directory holds no complete checkpoint|convert --input o1 --output c6"
+  "convert_empty_dir|--input empty_dir: the directory holds no complete checkpoint|convert --input empty_dir --output c6"
 )
 for np in 1 2; do
   for c in "${cases[@]}"; do
@@ -101,7 +102,7 @@ done
 [[ $(ls -l good/checkpoints dangling | md5sum) == "$before" ]] || fail "a failed run changed a checkpoint directory"
 for d in c1 c2 c3 c4 c5 c6; do [[ ! -e $d ]] || [[ -z $(ls -A $d) ]] || fail "a failed convert left files in $d"; done
 for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12; do
-  [[ ! -e $d/checkpoints ]] || fail "a failed run wrote checkpoints into $d"
+  [[ ! -e $d ]] || fail "a failed run created its output.dir $d (start-up errors write nothing)"
 done
 
 run 1 convert_help convert --help

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -313,6 +314,90 @@ TEST(ParseIntList, ListsAndErrors) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(parse_int_list("train.inject_nan_steps", bad), UserError);
   }
+}
+
+// Every float key, found by behaviour so that a key added later is covered too: it takes
+// 0.5 and refuses text (a string key takes both, an integer key refuses 0.5).
+std::vector<std::string> float_keys() {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : config_entries(Config{})) {
+    bool takes_half = true, takes_text = true;
+    try {
+      parse_config("train", {"--" + key + "=0.5"});
+    } catch (const UserError&) {
+      takes_half = false;
+    }
+    try {
+      parse_config("train", {"--" + key + "=abc"});
+    } catch (const UserError&) {
+      takes_text = false;
+    }
+    if (takes_half && !takes_text) out.push_back(key);
+  }
+  return out;
+}
+
+TEST(ConfigNumbers, EveryFloatKeyRefusesNanAndInfinity) {
+  const std::vector<std::string> keys = float_keys();
+  // The float keys of today (the list grows with new keys; it must not shrink to nothing).
+  for (const char* k : {"train.lr", "train.weight_decay", "train.beta1", "model.norm_eps", "parallel.memory_headroom"})
+    EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k << " was not detected as a float key";
+  for (const std::string& key : keys) {
+    for (const char* bad : {"nan", "inf", "-inf", "NaN", "1e400"}) {
+      SCOPED_TRACE(key + "=" + bad);
+      std::string message;
+      try {
+        const ParsedArgs p = parse_config("train", {"--" + key + "=" + bad});
+        validate_config(p.config);
+        ADD_FAILURE() << "accepted";
+      } catch (const UserError& e) {
+        message = e.what();
+      }
+      EXPECT_CONTAINS(message, key);
+    }
+  }
+}
+
+TEST(ConfigNumbers, PhysicalRangesAndAbsurdSizes) {
+  const std::vector<std::pair<Args, std::string>> cases = {
+      {{"--train.lr=-1e-3"}, "train.lr must be >= 0"},
+      {{"--train.min_lr=1"}, "train.min_lr = 1 is above train.lr = 0.0003"},
+      {{"--train.weight_decay=-0.1"}, "train.weight_decay must be >= 0"},
+      {{"--train.beta2=1"}, "train.beta2 must be in [0, 1)"},
+      {{"--train.adam_eps=0"}, "train.adam_eps must be positive"},
+      {{"--train.grad_clip=-2"}, "train.grad_clip must be >= 0"},
+      {{"--train.warmup_steps=-1"}, "train.warmup_steps must be >= 0"},
+      {{"--train.time_limit_margin=-1"}, "train.time_limit_margin must be >= 0"},
+      {{"--model.norm_eps=2"}, "model.norm_eps must be below 1"},
+      {{"--model.lora_alpha=0"}, "model.lora_alpha must be positive"},
+      {{"--model.vocab_size=4294967296"}, "model.vocab_size = 4294967296 is larger than the largest supported value"},
+      {{"--model.d_model=1000000000"}, "model.d_model = 1000000000 is larger"},
+      {{"--model.n_heads=1000"}, "model.n_heads = 1000 is larger"},
+      {{"--train.micro_batch=65536", "--train.seq_len=65536"}, "train.micro_batch x train.seq_len"},
+      {{"--parallel.tp=0"}, "parallel.tp must be -1 (infer) or positive"},
+      {{"--train.inject_nan_rank=-2"}, "train.inject_nan_rank must be -1"},
+      {{"--train.seed=-1"}, "config key 'train.seed' (on the command line) expects a non-negative integer, got '-1'"},
+  };
+  for (const auto& [args, expect] : cases) {
+    SCOPED_TRACE(args[0]);
+    EXPECT_CONTAINS(error_of("train", args), expect);
+  }
+  // The boundaries themselves are fine.
+  const ParsedArgs ok = parse_config("train", {"--train.lr=0", "--train.min_lr=0", "--train.beta1=0",
+                                               "--model.vocab_size=2147483647", "--train.grad_clip=0"});
+  EXPECT_NO_THROW(validate_config(ok.config));
+  // min_lr above lr only matters for the cosine decay.
+  const ParsedArgs constant = parse_config("train", {"--train.lr=1e-5", "--train.lr_schedule=constant"});
+  EXPECT_NO_THROW(validate_config(constant.config));
+}
+
+TEST_F(ConfigTest, ADirectoryIsNotAConfigFile) {
+  EXPECT_CONTAINS(error_of("train", {dir_}), "is a directory; give the path of an INI file");
+}
+
+TEST_F(ConfigTest, ANegativeSeedInAFileIsRefused) {
+  const std::string ini = write("seed.ini", "[train]\nseed = -3\n");
+  EXPECT_CONTAINS(error_of("train", {ini}), "config key 'train.seed' (in " + ini + ") expects a non-negative integer");
 }
 
 }  // namespace

@@ -329,6 +329,20 @@ TEST(Dataset, CheckVocab) {
             0u);
 }
 
+TEST(Dataset, LoadRefusesAVocabularyLargerThanTheModels) {
+  TempDir dir("dataset");
+  make_corpus(dir);
+  PrepareOptions o;
+  o.inputs = {dir / "corpus"};
+  o.output = dir / "ds";
+  prepare(o);
+  EXPECT_EQ(Dataset::load(o.output, 257, 1).meta.vocab_size, 257);
+  EXPECT_EQ(Dataset::load(o.output, 264, 1).meta.vocab_size, 257);
+  EXPECT_EQ(user_error([&] { Dataset::load(o.output, 10, 1); }).rfind(
+                "the dataset's vocabulary (257) is larger than model.vocab_size (10)", 0),
+            0u);
+}
+
 TEST(Dataset, SamplersReadThePreparedTokens) {
   TempDir dir("dataset");
   make_corpus(dir);

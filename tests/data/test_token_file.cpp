@@ -183,6 +183,35 @@ TEST(TokenFileErrors, TokenIdOutsideVocab) {
   expect_rejected(dir / "oov.bin", "not below the vocabulary size 257");
 }
 
+TEST(TokenFileErrors, EveryIdIsCheckedAsItIsRead) {
+  // A file longer than the open-time sample, with an id >= vocab at a position the sample
+  // skips: it opens, reads around the id succeed, a read that covers it names the file
+  // and the position, for both token widths.
+  for (const std::int64_t vocab : {257LL, 70000LL}) {
+    TempDir dir("tokfile");
+    const std::uint64_t n = 3 * TokenFile::kSampledIds;
+    std::vector<std::int32_t> ids(n);
+    for (std::uint64_t i = 0; i < n; ++i) ids[i] = static_cast<std::int32_t>(i % 200);
+    std::string b = test::read_file(write_tokens(dir / "ok.bin", vocab, ids));
+    const std::uint64_t bad = 1;  // sampled positions are k * (n - 1) / (kSampledIds - 1): 0, 3, ...
+    const std::size_t width = vocab <= 65536 ? 2 : 4;
+    for (std::size_t k = 0; k < width; ++k) b[kTokenFileHeaderBytes + bad * width + k] = static_cast<char>(0xff);
+    test::write_file(dir / "oov.bin", b);
+    TokenFile f(dir / "oov.bin");
+    std::vector<std::int32_t> out(8);
+    EXPECT_NO_THROW(f.read(2, 8, out.data()));
+    try {
+      f.read(0, 8, out.data());
+      ADD_FAILURE() << "no error for the id at position " << bad;
+    } catch (const UserError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(dir / "oov.bin"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("at position 1 is not below the vocabulary size " + std::to_string(vocab)), std::string::npos)
+          << msg;
+    }
+  }
+}
+
 TEST(TokenFileErrors, NotARegularFile) {
   TempDir dir("tokfile");
   expect_rejected(dir.str(), "not a regular file");

@@ -100,6 +100,34 @@ TEST(Planner, ActivationCheckpointingReducesActivations) {
   EXPECT_LT(ckpt, full / 3);
 }
 
+// What a forced strategy's error suggests: the strategies that fit on this job, and
+// activation checkpointing; nothing when nothing fits.
+TEST(Planner, FitAlternativesOfAForcedStrategy) {
+  // GPT-2 1.5B on 8 x 24 GiB: no_shard needs ~24 GiB of state alone; the sharded ones fit.
+  PlanInput in = input(gpt(1600, 48), 8, 24);
+  const StrategyPlan forced = plan_strategy(in, Strategy::NoShard, mesh_for_strategy(in, Strategy::NoShard));
+  ASSERT_FALSE(forced.fits);
+  const std::string alt = fit_alternatives(in, Strategy::NoShard);
+  EXPECT_NE(alt.find("parallel.strategy=shard_grad_op on mesh"), std::string::npos) << alt;
+  EXPECT_NE(alt.find("parallel.strategy=full_shard on mesh"), std::string::npos) << alt;
+  EXPECT_EQ(alt.find("parallel.strategy=no_shard"), std::string::npos) << alt;
+  // Without activation checkpointing, turning it on is suggested when it is what fits.
+  PlanInput no_ac = input(gpt(768, 12), 1, 6);
+  no_ac.activation_checkpointing = false;
+  no_ac.micro_batch = 16;
+  const StrategyPlan big = plan_strategy(no_ac, Strategy::NoShard, mesh_for_strategy(no_ac, Strategy::NoShard));
+  PlanInput with_ac = no_ac;
+  with_ac.activation_checkpointing = true;
+  const StrategyPlan small = plan_strategy(with_ac, Strategy::NoShard, mesh_for_strategy(with_ac, Strategy::NoShard));
+  ASSERT_FALSE(big.fits);
+  ASSERT_TRUE(small.fits) << small.note;
+  EXPECT_NE(fit_alternatives(no_ac, Strategy::NoShard).find("train.activation_checkpointing=true with no_shard"),
+            std::string::npos)
+      << fit_alternatives(no_ac, Strategy::NoShard);
+  // ~65B on 8 GPUs: nothing to suggest.
+  EXPECT_EQ(fit_alternatives(input(gpt(8192, 80), 8, 80), Strategy::FullShard), "");
+}
+
 // The candidate meshes: every factorisation of the world with tp inside a node (dividing it
 // and the heads), fixed keys kept, one mesh per distinct behaviour of a strategy.
 TEST(Planner, CandidateMeshesKeepTpInsideANodeAndHonourFixedKeys) {

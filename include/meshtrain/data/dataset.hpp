@@ -50,7 +50,8 @@ struct Dataset {
   /// Synthetic tokens: train = RandomTokens(vocab, seed), val = RandomTokens(vocab, seed + 1).
   static Dataset random(std::int64_t vocab, std::uint64_t seed);
   /// What a trainer calls with `data.dir`: "random" -> random(model_vocab, seed), any
-  /// other value -> open(spec), and an empty value is a UserError asking for data.dir.
+  /// other value -> open(spec) and check_vocab(meta.vocab_size, model_vocab), and an empty
+  /// value is a UserError asking for data.dir.
   static Dataset load(const std::string& spec, std::int64_t model_vocab, std::uint64_t seed);
 };
 

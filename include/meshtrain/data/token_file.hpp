@@ -42,6 +42,8 @@ std::array<unsigned char, kTokenFileHeaderBytes> encode_header(const TokenFileHe
 /// \brief A memory-mapped token file. The constructor validates the header (magic,
 /// version, width, vocab), the file size (exactly header + count * width) and a sample
 /// of the token ids (< vocab); each failure is a UserError naming the file and the problem.
+/// read() checks every id it returns (< vocab), a UserError naming the file and the
+/// token's position otherwise.
 class TokenFile final : public TokenSource {
  public:
   explicit TokenFile(const std::string& path);

@@ -18,7 +18,8 @@ class TokenSource {
   /// Every id satisfies 0 <= id < vocab_size().
   virtual std::int64_t vocab_size() const = 0;
   /// out[0 .. len) = tokens[offset .. offset + len). Throws std::out_of_range when the
-  /// range is not inside [0, size()) (a caller bug, not bad input).
+  /// range is not inside [0, size()) (a caller bug, not bad input), UserError naming the
+  /// source and the position when a stored id is outside [0, vocab_size()) (bad input).
   virtual void read(std::uint64_t offset, int len, std::int32_t* out) const = 0;
   /// What the source is, for messages ("data/train.bin", "random tokens (vocab 50304, seed 1)").
   virtual std::string description() const = 0;

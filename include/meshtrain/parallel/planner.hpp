@@ -88,6 +88,11 @@ Plan make_plan(const PlanInput& in);
 /// The memory and communication of one strategy on one mesh.
 StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mesh);
 
+/// \brief What would fit when `forced` does not (for the error of a forced strategy): the
+/// other strategies that fit on this job with their mesh and per-rank memory, and `forced`
+/// (or another strategy) with activation checkpointing. "" when nothing fits.
+std::string fit_alternatives(const PlanInput& in, Strategy forced);
+
 /// Every mesh a strategy can run on for this job: dp_replicate x dp_shard x tp = world with
 /// tp dividing the node (tensor parallelism stays inside a node) and the model's heads, and
 /// the dimensions fixed in `in.mesh` (not -1) kept. One mesh per distinct behaviour:
