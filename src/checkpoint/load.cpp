@@ -1,7 +1,9 @@
 // checkpoint::load and load_weights: validate once (rank 0, serially), then every rank
 // reads exactly the hyperslabs of its own state range, so any mesh loads any checkpoint.
 #include <filesystem>
+#include <optional>
 
+#include "base_ref.hpp"
 #include "format.hpp"
 #include "h5.hpp"
 #include "import.hpp"
@@ -23,11 +25,11 @@ Buffer<float>& state_array(parallel::UnitState& st, int k) {
 }
 
 /// Fills the first `arrays` state arrays of every unit from `read(piece_or_null, k, dst)`,
-/// which is called for every parameter slot in order on every rank (nullptr where the
-/// rank's range misses the parameter) so that collective readers stay matched. Padding
-/// elements become 0; so do parameters `read` leaves alone, except with `keep_unread`,
-/// where they keep their current value (LoRA adapters when loading base weights). Returns
-/// the bytes this rank read.
+/// which is called for every trainable parameter slot in order on every rank (nullptr
+/// where the rank's range misses the parameter) so that collective readers stay matched.
+/// Padding elements become 0; so do parameters `read` leaves alone, except with
+/// `keep_unread`, where they keep their current value (LoRA adapters when loading base
+/// weights). Frozen parameters are not touched (fill_frozen). Returns the bytes this rank read.
 template <class T, class Read>
 std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, bool keep_unread = false) {
   std::uint64_t bytes = 0;
@@ -43,6 +45,7 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
         Kokkos::deep_copy(UView<float, HostMem>(host[k].data(), host[k].size()), state_array(st, k).view());
     std::size_t next = 0;
     for (const model::ParamSlot& slot : L.slots) {
+      if (eng.specs()[slot.spec].frozen) continue;
       const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
       for (int k = 0; k < arrays; ++k) {
         read(slot.spec, piece, k, piece ? host[k].data() + piece->offset : nullptr);
@@ -52,6 +55,41 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
     for (int k = 0; k < arrays; ++k) stage_to_device(host[k], state_array(st, k));
   }
   return bytes;
+}
+
+/// Fills the rank's frozen values (the base under LoRA) from `read(spec, piece_or_null, 0,
+/// dst)`, called for every frozen slot in order on every rank; padding becomes 0. Returns
+/// the bytes this rank read.
+template <class T, class Read>
+std::uint64_t fill_frozen(parallel::FsdpEngine<T>& eng, Read&& read) {
+  std::uint64_t bytes = 0;
+  for (int u = 0; u < eng.num_units(); ++u) {
+    const std::int64_t b = eng.frozen_begin(u), n = eng.frozen_numel(u);
+    if (n == 0) continue;
+    const model::UnitLayout& L = eng.layouts()[u];
+    const std::vector<Piece> pieces = unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), b, b + n, b, false);
+    std::vector<float> host(static_cast<std::size_t>(n), 0.0f);
+    std::size_t next = 0;
+    for (const model::ParamSlot& slot : L.slots) {
+      if (!eng.specs()[slot.spec].frozen) continue;
+      const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
+      read(slot.spec, piece, 0, piece ? host.data() + piece->offset : nullptr);
+      if (piece) bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
+    }
+    Buffer<float> dev(host.size(), MemCategory::Workspace);
+    stage_to_device(host, dev);
+    eng.set_frozen(u, dev.data());
+  }
+  return bytes;
+}
+
+/// The parameters whose datasets a checkpoint of this engine holds: all of them, or the
+/// trainable ones (the adapters) when the base is frozen and referenced.
+std::vector<model::ParamSpec> trainable_specs(const std::vector<model::ParamSpec>& specs) {
+  std::vector<model::ParamSpec> out;
+  for (const model::ParamSpec& p : specs)
+    if (!p.frozen) out.push_back(p);
+  return out;
 }
 
 /// Collective read of `piece` (nullptr: an empty selection) of dataset `ds` into `dst`.
@@ -67,18 +105,22 @@ void read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
 }
 
 /// Reads arrays 0..arrays-1 (/model, /optim/exp_avg, /optim/exp_avg_sq) of a validated
-/// checkpoint collectively into the engine; returns this rank's bytes. With `lora_optional`
-/// LoRA adapters the file lacks keep their values (the same decision on every rank: same file).
+/// checkpoint collectively into the engine's trainable state (and, with `frozen`, /model
+/// into its frozen values); returns this rank's bytes. With `lora_optional` LoRA adapters
+/// the file lacks keep their values (the same decision on every rank: same file).
 template <class T>
-std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, hid_t file, int arrays, bool lora_optional = false) {
+std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, hid_t file, int arrays, bool lora_optional = false,
+                                    bool frozen = false) {
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   h5::Handle dxpl = h5::collective_dxpl();
-  return fill_state(eng, arrays, [&](int spec, const Piece* piece, int k, float* dst) {
+  const auto read = [&](int spec, const Piece* piece, int k, float* dst) {
     const std::string path = format::dataset_path(groups[k], eng.specs()[spec].name);
     if (lora_optional && eng.specs()[spec].is_lora && !h5::link_exists(file, path)) return;
     h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
     read_piece(ds.get(), dxpl.get(), piece, dst);
-  }, /*keep_unread=*/lora_optional);
+  };
+  std::uint64_t bytes = frozen ? fill_frozen(eng, read) : 0;
+  return bytes + fill_state(eng, arrays, read, /*keep_unread=*/lora_optional);
 }
 
 std::uint64_t sum_over(const MpiComm& comm, std::uint64_t v) {
@@ -138,6 +180,65 @@ std::pair<WeightsKind, std::string> classify_weights(const MpiComm& comm, const 
   return {kind == 0 ? WeightsKind::Hdf5 : WeightsKind::Safetensors, resolved};
 }
 
+/// Frozen values (the base under LoRA) from weights `resolved` of kind `kind`: an HDF5
+/// checkpoint's /model or a safetensors file/directory. Returns this rank's bytes. Collective.
+template <class T>
+std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const MpiComm& comm, const model::ModelDims& dims,
+                               WeightsKind kind, const std::string& resolved) {
+  if (kind == WeightsKind::Hdf5) {
+    std::vector<model::ParamSpec> frozen;
+    for (const model::ParamSpec& p : eng.specs())
+      if (p.frozen) frozen.push_back(p);
+    agree_on_errors(comm, [&] {
+      if (comm.rank() == 0) format::validate(resolved, frozen, {false, nullptr, false});
+    });
+    h5::Handle fapl = h5::mpio_fapl(comm.get());
+    h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
+    h5::Handle dxpl = h5::collective_dxpl();
+    return fill_frozen(eng, [&](int spec, const Piece* piece, int, float* dst) {
+      const std::string path = format::dataset_path(format::kModelGroup, eng.specs()[spec].name);
+      h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file.get(), path.c_str(), H5P_DEFAULT)));
+      read_piece(ds.get(), dxpl.get(), piece, dst);
+    });
+  }
+  std::unique_ptr<SafetensorsWeights> w;
+  agree_on_errors(comm, [&] {
+    w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
+    if (comm.rank() == 0) w->check_tied_head();
+  });
+  return fill_frozen(eng, [&](int spec, const Piece* piece, int, float* dst) {
+    if (piece && w->has(spec)) w->read(*piece, dst);
+  });
+}
+
+/// The base weights `ref` of LoRA checkpoint `checkpoint` into the engine's frozen values,
+/// after checking on rank 0 that they are still the same (UserError naming the path). A
+/// random base is re-initialised from its seed, which also resets the trainable state:
+/// call this before reading it. Returns this rank's bytes. Collective.
+template <class T>
+std::uint64_t read_base(parallel::FsdpEngine<T>& eng, const MpiComm& comm, const model::ModelDims& dims,
+                        const BaseRef& ref, const std::string& checkpoint) {
+  if (ref.path.empty()) {
+    eng.init_parameters(ref.seed);
+    return 0;
+  }
+  agree_on_errors(comm, [&] {
+    if (comm.rank() == 0) check_base(ref, checkpoint);
+  });
+  const std::pair<WeightsKind, std::string> classified = classify_weights(comm, ref.path);
+  return read_frozen_from(eng, comm, dims, classified.first, classified.second);
+}
+
+/// The base reference of checkpoint `path` (every rank reads the same file: same answer).
+std::optional<BaseRef> base_ref_of(const MpiComm& comm, const std::string& path) {
+  std::optional<BaseRef> ref;
+  agree_on_errors(comm, [&] {
+    h5::Handle f = h5::file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get())));
+    ref = read_base_ref(f.get());
+  });
+  return ref;
+}
+
 }  // namespace
 
 template <class T>
@@ -146,17 +247,32 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
   const MpiComm& comm = mesh.world();
   MPI_CHECK(MPI_Barrier(comm.get()));
   const double t0 = now_seconds();
+  // A LoRA run's checkpoint holds the adapters only and names its base; one written before
+  // base references (or by a run without frozen parameters) holds every parameter.
+  const std::vector<model::ParamSpec> trainable = trainable_specs(eng.specs());
   agree_on_errors(comm, [&] {
-    if (comm.rank() == 0) format::validate(path, eng.specs(), {true, &setup.dims});
+    if (comm.rank() == 0) format::validate(path, trainable, {true, &setup.dims});
+  });
+  const std::optional<BaseRef> ref = base_ref_of(comm, path);
+  agree_on_errors(comm, [&] {
+    if (comm.rank() != 0) return;
+    if (eng.has_frozen() && !ref) format::validate(path, eng.specs(), {true, &setup.dims});
+    MESHTRAIN_REQUIRE(eng.has_frozen() || !ref,
+                      "checkpoint %s holds LoRA adapters only (base weights: %s), but this run has no LoRA "
+                      "adapters: set the model.lora_* settings of the run that wrote it",
+                      path.c_str(), ref && !ref->path.empty() ? ref->path.c_str() : "random initialisation");
   });
   TrainState st;
   std::uint64_t bytes = 0;
+  if (eng.has_frozen() && ref) bytes += read_base(eng, comm, setup.dims, *ref, path);
   {
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())));
     agree_on_errors(comm, [&] { st = read_train_state(file.get(), path); });
-    bytes = read_checkpoint_state(eng, file.get(), 3);
+    bytes += read_checkpoint_state(eng, file.get(), 3, false, /*frozen=*/eng.has_frozen() && !ref);
   }
+  // An old full LoRA checkpoint: its base is in the file itself.
+  if (eng.has_frozen()) st.base = ref ? *ref : describe_base(path);
   eng.params_updated();
   bytes = sum_over(comm, bytes);
   MPI_CHECK(MPI_Barrier(comm.get()));
@@ -165,8 +281,8 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
 }
 
 template <class T>
-void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::ModelDims& dims, const std::string& path,
-                  IoStats* stats) {
+BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::ModelDims& dims,
+                     const std::string& path, IoStats* stats) {
   const MpiComm& comm = mesh.world();
   MPI_CHECK(MPI_Barrier(comm.get()));
   const double t0 = now_seconds();
@@ -176,13 +292,28 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
   const WeightsKind kind = classified.first;
   const std::string& resolved = classified.second;
   std::uint64_t bytes = 0;
+  BaseRef base;
+  if (comm.rank() == 0) base = describe_base(resolved);
+  broadcast(comm, base);
   if (kind == WeightsKind::Hdf5) {
+    // A LoRA checkpoint brings its adapters and names its base: the base comes from there.
+    const std::optional<BaseRef> ref = base_ref_of(comm, resolved);
     agree_on_errors(comm, [&] {
-      if (comm.rank() == 0) format::validate(resolved, eng.specs(), {false, nullptr, true});
+      if (comm.rank() != 0) return;
+      MESHTRAIN_REQUIRE(!ref || eng.has_frozen(),
+                        "checkpoint.init_from=%s holds LoRA adapters only (base weights: %s); this run has no "
+                        "LoRA adapters: set the model.lora_* settings of the run that wrote it, or start from its "
+                        "base",
+                        resolved.c_str(), ref && !ref->path.empty() ? ref->path.c_str() : "random initialisation");
+      format::validate(resolved, ref ? trainable_specs(eng.specs()) : eng.specs(), {false, nullptr, true});
     });
+    if (ref) {
+      bytes += read_base(eng, comm, dims, *ref, resolved);
+      base = *ref;
+    }
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
-    bytes = read_checkpoint_state(eng, file.get(), 1, /*lora_optional=*/true);
+    bytes += read_checkpoint_state(eng, file.get(), 1, /*lora_optional=*/true, /*frozen=*/!ref);
   } else {
     // Every rank maps the files and validates them alike (the same bytes give the same
     // verdict); rank 0 alone compares a tied head with the embedding.
@@ -191,12 +322,10 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
       w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
       if (comm.rank() == 0) w->check_tied_head();
     });
-    bytes = fill_state(
-        eng, 1,
-        [&](int spec, const Piece* piece, int, float* dst) {
-          if (piece && w->has(spec)) w->read(*piece, dst);
-        },
-        /*keep_unread=*/true);
+    const auto read = [&](int spec, const Piece* piece, int, float* dst) {
+      if (piece && w->has(spec)) w->read(*piece, dst);
+    };
+    bytes = fill_frozen(eng, read) + fill_state(eng, 1, read, /*keep_unread=*/true);
   }
   for (int u = 0; u < eng.num_units(); ++u) {
     eng.state(u).exp_avg.zero();
@@ -206,15 +335,16 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
   bytes = sum_over(comm, bytes);
   MPI_CHECK(MPI_Barrier(comm.get()));
   if (stats) *stats = IoStats{resolved, now_seconds() - t0, bytes, true};
+  return base;
 }
 
 template TrainState load<float>(parallel::FsdpEngine<float>&, const Mesh&, const train::RunSetup&, const std::string&,
                                 IoStats*);
 template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const train::RunSetup&, const std::string&,
                                IoStats*);
-template void load_weights<float>(parallel::FsdpEngine<float>&, const Mesh&, const model::ModelDims&,
-                                  const std::string&, IoStats*);
-template void load_weights<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const model::ModelDims&, const std::string&,
-                                 IoStats*);
+template BaseRef load_weights<float>(parallel::FsdpEngine<float>&, const Mesh&, const model::ModelDims&,
+                                     const std::string&, IoStats*);
+template BaseRef load_weights<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const model::ModelDims&,
+                                    const std::string&, IoStats*);
 
 }  // namespace meshtrain::checkpoint

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base_ref.hpp"
 #include "files.hpp"
 #include "format.hpp"
 #include "h5.hpp"
@@ -157,12 +158,15 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
       format::write_model_attrs(model_group.get(), setup.dims);
     }
     write_rank_windows(file.get(), dxpl.get(), setup, st, root);
+    // LoRA: the frozen base is not stored, only where it comes from.
+    if (eng.has_frozen()) write_base_ref(file.get(), st.base);
 
     // Every dataset is created by every rank (collective metadata), in spec order.
     h5::Handle dcpl = h5::plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
     H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
     std::vector<std::array<h5::Handle, 3>> datasets(specs.size());
     for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].frozen) continue;
       h5::Handle sp = h5::simple_space(specs[i].shape);
       for (int k = 0; k < 3; ++k)
         datasets[i][k] = h5::dataset(H5_CHECK(H5Dcreate2(file.get(), format::dataset_path(groups[k], specs[i].name).c_str(),
@@ -179,6 +183,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
       const std::vector<Piece> pieces = unit_pieces(specs, L, eng.tp_size(), eng.tp_rank(), ob, ob + on, ob, true);
       std::size_t next = 0;
       for (const model::ParamSlot& slot : L.slots) {
+        if (specs[slot.spec].frozen) continue;
         const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
         for (int k = 0; k < 3; ++k) {
           const float* data = piece ? host[k].data() + piece->offset : nullptr;
@@ -212,7 +217,8 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
   });
   MPI_CHECK(MPI_Barrier(comm.get()));
   stats.seconds = now_seconds() - t0;
-  for (const model::ParamSpec& p : specs) stats.bytes += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
+  for (const model::ParamSpec& p : specs)
+    if (!p.frozen) stats.bytes += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
   return stats;
 }
 
