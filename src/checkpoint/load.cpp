@@ -229,6 +229,28 @@ std::uint64_t read_base(parallel::FsdpEngine<T>& eng, const MpiComm& comm, const
   return read_frozen_from(eng, comm, dims, classified.first, classified.second);
 }
 
+/// The base reference of `path` when it is a readable checkpoint that has one (quiet: the
+/// validation that follows names any problem with the file). Not collective.
+std::optional<BaseRef> peek_base_ref(const std::string& path) {
+  h5::QuietErrors quiet;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || H5Fis_hdf5(path.c_str()) <= 0) return std::nullopt;
+  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
+  return f.valid() ? read_base_ref(f.get()) : std::nullopt;
+}
+
+/// UserError when `path` holds LoRA adapters only but the engine has no frozen base: the
+/// run lacks the model.lora_* settings of the run that wrote it. `what` names the setting.
+template <class T>
+void require_lora_settings(const parallel::FsdpEngine<T>& eng, const std::string& path, const char* what) {
+  if (eng.has_frozen()) return;
+  const std::optional<BaseRef> ref = peek_base_ref(path);
+  MESHTRAIN_REQUIRE(!ref,
+                    "%s%s holds LoRA adapters only (base weights: %s), but this run has no LoRA adapters: set the "
+                    "model.lora_* settings of the run that wrote it",
+                    what, path.c_str(), ref && !ref->path.empty() ? ref->path.c_str() : "random initialisation");
+}
+
 /// The base reference of checkpoint `path` (every rank reads the same file: same answer).
 std::optional<BaseRef> base_ref_of(const MpiComm& comm, const std::string& path) {
   std::optional<BaseRef> ref;
@@ -251,16 +273,13 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
   // base references (or by a run without frozen parameters) holds every parameter.
   const std::vector<model::ParamSpec> trainable = trainable_specs(eng.specs());
   agree_on_errors(comm, [&] {
-    if (comm.rank() == 0) format::validate(path, trainable, {true, &setup.dims});
+    if (comm.rank() != 0) return;
+    require_lora_settings(eng, path, "checkpoint ");
+    format::validate(path, trainable, {true, &setup.dims});
   });
   const std::optional<BaseRef> ref = base_ref_of(comm, path);
   agree_on_errors(comm, [&] {
-    if (comm.rank() != 0) return;
-    if (eng.has_frozen() && !ref) format::validate(path, eng.specs(), {true, &setup.dims});
-    MESHTRAIN_REQUIRE(eng.has_frozen() || !ref,
-                      "checkpoint %s holds LoRA adapters only (base weights: %s), but this run has no LoRA "
-                      "adapters: set the model.lora_* settings of the run that wrote it",
-                      path.c_str(), ref && !ref->path.empty() ? ref->path.c_str() : "random initialisation");
+    if (comm.rank() == 0 && eng.has_frozen() && !ref) format::validate(path, eng.specs(), {true, &setup.dims});
   });
   TrainState st;
   std::uint64_t bytes = 0;
@@ -297,16 +316,13 @@ BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model
   broadcast(comm, base);
   if (kind == WeightsKind::Hdf5) {
     // A LoRA checkpoint brings its adapters and names its base: the base comes from there.
-    const std::optional<BaseRef> ref = base_ref_of(comm, resolved);
     agree_on_errors(comm, [&] {
       if (comm.rank() != 0) return;
-      MESHTRAIN_REQUIRE(!ref || eng.has_frozen(),
-                        "checkpoint.init_from=%s holds LoRA adapters only (base weights: %s); this run has no "
-                        "LoRA adapters: set the model.lora_* settings of the run that wrote it, or start from its "
-                        "base",
-                        resolved.c_str(), ref && !ref->path.empty() ? ref->path.c_str() : "random initialisation");
-      format::validate(resolved, ref ? trainable_specs(eng.specs()) : eng.specs(), {false, nullptr, true});
+      require_lora_settings(eng, resolved, "checkpoint.init_from=");
+      const bool adapters_only = peek_base_ref(resolved).has_value();
+      format::validate(resolved, adapters_only ? trainable_specs(eng.specs()) : eng.specs(), {false, nullptr, true});
     });
+    const std::optional<BaseRef> ref = base_ref_of(comm, resolved);
     if (ref) {
       bytes += read_base(eng, comm, dims, *ref, resolved);
       base = *ref;

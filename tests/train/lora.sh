@@ -82,3 +82,16 @@ mv base_moved base
 grep -q "its base weights $TEST_TMP/base no longer exist" moved.log || { cat moved.log; echo "no clear error"; exit 1; }
 [[ ! -e moved/checkpoints ]] || ! ls moved/checkpoints/step_* > /dev/null 2>&1 || { echo "a checkpoint was written"; exit 1; }
 echo "moved base: $(grep -o 'its base weights.*' moved.log | head -1)"
+# Without init_from the base is the initialisation from train.seed: the checkpoint records
+# the seed, and a resume recomputes the base and continues bitwise.
+tune rand 1 --checkpoint.init_from= --train.steps=8 --checkpoint.every=4
+tune rand_resumed 1 --checkpoint.init_from= --train.steps=8 --checkpoint.resume="$TEST_TMP/rand/checkpoints/step_00000004.h5"
+python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" rand/metrics.jsonl rand_resumed/metrics.jsonl \
+  --exact --keys loss grad_norm --steps 5,8 --label "$family LoRA on a random base, resumed at step 4"
+# A run without the LoRA settings cannot load an adapters-only checkpoint: one clear error.
+set +e
+"$MESHTRAIN_BIN" eval "$ini" --data.dir=data --checkpoint lora1/checkpoints > eval_nolora.log 2>&1
+rc=$?
+set -e
+[[ $rc == 2 ]] && grep -q "holds LoRA adapters only (base weights: $TEST_TMP/base), but this run has no LoRA adapters" \
+  eval_nolora.log || { cat eval_nolora.log; echo "expected the no-LoRA-settings error, rc $rc"; exit 1; }
