@@ -18,8 +18,8 @@ targets=$([[ $family == gpt2 ]] && echo "c_attn,attn.c_proj,c_fc,mlp.c_proj" || 
 tune() {
   local name=$1 np=$2; shift 2
   # shellcheck disable=SC2086
-  $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=40 --train.eval_every=0 \
-    --train.lr=5e-3 --train.seed=7 --checkpoint.init_from=base --model.lora_rank=4 --model.lora_alpha=8 \
+  $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps="${STEPS-40}" --train.eval_every=0 \
+    --train.lr=5e-3 --train.seed=7 --checkpoint.init_from="${INIT_FROM-base}" --model.lora_rank=4 --model.lora_alpha=8 \
     --model.lora_targets="$targets" --parallel.strategy=full_shard --output.dir="$name" "$@" > "$name.log" 2>&1 \
     || { cat "$name.log"; exit 1; }
 }
@@ -84,8 +84,8 @@ grep -q "its base weights $TEST_TMP/base no longer exist" moved.log || { cat mov
 echo "moved base: $(grep -o 'its base weights.*' moved.log | head -1)"
 # Without init_from the base is the initialisation from train.seed: the checkpoint records
 # the seed, and a resume recomputes the base and continues bitwise.
-tune rand 1 --checkpoint.init_from= --train.steps=8 --checkpoint.every=4
-tune rand_resumed 1 --checkpoint.init_from= --train.steps=8 --checkpoint.resume="$TEST_TMP/rand/checkpoints/step_00000004.h5"
+INIT_FROM= STEPS=8 tune rand 1 --checkpoint.every=4
+INIT_FROM= STEPS=8 tune rand_resumed 1 --checkpoint.resume="$TEST_TMP/rand/checkpoints/step_00000004.h5"
 python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" rand/metrics.jsonl rand_resumed/metrics.jsonl \
   --exact --keys loss grad_norm --steps 5,8 --label "$family LoRA on a random base, resumed at step 4"
 # A run without the LoRA settings cannot load an adapters-only checkpoint: one clear error.
