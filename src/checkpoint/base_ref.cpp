@@ -1,7 +1,8 @@
 #include "base_ref.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 
 #include "h5.hpp"
@@ -18,11 +19,12 @@ constexpr const char* kBytes = "base_weights_bytes";
 constexpr const char* kMtime = "base_weights_mtime_ns";
 constexpr const char* kSeed = "base_weights_seed";
 
+/// Modification time in ns since the Unix epoch (stat: std::filesystem's clock has its own
+/// epoch in C++17); 0 when it cannot be read.
 std::int64_t mtime_ns(const fs::path& p) {
-  std::error_code ec;
-  const auto t = fs::last_write_time(p, ec);
-  if (ec) return 0;
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return 0;
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
 }  // namespace
@@ -34,7 +36,6 @@ BaseRef describe_base(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     // A Hugging Face directory: its weight files (config and tokenizer files do not matter).
     for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
-      const std::string name = e.path().filename().string();
       if (!e.is_regular_file() || e.path().extension() != ".safetensors") continue;
       ref.bytes += e.file_size(ec);
       ref.mtime_ns = std::max(ref.mtime_ns, mtime_ns(e.path()));

@@ -83,8 +83,8 @@ std::uint64_t fill_frozen(parallel::FsdpEngine<T>& eng, Read&& read) {
   return bytes;
 }
 
-/// The parameters whose datasets a checkpoint of this engine holds: all of them, or the
-/// trainable ones (the adapters) when the base is frozen and referenced.
+/// The trainable parameters: the datasets an adapters-only (LoRA) checkpoint holds, and
+/// every parameter of a run without frozen ones.
 std::vector<model::ParamSpec> trainable_specs(const std::vector<model::ParamSpec>& specs) {
   std::vector<model::ParamSpec> out;
   for (const model::ParamSpec& p : specs)

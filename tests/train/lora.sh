@@ -3,8 +3,9 @@
 # LoRA adapters from it on 1, 2 (tp=2) and 4 (dp_shard=2 x tp=2) ranks; the losses agree,
 # the loss falls, the adapters moved, and the checkpoints hold the adapters and their
 # moments only, with a reference to the base. Resuming from a mid-run checkpoint reloads
-# the base through that reference and continues bitwise like the uninterrupted run; a base
-# that moved is one clear error naming its path.
+# the base through that reference and continues bitwise like the uninterrupted run (also
+# for a random base, recomputed from its seed); a base that moved or changed, and a run
+# without the LoRA settings, are one clear error each.
 set -euo pipefail
 family=${LORA_FAMILY:?}
 ini="$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini"
@@ -95,3 +96,13 @@ rc=$?
 set -e
 [[ $rc == 2 ]] && grep -q "holds LoRA adapters only (base weights: $TEST_TMP/base), but this run has no LoRA adapters" \
   eval_nolora.log || { cat eval_nolora.log; echo "expected the no-LoRA-settings error, rc $rc"; exit 1; }
+# The base changed (here only its modification time): the same kind of error.
+touch -d '2001-01-01 00:00:00' base/*.safetensors
+set +e
+"$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=40 --train.eval_every=0 --model.lora_rank=4 \
+  --model.lora_alpha=8 --model.lora_targets="$targets" --output.dir=changed \
+  --checkpoint.resume="$TEST_TMP/lora1/checkpoints/step_00000020.h5" > changed.log 2>&1
+rc=$?
+set -e
+[[ $rc == 2 ]] && grep -q "its base weights $TEST_TMP/base changed since it was written" changed.log \
+  || { cat changed.log; echo "expected the changed-base error, rc $rc"; exit 1; }
