@@ -106,3 +106,10 @@ rc=$?
 set -e
 [[ $rc == 2 ]] && grep -q "its base weights $TEST_TMP/base changed since it was written" changed.log \
   || { cat changed.log; echo "expected the changed-base error, rc $rc"; exit 1; }
+# Exporting an adapters-only checkpoint is refused with one sentence, nothing written.
+set +e
+"$MESHTRAIN_BIN" convert --input lora1/checkpoints --output lora_export > convert_lora.log 2>&1
+rc=$?
+set -e
+[[ $rc == 2 && ! -e lora_export ]] && grep -q "is a LoRA checkpoint: it holds the adapters only" convert_lora.log \
+  || { cat convert_lora.log; echo "expected the LoRA export error, rc $rc"; exit 1; }
