@@ -39,6 +39,17 @@ void print_plan(const Config& cfg, const model::ModelDims& dims, const parallel:
               model::family_name(dims.family), static_cast<long long>(dims.num_params()), dims.num_params() / 1e6,
               dims.d_model, dims.n_layers, dims.n_heads, dims.n_kv_heads, dims.ffn_dim,
               static_cast<long long>(dims.vocab), dims.vocab != dims.valid_vocab ? " (padded)" : "");
+  if (dims.lora_rank > 0) {
+    // Trainable = the adapters: only they have fp32 master weights, gradients and AdamW
+    // moments (the 'grads' and 'optim' columns); 'params' adds the frozen base in the compute dtype.
+    long long trainable = 0;
+    for (const model::ParamSpec& p : model::build_param_specs(dims, 1))
+      if (!p.frozen) trainable += p.numel();
+    std::printf("LoRA: rank %d, alpha %g, targets %s: %lld trainable parameters (%.3f%% of the model); the frozen "
+                "base is held in %s without gradients or optimizer state\n",
+                dims.lora_rank, dims.lora_alpha, join(dims.lora_targets, ",").c_str(), trainable,
+                100.0 * static_cast<double>(trainable) / static_cast<double>(dims.num_params()), in.bf16 ? "bf16" : "fp32");
+  }
   std::printf("batch: micro_batch %d x seq_len %d, %s, %s%s\n", in.micro_batch, in.seq_len,
               in.global_batch > 0 ? strprintf("global_batch %d", in.global_batch).c_str()
                                   : strprintf("grad_accum %d", in.grad_accum).c_str(),

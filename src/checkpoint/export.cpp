@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "base_ref.hpp"
 #include "files.hpp"
 #include "format.hpp"
 #include "h5.hpp"
@@ -82,6 +83,11 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     h5::QuietErrors quiet;
     h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
     dims = format::read_model_dims(f.get(), h5_path);
+    // A LoRA checkpoint holds its adapters only; the base is a reference (doc/checkpoints.md).
+    const std::optional<BaseRef> base = read_base_ref(f.get());
+    MESHTRAIN_REQUIRE(!base, "%s is a LoRA checkpoint: it holds the adapters only, its base weights are %s; "
+                      "exporting it is not supported yet (the base itself exports as it is)",
+                      h5_path.c_str(), base && !base->path.empty() ? base->path.c_str() : "a random initialisation");
     summary.step = static_cast<int>(h5::read_int_attr(f.get(), "step").value_or(0));
   }
   const std::vector<model::ParamSpec> specs = model::build_param_specs(dims, 1);

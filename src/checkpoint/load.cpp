@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 
+#include "base_ref.hpp"
 #include "format.hpp"
 #include "h5.hpp"
 #include "import.hpp"
@@ -67,10 +69,11 @@ void agree_finite(const MpiComm& comm, const parallel::FsdpEngine<T>& eng, const
 }
 
 /// Fills the first `arrays` state arrays of every unit from `read(piece_or_null, k, dst)`,
-/// which is called for every parameter slot in order on every rank (nullptr where the
-/// rank's range misses the parameter) so that collective readers stay matched. Padding
-/// elements become 0; so do parameters `read` leaves alone, except with `keep_unread`,
-/// where they keep their current value (LoRA adapters when loading base weights). Every
+/// which is called for every trainable parameter slot in order on every rank (nullptr
+/// where the rank's range misses the parameter) so that collective readers stay matched.
+/// Padding elements become 0; so do parameters `read` leaves alone, except with
+/// `keep_unread`, where they keep their current value (LoRA adapters when loading base
+/// weights). Frozen parameters are not touched (fill_frozen). Every
 /// piece is checked for non-finite values as it is read (chunk by chunk: one piece at a
 /// time), the first recorded in `bad`. Returns the bytes this rank read.
 template <class T, class Read>
@@ -89,6 +92,7 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
         Kokkos::deep_copy(UView<float, HostMem>(host[k].data(), host[k].size()), state_array(st, k).view());
     std::size_t next = 0;
     for (const model::ParamSlot& slot : L.slots) {
+      if (eng.specs()[slot.spec].frozen) continue;
       const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
       for (int k = 0; k < arrays; ++k) {
         read(slot.spec, piece, k, piece ? host[k].data() + piece->offset : nullptr);
@@ -101,6 +105,45 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
     for (int k = 0; k < arrays; ++k) stage_to_device(host[k], state_array(st, k));
   }
   return bytes;
+}
+
+/// Fills the rank's frozen values (the base under LoRA) from `read(spec, piece_or_null, 0,
+/// dst)`, called for every frozen slot in order on every rank; padding becomes 0; each
+/// piece is checked for non-finite values (the first recorded in `bad`). Returns
+/// the bytes this rank read.
+template <class T, class Read>
+std::uint64_t fill_frozen(parallel::FsdpEngine<T>& eng, Read&& read, NonFinite& bad) {
+  std::uint64_t bytes = 0;
+  for (int u = 0; u < eng.num_units(); ++u) {
+    const std::int64_t b = eng.frozen_begin(u), n = eng.frozen_numel(u);
+    if (n == 0) continue;
+    const model::UnitLayout& L = eng.layouts()[u];
+    const std::vector<Piece> pieces = unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), b, b + n, b, false);
+    std::vector<float> host(static_cast<std::size_t>(n), 0.0f);
+    std::size_t next = 0;
+    for (const model::ParamSlot& slot : L.slots) {
+      if (!eng.specs()[slot.spec].frozen) continue;
+      const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
+      read(slot.spec, piece, 0, piece ? host.data() + piece->offset : nullptr);
+      if (piece) {
+        find_non_finite(*piece, 0, host.data() + piece->offset, bad);
+        bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
+      }
+    }
+    Buffer<float> dev(host.size(), MemCategory::Workspace);
+    stage_to_device(host, dev);
+    eng.set_frozen(u, dev.data());
+  }
+  return bytes;
+}
+
+/// The trainable parameters: the datasets an adapters-only (LoRA) checkpoint holds, and
+/// every parameter of a run without frozen ones.
+std::vector<model::ParamSpec> trainable_specs(const std::vector<model::ParamSpec>& specs) {
+  std::vector<model::ParamSpec> out;
+  for (const model::ParamSpec& p : specs)
+    if (!p.frozen) out.push_back(p);
+  return out;
 }
 
 /// Collective read of `piece` (nullptr: an empty selection) of dataset `ds` into `dst`.
@@ -116,21 +159,25 @@ void read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
 }
 
 /// Reads arrays 0..arrays-1 (/model, /optim/exp_avg, /optim/exp_avg_sq) of a validated
-/// checkpoint collectively into the engine; returns this rank's bytes. With `lora_optional`
-/// LoRA adapters the file lacks keep their values (the same decision on every rank: same file).
+/// checkpoint collectively into the engine's trainable state (and, with `frozen`, /model
+/// into its frozen values); returns this rank's bytes. With `lora_optional` LoRA adapters
+/// the file lacks keep their values (the same decision on every rank: same file).
 /// A non-finite value in any of them is a UserError naming the dataset (every rank alike).
 template <class T>
 std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, const MpiComm& comm, hid_t file,
-                                    const std::string& file_path, int arrays, bool lora_optional = false) {
+                                    const std::string& file_path, int arrays, bool lora_optional = false,
+                                    bool frozen = false) {
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   h5::Handle dxpl = h5::piece_dxpl();
   NonFinite bad;
-  const std::uint64_t bytes = fill_state(eng, arrays, [&](int spec, const Piece* piece, int k, float* dst) {
+  const auto read = [&](int spec, const Piece* piece, int k, float* dst) {
     const std::string path = format::dataset_path(groups[k], eng.specs()[spec].name);
     if (lora_optional && eng.specs()[spec].is_lora && !h5::link_exists(file, path)) return;
     h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
     read_piece(ds.get(), dxpl.get(), piece, dst);
-  }, bad, /*keep_unread=*/lora_optional);
+  };
+  std::uint64_t bytes = frozen ? fill_frozen(eng, read, bad) : 0;
+  bytes += fill_state(eng, arrays, read, bad, /*keep_unread=*/lora_optional);
   agree_finite(comm, eng, bad, [&](int spec, int k) {
     return strprintf("checkpoint %s: dataset %s", file_path.c_str(),
                      format::dataset_path(groups[k], eng.specs()[spec].name).c_str());
@@ -222,6 +269,98 @@ std::pair<WeightsKind, std::string> classify_weights(const MpiComm& comm, const 
   return {kind == 0 ? WeightsKind::Hdf5 : WeightsKind::Safetensors, resolved};
 }
 
+/// Frozen values (the base under LoRA) from weights `resolved` of kind `kind`: an HDF5
+/// checkpoint's /model or a safetensors file/directory. Returns this rank's bytes. Collective.
+template <class T>
+std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const MpiComm& comm, const model::ModelDims& dims,
+                               WeightsKind kind, const std::string& resolved) {
+  if (kind == WeightsKind::Hdf5) {
+    std::vector<model::ParamSpec> frozen;
+    for (const model::ParamSpec& p : eng.specs())
+      if (p.frozen) frozen.push_back(p);
+    agree_on_errors(comm, [&] {
+      if (comm.rank() == 0) format::validate(resolved, frozen, {false, nullptr, false});
+    });
+    h5::Handle fapl = h5::mpio_fapl(comm.get());
+    h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
+    h5::Handle dxpl = h5::piece_dxpl();
+    NonFinite bad;
+    const std::uint64_t bytes = fill_frozen(eng, [&](int spec, const Piece* piece, int, float* dst) {
+      const std::string path = format::dataset_path(format::kModelGroup, eng.specs()[spec].name);
+      h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file.get(), path.c_str(), H5P_DEFAULT)));
+      read_piece(ds.get(), dxpl.get(), piece, dst);
+    }, bad);
+    agree_finite(comm, eng, bad, [&](int spec, int) {
+      return strprintf("base weights %s: dataset %s", resolved.c_str(),
+                       format::dataset_path(format::kModelGroup, eng.specs()[spec].name).c_str());
+    });
+    return bytes;
+  }
+  std::unique_ptr<SafetensorsWeights> w;
+  agree_on_errors(comm, [&] {
+    w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
+    if (comm.rank() == 0) w->check_tied_head();
+  });
+  NonFinite bad;
+  const std::uint64_t bytes = fill_frozen(eng, [&](int spec, const Piece* piece, int, float* dst) {
+    if (piece && w->has(spec)) w->read(*piece, dst);
+  }, bad);
+  agree_finite(comm, eng, bad, [&](int spec, int) {
+    return strprintf("base weights %s: tensor %s", resolved.c_str(), w->file_tensor_name(spec).c_str());
+  });
+  return bytes;
+}
+
+/// The base weights `ref` of LoRA checkpoint `checkpoint` into the engine's frozen values,
+/// after checking on rank 0 that they are still the same (UserError naming the path). A
+/// random base is re-initialised from its seed, which also resets the trainable state:
+/// call this before reading it. Returns this rank's bytes. Collective.
+template <class T>
+std::uint64_t read_base(parallel::FsdpEngine<T>& eng, const MpiComm& comm, const model::ModelDims& dims,
+                        const BaseRef& ref, const std::string& checkpoint) {
+  if (ref.path.empty()) {
+    eng.init_parameters(ref.seed);
+    return 0;
+  }
+  agree_on_errors(comm, [&] {
+    if (comm.rank() == 0) check_base(ref, checkpoint);
+  });
+  const std::pair<WeightsKind, std::string> classified = classify_weights(comm, ref.path);
+  return read_frozen_from(eng, comm, dims, classified.first, classified.second);
+}
+
+/// The base reference of `path` when it is a readable checkpoint that has one (quiet: the
+/// validation that follows names any problem with the file). Not collective.
+std::optional<BaseRef> peek_base_ref(const std::string& path) {
+  h5::QuietErrors quiet;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || H5Fis_hdf5(path.c_str()) <= 0) return std::nullopt;
+  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
+  return f.valid() ? read_base_ref(f.get()) : std::nullopt;
+}
+
+/// UserError when `path` holds LoRA adapters only but the engine has no frozen base: the
+/// run lacks the model.lora_* settings of the run that wrote it. `what` names the setting.
+template <class T>
+void require_lora_settings(const parallel::FsdpEngine<T>& eng, const std::string& path, const char* what) {
+  if (eng.has_frozen()) return;
+  const std::optional<BaseRef> ref = peek_base_ref(path);
+  MESHTRAIN_REQUIRE(!ref,
+                    "%s%s holds LoRA adapters only (base weights: %s), but this run has no LoRA adapters: set the "
+                    "model.lora_* settings of the run that wrote it",
+                    what, path.c_str(), ref && !ref->path.empty() ? ref->path.c_str() : "random initialisation");
+}
+
+/// The base reference of checkpoint `path` (every rank reads the same file: same answer).
+std::optional<BaseRef> base_ref_of(const MpiComm& comm, const std::string& path) {
+  std::optional<BaseRef> ref;
+  agree_on_errors(comm, [&] {
+    h5::Handle f = h5::file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get())));
+    ref = read_base_ref(f.get());
+  });
+  return ref;
+}
+
 }  // namespace
 
 template <class T>
@@ -230,17 +369,29 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
   const MpiComm& comm = mesh.world();
   MPI_CHECK(MPI_Barrier(comm.get()));
   const double t0 = now_seconds();
+  // A LoRA run's checkpoint holds the adapters only and names its base; one written before
+  // base references (or by a run without frozen parameters) holds every parameter.
+  const std::vector<model::ParamSpec> trainable = trainable_specs(eng.specs());
   agree_on_errors(comm, [&] {
-    if (comm.rank() == 0) format::validate(path, eng.specs(), {true, &setup.dims});
+    if (comm.rank() != 0) return;
+    require_lora_settings(eng, path, "checkpoint ");
+    format::validate(path, trainable, {true, &setup.dims});
+  });
+  const std::optional<BaseRef> ref = base_ref_of(comm, path);
+  agree_on_errors(comm, [&] {
+    if (comm.rank() == 0 && eng.has_frozen() && !ref) format::validate(path, eng.specs(), {true, &setup.dims});
   });
   TrainState st;
   std::uint64_t bytes = 0;
+  if (eng.has_frozen() && ref) bytes += read_base(eng, comm, setup.dims, *ref, path);
   {
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())));
     agree_on_errors(comm, [&] { st = read_train_state(file.get(), path); });
-    bytes = read_checkpoint_state(eng, comm, file.get(), path, 3);
+    bytes += read_checkpoint_state(eng, comm, file.get(), path, 3, false, /*frozen=*/eng.has_frozen() && !ref);
   }
+  // An old full LoRA checkpoint: its base is in the file itself.
+  if (eng.has_frozen()) st.base = ref ? *ref : describe_base(path);
   eng.params_updated();
   bytes = sum_over(comm, bytes);
   MPI_CHECK(MPI_Barrier(comm.get()));
@@ -249,8 +400,8 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
 }
 
 template <class T>
-void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::ModelDims& dims, const std::string& path,
-                  IoStats* stats) {
+BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::ModelDims& dims,
+                     const std::string& path, IoStats* stats) {
   const MpiComm& comm = mesh.world();
   MPI_CHECK(MPI_Barrier(comm.get()));
   const double t0 = now_seconds();
@@ -260,13 +411,25 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
   const WeightsKind kind = classified.first;
   const std::string& resolved = classified.second;
   std::uint64_t bytes = 0;
+  BaseRef base;
+  if (comm.rank() == 0) base = describe_base(resolved);
+  broadcast(comm, base);
   if (kind == WeightsKind::Hdf5) {
+    // A LoRA checkpoint brings its adapters and names its base: the base comes from there.
     agree_on_errors(comm, [&] {
-      if (comm.rank() == 0) format::validate(resolved, eng.specs(), {false, nullptr, true, &dims});
+      if (comm.rank() != 0) return;
+      require_lora_settings(eng, resolved, "checkpoint.init_from=");
+      const bool adapters_only = peek_base_ref(resolved).has_value();
+      format::validate(resolved, adapters_only ? trainable_specs(eng.specs()) : eng.specs(), {false, nullptr, true, &dims});
     });
+    const std::optional<BaseRef> ref = base_ref_of(comm, resolved);
+    if (ref) {
+      bytes += read_base(eng, comm, dims, *ref, resolved);
+      base = *ref;
+    }
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
-    bytes = read_checkpoint_state(eng, comm, file.get(), resolved, 1, /*lora_optional=*/true);
+    bytes += read_checkpoint_state(eng, comm, file.get(), resolved, 1, /*lora_optional=*/true, /*frozen=*/!ref);
   } else {
     // Every rank maps the files and validates them alike (the same bytes give the same
     // verdict); rank 0 alone compares a tied head with the embedding.
@@ -276,12 +439,10 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
       if (comm.rank() == 0) w->check_tied_head();
     });
     NonFinite bad;
-    bytes = fill_state(
-        eng, 1,
-        [&](int spec, const Piece* piece, int, float* dst) {
-          if (piece && w->has(spec)) w->read(*piece, dst);
-        },
-        bad, /*keep_unread=*/true);
+    const auto read = [&](int spec, const Piece* piece, int, float* dst) {
+      if (piece && w->has(spec)) w->read(*piece, dst);
+    };
+    bytes = fill_frozen(eng, read, bad) + fill_state(eng, 1, read, bad, /*keep_unread=*/true);
     agree_finite(comm, eng, bad, [&](int spec, int) {
       return strprintf("initial weights %s: tensor %s", resolved.c_str(), w->file_tensor_name(spec).c_str());
     });
@@ -294,15 +455,16 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
   bytes = sum_over(comm, bytes);
   MPI_CHECK(MPI_Barrier(comm.get()));
   if (stats) *stats = IoStats{resolved, now_seconds() - t0, bytes, true};
+  return base;
 }
 
 template TrainState load<float>(parallel::FsdpEngine<float>&, const Mesh&, const train::RunSetup&, const std::string&,
                                 IoStats*);
 template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const train::RunSetup&, const std::string&,
                                IoStats*);
-template void load_weights<float>(parallel::FsdpEngine<float>&, const Mesh&, const model::ModelDims&,
-                                  const std::string&, IoStats*);
-template void load_weights<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const model::ModelDims&, const std::string&,
-                                 IoStats*);
+template BaseRef load_weights<float>(parallel::FsdpEngine<float>&, const Mesh&, const model::ModelDims&,
+                                     const std::string&, IoStats*);
+template BaseRef load_weights<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const model::ModelDims&,
+                                    const std::string&, IoStats*);
 
 }  // namespace meshtrain::checkpoint

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "base_ref.hpp"
 #include "files.hpp"
 #include "format.hpp"
 #include "h5.hpp"
@@ -175,7 +176,8 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
 
   const auto& specs = eng.specs();
   std::uint64_t bytes_needed = 0;  // tensor bytes; the file adds a little metadata
-  for (const model::ParamSpec& p : specs) bytes_needed += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
+  for (const model::ParamSpec& p : specs)
+    if (!p.frozen) bytes_needed += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   std::uint64_t nonfinite = 0;
   std::uint64_t my_bytes = 0;       // tensor bytes this rank wrote (the save's log line)
@@ -223,10 +225,13 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
         format::write_model_attrs(model_group.get(), setup.dims);
       }
       failed(write_rank_windows(file.get(), dxpl.get(), setup, st, root) < 0);
+      // LoRA: the frozen base is not stored, only where it comes from.
+      if (eng.has_frozen()) write_base_ref(file.get(), st.base);
       h5::Handle dcpl = h5::plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
       H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
       // After a failure every rank still makes every call: they are collective.
       for (std::size_t i = 0; i < specs.size(); ++i) {
+        if (specs[i].frozen) continue;
         h5::Handle sp = h5::simple_space(specs[i].shape);
         for (int k = 0; k < 3; ++k) {
           datasets[i][k] = h5::dataset(H5Dcreate2(file.get(), format::dataset_path(groups[k], specs[i].name).c_str(),
@@ -248,6 +253,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
       const std::vector<Piece> pieces = unit_pieces(specs, L, eng.tp_size(), eng.tp_rank(), ob, ob + on, ob, true);
       std::size_t next = 0;
       for (const model::ParamSlot& slot : L.slots) {
+        if (specs[slot.spec].frozen) continue;
         const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
         for (int k = 0; k < 3; ++k) {
           const float* data = piece ? host[k].data() + piece->offset : nullptr;

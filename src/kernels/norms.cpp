@@ -39,8 +39,9 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mea
                         const acc_t<T>* rstd, int N, int C, T* dx, T* dw, T* db) {
   // dy, x, dx: (N, C); w, dw, db: (C); mean, rstd: (N)
   using A = acc_t<T>;
-  // Parameter gradients: column sums in row order (deterministic, no atomics).
-  column_sums<A, 2>(
+  // Parameter gradients: column sums in row order (deterministic, no atomics); skipped for
+  // frozen parameters (dw == db == nullptr).
+  if (dw != nullptr && db != nullptr) column_sums<A, 2>(
       "Kernels::layernorm_backward_params", N, C,
       KOKKOS_LAMBDA(int r, int c, A* v) {
         const std::int64_t i = static_cast<std::int64_t>(r) * C + c;
@@ -100,7 +101,7 @@ template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C,
                       T* dx, T* dw) {
   using A = acc_t<T>;
-  column_sums<A, 1>(
+  if (dw != nullptr) column_sums<A, 1>(  // dw == nullptr: a frozen weight
       "Kernels::rmsnorm_backward_params", N, C,
       KOKKOS_LAMBDA(int r, int c, A* v) {
         const std::int64_t i = static_cast<std::int64_t>(r) * C + c;

@@ -81,7 +81,7 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   const auto* o = block_off_.data();
 
   // ---- MLP: dx is dL/dx_out = dL/d(mlp out) -------------------------------------------
-  kernels::bias_backward(dx, g + o[G_FCPROJ_B], N, C, C);
+  kernels::bias_backward(dx, base_grad(g, o[G_FCPROJ_B]), N, C, C);
   // d c_proj (Fl, C) += act^T (Fl, N) @ dx (N, C)   (skipped for a frozen base under LoRA)
   if (train_base_)
     linalg::gemm<T>(Op::T, Op::N, Fl, C, N, 1.0f, c.mlp_act.data(), Fl, dx, C, 1.0f, g + o[G_FCPROJ_W], C);
@@ -91,7 +91,7 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   linalg::gemm<T>(Op::N, Op::T, N, Fl, C, 1.0f, dx, C, p + o[G_FCPROJ_W], C, 0.0f, dh.data(), Fl);
   lora_bwd(GL_MLPPROJ, p, g, c, N, c.mlp_act.data(), Fl, dx, C, dh.data(), Fl);
   kernels::gelu_backward(c.mlp_in.data(), dh.data(), dh.data(), n(N, Fl));
-  kernels::bias_backward(dh.data(), g + o[G_FC_B], N, Fl, Fl);
+  kernels::bias_backward(dh.data(), base_grad(g, o[G_FC_B]), N, Fl, Fl);
   ctx.poll();
   // d c_fc (C, Fl) += norm2^T (C, N) @ dh (N, Fl)
   if (train_base_)
@@ -104,11 +104,11 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   dh.reset();
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
   kernels::layernorm_backward(dnorm.data(), c.x_mid.data(), p + o[G_LN2_W], c.mean2.data(), c.rstd2.data(), N, C, dx,
-                              g + o[G_LN2_W], g + o[G_LN2_B]);
+                              base_grad(g, o[G_LN2_W]), base_grad(g, o[G_LN2_B]));
   ctx.poll();
 
   // ---- attention: dx is now dL/dx_mid ---------------------------------------------------
-  kernels::bias_backward(dx, g + o[G_PROJ_B], N, C, C);
+  kernels::bias_backward(dx, base_grad(g, o[G_PROJ_B]), N, C, C);
   // d c_proj (Cl, C) += attn_out^T (Cl, N) @ dx (N, C)
   if (train_base_)
     linalg::gemm<T>(Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f, g + o[G_PROJ_W], C);
@@ -127,7 +127,7 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   }
   dy.reset();
   ctx.poll();
-  kernels::bias_backward(dqkv.data(), g + o[G_ATTN_B], N, W3, W3);
+  kernels::bias_backward(dqkv.data(), base_grad(g, o[G_ATTN_B]), N, W3, W3);
   // d c_attn (C, 3Cl) += norm1^T (C, N) @ dqkv (N, 3Cl)
   if (train_base_)
     linalg::gemm<T>(Op::T, Op::N, C, W3, N, 1.0f, c.norm1.data(), C, dqkv.data(), W3, 1.0f, g + o[G_ATTN_W], W3);
@@ -137,7 +137,7 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   lora_bwd(GL_ATTN, p, g, c, N, c.norm1.data(), C, dqkv.data(), W3, dnorm.data(), C);
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
   kernels::layernorm_backward(dnorm.data(), x_in, p + o[G_LN1_W], c.mean1.data(), c.rstd1.data(), N, C, dx,
-                              g + o[G_LN1_W], g + o[G_LN1_B]);
+                              base_grad(g, o[G_LN1_W]), base_grad(g, o[G_LN1_B]));
   ctx.poll();
 }
 

@@ -117,7 +117,7 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
   lora_bwd(LL_UP, p, g, c, N, c.norm2.data(), C, dgu.data() + Fl, 2 * Fl, dnorm.data(), C);
   dgu.reset();
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
-  kernels::rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx, g + o[L_NORM2_W]);
+  kernels::rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx, base_grad(g, o[L_NORM2_W]));
   ctx.poll();
 
   // ---- attention ------------------------------------------------------------------------
@@ -150,7 +150,7 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
   lora_bwd(LL_K, p, g, c, N, c.norm1.data(), C, dqkv.data() + Ql, W, dnorm.data(), C);
   lora_bwd(LL_V, p, g, c, N, c.norm1.data(), C, dqkv.data() + Ql + KVl * hd, W, dnorm.data(), C);
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
-  kernels::rmsnorm_backward(dnorm.data(), x_in, p + o[L_NORM1_W], c.rstd1.data(), N, C, dx, g + o[L_NORM1_W]);
+  kernels::rmsnorm_backward(dnorm.data(), x_in, p + o[L_NORM1_W], c.rstd1.data(), N, C, dx, base_grad(g, o[L_NORM1_W]));
   ctx.poll();
 }
 

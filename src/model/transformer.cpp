@@ -93,10 +93,12 @@ Transformer<T>::Transformer(const ModelDims& dims, const TpDims& tp, const std::
         if (!match) continue;
         if (is_a) {
           lora_[t].a = slot.offset;
+          lora_[t].ga = slot.offset - L.trainable_begin();
           lora_[t].in = static_cast<int>(slot.local_shape[1]);
           lora_[t].row_parallel = p.split_dim == 1;
         } else {
           lora_[t].b = slot.offset;
+          lora_[t].gb = slot.offset - L.trainable_begin();
           lora_[t].out = static_cast<int>(slot.local_shape[0]);
         }
       }
@@ -167,7 +169,7 @@ void Transformer<T>::lora_bwd(int t, const T* p, T* g, BlockCache<T>& c, int N, 
   const LoraSlot& l = lora_[t];
   const LoraShape sh{N, l.in, l.out, dims_.lora_rank, static_cast<float>(dims_.lora_scale())};
   Buffer<T> du(static_cast<std::size_t>(N) * dims_.lora_rank, MemCategory::Workspace);
-  lora_backward(sh, x, ldx, p + l.a, p + l.b, dy, lddy, c.lora_u[t].data(), g + l.a, g + l.b, dx, lddx, du.data());
+  lora_backward(sh, x, ldx, p + l.a, p + l.b, dy, lddy, c.lora_u[t].data(), g + l.ga, g + l.gb, dx, lddx, du.data());
 }
 
 template <class T>
@@ -217,7 +219,7 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
   HeadCache<T> hc;
   final_norm(outer, s, x, hc);
   const T* W = head_weight(outer);  // (Vl, C)
-  T* dW = outer_grad + (outer_off_[O_HEAD] >= 0 ? outer_off_[O_HEAD] : outer_off_[O_WTE]);
+  T* dW = base_grad(outer_grad, outer_off_[O_HEAD] >= 0 ? outer_off_[O_HEAD] : outer_off_[O_WTE]);
   const std::int64_t chunk = head_chunk_rows(N);
   Buffer<T> logits(static_cast<std::size_t>(chunk) * Vl, MemCategory::Workspace);
   Buffer<acc_t<T>> row_max(chunk, MemCategory::Workspace);
@@ -248,10 +250,10 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
   kernels::fill(dx, static_cast<std::size_t>(N) * C, 0.0);
   if (dims_.family == Family::Gpt2) {
     kernels::layernorm_backward(dnormed.data(), x, outer + outer_off_[O_NORM_W], hc.mean.data(), hc.rstd.data(), N, C,
-                                dx, outer_grad + outer_off_[O_NORM_W], outer_grad + outer_off_[O_NORM_B]);
+                                dx, base_grad(outer_grad, outer_off_[O_NORM_W]), base_grad(outer_grad, outer_off_[O_NORM_B]));
   } else {
     kernels::rmsnorm_backward(dnormed.data(), x, outer + outer_off_[O_NORM_W], hc.rstd.data(), N, C, dx,
-                              outer_grad + outer_off_[O_NORM_W]);
+                              base_grad(outer_grad, outer_off_[O_NORM_W]));
   }
   return loss;
 }

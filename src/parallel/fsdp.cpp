@@ -21,13 +21,14 @@ void convert(const In* in, Out* out, std::size_t n) {
 
 template <class T>
 struct FsdpEngine<T>::Runtime {
-  Buffer<T> gathered;       ///< (padded) gathered params in T; persistent for no_shard (bf16)
-  Work gather_work;
+  Buffer<T> gathered;       ///< (padded) gathered params in T; persistent for no_shard (bf16 or frozen)
+  Work gather_work;         ///< trainable segment
+  Work frozen_gather_work;  ///< frozen segment
   bool in_flight = false;
   bool alive = false;
   bool stale = true;        ///< no_shard: persistent copy must be refreshed from the master
-  Buffer<T> grad_micro;     ///< (padded) this micro-step's gradients in T
-  Buffer<float> accum;      ///< (padded) fp32 local accumulation (shard_grad_op)
+  Buffer<T> grad_micro;     ///< (trainable_padded) this micro-step's gradients in T
+  Buffer<float> accum;      ///< (trainable_padded) fp32 local accumulation (shard_grad_op)
   bool grad_started = false;
 };
 
@@ -55,28 +56,43 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, int 
   const int shards = traits_.shard_params ? mesh.dp_shard : 1;
   layouts_ = model::build_layouts(specs_, n_units, tp, shards);
   state_.resize(n_units);
+  frozen_.resize(n_units);
   rt_.resize(n_units);
   owned_begin_.resize(n_units);
   owned_numel_.resize(n_units);
   for (int u = 0; u < n_units; ++u) {
     const model::UnitLayout& L = layouts_[u];
     UnitState& st = state_[u];
+    Frozen& fz = frozen_[u];
+    const std::int64_t tb = L.trainable_begin(), tn = L.trainable_padded();
+    has_frozen_ = has_frozen_ || L.frozen_padded() > 0;
     if (traits_.shard_params) {
-      st.begin = coord.shard * L.shard_numel;
+      st.begin = tb + coord.shard * L.shard_numel;
       st.numel = L.shard_numel;
       owned_begin_[u] = st.begin;
       owned_numel_[u] = coord.replicate == 0 ? st.numel : 0;
+      fz.begin = coord.shard * L.frozen_shard_numel;
+      fz.numel = L.frozen_shard_numel;
+      fz.values = Buffer<T>(fz.numel, MemCategory::Params);
+      fz.values.zero();
     } else {
-      st.begin = 0;
-      st.numel = L.padded();
+      st.begin = tb;
+      st.numel = tn;
       // Every dp rank holds everything; ownership is split evenly so sums and writes are
       // shared out and each element is counted once.
       const int dp = mesh.dp();
       const int d = coord.replicate * mesh.dp_shard + coord.shard;
-      const std::int64_t per = (L.padded() + dp - 1) / dp;
-      const std::int64_t b = std::min<std::int64_t>(L.padded(), d * per);
-      owned_begin_[u] = b;
-      owned_numel_[u] = std::min<std::int64_t>(L.padded(), b + per) - b;
+      const std::int64_t per = (tn + dp - 1) / dp;
+      const std::int64_t b = std::min<std::int64_t>(tn, d * per);
+      owned_begin_[u] = tb + b;
+      owned_numel_[u] = std::min<std::int64_t>(tn, b + per) - b;
+      // The persistent compute copy [frozen | trainable] holds the frozen values themselves.
+      fz.begin = 0;
+      fz.numel = L.frozen_padded();
+      if (fz.numel > 0) {
+        rt_[u].gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
+        rt_[u].gathered.zero();
+      }
     }
     st.master = Buffer<float>(st.numel, MemCategory::Params);
     st.grad = Buffer<float>(st.numel, MemCategory::Grads);
@@ -104,8 +120,31 @@ void FsdpEngine<T>::init_parameters(std::uint64_t seed) {
     std::vector<float> host(st.numel);
     model::init_unit_range(specs_, layouts_[u], tp_, tp_rank_, st.begin, st.begin + st.numel, seed, host.data());
     Kokkos::deep_copy(st.master.view(), UView<float, HostMem>(host.data(), host.size()));
+    const Frozen& fz = frozen_[u];
+    if (fz.numel == 0) continue;
+    std::vector<float> fhost(static_cast<std::size_t>(fz.numel));
+    model::init_unit_range(specs_, layouts_[u], tp_, tp_rank_, fz.begin, fz.begin + fz.numel, seed, fhost.data());
+    Buffer<float> dev(fhost.size(), MemCategory::Workspace);
+    Kokkos::deep_copy(dev.view(), UView<float, HostMem>(fhost.data(), fhost.size()));
+    set_frozen(u, dev.data());
   }
   params_updated();
+}
+
+template <class T>
+T* FsdpEngine<T>::frozen_storage(int u) {
+  return traits_.shard_params ? frozen_[u].values.data() : rt_[u].gathered.data();
+}
+
+template <class T>
+const T* FsdpEngine<T>::frozen_values(int u) const {
+  return const_cast<FsdpEngine<T>*>(this)->frozen_storage(u);
+}
+
+template <class T>
+void FsdpEngine<T>::set_frozen(int u, const float* values) {
+  const std::size_t n = static_cast<std::size_t>(frozen_[u].numel);
+  if (n > 0) convert(values, frozen_storage(u), n);
 }
 
 template <class T>
@@ -137,11 +176,20 @@ void FsdpEngine<T>::gather(int u, bool prefetch) {
     if (busy >= 1 + opt_.prefetch) return;
   }
   const model::UnitLayout& L = layouts_[u];
-  const std::size_t sn = L.shard_numel;
+  const std::size_t sn = L.shard_numel, fsn = L.frozen_shard_numel;
   r.gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
-  T* mine = r.gathered.data() + static_cast<std::size_t>(coord_.shard) * sn;
-  convert(state_[u].master.data(), mine, sn);  // fp32 master shard -> T, in its slot
-  r.gather_work = groups_.shard->all_gather_async(mine, r.gathered.data(), sn, DTypeOf<T>::value);
+  if (fsn > 0) {
+    // Frozen segment: the T shard as stored (no master to convert).
+    T* mine = r.gathered.data() + static_cast<std::size_t>(coord_.shard) * fsn;
+    convert(frozen_[u].values.data(), mine, fsn);
+    r.frozen_gather_work = groups_.shard->all_gather_async(mine, r.gathered.data(), fsn, DTypeOf<T>::value);
+  }
+  if (sn > 0) {
+    T* seg = r.gathered.data() + L.trainable_begin();
+    T* mine = seg + static_cast<std::size_t>(coord_.shard) * sn;
+    convert(state_[u].master.data(), mine, sn);  // fp32 master shard -> T, in its slot
+    r.gather_work = groups_.shard->all_gather_async(mine, seg, sn, DTypeOf<T>::value);
+  }
   r.in_flight = true;
 }
 
@@ -150,19 +198,20 @@ const T* FsdpEngine<T>::wait_params(int u) {
   Runtime& r = rt_[u];
   UnitState& st = state_[u];
   if (!traits_.shard_params) {
+    const model::UnitLayout& L = layouts_[u];
     if constexpr (std::is_same_v<T, float>) {
-      return st.master.data();  // replicated fp32 master is the compute copy
-    } else {
-      if (r.stale || r.gathered.empty()) {
-        if (r.gathered.empty()) r.gathered = Buffer<T>(st.numel, MemCategory::GatheredParams);
-        convert(st.master.data(), r.gathered.data(), st.numel);
-        r.stale = false;
-      }
-      return r.gathered.data();
+      if (L.frozen_padded() == 0) return st.master.data();  // replicated fp32 master is the compute copy
     }
+    if (r.stale || r.gathered.empty()) {
+      if (r.gathered.empty()) r.gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
+      convert(st.master.data(), r.gathered.data() + L.trainable_begin(), st.numel);
+      r.stale = false;
+    }
+    return r.gathered.data();
   }
   if (!r.alive) {
     if (!r.in_flight) gather(u);
+    r.frozen_gather_work.wait();
     r.gather_work.wait();
     r.in_flight = false;
     r.alive = true;
@@ -181,7 +230,8 @@ void FsdpEngine<T>::after_forward(int u) {
 template <class T>
 T* FsdpEngine<T>::grad_buffer(int u) {
   Runtime& r = rt_[u];
-  const std::size_t padded = layouts_[u].padded();
+  const std::size_t padded = layouts_[u].trainable_padded();
+  if (padded == 0) return nullptr;  // nothing trainable in this unit (LoRA's outer unit)
   const bool local_accum = !traits_.reduce_every_micro;
   if (!r.grad_started) {
     r.grad_started = true;
@@ -205,15 +255,17 @@ template <class T>
 template <class G>
 void FsdpEngine<T>::sum_replicated_grads_over_tp(int u, G* grads) {
   if (tp_ == 1) return;
+  const std::int64_t tb = layouts_[u].trainable_begin();
   for (const model::ParamSlot& s : layouts_[u].slots)
-    if (specs_[s.spec].grad_tp_sum)
-      groups_.tp->all_reduce(grads + s.offset, grads + s.offset, s.numel, DTypeOf<G>::value, ReduceOp::Sum);
+    if (specs_[s.spec].grad_tp_sum && !specs_[s.spec].frozen)
+      groups_.tp->all_reduce(grads + (s.offset - tb), grads + (s.offset - tb), s.numel, DTypeOf<G>::value,
+                             ReduceOp::Sum);
 }
 
 template <class T>
 void FsdpEngine<T>::after_backward(int u) {
   Runtime& r = rt_[u];
-  const std::size_t padded = layouts_[u].padded();
+  const std::size_t padded = layouts_[u].trainable_padded();
   if (!traits_.reduce_every_micro && !std::is_same_v<T, float> && !r.grad_micro.empty()) {
     // bf16 compute with local accumulation: widen this micro-step's grads into fp32.
     float* acc = traits_.shard_params ? r.accum.data() : state_[u].grad.data();
@@ -226,14 +278,15 @@ void FsdpEngine<T>::after_backward(int u) {
     r.gathered.reset();
     r.alive = false;
   }
-  if (traits_.reduce_every_micro || last_micro_) launch_reduction(u);
+  // A unit without trainable elements has nothing to reduce (the frozen base under LoRA).
+  if (padded > 0 && (traits_.reduce_every_micro || last_micro_)) launch_reduction(u);
 }
 
 template <class T>
 void FsdpEngine<T>::launch_reduction(int u) {
   using Epi = typename Reduction::Epilogue;
   const model::UnitLayout& L = layouts_[u];
-  const std::size_t padded = L.padded(), sn = L.shard_numel;
+  const std::size_t padded = L.trainable_padded(), sn = L.shard_numel;
   UnitState& st = state_[u];
   Runtime& rt = rt_[u];
   auto red = std::make_unique<Reduction>();
@@ -359,7 +412,8 @@ void FsdpEngine<T>::finish_step() {
   if (traits_.shard_params && mesh_.dp_replicate > 1) {
     // Hybrid sharding: shards are replicated across dp_replicate groups; sum them.
     for (UnitState& st : state_)
-      groups_.replicate->all_reduce(st.grad.data(), st.grad.data(), st.numel, DType::F32, ReduceOp::Sum);
+      if (st.numel > 0)
+        groups_.replicate->all_reduce(st.grad.data(), st.grad.data(), st.numel, DType::F32, ReduceOp::Sum);
   }
   for (Runtime& r : rt_) {
     if (traits_.shard_params && r.alive) {
@@ -376,6 +430,7 @@ void FsdpEngine<T>::release_all() {
   if (!traits_.shard_params) return;
   for (Runtime& r : rt_) {
     if (r.in_flight) {
+      r.frozen_gather_work.wait();
       r.gather_work.wait();
       r.in_flight = false;
     }
@@ -388,6 +443,7 @@ template <class T>
 std::size_t FsdpEngine<T>::persistent_bytes() const {
   std::size_t b = 0;
   for (const UnitState& st : state_) b += st.master.bytes() + st.grad.bytes() + st.exp_avg.bytes() + st.exp_avg_sq.bytes();
+  for (const Frozen& fz : frozen_) b += fz.values.bytes();
   return b;
 }
 

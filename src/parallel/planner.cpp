@@ -93,32 +93,50 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
 
   const double sT = in.bf16 ? 2.0 : 4.0;
   const double sR = in.reduce_dtype == DType::BF16 ? 2.0 : 4.0;
-  double state_elems = 0, max_block = 0, outer = 0, all_padded = 0;
+  // Whole units (what is gathered) and their trainable segments (what has fp32 master,
+  // gradients and moments, and is reduced); they differ under LoRA only, where the frozen
+  // base is held in the compute dtype (model::UnitLayout).
+  double state_elems = 0, frozen_elems = 0, max_block = 0, outer = 0, all_padded = 0;
+  double max_block_t = 0, outer_t = 0, all_trainable = 0;
+  int reduced_units = 0;
   for (const auto& L : layouts) {
-    state_elems += tr.shard_params ? L.shard_numel : L.padded();
+    state_elems += tr.shard_params ? L.shard_numel : L.trainable_padded();
+    frozen_elems += tr.shard_params ? L.frozen_shard_numel : L.frozen_padded();
     all_padded += L.padded();
-    if (L.unit == 0) outer = static_cast<double>(L.padded());
-    else max_block = std::max(max_block, static_cast<double>(L.padded()));
+    all_trainable += L.trainable_padded();
+    reduced_units += L.trainable_padded() > 0 ? 1 : 0;
+    if (L.unit == 0) {
+      outer = static_cast<double>(L.padded());
+      outer_t = static_cast<double>(L.trainable_padded());
+    } else {
+      max_block = std::max(max_block, static_cast<double>(L.padded()));
+      max_block_t = std::max(max_block_t, static_cast<double>(L.trainable_padded()));
+    }
   }
+  const bool frozen = frozen_elems > 0;
   MemoryEstimate& m = p.memory;
-  m.params = 4.0 * state_elems;
+  // no_shard keeps the frozen values inside its persistent compute copy (gathered).
+  m.frozen = tr.shard_params ? sT * frozen_elems : 0.0;
+  m.params = 4.0 * state_elems + m.frozen;
   m.grads = 4.0 * state_elems;
   m.optimizer = 8.0 * state_elems;
 
   // Transient parameter copies in the compute dtype.
   const int alive_blocks = std::min(in.dims.n_layers, 1 + in.prefetch);
-  if (s == Strategy::NoShard) m.gathered = in.bf16 ? sT * all_padded : 0.0;
+  if (s == Strategy::NoShard) m.gathered = (in.bf16 || frozen) ? sT * all_padded : 0.0;
   else if (s == Strategy::ShardGradOp) m.gathered = sT * all_padded;  // kept from forward to backward
   else m.gathered = sT * (outer + alive_blocks * max_block);
   // Gradient buffers: full/hybrid hold this micro-step's grads of the outer unit and of the
   // blocks whose reduce-scatter is in flight; shard_grad_op accumulates everything in fp32.
   // shard_grad_op keeps fp32 unsharded gradients across micro-steps (no communication until
   // the last); with one micro-step each unit's are reduced right after its backward.
-  if (s == Strategy::ShardGradOp && p.grad_accum > 1) m.grad_buffers = 4.0 * all_padded + (in.bf16 ? sT * max_block : 0.0);
-  else if (s == Strategy::ShardGradOp) m.grad_buffers = 4.0 * (outer + 2 * max_block) + (in.bf16 ? sT * max_block : 0.0);
-  else if (s == Strategy::NoShard) m.grad_buffers = in.bf16 ? sT * std::max(outer, max_block) : 0.0;
-  else m.grad_buffers = sT * (outer + 2 * max_block);
-  m.comm_buffers = (sR != sT || in.bf16) ? std::max(sR, 4.0) * std::max(outer, max_block) : 0.0;
+  // All of them cover trainable segments only.
+  if (s == Strategy::ShardGradOp && p.grad_accum > 1)
+    m.grad_buffers = 4.0 * all_trainable + (in.bf16 ? sT * max_block_t : 0.0);
+  else if (s == Strategy::ShardGradOp) m.grad_buffers = 4.0 * (outer_t + 2 * max_block_t) + (in.bf16 ? sT * max_block_t : 0.0);
+  else if (s == Strategy::NoShard) m.grad_buffers = in.bf16 ? sT * std::max(outer_t, max_block_t) : 0.0;
+  else m.grad_buffers = sT * (outer_t + 2 * max_block_t);
+  m.comm_buffers = (sR != sT || in.bf16) ? std::max(sR, 4.0) * std::max(outer_t, max_block_t) : 0.0;
 
   const int B = in.micro_batch, T = in.seq_len;
   const double N = static_cast<double>(B) * T, C = in.dims.d_model;
@@ -143,8 +161,8 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
   const double S = mesh.dp_shard;
   double unit_bytes_T = 0, unit_bytes_R = 0;
   for (const auto& Lu : layouts) {
-    unit_bytes_T += sT * Lu.padded();
-    unit_bytes_R += sR * Lu.padded();
+    unit_bytes_T += sT * Lu.padded();            // gathered: frozen and trainable
+    unit_bytes_R += sR * Lu.trainable_padded();  // reduced: trainable only
   }
   const double outer_T = sT * layouts[0].padded();
   const double blocks_T = unit_bytes_T - outer_T;
@@ -154,21 +172,26 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
     c.fsdp_gather = A * (S - 1) / S * (outer_T + (tr.reshard_after_forward ? 2.0 : 1.0) * blocks_T);
     c.fsdp_gather_backward = tr.reshard_after_forward ? A * (S - 1) / S * blocks_T : 0.0;
     c.fsdp_reduce = (tr.reduce_every_micro ? A : 1) * (S - 1) / S * unit_bytes_R;
-    c.gather_collectives = A * (1 + (tr.reshard_after_forward ? 2 : 1) * in.dims.n_layers);
-    c.reduce_collectives = (tr.reduce_every_micro ? A : 1) * units;
+    // One all-gather per non-empty segment (frozen, trainable) of a unit.
+    const auto segments = [](const model::UnitLayout& Lu) {
+      return (Lu.frozen_shard_numel > 0 ? 1 : 0) + (Lu.shard_numel > 0 ? 1 : 0);
+    };
+    const int block_segments = in.dims.n_layers > 0 ? segments(layouts[1]) : 0;
+    c.gather_collectives = A * (segments(layouts[0]) + (tr.reshard_after_forward ? 2 : 1) * in.dims.n_layers * block_segments);
+    c.reduce_collectives = (tr.reduce_every_micro ? A : 1) * reduced_units;
     c.fill_gather = A * (S - 1) / S * (outer_T + sT * max_block);
-    c.fill_reduce = (S - 1) / S * sR * layouts[0].padded();
+    c.fill_reduce = (S - 1) / S * sR * outer_t;
   } else if (!tr.shard_params && dp > 1) {
     c.fsdp_reduce = 2.0 * (dp - 1) / dp * unit_bytes_R;
-    c.reduce_collectives = units;
+    c.reduce_collectives = reduced_units;
     c.reduce_is_all_reduce = true;
-    c.fill_reduce = 2.0 * (dp - 1) / dp * sR * layouts[0].padded();
+    c.fill_reduce = 2.0 * (dp - 1) / dp * sR * outer_t;
   }
   c.fsdp_collectives = c.gather_collectives + c.reduce_collectives;
   if (tr.shard_params && mesh.dp_replicate > 1) {
     const double Rr = mesh.dp_replicate;
     c.replicate = 2.0 * (Rr - 1) / Rr * 4.0 * state_elems;
-    c.replicate_collectives = units;
+    c.replicate_collectives = reduced_units;
   }
   if (mesh.tp > 1) {
     // Per block: forward 2 (attention out, MLP out), backward 2 (norm input grads), plus the

@@ -352,7 +352,8 @@ StepPrediction predict_step(const model::ModelDims& d, const parallel::PlanInput
   // recomputed) streamed by kElementwisePasses passes over forward and backward (2 more
   // passes, a forward, with checkpointing), plus the optimizer's pass over the state.
   const double act_bytes = p.activation_traffic * p.grad_accum;
-  const double state_elems = p.memory.params / 4.0;  // fp32 master elements this rank updates
+  // fp32 master elements this rank updates (a frozen LoRA base has none)
+  const double state_elems = (p.memory.params - p.memory.frozen) / 4.0;
   r.optimizer_s = c.adamw_s_per_elem > 0 ? state_elems * c.adamw_s_per_elem : 7.0 * 4.0 * state_elems / c.copy_bytes;
   // MLP hidden elements per step (tokens x ffn_dim / tp per block), forward + backward (the
   // measured rate), plus the recomputed forward (about half of it) with checkpointing.

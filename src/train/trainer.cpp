@@ -86,6 +86,9 @@ class Trainer {
   double peak_flops_ = 0;
   std::uint64_t cursor_ = 0;      ///< training windows consumed (global)
   int updates_ = 0;               ///< optimizer updates applied (bias correction)
+  /// LoRA: the frozen base weights this run's checkpoints refer to (init_from, or the
+  /// train.seed initialisation without it).
+  checkpoint::BaseRef base_;
   int skipped_ = 0;
   double total_compute_ = 0, total_exposed_ = 0, total_busy_ = 0, total_io_ = 0;
   double last_loss_ = NAN, last_val_ = NAN;
@@ -344,10 +347,13 @@ int Trainer<T>::restore_or_init() {
   parallel::FsdpEngine<T>& eng = session_.engine();
   const std::string path = checkpoint::resolve_resume(rt_.world(), checkpoint::checkpoint_dir(cfg_), cc.resume);
   checkpoint::IoStats io;
+  base_ = checkpoint::BaseRef{};
+  base_.seed = cfg_.train.seed;  // without init_from the base is the initialisation from train.seed
   if (!path.empty()) {
     const checkpoint::TrainState st = checkpoint::load(eng, session_.mesh(), s_, path, &io);
     cursor_ = st.cursor;
     updates_ = st.updates;
+    base_ = st.base;
     skipped_ = st.skipped;
     log::info("resumed from %s: step %d, %llu tokens seen (load %.2f s, %.2f GB/s)", path.c_str(), st.step,
               static_cast<unsigned long long>(st.tokens_seen), io.seconds, io.gbps());
@@ -366,7 +372,7 @@ int Trainer<T>::restore_or_init() {
     return st.step;
   }
   if (!cc.init_from.empty()) {
-    checkpoint::load_weights(eng, session_.mesh(), s_.dims, cc.init_from, &io);
+    base_ = checkpoint::load_weights(eng, session_.mesh(), s_.dims, cc.init_from, &io);
     log::info("initial weights from %s (load %.2f s, %.2f GB/s)", io.path.c_str(), io.seconds, io.gbps());
     ckpt_load_s_ = io.seconds;
     ckpt_load_gbps_ = io.gbps();
@@ -390,6 +396,7 @@ void Trainer<T>::save_checkpoint(int step) {
   st.skipped = skipped_;
   st.seed = cfg_.train.seed;
   st.tokens_seen = cursor_ * static_cast<std::uint64_t>(cfg_.train.seq_len);
+  st.base = base_;
   // Skipped (non-finite) steps leave the state untouched, and save() refuses a state that
   // holds a non-finite value anyway, so no checkpoint carries a NaN.
   const checkpoint::IoStats io =

@@ -97,6 +97,14 @@ for key in model.d_model parallel.tp parallel.collective_timeout train.lr output
   grep -qE -- "--$key arg \(=" "$out" || fail "plan --help: no '--$key' with its default"
 done
 
+# plan of a LoRA run: the trainable count is the adapters' (tiny-llama: 2 layers x (q: A 4x64 +
+# B 64x4, v: A 4x64 + B 32x4) = 1792), their state alone in grads/optim (test_memory_accounting
+# checks the bytes against the pool).
+run "plan with LoRA" "$bin" plan "$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini" --model.lora_rank=4 --model.lora_alpha=8 \
+  --model.lora_targets=q,v
+[[ $rc -eq 0 ]] || fail "plan LoRA: exit status $rc"
+grep -qF "LoRA: rank 4, alpha 8, targets q,v: 1792 trainable parameters" "$out" || fail "plan LoRA: no LoRA line with 1792 trainable parameters"
+
 if (( failures )); then
   echo "$failures check(s) failed" >&2
   exit 1

@@ -70,9 +70,10 @@ double run(const Fixture& f, const std::vector<std::vector<double>>& params, boo
   Transformer<double> model(f.dims, tp, f.specs, f.layouts);
   ComputeContext ctx;
   std::vector<Buffer<double>> p, g;
-  for (const auto& u : params) {
-    p.push_back(test::to_device(u));
-    g.push_back(test::to_device(std::vector<double>(u.size(), 0.0)));
+  for (std::size_t u = 0; u < params.size(); ++u) {
+    p.push_back(test::to_device(params[u]));
+    // Gradients cover the unit's trainable segment (all of it without LoRA).
+    g.push_back(test::to_device(std::vector<double>(f.layouts[u].trainable_padded(), 0.0)));
   }
   auto tok = test::to_device(f.tokens);
   auto tgt = test::to_device(f.targets);
@@ -119,7 +120,7 @@ void gradcheck(Family family, bool checkpoint, int lora_rank = 0) {
         };
         // Fourth-order central difference (Richardson): truncation O(h^4).
         const double fd = (8 * (loss_at(h) - loss_at(-h)) - (loss_at(2 * h) - loss_at(-2 * h))) / (12 * h);
-        const double an = grads[u][i];
+        const double an = grads[u][i - f.layouts[u].trainable_begin()];
         // Fourth-order central differences in double with h = 1e-4: truncation O(h^4) ~ 1e-16
         // relative and rounding |loss| * 2e-16 / h ~ 1e-10 absolute. Gradients here are O(0.1..10); the
         // 1e-3 floor makes exactly-zero gradients (e.g. the key bias, which softmax cancels)

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # LoRA fine-tuning, end to end: pretrain a tiny model, export it to safetensors, fine-tune
 # LoRA adapters from it on 1, 2 (tp=2) and 4 (dp_shard=2 x tp=2) ranks; the losses agree,
-# the loss falls, and the base weights in the fine-tuned checkpoint are bitwise the
-# pretrained ones while the adapters moved.
+# the loss falls, the adapters moved, and the checkpoints hold the adapters and their
+# moments only, with a reference to the base. Resuming from a mid-run checkpoint reloads
+# the base through that reference and continues bitwise like the uninterrupted run (also
+# for a random base, recomputed from its seed); a base that moved or changed, and a run
+# without the LoRA settings, are one clear error each.
 set -euo pipefail
 family=${LORA_FAMILY:?}
 ini="$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini"
@@ -16,12 +19,12 @@ targets=$([[ $family == gpt2 ]] && echo "c_attn,attn.c_proj,c_fc,mlp.c_proj" || 
 tune() {
   local name=$1 np=$2; shift 2
   # shellcheck disable=SC2086
-  $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=40 --train.eval_every=0 \
-    --train.lr=5e-3 --train.seed=7 --checkpoint.init_from=base --model.lora_rank=4 --model.lora_alpha=8 \
+  $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps="${STEPS-40}" --train.eval_every=0 \
+    --train.lr=5e-3 --train.seed=7 --checkpoint.init_from="${INIT_FROM-base}" --model.lora_rank=4 --model.lora_alpha=8 \
     --model.lora_targets="$targets" --parallel.strategy=full_shard --output.dir="$name" "$@" > "$name.log" 2>&1 \
     || { cat "$name.log"; exit 1; }
 }
-tune lora1 1
+tune lora1 1 --checkpoint.every=20
 tune lora_tp2 2 --parallel.tp=2
 tune lora_dp2tp2 4 --parallel.tp=2 --parallel.dp_shard=2
 for run in lora_tp2 lora_dp2tp2; do
@@ -32,10 +35,15 @@ for run in lora_tp2 lora_dp2tp2; do
   python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" lora1/metrics.jsonl $run/metrics.jsonl \
     --rtol 1e-4 --keys grad_norm --label "$family LoRA $run vs 1 rank"
 done
-"${REFERENCE_PYTHON:-/usr/bin/python3}" - <<'PY'
-import glob, json
+# Resume at step 20 of the 1-rank run: the base comes back through the reference.
+tune resumed 1 --checkpoint.resume="$TEST_TMP/lora1/checkpoints/step_00000020.h5"
+grep -q "resumed from" resumed.log || { cat resumed.log; echo "the run did not resume"; exit 1; }
+python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" lora1/metrics.jsonl resumed/metrics.jsonl \
+  --exact --keys loss grad_norm --steps 21,40 --label "$family LoRA resumed at step 20 vs uninterrupted"
+"${REFERENCE_PYTHON:-/usr/bin/python3}" - "$TEST_TMP/base" <<'PY'
+import glob, json, os, sys
 import h5py, numpy as np
-pre = h5py.File(sorted(glob.glob("pre/checkpoints/step_*.h5"))[-1], "r")
+base_dir = sys.argv[1]
 for run in ["lora1", "lora_dp2tp2"]:
     f = h5py.File(sorted(glob.glob(f"{run}/checkpoints/step_*.h5"))[-1], "r")
     names = []
@@ -43,11 +51,18 @@ for run in ["lora1", "lora_dp2tp2"]:
     base = [n for n in names if ".lora_" not in n]
     lora_b = [n for n in names if ".lora_B." in n]
     assert lora_b, "no LoRA adapters in the checkpoint"
-    for n in base:
-        assert np.array_equal(f["model"][n][...], pre["model"][n][...]), f"{run}: base weight {n} changed"
+    assert not base, f"{run}: the checkpoint holds base weights {base[:3]}"
+    moments = []
+    f["optim/exp_avg"].visit(lambda n: moments.append(n) if isinstance(f["optim/exp_avg"][n], h5py.Dataset) else None)
+    assert moments and all(".lora_" in n for n in moments), f"{run}: moments of non-adapters {moments[:3]}"
+    ref = f.attrs["base_weights"]
+    ref = ref.decode() if isinstance(ref, bytes) else str(ref)
+    assert os.path.samefile(ref, base_dir), f"{run}: base reference {ref}, expected {base_dir}"
+    size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(base_dir, "*.safetensors")))
+    assert int(f.attrs["base_weights_bytes"]) == size, f"{run}: base size {f.attrs['base_weights_bytes']} != {size}"
     moved = max(float(np.abs(f["model"][n][...]).max()) for n in lora_b)
     assert moved > 0, f"{run}: LoRA B stayed zero"
-    print(f"{run}: {len(base)} base tensors unchanged, {len(lora_b)} B adapters moved (max |B| {moved:.3g})")
+    print(f"{run}: adapters only ({len(names)} tensors), base {ref}, {len(lora_b)} B adapters moved (max |B| {moved:.3g})")
 # Validation loss on the same windows: the base model (= the LoRA model at start, B = 0)
 # against the fine-tuned one.
 base_val = json.loads(open("pre/metrics.jsonl").readlines()[-1])["val_loss"]
@@ -55,3 +70,46 @@ tuned_val = json.loads(open("lora1/metrics.jsonl").readlines()[-1])["val_loss"]
 print(f"validation loss: base {base_val:.4f}, after LoRA fine-tuning {tuned_val:.4f}")
 assert tuned_val < base_val, "LoRA fine-tuning did not reduce the validation loss"
 PY
+# The base moved: resuming names it and exits 2 without writing anything.
+mv base base_moved
+set +e
+"$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=40 --train.eval_every=0 --model.lora_rank=4 \
+  --model.lora_alpha=8 --model.lora_targets="$targets" --output.dir=moved \
+  --checkpoint.resume="$TEST_TMP/lora1/checkpoints/step_00000020.h5" > moved.log 2>&1
+rc=$?
+set -e
+mv base_moved base
+[[ $rc == 2 ]] || { cat moved.log; echo "expected exit 2 for a moved base, got $rc"; exit 1; }
+grep -q "its base weights $TEST_TMP/base no longer exist" moved.log || { cat moved.log; echo "no clear error"; exit 1; }
+[[ ! -e moved/checkpoints ]] || ! ls moved/checkpoints/step_* > /dev/null 2>&1 || { echo "a checkpoint was written"; exit 1; }
+echo "moved base: $(grep -o 'its base weights.*' moved.log | head -1)"
+# Without init_from the base is the initialisation from train.seed: the checkpoint records
+# the seed, and a resume recomputes the base and continues bitwise.
+INIT_FROM= STEPS=8 tune rand 1 --checkpoint.every=4
+INIT_FROM= STEPS=8 tune rand_resumed 1 --checkpoint.resume="$TEST_TMP/rand/checkpoints/step_00000004.h5"
+python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" rand/metrics.jsonl rand_resumed/metrics.jsonl \
+  --exact --keys loss grad_norm --steps 5,8 --label "$family LoRA on a random base, resumed at step 4"
+# A run without the LoRA settings cannot load an adapters-only checkpoint: one clear error.
+set +e
+"$MESHTRAIN_BIN" eval "$ini" --data.dir=data --checkpoint lora1/checkpoints > eval_nolora.log 2>&1
+rc=$?
+set -e
+[[ $rc == 2 ]] && grep -q "holds LoRA adapters only (base weights: $TEST_TMP/base), but this run has no LoRA adapters" \
+  eval_nolora.log || { cat eval_nolora.log; echo "expected the no-LoRA-settings error, rc $rc"; exit 1; }
+# The base changed (here only its modification time): the same kind of error.
+touch -d '2001-01-01 00:00:00' base/*.safetensors
+set +e
+"$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=40 --train.eval_every=0 --model.lora_rank=4 \
+  --model.lora_alpha=8 --model.lora_targets="$targets" --output.dir=changed \
+  --checkpoint.resume="$TEST_TMP/lora1/checkpoints/step_00000020.h5" > changed.log 2>&1
+rc=$?
+set -e
+[[ $rc == 2 ]] && grep -q "its base weights $TEST_TMP/base changed since it was written" changed.log \
+  || { cat changed.log; echo "expected the changed-base error, rc $rc"; exit 1; }
+# Exporting an adapters-only checkpoint is refused with one sentence, nothing written.
+set +e
+"$MESHTRAIN_BIN" convert --input lora1/checkpoints --output lora_export > convert_lora.log 2>&1
+rc=$?
+set -e
+[[ $rc == 2 && ! -e lora_export ]] && grep -q "is a LoRA checkpoint: it holds the adapters only" convert_lora.log \
+  || { cat convert_lora.log; echo "expected the LoRA export error, rc $rc"; exit 1; }

@@ -23,6 +23,16 @@ namespace meshtrain::checkpoint {
 /// versions 1..kFormatVersion.
 inline constexpr int kFormatVersion = 1;
 
+/// Where the frozen base weights of a LoRA run come from. Checkpoints of a LoRA run hold
+/// the adapters and their optimizer state only, plus this reference; loading one reads the
+/// base from it (doc/checkpoints.md).
+struct BaseRef {
+  std::string path;            ///< absolute path of the weights (checkpoint.init_from); "" = random init
+  std::uint64_t bytes = 0;     ///< total size of its weight files when written
+  std::int64_t mtime_ns = 0;   ///< newest modification time of those files
+  std::uint64_t seed = 0;      ///< path "": the base is the initialisation from this train.seed
+};
+
 /// Training progress stored with the weights. Everything else a resumed run needs
 /// (initialisation, data order, sampling) is a pure function of `seed` and `cursor`.
 struct TrainState {
@@ -32,6 +42,7 @@ struct TrainState {
   int skipped = 0;                ///< steps skipped for non-finite loss or gradient norm
   std::uint64_t seed = 0;         ///< train.seed of the run that wrote the checkpoint
   std::uint64_t tokens_seen = 0;  ///< cursor * train.seq_len
+  BaseRef base;                   ///< LoRA runs (engine.has_frozen()): the frozen base weights
 };
 
 /// Time and volume of one save or load, for the log and metrics.jsonl.
@@ -79,9 +90,12 @@ std::string checkpoint_dir(const Config& config);
 /// "step_00000042.h5".
 std::string checkpoint_file_name(int step);
 
-/// \brief Saves the engine's master weights and AdamW moments plus `state` into
+/// \brief Saves the engine's trainable master weights and AdamW moments plus `state` into
 /// `dir`/step_%08d.h5 (commit protocol above) and keeps the newest
 /// `setup.config.checkpoint.keep` complete checkpoints. Collective over `mesh.world()`.
+///
+/// With frozen parameters (LoRA) the file holds the trainable parameters (the adapters)
+/// and their moments only, and `state.base` as the reference to the base weights.
 ///
 /// A state holding a non-finite value is never committed: the temporary file is removed
 /// and the result has written == false (same on every rank). UserError (every rank alike)
@@ -106,7 +120,10 @@ std::string resolve_resume(const MpiComm& comm, const std::string& dir, const st
 /// Validation (UserError naming the file and the problem, on every rank alike): not an
 /// HDF5 file or truncated, unknown format version, a model config that differs from
 /// setup.dims (naming each differing key with both values), a missing dataset, a wrong
-/// shape or dtype. Nothing in the engine changes when validation fails. Collective.
+/// shape or dtype. Nothing in the engine changes when validation fails. A LoRA checkpoint's
+/// base weights are read from its reference (UserError naming the path when it moved or
+/// changed), or from the file itself when it has none (written before references).
+/// Collective.
 template <class T>
 TrainState load(parallel::FsdpEngine<T>& engine, const Mesh& mesh, const train::RunSetup& setup,
                 const std::string& path, IoStats* stats = nullptr);
@@ -115,9 +132,11 @@ TrainState load(parallel::FsdpEngine<T>& engine, const Mesh& mesh, const train::
 /// from a meshtrain .h5 checkpoint, a .safetensors file, or a directory holding
 /// model.safetensors or a sharded model.safetensors.index.json. Moments are zeroed.
 /// Tensors are matched by name and shape (see doc/checkpoints.md for the accepted
-/// spellings); a missing parameter or a wrong shape is a UserError. Collective.
+/// spellings); a missing parameter or a wrong shape is a UserError. A LoRA checkpoint as
+/// `path` brings its adapters and reads the base from its reference. Returns the reference
+/// a LoRA run's checkpoints record for the frozen weights. Collective.
 template <class T>
-void load_weights(parallel::FsdpEngine<T>& engine, const Mesh& mesh, const model::ModelDims& dims,
+BaseRef load_weights(parallel::FsdpEngine<T>& engine, const Mesh& mesh, const model::ModelDims& dims,
                   const std::string& path, IoStats* stats = nullptr);
 
 /// The newest complete checkpoint of directory `dir`: the file `latest` names, or without

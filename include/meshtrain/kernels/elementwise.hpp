@@ -30,7 +30,7 @@ void fill(T* x, std::size_t n, double value);
 template <class T>
 void add_bias(T* y, const T* bias, int rows, int cols, int ld);
 
-/// dbias (cols) += sum over rows of dy (rows, cols; ld). Deterministic (no atomics).
+/// dbias (cols) += sum over rows of dy (rows, cols; ld). Deterministic (no atomics); nullptr: skipped.
 template <class T>
 void bias_backward(const T* dy, T* dbias, int rows, int cols, int ld);
 

@@ -12,7 +12,7 @@ void layernorm_forward(const T* x, const T* w, const T* b, double eps, int N, in
                        acc_t<T>* mean, acc_t<T>* rstd);
 
 /// dx (N, C) += dL/dx (ACCUMULATES: the residual stream's gradient is already in dx);
-/// dw, db (C) += parameter gradients (deterministic, no atomics).
+/// dw, db (C) += parameter gradients (deterministic, no atomics); both nullptr: frozen, skipped.
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mean,
                         const acc_t<T>* rstd, int N, int C, T* dx, T* dw, T* db);
@@ -21,7 +21,7 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mea
 template <class T>
 void rmsnorm_forward(const T* x, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd);
 
-/// dx (N, C) += dL/dx (ACCUMULATES); dw (C) += (deterministic).
+/// dx (N, C) += dL/dx (ACCUMULATES); dw (C) += (deterministic); dw nullptr: frozen, skipped.
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C,
                       T* dx, T* dw);

@@ -1,9 +1,17 @@
 #pragma once
 /// \brief Flat layouts: one FSDP unit's TP-local parameters laid end to end in one buffer
-/// (offsets aligned), padded so it splits evenly into `shards` contiguous shards.
+/// (offsets aligned), in two segments that each split evenly into `shards` contiguous shards:
 ///
-///   unit buffer: [ p0 | pad | p1 | pad | ... | tail pad ]   padded = shards * shard_numel
-///   rank s of the shard group owns [s * shard_numel, (s+1) * shard_numel)
+///   unit buffer: [ frozen segment            | trainable segment               ]
+///                [ f0 | pad | f1 | ... | pad | p0 | pad | p1 | ... | tail pad ]
+///                 frozen_padded()            trainable_padded()
+///   rank s owns [s * frozen_shard_numel, (s+1) * frozen_shard_numel) of the frozen segment
+///   and frozen_padded() + [s * shard_numel, (s+1) * shard_numel) of the trainable one.
+///
+/// Frozen parameters (the base model under LoRA) have no gradients, no optimizer state and
+/// no fp32 master: the FSDP engine keeps their shards in the compute type, and gradient
+/// buffers, reductions and moments cover the trainable segment only. Without frozen
+/// parameters the frozen segment is empty and the layout is the plain one.
 
 #include <cstdint>
 #include <string>
@@ -23,10 +31,16 @@ struct ParamSlot {
 struct UnitLayout {
   int unit = 0;
   std::vector<ParamSlot> slots;
-  std::int64_t numel = 0;        ///< end of the last parameter
-  std::int64_t shard_numel = 0;  ///< elements per shard
+  std::int64_t numel = 0;               ///< end of the last parameter
+  std::int64_t frozen_shard_numel = 0;  ///< frozen-segment elements per shard (0: nothing frozen)
+  std::int64_t shard_numel = 0;         ///< trainable-segment elements per shard
   int shards = 1;
-  std::int64_t padded() const { return shard_numel * shards; }
+  std::int64_t frozen_padded() const { return frozen_shard_numel * shards; }
+  /// First element of the trainable segment: gradients are indexed from here.
+  std::int64_t trainable_begin() const { return frozen_padded(); }
+  std::int64_t trainable_padded() const { return shard_numel * shards; }
+  /// The whole (gathered) unit buffer.
+  std::int64_t padded() const { return frozen_padded() + trainable_padded(); }
 
   /// The slot whose spec has this role; nullptr when absent (e.g. untied head).
   const ParamSlot* find(const std::vector<ParamSpec>& specs, const std::string& role) const;

@@ -103,11 +103,16 @@ class Transformer {
   /// LoRA adapter of one target projection inside a block unit.
   struct LoraSlot {
     std::int64_t a = -1, b = -1;  ///< offsets of A (r, in_l) and B (out_l, r); -1 = no adapter
+    std::int64_t ga = -1, gb = -1;  ///< their offsets in the gradient buffer (the trainable segment)
     int in = 0, out = 0;          ///< local widths
     bool row_parallel = false;
   };
   std::vector<LoraSlot> lora_;
   bool train_base_ = true;             ///< false under LoRA: base weight gradients are skipped
+  /// Gradient of the base parameter at unit offset `off`: without LoRA the trainable segment
+  /// is the whole unit (grads share the parameters' offsets); under LoRA the base is frozen,
+  /// has no gradient storage, and the kernels skip a nullptr parameter gradient.
+  T* base_grad(T* g, std::int64_t off) const { return train_base_ ? g + off : nullptr; }
 };
 
 /// Role indices into the offset tables (see transformer.cpp for the HF role names).

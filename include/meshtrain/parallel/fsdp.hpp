@@ -9,6 +9,12 @@
 /// compute type T, whose parameters are views (no copy-out). Without sharding (no_shard)
 /// every rank holds everything and gradients are all-reduced over the dp group.
 ///
+/// Frozen parameters (the base model under LoRA) form the unit's frozen segment
+/// (model::UnitLayout): the rank keeps its shard of them in the compute type T only, with
+/// no fp32 master, gradient or moments, gathers them like the rest, and never reduces
+/// anything for them. Gradient buffers, reductions and UnitState cover the trainable
+/// segment only, so a LoRA run holds and moves state for its adapters alone.
+///
 /// Per micro-step the runner calls, per unit: gather/prefetch -> wait_params -> forward ->
 /// after_forward -> (backward) wait_params -> grad_buffer -> after_backward; then
 /// finish_step() after the last micro-step.
@@ -34,7 +40,8 @@ struct FsdpOptions {
   int grad_accum = 1;             ///< micro-steps per optimizer step
 };
 
-/// fp32 state of one unit held by this rank: elements [begin, begin + numel) of the unit.
+/// fp32 state of one unit's trainable segment held by this rank: elements
+/// [begin, begin + numel) of the unit buffer (begin >= the layout's trainable_begin()).
 struct UnitState {
   std::int64_t begin = 0;
   std::int64_t numel = 0;
@@ -70,7 +77,8 @@ class FsdpEngine {
   /// Gathered parameters of unit u (waits for the gather).
   const T* wait_params(int u);
   void after_forward(int u);
-  /// Gradient buffer of unit u for this micro-step (unit layout; zeroed on first use).
+  /// Gradient buffer of unit u's trainable segment for this micro-step: element i is unit
+  /// element trainable_begin() + i (zeroed on first use); nullptr when nothing is trainable.
   T* grad_buffer(int u);
   /// Unit u's backward is done for this micro-step: frees parameters and launches the
   /// gradient reduction when it is due (every micro-step for full/hybrid, last otherwise).
@@ -94,7 +102,20 @@ class FsdpEngine {
   /// are refreshed at the next gather.
   void params_updated();
 
-  /// Bytes of persistent state (master + grads + moments) on this rank.
+  // ---- frozen segment ------------------------------------------------------------------
+  /// True when some parameter is frozen (LoRA).
+  bool has_frozen() const { return has_frozen_; }
+  /// Elements [frozen_begin(u), frozen_begin(u) + frozen_numel(u)) of unit u are this
+  /// rank's frozen values (its shard, or the whole segment without sharding).
+  std::int64_t frozen_begin(int u) const { return frozen_[u].begin; }
+  std::int64_t frozen_numel(int u) const { return frozen_[u].numel; }
+  /// Replaces this rank's frozen values of unit u with `values` (device, frozen_numel(u)
+  /// fp32 elements), rounded to T.
+  void set_frozen(int u, const float* values);
+  /// This rank's frozen values of unit u in T (device).
+  const T* frozen_values(int u) const;
+
+  /// Bytes of persistent state (master + grads + moments + frozen values) on this rank.
   std::size_t persistent_bytes() const;
 
  private:
@@ -115,7 +136,14 @@ class FsdpEngine {
   StrategyTraits traits_;
   int micro_ = 0;
   bool last_micro_ = false;
+  struct Frozen {
+    std::int64_t begin = 0, numel = 0;
+    Buffer<T> values;  ///< sharded strategies: this rank's shard (no_shard: inside the gathered copy)
+  };
+  T* frozen_storage(int u);
   std::vector<UnitState> state_;
+  std::vector<Frozen> frozen_;
+  bool has_frozen_ = false;
   std::vector<std::int64_t> owned_begin_, owned_numel_;
   std::vector<Runtime> rt_;
   std::deque<std::unique_ptr<Reduction>> pending_;

@@ -35,6 +35,7 @@ struct PlanInput {
 /// Per-rank bytes by component.
 struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0;    ///< persistent
+  double frozen = 0;  ///< part of params: frozen (LoRA base) shards in the compute dtype, no grads/moments
   double gathered = 0, grad_buffers = 0;          ///< transient parameter/gradient copies
   double activations = 0, comm_buffers = 0;       ///< transient
   double persistent() const { return params + grads + optimizer; }
