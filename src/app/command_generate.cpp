@@ -3,6 +3,7 @@
 // generator (train/generate.hpp), so the text depends on the weights and the options, not
 // on the ranks. The trainer's end-of-run sample (train.sample_tokens) is the same call with
 // temperature 0.8, top-k 40 and seed train.seed.
+#include <algorithm>
 #include <cstdio>
 
 #include "checkpoint_session.hpp"
@@ -27,6 +28,7 @@ struct GenerateOptions {
   int top_k = 40;
   std::uint64_t seed = 1;
   std::string tokenizer = "auto";
+  bool no_kv_cache = false;
 };
 
 template <class T>
@@ -52,7 +54,9 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
   });
   const LoadedWeights weights = load_checkpoint_weights(session, setup, o.checkpoint);
   const double t0 = now_seconds();
-  const std::string text = train::sample_text(session, *tok, o.prompt, o.tokens, o.temperature, o.top_k, o.seed);
+  train::GenerateStats stats;
+  const std::string text = train::sample_text(session, *tok, o.prompt, o.tokens, o.temperature, o.top_k, o.seed,
+                                              !o.no_kv_cache, &stats);
   const double seconds = now_seconds() - t0;
   if (rt.topology().world_rank == 0) {
     // The text alone goes to stdout (pipe-friendly); what produced it goes to stderr.
@@ -61,6 +65,12 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
                  weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
                  weights.load_seconds, o.tokens, o.temperature, o.top_k, static_cast<unsigned long long>(o.seed),
                  seconds);
+    // Per-token cost after the first (which includes the prompt's forward): what the KV
+    // cache changes; perf/bench_generate.sh compares it with and without.
+    std::fprintf(stderr, "generate: %d-token context, first token %.3f s, then %.2f ms/token over %d tokens (%s)\n",
+                 stats.prompt_tokens, stats.first_seconds,
+                 stats.new_tokens > 1 ? 1e3 * stats.rest_seconds / (stats.new_tokens - 1) : 0.0,
+                 std::max(0, stats.new_tokens - 1), o.no_kv_cache ? "no KV cache" : "KV cache");
     std::printf("%s%s\n", o.prompt.c_str(), text.c_str());
     std::fflush(stdout);
   }
@@ -81,10 +91,12 @@ int command_generate(Runtime& rt, const Args& args) {
       ("top_k", po::value<int>(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens; 0 = all")
       ("seed", po::value<std::uint64_t>(&o.seed)->default_value(o.seed), "random seed of the sampler")
       ("tokenizer", po::value<std::string>(&o.tokenizer)->default_value(o.tokenizer),
-       "auto (the tokenizer of data.dir's dataset, byte for random data) or a tokenizer name (byte)");
+       "auto (the tokenizer of data.dir's dataset, byte for random data) or a tokenizer name (byte)")
+      ("no_kv_cache", po::bool_switch(&o.no_kv_cache),
+       "recompute the whole context for every token instead of caching keys and values (slower; for comparison)");
   const std::string usage =
       "usage: meshtrain generate [CONFIG.ini] [--checkpoint PATH] [--prompt TEXT] [--tokens N] [--temperature T] "
-      "[--top_k K] [--seed S] [--section.key=value ...]\n\n"
+      "[--top_k K] [--seed S] [--no_kv_cache] [--section.key=value ...]\n\n"
       "Continues --prompt with text sampled from a checkpoint, on this job's mesh. Prints the prompt and the\n"
       "continuation on stdout. The model keys must describe the checkpoint's model: pass the training run's\n"
       "config (its <output.dir>/config.ini holds every key).\n";
