@@ -106,6 +106,7 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/bench_step.sh` | SGEMM peak, copy bandwidth; meshtrain vs PyTorch (`perf/peer/torch_gpt.py`) tokens/s and MFU on `inputs/bench-gpt2-23m.ini` at 1 rank and at 2 ranks (full_shard, no_shard vs DDP over gloo); the ratios -> `results/bench_step/` |
 | `perf/profile.sh` | `perf record` of both at 1 rank x 1 thread, grouped into kernel categories -> `results/profile/` |
 | `perf/sweep.sh` | the scaling sweep: 1/2/4 ranks x full_shard/shard_grad_op/no_shard x tp 1/2, strong and weak; `meshtrain plan` prediction per configuration; PyTorch at 1/2/4 ranks; `meshtrain bench comm` -> `results/sweep/` (sweep.csv = every logged step of every run, summary.csv, comm.csv, plots/) |
+| `perf/bench_generate.sh` | `meshtrain generate` ms per token at 512 tokens of context with and without the KV cache, GPT-2 and Llama (GQA), greedy texts checked identical -> `results/bench_generate/` |
 | `perf/plot.py`, `perf/collect.py`, `perf/report.py` | plots, tables, this page |
 
 Rules the scripts follow: they wait for a 1-minute load average below 1.5 before measuring
@@ -119,6 +120,10 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
     if step:
         out.append("## meshtrain vs PyTorch on the benchmark model (issue 3 #5, issue 4 #4)\n")
         out.append(read("bench_step", "results.md"))
+    gen = read("bench_generate", "results.md")
+    if gen:
+        out.append("## Generation with the KV cache (issue 18 #6)\n")
+        out.append(gen)
     if mt_prof and pt_prof:
         meta = load("profile", "meta.json") or {}
         out.append("## Where a step's time goes (perf record, 1 rank x 1 thread)\n")
