@@ -44,6 +44,7 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   long long micro_batches = 0;
   agree_on_errors(world, [&] {
     const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
+    data::check_dataset_tokenizer(ds.meta, cfg.data.dir, o.checkpoint);
     const auto& src = o.split == "val" ? ds.val : ds.train;
     MESHTRAIN_REQUIRE(src && data::has_window(*src, tc.seq_len),
                       "data.dir=%s: the %s split holds %llu tokens, fewer than one window of train.seq_len + 1 = %d "

@@ -91,9 +91,13 @@ int command_generate(Runtime& rt, const Args& args) {
       ("top_k", po::value<int>(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens; 0 = all")
       ("seed", po::value<std::uint64_t>(&o.seed)->default_value(o.seed), "random seed of the sampler")
       ("tokenizer", po::value<std::string>(&o.tokenizer)->default_value(o.tokenizer),
+<<<<<<< HEAD
        "auto (the tokenizer of data.dir's dataset, byte for random data) or a tokenizer name (byte)")
       ("no_kv_cache", po::bool_switch(&o.no_kv_cache),
        "recompute the whole context for every token instead of caching keys and values (slower; for comparison)");
+=======
+       ("auto (the tokenizer of data.dir's dataset, byte for random data) or " + data::tokenizer_spec_help()).c_str());
+>>>>>>> h/tok
   const std::string usage =
       "usage: meshtrain generate [CONFIG.ini] [--checkpoint PATH] [--prompt TEXT] [--tokens N] [--temperature T] "
       "[--top_k K] [--seed S] [--no_kv_cache] [--section.key=value ...]\n\n"

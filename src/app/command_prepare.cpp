@@ -33,7 +33,7 @@ PrepareArgs parse_prepare_args(const Args& args) {
        "and *.dat files are skipped); each file is one document")
       ("output", po::value<std::string>(&o.output), "dataset directory to write (train.bin, val.bin, meta.json)")
       ("tokenizer", po::value<std::string>(&o.tokenizer)->default_value(o.tokenizer),
-       ("tokenizer: " + join(data::known_tokenizers(), " | ")).c_str())
+       ("tokenizer: " + data::tokenizer_spec_help() + " (a file is recorded in meta.json by its absolute path)").c_str())
       ("val_fraction", po::value<double>(&o.val_fraction)->default_value(o.val_fraction),
        "fraction of each document (its tail, from a line start) that goes to val.bin, in [0, 1)");
   po::variables_map vm;
@@ -45,7 +45,7 @@ PrepareArgs parse_prepare_args(const Args& args) {
   }
   if (vm.count("help")) {
     std::ostringstream os;
-    os << "usage: meshtrain prepare --input PATH... --output DIR [--tokenizer byte] [--val_fraction F]\n\n"
+    os << "usage: meshtrain prepare --input PATH... --output DIR [--tokenizer SPEC] [--val_fraction F]\n\n"
        << desc;
     out.help = true;
     out.help_text = os.str();

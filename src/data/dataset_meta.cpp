@@ -60,8 +60,14 @@ std::string meta_to_json(const DatasetMeta& m) {
       "{\n"
       "  \"format\": \"meshtrain-dataset\",\n"
       "  \"tokenizer\": %s,\n"
+      "  \"tokenizer_kind\": %s,\n"
+      "  \"tokenizer_hash\": %s,\n"
       "  \"vocab_size\": %lld,\n"
       "  \"eot_id\": %d,\n"
+      "  \"bos_id\": %d,\n"
+      "  \"eos_id\": %d,\n"
+      "  \"pad_id\": %d,\n"
+      "  \"add_bos\": %s,\n"
       "  \"train_tokens\": %llu,\n"
       "  \"val_tokens\": %llu,\n"
       "  \"val_fraction\": %s,\n"
@@ -71,7 +77,8 @@ std::string meta_to_json(const DatasetMeta& m) {
       "  \"meshtrain_version\": %s,\n"
       "  \"source_files\": [%s%s]\n"
       "}\n",
-      json_quote(m.tokenizer).c_str(), static_cast<long long>(m.vocab_size), m.eot_id,
+      json_quote(m.tokenizer).c_str(), json_quote(m.tokenizer_kind).c_str(), json_quote(m.tokenizer_hash).c_str(),
+      static_cast<long long>(m.vocab_size), m.eot_id, m.bos_id, m.eos_id, m.pad_id, m.add_bos ? "true" : "false",
       static_cast<unsigned long long>(m.train_tokens), static_cast<unsigned long long>(m.val_tokens),
       number_text(m.val_fraction).c_str(), json_quote(m.val_split).c_str(),
       static_cast<unsigned long long>(m.bytes), number_text(m.train_entropy_bits).c_str(),
@@ -92,6 +99,14 @@ DatasetMeta meta_from_json(const std::string& text, const std::string& path) {
   m.tokenizer = member(root, "tokenizer", K::String, path).text;
   m.vocab_size = signed_member(root, "vocab_size", path);
   m.eot_id = static_cast<std::int32_t>(signed_member(root, "eot_id", path));
+  // Written since tokenizers other than byte exist; older datasets lack them.
+  if (const json::Value* v = root.find("tokenizer_kind"); v && v->kind == K::String) m.tokenizer_kind = v->text;
+  else if (m.tokenizer == "byte") m.tokenizer_kind = "byte";
+  if (const json::Value* v = root.find("tokenizer_hash"); v && v->kind == K::String) m.tokenizer_hash = v->text;
+  if (root.find("bos_id")) m.bos_id = static_cast<std::int32_t>(signed_member(root, "bos_id", path));
+  if (root.find("eos_id")) m.eos_id = static_cast<std::int32_t>(signed_member(root, "eos_id", path));
+  if (root.find("pad_id")) m.pad_id = static_cast<std::int32_t>(signed_member(root, "pad_id", path));
+  if (const json::Value* v = root.find("add_bos")) m.add_bos = v->kind == K::Bool && v->boolean;
   m.train_tokens = unsigned_member(root, "train_tokens", path);
   m.val_tokens = unsigned_member(root, "val_tokens", path);
   m.val_fraction = number_member(root, "val_fraction", path);

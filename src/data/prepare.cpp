@@ -23,11 +23,19 @@ constexpr const char* kValSplitRule =
     "per document: the text from the line start nearest to (1 - val_fraction) of its bytes goes to "
     "val, the text before it to train; each non-empty piece ends with eot";
 
-// Tokenizes one piece of a document into `out`, followed by the end-of-text id.
-void append_piece(const Tokenizer& tok, const std::string& text, TokenFileWriter& out,
+// Tokenizes one piece of a document into `out`: BOS first when the tokenizer's model expects
+// one, then the text, then the end-of-text id.
+void append_piece(const Tokenizer& tok, const std::string& path, const std::string& text, TokenFileWriter& out,
                   std::vector<std::uint64_t>* counts) {
   if (text.empty()) return;
-  std::vector<std::int32_t> ids = tok.encode(text);
+  std::vector<std::int32_t> ids;
+  if (tok.add_bos()) ids.push_back(tok.bos_id());
+  try {
+    const std::vector<std::int32_t> body = tok.encode(text);
+    ids.insert(ids.end(), body.begin(), body.end());
+  } catch (const UserError& e) {
+    throw UserError(strprintf("%s: %s", path.c_str(), e.what()));
+  }
   ids.push_back(tok.eot_id());
   out.append(ids.data(), ids.size());
   if (counts)
@@ -93,7 +101,11 @@ PrepareSummary prepare(const PrepareOptions& o) {
   MESHTRAIN_REQUIRE(!o.output.empty(), "no output directory given; pass --output DIR");
   MESHTRAIN_REQUIRE(std::isfinite(o.val_fraction) && o.val_fraction >= 0 && o.val_fraction < 1,
                     "--val_fraction must be in [0, 1), got %g", o.val_fraction);
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(o.tokenizer);
+  // A tokenizer file is recorded by its absolute path, so training from another directory
+  // can make the same tokenizer again.
+  std::string spec = o.tokenizer;
+  if (spec != "byte" && std::filesystem::exists(spec)) spec = std::filesystem::absolute(spec).lexically_normal().string();
+  const std::unique_ptr<Tokenizer> tok = make_tokenizer(spec);
   const std::vector<std::string> files = outside_of(collect_input_files(o.inputs), o.output);
   MESHTRAIN_REQUIRE(!files.empty(),
                     "no input files found in %s (directories are searched recursively; *.dat files are ignored)",
@@ -101,8 +113,14 @@ PrepareSummary prepare(const PrepareOptions& o) {
 
   PrepareSummary s;
   s.tokenizer = tok->name();
+  s.tokenizer_kind = tok->kind();
+  s.tokenizer_hash = tok->hash();
   s.vocab_size = tok->vocab_size();
   s.eot_id = tok->eot_id();
+  s.bos_id = tok->bos_id();
+  s.eos_id = tok->eos_id();
+  s.pad_id = tok->pad_id();
+  s.add_bos = tok->add_bos();
   s.output = o.output;
   StagedOutput out(o.output);
   TokenFileWriter train(out.stage("train.bin"), s.vocab_size);
@@ -118,8 +136,8 @@ PrepareSummary prepare(const PrepareOptions& o) {
       continue;
     }
     const std::size_t cut = val_split_point(text, o.val_fraction);
-    append_piece(*tok, text.substr(0, cut), train, &counts);
-    append_piece(*tok, text.substr(cut), val, nullptr);
+    append_piece(*tok, path, text.substr(0, cut), train, &counts);
+    append_piece(*tok, path, text.substr(cut), val, nullptr);
     s.files.push_back(path);
     s.bytes += text.size();
   }
@@ -135,8 +153,14 @@ PrepareSummary prepare(const PrepareOptions& o) {
 
   DatasetMeta meta;
   meta.tokenizer = s.tokenizer;
+  meta.tokenizer_kind = s.tokenizer_kind;
+  meta.tokenizer_hash = s.tokenizer_hash;
   meta.vocab_size = s.vocab_size;
   meta.eot_id = s.eot_id;
+  meta.bos_id = s.bos_id;
+  meta.eos_id = s.eos_id;
+  meta.pad_id = s.pad_id;
+  meta.add_bos = s.add_bos;
   meta.train_tokens = s.train_tokens;
   meta.val_tokens = s.val_tokens;
   meta.val_fraction = o.val_fraction;
@@ -158,6 +182,9 @@ PrepareSummary prepare(const PrepareOptions& o) {
 std::string format_summary(const PrepareSummary& s) {
   std::string r = strprintf("prepared %s with the %s tokenizer (vocab %lld, end-of-text id %d)\n",
                             s.output.c_str(), s.tokenizer.c_str(), static_cast<long long>(s.vocab_size), s.eot_id);
+  if (s.tokenizer_kind != "byte")
+    r += strprintf("  tokenizer: %s, bos %d%s, eos %d, pad %d, hash %s\n", s.tokenizer_kind.c_str(), s.bos_id,
+                   s.add_bos ? " (added before each document piece)" : "", s.eos_id, s.pad_id, s.tokenizer_hash.c_str());
   r += strprintf("  input:   %zu file(s), %llu bytes (%s)\n", s.files.size(), static_cast<ull>(s.bytes),
                  format_bytes(static_cast<double>(s.bytes)).c_str());
   if (!s.skipped.empty())

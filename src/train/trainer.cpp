@@ -111,6 +111,7 @@ int Trainer<T>::run() {
   });
   agree_on_errors(rt_.world(), [&] {
     data_ = data::Dataset::load(cfg_.data.dir, s_.dims.valid_vocab, tc.seed);
+    data::check_dataset_tokenizer(data_.meta, cfg_.data.dir, cfg_.checkpoint.init_from);
     sampler_ = std::make_unique<data::Sampler>(data_.train, tc.seq_len, tc.seed);
     if (data_.val && data::has_window(*data_.val, tc.seq_len))
       eval_sampler_ = std::make_unique<data::EvalSampler>(data_.val, tc.seq_len);

@@ -255,7 +255,7 @@ TEST(PrepareErrors, BadOptions) {
   EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "--val_fraction must be in [0, 1)"));
   o.val_fraction = 0.1;
   o.tokenizer = "bpe42";
-  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "known tokenizers: byte"));
+  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "neither 'byte' nor an existing file"));
   EXPECT_FALSE(fs::exists(dir / "out"));
 }
 

@@ -65,7 +65,7 @@ bad_cases=(
   "empty_corpus|corpus is empty|--input $TEST_TMP/binary_only --output $TEST_TMP/out_empty"
   "unwritable|cannot create the output directory|--input $corpus --output $TEST_TMP/a_file/sub"
   "val_fraction|--val_fraction must be in|--input $corpus --output $TEST_TMP/out_vf --val_fraction 1.5"
-  "tokenizer|known tokenizers: byte|--input $corpus --output $TEST_TMP/out_tok --tokenizer nope"
+  "tokenizer|neither 'byte' nor an existing file|--input $corpus --output $TEST_TMP/out_tok --tokenizer nope"
   "unknown_option|unrecognised option|--input $corpus --output $TEST_TMP/out_opt --frobnicate"
 )
 for launch in "" mpi; do

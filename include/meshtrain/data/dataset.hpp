@@ -14,9 +14,13 @@ namespace meshtrain::data {
 
 /// \brief The contents of meta.json.
 struct DatasetMeta {
-  std::string tokenizer;             ///< "byte", or "random" for synthetic data
+  std::string tokenizer;             ///< the tokenizer spec ("byte", an absolute path), or "random"
+  std::string tokenizer_kind;        ///< "byte", "bpe", "sentencepiece"; "" in datasets older than it
+  std::string tokenizer_hash;        ///< Tokenizer::hash(); "" for byte and older datasets
   std::int64_t vocab_size = 0;
   std::int32_t eot_id = -1;          ///< -1: none (random tokens)
+  std::int32_t bos_id = -1, eos_id = -1, pad_id = -1;  ///< the tokenizer's special ids (-1: none)
+  bool add_bos = false;              ///< every document piece starts with bos_id
   std::uint64_t train_tokens = 0;
   std::uint64_t val_tokens = 0;
   double val_fraction = 0;
@@ -49,6 +53,14 @@ struct Dataset {
   /// other value -> open(spec), and an empty value is a UserError asking for data.dir.
   static Dataset load(const std::string& spec, std::int64_t model_vocab, std::uint64_t seed);
 };
+
+/// \brief Refuses a dataset prepared with another tokenizer than the model's. `model_source`
+/// is where the model's weights come from (checkpoint.init_from, eval/generate --checkpoint);
+/// when it is a .gguf file or a Hugging Face directory with tokenizer files, its tokenizer is
+/// compared with the one meta.json records (kind, vocabulary size, hash; see
+/// check_tokenizer_match). Nothing is checked for random data, other sources or when either
+/// side records no tokenizer. UserError naming both sides otherwise.
+void check_dataset_tokenizer(const DatasetMeta& meta, const std::string& dataset_dir, const std::string& model_source);
 
 /// UserError "the dataset's vocabulary (N) is larger than model.vocab_size (M)" when
 /// dataset_vocab > model_vocab (a model may have more ids than the data uses, not fewer).

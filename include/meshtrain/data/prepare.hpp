@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// \brief `prepare`: text files -> a dataset directory (train.bin, val.bin, meta.json).
-/// Every file is one document, tokenized and followed by the end-of-text id. The
+/// Every file is one document, tokenized and followed by the end-of-text id (and preceded by
+/// BOS when the tokenizer's model expects one, e.g. Llama 2's SentencePiece). The
 /// validation split is the tail of each document (see `val_split_point`), so validation
 /// text never appears in train and every document contributes to both splits.
 
@@ -14,7 +15,7 @@ namespace meshtrain::data {
 struct PrepareOptions {
   std::vector<std::string> inputs;  ///< files and/or directories
   std::string output;               ///< dataset directory (created if missing)
-  std::string tokenizer = "byte";
+  std::string tokenizer = "byte";   ///< make_tokenizer spec: byte, tokenizer.json, HF dir, *.model, .gguf
   double val_fraction = 0.05;       ///< in [0, 1); about this fraction of each document goes to val
 };
 
@@ -27,7 +28,11 @@ struct PrepareSummary {
   std::uint64_t val_tokens = 0;
   std::int64_t vocab_size = 0;
   std::int32_t eot_id = 0;
-  std::string tokenizer;
+  std::int32_t bos_id = -1, eos_id = -1, pad_id = -1;
+  bool add_bos = false;
+  std::string tokenizer;                  ///< the spec ("byte" or an absolute path)
+  std::string tokenizer_kind;
+  std::string tokenizer_hash;
   double train_entropy_bits = 0;          ///< unigram entropy of train.bin, bits/token
   double train_entropy_nats = 0;          ///< the same in nats/token (compare with a loss)
   std::string output;

