@@ -45,16 +45,13 @@ set_package_properties(HDF5 PROPERTIES TYPE REQUIRED PURPOSE "collective sharded
 find_package(Boost 1.66 REQUIRED COMPONENTS program_options)
 set_package_properties(Boost PROPERTIES TYPE REQUIRED PURPOSE "configuration files and command-line options")
 
-find_package(nlohmann_json 3.2 REQUIRED)
-set_package_properties(nlohmann_json PROPERTIES TYPE REQUIRED PURPOSE "JSON output of `meshtrain plan --json`")
-
 find_package(Threads REQUIRED)
 
 # Tokenizers: nlohmann/json parses tokenizer.json / tokenizer_config.json / JSONL data;
 # PCRE2 runs the pre-tokenizer split regexes (Unicode classes \p{L}, \p{N}); SentencePiece
 # loads tokenizer.model files exactly as the reference does.
 find_package(nlohmann_json 3.9 REQUIRED)
-set_package_properties(nlohmann_json PROPERTIES TYPE REQUIRED PURPOSE "tokenizer.json, tokenizer_config.json, JSONL data")
+set_package_properties(nlohmann_json PROPERTIES TYPE REQUIRED PURPOSE "tokenizer.json, tokenizer_config.json, JSONL data, `meshtrain plan --json`")
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 add_feature_info(PCRE2 PCRE2_FOUND "pre-tokenizer regexes of byte-level BPE tokenizers (${PCRE2_VERSION})")
