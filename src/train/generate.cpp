@@ -76,9 +76,15 @@ std::vector<std::int32_t> generate_ids(Session<T>& s, std::vector<std::int32_t> 
     // Every rank computed the same logits; rank 0's choice is authoritative anyway.
     MPI_CHECK(MPI_Bcast(&next, 1, MPI_INT32_T, 0, s.mesh().world().get()));
     (n == 0 ? st.first_seconds : st.rest_seconds) += now_seconds() - t0;
+    ++st.steps;
     if (next == o.stop_token) break;
     ids.push_back(next);
     out.push_back(next);
+    const std::size_t k = o.stop_sequence.size();
+    if (k > 0 && out.size() >= k && std::equal(o.stop_sequence.begin(), o.stop_sequence.end(), out.end() - k)) {
+      out.resize(out.size() - k);
+      break;
+    }
   }
   st.new_tokens = static_cast<int>(out.size());
   if (stats) *stats = st;

@@ -135,3 +135,29 @@ void check_family(const char* family, int n_kv) {
 TEST(GenerateKvCache, Gpt2SameGreedyTokens) { check_family("gpt2", -1); }
 TEST(GenerateKvCache, LlamaGqaSameGreedyTokens) { check_family("llama", 2); }  // 2 kv heads: split over tp=2
 TEST(GenerateKvCache, LlamaReplicatedKvSameGreedyTokens) { check_family("llama", 1); }  // 1 kv head: replicated over tp
+
+// A stop sequence (a chat template's end-of-turn marker) ends generation where the output
+// first ends with it, and is dropped from the output; with and without the cache alike.
+TEST(GenerateKvCache, StopSequenceEndsAndIsDropped) {
+  const Config c = tiny("llama", 2, meshes()[0].tp, 64);
+  const train::RunSetup setup = train::resolve_run(c, test::runtime().topology());
+  train::Session<float> s(test::runtime(), setup);
+  s.engine().init_parameters(5);
+  train::SamplingOptions o;
+  o.temperature = 0;
+  o.max_new_tokens = 30;
+  const std::vector<std::int32_t> free_run = train::generate_ids(s, prompt_ids(8), o);
+  ASSERT_EQ(free_run.size(), 30u);
+  // Stop at the two tokens drawn 6th and 7th: the output is what came before their first
+  // occurrence as a pair.
+  o.stop_sequence = {free_run[5], free_run[6]};
+  std::size_t end = 0;
+  while (!(free_run[end] == free_run[5] && free_run[end + 1] == free_run[6])) ++end;
+  const std::vector<std::int32_t> expected(free_run.begin(), free_run.begin() + end);
+  for (const bool cached : {true, false}) {
+    o.kv_cache = cached;
+    train::GenerateStats st;
+    EXPECT_EQ(train::generate_ids(s, prompt_ids(8), o, &st), expected) << "kv_cache=" << cached;
+    EXPECT_EQ(st.steps, static_cast<int>(end) + 2);
+  }
+}

@@ -26,12 +26,16 @@ struct SamplingOptions {
   std::uint64_t seed = 1;
   std::int32_t stop_token = -1;
   bool kv_cache = true;      ///< false: recompute the whole context per token (for comparison)
+  /// Also stop when the output ends with these ids, which are then dropped from it (a chat
+  /// template's end-of-turn marker; several ids when the tokenizer has no token for it).
+  std::vector<std::int32_t> stop_sequence;
 };
 
 /// Where generate_ids spent its time (seconds, wall clock on this rank).
 struct GenerateStats {
   int prompt_tokens = 0;     ///< context fed at the first step (after the window cut)
-  int new_tokens = 0;        ///< tokens generated (the stop token not counted)
+  int new_tokens = 0;        ///< tokens returned (the stop token and stop sequence not counted)
+  int steps = 0;             ///< forwards run (one per token drawn)
   double first_seconds = 0;  ///< the first token: the prompt's forward (prefill with the cache)
   double rest_seconds = 0;   ///< every later token
 };
