@@ -108,6 +108,7 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/sweep.sh` | the scaling sweep: 1/2/4 ranks x full_shard/shard_grad_op/no_shard x tp 1/2, strong and weak; `meshtrain plan` prediction per configuration; PyTorch at 1/2/4 ranks; `meshtrain bench comm` -> `results/sweep/` (sweep.csv = every logged step of every run, summary.csv, comm.csv, plots/) |
 | `perf/bench_save.sh` | a 37 MiB checkpoint save (`meshtrain bench io`: best of 5, file-system and network ceilings) on one host over shared memory and over TCP, and across 2 and 4 namespace hosts (needs root) -> `results/bench_save/` |
 | `perf/multihost_sweep.sh` | namespace hosts with tc-shaped links (default 1 Gbit/s, +0.2 ms): `bench comm` inside vs across hosts, training runs of several (strategy, mesh), `plan` given the measured bandwidths -> `results/multihost_sweep/` (harness only; not run by run-all.sh) |
+| `perf/bench_generate.sh` | `meshtrain generate` ms per token at 512 tokens of context with and without the KV cache, GPT-2 and Llama (GQA), greedy texts checked identical -> `results/bench_generate/` |
 | `perf/plot.py`, `perf/collect.py`, `perf/report.py` | plots, tables, this page |
 
 Rules the scripts follow: they wait for a 1-minute load average below 1.5 before measuring
@@ -121,6 +122,10 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
     if step:
         out.append("## meshtrain vs PyTorch on the benchmark model (issue 3 #5, issue 4 #4)\n")
         out.append(read("bench_step", "results.md"))
+    gen = read("bench_generate", "results.md")
+    if gen:
+        out.append("## Generation with the KV cache (issue 18 #6)\n")
+        out.append(gen)
     if mt_prof and pt_prof:
         meta = load("profile", "meta.json") or {}
         out.append("## Where a step's time goes (perf record, 1 rank x 1 thread)\n")

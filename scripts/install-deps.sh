@@ -26,7 +26,6 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev
-  nlohmann-json3-dev
   libopenblas-dev
   libpcre2-dev libsentencepiece-dev
   libgtest-dev googletest

@@ -4,6 +4,7 @@
 // on the ranks. The trainer's end-of-run sample (train.sample_tokens) is the same call with
 // temperature 0.8, top-k 40 and seed train.seed.
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 
 #include "checkpoint_session.hpp"
@@ -11,6 +12,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/data/chat_prompt.hpp"
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/tokenizer.hpp"
 #include "meshtrain/train/generate.hpp"
@@ -28,6 +30,10 @@ struct GenerateOptions {
   int top_k = 40;
   std::uint64_t seed = 1;
   std::string tokenizer = "auto";
+  bool no_kv_cache = false;
+  bool chat = false;
+  std::string chat_template = "auto";
+  std::string system;
 };
 
 template <class T>
@@ -37,6 +43,7 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
   train::Session<T> session(rt, setup);
   const MpiComm& world = session.mesh().world();
   std::unique_ptr<data::Tokenizer> tok;
+  data::ChatPrompt chat;  // --chat: the prompt rendered with the chat template
   agree_on_errors(world, [&] {
     std::string name = o.tokenizer;
     if (name == "auto") {
@@ -48,27 +55,62 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
       }
     }
     tok = data::make_tokenizer(name);
+    if (o.chat) {
+      const data::ChatFormat format = o.chat_template == "auto"
+                                          ? data::recognise_chat_template(data::chat_template_text(name),
+                                                                          "the " + name + " tokenizer")
+                                          : data::chat_format_by_name(o.chat_template);
+      chat = data::chat_generation_prompt(format, o.prompt, o.system);
+    }
     MESHTRAIN_REQUIRE(tok->vocab_size() <= setup.dims.valid_vocab,
                       "the %s tokenizer has %lld ids, more than model.vocab_size=%lld", name.c_str(),
                       static_cast<long long>(tok->vocab_size()), static_cast<long long>(setup.dims.valid_vocab));
   });
   const LoadedWeights weights = load_checkpoint_weights(session, setup, source);
   const double t0 = now_seconds();
-  int generated = 0;
-  const std::string text =
-      train::sample_text(session, *tok, o.prompt, o.tokens, o.temperature, o.top_k, o.seed, &generated);
+  train::GenerateStats stats;
+  std::string text;
+  if (o.chat) {
+    // The rendered conversation (with BOS when the model expects one); the reply ends at
+    // the template's end-of-turn marker or the tokenizer's end of text.
+    std::vector<std::int32_t> ids = tok->encode(chat.text);
+    if (tok->add_bos() && tok->bos_id() >= 0 && (ids.empty() || ids[0] != tok->bos_id()))
+      ids.insert(ids.begin(), tok->bos_id());
+    train::SamplingOptions so;
+    so.max_new_tokens = o.tokens;
+    so.temperature = o.temperature;
+    so.top_k = o.top_k;
+    so.seed = o.seed;
+    so.stop_token = tok->eot_id() < setup.dims.valid_vocab ? tok->eot_id() : -1;
+    so.kv_cache = !o.no_kv_cache;
+    if (!chat.end_of_turn.empty()) so.stop_sequence = tok->encode(chat.end_of_turn);
+    text = tok->decode(train::generate_ids(session, std::move(ids), so, &stats));
+  } else {
+    text = train::sample_text(session, *tok, o.prompt, o.tokens, o.temperature, o.top_k, o.seed, !o.no_kv_cache,
+                              &stats);
+  }
   const double seconds = now_seconds() - t0;
   if (rt.topology().world_rank == 0) {
     // The text alone goes to stdout (pipe-friendly); what produced it goes to stderr.
     // The real count: sampling stops early when the model emits end-of-text.
+    const int generated = stats.new_tokens;
     std::string count = strprintf("%d token%s", generated, generated == 1 ? "" : "s");
-    if (generated < o.tokens) count += strprintf(" (of --tokens %d: stopped at end-of-text)", o.tokens);
+    if (generated < o.tokens)
+      count += strprintf(" (of --tokens %d: stopped at %s)", o.tokens, o.chat ? "the end of the turn" : "end-of-text");
     std::fprintf(stderr, "generate: %s%s (loaded in %.2f s), %s at temperature %g, top-k %d, seed %llu "
                  "(%.2f s)\n",
                  weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
                  weights.load_seconds, count.c_str(), o.temperature, o.top_k, static_cast<unsigned long long>(o.seed),
                  seconds);
-    std::printf("%s%s\n", o.prompt.c_str(), text.c_str());
+    // Per-token cost after the first (which includes the prompt's forward): what the KV
+    // cache changes; perf/bench_generate.sh compares it with and without.
+    std::fprintf(stderr, "generate: %d-token context, first token %.3f s, then %.2f ms/token over %d tokens (%s)\n",
+                 stats.prompt_tokens, stats.first_seconds,
+                 stats.steps > 1 ? 1e3 * stats.rest_seconds / (stats.steps - 1) : 0.0, std::max(0, stats.steps - 1),
+                 o.no_kv_cache ? "no KV cache" : "KV cache");
+    // --chat prints the reply alone (the prompt is the user's message, not text to continue).
+    if (o.chat) std::printf("%s\n", text.c_str());
+    else std::printf("%s%s\n", o.prompt.c_str(), text.c_str());
     std::fflush(stdout);
   }
   return 0;
@@ -88,10 +130,20 @@ int command_generate(Runtime& rt, const Args& args) {
       ("top_k", po::value<int>(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens; 0 = all")
       ("seed", po::value<std::uint64_t>(&o.seed)->default_value(o.seed), "random seed of the sampler")
       ("tokenizer", po::value<std::string>(&o.tokenizer)->default_value(o.tokenizer),
-       ("auto (the tokenizer of data.dir's dataset, byte for random data) or " + data::tokenizer_spec_help()).c_str());
+       ("auto (the tokenizer of data.dir's dataset, byte for random data) or " + data::tokenizer_spec_help()).c_str())
+      ("chat", po::bool_switch(&o.chat),
+       "--prompt is a user message: render it with the model's chat template, print the reply up to the "
+       "end-of-turn marker")
+      ("chat_template", po::value<std::string>(&o.chat_template)->default_value(o.chat_template),
+       "with --chat: auto (the template that comes with --tokenizer: a GGUF's tokenizer.chat_template or "
+       "tokenizer_config.json's chat_template) or one of alpaca, chatml, llama2, llama3")
+      ("system", po::value<std::string>(&o.system)->default_value(o.system),
+       "with --chat: a system message before the user's")
+      ("no_kv_cache", po::bool_switch(&o.no_kv_cache),
+       "recompute the whole context for every token instead of caching keys and values (slower; for comparison)");
   const std::string usage =
       "usage: meshtrain generate [CONFIG.ini] [--checkpoint PATH] [--prompt TEXT] [--tokens N] [--temperature T] "
-      "[--top_k K] [--seed S] [--section.key=value ...]\n\n"
+      "[--top_k K] [--seed S] [--chat [--chat_template NAME] [--system TEXT]] [--no_kv_cache] [--section.key=value ...]\n\n"
       "Continues --prompt with text sampled from a checkpoint, on this job's mesh. Prints the prompt and the\n"
       "continuation on stdout. The model keys must describe the checkpoint's model: pass the training run's\n"
       "config (its <output.dir>/config.ini holds every key).\n";
@@ -104,6 +156,8 @@ int command_generate(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(std::isfinite(o.temperature) && o.temperature >= 0,
                     "--temperature must be >= 0 and finite (0 = greedy), not %g", o.temperature);
   MESHTRAIN_REQUIRE(o.top_k >= 0, "--top_k must be >= 0 (0 = the whole vocabulary), not %d", o.top_k);
+  MESHTRAIN_REQUIRE(o.chat || (o.chat_template == "auto" && o.system.empty()),
+                    "--chat_template and --system only apply to chat: add --chat");
   Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
   fit_mesh_to_job(cfg, rt.topology().world_size);

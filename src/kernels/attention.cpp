@@ -30,18 +30,19 @@ int kv_head(const AttentionShape& s, int h) {
 /// one block (fewer, larger cuBLAS calls) is faster.
 int causal_block_rows(int T) { return kHostExec ? std::min(T, 128) : T; }
 
-/// Row-wise causal softmax in place over p (rows of length T; row r is query position
-/// r % T): entries j <= i become the softmax of the row's first i+1 scores, entries j > i
-/// become 0. Entries j > i are not read (the blocked score GEMMs leave some unwritten).
+/// Row-wise causal softmax in place over p: rows of length L; row r is query position
+/// pos0 + r % Tq and sees keys [0, pos0 + r % Tq]. Those n entries become their softmax,
+/// entries j >= n become 0 and are not read (the blocked score GEMMs leave some unwritten).
+/// Training has Tq = L, pos0 = 0; decoding against a KV cache has pos0 = cached positions.
 template <class T>
-void causal_softmax(T* p, std::int64_t rows, int T_seq) {
+void causal_softmax(T* p, std::int64_t rows, int Tq, int L, int pos0) {
   using A = acc_t<T>;
   Kokkos::parallel_for(
       "Kernels::attention_softmax", row_policy(static_cast<int>(rows)),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
-        const int n = static_cast<int>(r % T_seq) + 1;
-        T* pr = p + r * T_seq;
+        const int n = pos0 + static_cast<int>(r % Tq) + 1;
+        T* pr = p + r * L;
         const A mx = team_max<A>(team, n, -math::infinity<A>(), [&](int j) { return load(pr[j]); });
         // Stores the exponentials and sums exactly the stored (rounded) values, so the
         // normalised row sums to 1 up to one rounding also for bf16.
@@ -53,7 +54,7 @@ void causal_softmax(T* p, std::int64_t rows, int T_seq) {
         const A inv = A(1) / sum;
         team.team_barrier();
         team_for(team, n, [&](int j) { pr[j] = store<T>(load(pr[j]) * inv); });
-        team_for(team, T_seq - n, [&](int j) { pr[n + j] = store<T>(A(0)); });
+        team_for(team, L - n, [&](int j) { pr[n + j] = store<T>(A(0)); });
       });
 }
 
@@ -108,7 +109,7 @@ void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k,
           Tn, sp, s.B);
     }
   }
-  causal_softmax(probs, static_cast<std::int64_t>(s.B) * s.Hq * Tn, Tn);
+  causal_softmax(probs, static_cast<std::int64_t>(s.B) * s.Hq * Tn, Tn, Tn, 0);
   for (int h = 0; h < s.Hq; ++h) {
     const int j = kv_head(s, h);
     for (int i0 = 0; i0 < Tn; i0 += rb) {
@@ -174,11 +175,74 @@ void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k
   Kokkos::Profiling::popRegion();
 }
 
+template <class T>
+void kv_cache_write(const AttentionShape& s, int pos0, int T_cache, const T* k, int ldk, const T* v, int ldv,
+                    T* k_cache, T* v_cache) {
+  // k, v: (B*Tq, ld) rows of new positions pos0 .. pos0+Tq-1; caches: (B, Hkv, T_cache, hd).
+  MESHTRAIN_ASSERT(pos0 >= 0 && pos0 + s.T <= T_cache, "KV cache: positions [%d, %d) outside its %d slots", pos0,
+                   pos0 + s.T, T_cache);
+  const int Tq = s.T, Hkv = s.Hkv, hd = s.hd;
+  Kokkos::parallel_for(
+      "Kernels::kv_cache_write", row_policy(s.B * Tq), KOKKOS_LAMBDA(const Member& team) {
+        const int r = team.league_rank();
+        const int b = r / Tq, t = pos0 + r % Tq;
+        const T* kr = k + static_cast<std::int64_t>(r) * ldk;
+        const T* vr = v + static_cast<std::int64_t>(r) * ldv;
+        team_for2(team, Hkv, hd, [&](int j, int d) {
+          const std::int64_t at = ((static_cast<std::int64_t>(b) * Hkv + j) * T_cache + t) * hd + d;
+          k_cache[at] = kr[j * hd + d];
+          v_cache[at] = vr[j * hd + d];
+        });
+      });
+}
+
+template <class T>
+void attention_forward_cached(const AttentionShape& s, int pos0, int T_cache, const T* q, int ldq,
+                              const T* k_cache, const T* v_cache, T* out, int ldo, T* scores) {
+  // q: (B*Tq, ldq) at positions pos0 .. pos0+Tq-1; caches: (B, Hkv, T_cache, hd) filled up
+  // to pos0+Tq; out: (B*Tq, ldo); scores: (B, Hq, Tq, L) with L = pos0 + Tq.
+  Kokkos::Profiling::pushRegion("Kernels::attention_forward_cached");
+  const int Tq = s.T, hd = s.hd, L = pos0 + Tq;
+  MESHTRAIN_ASSERT(L <= T_cache, "KV cache: %d positions exceed its %d slots", L, T_cache);
+  const std::int64_t TL = static_cast<std::int64_t>(Tq) * L;
+  const std::int64_t sp = s.Hq * TL;                                        // scores stride between sequences
+  const std::int64_t skv = static_cast<std::int64_t>(s.Hkv) * T_cache * hd;  // cache stride between sequences
+  const std::int64_t head = static_cast<std::int64_t>(T_cache) * hd;          // cache stride between kv heads
+  const int rb = causal_block_rows(Tq);
+  for (int h = 0; h < s.Hq; ++h) {
+    const int j = kv_head(s, h);
+    for (int i0 = 0; i0 < Tq; i0 += rb) {
+      const int i1 = std::min(Tq, i0 + rb);
+      // scores[b, h, i0:i1, 0:pos0+i1] = scale * q_bh[i0:i1] K_bj[0:pos0+i1]^T
+      linalg::gemm_strided_batched<T>(Op::N, Op::T, i1 - i0, pos0 + i1, hd, s.scale,
+                                      q + static_cast<std::int64_t>(i0) * ldq + h * hd, ldq,
+                                      static_cast<std::int64_t>(Tq) * ldq, k_cache + j * head, hd, skv, 0.0f,
+                                      scores + h * TL + static_cast<std::int64_t>(i0) * L, L, sp, s.B);
+    }
+  }
+  causal_softmax(scores, static_cast<std::int64_t>(s.B) * s.Hq * Tq, Tq, L, pos0);
+  for (int h = 0; h < s.Hq; ++h) {
+    const int j = kv_head(s, h);
+    for (int i0 = 0; i0 < Tq; i0 += rb) {
+      const int i1 = std::min(Tq, i0 + rb);
+      // out_bh[i0:i1] = scores[b, h, i0:i1, 0:pos0+i1] V_bj[0:pos0+i1]
+      linalg::gemm_strided_batched<T>(Op::N, Op::N, i1 - i0, hd, pos0 + i1, 1.0f,
+                                      scores + h * TL + static_cast<std::int64_t>(i0) * L, L, sp, v_cache + j * head,
+                                      hd, skv, 0.0f, out + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo,
+                                      static_cast<std::int64_t>(Tq) * ldo, s.B);
+    }
+  }
+  Kokkos::Profiling::popRegion();
+}
+
 #define MESHTRAIN_INSTANTIATE_ATTENTION(T)                                                       \
   template void attention_forward<T>(const AttentionShape&, const T*, int, const T*, int,        \
                                      const T*, int, T*, int, T*);                                \
   template void attention_backward<T>(const AttentionShape&, const T*, int, const T*, int,       \
-                                      const T*, int, const T*, const T*, int, T*, T*, T*, T*);
+                                      const T*, int, const T*, const T*, int, T*, T*, T*, T*);    \
+  template void kv_cache_write<T>(const AttentionShape&, int, int, const T*, int, const T*, int, T*, T*); \
+  template void attention_forward_cached<T>(const AttentionShape&, int, int, const T*, int, const T*,   \
+                                            const T*, T*, int, T*);
 MESHTRAIN_INSTANTIATE_ATTENTION(float)
 MESHTRAIN_INSTANTIATE_ATTENTION(double)
 MESHTRAIN_INSTANTIATE_ATTENTION(bf16)

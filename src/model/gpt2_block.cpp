@@ -15,7 +15,7 @@ using linalg::Op;
 
 template <class T>
 void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchShape s, const T* x_in, T* x_out,
-                                  BlockCache<T>& c) const {
+                                  BlockCache<T>& c, const KvSlot* kv) const {
   const int N = s.N(), C = dims_.d_model, hd = dims_.head_dim;
   const int Hl = tp_.heads, Cl = Hl * hd, Fl = tp_.ffn, W3 = qkv_width_;  // W3 = 3*Cl
   const auto n = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
@@ -35,10 +35,18 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
 
   kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
-  c.probs = Buffer<T>(n(static_cast<std::int64_t>(s.B) * Hl * s.T, s.T), MemCategory::Activations);
   c.attn_out = Buffer<T>(n(N, Cl), MemCategory::Activations);
-  kernels::attention_forward(as, c.qkv.data(), W3, c.qkv.data() + Cl, W3, c.qkv.data() + 2 * Cl, W3,
-                             c.attn_out.data(), Cl, c.probs.data());
+  if (kv) {
+    // Generation: append this chunk's k|v to the cache, attend over every cached position.
+    kernels::kv_cache_write(as, kv->pos0, kv->T_max, c.qkv.data() + Cl, W3, c.qkv.data() + 2 * Cl, W3, kv->k, kv->v);
+    Buffer<T> scores(n(static_cast<std::int64_t>(s.B) * Hl * s.T, kv->pos0 + s.T), MemCategory::Workspace);
+    kernels::attention_forward_cached(as, kv->pos0, kv->T_max, c.qkv.data(), W3, kv->k, kv->v, c.attn_out.data(), Cl,
+                                      scores.data());
+  } else {
+    c.probs = Buffer<T>(n(static_cast<std::int64_t>(s.B) * Hl * s.T, s.T), MemCategory::Activations);
+    kernels::attention_forward(as, c.qkv.data(), W3, c.qkv.data() + Cl, W3, c.qkv.data() + 2 * Cl, W3,
+                               c.attn_out.data(), Cl, c.probs.data());
+  }
   ctx.poll();
 
   // x_mid (N, C) = attn_out (N, Cl) @ c_proj (Cl, C)  -> sum over tp, + bias, + x_in
@@ -143,7 +151,7 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
 
 #define MESHTRAIN_INSTANTIATE(T)                                                                          \
   template void Transformer<T>::gpt2_forward(const ComputeContext&, const T*, BatchShape, const T*, T*,   \
-                                             BlockCache<T>&) const;                                       \
+                                             BlockCache<T>&, const KvSlot*) const;                        \
   template void Transformer<T>::gpt2_backward(const ComputeContext&, const T*, T*, BatchShape, const T*,  \
                                               BlockCache<T>&, T*) const;
 MESHTRAIN_INSTANTIATE(float)

@@ -33,7 +33,7 @@ kernels::AttentionShape llama_attention_shape(const ModelDims& d, const TpDims& 
 
 template <class T>
 void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchShape s, const T* x_in, T* x_out,
-                                   BlockCache<T>& c) const {
+                                   BlockCache<T>& c, const KvSlot* kv) const {
   const int N = s.N(), C = dims_.d_model, hd = dims_.head_dim;
   const int Hl = tp_.heads, KVl = tp_.kv_heads, Ql = Hl * hd, Fl = tp_.ffn, W = qkv_width_;  // W = (Hl+2KVl)hd
   const auto n = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
@@ -48,15 +48,28 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   lora_fwd(ctx, LL_Q, p, c, N, c.norm1.data(), C, c.qkv.data(), W);
   lora_fwd(ctx, LL_K, p, c, N, c.norm1.data(), C, c.qkv.data() + Ql, W);
   lora_fwd(ctx, LL_V, p, c, N, c.norm1.data(), C, c.qkv.data() + Ql + KVl * hd, W);
-  kernels::rope_forward(c.qkv.data(), W, s.B, s.T, Hl, hd, rope_cos_.data(), rope_sin_.data());
-  kernels::rope_forward(c.qkv.data() + Ql, W, s.B, s.T, KVl, hd, rope_cos_.data(), rope_sin_.data());
+  // Rows are positions pos0 .. pos0+T-1 (pos0 > 0 only when decoding against a KV cache):
+  // the tables start at row pos0.
+  const int pos0 = kv ? kv->pos0 : 0;
+  const float* rcos = rope_cos_.data() + static_cast<std::int64_t>(pos0) * (hd / 2);
+  const float* rsin = rope_sin_.data() + static_cast<std::int64_t>(pos0) * (hd / 2);
+  kernels::rope_forward(c.qkv.data(), W, s.B, s.T, Hl, hd, rcos, rsin);
+  kernels::rope_forward(c.qkv.data() + Ql, W, s.B, s.T, KVl, hd, rcos, rsin);
   ctx.poll();
 
   const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s);
-  c.probs = Buffer<T>(n(static_cast<std::int64_t>(s.B) * Hl * s.T, s.T), MemCategory::Activations);
   c.attn_out = Buffer<T>(n(N, Ql), MemCategory::Activations);
-  kernels::attention_forward(as, c.qkv.data(), W, c.qkv.data() + Ql, W, c.qkv.data() + Ql + KVl * hd, W,
-                             c.attn_out.data(), Ql, c.probs.data());
+  if (kv) {
+    // Generation: append this chunk's rotated k and v to the cache, attend over all of it.
+    kernels::kv_cache_write(as, pos0, kv->T_max, c.qkv.data() + Ql, W, c.qkv.data() + Ql + KVl * hd, W, kv->k, kv->v);
+    Buffer<T> scores(n(static_cast<std::int64_t>(s.B) * Hl * s.T, pos0 + s.T), MemCategory::Workspace);
+    kernels::attention_forward_cached(as, pos0, kv->T_max, c.qkv.data(), W, kv->k, kv->v, c.attn_out.data(), Ql,
+                                      scores.data());
+  } else {
+    c.probs = Buffer<T>(n(static_cast<std::int64_t>(s.B) * Hl * s.T, s.T), MemCategory::Activations);
+    kernels::attention_forward(as, c.qkv.data(), W, c.qkv.data() + Ql, W, c.qkv.data() + Ql + KVl * hd, W,
+                               c.attn_out.data(), Ql, c.probs.data());
+  }
   ctx.poll();
 
   // x_mid (N, C) = attn_out (N, Ql) @ o_proj^T (Ql, C) -> sum over tp, + x_in
@@ -156,7 +169,7 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
 
 #define MESHTRAIN_INSTANTIATE(T)                                                                           \
   template void Transformer<T>::llama_forward(const ComputeContext&, const T*, BatchShape, const T*, T*,   \
-                                              BlockCache<T>&) const;                                       \
+                                              BlockCache<T>&, const KvSlot*) const;                        \
   template void Transformer<T>::llama_backward(const ComputeContext&, const T*, T*, BatchShape, const T*,  \
                                                BlockCache<T>&, T*) const;
 MESHTRAIN_INSTANTIATE(float)

@@ -126,6 +126,18 @@ void Transformer<T>::block_forward(const ComputeContext& ctx, int i, const T* pa
 }
 
 template <class T>
+void Transformer<T>::block_forward_cached(const ComputeContext& ctx, int i, const T* params, BatchShape s,
+                                          const T* x_in, T* x_out, KvCache<T>& kv) const {
+  MESHTRAIN_ASSERT(s.B == kv.B && kv.filled + s.T <= kv.T_max && i < static_cast<int>(kv.k.size()),
+                   "KV cache: %d x %d new positions after %d do not fit its %d x %d slots (layer %d of %d)", s.B,
+                   s.T, kv.filled, kv.B, kv.T_max, i, static_cast<int>(kv.k.size()));
+  const KvSlot slot{kv.k[i].data(), kv.v[i].data(), kv.T_max, kv.filled};
+  BlockCache<T> unused;  // forward only: the saved activations are dropped on return
+  if (dims_.family == Family::Gpt2) gpt2_forward(ctx, params, s, x_in, x_out, unused, &slot);
+  else llama_forward(ctx, params, s, x_in, x_out, unused, &slot);
+}
+
+template <class T>
 void Transformer<T>::block_backward(const ComputeContext& ctx, int i, const T* params, T* grads, BatchShape s,
                                     const T* x_in, BlockCache<T>& cache, T* dx) const {
   if (!cache.filled) {
@@ -142,12 +154,14 @@ void Transformer<T>::block_backward(const ComputeContext& ctx, int i, const T* p
 
 template <class T>
 void Transformer<T>::embed_forward(const ComputeContext& ctx, const T* outer, const std::int32_t* tokens,
-                                   BatchShape s, T* x) const {
+                                   BatchShape s, T* x, int pos0) const {
+  MESHTRAIN_ASSERT(pos0 >= 0 && pos0 + s.T <= dims_.max_seq_len, "positions [%d, %d) exceed model.max_seq_len %d",
+                   pos0, pos0 + s.T, dims_.max_seq_len);
   const int C = dims_.d_model;
   // x (N, C): rows of this rank's vocab slice; other ranks fill the rest, summed over tp.
   kernels::embedding_forward(tokens, s.N(), outer + outer_off_[O_WTE], tp_.vocab_start, tp_.vocab, C, x);
   ctx.tp_all_reduce(x, static_cast<std::size_t>(s.N()) * C);
-  if (dims_.family == Family::Gpt2) kernels::add_position_embedding(x, outer + outer_off_[O_WPE], s.B, s.T, C);
+  if (dims_.family == Family::Gpt2) kernels::add_position_embedding(x, outer + outer_off_[O_WPE] + static_cast<std::int64_t>(pos0) * C, s.B, s.T, C);
 }
 
 template <class T>

@@ -56,23 +56,31 @@ double forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, 
   return loss;
 }
 
+/// Embedding and every block, forward only. With `kv`, the tokens are the positions after
+/// the kv.filled cached ones and each block attends to (and extends) the cache.
 template <class T>
 static Buffer<T> forward_to_last(FsdpEngine<T>& eng, const model::Transformer<T>& model,
-                                 const model::ComputeContext& ctx, const std::int32_t* tokens, BatchShape s) {
+                                 const model::ComputeContext& ctx, const std::int32_t* tokens, BatchShape s,
+                                 model::KvCache<T>* kv = nullptr) {
   const int L = model.dims().n_layers;
   const std::size_t NC = static_cast<std::size_t>(s.N()) * model.dims().d_model;
   Buffer<T> x(NC, MemCategory::Activations), y(NC, MemCategory::Activations);
   eng.gather(0);
-  model.embed_forward(ctx, eng.wait_params(0), tokens, s, x.data());
+  model.embed_forward(ctx, eng.wait_params(0), tokens, s, x.data(), kv ? kv->filled : 0);
   for (int i = 0; i < L; ++i) {
     const int u = 1 + i;
     eng.gather(u);
     for (int k = 1; k <= eng.options().prefetch; ++k) eng.gather(u + k, true);
-    BlockCache<T> cache;
-    model.block_forward(ctx, i, eng.wait_params(u), s, x.data(), y.data(), cache, /*checkpoint=*/true);
+    if (kv) {
+      model.block_forward_cached(ctx, i, eng.wait_params(u), s, x.data(), y.data(), *kv);
+    } else {
+      BlockCache<T> cache;
+      model.block_forward(ctx, i, eng.wait_params(u), s, x.data(), y.data(), cache, /*checkpoint=*/true);
+    }
     eng.after_forward(u);
     std::swap(x, y);
   }
+  if (kv) kv->filled += s.T;
   return x;
 }
 
@@ -96,13 +104,27 @@ std::vector<float> forward_logits(FsdpEngine<T>& eng, const model::Transformer<T
   return logits;
 }
 
+template <class T>
+std::vector<float> forward_logits_cached(FsdpEngine<T>& eng, const model::Transformer<T>& model,
+                                         model::ComputeContext ctx, const std::int32_t* tokens, BatchShape s,
+                                         model::KvCache<T>& kv) {
+  ctx.progress = [&eng] { eng.progress(); };
+  Buffer<T> x = forward_to_last(eng, model, ctx, tokens, s, &kv);
+  std::vector<float> logits = model.logits(ctx, eng.wait_params(0), s, x.data(), /*last_only=*/true);
+  eng.release_all();
+  return logits;
+}
+
 #define MESHTRAIN_INSTANTIATE(T)                                                                                 \
   template double forward_backward<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext,       \
                                       const std::int32_t*, const std::int32_t*, BatchShape, float, bool);        \
   template double forward_loss<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext,           \
                                   const std::int32_t*, const std::int32_t*, BatchShape);                         \
   template std::vector<float> forward_logits<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext, \
-                                                const std::int32_t*, BatchShape, bool);
+                                                const std::int32_t*, BatchShape, bool);                  \
+  template std::vector<float> forward_logits_cached<T>(FsdpEngine<T>&, const model::Transformer<T>&,           \
+                                                       model::ComputeContext, const std::int32_t*, BatchShape, \
+                                                       model::KvCache<T>&);
 MESHTRAIN_INSTANTIATE(float)
 MESHTRAIN_INSTANTIATE(bf16)
 #undef MESHTRAIN_INSTANTIATE

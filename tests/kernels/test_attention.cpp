@@ -147,6 +147,52 @@ void check_case(const Layout& L, std::uint64_t seed, std::size_t fd_samples) {
   }
 }
 
+/// Incremental decoding: the positions fed in chunks (a prefill of `prefill`, then one at a
+/// time) through kv_cache_write + attention_forward_cached, each chunk's output rows
+/// against the full causal reference at those positions (double).
+void check_cached(const Layout& L, int prefill, std::uint64_t seed) {
+  const auto& s = L.s;
+  const auto qkv = random_normal(L.qkv_size(), seed);
+  std::vector<double> ref_out, ref_probs;
+  attention_ref(L, qkv, ref_out, ref_probs);
+  const int T_cache = s.T + 3;  // room to spare: the cache's stride is T_cache, not T
+  const std::size_t cache_n = static_cast<std::size_t>(s.B) * s.Hkv * T_cache * s.hd;
+  auto k_cache = upload<double>(std::vector<double>(cache_n, 0.0));
+  auto v_cache = upload<double>(std::vector<double>(cache_n, 0.0));
+  std::vector<double> got(L.out_size(), 0.0), want(L.out_size(), 0.0);
+  for (int pos0 = 0; pos0 < s.T;) {
+    const int Tq = pos0 == 0 ? prefill : 1;
+    // Rows of positions pos0 .. pos0+Tq-1 of every sequence: (B*Tq, ld).
+    std::vector<double> chunk(static_cast<std::size_t>(s.B) * Tq * L.ld);
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 0; t < Tq; ++t)
+        std::copy_n(&qkv[(static_cast<std::size_t>(b) * s.T + pos0 + t) * L.ld], L.ld,
+                    &chunk[(static_cast<std::size_t>(b) * Tq + t) * L.ld]);
+    k::AttentionShape cs = s;
+    cs.T = Tq;
+    auto d = upload<double>(chunk);
+    auto out = upload<double>(std::vector<double>(static_cast<std::size_t>(s.B) * Tq * L.ldo, 0.0));
+    Buffer<double> scores(static_cast<std::size_t>(s.B) * s.Hq * Tq * (pos0 + Tq), MemCategory::Workspace);
+    k::kv_cache_write(cs, pos0, T_cache, d.data() + L.k_off(), L.ld, d.data() + L.v_off(), L.ld, k_cache.data(),
+                      v_cache.data());
+    k::attention_forward_cached(cs, pos0, T_cache, d.data() + L.q_off(), L.ld, k_cache.data(), v_cache.data(),
+                                out.data(), L.ldo, scores.data());
+    const std::vector<double> o = download(out);
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 0; t < Tq; ++t) {
+        const std::size_t row = static_cast<std::size_t>(b) * s.T + pos0 + t;
+        for (int c = 0; c < s.Hq * s.hd; ++c) {
+          got[row * L.ldo + c] = o[(static_cast<std::size_t>(b) * Tq + t) * L.ldo + c];
+          want[row * L.ldo + c] = ref_out[row * L.ldo + c];
+        }
+      }
+    pos0 += Tq;
+  }
+  // Floor 1: outputs are O(1) mixtures of O(1) values; a few cancel to ~1e-5, where the
+  // other summation order leaves ~1e-16 absolute.
+  expect_close("cached attention out", got, want, 1e-12, 1.0);
+}
+
 }  // namespace
 
 TEST(KernelsAttention, MultiHead) { check_case(make_layout(2, 5, 2, 2, 4, 1, 0, 0), 1, 120); }
@@ -210,4 +256,15 @@ TEST(KernelsAttention, Deterministic) {
   const auto b = run_attention<float>(L, qkv, &w);
   EXPECT_TRUE(bitwise_equal(a.out, b.out));
   EXPECT_TRUE(bitwise_equal(a.grad, b.grad));
+}
+
+TEST(KernelsAttention, CachedDecodingMultiHead) { check_cached(make_layout(2, 9, 2, 2, 4, 1, 0, 0), 5, 31); }
+TEST(KernelsAttention, CachedDecodingGroupedQuery) { check_cached(make_layout(2, 7, 4, 2, 8, 2, 0, 0), 3, 32); }
+TEST(KernelsAttention, CachedDecodingTensorParallelSplitKv) {
+  // tp rank 1 of 2 with 4 query / 2 kv heads in total: query heads 2,3 read kv head 1.
+  check_cached(make_layout(3, 6, 2, 1, 4, 2, 2, 1), 1, 33);
+}
+TEST(KernelsAttention, CachedPrefillLongerThanOneBlock) {
+  // 150 prompt positions: the host's 128-row causal blocks split the prefill.
+  check_cached(make_layout(1, 152, 2, 1, 4, 2, 0, 0), 150, 34);
 }

@@ -39,4 +39,22 @@ void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k
                         const T* v, int ldv, const T* probs, const T* dout, int ldo, T* dq,
                         T* dk, T* dv, T* workspace);
 
+/// Incremental decoding. A key/value cache holds, per layer, k_cache and v_cache of shape
+/// (B, Hkv, T_cache, hd) (local kv heads, contiguous), positions [0, filled) valid.
+/// s.T is the number of new positions Tq (the prompt at prefill, 1 per decoded token).
+
+/// Copies the new keys k (B*Tq, ldk) and values v (B*Tq, ldv) of positions
+/// pos0 .. pos0+Tq-1 into the caches.
+template <class T>
+void kv_cache_write(const AttentionShape& s, int pos0, int T_cache, const T* k, int ldk, const T* v, int ldv,
+                    T* k_cache, T* v_cache);
+
+/// out (B*Tq, Hq*hd; ldo) = softmax(scale * q K^T, causal) V for queries q (B*Tq; ldq) at
+/// positions pos0 .. pos0+Tq-1 against cached keys/values [0, pos0+Tq): query i sees keys
+/// [0, pos0+i]. With pos0 = 0 it equals attention_forward. scores: scratch of
+/// B*Hq*Tq*(pos0+Tq) elements.
+template <class T>
+void attention_forward_cached(const AttentionShape& s, int pos0, int T_cache, const T* q, int ldq,
+                              const T* k_cache, const T* v_cache, T* out, int ldo, T* scores);
+
 }  // namespace meshtrain::kernels

@@ -18,6 +18,7 @@
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/model/activations.hpp"
 #include "meshtrain/model/compute_context.hpp"
+#include "meshtrain/model/kv_cache.hpp"
 #include "meshtrain/model/layout.hpp"
 
 namespace meshtrain::model {
@@ -42,9 +43,10 @@ class Transformer {
   const ModelDims& dims() const { return dims_; }
   const TpDims& tp() const { return tp_; }
 
-  /// x (N, C) = token (+ position) embedding. tokens: device (N) int32.
+  /// x (N, C) = token (+ position) embedding. tokens: device (N) int32 at positions
+  /// pos0 .. pos0+T-1 of each sequence (pos0 > 0 when decoding against a KV cache).
   void embed_forward(const ComputeContext& ctx, const T* outer, const std::int32_t* tokens,
-                     BatchShape s, T* x) const;
+                     BatchShape s, T* x, int pos0 = 0) const;
   /// Accumulates embedding gradients from dx (N, C).
   void embed_backward(const ComputeContext& ctx, T* outer_grad, const std::int32_t* tokens,
                       BatchShape s, const T* dx) const;
@@ -53,6 +55,12 @@ class Transformer {
   /// (backward recomputes from x_in).
   void block_forward(const ComputeContext& ctx, int i, const T* params, BatchShape s, const T* x_in,
                      T* x_out, BlockCache<T>& cache, bool checkpoint) const;
+  /// Block i for generation: x_in (N, C) holds new positions pos0 .. pos0+T-1 (pos0 =
+  /// kv.filled) of sequences whose earlier keys/values are in `kv`; their attention reads
+  /// the cache, and their own keys/values are appended to layer i of it (the caller
+  /// advances kv.filled once every layer has run). Forward only, nothing saved.
+  void block_forward_cached(const ComputeContext& ctx, int i, const T* params, BatchShape s, const T* x_in,
+                            T* x_out, KvCache<T>& kv) const;
   /// dx (N, C): gradient w.r.t. the block output on entry, w.r.t. its input on return.
   /// Parameter gradients accumulate into `grads` (unit layout). x_in is the block input
   /// (needed when the cache was checkpointed).
@@ -75,12 +83,20 @@ class Transformer {
                             bool last_only) const;
 
  private:
+  /// Layer i's slice of a KV cache for one forward over new positions pos0 .. pos0+T-1.
+  struct KvSlot {
+    T* k = nullptr;  ///< (B, kv_heads, T_max, head_dim)
+    T* v = nullptr;
+    int T_max = 0, pos0 = 0;
+  };
+  /// Without kv: causal self-attention over the T positions (training, evaluation). With
+  /// kv: attention over the cache, the new keys/values written into it.
   void gpt2_forward(const ComputeContext& ctx, const T* params, BatchShape s, const T* x_in, T* x_out,
-                    BlockCache<T>& c) const;
+                    BlockCache<T>& c, const KvSlot* kv = nullptr) const;
   void gpt2_backward(const ComputeContext& ctx, const T* params, T* grads, BatchShape s,
                      const T* x_in, BlockCache<T>& c, T* dx) const;
   void llama_forward(const ComputeContext& ctx, const T* params, BatchShape s, const T* x_in, T* x_out,
-                     BlockCache<T>& c) const;
+                     BlockCache<T>& c, const KvSlot* kv = nullptr) const;
   void llama_backward(const ComputeContext& ctx, const T* params, T* grads, BatchShape s,
                       const T* x_in, BlockCache<T>& c, T* dx) const;
   void final_norm(const T* outer, BatchShape s, const T* x, HeadCache<T>& hc) const;

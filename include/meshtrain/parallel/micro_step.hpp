@@ -36,4 +36,13 @@ std::vector<float> forward_logits(FsdpEngine<T>& engine, const model::Transforme
                                   model::ComputeContext ctx, const std::int32_t* tokens, model::BatchShape shape,
                                   bool last_only);
 
+/// Forward of s.T new tokens per sequence at positions kv.filled .. kv.filled+T-1 against
+/// the KV cache (generation: the prompt once, then one token at a time). Appends their
+/// keys/values (kv.filled += T) and returns the (B, valid_vocab) logits of each sequence's
+/// last position on the host. Units are gathered and resharded as in forward_logits.
+template <class T>
+std::vector<float> forward_logits_cached(FsdpEngine<T>& engine, const model::Transformer<T>& model,
+                                         model::ComputeContext ctx, const std::int32_t* tokens, model::BatchShape shape,
+                                         model::KvCache<T>& kv);
+
 }  // namespace meshtrain::parallel
