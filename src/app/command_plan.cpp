@@ -221,7 +221,9 @@ int command_plan(Runtime& rt, const Args& args) {
   if (cfg.parallel.gpus_per_node > 0) rpn = cfg.parallel.gpus_per_node;
   else if (!other && topo.uniform()) rpn = topo.local_size;
   const model::ModelDims dims = model::resolve_dims(cfg.model);
-  // With tp left to the planner (-1) only tp values that split the model are candidates.
+  // A fixed mesh is checked first (a tp larger than a node is a mesh error, whatever the
+  // model); with tp left to the planner (-1) only tp values that split the model are candidates.
+  if (!train::searches_mesh(cfg)) resolve_mesh({cfg.parallel.dp_replicate, cfg.parallel.dp_shard, cfg.parallel.tp}, world, rpn);
   const int fixed_tp = cfg.parallel.tp > 0 ? cfg.parallel.tp : 1;
   try {
     model::tp_dims(dims, fixed_tp, 0);  // heads, MLP width and vocabulary must split over tp
