@@ -1,5 +1,6 @@
 #include "format.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 
@@ -35,6 +36,11 @@ const std::vector<Field>& fields() {
       {"tie_embeddings", Field::Int, [](const D& d) { return std::string(d.tied ? "1" : "0"); }},
       {"norm_eps", Field::Real, [](const D& d) { return real_text(d.norm_eps); }},
       {"rope_theta", Field::Real, [](const D& d) { return real_text(d.rope_theta); }},
+      // LoRA settings: written only by LoRA runs (absent = no adapters). Compared like the
+      // sizes, so a LoRA checkpoint is never read by a run that would drop its adapters.
+      {"lora_rank", Field::Int, [](const D& d) { return std::to_string(d.lora_rank); }},
+      {"lora_alpha", Field::Real, [](const D& d) { return d.lora_rank > 0 ? real_text(d.lora_alpha) : "-"; }},
+      {"lora_targets", Field::Text, [](const D& d) { return d.lora_rank > 0 ? join(d.lora_targets, ",") : "-"; }},
   };
   return f;
 }
@@ -59,6 +65,7 @@ std::string describe_type(hid_t t) {
 
 void write_model_attrs(hid_t group, const model::ModelDims& d) {
   for (const Field& f : fields()) {
+    if (d.lora_rank == 0 && std::string(f.key).compare(0, 5, "lora_") == 0) continue;
     const std::string v = f.text(d);
     switch (f.kind) {
       case Field::Int: h5::write_attr(group, f.key, static_cast<std::int64_t>(std::stoll(v))); break;
@@ -98,6 +105,19 @@ model::ModelDims read_model_dims(hid_t file, const std::string& path) {
   d.tied = need_int("tie_embeddings") != 0;
   d.norm_eps = need_real("norm_eps");
   d.rope_theta = need_real("rope_theta");
+  if (const auto rank = h5::read_int_attr(g.get(), "lora_rank"); rank && *rank > 0) {
+    d.lora_rank = static_cast<int>(*rank);
+    d.lora_alpha = need_real("lora_alpha");
+    const auto targets = h5::read_string_attr(g.get(), "lora_targets");
+    MESHTRAIN_REQUIRE(targets && !targets->empty(), "checkpoint %s: /model lacks the attribute 'lora_targets'",
+                      path.c_str());
+    std::size_t at = 0;
+    while (at <= targets->size()) {
+      const std::size_t comma = std::min(targets->find(',', at), targets->size());
+      d.lora_targets.push_back(targets->substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
   MESHTRAIN_REQUIRE(d.vocab > 0 && d.valid_vocab > 0 && d.valid_vocab <= d.vocab && d.d_model > 0 && d.n_layers > 0 &&
                         d.n_heads > 0 && d.n_kv_heads > 0 && d.head_dim > 0 && d.ffn_dim > 0 && d.max_seq_len > 0,
                     "checkpoint %s: the model description in /model is inconsistent", path.c_str());
