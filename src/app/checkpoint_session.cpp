@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/core/check.hpp"
@@ -49,10 +50,12 @@ void configure_run_logging(const Runtime& rt, const Config& cfg) {
 
 namespace {
 
-bool is_safetensors(const std::string& path) {
+/// A Hugging Face directory, a .safetensors file or a GGUF file (not a meshtrain checkpoint).
+bool is_pretrained(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec))
     return fs::exists(path + "/model.safetensors", ec) || fs::exists(path + "/model.safetensors.index.json", ec);
+  if (fs::is_regular_file(path, ec) && checkpoint::looks_like_gguf(path)) return true;
   return path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
 }
 
@@ -79,7 +82,7 @@ LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::R
       return;
     }
     MESHTRAIN_REQUIRE(fs::exists(option, ec), "--checkpoint %s: no such file or directory", option.c_str());
-    if (is_safetensors(option)) {
+    if (is_pretrained(option)) {
       safetensors = 1;
       resolved = option;
       return;

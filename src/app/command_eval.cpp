@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "checkpoint_session.hpp"
+#include "meshtrain/checkpoint/source_model.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/json.hpp"
@@ -128,7 +129,9 @@ int command_eval(Runtime& rt, const Args& args) {
   }
   MESHTRAIN_REQUIRE(o.split == "val" || o.split == "train", "--split must be val or train, not '%s'", o.split.c_str());
   MESHTRAIN_REQUIRE(o.batches >= -1, "--batches must be -1, 0 or positive, not %d", o.batches);
-  const Config& cfg = ca.config.config;
+  Config& cfg = ca.config.config;
+  // A Hugging Face directory or GGUF file brings its model's shape (keys the user gave must agree).
+  if (!o.checkpoint.empty()) checkpoint::adopt_source_model(cfg, o.checkpoint, "--checkpoint");
   configure_run_logging(rt, cfg);
   const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
   return setup.bf16 ? run_eval<bf16>(rt, setup, o) : run_eval<float>(rt, setup, o);

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "checkpoint_session.hpp"
+#include "meshtrain/checkpoint/source_model.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/log.hpp"
@@ -96,7 +97,9 @@ int command_generate(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.tokens >= 0, "--tokens must be >= 0, not %d", o.tokens);
   MESHTRAIN_REQUIRE(o.temperature >= 0, "--temperature must be >= 0 (0 = greedy), not %g", o.temperature);
   MESHTRAIN_REQUIRE(o.top_k >= 0, "--top_k must be >= 0 (0 = the whole vocabulary), not %d", o.top_k);
-  const Config& cfg = ca.config.config;
+  Config& cfg = ca.config.config;
+  // A Hugging Face directory or GGUF file brings its model's shape (keys the user gave must agree).
+  if (!o.checkpoint.empty()) checkpoint::adopt_source_model(cfg, o.checkpoint, "--checkpoint");
   configure_run_logging(rt, cfg);
   const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
   return setup.bf16 ? run_generate<bf16>(rt, setup, o) : run_generate<float>(rt, setup, o);

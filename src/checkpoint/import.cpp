@@ -159,7 +159,7 @@ void SafetensorsWeights::read(const Piece& piece, float* dst) const {
   });
 }
 
-void SafetensorsWeights::check_tied_head() const {
+void SafetensorsWeights::check_once() const {
   if (!tied_head_.tensor) return;
   const Source& emb = sources_[embedding_spec_];
   const SafetensorsTensor& h = *tied_head_.tensor;

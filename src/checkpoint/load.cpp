@@ -4,6 +4,7 @@
 
 #include "format.hpp"
 #include "h5.hpp"
+#include "gguf_import.hpp"
 #include "import.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/comm/agree.hpp"
@@ -105,7 +106,7 @@ TrainState read_train_state(hid_t file, const std::string& path) {
 }
 
 /// What `path` of checkpoint.init_from is.
-enum class WeightsKind { Hdf5, Safetensors };
+enum class WeightsKind { Hdf5, Safetensors, Gguf };
 
 /// Decides on rank 0 (file-system lookups) and shares the answer; resolves a checkpoint
 /// directory to its newest checkpoint.
@@ -128,14 +129,16 @@ std::pair<WeightsKind, std::string> classify_weights(const MpiComm& comm, const 
     }
     resolved = path;
     h5::QuietErrors quiet;
-    kind = fs::is_regular_file(path, ec) && H5Fis_hdf5(path.c_str()) > 0 ? 0 : 1;
+    kind = fs::is_regular_file(path, ec) && H5Fis_hdf5(path.c_str()) > 0 ? 0
+           : fs::is_regular_file(path, ec) && looks_like_gguf(path)     ? 2
+                                                                        : 1;
   });
   MPI_CHECK(MPI_Bcast(&kind, 1, MPI_INT, 0, comm.get()));
   long long n = static_cast<long long>(resolved.size());
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm.get()));
   resolved.resize(static_cast<std::size_t>(n));
   if (n > 0) MPI_CHECK(MPI_Bcast(resolved.data(), static_cast<int>(n), MPI_CHAR, 0, comm.get()));
-  return {kind == 0 ? WeightsKind::Hdf5 : WeightsKind::Safetensors, resolved};
+  return {kind == 0 ? WeightsKind::Hdf5 : kind == 1 ? WeightsKind::Safetensors : WeightsKind::Gguf, resolved};
 }
 
 }  // namespace
@@ -185,11 +188,12 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
     bytes = read_checkpoint_state(eng, file.get(), 1, /*lora_optional=*/true);
   } else {
     // Every rank maps the files and validates them alike (the same bytes give the same
-    // verdict); rank 0 alone compares a tied head with the embedding.
-    std::unique_ptr<SafetensorsWeights> w;
+    // verdict); rank 0 alone runs the whole-file checks (a tied head equal to the embedding).
+    std::unique_ptr<ImportedWeights> w;
     agree_on_errors(comm, [&] {
-      w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
-      if (comm.rank() == 0) w->check_tied_head();
+      if (kind == WeightsKind::Gguf) w = std::make_unique<GgufWeights>(resolved, eng.specs(), dims);
+      else w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
+      if (comm.rank() == 0) w->check_once();
     });
     bytes = fill_state(
         eng, 1,

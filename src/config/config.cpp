@@ -269,6 +269,8 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
       po::store(po::parse_config_file(stripped, keys, /*allow_unregistered=*/false), vm);
     }
     po::notify(vm);
+    for (const auto& [key, value] : vm)
+      if (!value.defaulted() && key != "config-file") out.config.given.insert(key);
   } catch (const po::unknown_option& e) {
     unknown_key_error(e.get_option_name(), where, reg, command);
   } catch (const po::too_many_positional_options_error&) {

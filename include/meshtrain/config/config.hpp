@@ -5,6 +5,7 @@
 /// are UserErrors that name the key (and the nearest valid one).
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,7 @@ struct Config {
   CheckpointConfig checkpoint;
   OutputConfig output;
   std::string source_file;            ///< the INI file, if any
+  std::set<std::string> given;        ///< keys set by the INI file or the command line ("model.d_model")
 };
 
 /// A parse result: the config, the free arguments of the subcommand, and whether help was asked.
