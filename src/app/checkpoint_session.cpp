@@ -104,11 +104,12 @@ LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::R
   MPI_CHECK(MPI_Bcast(resolved.data(), static_cast<int>(n), MPI_CHAR, 0, world.get()));
 
   parallel::FsdpEngine<T>& eng = session.engine();
-  eng.init_parameters(setup.config.train.seed);
+  // No init_parameters: a load writes every value (pretrained sources initialise only
+  // what they lack, e.g. LoRA adapters), so no time goes into random weights.
   checkpoint::IoStats io;
   LoadedWeights out;
   if (safetensors) {
-    checkpoint::load_weights(eng, session.mesh(), setup.dims, resolved, &io);
+    checkpoint::load_weights(eng, session.mesh(), setup.dims, resolved, setup.config.train.seed, &io);
     out.path = io.path;
   } else {
     // The full loader validates the stored model description against the config (naming

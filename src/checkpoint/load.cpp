@@ -1,6 +1,7 @@
 // checkpoint::load and load_weights: validate once (rank 0, serially), then every rank
 // reads exactly the hyperslabs of its own state range, so any mesh loads any checkpoint.
 #include <filesystem>
+#include <optional>
 
 #include "format.hpp"
 #include "h5.hpp"
@@ -10,6 +11,7 @@
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/model/init.hpp"
 #include "pieces.hpp"
 #include "staging.hpp"
 
@@ -23,14 +25,16 @@ Buffer<float>& state_array(parallel::UnitState& st, int k) {
   return k == 0 ? st.master : k == 1 ? st.exp_avg : st.exp_avg_sq;
 }
 
-/// Fills the first `arrays` state arrays of every unit from `read(piece_or_null, k, dst)`,
+/// Fills the first `arrays` state arrays of every unit from `read(spec, piece_or_null, k, dst)`,
 /// which is called for every parameter slot in order on every rank (nullptr where the
-/// rank's range misses the parameter) so that collective readers stay matched. Padding
-/// elements become 0; so do parameters `read` leaves alone, except with `keep_unread`,
-/// where they keep their current value (LoRA adapters when loading base weights). Returns
-/// the bytes this rank read.
+/// rank's range misses the parameter) so that collective readers stay matched, and returns
+/// whether it wrote the values. Padding elements become 0; so do parameters `read` leaves
+/// alone, except with `init_seed`, where their master weights get their initial values
+/// (model/init: LoRA adapters when loading base weights) — the only initialisation a load
+/// pays for. Returns the bytes this rank read.
 template <class T, class Read>
-std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, bool keep_unread = false) {
+std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read,
+                         std::optional<std::uint64_t> init_seed = std::nullopt) {
   std::uint64_t bytes = 0;
   for (int u = 0; u < eng.num_units(); ++u) {
     parallel::UnitState& st = eng.state(u);
@@ -39,15 +43,15 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
         unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), st.begin, st.begin + st.numel, st.begin, false);
     std::vector<std::vector<float>> host(static_cast<std::size_t>(arrays),
                                          std::vector<float>(static_cast<std::size_t>(st.numel), 0.0f));
-    if (keep_unread)
-      for (int k = 0; k < arrays; ++k)
-        Kokkos::deep_copy(UView<float, HostMem>(host[k].data(), host[k].size()), state_array(st, k).view());
     std::size_t next = 0;
     for (const model::ParamSlot& slot : L.slots) {
       const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
       for (int k = 0; k < arrays; ++k) {
-        read(slot.spec, piece, k, piece ? host[k].data() + piece->offset : nullptr);
-        if (piece) bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
+        const bool got = read(slot.spec, piece, k, piece ? host[k].data() + piece->offset : nullptr);
+        if (piece && got) bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
+        if (piece && !got && k == 0 && init_seed)
+          model::init_unit_range(eng.specs(), L, eng.tp_size(), eng.tp_rank(), st.begin + piece->offset,
+                                 st.begin + piece->offset + piece->count, *init_seed, host[0].data() + piece->offset);
       }
     }
     for (int k = 0; k < arrays; ++k) stage_to_device(host[k], state_array(st, k));
@@ -68,18 +72,21 @@ void read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
 }
 
 /// Reads arrays 0..arrays-1 (/model, /optim/exp_avg, /optim/exp_avg_sq) of a validated
-/// checkpoint collectively into the engine; returns this rank's bytes. With `lora_optional`
-/// LoRA adapters the file lacks keep their values (the same decision on every rank: same file).
+/// checkpoint collectively into the engine; returns this rank's bytes. With `lora_init_seed`
+/// LoRA adapters the file lacks get their initial values (the same decision on every rank:
+/// same file).
 template <class T>
-std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, hid_t file, int arrays, bool lora_optional = false) {
+std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, hid_t file, int arrays,
+                                    std::optional<std::uint64_t> lora_init_seed = std::nullopt) {
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   h5::Handle dxpl = h5::collective_dxpl();
   return fill_state(eng, arrays, [&](int spec, const Piece* piece, int k, float* dst) {
     const std::string path = format::dataset_path(groups[k], eng.specs()[spec].name);
-    if (lora_optional && eng.specs()[spec].is_lora && !h5::link_exists(file, path)) return;
+    if (lora_init_seed && eng.specs()[spec].is_lora && !h5::link_exists(file, path)) return false;
     h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
     read_piece(ds.get(), dxpl.get(), piece, dst);
-  }, /*keep_unread=*/lora_optional);
+    return true;
+  }, lora_init_seed);
 }
 
 std::uint64_t sum_over(const MpiComm& comm, std::uint64_t v) {
@@ -169,7 +176,7 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
 
 template <class T>
 void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::ModelDims& dims, const std::string& path,
-                  IoStats* stats) {
+                  std::uint64_t seed, IoStats* stats) {
   const MpiComm& comm = mesh.world();
   MPI_CHECK(MPI_Barrier(comm.get()));
   const double t0 = now_seconds();
@@ -185,7 +192,7 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
     });
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
-    bytes = read_checkpoint_state(eng, file.get(), 1, /*lora_optional=*/true);
+    bytes = read_checkpoint_state(eng, file.get(), 1, seed);
   } else {
     // Every rank maps the files and validates them alike (the same bytes give the same
     // verdict); rank 0 alone runs the whole-file checks (a tied head equal to the embedding).
@@ -198,9 +205,11 @@ void load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::M
     bytes = fill_state(
         eng, 1,
         [&](int spec, const Piece* piece, int, float* dst) {
-          if (piece && w->has(spec)) w->read(*piece, dst);
+          if (!w->has(spec)) return false;
+          if (piece) w->read(*piece, dst);
+          return true;
         },
-        /*keep_unread=*/true);
+        seed);
   }
   for (int u = 0; u < eng.num_units(); ++u) {
     eng.state(u).exp_avg.zero();
@@ -217,8 +226,8 @@ template TrainState load<float>(parallel::FsdpEngine<float>&, const Mesh&, const
 template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const train::RunSetup&, const std::string&,
                                IoStats*);
 template void load_weights<float>(parallel::FsdpEngine<float>&, const Mesh&, const model::ModelDims&,
-                                  const std::string&, IoStats*);
+                                  const std::string&, std::uint64_t, IoStats*);
 template void load_weights<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const model::ModelDims&, const std::string&,
-                                 IoStats*);
+                                 std::uint64_t, IoStats*);
 
 }  // namespace meshtrain::checkpoint
