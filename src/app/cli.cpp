@@ -26,6 +26,7 @@ const std::map<std::string, Command>& commands() {
       {"convert", {command_convert, "checkpoint -> Hugging Face safetensors: --input PATH --output DIR (import: checkpoint.init_from)"}},
       {"generate", {command_generate, "sample text from a checkpoint"}},
       {"eval", {command_eval, "validation loss and perplexity of a checkpoint on a dataset"}},
+      {"tokenize", {command_tokenize, "token ids of text files under a tokenizer: --tokenizer SPEC FILE..."}},
       {"bench", {command_bench, "benchmarks: bench comm | bench gemm | bench memory"}},
   };
   return table;

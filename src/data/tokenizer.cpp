@@ -1,8 +1,19 @@
+// The byte tokenizer, and make_tokenizer: which file kind a spec names and who reads it.
 #include "meshtrain/data/tokenizer.hpp"
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/data/bpe_tokenizer.hpp"
+#include "meshtrain/data/sentencepiece_tokenizer.hpp"
+#include "tokenizer_hash.hpp"
 
 namespace meshtrain::data {
+
+namespace fs = std::filesystem;
 
 std::vector<std::int32_t> ByteTokenizer::encode(const std::string& text) const {
   std::vector<std::int32_t> ids(text.size());
@@ -21,12 +32,112 @@ std::string ByteTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   return out;
 }
 
+std::string Digest::hex() const { return strprintf("%016llx%016llx", static_cast<unsigned long long>(a_),
+                                                   static_cast<unsigned long long>(b_)); }
+
+std::string bpe_hash(const BpeConfig& c) {
+  Digest d;
+  d.add_field("bpe");
+  for (const auto& t : c.vocab) d.add_field(t);
+  d.add_field("merges");
+  for (const auto& [a, b] : c.merges) {
+    d.add_field(a);
+    d.add_field(b);
+  }
+  d.add_field("added");
+  for (const auto& a : c.added) d.add_field(strprintf("%d", a.id));
+  return d.hex();
+}
+
 std::vector<std::string> known_tokenizers() { return {"byte"}; }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name) {
-  if (name == "byte") return std::make_unique<ByteTokenizer>();
-  throw UserError(strprintf("unknown tokenizer '%s'; known tokenizers: %s", name.c_str(),
-                            join(known_tokenizers(), ", ").c_str()));
+std::string tokenizer_spec_help() {
+  return "byte | a tokenizer.json | a Hugging Face model directory | a SentencePiece *.model | a .gguf file";
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MESHTRAIN_REQUIRE(in.good(), "cannot read %s", path.c_str());
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+std::unique_ptr<Tokenizer> from_gguf(const std::string& path) {
+  const checkpoint::GgufFile gguf(path);
+  const std::string model = gguf.metadata_string("tokenizer.ggml.model", "");
+  if (model == "gpt2") {
+    BpeConfig c = bpe_config_from_gguf(gguf);
+    c.name = path;
+    return make_bpe_tokenizer(std::move(c));
+  }
+  if (model == "llama") return make_sentencepiece_tokenizer_from_gguf(gguf, path);
+  if (model.empty())
+    throw UserError(strprintf("GGUF file %s has no tokenizer (no tokenizer.ggml.model); give the model's "
+                              "tokenizer.json or tokenizer.model with --tokenizer",
+                              path.c_str()));
+  throw UserError(strprintf("GGUF file %s has a tokenizer of kind '%s'; meshtrain reads 'gpt2' (byte-level BPE) and "
+                            "'llama' (SentencePiece) tokenizers",
+                            path.c_str(), model.c_str()));
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
+  if (spec == "byte") return std::make_unique<ByteTokenizer>();
+  std::error_code ec;
+  if (!fs::exists(spec, ec))
+    throw UserError(strprintf("tokenizer '%s' is neither 'byte' nor an existing file or directory; give %s",
+                              spec.c_str(), tokenizer_spec_help().c_str()));
+  if (fs::is_directory(spec, ec)) {
+    const fs::path dir(spec);
+    const std::string config = fs::exists(dir / "tokenizer_config.json") ? read_text(dir / "tokenizer_config.json") : "";
+    if (fs::exists(dir / "tokenizer.json")) {
+      BpeConfig c = bpe_config_from_tokenizer_json((dir / "tokenizer.json").string(), config);
+      c.name = spec;
+      return make_bpe_tokenizer(std::move(c));
+    }
+    if (fs::exists(dir / "tokenizer.model")) return make_sentencepiece_tokenizer((dir / "tokenizer.model").string(), config, spec);
+    throw UserError(strprintf("directory %s holds neither tokenizer.json nor tokenizer.model; give %s",
+                              spec.c_str(), tokenizer_spec_help().c_str()));
+  }
+  if (checkpoint::looks_like_gguf(spec)) return from_gguf(spec);
+  const std::string ext = fs::path(spec).extension().string();
+  if (ext == ".json") {
+    const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
+    BpeConfig c = bpe_config_from_tokenizer_json(spec, fs::exists(cfg) ? read_text(cfg.string()) : "");
+    c.name = spec;
+    return make_bpe_tokenizer(std::move(c));
+  }
+  if (ext == ".model") {
+    const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
+    return make_sentencepiece_tokenizer(spec, fs::exists(cfg) ? read_text(cfg.string()) : "", spec);
+  }
+  throw UserError(strprintf("cannot tell what kind of tokenizer %s is; give %s", spec.c_str(),
+                            tokenizer_spec_help().c_str()));
+}
+
+TokenizerIdentity identity_of(const Tokenizer& tok) { return {tok.kind(), tok.vocab_size(), tok.hash()}; }
+
+void check_tokenizer_match(const TokenizerIdentity& dataset, const TokenizerIdentity& model,
+                           const std::string& dataset_name, const std::string& model_name) {
+  if (!dataset.kind.empty() && !model.kind.empty() && dataset.kind != model.kind)
+    throw UserError(strprintf("%s was tokenized with a %s tokenizer but %s uses a %s tokenizer; re-run `meshtrain "
+                              "prepare --tokenizer` with the model's tokenizer",
+                              dataset_name.c_str(), dataset.kind.c_str(), model_name.c_str(), model.kind.c_str()));
+  if (dataset.vocab_size > 0 && model.vocab_size > 0 && dataset.vocab_size > model.vocab_size)
+    throw UserError(strprintf("the tokenizer of %s has %lld ids but the one of %s has %lld: the dataset was made with "
+                              "another tokenizer; re-run `meshtrain prepare --tokenizer` with the model's",
+                              dataset_name.c_str(), static_cast<long long>(dataset.vocab_size), model_name.c_str(),
+                              static_cast<long long>(model.vocab_size)));
+  if (!dataset.hash.empty() && !model.hash.empty() && dataset.hash != model.hash)
+    throw UserError(strprintf("the tokenizer of %s (%s, %lld ids, hash %s) differs from the one of %s (%s, %lld ids, "
+                              "hash %s); re-run `meshtrain prepare --tokenizer` with the model's tokenizer",
+                              dataset_name.c_str(), dataset.kind.c_str(), static_cast<long long>(dataset.vocab_size),
+                              dataset.hash.c_str(), model_name.c_str(), model.kind.c_str(),
+                              static_cast<long long>(model.vocab_size), model.hash.c_str()));
 }
 
 }  // namespace meshtrain::data

@@ -18,5 +18,6 @@ int command_convert(Runtime& rt, const Args& args);
 int command_generate(Runtime& rt, const Args& args);
 int command_eval(Runtime& rt, const Args& args);
 int command_bench(Runtime& rt, const Args& args);
+int command_tokenize(Runtime& rt, const Args& args);
 
 }  // namespace meshtrain::app

@@ -1,7 +1,10 @@
 #pragma once
 /// \file
 /// \brief `Tokenizer`: text <-> token ids. `ByteTokenizer` (one id per UTF-8 byte plus an
-/// end-of-text id) needs no vocabulary file; a BPE tokenizer implements the same interface.
+/// end-of-text id) needs no vocabulary file; the BPE (bpe_tokenizer.hpp) and SentencePiece
+/// (sentencepiece_tokenizer.hpp) tokenizers of real models implement the same interface and
+/// are made by `make_tokenizer` from a tokenizer.json, a Hugging Face model directory, a
+/// tokenizer.model or a .gguf file.
 
 #include <cstdint>
 #include <memory>
@@ -14,15 +17,33 @@ namespace meshtrain::data {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  /// The name `make_tokenizer` knows it by ("byte"); stored in meta.json.
+  /// The spec `make_tokenizer` made it from ("byte", or the file/directory path); stored in
+  /// meta.json so that the same tokenizer can be made again.
   virtual std::string name() const = 0;
+  /// "byte", "bpe" (byte-level or byte-fallback BPE) or "sentencepiece".
+  virtual std::string kind() const = 0;
   virtual std::int64_t vocab_size() const = 0;
-  /// The id that `prepare` appends after every document.
+  /// The id that `prepare` appends after every document: "<|endoftext|>" when the
+  /// vocabulary has it, else the end-of-sequence token.
   virtual std::int32_t eot_id() const = 0;
-  /// Never produces eot_id(): document boundaries are added by the caller.
+  /// Special ids; -1 when the tokenizer has none.
+  virtual std::int32_t bos_id() const { return -1; }
+  virtual std::int32_t eos_id() const { return eot_id(); }
+  virtual std::int32_t pad_id() const { return -1; }
+  /// True when the model expects a BOS token before each sequence (`prepare` adds it).
+  virtual bool add_bos() const { return false; }
+  /// A hex digest of what defines the tokenizer (vocabulary in id order, merges, special
+  /// tokens, pre-tokenizer; for SentencePiece the serialized model). Equal digests mean equal
+  /// tokenization, whichever file format held it ("" for byte).
+  virtual std::string hash() const { return ""; }
+  /// Id of the token spelled `token` (a special token such as "<|im_end|>"); -1 if absent.
+  virtual std::int32_t token_id(const std::string& token) const { return -1; }
+  /// Ids of `text`. Added/special tokens written in the text (e.g. "<|im_start|>") are
+  /// matched before anything else, as Hugging Face tokenizers do. No BOS/EOS are added:
+  /// document boundaries are the caller's. UserError for text that is not UTF-8 (BPE).
   virtual std::vector<std::int32_t> encode(const std::string& text) const = 0;
-  /// decode(encode(t)) == t. eot_id() decodes to "<|endoftext|>"; ids outside the
-  /// vocabulary (a model may pad its vocabulary) decode to U+FFFD.
+  /// decode(encode(t)) == t for the byte and byte-level BPE tokenizers, and for
+  /// SentencePiece models without normalisation. Ids outside the vocabulary decode to U+FFFD.
   virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
 };
 
@@ -31,16 +52,44 @@ class ByteTokenizer final : public Tokenizer {
  public:
   static constexpr std::int32_t kEot = 256;
   std::string name() const override { return "byte"; }
+  std::string kind() const override { return "byte"; }
   std::int64_t vocab_size() const override { return 257; }
   std::int32_t eot_id() const override { return kEot; }
   std::vector<std::int32_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
 };
 
-/// Names accepted by make_tokenizer, sorted.
+/// The forms of SPEC make_tokenizer accepts, in words (for help texts and errors).
+std::string tokenizer_spec_help();
+
+/// Kept for the help text of subcommands: the built-in names ("byte").
 std::vector<std::string> known_tokenizers();
 
-/// The tokenizer called `name`; UserError listing the known names otherwise.
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name);
+/// \brief The tokenizer described by `spec`:
+///   * "byte";
+///   * a `tokenizer.json` (Hugging Face tokenizers: byte-level BPE as in GPT-2, SmolLM2,
+///     Llama 3, Qwen; BPE with byte fallback and Metaspace as in Llama 2, Mistral);
+///   * a Hugging Face model directory (its tokenizer.json, else its tokenizer.model;
+///     tokenizer_config.json adds add_bos_token and the special tokens);
+///   * a SentencePiece `tokenizer.model` (any file whose name ends in .model);
+///   * a `.gguf` file (its tokenizer.ggml.* metadata).
+/// UserError naming the spec and the problem otherwise.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
+
+/// \brief What a dataset or a model records of its tokenizer, for compatibility checks.
+struct TokenizerIdentity {
+  std::string kind;        ///< "" when unknown
+  std::int64_t vocab_size = 0;
+  std::string hash;        ///< "" when unknown
+};
+
+/// The identity of `tok`.
+TokenizerIdentity identity_of(const Tokenizer& tok);
+
+/// \brief UserError when a dataset's tokenizer and a model's differ where both are known:
+/// a vocabulary size larger than the model's, or two non-empty hashes that differ. `what`
+/// names the two sides in the message ("dataset data/ vs model SmolLM2.gguf").
+void check_tokenizer_match(const TokenizerIdentity& dataset, const TokenizerIdentity& model,
+                           const std::string& dataset_name, const std::string& model_name);
 
 }  // namespace meshtrain::data

@@ -1,0 +1,28 @@
+#pragma once
+/// \file
+/// \brief SentencePiece tokenizers (Llama 2, Mistral, T5 ...) run by Google's own library
+/// (Debian libsentencepiece-dev), so ids are the reference's by construction.
+
+#include <memory>
+#include <string>
+
+#include "meshtrain/data/tokenizer.hpp"
+
+namespace meshtrain::checkpoint {
+class GgufFile;
+}
+
+namespace meshtrain::data {
+
+/// A tokenizer.model file; `config_json` is the tokenizer_config.json text beside it or ""
+/// (add_bos_token). `name` is the spec it was made from. UserError when the file does not load.
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_path, const std::string& config_json,
+                                                        const std::string& name);
+
+/// The SentencePiece model described by a GGUF file with tokenizer.ggml.model = "llama"
+/// (tokens, scores, token types, special ids, add_space_prefix), as llama.cpp runs it: a BPE
+/// model merging by score, without normalisation, with byte fallback.
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoint::GgufFile& gguf,
+                                                                  const std::string& name);
+
+}  // namespace meshtrain::data

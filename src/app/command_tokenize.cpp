@@ -1,0 +1,131 @@
+// `meshtrain tokenize`: what a tokenizer makes of text files (ids, the decoded round trip,
+// the tokenizer's identity). Used to check a tokenizer against its reference implementation
+// and to see how a model will read one's data. Rank 0 only.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "meshtrain/app/commands.hpp"
+#include "meshtrain/comm/agree.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/json.hpp"
+#include "meshtrain/data/tokenizer.hpp"
+
+namespace meshtrain::app {
+namespace {
+
+namespace po = boost::program_options;
+
+struct TokenizeArgs {
+  std::string tokenizer = "byte";
+  std::vector<std::string> files;
+  bool info = false, roundtrip = false, decode = false, help = false;
+  std::string help_text;
+};
+
+TokenizeArgs parse_tokenize_args(const Args& args) {
+  TokenizeArgs o;
+  po::options_description desc("Options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("tokenizer", po::value<std::string>(&o.tokenizer)->default_value(o.tokenizer),
+       ("tokenizer: " + data::tokenizer_spec_help()).c_str())
+      ("info", po::bool_switch(&o.info), "print the tokenizer's identity (kind, vocabulary, special ids, hash) as JSON")
+      ("roundtrip", po::bool_switch(&o.roundtrip),
+       "also check that decoding each file's ids gives the file back (reported on stderr; exit status 1 if not)")
+      ("decode", po::bool_switch(&o.decode),
+       "the reverse: each FILE holds token ids (whitespace-separated); print the decoded text")
+      ("input", po::value<std::vector<std::string>>(&o.files)->multitoken(), "text files (also positional)");
+  po::positional_options_description pos;
+  pos.add("input", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UserError(strprintf("%s; run `meshtrain tokenize --help` for the options", e.what()));
+  }
+  if (vm.count("help")) {
+    std::ostringstream os;
+    os << "usage: meshtrain tokenize --tokenizer SPEC [--info] [--roundtrip | --decode] FILE...\n"
+          "prints one line per file: its token ids separated by spaces (no BOS/EOS added)\n\n"
+       << desc;
+    o.help = true;
+    o.help_text = os.str();
+  }
+  MESHTRAIN_REQUIRE(o.help || o.info || !o.files.empty(), "give text files to tokenize, or --info");
+  return o;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MESHTRAIN_REQUIRE(in.good(), "cannot read %s", path.c_str());
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+}  // namespace
+
+int command_tokenize(Runtime& rt, const Args& args) {
+  const TokenizeArgs o = parse_tokenize_args(args);
+  const bool root = rt.topology().world_rank == 0;
+  if (o.help) {
+    if (root) std::fputs(o.help_text.c_str(), stdout);
+    return 0;
+  }
+  int status = 0;
+  agree_on_errors(rt.world(), [&] {
+    if (!root) return;
+    const auto tok = data::make_tokenizer(o.tokenizer);
+    if (o.info)
+      std::printf("{\"kind\": %s, \"name\": %s, \"vocab_size\": %lld, \"bos_id\": %d, \"eos_id\": %d, "
+                  "\"pad_id\": %d, \"eot_id\": %d, \"add_bos\": %s, \"hash\": %s}\n",
+                  json_quote(tok->kind()).c_str(), json_quote(tok->name()).c_str(),
+                  static_cast<long long>(tok->vocab_size()), tok->bos_id(), tok->eos_id(), tok->pad_id(),
+                  tok->eot_id(), tok->add_bos() ? "true" : "false", json_quote(tok->hash()).c_str());
+    for (const std::string& f : o.files) {
+      const std::string text = read_file(f);
+      if (o.decode) {
+        std::vector<std::int32_t> in;
+        std::istringstream is(text);
+        long long v = 0;
+        while (is >> v) in.push_back(static_cast<std::int32_t>(v));
+        MESHTRAIN_REQUIRE(is.eof(), "%s must hold whitespace-separated token ids", f.c_str());
+        const std::string back = tok->decode(in);
+        std::fwrite(back.data(), 1, back.size(), stdout);
+        continue;
+      }
+      std::vector<std::int32_t> ids;
+      try {
+        ids = tok->encode(text);
+      } catch (const UserError& e) {
+        throw UserError(strprintf("%s: %s", f.c_str(), e.what()));
+      }
+      if (o.roundtrip) {
+        const std::string back = tok->decode(ids);
+        if (back == text) {
+          std::fprintf(stderr, "roundtrip ok: %s (%zu bytes, %zu tokens)\n", f.c_str(), text.size(), ids.size());
+        } else {
+          std::size_t at = 0;
+          while (at < back.size() && at < text.size() && back[at] == text[at]) ++at;
+          std::fprintf(stderr, "roundtrip MISMATCH: %s differs from its decoded ids at byte %zu\n", f.c_str(), at);
+          status = 1;
+        }
+      }
+      std::string line;
+      line.reserve(ids.size() * 6);
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (i) line += ' ';
+        line += std::to_string(ids[i]);
+      }
+      line += '\n';
+      std::fwrite(line.data(), 1, line.size(), stdout);
+    }
+    std::fflush(stdout);
+  });
+  return status;
+}
+
+}  // namespace meshtrain::app

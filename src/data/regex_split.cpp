@@ -1,0 +1,90 @@
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "regex_split.hpp"
+
+#include <pcre2.h>
+
+#include "meshtrain/core/error.hpp"
+#include "utf8.hpp"
+
+namespace meshtrain::data {
+
+Regex::Regex(const std::string& pattern, bool literal) : pattern_(pattern) {
+  int err = 0;
+  PCRE2_SIZE err_off = 0;
+  const std::uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err,
+                                   &err_off, nullptr);
+  if (!code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    throw UserError(strprintf("the tokenizer's pattern '%s' does not compile (%s at offset %zu)", pattern.c_str(),
+                              reinterpret_cast<const char*>(msg), static_cast<std::size_t>(err_off)));
+  }
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // an optimisation only: ignore failure
+  code_ = code;
+}
+
+Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+
+std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(const std::string& text) const {
+  auto* code = static_cast<pcre2_code*>(code_);
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  std::size_t pos = 0;
+  std::uint32_t options = 0;
+  while (pos <= text.size()) {
+    const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos, options, md, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      pcre2_match_data_free(md);
+      if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21)
+        throw UserError(strprintf("the text is not valid UTF-8 (first bad byte at offset %zu); tokenizers read "
+                                  "UTF-8 text only",
+                                  utf8::first_invalid(text)));
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(rc, msg, sizeof msg);
+      throw UserError(strprintf("matching the tokenizer's pattern '%s' failed: %s", pattern_.c_str(),
+                                reinterpret_cast<const char*>(msg)));
+    }
+    options = PCRE2_NO_UTF_CHECK;  // checked once on the first call
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const std::size_t b = ov[0], e = ov[1];
+    if (e > b) {
+      out.emplace_back(b, e);
+      pos = e;
+    } else {  // empty match: step over one character
+      if (b >= text.size()) break;
+      pos = b + utf8::char_len(static_cast<unsigned char>(text[b]));
+    }
+  }
+  pcre2_match_data_free(md);
+  return out;
+}
+
+namespace utf8 {
+std::size_t first_invalid(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) { ++i; continue; }
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
+    else return i;
+    if (i + len > s.size()) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+      return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+}  // namespace utf8
+
+}  // namespace meshtrain::data
