@@ -2,9 +2,14 @@
 // mesh. The windows are those of the trainer's evaluation (train.eval_batches global
 // batches of the validation split, split over the data-parallel ranks), so a checkpoint
 // evaluated with its run's config reproduces the val_loss the run logged; --batches 0
-// evaluates every non-overlapping window of the split once.
+// evaluates every non-overlapping window of the split once. --text FILE evaluates a text
+// file instead, tokenised on the fly with the model's tokenizer (every non-overlapping
+// window once).
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "checkpoint_session.hpp"
 #include "meshtrain/checkpoint/source_model.hpp"
@@ -13,7 +18,10 @@
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/data/dataset.hpp"
+#include "meshtrain/data/memory_tokens.hpp"
+#include "meshtrain/data/tokenizer.hpp"
 #include "meshtrain/data/sampler.hpp"
 #include "meshtrain/parallel/micro_step.hpp"
 
@@ -24,10 +32,41 @@ namespace po = boost::program_options;
 
 struct EvalOptions {
   std::string checkpoint;
+  std::string text;       ///< a text file to evaluate instead of data.dir
+  std::string tokenizer;  ///< for --text: a tokenizer spec; "" = the checkpoint's (GGUF / HF dir) or byte
   std::string split = "val";
   int batches = -1;
   bool json = false;
 };
+
+/// The tokens of --text: the file through the model's tokenizer (a BOS first when the
+/// tokenizer's model expects one). Every rank tokenises (same bytes, same ids).
+std::shared_ptr<const data::TokenSource> text_tokens(const EvalOptions& o, std::int64_t vocab) {
+  std::string spec = o.tokenizer;
+  if (spec.empty()) {
+    std::error_code ec;
+    const bool gguf = std::filesystem::is_regular_file(o.checkpoint, ec) && checkpoint::looks_like_gguf(o.checkpoint);
+    const bool hf = std::filesystem::is_directory(o.checkpoint, ec) &&
+                    (std::filesystem::exists(o.checkpoint + "/tokenizer.json", ec) ||
+                     std::filesystem::exists(o.checkpoint + "/tokenizer.model", ec));
+    spec = gguf || hf ? o.checkpoint : "byte";
+  }
+  const std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(spec);
+  MESHTRAIN_REQUIRE(tok->vocab_size() <= vocab,
+                    "--text: the tokenizer %s has %lld ids, more than the model's vocabulary of %lld; give the "
+                    "model's tokenizer with --tokenizer SPEC",
+                    tok->name().c_str(), static_cast<long long>(tok->vocab_size()), static_cast<long long>(vocab));
+  std::ifstream in(o.text, std::ios::binary);
+  MESHTRAIN_REQUIRE(in, "--text %s: cannot read the file", o.text.c_str());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::vector<std::int32_t> ids;
+  if (tok->add_bos() && tok->bos_id() >= 0) ids.push_back(tok->bos_id());
+  const std::vector<std::int32_t> body = tok->encode(ss.str());
+  ids.insert(ids.end(), body.begin(), body.end());
+  return std::make_shared<data::MemoryTokens>(std::move(ids), vocab,
+                                              o.text + " (" + tok->kind() + " tokenizer " + tok->name() + ")");
+}
 
 template <class T>
 int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions& o) {
@@ -44,8 +83,17 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   std::string source;
   long long micro_batches = 0;
   agree_on_errors(world, [&] {
-    const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
-    const auto& src = o.split == "val" ? ds.val : ds.train;
+    std::shared_ptr<const data::TokenSource> src;
+    if (!o.text.empty()) {
+      src = text_tokens(o, setup.dims.valid_vocab);
+    } else {
+      const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
+      src = o.split == "val" ? ds.val : ds.train;
+    }
+    MESHTRAIN_REQUIRE(o.text.empty() || data::has_window(*src, tc.seq_len),
+                      "--text %s holds %llu tokens, fewer than one window of train.seq_len + 1 = %d: lower "
+                      "train.seq_len or give more text",
+                      o.text.c_str(), static_cast<unsigned long long>(src->size()), tc.seq_len + 1);
     MESHTRAIN_REQUIRE(src && data::has_window(*src, tc.seq_len),
                       "data.dir=%s: the %s split holds %llu tokens, fewer than one window of train.seq_len + 1 = %d "
                       "(prepare the dataset with a validation fraction, or use --split train)",
@@ -53,18 +101,18 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
                       tc.seq_len + 1);
     sampler = std::make_unique<data::EvalSampler>(src, tc.seq_len);
     source = src->description();
-    if (o.batches > 0) {
+    if (o.batches > 0 && o.text.empty()) {
       micro_batches = static_cast<long long>(o.batches) * setup.grad_accum;
-    } else if (o.batches < 0) {
+    } else if (o.batches < 0 && o.text.empty()) {
       micro_batches = static_cast<long long>(tc.eval_batches) * setup.grad_accum;
     } else {
-      MESHTRAIN_REQUIRE(cfg.data.dir != "random", "--batches 0 (the whole split) needs a prepared dataset; "
+      MESHTRAIN_REQUIRE(!o.text.empty() || cfg.data.dir != "random", "--batches 0 (the whole split) needs a prepared dataset; "
                         "data.dir=random never ends: give --batches N");
       micro_batches = static_cast<long long>(sampler->windows_per_pass() / static_cast<std::uint64_t>(per_micro));
       MESHTRAIN_REQUIRE(micro_batches > 0,
-                        "the %s split has %llu windows of %d tokens, fewer than one micro-batch of %d windows "
+                        "the %s has %llu windows of %d tokens, fewer than one micro-batch of %d windows "
                         "(train.micro_batch x %d data-parallel ranks): lower train.micro_batch or train.seq_len",
-                        o.split.c_str(), static_cast<unsigned long long>(sampler->windows_per_pass()), tc.seq_len,
+                        o.text.empty() ? (o.split + " split").c_str() : o.text.c_str(), static_cast<unsigned long long>(sampler->windows_per_pass()), tc.seq_len,
                         per_micro, dp);
     }
   });
@@ -87,14 +135,16 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   const double loss = session.global_sum(local) / tokens;
   const double seconds = now_seconds() - t0;
   if (root) {
-    std::printf("eval: %s%s on the %s split (%s): %.0f tokens in %lld windows of %d | loss %.6f | perplexity %.4f "
+    const std::string where = o.text.empty() ? "the " + o.split + " split (" + source + ")" : source;
+    std::printf("eval: %s%s on %s: %.0f tokens in %lld windows of %d | loss %.6f | perplexity %.4f "
                 "| load %.2f s, eval %.2f s, mesh %s\n",
                 weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
-                o.split.c_str(), source.c_str(), tokens, micro_batches * per_micro, tc.seq_len, loss, std::exp(loss),
+                where.c_str(), tokens, micro_batches * per_micro, tc.seq_len, loss, std::exp(loss),
                 weights.load_seconds, seconds, setup.mesh.str().c_str());
     if (o.json) {
       JsonObject j;
-      j.add("checkpoint", weights.path).add("step", weights.step).add("split", o.split).add("tokens", tokens)
+      j.add("checkpoint", weights.path).add("step", weights.step).add("split", o.text.empty() ? o.split : "text")
+          .add("tokens", tokens)
           .add("windows", static_cast<double>(micro_batches * per_micro)).add("loss", loss)
           .add("perplexity", std::exp(loss)).add("world_size", rt.topology().world_size);
       std::printf("%s\n", j.str().c_str());
@@ -115,10 +165,16 @@ int command_eval(Runtime& rt, const Args& args) {
        "global batches (train.global_batch windows each) to evaluate; -1 = train.eval_batches (the windows "
        "training reports as val_loss), 0 = every non-overlapping window of the split once")
       ("split", po::value<std::string>(&o.split)->default_value(o.split), "val | train")
+      ("text", po::value<std::string>(&o.text),
+       "evaluate this text file instead of data.dir: tokenised on the fly, every non-overlapping window of "
+       "train.seq_len tokens once (whole micro-batches)")
+      ("tokenizer", po::value<std::string>(&o.tokenizer),
+       "for --text: byte, a tokenizer.json, a Hugging Face directory, a tokenizer.model or a .gguf; default: the "
+       "tokenizer of a GGUF / Hugging Face --checkpoint, else byte")
       ("json", po::bool_switch(&o.json), "also print the result as one JSON line");
   const std::string usage =
-      "usage: meshtrain eval [CONFIG.ini] [--checkpoint PATH] [--batches N] [--split val|train] [--json] "
-      "[--section.key=value ...]\n\n"
+      "usage: meshtrain eval [CONFIG.ini] [--checkpoint PATH] [--batches N] [--split val|train] [--text FILE "
+      "[--tokenizer SPEC]] [--json] [--section.key=value ...]\n\n"
       "Validation loss (mean cross-entropy per token, nats) and perplexity of a checkpoint on data.dir, on this\n"
       "job's mesh (any mesh loads any checkpoint). The model keys must describe the checkpoint's model: pass the\n"
       "training run's config (its <output.dir>/config.ini holds every key).\n";

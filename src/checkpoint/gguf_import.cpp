@@ -117,8 +117,10 @@ GgufWeights::GgufWeights(const std::string& path, const std::vector<model::Param
     Source& s = sources_[i];
     s.info = t;
     s.data = file_->tensor(*t).data;
-    s.rows = shape.size() == 2 ? shape[0] : 1;
-    s.row_bytes = t->nbytes / static_cast<std::uint64_t>(s.rows);
+    // A 1-D parameter is one ggml row; its "rows" in a Piece are its elements.
+    s.one_d = shape.size() == 1;
+    s.rows = shape[0];
+    s.row_bytes = s.one_d ? t->nbytes : t->nbytes / static_cast<std::uint64_t>(s.rows);
     if (p.role == "self_attn.q_proj.weight" || p.role == "self_attn.k_proj.weight") s.qk_head_dim = dims.head_dim;
     bytes_ += t->nbytes;
   }
@@ -140,6 +142,10 @@ GgufWeights::GgufWeights(const std::string& path, const std::vector<model::Param
 void GgufWeights::read(const Piece& piece, float* dst) const {
   const Source& s = sources_[piece.spec];
   piece.for_each_row_run([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
+    if (s.one_d) {
+      gguf_dequantize(s.info->type, s.data, row, n, dst + at);  // 1-D: (row, 0) is element `row`
+      return;
+    }
     if (row >= s.rows) {
       std::fill(dst + at, dst + at + n, 0.0f);  // vocab padding rows absent from the file
       return;

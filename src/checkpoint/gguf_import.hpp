@@ -46,6 +46,7 @@ class GgufWeights : public ImportedWeights {
     std::int64_t rows = 0;       ///< rows present in the file
     const std::byte* data = nullptr;  ///< the tensor inside the mapping
     std::uint64_t row_bytes = 0;
+    bool one_d = false;          ///< a 1-D parameter (norm weight)
     int qk_head_dim = 0;         ///< > 0: a q/k projection whose rows are permuted
   };
   std::unique_ptr<GgufFile> file_;
