@@ -99,6 +99,16 @@ PY
   rc=$?
   [[ $rc == 2 && ! -e "bad_merge_$family" ]] && grep -q "has no LoRA adapters" bad_merge.log ||
     { cat bad_merge.log; fail "$family: --merge_lora without adapters gave status $rc"; }
+  # The merged directory's config.json sets the model keys: no config file needed, and a
+  # given key that disagrees is one error naming both values.
+  run "eval_merged_noini_$family" "$MESHTRAIN_BIN" eval "${common[@]}" --train.seq_len=32 --train.micro_batch=2 \
+    --train.global_batch=8 --train.eval_batches=2 --checkpoint "merged_$family" --json &&
+    [[ $(json_loss "eval_merged_noini_$family.log") == "$merged_loss" ]] ||
+    fail "$family: the merged export evaluated without a config file gives $(json_loss "eval_merged_noini_$family.log")"
+  "$MESHTRAIN_BIN" eval "$ini" "${common[@]}" --model.d_model=32 --checkpoint "merged_$family" > bad_shape.log 2>&1
+  rc=$?
+  [[ $rc == 2 ]] && grep -q "model.d_model = 32 is given, but --checkpoint=merged_$family describes a model with model.d_model = 64" bad_shape.log ||
+    { cat bad_shape.log; fail "$family: a model key disagreeing with config.json gave status $rc"; }
   "$MESHTRAIN_BIN" eval "$ini" "${common[@]}" --checkpoint "$ck" > bad_eval.log 2>&1
   rc=$?
   [[ $rc == 2 ]] && grep -q "lora_rank: 4 in the checkpoint, 0 in this run" bad_eval.log ||
