@@ -75,7 +75,6 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   const bool root = rt.topology().world_rank == 0;
   train::Session<T> session(rt, setup);
   const MpiComm& world = session.mesh().world();
-  const LoadedWeights weights = load_checkpoint_weights(session, setup, o.checkpoint);
 
   const int dp = session.mesh().shape().dp();
   const int per_micro = tc.micro_batch * dp;  // windows per micro-batch over all dp ranks
@@ -116,6 +115,9 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
                         per_micro, dp);
     }
   });
+
+  // After the data: a bad --text or data.dir fails before the weights are read.
+  const LoadedWeights weights = load_checkpoint_weights(session, setup, o.checkpoint);
 
   const model::BatchShape shape{tc.micro_batch, tc.seq_len};
   const std::size_t n = static_cast<std::size_t>(tc.micro_batch) * tc.seq_len;

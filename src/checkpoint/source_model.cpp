@@ -180,7 +180,10 @@ void adopt_source_model(Config& config, const std::string& path, const std::stri
     return std::string();
   };
   for (const auto& [key, value] : keys) {
-    if (config.given.count(key))
+    // -1 for n_kv_heads / ffn_dim means "the default rule" (a run's config.ini writes it):
+    // it asks for nothing the source could contradict.
+    const bool automatic = (key == "model.n_kv_heads" || key == "model.ffn_dim") && current_value(key) == "-1";
+    if (config.given.count(key) && !automatic)
       MESHTRAIN_REQUIRE(same_value(current_value(key), value),
                         "%s = %s is given, but %s=%s describes a model with %s = %s; drop the setting (the model's "
                         "shape comes from the weights) or load other weights",
