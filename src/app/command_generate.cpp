@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "checkpoint_session.hpp"
+#include "meshtrain/checkpoint/source_model.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/log.hpp"
@@ -105,6 +106,8 @@ int command_generate(Runtime& rt, const Args& args) {
                     "--temperature must be >= 0 and finite (0 = greedy), not %g", o.temperature);
   MESHTRAIN_REQUIRE(o.top_k >= 0, "--top_k must be >= 0 (0 = the whole vocabulary), not %d", o.top_k);
   Config& cfg = ca.config.config;
+  // A Hugging Face directory or GGUF file brings its model's shape (keys the user gave must agree).
+  if (!o.checkpoint.empty()) checkpoint::adopt_source_model(cfg, o.checkpoint, "--checkpoint");
   configure_run_logging(rt, cfg);
   fit_mesh_to_job(cfg, rt.topology().world_size);
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);

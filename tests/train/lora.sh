@@ -106,10 +106,24 @@ rc=$?
 set -e
 [[ $rc == 2 ]] && grep -q "its base weights $TEST_TMP/base changed since it was written" changed.log \
   || { cat changed.log; echo "expected the changed-base error, rc $rc"; exit 1; }
-# Exporting an adapters-only checkpoint is refused with one sentence, nothing written.
+# An adapters-only checkpoint exports as a PEFT adapter without its base (adapter_config.json
+# names the base path) ...
+"$MESHTRAIN_BIN" convert --input lora1/checkpoints --output lora_peft > convert_peft.log 2>&1 \
+  || { cat convert_peft.log; echo "PEFT export of an adapters-only checkpoint failed"; exit 1; }
+"${REFERENCE_PYTHON:-/usr/bin/python3}" - "$TEST_TMP" <<'PY'
+import json, os, struct, sys
+cfg = json.load(open("lora_peft/adapter_config.json"))
+assert os.path.samefile(cfg["base_model_name_or_path"], os.path.join(sys.argv[1], "base")), cfg
+with open("lora_peft/adapter_model.safetensors", "rb") as f:  # the header: u64 length, JSON
+    names = [n for n in json.loads(f.read(struct.unpack("<Q", f.read(8))[0])) if n != "__metadata__"]
+assert names and all(".lora_A." in n or ".lora_B." in n for n in names), names
+print(f"PEFT export: {len(names)} adapter tensors, base {cfg['base_model_name_or_path']}")
+PY
+# ... while merging reads the base through the reference: the changed base is the same
+# one error as on resume, and nothing is written.
 set +e
-"$MESHTRAIN_BIN" convert --input lora1/checkpoints --output lora_export > convert_lora.log 2>&1
+"$MESHTRAIN_BIN" convert --input lora1/checkpoints --output lora_merged --merge_lora > convert_merge.log 2>&1
 rc=$?
 set -e
-[[ $rc == 2 && ! -e lora_export ]] && grep -q "is a LoRA checkpoint: it holds the adapters only" convert_lora.log \
-  || { cat convert_lora.log; echo "expected the LoRA export error, rc $rc"; exit 1; }
+[[ $rc == 2 && ! -e lora_merged ]] && grep -q "its base weights $TEST_TMP/base changed since it was written" \
+  convert_merge.log || { cat convert_merge.log; echo "expected the changed-base error from --merge_lora, rc $rc"; exit 1; }
