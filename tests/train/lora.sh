@@ -89,13 +89,18 @@ INIT_FROM= STEPS=8 tune rand 1 --checkpoint.every=4
 INIT_FROM= STEPS=8 tune rand_resumed 1 --checkpoint.resume="$TEST_TMP/rand/checkpoints/step_00000004.h5"
 python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" rand/metrics.jsonl rand_resumed/metrics.jsonl \
   --exact --keys loss grad_norm --steps 5,8 --label "$family LoRA on a random base, resumed at step 4"
-# A run without the LoRA settings cannot load an adapters-only checkpoint: one clear error.
+# A training run without the LoRA settings cannot resume an adapters-only checkpoint: one
+# clear error. eval takes the settings from the checkpoint and reads its base.
 set +e
-"$MESHTRAIN_BIN" eval "$ini" --data.dir=data --checkpoint lora1/checkpoints > eval_nolora.log 2>&1
+"$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=40 --train.eval_every=0 --output.dir=nolora \
+  --checkpoint.resume="$TEST_TMP/lora1/checkpoints/step_00000020.h5" > train_nolora.log 2>&1
 rc=$?
 set -e
 [[ $rc == 2 ]] && grep -q "holds LoRA adapters only (base weights: $TEST_TMP/base), but this run has no LoRA adapters" \
-  eval_nolora.log || { cat eval_nolora.log; echo "expected the no-LoRA-settings error, rc $rc"; exit 1; }
+  train_nolora.log || { cat train_nolora.log; echo "expected the no-LoRA-settings error, rc $rc"; exit 1; }
+"$MESHTRAIN_BIN" eval "$ini" --data.dir=data --checkpoint lora1/checkpoints > eval_nolora.log 2>&1 &&
+  grep -q "was trained with model.lora_rank=4" eval_nolora.log ||
+  { cat eval_nolora.log; echo "eval without the LoRA keys did not take the checkpoint's settings"; exit 1; }
 # The base changed (here only its modification time): the same kind of error.
 touch -d '2001-01-01 00:00:00' base/*.safetensors
 set +e
