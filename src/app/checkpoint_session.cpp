@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/core/check.hpp"
@@ -51,10 +52,12 @@ void configure_run_logging(const Runtime& rt, const Config& cfg) {
 
 namespace {
 
-bool is_safetensors(const std::string& path) {
+/// A Hugging Face directory, a .safetensors file or a GGUF file (not a meshtrain checkpoint).
+bool is_pretrained(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec))
     return fs::exists(path + "/model.safetensors", ec) || fs::exists(path + "/model.safetensors.index.json", ec);
+  if (fs::is_regular_file(path, ec) && checkpoint::looks_like_gguf(path)) return true;
   return path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
 }
 
@@ -94,7 +97,7 @@ WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std
   const std::string dir = checkpoint::checkpoint_dir(cfg);
   // Rank 0 resolves the path (file-system lookups); every rank gets its answer or error.
   WeightsSource out;
-  int safetensors = 0;
+  int pretrained = 0;
   agree_on_errors(world, [&] {
     if (world.rank() != 0) return;
     std::error_code ec;
@@ -108,8 +111,8 @@ WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std
       return;
     }
     MESHTRAIN_REQUIRE(fs::exists(option, ec), "--checkpoint %s: no such file or directory", option.c_str());
-    if (is_safetensors(option)) {
-      safetensors = 1;
+    if (is_pretrained(option)) {
+      pretrained = 1;
       out.path = option;
       return;
     }
@@ -123,14 +126,14 @@ WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std
     }
     out.path = option;
   });
-  MPI_CHECK(MPI_Bcast(&safetensors, 1, MPI_INT, 0, world.get()));
-  out.safetensors = safetensors != 0;
+  MPI_CHECK(MPI_Bcast(&pretrained, 1, MPI_INT, 0, world.get()));
+  out.pretrained = pretrained != 0;
   broadcast_string(world, out.path);
   return out;
 }
 
 void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsSource& src) {
-  if (src.safetensors) return;  // exports carry no settings: the tensors are matched by name
+  if (src.pretrained) return;  // exports carry no settings: the tensors are matched by name
   checkpoint::LoraSettings stored;
   agree_on_errors(world, [&] {
     if (world.rank() == 0) stored = checkpoint::stored_lora_settings(src.path);
@@ -188,14 +191,15 @@ void fit_mesh_to_job(Config& cfg, int world_size) {
 template <class T>
 LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::RunSetup& setup,
                                       const WeightsSource& source) {
-  const bool safetensors = source.safetensors;
+  const bool pretrained = source.pretrained;
   const std::string& resolved = source.path;
   parallel::FsdpEngine<T>& eng = session.engine();
-  eng.init_parameters(setup.config.train.seed);
+  // No init_parameters: a load writes every value (pretrained sources initialise only
+  // what they lack, e.g. LoRA adapters), so no time goes into random weights.
   checkpoint::IoStats io;
   LoadedWeights out;
-  if (safetensors) {
-    checkpoint::load_weights(eng, session.mesh(), setup.dims, resolved, &io);
+  if (pretrained) {
+    checkpoint::load_weights(eng, session.mesh(), setup.dims, resolved, setup.config.train.seed, &io);
     out.path = io.path;
   } else {
     // The full loader validates the stored model description against the config (naming

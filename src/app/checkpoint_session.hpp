@@ -24,11 +24,12 @@ CommandArgs parse_command_args(const std::string& command, const std::string& us
 
 /// Help text of the `--checkpoint` option both commands take.
 inline constexpr const char* kCheckpointOptionHelp =
-    "a step_*.h5 checkpoint, a checkpoint directory (its newest checkpoint), or a Hugging Face model "
-    "directory / .safetensors file; default: the newest checkpoint in checkpoint.dir (<output.dir>/checkpoints)";
+    "a step_*.h5 checkpoint, a checkpoint directory (its newest checkpoint), a Hugging Face model "
+    "directory / .safetensors file, or a llama .gguf file (a config.json or GGUF metadata sets the model keys); "
+    "default: the newest checkpoint in checkpoint.dir (<output.dir>/checkpoints)";
 
 /// Which weights to load: `--checkpoint` as given (a step_*.h5 file, a checkpoint
-/// directory, or a Hugging Face directory / .safetensors file), or empty for the run's
+/// directory, a Hugging Face directory / .safetensors file, or a .gguf file), or empty for the run's
 /// newest checkpoint in checkpoint.dir (<output.dir>/checkpoints).
 struct LoadedWeights {
   std::string path;  ///< the file that was read
@@ -39,8 +40,8 @@ struct LoadedWeights {
 /// The weights `--checkpoint` names (empty: the newest checkpoint of the config's run),
 /// resolved on rank 0 and shared (collective; UserError on every rank alike).
 struct WeightsSource {
-  std::string path;          ///< a step_*.h5 file, or a safetensors file/directory
-  bool safetensors = false;
+  std::string path;          ///< a step_*.h5 file, a safetensors file/directory or a GGUF file
+  bool pretrained = false;   ///< safetensors or GGUF (not a meshtrain checkpoint)
 };
 WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std::string& checkpoint_option);
 
@@ -54,9 +55,10 @@ void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsS
 /// mesh keys given on the command line are kept (their errors name them).
 void fit_mesh_to_job(Config& cfg, int world_size);
 
-/// Initialises `session`'s engine and loads the weights (collective). A meshtrain
-/// checkpoint must describe the same model as the config (UserError naming each differing
-/// key); safetensors are matched by name and shape.
+/// Loads the weights into `session`'s engine (collective), with no random initialisation
+/// except for parameters a pretrained source lacks. A meshtrain checkpoint must describe
+/// the same model as the config (UserError naming each differing key); safetensors and
+/// GGUF tensors are matched by name and shape.
 template <class T>
 LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::RunSetup& setup,
                                       const WeightsSource& source);

@@ -39,7 +39,13 @@ ConvertArgs parse_convert_args(const Args& args) {
       ("dtype", po::value<std::string>(&out.options.dtype)->default_value(out.options.dtype),
        "tensor dtype of the safetensors: fp32 | bf16")
       ("max_shard_size", po::value<std::string>(&max_shard)->default_value(max_shard),
-       "largest safetensors file; above it the model is sharded (model-0000i-of-0000N.safetensors + index)");
+       "largest safetensors file; above it the model is sharded (model-0000i-of-0000N.safetensors + index)")
+      ("merge_lora", po::bool_switch(&out.options.merge_lora),
+       "LoRA checkpoint: write the full model with the adapters merged into the base weights (W + alpha/r B A) "
+       "instead of a PEFT adapter")
+      ("base_model", po::value<std::string>(&out.options.base_model),
+       "LoRA checkpoint without --merge_lora: the base_model_name_or_path written into adapter_config.json "
+       "(default: the path of the checkpoint's base weights)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -49,9 +55,12 @@ ConvertArgs parse_convert_args(const Args& args) {
   }
   if (vm.count("help")) {
     std::ostringstream os;
-    os << "usage: meshtrain convert --input CHECKPOINT --output DIR [--dtype fp32|bf16] [--max_shard_size 2GiB]\n\n"
-       << "Converts a meshtrain HDF5 checkpoint into a Hugging Face model directory. To start training\n"
-       << "from safetensors weights, set checkpoint.init_from=PATH in `meshtrain train`.\n\n"
+    os << "usage: meshtrain convert --input CHECKPOINT --output DIR [--dtype fp32|bf16] [--max_shard_size 2GiB]\n"
+       << "                         [--merge_lora] [--base_model NAME]\n\n"
+       << "Converts a meshtrain HDF5 checkpoint into a Hugging Face model directory. A LoRA checkpoint becomes\n"
+       << "a PEFT adapter (adapter_model.safetensors + adapter_config.json), or with --merge_lora the full\n"
+       << "model with the adapters merged in. To start training from safetensors weights, set\n"
+       << "checkpoint.init_from=PATH in `meshtrain train`.\n\n"
        << desc;
     out.help = true;
     out.help_text = os.str();
@@ -87,8 +96,12 @@ int command_convert(Runtime& rt, const Args& args) {
     const double t0 = now_seconds();
     const checkpoint::ExportSummary s = checkpoint::export_safetensors(input, parsed.output, parsed.options);
     const double dt = now_seconds() - t0;
-    std::printf("converted %s (step %d): %d tensors, %s in %s: %s (%.2f s, %.2f GB/s)\n", input.c_str(), s.step,
-                s.tensors, format_bytes(static_cast<double>(s.tensor_bytes)).c_str(), parsed.output.c_str(),
+    const std::string what = s.kind == "peft_adapter"
+                                 ? " as a PEFT adapter (base model: " + (s.base_model.empty() ? "unknown" : s.base_model) + ")"
+                             : s.kind == "merged_lora" ? " with its LoRA adapters merged"
+                                                       : "";
+    std::printf("converted %s (step %d)%s: %d tensors, %s in %s: %s (%.2f s, %.2f GB/s)\n", input.c_str(), s.step,
+                what.c_str(), s.tensors, format_bytes(static_cast<double>(s.tensor_bytes)).c_str(), parsed.output.c_str(),
                 join(s.files, ", ").c_str(), dt, dt > 0 ? s.tensor_bytes / dt / 1e9 : 0.0);
     std::fflush(stdout);
   });

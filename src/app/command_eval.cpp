@@ -4,18 +4,27 @@
 // evaluated with its run's config reproduces the val_loss the run logged; --batches 0
 // evaluates every non-overlapping window of the split exactly once on any mesh: the last
 // micro-batch is padded with windows whose targets are masked (-1), so the window count
-// and the mean do not depend on the number of ranks.
+// and the mean do not depend on the number of ranks. --text FILE evaluates a text file
+// instead, tokenised on the fly with the model's tokenizer (every non-overlapping window
+// once, like --batches 0).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "checkpoint_session.hpp"
+#include "meshtrain/checkpoint/source_model.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/data/dataset.hpp"
+#include "meshtrain/data/memory_tokens.hpp"
+#include "meshtrain/data/tokenizer.hpp"
 #include "meshtrain/data/sampler.hpp"
 #include "meshtrain/parallel/micro_step.hpp"
 
@@ -26,10 +35,41 @@ namespace po = boost::program_options;
 
 struct EvalOptions {
   std::string checkpoint;
+  std::string text;       ///< a text file to evaluate instead of data.dir
+  std::string tokenizer;  ///< for --text: a tokenizer spec; "" = the checkpoint's (GGUF / HF dir) or byte
   std::string split = "val";
   int batches = -1;
   bool json = false;
 };
+
+/// The tokens of --text: the file through the model's tokenizer (a BOS first when the
+/// tokenizer's model expects one). Every rank tokenises (same bytes, same ids).
+std::shared_ptr<const data::TokenSource> text_tokens(const EvalOptions& o, std::int64_t vocab) {
+  std::string spec = o.tokenizer;
+  if (spec.empty()) {
+    std::error_code ec;
+    const bool gguf = std::filesystem::is_regular_file(o.checkpoint, ec) && checkpoint::looks_like_gguf(o.checkpoint);
+    const bool hf = std::filesystem::is_directory(o.checkpoint, ec) &&
+                    (std::filesystem::exists(o.checkpoint + "/tokenizer.json", ec) ||
+                     std::filesystem::exists(o.checkpoint + "/tokenizer.model", ec));
+    spec = gguf || hf ? o.checkpoint : "byte";
+  }
+  const std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(spec);
+  MESHTRAIN_REQUIRE(tok->vocab_size() <= vocab,
+                    "--text: the tokenizer %s has %lld ids, more than the model's vocabulary of %lld; give the "
+                    "model's tokenizer with --tokenizer SPEC",
+                    tok->name().c_str(), static_cast<long long>(tok->vocab_size()), static_cast<long long>(vocab));
+  std::ifstream in(o.text, std::ios::binary);
+  MESHTRAIN_REQUIRE(in, "--text %s: cannot read the file", o.text.c_str());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::vector<std::int32_t> ids;
+  if (tok->add_bos() && tok->bos_id() >= 0) ids.push_back(tok->bos_id());
+  const std::vector<std::int32_t> body = tok->encode(ss.str());
+  ids.insert(ids.end(), body.begin(), body.end());
+  return std::make_shared<data::MemoryTokens>(std::move(ids), vocab,
+                                              o.text + " (" + tok->kind() + " tokenizer " + tok->name() + ")");
+}
 
 template <class T>
 int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions& o, const WeightsSource& weights_source) {
@@ -46,9 +86,18 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   long long micro_batches = 0;
   std::uint64_t windows = 0;  // windows evaluated over all ranks (padding excluded)
   agree_on_errors(world, [&] {
-    const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
-    data::check_dataset_tokenizer(ds.meta, cfg.data.dir, o.checkpoint);
-    const auto& src = o.split == "val" ? ds.val : ds.train;
+    std::shared_ptr<const data::TokenSource> src;
+    if (!o.text.empty()) {
+      src = text_tokens(o, setup.dims.valid_vocab);
+    } else {
+      const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
+      data::check_dataset_tokenizer(ds.meta, cfg.data.dir, o.checkpoint);
+      src = o.split == "val" ? ds.val : ds.train;
+    }
+    MESHTRAIN_REQUIRE(o.text.empty() || data::has_window(*src, tc.seq_len),
+                      "--text %s holds %llu tokens, fewer than one window of train.seq_len + 1 = %d: lower "
+                      "train.seq_len or give more text",
+                      o.text.c_str(), static_cast<unsigned long long>(src->size()), tc.seq_len + 1);
     MESHTRAIN_REQUIRE(src && data::has_window(*src, tc.seq_len),
                       "data.dir=%s: the %s split holds %llu tokens, fewer than one window of train.seq_len + 1 = %d "
                       "(prepare the dataset with a validation fraction, or use --split train)",
@@ -56,21 +105,22 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
                       tc.seq_len + 1);
     sampler = std::make_unique<data::EvalSampler>(src, tc.seq_len);
     source = src->description();
-    if (o.batches > 0) {
+    if (o.batches > 0 && o.text.empty()) {
       micro_batches = static_cast<long long>(o.batches) * setup.grad_accum;
       windows = static_cast<std::uint64_t>(micro_batches) * per_micro;
-    } else if (o.batches < 0) {
+    } else if (o.batches < 0 && o.text.empty()) {
       micro_batches = static_cast<long long>(tc.eval_batches) * setup.grad_accum;
       windows = static_cast<std::uint64_t>(micro_batches) * per_micro;
     } else {
-      MESHTRAIN_REQUIRE(cfg.data.dir != "random", "--batches 0 (the whole split) needs a prepared dataset; "
+      MESHTRAIN_REQUIRE(!o.text.empty() || cfg.data.dir != "random", "--batches 0 (the whole split) needs a prepared dataset; "
                         "data.dir=random never ends: give --batches N");
       windows = sampler->windows_per_pass();
       micro_batches = static_cast<long long>((windows + per_micro - 1) / static_cast<std::uint64_t>(per_micro));
     }
   });
 
-  // The dataset (and its vocabulary against model.vocab_size) first: it is cheaper to refuse.
+  // After the data: a bad --text or data.dir (and its vocabulary against model.vocab_size)
+  // fails before the weights are read.
   const LoadedWeights weights = load_checkpoint_weights(session, setup, weights_source);
 
   const model::BatchShape shape{tc.micro_batch, tc.seq_len};
@@ -97,14 +147,16 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   const double loss = session.global_sum(local) / tokens;
   const double seconds = now_seconds() - t0;
   if (root) {
-    std::printf("eval: %s%s on the %s split (%s): %.0f tokens in %lld windows of %d | loss %.6f | perplexity %.4f "
+    const std::string where = o.text.empty() ? "the " + o.split + " split (" + source + ")" : source;
+    std::printf("eval: %s%s on %s: %.0f tokens in %lld windows of %d | loss %.6f | perplexity %.4f "
                 "| load %.2f s, eval %.2f s, mesh %s\n",
                 weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
-                o.split.c_str(), source.c_str(), tokens, static_cast<long long>(windows), tc.seq_len, loss, std::exp(loss),
+                where.c_str(), tokens, static_cast<long long>(windows), tc.seq_len, loss, std::exp(loss),
                 weights.load_seconds, seconds, setup.mesh.str().c_str());
     if (o.json) {
       JsonObject j;
-      j.add("checkpoint", weights.path).add("step", weights.step).add("split", o.split).add("tokens", tokens)
+      j.add("checkpoint", weights.path).add("step", weights.step).add("split", o.text.empty() ? o.split : "text")
+          .add("tokens", tokens)
           .add("windows", static_cast<double>(windows)).add("loss", loss)
           .add("perplexity", std::exp(loss)).add("world_size", rt.topology().world_size);
       std::printf("%s\n", j.str().c_str());
@@ -125,10 +177,16 @@ int command_eval(Runtime& rt, const Args& args) {
        "global batches (train.global_batch windows each) to evaluate; -1 = train.eval_batches (the windows "
        "training reports as val_loss), 0 = every non-overlapping window of the split once")
       ("split", po::value<std::string>(&o.split)->default_value(o.split), "val | train")
+      ("text", po::value<std::string>(&o.text),
+       "evaluate this text file instead of data.dir: tokenised on the fly, every non-overlapping window of "
+       "train.seq_len tokens once (whole micro-batches)")
+      ("tokenizer", po::value<std::string>(&o.tokenizer),
+       "for --text: byte, a tokenizer.json, a Hugging Face directory, a tokenizer.model or a .gguf; default: the "
+       "tokenizer of a GGUF / Hugging Face --checkpoint, else byte")
       ("json", po::bool_switch(&o.json), "also print the result as one JSON line");
   const std::string usage =
-      "usage: meshtrain eval [CONFIG.ini] [--checkpoint PATH] [--batches N] [--split val|train] [--json] "
-      "[--section.key=value ...]\n\n"
+      "usage: meshtrain eval [CONFIG.ini] [--checkpoint PATH] [--batches N] [--split val|train] [--text FILE "
+      "[--tokenizer SPEC]] [--json] [--section.key=value ...]\n\n"
       "Validation loss (mean cross-entropy per token, nats) and perplexity of a checkpoint on data.dir, on this\n"
       "job's mesh (any mesh loads any checkpoint). The model keys must describe the checkpoint's model: pass the\n"
       "training run's config (its <output.dir>/config.ini holds every key).\n";
@@ -140,11 +198,13 @@ int command_eval(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.split == "val" || o.split == "train", "--split must be val or train, not '%s'", o.split.c_str());
   MESHTRAIN_REQUIRE(o.batches >= -1, "--batches must be -1, 0 or positive, not %d", o.batches);
   Config& cfg = ca.config.config;
+  // A Hugging Face directory or GGUF file brings its model's shape (keys the user gave must agree).
+  if (!o.checkpoint.empty()) checkpoint::adopt_source_model(cfg, o.checkpoint, "--checkpoint");
   configure_run_logging(rt, cfg);
   fit_mesh_to_job(cfg, rt.topology().world_size);
-  if (o.batches == 0) {
-    // The whole split does not come in global batches: a training global batch that the
-    // job's ranks do not divide must not stop it.
+  if (o.batches == 0 || !o.text.empty()) {
+    // The whole split (or text) does not come in global batches: a training global batch
+    // that the job's ranks do not divide must not stop it.
     cfg.train.global_batch = 0;
     cfg.train.grad_accum = 1;
   }

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "checkpoint_session.hpp"
+#include "meshtrain/checkpoint/source_model.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/log.hpp"
@@ -159,6 +160,8 @@ int command_generate(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.chat || (o.chat_template == "auto" && o.system.empty()),
                     "--chat_template and --system only apply to chat: add --chat");
   Config& cfg = ca.config.config;
+  // A Hugging Face directory or GGUF file brings its model's shape (keys the user gave must agree).
+  if (!o.checkpoint.empty()) checkpoint::adopt_source_model(cfg, o.checkpoint, "--checkpoint");
   configure_run_logging(rt, cfg);
   fit_mesh_to_job(cfg, rt.topology().world_size);
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "meshtrain/app/commands.hpp"
+#include "meshtrain/checkpoint/source_model.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/log.hpp"
@@ -16,7 +17,10 @@ int command_train(Runtime& rt, const Args& args) {
     if (root) std::fputs(parsed.help_text.c_str(), stdout);
     return 0;
   }
-  const Config& cfg = parsed.config;
+  Config& cfg = parsed.config;
+  // Pretrained weights from a Hugging Face directory or GGUF file bring their model's shape.
+  if (!cfg.checkpoint.init_from.empty())
+    checkpoint::adopt_source_model(cfg, cfg.checkpoint.init_from, "checkpoint.init_from");
   log::configure(rt.topology().world_rank, cfg.output.log_all_ranks,
                  cfg.output.log_level == "debug" ? log::Level::Debug
                  : cfg.output.log_level == "warn" ? log::Level::Warn

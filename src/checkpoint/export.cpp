@@ -1,18 +1,28 @@
 // HDF5 checkpoint -> Hugging Face model directory (safetensors + config.json), serial.
+// A LoRA checkpoint becomes a PEFT adapter (adapter_model.safetensors + adapter_config.json)
+// or, with merge_lora, a full model whose projections hold W + (alpha/r) B A.
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
 
 #include "base_ref.hpp"
 #include "files.hpp"
 #include "format.hpp"
+#include "gguf_import.hpp"
 #include "h5.hpp"
+#include "import.hpp"
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/checkpoint/safetensors.hpp"
 #include "meshtrain/core/bf16.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json.hpp"
+#include "meshtrain/model/init.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {
@@ -58,6 +68,59 @@ std::vector<float> read_rows(hid_t file, const std::string& ds_path, const model
   return out;
 }
 
+/// The checkpoint.init_from of the run that wrote the checkpoint (from its stored config),
+/// or "" when it started from scratch or the file predates the config attribute.
+std::string recorded_init_from(hid_t file) {
+  const auto ini = h5::read_string_attr(file, "config_ini");
+  if (!ini) return "";
+  std::istringstream in(*ini);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line[0] == '[') section = line;
+    const std::string key = "init_from = ";
+    if (section == "[checkpoint]" && line.compare(0, key.size(), key) == 0) return line.substr(key.size());
+  }
+  return "";
+}
+
+/// PEFT's target_modules for meshtrain's lora_targets: module-name suffixes.
+std::vector<std::string> peft_target_modules(const model::ModelDims& d) {
+  std::vector<std::string> out;
+  for (const std::string& t : d.lora_targets) out.push_back(d.family == model::Family::Llama ? t + "_proj" : t);
+  return out;
+}
+
+/// adapter_config.json as PEFT writes it for a LoRA adapter of a causal LM.
+std::string peft_config(const model::ModelDims& d, const std::string& base_model) {
+  std::string targets;
+  for (const std::string& t : peft_target_modules(d)) targets += (targets.empty() ? "" : ", ") + json_quote(t);
+  JsonObject j;
+  j.add("peft_type", "LORA").add("task_type", "CAUSAL_LM").add("r", d.lora_rank).add("lora_alpha", d.lora_alpha);
+  j.add("lora_dropout", 0.0).add_raw("target_modules", "[" + targets + "]").add("bias", "none");
+  // GPT-2's Conv1D stores (in, out): PEFT transposes B A for it (fan_in_fan_out).
+  j.add("fan_in_fan_out", d.family == model::Family::Gpt2).add("inference_mode", true);
+  if (base_model.empty()) j.add_raw("base_model_name_or_path", "null");
+  else j.add("base_model_name_or_path", base_model);
+  return j.str() + "\n";
+}
+
+/// w (the base projection, HF layout) += (alpha/r) B A, accumulated in double and rounded
+/// once. A: (r, in), B: (out, r); Linear stores w as (out, in), GPT-2's Conv1D as (in, out).
+void merge_adapter(const model::ModelDims& d, const model::ParamSpec& base, const std::vector<float>& A,
+                   const std::vector<float>& B, std::vector<float>& w) {
+  const std::int64_t r = d.lora_rank;
+  const bool conv1d = d.family == model::Family::Gpt2;
+  const std::int64_t in = conv1d ? base.rows() : base.cols(), out = conv1d ? base.cols() : base.rows();
+  const double scale = d.lora_scale();
+  for (std::int64_t o = 0; o < out; ++o)
+    for (std::int64_t i = 0; i < in; ++i) {
+      double delta = 0;
+      for (std::int64_t k = 0; k < r; ++k) delta += static_cast<double>(B[o * r + k]) * A[k * in + i];
+      float& x = conv1d ? w[i * out + o] : w[o * in + i];
+      x = static_cast<float>(static_cast<double>(x) + scale * delta);
+    }
+}
+
 /// Removes the temporaries it was given unless released (a failed export leaves nothing).
 struct TempFiles {
   std::vector<std::string> paths;
@@ -70,6 +133,65 @@ struct TempFiles {
 
 }  // namespace
 
+/// The frozen base weights of an adapters-only LoRA checkpoint, read through its reference
+/// (doc/checkpoints.md): an HDF5 checkpoint's /model, a safetensors file/directory, a GGUF
+/// file, or the initialisation from the recorded seed. Whole tensors, serially (convert is
+/// one process). Constructing it checks that the base is still the one the checkpoint
+/// was trained on (UserError naming the path otherwise).
+class BaseWeights {
+ public:
+  BaseWeights(const BaseRef& ref, const std::string& checkpoint, const std::vector<model::ParamSpec>& specs,
+              const model::ModelDims& dims)
+      : ref_(ref), specs_(specs) {
+    if (ref.path.empty()) return;  // a random base: recomputed from its seed
+    check_base(ref, checkpoint);
+    std::error_code ec;
+    h5::QuietErrors quiet;
+    if (fs::is_regular_file(ref.path, ec) && H5Fis_hdf5(ref.path.c_str()) > 0) {
+      std::vector<model::ParamSpec> frozen;
+      for (const model::ParamSpec& p : specs)
+        if (p.frozen) frozen.push_back(p);
+      format::validate(ref.path, frozen, {false, nullptr, false});
+      h5_ = h5::file(H5Fopen(ref.path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
+      MESHTRAIN_REQUIRE(h5_.valid(), "cannot open the base weights %s", ref.path.c_str());
+    } else if (fs::is_regular_file(ref.path, ec) && looks_like_gguf(ref.path)) {
+      imported_ = std::make_unique<GgufWeights>(ref.path, specs, dims);
+    } else {
+      imported_ = std::make_unique<SafetensorsWeights>(ref.path, specs, dims);
+    }
+    if (imported_) imported_->check_once();
+  }
+
+  /// The first `rows` rows of base parameter `spec` (row-major).
+  std::vector<float> read(std::size_t spec, std::int64_t rows) const {
+    const model::ParamSpec& p = specs_[spec];
+    const std::int64_t cols = p.cols();
+    std::vector<float> out(static_cast<std::size_t>(rows * cols));
+    if (h5_.valid()) return read_rows(h5_.get(), format::dataset_path(format::kModelGroup, p.name), p, rows);
+    if (!imported_) {
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c)
+          out[static_cast<std::size_t>(r * cols + c)] = model::initial_value(p, r, c, ref_.seed);
+      return out;
+    }
+    // The whole tensor as one piece (no tensor parallelism): rows past the source's are 0.
+    Piece piece;
+    piece.spec = static_cast<int>(spec);
+    piece.count = rows * cols;
+    piece.local_cols = cols;
+    const model::Box box{0, 0, rows, cols};
+    piece.boxes.push_back(model::BoxPair{box, box});
+    imported_->read(piece, out.data());
+    return out;
+  }
+
+ private:
+  BaseRef ref_;
+  const std::vector<model::ParamSpec>& specs_;
+  h5::Handle h5_;
+  std::unique_ptr<ImportedWeights> imported_;
+};
+
 ExportSummary export_safetensors(const std::string& h5_path, const std::string& out_dir, const ExportOptions& opt) {
   MESHTRAIN_REQUIRE(opt.dtype == "fp32" || opt.dtype == "bf16", "--dtype must be fp32 or bf16, not '%s'",
                     opt.dtype.c_str());
@@ -79,32 +201,56 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   format::validate(h5_path, {}, {false, nullptr});
   model::ModelDims dims;
   ExportSummary summary;
+  std::string base_model = opt.base_model;
+  std::optional<BaseRef> base_ref;
   {
     h5::QuietErrors quiet;
     h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
     dims = format::read_model_dims(f.get(), h5_path);
     // A LoRA checkpoint holds its adapters only; the base is a reference (doc/checkpoints.md).
-    const std::optional<BaseRef> base = read_base_ref(f.get());
-    MESHTRAIN_REQUIRE(!base, "%s is a LoRA checkpoint: it holds the adapters only, its base weights are %s; "
-                      "exporting it is not supported yet (the base itself exports as it is)",
-                      h5_path.c_str(), base && !base->path.empty() ? base->path.c_str() : "a random initialisation");
+    base_ref = read_base_ref(f.get());
     summary.step = static_cast<int>(h5::read_int_attr(f.get(), "step").value_or(0));
+    // PEFT's base model: the weights the adapters were trained on.
+    if (base_model.empty()) base_model = base_ref && !base_ref->path.empty() ? base_ref->path : recorded_init_from(f.get());
   }
+  const bool lora = dims.lora_rank > 0;
+  MESHTRAIN_REQUIRE(lora || !opt.merge_lora,
+                    "--merge_lora: checkpoint %s has no LoRA adapters (its run had model.lora_rank=0); drop "
+                    "--merge_lora",
+                    h5_path.c_str());
+  const bool peft = lora && !opt.merge_lora;
+  summary.kind = !lora ? "model" : peft ? "peft_adapter" : "merged_lora";
   const std::vector<model::ParamSpec> specs = model::build_param_specs(dims, 1);
-  format::validate(h5_path, specs, {false, nullptr});
+  // An adapters-only checkpoint holds the trainable parameters; the rest is its base.
+  std::vector<model::ParamSpec> stored;
+  for (const model::ParamSpec& p : specs)
+    if (!base_ref || !p.frozen) stored.push_back(p);
+  format::validate(h5_path, stored, {false, nullptr});
+  // Merging needs the base; a PEFT adapter only names it.
+  std::unique_ptr<BaseWeights> base;
+  if (base_ref && !peft) base = std::make_unique<BaseWeights>(*base_ref, h5_path, specs, dims);
+  std::map<std::string, std::size_t> spec_index;
+  for (std::size_t i = 0; i < specs.size(); ++i) spec_index[specs[i].name] = i;
 
+  // What is written: the base weights (merged with their adapters) or the adapters only.
+  std::vector<std::size_t> exported;  // spec indices, in parameter order
   std::vector<SafetensorsEntry> entries;
-  for (const model::ParamSpec& p : specs) {
-    SafetensorsEntry e{p.name, bf ? "BF16" : "F32", p.shape};
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const model::ParamSpec& p = specs[i];
+    if (p.is_lora != peft) continue;
+    // PEFT names adapters by their path in PeftModel: base_model.model.<the model's name>.
+    SafetensorsEntry e{peft ? "base_model.model." + p.name : p.name, bf ? "BF16" : "F32", p.shape};
     if (format::has_vocab_rows(p, dims)) e.shape[0] = dims.valid_vocab;  // padding rows are not exported
     entries.push_back(e);
+    exported.push_back(i);
     summary.tensor_bytes += e.bytes();
   }
   // Greedy sharding in parameter order: a new shard when the next tensor would overflow.
+  // A PEFT adapter is always one file (PEFT reads no index).
   std::vector<std::vector<std::size_t>> shards(1);
   std::uint64_t in_shard = 0;
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    if (!shards.back().empty() && in_shard + entries[i].bytes() > opt.max_shard_bytes) {
+    if (!peft && !shards.back().empty() && in_shard + entries[i].bytes() > opt.max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
     }
@@ -114,8 +260,9 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   const std::size_t n_shards = shards.size();
   std::vector<std::string> names;
   for (std::size_t s = 0; s < n_shards; ++s)
-    names.push_back(n_shards == 1 ? "model.safetensors"
-                                  : strprintf("model-%05zu-of-%05zu.safetensors", s + 1, n_shards));
+    names.push_back(peft            ? "adapter_model.safetensors"
+                    : n_shards == 1 ? "model.safetensors"
+                                    : strprintf("model-%05zu-of-%05zu.safetensors", s + 1, n_shards));
 
   std::error_code ec;
   fs::create_directories(out_dir, ec);
@@ -128,6 +275,10 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   h5::QuietErrors quiet;
   h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
   MESHTRAIN_REQUIRE(f.valid(), "cannot open %s", h5_path.c_str());
+  auto read_param = [&](std::size_t spec, std::int64_t rows) {
+    if (base && specs[spec].frozen) return base->read(spec, rows);
+    return read_rows(f.get(), format::dataset_path(format::kModelGroup, specs[spec].name), specs[spec], rows);
+  };
   std::string weight_map;
   for (std::size_t s = 0; s < n_shards; ++s) {
     std::vector<SafetensorsEntry> shard_entries;
@@ -139,9 +290,15 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     const std::string tmp = out_dir + "/" + names[s] + ".tmp";
     temps.paths.push_back(tmp);
     write_safetensors(tmp, shard_entries, metadata, [&](std::size_t k, std::vector<unsigned char>& out) {
-      const model::ParamSpec& p = specs[shards[s][k]];
-      const std::vector<float> v =
-          read_rows(f.get(), format::dataset_path(format::kModelGroup, p.name), p, shard_entries[k].shape[0]);
+      const std::size_t spec = exported[shards[s][k]];
+      const model::ParamSpec& p = specs[spec];
+      std::vector<float> v = read_param(spec, shard_entries[k].shape[0]);
+      const std::string module = p.name.substr(0, p.name.size() - 7);  // without ".weight"
+      const auto a_it = spec_index.find(module + ".lora_A.weight");
+      if (!peft && a_it != spec_index.end()) merge_adapter(dims, p, read_param(a_it->second, dims.lora_rank),
+                                                           read_param(spec_index.at(module + ".lora_B.weight"),
+                                                                      specs[spec_index.at(module + ".lora_B.weight")].rows()),
+                                                           v);
       if (bf) {
         out.resize(v.size() * 2);
         for (std::size_t i = 0; i < v.size(); ++i) {
@@ -164,8 +321,13 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     MESHTRAIN_REQUIRE(out && std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fclose(out) == 0,
                       "cannot write %s", tmp.c_str());
   };
-  write_text("config.json", hf_config(dims, bf ? "bfloat16" : "float32"));
-  names.push_back("config.json");
+  if (peft) {
+    write_text("adapter_config.json", peft_config(dims, base_model));
+    names.push_back("adapter_config.json");
+  } else {
+    write_text("config.json", hf_config(dims, bf ? "bfloat16" : "float32"));
+    names.push_back("config.json");
+  }
   if (n_shards > 1) {
     write_text("model.safetensors.index.json",
                strprintf("{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {%s\n  }\n}\n",
@@ -179,6 +341,7 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   }
   temps.keep = true;
   summary.tensors = static_cast<int>(entries.size());
+  summary.base_model = base_model;
   return summary;
 }
 

@@ -1,7 +1,7 @@
 #include "format.hpp"
 
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <set>
 

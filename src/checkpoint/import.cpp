@@ -170,7 +170,7 @@ std::string SafetensorsWeights::file_tensor_name(int spec) const {
   return files_.size() == 1 ? s.tensor->name : s.tensor->name + " (in " + s.file->path() + ")";
 }
 
-void SafetensorsWeights::check_tied_head() const {
+void SafetensorsWeights::check_once() const {
   if (!tied_head_.tensor) return;
   const Source& emb = sources_[embedding_spec_];
   const SafetensorsTensor& h = *tied_head_.tensor;

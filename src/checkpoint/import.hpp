@@ -12,7 +12,25 @@
 
 namespace meshtrain::checkpoint {
 
-class SafetensorsWeights {
+/// \brief Pretrained weights matched to the parameter registry (safetensors or GGUF): each
+/// rank reads the pieces of its state range.
+class ImportedWeights {
+ public:
+  virtual ~ImportedWeights() = default;
+  /// Values of `piece` (of parameter piece.spec) in piece order into `dst`.
+  virtual void read(const Piece& piece, float* dst) const = 0;
+  /// False for a parameter the source does not hold (a LoRA adapter: it keeps its initial value).
+  virtual bool has(int spec) const = 0;
+  /// The tensor's name as the source spells it (and its file when there are several
+  /// shards), for messages naming a bad value.
+  virtual std::string file_tensor_name(int spec) const = 0;
+  /// Checks that need the whole source once (rank 0): UserError when they fail.
+  virtual void check_once() const {}
+  /// Bytes of source data matched to parameters.
+  virtual std::uint64_t bytes() const = 0;
+};
+
+class SafetensorsWeights : public ImportedWeights {
  public:
   /// Opens `path` (a .safetensors file, or a directory with model.safetensors or
   /// model.safetensors.index.json), validates every file and matches every parameter of
@@ -23,19 +41,15 @@ class SafetensorsWeights {
   /// UserError: a missing parameter, a wrong shape, a non-float dtype, an unexpected tensor.
   SafetensorsWeights(const std::string& path, const std::vector<model::ParamSpec>& specs,
                      const model::ModelDims& dims);
-  ~SafetensorsWeights();
+  ~SafetensorsWeights() override;
 
-  /// Values of `piece` (of parameter piece.spec) in piece order into `dst`.
-  void read(const Piece& piece, float* dst) const;
-  /// False for a LoRA adapter the files do not hold (it keeps its initial value).
-  bool has(int spec) const { return sources_[spec].tensor != nullptr; }
-  /// The tensor's name as the files spell it, and its file when there are several shards.
-  std::string file_tensor_name(int spec) const;
+  void read(const Piece& piece, float* dst) const override;
+  bool has(int spec) const override { return sources_[spec].tensor != nullptr; }
+  std::string file_tensor_name(int spec) const override;
   /// For a tied model whose file also holds lm_head.weight: UserError unless it equals the
   /// embedding (it would otherwise be silently dropped).
-  void check_tied_head() const;
-  /// Bytes of tensor data matched to parameters.
-  std::uint64_t bytes() const { return bytes_; }
+  void check_once() const override;
+  std::uint64_t bytes() const override { return bytes_; }
 
  private:
   struct Source {

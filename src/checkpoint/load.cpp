@@ -9,11 +9,13 @@
 #include "base_ref.hpp"
 #include "format.hpp"
 #include "h5.hpp"
+#include "gguf_import.hpp"
 #include "import.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/model/init.hpp"
 #include "pieces.hpp"
 #include "staging.hpp"
 
@@ -68,17 +70,18 @@ void agree_finite(const MpiComm& comm, const parallel::FsdpEngine<T>& eng, const
   });
 }
 
-/// Fills the first `arrays` state arrays of every unit from `read(piece_or_null, k, dst)`,
+/// Fills the first `arrays` state arrays of every unit from `read(spec, piece_or_null, k, dst)`,
 /// which is called for every trainable parameter slot in order on every rank (nullptr
-/// where the rank's range misses the parameter) so that collective readers stay matched.
-/// Padding elements become 0; so do parameters `read` leaves alone, except with
-/// `keep_unread`, where they keep their current value (LoRA adapters when loading base
-/// weights). Frozen parameters are not touched (fill_frozen). Every
-/// piece is checked for non-finite values as it is read (chunk by chunk: one piece at a
-/// time), the first recorded in `bad`. Returns the bytes this rank read.
+/// where the rank's range misses the parameter) so that collective readers stay matched,
+/// and returns whether it wrote the values. Padding elements become 0; so do parameters
+/// `read` leaves alone, except with `init_seed`, where their master weights get their
+/// initial values (model/init: LoRA adapters when loading base weights) — the only
+/// initialisation a load pays for. Frozen parameters are not touched (fill_frozen). Every
+/// piece read is checked for non-finite values (chunk by chunk: one piece at a time), the
+/// first recorded in `bad`. Returns the bytes this rank read.
 template <class T, class Read>
 std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, NonFinite& bad,
-                         bool keep_unread = false) {
+                         std::optional<std::uint64_t> init_seed = std::nullopt) {
   std::uint64_t bytes = 0;
   for (int u = 0; u < eng.num_units(); ++u) {
     parallel::UnitState& st = eng.state(u);
@@ -87,19 +90,19 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
         unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), st.begin, st.begin + st.numel, st.begin, false);
     std::vector<std::vector<float>> host(static_cast<std::size_t>(arrays),
                                          std::vector<float>(static_cast<std::size_t>(st.numel), 0.0f));
-    if (keep_unread)
-      for (int k = 0; k < arrays; ++k)
-        Kokkos::deep_copy(UView<float, HostMem>(host[k].data(), host[k].size()), state_array(st, k).view());
     std::size_t next = 0;
     for (const model::ParamSlot& slot : L.slots) {
       if (eng.specs()[slot.spec].frozen) continue;
       const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
       for (int k = 0; k < arrays; ++k) {
-        read(slot.spec, piece, k, piece ? host[k].data() + piece->offset : nullptr);
-        if (piece) {
+        const bool got = read(slot.spec, piece, k, piece ? host[k].data() + piece->offset : nullptr);
+        if (piece && got) {
           find_non_finite(*piece, k, host[k].data() + piece->offset, bad);
           bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
         }
+        if (piece && !got && k == 0 && init_seed)
+          model::init_unit_range(eng.specs(), L, eng.tp_size(), eng.tp_rank(), st.begin + piece->offset,
+                                 st.begin + piece->offset + piece->count, *init_seed, host[0].data() + piece->offset);
       }
     }
     for (int k = 0; k < arrays; ++k) stage_to_device(host[k], state_array(st, k));
@@ -124,8 +127,8 @@ std::uint64_t fill_frozen(parallel::FsdpEngine<T>& eng, Read&& read, NonFinite& 
     for (const model::ParamSlot& slot : L.slots) {
       if (!eng.specs()[slot.spec].frozen) continue;
       const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
-      read(slot.spec, piece, 0, piece ? host.data() + piece->offset : nullptr);
-      if (piece) {
+      const bool got = read(slot.spec, piece, 0, piece ? host.data() + piece->offset : nullptr);
+      if (piece && got) {
         find_non_finite(*piece, 0, host.data() + piece->offset, bad);
         bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
       }
@@ -160,24 +163,25 @@ void read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
 
 /// Reads arrays 0..arrays-1 (/model, /optim/exp_avg, /optim/exp_avg_sq) of a validated
 /// checkpoint collectively into the engine's trainable state (and, with `frozen`, /model
-/// into its frozen values); returns this rank's bytes. With `lora_optional` LoRA adapters
-/// the file lacks keep their values (the same decision on every rank: same file).
+/// into its frozen values); returns this rank's bytes. With `lora_init_seed` LoRA adapters
+/// the file lacks get their initial values (the same decision on every rank: same file).
 /// A non-finite value in any of them is a UserError naming the dataset (every rank alike).
 template <class T>
 std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, const MpiComm& comm, hid_t file,
-                                    const std::string& file_path, int arrays, bool lora_optional = false,
-                                    bool frozen = false) {
+                                    const std::string& file_path, int arrays,
+                                    std::optional<std::uint64_t> lora_init_seed = std::nullopt, bool frozen = false) {
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   h5::Handle dxpl = h5::piece_dxpl();
   NonFinite bad;
   const auto read = [&](int spec, const Piece* piece, int k, float* dst) {
     const std::string path = format::dataset_path(groups[k], eng.specs()[spec].name);
-    if (lora_optional && eng.specs()[spec].is_lora && !h5::link_exists(file, path)) return;
+    if (lora_init_seed && eng.specs()[spec].is_lora && !h5::link_exists(file, path)) return false;
     h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
     read_piece(ds.get(), dxpl.get(), piece, dst);
+    return true;
   };
   std::uint64_t bytes = frozen ? fill_frozen(eng, read, bad) : 0;
-  bytes += fill_state(eng, arrays, read, bad, /*keep_unread=*/lora_optional);
+  bytes += fill_state(eng, arrays, read, bad, lora_init_seed);
   agree_finite(comm, eng, bad, [&](int spec, int k) {
     return strprintf("checkpoint %s: dataset %s", file_path.c_str(),
                      format::dataset_path(groups[k], eng.specs()[spec].name).c_str());
@@ -236,7 +240,7 @@ TrainState read_train_state(hid_t file, const std::string& path) {
 }
 
 /// What `path` of checkpoint.init_from is.
-enum class WeightsKind { Hdf5, Safetensors };
+enum class WeightsKind { Hdf5, Safetensors, Gguf };
 
 /// Decides on rank 0 (file-system lookups) and shares the answer; resolves a checkpoint
 /// directory to its newest checkpoint.
@@ -259,18 +263,20 @@ std::pair<WeightsKind, std::string> classify_weights(const MpiComm& comm, const 
     }
     resolved = path;
     h5::QuietErrors quiet;
-    kind = fs::is_regular_file(path, ec) && H5Fis_hdf5(path.c_str()) > 0 ? 0 : 1;
+    kind = fs::is_regular_file(path, ec) && H5Fis_hdf5(path.c_str()) > 0 ? 0
+           : fs::is_regular_file(path, ec) && looks_like_gguf(path)     ? 2
+                                                                        : 1;
   });
   MPI_CHECK(MPI_Bcast(&kind, 1, MPI_INT, 0, comm.get()));
   long long n = static_cast<long long>(resolved.size());
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm.get()));
   resolved.resize(static_cast<std::size_t>(n));
   if (n > 0) MPI_CHECK(MPI_Bcast(resolved.data(), static_cast<int>(n), MPI_CHAR, 0, comm.get()));
-  return {kind == 0 ? WeightsKind::Hdf5 : WeightsKind::Safetensors, resolved};
+  return {kind == 0 ? WeightsKind::Hdf5 : kind == 1 ? WeightsKind::Safetensors : WeightsKind::Gguf, resolved};
 }
 
 /// Frozen values (the base under LoRA) from weights `resolved` of kind `kind`: an HDF5
-/// checkpoint's /model or a safetensors file/directory. Returns this rank's bytes. Collective.
+/// checkpoint's /model, a safetensors file/directory or a GGUF file. Returns this rank's bytes. Collective.
 template <class T>
 std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const MpiComm& comm, const model::ModelDims& dims,
                                WeightsKind kind, const std::string& resolved) {
@@ -289,6 +295,7 @@ std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const MpiComm& comm
       const std::string path = format::dataset_path(format::kModelGroup, eng.specs()[spec].name);
       h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file.get(), path.c_str(), H5P_DEFAULT)));
       read_piece(ds.get(), dxpl.get(), piece, dst);
+      return true;
     }, bad);
     agree_finite(comm, eng, bad, [&](int spec, int) {
       return strprintf("base weights %s: dataset %s", resolved.c_str(),
@@ -296,14 +303,17 @@ std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const MpiComm& comm
     });
     return bytes;
   }
-  std::unique_ptr<SafetensorsWeights> w;
+  std::unique_ptr<ImportedWeights> w;
   agree_on_errors(comm, [&] {
-    w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
-    if (comm.rank() == 0) w->check_tied_head();
+    if (kind == WeightsKind::Gguf) w = std::make_unique<GgufWeights>(resolved, eng.specs(), dims);
+    else w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
+    if (comm.rank() == 0) w->check_once();
   });
   NonFinite bad;
   const std::uint64_t bytes = fill_frozen(eng, [&](int spec, const Piece* piece, int, float* dst) {
-    if (piece && w->has(spec)) w->read(*piece, dst);
+    if (!w->has(spec)) return false;
+    if (piece) w->read(*piece, dst);
+    return true;
   }, bad);
   agree_finite(comm, eng, bad, [&](int spec, int) {
     return strprintf("base weights %s: tensor %s", resolved.c_str(), w->file_tensor_name(spec).c_str());
@@ -388,7 +398,7 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())));
     agree_on_errors(comm, [&] { st = read_train_state(file.get(), path); });
-    bytes += read_checkpoint_state(eng, comm, file.get(), path, 3, false, /*frozen=*/eng.has_frozen() && !ref);
+    bytes += read_checkpoint_state(eng, comm, file.get(), path, 3, std::nullopt, /*frozen=*/eng.has_frozen() && !ref);
   }
   // An old full LoRA checkpoint: its base is in the file itself.
   if (eng.has_frozen()) st.base = ref ? *ref : describe_base(path);
@@ -401,7 +411,7 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
 
 template <class T>
 BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::ModelDims& dims,
-                     const std::string& path, IoStats* stats) {
+                     const std::string& path, std::uint64_t seed, IoStats* stats) {
   const MpiComm& comm = mesh.world();
   MPI_CHECK(MPI_Barrier(comm.get()));
   const double t0 = now_seconds();
@@ -429,20 +439,23 @@ BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model
     }
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
-    bytes += read_checkpoint_state(eng, comm, file.get(), resolved, 1, /*lora_optional=*/true, /*frozen=*/!ref);
+    bytes += read_checkpoint_state(eng, comm, file.get(), resolved, 1, seed, /*frozen=*/!ref);
   } else {
     // Every rank maps the files and validates them alike (the same bytes give the same
-    // verdict); rank 0 alone compares a tied head with the embedding.
-    std::unique_ptr<SafetensorsWeights> w;
+    // verdict); rank 0 alone runs the whole-file checks (a tied head equal to the embedding).
+    std::unique_ptr<ImportedWeights> w;
     agree_on_errors(comm, [&] {
-      w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
-      if (comm.rank() == 0) w->check_tied_head();
+      if (kind == WeightsKind::Gguf) w = std::make_unique<GgufWeights>(resolved, eng.specs(), dims);
+      else w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
+      if (comm.rank() == 0) w->check_once();
     });
     NonFinite bad;
     const auto read = [&](int spec, const Piece* piece, int, float* dst) {
-      if (piece && w->has(spec)) w->read(*piece, dst);
+      if (!w->has(spec)) return false;
+      if (piece) w->read(*piece, dst);
+      return true;
     };
-    bytes = fill_frozen(eng, read, bad) + fill_state(eng, 1, read, bad, /*keep_unread=*/true);
+    bytes = fill_frozen(eng, read, bad) + fill_state(eng, 1, read, bad, seed);
     agree_finite(comm, eng, bad, [&](int spec, int) {
       return strprintf("initial weights %s: tensor %s", resolved.c_str(), w->file_tensor_name(spec).c_str());
     });
@@ -463,8 +476,8 @@ template TrainState load<float>(parallel::FsdpEngine<float>&, const Mesh&, const
 template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const train::RunSetup&, const std::string&,
                                IoStats*);
 template BaseRef load_weights<float>(parallel::FsdpEngine<float>&, const Mesh&, const model::ModelDims&,
-                                     const std::string&, IoStats*);
+                                     const std::string&, std::uint64_t, IoStats*);
 template BaseRef load_weights<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const model::ModelDims&,
-                                    const std::string&, IoStats*);
+                                    const std::string&, std::uint64_t, IoStats*);
 
 }  // namespace meshtrain::checkpoint

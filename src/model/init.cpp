@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <Kokkos_Core.hpp>
+
 namespace meshtrain::model {
 namespace {
 
@@ -21,17 +23,17 @@ std::uint64_t hash_name(const std::string& s) {
 
 double uniform01(std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
-}  // namespace
+/// The random stream of parameter `p`: one key per (seed, name).
+std::uint64_t param_key(const ParamSpec& p, std::uint64_t seed) { return splitmix64(seed ^ hash_name(p.name)); }
 
-float initial_value(const ParamSpec& p, std::int64_t row, std::int64_t col, std::uint64_t seed) {
+/// Element `index` (row-major logical) of `p` from its stream `key`.
+float value_at(const ParamSpec& p, std::uint64_t key, std::uint64_t index) {
   switch (p.init) {
     case InitKind::Ones: return 1.0f;
     case InitKind::Zeros: return 0.0f;
     case InitKind::Normal:
     case InitKind::Uniform: break;
   }
-  const std::uint64_t index = static_cast<std::uint64_t>(row * p.cols() + col);
-  const std::uint64_t key = splitmix64(seed ^ hash_name(p.name));
   const double u1 = uniform01(splitmix64(key + 2 * index));
   const double u2 = uniform01(splitmix64(key + 2 * index + 1));
   if (p.init == InitKind::Uniform) return static_cast<float>((2.0 * u1 - 1.0) * p.init_std);
@@ -39,15 +41,39 @@ float initial_value(const ParamSpec& p, std::int64_t row, std::int64_t col, std:
   return static_cast<float>(z * p.init_std);
 }
 
+}  // namespace
+
+float initial_value(const ParamSpec& p, std::int64_t row, std::int64_t col, std::uint64_t seed) {
+  return value_at(p, param_key(p, seed), static_cast<std::uint64_t>(row * p.cols() + col));
+}
+
 void init_unit_range(const std::vector<ParamSpec>& specs, const UnitLayout& layout, int tp, int tp_rank,
                      std::int64_t begin, std::int64_t end, std::uint64_t seed, float* out) {
   std::fill(out, out + (end - begin), 0.0f);
+  // Collect the runs, then fill them on the host threads: every element is a pure function
+  // of (seed, name, index), so the result does not depend on the thread count or the mesh.
+  struct Run {
+    const ParamSpec* p;
+    std::uint64_t key;
+    std::int64_t pos, index, n;
+  };
+  std::vector<Run> runs;
+  std::vector<std::uint64_t> keys(specs.size(), 0);
+  std::vector<bool> have(specs.size(), false);
   for_each_global_run(specs, layout, tp, tp_rank, begin, end,
                       [&](const ParamSlot& slot, std::int64_t pos, std::int64_t row, std::int64_t col0,
                           std::int64_t n) {
                         const ParamSpec& p = specs[slot.spec];
-                        for (std::int64_t c = 0; c < n; ++c) out[pos + c] = initial_value(p, row, col0 + c, seed);
+                        if (!have[slot.spec]) keys[slot.spec] = param_key(p, seed), have[slot.spec] = true;
+                        runs.push_back(Run{&p, keys[slot.spec], pos, row * p.cols() + col0, n});
                       });
+  Kokkos::parallel_for(
+      "init_unit_range", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, runs.size()), [&](std::size_t i) {
+        const Run& r = runs[i];
+        for (std::int64_t c = 0; c < r.n; ++c)
+          out[r.pos + c] = value_at(*r.p, r.key, static_cast<std::uint64_t>(r.index + c));
+      });
+  Kokkos::fence();
 }
 
 }  // namespace meshtrain::model

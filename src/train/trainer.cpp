@@ -144,8 +144,6 @@ int Trainer<T>::run() {
   log::info("data: %s; output: %s", cfg_.data.dir.c_str(), out_dir.c_str());
   log::info("effective configuration (also in %s/config.ini):\n%s", out_dir.c_str(), config_to_ini(cfg_).c_str());
 
-  parallel::FsdpEngine<T>& eng = session_.engine();
-  eng.init_parameters(tc.seed);
   const int first_step = restore_or_init();
   // Inputs are valid: from here on the run writes.
   agree_on_errors(rt_.world(), [&] {
@@ -371,8 +369,11 @@ int Trainer<T>::restore_or_init() {
     total_io_ += io.seconds;
     return st.step;
   }
-  if (!cc.init_from.empty()) {
-    base_ = checkpoint::load_weights(eng, session_.mesh(), s_.dims, cc.init_from, &io);
+  // Loading initialises only what the source lacks (LoRA adapters); a fresh run draws all.
+  if (cc.init_from.empty()) {
+    eng.init_parameters(cfg_.train.seed);
+  } else {
+    base_ = checkpoint::load_weights(eng, session_.mesh(), s_.dims, cc.init_from, cfg_.train.seed, &io);
     log::info("initial weights from %s (load %.2f s, %.2f GB/s)", io.path.c_str(), io.seconds, io.gbps());
     ckpt_load_s_ = io.seconds;
     ckpt_load_gbps_ = io.gbps();

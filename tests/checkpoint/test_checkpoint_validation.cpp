@@ -174,7 +174,7 @@ TEST_F(Validation, WrongDtype) {
 
 TEST_F(Validation, InitFromAcceptsOnlyMatchingShapes) {
   // load_weights checks shapes (not the full model description) and zeroes the moments.
-  checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.dims, good_);
+  checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.dims, good_, 1234);
   EXPECT_EQ(count_mismatches(*job_->engine, 0, expected_state(*job_->engine, 0)), 0);
   const auto zeros = [&] {
     std::vector<std::vector<float>> z;
@@ -186,13 +186,13 @@ TEST_F(Validation, InitFromAcceptsOnlyMatchingShapes) {
   auto wide = make_job(world(), tiny_config("llama", 128), mesh_of(world().size()), Strategy::FullShard);
   std::string message;
   try {
-    checkpoint::load_weights(*wide->engine, *wide->mesh, wide->setup.dims, good_);
+    checkpoint::load_weights(*wide->engine, *wide->mesh, wide->setup.dims, good_, 1234);
   } catch (const UserError& e) {
     message = e.what();
   }
   EXPECT_NE(message.find("has shape (264, 64), expected (264, 128)"), std::string::npos) << message;
   // A checkpoint directory means its newest checkpoint.
-  checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.dims, dir_);
+  checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.dims, dir_, 1234);
   EXPECT_EQ(count_mismatches(*job_->engine, 0, expected_state(*job_->engine, 0)), 0);
 }
 

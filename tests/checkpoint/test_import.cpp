@@ -73,7 +73,7 @@ std::unique_ptr<Job> export_and_import(const Config& cfg, const std::string& nam
   });
   auto dst = make_job(w, cfg, other_mesh_of(w.size()), Strategy::FullShard);
   fill_known(*dst->engine, 5);  // moments must end up zero, masters replaced
-  checkpoint::load_weights(*dst->engine, *dst->mesh, dst->setup.dims, dir + "/hf");
+  checkpoint::load_weights(*dst->engine, *dst->mesh, dst->setup.dims, dir + "/hf", 1234);
   return dst;
 }
 
@@ -165,7 +165,7 @@ std::string write_hf_file(const std::string& path, const model::ModelDims& d,
 
 std::string load_error(Job& job, const std::string& path) {
   try {
-    checkpoint::load_weights(*job.engine, *job.mesh, job.setup.dims, path);
+    checkpoint::load_weights(*job.engine, *job.mesh, job.setup.dims, path, 1234);
   } catch (const UserError& e) {
     return e.what();
   }
@@ -183,7 +183,7 @@ TEST(Import, HuggingFaceGpt2SpellingsAreAccepted) {
   // The hub's gpt2: no "transformer." prefix, causal-mask buffers, and lm_head = wte.
   const std::string p = write_hf_file(dir + "/hub.safetensors", d, strip_transformer,
                                       {{"h.0.attn.bias", {1, 1, 64, 64}}, {"h.1.attn.masked_bias", {}}});
-  checkpoint::load_weights(*job->engine, *job->mesh, d, p);
+  checkpoint::load_weights(*job->engine, *job->mesh, d, p, 1234);
   EXPECT_EQ(count_mismatches(*job->engine, 0, expected_masters(*job->engine, d)), 0);
 
   // A tied lm_head equal to the embedding is dropped silently; a different one is an error.

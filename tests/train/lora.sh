@@ -89,13 +89,18 @@ INIT_FROM= STEPS=8 tune rand 1 --checkpoint.every=4
 INIT_FROM= STEPS=8 tune rand_resumed 1 --checkpoint.resume="$TEST_TMP/rand/checkpoints/step_00000004.h5"
 python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" rand/metrics.jsonl rand_resumed/metrics.jsonl \
   --exact --keys loss grad_norm --steps 5,8 --label "$family LoRA on a random base, resumed at step 4"
-# A run without the LoRA settings cannot load an adapters-only checkpoint: one clear error.
+# A training run without the LoRA settings cannot resume an adapters-only checkpoint: one
+# clear error. eval takes the settings from the checkpoint and reads its base.
 set +e
-"$MESHTRAIN_BIN" eval "$ini" --data.dir=data --checkpoint lora1/checkpoints > eval_nolora.log 2>&1
+"$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=40 --train.eval_every=0 --output.dir=nolora \
+  --checkpoint.resume="$TEST_TMP/lora1/checkpoints/step_00000020.h5" > train_nolora.log 2>&1
 rc=$?
 set -e
 [[ $rc == 2 ]] && grep -q "holds LoRA adapters only (base weights: $TEST_TMP/base), but this run has no LoRA adapters" \
-  eval_nolora.log || { cat eval_nolora.log; echo "expected the no-LoRA-settings error, rc $rc"; exit 1; }
+  train_nolora.log || { cat train_nolora.log; echo "expected the no-LoRA-settings error, rc $rc"; exit 1; }
+"$MESHTRAIN_BIN" eval "$ini" --data.dir=data --checkpoint lora1/checkpoints > eval_nolora.log 2>&1 &&
+  grep -q "was trained with model.lora_rank=4" eval_nolora.log ||
+  { cat eval_nolora.log; echo "eval without the LoRA keys did not take the checkpoint's settings"; exit 1; }
 # The base changed (here only its modification time): the same kind of error.
 touch -d '2001-01-01 00:00:00' base/*.safetensors
 set +e
@@ -106,10 +111,24 @@ rc=$?
 set -e
 [[ $rc == 2 ]] && grep -q "its base weights $TEST_TMP/base changed since it was written" changed.log \
   || { cat changed.log; echo "expected the changed-base error, rc $rc"; exit 1; }
-# Exporting an adapters-only checkpoint is refused with one sentence, nothing written.
+# An adapters-only checkpoint exports as a PEFT adapter without its base (adapter_config.json
+# names the base path) ...
+"$MESHTRAIN_BIN" convert --input lora1/checkpoints --output lora_peft > convert_peft.log 2>&1 \
+  || { cat convert_peft.log; echo "PEFT export of an adapters-only checkpoint failed"; exit 1; }
+"${REFERENCE_PYTHON:-/usr/bin/python3}" - "$TEST_TMP" <<'PY'
+import json, os, struct, sys
+cfg = json.load(open("lora_peft/adapter_config.json"))
+assert os.path.samefile(cfg["base_model_name_or_path"], os.path.join(sys.argv[1], "base")), cfg
+with open("lora_peft/adapter_model.safetensors", "rb") as f:  # the header: u64 length, JSON
+    names = [n for n in json.loads(f.read(struct.unpack("<Q", f.read(8))[0])) if n != "__metadata__"]
+assert names and all(".lora_A." in n or ".lora_B." in n for n in names), names
+print(f"PEFT export: {len(names)} adapter tensors, base {cfg['base_model_name_or_path']}")
+PY
+# ... while merging reads the base through the reference: the changed base is the same
+# one error as on resume, and nothing is written.
 set +e
-"$MESHTRAIN_BIN" convert --input lora1/checkpoints --output lora_export > convert_lora.log 2>&1
+"$MESHTRAIN_BIN" convert --input lora1/checkpoints --output lora_merged --merge_lora > convert_merge.log 2>&1
 rc=$?
 set -e
-[[ $rc == 2 && ! -e lora_export ]] && grep -q "is a LoRA checkpoint: it holds the adapters only" convert_lora.log \
-  || { cat convert_lora.log; echo "expected the LoRA export error, rc $rc"; exit 1; }
+[[ $rc == 2 && ! -e lora_merged ]] && grep -q "its base weights $TEST_TMP/base changed since it was written" \
+  convert_merge.log || { cat convert_merge.log; echo "expected the changed-base error from --merge_lora, rc $rc"; exit 1; }

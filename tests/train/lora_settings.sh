@@ -9,9 +9,10 @@
 #  * resume with other LoRA settings is exit 2 naming both values; init_from of a LoRA
 #    checkpoint without the same settings is exit 2 (adapters are never dropped), with
 #    them it loads;
-#  * convert exports the adapters; evaluating the export without LoRA keys is exit 2
-#    naming the adapters; a checkpoint that predates the recorded settings is checked by
-#    its tensors (exit 2 instead of silently ignoring its adapters).
+#  * convert exports the adapters as a PEFT adapter (not a model directory: eval refuses it)
+#    or merged into the base (--merge_lora: evaluates to the checkpoint's loss); a
+#    checkpoint whose settings were removed is refused by its adapters-only contents
+#    (exit 2 instead of silently ignoring its adapters).
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
@@ -74,33 +75,38 @@ echo "  val loss: base $base_loss, LoRA without keys $plain_loss, with its keys 
 
 echo "--- resume and init_from compare the LoRA settings"
 run train "$tiny" "${common[@]}" --train.steps=8 --output.dir=lora
-expect_error "resume a LoRA run without LoRA" "model.lora_rank=4, model.lora_alpha=16, model.lora_targets=c_attn in the checkpoint" \
-  "no LoRA (model.lora_rank=0) in this run"
+expect_error "resume a LoRA run without LoRA" "holds LoRA adapters only" "this run has no LoRA adapters" \
+  "set the model.lora_* settings"
 run train "$tiny" "${common[@]}" --train.steps=8 --output.dir=lora --model.lora_rank=4 --model.lora_alpha=8
 expect_error "resume with another lora_alpha" "model.lora_alpha=16" "model.lora_alpha=8"
 run train "$tiny" "${common[@]}" --train.steps=2 --output.dir=from_lora --checkpoint.init_from=lora/checkpoints
-expect_error "init_from a LoRA checkpoint without LoRA" "holds LoRA adapters" "would drop"
+expect_error "init_from a LoRA checkpoint without LoRA" "holds LoRA adapters only" "this run has no LoRA adapters"
 run train "$tiny" "${common[@]}" --train.steps=2 --output.dir=from_lora2 --checkpoint.init_from=lora/checkpoints \
   --model.lora_rank=4 --model.lora_targets=c_attn
 [[ $rc -eq 0 ]] || { cat err.log; fail "init_from a LoRA checkpoint with its settings failed"; }
 
 echo "--- exports and older checkpoints"
-run convert --input lora/checkpoints --output lora_hf
+run convert --input lora/checkpoints --output lora_peft
 [[ $rc -eq 0 ]] || { cat err.log; fail "convert of the LoRA checkpoint failed"; }
-"$py" - <<'PY' || fail "the export lacks the adapters"
+"$py" - <<'PY' || fail "the PEFT export lacks the adapters"
 import json, struct
-raw = open("lora_hf/model.safetensors", "rb").read()
+raw = open("lora_peft/adapter_model.safetensors", "rb").read()
 names = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
 adapters = [n for n in names if ".lora_" in n]
-print(f"  export: {len(adapters)} adapter tensors")
-assert len(adapters) == 4, adapters  # A and B of c_attn in 2 blocks
+print(f"  PEFT export: {len(adapters)} adapter tensors of {len(names) - 1}")
+assert len(adapters) == 4 and len(names) == 5, names  # A and B of c_attn in 2 blocks (+ __metadata__)
 PY
-run eval "$tiny" --data.dir=data --checkpoint lora_hf
-expect_error "eval of a LoRA export without LoRA keys" "lora_A.weight" "LoRA adapters"
-run eval "$tiny" --data.dir=data --checkpoint lora_hf --json --model.lora_rank=4
-[[ $rc -eq 0 && $(eval_loss) == "$keyed_loss" ]] || fail "eval of the LoRA export with its keys != eval of the checkpoint"
+run eval "$tiny" --data.dir=data --checkpoint lora_peft
+expect_error "eval of a PEFT adapter directory" "no model.safetensors"
+run convert --input lora/checkpoints --output lora_merged --merge_lora
+[[ $rc -eq 0 ]] || { cat err.log; fail "convert --merge_lora of the LoRA checkpoint failed"; }
+run eval "$tiny" --data.dir=data --checkpoint lora_merged --json
+merged_loss=$(eval_loss)
+echo "  val loss: merged export $merged_loss, checkpoint $keyed_loss"
+"$py" -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) <= 1e-5 else 1)" "$merged_loss" "$keyed_loss" ||
+  fail "eval of the merged LoRA export ($merged_loss) != eval of the checkpoint ($keyed_loss)"
 cp "$(ls lora/checkpoints/step_*.h5 | tail -1)" old.h5
 "$py" -c 'import h5py; m = h5py.File("old.h5", "r+")["model"]; [m.attrs.__delitem__(k) for k in ("lora_rank", "lora_alpha", "lora_targets")]'
 run eval "$tiny" --data.dir=data --checkpoint old.h5
-expect_error "eval of a LoRA checkpoint without recorded settings" "not parameters of this model" "LoRA adapters"
+expect_error "eval of a LoRA checkpoint without recorded settings" "holds LoRA adapters only" "set the model.lora_* settings"
 finish "LoRA settings: recorded, taken by eval, compared by resume and init_from"

