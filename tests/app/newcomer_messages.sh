@@ -25,7 +25,7 @@ has out.log "batch: micro_batch 4 x seq_len 256" "plan of semicolon.ini"
 echo "--- eval --bogus 1"
 run eval "$tiny" --bogus 1
 [[ $rc -eq 2 ]] || fail "eval --bogus: exit status $rc, expected 2"
-has err.log "\`meshtrain eval\` takes --checkpoint, --batches, --split, --json" "eval --bogus"
+has err.log "\`meshtrain eval\` takes --checkpoint, --batches, --split, --text, --tokenizer, --json" "eval --bogus"
 grep -q "train.lr" err.log && fail "eval --bogus still suggests train.lr"
 
 echo "--- warnings: time limit, global batch, init_from on resume"
