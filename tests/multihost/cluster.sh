@@ -79,7 +79,8 @@ _cluster_remove() {
     rm -rf "/etc/netns/$ns"
   done
   rm -rf "${CLUSTER_STATE_ROOT:?}/$tag"
-  rmdir /etc/netns 2>/dev/null || true
+  # /etc/netns goes only when no other cluster (or tool) still keeps a host file in it.
+  if [[ -d /etc/netns ]] && [[ -z $(ls -A /etc/netns) ]]; then rmdir /etc/netns; fi
 }
 
 # Reaps clusters whose creating process no longer exists.
@@ -237,7 +238,7 @@ cluster_cut() { ip -n "${CLUSTER_HOSTS[$1 - 1]}" link set eth0 down; }
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   set -uo pipefail
   cmd=${1:-}
-  shift || true
+  (( $# > 0 )) && shift
   case $cmd in
     check) cluster_check ;;
     up)
