@@ -32,6 +32,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch python3-h5py python3-matplotlib python3-pip
   python3-yaml
   fortunes fortunes-min
+  jq  # scripts/run-finetune-demo.sh scores JSON results
   dpkg-dev xz-utils procps
   iproute2 util-linux  # multi-host tests: ip netns, tc, unshare (tests/multihost)
 )

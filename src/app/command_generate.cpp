@@ -6,6 +6,8 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint_session.hpp"
 #include "meshtrain/checkpoint/source_model.hpp"
@@ -35,7 +37,45 @@ struct GenerateOptions {
   bool chat = false;
   std::string chat_template = "auto";
   std::string system;
+  std::string prompt_file;
 };
+
+/// One prompt of --prompt_file: its text and, for a JSON line, the whole object (whose other
+/// keys are copied to the result).
+struct FilePrompt {
+  std::string text;
+  nlohmann::json record;  // null for a plain-text line
+};
+
+/// --prompt_file: one prompt per line, plain text or a JSON object with a "prompt" string;
+/// blank lines are skipped. Read and checked before any weights are loaded.
+std::vector<FilePrompt> read_prompt_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MESHTRAIN_REQUIRE(in.good(), "cannot read --prompt_file %s: give a file with one prompt per line", path.c_str());
+  std::vector<FilePrompt> prompts;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    FilePrompt p;
+    if (line[first] != '{') {
+      p.text = line;
+    } else {
+      p.record = nlohmann::json::parse(line, nullptr, false);
+      MESHTRAIN_REQUIRE(!p.record.is_discarded() && p.record.is_object() && p.record.contains("prompt") &&
+                            p.record["prompt"].is_string(),
+                        "--prompt_file %s line %d starts with '{' but is not a JSON object with a \"prompt\" string: "
+                        "write {\"prompt\": \"...\"} or a plain-text line not starting with '{'",
+                        path.c_str(), n);
+      p.text = p.record["prompt"].get<std::string>();
+    }
+    prompts.push_back(std::move(p));
+  }
+  MESHTRAIN_REQUIRE(in.eof(), "error reading --prompt_file %s", path.c_str());
+  MESHTRAIN_REQUIRE(!prompts.empty(), "--prompt_file %s has no prompt: write one per line", path.c_str());
+  return prompts;
+}
 
 template <class T>
 int run_generate(const Runtime& rt, const train::RunSetup& setup, const GenerateOptions& o,
@@ -43,8 +83,10 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
   const Config& cfg = setup.config;
   train::Session<T> session(rt, setup);
   const MpiComm& world = session.mesh().world();
+  const bool root = rt.topology().world_rank == 0;
   std::unique_ptr<data::Tokenizer> tok;
-  data::ChatPrompt chat;  // --chat: the prompt rendered with the chat template
+  data::ChatFormat format;  // --chat: the template prompts are rendered with
+  std::vector<FilePrompt> prompts;
   agree_on_errors(world, [&] {
     std::string name = o.tokenizer;
     if (name == "auto") {
@@ -56,24 +98,26 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
       }
     }
     tok = data::make_tokenizer(name);
-    if (o.chat) {
-      const data::ChatFormat format = o.chat_template == "auto"
-                                          ? data::recognise_chat_template(data::chat_template_text(name),
-                                                                          "the " + name + " tokenizer")
-                                          : data::chat_format_by_name(o.chat_template);
-      chat = data::chat_generation_prompt(format, o.prompt, o.system);
-    }
+    if (o.chat)
+      format = o.chat_template == "auto"
+                   ? data::recognise_chat_template(data::chat_template_text(name), "the " + name + " tokenizer")
+                   : data::chat_format_by_name(o.chat_template);
     MESHTRAIN_REQUIRE(tok->vocab_size() <= setup.dims.valid_vocab,
                       "the %s tokenizer has %lld ids, more than model.vocab_size=%lld", name.c_str(),
                       static_cast<long long>(tok->vocab_size()), static_cast<long long>(setup.dims.valid_vocab));
+    if (!o.prompt_file.empty()) prompts = read_prompt_file(o.prompt_file);
   });
   const LoadedWeights weights = load_checkpoint_weights(session, setup, source);
-  const double t0 = now_seconds();
-  train::GenerateStats stats;
-  std::string text;
-  if (o.chat) {
+
+  // One prompt's reply (--chat) or continuation; every prompt starts from the same seed, so
+  // a prompt's result does not depend on the prompts before it in --prompt_file.
+  auto generate_one = [&](const std::string& prompt, train::GenerateStats* stats) {
+    if (!o.chat)
+      return train::sample_text(session, *tok, prompt, o.tokens, o.temperature, o.top_k, o.seed, !o.no_kv_cache,
+                                stats);
     // The rendered conversation (with BOS when the model expects one); the reply ends at
     // the template's end-of-turn marker or the tokenizer's end of text.
+    const data::ChatPrompt chat = data::chat_generation_prompt(format, prompt, o.system);
     std::vector<std::int32_t> ids = tok->encode(chat.text);
     if (tok->add_bos() && tok->bos_id() >= 0 && (ids.empty() || ids[0] != tok->bos_id()))
       ids.insert(ids.begin(), tok->bos_id());
@@ -85,13 +129,40 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
     so.stop_token = tok->eot_id() < setup.dims.valid_vocab ? tok->eot_id() : -1;
     so.kv_cache = !o.no_kv_cache;
     if (!chat.end_of_turn.empty()) so.stop_sequence = tok->encode(chat.end_of_turn);
-    text = tok->decode(train::generate_ids(session, std::move(ids), so, &stats));
-  } else {
-    text = train::sample_text(session, *tok, o.prompt, o.tokens, o.temperature, o.top_k, o.seed, !o.no_kv_cache,
-                              &stats);
+    return tok->decode(train::generate_ids(session, std::move(ids), so, stats));
+  };
+
+  if (!o.prompt_file.empty()) {
+    // Batch mode: the model is loaded once; one JSON line per prompt on stdout, written as
+    // soon as it is done (a long file shows progress).
+    const double t0 = now_seconds();
+    long long total_tokens = 0;
+    for (const FilePrompt& p : prompts) {
+      train::GenerateStats stats;
+      const std::string text = generate_one(p.text, &stats);
+      total_tokens += stats.new_tokens;
+      if (!root) continue;
+      nlohmann::json result = p.record.is_object() ? p.record : nlohmann::json::object({{"prompt", p.text}});
+      // Invalid UTF-8 (a token sequence cut inside a character) is replaced, not an error.
+      result["output"] = text;
+      std::printf("%s\n", result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::fflush(stdout);
+    }
+    const double seconds = now_seconds() - t0;
+    if (root)
+      std::fprintf(stderr, "generate: %s%s (loaded in %.2f s): %zu prompts from %s, %lld tokens at temperature %g, "
+                   "top-k %d, seed %llu (%.2f s, %.2f s/prompt)\n",
+                   weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
+                   weights.load_seconds, prompts.size(), o.prompt_file.c_str(), total_tokens, o.temperature, o.top_k,
+                   static_cast<unsigned long long>(o.seed), seconds, seconds / prompts.size());
+    return 0;
   }
+
+  const double t0 = now_seconds();
+  train::GenerateStats stats;
+  const std::string text = generate_one(o.prompt, &stats);
   const double seconds = now_seconds() - t0;
-  if (rt.topology().world_rank == 0) {
+  if (root) {
     // The text alone goes to stdout (pipe-friendly); what produced it goes to stderr.
     // The real count: sampling stops early when the model emits end-of-text.
     const int generated = stats.new_tokens;
@@ -140,14 +211,19 @@ int command_generate(Runtime& rt, const Args& args) {
        "tokenizer_config.json's chat_template) or one of alpaca, chatml, llama2, llama3")
       ("system", po::value<std::string>(&o.system)->default_value(o.system),
        "with --chat: a system message before the user's")
+      ("prompt_file", po::value<std::string>(&o.prompt_file),
+       "batch mode: one prompt per line (plain text, or a JSON object with a \"prompt\" string whose other keys are "
+       "copied to the result; blank lines skipped); prints one JSON line per prompt, {\"prompt\", ..., \"output\"}, "
+       "loading the model once")
       ("no_kv_cache", po::bool_switch(&o.no_kv_cache),
        "recompute the whole context for every token instead of caching keys and values (slower; for comparison)");
   const std::string usage =
       "usage: meshtrain generate [CONFIG.ini] [--checkpoint PATH] [--prompt TEXT] [--tokens N] [--temperature T] "
-      "[--top_k K] [--seed S] [--chat [--chat_template NAME] [--system TEXT]] [--no_kv_cache] [--section.key=value ...]\n\n"
+      "[--top_k K] [--seed S] [--prompt_file FILE] [--chat [--chat_template NAME] [--system TEXT]] [--no_kv_cache] [--section.key=value ...]\n\n"
       "Continues --prompt with text sampled from a checkpoint, on this job's mesh. Prints the prompt and the\n"
       "continuation on stdout. The model keys must describe the checkpoint's model: pass the training run's\n"
-      "config (its <output.dir>/config.ini holds every key).\n";
+      "config (its <output.dir>/config.ini holds every key). --prompt_file FILE generates for every line of FILE\n"
+      "and prints one JSON line per prompt instead (the continuation or --chat reply in \"output\").\n";
   CommandArgs ca = parse_command_args("generate", usage, own, args);
   if (ca.config.help) {
     if (rt.topology().world_rank == 0) std::fputs(ca.config.help_text.c_str(), stdout);
@@ -159,6 +235,8 @@ int command_generate(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.top_k >= 0, "--top_k must be >= 0 (0 = the whole vocabulary), not %d", o.top_k);
   MESHTRAIN_REQUIRE(o.chat || (o.chat_template == "auto" && o.system.empty()),
                     "--chat_template and --system only apply to chat: add --chat");
+  MESHTRAIN_REQUIRE(o.prompt_file.empty() || o.prompt.empty(),
+                    "--prompt and --prompt_file are two sources of prompts: give one (put the prompt in the file)");
   Config& cfg = ca.config.config;
   // A Hugging Face directory or GGUF file brings its model's shape (keys the user gave must agree).
   if (!o.checkpoint.empty()) checkpoint::adopt_source_model(cfg, o.checkpoint, "--checkpoint");
