@@ -35,7 +35,20 @@ PrepareArgs parse_prepare_args(const Args& args) {
       ("tokenizer", po::value<std::string>(&o.tokenizer)->default_value(o.tokenizer),
        ("tokenizer: " + data::tokenizer_spec_help() + " (a file is recorded in meta.json by its absolute path)").c_str())
       ("val_fraction", po::value<double>(&o.val_fraction)->default_value(o.val_fraction),
-       "fraction of each document (its tail, from a line start) that goes to val.bin, in [0, 1)");
+       "text: fraction of each document (its tail, from a line start) that goes to val.bin; alpaca/chat: every "
+       "(1/F)-th example goes to val; in [0, 1)")
+      ("format", po::value<std::string>(&o.format)->default_value(o.format),
+       "text (files of documents) | alpaca (JSONL {\"instruction\", \"input\", \"output\"}) | chat (JSONL "
+       "{\"messages\": [{\"role\", \"content\"}, ...]}); alpaca and chat write one padded row per example and a "
+       "loss mask (train.mask) selecting the response tokens")
+      ("seq_len", po::value<int>(&o.seq_len),
+       "alpaca/chat (required): the model's train.seq_len; each example becomes a row of seq_len + 1 tokens, "
+       "longer ones are truncated")
+      ("chat_template", po::value<std::string>(&o.chat_template)->default_value(o.chat_template),
+       "alpaca/chat: auto (the tokenizer's own template: a GGUF's or tokenizer_config.json's) | chatml | llama3 | "
+       "llama2 | alpaca")
+      ("system", po::value<std::string>(&o.system),
+       "alpaca/chat: system message for examples that have none (default: the template's own, if any)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -45,7 +58,9 @@ PrepareArgs parse_prepare_args(const Args& args) {
   }
   if (vm.count("help")) {
     std::ostringstream os;
-    os << "usage: meshtrain prepare --input PATH... --output DIR [--tokenizer SPEC] [--val_fraction F]\n\n"
+    os << "usage: meshtrain prepare [--format text|alpaca|chat] --input PATH... --output DIR [--tokenizer SPEC]\n"
+          "                         [--seq_len N] [--chat_template auto|chatml|llama3|llama2|alpaca] [--system TEXT]\n"
+          "                         [--val_fraction F]\n\n"
        << desc;
     out.help = true;
     out.help_text = os.str();

@@ -56,6 +56,17 @@ std::string meta_to_json(const DatasetMeta& m) {
   std::string files;
   for (std::size_t i = 0; i < m.source_files.size(); ++i)
     files += strprintf("%s\n    %s", i ? "," : "", json_quote(m.source_files[i]).c_str());
+  // Keys of instruction/chat datasets only: a text dataset's meta.json is as it always was.
+  std::string rows;
+  if (m.row_tokens > 0)
+    rows = strprintf("  \"data_format\": %s,\n  \"seq_len\": %u,\n  \"row_tokens\": %u,\n  \"chat_template\": %s,\n"
+                     "  \"train_examples\": %llu,\n  \"val_examples\": %llu,\n  \"truncated_examples\": %llu,\n"
+                     "  \"dropped_examples\": %llu,\n  \"fill_fraction\": %s,\n",
+                     json_quote(m.data_format).c_str(), m.row_tokens - 1, m.row_tokens,
+                     json_quote(m.chat_template).c_str(), static_cast<unsigned long long>(m.train_examples),
+                     static_cast<unsigned long long>(m.val_examples),
+                     static_cast<unsigned long long>(m.truncated_examples),
+                     static_cast<unsigned long long>(m.dropped_examples), number_text(m.fill_fraction).c_str());
   return strprintf(
       "{\n"
       "  \"format\": \"meshtrain-dataset\",\n"
@@ -74,7 +85,7 @@ std::string meta_to_json(const DatasetMeta& m) {
       "  \"val_split\": %s,\n"
       "  \"bytes\": %llu,\n"
       "  \"train_entropy_bits\": %s,\n"
-      "  \"meshtrain_version\": %s,\n"
+      "  \"meshtrain_version\": %s,\n%s"
       "  \"source_files\": [%s%s]\n"
       "}\n",
       json_quote(m.tokenizer).c_str(), json_quote(m.tokenizer_kind).c_str(), json_quote(m.tokenizer_hash).c_str(),
@@ -82,7 +93,7 @@ std::string meta_to_json(const DatasetMeta& m) {
       static_cast<unsigned long long>(m.train_tokens), static_cast<unsigned long long>(m.val_tokens),
       number_text(m.val_fraction).c_str(), json_quote(m.val_split).c_str(),
       static_cast<unsigned long long>(m.bytes), number_text(m.train_entropy_bits).c_str(),
-      json_quote(m.meshtrain_version).c_str(), files.c_str(),
+      json_quote(m.meshtrain_version).c_str(), rows.c_str(), files.c_str(),
       files.empty() ? "" : "\n  ");
 }
 
@@ -117,6 +128,19 @@ DatasetMeta meta_from_json(const std::string& text, const std::string& path) {
   for (const json::Value& f : member(root, "source_files", K::Array, path).items) {
     MESHTRAIN_REQUIRE(f.kind == K::String, "%s: \"source_files\" must be a list of strings", path.c_str());
     m.source_files.push_back(f.text);
+  }
+  if (root.find("row_tokens")) {
+    const std::uint64_t r = unsigned_member(root, "row_tokens", path);
+    MESHTRAIN_REQUIRE(r >= 2 && r <= (1u << 30), "%s: \"row_tokens\" must be in 2 .. 2^30, got %llu", path.c_str(),
+                      static_cast<unsigned long long>(r));
+    m.row_tokens = static_cast<std::uint32_t>(r);
+    m.data_format = member(root, "data_format", K::String, path).text;
+    m.chat_template = member(root, "chat_template", K::String, path).text;
+    m.train_examples = unsigned_member(root, "train_examples", path);
+    m.val_examples = unsigned_member(root, "val_examples", path);
+    m.truncated_examples = unsigned_member(root, "truncated_examples", path);
+    m.dropped_examples = unsigned_member(root, "dropped_examples", path);
+    m.fill_fraction = number_member(root, "fill_fraction", path);
   }
   return m;
 }

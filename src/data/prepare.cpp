@@ -12,6 +12,7 @@
 #include "meshtrain/data/text_files.hpp"
 #include "meshtrain/data/token_file.hpp"
 #include "meshtrain/data/tokenizer.hpp"
+#include "prepare_internal.hpp"
 #include "staged_output.hpp"
 
 namespace meshtrain::data {
@@ -66,6 +67,20 @@ std::string list_some(const std::vector<std::string>& items, std::size_t max) {
 
 }  // namespace
 
+void write_meta_file(const std::string& path, const DatasetMeta& meta) {
+  const std::string text = meta_to_json(meta);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  MESHTRAIN_REQUIRE(f != nullptr, "cannot create %s", path.c_str());
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                  ::fsync(fileno(f)) == 0;
+  MESHTRAIN_REQUIRE(std::fclose(f) == 0 && ok, "cannot write %s", path.c_str());
+}
+
+bool example_in_val(std::uint64_t index, double val_fraction) {
+  if (val_fraction <= 0) return false;
+  return std::floor(static_cast<double>(index + 1) * val_fraction) > std::floor(static_cast<double>(index) * val_fraction);
+}
+
 std::size_t val_split_point(const std::string& text, double val_fraction) {
   const std::size_t n = text.size();
   if (val_fraction <= 0 || n == 0) return n;
@@ -101,6 +116,16 @@ PrepareSummary prepare(const PrepareOptions& o) {
   MESHTRAIN_REQUIRE(!o.output.empty(), "no output directory given; pass --output DIR");
   MESHTRAIN_REQUIRE(std::isfinite(o.val_fraction) && o.val_fraction >= 0 && o.val_fraction < 1,
                     "--val_fraction must be in [0, 1), got %g", o.val_fraction);
+  MESHTRAIN_REQUIRE(o.format == "text" || o.format == "alpaca" || o.format == "chat",
+                    "--format must be text, alpaca or chat, not '%s'", o.format.c_str());
+  const bool examples = o.format != "text";
+  MESHTRAIN_REQUIRE(examples || (o.seq_len == 0 && o.system.empty() && o.chat_template == "auto"),
+                    "--seq_len, --chat_template and --system apply to --format alpaca and chat only; --format text "
+                    "writes a token stream that training cuts into windows of train.seq_len");
+  MESHTRAIN_REQUIRE(!examples || (o.seq_len >= 1 && o.seq_len < (1 << 30)),
+                    "--format %s needs --seq_len N (>= 1, the model's train.seq_len): every example becomes one row "
+                    "of N + 1 tokens%s",
+                    o.format.c_str(), o.seq_len == 0 ? "" : strprintf(", got %d", o.seq_len).c_str());
   // A tokenizer file is recorded by its absolute path, so training from another directory
   // can make the same tokenizer again.
   std::string spec = o.tokenizer;
@@ -122,6 +147,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   s.pad_id = tok->pad_id();
   s.add_bos = tok->add_bos();
   s.output = o.output;
+  if (examples) return prepare_examples(o, *tok, files, s);
   StagedOutput out(o.output);
   TokenFileWriter train(out.stage("train.bin"), s.vocab_size);
   TokenFileWriter val(out.stage("val.bin"), s.vocab_size);
@@ -169,12 +195,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   meta.source_files = s.files;
   meta.train_entropy_bits = s.train_entropy_bits;
   meta.meshtrain_version = MESHTRAIN_VERSION;
-  const std::string text = meta_to_json(meta);
-  std::FILE* f = std::fopen(meta_tmp.c_str(), "wb");
-  MESHTRAIN_REQUIRE(f != nullptr, "cannot create %s", meta_tmp.c_str());
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                  ::fsync(fileno(f)) == 0;
-  MESHTRAIN_REQUIRE(std::fclose(f) == 0 && ok, "cannot write %s", meta_tmp.c_str());
+  write_meta_file(meta_tmp, meta);
   out.commit();
   return s;
 }
@@ -185,6 +206,7 @@ std::string format_summary(const PrepareSummary& s) {
   if (s.tokenizer_kind != "byte")
     r += strprintf("  tokenizer: %s, bos %d%s, eos %d, pad %d, hash %s\n", s.tokenizer_kind.c_str(), s.bos_id,
                    s.add_bos ? " (added before each document piece)" : "", s.eos_id, s.pad_id, s.tokenizer_hash.c_str());
+  if (s.row_tokens > 0) return r + format_examples_summary(s);
   r += strprintf("  input:   %zu file(s), %llu bytes (%s)\n", s.files.size(), static_cast<ull>(s.bytes),
                  format_bytes(static_cast<double>(s.bytes)).c_str());
   if (!s.skipped.empty())

@@ -29,6 +29,14 @@ struct DatasetMeta {
   std::vector<std::string> source_files;
   double train_entropy_bits = 0;     ///< unigram entropy of train.bin (bits/token)
   std::string meshtrain_version;
+  // Instruction and chat data (`prepare --format alpaca|chat`); absent for text datasets.
+  std::string data_format = "text";  ///< "text", "alpaca" or "chat"
+  std::uint32_t row_tokens = 0;      ///< 0: a token stream; else every example is one row of seq_len + 1 tokens
+  std::string chat_template;         ///< the template the examples were rendered with ("chatml", ...)
+  std::uint64_t train_examples = 0, val_examples = 0;  ///< rows in train.bin / val.bin
+  std::uint64_t truncated_examples = 0;  ///< examples longer than a row, cut to it
+  std::uint64_t dropped_examples = 0;    ///< examples with no trainable token left in their row
+  double fill_fraction = 0;              ///< example tokens / row tokens (the rest is padding)
 };
 
 /// meta.json text (an object with one key per field, 2-space indented).

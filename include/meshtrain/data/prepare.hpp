@@ -17,6 +17,11 @@ struct PrepareOptions {
   std::string output;               ///< dataset directory (created if missing)
   std::string tokenizer = "byte";   ///< make_tokenizer spec: byte, tokenizer.json, HF dir, *.model, .gguf
   double val_fraction = 0.05;       ///< in [0, 1); about this fraction of each document goes to val
+  // Instruction and chat data (doc/data.md, "Instruction and chat data").
+  std::string format = "text";      ///< "text" (documents), "alpaca" or "chat" (JSONL examples)
+  int seq_len = 0;                  ///< alpaca/chat: rows are seq_len + 1 tokens (required, >= 1)
+  std::string chat_template = "auto";  ///< alpaca/chat: "auto" (the tokenizer's own) or a known name
+  std::string system;               ///< alpaca/chat: system message for examples that have none
 };
 
 /// \brief What prepare did (printed by `meshtrain prepare`, stored in meta.json).
@@ -36,13 +41,24 @@ struct PrepareSummary {
   double train_entropy_bits = 0;          ///< unigram entropy of train.bin, bits/token
   double train_entropy_nats = 0;          ///< the same in nats/token (compare with a loss)
   std::string output;
+  // alpaca/chat only (row_tokens > 0).
+  std::string format = "text";
+  std::uint32_t row_tokens = 0;           ///< seq_len + 1
+  std::string chat_template;              ///< the template's name
+  std::uint64_t train_examples = 0, val_examples = 0, truncated_examples = 0, dropped_examples = 0;
+  std::uint64_t trainable_tokens = 0;     ///< mask = 1 tokens in train.mask
+  double fill_fraction = 0;               ///< example tokens / row tokens over both splits
 };
 
 /// \brief Runs prepare on this process (the CLI calls it on rank 0 only). Writes every
 /// output to `*.tmp` and renames them into place only when all are complete (meta.json
 /// last, so it marks a finished dataset); on any error the temporaries are removed.
 /// UserError: no input files, nothing usable in them, val_fraction outside [0, 1),
-/// unknown tokenizer, output not writable.
+/// unknown tokenizer, output not writable; for alpaca/chat also a malformed JSONL line
+/// (named file:line), a missing or zero seq_len, an unknown chat template.
+/// With format alpaca or chat, every JSONL record is one example (see prepare_examples.cpp):
+/// train.bin/val.bin hold one row of seq_len + 1 tokens per example and train.mask/val.mask
+/// one loss-mask byte per token.
 PrepareSummary prepare(const PrepareOptions& options);
 
 /// \brief Where a document of `text` is cut: text[0, cut) goes to train and
@@ -51,6 +67,11 @@ PrepareSummary prepare(const PrepareOptions& options);
 /// pieces are whole lines. A document with no inner line start is cut at the nominal
 /// point, moved forward to a UTF-8 character boundary. Returns size when val_fraction == 0.
 std::size_t val_split_point(const std::string& text, double val_fraction);
+
+/// \brief Whether example `index` (0-based, over all records in input order) goes to val:
+/// floor((index + 1) * f) > floor(index * f), i.e. every (1/f)-th example, exactly
+/// floor(n * f) of the first n.
+bool example_in_val(std::uint64_t index, double val_fraction);
 
 /// Entropy of the distribution counts / sum(counts), in bits (0 for no counts).
 double unigram_entropy_bits(const std::vector<std::uint64_t>& counts);

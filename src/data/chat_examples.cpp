@@ -1,0 +1,130 @@
+// Instruction and chat examples: one JSONL line -> template segments -> ids + loss mask.
+#include "meshtrain/data/chat_examples.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::data {
+namespace {
+
+using nlohmann::json;
+
+// nlohmann's messages start with "[json.exception.parse_error.101] "; the rest says where.
+std::string without_exception_tag(const std::string& what) {
+  const std::size_t close = what.find("] ");
+  return what.rfind("[json.exception.", 0) == 0 && close != std::string::npos ? what.substr(close + 2) : what;
+}
+
+std::string string_field(const json& obj, const char* key, const std::string& where, bool required) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || (!required && it->is_null())) {
+    MESHTRAIN_REQUIRE(!required, "%s has no \"%s\" field", where.c_str(), key);
+    return "";
+  }
+  MESHTRAIN_REQUIRE(it->is_string(), "%s: \"%s\" must be a string, not %s", where.c_str(), key, it->type_name());
+  return it->get<std::string>();
+}
+
+std::vector<ChatMessage> chat_messages(const json& root) {
+  const auto it = root.find("messages");
+  MESHTRAIN_REQUIRE(it != root.end(), "the record has no \"messages\" field (chat records are "
+                    "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]})");
+  MESHTRAIN_REQUIRE(it->is_array() && !it->empty(), "\"messages\" must be a non-empty list, not %s",
+                    it->is_array() ? "an empty list" : it->type_name());
+  std::vector<ChatMessage> out;
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string where = strprintf("message %zu", i);
+    MESHTRAIN_REQUIRE(m.is_object(), "%s must be an object with \"role\" and \"content\", not %s", where.c_str(),
+                      m.type_name());
+    ChatMessage msg{string_field(m, "role", where, true), string_field(m, "content", where, true)};
+    MESHTRAIN_REQUIRE(msg.role == "system" || msg.role == "user" || msg.role == "assistant",
+                      "%s has role '%s'; roles are system, user and assistant", where.c_str(), msg.role.c_str());
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ChatSegment> render_example(const std::string& line, ExampleFormat format, const ChatFormat& chat_format,
+                                        const std::string& system) {
+  json root;
+  try {
+    root = json::parse(line);
+  } catch (const json::exception& e) {
+    throw UserError("not valid JSON: " + without_exception_tag(e.what()));
+  }
+  MESHTRAIN_REQUIRE(root.is_object(), "a record must be a JSON object, not %s", root.type_name());
+  std::vector<ChatMessage> messages;
+  if (format == ExampleFormat::Alpaca) {
+    const std::string instruction = string_field(root, "instruction", "the record", true);
+    const std::string input = string_field(root, "input", "the record", false);
+    const std::string output = string_field(root, "output", "the record", true);
+    if (chat_format.kind == ChatTemplateKind::Alpaca) return render_alpaca(instruction, input, output);
+    if (!system.empty()) messages.push_back({"system", system});
+    messages.push_back({"user", input.empty() ? instruction : instruction + "\n\n" + input});
+    messages.push_back({"assistant", output});
+  } else {
+    messages = chat_messages(root);
+    if (!system.empty() && messages.front().role != "system") messages.insert(messages.begin(), {"system", system});
+  }
+  return render_chat(chat_format, messages);
+}
+
+MaskedTokens tokenize_with_mask(const Tokenizer& tok, const std::vector<ChatSegment>& segments) {
+  std::string text;
+  std::vector<std::uint8_t> byte_trainable;  // one flag per byte of `text`
+  for (const ChatSegment& s : segments) {
+    text += s.text;
+    byte_trainable.insert(byte_trainable.end(), s.text.size(), s.trainable ? 1 : 0);
+  }
+  const std::vector<std::int32_t> ids = tok.encode(text);
+  // ends[k]: the byte just past token k in `text`.
+  std::vector<std::size_t> ends(ids.size());
+  bool spans = true;
+  std::size_t pos = 0;
+  for (std::size_t k = 0; k < ids.size() && spans; ++k) {
+    const std::string piece = tok.decode({ids[k]});
+    spans = text.compare(pos, piece.size(), piece) == 0;
+    pos += piece.size();
+    ends[k] = pos;
+  }
+  if (!spans || pos != text.size()) {
+    // Decoding is context-dependent (SentencePiece drops the first token's leading space):
+    // decode growing prefixes, each of which must be a prefix of the text.
+    MESHTRAIN_REQUIRE(tok.decode(ids) == text,
+                      "the tokenizer %s does not decode an example back to its text (it normalises the text), so "
+                      "the loss mask cannot be placed on its tokens",
+                      tok.name().c_str());
+    std::size_t prev = 0;
+    std::vector<std::int32_t> prefix;
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      prefix.push_back(ids[k]);
+      const std::string d = tok.decode(prefix);
+      const bool ok = d.size() >= prev && d.size() <= text.size() && text.compare(0, d.size(), d) == 0;
+      MESHTRAIN_REQUIRE(ok, "the tokenizer %s does not decode an example's tokens in order to its text, so the loss "
+                        "mask cannot be placed on its tokens",
+                        tok.name().c_str());
+      ends[k] = prev = d.size();
+    }
+    ends.back() = text.size();
+  }
+  MaskedTokens out;
+  if (tok.add_bos() && tok.bos_id() >= 0 && (ids.empty() || ids.front() != tok.bos_id())) {
+    out.ids.push_back(tok.bos_id());
+    out.mask.push_back(0);
+  }
+  std::size_t begin = 0;
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    std::uint8_t m = 0;
+    for (std::size_t b = begin; b < ends[k] && !m; ++b) m = byte_trainable[b];
+    out.ids.push_back(ids[k]);
+    out.mask.push_back(m);
+    begin = ends[k];
+  }
+  return out;
+}
+
+}  // namespace meshtrain::data
