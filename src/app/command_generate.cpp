@@ -145,6 +145,9 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
       nlohmann::json result = p.record.is_object() ? p.record : nlohmann::json::object({{"prompt", p.text}});
       // Invalid UTF-8 (a token sequence cut inside a character) is replaced, not an error.
       result["output"] = text;
+      result["tokens"] = stats.new_tokens;
+      // "stop": ended by the model (end of turn / end of text); "length": cut at --tokens.
+      result["finish"] = stats.new_tokens < o.tokens ? "stop" : "length";
       std::printf("%s\n", result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       std::fflush(stdout);
     }
@@ -213,8 +216,8 @@ int command_generate(Runtime& rt, const Args& args) {
        "with --chat: a system message before the user's")
       ("prompt_file", po::value<std::string>(&o.prompt_file),
        "batch mode: one prompt per line (plain text, or a JSON object with a \"prompt\" string whose other keys are "
-       "copied to the result; blank lines skipped); prints one JSON line per prompt, {\"prompt\", ..., \"output\"}, "
-       "loading the model once")
+       "copied to the result; blank lines skipped); prints one JSON line per prompt, {\"prompt\", ..., \"output\", "
+       "\"tokens\", \"finish\": \"stop\"|\"length\"}, loading the model once")
       ("no_kv_cache", po::bool_switch(&o.no_kv_cache),
        "recompute the whole context for every token instead of caching keys and values (slower; for comparison)");
   const std::string usage =

@@ -57,10 +57,12 @@ if "--chat" not in args:
     single = single[len(prompt):]
 assert rec["prompt"] == prompt, (rec, prompt)
 assert rec["output"] == single, (rec["output"], single)
-expected_keys = {"prompt", "answer", "n", "output"} if i == 1 else {"prompt", "output"}
+expected_keys = {"prompt", "output", "tokens", "finish"} | ({"answer", "n"} if i == 1 else set())
 assert set(rec) == expected_keys, rec
 if i == 1:
     assert rec["answer"] == "2024-03-07" and rec["n"] == 2, rec
+# --tokens 12: the tiny random model never ends a turn (were it to, "stop" and fewer tokens).
+assert (rec["finish"], rec["tokens"]) == ("length", 12) or (rec["finish"] == "stop" and rec["tokens"] < 12), rec
 print(f"  prompt {i}: {rec['output']!r} == its single run")
 PY
   done
