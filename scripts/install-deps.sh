@@ -30,7 +30,7 @@ PACKAGES=(
   libpcre2-dev libsentencepiece-dev
   libgtest-dev googletest
   python3 python3-numpy python3-torch python3-h5py python3-matplotlib python3-pip
-  python3-yaml
+  python3-yaml python3-jinja2  # jinja2: tests render models' own chat templates (tests/data/prepare_chat.sh)
   fortunes fortunes-min
   jq  # scripts/run-finetune-demo.sh scores JSON results
   dpkg-dev xz-utils procps

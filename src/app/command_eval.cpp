@@ -82,17 +82,21 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   const int dp = session.mesh().shape().dp();
   const int per_micro = tc.micro_batch * dp;  // windows per micro-batch over all dp ranks
   std::unique_ptr<data::EvalSampler> sampler;
+  bool masked = false;  // instruction/chat data: the mean is over the unmasked targets
   std::string source;
   long long micro_batches = 0;
   std::uint64_t windows = 0;  // windows evaluated over all ranks (padding excluded)
   agree_on_errors(world, [&] {
     std::shared_ptr<const data::TokenSource> src;
+    std::shared_ptr<const data::MaskFile> mask;
     if (!o.text.empty()) {
       src = text_tokens(o, setup.dims.valid_vocab);
     } else {
       const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
       data::check_dataset_tokenizer(ds.meta, cfg.data.dir, o.checkpoint);
       src = o.split == "val" ? ds.val : ds.train;
+      mask = o.split == "val" ? ds.val_mask : ds.train_mask;
+      if (ds.train_mask) data::check_row_seq_len(*ds.train_mask, tc.seq_len);
     }
     MESHTRAIN_REQUIRE(o.text.empty() || data::has_window(*src, tc.seq_len),
                       "--text %s holds %llu tokens, fewer than one window of train.seq_len + 1 = %d: lower "
@@ -103,7 +107,8 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
                       "(prepare the dataset with a validation fraction, or use --split train)",
                       cfg.data.dir.c_str(), o.split.c_str(), static_cast<unsigned long long>(src ? src->size() : 0),
                       tc.seq_len + 1);
-    sampler = std::make_unique<data::EvalSampler>(src, tc.seq_len);
+    sampler = std::make_unique<data::EvalSampler>(src, tc.seq_len, mask);
+    masked = mask != nullptr;
     source = src->description();
     if (o.batches > 0 && o.text.empty()) {
       micro_batches = static_cast<long long>(o.batches) * setup.grad_accum;
@@ -128,7 +133,7 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   std::vector<std::int32_t> host_in(n), host_tgt(n);
   Buffer<std::int32_t> in(n, MemCategory::Workspace), tgt(n, MemCategory::Workspace);
   const double t0 = now_seconds();
-  double local = 0;
+  double local = 0, counted = 0;
   for (long long b = 0; b < micro_batches; ++b) {
     // The trainer's evaluate(): micro-batch b of rank d starts at window b*micro*dp + d*micro.
     const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), tc.micro_batch, dp, session.mesh().dp_rank());
@@ -139,11 +144,12 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     for (int i = 0; i < tc.micro_batch; ++i)
       if (w0 + static_cast<std::uint64_t>(i) >= windows)
         std::fill_n(host_tgt.begin() + static_cast<std::ptrdiff_t>(i) * tc.seq_len, tc.seq_len, -1);
+    counted += static_cast<double>(std::count_if(host_tgt.begin(), host_tgt.end(), [](std::int32_t t) { return t >= 0; }));
     Kokkos::deep_copy(in.view(), UView<std::int32_t, HostMem>(host_in.data(), n));
     Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(host_tgt.data(), n));
     local += parallel::forward_loss(session.engine(), session.model(), session.context(), in.data(), tgt.data(), shape);
   }
-  const double tokens = static_cast<double>(windows) * tc.seq_len;
+  const double tokens = masked ? session.global_sum(counted) : static_cast<double>(windows) * tc.seq_len;
   const double loss = session.global_sum(local) / tokens;
   const double seconds = now_seconds() - t0;
   if (root) {

@@ -48,6 +48,23 @@ Dataset Dataset::open(const std::string& dir) {
   auto val = std::make_shared<TokenFile>((fs::path(dir) / "val.bin").string());
   check_agrees(*train, d.meta.train_tokens, d.meta, meta_path);
   check_agrees(*val, d.meta.val_tokens, d.meta, meta_path);
+  if (d.meta.row_tokens > 0) {
+    // Instruction/chat data: the masks must exist and match the tokens and meta.json.
+    for (const char* name : {"train.mask", "val.mask"}) {
+      const fs::path p = fs::path(dir) / name;
+      MESHTRAIN_REQUIRE(fs::exists(p, ec), "%s is missing, but %s says the dataset holds %s examples; %s",
+                        p.string().c_str(), meta_path.c_str(), d.meta.data_format.c_str(), prepare_hint(dir).c_str());
+    }
+    d.train_mask = std::make_shared<MaskFile>((fs::path(dir) / "train.mask").string());
+    d.val_mask = std::make_shared<MaskFile>((fs::path(dir) / "val.mask").string());
+    for (const auto& [mask, tokens] : {std::pair{d.train_mask, train}, std::pair{d.val_mask, val}})
+      MESHTRAIN_REQUIRE(mask->size() == tokens->size() && mask->row_tokens() == d.meta.row_tokens,
+                        "%s (%llu bytes, rows of %u) does not match %s (%llu tokens) and %s (rows of %u); the "
+                        "dataset is inconsistent, re-run `meshtrain prepare`",
+                        mask->path().c_str(), static_cast<ull>(mask->size()), mask->row_tokens(),
+                        tokens->path().c_str(), static_cast<ull>(tokens->size()), meta_path.c_str(),
+                        d.meta.row_tokens);
+  }
   d.train = std::move(train);
   d.val = std::move(val);
   return d;

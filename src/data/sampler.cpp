@@ -1,5 +1,7 @@
 #include "meshtrain/data/sampler.hpp"
 
+#include <vector>
+
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/data/hash.hpp"
 
@@ -20,15 +22,34 @@ std::uint64_t count_starts(const std::shared_ptr<const TokenSource>& source, int
   return source->size() - static_cast<std::uint64_t>(seq_len);
 }
 
+// Number of example rows; UserError when the row length is not seq_len + 1 or there is none.
+std::uint64_t count_rows(const std::shared_ptr<const TokenSource>& source, int seq_len, const MaskFile& rows) {
+  MESHTRAIN_ASSERT(source != nullptr, "sampler without a token source");
+  check_row_seq_len(rows, seq_len);
+  MESHTRAIN_REQUIRE(rows.size() == source->size(), "%s holds %llu mask bytes but %s holds %llu tokens; the dataset "
+                    "is inconsistent, re-run `meshtrain prepare`",
+                    rows.path().c_str(), static_cast<ull>(rows.size()), source->description().c_str(),
+                    static_cast<ull>(source->size()));
+  MESHTRAIN_REQUIRE(source->size() >= rows.row_tokens(), "%s holds no example; prepare more examples",
+                    source->description().c_str());
+  return source->size() / rows.row_tokens();
+}
+
 // Row j of inputs/targets (each (n, seq_len)) = window first + j, starting at start_of(first + j).
+// With a mask, targets whose mask byte is 0 become -1 (ignored by the loss).
 template <class StartOf>
-void fill_windows(const TokenSource& src, int seq_len, std::uint64_t first, int n,
+void fill_windows(const TokenSource& src, const MaskFile* mask, int seq_len, std::uint64_t first, int n,
                   std::int32_t* inputs, std::int32_t* targets, StartOf start_of) {
+  std::vector<std::uint8_t> m(mask ? static_cast<std::size_t>(seq_len) : 0);
   for (int j = 0; j < n; ++j) {
     const std::uint64_t s = start_of(first + static_cast<std::uint64_t>(j));
     const std::size_t row = static_cast<std::size_t>(j) * static_cast<std::size_t>(seq_len);
     src.read(s, seq_len, inputs + row);
     src.read(s + 1, seq_len, targets + row);
+    if (!mask) continue;
+    mask->read(s + 1, seq_len, m.data());
+    for (int t = 0; t < seq_len; ++t)
+      if (!m[static_cast<std::size_t>(t)]) targets[row + static_cast<std::size_t>(t)] = -1;
   }
 }
 
@@ -38,33 +59,56 @@ bool has_window(const TokenSource& source, int seq_len) {
   return seq_len >= 1 && source.size() >= static_cast<std::uint64_t>(seq_len) + 1;
 }
 
+void check_row_seq_len(const MaskFile& rows, int seq_len) {
+  MESHTRAIN_REQUIRE(seq_len >= 1 && static_cast<std::uint64_t>(seq_len) + 1 == rows.row_tokens(),
+                    "train.seq_len is %d, but the dataset of %s holds one example per row of %u tokens (prepared "
+                    "with --seq_len %u): set train.seq_len=%u, or prepare the dataset again with --seq_len %d",
+                    seq_len, rows.path().c_str(), rows.row_tokens(), rows.row_tokens() - 1, rows.row_tokens() - 1,
+                    seq_len);
+}
+
 Sampler::Sampler(std::shared_ptr<const TokenSource> source, int seq_len, std::uint64_t seed)
     : source_(std::move(source)), seq_len_(seq_len), key_(stream_key(seed, HashStream::TrainWindows)),
       starts_(count_starts(source_, seq_len)) {}
 
-std::uint64_t Sampler::window_start(std::uint64_t w) const { return counter_hash(key_, w) % starts_; }
+Sampler::Sampler(std::shared_ptr<const TokenSource> source, int seq_len, std::uint64_t seed,
+                 std::shared_ptr<const MaskFile> rows)
+    : source_(std::move(source)), rows_(std::move(rows)), seq_len_(seq_len),
+      key_(stream_key(seed, HashStream::TrainWindows)),
+      starts_(rows_ ? count_rows(source_, seq_len, *rows_) : count_starts(source_, seq_len)) {}
+
+std::uint64_t Sampler::window_start(std::uint64_t w) const {
+  const std::uint64_t h = counter_hash(key_, w) % starts_;
+  return rows_ ? h * rows_->row_tokens() : h;
+}
 
 void Sampler::fill(std::uint64_t first_window, int n_windows, std::int32_t* inputs,
                    std::int32_t* targets) const {
-  fill_windows(*source_, seq_len_, first_window, n_windows, inputs, targets,
+  fill_windows(*source_, rows_.get(), seq_len_, first_window, n_windows, inputs, targets,
                [this](std::uint64_t w) { return window_start(w); });
 }
 
 EvalSampler::EvalSampler(std::shared_ptr<const TokenSource> source, int seq_len)
     : source_(std::move(source)), seq_len_(seq_len), starts_(count_starts(source_, seq_len)) {}
 
+EvalSampler::EvalSampler(std::shared_ptr<const TokenSource> source, int seq_len, std::shared_ptr<const MaskFile> rows)
+    : source_(std::move(source)), rows_(std::move(rows)), seq_len_(seq_len),
+      starts_(rows_ ? count_rows(source_, seq_len, *rows_) : count_starts(source_, seq_len)) {}
+
 std::uint64_t EvalSampler::windows_per_pass() const {
+  if (rows_) return starts_;
   return (source_->size() - 1) / static_cast<std::uint64_t>(seq_len_);
 }
 
 std::uint64_t EvalSampler::window_start(std::uint64_t i) const {
+  if (rows_) return (i % starts_) * rows_->row_tokens();
   // 128-bit product: i * seq_len may exceed 2^64 for a cursor far into a long eval.
   return static_cast<std::uint64_t>(static_cast<unsigned __int128>(i) * static_cast<unsigned>(seq_len_) % starts_);
 }
 
 void EvalSampler::fill(std::uint64_t first_window, int n_windows, std::int32_t* inputs,
                        std::int32_t* targets) const {
-  fill_windows(*source_, seq_len_, first_window, n_windows, inputs, targets,
+  fill_windows(*source_, rows_.get(), seq_len_, first_window, n_windows, inputs, targets,
                [this](std::uint64_t i) { return window_start(i); });
 }
 

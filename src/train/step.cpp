@@ -19,11 +19,11 @@ StepSettings step_settings(const TrainConfig& tc) {
 
 template <class T>
 StepResult train_step(Session<T>& session, const StepSettings& st, int step, int& updates, const BatchFiller& fill,
-                      bool poison) {
+                      bool poison, double counted_targets) {
   const RunSetup& setup = session.setup();
   const int B = setup.config.train.micro_batch, L = setup.config.train.seq_len;
   const model::BatchShape shape{B, L};
-  const double global_tokens = static_cast<double>(setup.global_batch) * L;
+  const double global_tokens = counted_targets > 0 ? counted_targets : static_cast<double>(setup.global_batch) * L;
   const float grad_scale = static_cast<float>(1.0 / global_tokens);
   parallel::FsdpEngine<T>& eng = session.engine();
 
@@ -56,7 +56,7 @@ StepResult train_step(Session<T>& session, const StepSettings& st, int step, int
   return r;
 }
 
-template StepResult train_step<float>(Session<float>&, const StepSettings&, int, int&, const BatchFiller&, bool);
-template StepResult train_step<bf16>(Session<bf16>&, const StepSettings&, int, int&, const BatchFiller&, bool);
+template StepResult train_step<float>(Session<float>&, const StepSettings&, int, int&, const BatchFiller&, bool, double);
+template StepResult train_step<bf16>(Session<bf16>&, const StepSettings&, int, int&, const BatchFiller&, bool, double);
 
 }  // namespace meshtrain::train

@@ -45,6 +45,11 @@ struct TokenBatch {
   }
 };
 
+/// Targets the loss counts (>= 0; a loss mask writes -1 for the others).
+double counted_targets(const std::vector<std::int32_t>& targets) {
+  return static_cast<double>(std::count_if(targets.begin(), targets.end(), [](std::int32_t t) { return t >= 0; }));
+}
+
 struct StepTimes {
   double step = 0, exposed_comm = 0, busy_comm = 0, io = 0;
   double compute() const { return std::max(0.0, step - exposed_comm); }
@@ -120,9 +125,10 @@ int Trainer<T>::run() {
   agree_on_errors(rt_.world(), [&] {
     data_ = data::Dataset::load(cfg_.data.dir, s_.dims.valid_vocab, tc.seed);
     data::check_dataset_tokenizer(data_.meta, cfg_.data.dir, cfg_.checkpoint.init_from);
-    sampler_ = std::make_unique<data::Sampler>(data_.train, tc.seq_len, tc.seed);
+    // Instruction/chat data: windows are whole rows, targets outside the loss mask are -1.
+    sampler_ = std::make_unique<data::Sampler>(data_.train, tc.seq_len, tc.seed, data_.train_mask);
     if (data_.val && data::has_window(*data_.val, tc.seq_len))
-      eval_sampler_ = std::make_unique<data::EvalSampler>(data_.val, tc.seq_len);
+      eval_sampler_ = std::make_unique<data::EvalSampler>(data_.val, tc.seq_len, data_.val_mask);
   });
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
@@ -252,7 +258,9 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   };
   const bool poison =
       nan_steps_.count(step + 1) && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank);
-  const StepResult r = train::train_step(session_, settings_, step, updates_, fill, poison);
+  // A loss mask: the mean is over the global batch's unmasked targets (summed over the ranks).
+  const double counted = data_.train_mask ? session_.global_sum(counted_targets(step_tgt_)) : 0.0;
+  const StepResult r = train::train_step(session_, settings_, step, updates_, fill, poison, counted);
   cursor_ += static_cast<std::uint64_t>(s_.global_batch);
   loss = r.loss;
   gnorm = r.grad_norm;
@@ -279,7 +287,7 @@ double Trainer<T>::evaluate() {
   const model::BatchShape shape{tc.micro_batch, tc.seq_len};
   // The evaluation set is eval_batches global batches of windows, split over the dp ranks
   // like training batches, so every mesh evaluates the same windows.
-  double local = 0;
+  double local = 0, counted = 0;
   const int micro_batches = tc.eval_batches * s_.grad_accum;
   for (int b = 0; b < micro_batches; ++b) {
     const std::uint64_t w0 = data::rank_first_window(0, b, tc.micro_batch, dp, mesh.dp_rank());
@@ -287,10 +295,12 @@ double Trainer<T>::evaluate() {
       eval_sampler_->fill(w0, tc.micro_batch, batch_.host_in.data(), batch_.host_tgt.data());
     }, "world");
     batch_.upload();
+    counted += counted_targets(batch_.host_tgt);
     local += parallel::forward_loss(session_.engine(), session_.model(), session_.context(), batch_.in.data(),
                                     batch_.tgt.data(), shape);
   }
-  const double tokens = static_cast<double>(micro_batches) * tc.micro_batch * dp * tc.seq_len;
+  const double tokens = data_.val_mask ? session_.global_sum(counted)
+                                      : static_cast<double>(micro_batches) * tc.micro_batch * dp * tc.seq_len;
   last_val_ = session_.global_sum(local) / tokens;
   return last_val_;
 }

@@ -11,6 +11,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/data/sampler.hpp"
 #include "meshtrain/data/token_source.hpp"
+#include "data_test_util.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::data;
@@ -207,4 +208,75 @@ TEST(RandomTokens, FeedsTheSamplerAtAnyCursor) {
   src->read(s.window_start(w), 33, ref.data());
   EXPECT_TRUE(std::equal(in.begin(), in.begin() + 32, ref.begin()));
   EXPECT_TRUE(std::equal(tg.begin(), tg.begin() + 32, ref.begin() + 1));
+}
+
+// Instruction/chat data: a loss mask makes every window a whole row (one example), in the
+// same rank-independent order, with -1 for every target whose mask byte is 0.
+TEST(SamplerRows, WindowsAreWholeRowsWithMaskedTargets) {
+  constexpr int kSeq = 4, kRow = kSeq + 1, kRows = 6;
+  test::TempDir dir("sampler_rows");
+  std::vector<std::uint8_t> mask(kRows * kRow);
+  for (int i = 0; i < kRows * kRow; ++i) mask[i] = (i % kRow) >= 2 && (i % 3) != 0;  // a varied pattern
+  {
+    MaskFileWriter w(dir / "m.mask", kRow);
+    w.append(mask.data(), mask.size());
+    w.close();
+  }
+  auto m = std::make_shared<MaskFile>(dir / "m.mask");
+  ASSERT_EQ(m->size(), static_cast<std::uint64_t>(kRows * kRow));
+  auto src = std::make_shared<IotaSource>(kRows * kRow);
+  const Sampler s(src, kSeq, 7, m);
+  std::vector<std::int32_t> in(8 * kSeq), tgt(8 * kSeq);
+  s.fill(0, 8, in.data(), tgt.data());
+  std::map<std::uint64_t, int> seen;
+  for (int w = 0; w < 8; ++w) {
+    const std::uint64_t start = s.window_start(static_cast<std::uint64_t>(w));
+    ASSERT_EQ(start % kRow, 0u) << "window " << w << " does not start a row";
+    ++seen[start];
+    for (int t = 0; t < kSeq; ++t) {
+      EXPECT_EQ(in[w * kSeq + t], static_cast<std::int32_t>(start + t));
+      const std::uint64_t target_pos = start + 1 + t;
+      EXPECT_EQ(tgt[w * kSeq + t], mask[target_pos] ? static_cast<std::int32_t>(target_pos) : -1)
+          << "window " << w << " position " << t;
+    }
+  }
+  EXPECT_GT(seen.size(), 1u);  // not one row over and over
+  // Evaluation: row i % rows, each example once per pass.
+  const EvalSampler e(src, kSeq, m);
+  EXPECT_EQ(e.windows_per_pass(), static_cast<std::uint64_t>(kRows));
+  for (std::uint64_t i = 0; i < 2 * kRows; ++i) EXPECT_EQ(e.window_start(i), (i % kRows) * kRow);
+  // train.seq_len must be the dataset's.
+  try {
+    Sampler(src, kSeq + 1, 7, m);
+    FAIL() << "a seq_len other than the rows' was accepted";
+  } catch (const UserError& err) {
+    EXPECT_NE(std::string(err.what()).find("set train.seq_len=4"), std::string::npos) << err.what();
+  }
+  EXPECT_THROW(EvalSampler(src, kSeq - 1, m), UserError);
+}
+
+TEST(SamplerRows, DamagedMaskFilesAreRefused) {
+  test::TempDir dir("mask_damage");
+  {
+    MaskFileWriter w(dir / "ok.mask", 3);
+    const std::uint8_t bytes[6] = {0, 1, 1, 0, 0, 2};  // a 2 is caught when read
+    w.append(bytes, 6);
+    w.close();
+  }
+  const std::string good = test::read_file(dir / "ok.mask");
+  ASSERT_EQ(good.size(), 64u + 6u);
+  const MaskFile m(dir / "ok.mask");
+  std::uint8_t out[6];
+  m.read(0, 3, out);
+  EXPECT_EQ(out[2], 1);
+  EXPECT_THROW(m.read(3, 3, out), UserError);  // the byte 2
+  EXPECT_THROW(m.read(4, 3, out), UserError);  // past the end
+  test::write_file(dir / "short.mask", good.substr(0, 66));
+  EXPECT_THROW(MaskFile(dir / "short.mask"), UserError);
+  test::write_file(dir / "magic.mask", "X" + good.substr(1));
+  EXPECT_THROW(MaskFile(dir / "magic.mask"), UserError);
+  std::string odd = good;
+  odd[12] = 4;  // row length 4 does not divide 6
+  test::write_file(dir / "odd.mask", odd);
+  EXPECT_THROW(MaskFile(dir / "odd.mask"), UserError);
 }

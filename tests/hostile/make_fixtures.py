@@ -376,4 +376,13 @@ open(path("unknown_section.ini"), "w").write("[trian]\nsteps = 3\n")
 open(path("nan_lr.ini"), "w").write("[train]\nlr = nan\n")
 open(path("twice.ini"), "w").write("[train]\nsteps = 3\nsteps = 4\n")
 open(path("binary.ini"), "wb").write(b"\x00\x01\x02\xff\xfe[train]\n")
+# ---- instruction / chat JSONL (prepare --format alpaca|chat) --------------------------------
+good_chat = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})
+open(path("j_good_chat.jsonl"), "w").write(good_chat + "\n")
+open(path("j_bad_json.jsonl"), "w").write(good_chat + '\n{"messages": [{"role": "user", "content": "hi"}\n')
+open(path("j_no_output.jsonl"), "w").write(json.dumps({"instruction": "say hi", "input": ""}) + "\n")
+open(path("j_bad_role.jsonl"), "w").write(
+    json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "bot", "content": "hello"}]}) + "\n")
+open(path("j_content_number.jsonl"), "w").write(
+    json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": 5}]}) + "\n")
 print(f"fixtures written to {out}")

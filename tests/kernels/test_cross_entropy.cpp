@@ -171,3 +171,55 @@ TEST(KernelsCrossEntropy, Deterministic) {
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_TRUE(bitwise_equal(a.grad, b.grad));
 }
+
+// The loss of instruction/chat data (doc/data.md): targets outside the loss mask are written
+// as -1 by the samplers, and the trainer passes grad_scale = 1 / (number of targets >= 0 in
+// the global batch) and divides the summed loss by that count. Here: a 0/1 mask over the
+// rows, the batch split into two micro-batches, against a double-precision masked mean and
+// its gradient by finite differences; the result does not depend on the split.
+TEST(KernelsCrossEntropy, MaskedMeanOverCountedTargets) {
+  auto logits = make_logits(7);
+  const std::vector<std::int32_t> all = {3, 5, 19, 0, 12, 7, 13};
+  const std::vector<int> mask = {0, 1, 1, 0, 1, 0, 1};  // prompt (0) and response (1) positions
+  std::vector<std::int32_t> tgt(all);
+  int counted = 0;
+  for (int i = 0; i < kN; ++i) {
+    if (!mask[i]) tgt[i] = -1;
+    counted += mask[i];
+  }
+  // Reference: mean over the mask = 1 rows only, in double, and its gradient.
+  double ref_loss = 0;
+  std::vector<double> ref_grad(logits.size(), 0.0);
+  for (int i = 0; i < kN; ++i) {
+    if (!mask[i]) continue;
+    const double* l = &logits[static_cast<std::size_t>(i) * kLd];
+    double mx = -1e300, sum = 0;
+    for (int c = 0; c < kValid; ++c) mx = std::max(mx, l[c]);
+    for (int c = 0; c < kValid; ++c) sum += std::exp(l[c] - mx);
+    ref_loss += (std::log(sum) + mx - l[all[i]]) / counted;
+    for (int c = 0; c < kValid; ++c)
+      ref_grad[static_cast<std::size_t>(i) * kLd + c] = (std::exp(l[c] - mx) / sum - (c == all[i] ? 1.0 : 0.0)) / counted;
+  }
+  const float scale = 1.0f / static_cast<float>(counted);
+  const auto whole = run_ce<double, double>(logits, tgt, {0, kV}, scale);
+  EXPECT_LT(rel_err(whole.loss / counted, ref_loss), 1e-13);
+  expect_close("masked dlogits", whole.grad, ref_grad, 1e-7, 1e-9);  // scale rounded to float
+  // The masked-out rows have no gradient at all, whatever their logits.
+  for (int i = 0; i < kN; ++i)
+    for (int c = 0; c < kLd && !mask[i]; ++c) EXPECT_EQ(whole.grad[static_cast<std::size_t>(i) * kLd + c], 0.0);
+  // Finite differences of the masked mean (unscaled gradient / count).
+  std::vector<double> unscaled = run_ce<double, double>(logits, tgt, {0, kV}, 1.0f).grad;
+  for (double& g : unscaled) g /= counted;
+  fd_check("masked mean dlogits", logits, unscaled,
+           [&]() { return run_ce<double, double>(logits, tgt, {0, kV}, 1.0f).loss / counted; }, 100, 3);
+  // Two micro-batches (rows 0..3 and 4..6, as grad_accum or two dp ranks would hold them),
+  // each scaled by the GLOBAL count: the summed losses and the gradients are the same.
+  std::vector<std::int32_t> first(tgt), second(tgt);
+  for (int i = 0; i < kN; ++i) (i < 4 ? second : first)[i] = -1;
+  const auto a = run_ce<double, double>(logits, first, {0, kV}, scale);
+  const auto b = run_ce<double, double>(logits, second, {0, kV}, scale);
+  EXPECT_LT(rel_err((a.loss + b.loss) / counted, ref_loss), 1e-13);
+  std::vector<double> sum(a.grad.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = a.grad[i] + b.grad[i];
+  expect_close("micro-batch dlogits", sum, whole.grad, 1e-15, 1e-15);
+}

@@ -5,8 +5,8 @@
 /// as one of the known formats, and a conversation is rendered into text segments that say
 /// which text the loss is computed on (the assistant's replies and their end-of-turn token).
 ///
-/// Status: the building block of `prepare --format chat|alpaca` (issue 18); prepare, the
-/// per-token loss mask and the masked loss are not wired to it yet.
+/// Used by `prepare --format chat|alpaca` (chat_examples.hpp) and `generate --chat`
+/// (chat_prompt.hpp).
 
 #include <string>
 #include <vector>

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/data/loss_mask.hpp"
 #include "meshtrain/data/token_source.hpp"
 
 namespace meshtrain::data {
@@ -48,6 +49,9 @@ DatasetMeta meta_from_json(const std::string& text, const std::string& path);
 struct Dataset {
   std::shared_ptr<const TokenSource> train;
   std::shared_ptr<const TokenSource> val;  ///< may hold 0 tokens (val_fraction = 0)
+  /// Instruction/chat datasets (meta.row_tokens > 0): train.mask / val.mask, the loss mask
+  /// and row layout the samplers take; null for text datasets (every token counts).
+  std::shared_ptr<const MaskFile> train_mask, val_mask;
   DatasetMeta meta;
   std::string dir;
 

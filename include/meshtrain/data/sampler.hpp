@@ -12,12 +12,20 @@
 #include <cstdint>
 #include <memory>
 
+#include "meshtrain/data/loss_mask.hpp"
 #include "meshtrain/data/token_source.hpp"
 
 namespace meshtrain::data {
 
 /// True when `source` holds at least one window (size >= seq_len + 1).
 bool has_window(const TokenSource& source, int seq_len);
+
+/// \brief Instruction/chat data (`prepare --format alpaca|chat`): with a loss mask `rows`,
+/// the samplers' windows are whole rows (row r = tokens [r * (seq_len + 1), (r + 1) *
+/// (seq_len + 1))), one example each, and every target whose mask byte is 0 is written as -1
+/// (ignored by the cross-entropy: no loss, no gradient). The row length must equal
+/// seq_len + 1: UserError naming the dataset's seq_len and train.seq_len otherwise.
+void check_row_seq_len(const MaskFile& rows, int seq_len);
 
 /// \brief Random training windows: start(w) = counter_hash(stream_key(seed, TrainWindows), w)
 /// % (size - seq_len), uniform over every valid start (bias <= (size - seq_len) / 2^64).
@@ -26,6 +34,10 @@ class Sampler {
   /// UserError when the source has fewer than seq_len + 1 tokens (the message says how
   /// many it has and how many are needed) or seq_len < 1.
   Sampler(std::shared_ptr<const TokenSource> source, int seq_len, std::uint64_t seed);
+  /// Rows (see check_row_seq_len): window w is row counter_hash(key, w) % rows, uniform over
+  /// the examples, with the same rank-independent global order as the stream.
+  Sampler(std::shared_ptr<const TokenSource> source, int seq_len, std::uint64_t seed,
+          std::shared_ptr<const MaskFile> rows);
 
   int seq_len() const { return seq_len_; }
   const TokenSource& source() const { return *source_; }
@@ -39,9 +51,10 @@ class Sampler {
 
  private:
   std::shared_ptr<const TokenSource> source_;
+  std::shared_ptr<const MaskFile> rows_;  // null: a token stream
   int seq_len_;
   std::uint64_t key_;
-  std::uint64_t starts_;  // number of valid starts: size - seq_len
+  std::uint64_t starts_;  // number of valid starts: size - seq_len; with rows: the number of rows
 };
 
 /// \brief Deterministic evaluation windows: window i starts at (i * seq_len) % (size -
@@ -51,9 +64,11 @@ class EvalSampler {
  public:
   /// Same errors as Sampler.
   EvalSampler(std::shared_ptr<const TokenSource> source, int seq_len);
+  /// Rows: window i is row i % rows (each example once per pass, in file order).
+  EvalSampler(std::shared_ptr<const TokenSource> source, int seq_len, std::shared_ptr<const MaskFile> rows);
 
   int seq_len() const { return seq_len_; }
-  /// Number of non-overlapping windows before the starts wrap: (size - 1) / seq_len.
+  /// Number of non-overlapping windows before the starts wrap: (size - 1) / seq_len; with rows, the rows.
   std::uint64_t windows_per_pass() const;
   std::uint64_t window_start(std::uint64_t i) const;
   /// Same layout as Sampler::fill.
@@ -62,8 +77,9 @@ class EvalSampler {
 
  private:
   std::shared_ptr<const TokenSource> source_;
+  std::shared_ptr<const MaskFile> rows_;
   int seq_len_;
-  std::uint64_t starts_;
+  std::uint64_t starts_;  // with rows: the number of rows
 };
 
 /// \brief The global index of the first window of a micro-batch: rank `dp_rank` of

@@ -21,7 +21,7 @@ struct StepSettings {
 StepSettings step_settings(const TrainConfig& tc);
 
 struct StepResult {
-  double loss = 0;       ///< mean token loss of the global batch (same on every rank)
+  double loss = 0;       ///< mean loss over the counted targets of the global batch (same on every rank)
   double grad_norm = 0;  ///< true global norm before clipping
   double lr = 0;
   bool applied = false;  ///< false: non-finite loss or norm, optimizer state untouched
@@ -33,8 +33,12 @@ using BatchFiller = std::function<void(int micro, std::int32_t* inputs, std::int
 /// Runs optimizer step `step` (0-based). `updates` counts applied updates (AdamW bias
 /// correction) and is incremented when the step is applied. `poison` sets this rank's
 /// gradients to NaN before the norm (the train.inject_nan_steps debug option).
+/// `counted_targets`: the number of targets >= 0 in the whole global batch (all ranks, all
+/// micro-batches) when the batch has masked (-1) targets, the loss-mask of instruction/chat
+/// data; the loss and its gradient are then the mean over those targets, whatever the mesh
+/// and grad_accum. 0 (text data): every target counts, global_batch * seq_len.
 template <class T>
 StepResult train_step(Session<T>& session, const StepSettings& settings, int step, int& updates,
-                      const BatchFiller& fill, bool poison = false);
+                      const BatchFiller& fill, bool poison = false, double counted_targets = 0);
 
 }  // namespace meshtrain::train
