@@ -44,7 +44,7 @@ struct GenerateOptions {
 /// keys are copied to the result).
 struct FilePrompt {
   std::string text;
-  nlohmann::json record;  // null for a plain-text line
+  nlohmann::ordered_json record;  // null for a plain-text line (ordered: results keep the line's key order)
 };
 
 /// --prompt_file: one prompt per line, plain text or a JSON object with a "prompt" string;
@@ -62,7 +62,7 @@ std::vector<FilePrompt> read_prompt_file(const std::string& path) {
     if (line[first] != '{') {
       p.text = line;
     } else {
-      p.record = nlohmann::json::parse(line, nullptr, false);
+      p.record = nlohmann::ordered_json::parse(line, nullptr, false);
       MESHTRAIN_REQUIRE(!p.record.is_discarded() && p.record.is_object() && p.record.contains("prompt") &&
                             p.record["prompt"].is_string(),
                         "--prompt_file %s line %d starts with '{' but is not a JSON object with a \"prompt\" string: "
@@ -142,13 +142,14 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
       const std::string text = generate_one(p.text, &stats);
       total_tokens += stats.new_tokens;
       if (!root) continue;
-      nlohmann::json result = p.record.is_object() ? p.record : nlohmann::json::object({{"prompt", p.text}});
+      nlohmann::ordered_json result =
+          p.record.is_object() ? p.record : nlohmann::ordered_json::object({{"prompt", p.text}});
       // Invalid UTF-8 (a token sequence cut inside a character) is replaced, not an error.
       result["output"] = text;
       result["tokens"] = stats.new_tokens;
       // "stop": ended by the model (end of turn / end of text); "length": cut at --tokens.
       result["finish"] = stats.new_tokens < o.tokens ? "stop" : "length";
-      std::printf("%s\n", result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::printf("%s\n", result.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
       std::fflush(stdout);
     }
     const double seconds = now_seconds() - t0;
