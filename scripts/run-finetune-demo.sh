@@ -9,8 +9,8 @@
 #   4. LoRA fine-tunes on 2 ranks (inputs/finetune-demo.ini, a few minutes on 2 cores);
 #   5. scores the fine-tuned model the same way and prints answers before and after;
 #   6. runs 2 steps of the same training without LoRA and compares the per-rank peak memory.
-# Everything lands in runs/finetune-demo (FT_DEMO_DIR). About 11-13 minutes on 2 idle cores
-# once dependencies and build are in place (doc/finetuning.md has the measured parts).
+# Everything lands in runs/finetune-demo (FT_DEMO_DIR). 669 s on 2 cores shared with other jobs
+# (about 9 minutes on idle ones) once dependencies and build are in place (doc/finetuning.md).
 # Prints the accuracies, a few answers before and after, the memory ratio and the time per part.
 set -euo pipefail
 
