@@ -41,7 +41,7 @@ template <class T>
 int run_generate(const Runtime& rt, const train::RunSetup& setup, const GenerateOptions& o,
                  const WeightsSource& source) {
   const Config& cfg = setup.config;
-  train::Session<T> session(rt, setup);
+  train::Session<T> session(rt, setup, train::SessionUse::Inference);
   const MpiComm& world = session.mesh().world();
   std::unique_ptr<data::Tokenizer> tok;
   data::ChatPrompt chat;  // --chat: the prompt rendered with the chat template

@@ -398,7 +398,10 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())));
     agree_on_errors(comm, [&] { st = read_train_state(file.get(), path); });
-    bytes += read_checkpoint_state(eng, comm, file.get(), path, 3, std::nullopt, /*frozen=*/eng.has_frozen() && !ref);
+    // A forward-only engine (eval, generate) has no moments to read them into.
+    const int arrays = eng.options().forward_only ? 1 : 3;
+    bytes += read_checkpoint_state(eng, comm, file.get(), path, arrays, std::nullopt,
+                                   /*frozen=*/eng.has_frozen() && !ref);
   }
   // An old full LoRA checkpoint: its base is in the file itself.
   if (eng.has_frozen()) st.base = ref ? *ref : describe_base(path);
