@@ -109,6 +109,7 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/bench_save.sh` | a 37 MiB checkpoint save (`meshtrain bench io`: best of 5, file-system and network ceilings) on one host over shared memory and over TCP, and across 2 and 4 namespace hosts (needs root) -> `results/bench_save/` |
 | `perf/multihost_sweep.sh` | namespace hosts with tc-shaped links (default 1 Gbit/s, +0.2 ms): `bench comm` inside vs across hosts, training runs of several (strategy, mesh), `plan` given the measured bandwidths -> `results/multihost_sweep/` (harness only; not run by run-all.sh) |
 | `perf/bench_generate.sh` | `meshtrain generate` ms per token at 512 tokens of context with and without the KV cache, GPT-2 and Llama (GQA), greedy texts checked identical -> `results/bench_generate/` |
+| `perf/bench_eval.sh` | wall time of `meshtrain eval --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --text` (256 tokens, 1 rank, process start to exit), median of 5, optionally side by side with another binary (`BASELINE=`), losses checked identical -> `results/bench_eval/` |
 | `perf/plot.py`, `perf/collect.py`, `perf/report.py` | plots, tables, this page |
 
 Rules the scripts follow: they wait for a 1-minute load average below 1.5 before measuring
@@ -126,6 +127,11 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
     if gen:
         out.append("## Generation with the KV cache (issue 18 #6)\n")
         out.append(gen)
+    ev = read("bench_eval", "results.md")
+    if ev:
+        out.append("## Evaluating a pretrained GGUF model (issue 18 #5)\n")
+        out.append(ev)
+        out.append(read("bench_eval", "NOTE.md") or "")
     if mt_prof and pt_prof:
         meta = load("profile", "meta.json") or {}
         out.append("## Where a step's time goes (perf record, 1 rank x 1 thread)\n")

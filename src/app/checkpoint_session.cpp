@@ -203,7 +203,7 @@ LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::R
     out.path = io.path;
   } else {
     // The full loader validates the stored model description against the config (naming
-    // every differing key) before it reads anything; the moments it also reads are unused.
+    // every differing key) before it reads anything; a forward-only engine reads no moments.
     const checkpoint::TrainState st = checkpoint::load(eng, session.mesh(), setup, resolved, &io);
     out.path = resolved;
     out.step = st.step;

@@ -76,7 +76,7 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   const Config& cfg = setup.config;
   const TrainConfig& tc = cfg.train;
   const bool root = rt.topology().world_rank == 0;
-  train::Session<T> session(rt, setup);
+  train::Session<T> session(rt, setup, train::SessionUse::Inference);
   const MpiComm& world = session.mesh().world();
 
   const int dp = session.mesh().shape().dp();

@@ -81,7 +81,7 @@ template <class T>
 int run_generate(const Runtime& rt, const train::RunSetup& setup, const GenerateOptions& o,
                  const WeightsSource& source) {
   const Config& cfg = setup.config;
-  train::Session<T> session(rt, setup);
+  train::Session<T> session(rt, setup, train::SessionUse::Inference);
   const MpiComm& world = session.mesh().world();
   const bool root = rt.topology().world_rank == 0;
   std::unique_ptr<data::Tokenizer> tok;

@@ -141,7 +141,8 @@ GgufWeights::GgufWeights(const std::string& path, const std::vector<model::Param
 
 void GgufWeights::read(const Piece& piece, float* dst) const {
   const Source& s = sources_[piece.spec];
-  piece.for_each_row_run([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
+  // Rows dequantise independently from the mapped file: on the host threads.
+  piece.for_each_row_run_parallel([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
     if (s.one_d) {
       gguf_dequantize(s.info->type, s.data, row, n, dst + at);  // 1-D: (row, 0) is element `row`
       return;

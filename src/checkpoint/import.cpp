@@ -158,7 +158,8 @@ SafetensorsWeights::~SafetensorsWeights() = default;
 void SafetensorsWeights::read(const Piece& piece, float* dst) const {
   const Source& s = sources_[piece.spec];
   const std::int64_t cols = specs_[piece.spec].cols();
-  piece.for_each_row_run([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
+  // Rows convert independently from the mapped file (dtypes were checked on opening).
+  piece.for_each_row_run_parallel([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
     if (row < s.rows) s.file->read_f32(*s.tensor, row * cols + col, n, dst + at);
     else std::fill(dst + at, dst + at + n, 0.0f);  // vocab padding rows absent from the file
   });

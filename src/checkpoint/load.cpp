@@ -38,11 +38,22 @@ struct NonFinite {
   bool found() const { return spec >= 0; }
 };
 
+/// True when some element of [p, p + n) is NaN or Inf (host threads: a model's worth of
+/// elements is scanned on every load).
+bool any_non_finite(const float* p, std::int64_t n) {
+  int bad = 0;
+  Kokkos::parallel_reduce(
+      "any_non_finite", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, n),
+      [=](std::int64_t i, int& b) { b |= std::isfinite(p[i]) ? 0 : 1; }, Kokkos::BOr<int>(bad));
+  return bad != 0;
+}
+
 /// Scans the elements of `piece` just read into `dst` (its first element) and records the
 /// first non-finite one in `bad` (when none is recorded yet). A NaN or Inf in a checkpoint
-/// or in imported weights would otherwise train into NaNs from the first step.
+/// or in imported weights would otherwise train into NaNs from the first step. The piece
+/// is contiguous: one parallel test, and the row-by-row search only when it fails.
 void find_non_finite(const Piece& piece, int array, const float* dst, NonFinite& bad) {
-  if (bad.found()) return;
+  if (bad.found() || !any_non_finite(dst, piece.count)) return;
   piece.for_each_row_run([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
     if (bad.found()) return;
     for (std::int64_t i = 0; i < n; ++i)
@@ -51,6 +62,22 @@ void find_non_finite(const Piece& piece, int array, const float* dst, NonFinite&
         return;
       }
   });
+}
+
+/// Sets the elements of [0, numel) outside the `written` ranges (offset, count; sorted,
+/// disjoint) to zero: the padding of a unit and the parameters a load left alone.
+void zero_unwritten(float* base, std::int64_t numel, const std::vector<std::pair<std::int64_t, std::int64_t>>& written) {
+  std::int64_t at = 0;
+  const auto zero = [&](std::int64_t end) {
+    if (end > at) Kokkos::deep_copy(UView<float, HostMem>(base + at, static_cast<std::size_t>(end - at)), 0.0f);
+  };
+  for (const auto& [offset, count] : written) {
+    MESHTRAIN_ASSERT(offset >= at, "pieces out of order (%lld < %lld)", static_cast<long long>(offset),
+                     static_cast<long long>(at));
+    zero(offset);
+    at = offset + count;
+  }
+  zero(numel);
 }
 
 /// UserError on every rank when any rank found a non-finite value; `where(spec, array)`
@@ -88,24 +115,34 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
     const model::UnitLayout& L = eng.layouts()[u];
     const std::vector<Piece> pieces =
         unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), st.begin, st.begin + st.numel, st.begin, false);
-    std::vector<std::vector<float>> host(static_cast<std::size_t>(arrays),
+    // Host builds read straight into the state arrays (no staging copy, no second buffer
+    // to first-touch); device builds stage each array through a zeroed host vector.
+    std::vector<std::vector<float>> host(kDeviceIsHost ? 0 : static_cast<std::size_t>(arrays),
                                          std::vector<float>(static_cast<std::size_t>(st.numel), 0.0f));
+    std::vector<float*> dst(static_cast<std::size_t>(arrays));
+    for (int k = 0; k < arrays; ++k) dst[k] = kDeviceIsHost ? state_array(st, k).data() : host[k].data();
+    std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> written(static_cast<std::size_t>(arrays));
     std::size_t next = 0;
     for (const model::ParamSlot& slot : L.slots) {
       if (eng.specs()[slot.spec].frozen) continue;
       const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
       for (int k = 0; k < arrays; ++k) {
-        const bool got = read(slot.spec, piece, k, piece ? host[k].data() + piece->offset : nullptr);
+        const bool got = read(slot.spec, piece, k, piece ? dst[k] + piece->offset : nullptr);
         if (piece && got) {
-          find_non_finite(*piece, k, host[k].data() + piece->offset, bad);
+          find_non_finite(*piece, k, dst[k] + piece->offset, bad);
           bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
         }
-        if (piece && !got && k == 0 && init_seed)
+        const bool init = piece && !got && k == 0 && init_seed;
+        if (init)
           model::init_unit_range(eng.specs(), L, eng.tp_size(), eng.tp_rank(), st.begin + piece->offset,
-                                 st.begin + piece->offset + piece->count, *init_seed, host[0].data() + piece->offset);
+                                 st.begin + piece->offset + piece->count, *init_seed, dst[k] + piece->offset);
+        if (piece && (got || init)) written[k].emplace_back(piece->offset, piece->count);
       }
     }
-    for (int k = 0; k < arrays; ++k) stage_to_device(host[k], state_array(st, k));
+    for (int k = 0; k < arrays; ++k) {
+      if constexpr (kDeviceIsHost) zero_unwritten(dst[k], st.numel, written[k]);
+      else stage_to_device(host[k], state_array(st, k));
+    }
   }
   return bytes;
 }
@@ -398,7 +435,10 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())));
     agree_on_errors(comm, [&] { st = read_train_state(file.get(), path); });
-    bytes += read_checkpoint_state(eng, comm, file.get(), path, 3, std::nullopt, /*frozen=*/eng.has_frozen() && !ref);
+    // A forward-only engine (eval, generate) has no moments to read them into.
+    const int arrays = eng.options().forward_only ? 1 : 3;
+    bytes += read_checkpoint_state(eng, comm, file.get(), path, arrays, std::nullopt,
+                                   /*frozen=*/eng.has_frozen() && !ref);
   }
   // An old full LoRA checkpoint: its base is in the file itself.
   if (eng.has_frozen()) st.base = ref ? *ref : describe_base(path);

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <Kokkos_Core.hpp>
+
 #include "meshtrain/model/layout.hpp"
 
 namespace meshtrain::checkpoint {
@@ -29,6 +31,26 @@ struct Piece {
       for (std::int64_t r = 0; r < bp.local.nrows; ++r)
         f((bp.local.row0 + r) * local_cols + bp.local.col0 - local_begin, bp.global.row0 + r, bp.global.col0,
           bp.local.ncols);
+  }
+
+  /// for_each_row_run on the host threads: f must only write its own run's elements and
+  /// must not throw (validate before). Runs are disjoint, so the result is the serial one.
+  template <class F>
+  void for_each_row_run_parallel(F&& f) const {
+    struct Run {
+      std::int64_t at, row, col, n;
+    };
+    std::vector<Run> runs;
+    for_each_row_run([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
+      runs.push_back({at, row, col, n});
+    });
+    // A small piece (a norm weight, one row per element) is not worth waking the threads.
+    if (count < (std::int64_t{1} << 16)) {
+      for (const Run& r : runs) f(r.at, r.row, r.col, r.n);
+      return;
+    }
+    Kokkos::parallel_for("piece_rows", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, runs.size()),
+                         [&](std::size_t i) { f(runs[i].at, runs[i].row, runs[i].col, runs[i].n); });
   }
 };
 

@@ -120,6 +120,9 @@ void split_piece(const Piece& p, const std::vector<std::pair<std::size_t, std::s
 class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(BpeConfig c) : c_(std::move(c)) {
+    // Sized once: growing to ~50k vocabulary entries and merges rehashes both tables repeatedly.
+    token_to_id_.reserve(c_.vocab.size() + c_.added.size());
+    merges_.reserve(c_.merges.size());
     for (std::size_t id = 0; id < c_.vocab.size(); ++id)
       if (!c_.vocab[id].empty()) token_to_id_.emplace(c_.vocab[id], static_cast<std::int32_t>(id));
     for (const auto& a : c_.added) {

@@ -95,10 +95,11 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, int 
       }
     }
     st.master = Buffer<float>(st.numel, MemCategory::Params);
+    st.master.zero();
+    if (opt_.forward_only) continue;
     st.grad = Buffer<float>(st.numel, MemCategory::Grads);
     st.exp_avg = Buffer<float>(st.numel, MemCategory::Optimizer);
     st.exp_avg_sq = Buffer<float>(st.numel, MemCategory::Optimizer);
-    st.master.zero();
     st.grad.zero();
     st.exp_avg.zero();
     st.exp_avg_sq.zero();
@@ -154,7 +155,7 @@ void FsdpEngine<T>::params_updated() {
 
 template <class T>
 void FsdpEngine<T>::begin_step() {
-  if (!traits_.shard_params)
+  if (!traits_.shard_params && !opt_.forward_only)
     for (UnitState& st : state_) st.grad.zero();  // no_shard accumulates into the grad state
 }
 
@@ -229,6 +230,7 @@ void FsdpEngine<T>::after_forward(int u) {
 
 template <class T>
 T* FsdpEngine<T>::grad_buffer(int u) {
+  MESHTRAIN_ASSERT(!opt_.forward_only, "grad_buffer(%d) of a forward-only engine (eval/generate)", u);
   Runtime& r = rt_[u];
   const std::size_t padded = layouts_[u].trainable_padded();
   if (padded == 0) return nullptr;  // nothing trainable in this unit (LoRA's outer unit)

@@ -1,6 +1,7 @@
 #include "meshtrain/runtime/runtime.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "meshtrain/core/check.hpp"
@@ -11,6 +12,11 @@
 namespace meshtrain {
 
 Runtime::Runtime(int& argc, char**& argv, MPI_Comm world) {
+  // A process started without a launcher (`meshtrain eval ...`) is an MPI singleton; Open
+  // MPI then forks a helper daemon first (~0.1-0.2 s of every such start) that only
+  // MPI_Comm_spawn would need, which meshtrain never calls. Other MPIs ignore the
+  // variable, launched ranks never read it, and a value the user set wins.
+  setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
   // FUNNELED: only the main thread calls MPI (OpenMP threads never do).
   MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level_));
   world_ = MpiComm::duplicate(world);

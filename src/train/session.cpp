@@ -3,7 +3,7 @@
 namespace meshtrain::train {
 
 template <class T>
-Session<T>::Session(const Runtime& rt, const RunSetup& setup)
+Session<T>::Session(const Runtime& rt, const RunSetup& setup, SessionUse use)
     : setup_(setup), mesh_(rt.world(), setup.mesh), groups_(parallel::make_comm_groups(mesh_, setup.config.parallel.backend)) {
   const MeshCoord& c = mesh_.coord();
   tp_ = model::tp_dims(setup.dims, setup.mesh.tp, c.tp);
@@ -12,6 +12,7 @@ Session<T>::Session(const Runtime& rt, const RunSetup& setup)
   opt.prefetch = setup.config.parallel.prefetch;
   opt.reduce_dtype = setup.config.parallel.reduce_dtype == "bf16" ? DType::BF16 : DType::F32;
   opt.grad_accum = setup.grad_accum;
+  opt.forward_only = use == SessionUse::Inference;
   engine_ = std::make_unique<parallel::FsdpEngine<T>>(model::build_param_specs(setup.dims, setup.mesh.tp),
                                                       model::num_units(setup.dims), setup.mesh.tp, c.tp, setup.mesh,
                                                       c, groups_, opt);

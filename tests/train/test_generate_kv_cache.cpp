@@ -4,6 +4,8 @@
 // ranks as dp_shard=2 x tp=2. Per step the cached logits equal the recomputed ones up to
 // the rounding of a different summation order, and greedy decoding gives the same tokens,
 // also when the context outgrows model.max_seq_len (where the cache stops being used).
+// The forward-only session of eval/generate gives the training session's loss and logits
+// bit for bit while holding no gradients or moments.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -159,5 +161,42 @@ TEST(GenerateKvCache, StopSequenceEndsAndIsDropped) {
     train::GenerateStats st;
     EXPECT_EQ(train::generate_ids(s, prompt_ids(8), o, &st), expected) << "kv_cache=" << cached;
     EXPECT_EQ(st.steps, static_cast<int>(end) + 2);
+  }
+}
+
+// The inference session of eval/generate (a forward-only engine) holds the weights only —
+// no gradients, no AdamW moments — and computes the same loss and logits as a training
+// session with the same weights, bit for bit, on this job's mesh.
+TEST(GenerateKvCache, ForwardOnlySessionSameResultsWithoutTrainingState) {
+  for (const MeshCase& m : meshes()) {
+    const Config c = tiny("llama", 2, m.tp, 16);
+    const train::RunSetup setup = train::resolve_run(c, test::runtime().topology());
+    train::Session<float> trained(test::runtime(), setup);
+    train::Session<float> inference(test::runtime(), setup, train::SessionUse::Inference);
+    trained.engine().init_parameters(5);
+    inference.engine().init_parameters(5);
+    std::size_t master_bytes = 0;
+    for (int u = 0; u < inference.engine().num_units(); ++u) {
+      const parallel::UnitState& st = inference.engine().state(u);
+      EXPECT_GT(st.master.size(), 0u) << m.name << " unit " << u;
+      EXPECT_TRUE(st.grad.empty() && st.exp_avg.empty() && st.exp_avg_sq.empty()) << m.name << " unit " << u;
+      master_bytes += st.master.bytes();
+    }
+    EXPECT_EQ(inference.engine().persistent_bytes(), master_bytes) << m.name;
+    EXPECT_EQ(trained.engine().persistent_bytes(), 4 * master_bytes) << m.name;
+
+    const std::vector<std::int32_t> ids = prompt_ids(17);
+    Buffer<std::int32_t> in = device_ids(ids, 0, 16), tgt = device_ids(ids, 1, 16);
+    const model::BatchShape shape{1, 16};
+    const double a = parallel::forward_loss(trained.engine(), trained.model(), trained.context(), in.data(),
+                                            tgt.data(), shape);
+    const double b = parallel::forward_loss(inference.engine(), inference.model(), inference.context(), in.data(),
+                                            tgt.data(), shape);
+    EXPECT_EQ(a, b) << m.name;
+    EXPECT_TRUE(std::isfinite(a) && a > 0) << m.name;
+    EXPECT_EQ(parallel::forward_logits(trained.engine(), trained.model(), trained.context(), in.data(), shape, false),
+              parallel::forward_logits(inference.engine(), inference.model(), inference.context(), in.data(), shape,
+                                       false))
+        << m.name;
   }
 }

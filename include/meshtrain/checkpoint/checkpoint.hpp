@@ -121,7 +121,8 @@ std::string resolve_resume(const MpiComm& comm, const std::string& dir, const st
 /// HDF5 file or truncated, unknown format version, a model config that differs from
 /// setup.dims (naming each differing key with both values), a missing dataset, a wrong
 /// shape or dtype. Nothing in the engine changes when validation fails. Every parameter
-/// and moment is read, so the engine needs no init_parameters first. A LoRA checkpoint's
+/// and moment is read (a forward-only engine's: the parameters only), so the engine needs
+/// no init_parameters first. A LoRA checkpoint's
 /// base weights are read from its reference (UserError naming the path when it moved or
 /// changed), or from the file itself when it has none (written before references).
 /// Collective.
@@ -131,7 +132,8 @@ TrainState load(parallel::FsdpEngine<T>& engine, const Mesh& mesh, const train::
 
 /// \brief Initial weights for fine-tuning (checkpoint.init_from): master weights only,
 /// from a meshtrain .h5 checkpoint, a .safetensors file, a GGUF file, or a directory holding
-/// model.safetensors or a sharded model.safetensors.index.json. Moments are zeroed.
+/// model.safetensors or a sharded model.safetensors.index.json. Moments are zeroed (a
+/// forward-only engine has none).
 /// Tensors are matched by name and shape (see doc/checkpoints.md for the accepted
 /// spellings); a missing parameter or a wrong shape is a UserError. A LoRA checkpoint as
 /// `path` brings its adapters and reads the base from its reference. Parameters the source

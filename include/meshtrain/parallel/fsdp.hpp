@@ -38,6 +38,11 @@ struct FsdpOptions {
   int prefetch = 1;               ///< block units gathered ahead of the one computing
   DType reduce_dtype = DType::F32;
   int grad_accum = 1;             ///< micro-steps per optimizer step
+  /// Forward passes only (eval, generate): the engine holds the parameters (fp32 master
+  /// shards, frozen values) and nothing for training: UnitState::grad, exp_avg and
+  /// exp_avg_sq stay empty and grad_buffer() must not be called. Loaded models pay
+  /// neither the memory nor the first-touch time of state they never use.
+  bool forward_only = false;
 };
 
 /// fp32 state of one unit's trainable segment held by this rank: elements
@@ -46,9 +51,9 @@ struct UnitState {
   std::int64_t begin = 0;
   std::int64_t numel = 0;
   Buffer<float> master;
-  Buffer<float> grad;        ///< reduced gradient (valid after finish_step)
-  Buffer<float> exp_avg;
-  Buffer<float> exp_avg_sq;
+  Buffer<float> grad;        ///< reduced gradient (valid after finish_step); empty when forward_only
+  Buffer<float> exp_avg;     ///< empty when forward_only
+  Buffer<float> exp_avg_sq;  ///< empty when forward_only
 };
 
 template <class T>

@@ -14,10 +14,14 @@
 
 namespace meshtrain::train {
 
+/// What a session is for: training holds gradients and optimizer state; inference (eval,
+/// generate) holds the parameters only (parallel::FsdpOptions::forward_only).
+enum class SessionUse { Train, Inference };
+
 template <class T>
 class Session {
  public:
-  Session(const Runtime& rt, const RunSetup& setup);
+  Session(const Runtime& rt, const RunSetup& setup, SessionUse use = SessionUse::Train);
 
   const RunSetup& setup() const { return setup_; }
   const Mesh& mesh() const { return mesh_; }
