@@ -11,7 +11,7 @@
 #     the working directory stays empty; at the end, every fixture is unchanged.
 # Fixtures are made once: one dataset, one 2-step run with two checkpoints, its
 # safetensors export, and damaged copies (make_fixtures.py). Most cases fail before any
-# training step, so the suite takes about a minute.
+# training step; they run on 3 workers (HOSTILE_WORKERS), about a minute in all.
 #
 # cases.txt columns, separated by '|': NAME | RANKS | STATUS | EXPECTED TEXT | ARGUMENTS
 #   RANKS: 1 or 2; "1:USR1" / "2:TERM" send that signal (to rank 0, or the last rank)
