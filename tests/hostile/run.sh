@@ -11,7 +11,7 @@
 #     the working directory stays empty; at the end, every fixture is unchanged.
 # Fixtures are made once: one dataset, one 2-step run with two checkpoints, its
 # safetensors export, and damaged copies (make_fixtures.py). Most cases fail before any
-# training step, so the suite takes about a minute.
+# training step; they run on 3 workers (HOSTILE_WORKERS), about a minute in all.
 #
 # cases.txt columns, separated by '|': NAME | RANKS | STATUS | EXPECTED TEXT | ARGUMENTS
 #   RANKS: 1 or 2; "1:USR1" / "2:TERM" send that signal (to rank 0, or the last rank)
@@ -164,16 +164,72 @@ run_case() {
   fi
 }
 
-total=0
+# ---- the cases, on $workers workers -----------------------------------------------------
+# Most cases wait on process start-up (MPI, Kokkos), not on the CPU, so several run at once.
+# Each worker has its own copy of the earlier run ($RUN), working directory, log and process
+# tag (rank_pid finds only its own ranks); case k goes to worker k mod $workers, so the
+# assignment does not depend on timing. Signal cases and cases whose error is found late
+# run after the others on worker 0 alone, so that nothing else competes while they wait
+# for a step.
+workers=${HOSTILE_WORKERS:-3}
+names=() ranks_of=() status_of=() expect_of=() args_of=()
 while IFS= read -r line || [[ -n $line ]]; do
   [[ $line =~ ^[[:space:]]*(#|$) ]] && continue
   IFS='|' read -r name ranks status expect args <<<"$line"
   trim() { local s=$1; s=${s#"${s%%[![:space:]]*}"}; echo "${s%"${s##*[![:space:]]}"}"; }
   name=$(trim "$name"); ranks=$(trim "$ranks"); status=$(trim "$status"); expect=$(trim "$expect"); args=$(trim "$args")
   [[ -n $only && ! $name =~ $only ]] && continue
-  total=$((total + 1))
-  run_case "$name" "$ranks" "$status" "$expect" "$args"
+  names+=("$name"); ranks_of+=("$ranks"); status_of+=("$status"); expect_of+=("$expect"); args_of+=("$args")
 done <"$cases_file"
+total=${#names[@]}
+
+# use_run DIR: the earlier run the next cases see (and the variables that name it).
+use_run() {
+  RUN=$1
+  CKPT=$RUN/checkpoints/step_00000002.h5
+  TRAIN="train $INI --data.dir=$DATA --output.dir=$RUN --train.steps=3 --train.eval_every=0"
+  EVAL="eval $INI --data.dir=$DATA --output.dir=$RUN"
+  run_before=$(snapshot "$RUN")
+}
+
+# run_worker W PASS: runs this worker's cases of the pass (quick: every case but signals and
+# late ones; slow: those, worker 0 only) and writes its failure count to failures.W.PASS.
+run_worker() {
+  local w=$1 pass=$2 k
+  failures=0
+  if ((w > 0)); then
+    export MESHTRAIN_TEST_TAG=$TEST_TMP/worker$w
+    work=$TEST_TMP/cwd$w
+    mkdir -p "$work"
+    rm -rf "$TEST_TMP/run$w" && cp -a "$TEST_TMP/run.pristine" "$TEST_TMP/run$w"
+    use_run "$TEST_TMP/run$w"
+  fi
+  for ((k = 0; k < total; k++)); do
+    local slow=0
+    [[ ${ranks_of[k]} == *:* ]] && slow=1
+    if [[ $pass == quick ]]; then
+      ((slow == 0 && k % workers == w)) || continue
+    else
+      ((slow == 1)) || continue
+    fi
+    run_case "${names[k]}" "${ranks_of[k]}" "${status_of[k]}" "${expect_of[k]}" "${args_of[k]}"
+  done
+  echo "$failures" >"$TEST_TMP/failures.$w.$pass"
+}
+
+use_run "$TEST_TMP/run"
+for ((w = 1; w < workers; w++)); do
+  run_worker "$w" quick >"$TEST_TMP/logs/worker$w.out" 2>&1 &
+done
+run_worker 0 quick
+wait
+run_worker 0 slow
+failures=0
+for ((w = 1; w < workers; w++)); do
+  cat "$TEST_TMP/logs/worker$w.out"
+  failures=$((failures + $(cat "$TEST_TMP/failures.$w.quick")))
+done
+for f in "$TEST_TMP/failures.0.quick" "$TEST_TMP/failures.0.slow"; do failures=$((failures + $(cat "$f"))); done
 
 # The checks themselves can fail: a run that succeeds and writes into the earlier run must
 # be reported (exit status, no error line, changed files), and the earlier run restored.
