@@ -7,6 +7,7 @@
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/comm/agree.hpp"
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
@@ -65,13 +66,6 @@ bool is_pretrained(const std::string& path) {
 
 namespace {
 
-void broadcast_string(const MpiComm& world, std::string& s) {
-  long long n = static_cast<long long>(s.size());
-  MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, world.get()));
-  s.resize(static_cast<std::size_t>(n));
-  if (n > 0) MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, world.get()));
-}
-
 /// model.lora_targets as the checkpoint stores it: resolved (auto) and in the family's
 /// order; "" when the family is unknown (the comparison then reports a difference).
 std::string canonical_lora_targets(const std::string& family, const std::string& targets) {
@@ -126,9 +120,8 @@ WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std
     }
     out.path = option;
   });
-  MPI_CHECK(MPI_Bcast(&pretrained, 1, MPI_INT, 0, world.get()));
-  out.pretrained = pretrained != 0;
-  broadcast_string(world, out.path);
+  out.pretrained = broadcast_value(world, pretrained) != 0;
+  out.path = broadcast_string(world, out.path);
   return out;
 }
 
@@ -138,11 +131,10 @@ void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsS
   agree_on_errors(world, [&] {
     if (world.rank() == 0) stored = checkpoint::stored_lora_settings(src.path);
   });
-  int recorded = stored.recorded ? 1 : 0;
-  MPI_CHECK(MPI_Bcast(&recorded, 1, MPI_INT, 0, world.get()));
-  MPI_CHECK(MPI_Bcast(&stored.rank, 1, MPI_INT, 0, world.get()));
-  MPI_CHECK(MPI_Bcast(&stored.alpha, 1, MPI_DOUBLE, 0, world.get()));
-  broadcast_string(world, stored.targets);
+  const bool recorded = broadcast_value(world, stored.recorded);
+  stored.rank = broadcast_value(world, stored.rank);
+  stored.alpha = broadcast_value(world, stored.alpha);
+  stored.targets = broadcast_string(world, stored.targets);
   if (!recorded) return;  // an older checkpoint: the loader checks its tensors against the config
   ModelConfig& m = cfg.model;
   const bool differs = m.lora_rank != stored.rank ||

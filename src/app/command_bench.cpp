@@ -16,6 +16,7 @@
 
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/comm/bench.hpp"
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
@@ -153,9 +154,12 @@ struct Spread {
 };
 Spread spread(const MpiComm& world, double v) {
   Spread s;
-  MPI_Allreduce(&v, &s.min, 1, MPI_DOUBLE, MPI_MIN, world.get());
-  MPI_Allreduce(&v, &s.max, 1, MPI_DOUBLE, MPI_MAX, world.get());
-  MPI_Allreduce(&v, &s.sum, 1, MPI_DOUBLE, MPI_SUM, world.get());
+  // One reduction: max of (-v, v) gives min and max (negation is exact); the sum apart.
+  double m[2] = {-v, v};
+  all_reduce_in_place(world, m, 2, ReduceOp::Max);
+  s.min = -m[0];
+  s.max = m[1];
+  s.sum = all_reduce_value(world, v, ReduceOp::Sum);
   s.avg = s.sum / world.size();
   return s;
 }

@@ -24,6 +24,7 @@
 #include "checkpoint_session.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/comm/agree.hpp"
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
@@ -48,17 +49,6 @@ struct Ceiling {
   double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 };
 
-double max_over(const MpiComm& comm, double v) {
-  double out = 0;
-  MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm.get()));
-  return out;
-}
-std::uint64_t sum_over(const MpiComm& comm, std::uint64_t v) {
-  std::uint64_t out = 0;
-  MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, MPI_SUM, comm.get()));
-  return out;
-}
-
 /// Tensor bytes this rank owns and a save writes from it (weights and two moments, fp32;
 /// padding of the flat units included, so a little more than the save's count).
 template <class T>
@@ -70,9 +60,7 @@ std::uint64_t owned_bytes(const parallel::FsdpEngine<T>& eng) {
 
 /// Every rank writes `mine` bytes at its offset of one shared file, then fsyncs it.
 Ceiling file_system_ceiling(const MpiComm& world, const std::string& path, std::uint64_t mine) {
-  std::uint64_t offset = 0;
-  MPI_CHECK(MPI_Exscan(&mine, &offset, 1, MPI_UINT64_T, MPI_SUM, world.get()));
-  if (world.rank() == 0) offset = 0;
+  const std::uint64_t offset = exclusive_prefix_sum(world, mine);
   std::vector<char> buf(std::min<std::uint64_t>(mine, 8u << 20), 1);
   agree_on_errors(world, [&] {
     if (world.rank() != 0) return;
@@ -80,7 +68,7 @@ Ceiling file_system_ceiling(const MpiComm& world, const std::string& path, std::
     MESHTRAIN_REQUIRE(fd >= 0, "cannot create %s: %s", path.c_str(), std::strerror(errno));
     ::close(fd);
   });
-  MPI_CHECK(MPI_Barrier(world.get()));
+  barrier(world);
   const double t0 = now_seconds();
   std::string error;
   if (mine > 0) {
@@ -97,7 +85,7 @@ Ceiling file_system_ceiling(const MpiComm& world, const std::string& path, std::
   }
   const double mine_s = now_seconds() - t0;
   agree_on_errors(world, [&] { MESHTRAIN_REQUIRE(error.empty(), "writing %s failed: %s", path.c_str(), error.c_str()); });
-  return {sum_over(world, mine), max_over(world, mine_s)};
+  return {all_reduce_value(world, mine, ReduceOp::Sum), all_reduce_value(world, mine_s, ReduceOp::Max)};
 }
 
 /// Every rank sends `mine` bytes to the rank `local_size` places on (the same slot of the
@@ -107,28 +95,25 @@ std::optional<Ceiling> network_ceiling(const MpiComm& world, const Topology& top
   if (topo.num_nodes < 2) return std::nullopt;
   const int n = world.size(), r = world.rank();
   const int to = (r + topo.local_size) % n, from = (r - topo.local_size % n + n) % n;
-  int cross = topo.host_of_rank[to] != topo.host_of_rank[r] && topo.host_of_rank[from] != topo.host_of_rank[r];
-  int all_cross = 0;
-  MPI_CHECK(MPI_Allreduce(&cross, &all_cross, 1, MPI_INT, MPI_MIN, world.get()));
-  if (!all_cross) return std::nullopt;  // uneven nodes: no clean pairing
+  const int cross = topo.host_of_rank[to] != topo.host_of_rank[r] && topo.host_of_rank[from] != topo.host_of_rank[r];
+  if (!all_reduce_value(world, cross, ReduceOp::Min)) return std::nullopt;  // uneven nodes: no clean pairing
   std::uint64_t theirs = 0;
-  MPI_CHECK(MPI_Sendrecv(&mine, 1, MPI_UINT64_T, to, 0, &theirs, 1, MPI_UINT64_T, from, 0, world.get(), MPI_STATUS_IGNORE));
+  exchange_bytes(world, to, &mine, sizeof mine, from, &theirs, sizeof theirs, 0);
   constexpr std::uint64_t kChunk = 64u << 20;  // MPI counts are int
   std::vector<char> out(std::min(mine, kChunk), 2), in(std::min(theirs, kChunk));
   // Every rank runs the same number of exchanges (a rank that owns nothing still receives,
   // and its partner still waits for its empty send): the most chunks any rank sends.
-  std::uint64_t rounds = (mine + kChunk - 1) / kChunk, max_rounds = 0;
-  MPI_CHECK(MPI_Allreduce(&rounds, &max_rounds, 1, MPI_UINT64_T, MPI_MAX, world.get()));
-  MPI_CHECK(MPI_Barrier(world.get()));
+  const std::uint64_t max_rounds = all_reduce_value<std::uint64_t>(world, (mine + kChunk - 1) / kChunk, ReduceOp::Max);
+  barrier(world);
   const double t0 = now_seconds();
   for (std::uint64_t i = 0, sent = 0, got = 0; i < max_rounds; ++i) {
-    const int s = static_cast<int>(std::min(kChunk, mine - sent)), g = static_cast<int>(std::min(kChunk, theirs - got));
-    MPI_CHECK(MPI_Sendrecv(out.data(), s, MPI_BYTE, to, 1, in.data(), g, MPI_BYTE, from, 1, world.get(), MPI_STATUS_IGNORE));
+    const std::uint64_t s = std::min(kChunk, mine - sent), g = std::min(kChunk, theirs - got);
+    exchange_bytes(world, to, out.data(), static_cast<std::int64_t>(s), from, in.data(), static_cast<std::int64_t>(g), 1);
     sent += static_cast<std::uint64_t>(s);
     got += static_cast<std::uint64_t>(g);
   }
   const double mine_s = now_seconds() - t0;
-  return Ceiling{sum_over(world, mine), max_over(world, mine_s)};
+  return Ceiling{all_reduce_value(world, mine, ReduceOp::Sum), all_reduce_value(world, mine_s, ReduceOp::Max)};
 }
 
 template <class T>
@@ -141,10 +126,7 @@ int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOption
 
   // A private directory: rank 0 names it, every rank uses it.
   std::string dir = checkpoint::checkpoint_dir(setup.config) + "/.bench-io-" + std::to_string(::getpid());
-  long long len = static_cast<long long>(dir.size());
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, world.get()));
-  dir.resize(static_cast<std::size_t>(len));
-  MPI_CHECK(MPI_Bcast(dir.data(), static_cast<int>(len), MPI_CHAR, 0, world.get()));
+  dir = broadcast_string(world, dir);
   agree_on_errors(world, [&] {
     if (!root) return;
     std::error_code ec;
@@ -223,7 +205,7 @@ int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOption
     }
     std::fflush(stdout);
   }
-  MPI_CHECK(MPI_Barrier(world.get()));
+  barrier(world);
   return 0;
 }
 

@@ -9,8 +9,7 @@
 
 int main(int argc, char** argv) {
   meshtrain::Runtime runtime(argc, argv, MPI_COMM_WORLD);
-  MPI_Comm world = MPI_COMM_WORLD;
-  meshtrain::set_abort_context(&world, runtime.topology().world_rank);
+  meshtrain::set_abort_context(&meshtrain::abort_all_ranks, runtime.topology().world_rank);
   meshtrain::watchdog_init(runtime.world());
   const int status = meshtrain::app::run_cli(runtime, argc, argv);
   meshtrain::watchdog_finalize();

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "h5.hpp"
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
 
@@ -90,15 +91,10 @@ std::optional<BaseRef> read_base_ref(hid_t file) {
 }
 
 void broadcast(const MpiComm& comm, BaseRef& ref) {
-  std::uint64_t nums[3] = {ref.bytes, static_cast<std::uint64_t>(ref.mtime_ns), ref.seed};
-  MPI_CHECK(MPI_Bcast(nums, 3, MPI_UINT64_T, 0, comm.get()));
-  ref.bytes = nums[0];
-  ref.mtime_ns = static_cast<std::int64_t>(nums[1]);
-  ref.seed = nums[2];
-  long long n = static_cast<long long>(ref.path.size());
-  MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm.get()));
-  ref.path.resize(static_cast<std::size_t>(n));
-  if (n > 0) MPI_CHECK(MPI_Bcast(ref.path.data(), static_cast<int>(n), MPI_CHAR, 0, comm.get()));
+  ref.bytes = broadcast_value(comm, ref.bytes);
+  ref.mtime_ns = broadcast_value(comm, ref.mtime_ns);
+  ref.seed = broadcast_value(comm, ref.seed);
+  ref.path = broadcast_string(comm, ref.path);
 }
 
 }  // namespace meshtrain::checkpoint

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 
+#include "meshtrain/runtime/mpi_info.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/file_io.hpp"
 
@@ -20,12 +21,9 @@ Handle mpio_fapl(MPI_Comm comm) {
   Handle fapl = plist(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   // Hints are advice: an MPI-IO component that does not know one ignores it (OMPIO, Open
   // MPI's default, never sieves independent writes; ROMIO reads this one).
-  MPI_Info info = MPI_INFO_NULL;
-  MPI_CHECK(MPI_Info_create(&info));
-  MPI_CHECK(MPI_Info_set(info, "romio_ds_write", "disable"));
-  const herr_t set = H5Pset_fapl_mpio(fapl.get(), comm, info);  // HDF5 keeps its own copy
-  MPI_CHECK(MPI_Info_free(&info));
-  H5_CHECK(set);
+  MpiInfo info;
+  info.set("romio_ds_write", "disable");
+  H5_CHECK(H5Pset_fapl_mpio(fapl.get(), comm, info.get()));  // HDF5 keeps its own copy
   H5_CHECK(H5Pset_all_coll_metadata_ops(fapl.get(), true));
   // Metadata writes are not collective: HDF5 then splits the dirty metadata among the
   // ranks and each writes its share independently, instead of one collective (two-phase)

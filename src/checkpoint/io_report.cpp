@@ -4,6 +4,7 @@
 // leaving the reader to guess whether the network was involved.
 #include <algorithm>
 
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/format.hpp"
@@ -11,16 +12,13 @@
 namespace meshtrain::checkpoint {
 
 void reduce_write_stats(const MpiComm& comm, std::uint64_t my_bytes, double my_data_seconds, IoStats& stats) {
-  MPI_CHECK(MPI_Allreduce(&my_data_seconds, &stats.data_seconds, 1, MPI_DOUBLE, MPI_MAX, comm.get()));
-  const int writer = my_bytes > 0 ? 1 : 0;
-  MPI_CHECK(MPI_Allreduce(&writer, &stats.writer_ranks, 1, MPI_INT, MPI_SUM, comm.get()));
+  stats.data_seconds = all_reduce_value(comm, my_data_seconds, ReduceOp::Max);
+  stats.writer_ranks = all_reduce_value(comm, my_bytes > 0 ? 1 : 0, ReduceOp::Sum);
   // Per node: the bytes its ranks wrote; the leader of each node then counts for the world.
   const MpiComm node = comm.split_shared();
-  std::uint64_t node_bytes = 0;
-  MPI_CHECK(MPI_Allreduce(&my_bytes, &node_bytes, 1, MPI_UINT64_T, MPI_SUM, node.get()));
-  const int node_writes = node.rank() == 0 && node_bytes > 0 ? 1 : 0;
-  MPI_CHECK(MPI_Allreduce(&node_writes, &stats.writer_nodes, 1, MPI_INT, MPI_SUM, comm.get()));
-  MPI_CHECK(MPI_Allreduce(&node_bytes, &stats.max_node_bytes, 1, MPI_UINT64_T, MPI_MAX, comm.get()));
+  const std::uint64_t node_bytes = all_reduce_value<std::uint64_t>(node, my_bytes, ReduceOp::Sum);
+  stats.writer_nodes = all_reduce_value(comm, node.rank() == 0 && node_bytes > 0 ? 1 : 0, ReduceOp::Sum);
+  stats.max_node_bytes = all_reduce_value<std::uint64_t>(comm, node_bytes, ReduceOp::Max);
 }
 
 std::string describe_save(const IoStats& s) {

@@ -11,6 +11,7 @@
 #include "h5.hpp"
 #include "gguf_import.hpp"
 #include "import.hpp"
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/check.hpp"
@@ -226,11 +227,7 @@ std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, const MpiComm&
   return bytes;
 }
 
-std::uint64_t sum_over(const MpiComm& comm, std::uint64_t v) {
-  std::uint64_t total = 0;
-  MPI_CHECK(MPI_Allreduce(&v, &total, 1, MPI_UINT64_T, MPI_SUM, comm.get()));
-  return total;
-}
+std::uint64_t sum_over(const MpiComm& comm, std::uint64_t v) { return all_reduce_value(comm, v, ReduceOp::Sum); }
 
 /// Progress attributes of an open checkpoint (written by every format version). A damaged
 /// counter must not reach the schedule (a negative step gives a negative learning rate) or
@@ -304,11 +301,8 @@ std::pair<WeightsKind, std::string> classify_weights(const MpiComm& comm, const 
            : fs::is_regular_file(path, ec) && looks_like_gguf(path)     ? 2
                                                                         : 1;
   });
-  MPI_CHECK(MPI_Bcast(&kind, 1, MPI_INT, 0, comm.get()));
-  long long n = static_cast<long long>(resolved.size());
-  MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm.get()));
-  resolved.resize(static_cast<std::size_t>(n));
-  if (n > 0) MPI_CHECK(MPI_Bcast(resolved.data(), static_cast<int>(n), MPI_CHAR, 0, comm.get()));
+  kind = broadcast_value(comm, kind);
+  resolved = broadcast_string(comm, resolved);
   return {kind == 0 ? WeightsKind::Hdf5 : kind == 1 ? WeightsKind::Safetensors : WeightsKind::Gguf, resolved};
 }
 
@@ -414,7 +408,7 @@ template <class T>
 TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::RunSetup& setup, const std::string& path,
                 IoStats* stats) {
   const MpiComm& comm = mesh.world();
-  MPI_CHECK(MPI_Barrier(comm.get()));
+  barrier(comm);
   const double t0 = now_seconds();
   // A LoRA run's checkpoint holds the adapters only and names its base; one written before
   // base references (or by a run without frozen parameters) holds every parameter.
@@ -444,7 +438,7 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
   if (eng.has_frozen()) st.base = ref ? *ref : describe_base(path);
   eng.params_updated();
   bytes = sum_over(comm, bytes);
-  MPI_CHECK(MPI_Barrier(comm.get()));
+  barrier(comm);
   if (stats) *stats = IoStats{path, now_seconds() - t0, bytes, true};
   return st;
 }
@@ -453,7 +447,7 @@ template <class T>
 BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::ModelDims& dims,
                      const std::string& path, std::uint64_t seed, IoStats* stats) {
   const MpiComm& comm = mesh.world();
-  MPI_CHECK(MPI_Barrier(comm.get()));
+  barrier(comm);
   const double t0 = now_seconds();
   // Plain variables, not a structured binding: the lambdas below capture them (C++17 does
   // not allow capturing structured bindings; nvcc warns about it).
@@ -506,7 +500,7 @@ BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model
   }
   eng.params_updated();
   bytes = sum_over(comm, bytes);
-  MPI_CHECK(MPI_Barrier(comm.get()));
+  barrier(comm);
   if (stats) *stats = IoStats{resolved, now_seconds() - t0, bytes, true};
   return base;
 }

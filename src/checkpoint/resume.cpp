@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "files.hpp"
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
@@ -98,12 +99,7 @@ std::string resolve_resume(const MpiComm& comm, const std::string& dir, const st
       if (error.empty()) error = "checkpoint.resume: cannot resolve";
     }
   }
-  for (std::string* s : {&error, &answer}) {
-    long long n = static_cast<long long>(s->size());
-    MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm.get()));
-    s->resize(static_cast<std::size_t>(n));
-    if (n > 0) MPI_CHECK(MPI_Bcast(s->data(), static_cast<int>(n), MPI_CHAR, 0, comm.get()));
-  }
+  for (std::string* s : {&error, &answer}) *s = broadcast_string(comm, *s);
   if (!error.empty()) throw UserError(error);
   return answer;
 }

@@ -15,6 +15,7 @@
 #include "files.hpp"
 #include "format.hpp"
 #include "h5.hpp"
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/comm/agree.hpp"
@@ -144,11 +145,7 @@ constexpr const char* kWatchGroup = "checkpoint";
 /// The largest errno any rank saw (0: every call succeeded), the same on every rank. A
 /// watched all-reduce: ranks stalled before it are named.
 int agree_errno(const MpiComm& comm, int err) {
-  int worst = 0;
-  watched_collective("all_reduce", kWatchGroup, comm, [&](MPI_Request* r) {
-    MPI_CHECK(MPI_Iallreduce(&err, &worst, 1, MPI_INT, MPI_MAX, comm.get(), r));
-  });
-  return worst;
+  return watched_all_reduce_value("all_reduce", kWatchGroup, comm, err, ReduceOp::Max);
 }
 
 /// Thrown on every rank alike (after agree_errno) to unwind a failed save: the HDF5
@@ -164,7 +161,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
              const std::string& dir) {
   const MpiComm& comm = mesh.world();
   const bool root = comm.rank() == 0;
-  watched_collective("barrier", kWatchGroup, comm, [&](MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(comm.get(), r)); });
+  watched_barrier("barrier", kWatchGroup, comm);
   const double t0 = now_seconds();
   IoStats stats;
   const std::string name = checkpoint_file_name(st.step);
@@ -199,7 +196,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
       // metadata, and that flush must succeed on every rank alike -- a rank whose flush
       // fails skips the close's barriers and the others wait in them forever.
       if (root) ::truncate(tmp.c_str(), 0);
-      watched_collective("barrier", kWatchGroup, comm, [&](MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(comm.get(), r)); });
+      watched_barrier("barrier", kWatchGroup, comm);
       closing_after_failure = std::make_unique<WatchedBlockingCall>("H5Fclose", kWatchGroup, comm);
       throw SaveFailed{e};
     };
@@ -284,20 +281,18 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
     // Every rank is here, at the same point; the handles are closed. Nothing of this save
     // may remain: the previous checkpoint and `latest` are untouched.
     if (root) std::remove(tmp.c_str());
-    MPI_CHECK(MPI_Barrier(comm.get()));
+    barrier(comm);
     throw file_io::write_error(stats.path, f.err, bytes_needed, "checkpoint");
   }
-  std::uint64_t any_nonfinite = 0;
-  watched_collective("all_reduce", kWatchGroup, comm, [&](MPI_Request* r) {
-    MPI_CHECK(MPI_Iallreduce(&nonfinite, &any_nonfinite, 1, MPI_UINT64_T, MPI_SUM, comm.get(), r));
-  });
+  const std::uint64_t any_nonfinite =
+      watched_all_reduce_value<std::uint64_t>("all_reduce", kWatchGroup, comm, nonfinite, ReduceOp::Sum);
   if (any_nonfinite > 0) {
     if (root) {
       std::remove(tmp.c_str());
       log::warn("checkpoint at step %d NOT saved: %llu non-finite values in the weights or optimizer moments", st.step,
                 static_cast<unsigned long long>(any_nonfinite));
     }
-    MPI_CHECK(MPI_Barrier(comm.get()));
+    barrier(comm);
     stats.written = false;
     stats.seconds = now_seconds() - t0;
     return stats;

@@ -1,6 +1,5 @@
 #include "meshtrain/core/error.hpp"
 
-#include <mpi.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,7 +9,7 @@
 
 namespace meshtrain {
 namespace {
-MPI_Comm g_abort_comm = MPI_COMM_NULL;
+AbortAllRanks g_abort_all = nullptr;
 int g_world_rank = 0;
 
 std::string host_name() {
@@ -22,16 +21,13 @@ std::string host_name() {
 [[noreturn]] void abort_now(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized && g_abort_comm != MPI_COMM_NULL) MPI_Abort(g_abort_comm, code);
+  if (g_abort_all != nullptr) g_abort_all(code);  // ends every rank; returns when MPI is down
   std::_Exit(code);
 }
 }  // namespace
 
-void set_abort_context(void* mpi_comm_handle, int world_rank) {
-  g_abort_comm = *static_cast<MPI_Comm*>(mpi_comm_handle);
+void set_abort_context(AbortAllRanks abort_all, int world_rank) {
+  g_abort_all = abort_all;
   g_world_rank = world_rank;
 }
 
@@ -50,13 +46,5 @@ void abort_job(const std::string& message, int code) {
   abort_now(code);
 }
 
-namespace detail {
-std::string mpi_error_string(int code) {
-  char buf[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(buf, static_cast<std::size_t>(len));
-}
-}  // namespace detail
 
 }  // namespace meshtrain

@@ -22,6 +22,8 @@ bool started_by_launcher() {
   return false;
 }
 
+/// The communicator abort_all_ranks() aborts; set once MPI is initialised.
+MPI_Comm g_abort_world = MPI_COMM_NULL;
 }  // namespace
 
 Runtime::Runtime(int& argc, char**& argv, MPI_Comm world) {
@@ -32,6 +34,7 @@ Runtime::Runtime(int& argc, char**& argv, MPI_Comm world) {
   if (!started_by_launcher()) setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
   // FUNNELED: only the main thread calls MPI (OpenMP threads never do).
   MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level_));
+  g_abort_world = world;
   world_ = MpiComm::duplicate(world);
   topology_ = Topology::discover(world_);
   std::string why;
@@ -49,6 +52,22 @@ Runtime::Runtime(int& argc, char**& argv, MPI_Comm world) {
   device_id_ = devices > 0 ? topology_.local_rank % devices : -1;
   kokkos_initialize(device_id_, -1);
 }
+
+void abort_all_ranks(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized && g_abort_world != MPI_COMM_NULL) MPI_Abort(g_abort_world, code);
+}
+
+namespace detail {
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, static_cast<std::size_t>(len));
+}
+}  // namespace detail
 
 Runtime::~Runtime() {
   if (Kokkos::is_initialized()) {

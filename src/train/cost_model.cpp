@@ -1,12 +1,12 @@
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/train/cost_model.hpp"
 
 #include <algorithm>
+#include <thread>
 #include <cmath>
 #include <sched.h>
 
-#include <chrono>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include "meshtrain/comm/bench.hpp"
@@ -207,21 +207,15 @@ NodeShare node_share(const Runtime& rt) {
 }
 
 /// The value a training step will see from per-rank measurements: the slowest measuring
-/// rank's (it bounds the step; `worse` = MPI_MIN for rates, MPI_MAX for times), scaled by
+/// rank's (it bounds the step; `worse` = Min for rates, Max for times), scaled by
 /// the node's time share. Collective; `v` is ignored on ranks that do not measure.
-double step_value(const Runtime& rt, double v, MPI_Op worse, const NodeShare& ns) {
+double step_value(const Runtime& rt, double v, ReduceOp worse, const NodeShare& ns) {
   // Ranks that do not measure arrive early; they must sleep, not spin in the collective:
   // Open MPI busy-polls a blocking collective and would take the cores being measured.
-  MPI_Request barrier;
-  MPI_CHECK(MPI_Ibarrier(rt.world().get(), &barrier));
-  for (int done = 0;;) {
-    MPI_CHECK(MPI_Test(&barrier, &done, MPI_STATUS_IGNORE));
-    if (done) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  const bool rate = worse == MPI_MIN;
-  double in = ns.measures ? v : (rate ? 1e300 : -1e300), out = in;
-  MPI_Allreduce(&in, &out, 1, MPI_DOUBLE, worse, rt.world().get());
+  sleeping_barrier(rt.world());
+  const bool rate = worse == ReduceOp::Min;
+  const double in = ns.measures ? v : (rate ? 1e300 : -1e300);
+  const double out = all_reduce_value(rt.world(), in, worse);
   return rate ? out * ns.share : out / ns.share;
 }
 
@@ -242,8 +236,8 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
   const auto& p = cfg.parallel;
   const NodeShare ns = node_share(rt);
   // Measure on the measuring ranks only (the others wait in the reduction).
-  const auto slowest_rate = [&](auto&& measure) { return step_value(rt, ns.measures ? measure() : 0.0, MPI_MIN, ns); };
-  const auto slowest_time = [&](double v) { return step_value(rt, v, MPI_MAX, ns); };
+  const auto slowest_rate = [&](auto&& measure) { return step_value(rt, ns.measures ? measure() : 0.0, ReduceOp::Min, ns); };
+  const auto slowest_time = [&](double v) { return step_value(rt, v, ReduceOp::Max, ns); };
   if (!p.target_gemm_tflops.empty()) {
     c.gemm_flops = std::stod(p.target_gemm_tflops) * 1e12;
     c.gemm_source = "parallel.target_gemm_tflops";

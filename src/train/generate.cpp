@@ -1,3 +1,4 @@
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/train/generate.hpp"
 
 #include <algorithm>
@@ -74,7 +75,7 @@ std::vector<std::int32_t> generate_ids(Session<T>& s, std::vector<std::int32_t> 
     }
     std::int32_t next = pick_token(logits, o, gen);
     // Every rank computed the same logits; rank 0's choice is authoritative anyway.
-    MPI_CHECK(MPI_Bcast(&next, 1, MPI_INT32_T, 0, s.mesh().world().get()));
+    next = broadcast_value(s.mesh().world(), next);
     (n == 0 ? st.first_seconds : st.rest_seconds) += now_seconds() - t0;
     ++st.steps;
     if (next == o.stop_token) break;

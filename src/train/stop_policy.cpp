@@ -1,3 +1,4 @@
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/train/stop_policy.hpp"
 
 #include <csignal>
@@ -75,7 +76,7 @@ StopPolicy::StopPolicy(const TrainConfig& tc, double start, const MpiComm& world
     const double end = slurm_end_epoch();
     if (end > 0) from_slurm = start + (end - static_cast<double>(std::time(nullptr)));
   }
-  MPI_CHECK(MPI_Bcast(&from_slurm, 1, MPI_DOUBLE, 0, world.get()));
+  from_slurm = broadcast_value(world, from_slurm);
   source_ = tc.time_limit > 0 ? strprintf("train.time_limit=%gs", tc.time_limit) : "none";
   if (from_slurm > 0 && (deadline == 0 || from_slurm < deadline)) {
     deadline = from_slurm;
@@ -97,11 +98,8 @@ std::string StopPolicy::describe() const {
 
 StopReason StopPolicy::check(double step_seconds) const {
   int local = g_signal != 0 ? 2 : (deadline_ > 0 && seconds_left() < margin_ + step_seconds ? 1 : 0);
-  int any = 0;
   // Under the watchdog: a rank that stalls between steps must not hang the others here.
-  watched_collective("all_reduce", "world", world_, [&](MPI_Request* r) {
-    MPI_CHECK(MPI_Iallreduce(&local, &any, 1, MPI_INT, MPI_MAX, world_.get(), r));
-  });
+  const int any = watched_all_reduce_value("all_reduce", "world", world_, local, ReduceOp::Max);
   return any == 2 ? StopReason::Signal : any == 1 ? StopReason::TimeLimit : StopReason::None;
 }
 

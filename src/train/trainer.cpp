@@ -1,3 +1,4 @@
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/train/trainer.hpp"
 
 #include <algorithm>
@@ -106,9 +107,7 @@ std::pair<double, double> Trainer<T>::min_max(double v) const {
   // One max-reduction of (-v, v), under the watchdog (a stalled rank must not hang the
   // others in the step-boundary metrics); negation is exact, so -max(-v) == min(v).
   double m[2] = {-v, v};
-  watched_collective("all_reduce", "world", rt_.world(), [&](MPI_Request* r) {
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, m, 2, MPI_DOUBLE, MPI_MAX, rt_.world().get(), r));
-  });
+  watched_all_reduce_in_place("all_reduce", "world", rt_.world(), m, 2, ReduceOp::Max);
   return {-m[0], m[1]};
 }
 
@@ -427,9 +426,7 @@ void Trainer<T>::write_summary() {
   double mine[6] = {total_compute_, total_busy_, total_exposed_, total_io_, static_cast<double>(ms.peak_reserved),
                     static_cast<double>(host_peak_rss_bytes())};
   std::vector<double> all(static_cast<std::size_t>(6) * world);
-  watched_collective("gather", "world", rt_.world(), [&](MPI_Request* r) {
-    MPI_CHECK(MPI_Igather(mine, 6, MPI_DOUBLE, all.data(), 6, MPI_DOUBLE, 0, rt_.world().get(), r));
-  });
+  watched_gather("gather", "world", rt_.world(), mine, 6, all.data(), 0);
   // Rank 0 writes; every rank learns whether that failed (disk full: exit 74).
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;

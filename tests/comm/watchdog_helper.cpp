@@ -76,8 +76,7 @@ int run_tp(const Runtime& rt) {
 
 int main(int argc, char** argv) {
   Runtime rt(argc, argv, MPI_COMM_WORLD);
-  MPI_Comm world = MPI_COMM_WORLD;
-  set_abort_context(&world, rt.topology().world_rank);
+  set_abort_context(&abort_all_ranks, rt.topology().world_rank);
   watchdog_init(rt.world());
   if (argc != 3) {
     std::fprintf(stderr, "usage: watchdog_helper world|tp TIMEOUT_SECONDS\n");

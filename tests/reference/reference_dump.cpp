@@ -56,8 +56,7 @@ void write_raw(const std::string& path, const V& v) {
 
 int main(int argc, char** argv) {
   Runtime rt(argc, argv, MPI_COMM_WORLD);
-  MPI_Comm world = MPI_COMM_WORLD;
-  set_abort_context(&world, rt.topology().world_rank);
+  set_abort_context(&abort_all_ranks, rt.topology().world_rank);
   if (argc < 3 || rt.topology().world_size != 1) {
     std::fprintf(stderr, "usage: reference_dump CONFIG.ini OUT_DIR [--k=v ...]  (one rank)\n");
     return 2;

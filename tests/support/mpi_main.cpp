@@ -38,8 +38,7 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   meshtrain::Runtime runtime(argc, argv, MPI_COMM_WORLD);
-  MPI_Comm world = MPI_COMM_WORLD;
-  meshtrain::set_abort_context(&world, runtime.topology().world_rank);
+  meshtrain::set_abort_context(&meshtrain::abort_all_ranks, runtime.topology().world_rank);
   meshtrain::watchdog_init(runtime.world());
   meshtrain::test::set_runtime(&runtime);
   ::testing::InitGoogleTest(&argc, argv);

@@ -1,6 +1,7 @@
 #pragma once
-/// \brief The `Communicator` interface: the only way meshtrain code moves data between
-/// ranks. Backends: `MpiCommunicator` (host memory, non-blocking MPI collectives) and
+/// \brief The `Communicator` interface: how tensors (the FSDP/TP data path) move between
+/// ranks; small host values (scalars, strings, agreement) go through collectives.hpp. No
+/// code outside comm/ and runtime/ calls MPI. Backends: `MpiCommunicator` (host memory, non-blocking MPI collectives) and
 /// `NcclCommunicator` (device memory, a comm stream ordered against the compute stream
 /// with events). Every collective exists blocking and async; async ones return a
 /// `Work` handle that must be waited on before the buffers are touched.

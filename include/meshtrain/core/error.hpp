@@ -45,14 +45,17 @@ inline constexpr int kExitPreempted = 75;
 inline constexpr int kExitAbort = 3;
 
 /// \brief Prints `[meshtrain] rank R (host) <lib> error at file:line: message` and aborts
-/// every rank of the job (MPI_Abort on the communicator registered with
-/// `set_abort_context`). Never returns.
+/// every rank of the job (through the function registered with `set_abort_context`: the
+/// runtime's MPI_Abort). Never returns.
 [[noreturn]] void fatal(const char* library, const std::string& message, const char* call,
                         const char* file, int line);
 
-/// \brief Registers the communicator that `fatal` aborts and the rank it prints.
-/// Called once by main (the only place that knows MPI_COMM_WORLD).
-void set_abort_context(void* mpi_comm_handle, int world_rank);
+/// Ends every rank of the job with the exit status given; returns only when it cannot
+/// (MPI not initialised or already finalised), and the caller then exits alone.
+using AbortAllRanks = void (*)(int code);
+/// \brief Registers how `fatal` ends every rank (runtime's `abort_all_ranks`) and the rank
+/// it prints. Called once by main (the only place that knows MPI_COMM_WORLD).
+void set_abort_context(AbortAllRanks abort_all, int world_rank);
 
 /// \brief Aborts the whole job with `code` after printing `message` (watchdog, NaN limit).
 [[noreturn]] void abort_job(const std::string& message, int code = kExitAbort);

@@ -32,6 +32,11 @@ class Runtime {
   int thread_level_ = 0;
 };
 
+/// MPI_Abort on the world the Runtime was made for (every rank ends with `code`); returns
+/// without doing anything before MPI_Init or after MPI_Finalize. Registered with
+/// set_abort_context (core/error.hpp) by main.
+void abort_all_ranks(int code);
+
 /// "Open MPI v4.1.4, ..." from MPI_Get_library_version (first line).
 std::string mpi_library_version();
 
