@@ -26,7 +26,7 @@
 #include "meshtrain/data/memory_tokens.hpp"
 #include "meshtrain/data/tokenizer.hpp"
 #include "meshtrain/data/sampler.hpp"
-#include "meshtrain/parallel/micro_step.hpp"
+#include "meshtrain/train/evaluate.hpp"
 
 namespace meshtrain::app {
 namespace {
@@ -128,29 +128,10 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   // fails before the weights are read.
   const LoadedWeights weights = load_checkpoint_weights(session, setup, weights_source);
 
-  const model::BatchShape shape{tc.micro_batch, tc.seq_len};
-  const std::size_t n = static_cast<std::size_t>(tc.micro_batch) * tc.seq_len;
-  std::vector<std::int32_t> host_in(n), host_tgt(n);
-  Buffer<std::int32_t> in(n, MemCategory::Workspace), tgt(n, MemCategory::Workspace);
+  train::TokenBatch batch(tc.micro_batch, tc.seq_len);
   const double t0 = now_seconds();
-  double local = 0, counted = 0;
-  for (long long b = 0; b < micro_batches; ++b) {
-    // The trainer's evaluate(): micro-batch b of rank d starts at window b*micro*dp + d*micro.
-    const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), tc.micro_batch, dp, session.mesh().dp_rank());
-    // A token id outside the vocabulary (checked as it is read) stops every rank alike.
-    agree_on_errors(world, [&] { sampler->fill(w0, tc.micro_batch, host_in.data(), host_tgt.data()); }, "world");
-    // Windows past the end (the last micro-batch of --batches 0) still run, so that every
-    // rank takes part in every collective, but their targets are masked out of the loss.
-    for (int i = 0; i < tc.micro_batch; ++i)
-      if (w0 + static_cast<std::uint64_t>(i) >= windows)
-        std::fill_n(host_tgt.begin() + static_cast<std::ptrdiff_t>(i) * tc.seq_len, tc.seq_len, -1);
-    counted += static_cast<double>(std::count_if(host_tgt.begin(), host_tgt.end(), [](std::int32_t t) { return t >= 0; }));
-    Kokkos::deep_copy(in.view(), UView<std::int32_t, HostMem>(host_in.data(), n));
-    Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(host_tgt.data(), n));
-    local += parallel::forward_loss(session.engine(), session.model(), session.context(), in.data(), tgt.data(), shape);
-  }
-  const double tokens = masked ? session.global_sum(counted) : static_cast<double>(windows) * tc.seq_len;
-  const double loss = session.global_sum(local) / tokens;
+  const train::EvalResult r = train::evaluate(session, *sampler, train::EvalWindows{micro_batches, windows, masked}, batch);
+  const double tokens = r.tokens, loss = r.loss;
   const double seconds = now_seconds() - t0;
   if (root) {
     const std::string where = o.text.empty() ? "the " + o.split + " split (" + source + ")" : source;

@@ -5,6 +5,7 @@
 
 #include "meshtrain/parallel/grad_norm.hpp"
 #include "meshtrain/parallel/micro_step.hpp"
+#include "meshtrain/train/token_batch.hpp"
 
 namespace meshtrain::train {
 
@@ -27,16 +28,14 @@ StepResult train_step(Session<T>& session, const StepSettings& st, int step, int
   const float grad_scale = static_cast<float>(1.0 / global_tokens);
   parallel::FsdpEngine<T>& eng = session.engine();
 
-  std::vector<std::int32_t> in_host(static_cast<std::size_t>(B) * L), tgt_host(in_host.size());
-  Buffer<std::int32_t> in(in_host.size(), MemCategory::Workspace), tgt(in_host.size(), MemCategory::Workspace);
+  TokenBatch batch(B, L);
   eng.begin_step();
   double local_loss = 0;
   for (int a = 0; a < setup.grad_accum; ++a) {
     eng.begin_micro(a);
-    fill(a, in_host.data(), tgt_host.data());
-    Kokkos::deep_copy(in.view(), UView<std::int32_t, HostMem>(in_host.data(), in_host.size()));
-    Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(tgt_host.data(), tgt_host.size()));
-    local_loss += parallel::forward_backward(eng, session.model(), session.context(), in.data(), tgt.data(), shape,
+    fill(a, batch.host_in.data(), batch.host_tgt.data());
+    batch.upload();
+    local_loss += parallel::forward_backward(eng, session.model(), session.context(), batch.in.data(), batch.tgt.data(), shape,
                                              grad_scale, st.activation_checkpointing);
   }
   eng.finish_step();

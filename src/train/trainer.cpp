@@ -21,6 +21,7 @@
 #include "meshtrain/data/sampler.hpp"
 #include "meshtrain/linalg/peak.hpp"
 #include "meshtrain/parallel/micro_step.hpp"
+#include "meshtrain/train/evaluate.hpp"
 #include "meshtrain/train/generate.hpp"
 #include "meshtrain/train/metrics.hpp"
 #include "meshtrain/train/preflight.hpp"
@@ -29,27 +30,10 @@
 #include "meshtrain/train/setting_warnings.hpp"
 #include "meshtrain/train/step.hpp"
 #include "meshtrain/train/stop_policy.hpp"
+#include "meshtrain/train/token_batch.hpp"
 
 namespace meshtrain::train {
 namespace {
-
-/// Host token staging + device copies for one micro-batch.
-struct TokenBatch {
-  std::vector<std::int32_t> host_in, host_tgt;
-  Buffer<std::int32_t> in, tgt;
-  TokenBatch(int B, int T)
-      : host_in(static_cast<std::size_t>(B) * T), host_tgt(host_in.size()),
-        in(host_in.size(), MemCategory::Workspace), tgt(host_in.size(), MemCategory::Workspace) {}
-  void upload() {
-    Kokkos::deep_copy(in.view(), UView<std::int32_t, HostMem>(host_in.data(), host_in.size()));
-    Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(host_tgt.data(), host_tgt.size()));
-  }
-};
-
-/// Targets the loss counts (>= 0; a loss mask writes -1 for the others).
-double counted_targets(const std::vector<std::int32_t>& targets) {
-  return static_cast<double>(std::count_if(targets.begin(), targets.end(), [](std::int32_t t) { return t >= 0; }));
-}
 
 struct StepTimes {
   double step = 0, exposed_comm = 0, busy_comm = 0, io = 0;
@@ -281,26 +265,13 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
 template <class T>
 double Trainer<T>::evaluate() {
   const TrainConfig& tc = cfg_.train;
-  const Mesh& mesh = session_.mesh();
-  const int dp = mesh.shape().dp();
-  const model::BatchShape shape{tc.micro_batch, tc.seq_len};
   // The evaluation set is eval_batches global batches of windows, split over the dp ranks
   // like training batches, so every mesh evaluates the same windows.
-  double local = 0, counted = 0;
-  const int micro_batches = tc.eval_batches * s_.grad_accum;
-  for (int b = 0; b < micro_batches; ++b) {
-    const std::uint64_t w0 = data::rank_first_window(0, b, tc.micro_batch, dp, mesh.dp_rank());
-    agree_on_errors(rt_.world(), [&] {  // a bad token id stops every rank alike
-      eval_sampler_->fill(w0, tc.micro_batch, batch_.host_in.data(), batch_.host_tgt.data());
-    }, "world");
-    batch_.upload();
-    counted += counted_targets(batch_.host_tgt);
-    local += parallel::forward_loss(session_.engine(), session_.model(), session_.context(), batch_.in.data(),
-                                    batch_.tgt.data(), shape);
-  }
-  const double tokens = data_.val_mask ? session_.global_sum(counted)
-                                      : static_cast<double>(micro_batches) * tc.micro_batch * dp * tc.seq_len;
-  last_val_ = session_.global_sum(local) / tokens;
+  EvalWindows w;
+  w.micro_batches = static_cast<long long>(tc.eval_batches) * s_.grad_accum;
+  w.windows = static_cast<std::uint64_t>(w.micro_batches) * tc.micro_batch * session_.mesh().shape().dp();
+  w.masked = data_.val_mask != nullptr;
+  last_val_ = train::evaluate(session_, *eval_sampler_, w, batch_).loss;
   return last_val_;
 }
 

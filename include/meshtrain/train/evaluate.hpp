@@ -1,0 +1,35 @@
+#pragma once
+/// \brief The evaluation loop shared by training (val_loss) and `meshtrain eval`: mean
+/// cross-entropy over a fixed set of windows, split over the data-parallel ranks exactly
+/// like training batches, so every mesh evaluates the same windows and gets the same mean.
+
+#include <cstdint>
+
+#include "meshtrain/data/sampler.hpp"
+#include "meshtrain/train/session.hpp"
+#include "meshtrain/train/token_batch.hpp"
+
+namespace meshtrain::train {
+
+/// Which windows an evaluation covers. Micro-batch b of dp rank d starts at window
+/// b * micro_batch * dp + d * micro_batch; windows at or past `windows` (the padding of the
+/// last micro-batch when the window count is not a multiple of micro_batch * dp) still run,
+/// so every rank takes part in every collective, but their targets are masked out.
+struct EvalWindows {
+  long long micro_batches = 0;  ///< micro-batches per dp rank
+  std::uint64_t windows = 0;    ///< windows evaluated over all ranks, padding excluded
+  bool masked = false;          ///< loss-masked data (instruction/chat): the mean is over the counted targets
+};
+
+struct EvalResult {
+  double loss = 0;    ///< mean cross-entropy per counted target, nats (same on every rank)
+  double tokens = 0;  ///< targets counted, all ranks
+};
+
+/// Runs the forward passes and reduces the loss over the world. A token id outside the
+/// vocabulary (checked as the sampler reads it) becomes the same UserError on every rank.
+/// `batch` is the staging buffer (micro_batch x seq_len of the session's run).
+template <class T>
+EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const EvalWindows& w, TokenBatch& batch);
+
+}  // namespace meshtrain::train

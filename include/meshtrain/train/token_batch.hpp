@@ -1,0 +1,28 @@
+#pragma once
+/// \brief Host-to-device staging of one micro-batch of token ids: the sampler fills the
+/// host vectors, upload() copies them to the device buffers the model reads. The one place
+/// training steps, the trainer's evaluation and `meshtrain eval` stage tokens.
+
+#include <cstdint>
+#include <vector>
+
+#include "meshtrain/core/memory.hpp"
+
+namespace meshtrain::train {
+
+/// Targets the loss counts: those >= 0 (a loss mask, or padding, writes -1 for the others).
+double counted_targets(const std::vector<std::int32_t>& targets);
+
+struct TokenBatch {
+  int micro_batch = 0, seq_len = 0;
+  std::vector<std::int32_t> host_in, host_tgt;  ///< (micro_batch, seq_len) each, row-major
+  Buffer<std::int32_t> in, tgt;                 ///< device copies, same shape
+
+  TokenBatch(int micro_batch, int seq_len);
+  /// Copies host_in/host_tgt to in/tgt.
+  void upload();
+  /// counted_targets(host_tgt).
+  double counted_targets() const;
+};
+
+}  // namespace meshtrain::train
