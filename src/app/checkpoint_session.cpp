@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/checkpoint/weights_path.hpp"
 #include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/collectives.hpp"
@@ -53,19 +54,6 @@ void configure_run_logging(const Runtime& rt, const Config& cfg) {
 
 namespace {
 
-/// A Hugging Face directory, a .safetensors file or a GGUF file (not a meshtrain checkpoint).
-bool is_pretrained(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    return fs::exists(path + "/model.safetensors", ec) || fs::exists(path + "/model.safetensors.index.json", ec);
-  if (fs::is_regular_file(path, ec) && checkpoint::looks_like_gguf(path)) return true;
-  return path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
-}
-
-}  // namespace
-
-namespace {
-
 /// model.lora_targets as the checkpoint stores it: resolved (auto) and in the family's
 /// order; "" when the family is unknown (the comparison then reports a difference).
 std::string canonical_lora_targets(const std::string& family, const std::string& targets) {
@@ -94,7 +82,6 @@ WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std
   int pretrained = 0;
   agree_on_errors(world, [&] {
     if (world.rank() != 0) return;
-    std::error_code ec;
     if (option.empty()) {
       out.path = checkpoint::resolve_resume(dir, "auto");
       MESHTRAIN_REQUIRE(!out.path.empty(),
@@ -104,21 +91,9 @@ WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std
                         dir.c_str());
       return;
     }
-    MESHTRAIN_REQUIRE(fs::exists(option, ec), "--checkpoint %s: no such file or directory", option.c_str());
-    if (is_pretrained(option)) {
-      pretrained = 1;
-      out.path = option;
-      return;
-    }
-    if (fs::is_directory(option, ec)) {
-      out.path = checkpoint::resolve_resume(option, "auto");
-      MESHTRAIN_REQUIRE(!out.path.empty(),
-                        "--checkpoint %s: the directory holds no complete checkpoint (step_*.h5) and no "
-                        "model.safetensors",
-                        option.c_str());
-      return;
-    }
-    out.path = option;
+    const checkpoint::WeightsPath w = checkpoint::classify_weights_path(option, "--checkpoint " + option);
+    pretrained = w.pretrained() ? 1 : 0;
+    out.path = w.path;
   });
   out.pretrained = broadcast_value(world, pretrained) != 0;
   out.path = broadcast_string(world, out.path);

@@ -154,11 +154,9 @@ struct Spread {
 };
 Spread spread(const MpiComm& world, double v) {
   Spread s;
-  // One reduction: max of (-v, v) gives min and max (negation is exact); the sum apart.
-  double m[2] = {-v, v};
-  all_reduce_in_place(world, m, 2, ReduceOp::Max);
-  s.min = -m[0];
-  s.max = m[1];
+  const MinMax mm = all_min_max(world, v);
+  s.min = mm.min;
+  s.max = mm.max;
   s.sum = all_reduce_value(world, v, ReduceOp::Sum);
   s.avg = s.sum / world.size();
   return s;
@@ -319,38 +317,6 @@ GemmShape parse_gemm_shape(const std::string& s) {
   return g;
 }
 
-/// Best and mean FLOP/s of C (m,n) = op(A) op(B) over repeats lasting about `seconds`.
-template <class T>
-std::pair<double, double> time_gemm(const GemmShape& g, const std::string& tr, double seconds) {
-  using linalg::Op;
-  const Op oa = tr[0] == 't' ? Op::T : Op::N, ob = tr[1] == 't' ? Op::T : Op::N;
-  const std::size_t na = static_cast<std::size_t>(g.m) * g.k, nb = static_cast<std::size_t>(g.k) * g.n,
-                    nc = static_cast<std::size_t>(g.m) * g.n;
-  Buffer<T> a(na, MemCategory::Workspace), b(nb, MemCategory::Workspace), c(nc, MemCategory::Workspace);
-  kernels::fill(a.data(), na, 0.5);
-  kernels::fill(b.data(), nb, 0.25);
-  // Row-major: A is (m,k) or stored (k,m) when transposed; likewise B.
-  const int lda = oa == Op::N ? g.k : g.m, ldb = ob == Op::N ? g.n : g.k;
-  const auto once = [&] {
-    linalg::gemm<T>(oa, ob, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), g.n);
-    Kokkos::fence();
-  };
-  once();  // warm-up
-  const double flop = 2.0 * g.m * static_cast<double>(g.n) * g.k;
-  double best = 0, total = 0;
-  int reps = 0;
-  const double start = now_seconds();
-  do {
-    const double t0 = now_seconds();
-    once();
-    const double t = now_seconds() - t0;
-    best = std::max(best, flop / t);
-    total += t;
-    ++reps;
-  } while (now_seconds() - start < seconds);
-  return {best, flop * reps / total};
-}
-
 int bench_gemm(Runtime& rt, const BenchArgs& a) {
   const MpiComm& world = rt.world();
   const bool root = world.rank() == 0;
@@ -366,8 +332,9 @@ int bench_gemm(Runtime& rt, const BenchArgs& a) {
   std::string arr = "[";
   for (const std::string& item : split_list(a.sizes)) {
     const GemmShape g = parse_gemm_shape(item);
-    const auto [best, mean] = bf16 ? time_gemm<meshtrain::bf16>(g, a.transpose, a.seconds)
-                                   : time_gemm<float>(g, a.transpose, a.seconds);
+    const linalg::Op oa = a.transpose[0] == 't' ? linalg::Op::T : linalg::Op::N;
+    const linalg::Op ob = a.transpose[1] == 't' ? linalg::Op::T : linalg::Op::N;
+    const auto [best, mean] = linalg::time_gemm(oa, ob, g.m, g.n, g.k, a.seconds, bf16);
     const Spread b = spread(world, best), m = spread(world, mean);
     if (root) {
       std::printf("%22s %12.1f %12.1f %12.1f %12.1f\n", strprintf("%d x %d x %d", g.m, g.n, g.k).c_str(), b.min / 1e9,

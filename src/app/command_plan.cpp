@@ -3,11 +3,9 @@
 // allocating the model, for this job or (with --parallel.world_size etc.) another cluster.
 // When the mesh is left to the planner (mesh keys at -1) it ranks every candidate mesh by
 // predicted step time; --json FILE writes the candidates for scripts.
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,6 +15,7 @@
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/model/model_dims.hpp"
@@ -181,15 +180,7 @@ void write_json(const std::string& path, int world, int rpn, const parallel::Pla
   j["reason"] = ms.reason;
   if (unrestricted != nullptr && unrestricted->chosen >= 0)
     j["best_unrestricted"] = candidate_json(unrestricted->candidates[unrestricted->chosen]);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    MESHTRAIN_REQUIRE(out.good(), "--json %s: cannot write '%s': %s; give a path in a writable directory",
-                      path.c_str(), tmp.c_str(), std::strerror(errno));
-    out << j.dump(1) << "\n";
-    MESHTRAIN_REQUIRE(out.good(), "--json %s: writing failed: %s", path.c_str(), std::strerror(errno));
-  }
-  std::filesystem::rename(tmp, path);
+  file_io::replace_file(path, j.dump(1) + "\n");  // temp + fsync + rename: never a torn file
 }
 
 }  // namespace

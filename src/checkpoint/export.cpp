@@ -16,6 +16,7 @@
 #include "import.hpp"
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/checkpoint/weights_path.hpp"
 #include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/checkpoint/safetensors.hpp"
 #include "meshtrain/core/bf16.hpp"
@@ -145,16 +146,15 @@ class BaseWeights {
       : ref_(ref), specs_(specs) {
     if (ref.path.empty()) return;  // a random base: recomputed from its seed
     check_base(ref, checkpoint);
-    std::error_code ec;
-    h5::QuietErrors quiet;
-    if (fs::is_regular_file(ref.path, ec) && H5Fis_hdf5(ref.path.c_str()) > 0) {
+    const WeightsPath base = classify_weights_path(ref.path, "the base weights " + ref.path);
+    if (base.kind == WeightsKind::Hdf5) {
       std::vector<model::ParamSpec> frozen;
       for (const model::ParamSpec& p : specs)
         if (p.frozen) frozen.push_back(p);
-      format::validate(ref.path, frozen, {false, nullptr, false});
-      h5_ = h5::file(H5Fopen(ref.path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
+      format::validate(base.path, frozen, {false, nullptr, false});
+      h5_ = h5::file(H5Fopen(base.path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
       MESHTRAIN_REQUIRE(h5_.valid(), "cannot open the base weights %s", ref.path.c_str());
-    } else if (fs::is_regular_file(ref.path, ec) && looks_like_gguf(ref.path)) {
+    } else if (base.kind == WeightsKind::Gguf) {
       imported_ = std::make_unique<GgufWeights>(ref.path, specs, dims);
     } else {
       imported_ = std::make_unique<SafetensorsWeights>(ref.path, specs, dims);

@@ -13,6 +13,7 @@
 #include "import.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/checkpoint/weights_path.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -273,37 +274,14 @@ TrainState read_train_state(hid_t file, const std::string& path) {
   return st;
 }
 
-/// What `path` of checkpoint.init_from is.
-enum class WeightsKind { Hdf5, Safetensors, Gguf };
-
-/// Decides on rank 0 (file-system lookups) and shares the answer; resolves a checkpoint
-/// directory to its newest checkpoint.
+/// What `path` of checkpoint.init_from names (weights_path.hpp), decided on rank 0 and shared.
 std::pair<WeightsKind, std::string> classify_weights(const MpiComm& comm, const std::string& path) {
-  std::string resolved;
-  int kind = 0;
+  WeightsPath w;
   agree_on_errors(comm, [&] {
-    if (comm.rank() != 0) return;
-    std::error_code ec;
-    MESHTRAIN_REQUIRE(fs::exists(path, ec), "checkpoint.init_from=%s: no such file or directory", path.c_str());
-    if (fs::is_directory(path, ec) && !fs::exists(path + "/model.safetensors", ec) &&
-        !fs::exists(path + "/model.safetensors.index.json", ec)) {
-      resolved = newest_checkpoint(path);  // a checkpoint directory: its newest checkpoint
-      MESHTRAIN_REQUIRE(!resolved.empty(),
-                        "checkpoint.init_from=%s: the directory holds no model.safetensors, no "
-                        "model.safetensors.index.json and no complete checkpoint (step_*.h5)",
-                        path.c_str());
-      kind = 0;
-      return;
-    }
-    resolved = path;
-    h5::QuietErrors quiet;
-    kind = fs::is_regular_file(path, ec) && H5Fis_hdf5(path.c_str()) > 0 ? 0
-           : fs::is_regular_file(path, ec) && looks_like_gguf(path)     ? 2
-                                                                        : 1;
+    if (comm.rank() == 0) w = classify_weights_path(path, "checkpoint.init_from=" + path);
   });
-  kind = broadcast_value(comm, kind);
-  resolved = broadcast_string(comm, resolved);
-  return {kind == 0 ? WeightsKind::Hdf5 : kind == 1 ? WeightsKind::Safetensors : WeightsKind::Gguf, resolved};
+  const int kind = broadcast_value(comm, static_cast<int>(w.kind));
+  return {static_cast<WeightsKind>(kind), broadcast_string(comm, w.path)};
 }
 
 /// Frozen values (the base under LoRA) from weights `resolved` of kind `kind`: an HDF5

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <limits>
 #include <thread>
+#include <vector>
 
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/check.hpp"
@@ -67,6 +68,29 @@ MESHTRAIN_INSTANTIATE_REDUCTIONS(std::int64_t)
 MESHTRAIN_INSTANTIATE_REDUCTIONS(std::uint64_t)
 MESHTRAIN_INSTANTIATE_REDUCTIONS(double)
 #undef MESHTRAIN_INSTANTIATE_REDUCTIONS
+
+MinMax all_min_max(const MpiComm& comm, double v) {
+  double m[2] = {-v, v};
+  all_reduce_in_place(comm, m, 2, ReduceOp::Max);
+  return {-m[0], m[1]};
+}
+
+MinMax watched_all_min_max(const char* what, const std::string& group, const MpiComm& comm, double v) {
+  MinMax out;
+  watched_all_min_max(what, group, comm, &v, &out, 1);
+  return out;
+}
+
+void watched_all_min_max(const char* what, const std::string& group, const MpiComm& comm, const double* values,
+                         MinMax* out, int count) {
+  std::vector<double> m(2 * static_cast<std::size_t>(count));  // (-v0, v0, -v1, v1, ...)
+  for (int i = 0; i < count; ++i) {
+    m[2 * i] = -values[i];
+    m[2 * i + 1] = values[i];
+  }
+  watched_all_reduce_in_place(what, group, comm, m.data(), 2 * count, ReduceOp::Max);
+  for (int i = 0; i < count; ++i) out[i] = {-m[2 * i], m[2 * i + 1]};
+}
 
 void broadcast_bytes(const MpiComm& comm, void* data, std::int64_t bytes, int root) {
   if (bytes == 0) return;

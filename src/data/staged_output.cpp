@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 
 namespace meshtrain::data {
 namespace fs = std::filesystem;
@@ -43,10 +44,7 @@ void StagedOutput::commit() {
   }
   for (const std::string& n : names_) {
     const fs::path from = fs::path(dir_) / (n + ".tmp"), to = fs::path(dir_) / n;
-    std::error_code ec;
-    fs::rename(from, to, ec);
-    MESHTRAIN_REQUIRE(!ec, "cannot rename %s to %s: %s", from.string().c_str(), to.string().c_str(),
-                      ec.message().c_str());
+    file_io::rename_durably(from.string(), to.string());
   }
   committed_ = true;
 }

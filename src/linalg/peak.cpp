@@ -11,29 +11,41 @@ namespace meshtrain::linalg {
 namespace {
 
 template <class T>
-double gemm_flops(int n, double seconds) {
-  const std::size_t nn = static_cast<std::size_t>(n) * n;
-  Buffer<T> a(nn, MemCategory::Workspace), b(nn, MemCategory::Workspace), c(nn, MemCategory::Workspace);
-  kernels::fill(a.data(), nn, 0.5);
-  kernels::fill(b.data(), nn, 0.25);
-  gemm<T>(Op::N, Op::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
-  Kokkos::fence();
-  double best = 0;
+GemmRate timed_gemm(Op oa, Op ob, int m, int n, int k, double seconds) {
+  const std::size_t na = static_cast<std::size_t>(m) * k, nb = static_cast<std::size_t>(k) * n,
+                    nc = static_cast<std::size_t>(m) * n;
+  Buffer<T> a(na, MemCategory::Workspace), b(nb, MemCategory::Workspace), c(nc, MemCategory::Workspace);
+  kernels::fill(a.data(), na, 0.5);
+  kernels::fill(b.data(), nb, 0.25);
+  // Row-major: A is (m,k), stored (k,m) when transposed; likewise B.
+  const int lda = oa == Op::N ? k : m, ldb = ob == Op::N ? n : k;
+  const auto once = [&] {
+    gemm<T>(oa, ob, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), n);
+    Kokkos::fence();
+  };
+  once();  // warm-up
+  const double flop = 2.0 * m * static_cast<double>(n) * k;
+  double best = 0, total = 0;
+  int reps = 0;
   const double start = now_seconds();
   do {
     const double t0 = now_seconds();
-    gemm<T>(Op::N, Op::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    Kokkos::fence();
-    best = std::max(best, 2.0 * n * n * static_cast<double>(n) / (now_seconds() - t0));
+    once();
+    const double t = now_seconds() - t0;
+    best = std::max(best, flop / t);
+    total += t;
+    ++reps;
   } while (now_seconds() - start < seconds);
-  return best;
+  return {best, flop * reps / total};
 }
 
 }  // namespace
 
-double measure_gemm_flops(int n, double seconds, bool bf16) {
-  return bf16 ? gemm_flops<meshtrain::bf16>(n, seconds) : gemm_flops<float>(n, seconds);
+GemmRate time_gemm(Op a, Op b, int m, int n, int k, double seconds, bool bf16) {
+  return bf16 ? timed_gemm<meshtrain::bf16>(a, b, m, n, k, seconds) : timed_gemm<float>(a, b, m, n, k, seconds);
 }
+
+double measure_gemm_flops(int n, double seconds, bool bf16) { return time_gemm(Op::N, Op::N, n, n, n, seconds, bf16).best; }
 
 double measure_copy_bandwidth(double bytes, double seconds) {
   const std::size_t n = static_cast<std::size_t>(bytes / sizeof(float));

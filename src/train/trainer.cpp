@@ -54,7 +54,6 @@ class Trainer {
   double evaluate();
   void log_step(int step, double loss, double gnorm, double lr, const StepTimes& t, double val_loss);
   void write_summary();
-  std::pair<double, double> min_max(double v) const;
   // Checkpoints: resume / init_from at start, saves every checkpoint.every steps and at the end.
   int restore_or_init();
   bool checkpoint_due(int step, bool last) const;
@@ -85,15 +84,6 @@ class Trainer {
   double ckpt_save_s_ = NAN, ckpt_save_gbps_ = NAN;  ///< last save/load, reported with the next step
   double ckpt_load_s_ = NAN, ckpt_load_gbps_ = NAN;
 };
-
-template <class T>
-std::pair<double, double> Trainer<T>::min_max(double v) const {
-  // One max-reduction of (-v, v), under the watchdog (a stalled rank must not hang the
-  // others in the step-boundary metrics); negation is exact, so -max(-v) == min(v).
-  double m[2] = {-v, v};
-  watched_all_reduce_in_place("all_reduce", "world", rt_.world(), m, 2, ReduceOp::Max);
-  return {-m[0], m[1]};
-}
 
 template <class T>
 int Trainer<T>::run() {
@@ -144,7 +134,7 @@ int Trainer<T>::run() {
 
   peak_flops_ = tc.peak_tflops > 0 ? tc.peak_tflops * 1e12 : linalg::measure_gemm_flops(1024, 0.3, s_.bf16);
   {
-    const auto [mn, mx] = min_max(peak_flops_);
+    const auto [mn, mx] = watched_all_min_max("all_reduce", "world", rt_.world(), peak_flops_);
     peak_flops_ = mn;  // the slowest rank bounds the step
     log::info("measured GEMM peak: %.1f GFLOP/s per rank (%s), min over ranks (max %.1f)", mn / 1e9,
               s_.bf16 ? "bf16" : "fp32", mx / 1e9);
@@ -279,17 +269,18 @@ template <class T>
 void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const StepTimes& t, double val) {
   const TrainConfig& tc = cfg_.train;
   const double tokens = static_cast<double>(s_.global_batch) * tc.seq_len;
-  const auto [step_min, step_max] = min_max(t.step);
-  const auto [exp_min, exp_max] = min_max(t.exposed_comm);
-  const auto [busy_min, busy_max] = min_max(t.busy_comm);
-  const auto [comp_min, comp_max] = min_max(t.compute());
+  const MemoryStats& ms = MemoryPool::instance().stats();
+  // Every rank's times and memory in one reduction (min and max of each).
+  const double mine[6] = {t.step, t.exposed_comm, t.busy_comm, t.compute(), static_cast<double>(ms.peak_reserved),
+                          static_cast<double>(host_peak_rss_bytes())};
+  MinMax over[6];
+  watched_all_min_max("all_reduce", "world", rt_.world(), mine, over, 6);
+  const double step_max = over[0].max, exp_min = over[1].min, exp_max = over[1].max, busy_min = over[2].min,
+               busy_max = over[2].max, comp_min = over[3].min, comp_max = over[3].max, mem_max = over[4].max,
+               rss_max = over[5].max;
   const double tok_s = tokens / step_max;
   const double flops = 3.0 * s_.dims.flops_per_token_forward(tc.seq_len) * tok_s;
   const double mfu = flops / (peak_flops_ * rt_.topology().world_size);
-  const MemoryStats& ms = MemoryPool::instance().stats();
-  const auto [mem_min, mem_max] = min_max(static_cast<double>(ms.peak_reserved));
-  const double rss = static_cast<double>(host_peak_rss_bytes());
-  const auto [rss_min, rss_max] = min_max(rss);
   if (root_) {
     std::string line = strprintf("step %5d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | mfu %.1f%% | mem %s | "
                                  "comp %.3fs comm %.3fs (exposed %.3fs)",
@@ -308,9 +299,6 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
   if (!std::isnan(ckpt_save_s_)) j.add("ckpt_save_s", ckpt_save_s_).add("ckpt_save_gbps", ckpt_save_gbps_);
   if (!std::isnan(ckpt_load_s_)) j.add("ckpt_load_s", ckpt_load_s_).add("ckpt_load_gbps", ckpt_load_gbps_);
   ckpt_save_s_ = ckpt_save_gbps_ = ckpt_load_s_ = ckpt_load_gbps_ = NAN;
-  (void)step_min;
-  (void)mem_min;
-  (void)rss_min;
   // Rank 0 writes; every rank learns whether the write failed (disk full: exit 74).
   agree_on_errors(rt_.world(), [&] { metrics_->write(j.str()); }, "world");
 }

@@ -36,6 +36,18 @@ T watched_all_reduce_value(const char* what, const std::string& group, const Mpi
   return value;
 }
 
+/// The smallest and largest of a value over the ranks.
+struct MinMax {
+  double min = 0, max = 0;
+};
+/// One max-reduction of (-v, v): negation is exact, so -max(-v) == min(v).
+MinMax all_min_max(const MpiComm& comm, double v);
+/// As all_min_max, under the watchdog as collective `what` of `group`.
+MinMax watched_all_min_max(const char* what, const std::string& group, const MpiComm& comm, double v);
+/// Element-wise over `count` values, still one reduction (of 2 x count doubles).
+void watched_all_min_max(const char* what, const std::string& group, const MpiComm& comm, const double* values,
+                         MinMax* out, int count);
+
 /// Rank `root`'s `count` values (bytes of a trivially copyable type) on every rank.
 void broadcast_bytes(const MpiComm& comm, void* data, std::int64_t bytes, int root);
 template <class T>
