@@ -1,10 +1,9 @@
 #include <cstdio>
 
+#include "checkpoint_session.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/checkpoint/source_model.hpp"
-#include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/config/config.hpp"
-#include "meshtrain/core/log.hpp"
 #include "meshtrain/train/run_setup.hpp"
 #include "meshtrain/train/trainer.hpp"
 
@@ -21,11 +20,7 @@ int command_train(Runtime& rt, const Args& args) {
   // Pretrained weights from a Hugging Face directory or GGUF file bring their model's shape.
   if (!cfg.checkpoint.init_from.empty())
     checkpoint::adopt_source_model(cfg, cfg.checkpoint.init_from, "checkpoint.init_from");
-  log::configure(rt.topology().world_rank, cfg.output.log_all_ranks,
-                 cfg.output.log_level == "debug" ? log::Level::Debug
-                 : cfg.output.log_level == "warn" ? log::Level::Warn
-                                                  : log::Level::Info);
-  set_collective_timeout(cfg.parallel.collective_timeout);
+  configure_run_logging(rt, cfg);
   const train::RunSetup setup = train::resolve_run(cfg, rt);
   return train::run_training(rt, setup);
 }
