@@ -1,8 +1,8 @@
 #include "meshtrain/comm/agree.hpp"
 
 #include <climits>
-#include <vector>
 
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
@@ -31,12 +31,9 @@ void agree_on_errors(const MpiComm& comm, const std::function<void()>& fn, const
   if (first == INT_MAX) return;
   // Past this point a rank has failed and all ranks know it: the broadcasts below follow
   // at once on every rank, so they need no watchdog.
-  int head[2] = {static_cast<int>(message.size()), status};
-  MPI_CHECK(MPI_Bcast(head, 2, MPI_INT, first, comm.get()));
-  std::vector<char> buf(static_cast<std::size_t>(head[0]) + 1, '\0');
-  if (comm.rank() == first) std::copy(message.begin(), message.end(), buf.begin());
-  MPI_CHECK(MPI_Bcast(buf.data(), head[0], MPI_CHAR, first, comm.get()));
-  throw UserError(std::string(buf.data(), static_cast<std::size_t>(head[0])), head[1]);
+  status = broadcast_value(comm, status, first);
+  message = broadcast_string(comm, std::move(message), first);
+  throw UserError(message, status);
 }
 
 }  // namespace meshtrain
