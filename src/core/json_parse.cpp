@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "meshtrain/core/utf8.hpp"
+
 namespace meshtrain::json {
 namespace {
 
@@ -111,7 +113,7 @@ class Parser {
         case 'n': out += '\n'; break;
         case 'r': out += '\r'; break;
         case 't': out += '\t'; break;
-        case 'u': append_utf8(out, code_point()); break;
+        case 'u': utf8::append(out, code_point()); break;
         default: fail("bad escape");
       }
     }
@@ -140,24 +142,6 @@ class Parser {
     }
     return cp;
   }
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   const std::string& s_;
   std::size_t pos_ = 0;
   int depth_ = 0;

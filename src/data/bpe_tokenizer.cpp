@@ -10,7 +10,7 @@
 #include "meshtrain/core/error.hpp"
 #include "regex_split.hpp"
 #include "tokenizer_hash.hpp"
-#include "utf8.hpp"
+#include "meshtrain/core/utf8.hpp"
 
 namespace meshtrain::data {
 namespace {

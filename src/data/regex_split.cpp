@@ -4,7 +4,7 @@
 #include <pcre2.h>
 
 #include "meshtrain/core/error.hpp"
-#include "utf8.hpp"
+#include "meshtrain/core/utf8.hpp"
 
 namespace meshtrain::data {
 

@@ -1,8 +1,7 @@
-#include "utf8.hpp"
+#include "meshtrain/core/utf8.hpp"
 
-namespace meshtrain::data {
+namespace meshtrain::utf8 {
 
-namespace utf8 {
 std::size_t first_invalid(const std::string& s) {
   std::size_t i = 0;
   while (i < s.size()) {
@@ -26,6 +25,4 @@ std::size_t first_invalid(const std::string& s) {
   }
   return std::string::npos;
 }
-}  // namespace utf8
-
-}  // namespace meshtrain::data
+}  // namespace meshtrain::utf8

@@ -1,10 +1,10 @@
 #pragma once
-// UTF-8 helpers shared by the tokenizers (internal).
+/// \brief UTF-8 helpers shared by the tokenizers and the JSON reader.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-namespace meshtrain::data::utf8 {
+namespace meshtrain::utf8 {
 
 /// Length of the UTF-8 sequence starting with byte `c` (1 for a stray continuation byte).
 inline std::size_t char_len(unsigned char c) {
@@ -48,4 +48,4 @@ inline std::uint32_t decode_at(const std::string& s, std::size_t i, std::size_t 
 /// Offset of the first invalid UTF-8 sequence in `s`, or npos when it is all valid.
 std::size_t first_invalid(const std::string& s);
 
-}  // namespace meshtrain::data::utf8
+}  // namespace meshtrain::utf8
