@@ -82,13 +82,40 @@ class Parser {
     } else if (literal("null")) {
     } else if (c == '-' || (c >= '0' && c <= '9')) {
       v.kind = Value::Kind::Number;
-      const std::size_t start = pos_;
-      while (pos_ < s_.size() && std::string("+-.eE0123456789").find(s_[pos_]) != std::string::npos) ++pos_;
-      v.text = s_.substr(start, pos_ - start);
+      v.text = number();
     } else {
       fail("unexpected character");
     }
     return v;
+  }
+
+  /// RFC 8259's number: -? (0 | [1-9][0-9]*) (.[0-9]+)? ([eE][+-]?[0-9]+)?, kept as written.
+  /// Strict, so that a reader's std::stoull never takes the prefix of "1-2" or "01".
+  std::string number() {
+    const std::size_t start = pos_;
+    const auto digit = [&] { return pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9'; };
+    const auto digits = [&] {
+      if (!digit()) fail("malformed number");
+      while (digit()) ++pos_;
+    };
+    consume_char('-');
+    if (pos_ < s_.size() && s_[pos_] == '0') {
+      ++pos_;
+      if (digit()) fail("malformed number (a leading zero)");
+    } else {
+      digits();
+    }
+    if (consume_char('.')) digits();
+    if (consume_char('e') || consume_char('E')) {
+      if (!consume_char('+')) consume_char('-');
+      digits();
+    }
+    return s_.substr(start, pos_ - start);
+  }
+  bool consume_char(char c) {  // no white space skipped (inside a token)
+    if (pos_ >= s_.size() || s_[pos_] != c) return false;
+    ++pos_;
+    return true;
   }
 
   std::string string() {
@@ -134,6 +161,9 @@ class Parser {
   }
   unsigned code_point() {
     unsigned cp = hex4();
+    // A surrogate stands only in a high-low pair; alone it would become invalid UTF-8.
+    if (cp >= 0xDC00 && cp <= 0xDFFF) fail("lone low surrogate in a \\u escape");
+    if (cp >= 0xD800 && cp <= 0xDBFF && s_.compare(pos_, 2, "\\u") != 0) fail("lone high surrogate in a \\u escape");
     if (cp >= 0xD800 && cp <= 0xDBFF && s_.compare(pos_, 2, "\\u") == 0) {
       pos_ += 2;
       const unsigned lo = hex4();
