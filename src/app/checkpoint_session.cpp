@@ -46,19 +46,17 @@ CommandArgs parse_command_args(const std::string& command, const std::string& us
 
 void configure_run_logging(const Runtime& rt, const Config& cfg) {
   log::configure(rt.topology().world_rank, cfg.output.log_all_ranks,
-                 cfg.output.log_level == "debug" ? log::Level::Debug
-                 : cfg.output.log_level == "warn" ? log::Level::Warn
-                                                  : log::Level::Info);
+                 cfg.output.log_level == LogLevel::Debug  ? log::Level::Debug
+                 : cfg.output.log_level == LogLevel::Warn ? log::Level::Warn
+                                                          : log::Level::Info);
   set_collective_timeout(cfg.parallel.collective_timeout);
 }
 
 namespace {
 
 /// model.lora_targets as the checkpoint stores it: resolved (auto) and in the family's
-/// order; "" when the family is unknown (the comparison then reports a difference).
-std::string canonical_lora_targets(const std::string& family, const std::string& targets) {
-  if (family != "gpt2" && family != "llama") return "";
-  const model::Family f = model::parse_family(family);
+/// order.
+std::string canonical_lora_targets(model::Family f, const std::string& targets) {
   std::string list = targets;
   if (list == "auto") list = model::lora_auto_targets(f);
   std::vector<std::string> given, out;
@@ -152,7 +150,7 @@ void fit_mesh_to_job(Config& cfg, int world_size) {
   p.dp_replicate = 1;
   p.dp_shard = -1;
   p.tp = 1;
-  if (p.strategy == "hybrid_shard") p.strategy = "auto";
+  if (p.strategy == StrategyChoice::HybridShard) p.strategy = StrategyChoice::Auto;
 }
 
 template <class T>

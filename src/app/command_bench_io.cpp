@@ -139,7 +139,7 @@ int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOption
   if (root)
     std::printf("# meshtrain bench io: checkpoint save of a %s model, %llu parameters (weights + 2 AdamW moments, "
                 "fp32), on mesh %s, %d rank(s) on %d node(s), in %s\n",
-                setup.config.model.family.c_str(), static_cast<unsigned long long>(params), setup.mesh.str().c_str(),
+                choice_name(setup.config.model.family), static_cast<unsigned long long>(params), setup.mesh.str().c_str(),
                 world.size(), rt.topology().num_nodes, dir.c_str());
   std::vector<checkpoint::IoStats> saves;
   for (int i = 0; i < o.iters; ++i) {

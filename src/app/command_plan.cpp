@@ -91,7 +91,8 @@ void print_plan(const Config& cfg, const model::ModelDims& dims, const parallel:
                 pred.step_seconds_overlap);
   }
   std::printf("\nauto: %s\n", plan.reason.c_str());
-  if (cfg.parallel.strategy != "auto") std::printf("configured: parallel.strategy = %s\n", cfg.parallel.strategy.c_str());
+  if (cfg.parallel.strategy != StrategyChoice::Auto)
+    std::printf("configured: parallel.strategy = %s\n", choice_name(cfg.parallel.strategy));
   std::printf("\ncost model: GEMM %.1f GFLOP/s per rank (%s), copy %.1f GB/s, bus bandwidth %.2f GB/s intra-node, %.2f GB/s "
               "inter-node, latency %.0f us (%s)\n",
               costs.gemm_flops / 1e9, costs.gemm_source.c_str(), costs.copy_bytes / 1e9, costs.intra_bus_bytes / 1e9, costs.inter_bus_bytes / 1e9,
@@ -254,13 +255,13 @@ int command_plan(Runtime& rt, const Args& args) {
   train::MeshSearch ms;
   if (search) ms = train::search_meshes(dims, in, train::search_space(cfg), costs);
   Config free_cfg = cfg;
-  free_cfg.parallel.strategy = "auto";
+  free_cfg.parallel.strategy = StrategyChoice::Auto;
   free_cfg.parallel.dp_replicate = free_cfg.parallel.dp_shard = free_cfg.parallel.tp = -1;
   if (free_cfg.train.micro_batch == 0 && free_cfg.train.global_batch == 0) free_cfg.train.micro_batch = 1;
   parallel::PlanInput free_in = in;
   free_in.mesh = {-1, -1, -1};
   const train::MeshSearch best = train::search_meshes(dims, free_in, train::search_space(free_cfg), costs);
-  const bool restricted = !search || cfg.parallel.strategy != "auto" || cfg.parallel.dp_replicate != -1 ||
+  const bool restricted = !search || cfg.parallel.strategy != StrategyChoice::Auto || cfg.parallel.dp_replicate != -1 ||
                           cfg.parallel.dp_shard != -1 || cfg.parallel.tp != -1 || cfg.train.activation_checkpointing;
 
   if (root) {

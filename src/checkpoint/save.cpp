@@ -59,7 +59,7 @@ void write_root_attrs(hid_t file, const Mesh& mesh, const train::RunSetup& s, co
   h5::write_attr(file, "optimizer_updates", static_cast<std::int64_t>(st.updates));
   h5::write_attr(file, "skipped_steps", static_cast<std::int64_t>(st.skipped));
   h5::write_attr(file, "seed", st.seed);
-  h5::write_attr(file, "lr_schedule", tc.lr_schedule);
+  h5::write_attr(file, "lr_schedule", std::string(choice_name(tc.lr_schedule)));
   h5::write_attr(file, "lr", tc.lr);
   h5::write_attr(file, "min_lr", tc.min_lr);
   h5::write_attr(file, "warmup_steps", static_cast<std::int64_t>(tc.warmup_steps));
@@ -68,7 +68,7 @@ void write_root_attrs(hid_t file, const Mesh& mesh, const train::RunSetup& s, co
   h5::write_attr(file, "micro_batch", static_cast<std::int64_t>(tc.micro_batch));
   h5::write_attr(file, "global_batch", static_cast<std::int64_t>(s.global_batch));
   h5::write_attr(file, "grad_accum", static_cast<std::int64_t>(s.grad_accum));
-  h5::write_attr(file, "precision", tc.precision);
+  h5::write_attr(file, "precision", std::string(choice_name(tc.precision)));
   h5::write_attr(file, "mesh_dp_replicate", static_cast<std::int64_t>(s.mesh.dp_replicate));
   h5::write_attr(file, "mesh_dp_shard", static_cast<std::int64_t>(s.mesh.dp_shard));
   h5::write_attr(file, "mesh_tp", static_cast<std::int64_t>(s.mesh.tp));

@@ -141,7 +141,7 @@ long long to_int(const std::string& key, const std::string& v) {
 }
 
 void set_model_key(ModelConfig& m, const std::string& key, const std::string& v) {
-  if (key == "model.family") m.family = v;
+  if (key == "model.family") m.family = model::parse_family(v);
   else if (key == "model.vocab_size") m.vocab_size = to_int(key, v);
   else if (key == "model.d_model") m.d_model = static_cast<int>(to_int(key, v));
   else if (key == "model.n_layers") m.n_layers = static_cast<int>(to_int(key, v));

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
@@ -110,9 +111,13 @@ void visit_config(C& c, V&& v) {
 }
 
 template <class T> std::string to_text(const T& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
+  if constexpr (is_choice_v<T>) {
+    return choice_name(v);
+  } else {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  }
 }
 template <> std::string to_text(const bool& v) { return v ? "true" : "false"; }
 // The shortest text that reads back as the same double (0.0003, not 0.00029999999999999997),
@@ -143,10 +148,20 @@ po::options_description make_options(Config& c, Registry& reg) {
   visit_config(c, [&](const char* key, auto& field, const char* help) {
     using T = std::decay_t<decltype(field)>;
     reg.keys.push_back(key);
-    reg.type_of[key] = type_word<T>();
     // An empty default is shown as "" so that --help prints one for every key.
     const std::string shown = to_text(field).empty() ? "\"\"" : to_text(field);
-    desc.add_options()(key, po::value<T>(&field)->default_value(field, shown), help);
+    if constexpr (is_choice_v<T>) {
+      // Read as a word and turned into the enum once, here; an unknown word names the valid ones.
+      reg.type_of[key] = "one of " + choice_list<T>();
+      desc.add_options()(key, po::value<std::string>()->default_value(shown)->notifier([&field, key](const std::string& w) {
+        const std::optional<T> e = parse_choice<T>(w);
+        if (!e) throw UserError(strprintf("%s = '%s' is not valid; expected one of: %s", key, w.c_str(), choice_list<T>().c_str()));
+        field = *e;
+      }), help);
+    } else {
+      reg.type_of[key] = type_word<T>();
+      desc.add_options()(key, po::value<T>(&field)->default_value(field, shown), help);
+    }
   });
   return desc;
 }
@@ -350,13 +365,6 @@ void validate_config(const Config& c) {
     if constexpr (std::is_same_v<T, double>)
       MESHTRAIN_REQUIRE(std::isfinite(field), "%s = %g is not a finite number; give a finite value", key, field);
   });
-  const auto one_of = [](const char* key, const std::string& v, std::initializer_list<const char*> ok) {
-    for (const char* o : ok)
-      if (v == o) return;
-    std::vector<std::string> opts(ok.begin(), ok.end());
-    throw UserError(strprintf("%s = '%s' is not valid; expected one of: %s", key, v.c_str(),
-                              join(opts, ", ").c_str()));
-  };
   const auto positive = [](const char* key, double v) {
     MESHTRAIN_REQUIRE(v > 0, "%s must be positive, got %g", key, v);
   };
@@ -374,7 +382,6 @@ void validate_config(const Config& c) {
     MESHTRAIN_REQUIRE(v == -1 || v >= 1, "%s must be -1 (infer) or positive, got %d", key, v);
     at_most(key, v, 1 << 24);
   };
-  one_of("model.family", c.model.family, {"gpt2", "llama"});
   positive("model.vocab_size", static_cast<double>(c.model.vocab_size));
   at_most("model.vocab_size", c.model.vocab_size, INT32_MAX);  // token ids are int32
   positive("model.vocab_pad_multiple", c.model.vocab_pad_multiple);
@@ -401,10 +408,6 @@ void validate_config(const Config& c) {
   non_negative("model.lora_rank", c.model.lora_rank);
   at_most("model.lora_rank", c.model.lora_rank, c.model.d_model);
   positive("model.lora_alpha", c.model.lora_alpha);
-  one_of("parallel.strategy", c.parallel.strategy,
-         {"auto", "full_shard", "shard_grad_op", "no_shard", "hybrid_shard"});
-  one_of("parallel.backend", c.parallel.backend, {"auto", "mpi", "nccl"});
-  one_of("parallel.reduce_dtype", c.parallel.reduce_dtype, {"fp32", "bf16"});
   mesh_degree("parallel.dp_replicate", c.parallel.dp_replicate);
   mesh_degree("parallel.dp_shard", c.parallel.dp_shard);
   mesh_degree("parallel.tp", c.parallel.tp);
@@ -433,18 +436,16 @@ void validate_config(const Config& c) {
   at_most("train.global_batch", c.train.global_batch, 1 << 30);
   non_negative("train.lr", c.train.lr);  // 0 keeps the weights fixed (used to check loading)
   non_negative("train.min_lr", c.train.min_lr);
-  MESHTRAIN_REQUIRE(c.train.lr_schedule != "cosine" || c.train.min_lr <= c.train.lr,
+  MESHTRAIN_REQUIRE(c.train.lr_schedule != LrScheduleKind::Cosine || c.train.min_lr <= c.train.lr,
                     "train.min_lr = %g is above train.lr = %g, so the cosine schedule would raise the learning rate; "
                     "set train.min_lr <= train.lr",
                     c.train.min_lr, c.train.lr);
   non_negative("train.warmup_steps", c.train.warmup_steps);
-  one_of("train.lr_schedule", c.train.lr_schedule, {"cosine", "constant"});
   non_negative("train.weight_decay", c.train.weight_decay);
   MESHTRAIN_REQUIRE(c.train.beta1 >= 0 && c.train.beta1 < 1, "train.beta1 must be in [0, 1), got %g", c.train.beta1);
   MESHTRAIN_REQUIRE(c.train.beta2 >= 0 && c.train.beta2 < 1, "train.beta2 must be in [0, 1), got %g", c.train.beta2);
   positive("train.adam_eps", c.train.adam_eps);
   non_negative("train.grad_clip", c.train.grad_clip);
-  one_of("train.precision", c.train.precision, {"fp32", "bf16"});
   non_negative("train.eval_every", c.train.eval_every);
   positive("train.eval_batches", c.train.eval_batches);
   at_most("train.eval_batches", c.train.eval_batches, 1 << 20);
@@ -463,7 +464,6 @@ void validate_config(const Config& c) {
   non_negative("checkpoint.every", c.checkpoint.every);
   positive("checkpoint.keep", c.checkpoint.keep);
   MESHTRAIN_REQUIRE(!c.output.dir.empty(), "output.dir must not be empty");
-  one_of("output.log_level", c.output.log_level, {"debug", "info", "warn"});
 }
 
 std::vector<std::pair<std::string, std::string>> config_entries(const Config& c) {

@@ -8,12 +8,11 @@
 namespace meshtrain::model {
 
 Family parse_family(const std::string& name) {
-  if (name == "gpt2") return Family::Gpt2;
-  if (name == "llama") return Family::Llama;
-  throw UserError(strprintf("model.family = '%s' is not known; use gpt2 or llama", name.c_str()));
+  if (const std::optional<Family> f = parse_choice<Family>(name)) return *f;
+  throw UserError(strprintf("model.family = '%s' is not known; use %s", name.c_str(), choice_list<Family>().c_str()));
 }
 
-const char* family_name(Family f) { return f == Family::Gpt2 ? "gpt2" : "llama"; }
+const char* family_name(Family f) { return choice_name(f); }
 
 std::vector<std::string> lora_target_names(Family f) {
   if (f == Family::Gpt2) return {"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"};
@@ -28,7 +27,7 @@ std::string lora_auto_targets(Family f) {
 
 ModelDims resolve_dims(const ModelConfig& c) {
   ModelDims d;
-  d.family = parse_family(c.family);
+  d.family = c.family;
   d.valid_vocab = c.vocab_size;
   const std::int64_t pad = c.vocab_pad_multiple;
   d.vocab = (c.vocab_size + pad - 1) / pad * pad;

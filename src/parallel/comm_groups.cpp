@@ -11,21 +11,21 @@
 namespace meshtrain::parallel {
 
 std::unique_ptr<Communicator> make_communicator(const MpiComm& comm, const std::string& name,
-                                                const std::string& backend) {
+                                                Backend backend) {
 #if defined(MESHTRAIN_WITH_CUDA)
-  if (backend == "auto" || backend == "nccl")
+  if (backend == Backend::Auto || backend == Backend::Nccl)
     return std::make_unique<NcclCommunicator>(comm, name, ExecSpace().cuda_stream());
   throw UserError("parallel.backend=mpi is not supported in a CUDA build: device buffers need NCCL "
                   "(use parallel.backend=auto or nccl)");
 #else
-  MESHTRAIN_REQUIRE(backend != "nccl",
+  MESHTRAIN_REQUIRE(backend != Backend::Nccl,
                     "parallel.backend=nccl needs a CUDA build of meshtrain (cmake --preset cuda); this "
                     "build runs on the host: use parallel.backend=auto or mpi");
   return std::make_unique<MpiCommunicator>(comm, name);
 #endif
 }
 
-CommGroups make_comm_groups(const Mesh& mesh, const std::string& backend) {
+CommGroups make_comm_groups(const Mesh& mesh, Backend backend) {
   CommGroups g;
   g.world = make_communicator(mesh.world(), "world", backend);
   g.tp = make_communicator(mesh.tp_group(), "tp", backend);

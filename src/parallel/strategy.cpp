@@ -1,5 +1,7 @@
 #include "meshtrain/parallel/strategy.hpp"
 
+#include <stdexcept>
+
 #include "meshtrain/core/error.hpp"
 
 namespace meshtrain::parallel {
@@ -14,13 +16,15 @@ StrategyTraits traits(Strategy s) {
   return {true, true, true};
 }
 
-Strategy parse_strategy(const std::string& n) {
-  if (n == "full_shard") return Strategy::FullShard;
-  if (n == "shard_grad_op") return Strategy::ShardGradOp;
-  if (n == "no_shard") return Strategy::NoShard;
-  if (n == "hybrid_shard") return Strategy::HybridShard;
-  throw UserError(strprintf("parallel.strategy = '%s' is not valid; expected auto, full_shard, shard_grad_op, "
-                            "no_shard or hybrid_shard", n.c_str()));
+Strategy forced_strategy(StrategyChoice choice) {
+  switch (choice) {
+    case StrategyChoice::FullShard: return Strategy::FullShard;
+    case StrategyChoice::ShardGradOp: return Strategy::ShardGradOp;
+    case StrategyChoice::NoShard: return Strategy::NoShard;
+    case StrategyChoice::HybridShard: return Strategy::HybridShard;
+    case StrategyChoice::Auto: break;
+  }
+  throw std::logic_error("forced_strategy: parallel.strategy=auto is resolved by the planner");
 }
 
 const char* strategy_name(Strategy s) {

@@ -15,11 +15,11 @@ bool searches_mesh(const Config& cfg) {
 
 SearchSpace search_space(const Config& cfg) {
   SearchSpace s;
-  if (cfg.parallel.strategy == "auto")
+  if (cfg.parallel.strategy == StrategyChoice::Auto)
     s.strategies = {parallel::Strategy::NoShard, parallel::Strategy::ShardGradOp, parallel::Strategy::HybridShard,
                     parallel::Strategy::FullShard};
   else
-    s.strategies = {parallel::parse_strategy(cfg.parallel.strategy)};
+    s.strategies = {parallel::forced_strategy(cfg.parallel.strategy)};
   // Checkpointing only ever costs time (a second forward), so the search turns it on only
   // where a candidate would not fit without it; `true` forces it.
   if (cfg.train.activation_checkpointing || !searches_mesh(cfg)) s.activation_checkpointing = {cfg.train.activation_checkpointing};

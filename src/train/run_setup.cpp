@@ -40,9 +40,9 @@ parallel::PlanInput plan_input(const Config& cfg, const model::ModelDims& dims, 
   in.seq_len = cfg.train.seq_len;
   in.global_batch = cfg.train.global_batch;
   in.grad_accum = cfg.train.grad_accum;
-  in.bf16 = cfg.train.precision == "bf16";
+  in.bf16 = cfg.train.precision == Precision::Bf16;
   in.activation_checkpointing = cfg.train.activation_checkpointing;
-  in.reduce_dtype = cfg.parallel.reduce_dtype == "bf16" ? DType::BF16 : DType::F32;
+  in.reduce_dtype = cfg.parallel.reduce_dtype == ReduceDtype::Bf16 ? DType::BF16 : DType::F32;
   in.prefetch = cfg.parallel.prefetch;
   in.memory_budget = budget;
   in.headroom = cfg.parallel.memory_headroom;
@@ -53,7 +53,7 @@ RunSetup resolve_run(const Config& cfg, const Runtime& rt) {
   validate_config(cfg);
   if (!searches_mesh(cfg)) return resolve_run(cfg, rt.topology());
   const model::ModelDims dims = model::resolve_dims(cfg.model);
-  const CostModelInputs costs = cost_model_inputs(cfg, rt, cfg.train.precision == "bf16", true, &dims, 1);
+  const CostModelInputs costs = cost_model_inputs(cfg, rt, cfg.train.precision == Precision::Bf16, true, &dims, 1);
   return resolve_run(cfg, rt.topology(), &costs);
 }
 
@@ -65,7 +65,7 @@ RunSetup resolve_run(const Config& cfg_in, const Topology& topo, const CostModel
   r.dims = model::resolve_dims(cfg.model);
   MESHTRAIN_REQUIRE(cfg.train.seq_len <= r.dims.max_seq_len,
                     "train.seq_len=%d is longer than model.max_seq_len=%d", cfg.train.seq_len, r.dims.max_seq_len);
-  r.bf16 = cfg.train.precision == "bf16";
+  r.bf16 = cfg.train.precision == Precision::Bf16;
   const int rpn = topo.uniform() ? topo.local_size : 0;
   r.memory_budget = memory_budget_per_rank(cfg, topo, false);
   const parallel::PlanInput in = plan_input(cfg, r.dims, topo.world_size, rpn, r.memory_budget);
@@ -83,16 +83,16 @@ RunSetup resolve_run(const Config& cfg_in, const Topology& topo, const CostModel
     r.config.train.micro_batch = chosen.micro_batch;
     r.config.train.activation_checkpointing = chosen.activation_checkpointing;
     r.plan = parallel::make_plan(plan_input(cfg, r.dims, topo.world_size, rpn, r.memory_budget));
-  } else if (cfg.parallel.strategy == "auto") {
+  } else if (cfg.parallel.strategy == StrategyChoice::Auto) {
     r.plan = parallel::make_plan(in);
     MESHTRAIN_REQUIRE(r.plan.chosen >= 0, "parallel.strategy=auto: %s", r.plan.reason.c_str());
     chosen = r.plan.options[r.plan.chosen];
     r.strategy_reason = r.plan.reason;
   } else {
     r.plan = parallel::make_plan(in);
-    const parallel::Strategy s = parallel::parse_strategy(cfg.parallel.strategy);
+    const parallel::Strategy s = parallel::forced_strategy(cfg.parallel.strategy);
     chosen = parallel::plan_strategy(in, s, parallel::mesh_for_strategy(in, s));
-    MESHTRAIN_REQUIRE(chosen.valid, "parallel.strategy=%s: %s", cfg.parallel.strategy.c_str(), chosen.note.c_str());
+    MESHTRAIN_REQUIRE(chosen.valid, "parallel.strategy=%s: %s", choice_name(cfg.parallel.strategy), chosen.note.c_str());
     r.strategy_reason = "set by parallel.strategy";
     const double need = chosen.memory.total();
     if (r.memory_budget > 0 && need > r.memory_budget) {
@@ -102,7 +102,7 @@ RunSetup resolve_run(const Config& cfg_in, const Topology& topo, const CostModel
       throw UserError(strprintf(
           "parallel.strategy=%s on mesh %s needs %s per rank (parameters %s, gradients %s, optimizer %s, "
           "activations %s, gathered/communication buffers %s), more than the %s available per rank (%s); %s%s",
-          cfg.parallel.strategy.c_str(), chosen.mesh.str().c_str(), format_bytes(need).c_str(),
+          choice_name(cfg.parallel.strategy), chosen.mesh.str().c_str(), format_bytes(need).c_str(),
           format_bytes(chosen.memory.params).c_str(), format_bytes(chosen.memory.grads).c_str(),
           format_bytes(chosen.memory.optimizer).c_str(), format_bytes(chosen.memory.activations).c_str(),
           format_bytes(chosen.memory.gathered + chosen.memory.grad_buffers + chosen.memory.comm_buffers).c_str(),
@@ -114,7 +114,7 @@ RunSetup resolve_run(const Config& cfg_in, const Topology& topo, const CostModel
     }
     if (!chosen.fits)
       log::warn("parallel.strategy=%s may not fit in memory: %s (parallel.memory_limit or the device size sets the budget)",
-                cfg.parallel.strategy.c_str(), chosen.note.c_str());
+                choice_name(cfg.parallel.strategy), chosen.note.c_str());
   }
   r.strategy = chosen.strategy;
   r.mesh = chosen.mesh;

@@ -11,7 +11,7 @@ namespace meshtrain::train {
 
 StepSettings step_settings(const TrainConfig& tc) {
   StepSettings s;
-  s.schedule = {tc.lr, tc.min_lr, tc.warmup_steps, tc.steps, tc.lr_schedule == "cosine"};
+  s.schedule = {tc.lr, tc.min_lr, tc.warmup_steps, tc.steps, tc.lr_schedule == LrScheduleKind::Cosine};
   s.adam = {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay, tc.decay_embeddings};
   s.grad_clip = tc.grad_clip;
   s.activation_checkpointing = tc.activation_checkpointing;

@@ -113,7 +113,7 @@ int Trainer<T>::run() {
     log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", tc.seq_len);
 
   log::info("meshtrain train: %s model, %lld parameters (%s), %d rank(s) on %d node(s)", model::family_name(s_.dims.family),
-            static_cast<long long>(s_.dims.num_params()), tc.precision.c_str(), topo.world_size, topo.num_nodes);
+            static_cast<long long>(s_.dims.num_params()), choice_name(tc.precision), topo.world_size, topo.num_nodes);
   if (s_.dims.lora_rank > 0) log::info("%s", lora_summary(s_.dims).c_str());
   for (const std::string& w : setting_warnings(s_)) log::warn("%s", w.c_str());
   log::info("mesh %s, strategy %s (%s)", s_.mesh.str().c_str(), parallel::strategy_name(s_.strategy),

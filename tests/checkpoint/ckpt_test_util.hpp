@@ -23,7 +23,7 @@ namespace meshtrain::test {
 /// The tiny configs of inputs/tiny-{gpt2,llama}.ini (GQA and an untied head for llama).
 inline Config tiny_config(const std::string& family, int d_model = 64) {
   Config c;
-  c.model.family = family;
+  c.model.family = choice_of<ModelFamily>(family);
   c.model.vocab_size = 264;
   c.model.d_model = d_model;
   c.model.n_layers = 2;
@@ -57,7 +57,7 @@ inline std::unique_ptr<Job> make_job(const MpiComm& parent, const Config& cfg, c
   job->comm = parent.split(parent.rank() < n ? 0 : MPI_UNDEFINED, parent.rank());
   if (!job->comm.valid()) return job;
   job->mesh = std::make_unique<Mesh>(job->comm, shape);
-  job->groups = parallel::make_comm_groups(*job->mesh, "mpi");
+  job->groups = parallel::make_comm_groups(*job->mesh, Backend::Mpi);
   train::RunSetup& s = job->setup;
   s.config = cfg;
   s.dims = model::resolve_dims(cfg.model);

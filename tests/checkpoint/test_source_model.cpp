@@ -30,7 +30,7 @@ const char* kSmolLM2 =
 TEST(SourceModel, LlamaConfigSetsTheModelKeys) {
   Config c;
   checkpoint::adopt_source_model(c, hf_dir("smol", kSmolLM2), "checkpoint.init_from");
-  EXPECT_EQ(c.model.family, "llama");
+  EXPECT_EQ(c.model.family, ModelFamily::Llama);
   EXPECT_EQ(c.model.vocab_size, 49152);
   EXPECT_EQ(c.model.d_model, 576);
   EXPECT_EQ(c.model.n_layers, 30);
@@ -45,7 +45,7 @@ TEST(SourceModel, LlamaConfigSetsTheModelKeys) {
 TEST(SourceModel, Gpt2DefaultsAreGpt2Configs) {
   Config c;
   checkpoint::adopt_source_model(c, hf_dir("gpt2", R"({"model_type": "gpt2", "n_inner": null})"), "x");
-  EXPECT_EQ(c.model.family, "gpt2");
+  EXPECT_EQ(c.model.family, ModelFamily::Gpt2);
   EXPECT_EQ(c.model.d_model, 768);
   EXPECT_EQ(c.model.ffn_dim, 3072);
   EXPECT_EQ(c.model.max_seq_len, 1024);

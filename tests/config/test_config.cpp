@@ -88,7 +88,7 @@ TEST_F(ConfigTest, IniFileSetsKeysOfEverySection) {
   const ParsedArgs p = parse_config("train", {ini});
   const Config& c = p.config;
   EXPECT_EQ(c.source_file, ini);
-  EXPECT_EQ(c.model.family, "llama");
+  EXPECT_EQ(c.model.family, ModelFamily::Llama);
   EXPECT_EQ(c.model.d_model, 256);
   EXPECT_FALSE(c.model.tie_embeddings);
   EXPECT_DOUBLE_EQ(c.model.norm_eps, 1e-6);
@@ -96,7 +96,7 @@ TEST_F(ConfigTest, IniFileSetsKeysOfEverySection) {
   EXPECT_EQ(c.parallel.dp_shard, -1);
   EXPECT_DOUBLE_EQ(c.train.lr, 0.001);
   EXPECT_EQ(c.train.seed, UINT64_MAX);
-  EXPECT_EQ(c.train.precision, "bf16");
+  EXPECT_EQ(c.train.precision, Precision::Bf16);
   EXPECT_EQ(c.data.dir, "data/tiny");
   EXPECT_EQ(c.checkpoint.every, 50);
   EXPECT_EQ(c.output.dir, "runs/x");

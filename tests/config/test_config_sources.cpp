@@ -72,11 +72,11 @@ TEST(ConfigSources, LoraTargetsDefaultToPeftsAttentionProjections) {
   EXPECT_EQ(c.model.lora_targets, "auto");
   ModelConfig m;
   m.lora_rank = 4;
-  m.family = "gpt2";
+  m.family = ModelFamily::Gpt2;
   m.d_model = 64;
   m.n_heads = 4;
   EXPECT_EQ(model::resolve_dims(m).lora_targets, (std::vector<std::string>{"c_attn"}));
-  m.family = "llama";
+  m.family = ModelFamily::Llama;
   EXPECT_EQ(model::resolve_dims(m).lora_targets, (std::vector<std::string>{"q", "v"}));
 }
 

@@ -48,17 +48,17 @@ TEST(MemoryPool, ReleasedBlocksAreReusedForTheSameSizeOnly) {
 
 Config small_model(const std::string& strategy, const std::string& precision) {
   Config c;
-  c.model.family = "gpt2";
+  c.model.family = ModelFamily::Gpt2;
   c.model.vocab_size = 256;
   c.model.d_model = 64;
   c.model.n_layers = 2;
   c.model.n_heads = 4;
   c.model.max_seq_len = 32;
-  c.parallel.strategy = strategy;
+  c.parallel.strategy = choice_of<StrategyChoice>(strategy);
   c.train.micro_batch = 2;
   c.train.seq_len = 32;
   c.train.grad_accum = 2;  // the accumulation path allocates too
-  c.train.precision = precision;
+  c.train.precision = choice_of<Precision>(precision);
   c.data.dir = "random";
   c.parallel.memory_limit = "1GiB";
   return c;
@@ -82,7 +82,8 @@ void expect_steady_state(const Config& cfg) {
   const auto after_first = MemoryPool::instance().stats().device_allocations;
   for (int step = 1; step < 4; ++step) train::train_step(s, settings, step, updates, fill);
   EXPECT_EQ(MemoryPool::instance().stats().device_allocations, after_first)
-      << "steps 2-4 called the device allocator (strategy " << cfg.parallel.strategy << ", " << cfg.train.precision
+      << "steps 2-4 called the device allocator (strategy " << choice_name(cfg.parallel.strategy) << ", "
+      << choice_name(cfg.train.precision)
       << ")";
   EXPECT_EQ(updates, 4);
 }

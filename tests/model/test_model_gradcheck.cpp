@@ -25,7 +25,7 @@ struct Fixture {
 
   explicit Fixture(Family f, int lora_rank = 0) {
     ModelConfig c;
-    c.family = f == Family::Gpt2 ? "gpt2" : "llama";
+    c.family = f;
     c.vocab_size = 21;
     c.vocab_pad_multiple = 8;  // 24 rows, ids 21..23 are padding (masked logits)
     c.d_model = 16;

@@ -14,7 +14,7 @@ using namespace meshtrain::model;
 namespace {
 ModelDims dims(const char* family, int kv = -1) {
   ModelConfig c;
-  c.family = family;
+  c.family = choice_of<ModelFamily>(family);
   c.vocab_size = 64;
   c.d_model = 32;
   c.n_layers = 2;

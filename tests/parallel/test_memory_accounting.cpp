@@ -15,7 +15,7 @@ namespace {
 
 Config model_config(const std::string& strategy, int tp, int dp_shard) {
   Config c;
-  c.model.family = "llama";
+  c.model.family = ModelFamily::Llama;
   c.model.vocab_size = 512;
   c.model.d_model = 128;
   c.model.n_layers = 4;
@@ -24,7 +24,7 @@ Config model_config(const std::string& strategy, int tp, int dp_shard) {
   c.model.ffn_dim = 384;
   c.model.max_seq_len = 32;
   c.model.tie_embeddings = false;
-  c.parallel.strategy = strategy;
+  c.parallel.strategy = choice_of<StrategyChoice>(strategy);
   c.parallel.tp = tp;
   c.parallel.dp_shard = dp_shard;
   c.train.micro_batch = 1;
@@ -95,7 +95,7 @@ Config mid_model(const std::string& precision) {
   c.model.ffn_dim = 1152;
   c.model.max_seq_len = 64;
   c.train.seq_len = 64;
-  c.train.precision = precision;
+  c.train.precision = choice_of<Precision>(precision);
   return c;
 }
 

@@ -13,7 +13,7 @@ namespace {
 
 model::ModelDims gpt(int d_model, int layers) {
   ModelConfig c;
-  c.family = "gpt2";
+  c.family = ModelFamily::Gpt2;
   c.vocab_size = 50304;
   c.d_model = d_model;
   c.n_layers = layers;

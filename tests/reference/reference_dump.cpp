@@ -125,14 +125,14 @@ int main(int argc, char** argv) {
     std::ofstream(out + "/curve.json") << curve << "]\n";
 
     JsonObject m;
-    m.add("family", cfg.model.family).add("vocab", setup.dims.vocab).add("valid_vocab", setup.dims.valid_vocab)
+    m.add("family", choice_name(cfg.model.family)).add("vocab", setup.dims.vocab).add("valid_vocab", setup.dims.valid_vocab)
         .add("d_model", setup.dims.d_model).add("n_layers", setup.dims.n_layers).add("n_heads", setup.dims.n_heads)
         .add("n_kv_heads", setup.dims.n_kv_heads).add("ffn_dim", setup.dims.ffn_dim).add("tied", setup.dims.tied)
         .add("norm_eps", setup.dims.norm_eps).add("rope_theta", setup.dims.rope_theta).add("steps", tc.steps)
         .add("global_batch", G).add("seq_len", T).add("beta1", tc.beta1).add("beta2", tc.beta2)
         .add("adam_eps", tc.adam_eps).add("weight_decay", tc.weight_decay).add("grad_clip", tc.grad_clip)
         .add("lr", tc.lr).add("min_lr", tc.min_lr).add("warmup_steps", tc.warmup_steps)
-        .add("lr_schedule", tc.lr_schedule)
+        .add("lr_schedule", choice_name(tc.lr_schedule))
         .add_raw("tensors", list);
     std::ofstream(out + "/manifest.json") << m.str() << "\n";
   } catch (const UserError& e) {

@@ -15,7 +15,7 @@ namespace {
 
 model::ModelDims small_gpt() {
   ModelConfig c;
-  c.family = "gpt2";
+  c.family = ModelFamily::Gpt2;
   c.vocab_size = 8192;
   c.d_model = 512;
   c.n_layers = 6;

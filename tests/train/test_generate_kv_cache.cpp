@@ -34,7 +34,7 @@ std::vector<MeshCase> meshes() {
 
 Config tiny(const char* family, int n_kv, int tp, int max_seq_len) {
   Config c;
-  c.model.family = family;
+  c.model.family = choice_of<ModelFamily>(family);
   c.model.vocab_size = 256;
   c.model.d_model = 64;
   c.model.n_layers = 2;
@@ -46,7 +46,7 @@ Config tiny(const char* family, int n_kv, int tp, int max_seq_len) {
   // Larger than the training default so the untrained model's logits are far from uniform
   // and greedy decoding wanders over many tokens instead of repeating one.
   c.model.init_std = 0.3;
-  c.parallel.strategy = "full_shard";
+  c.parallel.strategy = StrategyChoice::FullShard;
   c.parallel.tp = tp;
   c.train.micro_batch = 1;
   c.train.seq_len = max_seq_len;

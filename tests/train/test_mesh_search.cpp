@@ -14,7 +14,7 @@ namespace {
 
 Config llama_8b(int world) {
   Config c;
-  c.model.family = "llama";
+  c.model.family = ModelFamily::Llama;
   c.model.vocab_size = 128256;
   c.model.d_model = 4096;
   c.model.n_layers = 32;
@@ -27,7 +27,7 @@ Config llama_8b(int world) {
   c.train.micro_batch = 1;
   c.train.seq_len = 8192;
   c.train.global_batch = world;
-  c.train.precision = "bf16";
+  c.train.precision = Precision::Bf16;
   return c;
 }
 
@@ -76,7 +76,7 @@ TEST(MeshSearch, PicksTheFastestCandidateThatFits) {
 TEST(MeshSearch, FixedKeysRestrictTheSpace) {
   Config cfg = llama_8b(64);
   cfg.parallel.tp = 8;
-  cfg.parallel.strategy = "full_shard";
+  cfg.parallel.strategy = StrategyChoice::FullShard;
   const MeshSearch ms = run(cfg, 64, 80);
   ASSERT_FALSE(ms.candidates.empty());
   for (const Candidate& c : ms.candidates) {

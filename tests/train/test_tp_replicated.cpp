@@ -19,7 +19,7 @@ namespace {
 void check_family(const char* family, int n_kv) {
   const int n = test::world().size();
   Config c;
-  c.model.family = family;
+  c.model.family = choice_of<ModelFamily>(family);
   c.model.vocab_size = 256;
   c.model.d_model = 64;
   c.model.n_layers = 2;
@@ -28,7 +28,7 @@ void check_family(const char* family, int n_kv) {
   c.model.ffn_dim = 128;
   c.model.max_seq_len = 16;
   c.model.tie_embeddings = std::string(family) == "gpt2";
-  c.parallel.strategy = "full_shard";
+  c.parallel.strategy = StrategyChoice::FullShard;
   c.parallel.tp = n >= 4 ? 2 : n;  // 4 ranks: dp_shard 2 x tp 2
   c.train.micro_batch = 2;
   c.train.seq_len = 16;

@@ -9,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/config/choices.hpp"
+
 namespace meshtrain {
 
 struct ModelConfig {
-  std::string family = "gpt2";        ///< gpt2 | llama
+  ModelFamily family = ModelFamily::Gpt2;
   std::int64_t vocab_size = 50257;
   int vocab_pad_multiple = 1;         ///< pad the vocabulary up to a multiple (TP needs divisibility)
   int d_model = 768;
@@ -34,10 +36,10 @@ struct ParallelConfig {
   int dp_replicate = 1;
   int dp_shard = -1;
   int tp = 1;
-  std::string strategy = "auto";      ///< auto | full_shard | shard_grad_op | no_shard | hybrid_shard
-  std::string backend = "auto";       ///< auto | mpi | nccl
+  StrategyChoice strategy = StrategyChoice::Auto;
+  Backend backend = Backend::Auto;
   int prefetch = 1;                   ///< gathered blocks prefetched ahead of compute
-  std::string reduce_dtype = "fp32";  ///< fp32 | bf16
+  ReduceDtype reduce_dtype = ReduceDtype::Fp32;
   std::string memory_limit;           ///< per-rank budget for `auto` on CPU ("8GiB"); empty = node RAM / ranks
   double memory_headroom = 0.15;      ///< fraction of the budget kept free
   int world_size = 0;                 ///< plan only: plan for this many ranks instead of this job
@@ -58,14 +60,14 @@ struct TrainConfig {
   double lr = 3e-4;
   double min_lr = 3e-5;
   int warmup_steps = 10;
-  std::string lr_schedule = "cosine"; ///< cosine | constant
+  LrScheduleKind lr_schedule = LrScheduleKind::Cosine;
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double adam_eps = 1e-8;
   bool decay_embeddings = false;      ///< apply weight decay to embeddings (never to norms/biases)
   double grad_clip = 1.0;             ///< 0 disables clipping
-  std::string precision = "fp32";     ///< fp32 | bf16
+  Precision precision = Precision::Fp32;
   bool activation_checkpointing = false;
   std::uint64_t seed = 1234;
   int eval_every = 0;                 ///< 0 = only at the end (when val.bin exists)
@@ -99,7 +101,7 @@ struct CheckpointConfig {
 struct OutputConfig {
   std::string dir = "runs/default";
   bool log_all_ranks = false;
-  std::string log_level = "info";     ///< debug | info | warn
+  LogLevel log_level = LogLevel::Info;
 };
 
 struct Config {

@@ -10,7 +10,8 @@
 
 namespace meshtrain::model {
 
-enum class Family { Gpt2, Llama };
+/// The model families (model.family); the enum the config parses.
+using Family = ModelFamily;
 
 struct ModelDims {
   Family family = Family::Gpt2;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "meshtrain/comm/communicator.hpp"
+#include "meshtrain/config/choices.hpp"
 #include "meshtrain/runtime/mesh.hpp"
 
 namespace meshtrain::parallel {
@@ -23,12 +24,12 @@ struct CommGroups {
   std::string backend() const { return world ? world->backend() : "none"; }
 };
 
-/// Creates the groups of `mesh`; `backend` = auto | mpi | nccl (UserError when NCCL is
+/// Creates the groups of `mesh`; `backend`: parallel.backend (UserError when NCCL is
 /// requested in a build without CUDA).
-CommGroups make_comm_groups(const Mesh& mesh, const std::string& backend);
+CommGroups make_comm_groups(const Mesh& mesh, Backend backend);
 
 /// A communicator over an arbitrary MPI group on the chosen backend.
 std::unique_ptr<Communicator> make_communicator(const MpiComm& comm, const std::string& name,
-                                                const std::string& backend);
+                                                Backend backend);
 
 }  // namespace meshtrain::parallel

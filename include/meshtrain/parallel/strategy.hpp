@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "meshtrain/config/choices.hpp"
+
 namespace meshtrain::parallel {
 
 enum class Strategy { FullShard, ShardGradOp, NoShard, HybridShard };
@@ -16,7 +18,8 @@ struct StrategyTraits {
 };
 
 StrategyTraits traits(Strategy s);
-Strategy parse_strategy(const std::string& name);  ///< not "auto" (resolved by the planner)
+/// The strategy parallel.strategy forces; not Auto (the planner resolves that).
+Strategy forced_strategy(StrategyChoice choice);
 const char* strategy_name(Strategy s);
 
 }  // namespace meshtrain::parallel
