@@ -112,12 +112,12 @@ void EvalSampler::fill(std::uint64_t first_window, int n_windows, std::int32_t* 
                [this](std::uint64_t i) { return window_start(i); });
 }
 
-std::uint64_t rank_first_window(std::uint64_t cursor, int accum_step, int micro, int dp_size, int dp_rank) {
-  MESHTRAIN_ASSERT(micro >= 1 && dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size && accum_step >= 0,
-                   "bad window layout: accum_step %d, micro %d, dp rank %d of %d", accum_step, micro, dp_rank,
+std::uint64_t rank_first_window(std::uint64_t cursor, int micro_step, int micro_batch, int dp_size, int dp_rank) {
+  MESHTRAIN_ASSERT(micro_batch >= 1 && dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size && micro_step >= 0,
+                   "bad window layout: micro_step %d, micro_batch %d, dp rank %d of %d", micro_step, micro_batch, dp_rank,
                    dp_size);
-  const auto m = static_cast<std::uint64_t>(micro);
-  return cursor + static_cast<std::uint64_t>(accum_step) * m * static_cast<std::uint64_t>(dp_size) +
+  const auto m = static_cast<std::uint64_t>(micro_batch);
+  return cursor + static_cast<std::uint64_t>(micro_step) * m * static_cast<std::uint64_t>(dp_size) +
          static_cast<std::uint64_t>(dp_rank) * m;
 }
 

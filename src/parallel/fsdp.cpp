@@ -19,8 +19,10 @@ void convert(const In* in, Out* out, std::size_t n) {
 }
 }  // namespace
 
+/// Unit u's working buffers of the current step: its gathered parameters, this
+/// micro-step's gradients, the local accumulation, and what is in flight.
 template <class T>
-struct FsdpEngine<T>::Runtime {
+struct FsdpEngine<T>::StepBuffers {
   Buffer<T> gathered;       ///< (padded) gathered params in T; persistent for no_shard (bf16 or frozen)
   Work gather_work;         ///< trainable segment
   Work frozen_gather_work;  ///< frozen segment
@@ -57,7 +59,7 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, int 
   layouts_ = model::build_layouts(specs_, n_units, tp, shards);
   state_.resize(n_units);
   frozen_.resize(n_units);
-  rt_.resize(n_units);
+  step_buffers_.resize(n_units);
   owned_begin_.resize(n_units);
   owned_numel_.resize(n_units);
   for (int u = 0; u < n_units; ++u) {
@@ -90,8 +92,8 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, int 
       fz.begin = 0;
       fz.numel = L.frozen_padded();
       if (fz.numel > 0) {
-        rt_[u].gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
-        rt_[u].gathered.zero();
+        step_buffers_[u].gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
+        step_buffers_[u].gathered.zero();
       }
     }
     st.master = Buffer<float>(st.numel, MemCategory::Params);
@@ -134,7 +136,7 @@ void FsdpEngine<T>::init_parameters(std::uint64_t seed) {
 
 template <class T>
 T* FsdpEngine<T>::frozen_storage(int u) {
-  return traits_.shard_params ? frozen_[u].values.data() : rt_[u].gathered.data();
+  return traits_.shard_params ? frozen_[u].values.data() : step_buffers_[u].gathered.data();
 }
 
 template <class T>
@@ -150,7 +152,7 @@ void FsdpEngine<T>::set_frozen(int u, const float* values) {
 
 template <class T>
 void FsdpEngine<T>::params_updated() {
-  for (Runtime& r : rt_) r.stale = true;
+  for (StepBuffers& r : step_buffers_) r.stale = true;
 }
 
 template <class T>
@@ -163,17 +165,17 @@ template <class T>
 void FsdpEngine<T>::begin_micro(int micro) {
   micro_ = micro;
   last_micro_ = micro == opt_.grad_accum - 1;
-  for (Runtime& r : rt_) r.grad_started = false;
+  for (StepBuffers& r : step_buffers_) r.grad_started = false;
 }
 
 template <class T>
 void FsdpEngine<T>::gather(int u, bool prefetch) {
   if (!traits_.shard_params || u < 0 || u >= num_units()) return;
-  Runtime& r = rt_[u];
+  StepBuffers& r = step_buffers_[u];
   if (r.alive || r.in_flight) return;
   if (prefetch && u > 0) {
     int busy = 0;
-    for (int v = 1; v < num_units(); ++v) busy += (rt_[v].alive || rt_[v].in_flight) ? 1 : 0;
+    for (int v = 1; v < num_units(); ++v) busy += (step_buffers_[v].alive || step_buffers_[v].in_flight) ? 1 : 0;
     if (busy >= 1 + opt_.prefetch) return;
   }
   const model::UnitLayout& L = layouts_[u];
@@ -196,7 +198,7 @@ void FsdpEngine<T>::gather(int u, bool prefetch) {
 
 template <class T>
 const T* FsdpEngine<T>::wait_params(int u) {
-  Runtime& r = rt_[u];
+  StepBuffers& r = step_buffers_[u];
   UnitState& st = state_[u];
   if (!traits_.shard_params) {
     const model::UnitLayout& L = layouts_[u];
@@ -222,16 +224,16 @@ const T* FsdpEngine<T>::wait_params(int u) {
 
 template <class T>
 void FsdpEngine<T>::after_forward(int u) {
-  if (traits_.shard_params && traits_.reshard_after_forward && rt_[u].alive) {
-    rt_[u].gathered.reset();
-    rt_[u].alive = false;
+  if (traits_.shard_params && traits_.reshard_after_forward && step_buffers_[u].alive) {
+    step_buffers_[u].gathered.reset();
+    step_buffers_[u].alive = false;
   }
 }
 
 template <class T>
 T* FsdpEngine<T>::grad_buffer(int u) {
   MESHTRAIN_ASSERT(!opt_.forward_only, "grad_buffer(%d) of a forward-only engine (eval/generate)", u);
-  Runtime& r = rt_[u];
+  StepBuffers& r = step_buffers_[u];
   const std::size_t padded = layouts_[u].trainable_padded();
   if (padded == 0) return nullptr;  // nothing trainable in this unit (LoRA's outer unit)
   const bool local_accum = !traits_.reduce_every_micro;
@@ -266,7 +268,7 @@ void FsdpEngine<T>::sum_replicated_grads_over_tp(int u, G* grads) {
 
 template <class T>
 void FsdpEngine<T>::after_backward(int u) {
-  Runtime& r = rt_[u];
+  StepBuffers& r = step_buffers_[u];
   const std::size_t padded = layouts_[u].trainable_padded();
   if (!traits_.reduce_every_micro && !std::is_same_v<T, float> && !r.grad_micro.empty()) {
     // bf16 compute with local accumulation: widen this micro-step's grads into fp32.
@@ -290,7 +292,7 @@ void FsdpEngine<T>::launch_reduction(int u) {
   const model::UnitLayout& L = layouts_[u];
   const std::size_t padded = L.trainable_padded(), sn = L.shard_numel;
   UnitState& st = state_[u];
-  Runtime& rt = rt_[u];
+  StepBuffers& sb = step_buffers_[u];
   auto red = std::make_unique<Reduction>();
   Reduction& R = *red;
   R.unit = u;
@@ -303,40 +305,40 @@ void FsdpEngine<T>::launch_reduction(int u) {
     const bool first = !traits_.reduce_every_micro || micro_ == 0;
     const void* send = nullptr;
     if (from_micro) {
-      T* src = rt.grad_micro.data();
+      T* src = sb.grad_micro.data();
       sum_replicated_grads_over_tp(u, src);
       if (!bf16_reduce) {
         if constexpr (std::is_same_v<T, float>) {
           send = src;
-          R.keep_t = std::move(rt.grad_micro);
+          R.keep_t = std::move(sb.grad_micro);
         } else {
           R.keep_f = Buffer<float>(padded, MemCategory::CommBuffers);
           kernels::cast(src, R.keep_f.data(), padded);
           send = R.keep_f.data();
-          rt.grad_micro.reset();
+          sb.grad_micro.reset();
         }
       } else {
         if constexpr (std::is_same_v<T, bf16>) {
           send = src;
-          R.keep_t = std::move(rt.grad_micro);
+          R.keep_t = std::move(sb.grad_micro);
         } else {
           R.send_b = Buffer<bf16>(padded, MemCategory::CommBuffers);
           kernels::cast(src, R.send_b.data(), padded);
           send = R.send_b.data();
-          rt.grad_micro.reset();
+          sb.grad_micro.reset();
         }
       }
     } else {
-      float* src = rt.accum.data();
+      float* src = sb.accum.data();
       sum_replicated_grads_over_tp(u, src);
       if (!bf16_reduce) {
         send = src;
-        R.keep_f = std::move(rt.accum);
+        R.keep_f = std::move(sb.accum);
       } else {
         R.send_b = Buffer<bf16>(padded, MemCategory::CommBuffers);
         kernels::cast(src, R.send_b.data(), padded);
         send = R.send_b.data();
-        rt.accum.reset();
+        sb.accum.reset();
       }
     }
     R.target = st.grad.data();
@@ -417,7 +419,7 @@ void FsdpEngine<T>::finish_step() {
       if (st.numel > 0)
         groups_.replicate->all_reduce(st.grad.data(), st.grad.data(), st.numel, DType::F32, ReduceOp::Sum);
   }
-  for (Runtime& r : rt_) {
+  for (StepBuffers& r : step_buffers_) {
     if (traits_.shard_params && r.alive) {
       r.gathered.reset();
       r.alive = false;
@@ -430,7 +432,7 @@ void FsdpEngine<T>::finish_step() {
 template <class T>
 void FsdpEngine<T>::release_all() {
   if (!traits_.shard_params) return;
-  for (Runtime& r : rt_) {
+  for (StepBuffers& r : step_buffers_) {
     if (r.in_flight) {
       r.frozen_gather_work.wait();
       r.gather_work.wait();

@@ -22,13 +22,13 @@ template <class T>
 StepResult train_step(Session<T>& session, const StepSettings& st, int step, int& updates, const BatchFiller& fill,
                       bool poison, double counted_targets) {
   const RunSetup& setup = session.setup();
-  const int B = setup.config.train.micro_batch, L = setup.config.train.seq_len;
-  const model::BatchShape shape{B, L};
-  const double global_tokens = counted_targets > 0 ? counted_targets : static_cast<double>(setup.global_batch) * L;
+  const int B = setup.config.train.micro_batch, seq_len = setup.config.train.seq_len;
+  const model::BatchShape shape{B, seq_len};
+  const double global_tokens = counted_targets > 0 ? counted_targets : static_cast<double>(setup.global_batch) * seq_len;
   const float grad_scale = static_cast<float>(1.0 / global_tokens);
   parallel::FsdpEngine<T>& eng = session.engine();
 
-  TokenBatch batch(B, L);
+  TokenBatch batch(B, seq_len);
   eng.begin_step();
   double local_loss = 0;
   for (int a = 0; a < setup.grad_accum; ++a) {

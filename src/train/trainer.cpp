@@ -215,19 +215,19 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   // Every micro-batch of the step is read before the step starts, and the ranks agree on a
   // bad token id (data::TokenFile::read checks each one) so that all of them stop with the
   // same message instead of the others waiting in the step's collectives.
-  const std::size_t per_micro = static_cast<std::size_t>(tc.micro_batch) * static_cast<std::size_t>(tc.seq_len);
-  step_in_.resize(per_micro * static_cast<std::size_t>(s_.grad_accum));
+  const std::size_t per_micro_batch = static_cast<std::size_t>(tc.micro_batch) * static_cast<std::size_t>(tc.seq_len);
+  step_in_.resize(per_micro_batch * static_cast<std::size_t>(s_.grad_accum));
   step_tgt_.resize(step_in_.size());
   agree_on_errors(rt_.world(), [&] {
-    for (int micro = 0; micro < s_.grad_accum; ++micro) {
+    for (int micro_step = 0; micro_step < s_.grad_accum; ++micro_step) {
       const std::uint64_t w0 =
-          data::rank_first_window(cursor_, micro, tc.micro_batch, mesh.shape().dp(), mesh.dp_rank());
-      sampler_->fill(w0, tc.micro_batch, step_in_.data() + micro * per_micro, step_tgt_.data() + micro * per_micro);
+          data::rank_first_window(cursor_, micro_step, tc.micro_batch, mesh.shape().dp(), mesh.dp_rank());
+      sampler_->fill(w0, tc.micro_batch, step_in_.data() + micro_step * per_micro_batch, step_tgt_.data() + micro_step * per_micro_batch);
     }
   }, "world");  // under the watchdog: a rank stalled between steps ends the job, named
-  const BatchFiller fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
-    std::copy_n(step_in_.data() + micro * per_micro, per_micro, in);
-    std::copy_n(step_tgt_.data() + micro * per_micro, per_micro, tgt);
+  const BatchFiller fill = [&](int micro_step, std::int32_t* in, std::int32_t* tgt) {
+    std::copy_n(step_in_.data() + micro_step * per_micro_batch, per_micro_batch, in);
+    std::copy_n(step_tgt_.data() + micro_step * per_micro_batch, per_micro_batch, tgt);
   };
   const bool poison =
       nan_steps_.count(step + 1) && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank);

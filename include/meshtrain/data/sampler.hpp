@@ -83,12 +83,12 @@ class EvalSampler {
 };
 
 /// \brief The global index of the first window of a micro-batch: rank `dp_rank` of
-/// `dp_size` data-parallel ranks, accumulation step `accum_step`, `micro` windows per rank
+/// `dp_size` data-parallel ranks, micro-step `micro_step`, `micro_batch` windows per rank
 /// per micro-batch, at `cursor` windows consumed before this optimizer step:
-/// cursor + accum_step * (micro * dp_size) + dp_rank * micro. Its windows are that index
-/// and the next micro - 1. One step consumes accum * micro * dp_size windows, and for a
+/// cursor + micro_step * (micro_batch * dp_size) + dp_rank * micro_batch. Its windows are that
+/// index and the next micro_batch - 1. One step consumes grad_accum * micro_batch * dp_size windows, and for a
 /// fixed global batch the union over ranks is the same for every dp_size.
-std::uint64_t rank_first_window(std::uint64_t cursor, int accum_step, int micro, int dp_size,
+std::uint64_t rank_first_window(std::uint64_t cursor, int micro_step, int micro_batch, int dp_size,
                                 int dp_rank);
 
 }  // namespace meshtrain::data

@@ -124,7 +124,7 @@ class FsdpEngine {
   std::size_t persistent_bytes() const;
 
  private:
-  struct Runtime;
+  struct StepBuffers;
   struct Reduction;
   void launch_reduction(int u);
   void complete(Reduction& r);
@@ -150,7 +150,7 @@ class FsdpEngine {
   std::vector<Frozen> frozen_;
   bool has_frozen_ = false;
   std::vector<std::int64_t> owned_begin_, owned_numel_;
-  std::vector<Runtime> rt_;
+  std::vector<StepBuffers> step_buffers_;
   std::deque<std::unique_ptr<Reduction>> pending_;
 };
 

@@ -27,8 +27,9 @@ struct StepResult {
   bool applied = false;  ///< false: non-finite loss or norm, optimizer state untouched
 };
 
-/// Writes this rank's micro-batch `micro` into host buffers (micro_batch x seq_len each).
-using BatchFiller = std::function<void(int micro, std::int32_t* inputs, std::int32_t* targets)>;
+/// Writes this rank's micro-batch of micro-step `micro_step` into host buffers (micro_batch x
+/// seq_len each).
+using BatchFiller = std::function<void(int micro_step, std::int32_t* inputs, std::int32_t* targets)>;
 
 /// Runs optimizer step `step` (0-based). `updates` counts applied updates (AdamW bias
 /// correction) and is incremented when the step is applied. `poison` sets this rank's
