@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "meshtrain/core/error.hpp"
@@ -51,7 +51,7 @@ void prepare_metrics_for_resume(const std::string& path, int last_step) {
   const std::string text = buf.str();
   in.close();
   std::string kept;
-  std::size_t start = 0, dropped = 0;
+  std::size_t start = 0, dropped = 0, damaged = 0;
   while (start < text.size()) {
     const std::size_t end = text.find('\n', start);
     if (end == std::string::npos) {
@@ -62,12 +62,22 @@ void prepare_metrics_for_resume(const std::string& path, int last_step) {
     }
     const std::string line = text.substr(start, end - start);
     start = end + 1;
-    const auto pos = line.find("\"step\": ");
-    if (pos != std::string::npos && std::atoi(line.c_str() + pos + 8) <= last_step)
+    // Each record is one JSON object with an integer "step"; anything else (a line damaged
+    // by hand or by the file system) cannot be placed before or after the resume point.
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool has_step = record.is_object() && record.contains("step") && record["step"].is_number_integer();
+    if (!has_step) {
+      ++damaged;
+      continue;
+    }
+    if (record["step"].get<long long>() <= last_step)
       kept += line + "\n";
     else
       ++dropped;
   }
+  if (damaged > 0)
+    log::warn("%s: dropped %zu line(s) that are not metrics records (no JSON object with an integer \"step\")",
+              path.c_str(), damaged);
   if (kept.size() == text.size()) return;
   if (dropped > 0)
     log::info("%s: dropped %zu record(s) past step %d, the step this run resumes from", path.c_str(), dropped,

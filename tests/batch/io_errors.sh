@@ -53,11 +53,15 @@ echo "--- 4. a torn last line in metrics.jsonl"
 run straight "" "${ckpt[@]}" --output.dir=torn
 expect_status straight 0
 cp torn/metrics.jsonl straight.jsonl
-head -n 5 straight.jsonl >torn/metrics.jsonl
+head -n 2 straight.jsonl >torn/metrics.jsonl
+echo 'not a record' >>torn/metrics.jsonl  # a line damaged by hand: not JSON, no step
+sed -n 3,5p straight.jsonl >>torn/metrics.jsonl
 printf '{"step": 6, "loss": 5.59' >>torn/metrics.jsonl  # what a crash inside a write leaves
 run resumed "" "${ckpt[@]}" --output.dir=torn --checkpoint.resume=torn/checkpoints/step_00000004.h5
 expect_status resumed 0
 grep -q "warning: torn/metrics.jsonl: cut off a torn last line" resumed.log || fail "torn: no warning about the torn line"
+grep -q "warning: torn/metrics.jsonl: dropped 1 line(s) that are not metrics records" resumed.log ||
+  fail "torn: no warning about the damaged line"
 got=$(whole_records torn/metrics.jsonl) || fail "torn: metrics.jsonl does not parse"
 [[ $got == "1 2 3 4 5 6 7 8" ]] || fail "torn: records of steps '$got', expected 1..8 once each"
 same_losses straight.jsonl torn/metrics.jsonl 1 8
