@@ -1,7 +1,10 @@
 #include "meshtrain/runtime/runtime.hpp"
 
+#include <stdlib.h>  // mkdtemp
+
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "meshtrain/core/check.hpp"
@@ -24,14 +27,42 @@ bool started_by_launcher() {
 
 /// The communicator abort_all_ranks() aborts; set once MPI is initialised.
 MPI_Comm g_abort_world = MPI_COMM_NULL;
+
+/// The private Open MPI session-directory base of an isolated singleton; "" when none.
+std::string g_singleton_tmpdir;
+
+void remove_singleton_tmpdir() {
+  if (g_singleton_tmpdir.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(g_singleton_tmpdir, ec);
+  g_singleton_tmpdir.clear();
+}
+
+/// A process started without a launcher (`meshtrain eval ...`) is an MPI singleton, and by
+/// default Open MPI first forks a runtime daemon (`orted`) for it: about 0.25 s of every
+/// `prepare`, `plan`, `eval` or `--version`, for MPI_Comm_spawn, which meshtrain never
+/// calls. An isolated singleton skips the daemon -- but every isolated singleton of a host
+/// gets the same job id, hence the same session directory, and two at once delete each
+/// other's files there (the MPI-IO shared-file-pointer segment of an HDF5 open: a
+/// checkpoint save failing while another `meshtrain` exits). So each one gets a private
+/// session-directory base, removed at exit. Settings the user gave either variable win
+/// (nothing is changed then); other MPI implementations ignore both.
+void isolate_singleton() {
+  if (started_by_launcher() || std::getenv("OMPI_MCA_ess_singleton_isolated") != nullptr ||
+      std::getenv("OMPI_MCA_orte_tmpdir_base") != nullptr)
+    return;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/meshtrain-mpi-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) return;  // Open MPI's default then: a daemon-backed singleton
+  g_singleton_tmpdir = pattern;
+  std::atexit(remove_singleton_tmpdir);  // exit() after an error as well as a normal return
+  setenv("OMPI_MCA_orte_tmpdir_base", g_singleton_tmpdir.c_str(), 1);
+  setenv("OMPI_MCA_ess_singleton_isolated", "1", 1);
+}
 }  // namespace
 
 Runtime::Runtime(int& argc, char**& argv, MPI_Comm world) {
-  // A singleton needs no runtime daemon: by default Open MPI starts one (`orted`) for every
-  // plain `meshtrain ...`, about 0.25 s of every `prepare`, `plan`, `eval` or `--version`.
-  // meshtrain never spawns processes, so the isolated singleton loses nothing. The user's own
-  // setting wins (overwrite = 0); other MPI implementations ignore the variable.
-  if (!started_by_launcher()) setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+  isolate_singleton();
   // FUNNELED: only the main thread calls MPI (OpenMP threads never do).
   MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level_));
   g_abort_world = world;
@@ -57,7 +88,10 @@ void abort_all_ranks(int code) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized && g_abort_world != MPI_COMM_NULL) MPI_Abort(g_abort_world, code);
+  if (initialized && !finalized && g_abort_world != MPI_COMM_NULL) {
+    remove_singleton_tmpdir();  // MPI_Abort may end the process without exit handlers
+    MPI_Abort(g_abort_world, code);
+  }
 }
 
 namespace detail {
@@ -79,6 +113,7 @@ Runtime::~Runtime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+  remove_singleton_tmpdir();
 }
 
 std::string mpi_library_version() {
