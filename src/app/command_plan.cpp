@@ -13,6 +13,7 @@
 #include "checkpoint_session.hpp"
 
 #include "meshtrain/app/commands.hpp"
+#include "meshtrain/checkpoint/source_model.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
@@ -204,7 +205,10 @@ int command_plan(Runtime& rt, const Args& args) {
     return 0;
   }
   MESHTRAIN_REQUIRE(top >= 0, "--top must be >= 0, not %d", top);
-  const Config& cfg = ca.config.config;
+  Config& cfg = ca.config.config;
+  // Planning a fine-tune: pretrained weights bring their model's shape, as in `train`.
+  if (!cfg.checkpoint.init_from.empty())
+    checkpoint::adopt_source_model(cfg, cfg.checkpoint.init_from, "checkpoint.init_from");
   validate_config(cfg);
   const Topology& topo = rt.topology();
   const bool other = cfg.parallel.world_size > 0;

