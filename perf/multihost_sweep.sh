@@ -8,16 +8,19 @@
 #          the dp_shard groups stay inside a host (shared memory), the dp_replicate groups
 #          cross hosts (the shaped TCP link): intra- vs inter-node time and bus bandwidth
 #          for all_gather, reduce_scatter and all_reduce;
-#   runs   `meshtrain train` STEPS steps for each (strategy, mesh) in MESHES, with the
-#          step times, exposed communication and the mesh line kept per run;
-#   plans  `meshtrain plan` for the same meshes, given the measured intra/inter bus
-#          bandwidths (--parallel.target_bus_gbps=intra,inter), for comparison.
+#   runs   `meshtrain train` STEPS steps for each (strategy, mesh) in MESHES, REPEATS times
+#          (round robin over the meshes, so a disturbance of the shared machine spreads over
+#          all of them), with the step times, exposed communication and the mesh line kept;
+#   plans  `meshtrain plan --json` for the same strategy and mesh before each run, given the
+#          measured intra/inter bus bandwidths (--parallel.target_bus_gbps=intra,inter).
 #
-# Needs root. No cost-model change here: this only measures. Results: OUT_DIR/comm/*.csv,
-# OUT_DIR/runs/*.log + metrics.jsonl, OUT_DIR/plans/*.txt, OUT_DIR/summary.csv/.md.
-# Environment: MESHTRAIN, HOSTS (2), PER_HOST (2), RATE (1gbit), DELAY (0.2ms), STEPS (6),
-# WARMUP (2), CONFIG (inputs/tiny-gpt2.ini), MODEL_ARGS ("--model.d_model=256 --model.n_layers=4"),
-# MESHES (see below), PERF_MAX_LOAD (1.5).
+# perf/multihost_summary.py then compares them: each configuration's median measured step
+# against its median prediction (within 20%?) and the measured ranking against the predicted
+# one. Needs root. Results: OUT_DIR/comm/*.csv, OUT_DIR/runs/NAME-rK.log + metrics.jsonl,
+# OUT_DIR/plans/NAME-rK.json/.txt, OUT_DIR/summary.csv/.md/.json, OUT_DIR/predicted.png.
+# Environment: MESHTRAIN, HOSTS (2), PER_HOST (2), RATE (1gbit), DELAY (0.2ms), STEPS (8),
+# WARMUP (2), REPEATS (3), CONFIG (inputs/tiny-gpt2.ini), MODEL_ARGS ("--model.d_model=256
+# --model.n_layers=4"), MESHES (see below), PERF_MAX_LOAD (1.5).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUT=${1:-$ROOT/perf/results/multihost_sweep}
@@ -25,13 +28,14 @@ HOSTS=${HOSTS:-2}
 PER_HOST=${PER_HOST:-2}
 RATE=${RATE:-1gbit}
 DELAY=${DELAY:-0.2ms}
-STEPS=${STEPS:-6}
+STEPS=${STEPS:-8}
+REPEATS=${REPEATS:-3}
 WARMUP=${WARMUP:-2}
 CONFIG=${CONFIG:-$ROOT/inputs/tiny-gpt2.ini}
 read -r -a MODEL_ARGS <<<"${MODEL_ARGS:---model.d_model=256 --model.n_layers=4}"
 N=$((HOSTS * PER_HOST))
 # strategy:dp_replicate:dp_shard:tp (tp stays inside a host)
-read -r -a MESHES <<<"${MESHES:-full_shard:1:$N:1 hybrid_shard:$HOSTS:$PER_HOST:1 shard_grad_op:1:$N:1 no_shard:1:$N:1 full_shard:1:$HOSTS:$PER_HOST}"
+read -r -a MESHES <<<"${MESHES:-full_shard:1:$N:1 hybrid_shard:$HOSTS:$PER_HOST:1 shard_grad_op:1:$N:1 no_shard:1:$N:1 full_shard:1:$HOSTS:$PER_HOST no_shard:1:$HOSTS:$PER_HOST}"
 
 source "$ROOT/tests/multihost/cluster.sh"
 if ! reason=$(cluster_check); then echo "perf: $reason" >&2; exit 2; fi
@@ -64,48 +68,21 @@ EOF
 echo "measured all_reduce bus bandwidth intra,inter (GB/s): ${bw:-unavailable}" | tee -a "$OUT/setup.txt"
 
 # ---- runs and plans ---------------------------------------------------------------------------
-echo "strategy,dp_replicate,dp_shard,tp,median_step_s,median_exposed_comm_s,predicted_step_s,load1" >"$OUT/summary.csv"
-for m in "${MESHES[@]}"; do
-  IFS=: read -r strat rep shard tp <<<"$m"
-  name="$strat-${rep}x${shard}x${tp}"
-  mesh=(--parallel.strategy="$strat" --parallel.dp_replicate="$rep" --parallel.dp_shard="$shard" --parallel.tp="$tp")
-  wait_quiet || true
-  cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" plan "$CONFIG" "${MODEL_ARGS[@]}" "${mesh[@]}" \
-    ${bw:+--parallel.target_bus_gbps="$bw"} >"$OUT/plans/$name.txt" 2>&1 || echo "perf: plan $name failed" >&2
-  cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" train "$CONFIG" "${MODEL_ARGS[@]}" "${mesh[@]}" --data.dir=random \
-    --train.steps="$STEPS" --train.eval_every=0 --checkpoint.save_final=false --output.dir="$OUT/runs/$name" \
-    >"$OUT/runs/$name.log" 2>&1 || { tail "$OUT/runs/$name.log" >&2; echo "perf: run $name failed" >&2; continue; }
-  "$PY" - "$OUT/runs/$name/metrics.jsonl" "$OUT/plans/$name.txt" "$WARMUP" "$strat,$rep,$shard,$tp" "$(load1)" \
-    >>"$OUT/summary.csv" <<'EOF'
-import json, re, statistics, sys
-metrics, plan, warmup, key, load = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-rows = [json.loads(l) for l in open(metrics)]
-rows = [r for r in rows if r.get("step", 0) > warmup and "step_time_s" in r] or rows
-step = statistics.median(r.get("step_time_s", float("nan")) for r in rows)
-exp = statistics.median(r.get("exposed_comm_s_max", float("nan")) for r in rows)
-# The plan's table row of this strategy and mesh: "... step s  tok/s" are its last two columns.
-strat, rep, shard, tp = key.split(",")
-pred = ""
-try:
-    for line in open(plan):
-        if re.match(rf"\s*{strat}\s+{rep} x {shard} x {tp}\s", line):
-            pred = line.split()[-2]
-            break
-except OSError:
-    pass
-print(f"{key},{step:.4f},{exp:.4f},{pred},{load}")
-EOF
-  tail -n1 "$OUT/summary.csv"
+for ((rep = 1; rep <= REPEATS; rep++)); do
+  for m in "${MESHES[@]}"; do
+    IFS=: read -r strat rep_n shard tp <<<"$m"
+    name="$strat-${rep_n}x${shard}x${tp}"
+    mesh=(--parallel.strategy="$strat" --parallel.dp_replicate="$rep_n" --parallel.dp_shard="$shard" --parallel.tp="$tp")
+    wait_quiet || true
+    cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" plan "$CONFIG" "${MODEL_ARGS[@]}" "${mesh[@]}" \
+      ${bw:+--parallel.target_bus_gbps="$bw"} --json "$OUT/plans/$name-r$rep.json" >"$OUT/plans/$name-r$rep.txt" 2>&1 ||
+      echo "perf: plan $name failed" >&2
+    echo "$(load1)" >"$OUT/runs/$name-r$rep.load"
+    cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" train "$CONFIG" "${MODEL_ARGS[@]}" "${mesh[@]}" --data.dir=random \
+      --train.steps="$STEPS" --train.eval_every=0 --checkpoint.save_final=false --output.dir="$OUT/runs/$name-r$rep" \
+      >"$OUT/runs/$name-r$rep.log" 2>&1 || { tail "$OUT/runs/$name-r$rep.log" >&2; echo "perf: run $name failed" >&2; }
+    echo "perf: repeat $rep $name done (load $(load1))"
+  done
 done
-"$PY" - "$OUT/summary.csv" "$OUT/summary.md" <<'EOF'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-rows.sort(key=lambda r: float(r["median_step_s"]))
-out = ["| rank | strategy | dp_replicate x dp_shard x tp | step (s) | exposed comm (s) | plan's prediction (s) |",
-       "|---|---|---|---|---|---|"]
-for i, r in enumerate(rows, 1):
-    out.append(f"| {i} | {r['strategy']} | {r['dp_replicate']} x {r['dp_shard']} x {r['tp']} | {r['median_step_s']} | "
-               f"{r['median_exposed_comm_s']} | {r['predicted_step_s'] or '-'} |")
-open(sys.argv[2], "w").write("\n".join(out) + "\n")
-print("\n".join(out))
-EOF
+printf '%s\n' "${MESHES[@]}" >"$OUT/meshes.txt"
+"$PY" "$PERF_DIR/multihost_summary.py" "$OUT" "$WARMUP"

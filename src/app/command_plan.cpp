@@ -98,6 +98,8 @@ void print_plan(const Config& cfg, const model::ModelDims& dims, const parallel:
               "inter-node, latency %.0f us (%s)\n",
               costs.gemm_flops / 1e9, costs.gemm_source.c_str(), costs.copy_bytes / 1e9, costs.intra_bus_bytes / 1e9, costs.inter_bus_bytes / 1e9,
               costs.latency_s * 1e6, costs.bus_source.c_str());
+  std::printf("  FSDP communication hidden behind compute: at most %.0f%% (%s); all-reduce as %s\n", 100.0 * costs.overlap,
+              costs.overlap_source.c_str(), costs.tree_all_reduce ? "a binomial tree (MPI)" : "a ring (NCCL)");
   if (costs.adamw_s_per_elem > 0)
     std::printf("  elementwise = AdamW %.2f ns/element (measured) + MLP activation fwd+bwd %.2f ns/element (measured) + "
                 "other kernels' bytes / copy bandwidth\n",
@@ -297,9 +299,28 @@ int command_plan(Runtime& rt, const Args& args) {
                   "%.2f GB/s per rank inter-node, ring step latency %.1f us (%s)\n",
                   costs.gemm_flops / 1e9, costs.gemm_source.c_str(), costs.copy_bytes / 1e9, costs.intra_bus_bytes / 1e9,
                   costs.inter_bus_bytes / 1e9, costs.latency_s * 1e6, costs.bus_source.c_str());
+    if (search)
+      std::printf("  FSDP communication hidden behind compute: at most %.0f%% (%s); all-reduce as %s\n",
+                  100.0 * costs.overlap, costs.overlap_source.c_str(),
+                  costs.tree_all_reduce ? "a binomial tree (MPI)" : "a ring (NCCL)");
     if (!json_path.empty()) {
-      if (search) write_json(json_path, world, rpn.value_or(world), in, ms, restricted ? &best : nullptr);
-      else write_json(json_path, world, rpn.value_or(world), in, best, nullptr);
+      if (!search) {
+        // A fixed mesh: the candidates are the configured strategy (or, for auto, every
+        // strategy) on it, and `chosen` is what `train` runs: the forced strategy, or auto's
+        // pick on a fixed mesh (make_plan's rule), never the unrestricted best.
+        ms = train::search_meshes(dims, in, train::search_space(cfg), costs);
+        if (cfg.parallel.strategy == StrategyChoice::Auto) {
+          const parallel::Plan plan = parallel::make_plan(in);
+          ms.chosen = -1;
+          for (std::size_t i = 0; plan.chosen >= 0 && i < ms.candidates.size(); ++i)
+            if (ms.candidates[i].plan.strategy == plan.options[plan.chosen].strategy) {
+              ms.chosen = static_cast<int>(i);
+              break;
+            }
+          ms.reason = plan.reason;
+        }
+      }
+      write_json(json_path, world, rpn.value_or(world), in, ms, restricted ? &best : nullptr);
     }
   }
   return 0;

@@ -221,6 +221,52 @@ double step_value(const Runtime& rt, double v, ReduceOp worse, const NodeShare& 
 
 }  // namespace
 
+double measure_overlap(const Runtime& rt, Backend backend) {
+  const MpiComm& world = rt.world();
+  if (world.size() < 2) return 1.0;
+  auto comm = parallel::make_communicator(world, "cost_model_overlap", backend);
+  // 1 MiB per rank gathered: a block's shard of a small model, the size FSDP moves per unit.
+  const std::size_t count = std::size_t{1} << 18;
+  Buffer<float> gathered(count * world.size(), MemCategory::Workspace);
+  kernels::fill(gathered.data(), gathered.size(), 0.5);
+  const float* mine = gathered.data() + count * world.rank();
+  constexpr int kDim = 256;  // one GEMM: 34 MFLOP, a fraction of a millisecond to a few ms
+  Buffer<float> a(kDim * kDim, MemCategory::Workspace), b(kDim * kDim, MemCategory::Workspace),
+      c(kDim * kDim, MemCategory::Workspace);
+  for (Buffer<float>* m : {&a, &b, &c}) kernels::fill(m->data(), m->size(), 0.01);
+  const auto one_gemm = [&] {
+    linalg::gemm<float>(linalg::Op::N, linalg::Op::N, kDim, kDim, kDim, 1.0f, a.data(), kDim, b.data(), kDim, 0.0f,
+                        c.data(), kDim);
+    Kokkos::fence();
+  };
+  const auto slowest = [&](double t) { return all_reduce_value(world, t, ReduceOp::Max); };
+  const auto timed = [&](auto&& fn) {
+    sleeping_barrier(world);
+    const double t0 = now_seconds();
+    fn();
+    return slowest(now_seconds() - t0);
+  };
+  one_gemm();
+  comm->all_gather_async(mine, gathered.data(), count, DType::F32).wait();  // warm-up: connections
+  double t_comm = 1e300, t_gemm = 1e300, t_both = 1e300;
+  for (int rep = 0; rep < 2; ++rep)
+    t_comm = std::min(t_comm, timed([&] { comm->all_gather_async(mine, gathered.data(), count, DType::F32).wait(); }));
+  const double t_one = timed([&] { for (int i = 0; i < 4; ++i) one_gemm(); }) / 4;
+  const int gemms = static_cast<int>(std::clamp(std::ceil(t_comm / std::max(t_one, 1e-7)), 1.0, 2000.0));
+  for (int rep = 0; rep < 2; ++rep) {
+    t_gemm = std::min(t_gemm, timed([&] { for (int i = 0; i < gemms; ++i) one_gemm(); }));
+    t_both = std::min(t_both, timed([&] {
+                        Work w = comm->all_gather_async(mine, gathered.data(), count, DType::F32);
+                        for (int i = 0; i < gemms; ++i) {
+                          one_gemm();
+                          comm->progress();
+                        }
+                        w.wait();
+                      }));
+  }
+  return std::clamp((t_comm + t_gemm - t_both) / std::max(1e-9, std::min(t_comm, t_gemm)), 0.0, 1.0);
+}
+
 double measure_model_gemm_flops(const model::ModelDims& d, int micro_batch, int seq_len, int tp, bool bf16,
                                 double max_flop) {
   double flop = 0;
@@ -270,6 +316,9 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
       c.activation_s_per_elem = slowest_time(er.activation);
     }
   }
+  // The all-reduce algorithm of the communicator the planned run uses: MPI (host builds,
+  // or parallel.backend=mpi) unless a GPU target is planned (target_gemm_tflops: NCCL rings).
+  c.tree_all_reduce = p.backend == Backend::Mpi || (p.backend == Backend::Auto && kDeviceIsHost && p.target_gemm_tflops.empty());
   if (!p.target_mem_gbps.empty()) {
     c.copy_bytes = std::stod(p.target_mem_gbps) * 1e9;
   } else {
@@ -299,6 +348,12 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
   } else {
     c.bus_source = "defaults (1 rank: nothing to measure; set parallel.target_bus_gbps for a cluster)";
   }
+  if (c.tree_all_reduce && measure_here && rt.topology().world_size > 1) {
+    c.overlap = measure_overlap(rt, p.backend);
+    c.overlap_source = "measured here: an all-gather under GEMMs";
+  } else if (c.tree_all_reduce) {
+    c.overlap_source = "assumed: not measured on this job's ranks";
+  }
   return c;
 }
 
@@ -324,6 +379,21 @@ double collective_seconds(const GroupLink& g, int collectives, double bus_volume
   if (g.ranks <= 1 || (collectives == 0 && bus_volume == 0)) return 0;
   // A ring collective over n ranks takes n-1 steps (all-gather, reduce-scatter) or 2(n-1)
   // (all-reduce), each paying the per-step latency; the bytes move at the bus bandwidth.
+  if (all_reduce && c.tree_all_reduce) {
+    // Binomial reduce + broadcast over the group's members (consecutive group ranks share a
+    // node first): the first log2(members per node) hops of each tree stay inside a node,
+    // the rest cross nodes. Every hop carries the whole buffer, `bus_volume` / (2(n-1)/n).
+    // The bus bandwidths are what `bench comm` reports for a 2-rank all-reduce (itself two
+    // such hops: busbw = one hop's rate / 2), so one hop moves at 2 x busbw.
+    const int rounds = static_cast<int>(std::ceil(std::log2(static_cast<double>(g.ranks))));
+    const int intra_rounds =
+        g.crosses_nodes ? static_cast<int>(std::floor(std::log2(static_cast<double>(std::max(1, g.members_per_node)))))
+                        : rounds;
+    const int inter_rounds = rounds - intra_rounds;
+    const double buffer = bus_volume * g.ranks / (2.0 * (g.ranks - 1));
+    return collectives * 2.0 * rounds * c.latency_s +
+           2.0 * buffer * (intra_rounds / (2.0 * c.intra_bus_bytes) + inter_rounds / (2.0 * c.inter_bus_bytes));
+  }
   const double steps = (all_reduce ? 2.0 : 1.0) * (g.ranks - 1);
   return collectives * steps * c.latency_s + bus_volume / g.bus_bytes;
 }
@@ -393,6 +463,8 @@ StepPrediction predict_step(const model::ModelDims& d, const parallel::PlanInput
   } else {
     r.exposed_fsdp_s = r.fsdp_comm_s;
   }
+  // Of what the schedule could hide, only the measured overlap fraction does hide.
+  r.exposed_fsdp_s += (1.0 - std::clamp(c.overlap, 0.0, 1.0)) * (r.fsdp_comm_s - r.exposed_fsdp_s);
   r.step_seconds_no_overlap = r.compute_s + r.fsdp_comm_s + r.replicate_comm_s + r.tp_comm_s;
   r.step_seconds_overlap = r.compute_s + r.tp_comm_s + r.exposed_fsdp_s + r.replicate_comm_s;
   r.tokens_per_s = r.step_seconds_overlap > 0 ? tokens / r.step_seconds_overlap : 0;

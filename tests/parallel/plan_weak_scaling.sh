@@ -20,3 +20,23 @@ for n in 8 64 1024; do
   jsons+=("$TEST_TMP/plan_$n.json")
 done
 /usr/bin/python3 "$src/tests/parallel/check_plan.py" --min-efficiency 0.95 "${jsons[@]}"
+# A fixed strategy and mesh: `chosen` is what `train` would run (the configured one, with its
+# prediction), and the unrestricted best is reported apart, under `best_unrestricted`.
+"$bin" plan "$src/inputs/llama-8b-plan.ini" --parallel.world_size=64 --train.global_batch=64 \
+  --parallel.strategy=full_shard --parallel.dp_replicate=1 --parallel.dp_shard=64 --parallel.tp=1 --train.activation_checkpointing=true \
+  --json "$TEST_TMP/plan_fixed.json" > "$TEST_TMP/plan_fixed.txt"
+/usr/bin/python3 - "$TEST_TMP/plan_fixed.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+c = p["chosen"]
+got = (c["strategy"], c["dp_replicate"], c["dp_shard"], c["tp"])
+if got != ("full_shard", 1, 64, 1):
+    sys.exit(f"FAIL: a fixed full_shard 1 x 64 x 1 plan wrote chosen = {got}")
+if any(k["strategy"] != "full_shard" or k["dp_shard"] != 64 for k in p["candidates"]):
+    sys.exit("FAIL: a fixed plan listed candidates outside the configured strategy and mesh")
+b = p.get("best_unrestricted")
+if not b or b["step_s"] > c["step_s"] + 1e-12:
+    sys.exit("FAIL: best_unrestricted missing, or slower than the configured choice")
+print(f"fixed plan: chosen full_shard 1 x 64 x 1 at {c['step_s']:.3f} s; unrestricted best {b['strategy']} "
+      f"{b['dp_replicate']} x {b['dp_shard']} x {b['tp']} at {b['step_s']:.3f} s")
+PY

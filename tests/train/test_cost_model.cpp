@@ -145,6 +145,29 @@ TEST(CostModel, EachMeshGroupRunsOnTheLinksItCrosses) {
   EXPECT_DOUBLE_EQ(collective_seconds(group_link(4, 1, 8, c), 10, 0, true, c), 10 * 6 * c.latency_s);
 }
 
+TEST(CostModel, MpiAllReduceIsABinomialTreeOfWholeBufferHops) {
+  CostModelInputs c = fixed_costs();
+  c.intra_bus_bytes = 1e9;
+  c.inter_bus_bytes = 0.04e9;
+  c.latency_s = 0;
+  const double buffer = 12e6;  // bytes all-reduced
+  const auto bus_volume = [&](int n) { return 2.0 * (n - 1) / n * buffer; };
+  c.tree_all_reduce = false;
+  const double ring2 = collective_seconds(group_link(2, 2, 2, c), 1, bus_volume(2), true, c);
+  c.tree_all_reduce = true;
+  // 2 ranks: one hop up and one down, each at 2 x busbw: the same time as the ring (the
+  // bench's 2-rank busbw is what both are calibrated on).
+  EXPECT_NEAR(collective_seconds(group_link(2, 2, 2, c), 1, bus_volume(2), true, c), ring2, 1e-12);
+  // 4 ranks on 2 nodes of 2: per tree one hop inside a node, one across; up and down.
+  const GroupLink flat = group_link(4, 1, 2, c);
+  ASSERT_TRUE(flat.crosses_nodes);
+  EXPECT_NEAR(collective_seconds(flat, 1, bus_volume(4), true, c), buffer / 1e9 + buffer / 0.04e9, 1e-9);
+  // One node of 8: three hops each way, all inside.
+  EXPECT_NEAR(collective_seconds(group_link(8, 1, 8, c), 1, bus_volume(8), true, c), 3 * buffer / 1e9, 1e-9);
+  // The tree never applies to all-gathers (rings in both backends' model).
+  EXPECT_NEAR(collective_seconds(flat, 1, 0.75 * buffer, false, c), 0.75 * buffer / flat.bus_bytes, 1e-9);
+}
+
 TEST(CostModel, HybridReplicateAllReduceIsExposedAndCheckpointingRecomputesForward) {
   const auto d = small_gpt();
   auto in = input(d, 16);

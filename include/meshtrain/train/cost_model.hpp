@@ -30,6 +30,18 @@ struct CostModelInputs {
   /// (all-gather, reduce-scatter) or 2(n-1) (all-reduce) times. The default is a typical
   /// inter-node NCCL step (a few microseconds).
   double latency_s = 5e-6;
+  /// How an all-reduce moves its bytes. NCCL (GPU builds) runs rings: 2(n-1)/n of the buffer
+  /// per rank at the bus bandwidth. The MPI backend (host builds) calls MPI_Iallreduce in
+  /// place, which Open MPI's libnbc runs as a binomial reduce to rank 0 plus a binomial
+  /// broadcast (nbc_iallreduce.c: in place, or fewer than 4 ranks): 2 ceil(log2 n) hops that
+  /// each carry the whole buffer, the hops between nodes at the inter-node rate.
+  bool tree_all_reduce = false;
+  /// Fraction of an FSDP collective that can hide behind compute (0..1). NCCL runs on its
+  /// own stream: 1. The MPI backend progresses a non-blocking collective only inside MPI
+  /// calls (the engine's progress() between kernels), and ranks that share cores compete
+  /// with it, so `plan` measures it (measure_overlap) when it runs on the job's ranks.
+  double overlap = 1.0;
+  std::string overlap_source = "assumed (a backend with its own progress: NCCL streams)";
   std::string bus_source;
 };
 
@@ -37,6 +49,12 @@ struct CostModelInputs {
 /// `dims` and `tp` given and measure_here, also times the model's own GEMM shapes.
 CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf16, bool measure_here,
                                   const model::ModelDims* dims = nullptr, int tp = 1);
+
+/// Measured on the job's ranks (collective over the world): an all-gather alone, GEMMs of
+/// about the same duration alone, then both at once with progress() between the GEMMs as the
+/// engine calls it. Returns the hidden fraction, (t_comm + t_gemm - t_both) / min of the two,
+/// in [0, 1], from the slowest rank's times.
+double measure_overlap(const Runtime& rt, Backend backend);
 
 /// Effective FLOP/s of one micro-step's GEMMs of `dims` (see CostModelInputs::model_gemm_flops);
 /// 0 when one block's GEMMs exceed `max_flop` (then too slow to time here: big models run
