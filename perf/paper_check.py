@@ -241,6 +241,7 @@ def main():
             name=r["name"], label=r["label"], source=SOURCES[r["src"]], note=r["note"], pp=r.get("pp", 1),
             reported_tps_per_gpu=tps_rep, reported_tps_derived=r["tps"] is None,
             reported_mfu=r["mfu_reported"], reported_mfu_convention=tps_rep * flop_tok / peak,
+            reported_step_s=k["train.global_batch"] * k["train.seq_len"] / (tps_rep * gpus),
             plan_step_s=ch["step_s"], plan_tps_per_gpu=tps_plan, plan_mfu=tps_plan * flop_tok / peak, peak_tflops=peak / 1e12,
             fastest_step_s=fastest["step_s"], fastest_ratio=fastest["tokens_per_s"] / gpus / tps_rep,
             fastest_desc=f"mb {fastest['micro_batch']}, AC {'yes' if fastest['activation_checkpointing'] else 'no'}",
@@ -262,14 +263,15 @@ def write_table(rows, path):
     n = {}
     with open(path, "w") as f:
         f.write("| # | configuration | source | reported tok/s/GPU | reported MFU | MFU, common convention "
-                "| plan step s | plan tok/s/GPU | plan MFU | plan / reported |\n")
-        f.write("|--:|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+                "| step s (from tok/s) | plan step s | plan tok/s/GPU | plan MFU | plan / reported |\n")
+        f.write("|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
         for i, r in enumerate(rows, 1):
             n.setdefault(r["source"], len(n) + 1)
             rep = f"{r['reported_tps_per_gpu']:,.0f}" + (" (from TFLOP/s)" if r["reported_tps_derived"] else "")
             fit = "" if r["fits"] else " (does not fit)"
             f.write(f"| {i} | {r['label']} ({r['note']}) | [{n[r['source']]}] | {rep} "
                     f"| {r['reported_mfu'] or 'not reported'} | {100 * r['reported_mfu_convention']:.1f}% "
+                    f"| {r['reported_step_s']:.3f} "
                     f"| {r['plan_step_s']:.3f}{fit} | {r['plan_tps_per_gpu']:,.0f} | {100 * r['plan_mfu']:.1f}% "
                     f"| {r['ratio']:.2f} |\n")
         f.write("\n")
