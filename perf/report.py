@@ -107,7 +107,7 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/profile.sh` | `perf record` of both at 1 rank x 1 thread, grouped into kernel categories -> `results/profile/` |
 | `perf/sweep.sh` | the scaling sweep: 1/2/4 ranks x full_shard/shard_grad_op/no_shard x tp 1/2, strong and weak; `meshtrain plan` prediction per configuration; PyTorch at 1/2/4 ranks; `meshtrain bench comm` -> `results/sweep/` (sweep.csv = every logged step of every run, summary.csv, comm.csv, plots/) |
 | `perf/bench_save.sh` | a 37 MiB checkpoint save (`meshtrain bench io`: best of 5, file-system and network ceilings) on one host over shared memory and over TCP, and across 2 and 4 namespace hosts (needs root) -> `results/bench_save/` |
-| `perf/multihost_sweep.sh` | namespace hosts with tc-shaped links (default 1 Gbit/s, +0.2 ms): `bench comm` inside vs across hosts, training runs of several (strategy, mesh), `plan` given the measured bandwidths -> `results/multihost_sweep/` (harness only; not run by run-all.sh) |
+| `perf/multihost_sweep.sh` (= `perf/sweep.sh --hosts N`) | namespace hosts with tc-shaped links (default 1 Gbit/s, +0.2 ms where the kernel has netem): `bench comm` inside vs across hosts, six (strategy, mesh) training runs x 3 repeats, `plan --json` given the measured bandwidths before each run; `multihost_summary.py` ranks both and checks every prediction against +-20% -> `results/multihost_sweep/` (needs root; not run by run-all.sh) |
 | `perf/bench_generate.sh` | `meshtrain generate` ms per token at 512 tokens of context with and without the KV cache, GPT-2 and Llama (GQA), greedy texts checked identical -> `results/bench_generate/` |
 | `perf/bench_eval.sh` | wall time of `meshtrain eval --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --text` (256 tokens, 1 rank, process start to exit), median of 5, optionally side by side with another binary (`BASELINE=`), losses checked identical -> `results/bench_eval/` |
 | `perf/paper_check.sh` | no measurement: `meshtrain plan` for published torchtitan and Megatron-LM runs (H100/A100, FSDP, FSDP + TP, TP + DP) next to their reported tokens/s and MFU, a few seconds -> `results/paper_check/` (table.md; the comparison and its reading are in doc/perf.md; not run by run-all.sh) |
@@ -157,6 +157,15 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
                    "discrepancy) and why, from the sweep's own data.\n")
         out.append(table + "\n")
         out.append("![predicted vs measured](results/sweep/plots/predicted.png)\n")
+    mh = read("multihost_sweep", "summary.md")
+    if mh:
+        out.append("## A slow inter-node link: measured ranking vs `plan` (issue 17)\n")
+        out.append(read("multihost_sweep", "NOTE.md") or "")
+        setup = read("multihost_sweep", "setup.txt") or ""
+        if setup:
+            out.append("```\n" + setup.rstrip() + "\n```\n")
+        out.append(mh)
+        out.append("![measured vs predicted step time on the shaped cluster](results/multihost_sweep/predicted.png)\n")
     save_table = read("bench_save", "results.md")
     if save_table:
         out.append("## Checkpoint saves across hosts (issue 17)\n")

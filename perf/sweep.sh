@@ -19,7 +19,21 @@
 # Back of the envelope: 148 MFLOP per token (fwd+bwd); a strong-scaling step is 8 x 256 tokens
 # = 0.30 TFLOP, ~2.5 s on one core at ~120 GFLOP/s, ~1.3 s on two; 30 train runs of ~6 steps
 # plus start-up, 10 plans and 6 PyTorch runs come to ~12-15 minutes.
+#
+# perf/sweep.sh --hosts N [--per-host K] [OUT_DIR]: the same question on N namespace hosts with
+# shaped links instead (perf/multihost_sweep.sh: needs root; RATE, DELAY, REPEATS, MESHES there).
 set -euo pipefail
+if [[ ${1:-} == --hosts ]]; then
+  [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "perf/sweep.sh: --hosts needs a number of hosts, e.g. --hosts 2" >&2; exit 2; }
+  export HOSTS=$2
+  shift 2
+  if [[ ${1:-} == --per-host ]]; then
+    [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "perf/sweep.sh: --per-host needs a number of ranks per host" >&2; exit 2; }
+    export PER_HOST=$2
+    shift 2
+  fi
+  exec bash "$(dirname "${BASH_SOURCE[0]}")/multihost_sweep.sh" "$@"
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUT=${1:-$ROOT/perf/results/sweep}
 STEPS=${STEPS:-6}

@@ -374,26 +374,33 @@ GroupLink group_link(int n, int stride, int ranks_per_node, const CostModelInput
   return g;
 }
 
-double collective_seconds(const GroupLink& g, int collectives, double bus_volume, bool all_reduce,
+double collective_seconds(const GroupLink& g, int collectives, double bus_volume, Collective kind,
                           const CostModelInputs& c) {
   if (g.ranks <= 1 || (collectives == 0 && bus_volume == 0)) return 0;
+  const bool all_reduce = kind == Collective::AllReduce;
+  if (c.tree_all_reduce && kind != Collective::AllGather) {
+    // libnbc's binomial reduce to rank 0 over the group's members (consecutive group ranks
+    // share a node first): the first log2(members per node) hops stay inside a node, the
+    // rest cross nodes, and every hop carries the whole buffer. Then either the binomial
+    // broadcast back (all-reduce: the same hops again) or rank 0 sends every other member
+    // its block (reduce-scatter). The bus bandwidths are what `bench comm` reports for a
+    // 2-rank all-reduce (itself two such hops: busbw = one hop's rate / 2), so one hop
+    // moves at 2 x busbw.
+    const int n = g.ranks;
+    const int rounds = static_cast<int>(std::ceil(std::log2(static_cast<double>(n))));
+    const int members = g.crosses_nodes ? std::max(1, g.members_per_node) : n;
+    const int intra_rounds = g.crosses_nodes ? static_cast<int>(std::floor(std::log2(static_cast<double>(members)))) : rounds;
+    const int inter_rounds = rounds - intra_rounds;
+    const double hop_intra = 2.0 * c.intra_bus_bytes, hop_inter = 2.0 * c.inter_bus_bytes;
+    const double buffer = bus_volume * n / ((all_reduce ? 2.0 : 1.0) * (n - 1));  // all ranks' data
+    const double tree = buffer * (intra_rounds / hop_intra + inter_rounds / hop_inter);
+    if (all_reduce) return collectives * 2.0 * rounds * c.latency_s + 2.0 * tree;
+    const double block = buffer / n;
+    const double scatter = block * ((members - 1) / hop_intra + (n - members) / hop_inter);
+    return collectives * (rounds + n - 1) * c.latency_s + tree + scatter;
+  }
   // A ring collective over n ranks takes n-1 steps (all-gather, reduce-scatter) or 2(n-1)
   // (all-reduce), each paying the per-step latency; the bytes move at the bus bandwidth.
-  if (all_reduce && c.tree_all_reduce) {
-    // Binomial reduce + broadcast over the group's members (consecutive group ranks share a
-    // node first): the first log2(members per node) hops of each tree stay inside a node,
-    // the rest cross nodes. Every hop carries the whole buffer, `bus_volume` / (2(n-1)/n).
-    // The bus bandwidths are what `bench comm` reports for a 2-rank all-reduce (itself two
-    // such hops: busbw = one hop's rate / 2), so one hop moves at 2 x busbw.
-    const int rounds = static_cast<int>(std::ceil(std::log2(static_cast<double>(g.ranks))));
-    const int intra_rounds =
-        g.crosses_nodes ? static_cast<int>(std::floor(std::log2(static_cast<double>(std::max(1, g.members_per_node)))))
-                        : rounds;
-    const int inter_rounds = rounds - intra_rounds;
-    const double buffer = bus_volume * g.ranks / (2.0 * (g.ranks - 1));
-    return collectives * 2.0 * rounds * c.latency_s +
-           2.0 * buffer * (intra_rounds / (2.0 * c.intra_bus_bytes) + inter_rounds / (2.0 * c.inter_bus_bytes));
-  }
   const double steps = (all_reduce ? 2.0 : 1.0) * (g.ranks - 1);
   return collectives * steps * c.latency_s + bus_volume / g.bus_bytes;
 }
@@ -438,14 +445,15 @@ StepPrediction predict_step(const model::ModelDims& d, const parallel::PlanInput
   r.replicate_bus_bytes = rep_link.bus_bytes;
 
   const auto& v = p.comm;
+  const Collective reduce_kind = v.reduce_is_all_reduce ? Collective::AllReduce : Collective::ReduceScatter;
   const int n_gather_bwd = v.fsdp_gather > 0 ? static_cast<int>(std::lround(v.gather_collectives * v.fsdp_gather_backward / v.fsdp_gather)) : 0;
   const double gather_fwd_s = collective_seconds(shard_link, v.gather_collectives - n_gather_bwd,
-                                                 v.fsdp_gather - v.fsdp_gather_backward, false, c);
-  const double gather_bwd_s = collective_seconds(shard_link, n_gather_bwd, v.fsdp_gather_backward, false, c);
-  const double reduce_s = collective_seconds(shard_link, v.reduce_collectives, v.fsdp_reduce, v.reduce_is_all_reduce, c);
-  r.replicate_comm_s = collective_seconds(rep_link, v.replicate_collectives, v.replicate, true, c);
+                                                 v.fsdp_gather - v.fsdp_gather_backward, Collective::AllGather, c);
+  const double gather_bwd_s = collective_seconds(shard_link, n_gather_bwd, v.fsdp_gather_backward, Collective::AllGather, c);
+  const double reduce_s = collective_seconds(shard_link, v.reduce_collectives, v.fsdp_reduce, reduce_kind, c);
+  r.replicate_comm_s = collective_seconds(rep_link, v.replicate_collectives, v.replicate, Collective::AllReduce, c);
   r.fsdp_comm_s = gather_fwd_s + gather_bwd_s + reduce_s;
-  r.tp_comm_s = collective_seconds(tp_link, v.tp_collectives, v.tp, true, c);
+  r.tp_comm_s = collective_seconds(tp_link, v.tp_collectives, v.tp, Collective::AllReduce, c);
 
   // Overlap: the gathers of forward hide behind forward compute, the re-gathers and
   // reductions of backward behind backward compute (the optimizer runs after both). What
@@ -453,8 +461,8 @@ StepPrediction predict_step(const model::ModelDims& d, const parallel::PlanInput
   // and the first block) and the outer unit's reduction, which the embedding's backward
   // produces last - and whatever exceeds the compute. The replicate all-reduce runs after
   // backward (FsdpEngine::finish_step), so it is exposed entirely.
-  const double fill_g = v.fill_gather > 0 ? collective_seconds(shard_link, p.grad_accum * 2, v.fill_gather, false, c) : 0.0;
-  const double fill_r = v.fill_reduce > 0 ? collective_seconds(shard_link, 1, v.fill_reduce, v.reduce_is_all_reduce, c) : 0.0;
+  const double fill_g = v.fill_gather > 0 ? collective_seconds(shard_link, p.grad_accum * 2, v.fill_gather, Collective::AllGather, c) : 0.0;
+  const double fill_r = v.fill_reduce > 0 ? collective_seconds(shard_link, 1, v.fill_reduce, reduce_kind, c) : 0.0;
   const double overlappable = r.compute_s - r.optimizer_s;
   const double fwd_c = overlappable / (3.0 + ac), bwd_c = overlappable - fwd_c;
   if (in.prefetch > 0) {

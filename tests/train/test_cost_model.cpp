@@ -141,8 +141,8 @@ TEST(CostModel, EachMeshGroupRunsOnTheLinksItCrosses) {
   // A group of 6 on nodes of 8 does not divide the node: some of those groups straddle two.
   EXPECT_TRUE(group_link(6, 1, 8, c).crosses_nodes);
   // Latency: n-1 ring steps per all-gather, 2(n-1) per all-reduce.
-  EXPECT_DOUBLE_EQ(collective_seconds(group_link(4, 1, 8, c), 10, 0, false, c), 10 * 3 * c.latency_s);
-  EXPECT_DOUBLE_EQ(collective_seconds(group_link(4, 1, 8, c), 10, 0, true, c), 10 * 6 * c.latency_s);
+  EXPECT_DOUBLE_EQ(collective_seconds(group_link(4, 1, 8, c), 10, 0, Collective::AllGather, c), 10 * 3 * c.latency_s);
+  EXPECT_DOUBLE_EQ(collective_seconds(group_link(4, 1, 8, c), 10, 0, Collective::AllReduce, c), 10 * 6 * c.latency_s);
 }
 
 TEST(CostModel, MpiAllReduceIsABinomialTreeOfWholeBufferHops) {
@@ -153,19 +153,23 @@ TEST(CostModel, MpiAllReduceIsABinomialTreeOfWholeBufferHops) {
   const double buffer = 12e6;  // bytes all-reduced
   const auto bus_volume = [&](int n) { return 2.0 * (n - 1) / n * buffer; };
   c.tree_all_reduce = false;
-  const double ring2 = collective_seconds(group_link(2, 2, 2, c), 1, bus_volume(2), true, c);
+  const double ring2 = collective_seconds(group_link(2, 2, 2, c), 1, bus_volume(2), Collective::AllReduce, c);
   c.tree_all_reduce = true;
   // 2 ranks: one hop up and one down, each at 2 x busbw: the same time as the ring (the
   // bench's 2-rank busbw is what both are calibrated on).
-  EXPECT_NEAR(collective_seconds(group_link(2, 2, 2, c), 1, bus_volume(2), true, c), ring2, 1e-12);
+  EXPECT_NEAR(collective_seconds(group_link(2, 2, 2, c), 1, bus_volume(2), Collective::AllReduce, c), ring2, 1e-12);
   // 4 ranks on 2 nodes of 2: per tree one hop inside a node, one across; up and down.
   const GroupLink flat = group_link(4, 1, 2, c);
   ASSERT_TRUE(flat.crosses_nodes);
-  EXPECT_NEAR(collective_seconds(flat, 1, bus_volume(4), true, c), buffer / 1e9 + buffer / 0.04e9, 1e-9);
+  EXPECT_NEAR(collective_seconds(flat, 1, bus_volume(4), Collective::AllReduce, c), buffer / 1e9 + buffer / 0.04e9, 1e-9);
   // One node of 8: three hops each way, all inside.
-  EXPECT_NEAR(collective_seconds(group_link(8, 1, 8, c), 1, bus_volume(8), true, c), 3 * buffer / 1e9, 1e-9);
+  EXPECT_NEAR(collective_seconds(group_link(8, 1, 8, c), 1, bus_volume(8), Collective::AllReduce, c), 3 * buffer / 1e9, 1e-9);
+  // Reduce-scatter: the same reduce tree, then rank 0 sends 3 blocks of buffer/4 (one to
+  // its node's other member, two across).
+  EXPECT_NEAR(collective_seconds(flat, 1, 0.75 * buffer, Collective::ReduceScatter, c),
+              buffer / 2e9 + buffer / 0.08e9 + buffer / 4 * (1 / 2e9 + 2 / 0.08e9), 1e-9);
   // The tree never applies to all-gathers (rings in both backends' model).
-  EXPECT_NEAR(collective_seconds(flat, 1, 0.75 * buffer, false, c), 0.75 * buffer / flat.bus_bytes, 1e-9);
+  EXPECT_NEAR(collective_seconds(flat, 1, 0.75 * buffer, Collective::AllGather, c), 0.75 * buffer / flat.bus_bytes, 1e-9);
 }
 
 TEST(CostModel, HybridReplicateAllReduceIsExposedAndCheckpointingRecomputesForward) {

@@ -30,11 +30,14 @@ struct CostModelInputs {
   /// (all-gather, reduce-scatter) or 2(n-1) (all-reduce) times. The default is a typical
   /// inter-node NCCL step (a few microseconds).
   double latency_s = 5e-6;
-  /// How an all-reduce moves its bytes. NCCL (GPU builds) runs rings: 2(n-1)/n of the buffer
-  /// per rank at the bus bandwidth. The MPI backend (host builds) calls MPI_Iallreduce in
-  /// place, which Open MPI's libnbc runs as a binomial reduce to rank 0 plus a binomial
-  /// broadcast (nbc_iallreduce.c: in place, or fewer than 4 ranks): 2 ceil(log2 n) hops that
-  /// each carry the whole buffer, the hops between nodes at the inter-node rate.
+  /// How reductions move their bytes. NCCL (GPU builds) runs rings: 2(n-1)/n of the buffer
+  /// per rank at the bus bandwidth for an all-reduce, (n-1)/n for a reduce-scatter. The MPI
+  /// backend (host builds) calls MPI_Iallreduce in place, which Open MPI's libnbc runs as a
+  /// binomial reduce to rank 0 plus a binomial broadcast (nbc_iallreduce.c: in place, or
+  /// fewer than 4 ranks): 2 ceil(log2 n) hops that each carry the whole buffer, the hops
+  /// between nodes at the inter-node rate. Its MPI_Ireduce_scatter_block is the same
+  /// binomial reduce followed by rank 0 sending each rank its block
+  /// (nbc_ireduce_scatter_block.c).
   bool tree_all_reduce = false;
   /// Fraction of an FSDP collective that can hide behind compute (0..1). NCCL runs on its
   /// own stream: 1. The MPI backend progresses a non-blocking collective only inside MPI
@@ -90,8 +93,13 @@ struct GroupLink {
 /// dp_shard x tp) on nodes of `ranks_per_node`.
 GroupLink group_link(int n, int stride, int ranks_per_node, const CostModelInputs& c);
 
-/// Seconds of `collectives` ring collectives over `g` moving `bus_volume` bytes per rank.
-double collective_seconds(const GroupLink& g, int collectives, double bus_volume, bool all_reduce,
+enum class Collective { AllGather, ReduceScatter, AllReduce };
+
+/// Seconds of `collectives` collectives of `kind` over `g` moving `bus_volume` bytes per rank
+/// (the ring's volume: (n-1)/n of the buffer, 2(n-1)/n for an all-reduce). Rings, except
+/// where CostModelInputs::tree_all_reduce says the MPI backend's algorithms run (libnbc's
+/// binomial trees for all-reduce and reduce-scatter).
+double collective_seconds(const GroupLink& g, int collectives, double bus_volume, Collective kind,
                           const CostModelInputs& c);
 
 StepPrediction predict_step(const model::ModelDims& dims, const parallel::PlanInput& in,
