@@ -221,50 +221,54 @@ double step_value(const Runtime& rt, double v, ReduceOp worse, const NodeShare& 
 
 }  // namespace
 
-double measure_overlap(const Runtime& rt, Backend backend) {
+double measure_overlap(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int tp) {
   const MpiComm& world = rt.world();
   if (world.size() < 2) return 1.0;
   auto comm = parallel::make_communicator(world, "cost_model_overlap", backend);
-  // 1 MiB per rank gathered: a block's shard of a small model, the size FSDP moves per unit.
-  const std::size_t count = std::size_t{1} << 18;
+  // One block's parameters gathered (12 d_model^2 / tp elements; at least 256 KiB): what
+  // FSDP moves per unit.
+  const double block = 12.0 * dims.d_model * dims.d_model / std::max(1, tp);
+  const std::size_t count = std::max<std::size_t>(std::size_t{1} << 16, static_cast<std::size_t>(block / world.size()));
   Buffer<float> gathered(count * world.size(), MemCategory::Workspace);
   kernels::fill(gathered.data(), gathered.size(), 0.5);
   const float* mine = gathered.data() + count * world.rank();
-  constexpr int kDim = 256;  // one GEMM: 34 MFLOP, a fraction of a millisecond to a few ms
-  Buffer<float> a(kDim * kDim, MemCategory::Workspace), b(kDim * kDim, MemCategory::Workspace),
-      c(kDim * kDim, MemCategory::Workspace);
-  for (Buffer<float>* m : {&a, &b, &c}) kernels::fill(m->data(), m->size(), 0.01);
+  // One of the model's linear layers: (rows, d_model) x (d_model, 3 d_model / tp), the
+  // average width of its four linears (qkv 3C, proj C, up and down 4C).
+  const int m = std::max(1, rows), k = std::max(1, dims.d_model), n = std::max(1, 3 * dims.d_model / std::max(1, tp));
+  Buffer<float> a(static_cast<std::size_t>(m) * k, MemCategory::Workspace),
+      b(static_cast<std::size_t>(k) * n, MemCategory::Workspace), c(static_cast<std::size_t>(m) * n, MemCategory::Workspace);
+  for (Buffer<float>* x : {&a, &b, &c}) kernels::fill(x->data(), x->size(), 0.01);
   const auto one_gemm = [&] {
-    linalg::gemm<float>(linalg::Op::N, linalg::Op::N, kDim, kDim, kDim, 1.0f, a.data(), kDim, b.data(), kDim, 0.0f,
-                        c.data(), kDim);
+    linalg::gemm<float>(linalg::Op::N, linalg::Op::N, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
     Kokkos::fence();
   };
-  const auto slowest = [&](double t) { return all_reduce_value(world, t, ReduceOp::Max); };
   const auto timed = [&](auto&& fn) {
     sleeping_barrier(world);
     const double t0 = now_seconds();
     fn();
-    return slowest(now_seconds() - t0);
+    return all_reduce_value(world, now_seconds() - t0, ReduceOp::Max);
   };
+  const auto gather = [&] { comm->all_gather_async(mine, gathered.data(), count, DType::F32).wait(); };
   one_gemm();
-  comm->all_gather_async(mine, gathered.data(), count, DType::F32).wait();  // warm-up: connections
-  double t_comm = 1e300, t_gemm = 1e300, t_both = 1e300;
-  for (int rep = 0; rep < 2; ++rep)
-    t_comm = std::min(t_comm, timed([&] { comm->all_gather_async(mine, gathered.data(), count, DType::F32).wait(); }));
-  const double t_one = timed([&] { for (int i = 0; i < 4; ++i) one_gemm(); }) / 4;
-  const int gemms = static_cast<int>(std::clamp(std::ceil(t_comm / std::max(t_one, 1e-7)), 1.0, 2000.0));
-  for (int rep = 0; rep < 2; ++rep) {
-    t_gemm = std::min(t_gemm, timed([&] { for (int i = 0; i < gemms; ++i) one_gemm(); }));
-    t_both = std::min(t_both, timed([&] {
-                        Work w = comm->all_gather_async(mine, gathered.data(), count, DType::F32);
-                        for (int i = 0; i < gemms; ++i) {
-                          one_gemm();
-                          comm->progress();
-                        }
-                        w.wait();
-                      }));
+  gather();  // warm-up: connections, first-touch
+  const double t_one = timed([&] { for (int i = 0; i < 2; ++i) one_gemm(); }) / 2;
+  std::vector<double> hidden;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t_comm = timed(gather);
+    const int gemms = static_cast<int>(std::clamp(std::ceil(t_comm / std::max(t_one, 1e-7)), 1.0, 200.0));
+    const double t_gemm = timed([&] { for (int i = 0; i < gemms; ++i) one_gemm(); });
+    const double t_both = timed([&] {
+      Work w = comm->all_gather_async(mine, gathered.data(), count, DType::F32);
+      for (int i = 0; i < gemms; ++i) {
+        one_gemm();
+        comm->progress();
+      }
+      w.wait();
+    });
+    hidden.push_back(std::clamp((t_comm + t_gemm - t_both) / std::max(1e-9, std::min(t_comm, t_gemm)), 0.0, 1.0));
   }
-  return std::clamp((t_comm + t_gemm - t_both) / std::max(1e-9, std::min(t_comm, t_gemm)), 0.0, 1.0);
+  std::sort(hidden.begin(), hidden.end());
+  return hidden[1];
 }
 
 double measure_model_gemm_flops(const model::ModelDims& d, int micro_batch, int seq_len, int tp, bool bf16,
@@ -348,8 +352,8 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
   } else {
     c.bus_source = "defaults (1 rank: nothing to measure; set parallel.target_bus_gbps for a cluster)";
   }
-  if (c.tree_all_reduce && measure_here && rt.topology().world_size > 1) {
-    c.overlap = measure_overlap(rt, p.backend);
+  if (c.tree_all_reduce && measure_here && rt.topology().world_size > 1 && dims != nullptr) {
+    c.overlap = measure_overlap(rt, p.backend, *dims, std::max(1, cfg.train.micro_batch) * cfg.train.seq_len, tp);
     c.overlap_source = "measured here: an all-gather under GEMMs";
   } else if (c.tree_all_reduce) {
     c.overlap_source = "assumed: not measured on this job's ranks";
