@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/checkpoint/weights_path.hpp"
 #include "meshtrain/checkpoint/gguf_file.hpp"
@@ -50,6 +51,7 @@ void configure_run_logging(const Runtime& rt, const Config& cfg) {
                  : cfg.output.log_level == LogLevel::Warn ? log::Level::Warn
                                                           : log::Level::Info);
   set_collective_timeout(cfg.parallel.collective_timeout);
+  if (!cfg.deprecation_note.empty() && rt.topology().world_rank == 0) log::warn("%s", cfg.deprecation_note.c_str());
 }
 
 namespace {
@@ -74,14 +76,14 @@ std::string canonical_lora_targets(model::Family f, const std::string& targets) 
 }  // namespace
 
 WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std::string& option) {
-  const std::string dir = checkpoint::checkpoint_dir(cfg);
+  const std::string dir = checkpoint_dir(cfg);
   // Rank 0 resolves the path (file-system lookups); every rank gets its answer or error.
   WeightsSource out;
   int pretrained = 0;
   agree_on_errors(world, [&] {
     if (world.rank() != 0) return;
     if (option.empty()) {
-      out.path = checkpoint::resolve_resume(dir, "auto");
+      out.path = checkpoint::resolve_resume(dir, train::ResumeSpec{});
       MESHTRAIN_REQUIRE(!out.path.empty(),
                         "no checkpoint found in %s: pass --checkpoint PATH (a step_*.h5 file, a checkpoint "
                         "directory or a Hugging Face model directory), or set output.dir (or checkpoint.dir) to "
@@ -164,7 +166,7 @@ LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::R
   checkpoint::IoStats io;
   LoadedWeights out;
   if (pretrained) {
-    checkpoint::load_weights(eng, session.mesh(), setup.dims, resolved, setup.config.train.seed, &io);
+    checkpoint::load_weights(eng, session.mesh(), setup.dims, resolved, setup.spec.train.seed, &io);
     out.path = io.path;
   } else {
     // The full loader validates the stored model description against the config (naming

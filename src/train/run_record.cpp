@@ -40,10 +40,8 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
   // one IoError naming the file, and an earlier run's record is never half overwritten.
   // train.grad_accum as resolved: with train.global_batch set it is derived, and the file
   // would otherwise hold a value that the global batch overrides (a warning on reuse).
-  Config effective = s.config;
-  effective.train.grad_accum = s.grad_accum;
   file_io::replace_file(dir + "/config.ini",
-                        "# Effective configuration of this run (every key, defaults included).\n" + config_to_ini(effective),
+                        "# Effective configuration of this run (every key, defaults included).\n" + s.record_ini,
                         fault::Point::RecordWrite);
   file_io::replace_file(dir + "/mesh.txt", describe_mesh(s.mesh, &topo), fault::Point::RecordWrite);
   JsonObject run;
@@ -52,8 +50,8 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
       .add("mesh", s.mesh.str())
       .add("strategy", parallel::strategy_name(s.strategy))
       .add("strategy_reason", s.strategy_reason)
-      .add("grad_accum", s.grad_accum)
-      .add("global_batch", s.global_batch)
+      .add("grad_accum", s.batch.grad_accum)
+      .add("global_batch", s.batch.global_batch)
       .add("parameters", s.dims.num_params())
       .add("memory_budget_bytes", s.memory_budget)
       .add_raw("versions", library_versions_json());
