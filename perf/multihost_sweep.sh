@@ -11,7 +11,7 @@
 #   runs   `meshtrain train` STEPS steps for each (strategy, mesh) in MESHES, with the
 #          step times, exposed communication and the mesh line kept per run;
 #   plans  `meshtrain plan` for the same meshes, given the measured intra/inter bus
-#          bandwidths (--parallel.target_bus_gbps=intra,inter), for comparison.
+#          bandwidths (--plan.bus_gbps=intra,inter), for comparison.
 #
 # Needs root. No cost-model change here: this only measures. Results: OUT_DIR/comm/*.csv,
 # OUT_DIR/runs/*.log + metrics.jsonl, OUT_DIR/plans/*.txt, OUT_DIR/summary.csv/.md.
@@ -71,7 +71,7 @@ for m in "${MESHES[@]}"; do
   mesh=(--parallel.strategy="$strat" --parallel.dp_replicate="$rep" --parallel.dp_shard="$shard" --parallel.tp="$tp")
   wait_quiet || true
   cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" plan "$CONFIG" "${MODEL_ARGS[@]}" "${mesh[@]}" \
-    ${bw:+--parallel.target_bus_gbps="$bw"} >"$OUT/plans/$name.txt" 2>&1 || echo "perf: plan $name failed" >&2
+    ${bw:+--plan.bus_gbps="$bw"} >"$OUT/plans/$name.txt" 2>&1 || echo "perf: plan $name failed" >&2
   cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" train "$CONFIG" "${MODEL_ARGS[@]}" "${mesh[@]}" --data.dir=random \
     --train.steps="$STEPS" --train.eval_every=0 --checkpoint.save_final=false --output.dir="$OUT/runs/$name" \
     >"$OUT/runs/$name.log" 2>&1 || { tail "$OUT/runs/$name.log" >&2; echo "perf: run $name failed" >&2; continue; }

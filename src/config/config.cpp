@@ -239,9 +239,12 @@ std::string strip_inline_comments(std::istream& in) {
                               command.c_str()));
   }
   if (!section_known) {
-    throw UserError(strprintf("unknown config section '%s' in '%s'%s; sections are model, parallel, "
-                              "plan, train, data, checkpoint, output (did you mean '%s'?)",
-                              section.c_str(), name.c_str(), where.c_str(),
+    std::vector<std::string> sections;  // in the order of the key list
+    for (const auto& k : reg.keys)
+      if (const std::string s = k.substr(0, k.find('.')); std::find(sections.begin(), sections.end(), s) == sections.end())
+        sections.push_back(s);
+    throw UserError(strprintf("unknown config section '%s' in '%s'%s; sections are %s (did you mean '%s'?)",
+                              section.c_str(), name.c_str(), where.c_str(), join(sections, ", ").c_str(),
                               nearest_key(name, reg.keys).c_str()));
   }
   throw UserError(strprintf("unknown config key '%s'%s; did you mean '%s'? See `meshtrain %s --help` "

@@ -14,7 +14,7 @@ rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 jsons=()
 for n in 8 64 1024; do
   # One rank plans the target cluster (nothing is measured: every cost input is given).
-  "$bin" plan "$src/inputs/llama-8b-plan.ini" --parallel.world_size=$n --train.global_batch=$n \
+  "$bin" plan "$src/inputs/llama-8b-plan.ini" --plan.world_size=$n --train.global_batch=$n \
     --json "$TEST_TMP/plan_$n.json" > "$TEST_TMP/plan_$n.txt"
   grep -q "^chosen: " "$TEST_TMP/plan_$n.txt" || { echo "FAIL: plan at $n GPUs printed no 'chosen:' line"; exit 1; }
   jsons+=("$TEST_TMP/plan_$n.json")
