@@ -419,7 +419,8 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
   }
   if (!renamed.empty())
     c.deprecation_note = "deprecated configuration key" + std::string(renamed.size() > 1 ? "s" : "") + ": " +
-                         join(renamed, ", ") + " (the [plan] section); the old names will be removed, rename them";
+                         join(renamed, ", ") + " (the [plan] section); the old name" + (renamed.size() > 1 ? "s" : "") +
+                         " will be removed, rename " + (renamed.size() > 1 ? "them" : "it");
   return out;
 }
 
