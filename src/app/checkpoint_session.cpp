@@ -58,17 +58,10 @@ namespace {
 
 /// model.lora_targets as the checkpoint stores it: resolved (auto) and in the family's
 /// order.
-std::string canonical_lora_targets(model::Family f, const std::string& targets) {
-  std::string list = targets;
-  if (list == "auto") list = model::lora_auto_targets(f);
-  std::vector<std::string> given, out;
-  std::stringstream ss(list);
-  for (std::string t; std::getline(ss, t, ',');) {
-    t.erase(0, t.find_first_not_of(' '));
-    t.erase(t.find_last_not_of(' ') + 1);
-    given.push_back(t);
-  }
-  for (const std::string& t : model::lora_target_names(f))
+std::string canonical_lora_targets(const ModelConfig& m) {
+  const std::vector<std::string> given = model_settings(m).lora_targets;
+  std::vector<std::string> out;
+  for (const std::string& t : model::lora_target_names(m.family))
     if (std::find(given.begin(), given.end(), t) != given.end()) out.push_back(t);
   return join(out, ",");
 }
@@ -114,7 +107,7 @@ void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsS
   ModelConfig& m = cfg.model;
   const bool differs = m.lora_rank != stored.rank ||
                        (stored.rank > 0 && (m.lora_alpha != stored.alpha ||
-                                            canonical_lora_targets(m.family, m.lora_targets) != stored.targets));
+                                            canonical_lora_targets(m) != stored.targets));
   if (!differs) return;
   const bool user_set = cfg.is_set("model.lora_rank") || cfg.is_set("model.lora_alpha") ||
                         cfg.is_set("model.lora_targets");

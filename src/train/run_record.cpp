@@ -38,8 +38,9 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
   MESHTRAIN_REQUIRE(!ec, "cannot create output.dir '%s': %s", dir.c_str(), ec.message().c_str());
   // Each file is replaced atomically and every write is checked (file_io): a full disk is
   // one IoError naming the file, and an earlier run's record is never half overwritten.
-  // train.grad_accum as resolved: with train.global_batch set it is derived, and the file
-  // would otherwise hold a value that the global batch overrides (a warning on reuse).
+  // record_ini holds train.grad_accum as resolved (app/run_spec_resolve.cpp): with
+  // train.global_batch set it is derived, and the file would otherwise hold a value that the
+  // global batch overrides (a warning on reuse).
   file_io::replace_file(dir + "/config.ini",
                         "# Effective configuration of this run (every key, defaults included).\n" + s.record_ini,
                         fault::Point::RecordWrite);
