@@ -91,7 +91,7 @@ train::RunSpec resolve_spec(const Config& c) {
   ps.strategy = p.strategy;
   ps.backend = p.backend;
   ps.prefetch = p.prefetch;
-  ps.reduce_dtype = p.reduce_dtype;
+  ps.reduce_dtype = p.reduce_dtype == ReduceDtype::Bf16 ? DType::BF16 : DType::F32;
   if (!p.memory_limit.empty()) ps.memory_limit = parse_bytes("parallel.memory_limit", p.memory_limit);
   ps.memory_headroom = p.memory_headroom;
   ps.collective_timeout = p.collective_timeout;

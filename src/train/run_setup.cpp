@@ -58,7 +58,7 @@ parallel::PlanInput plan_input(const RunSpec& spec, int world, int ranks_per_nod
   in.grad_accum = spec.batch.grad_accum;
   in.bf16 = spec.train.bf16();
   in.activation_checkpointing = spec.train.activation_checkpointing;
-  in.reduce_dtype = spec.parallel.reduce_dtype == ReduceDtype::Bf16 ? DType::BF16 : DType::F32;
+  in.reduce_dtype = spec.parallel.reduce_dtype;
   in.prefetch = spec.parallel.prefetch;
   in.memory_budget = budget;
   in.headroom = spec.parallel.memory_headroom;

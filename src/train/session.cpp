@@ -10,7 +10,7 @@ Session<T>::Session(const Runtime& rt, const RunSetup& setup, SessionUse use)
   parallel::FsdpOptions opt;
   opt.strategy = setup.strategy;
   opt.prefetch = setup.spec.parallel.prefetch;
-  opt.reduce_dtype = setup.spec.parallel.reduce_dtype == ReduceDtype::Bf16 ? DType::BF16 : DType::F32;
+  opt.reduce_dtype = setup.spec.parallel.reduce_dtype;
   opt.grad_accum = setup.batch.grad_accum;
   opt.forward_only = use == SessionUse::Inference;
   engine_ = std::make_unique<parallel::FsdpEngine<T>>(model::build_param_specs(setup.dims, setup.mesh.tp),

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/comm/communicator.hpp"
 #include "meshtrain/config/choices.hpp"
 #include "meshtrain/data/data_source.hpp"
 #include "meshtrain/model/model_dims.hpp"
@@ -68,7 +69,7 @@ struct ParallelSpec {
   StrategyChoice strategy = StrategyChoice::Auto;
   Backend backend = Backend::Auto;
   int prefetch = 1;
-  ReduceDtype reduce_dtype = ReduceDtype::Fp32;
+  DType reduce_dtype = DType::F32;           ///< parallel.reduce_dtype: F32 or BF16 gradient reductions
   std::optional<std::uint64_t> memory_limit;  ///< bytes per rank; unset = node RAM / ranks (or the device)
   double memory_headroom = 0.15;
   double collective_timeout = 600;          ///< seconds; 0 = never
