@@ -92,7 +92,7 @@ train::RunSpec resolve_spec(const Config& c) {
   ps.backend = p.backend;
   ps.prefetch = p.prefetch;
   ps.reduce_dtype = p.reduce_dtype == ReduceDtype::Bf16 ? DType::BF16 : DType::F32;
-  if (!p.memory_limit.empty()) ps.memory_limit = parse_bytes("parallel.memory_limit", p.memory_limit);
+  if (!p.memory_limit.empty()) ps.memory_limit = train::ByteSize{parse_bytes("parallel.memory_limit", p.memory_limit), p.memory_limit};
   ps.memory_headroom = p.memory_headroom;
   ps.collective_timeout = p.collective_timeout;
 
@@ -100,7 +100,7 @@ train::RunSpec resolve_spec(const Config& c) {
   train::PlanTarget& pt = s.plan;
   pt.world_size = pl.world_size;
   pt.gpus_per_node = pl.gpus_per_node;
-  if (!pl.device_memory.empty()) pt.device_memory = parse_bytes("plan.device_memory", pl.device_memory);
+  if (!pl.device_memory.empty()) pt.device_memory = train::ByteSize{parse_bytes("plan.device_memory", pl.device_memory), pl.device_memory};
   pt.gemm_tflops = pl.gemm_tflops;
   if (!pl.bus_gbps.empty()) std::tie(pt.intra_bus_gbps, pt.inter_bus_gbps) = parse_bus_gbps("plan.bus_gbps", pl.bus_gbps);
   pt.mem_gbps = pl.mem_gbps;

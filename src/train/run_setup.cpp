@@ -24,8 +24,8 @@ BatchSpec BatchSpec::resolved(int dp) const {
 }
 
 double memory_budget_per_rank(const RunSpec& spec, const Topology& topo, bool other) {
-  if (spec.plan.device_memory) return static_cast<double>(*spec.plan.device_memory);
-  if (spec.parallel.memory_limit) return static_cast<double>(*spec.parallel.memory_limit);
+  if (spec.plan.device_memory) return static_cast<double>(spec.plan.device_memory->bytes);
+  if (spec.parallel.memory_limit) return static_cast<double>(spec.parallel.memory_limit->bytes);
   const double device = static_cast<double>(device_memory_bytes());
   if (device > 0) return device;
   const int per_node = other && spec.plan.gpus_per_node > 0 ? spec.plan.gpus_per_node : topo.local_size;
@@ -36,10 +36,8 @@ namespace {
 
 /// Where memory_budget_per_rank's number comes from, in words for messages.
 std::string budget_source(const RunSpec& spec) {
-  if (spec.plan.device_memory)
-    return "plan.device_memory=" + format_bytes(static_cast<double>(*spec.plan.device_memory));
-  if (spec.parallel.memory_limit)
-    return "parallel.memory_limit=" + format_bytes(static_cast<double>(*spec.parallel.memory_limit));
+  if (spec.plan.device_memory) return "plan.device_memory=" + spec.plan.device_memory->text;
+  if (spec.parallel.memory_limit) return "parallel.memory_limit=" + spec.parallel.memory_limit->text;
   if (device_memory_bytes() > 0) return "the device's memory";
   return "node memory / ranks per node; parallel.memory_limit sets it";
 }

@@ -38,6 +38,12 @@ struct BatchSpec {
   double step_tokens() const { return static_cast<double>(global_batch) * seq_len; }
 };
 
+/// A size key: its bytes, and its text as written ("40MiB") for messages.
+struct ByteSize {
+  std::uint64_t bytes = 0;
+  std::string text;
+};
+
 /// train.*: the optimisation and the loop.
 struct TrainSpec {
   int steps = 100;
@@ -70,7 +76,7 @@ struct ParallelSpec {
   Backend backend = Backend::Auto;
   int prefetch = 1;
   DType reduce_dtype = DType::F32;           ///< parallel.reduce_dtype: F32 or BF16 gradient reductions
-  std::optional<std::uint64_t> memory_limit;  ///< bytes per rank; unset = node RAM / ranks (or the device)
+  std::optional<ByteSize> memory_limit;     ///< per rank; unset = node RAM / ranks (or the device)
   double memory_headroom = 0.15;
   double collective_timeout = 600;          ///< seconds; 0 = never
   /// How many mesh degrees are left at -1.
@@ -82,7 +88,7 @@ struct ParallelSpec {
 struct PlanTarget {
   int world_size = 0;
   int gpus_per_node = 0;
-  std::optional<std::uint64_t> device_memory;  ///< bytes per device of the target; unset = this machine's
+  std::optional<ByteSize> device_memory;    ///< per device of the target; unset = this machine's
   double gemm_tflops = 0;                   ///< per-device GEMM peak, TFLOP/s
   double intra_bus_gbps = 0, inter_bus_gbps = 0;  ///< bus bandwidth inside / across nodes, GB/s
   double mem_gbps = 0;                      ///< device memory bandwidth, GB/s
