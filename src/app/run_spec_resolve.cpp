@@ -1,6 +1,7 @@
 #include "meshtrain/app/run_spec_resolve.hpp"
 
 #include <sstream>
+#include <tuple>
 
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/train/mesh_search.hpp"

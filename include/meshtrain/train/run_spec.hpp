@@ -101,7 +101,6 @@ struct ResumeSpec {
   enum class Kind { Auto, None, Path };
   Kind kind = Kind::Auto;
   std::string path;                         ///< Kind::Path: a step_*.h5 file or a checkpoint directory
-  std::string setting() const { return kind == Kind::Auto ? "auto" : kind == Kind::None ? "none" : path; }
 };
 
 /// checkpoint.*.
