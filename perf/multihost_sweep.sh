@@ -12,7 +12,7 @@
 #          (round robin over the meshes, so a disturbance of the shared machine spreads over
 #          all of them), with the step times, exposed communication and the mesh line kept;
 #   plans  `meshtrain plan --json` for the same strategy and mesh before each run, given the
-#          measured intra/inter bus bandwidths (--parallel.target_bus_gbps=intra,inter).
+#          measured intra/inter bus bandwidths (--plan.bus_gbps=intra,inter).
 #
 # perf/multihost_summary.py then compares them: each configuration's median measured step
 # against its median prediction (within 20%?) and the measured ranking against the predicted
@@ -75,7 +75,7 @@ for ((rep = 1; rep <= REPEATS; rep++)); do
     mesh=(--parallel.strategy="$strat" --parallel.dp_replicate="$rep_n" --parallel.dp_shard="$shard" --parallel.tp="$tp")
     wait_quiet || true
     cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" plan "$CONFIG" "${MODEL_ARGS[@]}" "${mesh[@]}" \
-      ${bw:+--parallel.target_bus_gbps="$bw"} --json "$OUT/plans/$name-r$rep.json" >"$OUT/plans/$name-r$rep.txt" 2>&1 ||
+      ${bw:+--plan.bus_gbps="$bw"} --json "$OUT/plans/$name-r$rep.json" >"$OUT/plans/$name-r$rep.txt" 2>&1 ||
       echo "perf: plan $name failed" >&2
     echo "$(load1)" >"$OUT/runs/$name-r$rep.load"
     cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" train "$CONFIG" "${MODEL_ARGS[@]}" "${mesh[@]}" --data.dir=random \

@@ -32,25 +32,25 @@ A100_PEAK = 312e12  # A100 dense bf16, torchtitan's get_peak_flops
 # bus bandwidth of a collective inside a node (NVLink 4: ~450 GB/s) and one GPU's share of the
 # network (400 Gbit/s per GPU = 50 GB/s), achieved memory bandwidth.
 TORCHTITAN_H100 = {  # Grand Teton: 96 GB HBM2e H100 at 500 W, 2.4 TB/s, 400 Gb/s RDMA per GPU
-    "parallel.gpus_per_node": 8,
-    "parallel.device_memory": "95GiB",
-    "parallel.target_gemm_tflops": 700,
-    "parallel.target_bus_gbps": "450,50",
-    "parallel.target_mem_gbps": 2000,
+    "plan.gpus_per_node": 8,
+    "plan.device_memory": "95GiB",
+    "plan.gemm_tflops": 700,
+    "plan.bus_gbps": "450,50",
+    "plan.mem_gbps": 2000,
 }
 TORCHTITAN_A100 = {  # 64 A100 80 GB; the doc names no network: DGX-A100-like assumed (200 Gb/s per GPU)
-    "parallel.gpus_per_node": 8,
-    "parallel.device_memory": "80GiB",
-    "parallel.target_gemm_tflops": 250,
-    "parallel.target_bus_gbps": "230,25",
-    "parallel.target_mem_gbps": 1700,
+    "plan.gpus_per_node": 8,
+    "plan.device_memory": "80GiB",
+    "plan.gemm_tflops": 250,
+    "plan.bus_gbps": "230,25",
+    "plan.mem_gbps": 1700,
 }
 MEGATRON_H100 = {  # H100 SXM 80 GB (HBM3, 3.35 TB/s); network assumed 400 Gb/s per GPU
-    "parallel.gpus_per_node": 8,
-    "parallel.device_memory": "80GiB",
-    "parallel.target_gemm_tflops": 700,
-    "parallel.target_bus_gbps": "450,50",
-    "parallel.target_mem_gbps": 2700,
+    "plan.gpus_per_node": 8,
+    "plan.device_memory": "80GiB",
+    "plan.gemm_tflops": 700,
+    "plan.bus_gbps": "450,50",
+    "plan.mem_gbps": 2700,
 }
 
 SOURCES = {
@@ -96,31 +96,31 @@ def mesh(strategy, r, s, t):
 RUNS = [
     dict(name="tt_llama3_8b_fsdp8", label="Llama 3.1 8B, 8 H100, FSDP 8, lbs 2, SAC", src="tt-2412",
          tps=5762, mfu_reported="33-39% (8B, 8 or 128 GPUs)", note="eager; torch.compile: 6,667",
-         keys={**LLAMA_8B, **TORCHTITAN_H100, **mesh("full_shard", 1, 8, 1), "parallel.world_size": 8,
+         keys={**LLAMA_8B, **TORCHTITAN_H100, **mesh("full_shard", 1, 8, 1), "plan.world_size": 8,
                "train.global_batch": 16, "train.micro_batch": 2, "train.activation_checkpointing": "true"}),
     dict(name="tt_llama3_8b_fsdp128", label="Llama 3.1 8B, 128 H100, FSDP 128, lbs 2, SAC", src="tt-2412",
          tps=5605, mfu_reported="33-39% (8B, 8 or 128 GPUs)", note="eager; torch.compile: 6,514",
-         keys={**LLAMA_8B, **TORCHTITAN_H100, **mesh("full_shard", 1, 128, 1), "parallel.world_size": 128,
+         keys={**LLAMA_8B, **TORCHTITAN_H100, **mesh("full_shard", 1, 128, 1), "plan.world_size": 128,
                "train.global_batch": 256, "train.micro_batch": 2, "train.activation_checkpointing": "true"}),
     dict(name="tt_llama3_8b_fsdp8_tp8", label="Llama 3.1 8B, 64 H100, FSDP 8 x TP 8, lbs 12, SAC", src="tt-asynctp",
          tps=4378, mfu_reported=None, note="torch.compile, vanilla TP; async TP: 4,809",
-         keys={**LLAMA_8B, **TORCHTITAN_H100, **mesh("full_shard", 1, 8, 8), "parallel.world_size": 64,
+         keys={**LLAMA_8B, **TORCHTITAN_H100, **mesh("full_shard", 1, 8, 8), "plan.world_size": 64,
                "train.global_batch": 96, "train.micro_batch": 12, "train.activation_checkpointing": "true"}),
     dict(name="tt_llama3_70b_fsdp32_tp8", label="Llama 3.1 70B, 256 H100, FSDP 32 x TP 8, lbs 16, full AC",
          src="tt-asynctp", tps=597.3, mfu_reported=None, note="torch.compile, vanilla TP; async TP: 652",
-         keys={**LLAMA_70B, **TORCHTITAN_H100, **mesh("full_shard", 1, 32, 8), "parallel.world_size": 256,
+         keys={**LLAMA_70B, **TORCHTITAN_H100, **mesh("full_shard", 1, 32, 8), "plan.world_size": 256,
                "train.global_batch": 512, "train.micro_batch": 16, "train.activation_checkpointing": "true"}),
     dict(name="tt_llama3_405b_fsdp16_tp8", label="Llama 3.1 405B, 128 H100, FSDP 16 x TP 8, lbs 2, full AC",
          src="tt-2408", tps=109, mfu_reported="29.0%", note="no float8, no async TP",
-         keys={**LLAMA_405B, **TORCHTITAN_H100, **mesh("full_shard", 1, 16, 8), "parallel.world_size": 128,
+         keys={**LLAMA_405B, **TORCHTITAN_H100, **mesh("full_shard", 1, 16, 8), "plan.world_size": 128,
                "train.global_batch": 32, "train.micro_batch": 2, "train.activation_checkpointing": "true"}),
     dict(name="tt_llama3_8b_a100_fsdp64", label="Llama 3 8B, 64 A100, FSDP 64, lbs 1, SAC (op)", src="tt-2408-a100",
          tps=2973, mfu_reported="58.2%", note="A100: peak 312 TFLOP/s", peak=A100_PEAK,
-         keys={**LLAMA_8B, **TORCHTITAN_A100, **mesh("full_shard", 1, 64, 1), "parallel.world_size": 64,
+         keys={**LLAMA_8B, **TORCHTITAN_A100, **mesh("full_shard", 1, 64, 1), "plan.world_size": 64,
                "train.global_batch": 64, "train.micro_batch": 1, "train.activation_checkpointing": "true"}),
     dict(name="tt_llama3_70b_a100_fsdp64", label="Llama 3 70B, 64 A100, FSDP 64, lbs 1, full AC", src="tt-2408-a100",
          tps=331, mfu_reported="51.7%", note="A100: peak 312 TFLOP/s", peak=A100_PEAK,
-         keys={**LLAMA_70B, **TORCHTITAN_A100, **mesh("full_shard", 1, 64, 1), "parallel.world_size": 64,
+         keys={**LLAMA_70B, **TORCHTITAN_A100, **mesh("full_shard", 1, 64, 1), "plan.world_size": 64,
                "train.global_batch": 64, "train.micro_batch": 1, "train.activation_checkpointing": "true"}),
 ]
 
@@ -152,7 +152,7 @@ for size, heads, d, layers, tp, pp, gpus, batch, tflops, mfu in MEGATRON:
         note = f"PP {pp} not modelled: plan runs full_shard 1 x {gpus // tp} x {tp}"
     RUNS.append(dict(name=f"mlm_gpt_{size.lower().replace('.', 'p')}", label=label, src="mlm", tps=None,
                      tflops=tflops, mfu_reported=f"{mfu}%", note=note, pp=pp,
-                     keys={**gpt(d, layers, heads), **MEGATRON_H100, **strategy_keys, "parallel.world_size": gpus,
+                     keys={**gpt(d, layers, heads), **MEGATRON_H100, **strategy_keys, "plan.world_size": gpus,
                            "train.global_batch": batch, "train.micro_batch": 0}))
 
 
@@ -229,7 +229,7 @@ def main():
         fixed = dict(k, **{"train.micro_batch": ch["micro_batch"],
                            "train.activation_checkpointing": "true" if ch["activation_checkpointing"] else "false"})
         terms = term_row(run(command(meshtrain, fixed), os.path.join(out, r["name"] + ".terms.txt")), ch["strategy"])
-        gpus = k["parallel.world_size"]
+        gpus = k["plan.world_size"]
         flop_tok = 3.0 * forward_flops_per_token(k)
         tps_rep = r["tps"] if r["tps"] is not None else r["tflops"] * 1e12 / flop_tok
         tps_plan = ch["tokens_per_s"] / gpus

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/checkpoint/weights_path.hpp"
 #include "meshtrain/checkpoint/gguf_file.hpp"
@@ -50,23 +51,17 @@ void configure_run_logging(const Runtime& rt, const Config& cfg) {
                  : cfg.output.log_level == LogLevel::Warn ? log::Level::Warn
                                                           : log::Level::Info);
   set_collective_timeout(cfg.parallel.collective_timeout);
+  if (!cfg.deprecation_note.empty() && rt.topology().world_rank == 0) log::warn("%s", cfg.deprecation_note.c_str());
 }
 
 namespace {
 
 /// model.lora_targets as the checkpoint stores it: resolved (auto) and in the family's
 /// order.
-std::string canonical_lora_targets(model::Family f, const std::string& targets) {
-  std::string list = targets;
-  if (list == "auto") list = model::lora_auto_targets(f);
-  std::vector<std::string> given, out;
-  std::stringstream ss(list);
-  for (std::string t; std::getline(ss, t, ',');) {
-    t.erase(0, t.find_first_not_of(' '));
-    t.erase(t.find_last_not_of(' ') + 1);
-    given.push_back(t);
-  }
-  for (const std::string& t : model::lora_target_names(f))
+std::string canonical_lora_targets(const ModelConfig& m) {
+  const std::vector<std::string> given = model_settings(m).lora_targets;
+  std::vector<std::string> out;
+  for (const std::string& t : model::lora_target_names(m.family))
     if (std::find(given.begin(), given.end(), t) != given.end()) out.push_back(t);
   return join(out, ",");
 }
@@ -74,14 +69,14 @@ std::string canonical_lora_targets(model::Family f, const std::string& targets) 
 }  // namespace
 
 WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std::string& option) {
-  const std::string dir = checkpoint::checkpoint_dir(cfg);
+  const std::string dir = checkpoint_dir(cfg);
   // Rank 0 resolves the path (file-system lookups); every rank gets its answer or error.
   WeightsSource out;
   int pretrained = 0;
   agree_on_errors(world, [&] {
     if (world.rank() != 0) return;
     if (option.empty()) {
-      out.path = checkpoint::resolve_resume(dir, "auto");
+      out.path = checkpoint::resolve_resume(dir, train::ResumeSpec{});
       MESHTRAIN_REQUIRE(!out.path.empty(),
                         "no checkpoint found in %s: pass --checkpoint PATH (a step_*.h5 file, a checkpoint "
                         "directory or a Hugging Face model directory), or set output.dir (or checkpoint.dir) to "
@@ -112,7 +107,7 @@ void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsS
   ModelConfig& m = cfg.model;
   const bool differs = m.lora_rank != stored.rank ||
                        (stored.rank > 0 && (m.lora_alpha != stored.alpha ||
-                                            canonical_lora_targets(m.family, m.lora_targets) != stored.targets));
+                                            canonical_lora_targets(m) != stored.targets));
   if (!differs) return;
   const bool user_set = cfg.is_set("model.lora_rank") || cfg.is_set("model.lora_alpha") ||
                         cfg.is_set("model.lora_targets");
@@ -164,7 +159,7 @@ LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::R
   checkpoint::IoStats io;
   LoadedWeights out;
   if (pretrained) {
-    checkpoint::load_weights(eng, session.mesh(), setup.dims, resolved, setup.config.train.seed, &io);
+    checkpoint::load_weights(eng, session.mesh(), setup.dims, resolved, setup.spec.train.seed, &io);
     out.path = io.path;
   } else {
     // The full loader validates the stored model description against the config (naming

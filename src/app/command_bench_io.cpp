@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "checkpoint_session.hpp"
+#include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/collectives.hpp"
@@ -122,10 +123,10 @@ int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOption
   train::Session<T> session(rt, setup);
   const MpiComm& world = session.mesh().world();
   parallel::FsdpEngine<T>& eng = session.engine();
-  eng.init_parameters(setup.config.train.seed);
+  eng.init_parameters(setup.spec.train.seed);
 
   // A private directory: rank 0 names it, every rank uses it.
-  std::string dir = checkpoint::checkpoint_dir(setup.config) + "/.bench-io-" + std::to_string(::getpid());
+  std::string dir = setup.spec.checkpoint.dir + "/.bench-io-" + std::to_string(::getpid());
   dir = broadcast_string(world, dir);
   agree_on_errors(world, [&] {
     if (!root) return;
@@ -139,13 +140,13 @@ int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOption
   if (root)
     std::printf("# meshtrain bench io: checkpoint save of a %s model, %llu parameters (weights + 2 AdamW moments, "
                 "fp32), on mesh %s, %d rank(s) on %d node(s), in %s\n",
-                choice_name(setup.config.model.family), static_cast<unsigned long long>(params), setup.mesh.str().c_str(),
+                choice_name(setup.dims.family), static_cast<unsigned long long>(params), setup.mesh.str().c_str(),
                 world.size(), rt.topology().num_nodes, dir.c_str());
   std::vector<checkpoint::IoStats> saves;
   for (int i = 0; i < o.iters; ++i) {
     checkpoint::TrainState st;
     st.step = i + 1;
-    st.seed = setup.config.train.seed;
+    st.seed = setup.spec.train.seed;
     saves.push_back(checkpoint::save(eng, session.mesh(), setup, st, dir));
     if (root) std::printf("save %d: %s\n", i + 1, checkpoint::describe_save(saves.back()).c_str());
     std::fflush(stdout);
@@ -231,7 +232,7 @@ int command_bench_io(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.iters >= 1, "--iters must be at least 1, got %d", o.iters);
   const Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
-  const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
+  const train::RunSetup setup = resolve_run(cfg, rt.topology());
   return setup.bf16 ? run_bench_io<bf16>(rt, setup, o) : run_bench_io<float>(rt, setup, o);
 }
 

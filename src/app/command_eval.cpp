@@ -15,7 +15,8 @@
 #include <sstream>
 
 #include "checkpoint_session.hpp"
-#include "meshtrain/checkpoint/source_model.hpp"
+#include "meshtrain/app/run_spec_resolve.hpp"
+#include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/json.hpp"
@@ -73,14 +74,15 @@ std::shared_ptr<const data::TokenSource> text_tokens(const EvalOptions& o, std::
 
 template <class T>
 int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions& o, const WeightsSource& weights_source) {
-  const Config& cfg = setup.config;
-  const TrainConfig& tc = cfg.train;
+  const train::TrainSpec& tc = setup.spec.train;
+  const data::DataSource& data_source = setup.spec.data;
+  const std::string data_dir = data_source.text();
   const bool root = rt.topology().world_rank == 0;
   train::Session<T> session(rt, setup, train::SessionUse::Inference);
   const MpiComm& world = session.mesh().world();
 
   const int dp = session.mesh().shape().dp();
-  const int per_micro = tc.micro_batch * dp;  // windows per micro-batch over all dp ranks
+  const int per_micro = setup.batch.micro_batch * dp;  // windows per micro-batch over all dp ranks
   std::unique_ptr<data::EvalSampler> sampler;
   bool masked = false;  // instruction/chat data: the mean is over the unmasked targets
   std::string source;
@@ -92,32 +94,32 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     if (!o.text.empty()) {
       src = text_tokens(o, setup.dims.valid_vocab);
     } else {
-      const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
-      data::check_dataset_tokenizer(ds.meta, cfg.data.dir, o.checkpoint);
+      const data::Dataset ds = data::Dataset::load(data_source, setup.dims.valid_vocab, tc.seed);
+      data::check_dataset_tokenizer(ds.meta, data_dir, o.checkpoint);
       src = o.split == "val" ? ds.val : ds.train;
       mask = o.split == "val" ? ds.val_mask : ds.train_mask;
-      if (ds.train_mask) data::check_row_seq_len(*ds.train_mask, tc.seq_len);
+      if (ds.train_mask) data::check_row_seq_len(*ds.train_mask, setup.batch.seq_len);
     }
-    MESHTRAIN_REQUIRE(o.text.empty() || data::has_window(*src, tc.seq_len),
+    MESHTRAIN_REQUIRE(o.text.empty() || data::has_window(*src, setup.batch.seq_len),
                       "--text %s holds %llu tokens, fewer than one window of train.seq_len + 1 = %d: lower "
                       "train.seq_len or give more text",
-                      o.text.c_str(), static_cast<unsigned long long>(src->size()), tc.seq_len + 1);
-    MESHTRAIN_REQUIRE(src && data::has_window(*src, tc.seq_len),
+                      o.text.c_str(), static_cast<unsigned long long>(src->size()), setup.batch.seq_len + 1);
+    MESHTRAIN_REQUIRE(src && data::has_window(*src, setup.batch.seq_len),
                       "data.dir=%s: the %s split holds %llu tokens, fewer than one window of train.seq_len + 1 = %d "
                       "(prepare the dataset with a validation fraction, or use --split train)",
-                      cfg.data.dir.c_str(), o.split.c_str(), static_cast<unsigned long long>(src ? src->size() : 0),
-                      tc.seq_len + 1);
-    sampler = std::make_unique<data::EvalSampler>(src, tc.seq_len, mask);
+                      data_dir.c_str(), o.split.c_str(), static_cast<unsigned long long>(src ? src->size() : 0),
+                      setup.batch.seq_len + 1);
+    sampler = std::make_unique<data::EvalSampler>(src, setup.batch.seq_len, mask);
     masked = mask != nullptr;
     source = src->description();
     if (o.batches > 0 && o.text.empty()) {
-      micro_batches = static_cast<long long>(o.batches) * setup.grad_accum;
+      micro_batches = static_cast<long long>(o.batches) * setup.batch.grad_accum;
       windows = static_cast<std::uint64_t>(micro_batches) * per_micro;
     } else if (o.batches < 0 && o.text.empty()) {
-      micro_batches = static_cast<long long>(tc.eval_batches) * setup.grad_accum;
+      micro_batches = static_cast<long long>(tc.eval_batches) * setup.batch.grad_accum;
       windows = static_cast<std::uint64_t>(micro_batches) * per_micro;
     } else {
-      MESHTRAIN_REQUIRE(!o.text.empty() || cfg.data.dir != "random", "--batches 0 (the whole split) needs a prepared dataset; "
+      MESHTRAIN_REQUIRE(!o.text.empty() || !data_source.is_random(), "--batches 0 (the whole split) needs a prepared dataset; "
                         "data.dir=random never ends: give --batches N");
       windows = sampler->windows_per_pass();
       micro_batches = static_cast<long long>((windows + per_micro - 1) / static_cast<std::uint64_t>(per_micro));
@@ -128,7 +130,7 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   // fails before the weights are read.
   const LoadedWeights weights = load_checkpoint_weights(session, setup, weights_source);
 
-  train::TokenBatch batch(tc.micro_batch, tc.seq_len);
+  train::TokenBatch batch(setup.batch.micro_batch, setup.batch.seq_len);
   const double t0 = now_seconds();
   const train::EvalResult r = train::evaluate(session, *sampler, train::EvalWindows{micro_batches, windows, masked}, batch);
   const double tokens = r.tokens, loss = r.loss;
@@ -138,7 +140,7 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     std::printf("eval: %s%s on %s: %.0f tokens in %lld windows of %d | loss %.6f | perplexity %.4f "
                 "| load %.2f s, eval %.2f s, mesh %s\n",
                 weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
-                where.c_str(), tokens, static_cast<long long>(windows), tc.seq_len, loss, std::exp(loss),
+                where.c_str(), tokens, static_cast<long long>(windows), setup.batch.seq_len, loss, std::exp(loss),
                 weights.load_seconds, seconds, setup.mesh.str().c_str());
     if (o.json) {
       JsonObject j;
@@ -186,7 +188,7 @@ int command_eval(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.batches >= -1, "--batches must be -1, 0 or positive, not %d", o.batches);
   Config& cfg = ca.config.config;
   // A Hugging Face directory or GGUF file brings its model's shape (keys the user gave must agree).
-  if (!o.checkpoint.empty()) checkpoint::adopt_source_model(cfg, o.checkpoint, "--checkpoint");
+  if (!o.checkpoint.empty()) adopt_source_model(cfg, o.checkpoint, "--checkpoint");
   configure_run_logging(rt, cfg);
   fit_mesh_to_job(cfg, rt.topology().world_size);
   if (o.batches == 0 || !o.text.empty()) {
@@ -197,7 +199,7 @@ int command_eval(Runtime& rt, const Args& args) {
   }
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
-  const train::RunSetup setup = train::resolve_run(cfg, rt);
+  const train::RunSetup setup = resolve_run(cfg, rt);
   return setup.bf16 ? run_eval<bf16>(rt, setup, o, source) : run_eval<float>(rt, setup, o, source);
 }
 

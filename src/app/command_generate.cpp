@@ -10,7 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_session.hpp"
-#include "meshtrain/checkpoint/source_model.hpp"
+#include "meshtrain/app/run_spec_resolve.hpp"
+#include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/log.hpp"
@@ -80,7 +81,7 @@ std::vector<FilePrompt> read_prompt_file(const std::string& path) {
 template <class T>
 int run_generate(const Runtime& rt, const train::RunSetup& setup, const GenerateOptions& o,
                  const WeightsSource& source) {
-  const Config& cfg = setup.config;
+  const data::DataSource& data_source = setup.spec.data;
   train::Session<T> session(rt, setup, train::SessionUse::Inference);
   const MpiComm& world = session.mesh().world();
   const bool root = rt.topology().world_rank == 0;
@@ -92,8 +93,8 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
     if (name == "auto") {
       // The dataset the model was trained on names its tokenizer; random tokens have none.
       name = "byte";
-      if (!cfg.data.dir.empty() && cfg.data.dir != "random") {
-        const std::string meta = data::Dataset::open(cfg.data.dir).meta.tokenizer;
+      if (!data_source.is_random() && !data_source.dir.empty()) {
+        const std::string meta = data::Dataset::open(data_source.dir).meta.tokenizer;
         if (meta != "random") name = meta;
       }
     }
@@ -243,12 +244,12 @@ int command_generate(Runtime& rt, const Args& args) {
                     "--prompt and --prompt_file are two sources of prompts: give one (put the prompt in the file)");
   Config& cfg = ca.config.config;
   // A Hugging Face directory or GGUF file brings its model's shape (keys the user gave must agree).
-  if (!o.checkpoint.empty()) checkpoint::adopt_source_model(cfg, o.checkpoint, "--checkpoint");
+  if (!o.checkpoint.empty()) adopt_source_model(cfg, o.checkpoint, "--checkpoint");
   configure_run_logging(rt, cfg);
   fit_mesh_to_job(cfg, rt.topology().world_size);
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
-  const train::RunSetup setup = train::resolve_run(cfg, rt);
+  const train::RunSetup setup = resolve_run(cfg, rt);
   return setup.bf16 ? run_generate<bf16>(rt, setup, o, source) : run_generate<float>(rt, setup, o, source);
 }
 

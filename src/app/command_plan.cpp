@@ -1,6 +1,6 @@
 // meshtrain plan: the mesh, and for every strategy the per-rank memory by component, the
 // communication per step, whether it fits, and which one `auto` picks — without
-// allocating the model, for this job or (with --parallel.world_size etc.) another cluster.
+// allocating the model, for this job or (with --plan.world_size etc.) another cluster.
 // When the mesh is left to the planner (mesh keys at -1) it ranks every candidate mesh by
 // predicted step time; --json FILE writes the candidates for scripts.
 #include <cstdio>
@@ -13,7 +13,8 @@
 #include "checkpoint_session.hpp"
 
 #include "meshtrain/app/commands.hpp"
-#include "meshtrain/checkpoint/source_model.hpp"
+#include "meshtrain/app/run_spec_resolve.hpp"
+#include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
@@ -199,7 +200,7 @@ int command_plan(Runtime& rt, const Args& args) {
   const std::string usage =
       "usage: meshtrain plan [CONFIG.ini] [--json FILE] [--top N] [--section.key=value ...]\n\n"
       "Per-rank memory and predicted step time of every strategy and, with the mesh keys left at -1, of every\n"
-      "mesh; for this job or, with --parallel.world_size and the parallel.target_* keys, another cluster.\n";
+      "mesh; for this job or, with --plan.world_size and the other plan.* keys, another cluster.\n";
   CommandArgs ca = parse_command_args("plan", usage, own, args);
   const bool root = rt.topology().world_rank == 0;
   if (ca.config.help) {
@@ -209,20 +210,22 @@ int command_plan(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(top >= 0, "--top must be >= 0, not %d", top);
   Config& cfg = ca.config.config;
   // Planning a fine-tune: pretrained weights bring their model's shape, as in `train`.
-  if (!cfg.checkpoint.init_from.empty())
-    checkpoint::adopt_source_model(cfg, cfg.checkpoint.init_from, "checkpoint.init_from");
-  validate_config(cfg);
+  if (!cfg.checkpoint.init_from.empty()) adopt_source_model(cfg, cfg.checkpoint.init_from, "checkpoint.init_from");
+  if (root && !cfg.deprecation_note.empty()) log::warn("%s", cfg.deprecation_note.c_str());
+  const train::RunSpec spec = resolve_spec(cfg);
+  const train::PlanTarget& target = spec.plan;
   const Topology& topo = rt.topology();
-  const bool other = cfg.parallel.world_size > 0;
-  const int world = other ? cfg.parallel.world_size : topo.world_size;
+  const bool other = target.other_cluster();
+  const int world = other ? target.world_size : topo.world_size;
   std::optional<int> rpn;
-  if (cfg.parallel.gpus_per_node > 0) rpn = cfg.parallel.gpus_per_node;
+  if (target.gpus_per_node > 0) rpn = target.gpus_per_node;
   else if (!other && topo.uniform()) rpn = topo.local_size;
-  const model::ModelDims dims = model::resolve_dims(cfg.model);
+  const model::ModelDims& dims = spec.dims;
+  const MeshRequest& asked = spec.parallel.mesh;
   // A fixed mesh is checked first (a tp larger than a node is a mesh error, whatever the
   // model); with tp left to the planner (-1) only tp values that split the model are candidates.
-  if (!train::searches_mesh(cfg)) resolve_mesh({cfg.parallel.dp_replicate, cfg.parallel.dp_shard, cfg.parallel.tp}, world, rpn);
-  const int fixed_tp = cfg.parallel.tp > 0 ? cfg.parallel.tp : 1;
+  if (!train::searches_mesh(spec)) resolve_mesh(asked, world, rpn);
+  const int fixed_tp = asked.tp > 0 ? asked.tp : 1;
   try {
     model::tp_dims(dims, fixed_tp, 0);  // heads, MLP width and vocabulary must split over tp
   } catch (const UserError& e) {
@@ -233,42 +236,41 @@ int command_plan(Runtime& rt, const Args& args) {
                               "tokens; give a config, e.g. `meshtrain plan inputs/tiny-gpt2.ini --parallel.tp=%d`)",
                               e.what(), static_cast<long long>(dims.valid_vocab), fixed_tp));
   }
-  const double budget = train::memory_budget_per_rank(cfg, topo, other);
+  const double budget = train::memory_budget_per_rank(spec, topo, other);
   {
     // Planning another machine with some of its ceilings missing: those terms use this
     // machine's measurements, which can be far off (a laptop's copy bandwidth for an HBM GPU).
-    const ParallelConfig& p = cfg.parallel;
-    const bool target = other || !p.device_memory.empty() || !p.target_gemm_tflops.empty() ||
-                        !p.target_bus_gbps.empty() || !p.target_mem_gbps.empty();
+    const bool planning_target = other || target.device_memory || target.gemm_tflops > 0 || target.has_bus() ||
+                                 target.mem_gbps > 0;
     std::vector<std::string> missing;
-    if (p.target_gemm_tflops.empty()) missing.push_back("parallel.target_gemm_tflops");
-    if (p.target_bus_gbps.empty()) missing.push_back("parallel.target_bus_gbps");
-    if (p.target_mem_gbps.empty()) missing.push_back("parallel.target_mem_gbps");
-    if (target && !missing.empty() && root)
+    if (target.gemm_tflops <= 0) missing.push_back("plan.gemm_tflops");
+    if (!target.has_bus()) missing.push_back("plan.bus_gbps");
+    if (target.mem_gbps <= 0) missing.push_back("plan.mem_gbps");
+    if (planning_target && !missing.empty() && root)
       log::warn("planning another machine, but %s %s not set: %s measured on this machine (see the cost model lines "
                 "at the end)",
                 join(missing, ", ").c_str(), missing.size() == 1 ? "is" : "are",
                 missing.size() == 1 ? "that ceiling is" : "those ceilings are");
   }
-  const parallel::PlanInput in = train::plan_input(cfg, dims, world, rpn.value_or(world), budget);
-  const bool search = train::searches_mesh(cfg);
+  const parallel::PlanInput in = train::plan_input(spec, world, rpn.value_or(world), budget);
+  const bool search = train::searches_mesh(spec);
   MeshShape shape;
-  if (!search) shape = resolve_mesh({cfg.parallel.dp_replicate, cfg.parallel.dp_shard, cfg.parallel.tp}, world, rpn);
-  const train::CostModelInputs costs =
-      train::cost_model_inputs(cfg, rt, in.bf16, !other, &dims, search ? 1 : shape.tp);
+  if (!search) shape = resolve_mesh(asked, world, rpn);
+  const train::CostModelInputs costs = train::cost_model_inputs(spec.plan, spec.batch, spec.parallel.backend, rt, in.bf16,
+                                                                !other, &dims, search ? 1 : shape.tp);
 
   // The user's space (their fixed keys), and the whole space for comparison.
   train::MeshSearch ms;
-  if (search) ms = train::search_meshes(dims, in, train::search_space(cfg), costs);
-  Config free_cfg = cfg;
-  free_cfg.parallel.strategy = StrategyChoice::Auto;
-  free_cfg.parallel.dp_replicate = free_cfg.parallel.dp_shard = free_cfg.parallel.tp = -1;
-  if (free_cfg.train.micro_batch == 0 && free_cfg.train.global_batch == 0) free_cfg.train.micro_batch = 1;
+  if (search) ms = train::search_meshes(dims, in, train::search_space(spec), costs);
+  train::RunSpec free_spec = spec;
+  free_spec.parallel.strategy = StrategyChoice::Auto;
+  free_spec.parallel.mesh = {-1, -1, -1};
+  if (free_spec.batch.micro_batch == 0 && free_spec.batch.global_batch == 0) free_spec.batch.micro_batch = 1;
   parallel::PlanInput free_in = in;
   free_in.mesh = {-1, -1, -1};
-  const train::MeshSearch best = train::search_meshes(dims, free_in, train::search_space(free_cfg), costs);
-  const bool restricted = !search || cfg.parallel.strategy != StrategyChoice::Auto || cfg.parallel.dp_replicate != -1 ||
-                          cfg.parallel.dp_shard != -1 || cfg.parallel.tp != -1 || cfg.train.activation_checkpointing;
+  const train::MeshSearch best = train::search_meshes(dims, free_in, train::search_space(free_spec), costs);
+  const bool restricted = !search || spec.parallel.strategy != StrategyChoice::Auto || asked.dp_replicate != -1 ||
+                          asked.dp_shard != -1 || asked.tp != -1 || spec.train.activation_checkpointing;
 
   if (root) {
     const int nodes = other ? (rpn ? (world + *rpn - 1) / *rpn : 1) : topo.num_nodes;

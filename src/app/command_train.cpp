@@ -2,7 +2,8 @@
 
 #include "checkpoint_session.hpp"
 #include "meshtrain/app/commands.hpp"
-#include "meshtrain/checkpoint/source_model.hpp"
+#include "meshtrain/app/run_spec_resolve.hpp"
+#include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/train/run_setup.hpp"
 #include "meshtrain/train/trainer.hpp"
@@ -19,9 +20,9 @@ int command_train(Runtime& rt, const Args& args) {
   Config& cfg = parsed.config;
   // Pretrained weights from a Hugging Face directory or GGUF file bring their model's shape.
   if (!cfg.checkpoint.init_from.empty())
-    checkpoint::adopt_source_model(cfg, cfg.checkpoint.init_from, "checkpoint.init_from");
+    adopt_source_model(cfg, cfg.checkpoint.init_from, "checkpoint.init_from");
   configure_run_logging(rt, cfg);
-  const train::RunSetup setup = train::resolve_run(cfg, rt);
+  const train::RunSetup setup = resolve_run(cfg, rt);
   return train::run_training(rt, setup);
 }
 

@@ -49,10 +49,6 @@ std::string newest_in(const std::string& dir, const std::string& what) {
 
 }  // namespace
 
-std::string checkpoint_dir(const Config& config) {
-  return config.checkpoint.dir.empty() ? config.output.dir + "/checkpoints" : config.checkpoint.dir;
-}
-
 std::string checkpoint_file_name(int step) { return strprintf("step_%08d.h5", step); }
 
 std::string newest_checkpoint(const std::string& dir) { return newest_in(dir, "checkpoint directory " + dir); }
@@ -71,10 +67,12 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return out;
 }
 
-std::string resolve_resume(const std::string& dir, const std::string& setting) {
+std::string resolve_resume(const std::string& dir, const train::ResumeSpec& resume) {
   std::error_code ec;
-  if (setting == "none") return "";
-  if (setting == "auto") return fs::is_directory(dir, ec) ? newest_in(dir, "checkpoint.resume=auto") : "";
+  if (resume.kind == train::ResumeSpec::Kind::None) return "";
+  if (resume.kind == train::ResumeSpec::Kind::Auto)
+    return fs::is_directory(dir, ec) ? newest_in(dir, "checkpoint.resume=auto") : "";
+  const std::string& setting = resume.path;
   const std::string what = "checkpoint.resume=" + setting;
   MESHTRAIN_REQUIRE(fs::exists(setting, ec),
                     "%s: no such file or directory (use auto, none, a step_*.h5 file or a checkpoint directory)",
@@ -87,7 +85,7 @@ std::string resolve_resume(const std::string& dir, const std::string& setting) {
   return setting;
 }
 
-std::string resolve_resume(const MpiComm& comm, const std::string& dir, const std::string& setting) {
+std::string resolve_resume(const MpiComm& comm, const std::string& dir, const train::ResumeSpec& setting) {
   // Rank 0 decides so that every rank resumes from the same file even if the directory
   // changes while the ranks look at it.
   std::string answer, error;

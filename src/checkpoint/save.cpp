@@ -49,7 +49,7 @@ void prepare_directory(const std::string& dir, const std::string& probe) {
 }
 
 void write_root_attrs(hid_t file, const Mesh& mesh, const train::RunSetup& s, const TrainState& st) {
-  const TrainConfig& tc = s.config.train;
+  const train::TrainSpec& tc = s.spec.train;
   h5::write_attr(file, "format", std::string(format::kFormatName));
   h5::write_attr(file, "format_version", static_cast<std::int64_t>(kFormatVersion));
   h5::write_attr(file, "meshtrain_version", std::string(MESHTRAIN_VERSION " (" MESHTRAIN_GIT_DESCRIBE ")"));
@@ -64,17 +64,17 @@ void write_root_attrs(hid_t file, const Mesh& mesh, const train::RunSetup& s, co
   h5::write_attr(file, "min_lr", tc.min_lr);
   h5::write_attr(file, "warmup_steps", static_cast<std::int64_t>(tc.warmup_steps));
   h5::write_attr(file, "total_steps", static_cast<std::int64_t>(tc.steps));
-  h5::write_attr(file, "seq_len", static_cast<std::int64_t>(tc.seq_len));
-  h5::write_attr(file, "micro_batch", static_cast<std::int64_t>(tc.micro_batch));
-  h5::write_attr(file, "global_batch", static_cast<std::int64_t>(s.global_batch));
-  h5::write_attr(file, "grad_accum", static_cast<std::int64_t>(s.grad_accum));
+  h5::write_attr(file, "seq_len", static_cast<std::int64_t>(s.batch.seq_len));
+  h5::write_attr(file, "micro_batch", static_cast<std::int64_t>(s.batch.micro_batch));
+  h5::write_attr(file, "global_batch", static_cast<std::int64_t>(s.batch.global_batch));
+  h5::write_attr(file, "grad_accum", static_cast<std::int64_t>(s.batch.grad_accum));
   h5::write_attr(file, "precision", std::string(choice_name(tc.precision)));
   h5::write_attr(file, "mesh_dp_replicate", static_cast<std::int64_t>(s.mesh.dp_replicate));
   h5::write_attr(file, "mesh_dp_shard", static_cast<std::int64_t>(s.mesh.dp_shard));
   h5::write_attr(file, "mesh_tp", static_cast<std::int64_t>(s.mesh.tp));
   h5::write_attr(file, "mesh_strategy", std::string(parallel::strategy_name(s.strategy)));
   h5::write_attr(file, "world_size", static_cast<std::int64_t>(mesh.world().size()));
-  h5::write_attr(file, "config_ini", config_to_ini(s.config));
+  h5::write_attr(file, "config_ini", s.config_ini);
 }
 
 /// /train/rank_first_window: the first training window of every data-parallel rank at
@@ -83,7 +83,7 @@ void write_root_attrs(hid_t file, const Mesh& mesh, const train::RunSetup& s, co
 herr_t write_rank_windows(hid_t file, hid_t dxpl, const train::RunSetup& s, const TrainState& st, bool root) {
   const int dp = s.mesh.dp();
   std::vector<std::uint64_t> w(static_cast<std::size_t>(dp));
-  for (int d = 0; d < dp; ++d) w[d] = data::rank_first_window(st.cursor, 0, s.config.train.micro_batch, dp, d);
+  for (int d = 0; d < dp; ++d) w[d] = data::rank_first_window(st.cursor, 0, s.batch.micro_batch, dp, d);
   h5::Handle fspace = h5::simple_space({dp});
   h5::Handle ds = h5::dataset(
       H5_CHECK(H5Dcreate2(file, format::kRankFirstWindow, H5T_STD_U64LE, fspace.get(), H5P_DEFAULT, H5P_DEFAULT,
@@ -317,7 +317,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
     if (const int e = fault::pass(fault::Point::SaveAfterRename))
       throw file_io::write_error(dir + "/latest", e, name.size() + 1);
     file_io::replace_file(dir + "/latest", name + "\n");
-    apply_retention(dir, setup.config.checkpoint.keep, stats.path);
+    apply_retention(dir, setup.spec.checkpoint.keep, stats.path);
   }, kWatchGroup);
   stats.seconds = now_seconds() - t0;
   stats.bytes = bytes_needed;

@@ -1,5 +1,6 @@
 // Model settings from a pretrained-weights source: Hugging Face config.json (LlamaConfig,
-// GPT2Config keys) or GGUF metadata (gguf_import.cpp), applied to config.model.
+// GPT2Config keys) or GGUF metadata (gguf_import.cpp), as model.* keys (app/ applies them
+// to the config: app/source_model_config.cpp).
 #include "meshtrain/checkpoint/source_model.hpp"
 
 #include <cmath>
@@ -121,40 +122,6 @@ Keys gpt2_keys(const HfConfig& c) {
           {"model.norm_eps", c.number_or("layer_norm_epsilon", "1e-5")}};
 }
 
-/// True when a and b are the same setting: equal text, or equal numbers ("1e-05" = "0.00001").
-bool same_value(const std::string& a, const std::string& b) {
-  if (a == b) return true;
-  char* ea = nullptr;
-  char* eb = nullptr;
-  const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
-  return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && x == y;
-}
-
-long long to_int(const std::string& key, const std::string& v) {
-  char* end = nullptr;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (end && *end == '\0') return x;
-  const double d = std::strtod(v.c_str(), &end);  // "576.0"
-  MESHTRAIN_REQUIRE(end && *end == '\0' && d == std::floor(d), "the source gives %s = '%s', not an integer", key.c_str(),
-                    v.c_str());
-  return static_cast<long long>(d);
-}
-
-void set_model_key(ModelConfig& m, const std::string& key, const std::string& v) {
-  if (key == "model.family") m.family = model::parse_family(v);
-  else if (key == "model.vocab_size") m.vocab_size = to_int(key, v);
-  else if (key == "model.d_model") m.d_model = static_cast<int>(to_int(key, v));
-  else if (key == "model.n_layers") m.n_layers = static_cast<int>(to_int(key, v));
-  else if (key == "model.n_heads") m.n_heads = static_cast<int>(to_int(key, v));
-  else if (key == "model.n_kv_heads") m.n_kv_heads = static_cast<int>(to_int(key, v));
-  else if (key == "model.ffn_dim") m.ffn_dim = static_cast<int>(to_int(key, v));
-  else if (key == "model.max_seq_len") m.max_seq_len = static_cast<int>(to_int(key, v));
-  else if (key == "model.tie_embeddings") m.tie_embeddings = v == "true";
-  else if (key == "model.norm_eps") m.norm_eps = std::strtod(v.c_str(), nullptr);
-  else if (key == "model.rope_theta") m.rope_theta = std::strtod(v.c_str(), nullptr);
-  else throw std::logic_error("set_model_key: unknown key " + key);
-}
-
 }  // namespace
 
 Keys source_model_keys(const std::string& path) {
@@ -168,29 +135,6 @@ Keys source_model_keys(const std::string& path) {
   if (type == "gpt2") return gpt2_keys(c);
   throw UserError(strprintf("%s: model_type '%s' is not a model meshtrain runs; it runs llama and gpt2 models",
                             cfg.c_str(), type.c_str()));
-}
-
-void adopt_source_model(Config& config, const std::string& path, const std::string& option) {
-  const Keys keys = source_model_keys(path);
-  if (keys.empty()) return;
-  const std::vector<std::pair<std::string, std::string>> current = config_entries(config);
-  auto current_value = [&](const std::string& key) {
-    for (const auto& [k, v] : current)
-      if (k == key) return v;
-    return std::string();
-  };
-  for (const auto& [key, value] : keys) {
-    // -1 for n_kv_heads / ffn_dim means "the default rule" (a run's config.ini writes it):
-    // it asks for nothing the source could contradict.
-    const bool automatic = (key == "model.n_kv_heads" || key == "model.ffn_dim") && current_value(key) == "-1";
-    if (config.is_set(key) && !automatic)
-      MESHTRAIN_REQUIRE(same_value(current_value(key), value),
-                        "%s = %s is given, but %s=%s describes a model with %s = %s; drop the setting (the model's "
-                        "shape comes from the weights) or load other weights",
-                        key.c_str(), current_value(key).c_str(), option.c_str(), path.c_str(), key.c_str(),
-                        value.c_str());
-    set_model_key(config.model, key, value);
-  }
 }
 
 }  // namespace meshtrain::checkpoint

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <type_traits>
 
 #include "meshtrain/core/error.hpp"
@@ -54,13 +55,14 @@ void visit_config(C& c, V&& v) {
   v("parallel.reduce_dtype", p.reduce_dtype, "gradient reduction dtype: fp32 | bf16");
   v("parallel.memory_limit", p.memory_limit, "per-rank memory budget for strategy=auto on CPU (e.g. 8GiB); empty = node RAM / ranks per node");
   v("parallel.memory_headroom", p.memory_headroom, "fraction of the memory budget kept free by strategy=auto");
-  v("parallel.world_size", p.world_size, "plan: number of ranks of the target job (0 = this job)");
-  v("parallel.gpus_per_node", p.gpus_per_node, "plan: ranks per node of the target cluster (0 = this job's)");
-  v("parallel.device_memory", p.device_memory, "plan: memory per device of the target (e.g. 80GiB)");
-  v("parallel.target_gemm_tflops", p.target_gemm_tflops, "plan: GEMM peak per device of the target in TFLOP/s (empty = measured here)");
-  v("parallel.target_bus_gbps", p.target_bus_gbps, "plan: bus bandwidth of the target in GB/s, 'intra,inter' (empty = measured here)");
-  v("parallel.target_mem_gbps", p.target_mem_gbps, "plan: memory bandwidth per device of the target in GB/s (empty = measured here)");
   v("parallel.collective_timeout", p.collective_timeout, "seconds a rank waits in one collective before the watchdog aborts the job (0 = never)");
+  auto& pl = c.plan;
+  v("plan.world_size", pl.world_size, "plan: number of ranks of the target job (0 = this job)");
+  v("plan.gpus_per_node", pl.gpus_per_node, "plan: ranks per node of the target cluster (0 = this job's)");
+  v("plan.device_memory", pl.device_memory, "plan: memory per device of the target (e.g. 80GiB); also the budget of strategy=auto when set");
+  v("plan.gemm_tflops", pl.gemm_tflops, "plan: GEMM peak per device of the target in TFLOP/s (0 = measured here)");
+  v("plan.bus_gbps", pl.bus_gbps, "plan: bus bandwidth of the target in GB/s, 'intra,inter' (empty = measured here)");
+  v("plan.mem_gbps", pl.mem_gbps, "plan: memory bandwidth per device of the target in GB/s (0 = measured here)");
 
   auto& t = c.train;
   v("train.steps", t.steps, "optimizer steps");
@@ -237,9 +239,12 @@ std::string strip_inline_comments(std::istream& in) {
                               command.c_str()));
   }
   if (!section_known) {
-    throw UserError(strprintf("unknown config section '%s' in '%s'%s; sections are model, parallel, "
-                              "train, data, checkpoint, output (did you mean '%s'?)",
-                              section.c_str(), name.c_str(), where.c_str(),
+    std::vector<std::string> sections;  // in the order of the key list
+    for (const auto& k : reg.keys)
+      if (const std::string s = k.substr(0, k.find('.')); std::find(sections.begin(), sections.end(), s) == sections.end())
+        sections.push_back(s);
+    throw UserError(strprintf("unknown config section '%s' in '%s'%s; sections are %s (did you mean '%s'?)",
+                              section.c_str(), name.c_str(), where.c_str(), join(sections, ", ").c_str(),
                               nearest_key(name, reg.keys).c_str()));
   }
   throw UserError(strprintf("unknown config key '%s'%s; did you mean '%s'? See `meshtrain %s --help` "
@@ -283,6 +288,39 @@ po::parsed_options refuse_negative_unsigned(po::parsed_options parsed, const Reg
   return parsed;
 }
 
+/// Stores the text an old (moved) key was given as into the field of its new key, with the
+/// new key's type; a bad value is a UserError naming the old key as written.
+void apply_moved_key(Config& c, const std::string& old_key, const std::string& new_key, const std::string& text,
+                     const std::string& where) {
+  bool found = false;
+  visit_config(c, [&](const char* key, auto& field, const char*) {
+    using T = std::decay_t<decltype(field)>;
+    if (new_key != key) return;
+    found = true;
+    if constexpr (std::is_same_v<T, std::string>) {
+      field = text;
+    } else if constexpr (std::is_same_v<T, int> || std::is_same_v<T, double>) {
+      // The old ceilings were text, empty meaning "measured here": now 0 means that.
+      if (text.empty() && std::is_same_v<T, double>) {
+        field = 0;
+        return;
+      }
+      const char* b = text.c_str();
+      char* end = nullptr;
+      errno = 0;
+      const double v = std::strtod(b, &end);
+      const bool whole = end != b && *end == '\0' && errno == 0 && std::isfinite(v);
+      MESHTRAIN_REQUIRE(whole && (!std::is_same_v<T, int> || (v == std::floor(v) && std::fabs(v) <= INT_MAX)),
+                        "config key '%s'%s expects %s, got '%s'", old_key.c_str(), where.c_str(), type_word<T>(),
+                        text.c_str());
+      field = static_cast<T>(v);
+    } else {
+      throw std::logic_error("a moved key of this type needs a conversion in apply_moved_key: " + new_key);
+    }
+  });
+  if (!found) throw std::logic_error("moved_config_keys names an unknown key " + new_key);
+}
+
 }  // namespace
 
 ParsedArgs parse_config(const std::string& command, const std::vector<std::string>& args,
@@ -294,8 +332,14 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
   generic.add_options()("help,h", "show this help");
   po::options_description hidden;
   hidden.add_options()("config-file", po::value<std::string>(), "INI file");
+  // The old names of moved keys: read (as text) but not listed in --help.
+  po::options_description moved;
+  for (const auto& [old_key, new_key] : moved_config_keys())
+    moved.add_options()(old_key.c_str(), po::value<std::string>(), "");
   po::options_description all;
-  all.add(generic).add(keys).add(hidden);
+  all.add(generic).add(keys).add(hidden).add(moved);
+  po::options_description file_options;
+  file_options.add(keys).add(moved);
   po::positional_options_description positional;
   positional.add("config-file", 1);
 
@@ -308,6 +352,8 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
               vm);
     for (const std::string& k : reg.keys)
       if (vm.count(k) && !vm[k].defaulted()) out.config.command_line_keys.insert(k);
+    for (const auto& moved_key : moved_config_keys())
+      if (vm.count(moved_key.first)) out.config.command_line_keys.insert(moved_key.first);
 
     if (vm.count("help")) {
       std::ostringstream os;
@@ -332,7 +378,7 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
       // Values already stored from the command line take precedence over the file.
       std::istringstream stripped(strip_inline_comments(in));
       const po::parsed_options from_file =
-          refuse_negative_unsigned(po::parse_config_file(stripped, keys, /*allow_unregistered=*/false), reg, where);
+          refuse_negative_unsigned(po::parse_config_file(stripped, file_options, /*allow_unregistered=*/false), reg, where);
       for (const po::option& o : from_file.options) out.config.file_keys.insert(o.string_key);
       po::store(from_file, vm);
     }
@@ -354,6 +400,27 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
   } catch (const po::error& e) {
     throw UserError(strprintf("cannot parse the configuration%s: %s", where.c_str(), e.what()));
   }
+  // Moved keys: the old name sets the new key, with one note for all of them; both names
+  // at once would leave it unclear which value counts.
+  Config& c = out.config;
+  std::vector<std::string> renamed;
+  for (const auto& [old_key, new_key] : moved_config_keys()) {
+    if (!vm.count(old_key)) continue;
+    const bool old_on_line = c.command_line_keys.count(old_key) > 0;
+    MESHTRAIN_REQUIRE(!c.is_set(new_key),
+                      "%s and %s are both set; %s is the old name of %s: keep only %s", old_key.c_str(),
+                      new_key.c_str(), old_key.c_str(), new_key.c_str(), new_key.c_str());
+    apply_moved_key(c, old_key, new_key, vm[old_key].as<std::string>(),
+                    old_on_line ? " (on the command line)" : where);
+    c.command_line_keys.erase(old_key);
+    c.file_keys.erase(old_key);
+    (old_on_line ? c.command_line_keys : c.file_keys).insert(new_key);
+    renamed.push_back(old_key + " is now " + new_key);
+  }
+  if (!renamed.empty())
+    c.deprecation_note = "deprecated configuration key" + std::string(renamed.size() > 1 ? "s" : "") + ": " +
+                         join(renamed, ", ") + " (the [plan] section); the old name" + (renamed.size() > 1 ? "s" : "") +
+                         " will be removed, rename " + (renamed.size() > 1 ? "them" : "it");
   return out;
 }
 
@@ -415,13 +482,16 @@ void validate_config(const Config& c) {
   at_most("parallel.prefetch", c.parallel.prefetch, 1 << 14);
   MESHTRAIN_REQUIRE(c.parallel.memory_headroom >= 0 && c.parallel.memory_headroom < 1,
                     "parallel.memory_headroom must be in [0, 1), got %g", c.parallel.memory_headroom);
-  non_negative("parallel.world_size", c.parallel.world_size);
-  at_most("parallel.world_size", c.parallel.world_size, 1 << 24);
-  non_negative("parallel.gpus_per_node", c.parallel.gpus_per_node);
-  at_most("parallel.gpus_per_node", c.parallel.gpus_per_node, 1 << 12);
   non_negative("parallel.collective_timeout", c.parallel.collective_timeout);
   if (!c.parallel.memory_limit.empty()) parse_bytes("parallel.memory_limit", c.parallel.memory_limit);
-  if (!c.parallel.device_memory.empty()) parse_bytes("parallel.device_memory", c.parallel.device_memory);
+  non_negative("plan.world_size", c.plan.world_size);
+  at_most("plan.world_size", c.plan.world_size, 1 << 24);
+  non_negative("plan.gpus_per_node", c.plan.gpus_per_node);
+  at_most("plan.gpus_per_node", c.plan.gpus_per_node, 1 << 12);
+  if (!c.plan.device_memory.empty()) parse_bytes("plan.device_memory", c.plan.device_memory);
+  non_negative("plan.gemm_tflops", c.plan.gemm_tflops);
+  if (!c.plan.bus_gbps.empty()) parse_bus_gbps("plan.bus_gbps", c.plan.bus_gbps);
+  non_negative("plan.mem_gbps", c.plan.mem_gbps);
   non_negative("train.steps", c.train.steps);
   non_negative("train.micro_batch", c.train.micro_batch);  // 0: chosen by the planner
   at_most("train.micro_batch", c.train.micro_batch, 1 << 20);
@@ -486,6 +556,33 @@ std::string config_to_ini(const Config& c) {
     out += key.substr(key.find('.') + 1) + " = " + value + "\n";
   }
   return out;
+}
+
+const std::vector<std::pair<std::string, std::string>>& moved_config_keys() {
+  static const std::vector<std::pair<std::string, std::string>> moved = {
+      {"parallel.world_size", "plan.world_size"},
+      {"parallel.gpus_per_node", "plan.gpus_per_node"},
+      {"parallel.device_memory", "plan.device_memory"},
+      {"parallel.target_gemm_tflops", "plan.gemm_tflops"},
+      {"parallel.target_bus_gbps", "plan.bus_gbps"},
+      {"parallel.target_mem_gbps", "plan.mem_gbps"},
+  };
+  return moved;
+}
+
+std::pair<double, double> parse_bus_gbps(const std::string& key, const std::string& text) {
+  // "intra,inter", or one number for both.
+  const std::size_t comma = text.find(',');
+  const auto number = [&](const std::string& t) {
+    char* end = nullptr;
+    const double v = std::strtod(t.c_str(), &end);
+    MESHTRAIN_REQUIRE(end != t.c_str() && *end == '\0' && std::isfinite(v) && v > 0,
+                      "%s must be 'intra,inter' in GB/s, e.g. 150,25 (got '%s')", key.c_str(), text.c_str());
+    return v;
+  };
+  const double intra = number(text.substr(0, comma));
+  const double inter = comma == std::string::npos ? intra : number(text.substr(comma + 1));
+  return {intra, inter};
 }
 
 std::uint64_t parse_bytes(const std::string& key, const std::string& text) {

@@ -82,12 +82,12 @@ Dataset Dataset::random(std::int64_t vocab, std::uint64_t seed) {
   return d;
 }
 
-Dataset Dataset::load(const std::string& spec, std::int64_t model_vocab, std::uint64_t seed) {
-  MESHTRAIN_REQUIRE(!spec.empty(),
+Dataset Dataset::load(const DataSource& source, std::int64_t model_vocab, std::uint64_t seed) {
+  if (source.is_random()) return random(model_vocab, seed);
+  MESHTRAIN_REQUIRE(!source.dir.empty(),
                     "data.dir is not set; give a dataset directory made by `meshtrain prepare`, or "
                     "`random` for synthetic tokens");
-  if (spec == "random") return random(model_vocab, seed);
-  Dataset d = open(spec);
+  Dataset d = open(source.dir);
   check_vocab(d.meta.vocab_size, model_vocab);
   return d;
 }

@@ -25,7 +25,7 @@ std::string lora_auto_targets(Family f) {
   return f == Family::Gpt2 ? "c_attn" : "q,v";
 }
 
-ModelDims resolve_dims(const ModelConfig& c) {
+ModelDims resolve_dims(const ModelSettings& c) {
   ModelDims d;
   d.family = c.family;
   d.valid_vocab = c.vocab_size;
@@ -67,22 +67,11 @@ ModelDims resolve_dims(const ModelConfig& c) {
   d.lora_alpha = c.lora_alpha;
   if (c.lora_rank > 0) {
     const std::vector<std::string> valid = lora_target_names(d.family);
-    std::string list = c.lora_targets;
-    if (list == "auto") list = lora_auto_targets(d.family);
-    std::size_t start = 0;
-    while (start <= list.size()) {
-      const std::size_t comma = list.find(',', start);
-      std::string t = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      while (!t.empty() && t.front() == ' ') t.erase(0, 1);
-      while (!t.empty() && t.back() == ' ') t.pop_back();
-      if (!t.empty()) {
-        MESHTRAIN_REQUIRE(std::find(valid.begin(), valid.end(), t) != valid.end(),
-                          "model.lora_targets: '%s' is not a %s projection; choose from %s", t.c_str(),
-                          family_name(d.family), join(valid, ", ").c_str());
-        d.lora_targets.push_back(t);
-      }
-      if (comma == std::string::npos) break;
-      start = comma + 1;
+    for (const std::string& t : c.lora_targets) {
+      MESHTRAIN_REQUIRE(std::find(valid.begin(), valid.end(), t) != valid.end(),
+                        "model.lora_targets: '%s' is not a %s projection; choose from %s", t.c_str(),
+                        family_name(d.family), join(valid, ", ").c_str());
+      d.lora_targets.push_back(t);
     }
     MESHTRAIN_REQUIRE(!d.lora_targets.empty(), "model.lora_rank=%d needs at least one model.lora_targets entry",
                       c.lora_rank);

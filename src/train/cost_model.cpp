@@ -280,17 +280,16 @@ double measure_model_gemm_flops(const model::ModelDims& d, int micro_batch, int 
   return t > 0 ? flop / t : 0;
 }
 
-CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf16, bool measure_here,
-                                  const model::ModelDims* dims, int tp) {
+CostModelInputs cost_model_inputs(const PlanTarget& target, const BatchSpec& batch, Backend backend, const Runtime& rt,
+                                  bool bf16, bool measure_here, const model::ModelDims* dims, int tp) {
   CostModelInputs c;
-  const auto& p = cfg.parallel;
   const NodeShare ns = node_share(rt);
   // Measure on the measuring ranks only (the others wait in the reduction).
   const auto slowest_rate = [&](auto&& measure) { return step_value(rt, ns.measures ? measure() : 0.0, ReduceOp::Min, ns); };
   const auto slowest_time = [&](double v) { return step_value(rt, v, ReduceOp::Max, ns); };
-  if (!p.target_gemm_tflops.empty()) {
-    c.gemm_flops = std::stod(p.target_gemm_tflops) * 1e12;
-    c.gemm_source = "parallel.target_gemm_tflops";
+  if (target.gemm_tflops > 0) {
+    c.gemm_flops = target.gemm_tflops * 1e12;
+    c.gemm_source = "plan.gemm_tflops";
   } else {
     c.gemm_flops = slowest_rate([&] { return linalg::measure_gemm_flops(1024, 0.3, bf16); });
     c.gemm_source = strprintf("measured here, %s GEMM 1024^3, %s", bf16 ? "bf16" : "fp32",
@@ -300,16 +299,16 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
     // when it takes seconds: `plan` must stay quick for big models and loaded machines.
     double micro_flop = 0;
     if (dims != nullptr)
-      micro_flop = 3.0 * dims->flops_per_token_forward(cfg.train.seq_len) * cfg.train.micro_batch *
-                   cfg.train.seq_len / std::max(1, tp);
+      micro_flop = 3.0 * dims->flops_per_token_forward(batch.seq_len) * batch.micro_batch *
+                   batch.seq_len / std::max(1, tp);
     if (measure_here && dims != nullptr && 3.0 * micro_flop / (c.gemm_flops / ns.share) < 5.0) {
       // Every (measuring) rank at once, as in training; the slowest rank bounds the step. A
       // model too large to time here reports 0 on all ranks alike.
       c.model_gemm_flops = slowest_rate(
-          [&] { return measure_model_gemm_flops(*dims, cfg.train.micro_batch, cfg.train.seq_len, tp, bf16); });
+          [&] { return measure_model_gemm_flops(*dims, batch.micro_batch, batch.seq_len, tp, bf16); });
       if (c.model_gemm_flops > 0)
         c.gemm_source += strprintf("; this model's GEMMs (micro-batch %d x %d rows): %.1f GFLOP/s",
-                                   cfg.train.micro_batch, cfg.train.seq_len, c.model_gemm_flops / 1e9);
+                                   batch.micro_batch, batch.seq_len, c.model_gemm_flops / 1e9);
     }
     if (measure_here && dims != nullptr) {
       const std::size_t n = std::size_t{1} << 21;  // a few ms per kernel
@@ -321,27 +320,19 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
     }
   }
   // The all-reduce algorithm of the communicator the planned run uses: MPI (host builds,
-  // or parallel.backend=mpi) unless a GPU target is planned (target_gemm_tflops: NCCL rings).
-  c.tree_all_reduce = p.backend == Backend::Mpi || (p.backend == Backend::Auto && kDeviceIsHost && p.target_gemm_tflops.empty());
-  if (!p.target_mem_gbps.empty()) {
-    c.copy_bytes = std::stod(p.target_mem_gbps) * 1e9;
+  // or parallel.backend=mpi) unless a GPU target is planned (plan.gemm_tflops: NCCL rings).
+  c.tree_all_reduce = backend == Backend::Mpi || (backend == Backend::Auto && kDeviceIsHost && target.gemm_tflops <= 0);
+  if (target.mem_gbps > 0) {
+    c.copy_bytes = target.mem_gbps * 1e9;
   } else {
     c.copy_bytes = slowest_rate([&] { return linalg::measure_copy_bandwidth(64.0 * 1024 * 1024, 0.2); });
   }
-  if (!p.target_bus_gbps.empty()) {
-    std::stringstream ss(p.target_bus_gbps);
-    std::string a, b;
-    std::getline(ss, a, ',');
-    std::getline(ss, b, ',');
-    try {
-      c.intra_bus_bytes = std::stod(a) * 1e9;
-      c.inter_bus_bytes = (b.empty() ? std::stod(a) : std::stod(b)) * 1e9;
-    } catch (...) {
-      throw UserError("parallel.target_bus_gbps must be 'intra,inter' in GB/s, e.g. 150,25");
-    }
-    c.bus_source = "parallel.target_bus_gbps";
+  if (target.has_bus()) {
+    c.intra_bus_bytes = target.intra_bus_gbps * 1e9;
+    c.inter_bus_bytes = target.inter_bus_gbps * 1e9;
+    c.bus_source = "plan.bus_gbps";
   } else if (measure_here && rt.topology().world_size > 1) {
-    auto comm = parallel::make_communicator(rt.world(), "cost_model", cfg.parallel.backend);
+    auto comm = parallel::make_communicator(rt.world(), "cost_model", backend);
     const CollectiveResult big = bench_collective(*comm, CollectiveKind::AllGather, 16u << 20, DType::F32, 1, 3);
     const CollectiveResult small = bench_collective(*comm, CollectiveKind::AllReduce, 64, DType::F32, 2, 20);
     c.intra_bus_bytes = c.inter_bus_bytes = big.busbw;
@@ -350,10 +341,10 @@ CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf1
     c.bus_source = strprintf("measured here: all_gather 16 MiB bus bandwidth over %d ranks, all_reduce latency",
                              rt.topology().world_size);
   } else {
-    c.bus_source = "defaults (1 rank: nothing to measure; set parallel.target_bus_gbps for a cluster)";
+    c.bus_source = "defaults (1 rank: nothing to measure; set plan.bus_gbps for a cluster)";
   }
   if (c.tree_all_reduce && measure_here && rt.topology().world_size > 1 && dims != nullptr) {
-    c.overlap = measure_overlap(rt, p.backend, *dims, std::max(1, cfg.train.micro_batch) * cfg.train.seq_len, tp);
+    c.overlap = measure_overlap(rt, backend, *dims, std::max(1, batch.micro_batch) * batch.seq_len, tp);
     c.overlap_source = "measured here: an all-gather under GEMMs";
   } else if (c.tree_all_reduce) {
     c.overlap_source = "assumed: not measured on this job's ranks";

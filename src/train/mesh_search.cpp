@@ -7,31 +7,29 @@
 
 namespace meshtrain::train {
 
-bool searches_mesh(const Config& cfg) {
-  const auto& p = cfg.parallel;
-  const int free_keys = (p.dp_replicate == -1) + (p.dp_shard == -1) + (p.tp == -1);
-  return free_keys >= 2 || cfg.train.micro_batch == 0;
+bool searches_mesh(const RunSpec& spec) {
+  return spec.parallel.free_degrees() >= 2 || spec.batch.micro_batch == 0;
 }
 
-SearchSpace search_space(const Config& cfg) {
+SearchSpace search_space(const RunSpec& spec) {
   SearchSpace s;
-  if (cfg.parallel.strategy == StrategyChoice::Auto)
+  if (spec.parallel.strategy == StrategyChoice::Auto)
     s.strategies = {parallel::Strategy::NoShard, parallel::Strategy::ShardGradOp, parallel::Strategy::HybridShard,
                     parallel::Strategy::FullShard};
   else
-    s.strategies = {parallel::forced_strategy(cfg.parallel.strategy)};
+    s.strategies = {parallel::forced_strategy(spec.parallel.strategy)};
   // Checkpointing only ever costs time (a second forward), so the search turns it on only
   // where a candidate would not fit without it; `true` forces it.
-  if (cfg.train.activation_checkpointing || !searches_mesh(cfg)) s.activation_checkpointing = {cfg.train.activation_checkpointing};
+  if (spec.train.activation_checkpointing || !searches_mesh(spec)) s.activation_checkpointing = {spec.train.activation_checkpointing};
   else s.activation_checkpointing = {false, true};
-  if (cfg.train.micro_batch > 0) {
-    s.micro_batches = {cfg.train.micro_batch};
+  if (spec.batch.micro_batch > 0) {
+    s.micro_batches = {spec.batch.micro_batch};
   } else {
-    MESHTRAIN_REQUIRE(cfg.train.global_batch > 0,
+    MESHTRAIN_REQUIRE(spec.batch.global_batch > 0,
                       "train.micro_batch=0 (auto) needs train.global_batch, so that the planner's choice of "
                       "micro-batch leaves the optimisation unchanged; set train.global_batch");
-    for (int mb = 1; mb <= std::min(64, cfg.train.global_batch); ++mb)
-      if (cfg.train.global_batch % mb == 0) s.micro_batches.push_back(mb);
+    for (int mb = 1; mb <= std::min(64, spec.batch.global_batch); ++mb)
+      if (spec.batch.global_batch % mb == 0) s.micro_batches.push_back(mb);
   }
   return s;
 }

@@ -38,12 +38,11 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
   MESHTRAIN_REQUIRE(!ec, "cannot create output.dir '%s': %s", dir.c_str(), ec.message().c_str());
   // Each file is replaced atomically and every write is checked (file_io): a full disk is
   // one IoError naming the file, and an earlier run's record is never half overwritten.
-  // train.grad_accum as resolved: with train.global_batch set it is derived, and the file
-  // would otherwise hold a value that the global batch overrides (a warning on reuse).
-  Config effective = s.config;
-  effective.train.grad_accum = s.grad_accum;
+  // record_ini holds train.grad_accum as resolved (app/run_spec_resolve.cpp): with
+  // train.global_batch set it is derived, and the file would otherwise hold a value that the
+  // global batch overrides (a warning on reuse).
   file_io::replace_file(dir + "/config.ini",
-                        "# Effective configuration of this run (every key, defaults included).\n" + config_to_ini(effective),
+                        "# Effective configuration of this run (every key, defaults included).\n" + s.record_ini,
                         fault::Point::RecordWrite);
   file_io::replace_file(dir + "/mesh.txt", describe_mesh(s.mesh, &topo), fault::Point::RecordWrite);
   JsonObject run;
@@ -52,8 +51,8 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
       .add("mesh", s.mesh.str())
       .add("strategy", parallel::strategy_name(s.strategy))
       .add("strategy_reason", s.strategy_reason)
-      .add("grad_accum", s.grad_accum)
-      .add("global_batch", s.global_batch)
+      .add("grad_accum", s.batch.grad_accum)
+      .add("global_batch", s.batch.global_batch)
       .add("parameters", s.dims.num_params())
       .add("memory_budget_bytes", s.memory_budget)
       .add_raw("versions", library_versions_json());

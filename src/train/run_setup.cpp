@@ -8,91 +8,101 @@
 
 namespace meshtrain::train {
 
-double memory_budget_per_rank(const Config& cfg, const Topology& topo, bool other_cluster) {
-  if (!cfg.parallel.device_memory.empty()) return static_cast<double>(parse_bytes("parallel.device_memory", cfg.parallel.device_memory));
-  if (!cfg.parallel.memory_limit.empty()) return static_cast<double>(parse_bytes("parallel.memory_limit", cfg.parallel.memory_limit));
+BatchSpec BatchSpec::resolved(int dp) const {
+  BatchSpec b = *this;
+  if (global_batch > 0) {
+    const int per = micro_batch * dp;
+    MESHTRAIN_REQUIRE(global_batch % per == 0,
+                      "train.global_batch=%d is not a multiple of train.micro_batch x data-parallel ranks = %d x %d "
+                      "= %d; choose a global batch that is a multiple of %d, or change train.micro_batch",
+                      global_batch, micro_batch, dp, per, per);
+    b.grad_accum = global_batch / per;
+  } else {
+    b.global_batch = micro_batch * dp * grad_accum;
+  }
+  return b;
+}
+
+double memory_budget_per_rank(const RunSpec& spec, const Topology& topo, bool other) {
+  if (spec.plan.device_memory) return static_cast<double>(spec.plan.device_memory->bytes);
+  if (spec.parallel.memory_limit) return static_cast<double>(spec.parallel.memory_limit->bytes);
   const double device = static_cast<double>(device_memory_bytes());
   if (device > 0) return device;
-  const int per_node = other_cluster && cfg.parallel.gpus_per_node > 0 ? cfg.parallel.gpus_per_node : topo.local_size;
+  const int per_node = other && spec.plan.gpus_per_node > 0 ? spec.plan.gpus_per_node : topo.local_size;
   return static_cast<double>(host_total_memory_bytes()) / std::max(1, per_node);
 }
 
 namespace {
 
 /// Where memory_budget_per_rank's number comes from, in words for messages.
-std::string budget_source(const Config& cfg) {
-  if (!cfg.parallel.device_memory.empty()) return "parallel.device_memory=" + cfg.parallel.device_memory;
-  if (!cfg.parallel.memory_limit.empty()) return "parallel.memory_limit=" + cfg.parallel.memory_limit;
+std::string budget_source(const RunSpec& spec) {
+  if (spec.plan.device_memory) return "plan.device_memory=" + spec.plan.device_memory->text;
+  if (spec.parallel.memory_limit) return "parallel.memory_limit=" + spec.parallel.memory_limit->text;
   if (device_memory_bytes() > 0) return "the device's memory";
   return "node memory / ranks per node; parallel.memory_limit sets it";
 }
 
 }  // namespace
 
-parallel::PlanInput plan_input(const Config& cfg, const model::ModelDims& dims, int world, int ranks_per_node,
-                               double budget) {
+parallel::PlanInput plan_input(const RunSpec& spec, int world, int ranks_per_node, double budget) {
   parallel::PlanInput in;
-  in.dims = dims;
+  in.dims = spec.dims;
   in.world = world;
   in.ranks_per_node = ranks_per_node;
-  in.mesh = {cfg.parallel.dp_replicate, cfg.parallel.dp_shard, cfg.parallel.tp};
-  in.micro_batch = cfg.train.micro_batch;
-  in.seq_len = cfg.train.seq_len;
-  in.global_batch = cfg.train.global_batch;
-  in.grad_accum = cfg.train.grad_accum;
-  in.bf16 = cfg.train.precision == Precision::Bf16;
-  in.activation_checkpointing = cfg.train.activation_checkpointing;
-  in.reduce_dtype = cfg.parallel.reduce_dtype == ReduceDtype::Bf16 ? DType::BF16 : DType::F32;
-  in.prefetch = cfg.parallel.prefetch;
+  in.mesh = spec.parallel.mesh;
+  in.micro_batch = spec.batch.micro_batch;
+  in.seq_len = spec.batch.seq_len;
+  in.global_batch = spec.batch.global_batch;
+  in.grad_accum = spec.batch.grad_accum;
+  in.bf16 = spec.train.bf16();
+  in.activation_checkpointing = spec.train.activation_checkpointing;
+  in.reduce_dtype = spec.parallel.reduce_dtype;
+  in.prefetch = spec.parallel.prefetch;
   in.memory_budget = budget;
-  in.headroom = cfg.parallel.memory_headroom;
+  in.headroom = spec.parallel.memory_headroom;
   return in;
 }
 
-RunSetup resolve_run(const Config& cfg, const Runtime& rt) {
-  validate_config(cfg);
-  if (!searches_mesh(cfg)) return resolve_run(cfg, rt.topology());
-  const model::ModelDims dims = model::resolve_dims(cfg.model);
-  const CostModelInputs costs = cost_model_inputs(cfg, rt, cfg.train.precision == Precision::Bf16, true, &dims, 1);
-  return resolve_run(cfg, rt.topology(), &costs);
+RunSetup resolve_run(const RunSpec& spec, const Runtime& rt) {
+  if (!searches_mesh(spec)) return resolve_run(spec, rt.topology());
+  const CostModelInputs costs = cost_model_inputs(spec.plan, spec.batch, spec.parallel.backend, rt, spec.train.bf16(),
+                                                  true, &spec.dims, 1);
+  return resolve_run(spec, rt.topology(), &costs);
 }
 
-RunSetup resolve_run(const Config& cfg_in, const Topology& topo, const CostModelInputs* costs) {
-  validate_config(cfg_in);
+RunSetup resolve_run(const RunSpec& spec_in, const Topology& topo, const CostModelInputs* costs) {
   RunSetup r;
-  r.config = cfg_in;
-  const Config& cfg = r.config;  // the planner's choices (mesh, micro-batch, checkpointing) land here
-  r.dims = model::resolve_dims(cfg.model);
-  MESHTRAIN_REQUIRE(cfg.train.seq_len <= r.dims.max_seq_len,
-                    "train.seq_len=%d is longer than model.max_seq_len=%d", cfg.train.seq_len, r.dims.max_seq_len);
-  r.bf16 = cfg.train.precision == Precision::Bf16;
+  r.spec = spec_in;
+  const RunSpec& spec = r.spec;  // the planner's choices (mesh, micro-batch, checkpointing) land here
+  r.dims = spec.dims;
+  MESHTRAIN_REQUIRE(spec.batch.seq_len <= r.dims.max_seq_len, "train.seq_len=%d is longer than model.max_seq_len=%d",
+                    spec.batch.seq_len, r.dims.max_seq_len);
+  r.bf16 = spec.train.bf16();
   const int rpn = topo.uniform() ? topo.local_size : 0;
-  r.memory_budget = memory_budget_per_rank(cfg, topo, false);
-  const parallel::PlanInput in = plan_input(cfg, r.dims, topo.world_size, rpn, r.memory_budget);
+  r.memory_budget = memory_budget_per_rank(spec, topo, false);
+  const parallel::PlanInput in = plan_input(spec, topo.world_size, rpn, r.memory_budget);
 
   parallel::StrategyPlan chosen;
-  if (searches_mesh(cfg)) {
+  if (searches_mesh(spec)) {
     MESHTRAIN_REQUIRE(costs != nullptr, "internal: the mesh search needs the cost model's inputs");
-    const MeshSearch ms = search_meshes(r.dims, in, search_space(cfg), *costs);
+    const MeshSearch ms = search_meshes(r.dims, in, search_space(spec), *costs);
     MESHTRAIN_REQUIRE(ms.chosen >= 0, "the planner found no mesh for this job: %s", ms.reason.c_str());
     chosen = ms.candidates[ms.chosen].plan;
     r.strategy_reason = "planner: " + ms.reason;
-    r.config.parallel.dp_replicate = chosen.mesh.dp_replicate;
-    r.config.parallel.dp_shard = chosen.mesh.dp_shard;
-    r.config.parallel.tp = chosen.mesh.tp;
-    r.config.train.micro_batch = chosen.micro_batch;
-    r.config.train.activation_checkpointing = chosen.activation_checkpointing;
-    r.plan = parallel::make_plan(plan_input(cfg, r.dims, topo.world_size, rpn, r.memory_budget));
-  } else if (cfg.parallel.strategy == StrategyChoice::Auto) {
+    r.spec.parallel.mesh = {chosen.mesh.dp_replicate, chosen.mesh.dp_shard, chosen.mesh.tp};
+    r.spec.batch.micro_batch = chosen.micro_batch;
+    r.spec.train.activation_checkpointing = chosen.activation_checkpointing;
+    r.plan = parallel::make_plan(plan_input(spec, topo.world_size, rpn, r.memory_budget));
+  } else if (spec.parallel.strategy == StrategyChoice::Auto) {
     r.plan = parallel::make_plan(in);
     MESHTRAIN_REQUIRE(r.plan.chosen >= 0, "parallel.strategy=auto: %s", r.plan.reason.c_str());
     chosen = r.plan.options[r.plan.chosen];
     r.strategy_reason = r.plan.reason;
   } else {
     r.plan = parallel::make_plan(in);
-    const parallel::Strategy s = parallel::forced_strategy(cfg.parallel.strategy);
+    const parallel::Strategy s = parallel::forced_strategy(spec.parallel.strategy);
     chosen = parallel::plan_strategy(in, s, parallel::mesh_for_strategy(in, s));
-    MESHTRAIN_REQUIRE(chosen.valid, "parallel.strategy=%s: %s", choice_name(cfg.parallel.strategy), chosen.note.c_str());
+    MESHTRAIN_REQUIRE(chosen.valid, "parallel.strategy=%s: %s", choice_name(spec.parallel.strategy), chosen.note.c_str());
     r.strategy_reason = "set by parallel.strategy";
     const double need = chosen.memory.total();
     if (r.memory_budget > 0 && need > r.memory_budget) {
@@ -102,11 +112,11 @@ RunSetup resolve_run(const Config& cfg_in, const Topology& topo, const CostModel
       throw UserError(strprintf(
           "parallel.strategy=%s on mesh %s needs %s per rank (parameters %s, gradients %s, optimizer %s, "
           "activations %s, gathered/communication buffers %s), more than the %s available per rank (%s); %s%s",
-          choice_name(cfg.parallel.strategy), chosen.mesh.str().c_str(), format_bytes(need).c_str(),
+          choice_name(spec.parallel.strategy), chosen.mesh.str().c_str(), format_bytes(need).c_str(),
           format_bytes(chosen.memory.params).c_str(), format_bytes(chosen.memory.grads).c_str(),
           format_bytes(chosen.memory.optimizer).c_str(), format_bytes(chosen.memory.activations).c_str(),
           format_bytes(chosen.memory.gathered + chosen.memory.grad_buffers + chosen.memory.comm_buffers).c_str(),
-          format_bytes(r.memory_budget).c_str(), budget_source(cfg).c_str(),
+          format_bytes(r.memory_budget).c_str(), budget_source(spec).c_str(),
           alternatives.empty() ? "nothing fits this job: use more ranks, bf16, a smaller train.micro_batch or "
                                  "train.seq_len, or a smaller model"
                                : "what would fit: ",
@@ -114,25 +124,13 @@ RunSetup resolve_run(const Config& cfg_in, const Topology& topo, const CostModel
     }
     if (!chosen.fits)
       log::warn("parallel.strategy=%s may not fit in memory: %s (parallel.memory_limit or the device size sets the budget)",
-                choice_name(cfg.parallel.strategy), chosen.note.c_str());
+                choice_name(spec.parallel.strategy), chosen.note.c_str());
   }
   r.strategy = chosen.strategy;
   r.mesh = chosen.mesh;
   // Validate the TP slice (heads, vocab divisibility) on the resolved mesh.
   model::tp_dims(r.dims, r.mesh.tp, 0);
-  const int dp = r.mesh.dp();
-  if (cfg.train.global_batch > 0) {
-    const int per = cfg.train.micro_batch * dp;
-    MESHTRAIN_REQUIRE(cfg.train.global_batch % per == 0,
-                      "train.global_batch=%d is not a multiple of train.micro_batch x data-parallel ranks = %d x %d "
-                      "= %d; choose a global batch that is a multiple of %d, or change train.micro_batch",
-                      cfg.train.global_batch, cfg.train.micro_batch, dp, per, per);
-    r.grad_accum = cfg.train.global_batch / per;
-    r.global_batch = cfg.train.global_batch;
-  } else {
-    r.grad_accum = cfg.train.grad_accum;
-    r.global_batch = cfg.train.micro_batch * dp * r.grad_accum;
-  }
+  r.batch = spec.batch.resolved(r.mesh.dp());
   return r;
 }
 

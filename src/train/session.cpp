@@ -4,14 +4,14 @@ namespace meshtrain::train {
 
 template <class T>
 Session<T>::Session(const Runtime& rt, const RunSetup& setup, SessionUse use)
-    : setup_(setup), mesh_(rt.world(), setup.mesh), groups_(parallel::make_comm_groups(mesh_, setup.config.parallel.backend)) {
+    : setup_(setup), mesh_(rt.world(), setup.mesh), groups_(parallel::make_comm_groups(mesh_, setup.spec.parallel.backend)) {
   const MeshCoord& c = mesh_.coord();
   tp_ = model::tp_dims(setup.dims, setup.mesh.tp, c.tp);
   parallel::FsdpOptions opt;
   opt.strategy = setup.strategy;
-  opt.prefetch = setup.config.parallel.prefetch;
-  opt.reduce_dtype = setup.config.parallel.reduce_dtype == ReduceDtype::Bf16 ? DType::BF16 : DType::F32;
-  opt.grad_accum = setup.grad_accum;
+  opt.prefetch = setup.spec.parallel.prefetch;
+  opt.reduce_dtype = setup.spec.parallel.reduce_dtype;
+  opt.grad_accum = setup.batch.grad_accum;
   opt.forward_only = use == SessionUse::Inference;
   engine_ = std::make_unique<parallel::FsdpEngine<T>>(model::build_param_specs(setup.dims, setup.mesh.tp),
                                                       model::num_units(setup.dims), setup.mesh.tp, c.tp, setup.mesh,

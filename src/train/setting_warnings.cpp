@@ -6,13 +6,14 @@
 namespace meshtrain::train {
 
 std::vector<std::string> setting_warnings(const RunSetup& s) {
-  const Config& c = s.config;
-  const TrainConfig& t = c.train;
+  const TrainSpec& t = s.spec.train;
+  const BatchSpec& asked = s.spec.batch;
   std::vector<std::string> out;
-  if (t.global_batch > 0 && c.is_set("train.grad_accum") && t.grad_accum != s.grad_accum)
+  if (asked.global_batch > 0 && s.spec.given.grad_accum && asked.grad_accum != s.batch.grad_accum)
     out.push_back(strprintf("train.global_batch=%d wins over train.grad_accum=%d: %d sequences per step = micro_batch "
                             "%d x %d data-parallel rank(s) x grad_accum %d; remove one of the two keys",
-                            t.global_batch, t.grad_accum, s.global_batch, t.micro_batch, s.mesh.dp(), s.grad_accum));
+                            asked.global_batch, asked.grad_accum, s.batch.global_batch, s.batch.micro_batch, s.mesh.dp(),
+                            s.batch.grad_accum));
   if (t.time_limit > 0 && t.time_limit_margin >= t.time_limit)
     out.push_back(strprintf("train.time_limit=%g s is not longer than train.time_limit_margin=%g s (the time kept for "
                             "the final save): the run saves and stops after its first step; lower "
@@ -25,12 +26,9 @@ std::vector<std::string> setting_warnings(const RunSetup& s) {
   if (!t.sample_prompt.empty() && t.sample_tokens == 0)
     out.push_back("train.sample_prompt is set but train.sample_tokens=0: no sample is generated; set "
                   "train.sample_tokens");
-  if (c.is_set("model.lora_alpha") || c.is_set("model.lora_targets")) {
-    if (c.model.lora_rank == 0 && (c.command_line_keys.count("model.lora_alpha") ||
-                                   c.command_line_keys.count("model.lora_targets")))
+  if (s.spec.dims.lora_rank == 0 && s.spec.given.lora_options_on_command_line)
       out.push_back("model.lora_alpha / model.lora_targets have no effect with model.lora_rank=0 (full training); set "
                     "model.lora_rank > 0 for LoRA");
-  }
   return out;
 }
 

@@ -9,7 +9,7 @@
 
 namespace meshtrain::train {
 
-StepSettings step_settings(const TrainConfig& tc) {
+StepSettings step_settings(const TrainSpec& tc) {
   StepSettings s;
   s.schedule = {tc.lr, tc.min_lr, tc.warmup_steps, tc.steps, tc.lr_schedule == LrScheduleKind::Cosine};
   s.adam = {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay, tc.decay_embeddings};
@@ -22,16 +22,16 @@ template <class T>
 StepResult train_step(Session<T>& session, const StepSettings& st, int step, int& updates, const BatchFiller& fill,
                       bool poison, double counted_targets) {
   const RunSetup& setup = session.setup();
-  const int B = setup.config.train.micro_batch, seq_len = setup.config.train.seq_len;
+  const int B = setup.batch.micro_batch, seq_len = setup.batch.seq_len;
   const model::BatchShape shape{B, seq_len};
-  const double global_tokens = counted_targets > 0 ? counted_targets : static_cast<double>(setup.global_batch) * seq_len;
+  const double global_tokens = counted_targets > 0 ? counted_targets : setup.batch.step_tokens();
   const float grad_scale = static_cast<float>(1.0 / global_tokens);
   parallel::FsdpEngine<T>& eng = session.engine();
 
   TokenBatch batch(B, seq_len);
   eng.begin_step();
   double local_loss = 0;
-  for (int a = 0; a < setup.grad_accum; ++a) {
+  for (int a = 0; a < setup.batch.grad_accum; ++a) {
     eng.begin_micro(a);
     fill(a, batch.host_in.data(), batch.host_tgt.data());
     batch.upload();

@@ -67,17 +67,17 @@ const char* stop_reason_name(StopReason r) {
   return "?";
 }
 
-StopPolicy::StopPolicy(const TrainConfig& tc, double start, const MpiComm& world) : world_(world) {
-  margin_ = tc.time_limit_margin;
+StopPolicy::StopPolicy(double time_limit, double margin, double start, const MpiComm& world) : world_(world) {
+  margin_ = margin;
   // Deadline on the steady clock: configured limit, or the Slurm end time (rank 0 asks).
-  double deadline = tc.time_limit > 0 ? start + tc.time_limit : 0;
+  double deadline = time_limit > 0 ? start + time_limit : 0;
   double from_slurm = 0;
   if (world.rank() == 0) {
     const double end = slurm_end_epoch();
     if (end > 0) from_slurm = start + (end - static_cast<double>(std::time(nullptr)));
   }
   from_slurm = broadcast_value(world, from_slurm);
-  source_ = tc.time_limit > 0 ? strprintf("train.time_limit=%gs", tc.time_limit) : "none";
+  source_ = time_limit > 0 ? strprintf("train.time_limit=%gs", time_limit) : "none";
   if (from_slurm > 0 && (deadline == 0 || from_slurm < deadline)) {
     deadline = from_slurm;
     source_ = "the Slurm job's end time";

@@ -44,8 +44,8 @@ template <class T>
 class Trainer {
  public:
   Trainer(const Runtime& rt, const RunSetup& setup)
-      : rt_(rt), s_(setup), cfg_(setup.config), session_(rt, setup), root_(rt.topology().world_rank == 0),
-        batch_(cfg_.train.micro_batch, cfg_.train.seq_len) {}
+      : rt_(rt), s_(setup), spec_(setup.spec), session_(rt, setup), root_(rt.topology().world_rank == 0),
+        batch_(setup.batch.micro_batch, setup.batch.seq_len) {}
 
   int run();
 
@@ -61,7 +61,7 @@ class Trainer {
 
   const Runtime& rt_;
   const RunSetup& s_;
-  const Config& cfg_;
+  const RunSpec& spec_;
   Session<T> session_;
   bool root_;
   TokenBatch batch_;
@@ -88,29 +88,30 @@ class Trainer {
 template <class T>
 int Trainer<T>::run() {
   const Topology& topo = rt_.topology();
-  const TrainConfig& tc = cfg_.train;
-  const std::string out_dir = cfg_.output.dir;
+  const TrainSpec& tc = spec_.train;
+  const BatchSpec& batch = s_.batch;
+  const std::string out_dir = spec_.output.dir;
   // Start-up validates everything the run reads (config and mesh in resolve_run, the
   // dataset and its vocabulary here, the checkpoint or init_from weights in
   // restore_or_init) and probes every directory it writes, before anything is written:
   // a user error found now leaves output.dir and checkpoint.dir exactly as they were, and
   // a failed resume never rewrites the earlier run's records.
   agree_on_errors(rt_.world(), [&] {
-    data_ = data::Dataset::load(cfg_.data.dir, s_.dims.valid_vocab, tc.seed);
-    data::check_dataset_tokenizer(data_.meta, cfg_.data.dir, cfg_.checkpoint.init_from);
+    data_ = data::Dataset::load(spec_.data, s_.dims.valid_vocab, tc.seed);
+    data::check_dataset_tokenizer(data_.meta, spec_.data.text(), spec_.checkpoint.init_from);
     // Instruction/chat data: windows are whole rows, targets outside the loss mask are -1.
-    sampler_ = std::make_unique<data::Sampler>(data_.train, tc.seq_len, tc.seed, data_.train_mask);
-    if (data_.val && data::has_window(*data_.val, tc.seq_len))
-      eval_sampler_ = std::make_unique<data::EvalSampler>(data_.val, tc.seq_len, data_.val_mask);
+    sampler_ = std::make_unique<data::Sampler>(data_.train, batch.seq_len, tc.seed, data_.train_mask);
+    if (data_.val && data::has_window(*data_.val, batch.seq_len))
+      eval_sampler_ = std::make_unique<data::EvalSampler>(data_.val, batch.seq_len, data_.val_mask);
   });
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
     require_writable_dir("output.dir", out_dir);
-    require_writable_dir(cfg_.checkpoint.dir.empty() ? "checkpoint.dir (<output.dir>/checkpoints)" : "checkpoint.dir",
-                         checkpoint::checkpoint_dir(cfg_));
+    require_writable_dir(spec_.checkpoint.dir_given ? "checkpoint.dir" : "checkpoint.dir (<output.dir>/checkpoints)",
+                         spec_.checkpoint.dir);
   });
   if (!eval_sampler_ && tc.eval_every > 0)
-    log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", tc.seq_len);
+    log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", batch.seq_len);
 
   log::info("meshtrain train: %s model, %lld parameters (%s), %d rank(s) on %d node(s)", model::family_name(s_.dims.family),
             static_cast<long long>(s_.dims.num_params()), choice_name(tc.precision), topo.world_size, topo.num_nodes);
@@ -118,10 +119,10 @@ int Trainer<T>::run() {
   for (const std::string& w : setting_warnings(s_)) log::warn("%s", w.c_str());
   log::info("mesh %s, strategy %s (%s)", s_.mesh.str().c_str(), parallel::strategy_name(s_.strategy),
             s_.strategy_reason.c_str());
-  log::info("batch: %d sequences x %d tokens per step = micro_batch %d x dp %d x grad_accum %d", s_.global_batch,
-            tc.seq_len, tc.micro_batch, s_.mesh.dp(), s_.grad_accum);
-  log::info("data: %s; output: %s", cfg_.data.dir.c_str(), out_dir.c_str());
-  log::info("effective configuration (also in %s/config.ini):\n%s", out_dir.c_str(), config_to_ini(cfg_).c_str());
+  log::info("batch: %d sequences x %d tokens per step = micro_batch %d x dp %d x grad_accum %d", batch.global_batch,
+            batch.seq_len, batch.micro_batch, s_.mesh.dp(), batch.grad_accum);
+  log::info("data: %s; output: %s", spec_.data.text().c_str(), out_dir.c_str());
+  log::info("effective configuration (also in %s/config.ini):\n%s", out_dir.c_str(), s_.config_ini.c_str());
 
   const int first_step = restore_or_init();
   // Inputs are valid: from here on the run writes.
@@ -129,8 +130,7 @@ int Trainer<T>::run() {
     if (root_) write_run_record(s_, topo, out_dir);
   });
   settings_ = step_settings(tc);
-  if (!tc.inject_nan_steps.empty())
-    for (long v : parse_int_list("train.inject_nan_steps", tc.inject_nan_steps)) nan_steps_.insert(v);
+  nan_steps_.insert(tc.inject_nan_steps.begin(), tc.inject_nan_steps.end());
 
   peak_flops_ = tc.peak_tflops > 0 ? tc.peak_tflops * 1e12 : linalg::measure_gemm_flops(1024, 0.3, s_.bf16);
   {
@@ -146,7 +146,7 @@ int Trainer<T>::run() {
     metrics_ = std::make_unique<MetricsWriter>(out_dir + "/metrics.jsonl", first_step > 0, root_);
   });
   install_stop_signal_handlers();
-  const StopPolicy stop(tc, now_seconds(), rt_.world());
+  const StopPolicy stop(tc.time_limit, tc.time_limit_margin, now_seconds(), rt_.world());
   log::info("%s", stop.describe().c_str());
   MemoryPool::instance().reset_peaks();
 
@@ -208,21 +208,22 @@ int Trainer<T>::run() {
 
 template <class T>
 bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gnorm, double& lr) {
-  const TrainConfig& tc = cfg_.train;
+  const TrainSpec& tc = spec_.train;
+  const BatchSpec& batch = s_.batch;
   const Mesh& mesh = session_.mesh();
   const CommStats before = comm_stats();
   const double t0 = now_seconds();
   // Every micro-batch of the step is read before the step starts, and the ranks agree on a
   // bad token id (data::TokenFile::read checks each one) so that all of them stop with the
   // same message instead of the others waiting in the step's collectives.
-  const std::size_t per_micro_batch = static_cast<std::size_t>(tc.micro_batch) * static_cast<std::size_t>(tc.seq_len);
-  step_in_.resize(per_micro_batch * static_cast<std::size_t>(s_.grad_accum));
+  const std::size_t per_micro_batch = batch.micro_batch_tokens();
+  step_in_.resize(per_micro_batch * static_cast<std::size_t>(batch.grad_accum));
   step_tgt_.resize(step_in_.size());
   agree_on_errors(rt_.world(), [&] {
-    for (int micro_step = 0; micro_step < s_.grad_accum; ++micro_step) {
+    for (int micro_step = 0; micro_step < batch.grad_accum; ++micro_step) {
       const std::uint64_t w0 =
-          data::rank_first_window(cursor_, micro_step, tc.micro_batch, mesh.shape().dp(), mesh.dp_rank());
-      sampler_->fill(w0, tc.micro_batch, step_in_.data() + micro_step * per_micro_batch, step_tgt_.data() + micro_step * per_micro_batch);
+          data::rank_first_window(cursor_, micro_step, batch.micro_batch, mesh.shape().dp(), mesh.dp_rank());
+      sampler_->fill(w0, batch.micro_batch, step_in_.data() + micro_step * per_micro_batch, step_tgt_.data() + micro_step * per_micro_batch);
     }
   }, "world");  // under the watchdog: a rank stalled between steps ends the job, named
   const BatchFiller fill = [&](int micro_step, std::int32_t* in, std::int32_t* tgt) {
@@ -234,7 +235,7 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   // A loss mask: the mean is over the global batch's unmasked targets (summed over the ranks).
   const double counted = data_.train_mask ? session_.global_sum(counted_targets(step_tgt_)) : 0.0;
   const StepResult r = train::train_step(session_, settings_, step, updates_, fill, poison, counted);
-  cursor_ += static_cast<std::uint64_t>(s_.global_batch);
+  cursor_ += static_cast<std::uint64_t>(batch.global_batch);
   loss = r.loss;
   gnorm = r.grad_norm;
   lr = r.lr;
@@ -254,12 +255,12 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
 
 template <class T>
 double Trainer<T>::evaluate() {
-  const TrainConfig& tc = cfg_.train;
+  const BatchSpec& batch = s_.batch;
   // The evaluation set is eval_batches global batches of windows, split over the dp ranks
   // like training batches, so every mesh evaluates the same windows.
   EvalWindows w;
-  w.micro_batches = static_cast<long long>(tc.eval_batches) * s_.grad_accum;
-  w.windows = static_cast<std::uint64_t>(w.micro_batches) * tc.micro_batch * session_.mesh().shape().dp();
+  w.micro_batches = static_cast<long long>(spec_.train.eval_batches) * batch.grad_accum;
+  w.windows = static_cast<std::uint64_t>(w.micro_batches) * batch.micro_batch * session_.mesh().shape().dp();
   w.masked = data_.val_mask != nullptr;
   last_val_ = train::evaluate(session_, *eval_sampler_, w, batch_).loss;
   return last_val_;
@@ -267,8 +268,9 @@ double Trainer<T>::evaluate() {
 
 template <class T>
 void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const StepTimes& t, double val) {
-  const TrainConfig& tc = cfg_.train;
-  const double tokens = static_cast<double>(s_.global_batch) * tc.seq_len;
+  const TrainSpec& tc = spec_.train;
+  const int seq_len = s_.batch.seq_len;
+  const double tokens = s_.batch.step_tokens();
   const MemoryStats& ms = MemoryPool::instance().stats();
   // Every rank's times and memory in one reduction (min and max of each).
   const double mine[6] = {t.step, t.exposed_comm, t.busy_comm, t.compute(), static_cast<double>(ms.peak_reserved),
@@ -279,7 +281,7 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                busy_max = over[2].max, comp_min = over[3].min, comp_max = over[3].max, mem_max = over[4].max,
                rss_max = over[5].max;
   const double tok_s = tokens / step_max;
-  const double flops = 3.0 * s_.dims.flops_per_token_forward(tc.seq_len) * tok_s;
+  const double flops = 3.0 * s_.dims.flops_per_token_forward(seq_len) * tok_s;
   const double mfu = flops / (peak_flops_ * rt_.topology().world_size);
   if (root_) {
     std::string line = strprintf("step %5d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | mfu %.1f%% | mem %s | "
@@ -294,7 +296,7 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
       .add("mfu", mfu).add("peak_mem_bytes", mem_max).add("peak_rss_bytes", rss_max).add("step_time_s", step_max)
       .add("compute_s_min", comp_min).add("compute_s_max", comp_max).add("comm_s_min", busy_min)
       .add("comm_s_max", busy_max).add("exposed_comm_s_min", exp_min).add("exposed_comm_s_max", exp_max)
-      .add("tokens", static_cast<double>(cursor_) * tc.seq_len).add("skipped_steps", skipped_);
+      .add("tokens", static_cast<double>(cursor_) * seq_len).add("skipped_steps", skipped_);
   if (!std::isnan(val)) j.add("val_loss", val);
   if (!std::isnan(ckpt_save_s_)) j.add("ckpt_save_s", ckpt_save_s_).add("ckpt_save_gbps", ckpt_save_gbps_);
   if (!std::isnan(ckpt_load_s_)) j.add("ckpt_load_s", ckpt_load_s_).add("ckpt_load_gbps", ckpt_load_gbps_);
@@ -309,12 +311,12 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
 /// checkpoint.init_from loads initial weights. Returns the first step to run.
 template <class T>
 int Trainer<T>::restore_or_init() {
-  const CheckpointConfig& cc = cfg_.checkpoint;
+  const CheckpointSpec& cc = spec_.checkpoint;
   parallel::FsdpEngine<T>& eng = session_.engine();
-  const std::string path = checkpoint::resolve_resume(rt_.world(), checkpoint::checkpoint_dir(cfg_), cc.resume);
+  const std::string path = checkpoint::resolve_resume(rt_.world(), cc.dir, cc.resume);
   checkpoint::IoStats io;
   base_ = checkpoint::BaseRef{};
-  base_.seed = cfg_.train.seed;  // without init_from the base is the initialisation from train.seed
+  base_.seed = spec_.train.seed;  // without init_from the base is the initialisation from train.seed
   if (!path.empty()) {
     const checkpoint::TrainState st = checkpoint::load(eng, session_.mesh(), s_, path, &io);
     cursor_ = st.cursor;
@@ -327,11 +329,11 @@ int Trainer<T>::restore_or_init() {
       log::warn("checkpoint.init_from=%s is not used: the run resumes from its own checkpoint %s (set "
                 "checkpoint.resume=none to start from the initial weights instead)",
                 cc.init_from.c_str(), path.c_str());
-    if (st.seed != cfg_.train.seed)
+    if (st.seed != spec_.train.seed)
       log::warn("the checkpoint was written with train.seed=%llu, this run uses %llu: the data order changes",
-                static_cast<unsigned long long>(st.seed), static_cast<unsigned long long>(cfg_.train.seed));
-    if (st.step >= cfg_.train.steps)
-      log::warn("the checkpoint is at step %d, train.steps=%d: nothing left to train", st.step, cfg_.train.steps);
+                static_cast<unsigned long long>(st.seed), static_cast<unsigned long long>(spec_.train.seed));
+    if (st.step >= spec_.train.steps)
+      log::warn("the checkpoint is at step %d, train.steps=%d: nothing left to train", st.step, spec_.train.steps);
     ckpt_load_s_ = io.seconds;
     ckpt_load_gbps_ = io.gbps();
     total_io_ += io.seconds;
@@ -339,9 +341,9 @@ int Trainer<T>::restore_or_init() {
   }
   // Loading initialises only what the source lacks (LoRA adapters); a fresh run draws all.
   if (cc.init_from.empty()) {
-    eng.init_parameters(cfg_.train.seed);
+    eng.init_parameters(spec_.train.seed);
   } else {
-    base_ = checkpoint::load_weights(eng, session_.mesh(), s_.dims, cc.init_from, cfg_.train.seed, &io);
+    base_ = checkpoint::load_weights(eng, session_.mesh(), s_.dims, cc.init_from, spec_.train.seed, &io);
     log::info("initial weights from %s (load %.2f s, %.2f GB/s)", io.path.c_str(), io.seconds, io.gbps());
     ckpt_load_s_ = io.seconds;
     ckpt_load_gbps_ = io.gbps();
@@ -352,7 +354,7 @@ int Trainer<T>::restore_or_init() {
 
 template <class T>
 bool Trainer<T>::checkpoint_due(int step, bool last) const {
-  const CheckpointConfig& cc = cfg_.checkpoint;
+  const CheckpointSpec& cc = spec_.checkpoint;
   return (cc.every > 0 && step % cc.every == 0) || (last && cc.save_final);
 }
 
@@ -363,13 +365,13 @@ void Trainer<T>::save_checkpoint(int step) {
   st.cursor = cursor_;
   st.updates = updates_;
   st.skipped = skipped_;
-  st.seed = cfg_.train.seed;
-  st.tokens_seen = cursor_ * static_cast<std::uint64_t>(cfg_.train.seq_len);
+  st.seed = spec_.train.seed;
+  st.tokens_seen = cursor_ * static_cast<std::uint64_t>(s_.batch.seq_len);
   st.base = base_;
   // Skipped (non-finite) steps leave the state untouched, and save() refuses a state that
   // holds a non-finite value anyway, so no checkpoint carries a NaN.
   const checkpoint::IoStats io =
-      checkpoint::save(session_.engine(), session_.mesh(), s_, st, checkpoint::checkpoint_dir(cfg_));
+      checkpoint::save(session_.engine(), session_.mesh(), s_, st, spec_.checkpoint.dir);
   total_io_ += io.seconds;
   if (!io.written) return;
   ckpt_save_s_ = io.seconds;
@@ -406,7 +408,7 @@ void Trainer<T>::write_summary() {
     summary.add("final_loss", last_loss_).add("final_val_loss", last_val_).add("skipped_steps", skipped_)
         .add("optimizer_updates", updates_).add_raw("ranks", json);
     // Atomic and checked: an earlier summary.json is replaced whole or kept.
-    file_io::replace_file(cfg_.output.dir + "/summary.json", summary.str() + "\n", fault::Point::RecordWrite);
+    file_io::replace_file(spec_.output.dir + "/summary.json", summary.str() + "\n", fault::Point::RecordWrite);
   }, "world");
 }
 

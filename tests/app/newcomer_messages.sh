@@ -60,10 +60,10 @@ run generate ab_run/config.ini --prompt a --tokens 20 --temperature 0
 has err.log "1 token (of --tokens 20: stopped at end-of-text)" "generate's token count"
 
 echo "--- plan for another machine names the ceilings it measured here"
-run plan "$tiny" --parallel.world_size=16 --parallel.gpus_per_node=8 --parallel.target_gemm_tflops=700
-has err.log "parallel.target_bus_gbps, parallel.target_mem_gbps are not set" "plan without target_mem_gbps"
-run plan "$tiny" --parallel.world_size=16 --parallel.gpus_per_node=8 --parallel.target_gemm_tflops=700 \
-  --parallel.target_bus_gbps=150,25 --parallel.target_mem_gbps=3000
+run plan "$tiny" --plan.world_size=16 --plan.gpus_per_node=8 --plan.gemm_tflops=700
+has err.log "plan.bus_gbps, plan.mem_gbps are not set" "plan without plan.mem_gbps"
+run plan "$tiny" --plan.world_size=16 --plan.gpus_per_node=8 --plan.gemm_tflops=700 \
+  --plan.bus_gbps=150,25 --plan.mem_gbps=3000
 grep -q "are not set\|is not set" err.log && fail "plan warns although every target is given"
 
 echo "--- the demo model's size"

@@ -30,8 +30,8 @@ for f in slurm-cpu.sbatch slurm-gpu.sbatch pbs.sh mpirun-workstation.sh; do
   fi
   config=$(sed -n 's/^config=\${[A-Z_0-9]*:-\(.*\)}$/\1/p' "$s" | head -n1)
   [[ -n $config ]] || { fail "$f: no default config found"; continue; }
-  "$MESHTRAIN_BIN" plan "$MESHTRAIN_SOURCE_DIR/$config" --parallel.world_size=8 --parallel.gpus_per_node=4 \
-    --parallel.device_memory=80GiB >"plan_$f.log" 2>&1 || { cat "plan_$f.log"; fail "$f: its default config $config is not valid"; }
+  "$MESHTRAIN_BIN" plan "$MESHTRAIN_SOURCE_DIR/$config" --plan.world_size=8 --plan.gpus_per_node=4 \
+    --plan.device_memory=80GiB >"plan_$f.log" 2>&1 || { cat "plan_$f.log"; fail "$f: its default config $config is not valid"; }
   echo "$f: default config $config, header ok"
 done
 for f in slurm-cpu.sbatch slurm-gpu.sbatch; do

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/app/run_spec_resolve.hpp"
+#include "meshtrain/config/config.hpp"
 #include "meshtrain/model/init.hpp"
 #include "meshtrain/parallel/comm_groups.hpp"
 #include "meshtrain/parallel/fsdp.hpp"
@@ -59,11 +61,12 @@ inline std::unique_ptr<Job> make_job(const MpiComm& parent, const Config& cfg, c
   job->mesh = std::make_unique<Mesh>(job->comm, shape);
   job->groups = parallel::make_comm_groups(*job->mesh, Backend::Mpi);
   train::RunSetup& s = job->setup;
-  s.config = cfg;
-  s.dims = model::resolve_dims(cfg.model);
+  s.spec = app::resolve_spec(cfg);
+  s.config_ini = config_to_ini(cfg);
+  s.dims = s.spec.dims;
   s.mesh = shape;
   s.strategy = strategy;
-  s.global_batch = cfg.train.micro_batch * shape.dp();
+  s.batch = s.spec.batch.resolved(shape.dp());
   parallel::FsdpOptions opt;
   opt.strategy = strategy;
   const MeshCoord& c = job->mesh->coord();

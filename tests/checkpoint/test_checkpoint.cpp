@@ -104,7 +104,7 @@ TEST(Checkpoint, LatestRetentionAndTemporaries) {
   const MpiComm& w = world();
   auto job = make_job(w, tiny_config("gpt2"), meshes_of(w.size())[0].shape, Strategy::FullShard);
   const std::string dir = fresh_dir(w, "retention");
-  job->setup.config.checkpoint.keep = 2;
+  job->setup.spec.checkpoint.keep = 2;
   fill_known(*job->engine);
   if (w.rank() == 0) std::ofstream(dir + "/step_00000099.h5.tmp") << "a save that died";
   for (int step = 1; step <= 5; ++step) checkpoint::save(*job->engine, *job->mesh, job->setup, sample_state(step), dir);
@@ -117,14 +117,14 @@ TEST(Checkpoint, LatestRetentionAndTemporaries) {
   std::string name;
   std::getline(latest, name);
   EXPECT_EQ(name, "step_00000005.h5");
-  EXPECT_EQ(checkpoint::resolve_resume(w, dir, "auto"), dir + "/step_00000005.h5");
-  EXPECT_EQ(checkpoint::resolve_resume(w, dir, dir), dir + "/step_00000005.h5");
-  EXPECT_EQ(checkpoint::resolve_resume(w, dir, left[0]), left[0]);
-  EXPECT_EQ(checkpoint::resolve_resume(w, dir, "none"), "");
-  EXPECT_EQ(checkpoint::resolve_resume(w, dir + "/nothing_here", "auto"), "") << "a missing dir is a fresh start";
+  EXPECT_EQ(checkpoint::resolve_resume(w, dir, app::resume_spec("auto")), dir + "/step_00000005.h5");
+  EXPECT_EQ(checkpoint::resolve_resume(w, dir, app::resume_spec(dir)), dir + "/step_00000005.h5");
+  EXPECT_EQ(checkpoint::resolve_resume(w, dir, app::resume_spec(left[0])), left[0]);
+  EXPECT_EQ(checkpoint::resolve_resume(w, dir, app::resume_spec("none")), "");
+  EXPECT_EQ(checkpoint::resolve_resume(w, dir + "/nothing_here", app::resume_spec("auto")), "") << "a missing dir is a fresh start";
 
   // keep = 1 never deletes the newest.
-  job->setup.config.checkpoint.keep = 1;
+  job->setup.spec.checkpoint.keep = 1;
   checkpoint::save(*job->engine, *job->mesh, job->setup, sample_state(6), dir);
   ASSERT_EQ(checkpoint::list_checkpoints(dir).size(), 1u);
   EXPECT_EQ(checkpoint::list_checkpoints(dir)[0], dir + "/step_00000006.h5");
@@ -140,21 +140,21 @@ TEST(Checkpoint, ResumeWithoutLatestScansAndBadLatestIsAnError) {
   MPI_Barrier(w.get());
   if (w.rank() == 0) fs::remove(dir + "/latest");
   MPI_Barrier(w.get());
-  EXPECT_EQ(checkpoint::resolve_resume(w, dir, "auto"), dir + "/step_00000010.h5");
+  EXPECT_EQ(checkpoint::resolve_resume(w, dir, app::resume_spec("auto")), dir + "/step_00000010.h5");
   if (w.rank() == 0) std::ofstream(dir + "/latest") << "step_00000042.h5\n";
   MPI_Barrier(w.get());
   try {
-    checkpoint::resolve_resume(w, dir, "auto");
+    checkpoint::resolve_resume(w, dir, app::resume_spec("auto"));
     ADD_FAILURE() << "a latest pointing nowhere was accepted";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("latest points to " + dir + "/step_00000042.h5 which does not exist"),
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(checkpoint::resolve_resume(w, dir, dir + "/no_such.h5"), UserError);
+  EXPECT_THROW(checkpoint::resolve_resume(w, dir, app::resume_spec(dir + "/no_such.h5")), UserError);
   const std::string empty = fresh_dir(w, "latest_empty");
   try {
-    checkpoint::resolve_resume(w, dir, empty);
+    checkpoint::resolve_resume(w, dir, app::resume_spec(empty));
     ADD_FAILURE() << "an empty directory was accepted as checkpoint.resume=PATH";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("holds no complete checkpoint"), std::string::npos) << e.what();
@@ -176,7 +176,7 @@ TEST(Checkpoint, NonFiniteStateIsNeverCommitted) {
   EXPECT_FALSE(s.written);
   EXPECT_FALSE(fs::exists(dir + "/step_00000002.h5"));
   EXPECT_FALSE(fs::exists(dir + "/step_00000002.h5.tmp"));
-  EXPECT_EQ(checkpoint::resolve_resume(w, dir, "auto"), dir + "/step_00000001.h5");
+  EXPECT_EQ(checkpoint::resolve_resume(w, dir, app::resume_spec("auto")), dir + "/step_00000001.h5");
 }
 
 TEST(Checkpoint, UnwritableDirectoryIsAUserError) {

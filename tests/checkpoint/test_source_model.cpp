@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/checkpoint/source_model.hpp"
+#include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
 #include "test_support.hpp"
 
@@ -29,7 +31,7 @@ const char* kSmolLM2 =
 
 TEST(SourceModel, LlamaConfigSetsTheModelKeys) {
   Config c;
-  checkpoint::adopt_source_model(c, hf_dir("smol", kSmolLM2), "checkpoint.init_from");
+  app::adopt_source_model(c, hf_dir("smol", kSmolLM2), "checkpoint.init_from");
   EXPECT_EQ(c.model.family, ModelFamily::Llama);
   EXPECT_EQ(c.model.vocab_size, 49152);
   EXPECT_EQ(c.model.d_model, 576);
@@ -44,7 +46,7 @@ TEST(SourceModel, LlamaConfigSetsTheModelKeys) {
 
 TEST(SourceModel, Gpt2DefaultsAreGpt2Configs) {
   Config c;
-  checkpoint::adopt_source_model(c, hf_dir("gpt2", R"({"model_type": "gpt2", "n_inner": null})"), "x");
+  app::adopt_source_model(c, hf_dir("gpt2", R"({"model_type": "gpt2", "n_inner": null})"), "x");
   EXPECT_EQ(c.model.family, ModelFamily::Gpt2);
   EXPECT_EQ(c.model.d_model, 768);
   EXPECT_EQ(c.model.ffn_dim, 3072);
@@ -59,13 +61,13 @@ TEST(SourceModel, GivenKeysMustAgree) {
   ok.model.norm_eps = 0.00001;  // the same number written differently
   ok.model.ffn_dim = -1;        // the default rule asks for nothing
   ok.file_keys = {"model.norm_eps", "model.ffn_dim"};
-  checkpoint::adopt_source_model(ok, d, "--checkpoint");
+  app::adopt_source_model(ok, d, "--checkpoint");
   EXPECT_EQ(ok.model.ffn_dim, 1536);
   Config bad;
   bad.model.n_layers = 12;
   bad.command_line_keys = {"model.n_layers"};
   try {
-    checkpoint::adopt_source_model(bad, d, "--checkpoint");
+    app::adopt_source_model(bad, d, "--checkpoint");
     FAIL() << "a disagreeing model.n_layers was accepted";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("model.n_layers = 12 is given, but --checkpoint=" + d +
@@ -91,7 +93,7 @@ TEST(SourceModel, RefusesModelsItCannotRun) {
   for (const auto& [json, words] : cases) {
     Config c;
     try {
-      checkpoint::adopt_source_model(c, hf_dir("bad" + std::to_string(i++), json), "x");
+      app::adopt_source_model(c, hf_dir("bad" + std::to_string(i++), json), "x");
       ADD_FAILURE() << "accepted: " << json;
     } catch (const UserError& e) {
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();

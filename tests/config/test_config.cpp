@@ -153,7 +153,7 @@ TEST_F(ConfigTest, UnknownKeyInTheFileNamesItTheFileAndTheNearestKey) {
 TEST_F(ConfigTest, UnknownSectionIsNamed) {
   std::string msg = error_of("train", {"--modle.d_model=5"});
   EXPECT_CONTAINS(msg, "unknown config section 'modle'");
-  EXPECT_CONTAINS(msg, "model, parallel, train, data, checkpoint, output");
+  EXPECT_CONTAINS(msg, "model, parallel, plan, train, data, checkpoint, output");
   EXPECT_CONTAINS(msg, "did you mean 'model.d_model'");
 
   const std::string ini = write("bad.ini", "[trian]\nsteps = 5\n");
@@ -234,6 +234,55 @@ TEST_F(ConfigTest, HelpListsEveryKeyWithItsDefault) {
   // ... with its meaning.
   EXPECT_CONTAINS(p.help_text, "tensor-parallel degree");
   EXPECT_TRUE(parse_config("plan", {"-h"}).help);
+}
+
+TEST_F(ConfigTest, MovedPlanKeysStillWorkUnderTheirOldNamesWithANote) {
+  // The [plan] keys were parallel.* keys: the old name sets the new key (typed), marks it as
+  // given, and leaves one note naming every new name; --help lists only the new names.
+  const ParsedArgs p = parse_config("plan", {"--parallel.world_size=64", "--parallel.target_gemm_tflops=700",
+                                             "--parallel.target_bus_gbps=150,25", "--parallel.device_memory=80GiB"});
+  EXPECT_EQ(p.config.plan.world_size, 64);
+  EXPECT_EQ(p.config.plan.gemm_tflops, 700.0);
+  EXPECT_EQ(p.config.plan.bus_gbps, "150,25");
+  EXPECT_EQ(p.config.plan.device_memory, "80GiB");
+  EXPECT_TRUE(p.config.is_set("plan.world_size"));
+  EXPECT_TRUE(p.config.command_line_keys.count("plan.gemm_tflops"));
+  EXPECT_CONTAINS(p.config.deprecation_note, "parallel.world_size is now plan.world_size");
+  EXPECT_CONTAINS(p.config.deprecation_note, "parallel.target_gemm_tflops is now plan.gemm_tflops");
+  EXPECT_CONTAINS(p.config.deprecation_note, "parallel.target_bus_gbps is now plan.bus_gbps");
+  EXPECT_CONTAINS(p.config.deprecation_note, "parallel.device_memory is now plan.device_memory");
+  EXPECT_EQ(p.config.deprecation_note.find('\n'), std::string::npos) << "one line";
+  // In a file too (a config.ini of an older run), where an empty ceiling meant "measured".
+  const std::string ini = write("old.ini", "[parallel]\ngpus_per_node = 8\ntarget_mem_gbps =\ntp = 2\n");
+  const ParsedArgs f = parse_config("plan", {ini});
+  EXPECT_EQ(f.config.plan.gpus_per_node, 8);
+  EXPECT_EQ(f.config.plan.mem_gbps, 0.0);
+  EXPECT_EQ(f.config.parallel.tp, 2);
+  EXPECT_TRUE(f.config.file_keys.count("plan.gpus_per_node"));
+  EXPECT_CONTAINS(f.config.deprecation_note, "parallel.gpus_per_node is now plan.gpus_per_node");
+  // The new names give no note, and the effective config writes only them, under [plan].
+  const ParsedArgs n = parse_config("plan", {"--plan.world_size=64", "--plan.bus_gbps=150"});
+  EXPECT_TRUE(n.config.deprecation_note.empty());
+  EXPECT_EQ(parse_bus_gbps("plan.bus_gbps", n.config.plan.bus_gbps), std::make_pair(150.0, 150.0));
+  const std::string text = config_to_ini(n.config);
+  EXPECT_CONTAINS(text, "[plan]\nworld_size = 64\n");
+  EXPECT_EQ(text.find("target_"), std::string::npos) << text;
+  EXPECT_EQ(parse_config("train", {"--help"}).help_text.find("parallel.world_size"), std::string::npos);
+  EXPECT_TRUE(parse_config("train", {}).config.deprecation_note.empty());
+}
+
+TEST_F(ConfigTest, AMovedKeyGivenUnderBothNamesIsAnError) {
+  std::string msg = error_of("plan", {"--parallel.world_size=64", "--plan.world_size=64"});
+  EXPECT_CONTAINS(msg, "parallel.world_size and plan.world_size are both set");
+  EXPECT_CONTAINS(msg, "keep only plan.world_size");
+  const std::string ini = write("both.ini", "[plan]\ngemm_tflops = 700\n");
+  msg = error_of("plan", {ini, "--parallel.target_gemm_tflops=500"});
+  EXPECT_CONTAINS(msg, "parallel.target_gemm_tflops and plan.gemm_tflops are both set");
+  // A bad value names the key as it was written.
+  EXPECT_CONTAINS(error_of("plan", {"--parallel.world_size=lots"}), "'parallel.world_size'");
+  EXPECT_CONTAINS(error_of("plan", {"--parallel.target_mem_gbps=fast"}), "'parallel.target_mem_gbps'");
+  EXPECT_CONTAINS(error_of("plan", {"--plan.bus_gbps=150,x"}), "plan.bus_gbps must be 'intra,inter'");
+  EXPECT_CONTAINS(error_of("plan", {"--plan.device_memory=80 apples"}), "plan.device_memory");
 }
 
 TEST_F(ConfigTest, EffectiveConfigRoundTripsThroughIni) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/model/model_dims.hpp"
@@ -75,9 +76,9 @@ TEST(ConfigSources, LoraTargetsDefaultToPeftsAttentionProjections) {
   m.family = ModelFamily::Gpt2;
   m.d_model = 64;
   m.n_heads = 4;
-  EXPECT_EQ(model::resolve_dims(m).lora_targets, (std::vector<std::string>{"c_attn"}));
+  EXPECT_EQ(app::resolve_model(m).lora_targets, (std::vector<std::string>{"c_attn"}));
   m.family = ModelFamily::Llama;
-  EXPECT_EQ(model::resolve_dims(m).lora_targets, (std::vector<std::string>{"q", "v"}));
+  EXPECT_EQ(app::resolve_model(m).lora_targets, (std::vector<std::string>{"q", "v"}));
 }
 
 TEST(ConfigSources, UnknownOptionOfACommandListsItsOwnOptions) {
@@ -94,9 +95,9 @@ TEST(ConfigSources, UnknownOptionOfACommandListsItsOwnOptions) {
 
 train::RunSetup setup_of(const std::vector<std::string>& args, int grad_accum, int dp) {
   train::RunSetup s;
-  s.config = parse_config("train", args).config;
-  s.grad_accum = grad_accum;
-  s.global_batch = s.config.train.global_batch;
+  s.spec = app::resolve_spec(parse_config("train", args).config);
+  s.batch = s.spec.batch;
+  s.batch.grad_accum = grad_accum;
   s.mesh = MeshShape{1, dp, 1};
   return s;
 }
@@ -132,10 +133,10 @@ TEST(SettingWarnings, LoraSummaryCountsTrainableParameters) {
   m.n_layers = 2;
   m.vocab_size = 264;
   m.max_seq_len = 64;
-  EXPECT_EQ(train::lora_summary(model::resolve_dims(m)), "");
+  EXPECT_EQ(train::lora_summary(app::resolve_model(m)), "");
   m.lora_rank = 4;
   // c_attn: A (4, 64) + B (192, 4) per block, 2 blocks = 2 x (256 + 768) = 2048.
-  const std::string s = train::lora_summary(model::resolve_dims(m));
+  const std::string s = train::lora_summary(app::resolve_model(m));
   EXPECT_CONTAINS(s, "rank 4, alpha 16 (scale 4) on c_attn: 2048 trainable parameters");
 }
 

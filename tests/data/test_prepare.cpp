@@ -311,14 +311,14 @@ TEST(Dataset, MetaJsonRoundTrip) {
 }
 
 TEST(Dataset, RandomAndLoad) {
-  const Dataset d = Dataset::load("random", 512, 9);
+  const Dataset d = Dataset::load(DataSource::random(), 512, 9);
   EXPECT_EQ(d.train->vocab_size(), 512);
   EXPECT_EQ(d.meta.tokenizer, "random");
   std::vector<std::int32_t> a(64), b(64);
   d.train->read(0, 64, a.data());
   d.val->read(0, 64, b.data());
   EXPECT_NE(a, b);  // val is another stream
-  EXPECT_TRUE(contains(user_error([] { Dataset::load("", 512, 9); }), "data.dir is not set"));
+  EXPECT_TRUE(contains(user_error([] { Dataset::load(DataSource::directory(""), 512, 9); }), "data.dir is not set"));
 }
 
 TEST(Dataset, CheckVocab) {
@@ -336,9 +336,9 @@ TEST(Dataset, LoadRefusesAVocabularyLargerThanTheModels) {
   o.inputs = {dir / "corpus"};
   o.output = dir / "ds";
   prepare(o);
-  EXPECT_EQ(Dataset::load(o.output, 257, 1).meta.vocab_size, 257);
-  EXPECT_EQ(Dataset::load(o.output, 264, 1).meta.vocab_size, 257);
-  EXPECT_EQ(user_error([&] { Dataset::load(o.output, 10, 1); }).rfind(
+  EXPECT_EQ(Dataset::load(DataSource::directory(o.output), 257, 1).meta.vocab_size, 257);
+  EXPECT_EQ(Dataset::load(DataSource::directory(o.output), 264, 1).meta.vocab_size, 257);
+  EXPECT_EQ(user_error([&] { Dataset::load(DataSource::directory(o.output), 10, 1); }).rfind(
                 "the dataset's vocabulary (257) is larger than model.vocab_size (10)", 0),
             0u);
 }

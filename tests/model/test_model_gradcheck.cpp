@@ -24,7 +24,7 @@ struct Fixture {
   std::vector<std::int32_t> tokens, targets;
 
   explicit Fixture(Family f, int lora_rank = 0) {
-    ModelConfig c;
+    model::ModelSettings c;
     c.family = f;
     c.vocab_size = 21;
     c.vocab_pad_multiple = 8;  // 24 rows, ids 21..23 are padding (masked logits)
@@ -38,7 +38,7 @@ struct Fixture {
     c.init_std = 0.3;  // larger weights than training uses: every path carries signal
     c.lora_rank = lora_rank;
     c.lora_alpha = 3.0;
-    c.lora_targets = f == Family::Gpt2 ? "c_attn,attn.c_proj,c_fc,mlp.c_proj" : "q,k,v,o,gate,up,down";
+    c.lora_targets = lora_target_names(f);
     dims = resolve_dims(c);
     specs = build_param_specs(dims, 1);
     layouts = build_layouts(specs, num_units(dims), 1, 1);

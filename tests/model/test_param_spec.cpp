@@ -13,7 +13,7 @@ using namespace meshtrain::model;
 
 namespace {
 ModelDims dims(const char* family, int kv = -1) {
-  ModelConfig c;
+  model::ModelSettings c;
   c.family = choice_of<ModelFamily>(family);
   c.vocab_size = 64;
   c.d_model = 32;

@@ -14,7 +14,7 @@ rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 jsons=()
 for n in 8 64 1024; do
   # One rank plans the target cluster (nothing is measured: every cost input is given).
-  "$bin" plan "$src/inputs/llama-8b-plan.ini" --parallel.world_size=$n --train.global_batch=$n \
+  "$bin" plan "$src/inputs/llama-8b-plan.ini" --plan.world_size=$n --train.global_batch=$n \
     --json "$TEST_TMP/plan_$n.json" > "$TEST_TMP/plan_$n.txt"
   grep -q "^chosen: " "$TEST_TMP/plan_$n.txt" || { echo "FAIL: plan at $n GPUs printed no 'chosen:' line"; exit 1; }
   jsons+=("$TEST_TMP/plan_$n.json")
@@ -22,7 +22,7 @@ done
 /usr/bin/python3 "$src/tests/parallel/check_plan.py" --min-efficiency 0.95 "${jsons[@]}"
 # A fixed strategy and mesh: `chosen` is what `train` would run (the configured one, with its
 # prediction), and the unrestricted best is reported apart, under `best_unrestricted`.
-"$bin" plan "$src/inputs/llama-8b-plan.ini" --parallel.world_size=64 --train.global_batch=64 \
+"$bin" plan "$src/inputs/llama-8b-plan.ini" --plan.world_size=64 --train.global_batch=64 \
   --parallel.strategy=full_shard --parallel.dp_replicate=1 --parallel.dp_shard=64 --parallel.tp=1 --train.activation_checkpointing=true \
   --json "$TEST_TMP/plan_fixed.json" > "$TEST_TMP/plan_fixed.txt"
 /usr/bin/python3 - "$TEST_TMP/plan_fixed.json" <<'PY'

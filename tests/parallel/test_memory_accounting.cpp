@@ -3,6 +3,7 @@
 // scaling as 1/(tp * dp_shard) for the sharded parts.
 #include <gtest/gtest.h>
 
+#include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/train/run_setup.hpp"
 #include "meshtrain/train/session.hpp"
@@ -55,7 +56,7 @@ Measured measure(const Config& cfg) {
   MemoryPool::instance().reset_peaks();
   const auto before = MemoryPool::instance().stats().in_use;
   const double before_total = static_cast<double>(MemoryPool::instance().stats().total_in_use);
-  const train::RunSetup setup = train::resolve_run(cfg, test::runtime().topology());
+  const train::RunSetup setup = app::resolve_run(cfg, test::runtime().topology());
   Measured m;
   {
     train::Session<T> s(test::runtime(), setup);
@@ -64,7 +65,7 @@ Measured measure(const Config& cfg) {
     const auto fill = [&](int, std::int32_t* in, std::int32_t* tgt) {
       for (int i = 0; i < cfg.train.micro_batch * cfg.train.seq_len; ++i) in[i] = tgt[i] = i % 97;
     };
-    train::train_step(s, train::step_settings(cfg.train), 0, updates, fill);
+    train::train_step(s, train::step_settings(setup.spec.train), 0, updates, fill);
     const auto& now = MemoryPool::instance().stats().in_use;
     const auto delta = [&](MemCategory c) {
       return static_cast<double>(now[static_cast<int>(c)] - before[static_cast<int>(c)]);
@@ -126,7 +127,7 @@ TEST(MemoryAccounting, FullShardPersistentBytesAreAQuarterOfNoShardAtFourRanks) 
 TEST(MemoryAccounting, ParameterBytesScaleWithTpTimesDpShard) {
   const int n = test::world().size();
   const Config base = model_config("full_shard", 1, 1);
-  const model::ModelDims dims = model::resolve_dims(base.model);
+  const model::ModelDims dims = app::resolve_model(base.model);
   for (int tp = 1; tp <= n; tp *= 2) {
     const int dp_shard = n / tp;
     const Measured m = measure(model_config("full_shard", tp, dp_shard));
@@ -153,7 +154,7 @@ TEST(MemoryAccounting, LoraPersistentBytesMatchThePlan) {
     EXPECT_EQ(m.optimizer, m.predicted.optimizer) << strategy;
     // The adapters' optimizer state: 8 bytes per adapter element held by this rank (padding
     // aside), nothing for the base.
-    const model::ModelDims dims = model::resolve_dims(with_lora(full).model);
+    const model::ModelDims dims = app::resolve_model(with_lora(full).model);
     double adapters = 0;
     for (const auto& p : model::build_param_specs(dims, 1))
       if (p.is_lora) adapters += static_cast<double>(p.numel());

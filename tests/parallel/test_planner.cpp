@@ -12,7 +12,7 @@ using namespace meshtrain::parallel;
 namespace {
 
 model::ModelDims gpt(int d_model, int layers) {
-  ModelConfig c;
+  model::ModelSettings c;
   c.family = ModelFamily::Gpt2;
   c.vocab_size = 50304;
   c.d_model = d_model;

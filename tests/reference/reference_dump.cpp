@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
   try {
     const Config cfg = parse_config("train", args).config;
-    const train::RunSetup setup = train::resolve_run(cfg, rt.topology());
+    const train::RunSetup setup = app::resolve_run(cfg, rt.topology());
     const TrainConfig& tc = cfg.train;
     train::Session<float> session(rt, setup);
     auto& eng = session.engine();
@@ -87,9 +88,9 @@ int main(int argc, char** argv) {
     }
     list += "]";
 
-    const data::Dataset ds = data::Dataset::load(cfg.data.dir, setup.dims.valid_vocab, tc.seed);
+    const data::Dataset ds = data::Dataset::load(setup.spec.data, setup.dims.valid_vocab, tc.seed);
     const data::Sampler sampler(ds.train, tc.seq_len, tc.seed);
-    const int G = setup.global_batch, T = tc.seq_len;
+    const int G = setup.batch.global_batch, T = tc.seq_len;
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(tc.steps) * G * T), targets(tokens.size());
     for (int s = 0; s < tc.steps; ++s)
       sampler.fill(static_cast<std::uint64_t>(s) * G, G, tokens.data() + static_cast<std::size_t>(s) * G * T,
@@ -105,7 +106,7 @@ int main(int argc, char** argv) {
                                                               model::BatchShape{G, T}, false));
     }
 
-    const train::StepSettings st = train::step_settings(tc);
+    const train::StepSettings st = train::step_settings(setup.spec.train);
     int updates = 0;
     std::string curve = "[";
     for (int s = 0; s < tc.steps; ++s) {

@@ -34,7 +34,7 @@ expect_error_plan() {
   fi
 }
 # A node size is known when planning for a cluster (or from the job's topology).
-expect_error_plan node "parallel.tp=8 is larger than a node (4 ranks per node)" --parallel.world_size=16 \
-  --parallel.gpus_per_node=4 --parallel.tp=8
+expect_error_plan node "parallel.tp=8 is larger than a node (4 ranks per node)" --plan.world_size=16 \
+  --plan.gpus_per_node=4 --parallel.tp=8
 expect_error batch "train.global_batch=6 is not a multiple" --train.global_batch=6 --train.micro_batch=2
 exit $fail

@@ -14,7 +14,7 @@ using namespace meshtrain::train;
 namespace {
 
 model::ModelDims small_gpt() {
-  ModelConfig c;
+  model::ModelSettings c;
   c.family = ModelFamily::Gpt2;
   c.vocab_size = 8192;
   c.d_model = 512;

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "meshtrain/app/run_spec_resolve.hpp"
+#include "meshtrain/config/config.hpp"
 #include "meshtrain/parallel/micro_step.hpp"
 #include "meshtrain/train/generate.hpp"
 #include "test_support.hpp"
@@ -103,7 +105,7 @@ void check_family(const char* family, int n_kv) {
   for (const MeshCase& m : meshes()) {
     // max_seq_len 40: a 12-token prompt and 40 new tokens outgrow the window at token 29.
     const Config c = tiny(family, n_kv, m.tp, 40);
-    const train::RunSetup setup = train::resolve_run(c, test::runtime().topology());
+    const train::RunSetup setup = app::resolve_run(c, test::runtime().topology());
     train::Session<float> s(test::runtime(), setup);
     s.engine().init_parameters(5);
     const std::string what = std::string(family) + " on " + m.name;
@@ -142,7 +144,7 @@ TEST(GenerateKvCache, LlamaReplicatedKvSameGreedyTokens) { check_family("llama",
 // first ends with it, and is dropped from the output; with and without the cache alike.
 TEST(GenerateKvCache, StopSequenceEndsAndIsDropped) {
   const Config c = tiny("llama", 2, meshes()[0].tp, 64);
-  const train::RunSetup setup = train::resolve_run(c, test::runtime().topology());
+  const train::RunSetup setup = app::resolve_run(c, test::runtime().topology());
   train::Session<float> s(test::runtime(), setup);
   s.engine().init_parameters(5);
   train::SamplingOptions o;
@@ -170,7 +172,7 @@ TEST(GenerateKvCache, StopSequenceEndsAndIsDropped) {
 TEST(GenerateKvCache, ForwardOnlySessionSameResultsWithoutTrainingState) {
   for (const MeshCase& m : meshes()) {
     const Config c = tiny("llama", 2, m.tp, 16);
-    const train::RunSetup setup = train::resolve_run(c, test::runtime().topology());
+    const train::RunSetup setup = app::resolve_run(c, test::runtime().topology());
     train::Session<float> trained(test::runtime(), setup);
     train::Session<float> inference(test::runtime(), setup, train::SessionUse::Inference);
     trained.engine().init_parameters(5);

@@ -12,23 +12,25 @@ using namespace meshtrain::train;
 
 namespace {
 
-Config llama_8b(int world) {
-  Config c;
-  c.model.family = ModelFamily::Llama;
-  c.model.vocab_size = 128256;
-  c.model.d_model = 4096;
-  c.model.n_layers = 32;
-  c.model.n_heads = 32;
-  c.model.n_kv_heads = 8;
-  c.model.ffn_dim = 14336;
-  c.model.max_seq_len = 8192;
-  c.model.tie_embeddings = false;
-  c.parallel.dp_replicate = c.parallel.dp_shard = c.parallel.tp = -1;
-  c.train.micro_batch = 1;
-  c.train.seq_len = 8192;
-  c.train.global_batch = world;
-  c.train.precision = Precision::Bf16;
-  return c;
+RunSpec llama_8b(int world) {
+  model::ModelSettings m;
+  m.family = ModelFamily::Llama;
+  m.vocab_size = 128256;
+  m.d_model = 4096;
+  m.n_layers = 32;
+  m.n_heads = 32;
+  m.n_kv_heads = 8;
+  m.ffn_dim = 14336;
+  m.max_seq_len = 8192;
+  m.tie_embeddings = false;
+  RunSpec s;
+  s.dims = model::resolve_dims(m);
+  s.parallel.mesh = {-1, -1, -1};
+  s.batch.micro_batch = 1;
+  s.batch.seq_len = 8192;
+  s.batch.global_batch = world;
+  s.train.precision = Precision::Bf16;
+  return s;
 }
 
 CostModelInputs h100ish() {
@@ -40,16 +42,16 @@ CostModelInputs h100ish() {
   return c;
 }
 
-MeshSearch run(const Config& cfg, int world, double gib) {
-  const model::ModelDims d = model::resolve_dims(cfg.model);
+MeshSearch run(const RunSpec& cfg, int world, double gib) {
+  const model::ModelDims d = cfg.dims;
   parallel::PlanInput in;
   in.dims = d;
   in.world = world;
   in.ranks_per_node = 8;
-  in.mesh = {cfg.parallel.dp_replicate, cfg.parallel.dp_shard, cfg.parallel.tp};
-  in.micro_batch = std::max(1, cfg.train.micro_batch);
-  in.seq_len = cfg.train.seq_len;
-  in.global_batch = cfg.train.global_batch;
+  in.mesh = cfg.parallel.mesh;
+  in.micro_batch = std::max(1, cfg.batch.micro_batch);
+  in.seq_len = cfg.batch.seq_len;
+  in.global_batch = cfg.batch.global_batch;
   in.bf16 = true;
   in.memory_budget = gib * 1073741824.0;
   return search_meshes(d, in, search_space(cfg), h100ish());
@@ -58,7 +60,7 @@ MeshSearch run(const Config& cfg, int world, double gib) {
 }  // namespace
 
 TEST(MeshSearch, PicksTheFastestCandidateThatFits) {
-  const Config cfg = llama_8b(64);
+  const RunSpec cfg = llama_8b(64);
   ASSERT_TRUE(searches_mesh(cfg));
   const MeshSearch ms = run(cfg, 64, 80);
   ASSERT_GE(ms.chosen, 0) << ms.reason;
@@ -74,8 +76,8 @@ TEST(MeshSearch, PicksTheFastestCandidateThatFits) {
 }
 
 TEST(MeshSearch, FixedKeysRestrictTheSpace) {
-  Config cfg = llama_8b(64);
-  cfg.parallel.tp = 8;
+  RunSpec cfg = llama_8b(64);
+  cfg.parallel.mesh.tp = 8;
   cfg.parallel.strategy = StrategyChoice::FullShard;
   const MeshSearch ms = run(cfg, 64, 80);
   ASSERT_FALSE(ms.candidates.empty());
@@ -89,9 +91,9 @@ TEST(MeshSearch, FixedKeysRestrictTheSpace) {
 }
 
 TEST(MeshSearch, MicroBatchAutoKeepsTheGlobalBatch) {
-  Config cfg = llama_8b(8);
-  cfg.train.global_batch = 32;
-  cfg.train.micro_batch = 0;  // auto
+  RunSpec cfg = llama_8b(8);
+  cfg.batch.global_batch = 32;
+  cfg.batch.micro_batch = 0;  // auto
   const MeshSearch ms = run(cfg, 8, 80);
   bool several = false;
   for (const Candidate& c : ms.candidates) {
@@ -99,7 +101,7 @@ TEST(MeshSearch, MicroBatchAutoKeepsTheGlobalBatch) {
     several = several || c.plan.micro_batch > 1;
   }
   EXPECT_TRUE(several);
-  cfg.train.global_batch = 0;
+  cfg.batch.global_batch = 0;
   EXPECT_THROW(search_space(cfg), UserError);
 }
 

@@ -84,15 +84,12 @@ void reduce_write_stats(const MpiComm& comm, std::uint64_t my_bytes, double my_d
 /// phase as the file system saw it and what crossed the network.
 std::string describe_save(const IoStats& stats);
 
-/// checkpoint.dir, or <output.dir>/checkpoints when it is empty.
-std::string checkpoint_dir(const Config& config);
-
 /// "step_00000042.h5".
 std::string checkpoint_file_name(int step);
 
 /// \brief Saves the engine's trainable master weights and AdamW moments plus `state` into
 /// `dir`/step_%08d.h5 (commit protocol above) and keeps the newest
-/// `setup.config.checkpoint.keep` complete checkpoints. Collective over `mesh.world()`.
+/// `setup.spec.checkpoint.keep` complete checkpoints. Collective over `mesh.world()`.
 ///
 /// With frozen parameters (LoRA) the file holds the trainable parameters (the adapters)
 /// and their moments only, and `state.base` as the reference to the base weights.
@@ -111,9 +108,9 @@ IoStats save(const parallel::FsdpEngine<T>& engine, const Mesh& mesh, const trai
 ///   PATH  -> that .h5 file, or the newest complete checkpoint of that directory
 /// UserError for a `latest` that points nowhere, a PATH that does not exist, a directory
 /// PATH without checkpoints. Not collective (see the overload).
-std::string resolve_resume(const std::string& dir, const std::string& setting);
+std::string resolve_resume(const std::string& dir, const train::ResumeSpec& setting);
 /// Rank 0 resolves, every rank gets its answer or its UserError. Collective.
-std::string resolve_resume(const MpiComm& comm, const std::string& dir, const std::string& setting);
+std::string resolve_resume(const MpiComm& comm, const std::string& dir, const train::ResumeSpec& setting);
 
 /// \brief Loads master weights and both moments from checkpoint `path` into `engine`
 /// (each rank reads the hyperslabs of its state range) and returns the stored progress.

@@ -8,8 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "meshtrain/config/config.hpp"
-
 namespace meshtrain::checkpoint {
 
 /// A source's model settings: ("model.d_model", "576"), ... in config-key order. Empty
@@ -18,11 +16,5 @@ namespace meshtrain::checkpoint {
 /// run (an unknown architecture, rope scaling, biases in a Llama, a head_dim other than
 /// d_model / n_heads), naming the key.
 std::vector<std::pair<std::string, std::string>> source_model_keys(const std::string& path);
-
-/// Sets config.model from source_model_keys(path). A key in config.given whose value
-/// differs is a UserError naming the key, both values and `option` (e.g.
-/// "checkpoint.init_from"). Not collective: every rank reads the same files and reaches
-/// the same verdict.
-void adopt_source_model(Config& config, const std::string& path, const std::string& option);
 
 }  // namespace meshtrain::checkpoint

@@ -42,13 +42,20 @@ struct ParallelConfig {
   ReduceDtype reduce_dtype = ReduceDtype::Fp32;
   std::string memory_limit;           ///< per-rank budget for `auto` on CPU ("8GiB"); empty = node RAM / ranks
   double memory_headroom = 0.15;      ///< fraction of the budget kept free
-  int world_size = 0;                 ///< plan only: plan for this many ranks instead of this job
-  int gpus_per_node = 0;              ///< plan only: ranks per node of the target cluster
-  std::string device_memory;          ///< plan only: memory per device of the target ("80GiB")
-  std::string target_gemm_tflops;     ///< plan only: per-device GEMM peak (TFLOP/s) of the target
-  std::string target_bus_gbps;        ///< plan only: intra,inter-node bus bandwidth (GB/s) "150,25"
-  std::string target_mem_gbps;        ///< plan only: device memory bandwidth (GB/s) of the target
   double collective_timeout = 600.0;  ///< seconds a rank waits in a collective before aborting the job
+};
+
+/// [plan]: the cluster `meshtrain plan` plans for instead of this job. These keys were
+/// parallel.world_size, parallel.gpus_per_node, parallel.device_memory and
+/// parallel.target_{gemm_tflops,bus_gbps,mem_gbps}; the old names still work with a warning
+/// (moved_config_keys).
+struct PlanConfig {
+  int world_size = 0;                 ///< ranks of the target job (0 = this job)
+  int gpus_per_node = 0;              ///< ranks per node of the target (0 = this job's)
+  std::string device_memory;          ///< memory per device of the target ("80GiB"; empty = this machine's)
+  double gemm_tflops = 0;             ///< per-device GEMM peak, TFLOP/s (0 = measured here)
+  std::string bus_gbps;               ///< "intra,inter" node bus bandwidth, GB/s (empty = measured here)
+  double mem_gbps = 0;                ///< device memory bandwidth, GB/s (0 = measured here)
 };
 
 struct TrainConfig {
@@ -107,6 +114,7 @@ struct OutputConfig {
 struct Config {
   ModelConfig model;
   ParallelConfig parallel;
+  PlanConfig plan;
   TrainConfig train;
   DataConfig data;
   CheckpointConfig checkpoint;
@@ -116,6 +124,9 @@ struct Config {
   /// let later stages tell a value the user chose from a default (warnings when one key
   /// overrides another; eval/generate dropping a saved run's mesh that does not fit).
   std::set<std::string> command_line_keys, file_keys;
+  /// One line naming each old key that was used and its new name (moved_config_keys), or
+  /// empty; the app logs it once, on rank 0.
+  std::string deprecation_note;
   bool is_set(const std::string& key) const { return command_line_keys.count(key) || file_keys.count(key); }
 };
 
@@ -141,6 +152,13 @@ void validate_config(const Config& config);
 std::string config_to_ini(const Config& config);
 /// One line per key: "model.d_model = 768".
 std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
+
+/// Keys that moved: (old name, new name). The old name is still read, with a deprecation
+/// note; giving both is a UserError.
+const std::vector<std::pair<std::string, std::string>>& moved_config_keys();
+
+/// plan.bus_gbps "intra,inter" (or "both") in GB/s; throws UserError naming `key`.
+std::pair<double, double> parse_bus_gbps(const std::string& key, const std::string& text);
 
 /// Parses "8GiB", "512MB", "1.5e9" into bytes; throws UserError naming `key`.
 std::uint64_t parse_bytes(const std::string& key, const std::string& text);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/data/data_source.hpp"
 #include "meshtrain/data/loss_mask.hpp"
 #include "meshtrain/data/token_source.hpp"
 
@@ -61,10 +62,10 @@ struct Dataset {
   static Dataset open(const std::string& dir);
   /// Synthetic tokens: train = RandomTokens(vocab, seed), val = RandomTokens(vocab, seed + 1).
   static Dataset random(std::int64_t vocab, std::uint64_t seed);
-  /// What a trainer calls with `data.dir`: "random" -> random(model_vocab, seed), any
-  /// other value -> open(spec) and check_vocab(meta.vocab_size, model_vocab), and an empty
-  /// value is a UserError asking for data.dir.
-  static Dataset load(const std::string& spec, std::int64_t model_vocab, std::uint64_t seed);
+  /// What a trainer calls with `data.dir`: random -> random(model_vocab, seed), a directory
+  /// -> open(dir) and check_vocab(meta.vocab_size, model_vocab), and an empty directory is a
+  /// UserError asking for data.dir.
+  static Dataset load(const DataSource& source, std::int64_t model_vocab, std::uint64_t seed);
 };
 
 /// \brief Refuses a dataset prepared with another tokenizer than the model's. `model_source`

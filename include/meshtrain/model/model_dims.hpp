@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/config/config.hpp"
+#include "meshtrain/config/choices.hpp"
 
 namespace meshtrain::model {
 
@@ -40,8 +40,25 @@ struct ModelDims {
   double flops_per_token_forward(int seq_len) const;
 };
 
+/// \brief The model.* settings as given, before defaults: the app layer fills it from the
+/// configuration (model.lora_targets already a list, `auto` replaced by lora_auto_targets).
+struct ModelSettings {
+  Family family = Family::Gpt2;
+  std::int64_t vocab_size = 50257;
+  int vocab_pad_multiple = 1;
+  int d_model = 768, n_layers = 12, n_heads = 12;
+  int n_kv_heads = -1;                   ///< -1: = n_heads
+  int ffn_dim = -1;                      ///< -1: 4*d_model (gpt2) or the Llama rule
+  int max_seq_len = 1024;
+  bool tie_embeddings = true;
+  double norm_eps = 1e-5, rope_theta = 10000.0, init_std = 0.02;
+  int lora_rank = 0;
+  double lora_alpha = 16.0;
+  std::vector<std::string> lora_targets; ///< projection names as given (blank entries dropped)
+};
+
 /// \brief Applies defaults and checks consistency (UserError naming the key).
-ModelDims resolve_dims(const ModelConfig& config);
+ModelDims resolve_dims(const ModelSettings& settings);
 
 /// \brief What one tensor-parallel rank holds and computes.
 struct TpDims {

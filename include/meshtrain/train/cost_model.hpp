@@ -7,9 +7,10 @@
 
 #include <string>
 
-#include "meshtrain/config/config.hpp"
+#include "meshtrain/config/choices.hpp"
 #include "meshtrain/parallel/planner.hpp"
 #include "meshtrain/runtime/runtime.hpp"
+#include "meshtrain/train/run_spec.hpp"
 
 namespace meshtrain::train {
 
@@ -48,10 +49,11 @@ struct CostModelInputs {
   std::string bus_source;
 };
 
-/// Measures (collectively over the job's world) or takes from parallel.target_* keys. With
-/// `dims` and `tp` given and measure_here, also times the model's own GEMM shapes.
-CostModelInputs cost_model_inputs(const Config& cfg, const Runtime& rt, bool bf16, bool measure_here,
-                                  const model::ModelDims* dims = nullptr, int tp = 1);
+/// Measures (collectively over the job's world, with `backend` for the collectives) or takes
+/// from `target` (plan.gemm_tflops, plan.bus_gbps, plan.mem_gbps). With `dims` and `tp`
+/// given and measure_here, also times the model's own GEMM shapes at `batch`'s micro-batch.
+CostModelInputs cost_model_inputs(const PlanTarget& target, const BatchSpec& batch, Backend backend, const Runtime& rt,
+                                  bool bf16, bool measure_here, const model::ModelDims* dims = nullptr, int tp = 1);
 
 /// Measured on the job's ranks (collective over the world): an all-gather of one block's
 /// parameters alone, GEMMs of about the same duration alone, then both at once with

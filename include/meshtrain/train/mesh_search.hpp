@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/config/config.hpp"
 #include "meshtrain/parallel/planner.hpp"
 #include "meshtrain/train/cost_model.hpp"
+#include "meshtrain/train/run_spec.hpp"
 
 namespace meshtrain::train {
 
@@ -20,15 +20,15 @@ struct SearchSpace {
   std::vector<int> micro_batches;
 };
 
-/// The space a config leaves open: parallel.strategy (auto: all four), the mesh keys at -1
+/// The space a spec leaves open: parallel.strategy (auto: all four), the mesh keys at -1
 /// (in PlanInput::mesh), activation checkpointing (train.activation_checkpointing = auto:
 /// both), the micro-batch (train.micro_batch = auto: every divisor of the sequences per
 /// data-parallel rank, up to 64).
-SearchSpace search_space(const Config& cfg);
+SearchSpace search_space(const RunSpec& spec);
 
-/// Whether the config asks the planner to choose more than the strategy: two or more mesh
+/// Whether the spec asks the planner to choose more than the strategy: two or more mesh
 /// keys at -1, or train.activation_checkpointing / train.micro_batch = auto.
-bool searches_mesh(const Config& cfg);
+bool searches_mesh(const RunSpec& spec);
 
 struct Candidate {
   parallel::StrategyPlan plan;  ///< memory, mesh, micro-batch, checkpointing

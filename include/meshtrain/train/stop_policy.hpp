@@ -8,7 +8,6 @@
 
 #include <string>
 
-#include "meshtrain/config/config.hpp"
 #include "meshtrain/runtime/mpi_comm.hpp"
 
 namespace meshtrain::train {
@@ -26,7 +25,8 @@ class StopPolicy {
  public:
   /// `start` = now_seconds() at the start of the run. Reads the Slurm end time (env
   /// SLURM_JOB_END_TIME, or `squeue -h -j $SLURM_JOB_ID -o %e`) on rank 0 and shares it.
-  StopPolicy(const TrainConfig& tc, double start, const MpiComm& world);
+  /// `time_limit` and `margin` in seconds (train.time_limit, train.time_limit_margin; 0 = no limit).
+  StopPolicy(double time_limit, double margin, double start, const MpiComm& world);
 
   /// Collective over `world`: the same answer on every rank. `step_seconds` = the last
   /// step's duration (the deadline check leaves room for one more step and the save).

@@ -1,0 +1,42 @@
+#pragma once
+/// \brief The one place where the parsed configuration becomes the typed RunSpec (and,
+/// with the job's topology, the RunSetup): every subcommand and the tests go through it, and
+/// nothing below app/ sees the Config. Words become enums in the config parser already;
+/// here sizes become bytes, lists become vectors, `auto` / `none` become kinds, and the
+/// effective configuration is written back as INI text for the run record and checkpoints.
+
+#include <string>
+
+#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/train/run_spec.hpp"
+
+namespace meshtrain {
+struct Config;       // the parsed configuration (config module): only app/ and config/ see it
+struct ModelConfig;
+}  // namespace meshtrain
+
+namespace meshtrain::app {
+
+/// model.* as the model module takes it: model.lora_targets split, `auto` replaced by the
+/// family's default (model::lora_auto_targets).
+model::ModelSettings model_settings(const ModelConfig& m);
+/// model::resolve_dims(model_settings(m)).
+model::ModelDims resolve_model(const ModelConfig& m);
+
+/// checkpoint.resume: auto | none | PATH.
+train::ResumeSpec resume_spec(const std::string& setting);
+
+/// checkpoint.dir, or <output.dir>/checkpoints when it is empty.
+std::string checkpoint_dir(const Config& config);
+
+/// Validates the config (validate_config) and resolves it into typed settings (UserError
+/// naming the key for anything invalid).
+train::RunSpec resolve_spec(const Config& config);
+
+/// train::resolve_run on resolve_spec(config), plus the effective configuration as INI
+/// text (RunSetup::config_ini, RunSetup::record_ini) with the planner's choices in it.
+train::RunSetup resolve_run(const Config& config, const Topology& topo, const train::CostModelInputs* costs = nullptr);
+/// The same for this live job (collective when the planner measures the cost model's inputs).
+train::RunSetup resolve_run(const Config& config, const Runtime& rt);
+
+}  // namespace meshtrain::app

@@ -1,0 +1,141 @@
+#pragma once
+/// \brief The run as typed settings: what the app layer resolves once from the parsed
+/// configuration (src/app/run_spec_resolve.cpp) and hands down. Code below app/ receives a
+/// RunSpec or a part of it, never the Config: every word is an enum, every size a number,
+/// every path resolved, and the few places where a key's *presence* matters are booleans.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshtrain/comm/communicator.hpp"
+#include "meshtrain/config/choices.hpp"
+#include "meshtrain/data/data_source.hpp"
+#include "meshtrain/model/model_dims.hpp"
+#include "meshtrain/runtime/mesh.hpp"
+
+namespace meshtrain::train {
+
+/// \brief The batch arithmetic of one optimizer step, in windows (doc/architecture.md,
+/// "Names"): micro_batch windows per dp rank and micro-step, grad_accum micro-steps,
+/// global_batch = micro_batch x dp x grad_accum windows per step.
+struct BatchSpec {
+  int micro_batch = 4;   ///< windows per micro-batch; 0 (requested only) = the planner chooses
+  int seq_len = 256;     ///< tokens per window, without the shifted target
+  int grad_accum = 1;    ///< micro-steps per step
+  int global_batch = 0;  ///< windows per step; 0 (requested only) = micro_batch x dp x grad_accum
+
+  /// The batch of a run on `dp` data-parallel ranks: a requested global_batch decides
+  /// grad_accum (UserError when it is not a multiple of micro_batch x dp, with the fix),
+  /// otherwise grad_accum decides the global batch.
+  BatchSpec resolved(int dp) const;
+  /// Tokens of one micro-batch (the host staging buffer of one micro-step).
+  std::size_t micro_batch_tokens() const {
+    return static_cast<std::size_t>(micro_batch) * static_cast<std::size_t>(seq_len);
+  }
+  /// Target tokens of one step (every target counted).
+  double step_tokens() const { return static_cast<double>(global_batch) * seq_len; }
+};
+
+/// A size key: its bytes, and its text as written ("40MiB") for messages.
+struct ByteSize {
+  std::uint64_t bytes = 0;
+  std::string text;
+};
+
+/// train.*: the optimisation and the loop.
+struct TrainSpec {
+  int steps = 100;
+  double lr = 3e-4, min_lr = 3e-5;
+  int warmup_steps = 10;
+  LrScheduleKind lr_schedule = LrScheduleKind::Cosine;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
+  bool decay_embeddings = false;
+  double grad_clip = 1.0;                   ///< 0 = no clipping
+  Precision precision = Precision::Fp32;
+  bool activation_checkpointing = false;
+  std::uint64_t seed = 1234;
+  int eval_every = 0, eval_batches = 4, log_every = 1;
+  double time_limit = 0, time_limit_margin = 60;  ///< seconds (0 = no limit)
+  int max_skipped_steps = 5;
+  std::vector<long> inject_nan_steps;       ///< debug: steps whose gradients are made NaN
+  int inject_nan_rank = -1;                 ///< debug: -1 = all ranks
+  double peak_tflops = 0;                   ///< 0 = measured at start
+  std::string sample_prompt;
+  int sample_tokens = 0;
+  double sample_temperature = 0.8;
+  int sample_top_k = 40;
+  bool bf16() const { return precision == Precision::Bf16; }
+};
+
+/// parallel.*: the mesh asked for (-1 = left to the planner) and how ranks work together.
+struct ParallelSpec {
+  MeshRequest mesh;                         ///< dp_replicate x dp_shard x tp, -1 = infer
+  StrategyChoice strategy = StrategyChoice::Auto;
+  Backend backend = Backend::Auto;
+  int prefetch = 1;
+  DType reduce_dtype = DType::F32;           ///< parallel.reduce_dtype: F32 or BF16 gradient reductions
+  std::optional<ByteSize> memory_limit;     ///< per rank; unset = node RAM / ranks (or the device)
+  double memory_headroom = 0.15;
+  double collective_timeout = 600;          ///< seconds; 0 = never
+  /// How many mesh degrees are left at -1.
+  int free_degrees() const { return (mesh.dp_replicate == -1) + (mesh.dp_shard == -1) + (mesh.tp == -1); }
+};
+
+/// plan.*: the cluster `meshtrain plan` plans for instead of this job; each 0 means "this
+/// job's" (or "measured here" for the ceilings).
+struct PlanTarget {
+  int world_size = 0;
+  int gpus_per_node = 0;
+  std::optional<ByteSize> device_memory;    ///< per device of the target; unset = this machine's
+  double gemm_tflops = 0;                   ///< per-device GEMM peak, TFLOP/s
+  double intra_bus_gbps = 0, inter_bus_gbps = 0;  ///< bus bandwidth inside / across nodes, GB/s
+  double mem_gbps = 0;                      ///< device memory bandwidth, GB/s
+  bool other_cluster() const { return world_size > 0; }
+  bool has_bus() const { return intra_bus_gbps > 0; }
+};
+
+/// checkpoint.resume: the newest checkpoint of checkpoint.dir, none, or a path.
+struct ResumeSpec {
+  enum class Kind { Auto, None, Path };
+  Kind kind = Kind::Auto;
+  std::string path;                         ///< Kind::Path: a step_*.h5 file or a checkpoint directory
+};
+
+/// checkpoint.*.
+struct CheckpointSpec {
+  std::string dir;                          ///< resolved: checkpoint.dir, or <output.dir>/checkpoints
+  bool dir_given = false;                   ///< checkpoint.dir was set (messages name it)
+  int every = 0, keep = 3;
+  ResumeSpec resume;
+  std::string init_from;
+  bool save_final = true;
+};
+
+/// output.*.
+struct OutputSpec {
+  std::string dir = "runs/default";
+  bool log_all_ranks = false;
+  LogLevel log_level = LogLevel::Info;
+};
+
+/// Settings whose meaning depends on whether the user gave the key (warnings only).
+struct KeysGiven {
+  bool grad_accum = false;                  ///< train.grad_accum was set (in the file or on the command line)
+  bool lora_options_on_command_line = false;  ///< model.lora_alpha or model.lora_targets on the command line
+};
+
+struct RunSpec {
+  model::ModelDims dims;                    ///< model.*, defaults applied and checked
+  BatchSpec batch;                          ///< as requested (RunSetup::batch is the resolved one)
+  TrainSpec train;
+  ParallelSpec parallel;
+  PlanTarget plan;
+  CheckpointSpec checkpoint;
+  data::DataSource data;                    ///< data.dir
+  OutputSpec output;
+  KeysGiven given;
+};
+
+}  // namespace meshtrain::train
