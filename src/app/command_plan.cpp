@@ -310,8 +310,8 @@ int command_plan(Runtime& rt, const Args& args) {
         // A fixed mesh: the candidates are the configured strategy (or, for auto, every
         // strategy) on it, and `chosen` is what `train` runs: the forced strategy, or auto's
         // pick on a fixed mesh (make_plan's rule), never the unrestricted best.
-        ms = train::search_meshes(dims, in, train::search_space(cfg), costs);
-        if (cfg.parallel.strategy == StrategyChoice::Auto) {
+        ms = train::search_meshes(dims, in, train::search_space(spec), costs);
+        if (spec.parallel.strategy == StrategyChoice::Auto) {
           const parallel::Plan plan = parallel::make_plan(in);
           ms.chosen = -1;
           for (std::size_t i = 0; plan.chosen >= 0 && i < ms.candidates.size(); ++i)
