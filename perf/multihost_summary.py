@@ -111,7 +111,7 @@ def main():
         w.writeheader()
         w.writerows(rows)
     setup = open(os.path.join(out, "setup.txt")).read() if os.path.exists(os.path.join(out, "setup.txt")) else ""
-    bw = re.search(r"intra,inter \(GB/s\): ([0-9.]+),([0-9.]+)", setup)
+    bw = re.search(r"intra,inter \(GB/s[^)]*\): ([0-9.]+),([0-9.]+)", setup)
     json.dump({"configurations": rows, "same_order": same_order, "concordant_pairs": concordant, "pairs": pairs,
                "within_tolerance": within, "tolerance": TOLERANCE,
                "bus_gbps": [float(bw.group(1)), float(bw.group(2))] if bw else None},
