@@ -383,8 +383,8 @@ std::optional<BaseRef> base_ref_of(const MpiComm& comm, const std::string& path)
 }  // namespace
 
 template <class T>
-TrainState load(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const train::RunSetup& setup, const std::string& path,
-                IoStats* stats) {
+TrainState load(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const train::RunSetup& setup,
+                const std::string& path, IoStats* stats) {
   const MpiComm& comm = mesh.world().mpi();
   barrier(comm);
   const double t0 = now_seconds();
@@ -483,10 +483,10 @@ BaseRef load_weights(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& m
   return base;
 }
 
-template TrainState load<float>(parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const train::RunSetup&, const std::string&,
-                                IoStats*);
-template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const train::RunSetup&, const std::string&,
-                               IoStats*);
+template TrainState load<float>(parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const train::RunSetup&,
+                                const std::string&, IoStats*);
+template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const train::RunSetup&,
+                               const std::string&, IoStats*);
 template BaseRef load_weights<float>(parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const model::ModelDims&,
                                      const std::string&, std::uint64_t, IoStats*);
 template BaseRef load_weights<bf16>(parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const model::ModelDims&,

@@ -157,8 +157,8 @@ struct SaveFailed {
 }  // namespace
 
 template <class T>
-IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const train::RunSetup& setup, const TrainState& st,
-             const std::string& dir) {
+IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const train::RunSetup& setup,
+             const TrainState& st, const std::string& dir) {
   const MpiComm& comm = mesh.world().mpi();
   const bool root = comm.rank() == 0;
   watched_barrier("barrier", kWatchGroup, comm);
@@ -325,9 +325,9 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
   return stats;
 }
 
-template IoStats save<float>(const parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const train::RunSetup&, const TrainState&,
-                             const std::string&);
-template IoStats save<bf16>(const parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const train::RunSetup&, const TrainState&,
-                            const std::string&);
+template IoStats save<float>(const parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const train::RunSetup&,
+                             const TrainState&, const std::string&);
+template IoStats save<bf16>(const parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const train::RunSetup&,
+                            const TrainState&, const std::string&);
 
 }  // namespace meshtrain::checkpoint

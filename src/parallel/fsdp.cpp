@@ -126,7 +126,8 @@ void FsdpEngine<T>::init_parameters(std::uint64_t seed) {
     const Frozen& fz = frozen_[u];
     if (fz.numel == 0) continue;
     std::vector<float> fhost(static_cast<std::size_t>(fz.numel));
-    model::init_unit_range(specs_, layouts_[u], tp_size(), tp_rank(), fz.begin, fz.begin + fz.numel, seed, fhost.data());
+    model::init_unit_range(specs_, layouts_[u], tp_size(), tp_rank(), fz.begin, fz.begin + fz.numel, seed,
+                           fhost.data());
     Buffer<float> dev(fhost.size(), MemCategory::Workspace);
     Kokkos::deep_copy(dev.view(), UView<float, HostMem>(fhost.data(), fhost.size()));
     set_frozen(u, dev.data());
