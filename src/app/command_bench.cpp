@@ -26,7 +26,7 @@
 #include "meshtrain/kernels/elementwise.hpp"
 #include "meshtrain/linalg/gemm.hpp"
 #include "meshtrain/linalg/peak.hpp"
-#include "meshtrain/parallel/comm_groups.hpp"
+#include "meshtrain/parallel/device_mesh.hpp"
 #include "meshtrain/runtime/mesh.hpp"
 
 namespace meshtrain::app {
@@ -180,16 +180,11 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   if (topo.uniform()) rpn = topo.local_size;
   const ParallelConfig& pc = a.config.parallel;
   const MeshShape shape = resolve_mesh({pc.dp_replicate, pc.dp_shard, pc.tp}, world.size(), rpn);
-  const Mesh mesh(world, shape);
-  parallel::CommGroups groups = parallel::make_comm_groups(mesh, pc.backend);
-  Communicator* comm = nullptr;
-  if (a.group == "world") comm = groups.world.get();
-  else if (a.group == "tp") comm = groups.tp.get();
-  else if (a.group == "dp_shard") comm = groups.shard.get();
-  else if (a.group == "dp_replicate") comm = groups.replicate.get();
-  else if (a.group == "dp") comm = groups.dp.get();
-  MESHTRAIN_REQUIRE(comm != nullptr, "--group must be world, tp, dp_shard, dp_replicate or dp, got '%s'",
+  const parallel::DeviceMesh mesh(world, shape, pc.backend);
+  const parallel::MeshDim* dim = mesh.find(a.group);
+  MESHTRAIN_REQUIRE(dim != nullptr, "--group must be world, tp, dp_shard, dp_replicate or dp, got '%s'",
                     a.group.c_str());
+  Communicator* comm = &dim->comm();
   const int n = comm->size();
   const int instances = world.size() / n;  // groups of this kind running at once
   const DType dt = a.dtype == "bf16" ? DType::BF16 : DType::F32;

@@ -121,7 +121,7 @@ template <class T>
 int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOptions& o) {
   const bool root = rt.topology().world_rank == 0;
   train::Session<T> session(rt, setup);
-  const MpiComm& world = session.mesh().world();
+  const MpiComm& world = session.mesh().world().mpi();
   parallel::FsdpEngine<T>& eng = session.engine();
   eng.init_parameters(setup.spec.train.seed);
 

@@ -79,7 +79,7 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   const std::string data_dir = data_source.text();
   const bool root = rt.topology().world_rank == 0;
   train::Session<T> session(rt, setup, train::SessionUse::Inference);
-  const MpiComm& world = session.mesh().world();
+  const MpiComm& world = session.mesh().world().mpi();
 
   const int dp = session.mesh().shape().dp();
   const int per_micro = setup.batch.micro_batch * dp;  // windows per micro-batch over all dp ranks

@@ -83,7 +83,7 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
                  const WeightsSource& source) {
   const data::DataSource& data_source = setup.spec.data;
   train::Session<T> session(rt, setup, train::SessionUse::Inference);
-  const MpiComm& world = session.mesh().world();
+  const MpiComm& world = session.mesh().world().mpi();
   const bool root = rt.topology().world_rank == 0;
   std::unique_ptr<data::Tokenizer> tok;
   data::ChatFormat format;  // --chat: the template prompts are rendered with

@@ -383,9 +383,9 @@ std::optional<BaseRef> base_ref_of(const MpiComm& comm, const std::string& path)
 }  // namespace
 
 template <class T>
-TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::RunSetup& setup, const std::string& path,
-                IoStats* stats) {
-  const MpiComm& comm = mesh.world();
+TrainState load(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const train::RunSetup& setup,
+                const std::string& path, IoStats* stats) {
+  const MpiComm& comm = mesh.world().mpi();
   barrier(comm);
   const double t0 = now_seconds();
   // A LoRA run's checkpoint holds the adapters only and names its base; one written before
@@ -422,9 +422,9 @@ TrainState load(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::Run
 }
 
 template <class T>
-BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::ModelDims& dims,
+BaseRef load_weights(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const model::ModelDims& dims,
                      const std::string& path, std::uint64_t seed, IoStats* stats) {
-  const MpiComm& comm = mesh.world();
+  const MpiComm& comm = mesh.world().mpi();
   barrier(comm);
   const double t0 = now_seconds();
   // Plain variables, not a structured binding: the lambdas below capture them (C++17 does
@@ -483,13 +483,13 @@ BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model
   return base;
 }
 
-template TrainState load<float>(parallel::FsdpEngine<float>&, const Mesh&, const train::RunSetup&, const std::string&,
-                                IoStats*);
-template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const train::RunSetup&, const std::string&,
-                               IoStats*);
-template BaseRef load_weights<float>(parallel::FsdpEngine<float>&, const Mesh&, const model::ModelDims&,
+template TrainState load<float>(parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const train::RunSetup&,
+                                const std::string&, IoStats*);
+template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const train::RunSetup&,
+                               const std::string&, IoStats*);
+template BaseRef load_weights<float>(parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const model::ModelDims&,
                                      const std::string&, std::uint64_t, IoStats*);
-template BaseRef load_weights<bf16>(parallel::FsdpEngine<bf16>&, const Mesh&, const model::ModelDims&,
+template BaseRef load_weights<bf16>(parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const model::ModelDims&,
                                     const std::string&, std::uint64_t, IoStats*);
 
 }  // namespace meshtrain::checkpoint

@@ -48,7 +48,7 @@ void prepare_directory(const std::string& dir, const std::string& probe) {
   std::fclose(f);
 }
 
-void write_root_attrs(hid_t file, const Mesh& mesh, const train::RunSetup& s, const TrainState& st) {
+void write_root_attrs(hid_t file, const parallel::DeviceMesh& mesh, const train::RunSetup& s, const TrainState& st) {
   const train::TrainSpec& tc = s.spec.train;
   h5::write_attr(file, "format", std::string(format::kFormatName));
   h5::write_attr(file, "format_version", static_cast<std::int64_t>(kFormatVersion));
@@ -157,9 +157,9 @@ struct SaveFailed {
 }  // namespace
 
 template <class T>
-IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::RunSetup& setup, const TrainState& st,
-             const std::string& dir) {
-  const MpiComm& comm = mesh.world();
+IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const train::RunSetup& setup,
+             const TrainState& st, const std::string& dir) {
+  const MpiComm& comm = mesh.world().mpi();
   const bool root = comm.rank() == 0;
   watched_barrier("barrier", kWatchGroup, comm);
   const double t0 = now_seconds();
@@ -325,9 +325,9 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const Mesh& mesh, const train::
   return stats;
 }
 
-template IoStats save<float>(const parallel::FsdpEngine<float>&, const Mesh&, const train::RunSetup&, const TrainState&,
-                             const std::string&);
-template IoStats save<bf16>(const parallel::FsdpEngine<bf16>&, const Mesh&, const train::RunSetup&, const TrainState&,
-                            const std::string&);
+template IoStats save<float>(const parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const train::RunSetup&,
+                             const TrainState&, const std::string&);
+template IoStats save<bf16>(const parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const train::RunSetup&,
+                            const TrainState&, const std::string&);
 
 }  // namespace meshtrain::checkpoint

@@ -105,6 +105,23 @@ std::string broadcast_string(const MpiComm& comm, std::string s, int root) {
   return s;
 }
 
+void watched_broadcast_bytes(const char* what, const std::string& group, const MpiComm& comm, void* data,
+                             std::int64_t bytes, int root) {
+  if (bytes == 0) return;
+  watched_collective(what, group, comm, [&](MPI_Request* r) {
+    MPI_CHECK(MPI_Ibcast(data, checked_count(bytes), MPI_BYTE, root, comm.get(), r));
+  });
+}
+
+std::string watched_broadcast_string(const char* what, const std::string& group, const MpiComm& comm, std::string s,
+                                     int root) {
+  auto n = static_cast<std::int64_t>(s.size());
+  watched_broadcast_bytes(what, group, comm, &n, sizeof n, root);
+  s.resize(static_cast<std::size_t>(n));
+  watched_broadcast_bytes(what, group, comm, s.data(), n, root);
+  return s;
+}
+
 void watched_gather(const char* what, const std::string& group, const MpiComm& comm, const double* mine, int count,
                     double* all, int root) {
   watched_collective(what, group, comm, [&](MPI_Request* r) {

@@ -50,13 +50,13 @@ struct FsdpEngine<T>::Reduction {
 };
 
 template <class T>
-FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, int tp, int tp_rank,
-                          const MeshShape& mesh, const MeshCoord& coord, const CommGroups& groups,
+FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, const DeviceMesh& device_mesh,
                           const FsdpOptions& options)
-    : specs_(std::move(specs)), tp_(tp), tp_rank_(tp_rank), mesh_(mesh), coord_(coord), groups_(groups),
-      opt_(options), traits_(traits(options.strategy)) {
+    : specs_(std::move(specs)), mesh_(device_mesh), opt_(options), traits_(traits(options.strategy)) {
+  const MeshShape& mesh = mesh_.shape();
+  const MeshCoord& coord = mesh_.coord();
   const int shards = traits_.shard_params ? mesh.dp_shard : 1;
-  layouts_ = model::build_layouts(specs_, n_units, tp, shards);
+  layouts_ = model::build_layouts(specs_, n_units, mesh.tp, shards);
   state_.resize(n_units);
   frozen_.resize(n_units);
   step_buffers_.resize(n_units);
@@ -121,12 +121,13 @@ void FsdpEngine<T>::init_parameters(std::uint64_t seed) {
   for (int u = 0; u < num_units(); ++u) {
     UnitState& st = state_[u];
     std::vector<float> host(st.numel);
-    model::init_unit_range(specs_, layouts_[u], tp_, tp_rank_, st.begin, st.begin + st.numel, seed, host.data());
+    model::init_unit_range(specs_, layouts_[u], tp_size(), tp_rank(), st.begin, st.begin + st.numel, seed, host.data());
     Kokkos::deep_copy(st.master.view(), UView<float, HostMem>(host.data(), host.size()));
     const Frozen& fz = frozen_[u];
     if (fz.numel == 0) continue;
     std::vector<float> fhost(static_cast<std::size_t>(fz.numel));
-    model::init_unit_range(specs_, layouts_[u], tp_, tp_rank_, fz.begin, fz.begin + fz.numel, seed, fhost.data());
+    model::init_unit_range(specs_, layouts_[u], tp_size(), tp_rank(), fz.begin, fz.begin + fz.numel, seed,
+                           fhost.data());
     Buffer<float> dev(fhost.size(), MemCategory::Workspace);
     Kokkos::deep_copy(dev.view(), UView<float, HostMem>(fhost.data(), fhost.size()));
     set_frozen(u, dev.data());
@@ -183,15 +184,15 @@ void FsdpEngine<T>::gather(int u, bool prefetch) {
   r.gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
   if (fsn > 0) {
     // Frozen segment: the T shard as stored (no master to convert).
-    T* mine = r.gathered.data() + static_cast<std::size_t>(coord_.shard) * fsn;
+    T* mine = r.gathered.data() + static_cast<std::size_t>(mesh_.coord().shard) * fsn;
     convert(frozen_[u].values.data(), mine, fsn);
-    r.frozen_gather_work = groups_.shard->all_gather_async(mine, r.gathered.data(), fsn, DTypeOf<T>::value);
+    r.frozen_gather_work = mesh_.dp_shard().comm().all_gather_async(mine, r.gathered.data(), fsn, DTypeOf<T>::value);
   }
   if (sn > 0) {
     T* seg = r.gathered.data() + L.trainable_begin();
-    T* mine = seg + static_cast<std::size_t>(coord_.shard) * sn;
+    T* mine = seg + static_cast<std::size_t>(mesh_.coord().shard) * sn;
     convert(state_[u].master.data(), mine, sn);  // fp32 master shard -> T, in its slot
-    r.gather_work = groups_.shard->all_gather_async(mine, seg, sn, DTypeOf<T>::value);
+    r.gather_work = mesh_.dp_shard().comm().all_gather_async(mine, seg, sn, DTypeOf<T>::value);
   }
   r.in_flight = true;
 }
@@ -258,11 +259,11 @@ T* FsdpEngine<T>::grad_buffer(int u) {
 template <class T>
 template <class G>
 void FsdpEngine<T>::sum_replicated_grads_over_tp(int u, G* grads) {
-  if (tp_ == 1) return;
+  if (tp_size() == 1) return;
   const std::int64_t tb = layouts_[u].trainable_begin();
   for (const model::ParamSlot& s : layouts_[u].slots)
     if (specs_[s.spec].grad_tp_sum && !specs_[s.spec].frozen)
-      groups_.tp->all_reduce(grads + (s.offset - tb), grads + (s.offset - tb), s.numel, DTypeOf<G>::value,
+      mesh_.tp().comm().all_reduce(grads + (s.offset - tb), grads + (s.offset - tb), s.numel, DTypeOf<G>::value,
                              ReduceOp::Sum);
 }
 
@@ -350,11 +351,11 @@ void FsdpEngine<T>::launch_reduction(int u) {
         recv = R.recv_f.data();
         R.epilogue = Epi::AddF32;
       }
-      R.work = groups_.shard->reduce_scatter_async(send, recv, sn, DType::F32, ReduceOp::Sum);
+      R.work = mesh_.dp_shard().comm().reduce_scatter_async(send, recv, sn, DType::F32, ReduceOp::Sum);
     } else {
       R.recv_b = Buffer<bf16>(sn, MemCategory::CommBuffers);
       R.epilogue = first ? Epi::CopyFromBf16 : Epi::AddFromBf16;
-      R.work = groups_.shard->reduce_scatter_async(send, R.recv_b.data(), sn, DType::BF16, ReduceOp::Sum);
+      R.work = mesh_.dp_shard().comm().reduce_scatter_async(send, R.recv_b.data(), sn, DType::BF16, ReduceOp::Sum);
     }
   } else {
     // no_shard: all-reduce the fp32 accumulation (the grad state) over every dp rank.
@@ -363,11 +364,11 @@ void FsdpEngine<T>::launch_reduction(int u) {
     R.target = src;
     R.n = padded;
     if (!bf16_reduce) {
-      R.work = groups_.dp->all_reduce_async(src, src, padded, DType::F32, ReduceOp::Sum);
+      R.work = mesh_.dp().comm().all_reduce_async(src, src, padded, DType::F32, ReduceOp::Sum);
     } else {
       R.recv_b = Buffer<bf16>(padded, MemCategory::CommBuffers);
       kernels::cast(src, R.recv_b.data(), padded);
-      R.work = groups_.dp->all_reduce_async(R.recv_b.data(), R.recv_b.data(), padded, DType::BF16, ReduceOp::Sum);
+      R.work = mesh_.dp().comm().all_reduce_async(R.recv_b.data(), R.recv_b.data(), padded, DType::BF16, ReduceOp::Sum);
       R.epilogue = Epi::CopyFromBf16;
     }
   }
@@ -404,7 +405,7 @@ void FsdpEngine<T>::progress() {
   // Drives the in-flight collectives (MPI progresses only inside MPI calls). Reductions are
   // completed - epilogue run, buffers released - only at fixed points of the schedule
   // (launch_reduction, finish_step), in issue order: two reductions of one unit land in order.
-  groups_.progress();
+  mesh_.progress();
 }
 
 template <class T>
@@ -413,11 +414,11 @@ void FsdpEngine<T>::finish_step() {
     complete(*pending_.front());
     pending_.pop_front();
   }
-  if (traits_.shard_params && mesh_.dp_replicate > 1) {
+  if (traits_.shard_params && mesh_.shape().dp_replicate > 1) {
     // Hybrid sharding: shards are replicated across dp_replicate groups; sum them.
     for (UnitState& st : state_)
       if (st.numel > 0)
-        groups_.replicate->all_reduce(st.grad.data(), st.grad.data(), st.numel, DType::F32, ReduceOp::Sum);
+        mesh_.dp_replicate().comm().all_reduce(st.grad.data(), st.grad.data(), st.numel, DType::F32, ReduceOp::Sum);
   }
   for (StepBuffers& r : step_buffers_) {
     if (traits_.shard_params && r.alive) {

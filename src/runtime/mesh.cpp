@@ -100,18 +100,6 @@ int mesh_rank(const MeshShape& s, const MeshCoord& c) {
   return (c.replicate * s.dp_shard + c.shard) * s.tp + c.tp;
 }
 
-Mesh::Mesh(const MpiComm& world, const MeshShape& shape)
-    : world_(world), shape_(shape), coord_(mesh_coord(shape, world.rank())) {
-  MESHTRAIN_ASSERT(shape.world() == world.size(), "mesh %s does not match %d ranks",
-                   shape.str().c_str(), world.size());
-  const MeshCoord& c = coord_;
-  // color = the coordinates that stay fixed within the group; key = position in the group.
-  tp_ = world_.split(c.replicate * shape.dp_shard + c.shard, c.tp);
-  shard_ = world_.split(c.replicate * shape.tp + c.tp, c.shard);
-  replicate_ = world_.split(c.shard * shape.tp + c.tp, c.replicate);
-  dp_ = world_.split(c.tp, c.replicate * shape.dp_shard + c.shard);
-}
-
 std::string describe_mesh(const MeshShape& s, const Topology* topo) {
   std::string out = strprintf("mesh: %s = %d ranks (tp fastest-varying)\n", s.str().c_str(), s.world());
   out += "  rank  host              replicate shard tp   tp_group       shard_group    replicate_group\n";

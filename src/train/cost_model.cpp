@@ -20,7 +20,7 @@
 #include "meshtrain/linalg/gemm.hpp"
 #include "meshtrain/linalg/peak.hpp"
 #include "meshtrain/model/layout.hpp"
-#include "meshtrain/parallel/comm_groups.hpp"
+#include "meshtrain/parallel/device_mesh.hpp"
 
 namespace meshtrain::train {
 namespace {

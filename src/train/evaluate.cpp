@@ -2,20 +2,19 @@
 
 #include <algorithm>
 
-#include "meshtrain/comm/agree.hpp"
 #include "meshtrain/parallel/micro_step.hpp"
 
 namespace meshtrain::train {
 
 template <class T>
 EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const EvalWindows& w, TokenBatch& batch) {
-  const Mesh& mesh = session.mesh();
+  const parallel::DeviceMesh& mesh = session.mesh();
   const int B = batch.micro_batch, L = batch.seq_len;
   const model::BatchShape shape{B, L};
   double local = 0, counted = 0;
   for (long long b = 0; b < w.micro_batches; ++b) {
     const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), B, mesh.shape().dp(), mesh.dp_rank());
-    agree_on_errors(mesh.world(), [&] { sampler.fill(w0, B, batch.host_in.data(), batch.host_tgt.data()); }, "world");
+    mesh.world().agree_on_error([&] { sampler.fill(w0, B, batch.host_in.data(), batch.host_tgt.data()); });
     for (int i = 0; i < B; ++i)
       if (w0 + static_cast<std::uint64_t>(i) >= w.windows)
         std::fill_n(batch.host_tgt.begin() + static_cast<std::ptrdiff_t>(i) * L, L, -1);

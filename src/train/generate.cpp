@@ -75,7 +75,7 @@ std::vector<std::int32_t> generate_ids(Session<T>& s, std::vector<std::int32_t> 
     }
     std::int32_t next = pick_token(logits, o, gen);
     // Every rank computed the same logits; rank 0's choice is authoritative anyway.
-    next = broadcast_value(s.mesh().world(), next);
+    next = broadcast_value(s.mesh().world().mpi(), next);
     (n == 0 ? st.first_seconds : st.rest_seconds) += now_seconds() - t0;
     ++st.steps;
     if (next == o.stop_token) break;

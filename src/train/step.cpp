@@ -42,7 +42,7 @@ StepResult train_step(Session<T>& session, const StepSettings& st, int step, int
   if (poison) parallel::poison_gradients(eng, NAN);
 
   StepResult r;
-  r.grad_norm = parallel::global_grad_norm(eng, *session.groups().world);
+  r.grad_norm = parallel::global_grad_norm(eng, session.mesh().world().comm());
   r.loss = session.global_sum(local_loss) / global_tokens;
   r.lr = st.schedule.at(step);
   // Loss and norm come from world reductions: every rank takes the same branch.

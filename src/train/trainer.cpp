@@ -210,7 +210,7 @@ template <class T>
 bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gnorm, double& lr) {
   const TrainSpec& tc = spec_.train;
   const BatchSpec& batch = s_.batch;
-  const Mesh& mesh = session_.mesh();
+  const parallel::DeviceMesh& mesh = session_.mesh();
   const CommStats before = comm_stats();
   const double t0 = now_seconds();
   // Every micro-batch of the step is read before the step starts, and the ranks agree on a
@@ -243,7 +243,7 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   Kokkos::fence();
   // Account every collective of this step now that all streams are idle: NCCL's comm-stream
   // times are read from events as they complete, and would otherwise land in the next step.
-  session_.groups().progress();
+  session_.mesh().progress();
   times.step = now_seconds() - t0;
   times.exposed_comm = comm_stats().exposed_seconds - before.exposed_seconds;
   times.busy_comm = comm_stats().busy_seconds - before.busy_seconds;

@@ -14,7 +14,7 @@
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/model/init.hpp"
-#include "meshtrain/parallel/comm_groups.hpp"
+#include "meshtrain/parallel/device_mesh.hpp"
 #include "meshtrain/parallel/fsdp.hpp"
 #include "meshtrain/runtime/mesh.hpp"
 #include "meshtrain/train/run_setup.hpp"
@@ -44,8 +44,7 @@ inline Config tiny_config(const std::string& family, int d_model = 64) {
 /// A model on `shape` over the first shape.world() ranks of `parent` (nullptr elsewhere).
 struct Job {
   MpiComm comm;
-  std::unique_ptr<Mesh> mesh;
-  parallel::CommGroups groups;
+  std::unique_ptr<parallel::DeviceMesh> mesh;
   train::RunSetup setup;
   std::unique_ptr<parallel::FsdpEngine<float>> engine;
 
@@ -58,8 +57,7 @@ inline std::unique_ptr<Job> make_job(const MpiComm& parent, const Config& cfg, c
   const int n = shape.world();
   job->comm = parent.split(parent.rank() < n ? 0 : MPI_UNDEFINED, parent.rank());
   if (!job->comm.valid()) return job;
-  job->mesh = std::make_unique<Mesh>(job->comm, shape);
-  job->groups = parallel::make_comm_groups(*job->mesh, Backend::Mpi);
+  job->mesh = std::make_unique<parallel::DeviceMesh>(job->comm, shape, Backend::Mpi);
   train::RunSetup& s = job->setup;
   s.spec = app::resolve_spec(cfg);
   s.config_ini = config_to_ini(cfg);
@@ -69,10 +67,8 @@ inline std::unique_ptr<Job> make_job(const MpiComm& parent, const Config& cfg, c
   s.batch = s.spec.batch.resolved(shape.dp());
   parallel::FsdpOptions opt;
   opt.strategy = strategy;
-  const MeshCoord& c = job->mesh->coord();
   job->engine = std::make_unique<parallel::FsdpEngine<float>>(model::build_param_specs(s.dims, shape.tp),
-                                                              model::num_units(s.dims), shape.tp, c.tp, shape, c,
-                                                              job->groups, opt);
+                                                              model::num_units(s.dims), *job->mesh, opt);
   return job;
 }
 

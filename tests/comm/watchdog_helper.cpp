@@ -22,7 +22,7 @@
 #include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/runtime/mesh.hpp"
+#include "meshtrain/parallel/device_mesh.hpp"
 #include "meshtrain/runtime/runtime.hpp"
 
 using namespace meshtrain;
@@ -51,10 +51,10 @@ int run_tp(const Runtime& rt) {
     std::fprintf(stderr, "watchdog_helper tp: needs 4 ranks\n");
     return 1;
   }
-  Mesh mesh(rt.world(), resolve_mesh({1, 2, 2}, 4, std::nullopt));
+  const parallel::DeviceMesh mesh(rt.world(), resolve_mesh({1, 2, 2}, 4, std::nullopt), Backend::Mpi);
   MpiComm self_group = rt.world().split(rt.world().rank(), 0);
   MpiCommunicator self(self_group, "private");
-  MpiCommunicator tp(mesh.tp_group(), "tp");
+  Communicator& tp = mesh.tp().comm();
   float x = 1.0f;
   if (rt.world().rank() == 3)
     for (int i = 0; i < 5; ++i) self.all_reduce(&x, &x, 1, DType::F32, ReduceOp::Sum);

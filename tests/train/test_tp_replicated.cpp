@@ -51,7 +51,7 @@ void check_family(const char* family, int n_kv) {
     };
     train::train_step(s, train::step_settings(setup.spec.train), step, updates, fill);
   }
-  const MPI_Comm tp = s.mesh().tp_group().get();
+  const MPI_Comm tp = s.mesh().tp().mpi().get();
   int compared = 0;
   for (int u = 0; u < s.engine().num_units(); ++u) {
     const auto& st = s.engine().state(u);

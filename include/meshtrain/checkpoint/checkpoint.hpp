@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "meshtrain/parallel/fsdp.hpp"
-#include "meshtrain/runtime/mesh.hpp"
+#include "meshtrain/parallel/device_mesh.hpp"
 #include "meshtrain/train/run_setup.hpp"
 
 namespace meshtrain::checkpoint {
@@ -98,7 +98,7 @@ std::string checkpoint_file_name(int step);
 /// and the result has written == false (same on every rank). UserError (every rank alike)
 /// when the directory cannot be created or written.
 template <class T>
-IoStats save(const parallel::FsdpEngine<T>& engine, const Mesh& mesh, const train::RunSetup& setup,
+IoStats save(const parallel::FsdpEngine<T>& engine, const parallel::DeviceMesh& mesh, const train::RunSetup& setup,
              const TrainState& state, const std::string& dir);
 
 /// \brief Which checkpoint a run resumes from: `setting` is checkpoint.resume.
@@ -124,7 +124,7 @@ std::string resolve_resume(const MpiComm& comm, const std::string& dir, const tr
 /// changed), or from the file itself when it has none (written before references).
 /// Collective.
 template <class T>
-TrainState load(parallel::FsdpEngine<T>& engine, const Mesh& mesh, const train::RunSetup& setup,
+TrainState load(parallel::FsdpEngine<T>& engine, const parallel::DeviceMesh& mesh, const train::RunSetup& setup,
                 const std::string& path, IoStats* stats = nullptr);
 
 /// \brief Initial weights for fine-tuning (checkpoint.init_from): master weights only,
@@ -139,7 +139,7 @@ TrainState load(parallel::FsdpEngine<T>& engine, const Mesh& mesh, const train::
 /// first. Returns the reference a LoRA run's checkpoints record for the frozen weights.
 /// Collective.
 template <class T>
-BaseRef load_weights(parallel::FsdpEngine<T>& eng, const Mesh& mesh, const model::ModelDims& dims,
+BaseRef load_weights(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const model::ModelDims& dims,
                      const std::string& path, std::uint64_t seed, IoStats* stats = nullptr);
 
 /// The newest complete checkpoint of directory `dir`: the file `latest` names, or without

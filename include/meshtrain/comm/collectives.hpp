@@ -62,6 +62,11 @@ T broadcast_value(const MpiComm& comm, T value, int root = 0) {
 }
 /// Rank `root`'s string on every rank (the length first, then the bytes).
 std::string broadcast_string(const MpiComm& comm, std::string s, int root = 0);
+/// As broadcast_bytes / broadcast_string, under the watchdog as collective `what` of `group`.
+void watched_broadcast_bytes(const char* what, const std::string& group, const MpiComm& comm, void* data,
+                             std::int64_t bytes, int root);
+std::string watched_broadcast_string(const char* what, const std::string& group, const MpiComm& comm, std::string s,
+                                     int root = 0);
 
 /// Gathers `count` doubles of every rank into `all` (size count x comm.size(), rank order)
 /// on `root`, under the watchdog.

@@ -27,9 +27,8 @@
 #include "meshtrain/comm/communicator.hpp"
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/model/layout.hpp"
-#include "meshtrain/parallel/comm_groups.hpp"
+#include "meshtrain/parallel/device_mesh.hpp"
 #include "meshtrain/parallel/strategy.hpp"
-#include "meshtrain/runtime/mesh.hpp"
 
 namespace meshtrain::parallel {
 
@@ -59,16 +58,17 @@ struct UnitState {
 template <class T>
 class FsdpEngine {
  public:
-  FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, int tp, int tp_rank, const MeshShape& mesh,
-             const MeshCoord& coord, const CommGroups& groups, const FsdpOptions& options);
+  /// `specs` split for `mesh.tp()`; the engine keeps a reference to `mesh`, which must
+  /// outlive it. Everything mesh-dependent (tp size and rank, shard, replica) comes from it.
+  FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, const DeviceMesh& mesh, const FsdpOptions& options);
   ~FsdpEngine();
 
   const std::vector<model::ParamSpec>& specs() const { return specs_; }
   const std::vector<model::UnitLayout>& layouts() const { return layouts_; }
   int num_units() const { return static_cast<int>(layouts_.size()); }
   const FsdpOptions& options() const { return opt_; }
-  int tp_size() const { return tp_; }
-  int tp_rank() const { return tp_rank_; }
+  int tp_size() const { return mesh_.tp().size(); }
+  int tp_rank() const { return mesh_.tp().rank(); }
 
   /// Mesh-independent initial values (model::init_unit_range) into the master state.
   void init_parameters(std::uint64_t seed);
@@ -133,10 +133,7 @@ class FsdpEngine {
 
   std::vector<model::ParamSpec> specs_;
   std::vector<model::UnitLayout> layouts_;
-  int tp_, tp_rank_;
-  MeshShape mesh_;
-  MeshCoord coord_;
-  const CommGroups& groups_;
+  const DeviceMesh& mesh_;
   FsdpOptions opt_;
   StrategyTraits traits_;
   int micro_ = 0;

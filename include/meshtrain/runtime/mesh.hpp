@@ -1,13 +1,13 @@
 #pragma once
-/// \brief The device mesh: world = dp_replicate × dp_shard × tp, tp fastest-varying so
-/// that a tensor-parallel group is a run of consecutive ranks (inside one node).
+/// \brief The mesh's arithmetic: world = dp_replicate × dp_shard × tp, tp fastest-varying so
+/// that a tensor-parallel group is a run of consecutive ranks (inside one node). The live
+/// mesh -- its sub-communicators and Communicators -- is parallel::DeviceMesh.
 ///
 /// world rank = (replicate * dp_shard + shard) * tp + tp_rank
 
 #include <optional>
 #include <string>
 
-#include "meshtrain/runtime/mpi_comm.hpp"
 #include "meshtrain/runtime/topology.hpp"
 
 namespace meshtrain {
@@ -42,34 +42,6 @@ struct MeshCoord {
 };
 MeshCoord mesh_coord(const MeshShape& shape, int world_rank);
 int mesh_rank(const MeshShape& shape, const MeshCoord& c);
-
-/// \brief A resolved mesh over a live communicator, with one sub-communicator per group.
-class Mesh {
- public:
-  Mesh(const MpiComm& world, const MeshShape& shape);
-
-  const MeshShape& shape() const { return shape_; }
-  const MeshCoord& coord() const { return coord_; }
-  int world_rank() const { return world_.rank(); }
-
-  const MpiComm& world() const { return world_; }
-  /// Ranks with the same (replicate, shard): one tensor-parallel group.
-  const MpiComm& tp_group() const { return tp_; }
-  /// Ranks with the same (replicate, tp): the FSDP shard group.
-  const MpiComm& shard_group() const { return shard_; }
-  /// Ranks with the same (shard, tp): the replicate group (hybrid sharding).
-  const MpiComm& replicate_group() const { return replicate_; }
-  /// Ranks with the same tp: all data-parallel ranks (replicate × shard).
-  const MpiComm& dp_group() const { return dp_; }
-  /// Data-parallel index of this rank, 0..dp()-1 (= replicate * dp_shard + shard).
-  int dp_rank() const { return coord_.replicate * shape_.dp_shard + coord_.shard; }
-
- private:
-  MpiComm world_;
-  MeshShape shape_;
-  MeshCoord coord_;
-  MpiComm tp_, shard_, replicate_, dp_;
-};
 
 /// Multi-line description: the shape and, for every world rank, its coordinates,
 /// host and groups (as rank lists).

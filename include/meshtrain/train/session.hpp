@@ -1,14 +1,13 @@
 #pragma once
-/// \brief A model on a mesh: the mesh and its communicators, the FSDP engine holding the
+/// \brief A model on a mesh: the device mesh (its groups and communicators), the FSDP engine holding the
 /// (sharded) state, and the transformer that computes with it. Shared by train, eval and
 /// generate.
 
 #include <memory>
 
 #include "meshtrain/model/transformer.hpp"
-#include "meshtrain/parallel/comm_groups.hpp"
+#include "meshtrain/parallel/device_mesh.hpp"
 #include "meshtrain/parallel/fsdp.hpp"
-#include "meshtrain/runtime/mesh.hpp"
 #include "meshtrain/runtime/runtime.hpp"
 #include "meshtrain/train/run_setup.hpp"
 
@@ -24,8 +23,7 @@ class Session {
   Session(const Runtime& rt, const RunSetup& setup, SessionUse use = SessionUse::Train);
 
   const RunSetup& setup() const { return setup_; }
-  const Mesh& mesh() const { return mesh_; }
-  const parallel::CommGroups& groups() const { return groups_; }
+  const parallel::DeviceMesh& mesh() const { return mesh_; }
   const model::TpDims& tp() const { return tp_; }
   parallel::FsdpEngine<T>& engine() { return *engine_; }
   const model::Transformer<T>& model() const { return *model_; }
@@ -37,8 +35,7 @@ class Session {
 
  private:
   RunSetup setup_;
-  Mesh mesh_;
-  parallel::CommGroups groups_;
+  parallel::DeviceMesh mesh_;
   model::TpDims tp_;
   std::unique_ptr<parallel::FsdpEngine<T>> engine_;
   std::unique_ptr<model::Transformer<T>> model_;
