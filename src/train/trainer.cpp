@@ -134,7 +134,7 @@ int Trainer<T>::run() {
 
   peak_flops_ = tc.peak_tflops > 0 ? tc.peak_tflops * 1e12 : linalg::measure_gemm_flops(1024, 0.3, s_.bf16);
   {
-    const auto [mn, mx] = watched_all_min_max("all_reduce", "world", rt_.world(), peak_flops_);
+    const auto [mn, mx] = session_.mesh().world().min_max(peak_flops_);
     peak_flops_ = mn;  // the slowest rank bounds the step
     log::info("measured GEMM peak: %.1f GFLOP/s per rank (%s), min over ranks (max %.1f)", mn / 1e9,
               s_.bf16 ? "bf16" : "fp32", mx / 1e9);
@@ -219,13 +219,13 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   const std::size_t per_micro_batch = batch.micro_batch_tokens();
   step_in_.resize(per_micro_batch * static_cast<std::size_t>(batch.grad_accum));
   step_tgt_.resize(step_in_.size());
-  agree_on_errors(rt_.world(), [&] {
+  mesh.world().agree_on_error([&] {
     for (int micro_step = 0; micro_step < batch.grad_accum; ++micro_step) {
       const std::uint64_t w0 =
           data::rank_first_window(cursor_, micro_step, batch.micro_batch, mesh.shape().dp(), mesh.dp_rank());
       sampler_->fill(w0, batch.micro_batch, step_in_.data() + micro_step * per_micro_batch, step_tgt_.data() + micro_step * per_micro_batch);
     }
-  }, "world");  // under the watchdog: a rank stalled between steps ends the job, named
+  });  // under the watchdog: a rank stalled between steps ends the job, named
   const BatchFiller fill = [&](int micro_step, std::int32_t* in, std::int32_t* tgt) {
     std::copy_n(step_in_.data() + micro_step * per_micro_batch, per_micro_batch, in);
     std::copy_n(step_tgt_.data() + micro_step * per_micro_batch, per_micro_batch, tgt);
@@ -276,7 +276,7 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
   const double mine[6] = {t.step, t.exposed_comm, t.busy_comm, t.compute(), static_cast<double>(ms.peak_reserved),
                           static_cast<double>(host_peak_rss_bytes())};
   MinMax over[6];
-  watched_all_min_max("all_reduce", "world", rt_.world(), mine, over, 6);
+  session_.mesh().world().min_max(mine, over, 6);
   const double step_max = over[0].max, exp_min = over[1].min, exp_max = over[1].max, busy_min = over[2].min,
                busy_max = over[2].max, comp_min = over[3].min, comp_max = over[3].max, mem_max = over[4].max,
                rss_max = over[5].max;
@@ -302,7 +302,7 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
   if (!std::isnan(ckpt_load_s_)) j.add("ckpt_load_s", ckpt_load_s_).add("ckpt_load_gbps", ckpt_load_gbps_);
   ckpt_save_s_ = ckpt_save_gbps_ = ckpt_load_s_ = ckpt_load_gbps_ = NAN;
   // Rank 0 writes; every rank learns whether the write failed (disk full: exit 74).
-  agree_on_errors(rt_.world(), [&] { metrics_->write(j.str()); }, "world");
+  session_.mesh().world().agree_on_error([&] { metrics_->write(j.str()); });
 }
 
 // ---- checkpoints -------------------------------------------------------------------------
