@@ -43,9 +43,10 @@ const std::vector<Field>& fields() {
 
 /// The adapted projections in the family's canonical order ("q,v" and "v,q" are one setting).
 std::string canonical_targets(const model::ModelDims& d) {
+  const std::vector<std::string> names = model::lora_target_names(d.family);
   std::vector<std::string> out;
-  for (const std::string& t : model::lora_target_names(d.family))
-    if (std::find(d.lora_targets.begin(), d.lora_targets.end(), t) != d.lora_targets.end()) out.push_back(t);
+  for (int i = 0; i < static_cast<int>(names.size()); ++i)
+    if (std::find(d.lora_target_ids.begin(), d.lora_target_ids.end(), i) != d.lora_target_ids.end()) out.push_back(names[i]);
   return join(out, ",");
 }
 
@@ -163,10 +164,12 @@ model::ModelDims read_model_dims(hid_t file, const std::string& path) {
       start = comma + 1;
     }
     const std::vector<std::string> valid = model::lora_target_names(d.family);
-    for (const std::string& t : d.lora_targets)
-      MESHTRAIN_REQUIRE(std::find(valid.begin(), valid.end(), t) != valid.end(),
-                        "checkpoint %s: /model names the LoRA target '%s', which is not a %s projection", path.c_str(),
-                        t.c_str(), model::family_name(d.family));
+    for (const std::string& t : d.lora_targets) {
+      const auto it = std::find(valid.begin(), valid.end(), t);
+      MESHTRAIN_REQUIRE(it != valid.end(), "checkpoint %s: /model names the LoRA target '%s', which is not a %s projection",
+                        path.c_str(), t.c_str(), model::family_name(d.family));
+      d.lora_target_ids.push_back(static_cast<int>(it - valid.begin()));
+    }
     MESHTRAIN_REQUIRE(!d.lora_targets.empty(), "checkpoint %s: /model has lora_rank=%d but no lora_targets",
                       path.c_str(), lora.rank);
   }

@@ -19,6 +19,15 @@ std::vector<std::string> lora_target_names(Family f) {
   return {"q", "k", "v", "o", "gate", "up", "down"};
 }
 
+const char* lora_target_role(Family f, int target) {
+  static const char* const kGpt2[] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+  static const char* const kLlama[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                       "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+  const int n = f == Family::Gpt2 ? 4 : 7;
+  MESHTRAIN_ASSERT(target >= 0 && target < n, "LoRA target index %d out of range", target);
+  return f == Family::Gpt2 ? kGpt2[target] : kLlama[target];
+}
+
 std::string lora_auto_targets(Family f) {
   // PEFT's default target_modules for these architectures: the attention projections,
   // q_proj/v_proj for Llama and the fused c_attn (q, k and v) for GPT-2.
@@ -68,10 +77,11 @@ ModelDims resolve_dims(const ModelSettings& c) {
   if (c.lora_rank > 0) {
     const std::vector<std::string> valid = lora_target_names(d.family);
     for (const std::string& t : c.lora_targets) {
-      MESHTRAIN_REQUIRE(std::find(valid.begin(), valid.end(), t) != valid.end(),
-                        "model.lora_targets: '%s' is not a %s projection; choose from %s", t.c_str(),
+      const auto it = std::find(valid.begin(), valid.end(), t);
+      MESHTRAIN_REQUIRE(it != valid.end(), "model.lora_targets: '%s' is not a %s projection; choose from %s", t.c_str(),
                         family_name(d.family), join(valid, ", ").c_str());
       d.lora_targets.push_back(t);
+      d.lora_target_ids.push_back(static_cast<int>(it - valid.begin()));
     }
     MESHTRAIN_REQUIRE(!d.lora_targets.empty(), "model.lora_rank=%d needs at least one model.lora_targets entry",
                       c.lora_rank);

@@ -91,17 +91,6 @@ void llama_specs(const ModelDims& d, std::vector<ParamSpec>& out) {
   }
 }
 
-/// Role (without ".weight") of the base projection a LoRA target adapts.
-std::string lora_base_role(Family f, const std::string& target) {
-  if (f == Family::Gpt2) {
-    if (target == "c_attn") return "attn.c_attn";
-    if (target == "c_fc") return "mlp.c_fc";
-    return target;  // attn.c_proj, mlp.c_proj
-  }
-  if (target == "q" || target == "k" || target == "v" || target == "o") return "self_attn." + target + "_proj";
-  return "mlp." + target + "_proj";
-}
-
 /// LoRA (Hu et al. 2021): W x + (alpha/r) B A x with A (r, in), B (out, r), B = 0 at start,
 /// every base parameter frozen. Adapters follow their base projection's tensor parallelism:
 ///   column-parallel base (out split): B split like the base's rows, A replicated with
@@ -114,8 +103,8 @@ void add_lora_specs(const ModelDims& d, std::vector<ParamSpec>& out) {
   for (std::size_t i = 0; i < n_base; ++i) {
     const ParamSpec base = out[i];  // copy: out grows below
     if (base.unit == 0) continue;
-    for (const std::string& t : d.lora_targets) {
-      if (base.role != lora_base_role(d.family, t) + ".weight") continue;
+    for (const int t : d.lora_target_ids) {
+      if (base.role != std::string(lora_target_role(d.family, t)) + ".weight") continue;
       // Logical (in, out) of the projection: HF Conv1D (gpt2) stores (in, out), Linear (out, in).
       const bool conv1d = d.family == Family::Gpt2;
       const std::int64_t in = conv1d ? base.shape[0] : base.shape[1];

@@ -85,11 +85,7 @@ Transformer<T>::Transformer(const ModelDims& dims, const TpDims& tp, const std::
         if (!p.is_lora) continue;
         const std::string module = p.role.substr(0, p.role.rfind(".lora_"));
         const bool is_a = p.role.find(".lora_A.") != std::string::npos;
-        const bool match = dims.family == Family::Gpt2
-                               ? (module == (targets[t] == "c_attn" ? "attn.c_attn"
-                                             : targets[t] == "c_fc" ? "mlp.c_fc"
-                                                                    : targets[t]))
-                               : (module == (t < 4 ? "self_attn." : "mlp.") + targets[t] + "_proj");
+        const bool match = module == lora_target_role(dims.family, static_cast<int>(t));
         if (!match) continue;
         if (is_a) {
           lora_[t].a = slot.offset;

@@ -31,6 +31,7 @@ struct ModelDims {
   int lora_rank = 0;                     ///< >0: LoRA fine-tuning (base weights frozen)
   double lora_alpha = 16;
   std::vector<std::string> lora_targets; ///< projections with adapters (family names, see lora_target_names)
+  std::vector<int> lora_target_ids;      ///< the same, as indices into lora_target_names(family)
   double lora_scale() const { return lora_rank > 0 ? lora_alpha / lora_rank : 0.0; }
 
   /// Parameters of the logical model (excluding padding of the vocab? no: including it).
@@ -81,6 +82,10 @@ Family parse_family(const std::string& name);
 /// Projections that can carry LoRA adapters: llama q,k,v,o,gate,up,down; gpt2 c_attn,
 /// attn.c_proj, c_fc, mlp.c_proj.
 std::vector<std::string> lora_target_names(Family f);
+/// The role (parameter name within a block, without ".weight") of lora_target_names(f)[target]:
+/// gpt2 attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj; llama self_attn.{q,k,v,o}_proj,
+/// mlp.{gate,up,down}_proj.
+const char* lora_target_role(Family f, int target);
 /// What model.lora_targets=auto (the default) means: PEFT's default for the family, the
 /// attention projections "q,v" (llama) or the fused "c_attn" (gpt2).
 std::string lora_auto_targets(Family f);
