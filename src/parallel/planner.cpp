@@ -146,11 +146,13 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
   else m.grad_buffers += micro_b * std::max(outer_t, max_block_t);
   // Communication buffers: one fp32-sized staging copy of the largest unit whenever the
   // recipe involves bf16 (compute or wire). This is the planner's older, coarser model, kept
-  // so plans (and doc/perf.md's paper check) do not move: the recipes' exact staging
-  // (ReductionRecipe::comm_buffer_bytes of the two reductions the engine holds at once) is
-  // larger for full/hybrid with bf16 compute and fp32 reduction or with grad_accum > 1 in
-  // fp32, smaller for bf16 reductions of sharded units, and would tip the 70B/64 A100
-  // paper-check row out of memory.
+  // so plans (and doc/perf.md's paper check) do not move. The recipes' exact staging - the
+  // ReductionRecipe::comm_buffer_bytes of the two reductions the engine holds at once, which
+  // test_memory_accounting checks against the allocation counter - differs both ways: more
+  // with a bf16 wire on shard_grad_op, fp32 reductions of bf16 full_shard grads, or later
+  // micro-steps of fp32 full_shard; less (nothing) where no_shard or shard_grad_op reduce
+  // their fp32 accumulation in place. Switching to it tips the 70B / 64 A100 paper-check
+  // row out of memory (67.4 -> 70.6 GiB per rank), so it is a decision of its own.
   const bool staged = rc.compute == DType::BF16 || rc.wire == DType::BF16;
   m.comm_buffers = staged ? std::max(static_cast<double>(dtype_size(rc.wire)), 4.0) * std::max(outer_t, max_block_t) : 0.0;
 
