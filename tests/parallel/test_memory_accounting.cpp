@@ -1,6 +1,7 @@
 // The measured allocation counter (MemoryPool, by category) against the planner's
-// prediction, full_shard vs no_shard persistent bytes, and per-rank parameter bytes
-// scaling as 1/(tp * dp_shard) for the sharded parts.
+// prediction, full_shard vs no_shard persistent bytes, per-rank parameter bytes
+// scaling as 1/(tp * dp_shard) for the sharded parts, and the communication buffers'
+// peak against the reduction recipes' sizes.
 #include <gtest/gtest.h>
 
 #include "meshtrain/app/run_spec_resolve.hpp"

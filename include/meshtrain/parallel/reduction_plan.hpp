@@ -107,7 +107,7 @@ struct ReductionRecipe {
 /// receive as the first). `compute` and `reduce` are F32 or BF16.
 ReductionRecipe reduction_recipe(const StrategyTraits& traits, DType compute, DType reduce, bool first_micro);
 
-/// The recipes of a step: [0] for micro-step 0, [1] for the later ones (equal for the
+/// The recipes of a step: `first` for micro-step 0, `later` for the others (equal for the
 /// strategies that reduce once per step). The same for every unit: sizes are functions of
 /// the unit's padded and shard sizes.
 struct ReductionPlan {
