@@ -17,6 +17,45 @@ void convert(const In* in, Out* out, std::size_t n) {
     kernels::cast(in, out, n);
   }
 }
+
+/// A communication buffer (MemCategory::CommBuffers) of fp32 or bf16 elements: the dtype a
+/// ReductionRecipe names for a send or receive buffer.
+struct WireBuffer {
+  Buffer<float> f32;
+  Buffer<bf16> b16;
+  void* allocate(DType dtype, std::size_t n) {
+    if (dtype == DType::F32) {
+      f32 = Buffer<float>(n, MemCategory::CommBuffers);
+      return f32.data();
+    }
+    b16 = Buffer<bf16>(n, MemCategory::CommBuffers);
+    return b16.data();
+  }
+};
+
+/// `src` (n elements) cast into a new send buffer of the wire dtype; returns its data.
+template <class G>
+void* cast_into(const G* src, WireBuffer& dst, DType wire, std::size_t n) {
+  void* out = dst.allocate(wire, n);
+  if (wire == DType::F32) convert(src, static_cast<float*>(out), n);
+  else convert(src, static_cast<bf16*>(out), n);
+  return out;
+}
+
+/// What a reduction sends from a step buffer (`source`, n elements): the buffer itself,
+/// moved into `kept` so it outlives the collective, or its cast into `staged`, after which
+/// the source is freed (ReductionRecipe::cast_before_send).
+template <class G>
+const void* send_from(const ReductionRecipe& rc, Buffer<G>& source, Buffer<G>& kept, WireBuffer& staged,
+                      std::size_t n) {
+  if (!rc.cast_before_send) {
+    kept = std::move(source);
+    return kept.data();
+  }
+  const void* out = cast_into(source.data(), staged, rc.wire, n);
+  source.reset();
+  return out;
+}
 }  // namespace
 
 /// Unit u's working buffers of the current step: its gathered parameters, this
@@ -34,25 +73,27 @@ struct FsdpEngine<T>::StepBuffers {
   bool grad_started = false;
 };
 
+/// One launched reduction (ReductionRecipe): its collective and the buffers that must
+/// outlive it, and the epilogue complete() runs on its result.
 template <class T>
 struct FsdpEngine<T>::Reduction {
-  enum class Epilogue { None, AddF32, CopyFromBf16, AddFromBf16 };
   int unit = 0;
   Work work;
-  Buffer<T> keep_t;         ///< send buffers kept alive until completion
-  Buffer<float> keep_f;
-  Buffer<bf16> send_b;
-  Buffer<float> recv_f;     ///< temporary results
-  Buffer<bf16> recv_b;
-  Epilogue epilogue = Epilogue::None;
-  float* target = nullptr;
-  std::size_t n = 0;
+  Buffer<T> kept_micro;     ///< the micro-step's grads, sent as they are
+  Buffer<float> kept_accum; ///< the fp32 local accumulation, sent as it is
+  WireBuffer send;          ///< the source cast to the wire dtype
+  WireBuffer recv;          ///< separate receive buffer (fp32 or bf16)
+  ReduceEpilogue epilogue = ReduceEpilogue::None;
+  const void* result = nullptr;  ///< where the collective's result lands
+  float* target = nullptr;       ///< the fp32 gradient state it is folded into
+  std::size_t n = 0;             ///< result elements
 };
 
 template <class T>
 FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, const DeviceMesh& device_mesh,
                           const FsdpOptions& options)
-    : specs_(std::move(specs)), mesh_(device_mesh), opt_(options), traits_(traits(options.strategy)) {
+    : specs_(std::move(specs)), mesh_(device_mesh), opt_(options), traits_(traits(options.strategy)),
+      reduction_(reduction_plan(traits_, DTypeOf<T>::value, options.reduce_dtype)) {
   const MeshShape& mesh = mesh_.shape();
   const MeshCoord& coord = mesh_.coord();
   const int shards = traits_.shard_params ? mesh.dp_shard : 1;
@@ -237,21 +278,21 @@ T* FsdpEngine<T>::grad_buffer(int u) {
   StepBuffers& r = step_buffers_[u];
   const std::size_t padded = layouts_[u].trainable_padded();
   if (padded == 0) return nullptr;  // nothing trainable in this unit (LoRA's outer unit)
-  const bool local_accum = !traits_.reduce_every_micro;
+  const ReductionRecipe& rc = reduction_.first;  // where the backward writes: the same every micro-step
   if (!r.grad_started) {
     r.grad_started = true;
-    if (local_accum && traits_.shard_params && r.accum.empty()) {
+    if (rc.local_accum_buffer && r.accum.empty()) {
       r.accum = Buffer<float>(padded, MemCategory::Grads);
       r.accum.zero();
     }
-    const bool direct = local_accum && std::is_same_v<T, float>;
-    if (!direct) {
+    if (rc.micro_grads_buffer) {
       r.grad_micro = Buffer<T>(padded, MemCategory::Grads);
       r.grad_micro.zero();
     }
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (local_accum) return traits_.shard_params ? r.accum.data() : state_[u].grad.data();
+    // fp32 compute with local accumulation writes the fp32 accumulation directly.
+    if (!rc.micro_grads_buffer) return rc.local_accum_buffer ? r.accum.data() : state_[u].grad.data();
   }
   return r.grad_micro.data();
 }
@@ -271,9 +312,10 @@ template <class T>
 void FsdpEngine<T>::after_backward(int u) {
   StepBuffers& r = step_buffers_[u];
   const std::size_t padded = layouts_[u].trainable_padded();
-  if (!traits_.reduce_every_micro && !std::is_same_v<T, float> && !r.grad_micro.empty()) {
+  const ReductionRecipe& rc = reduction_.first;
+  if (rc.widen_after_backward && !r.grad_micro.empty()) {
     // bf16 compute with local accumulation: widen this micro-step's grads into fp32.
-    float* acc = traits_.shard_params ? r.accum.data() : state_[u].grad.data();
+    float* acc = rc.local_accum_buffer ? r.accum.data() : state_[u].grad.data();
     Buffer<float> wide(padded, MemCategory::Workspace);
     convert(r.grad_micro.data(), wide.data(), padded);
     kernels::add_inplace(acc, wide.data(), padded);
@@ -289,89 +331,51 @@ void FsdpEngine<T>::after_backward(int u) {
 
 template <class T>
 void FsdpEngine<T>::launch_reduction(int u) {
-  using Epi = typename Reduction::Epilogue;
+  // Interprets the recipe of this micro-step (parallel/reduction_plan.hpp): every choice
+  // (sharded or not, per micro-step or accumulated, the dtypes) was made when it was built.
+  const ReductionRecipe& rc = reduction_.at(micro_ == 0);
   const model::UnitLayout& L = layouts_[u];
-  const std::size_t padded = L.trainable_padded(), sn = L.shard_numel;
+  const std::size_t padded = L.trainable_padded();
   UnitState& st = state_[u];
   StepBuffers& sb = step_buffers_[u];
   auto red = std::make_unique<Reduction>();
   Reduction& R = *red;
   R.unit = u;
-  const bool bf16_reduce = opt_.reduce_dtype == DType::BF16;
 
-  if (traits_.shard_params) {
-    // Source of the reduce-scatter: this micro-step's T grads (full/hybrid) or the fp32
-    // local accumulation (shard_grad_op, last micro-step).
-    const bool from_micro = traits_.reduce_every_micro;
-    const bool first = !traits_.reduce_every_micro || micro_ == 0;
-    const void* send = nullptr;
-    if (from_micro) {
-      T* src = sb.grad_micro.data();
-      sum_replicated_grads_over_tp(u, src);
-      if (!bf16_reduce) {
-        if constexpr (std::is_same_v<T, float>) {
-          send = src;
-          R.keep_t = std::move(sb.grad_micro);
-        } else {
-          R.keep_f = Buffer<float>(padded, MemCategory::CommBuffers);
-          kernels::cast(src, R.keep_f.data(), padded);
-          send = R.keep_f.data();
-          sb.grad_micro.reset();
-        }
-      } else {
-        if constexpr (std::is_same_v<T, bf16>) {
-          send = src;
-          R.keep_t = std::move(sb.grad_micro);
-        } else {
-          R.send_b = Buffer<bf16>(padded, MemCategory::CommBuffers);
-          kernels::cast(src, R.send_b.data(), padded);
-          send = R.send_b.data();
-          sb.grad_micro.reset();
-        }
-      }
-    } else {
-      float* src = sb.accum.data();
-      sum_replicated_grads_over_tp(u, src);
-      if (!bf16_reduce) {
-        send = src;
-        R.keep_f = std::move(sb.accum);
-      } else {
-        R.send_b = Buffer<bf16>(padded, MemCategory::CommBuffers);
-        kernels::cast(src, R.send_b.data(), padded);
-        send = R.send_b.data();
-        sb.accum.reset();
-      }
-    }
-    R.target = st.grad.data();
-    R.n = sn;
-    if (!bf16_reduce) {
-      void* recv = st.grad.data();
-      if (!first) {
-        R.recv_f = Buffer<float>(sn, MemCategory::CommBuffers);
-        recv = R.recv_f.data();
-        R.epilogue = Epi::AddF32;
-      }
-      R.work = mesh_.dp_shard().comm().reduce_scatter_async(send, recv, sn, DType::F32, ReduceOp::Sum);
-    } else {
-      R.recv_b = Buffer<bf16>(sn, MemCategory::CommBuffers);
-      R.epilogue = first ? Epi::CopyFromBf16 : Epi::AddFromBf16;
-      R.work = mesh_.dp_shard().comm().reduce_scatter_async(send, R.recv_b.data(), sn, DType::BF16, ReduceOp::Sum);
-    }
-  } else {
-    // no_shard: all-reduce the fp32 accumulation (the grad state) over every dp rank.
-    float* src = st.grad.data();
-    sum_replicated_grads_over_tp(u, src);
-    R.target = src;
-    R.n = padded;
-    if (!bf16_reduce) {
-      R.work = mesh_.dp().comm().all_reduce_async(src, src, padded, DType::F32, ReduceOp::Sum);
-    } else {
-      R.recv_b = Buffer<bf16>(padded, MemCategory::CommBuffers);
-      kernels::cast(src, R.recv_b.data(), padded);
-      R.work = mesh_.dp().comm().all_reduce_async(R.recv_b.data(), R.recv_b.data(), padded, DType::BF16, ReduceOp::Sum);
-      R.epilogue = Epi::CopyFromBf16;
-    }
+  // 1. The source (replicated-over-tp parameters' grads summed first), sent as it is or
+  //    cast to the wire dtype.
+  const void* send = nullptr;
+  switch (rc.source) {
+    case ReduceSource::MicroGrads:
+      sum_replicated_grads_over_tp(u, sb.grad_micro.data());
+      send = send_from(rc, sb.grad_micro, R.kept_micro, R.send, padded);
+      break;
+    case ReduceSource::LocalAccum:
+      sum_replicated_grads_over_tp(u, sb.accum.data());
+      send = send_from(rc, sb.accum, R.kept_accum, R.send, padded);
+      break;
+    case ReduceSource::GradState:  // persistent: sent in place, or through a cast copy
+      sum_replicated_grads_over_tp(u, st.grad.data());
+      send = rc.cast_before_send ? cast_into(st.grad.data(), R.send, rc.wire, padded) : st.grad.data();
+      break;
   }
+  // 2. Where the result lands, and what complete() does with it.
+  R.target = st.grad.data();
+  R.n = static_cast<std::size_t>(rc.result_numel(static_cast<std::int64_t>(padded), L.shard_numel));
+  R.epilogue = rc.epilogue;
+  void* recv = nullptr;
+  switch (rc.recv) {
+    case ReduceRecv::GradState: recv = st.grad.data(); break;
+    case ReduceRecv::SendBuffer: recv = const_cast<void*>(send); break;
+    case ReduceRecv::F32Buffer: recv = R.recv.allocate(DType::F32, R.n); break;
+    case ReduceRecv::Bf16Buffer: recv = R.recv.allocate(DType::BF16, R.n); break;
+  }
+  R.result = recv;
+  // 3. The collective.
+  if (rc.collective == ReduceCollective::ReduceScatterShard)
+    R.work = mesh_.dp_shard().comm().reduce_scatter_async(send, recv, R.n, rc.wire, ReduceOp::Sum);
+  else
+    R.work = mesh_.dp().comm().all_reduce_async(send, recv, R.n, rc.wire, ReduceOp::Sum);
   // At most one older reduction stays in flight behind the one just started: finish the
   // rest here, at a point fixed by the schedule, never "whenever the network was done".
   // That keeps the gradient/comm buffers alive at once - and so the memory pool's size and
@@ -385,15 +389,14 @@ void FsdpEngine<T>::launch_reduction(int u) {
 
 template <class T>
 void FsdpEngine<T>::complete(Reduction& R) {
-  using Epi = typename Reduction::Epilogue;
   R.work.wait();
   switch (R.epilogue) {
-    case Epi::None: break;
-    case Epi::AddF32: kernels::add_inplace(R.target, R.recv_f.data(), R.n); break;
-    case Epi::CopyFromBf16: kernels::cast(R.recv_b.data(), R.target, R.n); break;
-    case Epi::AddFromBf16: {
+    case ReduceEpilogue::None: break;
+    case ReduceEpilogue::AddF32: kernels::add_inplace(R.target, static_cast<const float*>(R.result), R.n); break;
+    case ReduceEpilogue::CopyFromBf16: kernels::cast(static_cast<const bf16*>(R.result), R.target, R.n); break;
+    case ReduceEpilogue::AddFromBf16: {
       Buffer<float> wide(R.n, MemCategory::Workspace);
-      kernels::cast(R.recv_b.data(), wide.data(), R.n);
+      kernels::cast(static_cast<const bf16*>(R.result), wide.data(), R.n);
       kernels::add_inplace(R.target, wide.data(), R.n);
       break;
     }

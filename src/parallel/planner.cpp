@@ -6,6 +6,7 @@
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/model/layout.hpp"
 #include "meshtrain/model/transformer.hpp"
+#include "meshtrain/parallel/reduction_plan.hpp"
 
 namespace meshtrain::parallel {
 namespace {
@@ -126,17 +127,34 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
   if (s == Strategy::NoShard) m.gathered = (in.bf16 || frozen) ? sT * all_padded : 0.0;
   else if (s == Strategy::ShardGradOp) m.gathered = sT * all_padded;  // kept from forward to backward
   else m.gathered = sT * (outer + alive_blocks * max_block);
-  // Gradient buffers: full/hybrid hold this micro-step's grads of the outer unit and of the
-  // blocks whose reduce-scatter is in flight; shard_grad_op accumulates everything in fp32.
-  // shard_grad_op keeps fp32 unsharded gradients across micro-steps (no communication until
-  // the last); with one micro-step each unit's are reduced right after its backward.
-  // All of them cover trainable segments only.
-  if (s == Strategy::ShardGradOp && p.grad_accum > 1)
-    m.grad_buffers = 4.0 * all_trainable + (in.bf16 ? sT * max_block_t : 0.0);
-  else if (s == Strategy::ShardGradOp) m.grad_buffers = 4.0 * (outer_t + 2 * max_block_t) + (in.bf16 ? sT * max_block_t : 0.0);
-  else if (s == Strategy::NoShard) m.grad_buffers = in.bf16 ? sT * std::max(outer_t, max_block_t) : 0.0;
-  else m.grad_buffers = sT * (outer_t + 2 * max_block_t);
-  m.comm_buffers = (sR != sT || in.bf16) ? std::max(sR, 4.0) * std::max(outer_t, max_block_t) : 0.0;
+  // Gradient and communication buffers: which exist, in which dtype, and how long they
+  // live is the engine's reduction recipe (parallel/reduction_plan.hpp), the same one
+  // FsdpEngine interprets. All of them cover trainable segments only.
+  const ReductionPlan rp = reduction_plan(tr, in.bf16 ? DType::BF16 : DType::F32, in.reduce_dtype);
+  const ReductionRecipe& rc = rp.first;  // the backward's buffers are the same every micro-step
+  // Units whose buffers live together while reductions are in flight: the outer unit's
+  // (its gradients grow through the whole backward, reduced last), the block whose
+  // reduction is in flight and the block computing.
+  const double in_flight = outer_t + 2 * max_block_t;
+  const double micro_b = static_cast<double>(rc.micro_grads_elem_bytes());
+  const double accum_b = static_cast<double>(rc.local_accum_elem_bytes());
+  // The fp32 local accumulation of every unit lives across micro-steps (no communication
+  // until the last); with one micro-step each unit's is reduced right after its backward.
+  m.grad_buffers = accum_b * (p.grad_accum > 1 ? all_trainable : in_flight);
+  if (!rc.widen_after_backward) m.grad_buffers += micro_b * in_flight;  // sent (or cast) per micro-step
+  else if (rc.local_accum_buffer) m.grad_buffers += micro_b * max_block_t;  // widened after each backward
+  else m.grad_buffers += micro_b * std::max(outer_t, max_block_t);
+  // Communication buffers: one fp32-sized staging copy of the largest unit whenever the
+  // recipe involves bf16 (compute or wire). This is the planner's older, coarser model, kept
+  // so plans (and doc/perf.md's paper check) do not move. The recipes' exact staging - the
+  // ReductionRecipe::comm_buffer_bytes of the two reductions the engine holds at once, which
+  // test_memory_accounting checks against the allocation counter - differs both ways: more
+  // with a bf16 wire on shard_grad_op, fp32 reductions of bf16 full_shard grads, or later
+  // micro-steps of fp32 full_shard; less (nothing) where no_shard or shard_grad_op reduce
+  // their fp32 accumulation in place. Switching to it tips the 70B / 64 A100 paper-check
+  // row out of memory (67.4 -> 70.6 GiB per rank), so it is a decision of its own.
+  const bool staged = rc.compute == DType::BF16 || rc.wire == DType::BF16;
+  m.comm_buffers = staged ? std::max(static_cast<double>(dtype_size(rc.wire)), 4.0) * std::max(outer_t, max_block_t) : 0.0;
 
   const int B = in.micro_batch, T = in.seq_len;
   const double N = static_cast<double>(B) * T, C = in.dims.d_model;

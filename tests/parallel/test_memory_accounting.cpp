@@ -1,10 +1,12 @@
 // The measured allocation counter (MemoryPool, by category) against the planner's
-// prediction, full_shard vs no_shard persistent bytes, and per-rank parameter bytes
-// scaling as 1/(tp * dp_shard) for the sharded parts.
+// prediction, full_shard vs no_shard persistent bytes, per-rank parameter bytes
+// scaling as 1/(tp * dp_shard) for the sharded parts, and the communication buffers'
+// peak against the reduction recipes' sizes.
 #include <gtest/gtest.h>
 
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/config/config.hpp"
+#include "meshtrain/parallel/reduction_plan.hpp"
 #include "meshtrain/train/run_setup.hpp"
 #include "meshtrain/train/session.hpp"
 #include "meshtrain/train/step.hpp"
@@ -46,6 +48,10 @@ Config with_lora(Config c) {
 struct Measured {
   double params = 0, grads = 0, optimizer = 0, persistent = 0, predicted_persistent = 0;
   double peak = 0;  ///< the pool's peak bytes in use during construction and one step, over the state before
+  double comm_peak = 0;  ///< the peak of MemCategory::CommBuffers (the reductions' staging) over the same span
+  std::vector<model::UnitLayout> layouts;  ///< the engine's units
+  parallel::Strategy strategy = parallel::Strategy::FullShard;
+  int grad_accum = 1;
   parallel::MemoryEstimate predicted;
 };
 
@@ -75,6 +81,11 @@ Measured measure(const Config& cfg) {
     m.optimizer = delta(MemCategory::Optimizer);
     m.persistent = m.params + m.grads + m.optimizer;
     m.peak = static_cast<double>(MemoryPool::instance().stats().peak_total_in_use) - before_total;
+    const int comm = static_cast<int>(MemCategory::CommBuffers);
+    m.comm_peak = static_cast<double>(MemoryPool::instance().stats().peak_in_use[comm] - before[comm]);
+    m.layouts = s.engine().layouts();
+    m.strategy = setup.strategy;
+    m.grad_accum = setup.batch.grad_accum;
     for (const auto& p : setup.plan.options)
       if (p.strategy == setup.strategy) {
         m.predicted_persistent = p.memory.persistent();
@@ -100,7 +111,48 @@ Config mid_model(const std::string& precision) {
   return c;
 }
 
+/// The CommBuffers peak of one step as the reduction recipes size it: the engine launches
+/// the reductions blocks first and the outer unit last (every micro-step, or the last one
+/// only), and allocates each one's staging before completing the one launched before it.
+double recipe_comm_peak(const Measured& m, DType compute, DType reduce) {
+  const parallel::ReductionPlan rp = parallel::reduction_plan(parallel::traits(m.strategy), compute, reduce);
+  const bool every_micro = parallel::traits(m.strategy).reduce_every_micro;
+  double peak = 0, previous = 0;
+  for (int micro = 0; micro < m.grad_accum; ++micro) {
+    if (!every_micro && micro != m.grad_accum - 1) continue;
+    for (int u = static_cast<int>(m.layouts.size()) - 1; u >= 0; --u) {
+      const model::UnitLayout& L = m.layouts[u];
+      if (L.trainable_padded() == 0) continue;
+      const double b = static_cast<double>(rp.at(micro == 0).comm_buffer_bytes(L.trainable_padded(), L.shard_numel));
+      peak = std::max(peak, previous + b);
+      previous = b;
+    }
+  }
+  return peak;
+}
+
 }  // namespace
+
+TEST(MemoryAccounting, CommBufferPeakIsWhatTheReductionRecipesAskFor) {
+  // The recipes' buffer sizes (parallel/reduction_plan.hpp) are the engine's allocations:
+  // every strategy x compute dtype x reduce dtype, two micro-steps (the later recipes too).
+  for (const char* strategy : {"no_shard", "full_shard", "shard_grad_op"})
+    for (const char* precision : {"fp32", "bf16"})
+      for (const ReduceDtype reduce : {ReduceDtype::Fp32, ReduceDtype::Bf16}) {
+        Config c = model_config(strategy, 1, -1);
+        c.train.precision = choice_of<Precision>(precision);
+        c.train.grad_accum = 2;
+        c.parallel.reduce_dtype = reduce;
+        const bool bf16_compute = std::string(precision) == "bf16";
+        const Measured m = bf16_compute ? measure<bf16>(c) : measure<float>(c);
+        ASSERT_EQ(m.grad_accum, 2);
+        const DType wire = reduce == ReduceDtype::Bf16 ? DType::BF16 : DType::F32;
+        const double expect = recipe_comm_peak(m, bf16_compute ? DType::BF16 : DType::F32, wire);
+        std::printf("%s %s, reduce %s: comm buffer peak %.0f bytes, recipes %.0f, planner's model %.0f\n", strategy,
+                    precision, dtype_name(wire), m.comm_peak, expect, m.predicted.comm_buffers);
+        EXPECT_EQ(m.comm_peak, expect) << strategy << " " << precision << " reduce " << dtype_name(wire);
+      }
+}
 
 TEST(MemoryAccounting, MeasuredPersistentBytesMatchThePlan) {
   for (const char* strategy : {"no_shard", "full_shard", "shard_grad_op"}) {

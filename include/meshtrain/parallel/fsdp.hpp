@@ -28,6 +28,7 @@
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/model/layout.hpp"
 #include "meshtrain/parallel/device_mesh.hpp"
+#include "meshtrain/parallel/reduction_plan.hpp"
 #include "meshtrain/parallel/strategy.hpp"
 
 namespace meshtrain::parallel {
@@ -136,6 +137,10 @@ class FsdpEngine {
   const DeviceMesh& mesh_;
   FsdpOptions opt_;
   StrategyTraits traits_;
+  /// What launch_reduction does for micro-step 0 and later ones (parallel/reduction_plan.hpp),
+  /// made once from the strategy, T and the reduce dtype: the planner sizes its buffers
+  /// from the same recipes.
+  ReductionPlan reduction_;
   int micro_ = 0;
   bool last_micro_ = false;
   struct Frozen {
