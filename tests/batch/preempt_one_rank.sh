@@ -18,6 +18,11 @@ args=(train "$tiny" --data.dir=random --train.steps="$steps" --checkpoint.every=
 # Records each rank's exit status in exit.<rank>.
 cat >rank_status.sh <<'EOF'
 #!/usr/bin/env bash
+# Open MPI's mpirun sends SIGTERM to the other ranks as soon as one exits non-zero. Both
+# ranks exit 75 within milliseconds, and without this trap the wrapper of the later one
+# could die between meshtrain's exit and writing its status (it failed that way once). With
+# a trap, bash runs it only after the command it waits for has finished.
+trap 'true' TERM
 "$@"
 status=$?
 echo "$status" >"exit.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-x}}"
@@ -30,11 +35,8 @@ echo "--- uninterrupted reference: $steps steps on 2 ranks"
 timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=ref >ref.log 2>&1 || { cat ref.log; fail "the reference run failed"; finish; }
 
 echo "--- the same run, SIGUSR1 to rank 1 only"
-# Open MPI's mpirun kills the other ranks as soon as one exits non-zero: with both ranks
-# exiting 75 at once, rank 0's wrapper could be killed between meshtrain's exit and writing
-# exit.0 (it failed that way once). Let every rank finish by itself and record its status.
 # shellcheck disable=SC2086
-OMPI_MCA_orte_abort_on_non_zero_status=0 $MPIEXEC -n 2 ./rank_status.sh "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >preempted.log 2>&1 &
+$MPIEXEC -n 2 ./rank_status.sh "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >preempted.log 2>&1 &
 launcher=$!
 if ! wait_for_step run/metrics.jsonl 5 120 "$launcher"; then
   cat preempted.log
