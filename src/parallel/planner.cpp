@@ -144,17 +144,31 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
   if (!rc.widen_after_backward) m.grad_buffers += micro_b * in_flight;  // sent (or cast) per micro-step
   else if (rc.local_accum_buffer) m.grad_buffers += micro_b * max_block_t;  // widened after each backward
   else m.grad_buffers += micro_b * std::max(outer_t, max_block_t);
-  // Communication buffers: one fp32-sized staging copy of the largest unit whenever the
-  // recipe involves bf16 (compute or wire). This is the planner's older, coarser model, kept
-  // so plans (and doc/perf.md's paper check) do not move. The recipes' exact staging - the
-  // ReductionRecipe::comm_buffer_bytes of the two reductions the engine holds at once, which
-  // test_memory_accounting checks against the allocation counter - differs both ways: more
-  // with a bf16 wire on shard_grad_op, fp32 reductions of bf16 full_shard grads, or later
-  // micro-steps of fp32 full_shard; less (nothing) where no_shard or shard_grad_op reduce
-  // their fp32 accumulation in place. Switching to it tips the 70B / 64 A100 paper-check
-  // row out of memory (67.4 -> 70.6 GiB per rank), so it is a decision of its own.
-  const bool staged = rc.compute == DType::BF16 || rc.wire == DType::BF16;
-  m.comm_buffers = staged ? std::max(static_cast<double>(dtype_size(rc.wire)), 4.0) * std::max(outer_t, max_block_t) : 0.0;
+  // Communication buffers: the staging copies of the recipes (ReductionRecipe::
+  // comm_buffer_bytes) of the reductions the engine holds at once - the one just started
+  // and the one before it (FsdpEngine::launch_reduction completes older ones) - over the
+  // backward's unit order, for micro-step 0's recipe and the later ones. The same walk as
+  // the engine's, so the figure is its allocation exactly (test_memory_accounting).
+  // Strategies that accumulate locally reduce on the last micro-step only; the others on
+  // every one, where the third and later repeat the second (same recipe, same predecessor).
+  {
+    double peak = 0, previous = 0;
+    const auto walk = [&](const ReductionRecipe& r) {
+      for (int u = static_cast<int>(layouts.size()) - 1; u >= 0; --u) {
+        const model::UnitLayout& Lu = layouts[u];
+        if (Lu.trainable_padded() == 0) continue;
+        const double b = static_cast<double>(r.comm_buffer_bytes(Lu.trainable_padded(), Lu.shard_numel));
+        peak = std::max(peak, previous + b);
+        previous = b;
+      }
+    };
+    if (tr.reduce_every_micro) {
+      for (int micro = 0; micro < std::min(p.grad_accum, 3); ++micro) walk(rp.at(micro == 0));
+    } else {
+      walk(rp.at(p.grad_accum == 1));
+    }
+    m.comm_buffers = peak;
+  }
 
   const int B = in.micro_batch, T = in.seq_len;
   const double N = static_cast<double>(B) * T, C = in.dims.d_model;

@@ -151,6 +151,8 @@ TEST(MemoryAccounting, CommBufferPeakIsWhatTheReductionRecipesAskFor) {
         std::printf("%s %s, reduce %s: comm buffer peak %.0f bytes, recipes %.0f, planner's model %.0f\n", strategy,
                     precision, dtype_name(wire), m.comm_peak, expect, m.predicted.comm_buffers);
         EXPECT_EQ(m.comm_peak, expect) << strategy << " " << precision << " reduce " << dtype_name(wire);
+        // The planner walks the same recipes: its comm-buffer figure is the allocation.
+        EXPECT_EQ(m.predicted.comm_buffers, m.comm_peak) << strategy << " " << precision << " reduce " << dtype_name(wire);
       }
 }
 
