@@ -45,7 +45,7 @@ struct CostModelInputs {
   /// calls (the engine's progress() between kernels), and ranks that share cores compete
   /// with it, so `plan` measures it (measure_overlap) when it runs on the job's ranks.
   double overlap = 1.0;
-  std::string overlap_source = "assumed (a backend with its own progress: NCCL streams)";
+  std::string overlap_source = "assumed: NCCL progresses on its own stream";
   std::string bus_source;
 };
 
