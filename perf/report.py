@@ -108,6 +108,7 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/sweep.sh` | the scaling sweep: 1/2/4 ranks x full_shard/shard_grad_op/no_shard x tp 1/2, strong and weak; `meshtrain plan` prediction per configuration; PyTorch at 1/2/4 ranks; `meshtrain bench comm` -> `results/sweep/` (sweep.csv = every logged step of every run, summary.csv, comm.csv, plots/) |
 | `perf/bench_save.sh` | a 37 MiB checkpoint save (`meshtrain bench io`: best of 5, file-system and network ceilings) on one host over shared memory and over TCP, and across 2 and 4 namespace hosts (needs root) -> `results/bench_save/` |
 | `perf/multihost_sweep.sh` (= `perf/sweep.sh --hosts N`) | namespace hosts with tc-shaped links (default 1 Gbit/s, +0.2 ms where the kernel has netem): `bench comm` inside vs across hosts, six (strategy, mesh) training runs x 3 repeats, `plan --json` given the measured bandwidths before each run; `multihost_summary.py` ranks both and checks every prediction against +-20% -> `results/multihost_sweep/` (needs root; not run by run-all.sh) |
+| `perf/bench_ab.sh` | two meshtrain binaries side by side (`BASELINE=` before a change, `MESHTRAIN=` after), 1 rank no_shard and 2 ranks full_shard on the benchmark model, alternating order; step-time ratio and equal final losses -> `results/bench_ab/` (not run by run-all.sh) |
 | `perf/bench_generate.sh` | `meshtrain generate` ms per token at 512 tokens of context with and without the KV cache, GPT-2 and Llama (GQA), greedy texts checked identical -> `results/bench_generate/` |
 | `perf/bench_eval.sh` | wall time of `meshtrain eval --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --text` (256 tokens, 1 rank, process start to exit), median of 5, optionally side by side with another binary (`BASELINE=`), losses checked identical -> `results/bench_eval/` |
 | `perf/paper_check.sh` | no measurement: `meshtrain plan` for published torchtitan and Megatron-LM runs (H100/A100, FSDP, FSDP + TP, TP + DP) next to their reported tokens/s and MFU, a few seconds -> `results/paper_check/` (table.md; the comparison and its reading are in doc/perf.md; not run by run-all.sh) |
@@ -124,6 +125,11 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
     if step:
         out.append("## meshtrain vs PyTorch on the benchmark model (issue 3 #5, issue 4 #4)\n")
         out.append(read("bench_step", "results.md"))
+    ab = read("bench_ab", "results.md")
+    if ab:
+        out.append("## A change against its baseline: the design work of issue 14\n")
+        out.append(read("bench_ab", "NOTE.md") or "")
+        out.append(ab)
     gen = read("bench_generate", "results.md")
     if gen:
         out.append("## Generation with the KV cache (issue 18 #6)\n")
