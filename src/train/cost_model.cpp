@@ -221,20 +221,28 @@ double step_value(const Runtime& rt, double v, ReduceOp worse, const NodeShare& 
 
 }  // namespace
 
-double measure_overlap(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int tp) {
+double measure_overlap(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int tp,
+                       double gemm_flops) {
   const MpiComm& world = rt.world();
   if (world.size() < 2) return 1.0;
   auto comm = parallel::make_communicator(world, "cost_model_overlap", backend);
-  // One block's parameters gathered (12 d_model^2 / tp elements; at least 256 KiB): what
-  // FSDP moves per unit.
+  // One block's parameters gathered (12 d_model^2 / tp elements), what FSDP moves per unit,
+  // between 256 KiB and 16 MiB per rank: a large model's block would take seconds here.
   const double block = 12.0 * dims.d_model * dims.d_model / std::max(1, tp);
-  const std::size_t count = std::max<std::size_t>(std::size_t{1} << 16, static_cast<std::size_t>(block / world.size()));
+  const std::size_t count =
+      std::clamp<std::size_t>(static_cast<std::size_t>(block / world.size()), std::size_t{1} << 16, std::size_t{1} << 22);
   Buffer<float> gathered(count * world.size(), MemCategory::Workspace);
   kernels::fill(gathered.data(), gathered.size(), 0.5);
   const float* mine = gathered.data() + count * world.rank();
-  // One of the model's linear layers: (rows, d_model) x (d_model, 3 d_model / tp), the
-  // average width of its four linears (qkv 3C, proj C, up and down 4C).
-  const int m = std::max(1, rows), k = std::max(1, dims.d_model), n = std::max(1, 3 * dims.d_model / std::max(1, tp));
+  // One of the model's linear layers, (rows, d_model) x (d_model, 3 d_model / tp) - the
+  // average width of its four linears (qkv 3C, proj C, up and down 4C) - is what runs
+  // between two polls. What matters is its duration, so a large model's shape is shrunk
+  // (fewer rows and columns) to at most ~50 ms at `gemm_flops` and a 64 MiB weight.
+  const int k = std::max(1, dims.d_model);
+  int n = std::max(1, 3 * dims.d_model / std::max(1, tp));
+  n = std::max(1, std::min(n, (1 << 24) / k));
+  const double max_rows = 0.05 * std::max(gemm_flops, 1e9) / (2.0 * k * n);
+  const int m = std::max(1, static_cast<int>(std::min<double>(std::max(1, rows), max_rows)));
   Buffer<float> a(static_cast<std::size_t>(m) * k, MemCategory::Workspace),
       b(static_cast<std::size_t>(k) * n, MemCategory::Workspace), c(static_cast<std::size_t>(m) * n, MemCategory::Workspace);
   for (Buffer<float>* x : {&a, &b, &c}) kernels::fill(x->data(), x->size(), 0.01);
@@ -344,7 +352,9 @@ CostModelInputs cost_model_inputs(const PlanTarget& target, const BatchSpec& bat
     c.bus_source = "defaults (1 rank: nothing to measure; set plan.bus_gbps for a cluster)";
   }
   if (c.tree_all_reduce && measure_here && rt.topology().world_size > 1 && dims != nullptr) {
-    c.overlap = measure_overlap(rt, backend, *dims, std::max(1, batch.micro_batch) * batch.seq_len, tp);
+    // Sized by this machine's GEMM rate: a planned target's rate says nothing about it.
+    const double local_rate = target.gemm_tflops > 0 ? 1e11 : c.gemm_flops;
+    c.overlap = measure_overlap(rt, backend, *dims, std::max(1, batch.micro_batch) * batch.seq_len, tp, local_rate);
     c.overlap_source = "measured here: an all-gather under GEMMs";
   } else if (c.tree_all_reduce) {
     c.overlap_source = "assumed: not measured on this job's ranks";

@@ -58,10 +58,11 @@ CostModelInputs cost_model_inputs(const PlanTarget& target, const BatchSpec& bat
 /// Measured on the job's ranks (collective over the world): an all-gather of one block's
 /// parameters alone, GEMMs of about the same duration alone, then both at once with
 /// progress() between the GEMMs, as the model polls between its kernels (one GEMM of the
-/// model's linear-layer size, `rows` = micro_batch x seq_len, between two polls). Returns
-/// the hidden fraction, (t_comm + t_gemm - t_both) / min of the two, in [0, 1], from the
-/// slowest rank's times, the median of three such measurements.
-double measure_overlap(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int tp);
+/// model's linear-layer size, `rows` = micro_batch x seq_len, between two polls; shrunk to
+/// ~50 ms at `gemm_flops` for large models). Returns the hidden fraction, (t_comm + t_gemm -
+/// t_both) / min of the two, in [0, 1], from the slowest rank's times, the median of three.
+double measure_overlap(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int tp,
+                       double gemm_flops);
 
 /// Effective FLOP/s of one micro-step's GEMMs of `dims` (see CostModelInputs::model_gemm_flops);
 /// 0 when one block's GEMMs exceed `max_flop` (then too slow to time here: big models run
