@@ -101,6 +101,8 @@ void print_plan(const Config& cfg, const model::ModelDims& dims, const parallel:
               costs.latency_s * 1e6, costs.bus_source.c_str());
   std::printf("  FSDP communication hidden behind compute: at most %.0f%% (%s); all-reduce as %s\n", 100.0 * costs.overlap,
               costs.overlap_source.c_str(), costs.tree_all_reduce ? "a binomial tree (MPI)" : "a ring (NCCL)");
+  if (!costs.sync_s.empty())
+    std::printf("  each tensor-parallel all-reduce also waits for its group: %s\n", costs.sync_source.c_str());
   if (costs.adamw_s_per_elem > 0)
     std::printf("  elementwise = AdamW %.2f ns/element (measured) + MLP activation fwd+bwd %.2f ns/element (measured) + "
                 "other kernels' bytes / copy bandwidth\n",
@@ -305,6 +307,8 @@ int command_plan(Runtime& rt, const Args& args) {
       std::printf("  FSDP communication hidden behind compute: at most %.0f%% (%s); all-reduce as %s\n",
                   100.0 * costs.overlap, costs.overlap_source.c_str(),
                   costs.tree_all_reduce ? "a binomial tree (MPI)" : "a ring (NCCL)");
+    if (search && !costs.sync_s.empty())
+      std::printf("  each tensor-parallel all-reduce also waits for its group: %s\n", costs.sync_source.c_str());
     if (!json_path.empty()) {
       if (!search) {
         // A fixed mesh: the candidates are the configured strategy (or, for auto, every

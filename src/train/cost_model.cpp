@@ -2,6 +2,9 @@
 #include "meshtrain/train/cost_model.hpp"
 
 #include <algorithm>
+#include <fstream>
+#include <functional>
+#include <string>
 #include <thread>
 #include <cmath>
 #include <sched.h>
@@ -121,11 +124,16 @@ double time_gemms(const std::vector<GemmCall>& calls) {
     Kokkos::fence();
   };
   run_all(true);  // warm-up: every shape once
-  double best = 1e300;
-  for (int rep = 0; rep < 2; ++rep) {
+  // The best of at least 3 passes, more until ~0.3 s is spent (at most 10): a small model's
+  // micro-step takes milliseconds, and two passes of it on a shared machine gave rates 2-3x
+  // apart between runs of `plan`.
+  double best = 1e300, spent = 0;
+  for (int rep = 0; rep < 10 && (rep < 3 || spent < 0.3); ++rep) {
     const double t0 = now_seconds();
     run_all(false);
-    best = std::min(best, now_seconds() - t0);
+    const double t = now_seconds() - t0;
+    best = std::min(best, t);
+    spent += t;
   }
   return best;
 }
@@ -190,17 +198,30 @@ struct NodeShare {
   double share = 1.0;    ///< fraction of a measuring rank's rate each rank gets in a step
 };
 
+/// The ranks that share this rank's cores: those under the same running kernel (its boot id).
+/// A topology of host names counts "nodes" that may be containers or network namespaces of
+/// one machine (the multi-host tests and perf/multihost_sweep.sh), whose ranks still share
+/// its cores. Without a boot id (not Linux) the node is the machine.
+MpiComm same_machine(const Runtime& rt) {
+  std::string id;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  if (!std::getline(f, id) || id.empty()) id = "node " + std::to_string(rt.topology().node_index);
+  const int color = static_cast<int>(std::hash<std::string>{}(id) & 0x7fffffff);
+  return rt.world().split(color, rt.world().rank());
+}
+
 NodeShare node_share(const Runtime& rt) {
   NodeShare ns;
   if (!kDeviceIsHost) return ns;
+  const MpiComm machine = same_machine(rt);  // collective: before any early return below
   cpu_set_t set;
   const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
                                                                   : static_cast<int>(std::thread::hardware_concurrency());
   const int threads = std::max(1, static_cast<int>(Kokkos::DefaultHostExecutionSpace().concurrency()));
   const int slots = std::max(1, std::max(1, cores) / threads);
-  const int local = rt.topology().local_size;
+  const int local = machine.size();
   if (local > slots) {
-    ns.measures = rt.topology().local_rank < slots;
+    ns.measures = machine.rank() < slots;
     ns.share = static_cast<double>(slots) / local;
   }
   return ns;
@@ -221,6 +242,47 @@ double step_value(const Runtime& rt, double v, ReduceOp worse, const NodeShare& 
 
 }  // namespace
 
+namespace {
+
+/// One of the model's linear layers as a GEMM on workspace buffers: (rows, d_model) x
+/// (d_model, 3 d_model / tp) - the average width of its four linears (qkv 3C, proj C, up and
+/// down 4C). What the measurements below need is its duration, so a large model's shape is
+/// shrunk (fewer rows and columns) to at most `max_s` at `gemm_flops` and a 64 MiB weight.
+class ModelLinear {
+ public:
+  ModelLinear(const model::ModelDims& dims, int rows, int tp, double gemm_flops, double max_s) {
+    k_ = std::max(1, dims.d_model);
+    n_ = std::max(1, 3 * dims.d_model / std::max(1, tp));
+    n_ = std::max(1, std::min(n_, (1 << 24) / k_));
+    const double max_rows = max_s * std::max(gemm_flops, 1e9) / (2.0 * k_ * n_);
+    m_ = std::max(1, static_cast<int>(std::min<double>(std::max(1, rows), max_rows)));
+    a_ = Buffer<float>(static_cast<std::size_t>(m_) * k_, MemCategory::Workspace);
+    b_ = Buffer<float>(static_cast<std::size_t>(k_) * n_, MemCategory::Workspace);
+    c_ = Buffer<float>(static_cast<std::size_t>(m_) * n_, MemCategory::Workspace);
+    for (Buffer<float>* x : {&a_, &b_, &c_}) kernels::fill(x->data(), x->size(), 0.01);
+  }
+  void run() {
+    linalg::gemm<float>(linalg::Op::N, linalg::Op::N, m_, n_, k_, 1.0f, a_.data(), k_, b_.data(), n_, 0.0f, c_.data(),
+                        n_);
+    Kokkos::fence();
+  }
+
+ private:
+  int m_ = 1, n_ = 1, k_ = 1;
+  Buffer<float> a_, b_, c_;
+};
+
+/// Wall seconds of `fn` on the slowest rank of `world`, all ranks starting together.
+template <class Fn>
+double timed_on(const MpiComm& world, Fn&& fn) {
+  sleeping_barrier(world);
+  const double t0 = now_seconds();
+  fn();
+  return all_reduce_value(world, now_seconds() - t0, ReduceOp::Max);
+}
+
+}  // namespace
+
 double measure_overlap(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int tp,
                        double gemm_flops) {
   const MpiComm& world = rt.world();
@@ -234,41 +296,22 @@ double measure_overlap(const Runtime& rt, Backend backend, const model::ModelDim
   Buffer<float> gathered(count * world.size(), MemCategory::Workspace);
   kernels::fill(gathered.data(), gathered.size(), 0.5);
   const float* mine = gathered.data() + count * world.rank();
-  // One of the model's linear layers, (rows, d_model) x (d_model, 3 d_model / tp) - the
-  // average width of its four linears (qkv 3C, proj C, up and down 4C) - is what runs
-  // between two polls. What matters is its duration, so a large model's shape is shrunk
-  // (fewer rows and columns) to at most ~50 ms at `gemm_flops` and a 64 MiB weight.
-  const int k = std::max(1, dims.d_model);
-  int n = std::max(1, 3 * dims.d_model / std::max(1, tp));
-  n = std::max(1, std::min(n, (1 << 24) / k));
-  const double max_rows = 0.05 * std::max(gemm_flops, 1e9) / (2.0 * k * n);
-  const int m = std::max(1, static_cast<int>(std::min<double>(std::max(1, rows), max_rows)));
-  Buffer<float> a(static_cast<std::size_t>(m) * k, MemCategory::Workspace),
-      b(static_cast<std::size_t>(k) * n, MemCategory::Workspace), c(static_cast<std::size_t>(m) * n, MemCategory::Workspace);
-  for (Buffer<float>* x : {&a, &b, &c}) kernels::fill(x->data(), x->size(), 0.01);
-  const auto one_gemm = [&] {
-    linalg::gemm<float>(linalg::Op::N, linalg::Op::N, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
-    Kokkos::fence();
-  };
-  const auto timed = [&](auto&& fn) {
-    sleeping_barrier(world);
-    const double t0 = now_seconds();
-    fn();
-    return all_reduce_value(world, now_seconds() - t0, ReduceOp::Max);
-  };
+  // One linear layer runs between two polls (~50 ms at most for a large model).
+  ModelLinear linear(dims, rows, tp, gemm_flops, 0.05);
+  const auto timed = [&](auto&& fn) { return timed_on(world, fn); };
   const auto gather = [&] { comm->all_gather_async(mine, gathered.data(), count, DType::F32).wait(); };
-  one_gemm();
+  linear.run();
   gather();  // warm-up: connections, first-touch
-  const double t_one = timed([&] { for (int i = 0; i < 2; ++i) one_gemm(); }) / 2;
+  const double t_one = timed([&] { for (int i = 0; i < 2; ++i) linear.run(); }) / 2;
   std::vector<double> hidden;
   for (int rep = 0; rep < 3; ++rep) {
     const double t_comm = timed(gather);
     const int gemms = static_cast<int>(std::clamp(std::ceil(t_comm / std::max(t_one, 1e-7)), 1.0, 200.0));
-    const double t_gemm = timed([&] { for (int i = 0; i < gemms; ++i) one_gemm(); });
+    const double t_gemm = timed([&] { for (int i = 0; i < gemms; ++i) linear.run(); });
     const double t_both = timed([&] {
       Work w = comm->all_gather_async(mine, gathered.data(), count, DType::F32);
       for (int i = 0; i < gemms; ++i) {
-        one_gemm();
+        linear.run();
         comm->progress();
       }
       w.wait();
@@ -277,6 +320,42 @@ double measure_overlap(const Runtime& rt, Backend backend, const model::ModelDim
   }
   std::sort(hidden.begin(), hidden.end());
   return hidden[1];
+}
+
+double measure_sync_cost(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int group,
+                         double gemm_flops) {
+  const MpiComm& world = rt.world();
+  if (group < 2 || world.size() % group != 0) return 0.0;
+  // Groups of `group` consecutive ranks: where the mesh puts its tp groups (tp fastest-varying).
+  const MpiComm sub = world.split(world.rank() / group, world.rank());
+  auto comm = parallel::make_communicator(sub, "cost_model_sync", backend);
+  // What a tensor-parallel all-reduce carries (one micro-batch's activations, rows x d_model),
+  // capped at 4 Mi elements, and what runs between two of them: half a block's forward, about
+  // two of its linear layers (each at most ~10 ms here: 10 rounds stay quick).
+  const std::size_t count = std::clamp<std::size_t>(static_cast<std::size_t>(std::max(1, rows)) * std::max(1, dims.d_model),
+                                                    1, std::size_t{1} << 22);
+  Buffer<float> act(count, MemCategory::Workspace);
+  kernels::fill(act.data(), count, 0.5);
+  ModelLinear linear(dims, rows, group, gemm_flops, 0.01);
+  constexpr int kRounds = 10;
+  const auto compute = [&] { linear.run(); linear.run(); };
+  const auto reduce = [&] { comm->all_reduce(act.data(), act.data(), count, DType::F32, ReduceOp::Sum); };
+  compute();
+  reduce();  // warm-up: connections, first-touch
+  std::vector<double> extra;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t_compute = timed_on(world, [&] { for (int i = 0; i < kRounds; ++i) compute(); });
+    const double t_reduce = timed_on(world, [&] { for (int i = 0; i < kRounds; ++i) reduce(); });
+    const double t_both = timed_on(world, [&] {
+      for (int i = 0; i < kRounds; ++i) {
+        compute();
+        reduce();
+      }
+    });
+    extra.push_back(std::max(0.0, (t_both - t_compute - t_reduce) / kRounds));
+  }
+  std::sort(extra.begin(), extra.end());
+  return extra[1];
 }
 
 double measure_model_gemm_flops(const model::ModelDims& d, int micro_batch, int seq_len, int tp, bool bf16,
@@ -358,6 +437,19 @@ CostModelInputs cost_model_inputs(const PlanTarget& target, const BatchSpec& bat
     c.overlap_source = "measured here: an all-gather under GEMMs";
   } else if (c.tree_all_reduce) {
     c.overlap_source = "assumed: not measured on this job's ranks";
+  }
+  const int local = rt.topology().local_size;
+  if (kDeviceIsHost && measure_here && dims != nullptr && local > 1) {
+    // Every group size a tp group can take on these nodes (powers of two dividing a node).
+    const double local_rate = target.gemm_tflops > 0 ? 1e11 : c.gemm_flops;
+    const int rows = std::max(1, batch.micro_batch) * batch.seq_len;
+    c.sync_s.assign(static_cast<std::size_t>(local) + 1, 0.0);
+    std::string sizes;
+    for (int g = 2; g <= local && local % g == 0; g *= 2) {
+      c.sync_s[g] = measure_sync_cost(rt, backend, *dims, rows, g, local_rate);
+      sizes += strprintf("%s%d ranks %.2f ms", sizes.empty() ? "" : ", ", g, c.sync_s[g] * 1e3);
+    }
+    c.sync_source = "measured here (blocking all-reduce between GEMMs, beyond its transfer): " + sizes;
   }
   return c;
 }
@@ -458,7 +550,10 @@ StepPrediction predict_step(const model::ModelDims& d, const parallel::PlanInput
   const double reduce_s = collective_seconds(shard_link, v.reduce_collectives, v.fsdp_reduce, reduce_kind, c);
   r.replicate_comm_s = collective_seconds(rep_link, v.replicate_collectives, v.replicate, Collective::AllReduce, c);
   r.fsdp_comm_s = gather_fwd_s + gather_bwd_s + reduce_s;
-  r.tp_comm_s = collective_seconds(tp_link, v.tp_collectives, v.tp, Collective::AllReduce, c);
+  // Tensor-parallel all-reduces are blocking and sit between kernels: each also pays the
+  // measured synchronisation cost of its group (ranks that share cores wait for a parked peer).
+  r.tp_comm_s = collective_seconds(tp_link, v.tp_collectives, v.tp, Collective::AllReduce, c) +
+                (tp > 1 ? v.tp_collectives * c.sync_seconds(tp) : 0.0);
 
   // Overlap: the gathers of forward hide behind forward compute, the re-gathers and
   // reductions of backward behind backward compute (the optimizer runs after both). What

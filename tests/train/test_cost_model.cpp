@@ -189,3 +189,24 @@ TEST(CostModel, HybridReplicateAllReduceIsExposedAndCheckpointingRecomputesForwa
   const auto ac = parallel::plan_strategy(in, parallel::Strategy::HybridShard, hybrid);
   EXPECT_NEAR(predict_step(d, in, ac, fixed_costs()).gemm_s, p.gemm_s * 4.0 / 3.0, 1e-12);
 }
+
+TEST(CostModel, EveryTensorParallelAllReducePaysItsGroupsMeasuredSyncCost) {
+  const auto d = small_gpt();
+  auto in = input(d, 4);
+  const MeshShape tp2{1, 2, 2};
+  const auto p = parallel::plan_strategy(in, parallel::Strategy::NoShard, tp2);
+  ASSERT_TRUE(p.valid);
+  ASSERT_GT(p.comm.tp_collectives, 0);
+  const StepPrediction base = predict_step(d, in, p, fixed_costs());
+  CostModelInputs c = fixed_costs();
+  c.sync_s = {0.0, 0.0, 2e-3, 0.0, 7e-3};  // by group size: 2 ranks 2 ms, 4 ranks 7 ms
+  const StepPrediction q = predict_step(d, in, p, c);
+  EXPECT_NEAR(q.tp_comm_s - base.tp_comm_s, p.comm.tp_collectives * 2e-3, 1e-12);  // the tp=2 group's cost
+  EXPECT_NEAR(q.step_seconds_overlap - base.step_seconds_overlap, p.comm.tp_collectives * 2e-3, 1e-12);
+  EXPECT_EQ(q.fsdp_comm_s, base.fsdp_comm_s);  // FSDP collectives are not charged it
+  // No tensor parallelism: no tp collectives, nothing to pay.
+  const auto p1 = plan_for(in, parallel::Strategy::NoShard);
+  ASSERT_EQ(p1.mesh.tp, 1);
+  EXPECT_EQ(predict_step(d, in, p1, c).tp_comm_s, 0.0);
+  EXPECT_EQ(c.sync_seconds(8), 0.0);  // a group size not measured
+}

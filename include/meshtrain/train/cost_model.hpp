@@ -6,6 +6,7 @@
 /// bandwidth, bus bandwidth of an all-gather) or given for a target cluster.
 
 #include <string>
+#include <vector>
 
 #include "meshtrain/config/choices.hpp"
 #include "meshtrain/parallel/planner.hpp"
@@ -47,6 +48,17 @@ struct CostModelInputs {
   double overlap = 1.0;
   std::string overlap_source = "assumed: NCCL progresses on its own stream";
   std::string bus_source;
+  /// Seconds a blocking collective over a group of g consecutive ranks (a tp group) costs
+  /// beyond its transfer when the ranks compute between two of them: `sync_s[g]`, 0 where
+  /// not measured. On host builds whose ranks share cores (4 ranks on 2 cores), a rank that
+  /// reaches the all-reduce first waits for a peer the scheduler has parked - about a
+  /// millisecond per collective here, more than the transfer itself. `plan` and `train`
+  /// measure it on the job's ranks (measure_sync_cost); on GPUs it stays 0.
+  std::vector<double> sync_s;
+  std::string sync_source = "not measured";
+  double sync_seconds(int group) const {
+    return group >= 0 && group < static_cast<int>(sync_s.size()) ? sync_s[group] : 0.0;
+  }
 };
 
 /// Measures (collectively over the job's world, with `backend` for the collectives) or takes
@@ -63,6 +75,15 @@ CostModelInputs cost_model_inputs(const PlanTarget& target, const BatchSpec& bat
 /// t_both) / min of the two, in [0, 1], from the slowest rank's times, the median of three.
 double measure_overlap(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int tp,
                        double gemm_flops);
+
+/// Measured on the job's ranks (collective over the world), in groups of `group` consecutive
+/// ranks: ten rounds of (two GEMMs of the model's linear-layer size, then a blocking
+/// all-reduce of one micro-batch's activations in the group), against the GEMMs alone and
+/// the all-reduces alone. Returns the extra seconds per round (>= 0; the slowest rank's
+/// times, the median of three): what each synchronising collective costs beyond its bytes.
+/// 0 for group < 2 or a group that does not divide the world.
+double measure_sync_cost(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int group,
+                         double gemm_flops);
 
 /// Effective FLOP/s of one micro-step's GEMMs of `dims` (see CostModelInputs::model_gemm_flops);
 /// 0 when one block's GEMMs exceed `max_flop` (then too slow to time here: big models run
