@@ -79,6 +79,8 @@ _cluster_remove() {
     rm -rf "/etc/netns/$ns"
   done
   rm -rf "${CLUSTER_STATE_ROOT:?}/$tag"
+  # Open MPI's session directories, named after each host (TMPDIR is shared by the hosts).
+  rm -rf "${TMPDIR:-/tmp}/ompi.${tag}-h"*
   # /etc/netns goes only when no other cluster (or tool) still keeps a host file in it.
   if [[ -d /etc/netns ]] && [[ -z $(ls -A /etc/netns) ]]; then rmdir /etc/netns; fi
 }
