@@ -11,16 +11,7 @@ using namespace meshtrain::parallel;
 
 namespace {
 
-model::ModelDims gpt(int d_model, int layers) {
-  model::ModelSettings c;
-  c.family = ModelFamily::Gpt2;
-  c.vocab_size = 50304;
-  c.d_model = d_model;
-  c.n_layers = layers;
-  c.n_heads = d_model / 64;
-  c.max_seq_len = 1024;
-  return model::resolve_dims(c);
-}
+model::ModelDims gpt(int d_model, int layers) { return test::gpt2_dims(50304, d_model, layers, d_model / 64, 1024); }
 
 PlanInput input(const model::ModelDims& d, int world, double budget_gib, int rpn = 8) {
   PlanInput in;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "meshtrain/core/memory.hpp"
+#include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/runtime/runtime.hpp"
 
 namespace meshtrain::test {
@@ -40,6 +41,10 @@ template <class T>
 std::vector<T> to_host(const Buffer<T>& b) {
   return to_host(b.data(), b.size());
 }
+
+/// The dims of a GPT-2 model (tied embeddings, ffn 4 x d_model), for the planner and
+/// cost-model tests that need only a shape.
+model::ModelDims gpt2_dims(int vocab_size, int d_model, int n_layers, int n_heads, int max_seq_len);
 
 /// n normally distributed values (seeded).
 std::vector<double> random_normal(std::size_t n, std::uint64_t seed, double stddev = 1.0);

@@ -13,16 +13,7 @@ using namespace meshtrain::train;
 
 namespace {
 
-model::ModelDims small_gpt() {
-  model::ModelSettings c;
-  c.family = ModelFamily::Gpt2;
-  c.vocab_size = 8192;
-  c.d_model = 512;
-  c.n_layers = 6;
-  c.n_heads = 8;
-  c.max_seq_len = 256;
-  return model::resolve_dims(c);
-}
+model::ModelDims small_gpt() { return test::gpt2_dims(8192, 512, 6, 8, 256); }
 
 parallel::PlanInput input(const model::ModelDims& d, int world) {
   parallel::PlanInput in;

@@ -15,16 +15,7 @@ using namespace meshtrain::train;
 
 namespace {
 
-model::ModelDims tiny_gpt() {
-  model::ModelSettings c;
-  c.family = ModelFamily::Gpt2;
-  c.vocab_size = 264;
-  c.d_model = 128;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.max_seq_len = 32;
-  return model::resolve_dims(c);
-}
+model::ModelDims tiny_gpt() { return test::gpt2_dims(264, 128, 2, 4, 32); }
 
 // The same value on every rank (the measurements reduce over the world).
 void expect_agreed(double v) {
