@@ -438,7 +438,9 @@ CostModelInputs cost_model_inputs(const PlanTarget& target, const BatchSpec& bat
   } else if (c.tree_all_reduce) {
     c.overlap_source = "assumed: not measured on this job's ranks";
   }
-  const int local = rt.topology().local_size;
+  // The smallest node's size: the same on every rank (the measurement is collective, and
+  // nodes may be uneven), and what a tp group must fit in.
+  const int local = rt.topology().min_ranks_per_node;
   if (kDeviceIsHost && measure_here && dims != nullptr && local > 1) {
     // Every group size a tp group can take on these nodes (powers of two dividing a node).
     const double local_rate = target.gemm_tflops > 0 ? 1e11 : c.gemm_flops;

@@ -57,7 +57,7 @@ TEST(CostModelMeasured, InputsCarryTheSyncCostOfEveryTpGroupOfANode) {
   batch.micro_batch = 2;
   batch.seq_len = 32;
   const CostModelInputs c = cost_model_inputs(PlanTarget{}, batch, Backend::Mpi, rt, false, true, &d, 1);
-  const int local = rt.topology().local_size;
+  const int local = rt.topology().min_ranks_per_node;  // a tp group fits the smallest node
   if (local < 2) {
     EXPECT_TRUE(c.sync_s.empty());
     EXPECT_EQ(c.sync_seconds(2), 0.0);

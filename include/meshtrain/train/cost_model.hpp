@@ -51,9 +51,9 @@ struct CostModelInputs {
   /// Seconds a blocking collective over a group of g consecutive ranks (a tp group) costs
   /// beyond its transfer when the ranks compute between two of them: `sync_s[g]`, 0 where
   /// not measured. On host builds whose ranks share cores (4 ranks on 2 cores), a rank that
-  /// reaches the all-reduce first waits for a peer the scheduler has parked - about a
-  /// millisecond per collective here, more than the transfer itself. `plan` and `train`
-  /// measure it on the job's ranks (measure_sync_cost); on GPUs it stays 0.
+  /// reaches the all-reduce first waits for a peer the scheduler has parked (in training here
+  /// ~1 ms per tp all-reduce, more than its bytes take). `plan` and `train` measure it on the
+  /// job's ranks (measure_sync_cost, which sees less of it: doc/perf.md); on GPUs it stays 0.
   std::vector<double> sync_s;
   std::string sync_source = "not measured";
   double sync_seconds(int group) const {
