@@ -43,6 +43,7 @@ struct BenchArgs {
   std::string group = "world";
   std::string dtype = "fp32";
   int warmup = 5, iters = 20;
+  bool in_step = false;              ///< comm: a world barrier before every operation
   std::string sizes;                 ///< gemm: "1024,2048,1024x512x1536"; memory: "4MiB,64MiB"
   std::string transpose = "nn";      ///< gemm: nn | nt | tn (op(A), op(B))
   double seconds = 0.5;              ///< gemm/memory: time per size
@@ -56,7 +57,7 @@ const char* kUsage =
     "usage: meshtrain bench comm   [--ops all_gather,reduce_scatter,all_reduce,broadcast|all] [--min_bytes 1KiB]\n"
     "                              [--max_bytes 64MiB] [--group world|tp|dp_shard|dp_replicate|dp]\n"
     "                              [--parallel.tp N --parallel.dp_shard N --parallel.dp_replicate N]\n"
-    "                              [--dtype fp32|bf16] [--warmup 5] [--iters 20] [--csv PATH] [--json PATH]\n"
+    "                              [--dtype fp32|bf16] [--warmup 5] [--iters 20] [--in_step] [--csv PATH] [--json PATH]\n"
     "       meshtrain bench gemm   [--sizes 256,512,1024,2048,MxNxK] [--transpose nn|nt|tn] [--dtype fp32|bf16]\n"
     "                              [--seconds 0.5] [--csv PATH] [--json PATH]\n"
     "       meshtrain bench memory [--sizes 1MiB,4MiB,16MiB,64MiB,256MiB] [--seconds 0.5] [--csv PATH] [--json PATH]\n"
@@ -114,6 +115,9 @@ BenchArgs parse_bench_args(const Args& args) {
       ("dtype", po::value<std::string>(&a.dtype)->default_value(a.dtype), "fp32 | bf16")
       ("warmup", po::value<int>(&a.warmup)->default_value(a.warmup), "comm: untimed operations per size")
       ("iters", po::value<int>(&a.iters)->default_value(a.iters), "comm: timed operations per size")
+      ("in_step", po::bool_switch(&a.in_step), "comm: every operation starts after a barrier over all ranks, so the "
+                                               "group's concurrent siblings move their bytes at the same moment (as "
+                                               "tensor-parallel all-reduces line them up in training)")
       ("sizes", po::value<std::string>(&a.sizes)->default_value(a.sizes), "gemm: N or MxNxK list; memory: byte sizes")
       ("transpose", po::value<std::string>(&a.transpose)->default_value(a.transpose), "gemm: nn | nt | tn")
       ("seconds", po::value<double>(&a.seconds)->default_value(a.seconds), "gemm/memory: seconds per size")
@@ -185,6 +189,7 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   MESHTRAIN_REQUIRE(dim != nullptr, "--group must be world, tp, dp_shard, dp_replicate or dp, got '%s'",
                     a.group.c_str());
   Communicator* comm = &dim->comm();
+  Communicator* in_step = a.in_step ? &mesh.find("world")->comm() : nullptr;
   const int n = comm->size();
   const int instances = world.size() / n;  // groups of this kind running at once
   const DType dt = a.dtype == "bf16" ? DType::BF16 : DType::F32;
@@ -197,9 +202,10 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   if (root) {
     std::printf("# meshtrain bench comm: group %s (%d ranks; %d such group(s) run at once), mesh %s\n",
                 a.group.c_str(), n, instances, shape.str().c_str());
-    std::printf("# %d rank(s) on %d node(s), %d thread(s) per rank, backend %s, dtype %s, warmup %d, iters %d\n",
+    std::printf("# %d rank(s) on %d node(s), %d thread(s) per rank, backend %s, dtype %s, warmup %d, iters %d%s\n",
                 world.size(), topo.num_nodes, Kokkos::DefaultExecutionSpace().concurrency(), comm->backend(),
-                a.dtype.c_str(), a.warmup, a.iters);
+                a.dtype.c_str(), a.warmup, a.iters,
+                a.in_step ? ", in step (a barrier over all ranks before every operation, counted in its time)" : "");
     std::printf("# time: seconds per operation averaged over the timed iterations, min/avg/max across all ranks\n");
     std::printf("# algbw = size / time_max; busbw = algbw * factor (all_gather, reduce_scatter: (n-1)/n; "
                 "all_reduce: 2(n-1)/n; broadcast: 1)\n");
@@ -224,7 +230,7 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
                   "max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
     }
     for (std::uint64_t bytes = lo; bytes <= hi; bytes *= 2) {
-      const CollectiveResult r = bench_collective(*comm, kind, bytes, dt, a.warmup, a.iters);
+      const CollectiveResult r = bench_collective(*comm, kind, bytes, dt, a.warmup, a.iters, in_step);
       // Across all concurrent groups: the slowest rank bounds the bandwidth; wrong counts are
       // per-group sums, counted once per group (by its rank 0).
       const Spread tmin = spread(world, r.time_min), tmax = spread(world, r.time_max), tavg = spread(world, r.time_avg);
@@ -271,7 +277,7 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
       JsonObject j;
       j.add("benchmark", "comm").add("group", a.group).add("group_ranks", n).add("world_ranks", world.size())
           .add("mesh", strprintf("%dx%dx%d", shape.dp_replicate, shape.dp_shard, shape.tp)).add("backend", comm->backend())
-          .add("dtype", a.dtype).add("warmup", a.warmup).add("iters", a.iters)
+          .add("dtype", a.dtype).add("warmup", a.warmup).add("iters", a.iters).add("in_step", a.in_step)
           .add("threads_per_rank", Kokkos::DefaultExecutionSpace().concurrency())
           .add("copy_bytes_per_s_min", copy.min).add("copy_bytes_per_s_avg", copy.avg)
           .add("copy_bytes_per_s_sum", copy.sum).add("wrong", static_cast<std::int64_t>(total_wrong));

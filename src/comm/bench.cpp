@@ -24,7 +24,8 @@ void fill_host(std::vector<T>& v, int r, std::size_t offset) {
 }
 
 template <class T>
-CollectiveResult run(Communicator& comm, CollectiveKind kind, std::size_t bytes, int warmup, int iters) {
+CollectiveResult run(Communicator& comm, CollectiveKind kind, std::size_t bytes, int warmup, int iters,
+                     Communicator* in_step) {
   const int n = comm.size(), r = comm.rank();
   const DType dt = DTypeOf<T>::value;
   g_bf16_values = dt == DType::BF16;
@@ -50,11 +51,15 @@ CollectiveResult run(Communicator& comm, CollectiveKind kind, std::size_t bytes,
     }
     return Work();
   };
-  for (int i = 0; i < warmup; ++i) launch().wait();
-  comm.barrier();
+  const auto one = [&] {
+    if (in_step != nullptr) in_step->barrier();
+    launch().wait();
+  };
+  for (int i = 0; i < warmup; ++i) one();
+  (in_step != nullptr ? *in_step : comm).barrier();
   Kokkos::fence();
   const double t0 = now_seconds();
-  for (int i = 0; i < iters; ++i) launch().wait();
+  for (int i = 0; i < iters; ++i) one();
   Kokkos::fence();
   const double t = (now_seconds() - t0) / std::max(1, iters);
 
@@ -136,10 +141,10 @@ double bus_factor(CollectiveKind k, int n) {
 }
 
 CollectiveResult bench_collective(Communicator& comm, CollectiveKind kind, std::size_t bytes, DType dtype, int warmup,
-                                  int iters) {
-  if (dtype == DType::BF16) return run<bf16>(comm, kind, bytes, warmup, iters);
+                                  int iters, Communicator* in_step) {
+  if (dtype == DType::BF16) return run<bf16>(comm, kind, bytes, warmup, iters, in_step);
   MESHTRAIN_REQUIRE(dtype == DType::F32, "the collective benchmark supports fp32 and bf16");
-  return run<float>(comm, kind, bytes, warmup, iters);
+  return run<float>(comm, kind, bytes, warmup, iters, in_step);
 }
 
 }  // namespace meshtrain

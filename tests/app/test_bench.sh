@@ -53,6 +53,9 @@ check_comm comm_np4_bf16 4 bf16
 check_comm comm_np4_tp_group 4 fp32 --parallel.tp=2 --group tp --ops all_reduce,all_gather
 grep -qF "group tp (2 ranks; 2 such group(s) run at once)" "$out" || fail "tp group: header does not name 2 groups of 2"
 check_comm comm_np4_dp_shard 4 fp32 --parallel.tp 2 --group dp_shard --ops reduce_scatter
+check_comm comm_np4_in_step 4 fp32 --parallel.tp=2 --group dp_shard --ops all_reduce --in_step
+grep -qF ", in step (a barrier over all ranks" "$out" || fail "in step: the header does not say so"
+grep -q '"in_step": true' "$TEST_TMP/comm_np4_in_step.json" || fail "in step: the JSON does not record it"
 
 run "gemm" $MPIEXEC -np 2 "$bin" bench gemm --sizes 64,32x48x16 --transpose nt --seconds 0.01 --csv "$TEST_TMP/gemm.csv"
 [[ $rc -eq 0 ]] || fail "gemm: exit status $rc"

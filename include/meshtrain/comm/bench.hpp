@@ -30,8 +30,12 @@ struct CollectiveResult {
 };
 
 /// Runs `warmup` + `iters` operations of `bytes` (fp32 or bf16 elements) and checks the
-/// result of the last one. Collective over `comm`.
+/// result of the last one. Collective over `comm`. With `in_step` (a communicator over all
+/// ranks running the benchmark, `comm`'s group among several), every operation starts after
+/// a barrier over it: the mesh's groups of one kind move their bytes at the same moment, as
+/// in training where a tensor-parallel all-reduce between two reductions lines them up. The
+/// time then includes the barrier.
 CollectiveResult bench_collective(Communicator& comm, CollectiveKind kind, std::size_t bytes, DType dtype, int warmup,
-                                  int iters);
+                                  int iters, Communicator* in_step = nullptr);
 
 }  // namespace meshtrain
