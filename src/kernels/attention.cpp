@@ -24,18 +24,15 @@ int kv_head(const AttentionShape& s, int h) {
   return j;
 }
 
-/// Causal attention only needs the lower triangle of each (T, T) score matrix. On host
-/// the query rows are processed in blocks of this many rows, and block [i0, i1) only
-/// multiplies against keys [0, i1): about half the GEMM flops of the full square. On GPUs
-/// one block (fewer, larger cuBLAS calls) is faster.
-int causal_block_rows(int T) { return kHostExec ? std::min(T, 128) : T; }
-
-/// Row-wise causal softmax in place over p: rows of length L; row r is query position
-/// pos0 + r % Tq and sees keys [0, pos0 + r % Tq]. Those n entries become their softmax,
-/// entries j >= n become 0 and are not read (the blocked score GEMMs leave some unwritten).
-/// Training has Tq = L, pos0 = 0; decoding against a KV cache has pos0 = cached positions.
+/// Row-wise causal softmax in place over p: rows of length L (row stride L); row r is query
+/// position pos0 + r % Tq and sees keys [0, pos0 + r % Tq]. Those n entries become their
+/// softmax, entries j >= n become 0 and are not read (the blocked score GEMMs leave some
+/// unwritten). With `stats`, row r's maximum and 1 / sum go to stats[(r / Tq) * stats_stride
+/// + 2 (r % Tq)] and the next element. Training's strips have Tq rows of one block starting
+/// at query pos0; decoding against a KV cache has pos0 = cached positions.
 template <class T>
-void causal_softmax(T* p, std::int64_t rows, int Tq, int L, int pos0) {
+void causal_softmax(T* p, std::int64_t rows, int Tq, int L, int pos0, acc_t<T>* stats = nullptr,
+                    std::int64_t stats_stride = 0) {
   using A = acc_t<T>;
   Kokkos::parallel_for(
       "Kernels::attention_softmax", row_policy(static_cast<int>(rows)),
@@ -52,27 +49,57 @@ void causal_softmax(T* p, std::int64_t rows, int Tq, int L, int pos0) {
           return load(e);
         });
         const A inv = A(1) / sum;
+        if (stats != nullptr)
+          Kokkos::single(Kokkos::PerTeam(team), [&] {
+            A* st = stats + (r / Tq) * stats_stride + 2 * (r % Tq);
+            st[0] = mx;
+            st[1] = inv;
+          });
         team.team_barrier();
         team_for(team, n, [&](int j) { pr[j] = store<T>(load(pr[j]) * inv); });
         team_for(team, L - n, [&](int j) { pr[n + j] = store<T>(A(0)); });
       });
 }
 
-/// ds = p * (dp - sum_j p_j dp_j) row-wise in place over dp (causal: entries j > i set to 0).
+/// The probabilities causal_softmax wrote, again: p holds the same scores (the same GEMM
+/// call) and `stats` that call's maxima and 1 / sums (same indexing), so every entry is
+/// computed by the same two roundings and comes out bit for bit as in forward.
 template <class T>
-void causal_softmax_backward(const T* p, T* dp, std::int64_t rows, int T_seq) {
+void causal_softmax_recompute(T* p, std::int64_t rows, int Tq, int L, int pos0, const acc_t<T>* stats,
+                              std::int64_t stats_stride) {
+  using A = acc_t<T>;
+  Kokkos::parallel_for(
+      "Kernels::attention_softmax_recompute", row_policy(static_cast<int>(rows)),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t r = team.league_rank();
+        const int n = pos0 + static_cast<int>(r % Tq) + 1;
+        T* pr = p + r * L;
+        const A* st = stats + (r / Tq) * stats_stride + 2 * (r % Tq);
+        const A mx = st[0], inv = st[1];
+        team_for(team, n, [&](int j) {
+          const T e = store<T>(exp_acc(load(pr[j]) - mx));
+          pr[j] = store<T>(load(e) * inv);
+        });
+        team_for(team, L - n, [&](int j) { pr[n + j] = store<T>(A(0)); });
+      });
+}
+
+/// ds = p * (dp - sum_j p_j dp_j) row-wise in place over dp, rows as in causal_softmax
+/// (entries j >= n set to 0).
+template <class T>
+void causal_softmax_backward(const T* p, T* dp, std::int64_t rows, int Tq, int L, int pos0) {
   using A = acc_t<T>;
   Kokkos::parallel_for(
       "Kernels::attention_softmax_backward", row_policy(static_cast<int>(rows)),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
-        const int n = static_cast<int>(r % T_seq) + 1;
-        const T* pr = p + r * T_seq;
-        T* dr = dp + r * T_seq;
+        const int n = pos0 + static_cast<int>(r % Tq) + 1;
+        const T* pr = p + r * L;
+        T* dr = dp + r * L;
         const A dot = team_sum<A>(team, n, [&](int j) { return load(pr[j]) * load(dr[j]); });
         team.team_barrier();
         team_for(team, n, [&](int j) { dr[j] = store<T>(load(pr[j]) * (load(dr[j]) - dot)); });
-        team_for(team, T_seq - n, [&](int j) { dr[n + j] = store<T>(A(0)); });
+        team_for(team, L - n, [&](int j) { dr[n + j] = store<T>(A(0)); });
       });
 }
 
@@ -86,40 +113,47 @@ void zero_rows(T* x, int rows, int cols, int ld) {
       });
 }
 
+/// One block of query rows [i0, i1) of one head: its score strip (B, i1 - i0, i1), row
+/// stride i1, is (scale q k^T) over keys [0, i1). The same call in forward and backward.
+template <class T>
+void score_strip(const AttentionShape& s, int h, int i0, int i1, const T* q, int ldq, const T* k, int ldk, T* strip) {
+  const int j = kv_head(s, h), m = i1 - i0;
+  linalg::gemm_strided_batched<T>(Op::N, Op::T, m, i1, s.hd, s.scale,
+                                  q + static_cast<std::int64_t>(i0) * ldq + h * s.hd, ldq,
+                                  static_cast<std::int64_t>(s.T) * ldq, k + j * s.hd, ldk,
+                                  static_cast<std::int64_t>(s.T) * ldk, 0.0f, strip, i1,
+                                  static_cast<std::int64_t>(m) * i1, s.B);
+}
+
 }  // namespace
+
+int attention_block_rows(int T) { return kHostExec ? std::min(T, 128) : T; }
+
+std::int64_t attention_workspace_elems(const AttentionShape& s) {
+  return 2 * static_cast<std::int64_t>(s.B) * attention_block_rows(s.T) * s.T;
+}
 
 template <class T>
 void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
-                       const T* v, int ldv, T* out, int ldo, T* probs) {
-  // q: (B*T, ldq), k: (B*T, ldk), v: (B*T, ldv), out: (B*T, ldo), probs: (B, Hq, T, T)
+                       const T* v, int ldv, T* out, int ldo, acc_t<T>* stats, T* workspace) {
+  // q: (B*T, ldq), k: (B*T, ldk), v: (B*T, ldv), out: (B*T, ldo), stats: (B, Hq, T, 2)
   Kokkos::Profiling::pushRegion("Kernels::attention_forward");
   const int Tn = s.T, hd = s.hd;
-  const std::int64_t TT = static_cast<std::int64_t>(Tn) * Tn;
-  const std::int64_t sp = s.Hq * TT;  // probs stride between sequences
-  const int rb = causal_block_rows(Tn);
+  const std::int64_t stats_b = 2 * static_cast<std::int64_t>(s.Hq) * Tn;  // stats stride between sequences
+  const int rb = attention_block_rows(Tn);
+  T* p = workspace;  // (B, i1 - i0, i1): one block's scores, then its probabilities
   for (int h = 0; h < s.Hq; ++h) {
     const int j = kv_head(s, h);
     for (int i0 = 0; i0 < Tn; i0 += rb) {
-      const int i1 = std::min(Tn, i0 + rb);
-      // scores[b, h, i0:i1, 0:i1] = scale * q_bh[i0:i1] k_bj[0:i1]^T
-      linalg::gemm_strided_batched<T>(
-          Op::N, Op::T, i1 - i0, i1, hd, s.scale, q + static_cast<std::int64_t>(i0) * ldq + h * hd,
-          ldq, static_cast<std::int64_t>(Tn) * ldq, k + j * hd, ldk,
-          static_cast<std::int64_t>(Tn) * ldk, 0.0f, probs + h * TT + static_cast<std::int64_t>(i0) * Tn,
-          Tn, sp, s.B);
-    }
-  }
-  causal_softmax(probs, static_cast<std::int64_t>(s.B) * s.Hq * Tn, Tn, Tn, 0);
-  for (int h = 0; h < s.Hq; ++h) {
-    const int j = kv_head(s, h);
-    for (int i0 = 0; i0 < Tn; i0 += rb) {
-      const int i1 = std::min(Tn, i0 + rb);
-      // out_bh[i0:i1] = probs[b, h, i0:i1, 0:i1] v_bj[0:i1]
-      linalg::gemm_strided_batched<T>(
-          Op::N, Op::N, i1 - i0, hd, i1, 1.0f, probs + h * TT + static_cast<std::int64_t>(i0) * Tn,
-          Tn, sp, v + j * hd, ldv, static_cast<std::int64_t>(Tn) * ldv, 0.0f,
-          out + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo, static_cast<std::int64_t>(Tn) * ldo,
-          s.B);
+      const int i1 = std::min(Tn, i0 + rb), m = i1 - i0;
+      score_strip(s, h, i0, i1, q, ldq, k, ldk, p);
+      causal_softmax(p, static_cast<std::int64_t>(s.B) * m, m, i1, i0,
+                     stats + 2 * (static_cast<std::int64_t>(h) * Tn + i0), stats_b);
+      // out_bh[i0:i1] = P[b, i0:i1, 0:i1] v_bj[0:i1]
+      linalg::gemm_strided_batched<T>(Op::N, Op::N, m, hd, i1, 1.0f, p, i1, static_cast<std::int64_t>(m) * i1,
+                                      v + j * hd, ldv, static_cast<std::int64_t>(Tn) * ldv, 0.0f,
+                                      out + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo,
+                                      static_cast<std::int64_t>(Tn) * ldo, s.B);
     }
   }
   Kokkos::Profiling::popRegion();
@@ -127,49 +161,45 @@ void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k,
 
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
-                        const T* v, int ldv, const T* probs, const T* dout, int ldo, T* dq,
+                        const T* v, int ldv, const acc_t<T>* stats, const T* dout, int ldo, T* dq,
                         T* dk, T* dv, T* workspace) {
-  // dq like q; dk like k; dv like v; workspace: (B, Hq, T, T) for dP, then dS in place.
+  // dq like q; dk like k; dv like v; workspace: two strips of (B, rows, T): P and dP -> dS.
   Kokkos::Profiling::pushRegion("Kernels::attention_backward");
   const int Tn = s.T, hd = s.hd;
-  const std::int64_t TT = static_cast<std::int64_t>(Tn) * Tn;
-  const std::int64_t sp = s.Hq * TT;
+  const std::int64_t stats_b = 2 * static_cast<std::int64_t>(s.Hq) * Tn;
   const std::int64_t sq = static_cast<std::int64_t>(Tn) * ldq, sk = static_cast<std::int64_t>(Tn) * ldk,
                      sv = static_cast<std::int64_t>(Tn) * ldv, so = static_cast<std::int64_t>(Tn) * ldo;
-  const int rb = causal_block_rows(Tn);
+  const int rb = attention_block_rows(Tn);
+  T* p = workspace;                                                // (B, i1 - i0, i1)
+  T* ds = workspace + static_cast<std::int64_t>(s.B) * rb * Tn;   // (B, i1 - i0, i1)
   const int N = s.B * Tn;
-  // kv heads accumulate over the query heads that read them (in head order).
+  // kv heads accumulate over the query heads that read them (in head order, then block order).
   zero_rows(dk, N, s.Hkv * hd, ldk);
   zero_rows(dv, N, s.Hkv * hd, ldv);
   for (int h = 0; h < s.Hq; ++h) {
     const int j = kv_head(s, h);
     for (int i0 = 0; i0 < Tn; i0 += rb) {
-      const int i1 = std::min(Tn, i0 + rb);
-      // dP[b, h, i0:i1, 0:i1] = dout_bh[i0:i1] v_bj[0:i1]^T
-      linalg::gemm_strided_batched<T>(
-          Op::N, Op::T, i1 - i0, i1, hd, 1.0f, dout + static_cast<std::int64_t>(i0) * ldo + h * hd,
-          ldo, so, v + j * hd, ldv, sv, 0.0f,
-          workspace + h * TT + static_cast<std::int64_t>(i0) * Tn, Tn, sp, s.B);
-    }
-  }
-  causal_softmax_backward(probs, workspace, static_cast<std::int64_t>(s.B) * s.Hq * Tn, Tn);
-  for (int h = 0; h < s.Hq; ++h) {
-    const int j = kv_head(s, h);
-    for (int i0 = 0; i0 < Tn; i0 += rb) {
-      const int i1 = std::min(Tn, i0 + rb);
-      const std::int64_t blk = h * TT + static_cast<std::int64_t>(i0) * Tn;
-      // dq_bh[i0:i1] = scale * dS[i0:i1, 0:i1] k_bj[0:i1]
-      linalg::gemm_strided_batched<T>(Op::N, Op::N, i1 - i0, hd, i1, s.scale, workspace + blk, Tn,
-                                      sp, k + j * hd, ldk, sk, 0.0f,
+      const int i1 = std::min(Tn, i0 + rb), m = i1 - i0;
+      const std::int64_t strip = static_cast<std::int64_t>(m) * i1, rows = static_cast<std::int64_t>(s.B) * m;
+      // P: forward's probabilities of this block, from its scores and saved statistics.
+      score_strip(s, h, i0, i1, q, ldq, k, ldk, p);
+      causal_softmax_recompute(p, rows, m, i1, i0, stats + 2 * (static_cast<std::int64_t>(h) * Tn + i0), stats_b);
+      // dP[b, i0:i1, 0:i1] = dout_bh[i0:i1] v_bj[0:i1]^T, then dS = P (dP - rowsum(P dP)) in place
+      linalg::gemm_strided_batched<T>(Op::N, Op::T, m, i1, hd, 1.0f,
+                                      dout + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo, so, v + j * hd, ldv,
+                                      sv, 0.0f, ds, i1, strip, s.B);
+      causal_softmax_backward(p, ds, rows, m, i1, i0);
+      // dq_bh[i0:i1] = scale * dS k_bj[0:i1]
+      linalg::gemm_strided_batched<T>(Op::N, Op::N, m, hd, i1, s.scale, ds, i1, strip, k + j * hd, ldk, sk, 0.0f,
                                       dq + static_cast<std::int64_t>(i0) * ldq + h * hd, ldq, sq, s.B);
-      // dk_bj[0:i1] += scale * dS[i0:i1, 0:i1]^T q_bh[i0:i1]
-      linalg::gemm_strided_batched<T>(Op::T, Op::N, i1, hd, i1 - i0, s.scale, workspace + blk, Tn,
-                                      sp, q + static_cast<std::int64_t>(i0) * ldq + h * hd, ldq, sq,
-                                      1.0f, dk + j * hd, ldk, sk, s.B);
-      // dv_bj[0:i1] += P[i0:i1, 0:i1]^T dout_bh[i0:i1]
-      linalg::gemm_strided_batched<T>(Op::T, Op::N, i1, hd, i1 - i0, 1.0f, probs + blk, Tn, sp,
-                                      dout + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo, so,
-                                      1.0f, dv + j * hd, ldv, sv, s.B);
+      // dk_bj[0:i1] += scale * dS^T q_bh[i0:i1]
+      linalg::gemm_strided_batched<T>(Op::T, Op::N, i1, hd, m, s.scale, ds, i1, strip,
+                                      q + static_cast<std::int64_t>(i0) * ldq + h * hd, ldq, sq, 1.0f, dk + j * hd,
+                                      ldk, sk, s.B);
+      // dv_bj[0:i1] += P^T dout_bh[i0:i1]
+      linalg::gemm_strided_batched<T>(Op::T, Op::N, i1, hd, m, 1.0f, p, i1, strip,
+                                      dout + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo, so, 1.0f,
+                                      dv + j * hd, ldv, sv, s.B);
     }
   }
   Kokkos::Profiling::popRegion();
@@ -208,7 +238,7 @@ void attention_forward_cached(const AttentionShape& s, int pos0, int T_cache, co
   const std::int64_t sp = s.Hq * TL;                                        // scores stride between sequences
   const std::int64_t skv = static_cast<std::int64_t>(s.Hkv) * T_cache * hd;  // cache stride between sequences
   const std::int64_t head = static_cast<std::int64_t>(T_cache) * hd;          // cache stride between kv heads
-  const int rb = causal_block_rows(Tq);
+  const int rb = attention_block_rows(Tq);
   for (int h = 0; h < s.Hq; ++h) {
     const int j = kv_head(s, h);
     for (int i0 = 0; i0 < Tq; i0 += rb) {
@@ -237,9 +267,10 @@ void attention_forward_cached(const AttentionShape& s, int pos0, int T_cache, co
 
 #define MESHTRAIN_INSTANTIATE_ATTENTION(T)                                                       \
   template void attention_forward<T>(const AttentionShape&, const T*, int, const T*, int,        \
-                                     const T*, int, T*, int, T*);                                \
+                                     const T*, int, T*, int, acc_t<T>*, T*);                     \
   template void attention_backward<T>(const AttentionShape&, const T*, int, const T*, int,       \
-                                      const T*, int, const T*, const T*, int, T*, T*, T*, T*);    \
+                                      const T*, int, const acc_t<T>*, const T*, int, T*, T*, T*, \
+                                      T*);                                                       \
   template void kv_cache_write<T>(const AttentionShape&, int, int, const T*, int, const T*, int, T*, T*); \
   template void attention_forward_cached<T>(const AttentionShape&, int, int, const T*, int, const T*,   \
                                             const T*, T*, int, T*);

@@ -43,9 +43,10 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
     kernels::attention_forward_cached(as, kv->pos0, kv->T_max, c.qkv.data(), W3, kv->k, kv->v, c.attn_out.data(), Cl,
                                       scores.data());
   } else {
-    c.probs = Buffer<T>(n(static_cast<std::int64_t>(s.B) * Hl * s.T, s.T), MemCategory::Activations);
+    c.attn_stats = Buffer<acc_t<T>>(n(static_cast<std::int64_t>(s.B) * Hl * s.T, 2), MemCategory::Activations);
+    Buffer<T> work(kernels::attention_workspace_elems(as), MemCategory::Workspace);
     kernels::attention_forward(as, c.qkv.data(), W3, c.qkv.data() + Cl, W3, c.qkv.data() + 2 * Cl, W3,
-                               c.attn_out.data(), Cl, c.probs.data());
+                               c.attn_out.data(), Cl, c.attn_stats.data(), work.data());
   }
   ctx.poll();
 
@@ -128,9 +129,9 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
   Buffer<T> dqkv(n(N, W3), MemCategory::Workspace);
   {
-    Buffer<T> work(c.probs.size(), MemCategory::Workspace);
+    Buffer<T> work(kernels::attention_workspace_elems(as), MemCategory::Workspace);
     kernels::attention_backward(as, c.qkv.data(), W3, c.qkv.data() + Cl, W3, c.qkv.data() + 2 * Cl, W3,
-                                c.probs.data(), dy.data(), Cl, dqkv.data(), dqkv.data() + Cl, dqkv.data() + 2 * Cl,
+                                c.attn_stats.data(), dy.data(), Cl, dqkv.data(), dqkv.data() + Cl, dqkv.data() + 2 * Cl,
                                 work.data());
   }
   dy.reset();

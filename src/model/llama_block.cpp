@@ -66,9 +66,10 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
     kernels::attention_forward_cached(as, pos0, kv->T_max, c.qkv.data(), W, kv->k, kv->v, c.attn_out.data(), Ql,
                                       scores.data());
   } else {
-    c.probs = Buffer<T>(n(static_cast<std::int64_t>(s.B) * Hl * s.T, s.T), MemCategory::Activations);
+    c.attn_stats = Buffer<acc_t<T>>(n(static_cast<std::int64_t>(s.B) * Hl * s.T, 2), MemCategory::Activations);
+    Buffer<T> work(kernels::attention_workspace_elems(as), MemCategory::Workspace);
     kernels::attention_forward(as, c.qkv.data(), W, c.qkv.data() + Ql, W, c.qkv.data() + Ql + KVl * hd, W,
-                               c.attn_out.data(), Ql, c.probs.data());
+                               c.attn_out.data(), Ql, c.attn_stats.data(), work.data());
   }
   ctx.poll();
 
@@ -144,9 +145,9 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
   const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s);
   Buffer<T> dqkv(n(N, W), MemCategory::Workspace);
   {
-    Buffer<T> work(c.probs.size(), MemCategory::Workspace);
+    Buffer<T> work(kernels::attention_workspace_elems(as), MemCategory::Workspace);
     const int kv_off = Ql + KVl * hd;
-    kernels::attention_backward(as, c.qkv.data(), W, c.qkv.data() + Ql, W, c.qkv.data() + kv_off, W, c.probs.data(),
+    kernels::attention_backward(as, c.qkv.data(), W, c.qkv.data() + Ql, W, c.qkv.data() + kv_off, W, c.attn_stats.data(),
                                 dy.data(), Ql, dqkv.data(), dqkv.data() + Ql, dqkv.data() + kv_off, work.data());
   }
   dy.reset();

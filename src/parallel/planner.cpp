@@ -4,6 +4,7 @@
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
+#include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/model/layout.hpp"
 #include "meshtrain/model/transformer.hpp"
 #include "meshtrain/parallel/reduction_plan.hpp"
@@ -11,21 +12,31 @@
 namespace meshtrain::parallel {
 namespace {
 
-/// Saved activations of one block for one micro-batch (elements), mirroring BlockCache.
-double block_activation_elems(const model::ModelDims& d, const model::TpDims& t, int B, int T) {
+/// Saved activations of one block for one micro-batch (elements of `sT` bytes), mirroring
+/// BlockCache. The attention keeps per query row its softmax statistics (two fp32 values),
+/// not the (T, T) probabilities.
+double block_activation_elems(const model::ModelDims& d, const model::TpDims& t, int B, int T, double sT) {
   const double N = static_cast<double>(B) * T, C = d.d_model, hd = d.head_dim;
   const double W = d.family == model::Family::Gpt2 ? 3.0 * t.heads * hd : (t.heads + 2.0 * t.kv_heads) * hd;
   const double mlp_in = d.family == model::Family::Gpt2 ? t.ffn : 2.0 * t.ffn;
-  return N * C * 3 /*norm1, x_mid, norm2*/ + N * W + static_cast<double>(B) * t.heads * T * T /*probs*/ +
+  return N * C * 3 /*norm1, x_mid, norm2*/ + N * W + N * t.heads * 2.0 * 4.0 / sT /*attn_stats*/ +
          N * t.heads * hd /*attn_out*/ + N * mlp_in + N * t.ffn /*act*/;
 }
 
-/// Largest backward scratch of a block (elements): dqkv + attention work + dnorm + dh.
-double block_backward_scratch_elems(const model::ModelDims& d, const model::TpDims& t, int B, int T) {
+/// Elements the attention's score strips pass through in one block's forward: the (T, T)
+/// scores and probabilities of every head, written and read one strip at a time.
+double block_attention_score_elems(const model::TpDims& t, int B, int T) {
+  return static_cast<double>(B) * t.heads * T * T;
+}
+
+/// Largest backward scratch of a block (elements): dqkv + the attention's two score strips
+/// + dy, or the MLP's; + dnorm.
+double block_backward_scratch_elems(const model::ModelDims& d, const model::TpDims& t, int B, int T, int rows) {
   const double N = static_cast<double>(B) * T, C = d.d_model, hd = d.head_dim;
   const double W = d.family == model::Family::Gpt2 ? 3.0 * t.heads * hd : (t.heads + 2.0 * t.kv_heads) * hd;
   const double mlp = d.family == model::Family::Gpt2 ? t.ffn : 2.0 * t.ffn;
-  return std::max(N * W + static_cast<double>(B) * t.heads * T * T + N * t.heads * hd, N * mlp + N * t.ffn) + N * C;
+  const double strips = 2.0 * B * (rows > 0 ? rows : kernels::attention_block_rows(T)) * static_cast<double>(T);
+  return std::max(N * W + strips + N * t.heads * hd, N * mlp + N * t.ffn) + N * C;
 }
 
 }  // namespace
@@ -172,11 +183,11 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
 
   const int B = in.micro_batch, T = in.seq_len;
   const double N = static_cast<double>(B) * T, C = in.dims.d_model;
-  const double per_block = block_activation_elems(in.dims, t, B, T);
+  const double per_block = block_activation_elems(in.dims, t, B, T, sT);
   const double L = in.dims.n_layers;
   double act = (L + 2) * N * C;  // residual stream at every block boundary + dx
   act += in.activation_checkpointing ? per_block : L * per_block;
-  act += block_backward_scratch_elems(in.dims, t, B, T);
+  act += block_backward_scratch_elems(in.dims, t, B, T, in.attention_rows);
   const double chunk = std::min(N, std::max(1.0, static_cast<double>(model::kHeadChunkElements) / t.vocab));
   act += chunk * t.vocab + 2 * N * C;  // head: logits chunk, normed, dnormed
   m.activations = sT * act;
@@ -185,7 +196,8 @@ StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mes
   // write theirs again in the recomputation; the cost model adds that pass).
   p.micro_batch = in.micro_batch;
   p.activation_checkpointing = in.activation_checkpointing;
-  p.activation_traffic = sT * ((L + 2) * N * C + L * per_block + N * t.vocab + 2 * N * C);  // head: every logit once
+  p.activation_traffic = sT * ((L + 2) * N * C + L * (per_block + block_attention_score_elems(t, B, T)) +
+                               N * t.vocab + 2 * N * C);  // head: every logit once
 
   // Communication per optimizer step.
   CommVolume& c = p.comm;

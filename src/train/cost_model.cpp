@@ -19,6 +19,7 @@
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/kernels/adamw.hpp"
+#include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/kernels/elementwise.hpp"
 #include "meshtrain/linalg/gemm.hpp"
 #include "meshtrain/linalg/peak.hpp"
@@ -42,12 +43,20 @@ struct GemmCall {
   float beta = 0.0f;  ///< 1 for weight gradients, which the model accumulates (dW += X^T dY)
 };
 
+/// FLOPs per token of the attention scores that backward computes again (q k^T of every
+/// block, counted full like ModelDims::flops_per_token_forward): the kernels keep each
+/// row's softmax statistics, not the (T, T) probabilities.
+double recompute_flops_per_token(const model::ModelDims& d, int seq_len) {
+  return 2.0 * d.n_layers * static_cast<double>(seq_len) * d.d_model;
+}
+
 /// The GEMMs of one micro-step of N = micro_batch x seq_len rows, as the model issues them:
 /// per block the four linear layers (forward X W; backward dW += X^T dY and dX = dY W^T) and
-/// causal attention in row blocks of 128 (scores, weighted sum; dP, dQ, dK, dV), and the LM head
+/// causal attention in row blocks of 128 (scores, weighted sum; scores again, dP, dQ, dK, dV), and the LM head
 /// (logits, dW, dX) in the model's row chunks. Returns the list and, in `flop`, the FLOPs the
-/// step is credited with (3 x ModelDims::flops_per_token_forward x N: attention counted as full,
-/// not causal-halved) - so FLOP / time is the rate that turns that count into this time.
+/// step is credited with (3 x ModelDims::flops_per_token_forward x N plus the recomputed
+/// scores: attention counted as full, not causal-halved) - so FLOP / time is the rate that
+/// turns that count into this time.
 std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int T, int tp, double& flop) {
   using linalg::Op;
   const int N = B * T, C = d.d_model, hd = d.head_dim;
@@ -65,11 +74,12 @@ std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int T, int t
   linear(Hq * hd, C);
   linear(C, up);
   linear(Fl, C);
-  const int rb = std::min(T, 128);
+  const int rb = kernels::attention_block_rows(T);
   for (int i0 = 0; i0 < T; i0 += rb) {
     const int i1 = std::min(T, i0 + rb), r = i1 - i0;
     g.push_back({Op::N, Op::T, r, i1, hd, B, L * Hq});   // scores
     g.push_back({Op::N, Op::N, r, hd, i1, B, L * Hq});   // out = P V
+    g.push_back({Op::N, Op::T, r, i1, hd, B, L * Hq});   // scores again (backward recomputes P)
     g.push_back({Op::N, Op::T, r, i1, hd, B, L * Hq});   // dP
     g.push_back({Op::N, Op::N, r, hd, i1, B, L * Hq});   // dQ
     g.push_back({Op::T, Op::N, i1, hd, r, B, L * Hq});   // dK
@@ -82,7 +92,7 @@ std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int T, int t
     g.push_back({Op::T, Op::N, Vl, C, nc, 1, 1, 1.0f});
     g.push_back({Op::N, Op::N, nc, C, Vl, 1, 1});
   }
-  flop = 3.0 * d.flops_per_token_forward(T) * N / tp;
+  flop = (3.0 * d.flops_per_token_forward(T) + recompute_flops_per_token(d, T)) * N / tp;
   return g;
 }
 
@@ -513,11 +523,12 @@ StepPrediction predict_step(const model::ModelDims& d, const parallel::PlanInput
   const double tokens = global * in.seq_len;
   const double tokens_per_rank = tokens / dp;
   const double gemm_rate = c.model_gemm_flops > 0 ? c.model_gemm_flops : c.gemm_flops;
-  // Forward GEMMs once, backward twice (input and weight gradients); activation
-  // checkpointing runs every block's forward again inside backward.
+  // Forward GEMMs once, backward twice (input and weight gradients) plus the attention
+  // scores it recomputes; activation checkpointing runs every block's forward again inside
+  // backward.
   const double ac = p.activation_checkpointing ? 1.0 : 0.0;
   const double forward_gemm_s = d.flops_per_token_forward(in.seq_len) * tokens_per_rank / tp / gemm_rate;
-  r.gemm_s = (3.0 + ac) * forward_gemm_s;
+  r.gemm_s = (3.0 + ac) * forward_gemm_s + recompute_flops_per_token(d, in.seq_len) * tokens_per_rank / tp / gemm_rate;
   // Memory-bound kernels: the activations every micro-step's forward writes (stored or
   // recomputed) streamed by kElementwisePasses passes over forward and backward (2 more
   // passes, a forward, with checkpointing), plus the optimizer's pass over the state.

@@ -4,6 +4,8 @@
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/memory.hpp"
+#include "meshtrain/core/views.hpp"
+#include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/train/mesh_search.hpp"
 
 namespace meshtrain::train {
@@ -60,6 +62,11 @@ parallel::PlanInput plan_input(const RunSpec& spec, int world, int ranks_per_nod
   in.prefetch = spec.parallel.prefetch;
   in.memory_budget = budget;
   in.headroom = spec.parallel.memory_headroom;
+  // The attention's scratch strips are as tall as the kernels' row blocks where the run
+  // goes: the whole sequence on GPUs (this build's kernels, or a GPU target that `plan` is
+  // given with plan.gemm_tflops), 128-row blocks on host threads.
+  in.attention_rows = (!kDeviceIsHost || spec.plan.gemm_tflops > 0) ? spec.batch.seq_len
+                                                                    : kernels::attention_block_rows(spec.batch.seq_len);
   return in;
 }
 

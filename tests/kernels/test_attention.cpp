@@ -25,7 +25,7 @@ struct Layout {
   int N() const { return s.B * s.T; }
   std::size_t qkv_size() const { return static_cast<std::size_t>(N()) * ld; }
   std::size_t out_size() const { return static_cast<std::size_t>(N()) * ldo; }
-  std::size_t probs_size() const { return static_cast<std::size_t>(s.B) * s.Hq * s.T * s.T; }
+  std::size_t stats_size() const { return static_cast<std::size_t>(s.B) * s.Hq * s.T * 2; }
 };
 
 Layout make_layout(int B, int T, int Hq, int Hkv, int hd, int group, int q_off, int kv_off) {
@@ -45,12 +45,12 @@ Layout make_layout(int B, int T, int Hq, int Hkv, int hd, int group, int q_off, 
 }
 
 /// Straightforward reference: for each (b, h, i), softmax over t <= i of scale q.k, then
-/// the probability-weighted sum of v.
+/// the probability-weighted sum of v; stats (b, h, i) = (max score, 1 / sum of exp(score - max)).
 void attention_ref(const Layout& L, const std::vector<double>& qkv, std::vector<double>& out,
-                   std::vector<double>& probs) {
+                   std::vector<double>& stats) {
   const auto& s = L.s;
   out.assign(L.out_size(), 0.0);
-  probs.assign(L.probs_size(), 0.0);
+  stats.assign(L.stats_size(), 0.0);
   for (int b = 0; b < s.B; ++b)
     for (int h = 0; h < s.Hq; ++h) {
       const int j = (s.q_head_offset + h) / s.group - s.kv_head_offset;
@@ -68,18 +68,19 @@ void attention_ref(const Layout& L, const std::vector<double>& qkv, std::vector<
         double sum = 0;
         for (int t = 0; t <= i; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
         double* o = &out[(static_cast<std::size_t>(b) * s.T + i) * L.ldo + h * s.hd];
-        double* p = &probs[((static_cast<std::size_t>(b) * s.Hq + h) * s.T + i) * s.T];
+        double* st = &stats[((static_cast<std::size_t>(b) * s.Hq + h) * s.T + i) * 2];
+        st[0] = mx;
+        st[1] = 1.0 / sum;
         for (int t = 0; t <= i; ++t) {
-          p[t] = sc[t] / sum;
           const double* vv = &qkv[(static_cast<std::size_t>(b) * s.T + t) * L.ld + L.v_off() + j * s.hd];
-          for (int c = 0; c < s.hd; ++c) o[c] += p[t] * vv[c];
+          for (int c = 0; c < s.hd; ++c) o[c] += sc[t] / sum * vv[c];
         }
       }
     }
 }
 
 struct Run {
-  std::vector<double> out, probs, grad;
+  std::vector<double> out, stats, grad;
 };
 
 /// Forward (and backward with dout = w when w is given) on the device in type T.
@@ -89,18 +90,20 @@ Run run_attention(const Layout& L, const std::vector<double>& qkv, const std::ve
   Run r;
   auto d = upload<T>(qkv);
   auto out = upload<T>(std::vector<double>(L.out_size(), 0.0));
-  Buffer<T> probs(L.probs_size(), MemCategory::Workspace);
+  Buffer<acc_t<T>> stats(L.stats_size(), MemCategory::Workspace);
+  // Scratch filled with NaN: nothing may read what the kernels did not write.
+  auto work = upload<T>(std::vector<double>(k::attention_workspace_elems(L.s), std::nan("")));
   k::attention_forward(L.s, d.data() + L.q_off(), L.ld, d.data() + L.k_off(), L.ld, d.data() + L.v_off(),
-                       L.ld, out.data(), L.ldo, probs.data());
+                       L.ld, out.data(), L.ldo, stats.data(), work.data());
   r.out = download(out);
-  r.probs = download(probs);
+  r.stats = download(stats);
   if (w) {
     auto dout = upload<T>(*w);
     // Gradient buffer in the fused layout, pre-filled: dq, dk, dv must be overwritten.
     auto g = upload<T>(std::vector<double>(L.qkv_size(), grad_init));
-    Buffer<T> ws(L.probs_size(), MemCategory::Workspace);
+    auto ws = upload<T>(std::vector<double>(k::attention_workspace_elems(L.s), std::nan("")));
     k::attention_backward(L.s, d.data() + L.q_off(), L.ld, d.data() + L.k_off(), L.ld, d.data() + L.v_off(),
-                          L.ld, probs.data(), dout.data(), L.ldo, g.data() + L.q_off(), g.data() + L.k_off(),
+                          L.ld, stats.data(), dout.data(), L.ldo, g.data() + L.q_off(), g.data() + L.k_off(),
                           g.data() + L.v_off(), ws.data());
     r.grad = download(g);
   }
@@ -111,11 +114,11 @@ void check_case(const Layout& L, std::uint64_t seed, std::size_t fd_samples) {
   auto qkv = random_normal(L.qkv_size(), seed);
   const auto w = random_normal(L.out_size(), seed + 1);
   const auto r = run_attention<double>(L, qkv, &w, 123.0);
-  std::vector<double> ref_out, ref_probs;
-  attention_ref(L, qkv, ref_out, ref_probs);
+  std::vector<double> ref_out, ref_stats;
+  attention_ref(L, qkv, ref_out, ref_stats);
   // 1e-12 (floor 1e-9): the same sums in double in another order (GEMM blocking).
   expect_close("attention out", r.out, ref_out, 1e-12, 1e-9);
-  expect_close("attention probs (masked entries 0)", r.probs, ref_probs, 1e-12, 1e-9);
+  expect_close("attention stats (row max, 1 / sum)", r.stats, ref_stats, 1e-12, 1e-9);
 
   // Overwrite semantics: the gradient does not depend on the buffer's previous contents.
   const auto r0 = run_attention<double>(L, qkv, &w, 0.0);
@@ -153,8 +156,8 @@ void check_case(const Layout& L, std::uint64_t seed, std::size_t fd_samples) {
 void check_cached(const Layout& L, int prefill, std::uint64_t seed) {
   const auto& s = L.s;
   const auto qkv = random_normal(L.qkv_size(), seed);
-  std::vector<double> ref_out, ref_probs;
-  attention_ref(L, qkv, ref_out, ref_probs);
+  std::vector<double> ref_out, ref_stats;
+  attention_ref(L, qkv, ref_out, ref_stats);
   const int T_cache = s.T + 3;  // room to spare: the cache's stride is T_cache, not T
   const std::size_t cache_n = static_cast<std::size_t>(s.B) * s.Hkv * T_cache * s.hd;
   auto k_cache = upload<double>(std::vector<double>(cache_n, 0.0));
@@ -222,15 +225,16 @@ TEST(KernelsAttention, Fp32AgainstReference) {
   const Layout L = make_layout(2, 150, 4, 2, 16, 2, 0, 0);
   const auto qkv = to_double(convert<float>(random_normal(L.qkv_size(), 45, 2.0)));
   const auto f = run_attention<float>(L, qkv, nullptr);
-  std::vector<double> ref_out, ref_probs;
-  attention_ref(L, qkv, ref_out, ref_probs);
+  std::vector<double> ref_out, ref_stats;
+  attention_ref(L, qkv, ref_out, ref_stats);
   // 1e-5 relative. An fp32 score carries an absolute error ~ eps * sum|q_i k_i| * scale
   // (~1e-6 here: q, k ~ N(0, 4), scores up to ~20), which moves each probability by that
-  // much relatively; fp32 exp and sums over <= 150 terms add less. Floors: probs 1e-3;
-  // out 1 (absolute 1e-5), because an output is an average of v values (|v| ~ 2) that
-  // can cancel to near zero, so its error (observed <= 3e-6) is relative to |v|.
+  // much relatively; fp32 exp and sums over <= 150 terms add less. Floors: stats 1e-3 (a
+  // row maximum near 0 has the scores' absolute error); out 1 (absolute 1e-5), because an
+  // output is an average of v values (|v| ~ 2) that can cancel to near zero, so its error
+  // (observed <= 3e-6) is relative to |v|.
   expect_close("fp32 attention out", f.out, ref_out, 1e-5, 1.0);
-  expect_close("fp32 attention probs", f.probs, ref_probs, 1e-5, 1e-3);
+  expect_close("fp32 attention stats", f.stats, ref_stats, 1e-5, 1e-3);
 }
 
 TEST(KernelsAttention, Bf16MatchesFloat) {
@@ -239,12 +243,13 @@ TEST(KernelsAttention, Bf16MatchesFloat) {
   const auto w = bf16_exact(random_normal(L.out_size(), 51));
   const auto f = run_attention<float>(L, qkv, &w);
   const auto b = run_attention<bf16>(L, qkv, &w);
-  // Elementwise 3e-2 (normwise 1e-2 as everywhere): the bf16 path stores the scores, dP and
-  // dS in bf16 (the probs/workspace buffers are of the compute type, as in PyTorch's bf16
-  // math attention), and a score of magnitude ~4 rounded to bf16 moves its probability by
-  // ~1%; measured here: normwise ~4e-3, elementwise up to ~2.8e-2.
+  // Elementwise 3e-2 (normwise 1e-2 as everywhere): the bf16 path stores the scores, P, dP
+  // and dS in bf16 (the strips are of the compute type, as in PyTorch's bf16 math
+  // attention), and a score of magnitude ~4 rounded to bf16 moves its probability by ~1%;
+  // measured here: normwise ~4e-3, elementwise up to ~2.8e-2. The stats are fp32 of bf16
+  // scores.
   expect_bf16_close("attention out", b.out, f.out, 3e-2);
-  expect_bf16_close("attention probs", b.probs, f.probs, 3e-2);
+  expect_bf16_close("attention stats", b.stats, f.stats, 3e-2);
   expect_bf16_close("attention d(q|k|v)", b.grad, f.grad, 3e-2);
 }
 
@@ -267,4 +272,21 @@ TEST(KernelsAttention, CachedDecodingTensorParallelSplitKv) {
 TEST(KernelsAttention, CachedPrefillLongerThanOneBlock) {
   // 150 prompt positions: the host's 128-row causal blocks split the prefill.
   check_cached(make_layout(1, 152, 2, 1, 4, 2, 0, 0), 150, 34);
+}
+
+TEST(KernelsAttention, ScratchIsTwoScoreStripsNotTheSquare) {
+  // The (B, Hq, T, T) probabilities are never held: forward keeps 2 values per query row
+  // and the scratch is two (B, rows, T) strips, whatever the number of heads.
+  k::AttentionShape s;
+  s.B = 2;
+  s.T = 1024;
+  s.Hq = s.Hkv = 12;
+  const std::int64_t rows = k::attention_block_rows(s.T);
+  EXPECT_EQ(k::attention_workspace_elems(s), 2 * s.B * rows * s.T);
+  s.Hq = s.Hkv = 1;
+  EXPECT_EQ(k::attention_workspace_elems(s), 2 * s.B * rows * s.T);
+  if (Kokkos::SpaceAccessibility<Kokkos::DefaultExecutionSpace, Kokkos::HostSpace>::accessible) {
+    EXPECT_EQ(rows, 128);  // host: 128-row blocks, so the scratch grows linearly with T
+    EXPECT_EQ(k::attention_block_rows(100), 100);
+  }
 }

@@ -25,18 +25,30 @@ struct AttentionShape {
   float scale = 1.0f;      ///< 1/sqrt(hd)
 };
 
+/// Query rows processed together: on host blocks of 128 rows (block [i0, i1) multiplies
+/// only against keys [0, i1), about half the GEMM flops of the full causal square); on
+/// GPUs the whole sequence (fewer, larger cuBLAS calls).
+int attention_block_rows(int T);
+
+/// Scratch elements attention_forward and attention_backward need: two score strips of
+/// (B, attention_block_rows(T), T). The (B, Hq, T, T) probabilities are never stored:
+/// forward keeps each row's softmax statistics and backward recomputes one strip at a time.
+std::int64_t attention_workspace_elems(const AttentionShape& s);
+
 /// out (N, Hq*hd; ldo) = softmax(scale * q k^T + causal mask) v, per (b, h).
-/// probs (B, Hq, T, T): saved softmax probabilities (masked entries 0), needed by backward.
+/// stats (B, Hq, T, 2): per query row the softmax's maximum score and 1 / sum of its
+/// exponentials, what backward needs to recompute the probabilities bit for bit.
+/// workspace: attention_workspace_elems(s) elements of scratch.
 template <class T>
 void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
-                       const T* v, int ldv, T* out, int ldo, T* probs);
+                       const T* v, int ldv, T* out, int ldo, acc_t<T>* stats, T* workspace);
 
 /// Gradients: dq (N, Hq*hd; ldq) overwritten; dk, dv (N, Hkv*hd; ldk/ldv) overwritten
 /// (kv heads shared by several query heads accumulate their contributions in a fixed order).
-/// workspace: B*Hq*T*T elements of scratch.
+/// stats: forward's; workspace: attention_workspace_elems(s) elements of scratch.
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
-                        const T* v, int ldv, const T* probs, const T* dout, int ldo, T* dq,
+                        const T* v, int ldv, const acc_t<T>* stats, const T* dout, int ldo, T* dq,
                         T* dk, T* dv, T* workspace);
 
 /// Incremental decoding. A key/value cache holds, per layer, k_cache and v_cache of shape

@@ -16,7 +16,7 @@ struct BlockCache {
   Buffer<acc_t<T>> mean1;      ///< (N) LayerNorm mean (gpt2)
   Buffer<acc_t<T>> rstd1;      ///< (N)
   Buffer<T> qkv;               ///< (N, Wqkv) projections (llama: after RoPE)
-  Buffer<T> probs;             ///< (B, Hl, T, T) attention probabilities
+  Buffer<acc_t<T>> attn_stats; ///< (B, Hl, T, 2) per query row the softmax's max and 1 / sum
   Buffer<T> attn_out;          ///< (N, Hl*hd) attention output before the out-projection
   Buffer<T> x_mid;             ///< (N, C) residual after attention
   Buffer<T> norm2;             ///< (N, C)

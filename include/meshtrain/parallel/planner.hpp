@@ -30,6 +30,9 @@ struct PlanInput {
   int prefetch = 1;
   double memory_budget = 0;    ///< bytes per rank
   double headroom = 0.15;
+  /// Query rows of one attention score strip on the target (kernels::attention_block_rows
+  /// there); 0 = this build's.
+  int attention_rows = 0;
 };
 
 /// Per-rank bytes by component.
