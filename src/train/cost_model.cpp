@@ -52,8 +52,8 @@ double recompute_flops_per_token(const model::ModelDims& d, int seq_len) {
 
 /// The GEMMs of one micro-step of N = micro_batch x seq_len rows, as the model issues them:
 /// per block the four linear layers (forward X W; backward dW += X^T dY and dX = dY W^T) and
-/// causal attention in row blocks of 128 (scores, weighted sum; scores again, dP, dQ, dK, dV), and the LM head
-/// (logits, dW, dX) in the model's row chunks. Returns the list and, in `flop`, the FLOPs the
+/// causal attention in the kernels' row blocks (scores, weighted sum; scores again, dP, dQ,
+/// dK, dV), and the LM head (logits, dW, dX) in the model's row chunks. Returns the list and, in `flop`, the FLOPs the
 /// step is credited with (3 x ModelDims::flops_per_token_forward x N plus the recomputed
 /// scores: attention counted as full, not causal-halved) - so FLOP / time is the rate that
 /// turns that count into this time.
@@ -249,10 +249,6 @@ double step_value(const Runtime& rt, double v, ReduceOp worse, const NodeShare& 
   const double out = all_reduce_value(rt.world(), in, worse);
   return rate ? out * ns.share : out / ns.share;
 }
-
-}  // namespace
-
-namespace {
 
 /// One of the model's linear layers as a GEMM on workspace buffers: (rows, d_model) x
 /// (d_model, 3 d_model / tp) - the average width of its four linears (qkv 3C, proj C, up and

@@ -4,7 +4,6 @@
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/memory.hpp"
-#include "meshtrain/core/views.hpp"
 #include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/train/mesh_search.hpp"
 
@@ -63,10 +62,9 @@ parallel::PlanInput plan_input(const RunSpec& spec, int world, int ranks_per_nod
   in.memory_budget = budget;
   in.headroom = spec.parallel.memory_headroom;
   // The attention's scratch strips are as tall as the kernels' row blocks where the run
-  // goes: the whole sequence on GPUs (this build's kernels, or a GPU target that `plan` is
-  // given with plan.gemm_tflops), 128-row blocks on host threads.
-  in.attention_rows = (!kDeviceIsHost || spec.plan.gemm_tflops > 0) ? spec.batch.seq_len
-                                                                    : kernels::attention_block_rows(spec.batch.seq_len);
+  // goes: this build's, unless `plan` is given a GPU target (plan.gemm_tflops), whose
+  // kernels take the whole sequence at once.
+  in.attention_rows = spec.plan.gemm_tflops > 0 ? spec.batch.seq_len : kernels::attention_block_rows(spec.batch.seq_len);
   return in;
 }
 
