@@ -202,8 +202,10 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   if (root) {
     std::printf("# meshtrain bench comm: group %s (%d ranks; %d such group(s) run at once), mesh %s\n",
                 a.group.c_str(), n, instances, shape.str().c_str());
-    std::printf("# %d rank(s) on %d node(s), %d thread(s) per rank, backend %s, dtype %s, warmup %d, iters %d%s\n",
-                world.size(), topo.num_nodes, Kokkos::DefaultExecutionSpace().concurrency(), comm->backend(),
+    const std::string algorithm =
+        std::string(comm->backend()) == "mpi" ? strprintf(" (all_reduce: %s)", describe(mpi_all_reduce_algorithm())) : "";
+    std::printf("# %d rank(s) on %d node(s), %d thread(s) per rank, backend %s%s, dtype %s, warmup %d, iters %d%s\n",
+                world.size(), topo.num_nodes, Kokkos::DefaultExecutionSpace().concurrency(), comm->backend(), algorithm.c_str(),
                 a.dtype.c_str(), a.warmup, a.iters,
                 a.in_step ? ", in step (a barrier over all ranks before every operation, counted in its time)" : "");
     std::printf("# time: seconds per operation averaged over the timed iterations, min/avg/max across all ranks\n");
@@ -277,6 +279,7 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
       JsonObject j;
       j.add("benchmark", "comm").add("group", a.group).add("group_ranks", n).add("world_ranks", world.size())
           .add("mesh", strprintf("%dx%dx%d", shape.dp_replicate, shape.dp_shard, shape.tp)).add("backend", comm->backend())
+          .add("mpi_all_reduce", std::string(comm->backend()) == "mpi" ? describe(mpi_all_reduce_algorithm()) : "")
           .add("dtype", a.dtype).add("warmup", a.warmup).add("iters", a.iters).add("in_step", a.in_step)
           .add("threads_per_rank", Kokkos::DefaultExecutionSpace().concurrency())
           .add("copy_bytes_per_s_min", copy.min).add("copy_bytes_per_s_avg", copy.avg)

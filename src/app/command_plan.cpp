@@ -100,7 +100,7 @@ void print_plan(const Config& cfg, const model::ModelDims& dims, const parallel:
               costs.gemm_flops / 1e9, costs.gemm_source.c_str(), costs.copy_bytes / 1e9, costs.intra_bus_bytes / 1e9, costs.inter_bus_bytes / 1e9,
               costs.latency_s * 1e6, costs.bus_source.c_str());
   std::printf("  FSDP communication hidden behind compute: at most %.0f%% (%s); all-reduce as %s\n", 100.0 * costs.overlap,
-              costs.overlap_source.c_str(), costs.tree_all_reduce ? "a binomial tree (MPI)" : "a ring (NCCL)");
+              costs.overlap_source.c_str(), train::all_reduce_description(costs).c_str());
   if (!costs.sync_s.empty())
     std::printf("  each tensor-parallel all-reduce also waits for its group: %s\n", costs.sync_source.c_str());
   if (costs.adamw_s_per_elem > 0)
@@ -306,7 +306,7 @@ int command_plan(Runtime& rt, const Args& args) {
     if (search)
       std::printf("  FSDP communication hidden behind compute: at most %.0f%% (%s); all-reduce as %s\n",
                   100.0 * costs.overlap, costs.overlap_source.c_str(),
-                  costs.tree_all_reduce ? "a binomial tree (MPI)" : "a ring (NCCL)");
+                  train::all_reduce_description(costs).c_str());
     if (search && !costs.sync_s.empty())
       std::printf("  each tensor-parallel all-reduce also waits for its group: %s\n", costs.sync_source.c_str());
     if (!json_path.empty()) {

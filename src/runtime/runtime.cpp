@@ -59,10 +59,41 @@ void isolate_singleton() {
   setenv("OMPI_MCA_orte_tmpdir_base", g_singleton_tmpdir.c_str(), 1);
   setenv("OMPI_MCA_ess_singleton_isolated", "1", 1);
 }
+
+constexpr const char* kIallreduceAlgorithmVar = "OMPI_MCA_coll_libnbc_iallreduce_algorithm";
+
+/// Open MPI's libnbc runs an in-place MPI_Iallreduce (the gradients' all-reduce) as a
+/// binomial reduce to rank 0 and a binomial broadcast back: every hop carries the whole
+/// buffer, one direction of a link at a time. Rabenseifner's algorithm (libnbc's
+/// "rabenseifner", 3) exchanges halves, quarters, ... in both directions at once and moves
+/// 2(n-1)/n of the buffer per rank. On the shaped two-host cluster (perf/multihost_sweep.sh,
+/// 1 Gbit/s) it made `no_shard` steps 1.3x (1 x 2 x 2) and 1.9x (1 x 4 x 1) faster and
+/// `hybrid_shard` 2 x 2 x 1 1.2x (doc/perf.md). It needs a commutative operation and at least
+/// as many elements as the power of two below the group size; libnbc runs a ring otherwise.
+/// A user's own choice of the variable wins; other MPI implementations ignore it.
+void choose_all_reduce_algorithm() { setenv(kIallreduceAlgorithmVar, "3", /*overwrite=*/0); }
 }  // namespace
+
+MpiAllReduce mpi_all_reduce_algorithm() {
+  const char* v = std::getenv(kIallreduceAlgorithmVar);
+  const std::string s = v != nullptr ? v : "";
+  if (s == "3" || s == "rabenseifner") return MpiAllReduce::HalvingDoubling;
+  if (s == "1" || s == "ring") return MpiAllReduce::Ring;
+  return MpiAllReduce::BinomialTree;
+}
+
+const char* describe(MpiAllReduce a) {
+  switch (a) {
+    case MpiAllReduce::HalvingDoubling: return "halving-doubling";
+    case MpiAllReduce::Ring: return "ring";
+    case MpiAllReduce::BinomialTree: break;
+  }
+  return "binomial tree";
+}
 
 Runtime::Runtime(int& argc, char**& argv, MPI_Comm world) {
   isolate_singleton();
+  choose_all_reduce_algorithm();
   // FUNNELED: only the main thread calls MPI (OpenMP threads never do).
   MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level_));
   g_abort_world = world;

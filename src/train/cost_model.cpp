@@ -414,7 +414,8 @@ CostModelInputs cost_model_inputs(const PlanTarget& target, const BatchSpec& bat
   }
   // The all-reduce algorithm of the communicator the planned run uses: MPI (host builds,
   // or parallel.backend=mpi) unless a GPU target is planned (plan.gemm_tflops: NCCL rings).
-  c.tree_all_reduce = backend == Backend::Mpi || (backend == Backend::Auto && kDeviceIsHost && target.gemm_tflops <= 0);
+  c.mpi_collectives = backend == Backend::Mpi || (backend == Backend::Auto && kDeviceIsHost && target.gemm_tflops <= 0);
+  c.mpi_all_reduce = mpi_all_reduce_algorithm();
   if (target.mem_gbps > 0) {
     c.copy_bytes = target.mem_gbps * 1e9;
   } else {
@@ -436,12 +437,12 @@ CostModelInputs cost_model_inputs(const PlanTarget& target, const BatchSpec& bat
   } else {
     c.bus_source = "defaults (1 rank: nothing to measure; set plan.bus_gbps for a cluster)";
   }
-  if (c.tree_all_reduce && measure_here && rt.topology().world_size > 1 && dims != nullptr) {
+  if (c.mpi_collectives && measure_here && rt.topology().world_size > 1 && dims != nullptr) {
     // Sized by this machine's GEMM rate: a planned target's rate says nothing about it.
     const double local_rate = target.gemm_tflops > 0 ? 1e11 : c.gemm_flops;
     c.overlap = measure_overlap(rt, backend, *dims, std::max(1, batch.micro_batch) * batch.seq_len, tp, local_rate);
     c.overlap_source = "measured here: an all-gather under GEMMs";
-  } else if (c.tree_all_reduce) {
+  } else if (c.mpi_collectives) {
     c.overlap_source = "assumed: not measured on this job's ranks";
   }
   // The smallest node's size: the same on every rank (the measurement is collective, and
@@ -483,20 +484,49 @@ double collective_seconds(const GroupLink& g, int collectives, double bus_volume
                           const CostModelInputs& c) {
   if (g.ranks <= 1 || (collectives == 0 && bus_volume == 0)) return 0;
   const bool all_reduce = kind == Collective::AllReduce;
-  if (c.tree_all_reduce && kind != Collective::AllGather) {
+  const bool ring_all_reduce = c.mpi_all_reduce == MpiAllReduce::Ring;
+  if (c.mpi_collectives && all_reduce && c.mpi_all_reduce == MpiAllReduce::HalvingDoubling) {
+    // Rabenseifner (libnbc's redscat_allgather): the largest power of two p' <= n ranks
+    // exchange 1/2, 1/4, ... of the buffer with partners 1, 2, 4, ... group ranks away (the
+    // reduce-scatter), then the same exchanges in reverse (the all-gather), both directions
+    // at once. Consecutive group ranks share a node first, so the exchanges with partners at
+    // least members_per_node away cross nodes, where every member of the node exchanges at
+    // once: each at one rank's network share. The n - p' extra ranks first fold into a
+    // neighbour (half the buffer each way, then half back) and get the whole result back at
+    // the end. The bus bandwidths are what `bench comm` reports for a 2-rank all-reduce,
+    // itself one exchange of half the buffer each way: busbw is the exchange rate.
+    const int n = g.ranks;
+    const int members = g.crosses_nodes ? std::max(1, g.members_per_node) : n;
+    const int steps = static_cast<int>(std::floor(std::log2(static_cast<double>(n))));
+    const int extra = n - (1 << steps);
+    const double buffer = bus_volume * n / (2.0 * (n - 1));
+    double seconds = 0;
+    for (int k = 0; k < steps; ++k) {
+      const double rate = (1 << k) >= members ? c.inter_bus_bytes : c.intra_bus_bytes;
+      seconds += 2.0 * buffer / static_cast<double>(2 << k) / rate;
+    }
+    if (extra > 0) seconds += 2.0 * buffer / (members >= 2 ? c.intra_bus_bytes : c.inter_bus_bytes);
+    return collectives * (2 * steps + (extra > 0 ? 3 : 0)) * c.latency_s + seconds;
+  }
+  if (c.mpi_collectives && kind != Collective::AllGather && !(all_reduce && ring_all_reduce)) {
     // libnbc's binomial reduce to rank 0 over the group's members (consecutive group ranks
     // share a node first): the first log2(members per node) hops stay inside a node, the
     // rest cross nodes, and every hop carries the whole buffer. Then either the binomial
     // broadcast back (all-reduce: the same hops again) or rank 0 sends every other member
-    // its block (reduce-scatter). The bus bandwidths are what `bench comm` reports for a
-    // 2-rank all-reduce (itself two such hops: busbw = one hop's rate / 2), so one hop
-    // moves at 2 x busbw.
+    // its block (reduce-scatter). A hop is one flow in one direction; a user-chosen binomial
+    // all-reduce is timed the same way. Inside a node a hop moves at 2 x busbw (the bench's
+    // 2-rank busbw counts the whole buffer once per exchange). Across nodes the bus
+    // bandwidth is one rank's share of its node's network (`bench comm`'s 2-rank
+    // all-reduces with every rank of a node in one: each rank's flow at busbw). The node's
+    // groups of this kind hop at once (the other mesh dimension inside the node keeps them
+    // in step), so a hop gets the node's network split between them: members_per_node x
+    // busbw, the rings' rate (group_link).
     const int n = g.ranks;
     const int rounds = static_cast<int>(std::ceil(std::log2(static_cast<double>(n))));
     const int members = g.crosses_nodes ? std::max(1, g.members_per_node) : n;
     const int intra_rounds = g.crosses_nodes ? static_cast<int>(std::floor(std::log2(static_cast<double>(members)))) : rounds;
     const int inter_rounds = rounds - intra_rounds;
-    const double hop_intra = 2.0 * c.intra_bus_bytes, hop_inter = 2.0 * c.inter_bus_bytes;
+    const double hop_intra = 2.0 * c.intra_bus_bytes, hop_inter = g.crosses_nodes ? g.bus_bytes : hop_intra;
     const double buffer = bus_volume * n / ((all_reduce ? 2.0 : 1.0) * (n - 1));  // all ranks' data
     const double tree = buffer * (intra_rounds / hop_intra + inter_rounds / hop_inter);
     if (all_reduce) return collectives * 2.0 * rounds * c.latency_s + 2.0 * tree;
@@ -508,6 +538,11 @@ double collective_seconds(const GroupLink& g, int collectives, double bus_volume
   // (all-reduce), each paying the per-step latency; the bytes move at the bus bandwidth.
   const double steps = (all_reduce ? 2.0 : 1.0) * (g.ranks - 1);
   return collectives * steps * c.latency_s + bus_volume / g.bus_bytes;
+}
+
+std::string all_reduce_description(const CostModelInputs& c) {
+  if (!c.mpi_collectives) return "a ring (NCCL)";
+  return std::string(c.mpi_all_reduce == MpiAllReduce::HalvingDoubling ? "" : "a ") + describe(c.mpi_all_reduce) + " (MPI)";
 }
 
 StepPrediction predict_step(const model::ModelDims& d, const parallel::PlanInput& in, const parallel::StrategyPlan& p,

@@ -139,20 +139,23 @@ TEST(CostModel, EachMeshGroupRunsOnTheLinksItCrosses) {
   EXPECT_DOUBLE_EQ(collective_seconds(group_link(4, 1, 8, c), 10, 0, Collective::AllReduce, c), 10 * 6 * c.latency_s);
 }
 
-TEST(CostModel, MpiAllReduceIsABinomialTreeOfWholeBufferHops) {
+TEST(CostModel, MpiBinomialAllReduceIsATreeOfWholeBufferHops) {
   CostModelInputs c = fixed_costs();
   c.intra_bus_bytes = 1e9;
   c.inter_bus_bytes = 0.04e9;
   c.latency_s = 0;
   const double buffer = 12e6;  // bytes all-reduced
   const auto bus_volume = [&](int n) { return 2.0 * (n - 1) / n * buffer; };
-  c.tree_all_reduce = false;
+  c.mpi_collectives = false;
   const double ring2 = collective_seconds(group_link(2, 2, 2, c), 1, bus_volume(2), Collective::AllReduce, c);
-  c.tree_all_reduce = true;
-  // 2 ranks: one hop up and one down, each at 2 x busbw: the same time as the ring (the
-  // bench's 2-rank busbw is what both are calibrated on).
-  EXPECT_NEAR(collective_seconds(group_link(2, 2, 2, c), 1, bus_volume(2), Collective::AllReduce, c), ring2, 1e-12);
-  // 4 ranks on 2 nodes of 2: per tree one hop inside a node, one across; up and down.
+  c.mpi_collectives = true;
+  c.mpi_all_reduce = MpiAllReduce::BinomialTree;  // the user's OMPI_MCA_coll_libnbc_iallreduce_algorithm
+  // 2 ranks on 2 nodes of 2 (one member per node): one hop up and one down, each carrying
+  // the whole buffer at the group's share of the node's network: twice the ring's time.
+  EXPECT_NEAR(collective_seconds(group_link(2, 2, 2, c), 1, bus_volume(2), Collective::AllReduce, c), 2 * ring2, 1e-12);
+  EXPECT_NEAR(ring2, buffer / 0.04e9, 1e-12);
+  // 4 ranks on 2 nodes of 2: per tree one hop inside a node (at 2 x busbw), one across (the
+  // node's whole network: 2 members x busbw); up and down.
   const GroupLink flat = group_link(4, 1, 2, c);
   ASSERT_TRUE(flat.crosses_nodes);
   EXPECT_NEAR(collective_seconds(flat, 1, bus_volume(4), Collective::AllReduce, c), buffer / 1e9 + buffer / 0.04e9, 1e-9);
@@ -164,6 +167,44 @@ TEST(CostModel, MpiAllReduceIsABinomialTreeOfWholeBufferHops) {
               buffer / 2e9 + buffer / 0.08e9 + buffer / 4 * (1 / 2e9 + 2 / 0.08e9), 1e-9);
   // The tree never applies to all-gathers (rings in both backends' model).
   EXPECT_NEAR(collective_seconds(flat, 1, 0.75 * buffer, Collective::AllGather, c), 0.75 * buffer / flat.bus_bytes, 1e-9);
+}
+
+TEST(CostModel, MpiAllReduceIsHalvingDoublingWhoseFarExchangesCrossNodes) {
+  CostModelInputs c = fixed_costs();
+  c.intra_bus_bytes = 1e9;
+  c.inter_bus_bytes = 0.04e9;
+  c.latency_s = 1e-5;
+  c.mpi_collectives = true;
+  c.mpi_all_reduce = MpiAllReduce::HalvingDoubling;  // what the Runtime selects
+  const double buffer = 12e6;
+  const auto bus_volume = [&](int n) { return 2.0 * (n - 1) / n * buffer; };
+  // 2 ranks on 2 nodes: one exchange of half the buffer each way, twice (reduce-scatter,
+  // all-gather): the bench's busbw is that exchange's rate.
+  EXPECT_NEAR(collective_seconds(group_link(2, 2, 2, c), 1, bus_volume(2), Collective::AllReduce, c),
+              2 * 1e-5 + 2 * (buffer / 2) / 0.04e9, 1e-9);
+  // 4 ranks on 2 nodes of 2: the partner 1 away is on the node (half the buffer), the one 2
+  // away is not (a quarter): the far exchange carries the smaller part.
+  const GroupLink flat = group_link(4, 1, 2, c);
+  EXPECT_NEAR(collective_seconds(flat, 3, bus_volume(4), Collective::AllReduce, c),
+              3 * 4 * 1e-5 + 2 * (buffer / 2 / 1e9 + buffer / 4 / 0.04e9), 1e-9);
+  // About half the binomial tree's whole-buffer hop across and back (at twice the rate).
+  c.mpi_all_reduce = MpiAllReduce::BinomialTree;
+  const double tree = collective_seconds(flat, 3, bus_volume(4), Collective::AllReduce, c);
+  c.mpi_all_reduce = MpiAllReduce::HalvingDoubling;
+  EXPECT_LT(collective_seconds(flat, 3, bus_volume(4), Collective::AllReduce, c), 0.6 * tree);
+  // 3 ranks on one node: 2 fold into 1 (half each way and half back, then the whole result
+  // back at the end: twice the buffer), and the pair exchanges as above.
+  EXPECT_NEAR(collective_seconds(group_link(3, 1, 4, c), 1, bus_volume(3), Collective::AllReduce, c),
+              5 * 1e-5 + 2 * buffer / 1e9 + 2 * (buffer / 2) / 1e9, 1e-9);
+  // Reduce-scatter stays libnbc's binomial tree: halving-doubling is the all-reduce alone.
+  c.mpi_all_reduce = MpiAllReduce::BinomialTree;
+  const double rs_tree = collective_seconds(flat, 1, 0.75 * buffer, Collective::ReduceScatter, c);
+  c.mpi_all_reduce = MpiAllReduce::HalvingDoubling;
+  EXPECT_DOUBLE_EQ(collective_seconds(flat, 1, 0.75 * buffer, Collective::ReduceScatter, c), rs_tree);
+  // A user-chosen ring is timed as a ring.
+  c.mpi_all_reduce = MpiAllReduce::Ring;
+  EXPECT_NEAR(collective_seconds(flat, 1, bus_volume(4), Collective::AllReduce, c),
+              6 * 1e-5 + bus_volume(4) / flat.bus_bytes, 1e-9);
 }
 
 TEST(CostModel, HybridReplicateAllReduceIsExposedAndCheckpointingRecomputesForward) {

@@ -37,6 +37,17 @@ class Runtime {
 /// set_abort_context (core/error.hpp) by main.
 void abort_all_ranks(int code);
 
+/// The algorithm Open MPI's non-blocking all-reduce (libnbc's MPI_Iallreduce, which the MPI
+/// communicator calls) runs in this process: Rabenseifner's reduce-scatter by recursive
+/// halving then all-gather by recursive doubling, which the Runtime selects before
+/// MPI_Init; or what the user chose instead with OMPI_MCA_coll_libnbc_iallreduce_algorithm
+/// (a ring, or libnbc's own choice: a binomial tree for an in-place buffer; recursive
+/// doubling is modelled as that tree too). The cost model times all-reduces by it.
+enum class MpiAllReduce { BinomialTree, Ring, HalvingDoubling };
+MpiAllReduce mpi_all_reduce_algorithm();
+/// "halving-doubling", "ring" or "binomial tree".
+const char* describe(MpiAllReduce a);
+
 /// "Open MPI v4.1.4, ..." from MPI_Get_library_version (first line).
 std::string mpi_library_version();
 

@@ -34,13 +34,15 @@ struct CostModelInputs {
   double latency_s = 5e-6;
   /// How reductions move their bytes. NCCL (GPU builds) runs rings: 2(n-1)/n of the buffer
   /// per rank at the bus bandwidth for an all-reduce, (n-1)/n for a reduce-scatter. The MPI
-  /// backend (host builds) calls MPI_Iallreduce in place, which Open MPI's libnbc runs as a
-  /// binomial reduce to rank 0 plus a binomial broadcast (nbc_iallreduce.c: in place, or
-  /// fewer than 4 ranks): 2 ceil(log2 n) hops that each carry the whole buffer, the hops
-  /// between nodes at the inter-node rate. Its MPI_Ireduce_scatter_block is the same
-  /// binomial reduce followed by rank 0 sending each rank its block
-  /// (nbc_ireduce_scatter_block.c).
-  bool tree_all_reduce = false;
+  /// backend (host builds; `mpi_collectives`) runs Open MPI's libnbc algorithms. Its
+  /// MPI_Ireduce_scatter_block is a binomial reduce to rank 0 (ceil(log2 n) hops that each
+  /// carry the whole buffer, the hops between nodes at the inter-node rate) followed by rank
+  /// 0 sending each rank its block (nbc_ireduce_scatter_block.c). Its MPI_Iallreduce runs
+  /// `mpi_all_reduce` (runtime.hpp): Rabenseifner's halving-doubling as the Runtime selects
+  /// it, or, where the user chose otherwise, a ring or the binomial reduce plus a binomial
+  /// broadcast back (libnbc's own choice for an in-place buffer).
+  bool mpi_collectives = false;
+  MpiAllReduce mpi_all_reduce = MpiAllReduce::HalvingDoubling;
   /// Fraction of an FSDP collective that can hide behind compute (0..1). NCCL runs on its
   /// own stream: 1. The MPI backend progresses a non-blocking collective only inside MPI
   /// calls (the engine's progress() between kernels), and ranks that share cores compete
@@ -123,10 +125,14 @@ enum class Collective { AllGather, ReduceScatter, AllReduce };
 
 /// Seconds of `collectives` collectives of `kind` over `g` moving `bus_volume` bytes per rank
 /// (the ring's volume: (n-1)/n of the buffer, 2(n-1)/n for an all-reduce). Rings, except
-/// where CostModelInputs::tree_all_reduce says the MPI backend's algorithms run (libnbc's
-/// binomial trees for all-reduce and reduce-scatter).
+/// where CostModelInputs::mpi_collectives says the MPI backend's algorithms run (libnbc's
+/// binomial tree for reduce-scatter; CostModelInputs::mpi_all_reduce for all-reduce).
 double collective_seconds(const GroupLink& g, int collectives, double bus_volume, Collective kind,
                           const CostModelInputs& c);
+
+/// "halving-doubling (MPI)", "a binomial tree (MPI)", "a ring (MPI)" or "a ring (NCCL)":
+/// how `c` times an all-reduce, for plan's report.
+std::string all_reduce_description(const CostModelInputs& c);
 
 StepPrediction predict_step(const model::ModelDims& dims, const parallel::PlanInput& in,
                             const parallel::StrategyPlan& plan, const CostModelInputs& c);
