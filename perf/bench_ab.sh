@@ -5,12 +5,17 @@
 # down": BASELINE (required) is the binary before the change, MESHTRAIN the one after. Each
 # run's number is the median step time after WARMUP steps; the final losses must be equal.
 # Results: OUT_DIR/runs.csv and results.md. Environment: BASELINE, MESHTRAIN, REPS (6),
-# STEPS (8), WARMUP (3), THREADS (1), PERF_MAX_LOAD.
+# STEPS (8), WARMUP (3), THREADS (1), PERF_MAX_LOAD; CONFIGS ("1:no_shard 2:full_shard":
+# ranks:strategy); BASELINE_ENV (VAR=value words exported for the baseline's runs only: a
+# runtime setting against the same binary, e.g. BASELINE=$MESHTRAIN
+# BASELINE_ENV=OMPI_MCA_coll_libnbc_iallreduce_algorithm=0 CONFIGS=2:no_shard).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUT=${1:-$ROOT/perf/results/bench_ab}
 [[ -x ${BASELINE:-} ]] || { echo "perf/bench_ab.sh: set BASELINE to the binary to compare against" >&2; exit 2; }
 REPS=${REPS:-6}
+read -r -a CONFIGS <<<"${CONFIGS:-1:no_shard 2:full_shard}"
+read -r -a BASELINE_ENV <<<"${BASELINE_ENV:-}"
 STEPS=${STEPS:-8}
 WARMUP=${WARMUP:-3}
 rm -rf "$OUT" && mkdir -p "$OUT/runs"
@@ -18,35 +23,34 @@ echo "binary,ranks,strategy,rep,median_step_s,final_loss,load1" >"$OUT/runs.csv"
 for ((rep = 1; rep <= REPS; rep++)); do
   order=(baseline candidate)
   ((rep % 2 == 0)) && order=(candidate baseline)
-  for cfg in "1 no_shard" "2 full_shard"; do
-    read -r n strat <<<"$cfg"
+  for cfg in "${CONFIGS[@]}"; do
+    IFS=: read -r n strat <<<"$cfg"
     for which in "${order[@]}"; do
       bin=$MESHTRAIN
       [[ $which == baseline ]] && bin=$BASELINE
       run="$OUT/runs/$which-$n-$strat-r$rep"
       wait_quiet || true
+      # a subshell: BASELINE_ENV reaches the baseline's ranks (mpirun passes OMPI_MCA_* and
+      # the exported environment on) and nothing else
+      ( if [[ $which == baseline ]] && ((${#BASELINE_ENV[@]})); then export "${BASELINE_ENV[@]}"; fi
       mpirun_n "$n" "$bin" train "$ROOT/inputs/bench-gpt2-23m.ini" --data.dir=random --train.steps="$STEPS" \
         --train.eval_every=0 --checkpoint.save_final=false --parallel.strategy="$strat" --parallel.dp_shard="$n" \
-        --parallel.tp=1 --output.dir="$run" >"$run.log" 2>&1 || { tail "$run.log" >&2; exit 1; }
-      "$PY" - "$run/metrics.jsonl" "$WARMUP" "$which,$n,$strat,$rep" "$(load1)" >>"$OUT/runs.csv" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-kept = [r["step_time_s"] for r in rows if r["step"] > int(sys.argv[2])]
-print(f"{sys.argv[3]},{statistics.median(kept):.4f},{rows[-1]['loss']!r},{sys.argv[4]}")
-PY
+        --parallel.tp=1 --output.dir="$run" >"$run.log" 2>&1 ) || { tail "$run.log" >&2; exit 1; }
+      "$PY" "$PERF_DIR/perfutil.py" run_row "$run/metrics.jsonl" "$WARMUP" "$which,$n,$strat,$rep" "$(load1)" >>"$OUT/runs.csv"
       tail -n1 "$OUT/runs.csv"
     done
   done
 done
-"$PY" - "$OUT/runs.csv" "$OUT/results.md" <<'PY'
+"$PY" - "$OUT/runs.csv" "$OUT/results.md" "${CONFIGS[@]}" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+configs = [tuple(c.split(":")) for c in sys.argv[3:]]
 out = ["| ranks | strategy | baseline step s (median; min-max) | candidate step s (median; min-max) | candidate / baseline | final losses equal |",
        "|---|---|---|---|---|---|"]
 ok = True
-for n, s in (("1", "no_shard"), ("2", "full_shard")):
-    b = [r for r in rows if r["binary"] == "baseline" and r["ranks"] == n]
-    c = [r for r in rows if r["binary"] == "candidate" and r["ranks"] == n]
+for n, s in configs:
+    b = [r for r in rows if r["binary"] == "baseline" and r["ranks"] == n and r["strategy"] == s]
+    c = [r for r in rows if r["binary"] == "candidate" and r["ranks"] == n and r["strategy"] == s]
     bt = [float(r["median_step_s"]) for r in b]; ct = [float(r["median_step_s"]) for r in c]
     same = len({r["final_loss"] for r in b + c}) == 1
     ok &= same

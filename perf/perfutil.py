@@ -28,3 +28,21 @@ def flops_per_token(m):
     C, F, L, V, T = m["d_model"], m["ffn"], m["n_layers"], m["vocab"], m["seq_len"]
     matmul = L * (4 * C * C + 2 * C * F) + V * C
     return 3.0 * (2.0 * matmul + 4.0 * L * T * C)
+
+
+def run_row(metrics_path, warmup, prefix, load):
+    """One CSV row of an A/B script: PREFIX, the median step time after WARMUP steps, the
+    last step's loss (repr: every bit, so equal losses compare equal) and the load."""
+    import statistics
+    rows = read_jsonl(metrics_path)
+    kept = [r["step_time_s"] for r in rows if r["step"] > int(warmup)]
+    return f"{prefix},{statistics.median(kept):.4f},{rows[-1]['loss']!r},{load}"
+
+
+if __name__ == "__main__":
+    # perf/perfutil.py run_row METRICS.jsonl WARMUP PREFIX LOAD (perf/bench_ab.sh, perf/allreduce_ab.sh)
+    import sys
+    if len(sys.argv) == 6 and sys.argv[1] == "run_row":
+        print(run_row(*sys.argv[2:]))
+    else:
+        sys.exit("usage: perfutil.py run_row METRICS.jsonl WARMUP PREFIX LOAD")

@@ -108,7 +108,8 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/sweep.sh` | the scaling sweep: 1/2/4 ranks x full_shard/shard_grad_op/no_shard x tp 1/2, strong and weak; `meshtrain plan` prediction per configuration; PyTorch at 1/2/4 ranks; `meshtrain bench comm` -> `results/sweep/` (sweep.csv = every logged step of every run, summary.csv, comm.csv, plots/) |
 | `perf/bench_save.sh` | a 37 MiB checkpoint save (`meshtrain bench io`: best of 5, file-system and network ceilings) on one host over shared memory and over TCP, and across 2 and 4 namespace hosts (needs root) -> `results/bench_save/` |
 | `perf/multihost_sweep.sh` (= `perf/sweep.sh --hosts N`) | namespace hosts with tc-shaped links (default 1 Gbit/s, +0.2 ms where the kernel has netem): `bench comm` inside vs across hosts, six (strategy, mesh) training runs x 3 repeats, `plan --json` given the measured bandwidths before each run; `multihost_summary.py` ranks both and checks every prediction against +-20% -> `results/multihost_sweep/` (needs root; not run by run-all.sh) |
-| `perf/bench_ab.sh` | two meshtrain binaries side by side (`BASELINE=` before a change, `MESHTRAIN=` after), 1 rank no_shard and 2 ranks full_shard on the benchmark model, alternating order; step-time ratio and equal final losses -> `results/bench_ab/` (not run by run-all.sh) |
+| `perf/allreduce_ab.sh` | on the shaped namespace cluster: no_shard and hybrid_shard runs with each libnbc all-reduce algorithm (libnbc's own binomial tree, halving-doubling as meshtrain selects it, a ring), 3 repeats in rotating order; step times and final losses -> `results/allreduce_ab/` (needs root; not run by run-all.sh) |
+| `perf/bench_ab.sh` | two meshtrain binaries side by side (`BASELINE=` before a change, `MESHTRAIN=` after; or one binary with `BASELINE_ENV=` settings for the baseline's runs), 1 rank no_shard and 2 ranks full_shard (`CONFIGS=`) on the benchmark model, alternating order; step-time ratio and equal final losses -> `results/bench_ab/` (not run by run-all.sh) |
 | `perf/bench_generate.sh` | `meshtrain generate` ms per token at 512 tokens of context with and without the KV cache, GPT-2 and Llama (GQA), greedy texts checked identical -> `results/bench_generate/` |
 | `perf/bench_eval.sh` | wall time of `meshtrain eval --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --text` (256 tokens, 1 rank, process start to exit), median of 5, optionally side by side with another binary (`BASELINE=`), losses checked identical -> `results/bench_eval/` |
 | `perf/paper_check.sh` | no measurement: `meshtrain plan` for published torchtitan and Megatron-LM runs (H100/A100, FSDP, FSDP + TP, TP + DP) next to their reported tokens/s and MFU, a few seconds -> `results/paper_check/` (table.md; the comparison and its reading are in doc/perf.md; not run by run-all.sh) |
@@ -130,6 +131,11 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
         out.append("## A change against its baseline: the design work of issue 14\n")
         out.append(read("bench_ab", "NOTE.md") or "")
         out.append(ab)
+    ab_allreduce = read("bench_ab_allreduce", "results.md")
+    if ab_allreduce:
+        out.append("## The MPI all-reduce's algorithm on one host (issue 17)\n")
+        out.append(read("bench_ab_allreduce", "NOTE.md") or "")
+        out.append(ab_allreduce)
     gen = read("bench_generate", "results.md")
     if gen:
         out.append("## Generation with the KV cache (issue 18 #6)\n")
@@ -172,6 +178,11 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
             out.append("```\n" + setup.rstrip() + "\n```\n")
         out.append(mh)
         out.append("![measured vs predicted step time on the shaped cluster](results/multihost_sweep/predicted.png)\n")
+    ab = read("allreduce_ab", "results.md")
+    if ab:
+        out.append("### The MPI all-reduce's algorithm on the shaped cluster (`perf/allreduce_ab.sh`)\n")
+        out.append(read("allreduce_ab", "NOTE.md") or "")
+        out.append(ab)
     save_table = read("bench_save", "results.md")
     if save_table:
         out.append("## Checkpoint saves across hosts (issue 17)\n")

@@ -66,9 +66,9 @@ constexpr const char* kIallreduceAlgorithmVar = "OMPI_MCA_coll_libnbc_iallreduce
 /// binomial reduce to rank 0 and a binomial broadcast back: every hop carries the whole
 /// buffer, one direction of a link at a time. Rabenseifner's algorithm (libnbc's
 /// "rabenseifner", 3) exchanges halves, quarters, ... in both directions at once and moves
-/// 2(n-1)/n of the buffer per rank. On the shaped two-host cluster (perf/multihost_sweep.sh,
-/// 1 Gbit/s) it made `no_shard` steps 1.3x (1 x 2 x 2) and 1.9x (1 x 4 x 1) faster and
-/// `hybrid_shard` 2 x 2 x 1 1.2x (doc/perf.md). It needs a commutative operation and at least
+/// 2(n-1)/n of the buffer per rank. On the shaped two-host cluster (perf/allreduce_ab.sh,
+/// 1 Gbit/s) it made `no_shard` steps 1.3x (1 x 2 x 2) and 1.8x (1 x 4 x 1) faster and
+/// `hybrid_shard` 2 x 2 x 1 1.2x (perf/README.md). It needs a commutative operation and at least
 /// as many elements as the power of two below the group size; libnbc runs a ring otherwise.
 /// A user's own choice of the variable wins; other MPI implementations ignore it.
 void choose_all_reduce_algorithm() { setenv(kIallreduceAlgorithmVar, "3", /*overwrite=*/0); }
