@@ -514,13 +514,13 @@ double collective_seconds(const GroupLink& g, int collectives, double bus_volume
     // rest cross nodes, and every hop carries the whole buffer. Then either the binomial
     // broadcast back (all-reduce: the same hops again) or rank 0 sends every other member
     // its block (reduce-scatter). A hop is one flow in one direction; a user-chosen binomial
-    // all-reduce is timed the same way. Inside a node a hop moves at 2 x busbw (the bench's
-    // 2-rank busbw counts the whole buffer once per exchange). Across nodes the bus
-    // bandwidth is one rank's share of its node's network (`bench comm`'s 2-rank
-    // all-reduces with every rank of a node in one: each rank's flow at busbw). The node's
-    // groups of this kind hop at once (the other mesh dimension inside the node keeps them
-    // in step), so a hop gets the node's network split between them: members_per_node x
-    // busbw, the rings' rate (group_link).
+    // all-reduce is timed the same way. Inside a node a hop moves at 2 x busbw, the factor
+    // the one-host sweeps were checked with (`plan` measures the bus bandwidth there with an
+    // all-gather). Across nodes the bus bandwidth is one rank's share of
+    // its node's network (`bench comm`'s 2-rank all-reduces with every rank of a node in
+    // one: each rank's flow at busbw). The node's groups of this kind hop at once (the other
+    // mesh dimension inside the node keeps them in step), so a hop gets the node's network
+    // split between them: members_per_node x busbw, the rings' rate (group_link).
     const int n = g.ranks;
     const int rounds = static_cast<int>(std::ceil(std::log2(static_cast<double>(n))));
     const int members = g.crosses_nodes ? std::max(1, g.members_per_node) : n;
