@@ -190,6 +190,8 @@ run_step copy-checkout copy_checkout
 env_args=(HOME=/root USER=root LOGNAME=root SHELL=/bin/bash TERM=dumb LANG=C.UTF-8
           PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive)
 while IFS='=' read -r k _; do
+  # A local find-links folder holds wheels put on this machine by hand: not registry access.
+  [[ $k == PIP_FIND_LINKS && ${!k} != *://* ]] && continue
   case $k in
     PIP_*|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY|OPENBLAS_CORETYPE|OPENBLAS_L2_SIZE|CI)
       env_args+=("$k=${!k}") ;;

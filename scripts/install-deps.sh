@@ -97,12 +97,20 @@ install_kokkos() {
 # apt-get source needs a deb-src entry; take the mirror URI from the machine's own
 # Debian sources file instead of hard-coding a host.
 SRC_LIST=/etc/apt/sources.list.d/meshtrain-deb-src.sources
-if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
-  uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+shopt -s nullglob
+sources_files=(/etc/apt/sources.list.d/*.sources)
+list_files=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list)
+shopt -u nullglob
+if ! cat "${sources_files[@]}" /dev/null | grep -qs '^Types:.*deb-src' && ! cat "${list_files[@]}" /dev/null 2>/dev/null | grep -qs '^deb-src'; then
+  # The URI of the stanza (deb822) or line (one-line style) that serves bookworm itself.
+  uri=$(awk 'function done() { if (ok && u != "" && !p) { print u; p = 1; exit } u = ""; ok = 0 }
+             /^URIs:/ {u = $2} /^Suites:/ {for (i = 2; i <= NF; i++) if ($i == "bookworm") ok = 1}
+             /^[[:space:]]*$/ {done()} END {done()}' "${sources_files[@]}" /dev/null 2>/dev/null || true)
   if [[ -z "$uri" ]]; then
-    uri=$(awk '/^deb / {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+    uri=$(awk '$1 == "deb" {for (i = 2; i < NF; i++) if ($i !~ /^\[/ && $(i + 1) == "bookworm") {print $i; exit}}' \
+            "${list_files[@]}" /dev/null 2>/dev/null || true)
   fi
-  [[ -n "$uri" ]] || { echo "install-deps: cannot find the Debian mirror in /etc/apt" >&2; exit 1; }
+  [[ -n "$uri" ]] || { echo "install-deps: cannot find the Debian mirror for bookworm in /etc/apt/sources.list or /etc/apt/sources.list.d" >&2; exit 1; }
   log "adding deb-src entry for $uri"
   printf 'Types: deb-src\nURIs: %s\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" \
     | as_root tee "$SRC_LIST" >/dev/null
