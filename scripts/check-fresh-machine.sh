@@ -99,7 +99,7 @@ run_step() {
   local name=$1 t0=$SECONDS rc=0
   shift
   log "step '$name': $*"
-  "$@" > >(tee "$logs/$name.log" | sed -u "s/^/  [$name] /") 2>&1 || rc=$?
+  "$@" > >(tee "$logs/$name.log" | sed -u "s/^/  $name | /") 2>&1 || rc=$?
   wait  # the tee
   summary+=("$(printf '  %-22s %6d s  %s' "$name" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo "FAILED (exit $rc)")")")
   if (( rc != 0 )); then
