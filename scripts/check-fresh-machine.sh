@@ -69,7 +69,9 @@ cleanup() {
   if (( keep )); then
     log "kept the root at $rootfs"
   elif [[ -d $fresh ]]; then
+    local t0=$SECONDS
     rm -rf --one-file-system "$fresh" || log "could not remove $fresh completely"
+    log "removed the root ($((SECONDS - t0)) s)"
   fi
   exit "$rc"
 }
@@ -89,7 +91,7 @@ report_failure() {
   echo "----"
   local missing
   missing=$(grep -hoE "Could NOT find [A-Za-z0-9_]+|Could not find a package configuration file provided by \"[^\"]+\"|No package '[^']+' found|fatal error: [^ ]+: No such file|ModuleNotFoundError: No module named '[^']+'|[A-Za-z0-9_.-]+: command not found|missing dependenc[a-z]*: .*" "$file" | sort -u | head -n 5 || true)
-  [[ -n $missing ]] && while IFS= read -r line; do echo "missing dependency: $line"; done <<<"$missing"
+  [[ -n $missing ]] && while IFS= read -r line; do echo "missing dependency: ${line#missing dependency: }"; done <<<"$missing"
   log "FAILED at step '$step'$why; log: $file"
 }
 
