@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "meshtrain/app/run_spec_resolve.hpp"
+#include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/checkpoint/weights_path.hpp"
 #include "meshtrain/checkpoint/gguf_file.hpp"
@@ -93,6 +94,16 @@ WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std
   return out;
 }
 
+void adopt_checkpoint_model_on_all(const MpiComm& world, Config& cfg, const WeightsSource& source,
+                                   const std::string& checkpoint_option) {
+  if (source.pretrained) return;
+  // Every rank reads the same attributes and reaches the same verdict; agree_on_errors
+  // keeps a rank whose read failed from leaving the others waiting.
+  agree_on_errors(world, [&] {
+    adopt_checkpoint_model(cfg, source.path, checkpoint_option.empty() ? "checkpoint" : "--checkpoint");
+  });
+}
+
 void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsSource& src) {
   if (src.pretrained) return;  // exports carry no settings: the tensors are matched by name
   checkpoint::LoraSettings stored;
@@ -125,6 +136,39 @@ void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsS
     m.lora_alpha = stored.alpha;
     m.lora_targets = stored.targets;
   }
+}
+
+checkpoint::TokenizerRef model_tokenizer_ref(const MpiComm& world, const WeightsSource& source, std::string* name,
+                                             std::string* error) {
+  if (name) *name = (source.pretrained ? "model " : "checkpoint ") + source.path;
+  try {
+    return checkpoint::source_tokenizer(world, source.path);
+  } catch (const UserError& e) {  // thrown on every rank alike
+    if (error) *error = e.what();
+    return {};
+  }
+}
+
+std::unique_ptr<data::Tokenizer> open_model_tokenizer(const checkpoint::TokenizerRef& model, const std::string& model_name,
+                                                      const std::string& given, const std::string& fallback,
+                                                      const std::string& error) {
+  if (!given.empty()) {
+    std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(given);
+    // Another tokenizer's ids mean other text: the loss or the sampled text would be wrong.
+    checkpoint::require_same_tokenizer(checkpoint::tokenizer_ref_of(*tok), "--tokenizer " + given, model, model_name);
+    return tok;
+  }
+  if (model.known()) return checkpoint::open_recorded_tokenizer(model, model_name);
+  // The model has a tokenizer that cannot be read: bytes would silently be wrong.
+  MESHTRAIN_REQUIRE(error.empty(), "%s; give the model's tokenizer with --tokenizer SPEC", error.c_str());
+  log::info("the tokenizer of %s is unknown (%s): using %s; give --tokenizer SPEC if the model was trained with "
+            "another",
+            model_name.c_str(),
+            model.recorded ? "it was trained on random tokens"
+                           : "it records none: written before checkpoints recorded their tokenizer, or weights "
+                             "without tokenizer files",
+            fallback == "byte" ? "the byte tokenizer" : fallback.c_str());
+  return data::make_tokenizer(fallback);
 }
 
 void fit_mesh_to_job(Config& cfg, int world_size) {

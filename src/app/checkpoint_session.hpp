@@ -6,6 +6,7 @@
 #include <string>
 
 #include "meshtrain/app/commands.hpp"
+#include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/train/run_setup.hpp"
 #include "meshtrain/train/session.hpp"
@@ -45,10 +46,33 @@ struct WeightsSource {
 };
 WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std::string& checkpoint_option);
 
+/// A meshtrain checkpoint describes its model: the config's model.* keys are set from its
+/// /model group (a key the user gave that differs is a UserError naming both), so eval and
+/// generate need no run config. Nothing for pretrained sources (adopt_source_model reads
+/// those). Collective (errors on every rank alike).
+void adopt_checkpoint_model_on_all(const MpiComm& world, Config& cfg, const WeightsSource& source,
+                                   const std::string& checkpoint_option);
+
 /// The LoRA settings (rank, alpha, targets) of a meshtrain checkpoint replace the config's:
 /// the adapters are part of the model that was trained (a message when they differ; a
 /// warning when the user set other values). Collective.
 void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsSource& source);
+
+/// The tokenizer of the model `source` holds (collective): what a meshtrain checkpoint
+/// records, a GGUF file's, a Hugging Face directory's; unknown for older checkpoints and
+/// sources without one. `name` gets "checkpoint PATH" / "model PATH" for messages. A
+/// tokenizer that cannot be read is unknown, with the reason in `*error` (open_model_tokenizer
+/// reports it when the tokenizer is needed).
+checkpoint::TokenizerRef model_tokenizer_ref(const MpiComm& world, const WeightsSource& source, std::string* name,
+                                             std::string* error);
+
+/// The tokenizer to run the model with (not collective: every rank makes its own):
+/// `given` (--tokenizer; must be the model's when the model's is known, else UserError
+/// naming both), else the model's, else `fallback` with a notice that the model's
+/// tokenizer is unknown.
+std::unique_ptr<data::Tokenizer> open_model_tokenizer(const checkpoint::TokenizerRef& model, const std::string& model_name,
+                                                      const std::string& given, const std::string& fallback,
+                                                      const std::string& error = "");
 
 /// A mesh that came from a config file (a saved run's config.ini) and does not fit this
 /// job's `world_size` ranks is replaced by plain FSDP over all ranks, with a message;

@@ -35,7 +35,8 @@ ConvertArgs parse_convert_args(const Args& args) {
       ("input", po::value<std::string>(&out.input),
        "an HDF5 checkpoint (step_*.h5), or a checkpoint directory (its newest complete checkpoint)")
       ("output", po::value<std::string>(&out.output),
-       "Hugging Face model directory to write: model.safetensors (or shards + index) and config.json")
+       "Hugging Face model directory to write: model.safetensors (or shards + index), config.json and the model's "
+       "tokenizer files (tokenizer.json, tokenizer_config.json; recorded in the checkpoint)")
       ("dtype", po::value<std::string>(&out.options.dtype)->default_value(out.options.dtype),
        "tensor dtype of the safetensors: fp32 | bf16")
       ("max_shard_size", po::value<std::string>(&max_shard)->default_value(max_shard),
@@ -103,6 +104,7 @@ int command_convert(Runtime& rt, const Args& args) {
     std::printf("converted %s (step %d)%s: %d tensors, %s in %s: %s (%.2f s, %.2f GB/s)\n", input.c_str(), s.step,
                 what.c_str(), s.tensors, format_bytes(static_cast<double>(s.tensor_bytes)).c_str(), parsed.output.c_str(),
                 join(s.files, ", ").c_str(), dt, dt > 0 ? s.tensor_bytes / dt / 1e9 : 0.0);
+    if (!s.tokenizer_note.empty()) std::printf("convert: %s\n", s.tokenizer_note.c_str());
     std::fflush(stdout);
   });
   return 0;

@@ -45,17 +45,12 @@ struct EvalOptions {
 
 /// The tokens of --text: the file through the model's tokenizer (a BOS first when the
 /// tokenizer's model expects one). Every rank tokenises (same bytes, same ids).
-std::shared_ptr<const data::TokenSource> text_tokens(const EvalOptions& o, std::int64_t vocab) {
-  std::string spec = o.tokenizer;
-  if (spec.empty()) {
-    std::error_code ec;
-    const bool gguf = std::filesystem::is_regular_file(o.checkpoint, ec) && checkpoint::looks_like_gguf(o.checkpoint);
-    const bool hf = std::filesystem::is_directory(o.checkpoint, ec) &&
-                    (std::filesystem::exists(o.checkpoint + "/tokenizer.json", ec) ||
-                     std::filesystem::exists(o.checkpoint + "/tokenizer.model", ec));
-    spec = gguf || hf ? o.checkpoint : "byte";
-  }
-  const std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(spec);
+std::shared_ptr<const data::TokenSource> text_tokens(const EvalOptions& o, std::int64_t vocab,
+                                                     const checkpoint::TokenizerRef& model, const std::string& model_name,
+                                                     const std::string& tok_error) {
+  // The model's tokenizer (recorded in the checkpoint, a GGUF's, a Hugging Face directory's);
+  // a --tokenizer must be the same one.
+  const std::unique_ptr<data::Tokenizer> tok = open_model_tokenizer(model, model_name, o.tokenizer, "byte", tok_error);
   MESHTRAIN_REQUIRE(tok->vocab_size() <= vocab,
                     "--text: the tokenizer %s has %lld ids, more than the model's vocabulary of %lld; give the "
                     "model's tokenizer with --tokenizer SPEC",
@@ -80,6 +75,8 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
   const bool root = rt.topology().world_rank == 0;
   train::Session<T> session(rt, setup, train::SessionUse::Inference);
   const MpiComm& world = session.mesh().world().mpi();
+  std::string model_name, tok_error;
+  const checkpoint::TokenizerRef model_tok = model_tokenizer_ref(world, weights_source, &model_name, &tok_error);
 
   const int dp = session.mesh().shape().dp();
   const int per_micro = setup.batch.micro_batch * dp;  // windows per micro-batch over all dp ranks
@@ -92,10 +89,13 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     std::shared_ptr<const data::TokenSource> src;
     std::shared_ptr<const data::MaskFile> mask;
     if (!o.text.empty()) {
-      src = text_tokens(o, setup.dims.valid_vocab);
+      src = text_tokens(o, setup.dims.valid_vocab, model_tok, model_name, tok_error);
     } else {
       const data::Dataset ds = data::Dataset::load(data_source, setup.dims.valid_vocab, tc.seed);
-      data::check_dataset_tokenizer(ds.meta, data_dir, o.checkpoint);
+      if (model_tok.known())
+        data::check_tokenizer_match({ds.meta.tokenizer_kind, ds.meta.vocab_size, ds.meta.tokenizer_hash},
+                                    {model_tok.kind, model_tok.vocab_size, model_tok.hash}, "dataset " + data_dir,
+                                    model_name);
       src = o.split == "val" ? ds.val : ds.train;
       mask = o.split == "val" ? ds.val_mask : ds.train_mask;
       if (ds.train_mask) data::check_row_seq_len(*ds.train_mask, setup.batch.seq_len);
@@ -170,15 +170,16 @@ int command_eval(Runtime& rt, const Args& args) {
        "evaluate this text file instead of data.dir: tokenised on the fly, every non-overlapping window of "
        "train.seq_len tokens once (whole micro-batches)")
       ("tokenizer", po::value<std::string>(&o.tokenizer),
-       "for --text: byte, a tokenizer.json, a Hugging Face directory, a tokenizer.model or a .gguf; default: the "
-       "tokenizer of a GGUF / Hugging Face --checkpoint, else byte")
+       "for --text: byte, a tokenizer.json, a Hugging Face directory, a tokenizer.model or a .gguf; must be the "
+       "model's tokenizer; default: the model's (recorded in the checkpoint, or a GGUF / Hugging Face --checkpoint's), "
+       "else byte")
       ("json", po::bool_switch(&o.json), "also print the result as one JSON line");
   const std::string usage =
       "usage: meshtrain eval [CONFIG.ini] [--checkpoint PATH] [--batches N] [--split val|train] [--text FILE "
       "[--tokenizer SPEC]] [--json] [--section.key=value ...]\n\n"
       "Validation loss (mean cross-entropy per token, nats) and perplexity of a checkpoint on data.dir, on this\n"
-      "job's mesh (any mesh loads any checkpoint). The model keys must describe the checkpoint's model: pass the\n"
-      "training run's config (its <output.dir>/config.ini holds every key).\n";
+      "job's mesh (any mesh loads any checkpoint). The model (shape, LoRA settings, tokenizer) comes from the\n"
+      "checkpoint; the training run's config (its <output.dir>/config.ini) gives data.dir and the batch settings.\n";
   CommandArgs ca = parse_command_args("eval", usage, own, args);
   if (ca.config.help) {
     if (rt.topology().world_rank == 0) std::fputs(ca.config.help_text.c_str(), stdout);
@@ -198,6 +199,7 @@ int command_eval(Runtime& rt, const Args& args) {
     cfg.train.grad_accum = 1;
   }
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
+  adopt_checkpoint_model_on_all(rt.world(), cfg, source, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
   const train::RunSetup setup = resolve_run(cfg, rt);
   return setup.bf16 ? run_eval<bf16>(rt, setup, o, source) : run_eval<float>(rt, setup, o, source);

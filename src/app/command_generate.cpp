@@ -88,17 +88,19 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
   std::unique_ptr<data::Tokenizer> tok;
   data::ChatFormat format;  // --chat: the template prompts are rendered with
   std::vector<FilePrompt> prompts;
+  std::string model_name, tok_error;
+  const checkpoint::TokenizerRef model_tok = model_tokenizer_ref(world, source, &model_name, &tok_error);
   agree_on_errors(world, [&] {
-    std::string name = o.tokenizer;
-    if (name == "auto") {
-      // The dataset the model was trained on names its tokenizer; random tokens have none.
-      name = "byte";
-      if (!data_source.is_random() && !data_source.dir.empty()) {
-        const std::string meta = data::Dataset::open(data_source.dir).meta.tokenizer;
-        if (meta != "random") name = meta;
-      }
+    // The model's tokenizer (recorded in the checkpoint, a GGUF's, a Hugging Face
+    // directory's); for a model that records none, the tokenizer of data.dir's dataset, else
+    // bytes. A --tokenizer must be the model's.
+    std::string fallback = "byte";
+    if (!model_tok.known() && o.tokenizer == "auto" && !data_source.is_random() && !data_source.dir.empty()) {
+      const std::string meta = data::Dataset::open(data_source.dir).meta.tokenizer;
+      if (meta != "random") fallback = meta;
     }
-    tok = data::make_tokenizer(name);
+    tok = open_model_tokenizer(model_tok, model_name, o.tokenizer == "auto" ? "" : o.tokenizer, fallback, tok_error);
+    const std::string name = tok->name();
     if (o.chat)
       format = o.chat_template == "auto"
                    ? data::recognise_chat_template(data::chat_template_text(name), "the " + name + " tokenizer")
@@ -207,7 +209,9 @@ int command_generate(Runtime& rt, const Args& args) {
       ("top_k", po::value<int>(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens; 0 = all")
       ("seed", po::value<std::uint64_t>(&o.seed)->default_value(o.seed), "random seed of the sampler")
       ("tokenizer", po::value<std::string>(&o.tokenizer)->default_value(o.tokenizer),
-       ("auto (the tokenizer of data.dir's dataset, byte for random data) or " + data::tokenizer_spec_help()).c_str())
+       ("auto (the model's: recorded in the checkpoint, or a GGUF / Hugging Face --checkpoint's; for a checkpoint "
+        "that records none, data.dir's dataset's, else byte) or " + data::tokenizer_spec_help() +
+        " (must be the model's)").c_str())
       ("chat", po::bool_switch(&o.chat),
        "--prompt is a user message: render it with the model's chat template, print the reply up to the "
        "end-of-turn marker")
@@ -226,8 +230,8 @@ int command_generate(Runtime& rt, const Args& args) {
       "usage: meshtrain generate [CONFIG.ini] [--checkpoint PATH] [--prompt TEXT] [--tokens N] [--temperature T] "
       "[--top_k K] [--seed S] [--prompt_file FILE] [--chat [--chat_template NAME] [--system TEXT]] [--no_kv_cache] [--section.key=value ...]\n\n"
       "Continues --prompt with text sampled from a checkpoint, on this job's mesh. Prints the prompt and the\n"
-      "continuation on stdout. The model keys must describe the checkpoint's model: pass the training run's\n"
-      "config (its <output.dir>/config.ini holds every key). --prompt_file FILE generates for every line of FILE\n"
+      "continuation on stdout. The model (shape, LoRA settings, tokenizer) comes from the checkpoint.\n"
+      "--prompt_file FILE generates for every line of FILE\n"
       "and prints one JSON line per prompt instead (the continuation or --chat reply in \"output\").\n";
   CommandArgs ca = parse_command_args("generate", usage, own, args);
   if (ca.config.help) {
@@ -248,6 +252,7 @@ int command_generate(Runtime& rt, const Args& args) {
   configure_run_logging(rt, cfg);
   fit_mesh_to_job(cfg, rt.topology().world_size);
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
+  adopt_checkpoint_model_on_all(rt.world(), cfg, source, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
   const train::RunSetup setup = resolve_run(cfg, rt);
   return setup.bf16 ? run_generate<bf16>(rt, setup, o, source) : run_generate<float>(rt, setup, o, source);

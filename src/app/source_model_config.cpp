@@ -51,8 +51,12 @@ void set_model_key(ModelConfig& m, const std::string& key, const std::string& v)
 
 }  // namespace
 
-void adopt_source_model(Config& config, const std::string& path, const std::string& option) {
-  const std::vector<std::pair<std::string, std::string>> keys = checkpoint::source_model_keys(path);
+namespace {
+
+/// Writes `keys` (a source's model.* settings) into config.model; a key the user gave that
+/// differs is a UserError naming `option` and `path`.
+void apply_model_keys(Config& config, const std::vector<std::pair<std::string, std::string>>& keys,
+                      const std::string& path, const std::string& option) {
   if (keys.empty()) return;
   const std::vector<std::pair<std::string, std::string>> current = config_entries(config);
   auto current_value = [&](const std::string& key) {
@@ -61,6 +65,19 @@ void adopt_source_model(Config& config, const std::string& path, const std::stri
     return std::string();
   };
   for (const auto& [key, value] : keys) {
+    if (key == "model.padded_vocab_size") {
+      // Not a key of its own: model.vocab_pad_multiple must reproduce the stored padding. A
+      // multiple the user gave is kept (the loader names a padded size that then differs).
+      const long long n = to_int(key, value), v = config.model.vocab_size;
+      auto padded = [&](long long m) { return (v + m - 1) / m * m; };
+      if (padded(config.model.vocab_pad_multiple) == n || config.is_set("model.vocab_pad_multiple")) continue;
+      for (long long m = 1; m <= (1 << 16); ++m)
+        if (padded(m) == n) {
+          config.model.vocab_pad_multiple = static_cast<int>(m);
+          break;
+        }
+      continue;
+    }
     // -1 for n_kv_heads / ffn_dim means "the default rule" (a run's config.ini writes it):
     // it asks for nothing the source could contradict.
     const bool automatic = (key == "model.n_kv_heads" || key == "model.ffn_dim") && current_value(key) == "-1";
@@ -72,6 +89,16 @@ void adopt_source_model(Config& config, const std::string& path, const std::stri
                         value.c_str());
     set_model_key(config.model, key, value);
   }
+}
+
+}  // namespace
+
+void adopt_source_model(Config& config, const std::string& path, const std::string& option) {
+  apply_model_keys(config, checkpoint::source_model_keys(path), path, option);
+}
+
+void adopt_checkpoint_model(Config& config, const std::string& path, const std::string& option) {
+  apply_model_keys(config, checkpoint::checkpoint_model_keys(path), path, option);
 }
 
 }  // namespace meshtrain::app

@@ -19,6 +19,7 @@
 #include "meshtrain/checkpoint/weights_path.hpp"
 #include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/core/bf16.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
@@ -226,6 +227,10 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   for (const model::ParamSpec& p : specs)
     if (!base_ref || !p.frozen) stored.push_back(p);
   format::validate(h5_path, stored, {false, nullptr});
+  // The model's tokenizer goes with it (HF readers load it from the same directory); read
+  // before anything is written, so a tokenizer that moved fails fast.
+  const std::vector<std::pair<std::string, std::string>> tokenizer_files =
+      hf_tokenizer_files(stored_tokenizer(h5_path), "checkpoint " + h5_path, &summary.tokenizer_note);
   // Merging needs the base; a PEFT adapter only names it.
   std::unique_ptr<BaseWeights> base;
   if (base_ref && !peft) base = std::make_unique<BaseWeights>(*base_ref, h5_path, specs, dims);
@@ -333,6 +338,10 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
                strprintf("{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {%s\n  }\n}\n",
                          static_cast<unsigned long long>(summary.tensor_bytes), weight_map.c_str()));
     names.push_back("model.safetensors.index.json");
+  }
+  for (const auto& [name, text] : tokenizer_files) {
+    write_text(name, text);
+    names.push_back(name);
   }
   // Everything is written: move the files into place.
   for (std::size_t i = 0; i < names.size(); ++i) {

@@ -15,6 +15,7 @@
 #include "files.hpp"
 #include "format.hpp"
 #include "h5.hpp"
+#include "tokenizer_attrs.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
@@ -220,6 +221,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
       {
         h5::Handle model_group = h5::group(H5_CHECK(H5Gopen2(file.get(), format::kModelGroup, H5P_DEFAULT)));
         format::write_model_attrs(model_group.get(), setup.dims);
+        write_tokenizer_attrs(model_group.get(), st.tokenizer);  // the model's tokenizer is part of it
       }
       failed(write_rank_windows(file.get(), dxpl.get(), setup, st, root) < 0);
       // LoRA: the frozen base is not stored, only where it comes from.

@@ -10,7 +10,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "format.hpp"
 #include "gguf_import.hpp"
+#include "h5.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/json_parse.hpp"
@@ -135,6 +137,27 @@ Keys source_model_keys(const std::string& path) {
   if (type == "gpt2") return gpt2_keys(c);
   throw UserError(strprintf("%s: model_type '%s' is not a model meshtrain runs; it runs llama and gpt2 models",
                             cfg.c_str(), type.c_str()));
+}
+
+Keys checkpoint_model_keys(const std::string& path) {
+  format::validate(path, {}, {false, nullptr});  // a readable meshtrain checkpoint, or a clear error
+  h5::QuietErrors quiet;
+  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
+  MESHTRAIN_REQUIRE(f.valid(), "checkpoint %s cannot be opened by HDF5", path.c_str());
+  const model::ModelDims d = format::read_model_dims(f.get(), path);
+  const auto real = [](double v) { return strprintf("%.17g", v); };
+  return {{"model.family", model::family_name(d.family)},
+          {"model.vocab_size", std::to_string(d.valid_vocab)},
+          {"model.padded_vocab_size", std::to_string(d.vocab)},
+          {"model.d_model", std::to_string(d.d_model)},
+          {"model.n_layers", std::to_string(d.n_layers)},
+          {"model.n_heads", std::to_string(d.n_heads)},
+          {"model.n_kv_heads", std::to_string(d.n_kv_heads)},
+          {"model.ffn_dim", std::to_string(d.ffn_dim)},
+          {"model.max_seq_len", std::to_string(d.max_seq_len)},
+          {"model.tie_embeddings", d.tied ? "true" : "false"},
+          {"model.norm_eps", real(d.norm_eps)},
+          {"model.rope_theta", real(d.rope_theta)}};
 }
 
 }  // namespace meshtrain::checkpoint

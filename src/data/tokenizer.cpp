@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
 #include "meshtrain/data/sentencepiece_tokenizer.hpp"
@@ -52,7 +53,8 @@ std::string bpe_hash(const BpeConfig& c) {
 std::vector<std::string> known_tokenizers() { return {"byte"}; }
 
 std::string tokenizer_spec_help() {
-  return "byte | a tokenizer.json | a Hugging Face model directory | a SentencePiece *.model | a .gguf file";
+  return "byte | a tokenizer.json | a Hugging Face model directory | a SentencePiece *.model | a .gguf file | a "
+         "meshtrain checkpoint, checkpoint directory or run directory (the tokenizer its checkpoints record)";
 }
 
 namespace {
@@ -100,6 +102,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
       return make_bpe_tokenizer(std::move(c));
     }
     if (fs::exists(dir / "tokenizer.model")) return make_sentencepiece_tokenizer((dir / "tokenizer.model").string(), config, spec);
+    // A run or checkpoint directory: the tokenizer its checkpoints record.
+    if (std::unique_ptr<Tokenizer> t = checkpoint::tokenizer_of_checkpoint(spec)) return t;
     throw UserError(strprintf("directory %s holds neither tokenizer.json nor tokenizer.model; give %s",
                               spec.c_str(), tokenizer_spec_help().c_str()));
   }
@@ -115,6 +119,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
     return make_sentencepiece_tokenizer(spec, fs::exists(cfg) ? read_text(cfg.string()) : "", spec);
   }
+  // A meshtrain checkpoint: the tokenizer it records (its model's).
+  if (std::unique_ptr<Tokenizer> t = checkpoint::tokenizer_of_checkpoint(spec)) return t;
   throw UserError(strprintf("cannot tell what kind of tokenizer %s is; give %s", spec.c_str(),
                             tokenizer_spec_help().c_str()));
 }

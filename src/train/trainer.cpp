@@ -8,6 +8,7 @@
 #include <set>
 
 #include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/check.hpp"
@@ -78,6 +79,8 @@ class Trainer {
   /// LoRA: the frozen base weights this run's checkpoints refer to (init_from, or the
   /// train.seed initialisation without it).
   checkpoint::BaseRef base_;
+  /// The model's tokenizer, recorded in every checkpoint (checkpoint/tokenizer_ref.hpp).
+  checkpoint::TokenizerRef tokenizer_;
   int skipped_ = 0;
   double total_compute_ = 0, total_exposed_ = 0, total_busy_ = 0, total_io_ = 0;
   double last_loss_ = NAN, last_val_ = NAN;
@@ -98,7 +101,22 @@ int Trainer<T>::run() {
   // a failed resume never rewrites the earlier run's records.
   agree_on_errors(rt_.world(), [&] {
     data_ = data::Dataset::load(spec_.data, s_.dims.valid_vocab, tc.seed);
-    data::check_dataset_tokenizer(data_.meta, spec_.data.text(), spec_.checkpoint.init_from);
+    // The checkpoints record the model's tokenizer: init_from's when it brings one, else the
+    // dataset's (a dataset made with another tokenizer than init_from's is refused here).
+    const std::string& init_from = spec_.checkpoint.init_from;
+    checkpoint::TokenizerRef model;
+    try {
+      model = checkpoint::source_tokenizer(init_from);
+    } catch (const UserError& e) {
+      // Weights whose tokenizer meshtrain cannot read train on data that records none
+      // (random tokens) as before; their checkpoints then record no tokenizer.
+      if (!checkpoint::tokenizer_ref_of(data_.meta).known()) {
+        if (root_) log::warn("the checkpoints will record no tokenizer: %s", e.what());
+      } else {
+        throw;
+      }
+    }
+    tokenizer_ = checkpoint::run_tokenizer(data_.meta, "dataset " + spec_.data.text(), model, "model " + init_from);
     // Instruction/chat data: windows are whole rows, targets outside the loss mask are -1.
     sampler_ = std::make_unique<data::Sampler>(data_.train, batch.seq_len, tc.seed, data_.train_mask);
     if (data_.val && data::has_window(*data_.val, batch.seq_len))
@@ -195,7 +213,10 @@ int Trainer<T>::run() {
     }
   }
   if (status == 0 && tc.sample_tokens > 0) {
-    auto tok = data::make_tokenizer(data_.meta.tokenizer == "random" ? "byte" : data_.meta.tokenizer);
+    // The model's tokenizer (the one the checkpoints record), else the dataset's.
+    auto tok = data::make_tokenizer(tokenizer_.known()                ? tokenizer_.spec
+                                    : data_.meta.tokenizer == "random" ? "byte"
+                                                                       : data_.meta.tokenizer);
     const std::string text =
         sample_text(session_, *tok, tc.sample_prompt, tc.sample_tokens, tc.sample_temperature, tc.sample_top_k, tc.seed);
     if (root_)
@@ -323,6 +344,14 @@ int Trainer<T>::restore_or_init() {
     updates_ = st.updates;
     base_ = st.base;
     skipped_ = st.skipped;
+    // The checkpoint's record wins (it survives a dataset prepared later with the same
+    // tokenizer); one that names another tokenizer than the data's is refused.
+    const checkpoint::TokenizerRef stored = checkpoint::source_tokenizer(rt_.world(), path);
+    if (stored.known()) {
+      agree_on_errors(rt_.world(), [&] {
+        tokenizer_ = checkpoint::run_tokenizer(data_.meta, "dataset " + spec_.data.text(), stored, "checkpoint " + path);
+      });
+    }
     log::info("resumed from %s: step %d, %llu tokens seen (load %.2f s, %.2f GB/s)", path.c_str(), st.step,
               static_cast<unsigned long long>(st.tokens_seen), io.seconds, io.gbps());
     if (!cc.init_from.empty())
@@ -368,6 +397,7 @@ void Trainer<T>::save_checkpoint(int step) {
   st.seed = spec_.train.seed;
   st.tokens_seen = cursor_ * static_cast<std::uint64_t>(s_.batch.seq_len);
   st.base = base_;
+  st.tokenizer = tokenizer_;
   // Skipped (non-finite) steps leave the state untouched, and save() refuses a state that
   // holds a non-finite value anyway, so no checkpoint carries a NaN.
   const checkpoint::IoStats io =

@@ -17,4 +17,9 @@ namespace meshtrain::app {
 /// and reaches the same verdict.
 void adopt_source_model(Config& config, const std::string& path, const std::string& option);
 
+/// The same for a meshtrain checkpoint file (eval/generate --checkpoint): the model its
+/// /model group describes (checkpoint::checkpoint_model_keys), so that a checkpoint loads
+/// without its run's config. Not collective.
+void adopt_checkpoint_model(Config& config, const std::string& path, const std::string& option);
+
 }  // namespace meshtrain::app

@@ -33,6 +33,19 @@ struct BaseRef {
   std::uint64_t seed = 0;      ///< path "": the base is the initialisation from this train.seed
 };
 
+/// The tokenizer a checkpoint's model was trained with (attributes of /model; see
+/// checkpoint/tokenizer_ref.hpp): how its ids map to text.
+struct TokenizerRef {
+  bool recorded = false;     ///< false: written before tokenizers were recorded
+  std::string spec;          ///< make_tokenizer spec ("byte" or an absolute path); "" = none known (random tokens)
+  std::string kind;          ///< "byte", "bpe", "sentencepiece"
+  std::int64_t vocab_size = 0;
+  std::string hash;          ///< data::Tokenizer::hash(); "" for byte
+  bool known() const { return !spec.empty(); }
+  /// "the bpe tokenizer /m/SmolLM2.gguf (49152 ids, hash 0123...)"; "no known tokenizer" when unknown.
+  std::string str() const;
+};
+
 /// Training progress stored with the weights. Everything else a resumed run needs
 /// (initialisation, data order, sampling) is a pure function of `seed` and `cursor`.
 struct TrainState {
@@ -43,6 +56,7 @@ struct TrainState {
   std::uint64_t seed = 0;         ///< train.seed of the run that wrote the checkpoint
   std::uint64_t tokens_seen = 0;  ///< cursor * train.seq_len
   BaseRef base;                   ///< LoRA runs (engine.has_frozen()): the frozen base weights
+  TokenizerRef tokenizer;         ///< the model's tokenizer, recorded in /model
 };
 
 /// Time and volume of one save or load, for the log and metrics.jsonl.

@@ -97,6 +97,7 @@ struct ExportSummary {
   int step = 0;
   std::string kind;                                ///< model | peft_adapter | merged_lora
   std::string base_model;                          ///< peft_adapter: the base model it refers to ("" unknown)
+  std::string tokenizer_note;                      ///< why no tokenizer files were written ("" when they were)
 };
 
 /// \brief Converts HDF5 checkpoint `h5_path` into a Hugging Face model directory:

@@ -17,4 +17,10 @@ namespace meshtrain::checkpoint {
 /// d_model / n_heads), naming the key.
 std::vector<std::pair<std::string, std::string>> source_model_keys(const std::string& path);
 
+/// The model a meshtrain checkpoint (a step_*.h5 file) describes in /model, as the same
+/// model.* keys plus "model.padded_vocab_size" (the stored padded vocabulary, which
+/// model.vocab_pad_multiple must reproduce). Serial; UserError when the file is not a
+/// readable meshtrain checkpoint.
+std::vector<std::pair<std::string, std::string>> checkpoint_model_keys(const std::string& path);
+
 }  // namespace meshtrain::checkpoint

@@ -70,7 +70,8 @@ struct Dataset {
 
 /// \brief Refuses a dataset prepared with another tokenizer than the model's. `model_source`
 /// is where the model's weights come from (checkpoint.init_from, eval/generate --checkpoint);
-/// when it is a .gguf file or a Hugging Face directory with tokenizer files, its tokenizer is
+/// when it is a .gguf file, a Hugging Face directory with tokenizer files or a meshtrain
+/// checkpoint that records its tokenizer (checkpoint/tokenizer_ref.hpp), its tokenizer is
 /// compared with the one meta.json records (kind, vocabulary size, hash; see
 /// check_tokenizer_match). Nothing is checked for random data, other sources or when either
 /// side records no tokenizer. UserError naming both sides otherwise.

@@ -1,0 +1,67 @@
+#pragma once
+/// \brief The tokenizer of a checkpoint's model. A model is only meaningful with the
+/// tokenizer it was trained with, so every checkpoint records it (attributes of /model,
+/// doc/checkpoints.md) and eval, generate, prepare and convert take it from there instead
+/// of falling back to bytes. A tokenizer given explicitly must be the same one.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/data/dataset.hpp"
+#include "meshtrain/data/tokenizer.hpp"
+
+namespace meshtrain::checkpoint {
+
+/// The record of `tok` (its make_tokenizer spec and identity).
+TokenizerRef tokenizer_ref_of(const data::Tokenizer& tok);
+
+/// The tokenizer a dataset's meta.json records; unknown for random tokens.
+TokenizerRef tokenizer_ref_of(const data::DatasetMeta& meta);
+
+/// The tokenizer checkpoint file `path` records (serial). `recorded` false for a file
+/// written before tokenizers were recorded. UserError when the file cannot be opened.
+TokenizerRef stored_tokenizer(const std::string& path);
+
+/// The tokenizer a model source brings: a meshtrain checkpoint's record, a GGUF file's
+/// tokenizer.ggml.* metadata, a Hugging Face directory's tokenizer.json / tokenizer.model
+/// (the spec is the absolute path of the file or directory). Unknown for other sources
+/// (safetensors without tokenizer files, random data). Serial; UserError for a source whose
+/// tokenizer cannot be read.
+TokenizerRef source_tokenizer(const std::string& path);
+/// The same, read on rank 0 of `world` and shared (collective; errors on every rank alike).
+TokenizerRef source_tokenizer(const MpiComm& world, const std::string& path);
+
+/// The tokenizer a run's checkpoints record: the one of checkpoint.init_from when it brings
+/// one (the model's), else the dataset's. UserError naming both when they differ (a dataset
+/// prepared with another tokenizer than the model's).
+TokenizerRef run_tokenizer(const data::DatasetMeta& meta, const std::string& dataset_name,
+                           const TokenizerRef& init_from, const std::string& init_from_name);
+
+/// UserError naming both sides when `given` is not the tokenizer `model` records (another
+/// kind, vocabulary size or hash). Nothing is checked when `model` is unknown.
+void require_same_tokenizer(const TokenizerRef& given, const std::string& given_name, const TokenizerRef& model,
+                            const std::string& model_name);
+
+/// The tokenizer `model` records, made again from its spec and checked to be the same
+/// (UserError naming the record when the file is gone or changed). `model` must be known.
+std::unique_ptr<data::Tokenizer> open_recorded_tokenizer(const TokenizerRef& model, const std::string& model_name);
+
+/// For make_tokenizer: when `spec` is a meshtrain checkpoint, a checkpoint directory or a
+/// run's output.dir (its checkpoints/), the tokenizer its newest checkpoint records (so
+/// `prepare --tokenizer RUN` makes data for an existing run); null for anything else.
+/// UserError when the checkpoint records no tokenizer or it cannot be read.
+std::unique_ptr<data::Tokenizer> tokenizer_of_checkpoint(const std::string& spec);
+
+/// The Hugging Face tokenizer files of `ref` for a model export: copies of tokenizer.json,
+/// tokenizer_config.json, special_tokens_map.json, tokenizer.model where the source is such
+/// a file or directory; for a GGUF byte-level BPE tokenizer a tokenizer.json and
+/// tokenizer_config.json written from its metadata. Empty (with `note` saying why) for the
+/// byte tokenizer, an unknown one and a GGUF SentencePiece tokenizer. UserError when the
+/// recorded tokenizer is gone or changed.
+std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const TokenizerRef& ref, const std::string& model_name,
+                                                                    std::string* note);
+
+}  // namespace meshtrain::checkpoint

@@ -1,0 +1,323 @@
+// The tokenizer a checkpoint records, where it comes from (init_from, meta.json), how the
+// commands that read a model get it back, and its Hugging Face files for an export.
+#include "meshtrain/checkpoint/tokenizer_ref.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "format.hpp"
+#include "h5.hpp"
+#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/comm/agree.hpp"
+#include "meshtrain/comm/collectives.hpp"
+#include "meshtrain/comm/mpi_communicator.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/data/bpe_tokenizer.hpp"
+#include "tokenizer_attrs.hpp"
+
+namespace meshtrain::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  MESHTRAIN_REQUIRE(in.good(), "cannot read %s", p.string().c_str());
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+bool same_identity(const TokenizerRef& a, const TokenizerRef& b) {
+  return a.kind == b.kind && a.vocab_size == b.vocab_size && a.hash == b.hash;
+}
+
+std::string absolute_text(const std::string& path) {
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
+
+/// A HF tokenizer.json for a byte-level BPE read from GGUF metadata (the pipeline
+/// bpe_config_from_gguf builds: Split steps, ByteLevel without its regex, ByteLevel decoding).
+std::string tokenizer_json_of(const data::BpeConfig& c) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  ordered_json added = ordered_json::array();
+  for (const data::AddedToken& a : c.added)
+    added.push_back({{"id", a.id}, {"content", a.content}, {"single_word", false}, {"lstrip", a.lstrip},
+                     {"rstrip", a.rstrip}, {"normalized", !a.special}, {"special", a.special}});
+  j["added_tokens"] = added;
+  MESHTRAIN_REQUIRE(c.normalizer.empty(), "%s: a GGUF tokenizer with a normalizer cannot be exported", c.name.c_str());
+  j["normalizer"] = nullptr;
+  ordered_json pre = ordered_json::array();
+  for (const data::PreTokenizerStep& s : c.pre_tokenizer) {
+    if (s.kind == data::PreTokenizerStep::Kind::Split) {
+      MESHTRAIN_REQUIRE(s.behavior == data::SplitBehavior::Isolated, "%s: unexpected split behaviour", c.name.c_str());
+      pre.push_back({{"type", "Split"},
+                     {"pattern", {{s.literal ? "String" : "Regex", s.pattern}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}});
+    } else if (s.kind == data::PreTokenizerStep::Kind::ByteLevel) {
+      pre.push_back({{"type", "ByteLevel"}, {"add_prefix_space", s.add_prefix_space}, {"trim_offsets", true},
+                     {"use_regex", s.use_regex}});
+    } else {
+      throw UserError(strprintf("%s: a GGUF tokenizer with a Metaspace pre-tokenizer cannot be exported",
+                                c.name.c_str()));
+    }
+  }
+  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", pre}};
+  if (c.add_bos && c.bos_id >= 0) {
+    // tokenizers adds the BOS through its post-processor (tokenizer_config.json's
+    // add_bos_token is read by transformers only).
+    const std::string bos = c.vocab[static_cast<std::size_t>(c.bos_id)];
+    j["post_processor"] = {
+        {"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair",
+         {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+          {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}},
+          {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"special_tokens", {{bos, {{"id", bos}, {"ids", {c.bos_id}}, {"tokens", {bos}}}}}}};
+  } else {
+    j["post_processor"] = nullptr;
+  }
+  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  ordered_json vocab = ordered_json::object();
+  for (std::size_t i = 0; i < c.vocab.size(); ++i)
+    if (!c.vocab[i].empty() && !vocab.contains(c.vocab[i])) vocab[c.vocab[i]] = i;
+  ordered_json merges = ordered_json::array();
+  for (const auto& [a, b] : c.merges) merges.push_back(ordered_json::array({a, b}));
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", c.unk_token.empty() ? ordered_json(nullptr) : ordered_json(c.unk_token)},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", c.fuse_unk},
+                {"byte_fallback", c.byte_fallback},
+                {"ignore_merges", c.ignore_merges},
+                {"vocab", vocab},
+                {"merges", merges}};
+  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+}
+
+/// tokenizer_config.json for transformers' PreTrainedTokenizerFast: the special tokens, BOS
+/// handling and the GGUF's chat template.
+std::string tokenizer_config_of(const data::BpeConfig& c, const GgufFile& g) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  auto token = [&](std::int32_t id) {
+    return id >= 0 && id < static_cast<std::int32_t>(c.vocab.size()) ? ordered_json(c.vocab[static_cast<std::size_t>(id)])
+                                                                     : ordered_json(nullptr);
+  };
+  j["tokenizer_class"] = "PreTrainedTokenizerFast";
+  j["add_bos_token"] = c.add_bos;
+  j["add_eos_token"] = false;
+  j["bos_token"] = token(c.bos_id);
+  j["eos_token"] = token(c.eos_id);
+  j["pad_token"] = token(c.pad_id);
+  j["unk_token"] = c.unk_token.empty() ? ordered_json(nullptr) : ordered_json(c.unk_token);
+  j["clean_up_tokenization_spaces"] = false;
+  const std::string tmpl = g.metadata_string("tokenizer.chat_template", "");
+  if (!tmpl.empty()) j["chat_template"] = tmpl;
+  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace
+
+std::string TokenizerRef::str() const {
+  if (!known()) return "no known tokenizer";
+  if (kind == "byte") return "the byte tokenizer";
+  return strprintf("the %s tokenizer %s (%lld ids, hash %s)", kind.c_str(), spec.c_str(),
+                   static_cast<long long>(vocab_size), hash.empty() ? "none" : hash.c_str());
+}
+
+void write_tokenizer_attrs(hid_t group, const TokenizerRef& ref) {
+  h5::write_attr(group, "tokenizer", ref.spec);
+  h5::write_attr(group, "tokenizer_kind", ref.kind);
+  h5::write_attr(group, "tokenizer_vocab_size", static_cast<std::int64_t>(ref.vocab_size));
+  h5::write_attr(group, "tokenizer_hash", ref.hash);
+}
+
+TokenizerRef read_tokenizer_attrs(hid_t file) {
+  h5::QuietErrors quiet;
+  TokenizerRef out;
+  h5::Handle g = h5::group(H5Gopen2(file, format::kModelGroup, H5P_DEFAULT));
+  if (!g.valid()) return out;
+  const auto spec = h5::read_string_attr(g.get(), "tokenizer");
+  if (!spec) return out;  // written before tokenizers were recorded
+  out.recorded = true;
+  out.spec = *spec;
+  out.kind = h5::read_string_attr(g.get(), "tokenizer_kind").value_or("");
+  out.vocab_size = h5::read_int_attr(g.get(), "tokenizer_vocab_size").value_or(0);
+  out.hash = h5::read_string_attr(g.get(), "tokenizer_hash").value_or("");
+  return out;
+}
+
+TokenizerRef tokenizer_ref_of(const data::Tokenizer& tok) {
+  TokenizerRef r;
+  r.recorded = true;
+  r.spec = tok.name() == "byte" ? "byte" : absolute_text(tok.name());
+  r.kind = tok.kind();
+  r.vocab_size = tok.vocab_size();
+  r.hash = tok.hash();
+  return r;
+}
+
+TokenizerRef tokenizer_ref_of(const data::DatasetMeta& meta) {
+  TokenizerRef r;
+  if (meta.tokenizer.empty() || meta.tokenizer == "random" || meta.tokenizer_kind.empty()) return r;
+  r.recorded = true;
+  r.spec = meta.tokenizer;
+  r.kind = meta.tokenizer_kind;
+  r.vocab_size = meta.vocab_size;
+  r.hash = meta.tokenizer_hash;
+  return r;
+}
+
+TokenizerRef stored_tokenizer(const std::string& path) {
+  h5::QuietErrors quiet;
+  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
+  MESHTRAIN_REQUIRE(f.valid(), "checkpoint %s cannot be opened by HDF5: the file is truncated or damaged", path.c_str());
+  return read_tokenizer_attrs(f.get());
+}
+
+TokenizerRef source_tokenizer(const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) return {};
+  const fs::path src(path);
+  if (fs::is_directory(src, ec)) {
+    if (fs::exists(src / "tokenizer.json", ec) || fs::exists(src / "tokenizer.model", ec))
+      return tokenizer_ref_of(*data::make_tokenizer(path));
+    return {};
+  }
+  if (!fs::is_regular_file(src, ec)) return {};
+  if (looks_like_gguf(path)) {
+    const GgufFile g(path);
+    if (!g.has_metadata("tokenizer.ggml.model")) return {};
+    return tokenizer_ref_of(*data::make_tokenizer(path));
+  }
+  if (H5Fis_hdf5(path.c_str()) > 0) return stored_tokenizer(path);
+  return {};
+}
+
+TokenizerRef source_tokenizer(const MpiComm& world, const std::string& path) {
+  TokenizerRef r;
+  agree_on_errors(world, [&] {
+    if (world.rank() == 0) r = source_tokenizer(path);
+  });
+  r.recorded = broadcast_value(world, r.recorded);
+  r.spec = broadcast_string(world, r.spec);
+  r.kind = broadcast_string(world, r.kind);
+  r.vocab_size = broadcast_value(world, r.vocab_size);
+  r.hash = broadcast_string(world, r.hash);
+  return r;
+}
+
+TokenizerRef run_tokenizer(const data::DatasetMeta& meta, const std::string& dataset_name, const TokenizerRef& init_from,
+                           const std::string& init_from_name) {
+  const TokenizerRef data = tokenizer_ref_of(meta);
+  if (init_from.known() && data.known())
+    data::check_tokenizer_match({data.kind, data.vocab_size, data.hash},
+                                {init_from.kind, init_from.vocab_size, init_from.hash}, dataset_name, init_from_name);
+  return init_from.known() ? init_from : data;
+}
+
+void require_same_tokenizer(const TokenizerRef& given, const std::string& given_name, const TokenizerRef& model,
+                            const std::string& model_name) {
+  if (!model.known() || same_identity(given, model)) return;
+  throw UserError(strprintf("%s is %s, but %s was trained with %s: a model reads only its own tokenizer's ids; drop "
+                            "the tokenizer option (the model's is used) or give the same tokenizer",
+                            given_name.c_str(), given.str().c_str(), model_name.c_str(), model.str().c_str()));
+}
+
+std::unique_ptr<data::Tokenizer> open_recorded_tokenizer(const TokenizerRef& model, const std::string& model_name) {
+  std::unique_ptr<data::Tokenizer> tok;
+  try {
+    tok = data::make_tokenizer(model.spec);
+  } catch (const UserError& e) {
+    throw UserError(strprintf("%s records %s, which cannot be read now (%s); give the same tokenizer with "
+                              "--tokenizer SPEC",
+                              model_name.c_str(), model.str().c_str(), e.what()));
+  }
+  const TokenizerRef now = tokenizer_ref_of(*tok);
+  MESHTRAIN_REQUIRE(same_identity(now, model),
+                    "%s records %s, but %s now holds %s (the file changed); give the model's tokenizer with "
+                    "--tokenizer SPEC",
+                    model_name.c_str(), model.str().c_str(), model.spec.c_str(), now.str().c_str());
+  return tok;
+}
+
+std::unique_ptr<data::Tokenizer> tokenizer_of_checkpoint(const std::string& spec) {
+  std::error_code ec;
+  std::string file;
+  if (fs::is_directory(spec, ec)) {
+    const bool has_checkpoints = !list_checkpoints(spec).empty() || fs::exists(fs::path(spec) / "latest", ec);
+    const std::string dir = has_checkpoints ? spec : (fs::path(spec) / "checkpoints").string();
+    if (!fs::is_directory(dir, ec)) return nullptr;
+    file = newest_checkpoint(dir);
+    if (file.empty()) return nullptr;
+  } else if (fs::is_regular_file(spec, ec) && H5Fis_hdf5(spec.c_str()) > 0) {
+    file = spec;
+  } else {
+    return nullptr;
+  }
+  const std::string name = "checkpoint " + file;
+  const TokenizerRef ref = stored_tokenizer(file);
+  MESHTRAIN_REQUIRE(ref.known(),
+                    "%s records no tokenizer (%s); give the tokenizer itself (byte, a tokenizer.json, a Hugging Face "
+                    "directory, a *.model or a .gguf)",
+                    name.c_str(),
+                    ref.recorded ? "its run was trained on random tokens"
+                                 : "it was written before checkpoints recorded their tokenizer");
+  return open_recorded_tokenizer(ref, name);
+}
+
+std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const TokenizerRef& ref, const std::string& model_name,
+                                                                    std::string* note) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto say = [&](const std::string& s) {
+    if (note) *note = s;
+  };
+  if (!ref.known()) {
+    say(model_name + " records no tokenizer: the export has no tokenizer files");
+    return out;
+  }
+  if (ref.kind == "byte") {
+    say("the byte tokenizer has no Hugging Face form: the export has no tokenizer files");
+    return out;
+  }
+  open_recorded_tokenizer(ref, model_name);  // still the tokenizer the model was trained with
+  std::error_code ec;
+  const fs::path spec(ref.spec);
+  auto copy = [&](const fs::path& from, const std::string& as) {
+    if (fs::is_regular_file(from, ec)) out.emplace_back(as, read_file(from));
+  };
+  if (fs::is_directory(spec, ec)) {
+    for (const char* n : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"})
+      copy(spec / n, n);
+  } else if (looks_like_gguf(ref.spec)) {
+    const GgufFile g(ref.spec);
+    if (g.metadata_string("tokenizer.ggml.model", "") != "gpt2") {
+      say("the SentencePiece tokenizer of " + ref.spec + " is not exported (meshtrain writes GGUF byte-level BPE "
+          "tokenizers only): copy the model's tokenizer.model into the export");
+      return out;
+    }
+    const data::BpeConfig c = data::bpe_config_from_gguf(g);
+    out.emplace_back("tokenizer.json", tokenizer_json_of(c));
+    out.emplace_back("tokenizer_config.json", tokenizer_config_of(c, g));
+  } else {
+    // A tokenizer.json or tokenizer.model file, with the tokenizer_config.json beside it.
+    copy(spec, spec.extension() == ".model" ? "tokenizer.model" : "tokenizer.json");
+    copy(spec.parent_path() / "tokenizer_config.json", "tokenizer_config.json");
+  }
+  return out;
+}
+
+}  // namespace meshtrain::checkpoint
