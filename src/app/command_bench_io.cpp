@@ -162,8 +162,9 @@ int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOption
     std::error_code ec;
     fs::remove_all(dir, ec);
     std::printf("#%-12s %14s %10s %10s\n", "what", "bytes", "seconds", "GB/s");
-    std::printf(" %-12s %14llu %10.3f %10.3f   (best of %d; data phase %.3f s)\n", "save",
-                static_cast<unsigned long long>(best->bytes), best->seconds, best->gbps(), o.iters, best->data_seconds);
+    std::printf(" %-12s %14llu %10.3f %10.3f   (best of %d; data phase %.3f s; checksums %.4f s)\n", "save",
+                static_cast<unsigned long long>(best->bytes), best->seconds, best->gbps(), o.iters, best->data_seconds,
+                best->checksum_seconds);
     std::printf(" %-12s %14llu %10.3f %10.3f   (each rank its owned bytes, pwrite + fsync)\n", "file_system",
                 static_cast<unsigned long long>(fsc.bytes), fsc.seconds, fsc.gbps());
     if (net)
@@ -185,7 +186,8 @@ int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOption
       std::string arr = "[";
       for (const auto& s : saves) {
         JsonObject j;
-        j.add("seconds", s.seconds).add("data_seconds", s.data_seconds).add("bytes", s.bytes)
+        j.add("seconds", s.seconds).add("data_seconds", s.data_seconds).add("checksum_seconds", s.checksum_seconds)
+            .add("bytes", s.bytes)
             .add("writer_ranks", s.writer_ranks).add("writer_nodes", s.writer_nodes);
         arr += (arr.size() > 1 ? ", " : "") + j.str();
       }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base_ref.hpp"
+#include "checksum.hpp"
 #include "files.hpp"
 #include "format.hpp"
 #include "gguf_import.hpp"
@@ -54,19 +55,29 @@ std::string hf_config(const model::ModelDims& d, const std::string& torch_dtype)
   return j.str() + "\n";
 }
 
-/// Rows [0, rows) of a float32 dataset (all of its columns) as floats.
-std::vector<float> read_rows(hid_t file, const std::string& ds_path, const model::ParamSpec& p, std::int64_t rows) {
+/// Rows [0, rows) of a float32 dataset (all of its columns) as floats. With `checked` (a
+/// file with checksums) the whole tensor is read and compared with its checksum first:
+/// UserError naming `file_path` and the dataset when they differ.
+std::vector<float> read_rows(hid_t file, const std::string& ds_path, const model::ParamSpec& p, std::int64_t rows,
+                             const std::string& file_path, bool checked) {
   h5::Handle ds = h5::dataset(H5Dopen2(file, ds_path.c_str(), H5P_DEFAULT));
   MESHTRAIN_REQUIRE(ds.valid(), "cannot open dataset %s", ds_path.c_str());
   h5::Handle fspace = h5::space(H5Dget_space(ds.get()));
+  const std::int64_t read = checked ? p.rows() : rows;
   const hsize_t start[2] = {0, 0};
-  const hsize_t count[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(p.cols())};
+  const hsize_t count[2] = {static_cast<hsize_t>(read), static_cast<hsize_t>(p.cols())};
   H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-  std::vector<float> out(static_cast<std::size_t>(rows * p.cols()));
+  std::vector<float> out(static_cast<std::size_t>(read * p.cols()));
   const hsize_t n = out.size();
   h5::Handle mspace = h5::space(H5Screate_simple(1, &n, nullptr));
   MESHTRAIN_REQUIRE(H5Dread(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, out.data()) >= 0,
                     "cannot read dataset %s: the file is damaged", ds_path.c_str());
+  if (checked) {
+    const std::string where = strprintf("checkpoint %s: dataset %s", file_path.c_str(), ds_path.c_str());
+    checksum::require_match(checksum::stored(file, ds_path, where), crc32c::value(out.data(), out.size() * sizeof(float)),
+                            where);
+    out.resize(static_cast<std::size_t>(rows * p.cols()));  // padding rows were read for the checksum only
+  }
   return out;
 }
 
@@ -155,6 +166,8 @@ class BaseWeights {
       format::validate(base.path, frozen, {false, nullptr, false});
       h5_ = h5::file(H5Fopen(base.path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
       MESHTRAIN_REQUIRE(h5_.valid(), "cannot open the base weights %s", ref.path.c_str());
+      h5_path_ = base.path;
+      h5_checked_ = checksum::present(h5_.get(), h5_path_);
     } else if (base.kind == WeightsKind::Gguf) {
       imported_ = std::make_unique<GgufWeights>(ref.path, specs, dims);
     } else {
@@ -168,7 +181,8 @@ class BaseWeights {
     const model::ParamSpec& p = specs_[spec];
     const std::int64_t cols = p.cols();
     std::vector<float> out(static_cast<std::size_t>(rows * cols));
-    if (h5_.valid()) return read_rows(h5_.get(), format::dataset_path(format::kModelGroup, p.name), p, rows);
+    if (h5_.valid())
+      return read_rows(h5_.get(), format::dataset_path(format::kModelGroup, p.name), p, rows, h5_path_, h5_checked_);
     if (!imported_) {
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t c = 0; c < cols; ++c)
@@ -190,6 +204,8 @@ class BaseWeights {
   BaseRef ref_;
   const std::vector<model::ParamSpec>& specs_;
   h5::Handle h5_;
+  std::string h5_path_;
+  bool h5_checked_ = false;  ///< the HDF5 base has checksums
   std::unique_ptr<ImportedWeights> imported_;
 };
 

@@ -82,6 +82,9 @@ void write_attr(hid_t obj, const char* name, std::int64_t v) {
 void write_attr(hid_t obj, const char* name, std::uint64_t v) {
   write_scalar(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v);
 }
+void write_attr(hid_t obj, const char* name, std::uint32_t v) {
+  write_scalar(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v);
+}
 void write_attr(hid_t obj, const char* name, double v) {
   write_scalar(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
 }

@@ -97,6 +97,7 @@ Handle piece_dxpl();
 // ---- attributes (scalars and strings on any object) ---------------------------------------
 void write_attr(hid_t obj, const char* name, std::int64_t v);
 void write_attr(hid_t obj, const char* name, std::uint64_t v);
+void write_attr(hid_t obj, const char* name, std::uint32_t v);  ///< uint32 (a tensor's CRC-32C)
 void write_attr(hid_t obj, const char* name, double v);
 void write_attr(hid_t obj, const char* name, const std::string& v);
 

@@ -18,6 +18,7 @@
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/model/init.hpp"
+#include "checksum.hpp"
 #include "pieces.hpp"
 #include "staging.hpp"
 
@@ -107,10 +108,12 @@ void agree_finite(const MpiComm& comm, const parallel::FsdpEngine<T>& eng, const
 /// initial values (model/init: LoRA adapters when loading base weights) — the only
 /// initialisation a load pays for. Frozen parameters are not touched (fill_frozen). Every
 /// piece read is checked for non-finite values (chunk by chunk: one piece at a time), the
-/// first recorded in `bad`. Returns the bytes this rank read.
+/// first recorded in `bad`. With `sums`, the tensors read are marked and the elements
+/// this rank owns (FsdpEngine::owned_begin: each logical element on exactly one rank) are
+/// added to their checksums. Returns the bytes this rank read.
 template <class T, class Read>
 std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, NonFinite& bad,
-                         std::optional<std::uint64_t> init_seed = std::nullopt) {
+                         std::optional<std::uint64_t> init_seed = std::nullopt, checksum::Partials* sums = nullptr) {
   std::uint64_t bytes = 0;
   for (int u = 0; u < eng.num_units(); ++u) {
     parallel::UnitState& st = eng.state(u);
@@ -130,6 +133,7 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
       const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
       for (int k = 0; k < arrays; ++k) {
         const bool got = read(slot.spec, piece, k, piece ? dst[k] + piece->offset : nullptr);
+        if (sums && got) sums->mark(slot.spec, k);
         if (piece && got) {
           find_non_finite(*piece, k, dst[k] + piece->offset, bad);
           bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
@@ -141,6 +145,13 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
         if (piece && (got || init)) written[k].emplace_back(piece->offset, piece->count);
       }
     }
+    if (sums) {
+      // The owned range lies inside the state range just read: offsets relative to st.begin.
+      const std::int64_t ob = eng.owned_begin(u), on = eng.owned_numel(u);
+      for (const Piece& p : unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), ob, ob + on, st.begin, true))
+        for (int k = 0; k < arrays; ++k)
+          if (!eng.specs()[p.spec].frozen && sums->touched(p.spec, k)) sums->add(k, p, dst[k] + p.offset);
+    }
     for (int k = 0; k < arrays; ++k) {
       if constexpr (kDeviceIsHost) zero_unwritten(dst[k], st.numel, written[k]);
       else stage_to_device(host[k], state_array(st, k));
@@ -151,10 +162,12 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
 
 /// Fills the rank's frozen values (the base under LoRA) from `read(spec, piece_or_null, 0,
 /// dst)`, called for every frozen slot in order on every rank; padding becomes 0; each
-/// piece is checked for non-finite values (the first recorded in `bad`). Returns
-/// the bytes this rank read.
+/// piece is checked for non-finite values (the first recorded in `bad`). With `sums` (and
+/// `coord`, this rank's mesh coordinates) the values this rank is the one to verify are
+/// added to the checksums of /model. Returns the bytes this rank read.
 template <class T, class Read>
-std::uint64_t fill_frozen(parallel::FsdpEngine<T>& eng, Read&& read, NonFinite& bad) {
+std::uint64_t fill_frozen(parallel::FsdpEngine<T>& eng, Read&& read, NonFinite& bad,
+                          checksum::Partials* sums = nullptr, const MeshCoord* coord = nullptr) {
   std::uint64_t bytes = 0;
   for (int u = 0; u < eng.num_units(); ++u) {
     const std::int64_t b = eng.frozen_begin(u), n = eng.frozen_numel(u);
@@ -167,11 +180,20 @@ std::uint64_t fill_frozen(parallel::FsdpEngine<T>& eng, Read&& read, NonFinite& 
       if (!eng.specs()[slot.spec].frozen) continue;
       const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
       const bool got = read(slot.spec, piece, 0, piece ? host.data() + piece->offset : nullptr);
+      if (sums && got) sums->mark(slot.spec, 0);
       if (piece && got) {
         find_non_finite(*piece, 0, host.data() + piece->offset, bad);
         bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
       }
     }
+    // Frozen values have no owned range: replicas (dp_replicate; every dp rank without
+    // sharding) hold the same values, so replicate 0 verifies its shard, or dp rank 0 the
+    // whole segment when it is not sharded; counted_only leaves replicated-over-tp
+    // parameters to tp rank 0.
+    const bool sharded = n < L.frozen_padded();
+    if (sums && coord && coord->replicate == 0 && (sharded || coord->shard == 0))
+      for (const Piece& p : unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), b, b + n, b, true))
+        if (eng.specs()[p.spec].frozen && sums->touched(p.spec, 0)) sums->add(0, p, host.data() + p.offset);
     Buffer<float> dev(host.size(), MemCategory::Workspace);
     stage_to_device(host, dev);
     eng.set_frozen(u, dev.data());
@@ -204,11 +226,13 @@ void read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
 /// checkpoint collectively into the engine's trainable state (and, with `frozen`, /model
 /// into its frozen values); returns this rank's bytes. With `lora_init_seed` LoRA adapters
 /// the file lacks get their initial values (the same decision on every rank: same file).
-/// A non-finite value in any of them is a UserError naming the dataset (every rank alike).
+/// A tensor that does not match its checksum, or else a non-finite value in any of them,
+/// is a UserError naming the dataset (every rank alike).
 template <class T>
-std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, const MpiComm& comm, hid_t file,
+std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, hid_t file,
                                     const std::string& file_path, int arrays,
                                     std::optional<std::uint64_t> lora_init_seed = std::nullopt, bool frozen = false) {
+  const MpiComm& comm = mesh.world().mpi();
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   h5::Handle dxpl = h5::piece_dxpl();
   NonFinite bad;
@@ -219,12 +243,16 @@ std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, const MpiComm&
     read_piece(ds.get(), dxpl.get(), piece, dst);
     return true;
   };
-  std::uint64_t bytes = frozen ? fill_frozen(eng, read, bad) : 0;
-  bytes += fill_state(eng, arrays, read, bad, lora_init_seed);
-  agree_finite(comm, eng, bad, [&](int spec, int k) {
-    return strprintf("checkpoint %s: dataset %s", file_path.c_str(),
-                     format::dataset_path(groups[k], eng.specs()[spec].name).c_str());
-  });
+  checksum::Partials sums(eng.specs(), arrays);
+  std::uint64_t bytes = frozen ? fill_frozen(eng, read, bad, &sums, &mesh.coord()) : 0;
+  bytes += fill_state(eng, arrays, read, bad, lora_init_seed, &sums);
+  const auto ds_path = [&](int spec, int k) { return format::dataset_path(groups[k], eng.specs()[spec].name); };
+  const auto where = [&](int spec, int k) {
+    return strprintf("checkpoint %s: dataset %s", file_path.c_str(), ds_path(spec, k).c_str());
+  };
+  // Checksums first: a damaged value is named as damage, not as divergence.
+  checksum::verify(comm, file, file_path, sums, ds_path, where);
+  agree_finite(comm, eng, bad, where);
   return bytes;
 }
 
@@ -287,8 +315,9 @@ std::pair<WeightsKind, std::string> classify_weights(const MpiComm& comm, const 
 /// Frozen values (the base under LoRA) from weights `resolved` of kind `kind`: an HDF5
 /// checkpoint's /model, a safetensors file/directory or a GGUF file. Returns this rank's bytes. Collective.
 template <class T>
-std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const MpiComm& comm, const model::ModelDims& dims,
-                               WeightsKind kind, const std::string& resolved) {
+std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh,
+                               const model::ModelDims& dims, WeightsKind kind, const std::string& resolved) {
+  const MpiComm& comm = mesh.world().mpi();
   if (kind == WeightsKind::Hdf5) {
     std::vector<model::ParamSpec> frozen;
     for (const model::ParamSpec& p : eng.specs())
@@ -300,16 +329,19 @@ std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const MpiComm& comm
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
     h5::Handle dxpl = h5::piece_dxpl();
     NonFinite bad;
+    checksum::Partials sums(eng.specs(), 1);
     const std::uint64_t bytes = fill_frozen(eng, [&](int spec, const Piece* piece, int, float* dst) {
       const std::string path = format::dataset_path(format::kModelGroup, eng.specs()[spec].name);
       h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file.get(), path.c_str(), H5P_DEFAULT)));
       read_piece(ds.get(), dxpl.get(), piece, dst);
       return true;
-    }, bad);
-    agree_finite(comm, eng, bad, [&](int spec, int) {
-      return strprintf("base weights %s: dataset %s", resolved.c_str(),
-                       format::dataset_path(format::kModelGroup, eng.specs()[spec].name).c_str());
-    });
+    }, bad, &sums, &mesh.coord());
+    const auto ds_path = [&](int spec, int) { return format::dataset_path(format::kModelGroup, eng.specs()[spec].name); };
+    const auto where = [&](int spec, int k) {
+      return strprintf("base weights %s: dataset %s", resolved.c_str(), ds_path(spec, k).c_str());
+    };
+    checksum::verify(comm, file.get(), resolved, sums, ds_path, where);
+    agree_finite(comm, eng, bad, where);
     return bytes;
   }
   std::unique_ptr<ImportedWeights> w;
@@ -335,8 +367,9 @@ std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const MpiComm& comm
 /// random base is re-initialised from its seed, which also resets the trainable state:
 /// call this before reading it. Returns this rank's bytes. Collective.
 template <class T>
-std::uint64_t read_base(parallel::FsdpEngine<T>& eng, const MpiComm& comm, const model::ModelDims& dims,
+std::uint64_t read_base(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const model::ModelDims& dims,
                         const BaseRef& ref, const std::string& checkpoint) {
+  const MpiComm& comm = mesh.world().mpi();
   if (ref.path.empty()) {
     eng.init_parameters(ref.seed);
     return 0;
@@ -345,7 +378,7 @@ std::uint64_t read_base(parallel::FsdpEngine<T>& eng, const MpiComm& comm, const
     if (comm.rank() == 0) check_base(ref, checkpoint);
   });
   const std::pair<WeightsKind, std::string> classified = classify_weights(comm, ref.path);
-  return read_frozen_from(eng, comm, dims, classified.first, classified.second);
+  return read_frozen_from(eng, mesh, dims, classified.first, classified.second);
 }
 
 /// The base reference of `path` when it is a readable checkpoint that has one (quiet: the
@@ -402,14 +435,14 @@ TrainState load(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, 
   });
   TrainState st;
   std::uint64_t bytes = 0;
-  if (eng.has_frozen() && ref) bytes += read_base(eng, comm, setup.dims, *ref, path);
+  if (eng.has_frozen() && ref) bytes += read_base(eng, mesh, setup.dims, *ref, path);
   {
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())));
     agree_on_errors(comm, [&] { st = read_train_state(file.get(), path); });
     // A forward-only engine (eval, generate) has no moments to read them into.
     const int arrays = eng.options().forward_only ? 1 : 3;
-    bytes += read_checkpoint_state(eng, comm, file.get(), path, arrays, std::nullopt,
+    bytes += read_checkpoint_state(eng, mesh, file.get(), path, arrays, std::nullopt,
                                    /*frozen=*/eng.has_frozen() && !ref);
   }
   // An old full LoRA checkpoint: its base is in the file itself.
@@ -446,12 +479,12 @@ BaseRef load_weights(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& m
     });
     const std::optional<BaseRef> ref = base_ref_of(comm, resolved);
     if (ref) {
-      bytes += read_base(eng, comm, dims, *ref, resolved);
+      bytes += read_base(eng, mesh, dims, *ref, resolved);
       base = *ref;
     }
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
-    bytes += read_checkpoint_state(eng, comm, file.get(), resolved, 1, seed, /*frozen=*/!ref);
+    bytes += read_checkpoint_state(eng, mesh, file.get(), resolved, 1, seed, /*frozen=*/!ref);
   } else {
     // Every rank maps the files and validates them alike (the same bytes give the same
     // verdict); rank 0 alone runs the whole-file checks (a tied head equal to the embedding).

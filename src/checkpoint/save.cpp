@@ -27,6 +27,7 @@
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/data/sampler.hpp"
+#include "checksum.hpp"
 #include "pieces.hpp"
 #include "staging.hpp"
 
@@ -180,6 +181,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
   std::uint64_t nonfinite = 0;
   std::uint64_t my_bytes = 0;       // tensor bytes this rank wrote (the save's log line)
   double my_data_seconds = 0;       // this rank's data phase
+  double my_checksum_seconds = 0;   // the part of it spent on checksums
   // A failed HDF5 call (disk full, EIO) becomes one sentence below, not HDF5's error stack.
   h5::QuietErrors quiet;
   int err = 0;  // this rank's first I/O failure (an errno value)
@@ -242,6 +244,8 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
     agree();
 
     const double data_t0 = now_seconds();
+    // The tensors' checksums, from the bytes as they are written (doc/checkpoints.md).
+    checksum::Partials sums(specs, 3);
     for (int u = 0; u < eng.num_units(); ++u) {
       const parallel::UnitState& state = eng.state(u);
       const model::UnitLayout& L = eng.layouts()[u];
@@ -257,6 +261,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
         for (int k = 0; k < 3; ++k) {
           const float* data = piece ? host[k].data() + piece->offset : nullptr;
           if (piece) nonfinite += count_nonfinite(data, piece->count);
+          if (piece) sums.add(k, *piece, data);
           if (piece) my_bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
           // An injected I/O error is this rank's write failing: the call still takes place
           // (every rank makes it) and its result is replaced.
@@ -271,6 +276,27 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
       }
     }
     my_data_seconds = now_seconds() - data_t0;
+    {
+      // The checksums are attributes: the same values written by every rank (collective
+      // metadata), so the ranks' contributions are combined first. Their cost: the CRCs
+      // computed above plus the attribute writes. (The reduction of 4 bytes per tensor
+      // is not counted: its wall time is the ranks' skew, which the collective close
+      // right after would wait for otherwise.)
+      std::vector<std::uint32_t> crcs;
+      {
+        WatchedBlockingCall watch("MPI_Allreduce", kWatchGroup, comm);
+        crcs = sums.reduce(comm);
+      }
+      std::vector<hid_t> ids(specs.size() * 3, -1);
+      for (std::size_t i = 0; i < specs.size(); ++i)
+        for (int k = 0; k < 3; ++k) ids[sums.slot(static_cast<int>(i), k)] = datasets[i][k].get();
+      const double attrs_t0 = now_seconds();
+      {
+        WatchedBlockingCall watch("H5Awrite", kWatchGroup, comm);
+        checksum::write(file.get(), sums, crcs, ids);
+      }
+      my_checksum_seconds = sums.seconds() + (now_seconds() - attrs_t0);
+    }
     {
       // Collective closes: the file's flushes the metadata, so it can fail on a full disk.
       WatchedBlockingCall watch("H5Fclose", kWatchGroup, comm);
@@ -324,6 +350,8 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
   stats.seconds = now_seconds() - t0;
   stats.bytes = bytes_needed;
   reduce_write_stats(comm, my_bytes, my_data_seconds, stats);
+  stats.checksum_seconds =
+      watched_all_reduce_value("all_reduce", kWatchGroup, comm, my_checksum_seconds, ReduceOp::Max);
   return stats;
 }
 

@@ -20,6 +20,9 @@ import sys
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
+from crc32c_ref import restamp  # noqa: E402
+
 data_dir, good_ckpt, good_st, out = sys.argv[1:5]
 os.makedirs(out, exist_ok=True)
 HEADER = 64
@@ -160,10 +163,13 @@ def checkpoint(name, edit=None):
 
 
 def poke(ds, value, index=0):
+    # The checksum is rewritten too: these files test the non-finite check behind it (a
+    # file damaged without a new checksum is refused by the checksum first).
     def edit(f):
         a = f[ds][...]
         a.reshape(-1)[index] = value
         f[ds][...] = a
+        restamp(f, ds)
     return edit
 
 
