@@ -296,9 +296,12 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   h5::QuietErrors quiet;
   h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
   MESHTRAIN_REQUIRE(f.valid(), "cannot open %s", h5_path.c_str());
+  // Every tensor read is checked against its checksum before anything is written from it.
+  const bool checked = checksum::present(f.get(), h5_path);
   auto read_param = [&](std::size_t spec, std::int64_t rows) {
     if (base && specs[spec].frozen) return base->read(spec, rows);
-    return read_rows(f.get(), format::dataset_path(format::kModelGroup, specs[spec].name), specs[spec], rows);
+    return read_rows(f.get(), format::dataset_path(format::kModelGroup, specs[spec].name), specs[spec], rows, h5_path,
+                     checked);
   };
   std::string weight_map;
   for (std::size_t s = 0; s < n_shards; ++s) {
