@@ -202,7 +202,8 @@ done < <(env)
 
 printf '%s\0' "${env_args[@]}" >"$fresh/env"
 
-# The entry into the root, run in a private mount namespace (unshare): /proc, /sys, /dev (with
+# The entry into the root, run in a private mount namespace (unshare): /proc, /sys (and the
+# machine's /sys/fs/cgroup), /dev (with
 # its own /dev/shm), tmpfs /tmp and /run and, unless --no-cuda, /usr/local/cuda read-only, then
 # the command line in the checkout under a clean environment. Arguments: ROOT ENVFILE CUDA CMD.
 cat >"$fresh/enter.sh" <<'ENTER'
@@ -210,6 +211,9 @@ set -euo pipefail
 rootfs=$1 envfile=$2 cuda=$3 cmd=$4
 mount -t proc proc "$rootfs/proc"
 mount -t sysfs sysfs "$rootfs/sys"
+# The machine's cgroup hierarchy, as systemd mounts it on every Debian machine (slurmd
+# refuses to start without /sys/fs/cgroup).
+[[ -d /sys/fs/cgroup ]] && mount --rbind /sys/fs/cgroup "$rootfs/sys/fs/cgroup"
 mount --rbind /dev "$rootfs/dev"
 mount -t tmpfs -o mode=1777 tmpfs "$rootfs/dev/shm"
 mount -t tmpfs -o mode=1777 tmpfs "$rootfs/tmp"
