@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "export_dir.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/checkpoint/safetensors.hpp"
@@ -95,7 +96,13 @@ int command_convert(Runtime& rt, const Args& args) {
                         parsed.input.c_str());
     }
     const double t0 = now_seconds();
-    const checkpoint::ExportSummary s = checkpoint::export_safetensors(input, parsed.output, parsed.options);
+    // Written whole beside --output and swapped in (export_dir.hpp): --output ends up
+    // holding this export's files only, and a directory that is not an export is refused.
+    checkpoint::ExportSummary s;
+    write_export_dir(parsed.output, [&](const std::string& staging) {
+      s = checkpoint::export_safetensors(input, staging, parsed.options);
+      return ExportWritten{s.step, s.files};
+    });
     const double dt = now_seconds() - t0;
     const std::string what = s.kind == "peft_adapter"
                                  ? " as a PEFT adapter (base model: " + (s.base_model.empty() ? "unknown" : s.base_model) + ")"

@@ -21,6 +21,7 @@
 #include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/checkpoint/safetensors.hpp"
 #include "meshtrain/checkpoint/tokenizer_ref.hpp"
+#include "meshtrain/config/config.hpp"
 #include "meshtrain/core/bf16.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
@@ -91,7 +92,8 @@ std::string recorded_init_from(hid_t file) {
   while (std::getline(in, line)) {
     if (!line.empty() && line[0] == '[') section = line;
     const std::string key = "init_from = ";
-    if (section == "[checkpoint]" && line.compare(0, key.size(), key) == 0) return line.substr(key.size());
+    // config_to_ini quotes a path it could not write bare (a '#', ';', newline...).
+    if (section == "[checkpoint]" && line.compare(0, key.size(), key) == 0) return unquote_ini_value(line.substr(key.size()));
   }
   return "";
 }

@@ -31,7 +31,7 @@ std::string newest_in(const std::string& dir, const std::string& what) {
     // Only a committed checkpoint may be named: never the .tmp of a save in flight or one
     // that died, nor any other file.
     MESHTRAIN_REQUIRE(files::step_of(name).has_value(),
-                      "%s: %s names '%s', which is not a committed checkpoint (a step_XXXXXXXX.h5 file%s); delete %s "
+                      "%s: %s names '%s', which is not a committed checkpoint (a step_<step>.h5 file%s); delete %s "
                       "to fall back to the newest step_*.h5, or set checkpoint.resume=PATH to pick one",
                       what.c_str(), latest.c_str(), name.c_str(),
                       files::step_of(name, true) ? "; this is the temporary file of an unfinished save" : "",

@@ -186,14 +186,119 @@ std::string nearest_key(const std::string& unknown, const std::vector<std::strin
   return best;
 }
 
-/// Boost's INI parser only knows whole-line comments starting with '#'; also accept a
-/// whole line starting with ';' (in any column) and "key = value  ; note" /
-/// "key = value  # note" (a ; or # preceded by whitespace starts a comment).
-std::string strip_inline_comments(std::istream& in) {
+/// Values that the INI form cannot hold as they are (a newline, a comment character,
+/// leading or trailing blanks, a leading quote, control bytes) are written in double
+/// quotes with C escapes: \\ \" \n \r \t \xHH (config_to_ini). Everything else is written
+/// bare, as before, so the usual config.ini stays as people write it.
+bool needs_quotes(const std::string& v) {
+  if (v.empty()) return false;
+  if (v.front() == ' ' || v.front() == '\t' || v.back() == ' ' || v.back() == '\t' || v.front() == '"') return true;
+  for (const char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f || ch == '#' || ch == ';') return true;
+  }
+  return false;
+}
+
+std::string quoted_form(const std::string& v) {
+  if (!needs_quotes(v)) return v;
+  std::string out = "\"";
+  for (const char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += strprintf("\\x%02x", c);
+        } else {
+          out += ch;  // bytes >= 0x80 (UTF-8) as they are
+        }
+    }
+  }
+  return out + "\"";
+}
+
+/// Boost's INI reader cuts a value at any '#' and trims it, and knows one value per line;
+/// a quoted value reaches it as this placeholder, replaced by the decoded text afterwards
+/// (restore_quoted_values). \x01 cannot occur in a line that reaches Boost otherwise: a
+/// bare value holding it would have been written quoted.
+std::string quoted_placeholder(std::size_t i) { return "\x01" + std::to_string(i) + "\x01"; }
+
+/// Decodes the quoted value starting at line[pos] == '"'; `pos` ends after the closing
+/// quote. UserError naming the file, line and key for a missing quote or a bad escape.
+std::string decode_quoted(const std::string& line, std::size_t& pos, const std::string& where, int line_no,
+                          const std::string& key) {
+  const auto fail = [&](const std::string& why) {
+    throw UserError(strprintf("config key '%s'%s, line %d: %s", key.c_str(), where.c_str(), line_no, why.c_str()));
+  };
+  std::string out;
+  for (++pos; pos < line.size(); ++pos) {
+    const char ch = line[pos];
+    if (ch == '"') {
+      ++pos;
+      return out;
+    }
+    if (ch != '\\') {
+      out += ch;
+      continue;
+    }
+    if (++pos == line.size()) break;
+    switch (line[pos]) {
+      case '\\': out += '\\'; break;
+      case '"': out += '"'; break;
+      case 'n': out += '\n'; break;
+      case 'r': out += '\r'; break;
+      case 't': out += '\t'; break;
+      case 'x': {
+        const auto hex = [](char h) {
+          return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+        };
+        const int hi = pos + 1 < line.size() ? hex(line[pos + 1]) : -1, lo = pos + 2 < line.size() ? hex(line[pos + 2]) : -1;
+        if (hi < 0 || lo < 0) fail("\\x in a quoted value needs two hex digits");
+        out += static_cast<char>(hi * 16 + lo);
+        pos += 2;
+        break;
+      }
+      default:
+        fail(strprintf("unknown escape '\\%c' in a quoted value (known: \\\\ \\\" \\n \\r \\t \\xHH)", line[pos]));
+    }
+  }
+  fail("the quoted value has no closing quote (a value in double quotes ends at the next unescaped \")");
+  return out;  // not reached
+}
+
+/// The text handed to Boost's INI reader. Boost only knows whole-line comments starting
+/// with '#'; also accept a whole line starting with ';' (in any column) and
+/// "key = value  ; note" / "key = value  # note" (a ; or # preceded by whitespace starts a
+/// comment). A value in double quotes (quote_ini_value) is decoded into `quoted` and
+/// replaced by a placeholder; after its closing quote only a comment may follow.
+std::string prepare_ini_text(std::istream& in, const std::string& where, std::vector<std::string>& quoted) {
   std::string out, line;
+  int line_no = 0;
   while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
     const std::size_t first = line.find_first_not_of(" \t");
     if (first != std::string::npos && (line[first] == ';' || line[first] == '#')) line.clear();
+    const std::size_t eq = line.find('=');
+    const std::size_t value_at = eq == std::string::npos ? eq : line.find_first_not_of(" \t", eq + 1);
+    if (value_at != std::string::npos && line[value_at] == '"' && line[first] != '[') {
+      std::string key = line.substr(first, eq - first);
+      while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+      std::size_t pos = value_at;
+      quoted.push_back(decode_quoted(line, pos, where, line_no, key));
+      const std::size_t rest = line.find_first_not_of(" \t", pos);
+      if (rest != std::string::npos && line[rest] != ';' && line[rest] != '#')
+        throw UserError(strprintf("config key '%s'%s, line %d: text after the closing quote of its value ('%s'); "
+                                  "put the whole value inside the quotes",
+                                  key.c_str(), where.c_str(), line_no, line.substr(rest).c_str()));
+      out += key + " = " + quoted_placeholder(quoted.size() - 1) + "\n";
+      continue;
+    }
     for (std::size_t i = 1; i < line.size(); ++i) {
       if ((line[i] == ';' || line[i] == '#') && (line[i - 1] == ' ' || line[i - 1] == '\t')) {
         line.resize(i);
@@ -204,6 +309,16 @@ std::string strip_inline_comments(std::istream& in) {
     out += line + "\n";
   }
   return out;
+}
+
+/// Puts the decoded quoted values in place of their placeholders.
+po::parsed_options restore_quoted_values(po::parsed_options parsed, const std::vector<std::string>& quoted) {
+  for (po::option& o : parsed.options)
+    for (std::vector<std::string>* texts : {&o.value, &o.original_tokens})
+      for (std::string& v : *texts)
+        for (std::size_t i = 0; i < quoted.size(); ++i)
+          if (v == quoted_placeholder(i)) v = quoted[i];
+  return parsed;
 }
 
 [[noreturn]] void unknown_key_error(const std::string& raw, const std::string& where,
@@ -376,9 +491,11 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
       out.config.source_file = path;
       where = " (in " + path + ")";
       // Values already stored from the command line take precedence over the file.
-      std::istringstream stripped(strip_inline_comments(in));
-      const po::parsed_options from_file =
-          refuse_negative_unsigned(po::parse_config_file(stripped, file_options, /*allow_unregistered=*/false), reg, where);
+      std::vector<std::string> quoted;
+      std::istringstream stripped(prepare_ini_text(in, where, quoted));
+      const po::parsed_options from_file = refuse_negative_unsigned(
+          restore_quoted_values(po::parse_config_file(stripped, file_options, /*allow_unregistered=*/false), quoted),
+          reg, where);
       for (const po::option& o : from_file.options) out.config.file_keys.insert(o.string_key);
       po::store(from_file, vm);
     }
@@ -553,9 +670,22 @@ std::string config_to_ini(const Config& c) {
       out += (section.empty() ? "" : "\n") + std::string("[") + s + "]\n";
       section = s;
     }
-    out += key.substr(key.find('.') + 1) + " = " + value + "\n";
+    // Quoted where the bare form would not read back as the same text (a newline, '#',
+    // ';', blanks at either end): every value written here parses to itself.
+    out += key.substr(key.find('.') + 1) + " = " + quoted_form(value) + "\n";
   }
   return out;
+}
+
+std::string quote_ini_value(const std::string& value) { return quoted_form(value); }
+
+std::string unquote_ini_value(const std::string& written) {
+  std::size_t pos = written.find_first_not_of(" \t");
+  if (pos == std::string::npos || written[pos] != '"') return written;
+  const std::string value = decode_quoted(written, pos, "", 0, "");
+  MESHTRAIN_REQUIRE(written.find_first_not_of(" \t", pos) == std::string::npos,
+                    "text after the closing quote of the value '%s'", written.c_str());
+  return value;
 }
 
 const std::vector<std::pair<std::string, std::string>>& moved_config_keys() {

@@ -19,7 +19,7 @@ int g_armed = -1;
 
 namespace {
 
-enum class Action { Kill, Stall, Eio, Enospc };
+enum class Action { Kill, Stall, Stop, Eio, Enospc };
 
 struct Spec {
   std::string text;
@@ -49,6 +49,7 @@ const char* action_name(Action a) {
   switch (a) {
     case Action::Kill: return "kill";
     case Action::Stall: return "stall";
+    case Action::Stop: return "stop";
     case Action::Eio: return "eio";
     case Action::Enospc: return "enospc";
   }
@@ -111,11 +112,11 @@ void configure(const std::string& spec) {
     } else if (key == "after") {
       s.after = parse_number(spec, key, value, 0);
     } else if (key == "action") {
-      const Action all[] = {Action::Kill, Action::Stall, Action::Eio, Action::Enospc};
+      const Action all[] = {Action::Kill, Action::Stall, Action::Stop, Action::Eio, Action::Enospc};
       bool found = false;
       for (Action a : all)
         if (value == action_name(a)) s.action = a, found = true;
-      MESHTRAIN_REQUIRE(found, "MESHTRAIN_FAULT=%s: unknown action '%s' (kill, stall, eio or enospc)", spec.c_str(),
+      MESHTRAIN_REQUIRE(found, "MESHTRAIN_FAULT=%s: unknown action '%s' (kill, stall, stop, eio or enospc)", spec.c_str(),
                         value.c_str());
     } else {
       throw UserError(strprintf("MESHTRAIN_FAULT=%s: unknown option '%s' (rank=R, step=S, after=K, action=A)",
@@ -156,6 +157,11 @@ int detail::fire(Point p) {
       // Alive but making no progress, as a rank stuck in a driver call: no collective is
       // entered and no watchdog heartbeat is published from here on.
       for (;;) ::pause();
+    case Action::Stop:
+      // SIGSTOP: frozen at a known place until a test sends SIGCONT, then it goes on as if
+      // nothing happened (a run held alive at an exact step while another one is tried).
+      ::raise(SIGSTOP);
+      return 0;
     case Action::Eio: return EIO;
     case Action::Enospc: return ENOSPC;
   }

@@ -26,6 +26,7 @@
 #include "meshtrain/train/generate.hpp"
 #include "meshtrain/train/metrics.hpp"
 #include "meshtrain/train/preflight.hpp"
+#include "meshtrain/train/run_lock.hpp"
 #include "meshtrain/train/run_record.hpp"
 #include "meshtrain/train/session.hpp"
 #include "meshtrain/train/setting_warnings.hpp"
@@ -59,10 +60,14 @@ class Trainer {
   int restore_or_init();
   bool checkpoint_due(int step, bool last) const;
   void save_checkpoint(int step);
+  void lock_directories(const std::string& out_dir, const std::string& ckpt_dir);
 
   const Runtime& rt_;
   const RunSetup& s_;
   const RunSpec& spec_;
+  /// Rank 0: output.dir's lock, and checkpoint.dir's when it lies outside output.dir;
+  /// held until the trainer is gone (the run has written its last file).
+  std::vector<std::unique_ptr<RunDirLock>> locks_;
   Session<T> session_;
   bool root_;
   TokenBatch batch_;
@@ -127,6 +132,10 @@ int Trainer<T>::run() {
     require_writable_dir("output.dir", out_dir);
     require_writable_dir(spec_.checkpoint.dir_given ? "checkpoint.dir" : "checkpoint.dir (<output.dir>/checkpoints)",
                          spec_.checkpoint.dir);
+    // One run per directory (run_lock.hpp), taken before the checkpoint directory is
+    // looked at for a resume: a second run into a live run's directories is refused here,
+    // having read and written nothing in them.
+    lock_directories(out_dir, spec_.checkpoint.dir);
   });
   if (!eval_sampler_ && tc.eval_every > 0)
     log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", batch.seq_len);
@@ -145,7 +154,9 @@ int Trainer<T>::run() {
   const int first_step = restore_or_init();
   // Inputs are valid: from here on the run writes.
   agree_on_errors(rt_.world(), [&] {
-    if (root_) write_run_record(s_, topo, out_dir);
+    if (!root_) return;
+    for (auto& lock : locks_) lock->keep_directories();
+    write_run_record(s_, topo, out_dir);
   });
   settings_ = step_settings(tc);
   nan_steps_.insert(tc.inject_nan_steps.begin(), tc.inject_nan_steps.end());
@@ -379,6 +390,19 @@ int Trainer<T>::restore_or_init() {
     total_io_ += io.seconds;
   }
   return 0;
+}
+
+template <class T>
+void Trainer<T>::lock_directories(const std::string& out_dir, const std::string& ckpt_dir) {
+  namespace fs = std::filesystem;
+  locks_.push_back(std::make_unique<RunDirLock>("output.dir", out_dir));
+  // A checkpoint.dir shared by runs with different output.dirs corrupts as surely; one
+  // inside output.dir (the default <output.dir>/checkpoints) is covered by its lock.
+  std::error_code ec;
+  const fs::path out = fs::weakly_canonical(out_dir, ec), ck = fs::weakly_canonical(ckpt_dir, ec);
+  const auto [o, c] = std::mismatch(out.begin(), out.end(), ck.begin(), ck.end());
+  const bool inside = o == out.end() || (std::next(o) == out.end() && o->empty());
+  if (!inside) locks_.push_back(std::make_unique<RunDirLock>("checkpoint.dir", ckpt_dir));
 }
 
 template <class T>

@@ -150,6 +150,13 @@ void validate_config(const Config& config);
 /// The effective config as INI text (every key, current values) — printed at start and
 /// saved with each run.
 std::string config_to_ini(const Config& config);
+/// One value as config_to_ini writes it: bare, or in double quotes with C escapes
+/// (\\ \" \n \r \t \xHH) where the bare text would not read back (a newline, '#', ';',
+/// blanks at either end, a leading quote).
+std::string quote_ini_value(const std::string& value);
+/// The inverse of quote_ini_value for a value written by it (bare text is returned as it
+/// is); UserError for broken quoting.
+std::string unquote_ini_value(const std::string& written);
 /// One line per key: "model.d_model = 768".
 std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
 

@@ -1,17 +1,17 @@
 #pragma once
 /// \brief Deterministic fault injection for tests: one environment variable,
 /// MESHTRAIN_FAULT, makes a chosen rank die (SIGKILL itself), stall (stop making progress
-/// while staying alive), or see a chosen I/O call fail with EIO or ENOSPC, at a chosen
+/// while staying alive), stop (SIGSTOP itself, going on after SIGCONT), or see a chosen I/O call fail with EIO or ENOSPC, at a chosen
 /// point of the code. The points are compiled in always; a point that is not armed costs
 /// one compare of a global (`pass` below). doc/batch.md lists the points.
 ///
-///   MESHTRAIN_FAULT=POINT[:rank=R][:step=S][:after=K][:action=kill|stall|eio|enospc]
+///   MESHTRAIN_FAULT=POINT[:rank=R][:step=S][:after=K][:action=kill|stall|stop|eio|enospc]
 ///
 ///   rank=R   only world rank R passes the point (default: every rank)
 ///   step=S   only while the trainer is at step S (the step being computed, saved or
 ///            logged, 1-based as in the log; default: any step, and before the first)
 ///   after=K  fire at the first pass after K passes that matched rank and step (default 0)
-///   action   kill (default), stall, eio, enospc (the last two: I/O points only)
+///   action   kill (default), stall, stop, eio, enospc (the last two: I/O points only)
 ///
 /// The fault fires once per process. It is read once, by `configure_from_environment`
 /// (called by the command line before any command runs); a spec that does not parse is a

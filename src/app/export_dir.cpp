@@ -1,0 +1,181 @@
+#include "export_dir.hpp"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
+#include "meshtrain/core/json.hpp"
+#include "meshtrain/core/json_parse.hpp"
+
+namespace meshtrain::app {
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The names exports wrote before the manifest existed (and their temporaries).
+bool legacy_export_name(const std::string& name) {
+  static const std::regex re(
+      R"((model\.safetensors|model-[0-9]{5}-of-[0-9]{5}\.safetensors|model\.safetensors\.index\.json|config\.json|)"
+      R"(adapter_model\.safetensors|adapter_config\.json)(\.tmp)?)");
+  return std::regex_match(name, re);
+}
+
+std::vector<std::string> entries_of(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// Swaps two existing paths atomically (renameat2 RENAME_EXCHANGE); false where the file
+/// system or kernel cannot.
+bool exchange_paths(const std::string& a, const std::string& b) {
+#ifdef RENAME_EXCHANGE
+  return ::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0;
+#else
+  (void)a, (void)b;
+  errno = ENOSYS;
+  return false;
+#endif
+}
+
+/// Removes the staging directory (and the parents made for it) unless released.
+struct Staging {
+  std::string dir;
+  std::vector<std::string> made_parents;  // deepest first
+  bool released = false;
+  ~Staging() {
+    if (released) return;
+    std::error_code ec;
+    if (!dir.empty()) fs::remove_all(dir, ec);
+    for (const std::string& p : made_parents)
+      if (!fs::remove(p, ec)) break;
+  }
+};
+
+}  // namespace
+
+std::string why_not_an_export(const std::string& dir) {
+  const std::vector<std::string> names = entries_of(dir);
+  std::error_code ec;
+  const auto not_a_file = [&](const std::string& n) { return !fs::is_regular_file(fs::symlink_status(dir + "/" + n, ec)); };
+  if (std::find(names.begin(), names.end(), kExportManifest) != names.end()) {
+    std::ifstream in(dir + "/" + kExportManifest);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::set<std::string> listed = {kExportManifest};
+    try {
+      const json::Value v = json::parse(text.str());
+      const json::Value* files = v.find("files");
+      if (!v.find("meshtrain_export") || !files || files->kind != json::Value::Kind::Array)
+        return strprintf("its %s is not one meshtrain wrote", kExportManifest);
+      for (const json::Value& f : files->items) listed.insert(f.text);
+    } catch (const std::exception& e) {
+      return strprintf("its %s is damaged (%s)", kExportManifest, e.what());
+    }
+    for (const std::string& n : names)
+      if (!listed.count(n) || not_a_file(n))
+        return strprintf("it holds '%s', which is not a file of the export its %s lists", n.c_str(), kExportManifest);
+    return "";
+  }
+  // An export from before the manifest: only its file names, and a safetensors file that
+  // meshtrain wrote (its metadata names meshtrain_version) -- not a downloaded HF model.
+  bool ours = false;
+  for (const std::string& n : names) {
+    if (!legacy_export_name(n) || not_a_file(n))
+      return strprintf("it holds '%s', which meshtrain convert does not write", n.c_str());
+    if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0 && !ours) {
+      try {
+        ours = checkpoint::SafetensorsFile(dir + "/" + n).metadata().count("meshtrain_version") > 0;
+      } catch (const UserError&) {
+      }
+    }
+  }
+  return ours ? "" : "none of its safetensors files was written by meshtrain convert";
+}
+
+void write_export_dir(const std::string& out_dir_given, const std::function<ExportWritten(const std::string&)>& write) {
+  std::error_code ec;
+  // A symlink to a directory: the directory it names is the one replaced.
+  const std::string out_dir =
+      fs::is_symlink(out_dir_given, ec) ? fs::canonical(out_dir_given, ec).string() : out_dir_given;
+  fs::path out = fs::absolute(out_dir, ec);
+  if (out.filename().empty()) out = out.parent_path();  // "dir/"
+  bool replace = false;
+  if (fs::exists(fs::symlink_status(out, ec))) {
+    MESHTRAIN_REQUIRE(fs::is_directory(out, ec), "--output %s exists and is not a directory; choose a directory",
+                      out_dir_given.c_str());
+    if (!fs::is_empty(out, ec)) {
+      const std::string why = why_not_an_export(out.string());
+      MESHTRAIN_REQUIRE(why.empty(),
+                        "--output %s is a non-empty directory that is not an earlier export (%s); convert replaces "
+                        "only an earlier export's directory, whole: choose a new or empty --output, or remove it",
+                        out_dir_given.c_str(), why.c_str());
+      replace = true;
+    }
+  }
+  Staging staging;
+  const fs::path parent = out.parent_path();
+  for (fs::path p = parent; !p.empty() && !fs::exists(p, ec) && p != p.parent_path(); p = p.parent_path())
+    staging.made_parents.push_back(p.string());
+  fs::create_directories(parent, ec);
+  MESHTRAIN_REQUIRE(!ec, "cannot create the directory %s for --output %s: %s", parent.c_str(), out_dir_given.c_str(),
+                    ec.message().c_str());
+  // Beside the output, on its file system: the renames below never copy.
+  const std::string tag = "." + out.filename().string() + ".meshtrain-convert-" + std::to_string(::getpid());
+  staging.dir = (parent / tag).string();
+  fs::remove_all(staging.dir, ec);
+  MESHTRAIN_REQUIRE(fs::create_directory(staging.dir, ec), "cannot create %s beside --output %s: %s",
+                    staging.dir.c_str(), out_dir_given.c_str(), ec ? ec.message().c_str() : "it exists");
+
+  const ExportWritten written = write(staging.dir);
+  // What is in the staging directory, not what the writer says it wrote: a later convert
+  // may replace exactly these files, whatever an export comes to hold.
+  std::string listed;
+  for (const std::string& f : entries_of(staging.dir)) listed += (listed.empty() ? "" : ", ") + json_quote(f);
+  JsonObject manifest;
+  manifest.add("meshtrain_export", 1).add("step", written.step).add_raw("files", "[" + listed + "]");
+  file_io::replace_file(staging.dir + "/" + kExportManifest, manifest.str() + "\n");
+  file_io::fsync_path(staging.dir);
+
+  if (!replace) {
+    // A new path, or an empty directory (rename(2) replaces an empty directory).
+    MESHTRAIN_REQUIRE(::rename(staging.dir.c_str(), out.c_str()) == 0, "cannot move the export into place at %s: %s",
+                      out.c_str(), std::strerror(errno));
+    staging.released = true;
+  } else if (exchange_paths(staging.dir, out.string())) {
+    // One atomic step: readers see the old export or the new one, never a mixture. The
+    // staging path now holds the old export; the guard removes it.
+  } else {
+    // No RENAME_EXCHANGE (an older kernel, some network file systems): two renames, with
+    // a moment in which --output does not exist, but never a mixture of two exports.
+    const std::string old = (parent / ("." + out.filename().string() + ".meshtrain-old-" + std::to_string(::getpid())))
+                                .string();
+    fs::remove_all(old, ec);
+    MESHTRAIN_REQUIRE(::rename(out.c_str(), old.c_str()) == 0, "cannot move the earlier export %s aside: %s",
+                      out.c_str(), std::strerror(errno));
+    if (::rename(staging.dir.c_str(), out.c_str()) != 0) {
+      const int err = errno;
+      ::rename(old.c_str(), out.c_str());  // put the earlier export back
+      throw UserError(strprintf("cannot move the export into place at %s: %s", out.c_str(), std::strerror(err)));
+    }
+    staging.dir = old;  // the guard removes the earlier export
+  }
+  staging.made_parents.clear();
+  file_io::fsync_path(parent.string());
+}
+
+}  // namespace meshtrain::app
