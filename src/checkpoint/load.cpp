@@ -397,10 +397,16 @@ template <class T>
 void require_lora_settings(const parallel::FsdpEngine<T>& eng, const std::string& path, const char* what) {
   if (eng.has_frozen()) return;
   const std::optional<BaseRef> ref = peek_base_ref(path);
-  MESHTRAIN_REQUIRE(!ref,
-                    "%s%s holds LoRA adapters only (base weights: %s), but this run has no LoRA adapters: set the "
-                    "model.lora_* settings of the run that wrote it",
-                    what, path.c_str(), ref && !ref->path.empty() ? ref->path.c_str() : "random initialisation");
+  if (!ref) return;
+  // Name the adapters the file holds, so the user can copy them (files from before the LoRA
+  // settings were stored only say that some are needed).
+  const LoraSettings stored = stored_lora_settings(path);
+  const std::string settings = stored.recorded && stored.rank > 0 ? stored.str() : std::string("the model.lora_* settings");
+  MESHTRAIN_REQUIRE(false,
+                    "%s%s holds LoRA adapters only (base weights: %s), but this run has no LoRA adapters: set %s "
+                    "(those of the run that wrote it)",
+                    what, path.c_str(), !ref->path.empty() ? ref->path.c_str() : "random initialisation",
+                    settings.c_str());
 }
 
 /// The base reference of checkpoint `path` (every rank reads the same file: same answer).

@@ -96,8 +96,8 @@ set +e
   --checkpoint.resume="$TEST_TMP/lora1/checkpoints/step_00000020.h5" > train_nolora.log 2>&1
 rc=$?
 set -e
-[[ $rc == 2 ]] && grep -q "holds LoRA adapters only (base weights: $TEST_TMP/base), but this run has no LoRA adapters" \
-  train_nolora.log || { cat train_nolora.log; echo "expected the no-LoRA-settings error, rc $rc"; exit 1; }
+[[ $rc == 2 ]] && grep -q "holds LoRA adapters only (base weights: $TEST_TMP/base), but this run has no LoRA adapters: set model.lora_rank=4, model.lora_alpha=" \
+  train_nolora.log || { cat train_nolora.log; echo "expected the no-LoRA-settings error naming the checkpoint's settings, rc $rc"; exit 1; }
 "$MESHTRAIN_BIN" eval "$ini" --data.dir=data --checkpoint lora1/checkpoints > eval_nolora.log 2>&1 &&
   grep -q "was trained with model.lora_rank=4" eval_nolora.log ||
   { cat eval_nolora.log; echo "eval without the LoRA keys did not take the checkpoint's settings"; exit 1; }

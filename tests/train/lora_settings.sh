@@ -76,7 +76,7 @@ echo "  val loss: base $base_loss, LoRA without keys $plain_loss, with its keys 
 echo "--- resume and init_from compare the LoRA settings"
 run train "$tiny" "${common[@]}" --train.steps=8 --output.dir=lora
 expect_error "resume a LoRA run without LoRA" "holds LoRA adapters only" "this run has no LoRA adapters" \
-  "set the model.lora_* settings"
+  "set model.lora_rank=4, model.lora_alpha=16, model.lora_targets=c_attn (those of the run that wrote it)"
 run train "$tiny" "${common[@]}" --train.steps=8 --output.dir=lora --model.lora_rank=4 --model.lora_alpha=8
 expect_error "resume with another lora_alpha" "model.lora_alpha=16" "model.lora_alpha=8"
 run train "$tiny" "${common[@]}" --train.steps=2 --output.dir=from_lora --checkpoint.init_from=lora/checkpoints
