@@ -7,6 +7,7 @@
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
 #include "meshtrain/data/prepare.hpp"
 #include "meshtrain/data/tokenizer.hpp"
 
@@ -34,7 +35,7 @@ PrepareArgs parse_prepare_args(const Args& args) {
       ("output", po::value<std::string>(&o.output), "dataset directory to write (train.bin, val.bin, meta.json)")
       ("tokenizer", po::value<std::string>(&o.tokenizer)->default_value(o.tokenizer),
        ("tokenizer: " + data::tokenizer_spec_help() + " (a file is recorded in meta.json by its absolute path)").c_str())
-      ("val_fraction", po::value<double>(&o.val_fraction)->default_value(o.val_fraction),
+      ("val_fraction", po::value<double>(&o.val_fraction)->default_value(o.val_fraction, strprintf("%g", o.val_fraction)),
        "text: fraction of each document (its tail, from a line start) that goes to val.bin; alpaca/chat: every "
        "(1/F)-th example goes to val; in [0, 1)")
       ("format", po::value<std::string>(&o.format)->default_value(o.format),

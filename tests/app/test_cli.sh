@@ -97,6 +97,16 @@ for key in model.d_model parallel.tp parallel.collective_timeout train.lr output
   grep -qE -- "--$key arg \(=" "$out" || fail "plan --help: no '--$key' with its default"
 done
 
+# Every command's --help shows its defaults as a person writes them: "(=0.05)", never the
+# double's 17 digits "(=0.050000000000000003)".
+for cmd in train plan eval generate prepare convert tokenize bench; do
+  run "$cmd --help" "$bin" $cmd --help
+  [[ $rc -eq 0 ]] || fail "$cmd --help: exit status $rc"
+  if grep -qE -- '\(=-?[0-9]*\.[0-9]{7,}' "$out"; then
+    fail "$cmd --help prints a default with its binary rounding: $(grep -oE -- '--[a-z_.]+ arg \(=-?[0-9]*\.[0-9]{7,}[^)]*\)' "$out" | head -n 3 | tr '\n' ' ')"
+  fi
+done
+
 # plan of a LoRA run: the trainable count is the adapters' (tiny-llama: 2 layers x (q: A 4x64 +
 # B 64x4, v: A 4x64 + B 32x4) = 1792), their state alone in grads/optim (test_memory_accounting
 # checks the bytes against the pool).
