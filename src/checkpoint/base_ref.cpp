@@ -64,11 +64,11 @@ void check_base(const BaseRef& ref, const std::string& checkpoint) {
   const BaseRef now = describe_base(ref.path);
   MESHTRAIN_REQUIRE(now.bytes == ref.bytes && now.mtime_ns == ref.mtime_ns,
                     "checkpoint %s holds LoRA adapters only; its base weights %s changed since it was written (%llu "
-                    "bytes modified at %lld ns then, %llu bytes at %lld ns now): restore the original base weights at "
+                    "bytes modified %s then, %llu bytes modified %s now): restore the original base weights at "
                     "that path",
                     checkpoint.c_str(), ref.path.c_str(), static_cast<unsigned long long>(ref.bytes),
-                    static_cast<long long>(ref.mtime_ns), static_cast<unsigned long long>(now.bytes),
-                    static_cast<long long>(now.mtime_ns));
+                    utc_time_text(ref.mtime_ns).c_str(), static_cast<unsigned long long>(now.bytes),
+                    utc_time_text(now.mtime_ns).c_str());
 }
 
 void write_base_ref(hid_t file, const BaseRef& ref) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <ctime>
 
 namespace meshtrain {
 
@@ -59,6 +60,21 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
     s += std::to_string(shape[i]);
   }
   return s + ")";
+}
+
+std::string utc_time_text(std::int64_t ns) {
+  // Floor division, so times before 1970 keep a non-negative fraction.
+  std::int64_t secs = ns / 1000000000, frac = ns % 1000000000;
+  if (frac < 0) {
+    frac += 1000000000;
+    secs -= 1;
+  }
+  const std::time_t t = static_cast<std::time_t>(secs);
+  std::tm tm{};
+  if (!gmtime_r(&t, &tm)) return strprintf("%lld ns since 1970", static_cast<long long>(ns));
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", &tm);
+  return strprintf("%s.%09lld UTC", date, static_cast<long long>(frac));
 }
 
 }  // namespace meshtrain

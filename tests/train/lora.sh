@@ -111,6 +111,9 @@ rc=$?
 set -e
 [[ $rc == 2 ]] && grep -q "its base weights $TEST_TMP/base changed since it was written" changed.log \
   || { cat changed.log; echo "expected the changed-base error, rc $rc"; exit 1; }
+# ... with the two modification times as dates, not as raw nanoseconds.
+grep -qE "modified [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9} UTC then, .* modified [0-9]{4}-.* UTC now" \
+  changed.log || { cat changed.log; echo "the changed-base error does not give the times as dates"; exit 1; }
 # An adapters-only checkpoint exports as a PEFT adapter without its base (adapter_config.json
 # names the base path) ...
 "$MESHTRAIN_BIN" convert --input lora1/checkpoints --output lora_peft > convert_peft.log 2>&1 \

@@ -23,4 +23,9 @@ std::size_t edit_distance(const std::string& a, const std::string& b);
 /// "(2, 3, 4)" from a shape.
 std::string shape_string(const std::vector<std::int64_t>& shape);
 
+/// A file time (nanoseconds since the Unix epoch) as people read it, in UTC:
+/// "2026-12-01 20:57:01.123456789 UTC" (the nanoseconds kept: two times that differ only
+/// there must not print alike).
+std::string utc_time_text(std::int64_t ns_since_epoch);
+
 }  // namespace meshtrain
