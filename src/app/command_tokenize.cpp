@@ -2,12 +2,16 @@
 // the tokenizer's identity). Used to check a tokenizer against its reference implementation
 // and to see how a model will read one's data. Rank 0 only.
 #include <boost/program_options.hpp>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/comm/agree.hpp"
+#include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/data/tokenizer.hpp"
@@ -88,11 +92,21 @@ int command_tokenize(Runtime& rt, const Args& args) {
     for (const std::string& f : o.files) {
       const std::string text = read_file(f);
       if (o.decode) {
+        // Each id is checked, not narrowed: 4294967297 must not wrap to id 1. Ids that fit
+        // an int32 but lie outside the vocabulary decode to U+FFFD, as decode() documents.
         std::vector<std::int32_t> in;
         std::istringstream is(text);
-        long long v = 0;
-        while (is >> v) in.push_back(static_cast<std::int32_t>(v));
-        MESHTRAIN_REQUIRE(is.eof(), "%s must hold whitespace-separated token ids", f.c_str());
+        std::string word;
+        while (is >> word) {
+          char* end = nullptr;
+          errno = 0;
+          const long long v = std::strtoll(word.c_str(), &end, 10);
+          MESHTRAIN_REQUIRE(*end == '\0', "%s must hold whitespace-separated token ids; token %zu is '%s'", f.c_str(),
+                            in.size() + 1, word.c_str());
+          const std::string key = strprintf("token %zu", in.size() + 1);
+          if (errno == ERANGE) throw_int_out_of_range(f, key, word, INT32_MIN, INT32_MAX);
+          in.push_back(checked_int<std::int32_t>(v, f, key));
+        }
         const std::string back = tok->decode(in);
         std::fwrite(back.data(), 1, back.size(), stdout);
         continue;

@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 
 #include "meshtrain/checkpoint/source_model.hpp"
 #include "meshtrain/config/config.hpp"
+#include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/model/model_dims.hpp"
@@ -24,25 +26,25 @@ bool same_value(const std::string& a, const std::string& b) {
   return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && x == y;
 }
 
-long long to_int(const std::string& key, const std::string& v) {
-  char* end = nullptr;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (end && *end == '\0') return x;
-  const double d = std::strtod(v.c_str(), &end);  // "576.0"
-  MESHTRAIN_REQUIRE(end && *end == '\0' && d == std::floor(d), "the source gives %s = '%s', not an integer", key.c_str(),
-                    v.c_str());
-  return static_cast<long long>(d);
+// A source's integer setting: every one goes through parse_checked_int, so a value that an
+// int cannot hold (n_layer = 2^32 + 2) is refused naming the file instead of wrapping to 2.
+long long to_int(const std::string& key, const std::string& v, const std::string& path) {
+  return parse_checked_int(v, path, key);
+}
+int to_int32(const std::string& key, const std::string& v, const std::string& path) {
+  return static_cast<int>(parse_checked_int(v, path, key, std::numeric_limits<int>::min(),
+                                            std::numeric_limits<int>::max()));
 }
 
-void set_model_key(ModelConfig& m, const std::string& key, const std::string& v) {
+void set_model_key(ModelConfig& m, const std::string& key, const std::string& v, const std::string& path) {
   if (key == "model.family") m.family = model::parse_family(v);
-  else if (key == "model.vocab_size") m.vocab_size = to_int(key, v);
-  else if (key == "model.d_model") m.d_model = static_cast<int>(to_int(key, v));
-  else if (key == "model.n_layers") m.n_layers = static_cast<int>(to_int(key, v));
-  else if (key == "model.n_heads") m.n_heads = static_cast<int>(to_int(key, v));
-  else if (key == "model.n_kv_heads") m.n_kv_heads = static_cast<int>(to_int(key, v));
-  else if (key == "model.ffn_dim") m.ffn_dim = static_cast<int>(to_int(key, v));
-  else if (key == "model.max_seq_len") m.max_seq_len = static_cast<int>(to_int(key, v));
+  else if (key == "model.vocab_size") m.vocab_size = to_int(key, v, path);
+  else if (key == "model.d_model") m.d_model = to_int32(key, v, path);
+  else if (key == "model.n_layers") m.n_layers = to_int32(key, v, path);
+  else if (key == "model.n_heads") m.n_heads = to_int32(key, v, path);
+  else if (key == "model.n_kv_heads") m.n_kv_heads = to_int32(key, v, path);
+  else if (key == "model.ffn_dim") m.ffn_dim = to_int32(key, v, path);
+  else if (key == "model.max_seq_len") m.max_seq_len = to_int32(key, v, path);
   else if (key == "model.tie_embeddings") m.tie_embeddings = v == "true";
   else if (key == "model.norm_eps") m.norm_eps = std::strtod(v.c_str(), nullptr);
   else if (key == "model.rope_theta") m.rope_theta = std::strtod(v.c_str(), nullptr);
@@ -68,7 +70,7 @@ void apply_model_keys(Config& config, const std::vector<std::pair<std::string, s
     if (key == "model.padded_vocab_size") {
       // Not a key of its own: model.vocab_pad_multiple must reproduce the stored padding. A
       // multiple the user gave is kept (the loader names a padded size that then differs).
-      const long long n = to_int(key, value), v = config.model.vocab_size;
+      const long long n = to_int(key, value, path), v = config.model.vocab_size;
       auto padded = [&](long long m) { return (v + m - 1) / m * m; };
       if (padded(config.model.vocab_pad_multiple) == n || config.is_set("model.vocab_pad_multiple")) continue;
       for (long long m = 1; m <= (1 << 16); ++m)
@@ -87,7 +89,7 @@ void apply_model_keys(Config& config, const std::vector<std::pair<std::string, s
                         "shape comes from the weights) or load other weights",
                         key.c_str(), current_value(key).c_str(), option.c_str(), path.c_str(), key.c_str(),
                         value.c_str());
-    set_model_key(config.model, key, value);
+    set_model_key(config.model, key, value, path);
   }
 }
 

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 
 #include "format.hpp"
 #include "meshtrain/checkpoint/gguf_dequant.hpp"
+#include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
 
@@ -59,7 +61,13 @@ std::vector<std::pair<std::string, std::string>> gguf_model_keys(const std::stri
   MESHTRAIN_REQUIRE(arch == "llama",
                     "%s holds a '%s' model (general.architecture); meshtrain imports llama-architecture GGUF files",
                     path.c_str(), arch.c_str());
-  const std::int64_t d = f.metadata_int("llama.embedding_length"), heads = f.metadata_int("llama.attention.head_count");
+  // Every shape integer is range-checked here, where the GGUF key is known: the model's
+  // dimensions are ints, and a block_count of 2^32 + 2 must not become 2 layers.
+  const auto dim = [&](const char* key, std::int64_t fallback = -1) {
+    const std::int64_t v = fallback >= 0 ? f.metadata_int(key, fallback) : f.metadata_int(key);
+    return checked_int<int>(v, path, key, 1, std::numeric_limits<int>::max());
+  };
+  const std::int64_t d = dim("llama.embedding_length"), heads = dim("llama.attention.head_count");
   MESHTRAIN_REQUIRE(heads > 0 && d % heads == 0, "%s: llama.embedding_length %lld is not a multiple of "
                     "llama.attention.head_count %lld", path.c_str(), static_cast<long long>(d),
                     static_cast<long long>(heads));
@@ -79,10 +87,10 @@ std::vector<std::pair<std::string, std::string>> gguf_model_keys(const std::stri
   return {{"model.family", "llama"},
           {"model.vocab_size", std::to_string(emb->shape()[0])},
           {"model.d_model", std::to_string(d)},
-          {"model.n_layers", std::to_string(f.metadata_int("llama.block_count"))},
+          {"model.n_layers", std::to_string(dim("llama.block_count"))},
           {"model.n_heads", std::to_string(heads)},
-          {"model.n_kv_heads", std::to_string(f.metadata_int("llama.attention.head_count_kv", heads))},
-          {"model.ffn_dim", std::to_string(f.metadata_int("llama.feed_forward_length"))},
+          {"model.n_kv_heads", std::to_string(dim("llama.attention.head_count_kv", heads))},
+          {"model.ffn_dim", std::to_string(dim("llama.feed_forward_length"))},
           {"model.tie_embeddings", f.find_tensor("output.weight") ? "false" : "true"},
           {"model.norm_eps", float32_text(f.metadata_float("llama.attention.layer_norm_rms_epsilon"))},
           {"model.rope_theta", float32_text(f.metadata_float("llama.rope.freq_base", 10000.0))}};

@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
 #include "format.hpp"
 #include "gguf_import.hpp"
 #include "h5.hpp"
+#include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/json_parse.hpp"
@@ -22,6 +24,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using Keys = std::vector<std::pair<std::string, std::string>>;
+/// Above this a vocabulary is no model's: 2^62 keeps vocab * d_model products in 64 bits.
+constexpr long long kMaxVocab = 1LL << 62;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -44,6 +48,15 @@ struct HfConfig {
   }
   std::string number_or(const char* key, const std::string& fallback) const {
     return get(key) ? number(key) : fallback;
+  }
+  /// A shape setting (layers, width, heads, vocabulary): a whole number in 1..INT_MAX
+  /// (vocab_size: 1..2^62), checked here where the file's key is known, as its decimal text.
+  std::string count(const char* key, long long hi = std::numeric_limits<int>::max()) const {
+    return std::to_string(parse_checked_int(number(key), path, key, 1, hi));
+  }
+  std::string count_or(const char* key, const std::string& fallback,
+                       long long hi = std::numeric_limits<int>::max()) const {
+    return get(key) ? count(key, hi) : fallback;
   }
   bool boolean_or(const char* key, bool fallback) const {
     const json::Value* v = get(key);
@@ -76,12 +89,13 @@ HfConfig read_hf_config(const std::string& path) {
 
 /// LlamaConfig (transformers) -> model keys. Defaults are LlamaConfig's.
 Keys llama_keys(const HfConfig& c) {
-  const std::string heads = c.number("num_attention_heads");
-  const long long d = std::atoll(c.number("hidden_size").c_str()), h = std::atoll(heads.c_str());
+  const std::string heads = c.count("num_attention_heads");
+  const long long d = std::atoll(c.count("hidden_size").c_str()), h = std::atoll(heads.c_str());
   MESHTRAIN_REQUIRE(h > 0 && d % h == 0, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld",
                     c.path.c_str(), d, h);
   if (const json::Value* hd = c.get("head_dim"))
-    MESHTRAIN_REQUIRE(hd->kind == json::Value::Kind::Number && std::atoll(hd->text.c_str()) == d / h,
+    MESHTRAIN_REQUIRE(hd->kind == json::Value::Kind::Number &&
+                          parse_checked_int(hd->text, c.path, "head_dim", 1, std::numeric_limits<int>::max()) == d / h,
                       "%s: head_dim %s differs from hidden_size / num_attention_heads = %lld; meshtrain's Llama "
                       "needs head_dim = d_model / n_heads",
                       c.path.c_str(), hd->text.c_str(), d / h);
@@ -94,12 +108,12 @@ Keys llama_keys(const HfConfig& c) {
   MESHTRAIN_REQUIRE(act == "silu", "%s: hidden_act is '%s'; meshtrain's Llama uses silu (SwiGLU)", c.path.c_str(),
                     act.c_str());
   return {{"model.family", "llama"},
-          {"model.vocab_size", c.number("vocab_size")},
-          {"model.d_model", c.number("hidden_size")},
-          {"model.n_layers", c.number("num_hidden_layers")},
+          {"model.vocab_size", c.count("vocab_size", kMaxVocab)},
+          {"model.d_model", c.count("hidden_size")},
+          {"model.n_layers", c.count("num_hidden_layers")},
           {"model.n_heads", heads},
-          {"model.n_kv_heads", c.number_or("num_key_value_heads", heads)},
-          {"model.ffn_dim", c.number("intermediate_size")},
+          {"model.n_kv_heads", c.count_or("num_key_value_heads", heads)},
+          {"model.ffn_dim", c.count("intermediate_size")},
           {"model.tie_embeddings", c.boolean_or("tie_word_embeddings", false) ? "true" : "false"},
           {"model.norm_eps", c.number_or("rms_norm_eps", "1e-6")},
           {"model.rope_theta", c.number_or("rope_theta", "10000")}};
@@ -107,19 +121,19 @@ Keys llama_keys(const HfConfig& c) {
 
 /// GPT2Config -> model keys. Defaults are GPT2Config's.
 Keys gpt2_keys(const HfConfig& c) {
-  const std::string d = c.number_or("n_embd", "768");
+  const std::string d = c.count_or("n_embd", "768");
   const std::string act = c.string_or("activation_function", "gelu_new");
   MESHTRAIN_REQUIRE(act == "gelu_new" || act == "gelu_pytorch_tanh",
                     "%s: activation_function is '%s'; meshtrain's GPT-2 uses the tanh GELU (gelu_new)", c.path.c_str(),
                     act.c_str());
-  const std::string inner = c.get("n_inner") ? c.number("n_inner") : std::to_string(4 * std::atoll(d.c_str()));
+  const std::string inner = c.get("n_inner") ? c.count("n_inner") : std::to_string(4 * std::atoll(d.c_str()));
   return {{"model.family", "gpt2"},
-          {"model.vocab_size", c.number_or("vocab_size", "50257")},
+          {"model.vocab_size", c.count_or("vocab_size", "50257", kMaxVocab)},
           {"model.d_model", d},
-          {"model.n_layers", c.number_or("n_layer", "12")},
-          {"model.n_heads", c.number_or("n_head", "12")},
+          {"model.n_layers", c.count_or("n_layer", "12")},
+          {"model.n_heads", c.count_or("n_head", "12")},
           {"model.ffn_dim", inner},
-          {"model.max_seq_len", c.number_or("n_positions", "1024")},
+          {"model.max_seq_len", c.count_or("n_positions", "1024")},
           {"model.tie_embeddings", c.boolean_or("tie_word_embeddings", true) ? "true" : "false"},
           {"model.norm_eps", c.number_or("layer_norm_epsilon", "1e-5")}};
 }

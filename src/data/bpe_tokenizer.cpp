@@ -222,6 +222,35 @@ class BpeTokenizer final : public Tokenizer {
     return out;
   }
 
+  bool decode_with_ends(const std::vector<std::int32_t>& ids, std::string& text,
+                        std::vector<std::size_t>& ends) const override {
+    // Each token decoded alone, but in its place in its run of ordinary tokens: only the
+    // run's first token may lose a leading space (Metaspace), only a fused run's ends are
+    // stripped (Strip after Fuse). Where that does not reproduce decode(), the default.
+    text = decode(ids);
+    ends.assign(ids.size(), 0);
+    const auto ordinary = [&](std::size_t k) {
+      const std::int32_t id = ids[k];
+      return id >= 0 && static_cast<std::size_t>(id) < c_.vocab.size() && !c_.vocab[id].empty() && !added_ids_[id];
+    };
+    std::size_t pos = 0;
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      const std::int32_t id = ids[k];
+      std::string piece;
+      if (ordinary(k)) {
+        const bool first = k == 0 || !ordinary(k - 1), last = k + 1 == ids.size() || !ordinary(k + 1);
+        piece = decode_run({c_.vocab[id]}, first && k == 0, first, last);
+      } else {
+        piece = id < 0 || static_cast<std::size_t>(id) >= c_.vocab.size() || c_.vocab[id].empty() ? "\xEF\xBF\xBD"
+                                                                                                  : c_.vocab[id];
+      }
+      if (text.compare(pos, piece.size(), piece) != 0) return Tokenizer::decode_with_ends(ids, text, ends);
+      pos += piece.size();
+      ends[k] = pos;
+    }
+    return pos == text.size() || Tokenizer::decode_with_ends(ids, text, ends);
+  }
+
  private:
   static std::uint64_t key(std::int32_t a, std::int32_t b) {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
@@ -377,7 +406,12 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   /// Runs the decoder steps over the token strings of a run of ordinary (non-added) tokens.
-  std::string decode_run(std::vector<std::string> toks, bool at_start) const {
+  /// `run_first` / `run_last`: `toks` begins / ends the run (false only when
+  /// decode_with_ends decodes one token of a run: a Strip after a Fuse applies to the fused
+  /// run's start and end, not to every token).
+  std::string decode_run(std::vector<std::string> toks, bool at_start, bool run_first = true,
+                         bool run_last = true) const {
+    bool fused = false;
     for (const DecoderStep& d : c_.decoder) {
       switch (d.kind) {
         case DecoderStep::Kind::ByteLevel:
@@ -418,6 +452,7 @@ class BpeTokenizer final : public Tokenizer {
           break;
         }
         case DecoderStep::Kind::Fuse: {
+          fused = true;
           std::string all;
           for (const auto& t : toks) all += t;
           toks = {all};
@@ -426,12 +461,12 @@ class BpeTokenizer final : public Tokenizer {
         case DecoderStep::Kind::Strip:
           for (auto& t : toks) {
             int a = 0;
-            while (a < d.start && t.compare(0, d.a.size(), d.a) == 0 && !d.a.empty()) {
+            while (a < d.start && (run_first || !fused) && t.compare(0, d.a.size(), d.a) == 0 && !d.a.empty()) {
               t.erase(0, d.a.size());
               ++a;
             }
             int z = 0;
-            while (z < d.stop && t.size() >= d.a.size() && !d.a.empty() &&
+            while (z < d.stop && (run_last || !fused) && t.size() >= d.a.size() && !d.a.empty() &&
                    t.compare(t.size() - d.a.size(), d.a.size(), d.a) == 0) {
               t.erase(t.size() - d.a.size());
               ++z;

@@ -81,36 +81,18 @@ MaskedTokens tokenize_with_mask(const Tokenizer& tok, const std::vector<ChatSegm
     byte_trainable.insert(byte_trainable.end(), s.text.size(), s.trainable ? 1 : 0);
   }
   const std::vector<std::int32_t> ids = tok.encode(text);
-  // ends[k]: the byte just past token k in `text`.
-  std::vector<std::size_t> ends(ids.size());
-  bool spans = true;
-  std::size_t pos = 0;
-  for (std::size_t k = 0; k < ids.size() && spans; ++k) {
-    const std::string piece = tok.decode({ids[k]});
-    spans = text.compare(pos, piece.size(), piece) == 0;
-    pos += piece.size();
-    ends[k] = pos;
-  }
-  if (!spans || pos != text.size()) {
-    // Decoding is context-dependent (SentencePiece drops the first token's leading space):
-    // decode growing prefixes, each of which must be a prefix of the text.
-    MESHTRAIN_REQUIRE(tok.decode(ids) == text,
-                      "the tokenizer %s does not decode an example back to its text (it normalises the text), so "
-                      "the loss mask cannot be placed on its tokens",
-                      tok.name().c_str());
-    std::size_t prev = 0;
-    std::vector<std::int32_t> prefix;
-    for (std::size_t k = 0; k < ids.size(); ++k) {
-      prefix.push_back(ids[k]);
-      const std::string d = tok.decode(prefix);
-      const bool ok = d.size() >= prev && d.size() <= text.size() && text.compare(0, d.size(), d) == 0;
-      MESHTRAIN_REQUIRE(ok, "the tokenizer %s does not decode an example's tokens in order to its text, so the loss "
-                        "mask cannot be placed on its tokens",
-                        tok.name().c_str());
-      ends[k] = prev = d.size();
-    }
-    ends.back() = text.size();
-  }
+  // ends[k]: the byte just past token k in the decoded text, found in one pass (placing the
+  // mask by decoding growing prefixes was quadratic: minutes for one long example).
+  std::string decoded;
+  std::vector<std::size_t> ends;
+  const bool spans = tok.decode_with_ends(ids, decoded, ends);
+  MESHTRAIN_REQUIRE(decoded == text,
+                    "the tokenizer %s does not decode an example back to its text (it normalises the text), so "
+                    "the loss mask cannot be placed on its tokens",
+                    tok.name().c_str());
+  MESHTRAIN_REQUIRE(spans, "the tokenizer %s does not decode an example's tokens in order to its text, so the loss "
+                    "mask cannot be placed on its tokens",
+                    tok.name().c_str());
   MaskedTokens out;
   if (tok.add_bos() && tok.bos_id() >= 0 && (ids.empty() || ids.front() != tok.bos_id())) {
     out.ids.push_back(tok.bos_id());
@@ -118,7 +100,9 @@ MaskedTokens tokenize_with_mask(const Tokenizer& tok, const std::vector<ChatSegm
   }
   std::size_t begin = 0;
   for (std::size_t k = 0; k < ids.size(); ++k) {
-    std::uint8_t m = 0;
+    // A token is trained on when any byte of its text is; one that adds no text of its own
+    // (the leading bytes of a byte-fallback character) goes with the byte it starts.
+    std::uint8_t m = ends[k] == begin && begin < text.size() ? byte_trainable[begin] : 0;
     for (std::size_t b = begin; b < ends[k] && !m; ++b) m = byte_trainable[b];
     out.ids.push_back(ids[k]);
     out.mask.push_back(m);

@@ -1,8 +1,10 @@
 // meta.json: written by prepare, read by Dataset::open.
 #include <cerrno>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 
+#include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/core/json_parse.hpp"
@@ -38,6 +40,12 @@ std::int64_t signed_member(const json::Value& obj, const char* key, const std::s
   MESHTRAIN_REQUIRE(!t.empty() && *end == '\0' && errno == 0, "%s: \"%s\" must be an integer, got %s",
                     path.c_str(), key, t.c_str());
   return v;
+}
+
+/// A special-token id: -1 (none) or an id an int32 holds; a wider one would wrap.
+std::int32_t id_member(const json::Value& obj, const char* key, const std::string& path) {
+  return checked_int<std::int32_t>(signed_member(obj, key, path), path, key, -1,
+                                   std::numeric_limits<std::int32_t>::max());
 }
 
 double number_member(const json::Value& obj, const char* key, const std::string& path) {
@@ -109,14 +117,14 @@ DatasetMeta meta_from_json(const std::string& text, const std::string& path) {
   DatasetMeta m;
   m.tokenizer = member(root, "tokenizer", K::String, path).text;
   m.vocab_size = signed_member(root, "vocab_size", path);
-  m.eot_id = static_cast<std::int32_t>(signed_member(root, "eot_id", path));
+  m.eot_id = id_member(root, "eot_id", path);
   // Written since tokenizers other than byte exist; older datasets lack them.
   if (const json::Value* v = root.find("tokenizer_kind"); v && v->kind == K::String) m.tokenizer_kind = v->text;
   else if (m.tokenizer == "byte") m.tokenizer_kind = "byte";
   if (const json::Value* v = root.find("tokenizer_hash"); v && v->kind == K::String) m.tokenizer_hash = v->text;
-  if (root.find("bos_id")) m.bos_id = static_cast<std::int32_t>(signed_member(root, "bos_id", path));
-  if (root.find("eos_id")) m.eos_id = static_cast<std::int32_t>(signed_member(root, "eos_id", path));
-  if (root.find("pad_id")) m.pad_id = static_cast<std::int32_t>(signed_member(root, "pad_id", path));
+  if (root.find("bos_id")) m.bos_id = id_member(root, "bos_id", path);
+  if (root.find("eos_id")) m.eos_id = id_member(root, "eos_id", path);
+  if (root.find("pad_id")) m.pad_id = id_member(root, "pad_id", path);
   if (const json::Value* v = root.find("add_bos")) m.add_bos = v->kind == K::Bool && v->boolean;
   m.train_tokens = unsigned_member(root, "train_tokens", path);
   m.val_tokens = unsigned_member(root, "val_tokens", path);

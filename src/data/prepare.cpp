@@ -43,6 +43,14 @@ void append_piece(const Tokenizer& tok, const std::string& path, const std::stri
     for (const std::int32_t id : ids) ++(*counts)[static_cast<std::size_t>(id)];
 }
 
+// Where a tokenizer's special ids come from, for the messages below.
+constexpr const char* kBosSources =
+    "bos_token in tokenizer_config.json, the SentencePiece model's bos piece, tokenizer.ggml.bos_token_id of a GGUF "
+    "file";
+constexpr const char* kEosSources =
+    "<|endoftext|>, or an end-of-sequence token: eos_token in tokenizer_config.json, the SentencePiece model's eos "
+    "piece, tokenizer.ggml.eos_token_id of a GGUF file";
+
 // Drops files inside `output` (a dataset directory under an input, from an earlier run).
 std::vector<std::string> outside_of(const std::vector<std::string>& files, const std::string& output) {
   namespace fs = std::filesystem;
@@ -74,6 +82,18 @@ void write_meta_file(const std::string& path, const DatasetMeta& meta) {
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
                   ::fsync(fileno(f)) == 0;
   MESHTRAIN_REQUIRE(std::fclose(f) == 0 && ok, "cannot write %s", path.c_str());
+}
+
+void require_special_token(const Tokenizer& tok, std::int32_t id, const char* token, const std::string& need) {
+  if (id >= 0) return;
+  const bool bos = std::string(token) == kBosToken;
+  throw UserError(strprintf("the tokenizer %s has no %s (%s)%s; %s: %s", tok.name().c_str(), token,
+                            bos ? kBosSources : kEosSources,
+                            bos ? " but asks for one before each sequence (add_bos_token)" : "", need.c_str(),
+                            bos ? "set add_bos_token to false in tokenizer_config.json, or give the model's tokenizer "
+                                  "with its BOS"
+                                : "give the model's tokenizer with its end-of-sequence token, or name one with "
+                                  "eos_token in tokenizer_config.json"));
 }
 
 bool example_in_val(std::uint64_t index, double val_fraction) {
@@ -131,6 +151,12 @@ PrepareSummary prepare(const PrepareOptions& o) {
   std::string spec = o.tokenizer;
   if (spec != "byte" && std::filesystem::exists(spec)) spec = std::filesystem::absolute(spec).lexically_normal().string();
   const std::unique_ptr<Tokenizer> tok = make_tokenizer(spec);
+  // A special token the format writes must exist: an id of -1 would reach the token file.
+  if (tok->add_bos())
+    require_special_token(*tok, tok->bos_id(), kBosToken, "prepare puts it before every document");
+  if (!examples)
+    require_special_token(*tok, tok->eot_id(), "end-of-text token",
+                          "prepare --format text ends every document with it");
   const std::vector<std::string> files = outside_of(collect_input_files(o.inputs), o.output);
   MESHTRAIN_REQUIRE(!files.empty(),
                     "no input files found in %s (directories are searched recursively; *.dat files are ignored)",

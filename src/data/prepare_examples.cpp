@@ -62,6 +62,12 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   const auto R = static_cast<std::uint32_t>(o.seq_len) + 1;  // row: inputs + the shifted last target
   // Padding after an example: the pad id when the tokenizer has one, else end-of-text; never trained on.
   const std::int32_t pad = tok.pad_id() >= 0 ? tok.pad_id() : tok.eot_id();
+  if (chat.kind == ChatTemplateKind::Alpaca)
+    require_special_token(tok, tok.eot_id(), "end-of-text token",
+                          "the alpaca template ends every response with it (trained on, so the model learns to stop)");
+  require_special_token(tok, pad, "end-of-text token (nor a padding token)",
+                        strprintf("prepare --format %s pads every row after its example with the pad id, else "
+                                  "end-of-text", o.format.c_str()));
   s.format = o.format;
   s.row_tokens = R;
   s.chat_template = template_name(chat.kind);

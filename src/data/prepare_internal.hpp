@@ -14,6 +14,14 @@ namespace meshtrain::data {
 /// Writes meta.json text to `path` (a staged *.tmp), flushed and fsynced.
 void write_meta_file(const std::string& path, const DatasetMeta& meta);
 
+/// The `token` of require_special_token that names the BOS (its message differs).
+inline constexpr const char kBosToken[] = "BOS token";
+
+/// UserError when `id` (the tokenizer's `token`: kBosToken, "end-of-text token") is -1,
+/// naming the tokenizer, the token, where it could have come from, and `need`: what of the
+/// chosen format writes it.
+void require_special_token(const Tokenizer& tok, std::int32_t id, const char* token, const std::string& need);
+
 /// prepare --format alpaca|chat: `files` are the JSONL inputs (sorted), `s` holds the
 /// tokenizer fields already; returns the completed summary after committing the dataset.
 PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, const std::vector<std::string>& files,

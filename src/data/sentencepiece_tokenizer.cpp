@@ -5,19 +5,31 @@
 #include <sentencepiece_processor.h>
 
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "tokenizer_hash.hpp"
 
 namespace meshtrain::data {
 namespace {
 
+/// The special ids of a SentencePiece tokenizer, -1 where it has none. Kept apart from the
+/// processor's own bos_id()/eos_id(): those look the pieces up by the trainer's piece names
+/// ("<s>", "</s>" unless trained otherwise), so a GGUF vocabulary with Gemma's "<bos>" /
+/// "<eos>" would get -1 although its metadata names the ids.
+struct SpecialIds {
+  std::int32_t bos = -1, eos = -1, pad = -1;
+};
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  SentencePieceTokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp, std::string name, bool add_bos)
-      : sp_(std::move(sp)), name_(std::move(name)), add_bos_(add_bos) {
+  SentencePieceTokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp, std::string name,
+                         SpecialIds ids, bool add_bos)
+      : sp_(std::move(sp)), name_(std::move(name)), ids_(ids), add_bos_(add_bos) {
     Digest d;
     d.add_field("sentencepiece");
     d.add_field(sp_->serialized_model_proto());
@@ -26,10 +38,10 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string name() const override { return name_; }
   std::string kind() const override { return "sentencepiece"; }
   std::int64_t vocab_size() const override { return sp_->GetPieceSize(); }
-  std::int32_t eot_id() const override { return sp_->eos_id(); }
-  std::int32_t bos_id() const override { return sp_->bos_id(); }
-  std::int32_t eos_id() const override { return sp_->eos_id(); }
-  std::int32_t pad_id() const override { return sp_->pad_id(); }
+  std::int32_t eot_id() const override { return ids_.eos; }
+  std::int32_t bos_id() const override { return ids_.bos; }
+  std::int32_t eos_id() const override { return ids_.eos; }
+  std::int32_t pad_id() const override { return ids_.pad; }
   bool add_bos() const override { return add_bos_; }
   std::string hash() const override { return hash_; }
   std::int32_t token_id(const std::string& token) const override {
@@ -41,6 +53,28 @@ class SentencePieceTokenizer final : public Tokenizer {
     const auto st = sp_->Encode(text, &ids);
     MESHTRAIN_REQUIRE(st.ok(), "SentencePiece %s cannot encode the text: %s", name_.c_str(), st.ToString().c_str());
     return {ids.begin(), ids.end()};
+  }
+  bool decode_with_ends(const std::vector<std::int32_t>& ids, std::string& text,
+                        std::vector<std::size_t>& ends) const override {
+    // One decode that reports each piece's byte span in the text it produced (the leading
+    // bytes of a byte-fallback character get an empty span at its start). Ids outside the
+    // vocabulary decode to U+FFFD outside the library: the default handles those.
+    std::vector<int> in(ids.begin(), ids.end());
+    for (const int id : in)
+      if (id < 0 || id >= sp_->GetPieceSize()) return Tokenizer::decode_with_ends(ids, text, ends);
+    const sentencepiece::ImmutableSentencePieceText spt = sp_->DecodeIdsAsImmutableProto(in);
+    if (spt.pieces_size() != ids.size()) return Tokenizer::decode_with_ends(ids, text, ends);
+    text = spt.text();
+    ends.assign(ids.size(), 0);
+    std::size_t prev = 0;
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      const auto piece = spt.pieces(static_cast<int>(k));
+      // Spans that do not tile the text are not what this relies on: take the slow, sure way.
+      if (piece.begin() != prev || piece.end() < piece.begin() || piece.end() > text.size())
+        return Tokenizer::decode_with_ends(ids, text, ends);
+      ends[k] = prev = piece.end();
+    }
+    return prev == text.size() || Tokenizer::decode_with_ends(ids, text, ends);
   }
   std::string decode(const std::vector<std::int32_t>& ids) const override {
     std::string out;
@@ -68,15 +102,32 @@ class SentencePieceTokenizer final : public Tokenizer {
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string name_;
+  SpecialIds ids_;
   bool add_bos_;
   std::string hash_;
 };
 
-bool config_add_bos(const std::string& config_json, bool fallback) {
-  if (config_json.empty()) return fallback;
-  const auto j = nlohmann::json::parse(config_json, nullptr, false);
-  if (j.is_object() && j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) return j["add_bos_token"].get<bool>();
-  return fallback;
+/// The id of the piece spelled `token`, or -1.
+std::int32_t piece_id(const sentencepiece::SentencePieceProcessor& sp, const std::string& token) {
+  if (token.empty()) return -1;
+  const int id = sp.PieceToId(token);
+  return id >= 0 && sp.IdToPiece(id) == token ? id : -1;
+}
+
+/// The first of `names` that is a piece, or -1 (for vocabularies that do not say).
+std::int32_t first_piece(const sentencepiece::SentencePieceProcessor& sp, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (const std::int32_t id = piece_id(sp, n); id >= 0) return id;
+  return -1;
+}
+
+/// A token named in tokenizer_config.json: a string or {"content": ...}; "" when absent.
+std::string config_token(const nlohmann::json& cfg, const char* key) {
+  if (!cfg.is_object() || !cfg.contains(key)) return "";
+  const nlohmann::json& v = cfg[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return "";
 }
 
 // --- protobuf wire format ------------------------------------------------------------
@@ -111,9 +162,22 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto st = sp->Load(model_path);
   MESHTRAIN_REQUIRE(st.ok(), "SentencePiece model %s does not load: %s", model_path.c_str(), st.ToString().c_str());
-  // SentencePiece's Llama convention: a BOS before each sequence unless the config says otherwise.
-  const bool add_bos = config_add_bos(config_json, sp->bos_id() >= 0);
-  return std::make_unique<SentencePieceTokenizer>(std::move(sp), name, add_bos);
+  // The model's own ids (its trainer's bos/eos/pad pieces), unless tokenizer_config.json
+  // names another piece of the vocabulary (a name that is no piece is passed over, as the
+  // tokenizer.json reader does).
+  const nlohmann::json cfg =
+      config_json.empty() ? nlohmann::json() : nlohmann::json::parse(config_json, nullptr, false);
+  SpecialIds ids{sp->bos_id(), sp->eos_id(), sp->pad_id()};
+  for (auto [key, id] : {std::pair<const char*, std::int32_t*>{"bos_token", &ids.bos}, {"eos_token", &ids.eos},
+                         {"pad_token", &ids.pad}})
+    if (const std::int32_t named = piece_id(*sp, config_token(cfg, key)); named >= 0) *id = named;
+  // SentencePiece's Llama convention: a BOS before each sequence unless the config says
+  // otherwise. A config asking for one the model lacks is kept as asked: prepare refuses it
+  // by name rather than writing an id of -1.
+  bool add_bos = ids.bos >= 0;
+  if (cfg.is_object() && cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
+    add_bos = cfg["add_bos_token"].get<bool>();
+  return std::make_unique<SentencePieceTokenizer>(std::move(sp), name, ids, add_bos);
 }
 
 std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoint::GgufFile& gguf,
@@ -143,10 +207,19 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoi
   field_varint(trainer, 3, 2);  // model_type = BPE
   field_varint(trainer, 4, static_cast<std::int64_t>(tokens.size()));
   field_varint(trainer, 35, has_bytes ? 1 : 0);  // byte_fallback
-  field_varint(trainer, 40, gguf.metadata_int("tokenizer.ggml.unknown_token_id", 0));
-  field_varint(trainer, 41, gguf.metadata_int("tokenizer.ggml.bos_token_id", 1));
-  field_varint(trainer, 42, gguf.metadata_int("tokenizer.ggml.eos_token_id", 2));
-  field_varint(trainer, 43, gguf.metadata_int("tokenizer.ggml.padding_token_id", -1));
+  // The special ids, range-checked: an int32 field of the proto would wrap a wider one.
+  const auto vocab = static_cast<long long>(tokens.size());
+  const auto special = [&](const char* key, std::int64_t fallback) -> std::int32_t {
+    if (!gguf.has_metadata(key)) return static_cast<std::int32_t>(fallback);
+    return checked_int<std::int32_t>(gguf.metadata_int(key), gguf.path(), key, 0, vocab - 1,
+                                     "(an id of its tokenizer.ggml.tokens)");
+  };
+  // These four fields of the proto are what the hash has always covered: their values stay
+  // llama.cpp's defaults when the metadata is silent, whatever the vocabulary is named.
+  field_varint(trainer, 40, special("tokenizer.ggml.unknown_token_id", 0));
+  field_varint(trainer, 41, special("tokenizer.ggml.bos_token_id", 1));
+  field_varint(trainer, 42, special("tokenizer.ggml.eos_token_id", 2));
+  field_varint(trainer, 43, special("tokenizer.ggml.padding_token_id", -1));
   field_bytes(proto, 2, trainer);
   std::string normalizer;
   field_bytes(normalizer, 1, "identity");
@@ -158,8 +231,17 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoi
   const auto st = sp->LoadFromSerializedProto(proto);
   MESHTRAIN_REQUIRE(st.ok(), "GGUF file %s: its SentencePiece vocabulary does not load: %s", gguf.path().c_str(),
                     st.ToString().c_str());
-  return std::make_unique<SentencePieceTokenizer>(std::move(sp), name,
-                                                  gguf.metadata_bool("tokenizer.ggml.add_bos_token", true));
+  // The special ids the metadata names; where it is silent, the piece of a known name
+  // (Llama's <s>/</s>, Gemma's <bos>/<eos>), never a fixed id that may be another token.
+  SpecialIds ids;
+  ids.bos = gguf.has_metadata("tokenizer.ggml.bos_token_id") ? special("tokenizer.ggml.bos_token_id", -1)
+                                                              : first_piece(*sp, {"<s>", "<bos>", "<|begin_of_text|>"});
+  ids.eos = gguf.has_metadata("tokenizer.ggml.eos_token_id")
+                ? special("tokenizer.ggml.eos_token_id", -1)
+                : first_piece(*sp, {"</s>", "<eos>", "<|endoftext|>", "<|end_of_text|>"});
+  ids.pad = special("tokenizer.ggml.padding_token_id", -1);
+  return std::make_unique<SentencePieceTokenizer>(
+      std::move(sp), name, ids, gguf.metadata_bool("tokenizer.ggml.add_bos_token", ids.bos >= 0));
 }
 
 }  // namespace meshtrain::data

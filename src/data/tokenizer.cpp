@@ -33,6 +33,33 @@ std::string ByteTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   return out;
 }
 
+bool Tokenizer::decode_with_ends(const std::vector<std::int32_t>& ids, std::string& text,
+                                 std::vector<std::size_t>& ends) const {
+  text = decode(ids);
+  ends.assign(ids.size(), 0);
+  std::size_t pos = 0;
+  bool spans = true;
+  for (std::size_t k = 0; k < ids.size() && spans; ++k) {
+    const std::string piece = decode({ids[k]});
+    spans = text.compare(pos, piece.size(), piece) == 0;
+    pos += piece.size();
+    ends[k] = pos;
+  }
+  if (spans && pos == text.size()) return true;
+  // Decoding is context-dependent (a leading space dropped at the start, bytes that form a
+  // character together): decode growing prefixes, each of which must be a prefix of the text.
+  std::size_t prev = 0;
+  std::vector<std::int32_t> prefix;
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    prefix.push_back(ids[k]);
+    const std::string d = decode(prefix);
+    if (d.size() < prev || d.size() > text.size() || text.compare(0, d.size(), d) != 0) return false;
+    ends[k] = prev = d.size();
+  }
+  if (!ends.empty()) ends.back() = text.size();
+  return true;
+}
+
 std::string Digest::hex() const { return strprintf("%016llx%016llx", static_cast<unsigned long long>(a_),
                                                    static_cast<unsigned long long>(b_)); }
 

@@ -1,8 +1,10 @@
 // GGUF tokenizer.ggml.* (model "gpt2") -> BpeConfig, with the pre-tokenizer regexes that
 // llama.cpp (src/llama-vocab.cpp, llm_tokenizer_bpe) uses for each tokenizer.ggml.pre name.
+#include <initializer_list>
 #include <map>
 
 #include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
 
@@ -84,19 +86,27 @@ BpeConfig bpe_config_from_gguf(const checkpoint::GgufFile& g) {
   DecoderStep dec{};
   dec.kind = DecoderStep::Kind::ByteLevel;
   c.decoder.push_back(dec);
-  const auto id = [&](const char* key) -> std::int32_t {
-    const std::int64_t v = g.metadata_int(key, -1);
-    return v >= 0 && v < static_cast<std::int64_t>(c.vocab.size()) ? static_cast<std::int32_t>(v) : -1;
+  // The special ids the metadata names, range-checked (an id past the vocabulary, or one
+  // an int32 cannot hold, is an error naming the key); where it is silent, the token of a
+  // known name. A missing one is no error here: prepare refuses it where its format needs it.
+  const auto vocab = static_cast<long long>(c.vocab.size());
+  const auto named = [&](std::initializer_list<const char*> names) -> std::int32_t {
+    for (const char* n : names)
+      for (std::size_t i = 0; i < c.vocab.size(); ++i)
+        if (c.vocab[i] == n) return static_cast<std::int32_t>(i);
+    return -1;
   };
-  c.bos_id = id("tokenizer.ggml.bos_token_id");
-  c.eos_id = id("tokenizer.ggml.eos_token_id");
-  c.pad_id = id("tokenizer.ggml.padding_token_id");
-  c.add_bos = g.metadata_bool("tokenizer.ggml.add_bos_token", false) && c.bos_id >= 0;
-  for (std::size_t i = 0; i < c.vocab.size() && c.eot_id < 0; ++i)
-    if (c.vocab[i] == "<|endoftext|>") c.eot_id = static_cast<std::int32_t>(i);
+  const auto id = [&](const char* key, std::initializer_list<const char*> names) -> std::int32_t {
+    if (!g.has_metadata(key)) return named(names);
+    return checked_int<std::int32_t>(g.metadata_int(key), g.path(), key, 0, vocab - 1,
+                                     "(an id of its tokenizer.ggml.tokens)");
+  };
+  c.bos_id = id("tokenizer.ggml.bos_token_id", {"<|begin_of_text|>", "<s>", "<bos>"});
+  c.eos_id = id("tokenizer.ggml.eos_token_id", {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"});
+  c.pad_id = id("tokenizer.ggml.padding_token_id", {});
+  c.add_bos = g.metadata_bool("tokenizer.ggml.add_bos_token", false);
+  c.eot_id = named({"<|endoftext|>"});
   if (c.eot_id < 0) c.eot_id = c.eos_id;
-  MESHTRAIN_REQUIRE(c.eot_id >= 0, "GGUF file %s has no end-of-text token (<|endoftext|> or eos_token_id)",
-                    g.path().c_str());
   return c;
 }
 

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
 
@@ -25,6 +26,19 @@ std::string str_or(const json& j, const char* key, const std::string& fallback) 
 }
 bool bool_or(const json& j, const char* key, bool fallback) {
   return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
+}
+
+/// Ids above this are no tokenizer's (and keep vocab-sized tables small).
+constexpr long long kMaxTokenId = (1 << 24) - 1;
+
+/// An integer of the file: a JSON integer in lo..hi. A float (an id of 1.5, or 3.0, which
+/// Hugging Face's serde u32 refuses too), a string or an out-of-range value is a UserError
+/// naming the file, the key and the value as written, never truncated.
+long long int_member(const json& v, const std::string& path, const std::string& key, long long lo, long long hi) {
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
+    throw_int_out_of_range(path, key, v.dump(), lo, hi);
+  if (v.is_number_integer()) return checked_int<long long>(v.get<std::int64_t>(), path, key, lo, hi);
+  throw UserError(strprintf("%s: %s = %s is not an integer", path.c_str(), key.c_str(), v.dump().c_str()));
 }
 
 /// {"String": s} or {"Regex": r}: the pattern and whether it is literal.
@@ -123,8 +137,8 @@ void add_decoder(const json& d, std::vector<DecoderStep>& out, const std::string
   } else if (type == "Strip") {
     s.kind = DecoderStep::Kind::Strip;
     s.a = str_or(d, "content", " ");
-    s.start = d.value("start", 0);
-    s.stop = d.value("stop", 0);
+    s.start = d.contains("start") ? static_cast<int>(int_member(d["start"], path, "decoder.start", 0, 1 << 20)) : 0;
+    s.stop = d.contains("stop") ? static_cast<int>(int_member(d["stop"], path, "decoder.stop", 0, 1 << 20)) : 0;
   } else if (type == "Metaspace") {
     s.kind = DecoderStep::Kind::Metaspace;
     s.a = str_or(d, "replacement", "\xE2\x96\x81");
@@ -172,9 +186,7 @@ BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const std::str
     c.ignore_merges = bool_or(model, "ignore_merges", false);
     c.unk_token = str_or(model, "unk_token", "");
     for (const auto& [tok, id] : model.at("vocab").items()) {
-      const std::int64_t i = id.get<std::int64_t>();
-      MESHTRAIN_REQUIRE(i >= 0 && i < (1 << 24), "tokenizer %s: token '%s' has id %lld", path.c_str(), tok.c_str(),
-                        static_cast<long long>(i));
+      const long long i = int_member(id, path, "model.vocab[\"" + tok + "\"]", 0, kMaxTokenId);
       if (static_cast<std::size_t>(i) >= c.vocab.size()) c.vocab.resize(i + 1);
       c.vocab[i] = tok;
     }
@@ -192,7 +204,7 @@ BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const std::str
       for (const auto& a : j["added_tokens"]) {
         if (bool_or(a, "single_word", false)) unsupported(path, "a single_word added token");
         AddedToken t;
-        t.id = a.at("id").get<std::int32_t>();
+        t.id = static_cast<std::int32_t>(int_member(a.at("id"), path, "added_tokens[].id", 0, kMaxTokenId));
         t.content = a.at("content").get<std::string>();
         t.special = bool_or(a, "special", false);
         t.lstrip = bool_or(a, "lstrip", false);
@@ -217,24 +229,25 @@ BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const std::str
     c.bos_id = find(config_token(cfg, "bos_token"));
     c.eos_id = find(config_token(cfg, "eos_token"));
     c.pad_id = find(config_token(cfg, "pad_token"));
-    if (c.bos_id < 0) c.bos_id = std::max(find("<|begin_of_text|>"), find("<s>"));
-    if (c.eos_id < 0)
-      for (const char* t : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<|im_end|>"})
-        if (c.eos_id < 0) c.eos_id = find(t);
-    c.eot_id = find("<|endoftext|>");
-    if (c.eot_id < 0) c.eot_id = c.eos_id;
-    MESHTRAIN_REQUIRE(c.eot_id >= 0,
-                      "tokenizer %s has no end-of-text token (<|endoftext|>, </s>, ... or eos_token in "
-                      "tokenizer_config.json); documents could not be separated",
-                      path.c_str());
+    // The post-processor's template says whether a BOS leads each sequence, and which token
+    // it is (the id a tokenizer_config.json without bos_token does not name).
     const json post = j.value("post_processor", json());
     if (post.is_object() && str_or(post, "type", "") == "TemplateProcessing" && post.contains("single")) {
       const json& first = post["single"].at(0);
       c.add_bos = first.contains("SpecialToken");
+      if (c.add_bos && c.bos_id < 0 && first["SpecialToken"].is_object())
+        c.bos_id = find(str_or(first["SpecialToken"], "id", ""));
     }
+    for (const char* t : {"<|begin_of_text|>", "<s>", "<bos>"})
+      if (c.bos_id < 0) c.bos_id = find(t);
+    for (const char* t : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|im_end|>"})
+      if (c.eos_id < 0) c.eos_id = find(t);
+    c.eot_id = find("<|endoftext|>");
+    if (c.eot_id < 0) c.eot_id = c.eos_id;
+    // A tokenizer without end-of-text or BOS is still a tokenizer (tokenize, generate): prepare
+    // refuses it by name where its format needs the missing token.
     if (cfg.is_object() && cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
       c.add_bos = cfg["add_bos_token"].get<bool>();
-    if (c.add_bos && c.bos_id < 0) c.add_bos = false;
     return c;
   } catch (const json::exception& e) {
     throw UserError(strprintf("tokenizer %s is not a tokenizer.json of the expected form: %s", path.c_str(), e.what()));

@@ -77,6 +77,37 @@ h2=$("$py" -c 'import json; print(json.load(open("ds_hf/meta.json"))["tokenizer_
 [[ -n "$h1" && "$h1" == "$h2" ]] || fail "the GGUF and the tokenizer.json of the same vocabulary hash differently ($h1, $h2)"
 grep -q '"add_bos": true' ds_sp/meta.json || fail "the SentencePiece dataset does not record add_bos"
 
+# Gemma's special-token names (<pad> <eos> <bos> <unk>) in a GGUF SentencePiece vocabulary:
+# the ids are the metadata's (bos 2, eos 1), or found by name where it is silent; never
+# SentencePiece's own look-up of "<s>" / "</s>", which found none (issue 28).
+"$py" - <<'PY' || fail "writing the Gemma-style GGUF vocabularies"
+import gguf
+toks = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581", "\u2581the", "e", "t"]
+types = [3, 3, 3, 2] + [6] * 256 + [1] * 4
+for name, ids in (("gemma.gguf", True), ("gemma_noids.gguf", False)):
+    w = gguf.GGUFWriter(name, arch="llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_types(types)
+    w.add_token_scores([0.0] * len(toks))
+    if ids:
+        w.add_bos_token_id(2)
+        w.add_eos_token_id(1)
+        w.add_pad_token_id(0)
+    w.add_add_bos_token(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+PY
+check gemma gemma.gguf sentencepiece
+check gemma_noids gemma_noids.gguf sentencepiece
+for ds in ds_gemma ds_gemma_noids; do
+  "$py" -c 'import json, sys; m = json.load(open(sys.argv[1] + "/meta.json"))
+assert (m["bos_id"], m["eos_id"], m["eot_id"], m["add_bos"]) == (2, 1, 1, True), m' "$ds" ||
+    fail "$ds: the Gemma-style special ids are not bos 2, eos 1, end-of-text 1 with add_bos"
+done
+
 # Bad specs: exit status 2, one message naming the problem; no dataset written.
 printf '{"model": {"type": "WordPiece", "vocab": {}}}' >wordpiece.json
 "$py" -c "import gguf; w=gguf.GGUFWriter('notok.gguf', arch='llama'); w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()"

@@ -65,6 +65,10 @@ CKPT=$RUN/checkpoints/step_00000002.h5
   { cat "$TEST_TMP/logs/convert.log"; echo "FAIL: convert"; exit 1; }
 "$py" "$MESHTRAIN_SOURCE_DIR/tests/hostile/make_fixtures.py" "$DATA" "$CKPT" "$HF/model.safetensors" "$F" \
   >"$TEST_TMP/logs/fixtures.log" 2>&1 || { cat "$TEST_TMP/logs/fixtures.log"; echo "FAIL: make_fixtures.py"; exit 1; }
+# Tokenizers and model metadata (sentencepiece and gguf from the dependency cache).
+PYTHONPATH="${MESHTRAIN_DEPS:-/opt/meshtrain-deps}/python${PYTHONPATH:+:$PYTHONPATH}" "$py" \
+  "$MESHTRAIN_SOURCE_DIR/tests/hostile/make_tokenizer_fixtures.py" "$DATA" "$HF" "$F" >"$TEST_TMP/logs/tok_fixtures.log" 2>&1 ||
+  { cat "$TEST_TMP/logs/tok_fixtures.log"; echo "FAIL: make_tokenizer_fixtures.py"; exit 1; }
 cp -a "$RUN" "$TEST_TMP/run.pristine"
 TRAIN="train $INI --data.dir=$DATA --output.dir=$RUN --train.steps=3 --train.eval_every=0"
 EVAL="eval $INI --data.dir=$DATA --output.dir=$RUN"

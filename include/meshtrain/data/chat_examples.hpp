@@ -35,10 +35,10 @@ struct MaskedTokens {
 
 /// \brief Tokenizes the concatenated segments AS ONE TEXT (so the ids are exactly those of
 /// tokenizing the rendered example, whatever the tokenizer does at segment boundaries), then
-/// marks a token 1 when any byte of it lies in a trainable segment. The byte span of each
-/// token is found by decoding it (byte-level tokenizers decode token by token to the text);
-/// when the per-token decodings do not add up to the text (SentencePiece's leading space),
-/// by decoding growing prefixes. BOS is put first when the tokenizer's model expects one and
+/// marks a token 1 when any byte of it lies in a trainable segment (a token without bytes of
+/// its own, like the leading bytes of a byte-fallback character, goes with the byte it
+/// starts). The byte span of each token comes from Tokenizer::decode_with_ends, one linear
+/// pass for the BPE and SentencePiece tokenizers. BOS is put first when the tokenizer's model expects one and
 /// the text does not start with it (mask 0). UserError when the tokenizer does not decode
 /// back to the rendered text (a normalising tokenizer), naming it.
 MaskedTokens tokenize_with_mask(const Tokenizer& tok, const std::vector<ChatSegment>& segments);

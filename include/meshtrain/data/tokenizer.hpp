@@ -6,6 +6,7 @@
 /// are made by `make_tokenizer` from a tokenizer.json, a Hugging Face model directory, a
 /// tokenizer.model or a .gguf file.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,6 +46,16 @@ class Tokenizer {
   /// decode(encode(t)) == t for the byte and byte-level BPE tokenizers, and for
   /// SentencePiece models without normalisation. Ids outside the vocabulary decode to U+FFFD.
   virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
+  /// decode(ids) into `text`, and into `ends` (one per id) the byte of `text` just past each
+  /// token's share of it: the text split at `ends` gives the tokens' texts in order (a token
+  /// that adds no text, like the first byte token of a character, ends where it starts).
+  /// The loss mask of chat/instruction examples is placed with it. False when no such split
+  /// exists (a prefix of the ids does not decode to a prefix of the text). The default
+  /// decodes each id alone and, where that is not the text (context-dependent decoding),
+  /// growing prefixes, which is quadratic; the BPE and SentencePiece tokenizers split their
+  /// own decoding in one linear pass.
+  virtual bool decode_with_ends(const std::vector<std::int32_t>& ids, std::string& text,
+                                std::vector<std::size_t>& ends) const;
 };
 
 /// \brief Ids 0..255 are the bytes of the UTF-8 text, 256 is end-of-text; vocab 257.
