@@ -209,6 +209,9 @@ printf '%s\0' "${env_args[@]}" >"$fresh/env"
 cat >"$fresh/enter.sh" <<'ENTER'
 set -euo pipefail
 rootfs=$1 envfile=$2 cuda=$3 cmd=$4
+# The root a mount point of its own, as / is on a machine: `ip netns exec` (the multihost
+# tests) remounts / as a slave and fails on a plain directory.
+mount --bind "$rootfs" "$rootfs"
 mount -t proc proc "$rootfs/proc"
 mount -t sysfs sysfs "$rootfs/sys"
 # The machine's cgroup hierarchy, as systemd mounts it on every Debian machine (slurmd
