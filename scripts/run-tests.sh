@@ -31,8 +31,13 @@ cmake --build "$build_dir" -j"$jobs"
 # so nothing is started here. Where it cannot start Slurm it skips; run as root after
 # install-deps.sh (the standard CI machine) it must run, so there a skip is a failure
 # (MESHTRAIN_REQUIRE_SLURM=0 in the environment allows the skip again).
+# The multi-host tests (label `multihost`) likewise need root for network namespaces; as
+# root they must run (MESHTRAIN_REQUIRE_MULTIHOST=0 allows their skip).
 start_test_services() {
-  if [[ $(id -u) -eq 0 ]]; then export MESHTRAIN_REQUIRE_SLURM=${MESHTRAIN_REQUIRE_SLURM:-1}; fi
+  if [[ $(id -u) -eq 0 ]]; then
+    export MESHTRAIN_REQUIRE_SLURM=${MESHTRAIN_REQUIRE_SLURM:-1}
+    export MESHTRAIN_REQUIRE_MULTIHOST=${MESHTRAIN_REQUIRE_MULTIHOST:-1}
+  fi
 }
 stop_test_services() { :; }
 trap stop_test_services EXIT
