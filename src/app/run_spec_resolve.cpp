@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "meshtrain/config/config.hpp"
+#include "meshtrain/core/format.hpp"
 #include "meshtrain/train/mesh_search.hpp"
 
 namespace meshtrain::app {
@@ -125,10 +126,25 @@ train::RunSpec resolve_spec(const Config& c) {
 
 namespace {
 
-/// The effective configuration texts of a resolved run: the config with the planner's
-/// choices in it (logged, stored in checkpoints) and, for the run record, also with
-/// train.grad_accum as resolved (with train.global_batch set it is derived, and the file
-/// would otherwise hold a value that the global batch overrides: a warning on reuse).
+/// `ini` (config_to_ini's text) with the line of `key` ("train.grad_accum") replaced by
+/// `lines` (each ending in '\n').
+std::string replace_key_line(const std::string& ini, const std::string& key, const std::string& lines) {
+  const std::string section = "[" + key.substr(0, key.find('.')) + "]\n";
+  const std::string line = "\n" + key.substr(key.find('.') + 1) + " = ";
+  const std::size_t at = ini.find(section);
+  const std::size_t start = at == std::string::npos ? at : ini.find(line, at);
+  if (start == std::string::npos) return ini;
+  const std::size_t end = ini.find('\n', start + 1);
+  return ini.substr(0, start + 1) + lines + (end == std::string::npos ? "" : ini.substr(end + 1));
+}
+
+/// The effective configuration texts of a resolved run. config_ini (logged, stored in
+/// checkpoints) has the planner's choices in it. record_ini (the run's config.ini) is the
+/// file that reruns the run, on any number of ranks: it holds what was asked, every value
+/// meshtrain chose or derived for this job's ranks as a comment. A resolved mesh,
+/// micro_batch or grad_accum written as a key would read back as set by the user -- on
+/// another rank count a mesh that does not fit, or "train.global_batch wins over
+/// train.grad_accum" for a value nobody gave.
 train::RunSetup with_effective_config(const Config& config, train::RunSetup setup) {
   Config effective = config;
   effective.parallel.dp_replicate = setup.spec.parallel.mesh.dp_replicate;
@@ -137,8 +153,36 @@ train::RunSetup with_effective_config(const Config& config, train::RunSetup setu
   effective.train.micro_batch = setup.spec.batch.micro_batch;
   effective.train.activation_checkpointing = setup.spec.train.activation_checkpointing;
   setup.config_ini = config_to_ini(effective);
-  effective.train.grad_accum = setup.batch.grad_accum;
-  setup.record_ini = config_to_ini(effective);
+
+  Config record = config;
+  // A checkpoint.resume=PATH given once would resume that old step again at every rerun
+  // (dropping the newer metrics), and none would start over; auto continues the run from
+  // its newest checkpoint. train::write_run_record adds a comment naming what was given
+  // and where this run started.
+  record.checkpoint.resume = "auto";
+  std::string ini = config_to_ini(record);
+  const int ranks = setup.mesh.dp_replicate * setup.mesh.dp_shard * setup.mesh.tp;
+  const auto chosen = [&](const char* key, const std::string& asked, const std::string& value) {
+    if (asked == value) return;
+    const std::string name = std::string(key).substr(std::string(key).find('.') + 1);
+    ini = replace_key_line(ini, key,
+                           strprintf("# %s = %s was resolved for this run's %d rank(s)\n%s = %s\n",
+                                     name.c_str(), value.c_str(), ranks, name.c_str(), asked.c_str()));
+  };
+  chosen("parallel.dp_replicate", std::to_string(config.parallel.dp_replicate), std::to_string(setup.mesh.dp_replicate));
+  chosen("parallel.dp_shard", std::to_string(config.parallel.dp_shard), std::to_string(setup.mesh.dp_shard));
+  chosen("parallel.tp", std::to_string(config.parallel.tp), std::to_string(setup.mesh.tp));
+  chosen("train.micro_batch", std::to_string(config.train.micro_batch), std::to_string(setup.batch.micro_batch));
+  chosen("train.activation_checkpointing", config.train.activation_checkpointing ? "true" : "false",
+         setup.spec.train.activation_checkpointing ? "true" : "false");
+  // With train.global_batch set, grad_accum is derived for the job's data-parallel ranks;
+  // a grad_accum the user gave stays a key (and its warning, if it disagrees, with it).
+  if (config.train.global_batch > 0 && !config.is_set("train.grad_accum"))
+    ini = replace_key_line(ini, "train.grad_accum",
+                           strprintf("# grad_accum = %d is derived from train.global_batch for this run's %d "
+                                     "data-parallel rank(s)\n",
+                                     setup.batch.grad_accum, setup.mesh.dp()));
+  setup.record_ini = ini;
   return setup;
 }
 

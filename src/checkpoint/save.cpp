@@ -77,6 +77,8 @@ void write_root_attrs(hid_t file, const parallel::DeviceMesh& mesh, const train:
   h5::write_attr(file, "mesh_strategy", std::string(parallel::strategy_name(s.strategy)));
   h5::write_attr(file, "world_size", static_cast<std::int64_t>(mesh.world().size()));
   h5::write_attr(file, "config_ini", s.config_ini);
+  // What a resume must keep (train/resume_settings.hpp): compared before the next load.
+  if (!st.run_settings.empty()) h5::write_attr(file, "run_settings", st.run_settings);
 }
 
 /// /train/rank_first_window: the first training window of every data-parallel rank at

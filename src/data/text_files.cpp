@@ -8,11 +8,59 @@
 #include <utility>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/log.hpp"
 
 namespace meshtrain::data {
 namespace {
 
 namespace fs = std::filesystem;
+
+bool has_entry(const fs::path& dir, const char* name) {
+  std::error_code ec;
+  return fs::exists(dir / name, ec);
+}
+
+/// True for a meta.json that `meshtrain prepare` wrote (its "format" key); another
+/// project's meta.json is text like any other.
+bool is_dataset_meta(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec) || fs::file_size(file, ec) > (1u << 20)) return false;
+  std::ifstream in(file, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text.find("\"meshtrain-dataset\"") != std::string::npos;
+}
+
+/// The names of the files meshtrain writes into its datasets, runs and checkpoints.
+bool is_meshtrain_file_name(const fs::path& p) {
+  static const std::set<std::string> names = {"meta.json", "train.bin", "val.bin", "train.mask", "val.mask",
+                                              "config.ini", "metrics.jsonl", "run.json", "mesh.txt", "latest"};
+  std::string n = p.filename().string();
+  if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) n.resize(n.size() - 4);  // a staged file
+  return names.count(n) > 0 || (n.rfind("step_", 0) == 0 && n.find(".h5") != std::string::npos);
+}
+
+/// What meshtrain wrote into directory `dir` ("" when it holds none of meshtrain's own
+/// output): a prepared dataset (also a lone meta.json of one, copied elsewhere), a run
+/// directory or a checkpoint directory. Their files are tokens, records and weights,
+/// never a corpus -- yet meta.json, config.ini, metrics.jsonl and `latest` are valid
+/// UTF-8 and would be tokenised as text.
+std::string meshtrain_output(const fs::path& dir) {
+  if (has_entry(dir, "meta.json") &&
+      (has_entry(dir, "train.bin") || has_entry(dir, "val.bin") || is_dataset_meta(dir / "meta.json")))
+    return "a dataset written by `meshtrain prepare` (meta.json, train.bin, val.bin)";
+  if (has_entry(dir, ".meshtrain.lock") ||
+      (has_entry(dir, "config.ini") && (has_entry(dir, "metrics.jsonl") || has_entry(dir, "run.json"))))
+    return "a meshtrain run directory (config.ini, metrics.jsonl, run.json)";
+  if (has_entry(dir, "latest")) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string n = it->path().filename().string();
+      if (n.rfind("step_", 0) == 0 && n.find(".h5") != std::string::npos)
+        return "a meshtrain checkpoint directory (latest, step_*.h5)";
+    }
+  }
+  return "";
+}
 
 struct Collector {
   std::set<std::string> dirs_seen;                          // canonical paths
@@ -29,7 +77,27 @@ void visit(const fs::path& p, bool named_by_user, Collector& c) {
   }
   const fs::path canonical = fs::canonical(p, ec);
   if (ec) return;
-  if (fs::is_directory(st)) {
+  // meshtrain's own output is never a corpus (doc/data.md): found inside an input it is
+  // skipped with a notice, named as an input it is an error.
+  const bool dir = fs::is_directory(st);
+  // A file found inside a directory: that directory was looked at already. A file named
+  // as an input: one of the files meshtrain writes, in a directory of its output.
+  std::string own = dir                                           ? meshtrain_output(canonical)
+                    : named_by_user && is_meshtrain_file_name(p) ? meshtrain_output(canonical.parent_path())
+                                                                  : "";
+  if (!own.empty()) {
+    if (named_by_user && dir)
+      throw UserError(strprintf("input %s is %s, not text: prepare reads text files (to train on a prepared dataset, "
+                                "set data.dir to its directory)",
+                                p.string().c_str(), own.c_str()));
+    if (named_by_user)
+      throw UserError(strprintf("input %s is a file of %s (%s), not text: prepare reads text files (to train on a "
+                                "prepared dataset, set data.dir to its directory)",
+                                p.string().c_str(), canonical.parent_path().string().c_str(), own.c_str()));
+    log::info("prepare: skipping %s: %s, not text", p.string().c_str(), own.c_str());
+    return;
+  }
+  if (dir) {
     if (!c.dirs_seen.insert(canonical.string()).second) return;  // a loop or a second link
     std::vector<fs::path> entries;
     fs::directory_iterator it(p, ec);

@@ -31,7 +31,44 @@ std::string library_versions_json() {
   return v.str();
 }
 
-void write_run_record(const RunSetup& s, const Topology& topo, const std::string& dir) {
+std::string record_with_resume_note(const RunSetup& s, const RunStart& start) {
+  namespace fs = std::filesystem;
+  const ResumeSpec& given = s.spec.checkpoint.resume;
+  const char* rerun = "a rerun of this file continues from the newest checkpoint in checkpoint.dir";
+  const std::string weights = s.spec.checkpoint.init_from.empty() ? "its initial weights" : s.spec.checkpoint.init_from;
+  std::string note;
+  if (!start.resumed_from.empty()) {
+    note = strprintf("This run resumed from %s (step %d)", start.resumed_from.c_str(), start.step);
+    if (given.kind == ResumeSpec::Kind::Path) {
+      note += strprintf(", given as checkpoint.resume=%s; written as auto: %s", given.path.c_str(), rerun);
+      // A checkpoint outside checkpoint.dir is not what auto finds: before this run has
+      // saved one of its own, a rerun would start from scratch.
+      std::error_code ec;
+      const fs::path dir = fs::weakly_canonical(s.spec.checkpoint.dir, ec);
+      const fs::path from = fs::weakly_canonical(start.resumed_from, ec);
+      if (from.parent_path() != dir)
+        note += "\n(that checkpoint is outside checkpoint.dir: until this run has saved a checkpoint, give "
+                "--checkpoint.resume=" + given.path + " again)";
+    }
+    note += ".";
+  } else if (given.kind == ResumeSpec::Kind::None) {
+    note = strprintf("This run started from %s, given as checkpoint.resume=none; written as auto: %s.", weights.c_str(),
+                     rerun);
+  } else {
+    note = strprintf("This run started from %s (no checkpoint in checkpoint.dir); %s.", weights.c_str(), rerun);
+  }
+  // Every line of the note is a comment, also after a newline inside a path.
+  std::string comment = "# ";
+  for (const char c : note) comment += c == '\n' ? std::string("\n# ") : std::string(1, c);
+  comment += "\n";
+  std::string ini = s.record_ini;
+  const std::size_t section = ini.find("[checkpoint]\n");
+  const std::size_t key = section == std::string::npos ? section : ini.find("\nresume = ", section);
+  if (key == std::string::npos) return ini + comment;
+  return ini.insert(key + 1, comment);
+}
+
+void write_run_record(const RunSetup& s, const Topology& topo, const std::string& dir, const RunStart& start) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -42,7 +79,9 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
   // train.global_batch set it is derived, and the file would otherwise hold a value that the
   // global batch overrides (a warning on reuse).
   file_io::replace_file(dir + "/config.ini",
-                        "# Effective configuration of this run (every key, defaults included).\n" + s.record_ini,
+                        "# Effective configuration of this run (every key, defaults included; what meshtrain resolved for this\n"
+                        "# job's ranks is a comment, so that the file reruns the run on any number of ranks).\n" +
+                            record_with_resume_note(s, start),
                         fault::Point::RecordWrite);
   file_io::replace_file(dir + "/mesh.txt", describe_mesh(s.mesh, &topo), fault::Point::RecordWrite);
   JsonObject run;

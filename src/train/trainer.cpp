@@ -26,6 +26,7 @@
 #include "meshtrain/train/generate.hpp"
 #include "meshtrain/train/metrics.hpp"
 #include "meshtrain/train/preflight.hpp"
+#include "meshtrain/train/resume_settings.hpp"
 #include "meshtrain/train/run_lock.hpp"
 #include "meshtrain/train/run_record.hpp"
 #include "meshtrain/train/session.hpp"
@@ -58,6 +59,7 @@ class Trainer {
   void write_summary();
   // Checkpoints: resume / init_from at start, saves every checkpoint.every steps and at the end.
   int restore_or_init();
+  void require_same_run_settings(const std::string& path);
   bool checkpoint_due(int step, bool last) const;
   void save_checkpoint(int step);
   void lock_directories(const std::string& out_dir, const std::string& ckpt_dir);
@@ -86,6 +88,12 @@ class Trainer {
   checkpoint::BaseRef base_;
   /// The model's tokenizer, recorded in every checkpoint (checkpoint/tokenizer_ref.hpp).
   checkpoint::TokenizerRef tokenizer_;
+  /// What a resume of this run must keep, recorded in every checkpoint (resume_settings.hpp).
+  RunSettings run_settings_;
+  /// The checkpoint this run resumed from ("" for a fresh start) and its step: the run's
+  /// config.ini names it (run_record.hpp).
+  std::string resumed_from_;
+  int resumed_step_ = 0;
   int skipped_ = 0;
   double total_compute_ = 0, total_exposed_ = 0, total_busy_ = 0, total_io_ = 0;
   double last_loss_ = NAN, last_val_ = NAN;
@@ -126,6 +134,7 @@ int Trainer<T>::run() {
     sampler_ = std::make_unique<data::Sampler>(data_.train, batch.seq_len, tc.seed, data_.train_mask);
     if (data_.val && data::has_window(*data_.val, batch.seq_len))
       eval_sampler_ = std::make_unique<data::EvalSampler>(data_.val, batch.seq_len, data_.val_mask);
+    run_settings_ = run_settings(s_, data_);
   });
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
@@ -156,7 +165,7 @@ int Trainer<T>::run() {
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
     for (auto& lock : locks_) lock->keep_directories();
-    write_run_record(s_, topo, out_dir);
+    write_run_record(s_, topo, out_dir, {resumed_from_, resumed_step_});
   });
   settings_ = step_settings(tc);
   nan_steps_.insert(tc.inject_nan_steps.begin(), tc.inject_nan_steps.end());
@@ -351,6 +360,11 @@ int Trainer<T>::restore_or_init() {
   base_.seed = spec_.train.seed;  // without init_from the base is the initialisation from train.seed
   if (!path.empty()) {
     const checkpoint::TrainState st = checkpoint::load(eng, session_.mesh(), s_, path, &io);
+    // After the load's validation, so that a checkpoint of another model (or LoRA setting)
+    // is named as such first; nothing is written before this refusal either.
+    require_same_run_settings(path);
+    resumed_from_ = path;
+    resumed_step_ = st.step;
     cursor_ = st.cursor;
     updates_ = st.updates;
     base_ = st.base;
@@ -369,7 +383,7 @@ int Trainer<T>::restore_or_init() {
       log::warn("checkpoint.init_from=%s is not used: the run resumes from its own checkpoint %s (set "
                 "checkpoint.resume=none to start from the initial weights instead)",
                 cc.init_from.c_str(), path.c_str());
-    if (st.seed != spec_.train.seed)
+    if (st.seed != spec_.train.seed)  // only a checkpoint without the record gets here
       log::warn("the checkpoint was written with train.seed=%llu, this run uses %llu: the data order changes",
                 static_cast<unsigned long long>(st.seed), static_cast<unsigned long long>(spec_.train.seed));
     if (st.step >= spec_.train.steps)
@@ -390,6 +404,37 @@ int Trainer<T>::restore_or_init() {
     total_io_ += io.seconds;
   }
   return 0;
+}
+
+/// A resume continues the run that wrote `path`: the settings its checkpoint recorded that
+/// may not change are compared with this run's (resume_settings.hpp), and a change is a
+/// UserError naming each key, both values and the two ways on. A checkpoint written before
+/// the record resumes as before, with a notice.
+template <class T>
+void Trainer<T>::require_same_run_settings(const std::string& path) {
+  const checkpoint::StoredRunSettings stored = checkpoint::stored_run_settings(rt_.world(), path);
+  if (!stored.readable) return;  // load() names what is wrong with the file
+  if (!stored.recorded) {
+    if (root_)
+      log::info("checkpoint %s predates the record of its run settings: a change of train.seq_len, "
+                "train.global_batch, train.lr or another setting a resume must keep (doc/checkpoints.md) is not "
+                "detected; resume with the settings the run was started with",
+                path.c_str());
+    return;
+  }
+  const RunSettings recorded = parse_settings_record(stored.text);
+  agree_on_errors(rt_.world(), [&] {
+    const std::vector<std::string> conflicts = resume_conflicts(recorded, run_settings_);
+    MESHTRAIN_REQUIRE(conflicts.empty(),
+                      "checkpoint.resume: checkpoint %s was written by a run with other settings (%s). A resume "
+                      "continues that run, and these settings change its trajectory or its data order "
+                      "(doc/checkpoints.md lists what may change at resume). Give the checkpoint's values to "
+                      "continue it, or start a new run from its weights: checkpoint.init_from=%s "
+                      "checkpoint.resume=none, with another output.dir",
+                      path.c_str(), join(conflicts, "; ").c_str(), path.c_str());
+  });
+  for (const std::string& c : resume_changes(recorded, run_settings_))
+    if (root_) log::info("resuming with a changed setting: %s", c.c_str());
 }
 
 template <class T>
@@ -422,6 +467,7 @@ void Trainer<T>::save_checkpoint(int step) {
   st.tokens_seen = cursor_ * static_cast<std::uint64_t>(s_.batch.seq_len);
   st.base = base_;
   st.tokenizer = tokenizer_;
+  st.run_settings = settings_record(run_settings_);
   // Skipped (non-finite) steps leave the state untouched, and save() refuses a state that
   // holds a non-finite value anyway, so no checkpoint carries a NaN.
   const checkpoint::IoStats io =

@@ -50,7 +50,9 @@ has err.log "train.global_batch=8 wins over train.grad_accum=3" "global_batch + 
 grep -q "time_limit" err.log && fail "a warning for a time limit above its margin"
 run train "$tiny" --data.dir=data --train.steps=1 --train.time_limit=5 --output.dir=limit
 has err.log "train.time_limit=5 s is not longer than train.time_limit_margin=60 s" "time_limit below margin"
-run train "$tiny" --data.dir=data --train.steps=61 --train.eval_every=0 --output.dir=ab_run --checkpoint.init_from=limit/checkpoints
+# (the run's own lr: a resume keeps the schedule, doc/checkpoints.md)
+run train "$tiny" --data.dir=data --train.steps=61 --train.lr=3e-3 --train.min_lr=3e-3 --train.eval_every=0 \
+  --output.dir=ab_run --checkpoint.init_from=limit/checkpoints
 has err.log "checkpoint.init_from=limit/checkpoints is not used: the run resumes from its own checkpoint" "init_from on resume"
 
 echo "--- generate stops at end-of-text and says so"

@@ -57,6 +57,9 @@ struct TrainState {
   std::uint64_t tokens_seen = 0;  ///< cursor * train.seq_len
   BaseRef base;                   ///< LoRA runs (engine.has_frozen()): the frozen base weights
   TokenizerRef tokenizer;         ///< the model's tokenizer, recorded in /model
+  /// Save only: the run settings a resume must keep (train/resume_settings.hpp), written as
+  /// the root attribute `run_settings` ("key = value" lines); not written when empty.
+  std::string run_settings;
 };
 
 /// Time and volume of one save or load, for the log and metrics.jsonl.
@@ -90,6 +93,15 @@ struct LoraSettings {
 /// The LoRA settings stored in checkpoint file `path` (serial: call on one rank); not
 /// `recorded` when the file predates them. UserError when the file cannot be opened.
 LoraSettings stored_lora_settings(const std::string& path);
+
+/// The `run_settings` record of checkpoint `path` (train/resume_settings.hpp), read on rank
+/// 0 and shared. `readable` is false when the file does not open as HDF5 (the load that
+/// follows reports why); `recorded` is false for a checkpoint written before the record.
+struct StoredRunSettings {
+  bool readable = false, recorded = false;
+  std::string text;
+};
+StoredRunSettings stored_run_settings(const MpiComm& comm, const std::string& path);
 
 /// Collective over `comm`: fills the save-only fields of `stats` from this rank's tensor
 /// bytes written and data-phase seconds.

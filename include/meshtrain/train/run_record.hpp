@@ -12,7 +12,19 @@ namespace meshtrain::train {
 /// Versions of meshtrain and every library it uses, as a JSON object.
 std::string library_versions_json();
 
+/// Where a run started: the checkpoint it resumed from and its step (path "" for a fresh start).
+struct RunStart {
+  std::string resumed_from;
+  int step = 0;
+};
+
 /// Writes config.ini, mesh.txt and run.json into `dir` (rank 0 only; creates the dir).
-void write_run_record(const RunSetup& setup, const Topology& topo, const std::string& dir);
+/// config.ini is the run's to rerun: checkpoint.resume is written as auto (the app layer's
+/// record_ini), and a comment above it says where this run started and what was given.
+void write_run_record(const RunSetup& setup, const Topology& topo, const std::string& dir, const RunStart& start = {});
+
+/// record_ini with that comment above `resume = ` in [checkpoint] (config.ini's text after
+/// its first line).
+std::string record_with_resume_note(const RunSetup& setup, const RunStart& start);
 
 }  // namespace meshtrain::train
