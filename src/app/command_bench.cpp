@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "meshtrain/app/commands.hpp"
+#include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/bench.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/config/config.hpp"
@@ -293,6 +294,30 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   return total_wrong == 0 ? 0 : 1;
 }
 
+// ---- sizes bounded by memory ----------------------------------------------------------------
+
+/// UserError on every rank (before any size is timed) when the buffers one size needs do not
+/// fit: a GPU's memory on device builds, else this host's available memory shared by the
+/// job's ranks on it (they allocate at once). An absurd --sizes is then one message naming
+/// the size and the memory, not std::bad_alloc (or the OOM killer) after the earlier sizes.
+void require_buffers_fit(const Runtime& rt, const std::string& item, double bytes, const char* buffers) {
+  agree_on_errors(rt.world(), [&] {
+    const std::size_t device = device_memory_bytes();
+    if (device > 0) {
+      MESHTRAIN_REQUIRE(bytes <= static_cast<double>(device),
+                        "--sizes entry '%s' needs %s of device memory for %s, more than this GPU's %s", item.c_str(),
+                        format_bytes(bytes).c_str(), buffers, format_bytes(static_cast<double>(device)).c_str());
+      return;
+    }
+    const int local = rt.topology().local_size;
+    require_host_memory(bytes * local,
+                        strprintf("--sizes entry '%s' (%s%s)", item.c_str(), buffers,
+                                  local > 1 ? strprintf(", %s on each of %d ranks of this host",
+                                                        format_bytes(bytes).c_str(), local).c_str()
+                                            : ""));
+  });
+}
+
 // ---- bench gemm ----------------------------------------------------------------------------
 
 struct GemmShape {
@@ -325,6 +350,12 @@ int bench_gemm(Runtime& rt, const BenchArgs& a) {
   const MpiComm& world = rt.world();
   const bool root = world.rank() == 0;
   const bool bf16 = a.dtype == "bf16";
+  for (const std::string& item : split_list(a.sizes)) {
+    const GemmShape g = parse_gemm_shape(item);
+    const double esize = bf16 ? 2.0 : 4.0;
+    const double m = g.m, n = g.n, k = g.k;
+    require_buffers_fit(rt, item, (m * k + k * n + m * n) * esize, "A, B and C");
+  }
   if (root) {
     std::printf("# meshtrain bench gemm: %s, op(A)op(B) = %s, %d rank(s) at once, %d thread(s) per rank, %s\n",
                 a.dtype.c_str(), a.transpose.c_str(), world.size(), Kokkos::DefaultExecutionSpace().concurrency(),
@@ -368,6 +399,11 @@ int bench_gemm(Runtime& rt, const BenchArgs& a) {
 int bench_memory(Runtime& rt, const BenchArgs& a) {
   const MpiComm& world = rt.world();
   const bool root = world.rank() == 0;
+  for (const std::string& item : split_list(a.sizes)) {
+    const std::uint64_t bytes = parse_bytes("--sizes", item);
+    MESHTRAIN_REQUIRE(bytes >= 4096, "--sizes entry '%s' is below 4 KiB", item.c_str());
+    require_buffers_fit(rt, item, 2.0 * static_cast<double>(bytes), "the source and the destination");
+  }
   if (root) {
     std::printf("# meshtrain bench memory: STREAM-like copy b = a (fp32), read + write bytes counted, best of "
                 "repeats over %.2f s; %d rank(s) copying at once, %d thread(s) per rank\n",

@@ -19,6 +19,8 @@
 #include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
+#include "meshtrain/core/memory.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -55,13 +57,13 @@ std::shared_ptr<const data::TokenSource> text_tokens(const EvalOptions& o, std::
                     "--text: the tokenizer %s has %lld ids, more than the model's vocabulary of %lld; give the "
                     "model's tokenizer with --tokenizer SPEC",
                     tok->name().c_str(), static_cast<long long>(tok->vocab_size()), static_cast<long long>(vocab));
-  std::ifstream in(o.text, std::ios::binary);
-  MESHTRAIN_REQUIRE(in, "--text %s: cannot read the file", o.text.c_str());
-  std::stringstream ss;
-  ss << in.rdbuf();
+  // A regular file of at most file_io::kMaxTextFileBytes (/dev/zero is refused, not read
+  // until memory runs out); its ids take 4 bytes each, at most one per byte.
+  const std::string text = file_io::read_text_file(o.text, "--text");
+  require_host_memory(5.0 * static_cast<double>(text.size()), "--text " + o.text + " (its bytes and token ids)");
   std::vector<std::int32_t> ids;
   if (tok->add_bos() && tok->bos_id() >= 0) ids.push_back(tok->bos_id());
-  const std::vector<std::int32_t> body = tok->encode(ss.str());
+  const std::vector<std::int32_t> body = tok->encode(text);
   ids.insert(ids.end(), body.begin(), body.end());
   return std::make_shared<data::MemoryTokens>(std::move(ids), vocab,
                                               o.text + " (" + tok->kind() + " tokenizer " + tok->name() + ")");
@@ -112,7 +114,18 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     sampler = std::make_unique<data::EvalSampler>(src, setup.batch.seq_len, mask);
     masked = mask != nullptr;
     source = src->description();
-    if (o.batches > 0 && o.text.empty()) {
+    // --batches N beyond the split's windows would only wrap around and evaluate the same
+    // windows again (2^31 batches: hours): it is clamped to the whole split once, as
+    // --batches 0, with a warning (doc/batch.md). Random data has no end to clamp to.
+    const bool past_split = o.batches > 0 && o.text.empty() && !data_source.is_random() &&
+                            static_cast<double>(o.batches) * setup.batch.grad_accum * per_micro >
+                                static_cast<double>(sampler->windows_per_pass());
+    if (past_split && root)
+      log::warn("eval: --batches %d is %.0f windows, more than the %llu the %s split holds; evaluating every window "
+                "of the split once (as --batches 0)",
+                o.batches, static_cast<double>(o.batches) * setup.batch.grad_accum * per_micro,
+                static_cast<unsigned long long>(sampler->windows_per_pass()), o.split.c_str());
+    if (o.batches > 0 && o.text.empty() && !past_split) {
       micro_batches = static_cast<long long>(o.batches) * setup.batch.grad_accum;
       windows = static_cast<std::uint64_t>(micro_batches) * per_micro;
     } else if (o.batches < 0 && o.text.empty()) {

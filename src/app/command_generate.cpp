@@ -14,6 +14,7 @@
 #include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/data/chat_prompt.hpp"
@@ -51,8 +52,7 @@ struct FilePrompt {
 /// --prompt_file: one prompt per line, plain text or a JSON object with a "prompt" string;
 /// blank lines are skipped. Read and checked before any weights are loaded.
 std::vector<FilePrompt> read_prompt_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MESHTRAIN_REQUIRE(in.good(), "cannot read --prompt_file %s: give a file with one prompt per line", path.c_str());
+  std::istringstream in(file_io::read_text_file(path, "--prompt_file"));
   std::vector<FilePrompt> prompts;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {

@@ -13,6 +13,7 @@
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/data/tokenizer.hpp"
 
@@ -62,13 +63,9 @@ TokenizeArgs parse_tokenize_args(const Args& args) {
   return o;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MESHTRAIN_REQUIRE(in.good(), "cannot read %s", path.c_str());
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
+// Bounded (file_io::kMaxTextFileBytes) and regular files only: `tokenize /dev/zero` is an
+// error, not a read that never ends.
+std::string read_file(const std::string& path) { return file_io::read_text_file(path, ""); }
 
 }  // namespace
 

@@ -344,8 +344,12 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     const std::string tmp = out_dir + "/" + name + ".tmp";
     temps.paths.push_back(tmp);
     std::FILE* out = std::fopen(tmp.c_str(), "w");
-    MESHTRAIN_REQUIRE(out && std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fclose(out) == 0,
-                      "cannot write %s", tmp.c_str());
+    if (!out) throw file_io::write_error(tmp, errno, text.size());
+    const bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fflush(out) == 0;
+    const int err = errno;
+    const bool closed = std::fclose(out) == 0;
+    // A full disk (ENOSPC, EDQUOT, EIO) is an IoError (exit 74), as in `train`.
+    if (!ok || !closed) throw file_io::write_error(tmp, ok ? errno : err, text.size());
   };
   if (peft) {
     write_text("adapter_config.json", peft_config(dims, base_model));

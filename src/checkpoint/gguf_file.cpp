@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {
@@ -184,7 +185,7 @@ std::int64_t GgufTensorInfo::numel() const {
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
   const char* p = path.c_str();
-  const int fd = ::open(p, O_RDONLY | O_CLOEXEC);
+  const int fd = file_io::open_regular_file(path, "GGUF file");  // a FIFO: an error, not a wait
   if (fd < 0) throw UserError(strprintf("GGUF file %s cannot be opened: %s", p, std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -448,7 +449,9 @@ GgufTensor GgufFile::tensor(const std::string& name) const {
 }
 
 bool looks_like_gguf(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // A probe: O_NONBLOCK so that a FIFO does not block it (its read finds nothing: not GGUF,
+  // and the reader that follows names the FIFO).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
   char magic[4] = {};
   const bool ok = ::read(fd, magic, 4) == 4 && std::memcmp(magic, "GGUF", 4) == 0;

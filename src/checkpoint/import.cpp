@@ -9,6 +9,7 @@
 
 #include "format.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json_parse.hpp"
 
 namespace meshtrain::checkpoint {
@@ -27,13 +28,10 @@ bool is_hf_buffer(const std::string& name) {
 
 /// The files of a sharded directory, from its index (validated against the files later).
 std::vector<std::string> index_files(const std::string& index_path, std::map<std::string, std::string>& weight_map) {
-  std::ifstream in(index_path, std::ios::binary);
-  MESHTRAIN_REQUIRE(in, "cannot read %s", index_path.c_str());
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = file_io::read_text_file(index_path, "");
   json::Value root;
   try {
-    root = json::parse(ss.str());
+    root = json::parse(text);
   } catch (const std::runtime_error& e) {
     throw UserError(strprintf("%s is not valid JSON: %s", index_path.c_str(), e.what()));
   }

@@ -210,8 +210,36 @@ std::vector<model::ParamSpec> trainable_specs(const std::vector<model::ParamSpec
   return out;
 }
 
-/// Collective read of `piece` (nullptr: an empty selection) of dataset `ds` into `dst`.
-void read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
+/// The first tensor whose read failed on this rank (spec, state array): HDF5 decodes each
+/// chunk of a chunked dataset through its filters, so a chunk that fails its Fletcher32
+/// checksum or does not decompress fails H5Dread itself, before the CRC-32C of the tensor
+/// is computed. Recorded instead of aborting, so that every rank still makes the same
+/// H5Dread calls, and agreed on afterwards (agree_readable): one "damaged" UserError.
+struct DamagedRead {
+  int spec = -1;
+  int array = 0;
+  bool found() const { return spec >= 0; }
+  void record(int s, int k) {
+    if (!found()) *this = DamagedRead{s, k};
+  }
+};
+
+/// UserError on every rank when any rank's read of a tensor failed; `where(spec, array)`
+/// names the tensor. Collective; before the checksums (whose mismatch would be a
+/// consequence, not the cause).
+template <class Where>
+void agree_readable(const MpiComm& comm, const DamagedRead& damaged, Where&& where) {
+  agree_on_errors(comm, [&] {
+    if (!damaged.found()) return;
+    throw UserError(strprintf("%s cannot be read: the file is damaged (an HDF5 chunk fails its checksum or does not "
+                              "decompress); use an earlier checkpoint or other weights",
+                              where(damaged.spec, damaged.array).c_str()));
+  });
+}
+
+/// Read of `piece` (nullptr: an empty selection) of dataset `ds` into `dst`; false when
+/// HDF5 could not decode the data (a damaged chunk: DamagedRead), without HDF5's error stack.
+bool read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
   h5::Handle fspace = h5::space(H5_CHECK(H5Dget_space(ds)));
   H5_CHECK(H5Sselect_none(fspace.get()));
   const hsize_t n = piece ? static_cast<hsize_t>(piece->count) : 1;
@@ -219,7 +247,8 @@ void read_piece(hid_t ds, hid_t dxpl, const Piece* piece, float* dst) {
   float dummy = 0;
   if (piece) h5::select_piece(fspace.get(), *piece);
   else H5_CHECK(H5Sselect_none(mspace.get()));
-  H5_CHECK(H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, piece ? dst : &dummy));
+  h5::QuietErrors quiet;
+  return H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, piece ? dst : &dummy) >= 0;
 }
 
 /// Reads arrays 0..arrays-1 (/model, /optim/exp_avg, /optim/exp_avg_sq) of a validated
@@ -236,11 +265,12 @@ std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, const parallel
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   h5::Handle dxpl = h5::piece_dxpl();
   NonFinite bad;
+  DamagedRead damaged;
   const auto read = [&](int spec, const Piece* piece, int k, float* dst) {
     const std::string path = format::dataset_path(groups[k], eng.specs()[spec].name);
     if (lora_init_seed && eng.specs()[spec].is_lora && !h5::link_exists(file, path)) return false;
     h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
-    read_piece(ds.get(), dxpl.get(), piece, dst);
+    if (!read_piece(ds.get(), dxpl.get(), piece, dst)) damaged.record(spec, k);
     return true;
   };
   checksum::Partials sums(eng.specs(), arrays);
@@ -250,7 +280,8 @@ std::uint64_t read_checkpoint_state(parallel::FsdpEngine<T>& eng, const parallel
   const auto where = [&](int spec, int k) {
     return strprintf("checkpoint %s: dataset %s", file_path.c_str(), ds_path(spec, k).c_str());
   };
-  // Checksums first: a damaged value is named as damage, not as divergence.
+  // Unreadable chunks, then checksums: a damaged value is named as damage, not as divergence.
+  agree_readable(comm, damaged, where);
   checksum::verify(comm, file, file_path, sums, ds_path, where);
   agree_finite(comm, eng, bad, where);
   return bytes;
@@ -329,17 +360,19 @@ std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const parallel::Dev
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
     h5::Handle dxpl = h5::piece_dxpl();
     NonFinite bad;
+    DamagedRead damaged;
     checksum::Partials sums(eng.specs(), 1);
     const std::uint64_t bytes = fill_frozen(eng, [&](int spec, const Piece* piece, int, float* dst) {
       const std::string path = format::dataset_path(format::kModelGroup, eng.specs()[spec].name);
       h5::Handle ds = h5::dataset(H5_CHECK(H5Dopen2(file.get(), path.c_str(), H5P_DEFAULT)));
-      read_piece(ds.get(), dxpl.get(), piece, dst);
+      if (!read_piece(ds.get(), dxpl.get(), piece, dst)) damaged.record(spec, 0);
       return true;
     }, bad, &sums, &mesh.coord());
     const auto ds_path = [&](int spec, int) { return format::dataset_path(format::kModelGroup, eng.specs()[spec].name); };
     const auto where = [&](int spec, int k) {
       return strprintf("base weights %s: dataset %s", resolved.c_str(), ds_path(spec, k).c_str());
     };
+    agree_readable(comm, damaged, where);
     checksum::verify(comm, file.get(), resolved, sums, ds_path, where);
     agree_finite(comm, eng, bad, where);
     return bytes;

@@ -8,6 +8,7 @@
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 
 namespace meshtrain::checkpoint {
 namespace fs = std::filesystem;
@@ -20,6 +21,7 @@ std::string newest_in(const std::string& dir, const std::string& what) {
   std::error_code ec;
   const std::string latest = dir + "/latest";
   if (fs::exists(latest, ec)) {
+    file_io::require_regular_file(latest, what + ":");  // a FIFO would block the open
     std::ifstream in(latest);
     std::string name;
     std::getline(in, name);

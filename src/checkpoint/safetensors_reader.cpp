@@ -15,6 +15,7 @@
 #include "meshtrain/checkpoint/safetensors.hpp"
 #include "meshtrain/core/bf16.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json_parse.hpp"
 
 namespace meshtrain::checkpoint {
@@ -105,7 +106,7 @@ std::int64_t SafetensorsTensor::numel() const {
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const char* p = path.c_str();
-  const int fd = ::open(p, O_RDONLY | O_CLOEXEC);
+  const int fd = file_io::open_regular_file(path, "safetensors file");  // a FIFO: an error, not a wait
   MESHTRAIN_REQUIRE(fd >= 0, "safetensors file %s cannot be opened: %s", p, std::strerror(errno));
   struct stat sb {};
   if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

@@ -8,6 +8,7 @@
 
 #include "meshtrain/checkpoint/safetensors.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json.hpp"
 
 namespace meshtrain::checkpoint {
@@ -46,7 +47,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   header.append((8 - header.size() % 8) % 8, ' ');
 
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  MESHTRAIN_REQUIRE(f, "cannot create %s: %s", path.c_str(), std::strerror(errno));
+  // write_error: a full disk (ENOSPC, EDQUOT, EIO) is an IoError (exit 74), as in `train`.
+  if (!f) throw file_io::write_error(path, errno, offset + header.size() + 8);
   bool ok = true;
   unsigned char len[8];
   std::uint64_t n = header.size();
@@ -61,11 +63,12 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
     ok = std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
   }
   ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  std::fclose(f);
-  if (!ok) {
+  int err = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (ok && !closed) err = errno;
+  if (!ok || !closed) {
     std::remove(path.c_str());
-    throw UserError(strprintf("cannot write %s: %s", path.c_str(), std::strerror(err)));
+    throw file_io::write_error(path, err, offset + header.size() + 8);
   }
 }
 

@@ -16,6 +16,7 @@
 #include "h5.hpp"
 #include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/json_parse.hpp"
 
@@ -73,13 +74,10 @@ struct HfConfig {
 };
 
 HfConfig read_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MESHTRAIN_REQUIRE(in, "cannot read %s", path.c_str());
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = file_io::read_text_file(path, "");
   HfConfig c{path, {}};
   try {
-    c.root = json::parse(ss.str());
+    c.root = json::parse(text);
   } catch (const std::runtime_error& e) {
     throw UserError(strprintf("%s is not valid JSON: %s", path.c_str(), e.what()));
   }

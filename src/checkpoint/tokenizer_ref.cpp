@@ -14,6 +14,7 @@
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
 #include "tokenizer_attrs.hpp"
 
@@ -22,13 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  MESHTRAIN_REQUIRE(in.good(), "cannot read %s", p.string().c_str());
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
+std::string read_file(const fs::path& p) { return file_io::read_text_file(p.string(), ""); }
 
 bool same_identity(const TokenizerRef& a, const TokenizerRef& b) {
   return a.kind == b.kind && a.vocab_size == b.vocab_size && a.hash == b.hash;

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/format.hpp"
 
 namespace po = boost::program_options;
@@ -485,6 +486,7 @@ ParsedArgs parse_config(const std::string& command, const std::vector<std::strin
       // would silently run the defaults.
       MESHTRAIN_REQUIRE(!std::filesystem::is_directory(path, ec),
                         "config file '%s' is a directory; give the path of an INI file", path.c_str());
+      file_io::require_regular_file(path, "config file");  // a FIFO would block the open
       std::ifstream in(path);
       MESHTRAIN_REQUIRE(in.good(), "cannot open config file '%s': %s", path.c_str(),
                         std::strerror(errno));

@@ -1,6 +1,7 @@
 #include "meshtrain/core/file_io.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -9,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+
+#include "meshtrain/core/memory.hpp"
 
 namespace meshtrain::file_io {
 
@@ -87,6 +90,98 @@ void replace_file(const std::string& path, const std::string& text, fault::Point
     std::remove(tmp.c_str());
     throw;
   }
+}
+
+namespace {
+
+// What a non-regular file is, for the message ("" for a regular file).
+const char* kind_of(mode_t m) {
+  if (S_ISREG(m)) return "";
+  if (S_ISFIFO(m)) return "a named pipe (FIFO)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISDIR(m)) return "a directory";
+  return "not a plain file";
+}
+
+std::string named(const std::string& path, const std::string& what) {
+  return what.empty() ? path : what + " " + path;
+}
+
+void check_stat(const struct stat& st, const std::string& path, const std::string& what, std::uint64_t max_bytes) {
+  const char* kind = kind_of(st.st_mode);
+  if (*kind)
+    throw UserError(strprintf("%s is not a regular file but %s: meshtrain reads only regular files",
+                              named(path, what).c_str(), kind));
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (max_bytes > 0 && size > max_bytes)
+    throw UserError(strprintf("%s is %s, larger than the %s meshtrain reads into memory from one file (doc/data.md)",
+                              named(path, what).c_str(), format_bytes(static_cast<double>(size)).c_str(),
+                              format_bytes(static_cast<double>(max_bytes)).c_str()));
+}
+
+}  // namespace
+
+std::uint64_t require_regular_file(const std::string& path, const std::string& what, std::uint64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;  // absent: the caller's open says so
+  check_stat(st, path, what, max_bytes);
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+int open_regular_file(const std::string& path, const std::string& what) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  try {
+    check_stat(st, path, what, 0);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+std::string read_text_file(const std::string& path, const std::string& what, std::uint64_t max_bytes) {
+  const int fd = open_regular_file(path, what);
+  if (fd < 0) throw UserError(strprintf("cannot read %s: %s", named(path, what).c_str(), std::strerror(errno)));
+  struct stat st {};
+  std::string out;
+  try {
+    if (::fstat(fd, &st) == 0) check_stat(st, path, what, max_bytes);
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    require_host_memory(static_cast<double>(size), "reading " + named(path, what));
+    out.reserve(static_cast<std::size_t>(size));
+    char buf[1 << 16];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        throw UserError(strprintf("cannot read %s: %s", named(path, what).c_str(), std::strerror(errno)),
+                        is_storage_error(errno) ? kExitIoError : kExitUserError);
+      if (n == 0) break;
+      out.append(buf, static_cast<std::size_t>(n));
+      // A file that grows while it is read (a log being written) stops at the bound too.
+      if (max_bytes > 0 && out.size() > max_bytes)
+        throw UserError(strprintf("%s grew past the %s meshtrain reads into memory from one file while it was read",
+                                  named(path, what).c_str(), format_bytes(static_cast<double>(max_bytes)).c_str()));
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return out;
 }
 
 }  // namespace meshtrain::file_io

@@ -3,11 +3,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime.h>
@@ -115,6 +117,28 @@ std::size_t host_total_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+}
+
+std::size_t host_available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return static_cast<std::size_t>(kib) * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+}
+
+void require_host_memory(double bytes, const std::string& what) {
+  const std::size_t avail = host_available_memory_bytes();
+  if (avail == 0 || bytes <= static_cast<double>(avail)) return;
+  throw UserError(strprintf("%s needs %s of memory, more than the %s available on this host", what.c_str(),
+                            format_bytes(bytes).c_str(), format_bytes(static_cast<double>(avail)).c_str()));
 }
 
 }  // namespace meshtrain

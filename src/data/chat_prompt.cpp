@@ -8,6 +8,7 @@
 
 #include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 
 namespace meshtrain::data {
 
@@ -46,10 +47,7 @@ namespace {
 
 std::string config_chat_template(const fs::path& config) {
   if (!fs::exists(config)) return "";
-  std::ifstream in(config, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  const auto j = nlohmann::json::parse(os.str(), nullptr, false);
+  const auto j = nlohmann::json::parse(file_io::read_text_file(config.string(), ""), nullptr, false);
   MESHTRAIN_REQUIRE(!j.is_discarded(), "%s is not valid JSON", config.string().c_str());
   if (!j.is_object() || !j.contains("chat_template")) return "";
   const auto& t = j["chat_template"];

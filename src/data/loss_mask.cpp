@@ -13,6 +13,7 @@
 
 #include "le_bytes.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 
 namespace meshtrain::data {
 namespace {
@@ -20,7 +21,7 @@ using ull = unsigned long long;
 }  // namespace
 
 MaskFile::MaskFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = file_io::open_regular_file(path, "loss-mask file");  // a FIFO: an error, not a wait
   MESHTRAIN_REQUIRE(fd >= 0, "cannot open %s: %s; re-run `meshtrain prepare`", path.c_str(), std::strerror(errno));
   struct stat st {};
   const bool stat_ok = ::fstat(fd, &st) == 0;
@@ -76,7 +77,8 @@ void MaskFile::read(std::uint64_t offset, int len, std::uint8_t* out) const {
 MaskFileWriter::MaskFileWriter(std::string path, std::uint32_t row_tokens)
     : path_(std::move(path)), row_tokens_(row_tokens) {
   file_ = std::fopen(path_.c_str(), "wb");
-  MESHTRAIN_REQUIRE(file_ != nullptr, "cannot create %s: %s", path_.c_str(), std::strerror(errno));
+  // write_error: a full disk (ENOSPC, EDQUOT, EIO) is an IoError (exit 74), as in `train`.
+  if (file_ == nullptr) throw file_io::write_error(path_, errno);
   write_header();
 }
 
@@ -90,12 +92,13 @@ void MaskFileWriter::write_header() {
   store_le32(h.data() + 8, kMaskFileVersion);
   store_le32(h.data() + 12, row_tokens_);
   store_le64(h.data() + 16, count_);
-  MESHTRAIN_REQUIRE(std::fwrite(h.data(), 1, h.size(), file_) == h.size(), "cannot write %s: %s", path_.c_str(),
-                    std::strerror(errno));
+  if (std::fwrite(h.data(), 1, h.size(), file_) != h.size()) throw file_io::write_error(path_, errno);
 }
 
 void MaskFileWriter::append(const std::uint8_t* mask, std::size_t n) {
-  MESHTRAIN_REQUIRE(std::fwrite(mask, 1, n, file_) == n, "cannot write %s: %s", path_.c_str(), std::strerror(errno));
+  const int injected = fault::pass(fault::Point::PrepareWrite);  // tests: a full disk, a stall here
+  if (injected != 0) throw file_io::write_error(path_, injected, n);
+  if (std::fwrite(mask, 1, n, file_) != n) throw file_io::write_error(path_, errno, n);
   count_ += n;
 }
 
@@ -106,8 +109,9 @@ void MaskFileWriter::close() {
   const bool ok = std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0;
   const int err = errno;
   const bool closed = std::fclose(file_) == 0;
+  const int close_err = errno;
   file_ = nullptr;
-  MESHTRAIN_REQUIRE(ok && closed, "cannot write %s: %s", path_.c_str(), std::strerror(ok ? errno : err));
+  if (!ok || !closed) throw file_io::write_error(path_, ok ? close_err : err);
 }
 
 }  // namespace meshtrain::data

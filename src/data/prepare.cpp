@@ -8,6 +8,7 @@
 
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/text_files.hpp"
 #include "meshtrain/data/token_file.hpp"
@@ -19,6 +20,9 @@ namespace meshtrain::data {
 namespace {
 
 using ull = unsigned long long;
+
+/// The longest row `prepare --format alpaca|chat` writes: train.seq_len's own bound.
+constexpr int kMaxPrepareSeqLen = 1 << 22;
 
 constexpr const char* kValSplitRule =
     "per document: the text from the line start nearest to (1 - val_fraction) of its bytes goes to "
@@ -78,10 +82,12 @@ std::string list_some(const std::vector<std::string>& items, std::size_t max) {
 void write_meta_file(const std::string& path, const DatasetMeta& meta) {
   const std::string text = meta_to_json(meta);
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  MESHTRAIN_REQUIRE(f != nullptr, "cannot create %s", path.c_str());
+  if (f == nullptr) throw file_io::write_error(path, errno, text.size());
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
                   ::fsync(fileno(f)) == 0;
-  MESHTRAIN_REQUIRE(std::fclose(f) == 0 && ok, "cannot write %s", path.c_str());
+  const int err = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) throw file_io::write_error(path, ok ? errno : err, text.size());
 }
 
 void require_special_token(const Tokenizer& tok, std::int32_t id, const char* token, const std::string& need) {
@@ -142,10 +148,17 @@ PrepareSummary prepare(const PrepareOptions& o) {
   MESHTRAIN_REQUIRE(examples || (o.seq_len == 0 && o.system.empty() && o.chat_template == "auto"),
                     "--seq_len, --chat_template and --system apply to --format alpaca and chat only; --format text "
                     "writes a token stream that training cuts into windows of train.seq_len");
-  MESHTRAIN_REQUIRE(!examples || (o.seq_len >= 1 && o.seq_len < (1 << 30)),
+  MESHTRAIN_REQUIRE(!examples || o.seq_len >= 1,
                     "--format %s needs --seq_len N (>= 1, the model's train.seq_len): every example becomes one row "
                     "of N + 1 tokens%s",
                     o.format.c_str(), o.seq_len == 0 ? "" : strprintf(", got %d", o.seq_len).c_str());
+  // Every example is padded to a full row, in memory and on disk: a --seq_len longer than
+  // any train.seq_len can use (2^22, config.cpp) only writes padding (4 GiB per example at
+  // 10^9, and a std::bad_alloc first).
+  MESHTRAIN_REQUIRE(!examples || o.seq_len <= kMaxPrepareSeqLen,
+                    "--seq_len %d is longer than the longest train.seq_len (%d): a row of --seq_len + 1 tokens is "
+                    "written for every example; give the model's train.seq_len",
+                    o.seq_len, kMaxPrepareSeqLen);
   // A tokenizer file is recorded by its absolute path, so training from another directory
   // can make the same tokenizer again.
   std::string spec = o.tokenizer;

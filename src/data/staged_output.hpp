@@ -1,8 +1,10 @@
 #pragma once
 // All-or-nothing output files: each is written to NAME.tmp and renamed into place by
 // commit(); until then the destructor removes the temporaries (and the directory when it
-// created it and left it empty). Private to src/data.
+// created it and left it empty), and so does a SIGTERM or SIGINT (the scheduler's cancel,
+// Ctrl-C), which then ends the process as the signal would have. Private to src/data.
 
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,7 @@ namespace meshtrain::data {
 class StagedOutput {
  public:
   /// Creates `dir` (and parents) when missing; UserError when it cannot be created or written.
+  /// Until commit() the directories it created are removed again when they are empty.
   explicit StagedOutput(std::string dir);
   ~StagedOutput();
   StagedOutput(const StagedOutput&) = delete;
@@ -25,8 +28,10 @@ class StagedOutput {
  private:
   std::string dir_;
   bool created_dir_ = false;
+  std::vector<std::string> created_;  ///< directories this object created, deepest first
   bool committed_ = false;
   std::vector<std::string> names_;
+  struct sigaction old_term_ {}, old_int_ {};
 };
 
 }  // namespace meshtrain::data

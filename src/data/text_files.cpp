@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/log.hpp"
 
 namespace meshtrain::data {
@@ -110,6 +111,10 @@ void visit(const fs::path& p, bool named_by_user, Collector& c) {
     for (const fs::path& e : entries) visit(e, false, c);
   } else if (fs::is_regular_file(st) && p.extension() != ".dat") {
     c.files.emplace_back(p.string(), canonical.string());
+  } else if (named_by_user) {
+    // A FIFO or a device named as an input (/dev/zero, a pipe): never read, an error. Inside
+    // a directory such entries are skipped like the other files that are not text.
+    file_io::require_regular_file(p.string(), "input");
   }
 }
 
@@ -162,12 +167,6 @@ std::string text_rejection(const std::string& content) {
   return "";
 }
 
-std::string read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MESHTRAIN_REQUIRE(in.good(), "cannot open %s for reading", path.c_str());
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  MESHTRAIN_REQUIRE(!in.bad(), "cannot read %s", path.c_str());
-  return bytes;
-}
+std::string read_file_bytes(const std::string& path) { return file_io::read_text_file(path, ""); }
 
 }  // namespace meshtrain::data

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "le_bytes.hpp"
 
 namespace meshtrain::data {
@@ -88,7 +89,7 @@ std::array<unsigned char, kTokenFileHeaderBytes> encode_header(const TokenFileHe
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  f.fd = file_io::open_regular_file(path, "token file");  // a FIFO: an error, not a wait for a writer
   MESHTRAIN_REQUIRE(f.fd >= 0, "cannot open token file %s: %s", path.c_str(), std::strerror(errno));
   struct stat st {};
   MESHTRAIN_REQUIRE(::fstat(f.fd, &st) == 0, "cannot stat token file %s: %s", path.c_str(), std::strerror(errno));

@@ -7,6 +7,7 @@
 
 #include "le_bytes.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/token_file.hpp"
 
 namespace meshtrain::data {
@@ -18,7 +19,8 @@ TokenFileWriter::TokenFileWriter(std::string path, std::int64_t vocab_size) : pa
   header_.vocab_size = static_cast<std::uint64_t>(vocab_size);
   header_.bytes_per_token = bytes_per_token_for(vocab_size);
   file_ = std::fopen(path_.c_str(), "wb");
-  MESHTRAIN_REQUIRE(file_ != nullptr, "cannot create %s: %s", path_.c_str(), std::strerror(errno));
+  // write_error: a full disk (ENOSPC, EDQUOT, EIO) is an IoError (exit 74), as in `train`.
+  if (file_ == nullptr) throw file_io::write_error(path_, errno);
   const auto h = encode_header(header_);  // count 0 until close()
   write_bytes(h.data(), h.size());
 }
@@ -28,8 +30,9 @@ TokenFileWriter::~TokenFileWriter() {
 }
 
 void TokenFileWriter::write_bytes(const void* data, std::size_t n) {
-  MESHTRAIN_REQUIRE(std::fwrite(data, 1, n, file_) == n, "cannot write %s: %s", path_.c_str(),
-                    std::strerror(errno));
+  const int injected = fault::pass(fault::Point::PrepareWrite);  // tests: a full disk, a stall here
+  if (injected != 0) throw file_io::write_error(path_, injected, n);
+  if (std::fwrite(data, 1, n, file_) != n) throw file_io::write_error(path_, errno, n);
 }
 
 void TokenFileWriter::append(const std::int32_t* ids, std::size_t n) {
@@ -55,8 +58,9 @@ void TokenFileWriter::close() {
   const bool ok = std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0;
   const int err = errno;
   const bool closed = std::fclose(file_) == 0;
+  const int close_err = errno;
   file_ = nullptr;
-  MESHTRAIN_REQUIRE(ok && closed, "cannot write %s: %s", path_.c_str(), std::strerror(ok ? errno : err));
+  if (!ok || !closed) throw file_io::write_error(path_, ok ? close_err : err);
 }
 
 }  // namespace meshtrain::data

@@ -8,6 +8,7 @@
 #include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
 #include "meshtrain/data/sentencepiece_tokenizer.hpp"
 #include "tokenizer_hash.hpp"
@@ -86,13 +87,7 @@ std::string tokenizer_spec_help() {
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MESHTRAIN_REQUIRE(in.good(), "cannot read %s", path.c_str());
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
+std::string read_text(const std::string& path) { return file_io::read_text_file(path, ""); }
 
 std::unique_ptr<Tokenizer> from_gguf(const std::string& path) {
   const checkpoint::GgufFile gguf(path);

@@ -7,6 +7,7 @@
 
 #include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
 
 namespace meshtrain::data {
@@ -161,13 +162,10 @@ std::string config_token(const json& cfg, const char* key) {
 }  // namespace
 
 BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const std::string& config_json) {
-  std::ifstream in(path, std::ios::binary);
-  MESHTRAIN_REQUIRE(in.good(), "cannot read the tokenizer file %s", path.c_str());
-  std::ostringstream os;
-  os << in.rdbuf();
+  const std::string text = file_io::read_text_file(path, "the tokenizer file");
   json j;
   try {
-    j = json::parse(os.str());
+    j = json::parse(text);
   } catch (const json::exception& e) {
     throw UserError(strprintf("tokenizer %s is not valid JSON: %s", path.c_str(), e.what()));
   }

@@ -44,6 +44,7 @@ void MetricsWriter::write(const std::string& line) {
 }
 
 void prepare_metrics_for_resume(const std::string& path, int last_step) {
+  file_io::require_regular_file(path, "");  // a FIFO would block the open
   std::ifstream in(path, std::ios::binary);
   if (!in) return;
   std::stringstream buf;

@@ -44,4 +44,22 @@ for np, j in runs.items():
     ok &= abs(j["loss"] - runs[1]["loss"]) <= 1e-6 * abs(runs[1]["loss"])
 raise SystemExit(0 if ok else 1)
 PY
-finish "eval --batches 0: the same windows and loss on 1, 2 and 3 ranks"
+# --batches past the split (issue 28: 2^31-1 batches ran for hours) is clamped to the whole
+# split once, with a warning: the windows and the loss of --batches 0. So is a count just past it.
+tokens=$("$py" -c 'import json; print(json.load(open("data/meta.json"))["val_tokens"])')
+for batches in 2147483647 $(( (tokens - 1) / 64 / 7 + 1 )); do
+  # shellcheck disable=SC2086
+  timeout 60 $MPIEXEC -n 2 "$MESHTRAIN_BIN" eval run/config.ini --batches "$batches" --json --train.micro_batch=7 \
+    --train.seq_len=64 --train.global_batch=14 --parallel.tp=1 >"clamp_$batches.log" 2>&1 ||
+    { cat "clamp_$batches.log"; fail "eval --batches $batches failed"; continue; }
+  grep -q "warning: eval: --batches $batches is .* windows, more than the $(( (tokens - 1) / 64 )) the val split holds; evaluating every window of the split once" \
+    "clamp_$batches.log" || { cat "clamp_$batches.log"; fail "eval --batches $batches: no clamp warning"; }
+  "$py" - "clamp_$batches.log" <<'PY' || fail "eval --batches $batches: not the whole split once (as --batches 0)"
+import json, sys
+got = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][0])
+want = json.load(open("eval_2.json"))
+print(f"  --batches clamp: {got['windows']:.0f} windows, loss {got['loss']!r} (--batches 0: {want['windows']:.0f}, {want['loss']!r})")
+raise SystemExit(0 if got["windows"] == want["windows"] and abs(got["loss"] - want["loss"]) <= 1e-6 * abs(want["loss"]) else 1)
+PY
+done
+finish "eval --batches 0: the same windows and loss on 1, 2 and 3 ranks; --batches past the split is clamped to it"

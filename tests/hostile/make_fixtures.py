@@ -211,6 +211,38 @@ def retype(f):
 
 
 checkpoint("c_dtype.h5", retype)
+
+
+def damaged_chunk(name, ds, which, **filters):
+    """A copy whose dataset `ds` is rewritten chunked (16 rows a chunk) through HDF5 filters
+    (a tool such as h5repack may do that to a checkpoint), then one byte of its chunk
+    `which` (0 = first, -1 = last) flipped on disk: H5Dread itself fails (a Fletcher32
+    checksum that does not match, or data that does not decompress) before meshtrain
+    sees any value. The tensor's values and crc32c attribute are those of the good file."""
+    p = checkpoint(name)
+    with h5py.File(p, "r+") as f:
+        a, attrs = f[ds][...], dict(f[ds].attrs)
+        del f[ds]
+        chunks = (min(16, a.shape[0]),) + a.shape[1:]
+        d = f.create_dataset(ds, data=a, chunks=chunks, **filters)
+        for k, v in attrs.items():
+            d.attrs[k] = v
+    with h5py.File(p, "r") as f:
+        sid = f[ds].id
+        info = sid.get_chunk_info(sid.get_num_chunks() - 1 if which < 0 else which)
+        offset, size = info.byte_offset, info.size
+    with open(p, "r+b") as f:
+        f.seek(offset + size // 2)
+        b = f.read(1)
+        f.seek(offset + size // 2)
+        f.write(bytes([b[0] ^ 0xFF]))
+    return p
+
+
+damaged_chunk("c_fletcher_wte_first.h5", "model/transformer.wte.weight", 0, fletcher32=True)
+damaged_chunk("c_fletcher_wte_last.h5", "model/transformer.wte.weight", -1, fletcher32=True)
+damaged_chunk("c_fletcher_exp_avg.h5", "optim/exp_avg/transformer.h.1.mlp.c_fc.weight", -1, fletcher32=True)
+damaged_chunk("c_deflate_proj.h5", "model/transformer.h.0.attn.c_proj.weight", 0, compression="gzip")
 shutil.copy(good_ckpt, path("c_truncated.h5"))
 os.truncate(path("c_truncated.h5"), os.path.getsize(good_ckpt) // 2)
 open(path("c_garbage.h5"), "wb").write(np.random.default_rng(7).bytes(5000))
@@ -224,6 +256,19 @@ for name, text in [("k_latest_empty", ""), ("k_latest_dangling", "step_00000099.
     os.makedirs(path(name), exist_ok=True)
     open(path(name, "latest"), "w").write(text)
 os.makedirs(path("k_none"), exist_ok=True)
+
+# Named pipes (FIFOs) where meshtrain reads a file by name: opening one for reading waits for
+# a writer that never comes, so each must be refused before it is opened (file_io.hpp).
+os.makedirs(path("k_latest_fifo"), exist_ok=True)
+shutil.copy(good_ckpt, path("k_latest_fifo", "step_00000002.h5"))
+os.mkfifo(path("k_latest_fifo", "latest"))
+dataset("d_meta_fifo", lambda d: (os.remove(f"{d}/meta.json"), os.mkfifo(f"{d}/meta.json")))
+dataset("d_train_fifo", lambda d: (os.remove(f"{d}/train.bin"), os.mkfifo(f"{d}/train.bin")))
+for name in ("fifo.txt", "fifo.ini", "fifo.json", "fifo.gguf", "fifo.safetensors"):
+    os.mkfifo(path(name))
+# A text file larger than the 1 GiB bound on files read whole (sparse: no disk space).
+with open(path("big.txt"), "wb") as f:
+    f.truncate((1 << 30) + 1)
 os.makedirs(path("k_nan"), exist_ok=True)
 shutil.copy(path("c_nan_model.h5"), path("k_nan", "step_00000002.h5"))
 open(path("k_nan", "latest"), "w").write("step_00000002.h5\n")

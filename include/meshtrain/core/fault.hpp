@@ -30,6 +30,7 @@ enum class Point : int {
   Collective,        ///< collective: a communicator collective is posted, not yet complete (every rank)
   RecordWrite,       ///< record.write: each run-record file: config.ini, mesh.txt, run.json, summary.json (rank 0)
   MetricsWrite,      ///< metrics.write: each record appended to metrics.jsonl (rank 0)
+  PrepareWrite,      ///< prepare.write: each write of a token or loss-mask file by `prepare` (rank 0)
 };
 
 namespace detail {

@@ -41,4 +41,33 @@ int write_all(int fd, const char* data, std::size_t n);
 /// The directory part of `path` ("." when there is none).
 std::string parent_dir(const std::string& path);
 
+// ---- reading files by name ------------------------------------------------------------
+// Every file meshtrain opens by name for reading (configs, token and mask files, meta.json,
+// tokenizer files, checkpoints and `latest`, --text, --prompt_file) goes through one of
+// these two, so that a FIFO, a device (/dev/zero) or a socket where a file belongs is one
+// clear error instead of a read that blocks for a writer or never ends.
+
+/// The largest text file read whole into memory (--text, --prompt_file, `tokenize` files,
+/// each `prepare` input file, JSON metadata): 1 GiB (doc/data.md). Larger corpora are given
+/// to `prepare` as several files.
+inline constexpr std::uint64_t kMaxTextFileBytes = std::uint64_t{1} << 30;
+
+/// \brief UserError when `path` exists and is not a regular file (stat, following links):
+/// "WHAT PATH is not a regular file but a named pipe (FIFO)". With `max_bytes` > 0 also when
+/// it is larger ("WHAT PATH is 3.00 GiB, larger than the 1.00 GiB ..."). A path that does
+/// not exist passes (the caller's open names it). Returns the file's size (0 when absent).
+std::uint64_t require_regular_file(const std::string& path, const std::string& what, std::uint64_t max_bytes = 0);
+
+/// \brief open(2) of `path` for reading that cannot block: O_NONBLOCK (a FIFO without a
+/// writer would block an ordinary open), then fstat, then O_NONBLOCK cleared. Returns the
+/// descriptor; -1 with errno set when open(2) fails (the caller names the missing file);
+/// UserError as require_regular_file when it is not a regular file.
+int open_regular_file(const std::string& path, const std::string& what);
+
+/// \brief The whole of text file `path`, read through open_regular_file: UserError when it
+/// cannot be opened ("cannot read WHAT PATH: <strerror>"), is not a regular file, or is
+/// larger than `max_bytes` or than the memory available.
+std::string read_text_file(const std::string& path, const std::string& what,
+                           std::uint64_t max_bytes = kMaxTextFileBytes);
+
 }  // namespace meshtrain::file_io

@@ -115,6 +115,14 @@ class Buffer {
 std::size_t host_peak_rss_bytes();
 /// Total physical memory of this node in bytes.
 std::size_t host_total_memory_bytes();
+/// Memory this node can still give without swapping (MemAvailable of /proc/meminfo; free
+/// pages where that is missing), in bytes; 0 when unknown.
+std::size_t host_available_memory_bytes();
+/// \brief UserError when `bytes` of host memory are more than this node has available:
+/// "WHAT needs N of memory, more than the M available on this host". Sizes a user gives
+/// (bench sizes, a text file) are checked with it before anything is allocated, so an
+/// absurd one is a message instead of std::bad_alloc or the OOM killer.
+void require_host_memory(double bytes, const std::string& what);
 /// Memory of this rank's device in bytes (0 on host-only builds).
 std::size_t device_memory_bytes();
 
