@@ -204,8 +204,7 @@ bool LoraSettings::same(const LoraSettings& o) const {
 
 LoraSettings stored_lora_settings(const std::string& path) {
   h5::QuietErrors quiet;
-  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
-  MESHTRAIN_REQUIRE(f.valid(), "checkpoint %s cannot be opened by HDF5: the file is truncated or damaged", path.c_str());
+  h5::Handle f = format::open_checked(path);
   return format::read_lora(f.get());
 }
 
@@ -213,7 +212,7 @@ LoraSettings stored_lora_settings(const std::string& path) {
 
 namespace meshtrain::checkpoint::format {
 
-void validate(const std::string& path, const std::vector<model::ParamSpec>& specs, const Requirements& req) {
+h5::Handle open_checked(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   MESHTRAIN_REQUIRE(fs::exists(path, ec), "checkpoint %s does not exist", path.c_str());
@@ -227,6 +226,12 @@ void validate(const std::string& path, const std::vector<model::ParamSpec>& spec
                     "checkpoint %s cannot be opened by HDF5: the file is truncated or damaged (%s); use an earlier "
                     "checkpoint",
                     path.c_str(), size_text(path).c_str());
+  return f;
+}
+
+void validate(const std::string& path, const std::vector<model::ParamSpec>& specs, const Requirements& req) {
+  h5::QuietErrors quiet;
+  h5::Handle f = open_checked(path);
   const auto name = h5::read_string_attr(f.get(), "format");
   const auto version = h5::read_int_attr(f.get(), "format_version");
   MESHTRAIN_REQUIRE(name && *name == kFormatName && version,

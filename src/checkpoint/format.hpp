@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "h5.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/model/param_spec.hpp"
@@ -50,6 +51,14 @@ struct Requirements {
   bool lora_optional = false;                 ///< LoRA adapters may be absent (base weights for fine-tuning)
   const model::ModelDims* lora_of = nullptr;  ///< with lora_optional: adapters in the file must match this model's
 };
+
+/// \brief Opens checkpoint `path` read-only (serial), or a UserError that says what the file
+/// is: missing, not a regular file, not HDF5 at all ("is not an HDF5 file (N bytes; no HDF5
+/// signature)"), or HDF5 that does not open ("truncated or damaged (N bytes)"). Every reader
+/// that opens a checkpoint before validate() (eval's and generate's early reads of the LoRA
+/// settings, the tokenizer, the model keys) opens it through here, so a bad file gets the
+/// same message on every path. HDF5's error stack is not printed.
+h5::Handle open_checked(const std::string& path);
 
 /// \brief Serial validation of checkpoint `path` (call on one rank, under agree_on_errors):
 /// it exists, is an HDF5 file that opens (not truncated), is a meshtrain checkpoint of a

@@ -154,8 +154,7 @@ Keys source_model_keys(const std::string& path) {
 Keys checkpoint_model_keys(const std::string& path) {
   format::validate(path, {}, {false, nullptr});  // a readable meshtrain checkpoint, or a clear error
   h5::QuietErrors quiet;
-  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
-  MESHTRAIN_REQUIRE(f.valid(), "checkpoint %s cannot be opened by HDF5", path.c_str());
+  h5::Handle f = format::open_checked(path);
   const model::ModelDims d = format::read_model_dims(f.get(), path);
   const auto real = [](double v) { return strprintf("%.17g", v); };
   return {{"model.family", model::family_name(d.family)},

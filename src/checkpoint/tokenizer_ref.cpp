@@ -178,8 +178,7 @@ TokenizerRef tokenizer_ref_of(const data::DatasetMeta& meta) {
 
 TokenizerRef stored_tokenizer(const std::string& path) {
   h5::QuietErrors quiet;
-  h5::Handle f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
-  MESHTRAIN_REQUIRE(f.valid(), "checkpoint %s cannot be opened by HDF5: the file is truncated or damaged", path.c_str());
+  h5::Handle f = format::open_checked(path);
   return read_tokenizer_attrs(f.get());
 }
 
