@@ -18,6 +18,7 @@
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/core/json_parse.hpp"
+#include "meshtrain/core/signal_cleanup.hpp"
 
 namespace meshtrain::app {
 namespace fs = std::filesystem;
@@ -52,12 +53,15 @@ bool exchange_paths(const std::string& a, const std::string& b) {
 #endif
 }
 
-/// Removes the staging directory (and the parents made for it) unless released.
+/// Removes the staging directory (and the parents made for it) unless released -- on an
+/// error through the destructor, on SIGTERM/SIGINT (a cancelled job) through `on_signal`.
 struct Staging {
   std::string dir;
   std::vector<std::string> made_parents;  // deepest first
   bool released = false;
+  SignalCleanup on_signal;
   ~Staging() {
+    on_signal.disarm();
     if (released) return;
     std::error_code ec;
     if (!dir.empty()) fs::remove_all(dir, ec);
@@ -137,6 +141,9 @@ void write_export_dir(const std::string& out_dir_given, const std::function<Expo
   // Beside the output, on its file system: the renames below never copy.
   const std::string tag = "." + out.filename().string() + ".meshtrain-convert-" + std::to_string(::getpid());
   staging.dir = (parent / tag).string();
+  // An export is a directory of files (write_export_dir's writer adds no subdirectory).
+  staging.on_signal.add_directory_of_files(staging.dir);
+  for (const std::string& p : staging.made_parents) staging.on_signal.add_empty_directory(p);
   fs::remove_all(staging.dir, ec);
   MESHTRAIN_REQUIRE(fs::create_directory(staging.dir, ec), "cannot create %s beside --output %s: %s",
                     staging.dir.c_str(), out_dir_given.c_str(), ec ? ec.message().c_str() : "it exists");
@@ -174,6 +181,9 @@ void write_export_dir(const std::string& out_dir_given, const std::function<Expo
     }
     staging.dir = old;  // the guard removes the earlier export
   }
+  // --output holds the new export: a signal from here on leaves it (and at worst the
+  // earlier export's files beside it, in a hidden directory named after --output).
+  staging.on_signal.disarm();
   staging.made_parents.clear();
   file_io::fsync_path(parent.string());
 }

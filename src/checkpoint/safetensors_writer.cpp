@@ -8,6 +8,7 @@
 
 #include "meshtrain/checkpoint/safetensors.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/fault.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json.hpp"
 
@@ -60,6 +61,11 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
     fill(i, buf);
     MESHTRAIN_ASSERT(buf.size() == entries[i].bytes(), "write_safetensors: tensor %s filled %zu bytes, expected %llu",
                      entries[i].name.c_str(), buf.size(), static_cast<unsigned long long>(entries[i].bytes()));
+    if (const int injected = fault::pass(fault::Point::ConvertWrite)) {  // tests: a full disk, a stall here
+      errno = injected;
+      ok = false;
+      break;
+    }
     ok = std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
   }
   ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;

@@ -43,7 +43,7 @@ constexpr PointName kPoints[] = {
     {Point::SaveDataset, "save.dataset", true},       {Point::SaveBeforeRename, "save.before_rename", true},
     {Point::SaveAfterRename, "save.after_rename", true}, {Point::Collective, "collective", false},
     {Point::RecordWrite, "record.write", true},       {Point::MetricsWrite, "metrics.write", true},
-    {Point::PrepareWrite, "prepare.write", true},
+    {Point::PrepareWrite, "prepare.write", true},     {Point::ConvertWrite, "convert.write", true},
 };
 
 const char* action_name(Action a) {

@@ -4,9 +4,10 @@
 // created it and left it empty), and so does a SIGTERM or SIGINT (the scheduler's cancel,
 // Ctrl-C), which then ends the process as the signal would have. Private to src/data.
 
-#include <csignal>
 #include <string>
 #include <vector>
+
+#include "meshtrain/core/signal_cleanup.hpp"
 
 namespace meshtrain::data {
 
@@ -31,7 +32,7 @@ class StagedOutput {
   std::vector<std::string> created_;  ///< directories this object created, deepest first
   bool committed_ = false;
   std::vector<std::string> names_;
-  struct sigaction old_term_ {}, old_int_ {};
+  SignalCleanup on_signal_;  ///< a SIGTERM/SIGINT before commit() removes the same files and directories
 };
 
 }  // namespace meshtrain::data

@@ -8,6 +8,8 @@
 #     timing): the staged files and the directory prepare created are removed and the
 #     process ends by the signal; into an existing dataset only the .tmp files go, the
 #     earlier dataset stays byte for byte.
+#  2b. the same for `convert` (convert.write): an injected ENOSPC exits 74 and leaves no
+#     output; a signal while held removes the staging directory and keeps an earlier export.
 #  3. as root: a real 1 MiB tmpfs too small for the dataset (prepare) and for the export
 #     (convert): exit 74 "no space left on device"; a read-only mount: exit 2.
 # Every wait is bounded (`timeout`); a hang fails the test.
@@ -94,6 +96,44 @@ stopped TERM kept sig_kept.log
 [[ -z $(find kept -name '*.tmp') ]] || fail "SIGTERM over a dataset: left $(find kept -name '*.tmp' | tr '\n' ' ')"
 [[ $(cd kept && sha256sum ./* | sort) == "$before" ]] || fail "SIGTERM over a dataset changed the earlier dataset"
 
+echo "--- 2b. convert: an injected write error, SIGTERM / SIGINT while held at a write"
+# A 2-step checkpoint of the tiny GPT-2; its export is one safetensors file of ~0.5 MiB.
+timeout 120 "$MESHTRAIN_BIN" train "$tiny" --data.dir=kept --output.dir=run --train.steps=2 --train.eval_every=0 \
+  >train.log 2>&1 || { cat train.log; fail "training failed"; finish; }
+# staged_left DIR: the hidden staging directories convert makes beside DIR/<output>.
+staged_left() { find "$1" -maxdepth 1 -name '.*.meshtrain-*' 2>/dev/null | tr '\n' ' '; }
+mkdir -p conv
+MESHTRAIN_FAULT=convert.write:after=2:action=enospc timeout 60 "$MESHTRAIN_BIN" convert --input run/checkpoints \
+  --output conv/inj/hf >convert_inj.log 2>&1
+status=$?
+check convert_inj 74 "cannot write .*conv/inj/.*: no space left on device"
+[[ ! -e conv/inj ]] || fail "convert_inj: left $(find conv/inj | tr '\n' ' ')"
+timeout 60 "$MESHTRAIN_BIN" convert --input run/checkpoints --output conv/kept >convert_kept.log 2>&1 ||
+  fail "the earlier export was not written"
+before=$(cd conv/kept && sha256sum ./* | sort)
+for sig in TERM INT; do
+  for out in conv/new_$sig/hf conv/kept; do
+    log=convert_sig_${sig}_$(basename "$(dirname "$out")").log
+    MESHTRAIN_FAULT=convert.write:after=1:action=stall timeout 60 "$MESHTRAIN_BIN" convert --input run/checkpoints \
+      --output "$out" >"$log" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 600; i++)); do
+      grep -qs "fires: stall at convert.write" "$log" && break
+      sleep 0.1
+    done
+    grep -q "fires: stall at convert.write" "$log" || fail "$log: convert never reached the fault"
+    [[ -n $(staged_left "$(dirname "$out")") ]] || fail "$log: no staging directory while held"
+    kill -s "$sig" "$pid"
+    wait "$pid"
+    status=$?
+    want=$((128 + $(kill -l "$sig")))
+    [[ $status == "$want" ]] || fail "$log: exit status $status, expected $want (ended by the signal)"
+    [[ -z $(staged_left "$(dirname "$out")") ]] || fail "$log: left $(staged_left "$(dirname "$out")")"
+  done
+  [[ ! -e conv/new_$sig ]] || fail "SIG$sig during a new export: left $(find "conv/new_$sig" | tr '\n' ' ')"
+  [[ $(cd conv/kept && sha256sum ./* | sort) == "$before" ]] || fail "SIG$sig during a re-export changed the earlier export"
+done
+
 echo "--- 3. a real full disk and a read-only file system (root)"
 if [[ $(id -u) -ne 0 ]]; then
   echo "SKIP part 3: mounting a tmpfs needs root"
@@ -112,16 +152,14 @@ prep full_chat "${chat[@]}" --seq_len 200000 --output small/chat
 check full_chat 74 "cannot write small/chat/(train|val)\.(bin|mask)\.tmp: no space left on device"
 [[ -z $(ls -A small) ]] || fail "full_chat: left $(find small | tr '\n' ' ')"
 
-# convert: a 2-step checkpoint of the tiny GPT-2 (~1.4 MiB) exports ~0.5 MiB of fp32
-# weights; 1 MiB minus a 700 KiB ballast leaves too little.
-timeout 120 "$MESHTRAIN_BIN" train "$tiny" --data.dir=kept --output.dir=run --train.steps=2 --train.eval_every=0 \
-  >train.log 2>&1 || { cat train.log; fail "training failed"; finish; }
+# convert: the 2-step checkpoint of part 2b (~1.4 MiB) exports ~0.5 MiB of fp32 weights;
+# 1 MiB minus a 700 KiB ballast leaves too little.
 head -c 700K /dev/zero >small/ballast
 timeout 60 "$MESHTRAIN_BIN" convert --input run/checkpoints --output small/hf >convert_full.log 2>&1
 status=$?
 check convert_full 74 "cannot write .*small/.*: no space left on device"
 rm -f small/ballast
-[[ -z $(ls -A small) ]] || echo "note: convert on a full disk left $(ls -A small | tr '\n' ' ') (its staging is another change's)"
+[[ -z $(ls -A small) ]] || fail "convert on a full disk left $(ls -A small | tr '\n' ' ')"
 
 mount -t tmpfs -o size=1m,ro meshtrain-prepare-ro ro || fail "cannot mount a read-only tmpfs"
 prep ro_prepare --input corpus.txt --output ro/data

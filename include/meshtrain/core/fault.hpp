@@ -31,6 +31,7 @@ enum class Point : int {
   RecordWrite,       ///< record.write: each run-record file: config.ini, mesh.txt, run.json, summary.json (rank 0)
   MetricsWrite,      ///< metrics.write: each record appended to metrics.jsonl (rank 0)
   PrepareWrite,      ///< prepare.write: each write of a token or loss-mask file by `prepare` (rank 0)
+  ConvertWrite,      ///< convert.write: each tensor written into a safetensors file by `convert` (rank 0)
 };
 
 namespace detail {

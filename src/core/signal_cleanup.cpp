@@ -1,0 +1,110 @@
+#include "meshtrain/core/signal_cleanup.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain {
+namespace {
+
+enum Kind : int { kFile = 0, kDirectoryOfFiles = 1, kEmptyDirectory = 2 };
+constexpr int kMaxPaths = 32;
+constexpr std::size_t kMaxPath = 4096;
+
+char g_paths[kMaxPaths][kMaxPath];
+int g_kinds[kMaxPaths];
+volatile std::sig_atomic_t g_count = 0;   // published entries
+volatile std::sig_atomic_t g_active = 0;  // a live, armed SignalCleanup
+volatile std::sig_atomic_t g_live = 0;    // a SignalCleanup exists (one at a time)
+struct sigaction g_old_term {}, g_old_int {};
+
+// linux_dirent64 as getdents64(2) fills it.
+struct Dirent64 {
+  ino64_t d_ino;
+  off64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[1];
+};
+
+void remove_files_in(const char* dir) {
+  const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  alignas(8) char buf[8192];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+    if (n <= 0) break;
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const Dirent64*>(buf + off);
+      off += d->d_reclen;
+      const char* name = d->d_name;
+      if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
+      ::unlinkat(fd, name, 0);  // a subdirectory fails here and stays
+    }
+  }
+  ::close(fd);
+}
+
+void clean_up_on_signal(int sig) {
+  if (g_active) {
+    g_active = 0;
+    const int n = g_count;
+    for (int i = 0; i < n; ++i)
+      if (g_kinds[i] == kFile) ::unlink(g_paths[i]);
+    for (int i = 0; i < n; ++i)
+      if (g_kinds[i] == kDirectoryOfFiles) {
+        remove_files_in(g_paths[i]);
+        ::rmdir(g_paths[i]);
+      }
+    for (int i = 0; i < n; ++i)
+      if (g_kinds[i] == kEmptyDirectory) ::rmdir(g_paths[i]);  // fails unless empty
+  }
+  ::sigaction(sig, sig == SIGTERM ? &g_old_term : &g_old_int, nullptr);
+  ::raise(sig);
+}
+
+void add(int kind, const std::string& path) {
+  MESHTRAIN_ASSERT(path.size() < kMaxPath, "SignalCleanup: path of %zu bytes", path.size());
+  if (g_count >= kMaxPaths) return;  // more than a command stages: those stay on a signal
+  const int i = g_count;
+  std::memcpy(g_paths[i], path.c_str(), path.size() + 1);
+  g_kinds[i] = kind;
+  g_count = i + 1;  // published once the entry is complete
+}
+
+}  // namespace
+
+SignalCleanup::SignalCleanup() {
+  MESHTRAIN_ASSERT(!g_live, "SignalCleanup: one at a time");
+  g_live = 1;
+  g_count = 0;
+  g_active = 1;
+  struct sigaction sa {};
+  sa.sa_handler = clean_up_on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, &old_term_);
+  ::sigaction(SIGINT, &sa, &old_int_);
+  g_old_term = old_term_;
+  g_old_int = old_int_;
+}
+
+SignalCleanup::~SignalCleanup() {
+  g_active = 0;
+  ::sigaction(SIGTERM, &old_term_, nullptr);
+  ::sigaction(SIGINT, &old_int_, nullptr);
+  g_count = 0;
+  g_live = 0;
+}
+
+void SignalCleanup::add_file(const std::string& path) { add(kFile, path); }
+void SignalCleanup::add_directory_of_files(const std::string& dir) { add(kDirectoryOfFiles, dir); }
+void SignalCleanup::add_empty_directory(const std::string& dir) { add(kEmptyDirectory, dir); }
+void SignalCleanup::disarm() { g_active = 0; }
+
+}  // namespace meshtrain
