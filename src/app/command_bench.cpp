@@ -175,6 +175,32 @@ void write_file(const std::string& path, const std::string& text) {
   std::fclose(f);
 }
 
+// ---- sizes bounded by memory ----------------------------------------------------------------
+
+/// UserError on every rank (before any size is timed) when the buffers one size needs do not
+/// fit: a GPU's memory on device builds (`device_bytes`), else this host's available memory
+/// shared by the job's ranks on it (they allocate at once; `host_bytes` each). An absurd
+/// size is then one message naming the size (`what`: "--sizes entry 'X'", "--max_bytes X")
+/// and the memory, not std::bad_alloc (or the OOM killer) after the earlier sizes.
+void require_buffers_fit(const Runtime& rt, const std::string& what, double device_bytes, double host_bytes,
+                         const char* buffers) {
+  agree_on_errors(rt.world(), [&] {
+    const std::size_t device = device_memory_bytes();
+    if (device > 0) {
+      MESHTRAIN_REQUIRE(device_bytes <= static_cast<double>(device),
+                        "%s needs %s of device memory for %s, more than this GPU's %s", what.c_str(),
+                        format_bytes(device_bytes).c_str(), buffers, format_bytes(static_cast<double>(device)).c_str());
+      return;
+    }
+    const int local = rt.topology().local_size;
+    require_host_memory(host_bytes * local,
+                        strprintf("%s (%s%s)", what.c_str(), buffers,
+                                  local > 1 ? strprintf(", %s on each of %d ranks of this host",
+                                                        format_bytes(host_bytes).c_str(), local).c_str()
+                                            : ""));
+  });
+}
+
 // ---- bench comm ----------------------------------------------------------------------------
 
 int bench_comm(Runtime& rt, const BenchArgs& a) {
@@ -199,6 +225,11 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   const std::uint64_t hi = parse_bytes("--max_bytes", a.max_bytes);
   MESHTRAIN_REQUIRE(hi >= lo, "--max_bytes (%s) must be at least --min_bytes (%s)", a.max_bytes.c_str(),
                     a.min_bytes.c_str());
+  // The largest message: a send and a receive buffer of up to --max_bytes each on the device,
+  // and on the host the values sent and the result checked (comm/bench.cpp).
+  const double max_message = static_cast<double>(hi);
+  require_buffers_fit(rt, "--max_bytes " + a.max_bytes, 2 * max_message, (device_memory_bytes() > 0 ? 2 : 4) * max_message,
+                      "the send and receive buffers and their host copies");
 
   if (root) {
     std::printf("# meshtrain bench comm: group %s (%d ranks; %d such group(s) run at once), mesh %s\n",
@@ -294,30 +325,6 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   return total_wrong == 0 ? 0 : 1;
 }
 
-// ---- sizes bounded by memory ----------------------------------------------------------------
-
-/// UserError on every rank (before any size is timed) when the buffers one size needs do not
-/// fit: a GPU's memory on device builds, else this host's available memory shared by the
-/// job's ranks on it (they allocate at once). An absurd --sizes is then one message naming
-/// the size and the memory, not std::bad_alloc (or the OOM killer) after the earlier sizes.
-void require_buffers_fit(const Runtime& rt, const std::string& item, double bytes, const char* buffers) {
-  agree_on_errors(rt.world(), [&] {
-    const std::size_t device = device_memory_bytes();
-    if (device > 0) {
-      MESHTRAIN_REQUIRE(bytes <= static_cast<double>(device),
-                        "--sizes entry '%s' needs %s of device memory for %s, more than this GPU's %s", item.c_str(),
-                        format_bytes(bytes).c_str(), buffers, format_bytes(static_cast<double>(device)).c_str());
-      return;
-    }
-    const int local = rt.topology().local_size;
-    require_host_memory(bytes * local,
-                        strprintf("--sizes entry '%s' (%s%s)", item.c_str(), buffers,
-                                  local > 1 ? strprintf(", %s on each of %d ranks of this host",
-                                                        format_bytes(bytes).c_str(), local).c_str()
-                                            : ""));
-  });
-}
-
 // ---- bench gemm ----------------------------------------------------------------------------
 
 struct GemmShape {
@@ -354,7 +361,8 @@ int bench_gemm(Runtime& rt, const BenchArgs& a) {
     const GemmShape g = parse_gemm_shape(item);
     const double esize = bf16 ? 2.0 : 4.0;
     const double m = g.m, n = g.n, k = g.k;
-    require_buffers_fit(rt, item, (m * k + k * n + m * n) * esize, "A, B and C");
+    const double abc = (m * k + k * n + m * n) * esize;
+    require_buffers_fit(rt, strprintf("--sizes entry '%s'", item.c_str()), abc, abc, "A, B and C");
   }
   if (root) {
     std::printf("# meshtrain bench gemm: %s, op(A)op(B) = %s, %d rank(s) at once, %d thread(s) per rank, %s\n",
@@ -402,7 +410,8 @@ int bench_memory(Runtime& rt, const BenchArgs& a) {
   for (const std::string& item : split_list(a.sizes)) {
     const std::uint64_t bytes = parse_bytes("--sizes", item);
     MESHTRAIN_REQUIRE(bytes >= 4096, "--sizes entry '%s' is below 4 KiB", item.c_str());
-    require_buffers_fit(rt, item, 2.0 * static_cast<double>(bytes), "the source and the destination");
+    const double both = 2.0 * static_cast<double>(bytes);
+    require_buffers_fit(rt, strprintf("--sizes entry '%s'", item.c_str()), both, both, "the source and the destination");
   }
   if (root) {
     std::printf("# meshtrain bench memory: STREAM-like copy b = a (fp32), read + write bytes counted, best of "

@@ -105,6 +105,16 @@ const char* kind_of(mode_t m) {
   return "not a plain file";
 }
 
+}  // namespace
+
+std::string non_regular_kind(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  return kind_of(st.st_mode);
+}
+
+namespace {
+
 std::string named(const std::string& path, const std::string& what) {
   return what.empty() ? path : what + " " + path;
 }

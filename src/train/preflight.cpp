@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 
 namespace meshtrain::train {
 
@@ -30,6 +31,14 @@ void require_writable_dir(const std::string& key, const std::string& dir) {
                     key.c_str(), dir.c_str(), probe_dir.c_str(), std::strerror(errno), key.c_str());
   ::close(fd);
   ::unlink(probe.c_str());
+}
+
+void require_appendable_file(const std::string& key, const std::string& path) {
+  const std::string kind = file_io::non_regular_kind(path);
+  MESHTRAIN_REQUIRE(kind.empty(),
+                    "%s: %s is %s, not a regular file: the run appends its records to it; remove it or choose "
+                    "another %s",
+                    key.c_str(), path.c_str(), kind.c_str(), key.c_str());
 }
 
 }  // namespace meshtrain::train

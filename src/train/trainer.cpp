@@ -139,6 +139,7 @@ int Trainer<T>::run() {
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
     require_writable_dir("output.dir", out_dir);
+    require_appendable_file("output.dir", out_dir + "/metrics.jsonl");
     require_writable_dir(spec_.checkpoint.dir_given ? "checkpoint.dir" : "checkpoint.dir (<output.dir>/checkpoints)",
                          spec_.checkpoint.dir);
     // One run per directory (run_lock.hpp), taken before the checkpoint directory is

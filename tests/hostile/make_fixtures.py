@@ -266,6 +266,10 @@ dataset("d_meta_fifo", lambda d: (os.remove(f"{d}/meta.json"), os.mkfifo(f"{d}/m
 dataset("d_train_fifo", lambda d: (os.remove(f"{d}/train.bin"), os.mkfifo(f"{d}/train.bin")))
 for name in ("fifo.txt", "fifo.ini", "fifo.json", "fifo.gguf", "fifo.safetensors"):
     os.mkfifo(path(name))
+# ... and where it appends: an output.dir whose metrics.jsonl is a FIFO or a directory.
+os.makedirs(path("o_metrics_fifo"), exist_ok=True)
+os.mkfifo(path("o_metrics_fifo", "metrics.jsonl"))
+os.makedirs(path("o_metrics_dir", "metrics.jsonl"), exist_ok=True)
 # A text file larger than the 1 GiB bound on files read whole (sparse: no disk space).
 with open(path("big.txt"), "wb") as f:
     f.truncate((1 << 30) + 1)

@@ -58,6 +58,10 @@ inline constexpr std::uint64_t kMaxTextFileBytes = std::uint64_t{1} << 30;
 /// not exist passes (the caller's open names it). Returns the file's size (0 when absent).
 std::uint64_t require_regular_file(const std::string& path, const std::string& what, std::uint64_t max_bytes = 0);
 
+/// What `path` is when it exists (stat, following links) and is not a regular file: "a named
+/// pipe (FIFO)", "a directory", ...; "" for a regular file or a path that does not exist.
+std::string non_regular_kind(const std::string& path);
+
 /// \brief open(2) of `path` for reading that cannot block: O_NONBLOCK (a FIFO without a
 /// writer would block an ordinary open), then fstat, then O_NONBLOCK cleared. Returns the
 /// descriptor; -1 with errno set when open(2) fails (the caller names the missing file);

@@ -13,4 +13,9 @@ namespace meshtrain::train {
 /// ancestor (where it will be created). Nothing is left behind, nothing is created.
 void require_writable_dir(const std::string& key, const std::string& dir);
 
+/// \brief UserError when `path` (a file the run appends to, e.g. output.dir/metrics.jsonl)
+/// exists and is not a regular file: a named pipe would block the run at its first record,
+/// a directory fail it after the first step. Names `key` and what the path is.
+void require_appendable_file(const std::string& key, const std::string& path);
+
 }  // namespace meshtrain::train
