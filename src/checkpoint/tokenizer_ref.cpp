@@ -16,6 +16,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
+#include "meshtrain/data/sentencepiece_tokenizer.hpp"
 #include "tokenizer_attrs.hpp"
 
 namespace meshtrain::checkpoint {
@@ -118,6 +119,34 @@ std::string tokenizer_config_of(const data::BpeConfig& c, const GgufFile& g) {
   j["eos_token"] = token(c.eos_id);
   j["pad_token"] = token(c.pad_id);
   j["unk_token"] = c.unk_token.empty() ? ordered_json(nullptr) : ordered_json(c.unk_token);
+  j["clean_up_tokenization_spaces"] = false;
+  const std::string tmpl = g.metadata_string("tokenizer.chat_template", "");
+  if (!tmpl.empty()) j["chat_template"] = tmpl;
+  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+}
+
+/// tokenizer_config.json for transformers' LlamaTokenizer beside a GGUF's SentencePiece
+/// tokenizer.model: its special tokens (by piece), BOS handling and chat template.
+std::string sentencepiece_config_of(const data::Tokenizer& tok, const GgufFile& g) {
+  using nlohmann::ordered_json;
+  const std::vector<std::string> pieces = g.metadata_string_array("tokenizer.ggml.tokens");
+  auto token = [&](std::int64_t id) {
+    return id >= 0 && id < static_cast<std::int64_t>(pieces.size()) ? ordered_json(pieces[static_cast<std::size_t>(id)])
+                                                                    : ordered_json(nullptr);
+  };
+  ordered_json j;
+  j["tokenizer_class"] = "LlamaTokenizer";
+  j["add_bos_token"] = tok.add_bos();
+  j["add_eos_token"] = false;
+  j["bos_token"] = token(tok.bos_id());
+  j["eos_token"] = token(tok.eos_id());
+  j["pad_token"] = token(tok.pad_id());
+  j["unk_token"] = token(g.has_metadata("tokenizer.ggml.unknown_token_id")
+                             ? g.metadata_int("tokenizer.ggml.unknown_token_id")
+                             : 0);
+  // SentencePiece's own behaviour (a dummy prefix space, no normalisation): what the GGUF
+  // tokenizer runs, not transformers' newer non-legacy handling of text after specials.
+  j["legacy"] = true;
   j["clean_up_tokenization_spaces"] = false;
   const std::string tmpl = g.metadata_string("tokenizer.chat_template", "");
   if (!tmpl.empty()) j["chat_template"] = tmpl;
@@ -287,7 +316,8 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
     say("the byte tokenizer has no Hugging Face form: the export has no tokenizer files");
     return out;
   }
-  open_recorded_tokenizer(ref, model_name);  // still the tokenizer the model was trained with
+  // Still the tokenizer the model was trained with (same vocabulary and hash), or an error.
+  const std::unique_ptr<data::Tokenizer> tok = open_recorded_tokenizer(ref, model_name);
   std::error_code ec;
   const fs::path spec(ref.spec);
   auto copy = [&](const fs::path& from, const std::string& as) {
@@ -298,14 +328,15 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
       copy(spec / n, n);
   } else if (looks_like_gguf(ref.spec)) {
     const GgufFile g(ref.spec);
-    if (g.metadata_string("tokenizer.ggml.model", "") != "gpt2") {
-      say("the SentencePiece tokenizer of " + ref.spec + " is not exported (meshtrain writes GGUF byte-level BPE "
-          "tokenizers only): copy the model's tokenizer.model into the export");
-      return out;
+    if (g.metadata_string("tokenizer.ggml.model", "") == "llama") {
+      // SentencePiece: the model as its own library writes it, and LlamaTokenizer's config.
+      out.emplace_back("tokenizer.model", data::sentencepiece_model_proto_from_gguf(g));
+      out.emplace_back("tokenizer_config.json", sentencepiece_config_of(*tok, g));
+    } else {
+      const data::BpeConfig c = data::bpe_config_from_gguf(g);
+      out.emplace_back("tokenizer.json", tokenizer_json_of(c));
+      out.emplace_back("tokenizer_config.json", tokenizer_config_of(c, g));
     }
-    const data::BpeConfig c = data::bpe_config_from_gguf(g);
-    out.emplace_back("tokenizer.json", tokenizer_json_of(c));
-    out.emplace_back("tokenizer_config.json", tokenizer_config_of(c, g));
   } else {
     // A tokenizer.json or tokenizer.model file, with the tokenizer_config.json beside it.
     copy(spec, spec.extension() == ".model" ? "tokenizer.model" : "tokenizer.json");

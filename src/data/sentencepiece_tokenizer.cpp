@@ -155,6 +155,15 @@ void field_float(std::string& out, int field, float v) {
   out.append(b, 4);
 }
 
+/// GGUF metadata `key` (a special token id), `fallback` when absent; range-checked against
+/// the vocabulary: an int32 field of the proto would wrap a wider one.
+std::int32_t special_id(const checkpoint::GgufFile& gguf, const char* key, std::int64_t fallback) {
+  if (!gguf.has_metadata(key)) return static_cast<std::int32_t>(fallback);
+  const auto vocab = static_cast<long long>(gguf.metadata_string_array("tokenizer.ggml.tokens").size());
+  return checked_int<std::int32_t>(gguf.metadata_int(key), gguf.path(), key, 0, vocab - 1,
+                                   "(an id of its tokenizer.ggml.tokens)");
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_path, const std::string& config_json,
@@ -180,8 +189,7 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model
   return std::make_unique<SentencePieceTokenizer>(std::move(sp), name, ids, add_bos);
 }
 
-std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoint::GgufFile& gguf,
-                                                                  const std::string& name) {
+std::string sentencepiece_model_proto_from_gguf(const checkpoint::GgufFile& gguf) {
   const auto tokens = gguf.metadata_string_array("tokenizer.ggml.tokens");
   const auto scores = gguf.has_metadata("tokenizer.ggml.scores") ? gguf.metadata_float_array("tokenizer.ggml.scores")
                                                                   : std::vector<double>(tokens.size(), 0.0);
@@ -207,13 +215,7 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoi
   field_varint(trainer, 3, 2);  // model_type = BPE
   field_varint(trainer, 4, static_cast<std::int64_t>(tokens.size()));
   field_varint(trainer, 35, has_bytes ? 1 : 0);  // byte_fallback
-  // The special ids, range-checked: an int32 field of the proto would wrap a wider one.
-  const auto vocab = static_cast<long long>(tokens.size());
-  const auto special = [&](const char* key, std::int64_t fallback) -> std::int32_t {
-    if (!gguf.has_metadata(key)) return static_cast<std::int32_t>(fallback);
-    return checked_int<std::int32_t>(gguf.metadata_int(key), gguf.path(), key, 0, vocab - 1,
-                                     "(an id of its tokenizer.ggml.tokens)");
-  };
+  const auto special = [&](const char* key, std::int64_t fallback) { return special_id(gguf, key, fallback); };
   // These four fields of the proto are what the hash has always covered: their values stay
   // llama.cpp's defaults when the metadata is silent, whatever the vocabulary is named.
   field_varint(trainer, 40, special("tokenizer.ggml.unknown_token_id", 0));
@@ -227,6 +229,13 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoi
   field_varint(normalizer, 4, 0);  // keep whitespace as it is
   field_varint(normalizer, 5, 1);  // spaces become U+2581
   field_bytes(proto, 3, normalizer);
+  return proto;
+}
+
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoint::GgufFile& gguf,
+                                                                  const std::string& name) {
+  const std::string proto = sentencepiece_model_proto_from_gguf(gguf);
+  const auto special = [&](const char* key, std::int64_t fallback) { return special_id(gguf, key, fallback); };
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto st = sp->LoadFromSerializedProto(proto);
   MESHTRAIN_REQUIRE(st.ok(), "GGUF file %s: its SentencePiece vocabulary does not load: %s", gguf.path().c_str(),

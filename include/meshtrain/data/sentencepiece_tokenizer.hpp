@@ -25,4 +25,9 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model
 std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoint::GgufFile& gguf,
                                                                   const std::string& name);
 
+/// The serialized SentencePiece ModelProto of that model: the bytes of the tokenizer.model
+/// file that SentencePiece itself (and transformers' LlamaTokenizer) loads -- what
+/// `convert` exports for such a GGUF. UserError when the metadata is inconsistent.
+std::string sentencepiece_model_proto_from_gguf(const checkpoint::GgufFile& gguf);
+
 }  // namespace meshtrain::data
