@@ -133,8 +133,7 @@ void write_export_dir(const std::string& out_dir_given, const std::function<Expo
   }
   Staging staging;
   const fs::path parent = out.parent_path();
-  for (fs::path p = parent; !p.empty() && !fs::exists(p, ec) && p != p.parent_path(); p = p.parent_path())
-    staging.made_parents.push_back(p.string());
+  staging.made_parents = file_io::missing_directories(parent.string());  // deepest first
   fs::create_directories(parent, ec);
   MESHTRAIN_REQUIRE(!ec, "cannot create the directory %s for --output %s: %s", parent.c_str(), out_dir_given.c_str(),
                     ec.message().c_str());

@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/core/file_io.hpp"
 
 namespace meshtrain::checkpoint::files {
@@ -20,6 +21,9 @@ std::optional<int> step_of(const std::string& name, bool tmp) {
     v = v * 10 + (name[i] - '0');
     if (v > INT_MAX) return std::nullopt;
   }
+  // Only the name meshtrain writes for that step: step_5.h5 beside step_00000005.h5 would
+  // be two files of one step to listing, retention and `latest`.
+  if (name != checkpoint_file_name(static_cast<int>(v)) + (tmp ? ".tmp" : "")) return std::nullopt;
   return static_cast<int>(v);
 }
 

@@ -10,6 +10,7 @@
 #include "format.hpp"
 #include "h5.hpp"
 #include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/checkpoint/weights_path.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
@@ -215,18 +216,29 @@ TokenizerRef source_tokenizer(const std::string& path) {
   std::error_code ec;
   if (path.empty()) return {};
   const fs::path src(path);
-  if (fs::is_directory(src, ec)) {
-    if (fs::exists(src / "tokenizer.json", ec) || fs::exists(src / "tokenizer.model", ec))
-      return tokenizer_ref_of(*data::make_tokenizer(path));
-    return {};
+  const auto has_tokenizer_files = [&](const fs::path& dir) {
+    return fs::exists(dir / "tokenizer.json", ec) || fs::exists(dir / "tokenizer.model", ec);
+  };
+  // A Hugging Face model directory, or a .safetensors file inside one: its tokenizer files.
+  if (fs::is_directory(src, ec) && has_tokenizer_files(src)) return tokenizer_ref_of(*data::make_tokenizer(path));
+  if (!fs::exists(src, ec)) return {};
+  // Otherwise what the weights loader reads (a checkpoint directory: its newest checkpoint).
+  const WeightsPath w = classify_weights_path(path, "checkpoint.init_from=" + path);
+  switch (w.kind) {
+    case WeightsKind::Hdf5:
+      return fs::is_regular_file(w.path, ec) && H5Fis_hdf5(w.path.c_str()) > 0 ? stored_tokenizer(w.path)
+                                                                                : TokenizerRef{};
+    case WeightsKind::Gguf: {
+      const GgufFile g(w.path);
+      if (!g.has_metadata("tokenizer.ggml.model")) return {};
+      return tokenizer_ref_of(*data::make_tokenizer(w.path));
+    }
+    case WeightsKind::Safetensors: {
+      const fs::path dir = fs::is_directory(src, ec) ? src : src.parent_path();
+      if (!dir.empty() && has_tokenizer_files(dir)) return tokenizer_ref_of(*data::make_tokenizer(dir.string()));
+      return {};
+    }
   }
-  if (!fs::is_regular_file(src, ec)) return {};
-  if (looks_like_gguf(path)) {
-    const GgufFile g(path);
-    if (!g.has_metadata("tokenizer.ggml.model")) return {};
-    return tokenizer_ref_of(*data::make_tokenizer(path));
-  }
-  if (H5Fis_hdf5(path.c_str()) > 0) return stored_tokenizer(path);
   return {};
 }
 

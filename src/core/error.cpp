@@ -8,15 +8,16 @@
 #include "meshtrain/core/check.hpp"
 
 namespace meshtrain {
-namespace {
-AbortAllRanks g_abort_all = nullptr;
-int g_world_rank = 0;
 
 std::string host_name() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
   return buf;
 }
+
+namespace {
+AbortAllRanks g_abort_all = nullptr;
+int g_world_rank = 0;
 
 [[noreturn]] void abort_now(int code) {
   std::fflush(stdout);

@@ -107,6 +107,17 @@ const char* kind_of(mode_t m) {
 
 }  // namespace
 
+std::vector<std::string> missing_directories(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec).lexically_normal();
+  if (ec) return out;
+  if (p.filename().empty()) p = p.parent_path();  // a trailing '/'
+  for (; p.has_relative_path() && !fs::exists(p, ec); p = p.parent_path()) out.push_back(p.string());
+  return out;
+}
+
 std::string non_regular_kind(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return "";

@@ -90,6 +90,11 @@ SignalCleanup::SignalCleanup() {
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGTERM, &sa, &old_term_);
   ::sigaction(SIGINT, &sa, &old_int_);
+  // A signal the process ignores stays ignored (a background job of a non-interactive
+  // shell has SIGINT ignored): removing the output and then not ending would leave the
+  // command running without its files.
+  if (old_term_.sa_handler == SIG_IGN) ::sigaction(SIGTERM, &old_term_, nullptr);
+  if (old_int_.sa_handler == SIG_IGN) ::sigaction(SIGINT, &old_int_, nullptr);
   g_old_term = old_term_;
   g_old_int = old_int_;
 }

@@ -16,10 +16,7 @@ namespace fs = std::filesystem;
 StagedOutput::StagedOutput(std::string dir) : dir_(std::move(dir)) {
   std::error_code ec;
   if (!fs::exists(dir_, ec)) {
-    // The directories about to be created, deepest first: removed again on failure.
-    fs::path p = fs::absolute(dir_, ec).lexically_normal();
-    if (p.filename().empty()) p = p.parent_path();  // a trailing '/'
-    for (; p.has_relative_path() && !fs::exists(p, ec); p = p.parent_path()) created_.push_back(p.string());
+    created_ = file_io::missing_directories(dir_);  // deepest first: removed again on failure
     fs::create_directories(dir_, ec);
     MESHTRAIN_REQUIRE(!ec, "cannot create the output directory %s: %s", dir_.c_str(), ec.message().c_str());
     created_dir_ = true;

@@ -11,20 +11,11 @@
 #include <fstream>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/log.hpp"
 
 namespace meshtrain::train {
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string this_host() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
-  return buf;
-}
-
-}  // namespace
 
 std::string run_lock_holder(const std::string& path) {
   std::ifstream in(path);
@@ -38,10 +29,7 @@ std::string run_lock_holder(const std::string& path) {
 
 RunDirLock::RunDirLock(const std::string& key, const std::string& dir) {
   std::error_code ec;
-  // The directories that do not exist yet, deepest first, for the destructor.
-  for (fs::path p = fs::absolute(dir, ec); !ec && !p.empty() && !fs::exists(p, ec) && p != p.parent_path();
-       p = p.parent_path())
-    created_.push_back(p.string());
+  created_ = file_io::missing_directories(dir);  // deepest first, for the destructor
   fs::create_directories(dir, ec);
   MESHTRAIN_REQUIRE(!ec && fs::is_directory(dir), "cannot create %s=%s: %s", key.c_str(), dir.c_str(),
                     ec ? ec.message().c_str() : "a file of that name exists");
@@ -64,8 +52,9 @@ RunDirLock::RunDirLock(const std::string& key, const std::string& dir) {
             path_.c_str(), key.c_str()));
       }
       // ENOLCK/ENOSYS/EOPNOTSUPP: a file system without locks (Lustre without -o flock).
-      // Refusing every run there would be worse than running unguarded; say so.
-      ::unlink(path_.c_str());
+      // Refusing every run there would be worse than running unguarded; say so. The file
+      // stays: an ENOLCK may be transient (an NFS lock server), and the file could be a
+      // live holder's.
       log::warn("%s=%s: cannot lock %s (%s): this file system has no file locks, so a second run into the same "
                 "directory is not detected",
                 key.c_str(), dir.c_str(), path_.c_str(), std::strerror(err));
@@ -84,7 +73,7 @@ RunDirLock::RunDirLock(const std::string& key, const std::string& dir) {
   }
   MESHTRAIN_REQUIRE(fd_ >= 0, "%s=%s: cannot take the lock %s: it is removed and recreated continuously",
                     key.c_str(), dir.c_str(), path_.c_str());
-  const std::string me = strprintf("host %s pid %ld\n", this_host().c_str(), static_cast<long>(::getpid()));
+  const std::string me = strprintf("host %s pid %ld\n", host_name().c_str(), static_cast<long>(::getpid()));
   // Best effort: the lock is what excludes; the text only names the holder in a refusal.
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
     log::warn("cannot write the holder into the lock file %s: %s", path_.c_str(), std::strerror(errno));

@@ -442,13 +442,13 @@ template <class T>
 void Trainer<T>::lock_directories(const std::string& out_dir, const std::string& ckpt_dir) {
   namespace fs = std::filesystem;
   locks_.push_back(std::make_unique<RunDirLock>("output.dir", out_dir));
-  // A checkpoint.dir shared by runs with different output.dirs corrupts as surely; one
-  // inside output.dir (the default <output.dir>/checkpoints) is covered by its lock.
+  // A checkpoint.dir shared by runs with different output.dirs corrupts as surely. It is
+  // locked itself even inside output.dir (the default <output.dir>/checkpoints): another
+  // run may name it as its checkpoint.dir with an output.dir of its own.
   std::error_code ec;
   const fs::path out = fs::weakly_canonical(out_dir, ec), ck = fs::weakly_canonical(ckpt_dir, ec);
-  const auto [o, c] = std::mismatch(out.begin(), out.end(), ck.begin(), ck.end());
-  const bool inside = o == out.end() || (std::next(o) == out.end() && o->empty());
-  if (!inside) locks_.push_back(std::make_unique<RunDirLock>("checkpoint.dir", ckpt_dir));
+  if (out.lexically_normal() != ck.lexically_normal())
+    locks_.push_back(std::make_unique<RunDirLock>("checkpoint.dir", ckpt_dir));
 }
 
 template <class T>

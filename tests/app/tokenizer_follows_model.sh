@@ -102,6 +102,17 @@ PY
 refused eval_other "is the bpe tokenizer .*other (49152 ids, hash .*), but checkpoint .* was trained with the bpe tokenizer $gguf (49152 ids, hash" \
   "$bin" eval --checkpoint run/checkpoints --text text.txt --train.seq_len=48 --tokenizer other
 
+# Fine-tuning further from the run's checkpoint directory (as the weights loader reads it:
+# its newest checkpoint) brings the recorded tokenizer, so a byte-tokenized dataset is
+# refused as it is with the checkpoint file named.
+run prepare_bytes "$bin" prepare --format alpaca --input train.jsonl --output data_bytes --tokenizer byte --chat_template alpaca --seq_len 256 || exit 1
+for from in run/checkpoints run/checkpoints/step_00000001.h5; do
+  refused "init_from_${from//\//_}" "was tokenized with a byte tokenizer but .* uses a bpe tokenizer" \
+    "$bin" train "$MESHTRAIN_SOURCE_DIR/inputs/finetune-demo.ini" --checkpoint.init_from="$from" \
+    --data.dir=data_bytes --output.dir="again_${from//\//_}" --train.steps=1 --train.seq_len=256 \
+    --train.micro_batch=2 --train.global_batch=2 --model.lora_rank=4 --model.lora_targets=q,v
+done
+
 # A checkpoint written before tokenizers were recorded: bytes, with a notice.
 cp run/checkpoints/step_00000001.h5 old.h5
 "$py" -c 'import h5py, sys

@@ -42,8 +42,10 @@ TEST(CheckpointNames, ListingOrdersNumericallyAtAnyWidth) {
     for (const char* n : {"step_100000001.h5", "step_99999999.h5", "step_00000005.h5", "step_2147483647.h5",
                           "step_1000000000.h5"})
       touch(dir + "/" + n);
-    // Not checkpoints: a temporary, a step beyond int, no digits, stray characters.
-    for (const char* n : {"step_100000002.h5.tmp", "step_2147483648.h5", "step_.h5", "step_12a4.h5", "step_1.h5x"})
+    // Not checkpoints: a temporary, a step beyond int, no digits, stray characters, and
+    // names meshtrain never writes for a step (too few or too many leading zeros).
+    for (const char* n : {"step_100000002.h5.tmp", "step_2147483648.h5", "step_.h5", "step_12a4.h5", "step_1.h5x",
+                          "step_5.h5", "step_000000005.h5", "step_0100000001.h5"})
       touch(dir + "/" + n);
   }
   MPI_Barrier(w.get());

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One run per directory (issue 28): a run holds an advisory lock on <output.dir>/.meshtrain.lock
-# (and on checkpoint.dir's when that lies outside output.dir) from before it reads or writes
+# and on checkpoint.dir's (also the default one inside output.dir) from before it reads or writes
 # anything there until it ends. Deterministic, no timing:
 #   1. another process holds the lock (a python flock holder that wrote host and pid): a
 #      second train on 1 and 2 ranks exits 2 with one message naming host and pid, and no
@@ -10,7 +10,8 @@
 #   3. the holder gone, its lock file still there (stale): the next run trains normally;
 #      a run killed mid-training (MESHTRAIN_FAULT kill) does not block its resume either;
 #   4. two real runs: run A is frozen at step 3 (MESHTRAIN_FAULT action=stop, SIGSTOP);
-#      run B into A's directory is refused (exit 2, A's host and pid), nothing changed;
+#      run B into A's directory is refused (exit 2, A's host and pid), and so is run C with
+#      its own output.dir but A's default checkpoint.dir; nothing changed;
 #      after SIGCONT, A finishes with exit 0 and every one of its metric lines.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC, TEST_TMP.
 set -uo pipefail
@@ -120,6 +121,11 @@ done
 snapshot live >before.txt
 train second.log 2 --output.dir=live --train.steps=6 --checkpoint.every=2
 expect_refused second.log $? live output.dir "$pid"
+# Run A's default checkpoint.dir (inside its output.dir) named by a run with another
+# output.dir: locked on its own, so refused too.
+train third.log 1 --output.dir=third_out --checkpoint.dir=live/checkpoints --train.steps=6 --checkpoint.every=2
+expect_refused third.log $? live/checkpoints checkpoint.dir "$pid"
+[[ ! -e third_out ]] || fail "the refused third run left the output.dir it created"
 snapshot live >after.txt
 diff before.txt after.txt || fail "the refused second run changed run A's directory"
 kill -CONT "$pid"

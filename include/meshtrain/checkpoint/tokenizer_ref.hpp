@@ -25,9 +25,11 @@ TokenizerRef tokenizer_ref_of(const data::DatasetMeta& meta);
 /// written before tokenizers were recorded. UserError when the file cannot be opened.
 TokenizerRef stored_tokenizer(const std::string& path);
 
-/// The tokenizer a model source brings: a meshtrain checkpoint's record, a GGUF file's
-/// tokenizer.ggml.* metadata, a Hugging Face directory's tokenizer.json / tokenizer.model
-/// (the spec is the absolute path of the file or directory). Unknown for other sources
+/// The tokenizer a model source brings: a meshtrain checkpoint's record (a checkpoint
+/// directory: its newest checkpoint's, as the weights loader picks it), a GGUF file's
+/// tokenizer.ggml.* metadata, a Hugging Face directory's tokenizer.json / tokenizer.model,
+/// also for a .safetensors file inside that directory (the spec is the absolute path of the
+/// file or directory). Unknown for other sources
 /// (safetensors without tokenizer files, random data). Serial; UserError for a source whose
 /// tokenizer cannot be read.
 TokenizerRef source_tokenizer(const std::string& path);
@@ -58,8 +60,9 @@ std::unique_ptr<data::Tokenizer> tokenizer_of_checkpoint(const std::string& spec
 /// The Hugging Face tokenizer files of `ref` for a model export: copies of tokenizer.json,
 /// tokenizer_config.json, special_tokens_map.json, tokenizer.model where the source is such
 /// a file or directory; for a GGUF byte-level BPE tokenizer a tokenizer.json and
-/// tokenizer_config.json written from its metadata. Empty (with `note` saying why) for the
-/// byte tokenizer, an unknown one and a GGUF SentencePiece tokenizer. UserError when the
+/// tokenizer_config.json written from its metadata, for a GGUF SentencePiece tokenizer a
+/// tokenizer.model and a LlamaTokenizer tokenizer_config.json. Empty (with `note` saying
+/// why) for the byte tokenizer and an unknown one. UserError when the
 /// recorded tokenizer is gone or changed.
 std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const TokenizerRef& ref, const std::string& model_name,
                                                                     std::string* note);

@@ -23,7 +23,11 @@ template <class T>
 T checked_int(long long value, const std::string& file, const std::string& key,
               long long lo = static_cast<long long>(std::numeric_limits<T>::min()),
               long long hi = static_cast<long long>(std::numeric_limits<T>::max()), const char* why = nullptr) {
-  static_assert(std::numeric_limits<T>::is_integer && sizeof(T) <= sizeof(long long), "an integer type");
+  // T's whole range must be a long long range: an unsigned 64-bit T would turn its maximum
+  // into -1 and refuse every value.
+  static_assert(std::numeric_limits<T>::is_integer &&
+                    (sizeof(T) < sizeof(long long) || std::numeric_limits<T>::is_signed),
+                "checked_int: a signed type, or an unsigned one narrower than long long");
   if (value < lo || value > hi) throw_int_out_of_range(file, key, std::to_string(value), lo, hi, why);
   return static_cast<T>(value);
 }

@@ -63,6 +63,9 @@ void set_abort_context(AbortAllRanks abort_all, int world_rank);
 /// The world rank registered by main (0 before registration).
 int world_rank();
 
+/// This machine's host name (gethostname), "unknown-host" when it has none.
+std::string host_name();
+
 }  // namespace meshtrain
 
 /// Throws UserError when `cond` is false; the message is printf-formatted.

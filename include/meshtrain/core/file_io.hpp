@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/fault.hpp"
@@ -57,6 +58,12 @@ inline constexpr std::uint64_t kMaxTextFileBytes = std::uint64_t{1} << 30;
 /// it is larger ("WHAT PATH is 3.00 GiB, larger than the 1.00 GiB ..."). A path that does
 /// not exist passes (the caller's open names it). Returns the file's size (0 when absent).
 std::uint64_t require_regular_file(const std::string& path, const std::string& what, std::uint64_t max_bytes = 0);
+
+/// The directories that creating `dir` (with its parents) would make: absolute, normalised
+/// ("a/b/" and "a/./b" are "a/b"), deepest first; empty when `dir` exists. Removing them in
+/// this order (each only if empty) undoes the creation: what a failed command does to leave
+/// no empty output directory behind.
+std::vector<std::string> missing_directories(const std::string& dir);
 
 /// What `path` is when it exists (stat, following links) and is not a regular file: "a named
 /// pipe (FIFO)", "a directory", ...; "" for a regular file or a path that does not exist.

@@ -3,7 +3,7 @@
 /// the user presses Ctrl-C (SIGINT): while a `SignalCleanup` is live, either signal first
 /// removes the paths registered with it, then ends the process as the signal would have
 /// (the previous action is restored and the signal raised again, so the exit status is
-/// 128 + signal). `prepare`'s staged files and `convert`'s staging directory use it.
+/// 128 + signal). A signal the process ignores when it is created stays ignored. `prepare`'s staged files and `convert`'s staging directory use it.
 ///
 /// The handler may run at any instruction, so what it removes is kept in fixed arrays of
 /// C strings, each published (its count raised) only once it is complete, and it uses only
