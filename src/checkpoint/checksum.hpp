@@ -7,8 +7,9 @@
 // hyperslabs, and a reader on another mesh reads other hyperslabs. CRC is linear, so each
 // rank computes the contribution of the elements it owns (crc32c::Contribution), on the
 // writer's mesh at save as on the reader's at load, and an xor-reduction gives the
-// tensor's CRC on any mesh: every rank verifies exactly what it read, with no extra read
-// and one small all-reduce per file. A burst of up to 32 bits (a flipped byte anywhere)
+// tensor's CRC on any mesh: every element on disk is verified once (by its owner; the
+// copies replicas read are not hashed again), with no extra read and one small all-reduce
+// per file. A burst of up to 32 bits (a flipped byte anywhere)
 // always changes a CRC-32C, whatever the tensor's length.
 
 #include <hdf5.h>

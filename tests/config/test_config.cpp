@@ -472,22 +472,19 @@ TEST_F(ConfigTest, EveryStringKeyRoundTripsHostileValuesThroughTheWrittenIni) {
   // every key that takes free text must read back from config_to_ini exactly as given.
   int string_keys = 0;
   for (const auto& [key, default_text] : config_entries(Config{})) {
-    bool is_text = true;
+    bool is_text = false;  // some hostile value was kept as given: the key takes free text
     for (const std::string& value : hostile_values()) {
       Config c;
       try {
         c = parse_config("train", {"--" + key + "=" + value}).config;
       } catch (const UserError&) {
-        is_text = false;  // a number, bool or choice: not free text
-        break;
+        continue;  // refused on the command line (a number, bool or choice; a checked value)
       }
       std::string got_before;
       for (const auto& [k, v] : config_entries(c))
         if (k == key) got_before = v;
-      if (got_before != value) {
-        is_text = false;  // parsed into another type (the value's text is not kept)
-        break;
-      }
+      if (got_before != value) continue;  // parsed into another type (the value's text is not kept)
+      is_text = true;
       const std::string ini = config_to_ini(c);
       const std::string path = write("hostile.ini", ini);
       Config back;
