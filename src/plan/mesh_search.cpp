@@ -36,12 +36,15 @@ SearchSpace search_space(const RunSpec& spec) {
 
 namespace {
 
-/// The `auto` rule's order: fastest predicted first; ties (identical predictions, e.g. every
-/// strategy on one rank) keep the enumeration order, least communication first, which the
-/// stable sort keeps.
+/// The `auto` rule's order: fastest predicted first. Ties -- identical predictions, where
+/// the model hides all communication behind compute -- go to the candidate that moves fewer
+/// bytes per step (should the overlap be less than predicted, it stays the faster), then
+/// keep the enumeration order (strategies least communication first; the stable sort).
 void rank(MeshSearch& out, const PlanInput& in) {
   std::stable_sort(out.candidates.begin(), out.candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return a.pred.step_seconds_overlap < b.pred.step_seconds_overlap;
+    if (a.pred.step_seconds_overlap != b.pred.step_seconds_overlap)
+      return a.pred.step_seconds_overlap < b.pred.step_seconds_overlap;
+    return a.plan.comm.total() < b.plan.comm.total();
   });
   for (std::size_t i = 0; i < out.candidates.size(); ++i)
     if (out.candidates[i].plan.fits) {
@@ -65,9 +68,9 @@ void rank(MeshSearch& out, const PlanInput& in) {
     const Candidate& w = out.candidates[out.chosen];
     out.reason = strprintf("fastest predicted step that fits: %.3f s, %s of %s usable per rank", w.pred.step_seconds_overlap,
                            format_bytes(w.plan.memory.total()).c_str(), format_bytes(usable).c_str());
-    const int faster_not_fitting = out.chosen;
-    if (faster_not_fitting > 0)
-      out.reason += strprintf("; %d faster candidate(s) do not fit (the fastest, %.3f s, needs %s)", faster_not_fitting,
+    const int ahead_not_fitting = out.chosen;  // faster, or as fast and moving fewer bytes
+    if (ahead_not_fitting > 0)
+      out.reason += strprintf("; %d candidate(s) at least as fast do not fit (the first, %.3f s, needs %s)", ahead_not_fitting,
                               out.candidates[0].pred.step_seconds_overlap,
                               format_bytes(out.candidates[0].plan.memory.total()).c_str());
     for (std::size_t i = out.chosen + 1; i < out.candidates.size(); ++i)

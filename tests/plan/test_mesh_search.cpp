@@ -117,3 +117,28 @@ TEST(MeshSearch, NothingFitsIsAnErrorWithTheFix) {
   EXPECT_EQ(ms.chosen, -1);
   EXPECT_NE(ms.reason.find("nothing fits"), std::string::npos) << ms.reason;
 }
+
+// The one `auto` rule on a fixed mesh: the fastest predicted strategy that fits, whatever
+// its communication; least communication decides only between identical predictions.
+TEST(MeshSearch, FixedMeshAutoTakesTheFastestThatFitsAndBreaksTiesByBytes) {
+  RunSpec cfg = llama_8b(64);
+  cfg.parallel.mesh_request = {1, -1, 1};
+  plan::PlanInput in;
+  in.dims = cfg.dims;
+  in.world = 64;
+  in.ranks_per_node = 8;
+  in.mesh_request = cfg.parallel.mesh_request;
+  in.batch = cfg.batch;
+  in.bf16 = true;
+  in.memory_budget = 80.0 * 1073741824.0;
+  const MeshSearch ms = rank_strategies(in, search_space(cfg).strategies, h100ish());
+  ASSERT_GE(ms.chosen, 0) << ms.reason;
+  const Candidate& w = ms.candidates[ms.chosen];
+  for (const Candidate& c : ms.candidates) {
+    if (!c.plan.fits) continue;
+    EXPECT_GE(c.pred.step_seconds_overlap, w.pred.step_seconds_overlap) << parallel::strategy_name(c.plan.strategy);
+    if (c.pred.step_seconds_overlap == w.pred.step_seconds_overlap)
+      EXPECT_GE(c.plan.comm.total(), w.plan.comm.total()) << parallel::strategy_name(c.plan.strategy);
+  }
+  EXPECT_NE(ms.reason.find("fastest predicted step that fits"), std::string::npos) << ms.reason;
+}

@@ -1,11 +1,12 @@
 #pragma once
 /// \brief The one rule behind `parallel.strategy = auto`: of the candidates the job allows,
 /// the fastest predicted step (plan/cost_model.hpp) that fits in memory (plan/planner.hpp).
-/// Least communication is the tie-break only: of candidates with identical predictions
-/// (every strategy on one rank, where nothing moves) the earlier in the enumeration order
-/// wins -- strategies no_shard, shard_grad_op, hybrid_shard, full_shard (least communication
-/// first), then meshes by tp and dp_replicate ascending, checkpointing off before on, smaller
-/// micro-batches first. The candidates are every (strategy, dp_replicate x dp_shard x tp,
+/// Least communication is the tie-break only: of candidates with identical predicted steps
+/// (the model hides all their communication behind compute) the one that moves fewer bytes
+/// per step wins, should the overlap be less than predicted; still equal (every strategy on
+/// one rank, where nothing moves), the earlier in the enumeration order -- strategies
+/// no_shard, shard_grad_op, hybrid_shard, full_shard, then meshes by tp and dp_replicate
+/// ascending, checkpointing off before on, smaller micro-batches first. The candidates are every (strategy, dp_replicate x dp_shard x tp,
 /// activation checkpointing, micro-batch) when the mesh is left to the planner
 /// (search_meshes), or every strategy on the configured mesh (rank_strategies); the rule is
 /// the same.
