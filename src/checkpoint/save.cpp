@@ -156,6 +156,65 @@ struct SaveFailed {
   int err;
 };
 
+/// The metadata of a save: root attributes, groups, /model's attributes, the sampler's
+/// windows, a LoRA run's base reference and every dataset (spec x {master, exp_avg,
+/// exp_avg_sq}), created by every rank in spec order (collective metadata, cached by HDF5
+/// until it is flushed at the close). `failed` records a failed call; after one every rank
+/// still makes every call: they are collective.
+template <class T, class Failed>
+void create_metadata(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const CheckpointMeta& meta,
+                     const TrainState& st, hid_t file, hid_t dxpl, std::vector<std::array<h5::Handle, 3>>& datasets,
+                     const Failed& failed) {
+  const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
+  const auto& specs = eng.specs();
+  WatchedBlockingCall watch("H5Dcreate", kWatchGroup, mesh.world().mpi());
+  write_root_attrs(file, mesh, meta, st);
+  for (const char* g : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq", "/train"})
+    h5::group(H5_CHECK(H5Gcreate2(file, g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  {
+    h5::Handle model_group = h5::group(H5_CHECK(H5Gopen2(file, format::kModelGroup, H5P_DEFAULT)));
+    format::write_model_attrs(model_group.get(), meta.dims);
+    write_tokenizer_attrs(model_group.get(), st.tokenizer);  // the model's tokenizer is part of it
+  }
+  failed(write_rank_windows(file, dxpl, st, mesh.world().mpi().rank() == 0) < 0);
+  // LoRA: the frozen base is not stored, only where it comes from.
+  if (eng.has_frozen()) write_base_ref(file, st.base);
+  h5::Handle dcpl = h5::plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].frozen) continue;
+    h5::Handle sp = h5::simple_space(specs[i].shape);
+    for (int k = 0; k < 3; ++k) {
+      datasets[i][k] = h5::dataset(H5Dcreate2(file, format::dataset_path(groups[k], specs[i].name).c_str(),
+                                              H5T_IEEE_F32LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+      failed(!datasets[i][k].valid());
+    }
+  }
+}
+
+/// The tensors' checksums as attributes: the same values written by every rank (collective
+/// metadata), so the ranks' contributions are combined first. Returns their cost: the CRCs
+/// computed while writing plus the attribute writes. (The reduction of 4 bytes per tensor
+/// is not counted: its wall time is the ranks' skew, which the collective close right after
+/// would wait for otherwise.)
+double write_checksums(const MpiComm& comm, hid_t file, const checksum::Partials& sums,
+                       const std::vector<std::array<h5::Handle, 3>>& datasets) {
+  std::vector<std::uint32_t> crcs;
+  {
+    WatchedBlockingCall watch("MPI_Allreduce", kWatchGroup, comm);
+    crcs = sums.reduce(comm);
+  }
+  std::vector<hid_t> ids(datasets.size() * 3, -1);
+  for (std::size_t i = 0; i < datasets.size(); ++i)
+    for (int k = 0; k < 3; ++k) ids[sums.slot(static_cast<int>(i), k)] = datasets[i][k].get();
+  const double attrs_t0 = now_seconds();
+  {
+    WatchedBlockingCall watch("H5Awrite", kWatchGroup, comm);
+    checksum::write(file, sums, crcs, ids);
+  }
+  return sums.seconds() + (now_seconds() - attrs_t0);
+}
+
 /// The data phase of a save: every unit's owned master weights and both moments staged to
 /// the host and written piece by piece into `datasets` (spec x {master, exp_avg,
 /// exp_avg_sq}), their checksums added to `sums`, their non-finite values counted. `failed`
@@ -241,7 +300,6 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
   std::uint64_t bytes_needed = 0;  // tensor bytes; the file adds a little metadata
   for (const model::ParamSpec& p : specs)
     if (!p.frozen) bytes_needed += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
-  const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   std::uint64_t nonfinite = 0;
   std::uint64_t my_bytes = 0;       // tensor bytes this rank wrote (the save's log line)
   double my_data_seconds = 0;       // this rank's data phase
@@ -277,34 +335,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
     agree();
     h5::Handle dxpl = h5::piece_dxpl();
     std::vector<std::array<h5::Handle, 3>> datasets(specs.size());
-    {
-      // Metadata: attributes, groups and every dataset, created by every rank in spec order
-      // (collective metadata, cached by HDF5 until it is flushed at the close).
-      WatchedBlockingCall watch("H5Dcreate", kWatchGroup, comm);
-      write_root_attrs(file.get(), mesh, meta, st);
-      for (const char* g : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq", "/train"})
-        h5::group(H5_CHECK(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-      {
-        h5::Handle model_group = h5::group(H5_CHECK(H5Gopen2(file.get(), format::kModelGroup, H5P_DEFAULT)));
-        format::write_model_attrs(model_group.get(), meta.dims);
-        write_tokenizer_attrs(model_group.get(), st.tokenizer);  // the model's tokenizer is part of it
-      }
-      failed(write_rank_windows(file.get(), dxpl.get(), st, root) < 0);
-      // LoRA: the frozen base is not stored, only where it comes from.
-      if (eng.has_frozen()) write_base_ref(file.get(), st.base);
-      h5::Handle dcpl = h5::plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-      H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
-      // After a failure every rank still makes every call: they are collective.
-      for (std::size_t i = 0; i < specs.size(); ++i) {
-        if (specs[i].frozen) continue;
-        h5::Handle sp = h5::simple_space(specs[i].shape);
-        for (int k = 0; k < 3; ++k) {
-          datasets[i][k] = h5::dataset(H5Dcreate2(file.get(), format::dataset_path(groups[k], specs[i].name).c_str(),
-                                                  H5T_IEEE_F32LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-          failed(!datasets[i][k].valid());
-        }
-      }
-    }
+    create_metadata(eng, mesh, meta, st, file.get(), dxpl.get(), datasets, failed);
     agree();
 
     const double data_t0 = now_seconds();
@@ -312,27 +343,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
     checksum::Partials sums(specs, 3);
     write_tensor_data(eng, comm, dxpl.get(), datasets, sums, nonfinite, my_bytes, err, failed, agree);
     my_data_seconds = now_seconds() - data_t0;
-    {
-      // The checksums are attributes: the same values written by every rank (collective
-      // metadata), so the ranks' contributions are combined first. Their cost: the CRCs
-      // computed above plus the attribute writes. (The reduction of 4 bytes per tensor
-      // is not counted: its wall time is the ranks' skew, which the collective close
-      // right after would wait for otherwise.)
-      std::vector<std::uint32_t> crcs;
-      {
-        WatchedBlockingCall watch("MPI_Allreduce", kWatchGroup, comm);
-        crcs = sums.reduce(comm);
-      }
-      std::vector<hid_t> ids(specs.size() * 3, -1);
-      for (std::size_t i = 0; i < specs.size(); ++i)
-        for (int k = 0; k < 3; ++k) ids[sums.slot(static_cast<int>(i), k)] = datasets[i][k].get();
-      const double attrs_t0 = now_seconds();
-      {
-        WatchedBlockingCall watch("H5Awrite", kWatchGroup, comm);
-        checksum::write(file.get(), sums, crcs, ids);
-      }
-      my_checksum_seconds = sums.seconds() + (now_seconds() - attrs_t0);
-    }
+    my_checksum_seconds = write_checksums(comm, file.get(), sums, datasets);
     {
       // Collective closes: the file's flushes the metadata, so it can fail on a full disk.
       WatchedBlockingCall watch("H5Fclose", kWatchGroup, comm);
