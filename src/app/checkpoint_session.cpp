@@ -7,6 +7,7 @@
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/train/checkpoint_meta.hpp"
 #include "meshtrain/checkpoint/weights_path.hpp"
 #include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/comm/agree.hpp"
@@ -77,7 +78,7 @@ WeightsSource resolve_weights(const MpiComm& world, const Config& cfg, const std
   agree_on_errors(world, [&] {
     if (world.rank() != 0) return;
     if (option.empty()) {
-      out.path = checkpoint::resolve_resume(dir, train::ResumeSpec{});
+      out.path = checkpoint::resolve_resume(dir, checkpoint::ResumeSpec{});
       MESHTRAIN_REQUIRE(!out.path.empty(),
                         "no checkpoint found in %s: pass --checkpoint PATH (a step_*.h5 file, a checkpoint "
                         "directory or a Hugging Face model directory), or set output.dir (or checkpoint.dir) to "
@@ -193,7 +194,7 @@ void fit_mesh_to_job(Config& cfg, int world_size) {
 }
 
 template <class T>
-LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::RunSetup& setup,
+LoadedWeights load_checkpoint_weights(train::Session<T>& session, const plan::RunSetup& setup,
                                       const WeightsSource& source) {
   const bool pretrained = source.pretrained;
   const std::string& resolved = source.path;
@@ -203,12 +204,12 @@ LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::R
   checkpoint::IoStats io;
   LoadedWeights out;
   if (pretrained) {
-    checkpoint::load_weights(eng, session.mesh(), setup.dims, resolved, setup.spec.train.seed, &io);
+    checkpoint::load_weights(eng, session.mesh(), setup.spec.dims, resolved, setup.spec.train.seed, &io);
     out.path = io.path;
   } else {
     // The full loader validates the stored model description against the config (naming
     // every differing key) before it reads anything; a forward-only engine reads no moments.
-    const checkpoint::TrainState st = checkpoint::load(eng, session.mesh(), setup, resolved, &io);
+    const checkpoint::TrainState st = checkpoint::load(eng, session.mesh(), train::checkpoint_meta(setup), resolved, &io);
     out.path = resolved;
     out.step = st.step;
   }
@@ -216,9 +217,9 @@ LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::R
   return out;
 }
 
-template LoadedWeights load_checkpoint_weights<float>(train::Session<float>&, const train::RunSetup&,
+template LoadedWeights load_checkpoint_weights<float>(train::Session<float>&, const plan::RunSetup&,
                                                       const WeightsSource&);
-template LoadedWeights load_checkpoint_weights<bf16>(train::Session<bf16>&, const train::RunSetup&,
+template LoadedWeights load_checkpoint_weights<bf16>(train::Session<bf16>&, const plan::RunSetup&,
                                                      const WeightsSource&);
 
 }  // namespace meshtrain::app

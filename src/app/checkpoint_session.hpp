@@ -8,7 +8,7 @@
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/config/config.hpp"
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/plan/run_setup.hpp"
 #include "meshtrain/train/session.hpp"
 
 namespace meshtrain::app {
@@ -84,7 +84,7 @@ void fit_mesh_to_job(Config& cfg, int world_size);
 /// the same model as the config (UserError naming each differing key); safetensors and
 /// GGUF tensors are matched by name and shape.
 template <class T>
-LoadedWeights load_checkpoint_weights(train::Session<T>& session, const train::RunSetup& setup,
+LoadedWeights load_checkpoint_weights(train::Session<T>& session, const plan::RunSetup& setup,
                                       const WeightsSource& source);
 
 /// Configures logging from output.log_level / output.log_all_ranks and the watchdog timeout.

@@ -24,6 +24,7 @@
 #include "checkpoint_session.hpp"
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
+#include "meshtrain/train/checkpoint_meta.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/core/check.hpp"
@@ -118,7 +119,7 @@ std::optional<Ceiling> network_ceiling(const MpiComm& world, const Topology& top
 }
 
 template <class T>
-int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOptions& o) {
+int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions& o) {
   const bool root = rt.topology().world_rank == 0;
   train::Session<T> session(rt, setup);
   const MpiComm& world = session.mesh().world().mpi();
@@ -140,14 +141,15 @@ int run_bench_io(const Runtime& rt, const train::RunSetup& setup, const IoOption
   if (root)
     std::printf("# meshtrain bench io: checkpoint save of a %s model, %llu parameters (weights + 2 AdamW moments, "
                 "fp32), on mesh %s, %d rank(s) on %d node(s), in %s\n",
-                choice_name(setup.dims.family), static_cast<unsigned long long>(params), setup.mesh.str().c_str(),
+                choice_name(setup.spec.dims.family), static_cast<unsigned long long>(params), setup.mesh.str().c_str(),
                 world.size(), rt.topology().num_nodes, dir.c_str());
   std::vector<checkpoint::IoStats> saves;
   for (int i = 0; i < o.iters; ++i) {
     checkpoint::TrainState st;
     st.step = i + 1;
     st.seed = setup.spec.train.seed;
-    saves.push_back(checkpoint::save(eng, session.mesh(), setup, st, dir));
+    st.rank_first_windows = train::next_step_windows(0, setup);
+    saves.push_back(checkpoint::save(eng, session.mesh(), train::checkpoint_meta(setup), st, dir));
     if (root) std::printf("save %d: %s\n", i + 1, checkpoint::describe_save(saves.back()).c_str());
     std::fflush(stdout);
   }
@@ -234,8 +236,8 @@ int command_bench_io(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.iters >= 1, "--iters must be at least 1, got %d", o.iters);
   const Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
-  const train::RunSetup setup = resolve_run(cfg, rt.topology());
-  return setup.bf16 ? run_bench_io<bf16>(rt, setup, o) : run_bench_io<float>(rt, setup, o);
+  const plan::RunSetup setup = resolve_run(cfg, rt.topology());
+  return setup.spec.train.bf16() ? run_bench_io<bf16>(rt, setup, o) : run_bench_io<float>(rt, setup, o);
 }
 
 }  // namespace meshtrain::app

@@ -70,8 +70,8 @@ std::shared_ptr<const data::TokenSource> text_tokens(const EvalOptions& o, std::
 }
 
 template <class T>
-int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions& o, const WeightsSource& weights_source) {
-  const train::TrainSpec& tc = setup.spec.train;
+int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& o, const WeightsSource& weights_source) {
+  const plan::TrainSpec& tc = setup.spec.train;
   const data::DataSource& data_source = setup.spec.data;
   const std::string data_dir = data_source.text();
   const bool root = rt.topology().world_rank == 0;
@@ -91,9 +91,9 @@ int run_eval(const Runtime& rt, const train::RunSetup& setup, const EvalOptions&
     std::shared_ptr<const data::TokenSource> src;
     std::shared_ptr<const data::MaskFile> mask;
     if (!o.text.empty()) {
-      src = text_tokens(o, setup.dims.valid_vocab, model_tok, model_name, tok_error);
+      src = text_tokens(o, setup.spec.dims.valid_vocab, model_tok, model_name, tok_error);
     } else {
-      const data::Dataset ds = data::Dataset::load(data_source, setup.dims.valid_vocab, tc.seed);
+      const data::Dataset ds = data::Dataset::load(data_source, setup.spec.dims.valid_vocab, tc.seed);
       if (model_tok.known())
         data::check_tokenizer_match({ds.meta.tokenizer_kind, ds.meta.vocab_size, ds.meta.tokenizer_hash},
                                     {model_tok.kind, model_tok.vocab_size, model_tok.hash}, "dataset " + data_dir,
@@ -214,8 +214,8 @@ int command_eval(Runtime& rt, const Args& args) {
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
   adopt_checkpoint_model_on_all(rt.world(), cfg, source, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
-  const train::RunSetup setup = resolve_run(cfg, rt);
-  return setup.bf16 ? run_eval<bf16>(rt, setup, o, source) : run_eval<float>(rt, setup, o, source);
+  const plan::RunSetup setup = resolve_run(cfg, rt);
+  return setup.spec.train.bf16() ? run_eval<bf16>(rt, setup, o, source) : run_eval<float>(rt, setup, o, source);
 }
 
 }  // namespace meshtrain::app

@@ -79,7 +79,7 @@ std::vector<FilePrompt> read_prompt_file(const std::string& path) {
 }
 
 template <class T>
-int run_generate(const Runtime& rt, const train::RunSetup& setup, const GenerateOptions& o,
+int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateOptions& o,
                  const WeightsSource& source) {
   const data::DataSource& data_source = setup.spec.data;
   train::Session<T> session(rt, setup, train::SessionUse::Inference);
@@ -105,9 +105,9 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
       format = o.chat_template == "auto"
                    ? data::recognise_chat_template(data::chat_template_text(name), "the " + name + " tokenizer")
                    : data::chat_format_by_name(o.chat_template);
-    MESHTRAIN_REQUIRE(tok->vocab_size() <= setup.dims.valid_vocab,
+    MESHTRAIN_REQUIRE(tok->vocab_size() <= setup.spec.dims.valid_vocab,
                       "the %s tokenizer has %lld ids, more than model.vocab_size=%lld", name.c_str(),
-                      static_cast<long long>(tok->vocab_size()), static_cast<long long>(setup.dims.valid_vocab));
+                      static_cast<long long>(tok->vocab_size()), static_cast<long long>(setup.spec.dims.valid_vocab));
     if (!o.prompt_file.empty()) prompts = read_prompt_file(o.prompt_file);
   });
   const LoadedWeights weights = load_checkpoint_weights(session, setup, source);
@@ -129,7 +129,7 @@ int run_generate(const Runtime& rt, const train::RunSetup& setup, const Generate
     so.temperature = o.temperature;
     so.top_k = o.top_k;
     so.seed = o.seed;
-    so.stop_token = tok->eot_id() < setup.dims.valid_vocab ? tok->eot_id() : -1;
+    so.stop_token = tok->eot_id() < setup.spec.dims.valid_vocab ? tok->eot_id() : -1;
     so.kv_cache = !o.no_kv_cache;
     if (!chat.end_of_turn.empty()) so.stop_sequence = tok->encode(chat.end_of_turn);
     return tok->decode(train::generate_ids(session, std::move(ids), so, stats));
@@ -254,8 +254,8 @@ int command_generate(Runtime& rt, const Args& args) {
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
   adopt_checkpoint_model_on_all(rt.world(), cfg, source, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
-  const train::RunSetup setup = resolve_run(cfg, rt);
-  return setup.bf16 ? run_generate<bf16>(rt, setup, o, source) : run_generate<float>(rt, setup, o, source);
+  const plan::RunSetup setup = resolve_run(cfg, rt);
+  return setup.spec.train.bf16() ? run_generate<bf16>(rt, setup, o, source) : run_generate<float>(rt, setup, o, source);
 }
 
 }  // namespace meshtrain::app

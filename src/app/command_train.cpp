@@ -5,7 +5,7 @@
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/config/config.hpp"
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/plan/run_setup.hpp"
 #include "meshtrain/train/trainer.hpp"
 
 namespace meshtrain::app {
@@ -22,7 +22,7 @@ int command_train(Runtime& rt, const Args& args) {
   if (!cfg.checkpoint.init_from.empty())
     adopt_source_model(cfg, cfg.checkpoint.init_from, "checkpoint.init_from");
   configure_run_logging(rt, cfg);
-  const train::RunSetup setup = resolve_run(cfg, rt);
+  const plan::RunSetup setup = resolve_run(cfg, rt);
   return train::run_training(rt, setup);
 }
 

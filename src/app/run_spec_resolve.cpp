@@ -5,7 +5,7 @@
 
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/format.hpp"
-#include "meshtrain/train/mesh_search.hpp"
+#include "meshtrain/plan/mesh_search.hpp"
 
 namespace meshtrain::app {
 
@@ -39,11 +39,11 @@ model::ModelSettings model_settings(const ModelConfig& m) {
 
 model::ModelDims resolve_model(const ModelConfig& m) { return model::resolve_dims(model_settings(m)); }
 
-train::ResumeSpec resume_spec(const std::string& setting) {
-  train::ResumeSpec r;
-  if (setting == "auto") r.kind = train::ResumeSpec::Kind::Auto;
-  else if (setting == "none") r.kind = train::ResumeSpec::Kind::None;
-  else r = {train::ResumeSpec::Kind::Path, setting};
+checkpoint::ResumeSpec resume_spec(const std::string& setting) {
+  checkpoint::ResumeSpec r;
+  if (setting == "auto") r.kind = checkpoint::ResumeSpec::Kind::Auto;
+  else if (setting == "none") r.kind = checkpoint::ResumeSpec::Kind::None;
+  else r = {checkpoint::ResumeSpec::Kind::Path, setting};
   return r;
 }
 
@@ -51,14 +51,14 @@ std::string checkpoint_dir(const Config& c) {
   return c.checkpoint.dir.empty() ? c.output.dir + "/checkpoints" : c.checkpoint.dir;
 }
 
-train::RunSpec resolve_spec(const Config& c) {
+plan::RunSpec resolve_spec(const Config& c) {
   validate_config(c);
-  train::RunSpec s;
+  plan::RunSpec s;
   s.dims = resolve_model(c.model);
   const TrainConfig& t = c.train;
   s.batch = {t.micro_batch, t.seq_len, t.grad_accum, t.global_batch};
 
-  train::TrainSpec& ts = s.train;
+  plan::TrainSpec& ts = s.train;
   ts.steps = t.steps;
   ts.lr = t.lr;
   ts.min_lr = t.min_lr;
@@ -88,26 +88,26 @@ train::RunSpec resolve_spec(const Config& c) {
   ts.sample_top_k = t.sample_top_k;
 
   const ParallelConfig& p = c.parallel;
-  train::ParallelSpec& ps = s.parallel;
-  ps.mesh = {p.dp_replicate, p.dp_shard, p.tp};
+  plan::ParallelSpec& ps = s.parallel;
+  ps.mesh_request = {p.dp_replicate, p.dp_shard, p.tp};
   ps.strategy = p.strategy;
   ps.backend = p.backend;
   ps.prefetch = p.prefetch;
   ps.reduce_dtype = p.reduce_dtype == ReduceDtype::Bf16 ? DType::BF16 : DType::F32;
-  if (!p.memory_limit.empty()) ps.memory_limit = train::ByteSize{parse_bytes("parallel.memory_limit", p.memory_limit), p.memory_limit};
+  if (!p.memory_limit.empty()) ps.memory_limit = plan::ByteSize{parse_bytes("parallel.memory_limit", p.memory_limit), p.memory_limit};
   ps.memory_headroom = p.memory_headroom;
   ps.collective_timeout = p.collective_timeout;
 
   const PlanConfig& pl = c.plan;
-  train::PlanTarget& pt = s.plan;
+  plan::PlanTarget& pt = s.plan;
   pt.world_size = pl.world_size;
   pt.gpus_per_node = pl.gpus_per_node;
-  if (!pl.device_memory.empty()) pt.device_memory = train::ByteSize{parse_bytes("plan.device_memory", pl.device_memory), pl.device_memory};
+  if (!pl.device_memory.empty()) pt.device_memory = plan::ByteSize{parse_bytes("plan.device_memory", pl.device_memory), pl.device_memory};
   pt.gemm_tflops = pl.gemm_tflops;
   if (!pl.bus_gbps.empty()) std::tie(pt.intra_bus_gbps, pt.inter_bus_gbps) = parse_bus_gbps("plan.bus_gbps", pl.bus_gbps);
   pt.mem_gbps = pl.mem_gbps;
 
-  train::CheckpointSpec& cs = s.checkpoint;
+  plan::CheckpointSpec& cs = s.checkpoint;
   cs.dir = checkpoint_dir(c);
   cs.dir_given = !c.checkpoint.dir.empty();
   cs.every = c.checkpoint.every;
@@ -139,19 +139,19 @@ std::string replace_key_line(const std::string& ini, const std::string& key, con
 }
 
 /// The effective configuration texts of a resolved run. config_ini (logged, stored in
-/// checkpoints) has the planner's choices in it. record_ini (the run's config.ini) is the
+/// checkpoints) has the resolved mesh, micro-batch and checkpointing in it. record_ini (the run's config.ini) is the
 /// file that reruns the run, on any number of ranks: it holds what was asked, every value
 /// meshtrain chose or derived for this job's ranks as a comment. A resolved mesh,
 /// micro_batch or grad_accum written as a key would read back as set by the user -- on
 /// another rank count a mesh that does not fit, or "train.global_batch wins over
 /// train.grad_accum" for a value nobody gave.
-train::RunSetup with_effective_config(const Config& config, train::RunSetup setup) {
+plan::RunSetup with_effective_config(const Config& config, plan::RunSetup setup) {
   Config effective = config;
-  effective.parallel.dp_replicate = setup.spec.parallel.mesh.dp_replicate;
-  effective.parallel.dp_shard = setup.spec.parallel.mesh.dp_shard;
-  effective.parallel.tp = setup.spec.parallel.mesh.tp;
-  effective.train.micro_batch = setup.spec.batch.micro_batch;
-  effective.train.activation_checkpointing = setup.spec.train.activation_checkpointing;
+  effective.parallel.dp_replicate = setup.mesh.dp_replicate;
+  effective.parallel.dp_shard = setup.mesh.dp_shard;
+  effective.parallel.tp = setup.mesh.tp;
+  effective.train.micro_batch = setup.batch.micro_batch;
+  effective.train.activation_checkpointing = setup.activation_checkpointing;
   setup.config_ini = config_to_ini(effective);
 
   Config record = config;
@@ -161,7 +161,7 @@ train::RunSetup with_effective_config(const Config& config, train::RunSetup setu
   // and where this run started.
   record.checkpoint.resume = "auto";
   std::string ini = config_to_ini(record);
-  const int ranks = setup.mesh.dp_replicate * setup.mesh.dp_shard * setup.mesh.tp;
+  const int ranks = setup.mesh.world();
   const auto chosen = [&](const char* key, const std::string& asked, const std::string& value) {
     if (asked == value) return;
     const std::string name = std::string(key).substr(std::string(key).find('.') + 1);
@@ -174,7 +174,7 @@ train::RunSetup with_effective_config(const Config& config, train::RunSetup setu
   chosen("parallel.tp", std::to_string(config.parallel.tp), std::to_string(setup.mesh.tp));
   chosen("train.micro_batch", std::to_string(config.train.micro_batch), std::to_string(setup.batch.micro_batch));
   chosen("train.activation_checkpointing", config.train.activation_checkpointing ? "true" : "false",
-         setup.spec.train.activation_checkpointing ? "true" : "false");
+         setup.activation_checkpointing ? "true" : "false");
   // With train.global_batch set, grad_accum is derived for the job's data-parallel ranks;
   // a grad_accum the user gave stays a key (and its warning, if it disagrees, with it).
   if (config.train.global_batch > 0 && !config.is_set("train.grad_accum"))
@@ -188,12 +188,12 @@ train::RunSetup with_effective_config(const Config& config, train::RunSetup setu
 
 }  // namespace
 
-train::RunSetup resolve_run(const Config& config, const Topology& topo, const train::CostModelInputs* costs) {
-  return with_effective_config(config, train::resolve_run(resolve_spec(config), topo, costs));
+plan::RunSetup resolve_run(const Config& config, const Topology& topo, const plan::CostModelInputs* costs) {
+  return with_effective_config(config, plan::resolve_run(resolve_spec(config), topo, costs));
 }
 
-train::RunSetup resolve_run(const Config& config, const Runtime& rt) {
-  return with_effective_config(config, train::resolve_run(resolve_spec(config), rt));
+plan::RunSetup resolve_run(const Config& config, const Runtime& rt) {
+  return with_effective_config(config, plan::resolve_run(resolve_spec(config), rt));
 }
 
 }  // namespace meshtrain::app

@@ -345,6 +345,30 @@ std::pair<WeightsKind, std::string> classify_weights(const MpiComm& comm, const 
 
 /// Frozen values (the base under LoRA) from weights `resolved` of kind `kind`: an HDF5
 /// checkpoint's /model, a safetensors file/directory or a GGUF file. Returns this rank's bytes. Collective.
+/// Safetensors or GGUF weights at `resolved`, mapped and validated alike on every rank (the
+/// same bytes give the same verdict); rank 0 alone runs the whole-file checks (a tied head
+/// equal to the embedding). Collective.
+std::unique_ptr<ImportedWeights> open_imported(const MpiComm& comm, WeightsKind kind, const std::string& resolved,
+                                               const std::vector<model::ParamSpec>& specs, const model::ModelDims& dims) {
+  std::unique_ptr<ImportedWeights> w;
+  agree_on_errors(comm, [&] {
+    if (kind == WeightsKind::Gguf) w = std::make_unique<GgufWeights>(resolved, specs, dims);
+    else w = std::make_unique<SafetensorsWeights>(resolved, specs, dims);
+    if (comm.rank() == 0) w->check_once();
+  });
+  return w;
+}
+
+/// The fill_frozen / fill_state reader over imported weights: a parameter the file lacks is
+/// left to the caller (false), a piece is read as the file stores it.
+auto imported_reader(const ImportedWeights& w) {
+  return [&w](int spec, const Piece* piece, int, float* dst) {
+    if (!w.has(spec)) return false;
+    if (piece) w.read(*piece, dst);
+    return true;
+  };
+}
+
 template <class T>
 std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh,
                                const model::ModelDims& dims, WeightsKind kind, const std::string& resolved) {
@@ -377,18 +401,9 @@ std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const parallel::Dev
     agree_finite(comm, eng, bad, where);
     return bytes;
   }
-  std::unique_ptr<ImportedWeights> w;
-  agree_on_errors(comm, [&] {
-    if (kind == WeightsKind::Gguf) w = std::make_unique<GgufWeights>(resolved, eng.specs(), dims);
-    else w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
-    if (comm.rank() == 0) w->check_once();
-  });
+  const std::unique_ptr<ImportedWeights> w = open_imported(comm, kind, resolved, eng.specs(), dims);
   NonFinite bad;
-  const std::uint64_t bytes = fill_frozen(eng, [&](int spec, const Piece* piece, int, float* dst) {
-    if (!w->has(spec)) return false;
-    if (piece) w->read(*piece, dst);
-    return true;
-  }, bad);
+  const std::uint64_t bytes = fill_frozen(eng, imported_reader(*w), bad);
   agree_finite(comm, eng, bad, [&](int spec, int) {
     return strprintf("base weights %s: tensor %s", resolved.c_str(), w->file_tensor_name(spec).c_str());
   });
@@ -455,7 +470,7 @@ std::optional<BaseRef> base_ref_of(const MpiComm& comm, const std::string& path)
 }  // namespace
 
 template <class T>
-TrainState load(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const train::RunSetup& setup,
+TrainState load(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const CheckpointMeta& meta,
                 const std::string& path, IoStats* stats) {
   const MpiComm& comm = mesh.world().mpi();
   barrier(comm);
@@ -466,15 +481,15 @@ TrainState load(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, 
   agree_on_errors(comm, [&] {
     if (comm.rank() != 0) return;
     require_lora_settings(eng, path, "checkpoint ");
-    format::validate(path, trainable, {true, &setup.dims});
+    format::validate(path, trainable, {true, &meta.dims});
   });
   const std::optional<BaseRef> ref = base_ref_of(comm, path);
   agree_on_errors(comm, [&] {
-    if (comm.rank() == 0 && eng.has_frozen() && !ref) format::validate(path, eng.specs(), {true, &setup.dims});
+    if (comm.rank() == 0 && eng.has_frozen() && !ref) format::validate(path, eng.specs(), {true, &meta.dims});
   });
   TrainState st;
   std::uint64_t bytes = 0;
-  if (eng.has_frozen() && ref) bytes += read_base(eng, mesh, setup.dims, *ref, path);
+  if (eng.has_frozen() && ref) bytes += read_base(eng, mesh, meta.dims, *ref, path);
   {
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())));
@@ -527,18 +542,9 @@ BaseRef load_weights(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& m
   } else {
     // Every rank maps the files and validates them alike (the same bytes give the same
     // verdict); rank 0 alone runs the whole-file checks (a tied head equal to the embedding).
-    std::unique_ptr<ImportedWeights> w;
-    agree_on_errors(comm, [&] {
-      if (kind == WeightsKind::Gguf) w = std::make_unique<GgufWeights>(resolved, eng.specs(), dims);
-      else w = std::make_unique<SafetensorsWeights>(resolved, eng.specs(), dims);
-      if (comm.rank() == 0) w->check_once();
-    });
+    const std::unique_ptr<ImportedWeights> w = open_imported(comm, kind, resolved, eng.specs(), dims);
     NonFinite bad;
-    const auto read = [&](int spec, const Piece* piece, int, float* dst) {
-      if (!w->has(spec)) return false;
-      if (piece) w->read(*piece, dst);
-      return true;
-    };
+    const auto read = imported_reader(*w);
     bytes = fill_frozen(eng, read, bad) + fill_state(eng, 1, read, bad, seed);
     agree_finite(comm, eng, bad, [&](int spec, int) {
       return strprintf("initial weights %s: tensor %s", resolved.c_str(), w->file_tensor_name(spec).c_str());
@@ -555,9 +561,9 @@ BaseRef load_weights(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& m
   return base;
 }
 
-template TrainState load<float>(parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const train::RunSetup&,
+template TrainState load<float>(parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const CheckpointMeta&,
                                 const std::string&, IoStats*);
-template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const train::RunSetup&,
+template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const CheckpointMeta&,
                                const std::string&, IoStats*);
 template BaseRef load_weights<float>(parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const model::ModelDims&,
                                      const std::string&, std::uint64_t, IoStats*);

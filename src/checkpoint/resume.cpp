@@ -69,10 +69,10 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return out;
 }
 
-std::string resolve_resume(const std::string& dir, const train::ResumeSpec& resume) {
+std::string resolve_resume(const std::string& dir, const ResumeSpec& resume) {
   std::error_code ec;
-  if (resume.kind == train::ResumeSpec::Kind::None) return "";
-  if (resume.kind == train::ResumeSpec::Kind::Auto)
+  if (resume.kind == ResumeSpec::Kind::None) return "";
+  if (resume.kind == ResumeSpec::Kind::Auto)
     return fs::is_directory(dir, ec) ? newest_in(dir, "checkpoint.resume=auto") : "";
   const std::string& setting = resume.path;
   const std::string what = "checkpoint.resume=" + setting;
@@ -87,7 +87,7 @@ std::string resolve_resume(const std::string& dir, const train::ResumeSpec& resu
   return setting;
 }
 
-std::string resolve_resume(const MpiComm& comm, const std::string& dir, const train::ResumeSpec& setting) {
+std::string resolve_resume(const MpiComm& comm, const std::string& dir, const ResumeSpec& setting) {
   // Rank 0 decides so that every rank resumes from the same file even if the directory
   // changes while the ranks look at it.
   std::string answer, error;

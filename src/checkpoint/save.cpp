@@ -26,7 +26,6 @@
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
-#include "meshtrain/data/sampler.hpp"
 #include "checksum.hpp"
 #include "pieces.hpp"
 #include "staging.hpp"
@@ -50,8 +49,7 @@ void prepare_directory(const std::string& dir, const std::string& probe) {
   std::fclose(f);
 }
 
-void write_root_attrs(hid_t file, const parallel::DeviceMesh& mesh, const train::RunSetup& s, const TrainState& st) {
-  const train::TrainSpec& tc = s.spec.train;
+void write_root_attrs(hid_t file, const parallel::DeviceMesh& mesh, const CheckpointMeta& m, const TrainState& st) {
   h5::write_attr(file, "format", std::string(format::kFormatName));
   h5::write_attr(file, "format_version", static_cast<std::int64_t>(kFormatVersion));
   h5::write_attr(file, "meshtrain_version", std::string(MESHTRAIN_VERSION " (" MESHTRAIN_GIT_DESCRIBE ")"));
@@ -61,33 +59,32 @@ void write_root_attrs(hid_t file, const parallel::DeviceMesh& mesh, const train:
   h5::write_attr(file, "optimizer_updates", static_cast<std::int64_t>(st.updates));
   h5::write_attr(file, "skipped_steps", static_cast<std::int64_t>(st.skipped));
   h5::write_attr(file, "seed", st.seed);
-  h5::write_attr(file, "lr_schedule", std::string(choice_name(tc.lr_schedule)));
-  h5::write_attr(file, "lr", tc.lr);
-  h5::write_attr(file, "min_lr", tc.min_lr);
-  h5::write_attr(file, "warmup_steps", static_cast<std::int64_t>(tc.warmup_steps));
-  h5::write_attr(file, "total_steps", static_cast<std::int64_t>(tc.steps));
-  h5::write_attr(file, "seq_len", static_cast<std::int64_t>(s.batch.seq_len));
-  h5::write_attr(file, "micro_batch", static_cast<std::int64_t>(s.batch.micro_batch));
-  h5::write_attr(file, "global_batch", static_cast<std::int64_t>(s.batch.global_batch));
-  h5::write_attr(file, "grad_accum", static_cast<std::int64_t>(s.batch.grad_accum));
-  h5::write_attr(file, "precision", std::string(choice_name(tc.precision)));
-  h5::write_attr(file, "mesh_dp_replicate", static_cast<std::int64_t>(s.mesh.dp_replicate));
-  h5::write_attr(file, "mesh_dp_shard", static_cast<std::int64_t>(s.mesh.dp_shard));
-  h5::write_attr(file, "mesh_tp", static_cast<std::int64_t>(s.mesh.tp));
-  h5::write_attr(file, "mesh_strategy", std::string(parallel::strategy_name(s.strategy)));
+  h5::write_attr(file, "lr_schedule", std::string(choice_name(m.lr_schedule)));
+  h5::write_attr(file, "lr", m.lr);
+  h5::write_attr(file, "min_lr", m.min_lr);
+  h5::write_attr(file, "warmup_steps", static_cast<std::int64_t>(m.warmup_steps));
+  h5::write_attr(file, "total_steps", static_cast<std::int64_t>(m.total_steps));
+  h5::write_attr(file, "seq_len", static_cast<std::int64_t>(m.seq_len));
+  h5::write_attr(file, "micro_batch", static_cast<std::int64_t>(m.micro_batch));
+  h5::write_attr(file, "global_batch", static_cast<std::int64_t>(m.global_batch));
+  h5::write_attr(file, "grad_accum", static_cast<std::int64_t>(m.grad_accum));
+  h5::write_attr(file, "precision", std::string(choice_name(m.precision)));
+  h5::write_attr(file, "mesh_dp_replicate", static_cast<std::int64_t>(m.mesh.dp_replicate));
+  h5::write_attr(file, "mesh_dp_shard", static_cast<std::int64_t>(m.mesh.dp_shard));
+  h5::write_attr(file, "mesh_tp", static_cast<std::int64_t>(m.mesh.tp));
+  h5::write_attr(file, "mesh_strategy", std::string(parallel::strategy_name(m.strategy)));
   h5::write_attr(file, "world_size", static_cast<std::int64_t>(mesh.world().size()));
-  h5::write_attr(file, "config_ini", s.config_ini);
-  // What a resume must keep (train/resume_settings.hpp): compared before the next load.
+  h5::write_attr(file, "config_ini", m.config_ini);
+  // What a resume must keep (the trainer's resume settings, train::RunSettings): compared before the next load.
   if (!st.run_settings.empty()) h5::write_attr(file, "run_settings", st.run_settings);
 }
 
 /// /train/rank_first_window: the first training window of every data-parallel rank at
-/// the next step (rank 0 writes it; the others take part with an empty selection).
-/// Returns H5Dwrite's result.
-herr_t write_rank_windows(hid_t file, hid_t dxpl, const train::RunSetup& s, const TrainState& st, bool root) {
-  const int dp = s.mesh.dp();
-  std::vector<std::uint64_t> w(static_cast<std::size_t>(dp));
-  for (int d = 0; d < dp; ++d) w[d] = data::rank_first_window(st.cursor, 0, s.batch.micro_batch, dp, d);
+/// the next step, as the trainer's sampler gave it (rank 0 writes it; the others take part
+/// with an empty selection). Returns H5Dwrite's result.
+herr_t write_rank_windows(hid_t file, hid_t dxpl, const TrainState& st, bool root) {
+  const std::vector<std::uint64_t>& w = st.rank_first_windows;
+  const int dp = static_cast<int>(w.size());
   h5::Handle fspace = h5::simple_space({dp});
   h5::Handle ds = h5::dataset(
       H5_CHECK(H5Dcreate2(file, format::kRankFirstWindow, H5T_STD_U64LE, fspace.get(), H5P_DEFAULT, H5P_DEFAULT,
@@ -97,7 +94,8 @@ herr_t write_rank_windows(hid_t file, hid_t dxpl, const train::RunSetup& s, cons
     H5_CHECK(H5Sselect_none(fspace.get()));
     H5_CHECK(H5Sselect_none(mspace.get()));
   }
-  return H5Dwrite(ds.get(), H5T_NATIVE_UINT64, mspace.get(), fspace.get(), dxpl, w.data());
+  static const std::uint64_t none = 0;  // HDF5 wants a buffer even for an empty selection
+  return H5Dwrite(ds.get(), H5T_NATIVE_UINT64, mspace.get(), fspace.get(), dxpl, w.empty() ? &none : w.data());
 }
 
 /// Writes this rank's `piece` of one parameter; returns H5Dwrite's result (nullptr: nothing, but every rank
@@ -158,10 +156,133 @@ struct SaveFailed {
   int err;
 };
 
+/// The metadata of a save: root attributes, groups, /model's attributes, the sampler's
+/// windows, a LoRA run's base reference and every dataset (spec x {master, exp_avg,
+/// exp_avg_sq}), created by every rank in spec order (collective metadata, cached by HDF5
+/// until it is flushed at the close). `failed` records a failed call; after one every rank
+/// still makes every call: they are collective.
+template <class T, class Failed>
+void create_metadata(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const CheckpointMeta& meta,
+                     const TrainState& st, hid_t file, hid_t dxpl, std::vector<std::array<h5::Handle, 3>>& datasets,
+                     const Failed& failed) {
+  const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
+  const auto& specs = eng.specs();
+  WatchedBlockingCall watch("H5Dcreate", kWatchGroup, mesh.world().mpi());
+  write_root_attrs(file, mesh, meta, st);
+  for (const char* g : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq", "/train"})
+    h5::group(H5_CHECK(H5Gcreate2(file, g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  {
+    h5::Handle model_group = h5::group(H5_CHECK(H5Gopen2(file, format::kModelGroup, H5P_DEFAULT)));
+    format::write_model_attrs(model_group.get(), meta.dims);
+    write_tokenizer_attrs(model_group.get(), st.tokenizer);  // the model's tokenizer is part of it
+  }
+  failed(write_rank_windows(file, dxpl, st, mesh.world().mpi().rank() == 0) < 0);
+  // LoRA: the frozen base is not stored, only where it comes from.
+  if (eng.has_frozen()) write_base_ref(file, st.base);
+  h5::Handle dcpl = h5::plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].frozen) continue;
+    h5::Handle sp = h5::simple_space(specs[i].shape);
+    for (int k = 0; k < 3; ++k) {
+      datasets[i][k] = h5::dataset(H5Dcreate2(file, format::dataset_path(groups[k], specs[i].name).c_str(),
+                                              H5T_IEEE_F32LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+      failed(!datasets[i][k].valid());
+    }
+  }
+}
+
+/// The tensors' checksums as attributes: the same values written by every rank (collective
+/// metadata), so the ranks' contributions are combined first. Returns their cost: the CRCs
+/// computed while writing plus the attribute writes. (The reduction of 4 bytes per tensor
+/// is not counted: its wall time is the ranks' skew, which the collective close right after
+/// would wait for otherwise.)
+double write_checksums(const MpiComm& comm, hid_t file, const checksum::Partials& sums,
+                       const std::vector<std::array<h5::Handle, 3>>& datasets) {
+  std::vector<std::uint32_t> crcs;
+  {
+    WatchedBlockingCall watch("MPI_Allreduce", kWatchGroup, comm);
+    crcs = sums.reduce(comm);
+  }
+  std::vector<hid_t> ids(datasets.size() * 3, -1);
+  for (std::size_t i = 0; i < datasets.size(); ++i)
+    for (int k = 0; k < 3; ++k) ids[sums.slot(static_cast<int>(i), k)] = datasets[i][k].get();
+  const double attrs_t0 = now_seconds();
+  {
+    WatchedBlockingCall watch("H5Awrite", kWatchGroup, comm);
+    checksum::write(file, sums, crcs, ids);
+  }
+  return sums.seconds() + (now_seconds() - attrs_t0);
+}
+
+/// The data phase of a save: every unit's owned master weights and both moments staged to
+/// the host and written piece by piece into `datasets` (spec x {master, exp_avg,
+/// exp_avg_sq}), their checksums added to `sums`, their non-finite values counted. `failed`
+/// records a failed call, `agree` stops the save on every rank at the same dataset (both
+/// from save()). Collective: every rank makes every write call.
+template <class T, class Failed, class Agree>
+void write_tensor_data(const parallel::FsdpEngine<T>& eng, const MpiComm& comm, hid_t dxpl,
+                       const std::vector<std::array<h5::Handle, 3>>& datasets, checksum::Partials& sums,
+                       std::uint64_t& nonfinite, std::uint64_t& my_bytes, int& err, const Failed& failed,
+                       const Agree& agree) {
+  const auto& specs = eng.specs();
+  for (int u = 0; u < eng.num_units(); ++u) {
+    const parallel::UnitState& state = eng.state(u);
+    const model::UnitLayout& L = eng.layouts()[u];
+    const std::int64_t ob = eng.owned_begin(u), on = eng.owned_numel(u);
+    const std::vector<float> host[3] = {stage_to_host(state.master, ob - state.begin, on),
+                                        stage_to_host(state.exp_avg, ob - state.begin, on),
+                                        stage_to_host(state.exp_avg_sq, ob - state.begin, on)};
+    const std::vector<Piece> pieces = unit_pieces(specs, L, eng.tp_size(), eng.tp_rank(), ob, ob + on, ob, true);
+    std::size_t next = 0;
+    for (const model::ParamSlot& slot : L.slots) {
+      if (specs[slot.spec].frozen) continue;
+      const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
+      for (int k = 0; k < 3; ++k) {
+        const float* data = piece ? host[k].data() + piece->offset : nullptr;
+        if (piece) nonfinite += count_nonfinite(data, piece->count);
+        if (piece) sums.add(k, *piece, data);
+        if (piece) my_bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
+        // An injected I/O error is this rank's write failing: the call still takes place
+        // (every rank makes it) and its result is replaced.
+        const int injected = fault::pass(fault::Point::SaveDataset);
+        {
+          WatchedBlockingCall watch("H5Dwrite", kWatchGroup, comm);
+          failed(write_piece(datasets[slot.spec][k].get(), dxpl, piece, data) < 0);
+        }
+        if (injected != 0 && err == 0) err = injected;
+        agree();  // a failed write stops the save on every rank at the same dataset
+      }
+    }
+  }
+}
+
+/// Rank 0 commits the complete, closed `tmp`: fsync, rename to `path`, replace `latest`,
+/// apply retention (doc/checkpoints.md, the commit protocol). Collective (the errors).
+void commit(const MpiComm& comm, const std::string& dir, const std::string& tmp, const std::string& path,
+            const std::string& name, int keep) {
+  agree_on_errors(comm, [&] {
+    if (comm.rank() != 0) return;
+    try {
+      file_io::fsync_path(tmp);
+      file_io::rename_durably(tmp, path);
+    } catch (const UserError&) {
+      std::remove(tmp.c_str());
+      throw;
+    }
+    // A failure from here on leaves the complete step_*.h5 in place but `latest` naming
+    // the previous checkpoint, which a resume loads.
+    if (const int e = fault::pass(fault::Point::SaveAfterRename))
+      throw file_io::write_error(dir + "/latest", e, name.size() + 1);
+    file_io::replace_file(dir + "/latest", name + "\n");
+    apply_retention(dir, keep, path);
+  }, kWatchGroup);
+}
+
 }  // namespace
 
 template <class T>
-IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const train::RunSetup& setup,
+IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const CheckpointMeta& meta,
              const TrainState& st, const std::string& dir) {
   const MpiComm& comm = mesh.world().mpi();
   const bool root = comm.rank() == 0;
@@ -179,7 +300,6 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
   std::uint64_t bytes_needed = 0;  // tensor bytes; the file adds a little metadata
   for (const model::ParamSpec& p : specs)
     if (!p.frozen) bytes_needed += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
-  const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   std::uint64_t nonfinite = 0;
   std::uint64_t my_bytes = 0;       // tensor bytes this rank wrote (the save's log line)
   double my_data_seconds = 0;       // this rank's data phase
@@ -215,90 +335,15 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
     agree();
     h5::Handle dxpl = h5::piece_dxpl();
     std::vector<std::array<h5::Handle, 3>> datasets(specs.size());
-    {
-      // Metadata: attributes, groups and every dataset, created by every rank in spec order
-      // (collective metadata, cached by HDF5 until it is flushed at the close).
-      WatchedBlockingCall watch("H5Dcreate", kWatchGroup, comm);
-      write_root_attrs(file.get(), mesh, setup, st);
-      for (const char* g : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq", "/train"})
-        h5::group(H5_CHECK(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-      {
-        h5::Handle model_group = h5::group(H5_CHECK(H5Gopen2(file.get(), format::kModelGroup, H5P_DEFAULT)));
-        format::write_model_attrs(model_group.get(), setup.dims);
-        write_tokenizer_attrs(model_group.get(), st.tokenizer);  // the model's tokenizer is part of it
-      }
-      failed(write_rank_windows(file.get(), dxpl.get(), setup, st, root) < 0);
-      // LoRA: the frozen base is not stored, only where it comes from.
-      if (eng.has_frozen()) write_base_ref(file.get(), st.base);
-      h5::Handle dcpl = h5::plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-      H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
-      // After a failure every rank still makes every call: they are collective.
-      for (std::size_t i = 0; i < specs.size(); ++i) {
-        if (specs[i].frozen) continue;
-        h5::Handle sp = h5::simple_space(specs[i].shape);
-        for (int k = 0; k < 3; ++k) {
-          datasets[i][k] = h5::dataset(H5Dcreate2(file.get(), format::dataset_path(groups[k], specs[i].name).c_str(),
-                                                  H5T_IEEE_F32LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-          failed(!datasets[i][k].valid());
-        }
-      }
-    }
+    create_metadata(eng, mesh, meta, st, file.get(), dxpl.get(), datasets, failed);
     agree();
 
     const double data_t0 = now_seconds();
     // The tensors' checksums, from the bytes as they are written (doc/checkpoints.md).
     checksum::Partials sums(specs, 3);
-    for (int u = 0; u < eng.num_units(); ++u) {
-      const parallel::UnitState& state = eng.state(u);
-      const model::UnitLayout& L = eng.layouts()[u];
-      const std::int64_t ob = eng.owned_begin(u), on = eng.owned_numel(u);
-      const std::vector<float> host[3] = {stage_to_host(state.master, ob - state.begin, on),
-                                          stage_to_host(state.exp_avg, ob - state.begin, on),
-                                          stage_to_host(state.exp_avg_sq, ob - state.begin, on)};
-      const std::vector<Piece> pieces = unit_pieces(specs, L, eng.tp_size(), eng.tp_rank(), ob, ob + on, ob, true);
-      std::size_t next = 0;
-      for (const model::ParamSlot& slot : L.slots) {
-        if (specs[slot.spec].frozen) continue;
-        const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
-        for (int k = 0; k < 3; ++k) {
-          const float* data = piece ? host[k].data() + piece->offset : nullptr;
-          if (piece) nonfinite += count_nonfinite(data, piece->count);
-          if (piece) sums.add(k, *piece, data);
-          if (piece) my_bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
-          // An injected I/O error is this rank's write failing: the call still takes place
-          // (every rank makes it) and its result is replaced.
-          const int injected = fault::pass(fault::Point::SaveDataset);
-          {
-            WatchedBlockingCall watch("H5Dwrite", kWatchGroup, comm);
-            failed(write_piece(datasets[slot.spec][k].get(), dxpl.get(), piece, data) < 0);
-          }
-          if (injected != 0 && err == 0) err = injected;
-          agree();  // a failed write stops the save on every rank at the same dataset
-        }
-      }
-    }
+    write_tensor_data(eng, comm, dxpl.get(), datasets, sums, nonfinite, my_bytes, err, failed, agree);
     my_data_seconds = now_seconds() - data_t0;
-    {
-      // The checksums are attributes: the same values written by every rank (collective
-      // metadata), so the ranks' contributions are combined first. Their cost: the CRCs
-      // computed above plus the attribute writes. (The reduction of 4 bytes per tensor
-      // is not counted: its wall time is the ranks' skew, which the collective close
-      // right after would wait for otherwise.)
-      std::vector<std::uint32_t> crcs;
-      {
-        WatchedBlockingCall watch("MPI_Allreduce", kWatchGroup, comm);
-        crcs = sums.reduce(comm);
-      }
-      std::vector<hid_t> ids(specs.size() * 3, -1);
-      for (std::size_t i = 0; i < specs.size(); ++i)
-        for (int k = 0; k < 3; ++k) ids[sums.slot(static_cast<int>(i), k)] = datasets[i][k].get();
-      const double attrs_t0 = now_seconds();
-      {
-        WatchedBlockingCall watch("H5Awrite", kWatchGroup, comm);
-        checksum::write(file.get(), sums, crcs, ids);
-      }
-      my_checksum_seconds = sums.seconds() + (now_seconds() - attrs_t0);
-    }
+    my_checksum_seconds = write_checksums(comm, file.get(), sums, datasets);
     {
       // Collective closes: the file's flushes the metadata, so it can fail on a full disk.
       WatchedBlockingCall watch("H5Fclose", kWatchGroup, comm);
@@ -333,22 +378,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
     if (root) std::remove(tmp.c_str());
     throw file_io::write_error(stats.path, e, bytes_needed, "checkpoint");
   }
-  agree_on_errors(comm, [&] {
-    if (!root) return;
-    try {
-      file_io::fsync_path(tmp);
-      file_io::rename_durably(tmp, stats.path);
-    } catch (const UserError&) {
-      std::remove(tmp.c_str());
-      throw;
-    }
-    // A failure from here on leaves the complete step_*.h5 in place but `latest` naming
-    // the previous checkpoint, which a resume loads.
-    if (const int e = fault::pass(fault::Point::SaveAfterRename))
-      throw file_io::write_error(dir + "/latest", e, name.size() + 1);
-    file_io::replace_file(dir + "/latest", name + "\n");
-    apply_retention(dir, setup.spec.checkpoint.keep, stats.path);
-  }, kWatchGroup);
+  commit(comm, dir, tmp, stats.path, name, meta.keep);
   stats.seconds = now_seconds() - t0;
   stats.bytes = bytes_needed;
   reduce_write_stats(comm, my_bytes, my_data_seconds, stats);
@@ -357,9 +387,9 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
   return stats;
 }
 
-template IoStats save<float>(const parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const train::RunSetup&,
+template IoStats save<float>(const parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const CheckpointMeta&,
                              const TrainState&, const std::string&);
-template IoStats save<bf16>(const parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const train::RunSetup&,
+template IoStats save<bf16>(const parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const CheckpointMeta&,
                             const TrainState&, const std::string&);
 
 }  // namespace meshtrain::checkpoint

@@ -7,6 +7,7 @@
 
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/check.hpp"
+#include "meshtrain/core/memory.hpp"
 #include "meshtrain/core/error.hpp"
 
 namespace meshtrain {
@@ -155,6 +156,15 @@ void exchange_bytes(const MpiComm& comm, int to, const void* send, std::int64_t 
                     std::int64_t recv_bytes, int tag) {
   MPI_CHECK(MPI_Sendrecv(send, checked_count(send_bytes), MPI_BYTE, to, tag, recv, checked_count(recv_bytes), MPI_BYTE,
                          from, tag, comm.get(), MPI_STATUS_IGNORE));
+}
+
+double all_reduce_value(Communicator& comm, double value, ReduceOp op) {
+  Buffer<double> v(1, MemCategory::Workspace);
+  Kokkos::deep_copy(v.view(), value);
+  comm.all_reduce(v.data(), v.data(), 1, DType::F64, op);
+  double out = 0;
+  Kokkos::deep_copy(out, Kokkos::subview(v.view(), 0));
+  return out;
 }
 
 }  // namespace meshtrain

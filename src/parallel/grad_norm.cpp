@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/kernels/elementwise.hpp"
 
 namespace meshtrain::parallel {
@@ -21,13 +22,7 @@ double global_grad_norm(FsdpEngine<T>& eng, Communicator& world) {
       local += kernels::sum_squares(st.grad.data() + (a - st.begin), static_cast<std::size_t>(b - a));
     }
   }
-  // Host doubles: reduced over MPI or NCCL alike through a one-element device buffer.
-  Buffer<double> v(1, MemCategory::Workspace);
-  Kokkos::deep_copy(v.view(), local);
-  world.all_reduce(v.data(), v.data(), 1, DType::F64, ReduceOp::Sum);
-  double total = 0;
-  Kokkos::deep_copy(total, Kokkos::subview(v.view(), 0));
-  return std::sqrt(total);
+  return std::sqrt(all_reduce_value(world, local, ReduceOp::Sum));
 }
 
 template <class T>

@@ -43,7 +43,7 @@ template <class T>
 std::vector<std::int32_t> generate_ids(Session<T>& s, std::vector<std::int32_t> ids, const SamplingOptions& o,
                                        GenerateStats* stats) {
   if (ids.empty()) ids.push_back(o.stop_token >= 0 ? o.stop_token : 0);
-  const int window = s.setup().dims.max_seq_len;
+  const int window = s.setup().spec.dims.max_seq_len;
   std::mt19937_64 gen(o.seed);
   std::vector<std::int32_t> out;
   GenerateStats st;
@@ -52,7 +52,7 @@ std::vector<std::int32_t> generate_ids(Session<T>& s, std::vector<std::int32_t> 
   // context outgrows the window first.
   model::KvCache<T> kv;
   if (o.kv_cache && o.max_new_tokens > 0 && static_cast<int>(ids.size()) <= window)
-    kv = model::KvCache<T>(s.setup().dims, s.tp(), 1,
+    kv = model::KvCache<T>(s.setup().spec.dims, s.tp(), 1,
                            std::min<int>(window, static_cast<int>(ids.size()) + o.max_new_tokens - 1));
   for (int n = 0; n < o.max_new_tokens; ++n) {
     const double t0 = now_seconds();
@@ -100,7 +100,7 @@ std::string sample_text(Session<T>& s, const data::Tokenizer& tok, const std::st
   o.temperature = temperature;
   o.top_k = top_k;
   o.seed = seed;
-  o.stop_token = tok.eot_id() < s.setup().dims.valid_vocab ? tok.eot_id() : -1;
+  o.stop_token = tok.eot_id() < s.setup().spec.dims.valid_vocab ? tok.eot_id() : -1;
   o.kv_cache = kv_cache;
   const std::vector<std::int32_t> ids = generate_ids(s, tok.encode(prompt), o, stats);
   return tok.decode(ids);

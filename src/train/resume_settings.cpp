@@ -49,8 +49,8 @@ std::string dataset_identity(const data::Dataset& d) {
 
 }  // namespace
 
-RunSettings run_settings(const RunSetup& s, const data::Dataset& data) {
-  const TrainSpec& t = s.spec.train;
+RunSettings run_settings(const plan::RunSetup& s, const data::Dataset& data) {
+  const plan::TrainSpec& t = s.spec.train;
   RunSettings out = {
       // The batch: a window's length and the windows per step (however the mesh, micro_batch
       // and grad_accum split them) fix what a step reads and averages.
@@ -74,7 +74,7 @@ RunSettings run_settings(const RunSetup& s, const data::Dataset& data) {
       {"parallel.reduce_dtype", s.spec.parallel.reduce_dtype == DType::BF16 ? "bf16" : "fp32"},
       // A LoRA run on a randomly initialised base re-creates its frozen base from the seed
       // and this standard deviation at every resume.
-      {"model.init_std", real_text(s.dims.init_std)},
+      {"model.init_std", real_text(s.spec.dims.init_std)},
       {"train.steps", std::to_string(t.steps)},
   };
   // The cosine schedule decays to min_lr; a constant one never uses it.

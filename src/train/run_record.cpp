@@ -31,15 +31,15 @@ std::string library_versions_json() {
   return v.str();
 }
 
-std::string record_with_resume_note(const RunSetup& s, const RunStart& start) {
+std::string record_with_resume_note(const plan::RunSetup& s, const RunStart& start) {
   namespace fs = std::filesystem;
-  const ResumeSpec& given = s.spec.checkpoint.resume;
+  const checkpoint::ResumeSpec& given = s.spec.checkpoint.resume;
   const char* rerun = "a rerun of this file continues from the newest checkpoint in checkpoint.dir";
   const std::string weights = s.spec.checkpoint.init_from.empty() ? "its initial weights" : s.spec.checkpoint.init_from;
   std::string note;
   if (!start.resumed_from.empty()) {
     note = strprintf("This run resumed from %s (step %d)", start.resumed_from.c_str(), start.step);
-    if (given.kind == ResumeSpec::Kind::Path) {
+    if (given.kind == checkpoint::ResumeSpec::Kind::Path) {
       note += strprintf(", given as checkpoint.resume=%s; written as auto: %s", given.path.c_str(), rerun);
       // A checkpoint outside checkpoint.dir is not what auto finds: before this run has
       // saved one of its own, a rerun would start from scratch.
@@ -51,7 +51,7 @@ std::string record_with_resume_note(const RunSetup& s, const RunStart& start) {
                 "--checkpoint.resume=" + given.path + " again)";
     }
     note += ".";
-  } else if (given.kind == ResumeSpec::Kind::None) {
+  } else if (given.kind == checkpoint::ResumeSpec::Kind::None) {
     note = strprintf("This run started from %s, given as checkpoint.resume=none; written as auto: %s.", weights.c_str(),
                      rerun);
   } else {
@@ -68,7 +68,7 @@ std::string record_with_resume_note(const RunSetup& s, const RunStart& start) {
   return ini.insert(key + 1, comment);
 }
 
-void write_run_record(const RunSetup& s, const Topology& topo, const std::string& dir, const RunStart& start) {
+void write_run_record(const plan::RunSetup& s, const Topology& topo, const std::string& dir, const RunStart& start) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -92,7 +92,7 @@ void write_run_record(const RunSetup& s, const Topology& topo, const std::string
       .add("strategy_reason", s.strategy_reason)
       .add("grad_accum", s.batch.grad_accum)
       .add("global_batch", s.batch.global_batch)
-      .add("parameters", s.dims.num_params())
+      .add("parameters", s.spec.dims.num_params())
       .add("memory_budget_bytes", s.memory_budget)
       .add_raw("versions", library_versions_json());
   file_io::replace_file(dir + "/run.json", run.str() + "\n", fault::Point::RecordWrite);

@@ -1,21 +1,23 @@
 #include "meshtrain/train/session.hpp"
 
+#include "meshtrain/comm/collectives.hpp"
+
 namespace meshtrain::train {
 
 template <class T>
-Session<T>::Session(const Runtime& rt, const RunSetup& setup, SessionUse use)
+Session<T>::Session(const Runtime& rt, const plan::RunSetup& setup, SessionUse use)
     : setup_(setup), mesh_(rt.world(), setup.mesh, setup.spec.parallel.backend) {
   const parallel::MeshDim& tp = mesh_.tp();
-  tp_ = model::tp_dims(setup.dims, tp.size(), tp.rank());
+  tp_ = model::tp_dims(setup.spec.dims, tp.size(), tp.rank());
   parallel::FsdpOptions opt;
   opt.strategy = setup.strategy;
   opt.prefetch = setup.spec.parallel.prefetch;
   opt.reduce_dtype = setup.spec.parallel.reduce_dtype;
   opt.grad_accum = setup.batch.grad_accum;
   opt.forward_only = use == SessionUse::Inference;
-  engine_ = std::make_unique<parallel::FsdpEngine<T>>(model::build_param_specs(setup.dims, tp.size()),
-                                                      model::num_units(setup.dims), mesh_, opt);
-  model_ = std::make_unique<model::Transformer<T>>(setup.dims, tp_, engine_->specs(), engine_->layouts());
+  engine_ = std::make_unique<parallel::FsdpEngine<T>>(model::build_param_specs(setup.spec.dims, tp.size()),
+                                                      model::num_units(setup.spec.dims), mesh_, opt);
+  model_ = std::make_unique<model::Transformer<T>>(setup.spec.dims, tp_, engine_->specs(), engine_->layouts());
 }
 
 template <class T>
@@ -27,12 +29,8 @@ model::ComputeContext Session<T>::context() const {
 
 template <class T>
 double Session<T>::global_sum(double local) const {
-  Buffer<double> v(1, MemCategory::Workspace);
-  Kokkos::deep_copy(v.view(), mesh_.coord().tp == 0 ? local : 0.0);
-  mesh_.world().comm().all_reduce(v.data(), v.data(), 1, DType::F64, ReduceOp::Sum);
-  double out = 0;
-  Kokkos::deep_copy(out, Kokkos::subview(v.view(), 0));
-  return out;
+  // Each tp group holds the same value: its first rank alone adds it.
+  return all_reduce_value(mesh_.world().comm(), mesh_.coord().tp == 0 ? local : 0.0, ReduceOp::Sum);
 }
 
 template class Session<float>;

@@ -5,9 +5,9 @@
 
 namespace meshtrain::train {
 
-std::vector<std::string> setting_warnings(const RunSetup& s) {
-  const TrainSpec& t = s.spec.train;
-  const BatchSpec& asked = s.spec.batch;
+std::vector<std::string> setting_warnings(const plan::RunSetup& s) {
+  const plan::TrainSpec& t = s.spec.train;
+  const plan::BatchSpec& asked = s.spec.batch;
   std::vector<std::string> out;
   if (asked.global_batch > 0 && s.spec.given.grad_accum && asked.grad_accum != s.batch.grad_accum)
     out.push_back(strprintf("train.global_batch=%d wins over train.grad_accum=%d: %d sequences per step = micro_batch "

@@ -9,19 +9,20 @@
 
 namespace meshtrain::train {
 
-StepSettings step_settings(const TrainSpec& tc) {
+StepSettings step_settings(const plan::RunSetup& setup) {
+  const plan::TrainSpec& tc = setup.spec.train;
   StepSettings s;
   s.schedule = {tc.lr, tc.min_lr, tc.warmup_steps, tc.steps, tc.lr_schedule == LrScheduleKind::Cosine};
   s.adam = {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay, tc.decay_embeddings};
   s.grad_clip = tc.grad_clip;
-  s.activation_checkpointing = tc.activation_checkpointing;
+  s.activation_checkpointing = setup.activation_checkpointing;  // as resolved (the planner may choose it)
   return s;
 }
 
 template <class T>
 StepResult train_step(Session<T>& session, const StepSettings& st, int step, int& updates, const BatchFiller& fill,
                       bool poison, double counted_targets) {
-  const RunSetup& setup = session.setup();
+  const plan::RunSetup& setup = session.setup();
   const int B = setup.batch.micro_batch, seq_len = setup.batch.seq_len;
   const model::BatchShape shape{B, seq_len};
   const double global_tokens = counted_targets > 0 ? counted_targets : setup.batch.step_tokens();

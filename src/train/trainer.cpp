@@ -22,6 +22,7 @@
 #include "meshtrain/data/sampler.hpp"
 #include "meshtrain/linalg/peak.hpp"
 #include "meshtrain/parallel/micro_step.hpp"
+#include "meshtrain/train/checkpoint_meta.hpp"
 #include "meshtrain/train/evaluate.hpp"
 #include "meshtrain/train/generate.hpp"
 #include "meshtrain/train/metrics.hpp"
@@ -46,13 +47,20 @@ struct StepTimes {
 template <class T>
 class Trainer {
  public:
-  Trainer(const Runtime& rt, const RunSetup& setup)
-      : rt_(rt), s_(setup), spec_(setup.spec), session_(rt, setup), root_(rt.topology().world_rank == 0),
+  Trainer(const Runtime& rt, const plan::RunSetup& setup)
+      : rt_(rt), setup_(setup), spec_(setup.spec), session_(rt, setup), root_(rt.topology().world_rank == 0),
         batch_(setup.batch.micro_batch, setup.batch.seq_len) {}
 
   int run();
 
  private:
+  // The phases of run(), in order.
+  void load_inputs();
+  void probe_and_lock_outputs();
+  void log_start();
+  void begin_writing(int first_step);
+  int train_loop(int first_step, const StopPolicy& stop);
+  void print_sample();
   bool train_step(int step, StepTimes& times, double& loss, double& gnorm, double& lr);
   double evaluate();
   void log_step(int step, double loss, double gnorm, double lr, const StepTimes& t, double val_loss);
@@ -65,8 +73,8 @@ class Trainer {
   void lock_directories(const std::string& out_dir, const std::string& ckpt_dir);
 
   const Runtime& rt_;
-  const RunSetup& s_;
-  const RunSpec& spec_;
+  const plan::RunSetup& setup_;
+  const plan::RunSpec& spec_;
   /// Rank 0: output.dir's lock, and checkpoint.dir's when it lies outside output.dir;
   /// held until the trainer is gone (the run has written its last file).
   std::vector<std::unique_ptr<RunDirLock>> locks_;
@@ -103,17 +111,34 @@ class Trainer {
 
 template <class T>
 int Trainer<T>::run() {
-  const Topology& topo = rt_.topology();
-  const TrainSpec& tc = spec_.train;
-  const BatchSpec& batch = s_.batch;
-  const std::string out_dir = spec_.output.dir;
   // Start-up validates everything the run reads (config and mesh in resolve_run, the
   // dataset and its vocabulary here, the checkpoint or init_from weights in
   // restore_or_init) and probes every directory it writes, before anything is written:
   // a user error found now leaves output.dir and checkpoint.dir exactly as they were, and
   // a failed resume never rewrites the earlier run's records.
+  load_inputs();
+  probe_and_lock_outputs();
+  log_start();
+  const int first_step = restore_or_init();
+  begin_writing(first_step);
+  install_stop_signal_handlers();
+  const StopPolicy stop(spec_.train.time_limit, spec_.train.time_limit_margin, now_seconds(), rt_.world());
+  log::info("%s", stop.describe().c_str());
+  MemoryPool::instance().reset_peaks();
+  const int status = train_loop(first_step, stop);
+  if (status == 0 && spec_.train.sample_tokens > 0) print_sample();
+  write_summary();
+  return status;
+}
+
+/// The dataset, the tokenizer the checkpoints record, the samplers and the settings a
+/// resume must keep (UserError on every rank alike).
+template <class T>
+void Trainer<T>::load_inputs() {
+  const plan::TrainSpec& tc = spec_.train;
+  const plan::BatchSpec& batch = setup_.batch;
   agree_on_errors(rt_.world(), [&] {
-    data_ = data::Dataset::load(spec_.data, s_.dims.valid_vocab, tc.seed);
+    data_ = data::Dataset::load(spec_.data, spec_.dims.valid_vocab, tc.seed);
     // The checkpoints record the model's tokenizer: init_from's when it brings one, else the
     // dataset's (a dataset made with another tokenizer than init_from's is refused here).
     const std::string& init_from = spec_.checkpoint.init_from;
@@ -134,8 +159,14 @@ int Trainer<T>::run() {
     sampler_ = std::make_unique<data::Sampler>(data_.train, batch.seq_len, tc.seed, data_.train_mask);
     if (data_.val && data::has_window(*data_.val, batch.seq_len))
       eval_sampler_ = std::make_unique<data::EvalSampler>(data_.val, batch.seq_len, data_.val_mask);
-    run_settings_ = run_settings(s_, data_);
+    run_settings_ = run_settings(setup_, data_);
   });
+}
+
+/// output.dir and checkpoint.dir writable, and locked for this run (rank 0).
+template <class T>
+void Trainer<T>::probe_and_lock_outputs() {
+  const std::string& out_dir = spec_.output.dir;
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
     require_writable_dir("output.dir", out_dir);
@@ -147,36 +178,51 @@ int Trainer<T>::run() {
     // having read and written nothing in them.
     lock_directories(out_dir, spec_.checkpoint.dir);
   });
-  if (!eval_sampler_ && tc.eval_every > 0)
-    log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", batch.seq_len);
+  if (!eval_sampler_ && spec_.train.eval_every > 0)
+    log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", setup_.batch.seq_len);
+}
 
-  log::info("meshtrain train: %s model, %lld parameters (%s), %d rank(s) on %d node(s)", model::family_name(s_.dims.family),
-            static_cast<long long>(s_.dims.num_params()), choice_name(tc.precision), topo.world_size, topo.num_nodes);
-  if (s_.dims.lora_rank > 0) log::info("%s", lora_summary(s_.dims).c_str());
-  for (const std::string& w : setting_warnings(s_)) log::warn("%s", w.c_str());
-  log::info("mesh %s, strategy %s (%s)", s_.mesh.str().c_str(), parallel::strategy_name(s_.strategy),
-            s_.strategy_reason.c_str());
+/// What the run is: model, mesh, strategy, batch, data, effective configuration.
+template <class T>
+void Trainer<T>::log_start() {
+  const Topology& topo = rt_.topology();
+  const plan::TrainSpec& tc = spec_.train;
+  const plan::BatchSpec& batch = setup_.batch;
+  const std::string& out_dir = spec_.output.dir;
+  log::info("meshtrain train: %s model, %lld parameters (%s), %d rank(s) on %d node(s)", model::family_name(spec_.dims.family),
+            static_cast<long long>(spec_.dims.num_params()), choice_name(tc.precision), topo.world_size, topo.num_nodes);
+  if (spec_.dims.lora_rank > 0) log::info("%s", lora_summary(spec_.dims).c_str());
+  for (const std::string& w : setting_warnings(setup_)) log::warn("%s", w.c_str());
+  log::info("mesh %s, strategy %s (%s)", setup_.mesh.str().c_str(), parallel::strategy_name(setup_.strategy),
+            setup_.strategy_reason.c_str());
   log::info("batch: %d sequences x %d tokens per step = micro_batch %d x dp %d x grad_accum %d", batch.global_batch,
-            batch.seq_len, batch.micro_batch, s_.mesh.dp(), batch.grad_accum);
+            batch.seq_len, batch.micro_batch, setup_.mesh.dp(), batch.grad_accum);
   log::info("data: %s; output: %s", spec_.data.text().c_str(), out_dir.c_str());
-  log::info("effective configuration (also in %s/config.ini):\n%s", out_dir.c_str(), s_.config_ini.c_str());
+  log::info("effective configuration (also in %s/config.ini):\n%s", out_dir.c_str(), setup_.config_ini.c_str());
+}
 
-  const int first_step = restore_or_init();
+/// The inputs are valid: the run record, the step settings, the GEMM peak of the MFU and
+/// the metrics file (continued on a resume).
+template <class T>
+void Trainer<T>::begin_writing(int first_step) {
+  const Topology& topo = rt_.topology();
+  const plan::TrainSpec& tc = spec_.train;
+  const std::string& out_dir = spec_.output.dir;
   // Inputs are valid: from here on the run writes.
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
     for (auto& lock : locks_) lock->keep_directories();
-    write_run_record(s_, topo, out_dir, {resumed_from_, resumed_step_});
+    write_run_record(setup_, topo, out_dir, {resumed_from_, resumed_step_});
   });
-  settings_ = step_settings(tc);
+  settings_ = step_settings(setup_);
   nan_steps_.insert(tc.inject_nan_steps.begin(), tc.inject_nan_steps.end());
 
-  peak_flops_ = tc.peak_tflops > 0 ? tc.peak_tflops * 1e12 : linalg::measure_gemm_flops(1024, 0.3, s_.bf16);
+  peak_flops_ = tc.peak_tflops > 0 ? tc.peak_tflops * 1e12 : linalg::measure_gemm_flops(1024, 0.3, spec_.train.bf16());
   {
     const auto [mn, mx] = session_.mesh().world().min_max(peak_flops_);
     peak_flops_ = mn;  // the slowest rank bounds the step
     log::info("measured GEMM peak: %.1f GFLOP/s per rank (%s), min over ranks (max %.1f)", mn / 1e9,
-              s_.bf16 ? "bf16" : "fp32", mx / 1e9);
+              spec_.train.bf16() ? "bf16" : "fp32", mx / 1e9);
   }
   // A resumed run continues the run's metrics.jsonl (lines past the resumed step, from a
   // run that died after its last checkpoint, are dropped); a fresh run starts it anew.
@@ -184,11 +230,13 @@ int Trainer<T>::run() {
     if (root_ && first_step > 0) prepare_metrics_for_resume(out_dir + "/metrics.jsonl", first_step);
     metrics_ = std::make_unique<MetricsWriter>(out_dir + "/metrics.jsonl", first_step > 0, root_);
   });
-  install_stop_signal_handlers();
-  const StopPolicy stop(tc.time_limit, tc.time_limit_margin, now_seconds(), rt_.world());
-  log::info("%s", stop.describe().c_str());
-  MemoryPool::instance().reset_peaks();
+}
 
+/// Steps first_step .. train.steps: evaluation, checkpoints, the stop policy. Returns the
+/// exit status (0, kExitAbort after too many skipped steps, kExitPreempted).
+template <class T>
+int Trainer<T>::train_loop(int first_step, const StopPolicy& stop) {
+  const plan::TrainSpec& tc = spec_.train;
   int status = 0;
   for (int step = first_step; step < tc.steps; ++step) {
     fault::set_step(step + 1);
@@ -233,25 +281,28 @@ int Trainer<T>::run() {
       break;
     }
   }
-  if (status == 0 && tc.sample_tokens > 0) {
-    // The model's tokenizer (the one the checkpoints record), else the dataset's.
-    auto tok = data::make_tokenizer(tokenizer_.known()                ? tokenizer_.spec
-                                    : data_.meta.tokenizer == "random" ? "byte"
-                                                                       : data_.meta.tokenizer);
-    const std::string text =
-        sample_text(session_, *tok, tc.sample_prompt, tc.sample_tokens, tc.sample_temperature, tc.sample_top_k, tc.seed);
-    if (root_)
-      std::printf("\n--- sample (%d tokens, temperature %g, top-k %d) ---\n%s%s\n---\n", tc.sample_tokens,
-                  tc.sample_temperature, tc.sample_top_k, tc.sample_prompt.c_str(), text.c_str());
-  }
-  write_summary();
   return status;
+}
+
+/// train.sample_tokens tokens from train.sample_prompt after training.
+template <class T>
+void Trainer<T>::print_sample() {
+  const plan::TrainSpec& tc = spec_.train;
+  // The model's tokenizer (the one the checkpoints record), else the dataset's.
+  auto tok = data::make_tokenizer(tokenizer_.known()                ? tokenizer_.spec
+                                  : data_.meta.tokenizer == "random" ? "byte"
+                                                                     : data_.meta.tokenizer);
+  const std::string text =
+      sample_text(session_, *tok, tc.sample_prompt, tc.sample_tokens, tc.sample_temperature, tc.sample_top_k, tc.seed);
+  if (root_)
+    std::printf("\n--- sample (%d tokens, temperature %g, top-k %d) ---\n%s%s\n---\n", tc.sample_tokens,
+                tc.sample_temperature, tc.sample_top_k, tc.sample_prompt.c_str(), text.c_str());
 }
 
 template <class T>
 bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gnorm, double& lr) {
-  const TrainSpec& tc = spec_.train;
-  const BatchSpec& batch = s_.batch;
+  const plan::TrainSpec& tc = spec_.train;
+  const plan::BatchSpec& batch = setup_.batch;
   const parallel::DeviceMesh& mesh = session_.mesh();
   const CommStats before = comm_stats();
   const double t0 = now_seconds();
@@ -297,7 +348,7 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
 
 template <class T>
 double Trainer<T>::evaluate() {
-  const BatchSpec& batch = s_.batch;
+  const plan::BatchSpec& batch = setup_.batch;
   // The evaluation set is eval_batches global batches of windows, split over the dp ranks
   // like training batches, so every mesh evaluates the same windows.
   EvalWindows w;
@@ -310,9 +361,9 @@ double Trainer<T>::evaluate() {
 
 template <class T>
 void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const StepTimes& t, double val) {
-  const TrainSpec& tc = spec_.train;
-  const int seq_len = s_.batch.seq_len;
-  const double tokens = s_.batch.step_tokens();
+  const plan::TrainSpec& tc = spec_.train;
+  const int seq_len = setup_.batch.seq_len;
+  const double tokens = setup_.batch.step_tokens();
   const MemoryStats& ms = MemoryPool::instance().stats();
   // Every rank's times and memory in one reduction (min and max of each).
   const double mine[6] = {t.step, t.exposed_comm, t.busy_comm, t.compute(), static_cast<double>(ms.peak_reserved),
@@ -323,7 +374,7 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                busy_max = over[2].max, comp_min = over[3].min, comp_max = over[3].max, mem_max = over[4].max,
                rss_max = over[5].max;
   const double tok_s = tokens / step_max;
-  const double flops = 3.0 * s_.dims.flops_per_token_forward(seq_len) * tok_s;
+  const double flops = 3.0 * spec_.dims.flops_per_token_forward(seq_len) * tok_s;
   const double mfu = flops / (peak_flops_ * rt_.topology().world_size);
   if (root_) {
     std::string line = strprintf("step %5d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | mfu %.1f%% | mem %s | "
@@ -353,14 +404,14 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
 /// checkpoint.init_from loads initial weights. Returns the first step to run.
 template <class T>
 int Trainer<T>::restore_or_init() {
-  const CheckpointSpec& cc = spec_.checkpoint;
+  const plan::CheckpointSpec& cc = spec_.checkpoint;
   parallel::FsdpEngine<T>& eng = session_.engine();
   const std::string path = checkpoint::resolve_resume(rt_.world(), cc.dir, cc.resume);
   checkpoint::IoStats io;
   base_ = checkpoint::BaseRef{};
   base_.seed = spec_.train.seed;  // without init_from the base is the initialisation from train.seed
   if (!path.empty()) {
-    const checkpoint::TrainState st = checkpoint::load(eng, session_.mesh(), s_, path, &io);
+    const checkpoint::TrainState st = checkpoint::load(eng, session_.mesh(), checkpoint_meta(setup_), path, &io);
     // After the load's validation, so that a checkpoint of another model (or LoRA setting)
     // is named as such first; nothing is written before this refusal either.
     require_same_run_settings(path);
@@ -398,7 +449,7 @@ int Trainer<T>::restore_or_init() {
   if (cc.init_from.empty()) {
     eng.init_parameters(spec_.train.seed);
   } else {
-    base_ = checkpoint::load_weights(eng, session_.mesh(), s_.dims, cc.init_from, spec_.train.seed, &io);
+    base_ = checkpoint::load_weights(eng, session_.mesh(), spec_.dims, cc.init_from, spec_.train.seed, &io);
     log::info("initial weights from %s (load %.2f s, %.2f GB/s)", io.path.c_str(), io.seconds, io.gbps());
     ckpt_load_s_ = io.seconds;
     ckpt_load_gbps_ = io.gbps();
@@ -453,7 +504,7 @@ void Trainer<T>::lock_directories(const std::string& out_dir, const std::string&
 
 template <class T>
 bool Trainer<T>::checkpoint_due(int step, bool last) const {
-  const CheckpointSpec& cc = spec_.checkpoint;
+  const plan::CheckpointSpec& cc = spec_.checkpoint;
   return (cc.every > 0 && step % cc.every == 0) || (last && cc.save_final);
 }
 
@@ -465,14 +516,15 @@ void Trainer<T>::save_checkpoint(int step) {
   st.updates = updates_;
   st.skipped = skipped_;
   st.seed = spec_.train.seed;
-  st.tokens_seen = cursor_ * static_cast<std::uint64_t>(s_.batch.seq_len);
+  st.tokens_seen = cursor_ * static_cast<std::uint64_t>(setup_.batch.seq_len);
   st.base = base_;
   st.tokenizer = tokenizer_;
   st.run_settings = settings_record(run_settings_);
+  st.rank_first_windows = next_step_windows(cursor_, setup_);
   // Skipped (non-finite) steps leave the state untouched, and save() refuses a state that
   // holds a non-finite value anyway, so no checkpoint carries a NaN.
   const checkpoint::IoStats io =
-      checkpoint::save(session_.engine(), session_.mesh(), s_, st, spec_.checkpoint.dir);
+      checkpoint::save(session_.engine(), session_.mesh(), checkpoint_meta(setup_), st, spec_.checkpoint.dir);
   total_io_ += io.seconds;
   if (!io.written) return;
   ckpt_save_s_ = io.seconds;
@@ -515,8 +567,8 @@ void Trainer<T>::write_summary() {
 
 }  // namespace
 
-int run_training(const Runtime& rt, const RunSetup& setup) {
-  if (setup.bf16) {
+int run_training(const Runtime& rt, const plan::RunSetup& setup) {
+  if (setup.spec.train.bf16()) {
     Trainer<bf16> t(rt, setup);
     return t.run();
   }

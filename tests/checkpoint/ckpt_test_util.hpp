@@ -17,7 +17,8 @@
 #include "meshtrain/parallel/device_mesh.hpp"
 #include "meshtrain/parallel/fsdp.hpp"
 #include "meshtrain/runtime/mesh.hpp"
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/plan/run_setup.hpp"
+#include "meshtrain/train/checkpoint_meta.hpp"
 #include "test_support.hpp"
 
 namespace meshtrain::test {
@@ -45,7 +46,7 @@ inline Config tiny_config(const std::string& family, int d_model = 64) {
 struct Job {
   MpiComm comm;
   std::unique_ptr<parallel::DeviceMesh> mesh;
-  train::RunSetup setup;
+  plan::RunSetup setup;
   std::unique_ptr<parallel::FsdpEngine<float>> engine;
 
   bool member() const { return engine != nullptr; }
@@ -58,17 +59,16 @@ inline std::unique_ptr<Job> make_job(const MpiComm& parent, const Config& cfg, c
   job->comm = parent.split(parent.rank() < n ? 0 : MPI_UNDEFINED, parent.rank());
   if (!job->comm.valid()) return job;
   job->mesh = std::make_unique<parallel::DeviceMesh>(job->comm, shape, Backend::Mpi);
-  train::RunSetup& s = job->setup;
+  plan::RunSetup& s = job->setup;
   s.spec = app::resolve_spec(cfg);
   s.config_ini = config_to_ini(cfg);
-  s.dims = s.spec.dims;
   s.mesh = shape;
   s.strategy = strategy;
   s.batch = s.spec.batch.resolved(shape.dp());
   parallel::FsdpOptions opt;
   opt.strategy = strategy;
-  job->engine = std::make_unique<parallel::FsdpEngine<float>>(model::build_param_specs(s.dims, shape.tp),
-                                                              model::num_units(s.dims), *job->mesh, opt);
+  job->engine = std::make_unique<parallel::FsdpEngine<float>>(model::build_param_specs(s.spec.dims, shape.tp),
+                                                              model::num_units(s.spec.dims), *job->mesh, opt);
   return job;
 }
 

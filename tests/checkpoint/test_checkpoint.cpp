@@ -72,7 +72,7 @@ void expect_equal_state(const checkpoint::TrainState& a, const checkpoint::Train
 void expect_loads_exactly(Job& job, const std::string& path, const checkpoint::TrainState& want,
                           const std::string& what) {
   zero_state(*job.engine);
-  const checkpoint::TrainState got = checkpoint::load(*job.engine, *job.mesh, job.setup, path);
+  const checkpoint::TrainState got = checkpoint::load(*job.engine, *job.mesh, train::checkpoint_meta(job.setup), path);
   expect_equal_state(got, want);
   for (int k = 0; k < 3; ++k)
     EXPECT_EQ(count_mismatches(*job.engine, k, expected_state(*job.engine, k)), 0)
@@ -88,7 +88,7 @@ TEST(Checkpoint, RoundTripOnEveryMeshOfThisSize) {
       const std::string dir = fresh_dir(w, "roundtrip");
       fill_known(*job->engine);
       const checkpoint::TrainState st = sample_state(7);
-      const checkpoint::IoStats s = checkpoint::save(*job->engine, *job->mesh, job->setup, st, dir);
+      const checkpoint::IoStats s = checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), st, dir);
       EXPECT_TRUE(s.written);
       EXPECT_EQ(s.path, dir + "/step_00000007.h5");
       EXPECT_GT(s.bytes, 0u);
@@ -107,7 +107,7 @@ TEST(Checkpoint, LatestRetentionAndTemporaries) {
   job->setup.spec.checkpoint.keep = 2;
   fill_known(*job->engine);
   if (w.rank() == 0) std::ofstream(dir + "/step_00000099.h5.tmp") << "a save that died";
-  for (int step = 1; step <= 5; ++step) checkpoint::save(*job->engine, *job->mesh, job->setup, sample_state(step), dir);
+  for (int step = 1; step <= 5; ++step) checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(step), dir);
   const std::vector<std::string> left = checkpoint::list_checkpoints(dir);
   ASSERT_EQ(left.size(), 2u);
   EXPECT_EQ(left[0], dir + "/step_00000004.h5");
@@ -125,7 +125,7 @@ TEST(Checkpoint, LatestRetentionAndTemporaries) {
 
   // keep = 1 never deletes the newest.
   job->setup.spec.checkpoint.keep = 1;
-  checkpoint::save(*job->engine, *job->mesh, job->setup, sample_state(6), dir);
+  checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(6), dir);
   ASSERT_EQ(checkpoint::list_checkpoints(dir).size(), 1u);
   EXPECT_EQ(checkpoint::list_checkpoints(dir)[0], dir + "/step_00000006.h5");
 }
@@ -135,8 +135,8 @@ TEST(Checkpoint, ResumeWithoutLatestScansAndBadLatestIsAnError) {
   auto job = make_job(w, tiny_config("gpt2"), meshes_of(w.size())[0].shape, Strategy::FullShard);
   const std::string dir = fresh_dir(w, "latest");
   fill_known(*job->engine);
-  checkpoint::save(*job->engine, *job->mesh, job->setup, sample_state(2), dir);
-  checkpoint::save(*job->engine, *job->mesh, job->setup, sample_state(10), dir);
+  checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(2), dir);
+  checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(10), dir);
   MPI_Barrier(w.get());
   if (w.rank() == 0) fs::remove(dir + "/latest");
   MPI_Barrier(w.get());
@@ -166,13 +166,13 @@ TEST(Checkpoint, NonFiniteStateIsNeverCommitted) {
   auto job = make_job(w, tiny_config("llama"), meshes_of(w.size())[0].shape, Strategy::FullShard);
   const std::string dir = fresh_dir(w, "nonfinite");
   fill_known(*job->engine);
-  ASSERT_TRUE(checkpoint::save(*job->engine, *job->mesh, job->setup, sample_state(1), dir).written);
+  ASSERT_TRUE(checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(1), dir).written);
   // One NaN on the last rank, in a moment: the save must be refused on every rank.
   if (w.rank() == w.size() - 1) {
     parallel::UnitState& st = job->engine->state(1);
     Kokkos::deep_copy(Kokkos::subview(st.exp_avg_sq.view(), 0), NAN);
   }
-  const checkpoint::IoStats s = checkpoint::save(*job->engine, *job->mesh, job->setup, sample_state(2), dir);
+  const checkpoint::IoStats s = checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(2), dir);
   EXPECT_FALSE(s.written);
   EXPECT_FALSE(fs::exists(dir + "/step_00000002.h5"));
   EXPECT_FALSE(fs::exists(dir + "/step_00000002.h5.tmp"));
@@ -186,7 +186,7 @@ TEST(Checkpoint, UnwritableDirectoryIsAUserError) {
   if (w.rank() == 0) std::ofstream(dir + "/a_file") << "x";
   MPI_Barrier(w.get());
   try {
-    checkpoint::save(*job->engine, *job->mesh, job->setup, sample_state(1), dir + "/a_file/sub");
+    checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(1), dir + "/a_file/sub");
     ADD_FAILURE() << "saving below a file succeeded";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("cannot create the checkpoint directory"), std::string::npos) << e.what();

@@ -118,8 +118,8 @@ std::unique_ptr<parallel::FsdpEngine<float>> forward_only_engine(const Job& job)
   parallel::FsdpOptions opt;
   opt.strategy = job.setup.strategy;
   opt.forward_only = true;
-  return std::make_unique<parallel::FsdpEngine<float>>(model::build_param_specs(job.setup.dims, job.setup.mesh.tp),
-                                                       model::num_units(job.setup.dims), *job.mesh, opt);
+  return std::make_unique<parallel::FsdpEngine<float>>(model::build_param_specs(job.setup.spec.dims, job.setup.mesh.tp),
+                                                       model::num_units(job.setup.spec.dims), *job.mesh, opt);
 }
 
 TEST(CheckpointChecksum, TheSameCrcOfEachTensorFromEveryMeshAndEveryMeshLoadsEveryFile) {
@@ -132,7 +132,7 @@ TEST(CheckpointChecksum, TheSameCrcOfEachTensorFromEveryMeshAndEveryMeshLoadsEve
       fill_known(*job->engine);
       checkpoint::TrainState st;
       st.step = 1;
-      files.push_back(checkpoint::save(*job->engine, *job->mesh, job->setup, st, dir + "/" + family + "-" + w.str()).path);
+      files.push_back(checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), st, dir + "/" + family + "-" + w.str()).path);
     }
     if (world().rank() == 0) {
       // The known values do not depend on the mesh, so neither do the tensors' bytes.
@@ -151,13 +151,13 @@ TEST(CheckpointChecksum, TheSameCrcOfEachTensorFromEveryMeshAndEveryMeshLoadsEve
       auto job = make_job(world(), cfg, r.shape, r.strategy);
       for (const std::string& f : files) {
         fill_known(*job->engine, 7);
-        EXPECT_EQ(message_of([&] { checkpoint::load(*job->engine, *job->mesh, job->setup, f); }), "")
+        EXPECT_EQ(message_of([&] { checkpoint::load(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), f); }), "")
             << r.str() << " loading " << f;
         for (int k = 0; k < 3; ++k)
           EXPECT_EQ(count_mismatches(*job->engine, k, expected_state(*job->engine, k)), 0) << r.str() << " " << f;
         auto fwd = forward_only_engine(*job);
-        EXPECT_EQ(message_of([&] { checkpoint::load(*fwd, *job->mesh, job->setup, f); }), "") << r.str() << " " << f;
-        EXPECT_EQ(message_of([&] { checkpoint::load_weights(*job->engine, *job->mesh, job->setup.dims, f, 1); }), "");
+        EXPECT_EQ(message_of([&] { checkpoint::load(*fwd, *job->mesh, train::checkpoint_meta(job->setup), f); }), "") << r.str() << " " << f;
+        EXPECT_EQ(message_of([&] { checkpoint::load_weights(*job->engine, *job->mesh, job->setup.spec.dims, f, 1); }), "");
       }
     }
   }
@@ -171,7 +171,7 @@ class FlippedByte : public ::testing::Test {
     fill_known(*job_->engine);
     checkpoint::TrainState st;
     st.step = 3;
-    good_ = checkpoint::save(*job_->engine, *job_->mesh, job_->setup, st, dir_).path;
+    good_ = checkpoint::save(*job_->engine, *job_->mesh, train::checkpoint_meta(job_->setup), st, dir_).path;
   }
 
   /// Byte ranges [first, last] of rank 0's written piece of each parameter (the logical
@@ -214,7 +214,7 @@ TEST_F(FlippedByte, IsRefusedByEveryLoadPathThatReadsTheTensorNamingIt) {
   Config lora_cfg = tiny_config("llama");
   lora_cfg.model.lora_rank = 2;
   auto lora = make_job(world(), lora_cfg, meshes(world().size())[0].shape, meshes(world().size())[0].strategy);
-  ASSERT_EQ(message_of([&] { checkpoint::load_weights(*lora->engine, *lora->mesh, lora->setup.dims, good_, 1); }), "");
+  ASSERT_EQ(message_of([&] { checkpoint::load_weights(*lora->engine, *lora->mesh, lora->setup.spec.dims, good_, 1); }), "");
   int cases = 0;
   for (const Target& t : targets) {
     const std::string ds = std::string(t.group) + "/" + t.name;
@@ -258,13 +258,13 @@ TEST_F(FlippedByte, IsRefusedByEveryLoadPathThatReadsTheTensorNamingIt) {
         EXPECT_NE(m.find("dataset " + ds + " does not match its checksum"), std::string::npos) << m;
         EXPECT_EQ(m.find('\n'), std::string::npos) << m;
       };
-      check("resume", message_of([&] { checkpoint::load(*job_->engine, *job_->mesh, job_->setup, path); }), true);
-      check("eval/generate", message_of([&] { checkpoint::load(*fwd, *job_->mesh, job_->setup, path); }), weight);
+      check("resume", message_of([&] { checkpoint::load(*job_->engine, *job_->mesh, train::checkpoint_meta(job_->setup), path); }), true);
+      check("eval/generate", message_of([&] { checkpoint::load(*fwd, *job_->mesh, train::checkpoint_meta(job_->setup), path); }), weight);
       check("init_from",
-            message_of([&] { checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.dims, path, 1); }),
+            message_of([&] { checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.spec.dims, path, 1); }),
             weight);
       check("init_from of a LoRA run (base weights)",
-            message_of([&] { checkpoint::load_weights(*lora->engine, *lora->mesh, lora->setup.dims, path, 1); }),
+            message_of([&] { checkpoint::load_weights(*lora->engine, *lora->mesh, lora->setup.spec.dims, path, 1); }),
             weight);
       if (world().rank() == 0)
         check("convert", message_of([&] { checkpoint::export_safetensors(path, path + ".hf"); }), weight);
@@ -283,11 +283,11 @@ TEST_F(FlippedByte, AFileWithoutChecksumsStillLoads) {
   }
   MPI_Barrier(world().get());
   fill_known(*job_->engine, 5);
-  EXPECT_EQ(message_of([&] { checkpoint::load(*job_->engine, *job_->mesh, job_->setup, path); }), "");
+  EXPECT_EQ(message_of([&] { checkpoint::load(*job_->engine, *job_->mesh, train::checkpoint_meta(job_->setup), path); }), "");
   for (int k = 0; k < 3; ++k) EXPECT_EQ(count_mismatches(*job_->engine, k, expected_state(*job_->engine, k)), 0);
   auto fwd = forward_only_engine(*job_);
-  EXPECT_EQ(message_of([&] { checkpoint::load(*fwd, *job_->mesh, job_->setup, path); }), "");
-  EXPECT_EQ(message_of([&] { checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.dims, path, 1); }), "");
+  EXPECT_EQ(message_of([&] { checkpoint::load(*fwd, *job_->mesh, train::checkpoint_meta(job_->setup), path); }), "");
+  EXPECT_EQ(message_of([&] { checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.spec.dims, path, 1); }), "");
   if (world().rank() == 0) EXPECT_EQ(message_of([&] { checkpoint::export_safetensors(path, dir_ + "/legacy.hf"); }), "");
 }
 
@@ -303,7 +303,7 @@ TEST_F(FlippedByte, ALostChecksumAttributeIsRefused) {
     H5Fclose(f);
   }
   MPI_Barrier(world().get());
-  const std::string m = message_of([&] { checkpoint::load(*job_->engine, *job_->mesh, job_->setup, path); });
+  const std::string m = message_of([&] { checkpoint::load(*job_->engine, *job_->mesh, train::checkpoint_meta(job_->setup), path); });
   EXPECT_NE(m.find("checkpoint " + path + ": dataset " + ds + " has no valid checksum"), std::string::npos) << m;
 }
 

@@ -64,7 +64,7 @@ TEST(CheckpointNames, SaveLatestResumeAndRetentionPastEightDigits) {
   job->setup.spec.checkpoint.keep = 2;
   fill_known(*job->engine);
   for (int step : {99999999, 100000000, 100000001, 100000002}) {
-    const checkpoint::IoStats s = checkpoint::save(*job->engine, *job->mesh, job->setup, state_at(step), dir);
+    const checkpoint::IoStats s = checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), state_at(step), dir);
     EXPECT_TRUE(s.written);
     EXPECT_EQ(s.path, dir + "/" + checkpoint::checkpoint_file_name(step));
   }
@@ -78,7 +78,7 @@ TEST(CheckpointNames, SaveLatestResumeAndRetentionPastEightDigits) {
   EXPECT_EQ(checkpoint::resolve_resume(w, dir, app::resume_spec("auto")), dir + "/step_100000002.h5");
   EXPECT_EQ(checkpoint::resolve_resume(w, dir, app::resume_spec(dir)), dir + "/step_100000002.h5");
   zero_state(*job->engine);
-  const checkpoint::TrainState got = checkpoint::load(*job->engine, *job->mesh, job->setup, dir + "/step_100000002.h5");
+  const checkpoint::TrainState got = checkpoint::load(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), dir + "/step_100000002.h5");
   EXPECT_EQ(got.step, 100000002);
 
   // `latest` may name a 9-digit checkpoint; without `latest`, the scan finds the same file.
@@ -89,7 +89,7 @@ TEST(CheckpointNames, SaveLatestResumeAndRetentionPastEightDigits) {
   // A dead save's 9-digit temporary is removed by the next save's retention.
   if (w.rank() == 0) touch(dir + "/step_100000004.h5.tmp");
   MPI_Barrier(w.get());
-  checkpoint::save(*job->engine, *job->mesh, job->setup, state_at(100000003), dir);
+  checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), state_at(100000003), dir);
   EXPECT_FALSE(fs::exists(dir + "/step_100000004.h5.tmp"));
   const std::vector<std::string> after = {dir + "/step_100000002.h5", dir + "/step_100000003.h5"};
   EXPECT_EQ(checkpoint::list_checkpoints(dir), after);

@@ -79,7 +79,7 @@ TEST(CheckpointReshard, BetweenMeshesAndWorldSizes) {
         auto job = make_job(w, tiny_config(family), src.shape, src.strategy);
         if (job->member()) {
           fill_known(*job->engine, salt);
-          EXPECT_TRUE(checkpoint::save(*job->engine, *job->mesh, job->setup, st, src_dir).written);
+          EXPECT_TRUE(checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), st, src_dir).written);
         }
       }
       MPI_Barrier(w.get());
@@ -91,7 +91,7 @@ TEST(CheckpointReshard, BetweenMeshesAndWorldSizes) {
         auto job = make_job(w, tiny_config(family), dst.shape, dst.strategy);
         if (job->member()) {
           zero_state(*job->engine);
-          const checkpoint::TrainState got = checkpoint::load(*job->engine, *job->mesh, job->setup, path);
+          const checkpoint::TrainState got = checkpoint::load(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), path);
           EXPECT_EQ(got.step, st.step);
           EXPECT_EQ(got.cursor, st.cursor);
           EXPECT_EQ(got.updates, st.updates);
@@ -102,7 +102,7 @@ TEST(CheckpointReshard, BetweenMeshesAndWorldSizes) {
             EXPECT_EQ(count_mismatches(*job->engine, k, expected_state(*job->engine, k, salt)), 0)
                 << what << ": state array " << k << " differs after load";
           // What the destination holds, written back through its own layout: checked in Python.
-          EXPECT_TRUE(checkpoint::save(*job->engine, *job->mesh, job->setup, got, dst_dir).written);
+          EXPECT_TRUE(checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), got, dst_dir).written);
         }
         MPI_Barrier(w.get());
         if (w.rank() == 0) files << family << " " << salt << " " << dst_dir << "/step_00000003.h5\n";

@@ -25,7 +25,7 @@ class Validation : public ::testing::Test {
     fill_known(*job_->engine);
     checkpoint::TrainState st;
     st.step = 5;
-    good_ = checkpoint::save(*job_->engine, *job_->mesh, job_->setup, st, dir_).path;
+    good_ = checkpoint::save(*job_->engine, *job_->mesh, train::checkpoint_meta(job_->setup), st, dir_).path;
     fill_known(*job_->engine, 99);  // the state a failed load must leave alone
   }
 
@@ -46,7 +46,7 @@ class Validation : public ::testing::Test {
   void expect_rejected(const std::string& path, const std::vector<std::string>& parts) {
     std::string message;
     try {
-      checkpoint::load(*job_->engine, *job_->mesh, job_->setup, path);
+      checkpoint::load(*job_->engine, *job_->mesh, train::checkpoint_meta(job_->setup), path);
     } catch (const UserError& e) {
       message = e.what();
     }
@@ -67,7 +67,7 @@ class Validation : public ::testing::Test {
 hid_t open_rw(const std::string& path) { return H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT); }
 
 TEST_F(Validation, GoodCheckpointLoads) {
-  const checkpoint::TrainState st = checkpoint::load(*job_->engine, *job_->mesh, job_->setup, good_);
+  const checkpoint::TrainState st = checkpoint::load(*job_->engine, *job_->mesh, train::checkpoint_meta(job_->setup), good_);
   EXPECT_EQ(st.step, 5);
   for (int k = 0; k < 3; ++k) EXPECT_EQ(count_mismatches(*job_->engine, k, expected_state(*job_->engine, k)), 0);
 }
@@ -115,7 +115,7 @@ TEST_F(Validation, DifferentModelConfigNamesEveryKey) {
   auto wide = make_job(world(), tiny_config("llama", 128), mesh_of(world().size()), Strategy::FullShard);
   std::string message;
   try {
-    checkpoint::load(*wide->engine, *wide->mesh, wide->setup, good_);
+    checkpoint::load(*wide->engine, *wide->mesh, train::checkpoint_meta(wide->setup), good_);
   } catch (const UserError& e) {
     message = e.what();
   }
@@ -127,7 +127,7 @@ TEST_F(Validation, DifferentModelConfigNamesEveryKey) {
   auto gpt2 = make_job(world(), tiny_config("gpt2"), mesh_of(world().size()), Strategy::FullShard);
   message.clear();
   try {
-    checkpoint::load(*gpt2->engine, *gpt2->mesh, gpt2->setup, good_);
+    checkpoint::load(*gpt2->engine, *gpt2->mesh, train::checkpoint_meta(gpt2->setup), good_);
   } catch (const UserError& e) {
     message = e.what();
   }
@@ -174,7 +174,7 @@ TEST_F(Validation, WrongDtype) {
 
 TEST_F(Validation, InitFromAcceptsOnlyMatchingShapes) {
   // load_weights checks shapes (not the full model description) and zeroes the moments.
-  checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.dims, good_, 1234);
+  checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.spec.dims, good_, 1234);
   EXPECT_EQ(count_mismatches(*job_->engine, 0, expected_state(*job_->engine, 0)), 0);
   const auto zeros = [&] {
     std::vector<std::vector<float>> z;
@@ -186,13 +186,13 @@ TEST_F(Validation, InitFromAcceptsOnlyMatchingShapes) {
   auto wide = make_job(world(), tiny_config("llama", 128), mesh_of(world().size()), Strategy::FullShard);
   std::string message;
   try {
-    checkpoint::load_weights(*wide->engine, *wide->mesh, wide->setup.dims, good_, 1234);
+    checkpoint::load_weights(*wide->engine, *wide->mesh, wide->setup.spec.dims, good_, 1234);
   } catch (const UserError& e) {
     message = e.what();
   }
   EXPECT_NE(message.find("has shape (264, 64), expected (264, 128)"), std::string::npos) << message;
   // A checkpoint directory means its newest checkpoint.
-  checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.dims, dir_, 1234);
+  checkpoint::load_weights(*job_->engine, *job_->mesh, job_->setup.spec.dims, dir_, 1234);
   EXPECT_EQ(count_mismatches(*job_->engine, 0, expected_state(*job_->engine, 0)), 0);
 }
 

@@ -63,7 +63,7 @@ std::unique_ptr<Job> export_and_import(const Config& cfg, const std::string& nam
     fill_known(*src->engine);
     checkpoint::TrainState st;
     st.step = 12;
-    h5 = checkpoint::save(*src->engine, *src->mesh, src->setup, st, dir + "/ckpt").path;
+    h5 = checkpoint::save(*src->engine, *src->mesh, train::checkpoint_meta(src->setup), st, dir + "/ckpt").path;
   }
   agree_on_errors(w, [&] {
     if (w.rank() == 0) {
@@ -73,7 +73,7 @@ std::unique_ptr<Job> export_and_import(const Config& cfg, const std::string& nam
   });
   auto dst = make_job(w, cfg, other_mesh_of(w.size()), Strategy::FullShard);
   fill_known(*dst->engine, 5);  // moments must end up zero, masters replaced
-  checkpoint::load_weights(*dst->engine, *dst->mesh, dst->setup.dims, dir + "/hf", 1234);
+  checkpoint::load_weights(*dst->engine, *dst->mesh, dst->setup.spec.dims, dir + "/hf", 1234);
   return dst;
 }
 
@@ -91,7 +91,7 @@ TEST(Import, ExportedModelLoadsOnAnotherMeshExactly) {
     cfg.model.vocab_pad_multiple = 8;
     checkpoint::ExportSummary s;
     auto job = export_and_import(cfg, "export_" + family, {}, &s);
-    EXPECT_EQ(count_mismatches(*job->engine, 0, expected_masters(*job->engine, job->setup.dims)), 0);
+    EXPECT_EQ(count_mismatches(*job->engine, 0, expected_masters(*job->engine, job->setup.spec.dims)), 0);
     EXPECT_EQ(count_mismatches(*job->engine, 1, zeros_like(*job->engine)), 0);
     EXPECT_EQ(count_mismatches(*job->engine, 2, zeros_like(*job->engine)), 0);
     if (world().rank() == 0) {
@@ -112,7 +112,7 @@ TEST(Import, ShardedExportLoadsThroughItsIndex) {
   opt.max_shard_bytes = 40000;  // tiny llama: ~0.3 MB of tensors -> several shards
   checkpoint::ExportSummary s;
   auto job = export_and_import(tiny_config("llama"), "export_sharded", opt, &s);
-  EXPECT_EQ(count_mismatches(*job->engine, 0, expected_masters(*job->engine, job->setup.dims)), 0);
+  EXPECT_EQ(count_mismatches(*job->engine, 0, expected_masters(*job->engine, job->setup.spec.dims)), 0);
   if (world().rank() == 0) {
     ASSERT_GT(s.files.size(), 3u);
     EXPECT_EQ(s.files.front(), strprintf("model-00001-of-%05zu.safetensors", s.files.size() - 2));
@@ -124,7 +124,7 @@ TEST(Import, Bf16ExportRoundsToBf16) {
   checkpoint::ExportOptions opt;
   opt.dtype = "bf16";
   auto job = export_and_import(tiny_config("gpt2"), "export_bf16", opt);
-  EXPECT_EQ(count_mismatches(*job->engine, 0, expected_masters(*job->engine, job->setup.dims, to_bf16)), 0);
+  EXPECT_EQ(count_mismatches(*job->engine, 0, expected_masters(*job->engine, job->setup.spec.dims, to_bf16)), 0);
 }
 
 /// Writes a safetensors file of the known masters under the given names (from the
@@ -165,7 +165,7 @@ std::string write_hf_file(const std::string& path, const model::ModelDims& d,
 
 std::string load_error(Job& job, const std::string& path) {
   try {
-    checkpoint::load_weights(*job.engine, *job.mesh, job.setup.dims, path, 1234);
+    checkpoint::load_weights(*job.engine, *job.mesh, job.setup.spec.dims, path, 1234);
   } catch (const UserError& e) {
     return e.what();
   }
@@ -179,7 +179,7 @@ std::string strip_transformer(const std::string& n) {
 TEST(Import, HuggingFaceGpt2SpellingsAreAccepted) {
   const std::string dir = fresh_dir(world(), "hf_gpt2");
   auto job = make_job(world(), tiny_config("gpt2"), mesh_of(world().size()), Strategy::FullShard);
-  const model::ModelDims& d = job->setup.dims;
+  const model::ModelDims& d = job->setup.spec.dims;
   // The hub's gpt2: no "transformer." prefix, causal-mask buffers, and lm_head = wte.
   const std::string p = write_hf_file(dir + "/hub.safetensors", d, strip_transformer,
                                       {{"h.0.attn.bias", {1, 1, 64, 64}}, {"h.1.attn.masked_bias", {}}});
@@ -224,7 +224,7 @@ TEST(Import, HuggingFaceGpt2SpellingsAreAccepted) {
 TEST(Import, MissingWrongShapeAndUnexpectedTensorsAreErrors) {
   const std::string dir = fresh_dir(world(), "hf_bad");
   auto job = make_job(world(), tiny_config("llama"), mesh_of(world().size()), Strategy::FullShard);
-  const model::ModelDims& d = job->setup.dims;
+  const model::ModelDims& d = job->setup.spec.dims;
   const auto same = [](const std::string& n) { return n; };
 
   std::string m = load_error(*job, write_hf_file(dir + "/missing.safetensors", d, [](const std::string& n) {

@@ -93,8 +93,8 @@ TEST(ConfigSources, UnknownOptionOfACommandListsItsOwnOptions) {
   EXPECT_CONTAINS(error_of("train", {"--steps=1"}), "did you mean '--train.steps'?");
 }
 
-train::RunSetup setup_of(const std::vector<std::string>& args, int grad_accum, int dp) {
-  train::RunSetup s;
+plan::RunSetup setup_of(const std::vector<std::string>& args, int grad_accum, int dp) {
+  plan::RunSetup s;
   s.spec = app::resolve_spec(parse_config("train", args).config);
   s.batch = s.spec.batch;
   s.batch.grad_accum = grad_accum;

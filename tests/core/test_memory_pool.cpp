@@ -9,7 +9,7 @@
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/memory.hpp"
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/plan/run_setup.hpp"
 #include "meshtrain/train/session.hpp"
 #include "meshtrain/train/step.hpp"
 #include "test_support.hpp"
@@ -67,10 +67,10 @@ Config small_model(const std::string& strategy, const std::string& precision) {
 
 template <class T>
 void expect_steady_state(const Config& cfg) {
-  const train::RunSetup setup = app::resolve_run(cfg, test::runtime().topology());
+  const plan::RunSetup setup = app::resolve_run(cfg, test::runtime().topology());
   train::Session<T> s(test::runtime(), setup);
   s.engine().init_parameters(7);
-  const train::StepSettings settings = train::step_settings(setup.spec.train);
+  const train::StepSettings settings = train::step_settings(setup);
   const int rank = test::runtime().topology().world_rank;
   const auto fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
     for (int i = 0; i < cfg.train.micro_batch * cfg.train.seq_len; ++i) {

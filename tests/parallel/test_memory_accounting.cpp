@@ -7,7 +7,7 @@
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/parallel/reduction_plan.hpp"
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/plan/run_setup.hpp"
 #include "meshtrain/train/session.hpp"
 #include "meshtrain/train/step.hpp"
 #include "test_support.hpp"
@@ -52,7 +52,7 @@ struct Measured {
   std::vector<model::UnitLayout> layouts;  ///< the engine's units
   parallel::Strategy strategy = parallel::Strategy::FullShard;
   int grad_accum = 1;
-  parallel::MemoryEstimate predicted;
+  plan::MemoryEstimate predicted;
 };
 
 /// Builds the session, runs one optimizer step (so every persistent buffer exists), and
@@ -62,7 +62,7 @@ Measured measure(const Config& cfg) {
   MemoryPool::instance().reset_peaks();
   const auto before = MemoryPool::instance().stats().in_use;
   const double before_total = static_cast<double>(MemoryPool::instance().stats().total_in_use);
-  const train::RunSetup setup = app::resolve_run(cfg, test::runtime().topology());
+  const plan::RunSetup setup = app::resolve_run(cfg, test::runtime().topology());
   Measured m;
   {
     train::Session<T> s(test::runtime(), setup);
@@ -71,7 +71,7 @@ Measured measure(const Config& cfg) {
     const auto fill = [&](int, std::int32_t* in, std::int32_t* tgt) {
       for (int i = 0; i < cfg.train.micro_batch * cfg.train.seq_len; ++i) in[i] = tgt[i] = i % 97;
     };
-    train::train_step(s, train::step_settings(setup.spec.train), 0, updates, fill);
+    train::train_step(s, train::step_settings(setup), 0, updates, fill);
     const auto& now = MemoryPool::instance().stats().in_use;
     const auto delta = [&](MemCategory c) {
       return static_cast<double>(now[static_cast<int>(c)] - before[static_cast<int>(c)]);
@@ -86,11 +86,11 @@ Measured measure(const Config& cfg) {
     m.layouts = s.engine().layouts();
     m.strategy = setup.strategy;
     m.grad_accum = setup.batch.grad_accum;
-    for (const auto& p : setup.plan.options)
-      if (p.strategy == setup.strategy) {
-        m.predicted_persistent = p.memory.persistent();
-        m.predicted = p.memory;
-      }
+    // The planner's figure for the strategy and mesh this run uses.
+    const plan::PlanInput in = plan::plan_input(setup.spec, plan::this_job(setup.spec, test::runtime().topology()));
+    const plan::StrategyPlan p = plan::plan_strategy(in, setup.strategy, setup.mesh);
+    m.predicted_persistent = p.memory.persistent();
+    m.predicted = p.memory;
   }
   return m;
 }

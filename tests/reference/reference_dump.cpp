@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
   try {
     const Config cfg = parse_config("train", args).config;
-    const train::RunSetup setup = app::resolve_run(cfg, rt.topology());
+    const plan::RunSetup setup = app::resolve_run(cfg, rt.topology());
     const TrainConfig& tc = cfg.train;
     train::Session<float> session(rt, setup);
     auto& eng = session.engine();
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     }
     list += "]";
 
-    const data::Dataset ds = data::Dataset::load(setup.spec.data, setup.dims.valid_vocab, tc.seed);
+    const data::Dataset ds = data::Dataset::load(setup.spec.data, setup.spec.dims.valid_vocab, tc.seed);
     const data::Sampler sampler(ds.train, tc.seq_len, tc.seed);
     const int G = setup.batch.global_batch, T = tc.seq_len;
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(tc.steps) * G * T), targets(tokens.size());
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
                                                               model::BatchShape{G, T}, false));
     }
 
-    const train::StepSettings st = train::step_settings(setup.spec.train);
+    const train::StepSettings st = train::step_settings(setup);
     int updates = 0;
     std::string curve = "[";
     for (int s = 0; s < tc.steps; ++s) {
@@ -126,10 +126,10 @@ int main(int argc, char** argv) {
     std::ofstream(out + "/curve.json") << curve << "]\n";
 
     JsonObject m;
-    m.add("family", choice_name(cfg.model.family)).add("vocab", setup.dims.vocab).add("valid_vocab", setup.dims.valid_vocab)
-        .add("d_model", setup.dims.d_model).add("n_layers", setup.dims.n_layers).add("n_heads", setup.dims.n_heads)
-        .add("n_kv_heads", setup.dims.n_kv_heads).add("ffn_dim", setup.dims.ffn_dim).add("tied", setup.dims.tied)
-        .add("norm_eps", setup.dims.norm_eps).add("rope_theta", setup.dims.rope_theta).add("steps", tc.steps)
+    m.add("family", choice_name(cfg.model.family)).add("vocab", setup.spec.dims.vocab).add("valid_vocab", setup.spec.dims.valid_vocab)
+        .add("d_model", setup.spec.dims.d_model).add("n_layers", setup.spec.dims.n_layers).add("n_heads", setup.spec.dims.n_heads)
+        .add("n_kv_heads", setup.spec.dims.n_kv_heads).add("ffn_dim", setup.spec.dims.ffn_dim).add("tied", setup.spec.dims.tied)
+        .add("norm_eps", setup.spec.dims.norm_eps).add("rope_theta", setup.spec.dims.rope_theta).add("steps", tc.steps)
         .add("global_batch", G).add("seq_len", T).add("beta1", tc.beta1).add("beta2", tc.beta2)
         .add("adam_eps", tc.adam_eps).add("weight_decay", tc.weight_decay).add("grad_clip", tc.grad_clip)
         .add("lr", tc.lr).add("min_lr", tc.min_lr).add("warmup_steps", tc.warmup_steps)

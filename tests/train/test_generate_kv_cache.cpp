@@ -73,7 +73,7 @@ Buffer<std::int32_t> device_ids(const std::vector<std::int32_t>& ids, std::size_
 void check_logits(train::Session<float>& s, const std::string& what) {
   const std::vector<std::int32_t> ids = prompt_ids(24);
   const int prefill = 9;
-  model::KvCache<float> kv(s.setup().dims, s.tp(), 1, static_cast<int>(ids.size()));
+  model::KvCache<float> kv(s.setup().spec.dims, s.tp(), 1, static_cast<int>(ids.size()));
   double worst = 0, scale = 0;
   for (int len = prefill; len <= static_cast<int>(ids.size()); ++len) {
     const int fresh = len - kv.filled;
@@ -105,7 +105,7 @@ void check_family(const char* family, int n_kv) {
   for (const MeshCase& m : meshes()) {
     // max_seq_len 40: a 12-token prompt and 40 new tokens outgrow the window at token 29.
     const Config c = tiny(family, n_kv, m.tp, 40);
-    const train::RunSetup setup = app::resolve_run(c, test::runtime().topology());
+    const plan::RunSetup setup = app::resolve_run(c, test::runtime().topology());
     train::Session<float> s(test::runtime(), setup);
     s.engine().init_parameters(5);
     const std::string what = std::string(family) + " on " + m.name;
@@ -144,7 +144,7 @@ TEST(GenerateKvCache, LlamaReplicatedKvSameGreedyTokens) { check_family("llama",
 // first ends with it, and is dropped from the output; with and without the cache alike.
 TEST(GenerateKvCache, StopSequenceEndsAndIsDropped) {
   const Config c = tiny("llama", 2, meshes()[0].tp, 64);
-  const train::RunSetup setup = app::resolve_run(c, test::runtime().topology());
+  const plan::RunSetup setup = app::resolve_run(c, test::runtime().topology());
   train::Session<float> s(test::runtime(), setup);
   s.engine().init_parameters(5);
   train::SamplingOptions o;
@@ -172,7 +172,7 @@ TEST(GenerateKvCache, StopSequenceEndsAndIsDropped) {
 TEST(GenerateKvCache, ForwardOnlySessionSameResultsWithoutTrainingState) {
   for (const MeshCase& m : meshes()) {
     const Config c = tiny("llama", 2, m.tp, 16);
-    const train::RunSetup setup = app::resolve_run(c, test::runtime().topology());
+    const plan::RunSetup setup = app::resolve_run(c, test::runtime().topology());
     train::Session<float> trained(test::runtime(), setup);
     train::Session<float> inference(test::runtime(), setup, train::SessionUse::Inference);
     trained.engine().init_parameters(5);

@@ -36,7 +36,7 @@ void check_family(const char* family, int n_kv) {
   c.train.seq_len = 16;
   c.train.steps = 3;
   c.data.dir = "random";
-  const train::RunSetup setup = app::resolve_run(c, test::runtime().topology());
+  const plan::RunSetup setup = app::resolve_run(c, test::runtime().topology());
   train::Session<float> s(test::runtime(), setup);
   s.engine().init_parameters(11);
   int updates = 0;
@@ -49,7 +49,7 @@ void check_family(const char* family, int n_kv) {
         tgt[i] = (v * 5 + 3) % 256;
       }
     };
-    train::train_step(s, train::step_settings(setup.spec.train), step, updates, fill);
+    train::train_step(s, train::step_settings(setup), step, updates, fill);
   }
   const MPI_Comm tp = s.mesh().tp().mpi().get();
   int compared = 0;

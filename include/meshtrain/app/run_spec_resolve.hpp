@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "meshtrain/train/run_setup.hpp"
-#include "meshtrain/train/run_spec.hpp"
+#include "meshtrain/plan/run_setup.hpp"
+#include "meshtrain/plan/run_spec.hpp"
 
 namespace meshtrain {
 struct Config;       // the parsed configuration (config module): only app/ and config/ see it
@@ -24,19 +24,19 @@ model::ModelSettings model_settings(const ModelConfig& m);
 model::ModelDims resolve_model(const ModelConfig& m);
 
 /// checkpoint.resume: auto | none | PATH.
-train::ResumeSpec resume_spec(const std::string& setting);
+checkpoint::ResumeSpec resume_spec(const std::string& setting);
 
 /// checkpoint.dir, or <output.dir>/checkpoints when it is empty.
 std::string checkpoint_dir(const Config& config);
 
 /// Validates the config (validate_config) and resolves it into typed settings (UserError
 /// naming the key for anything invalid).
-train::RunSpec resolve_spec(const Config& config);
+plan::RunSpec resolve_spec(const Config& config);
 
-/// train::resolve_run on resolve_spec(config), plus the effective configuration as INI
+/// plan::resolve_run on resolve_spec(config), plus the effective configuration as INI
 /// text (RunSetup::config_ini, RunSetup::record_ini) with the planner's choices in it.
-train::RunSetup resolve_run(const Config& config, const Topology& topo, const train::CostModelInputs* costs = nullptr);
+plan::RunSetup resolve_run(const Config& config, const Topology& topo, const plan::CostModelInputs* costs = nullptr);
 /// The same for this live job (collective when the planner measures the cost model's inputs).
-train::RunSetup resolve_run(const Config& config, const Runtime& rt);
+plan::RunSetup resolve_run(const Config& config, const Runtime& rt);
 
 }  // namespace meshtrain::app

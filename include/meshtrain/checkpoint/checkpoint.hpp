@@ -13,9 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/parallel/fsdp.hpp"
+#include "meshtrain/checkpoint/resume_spec.hpp"
+#include "meshtrain/config/choices.hpp"
+#include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/parallel/device_mesh.hpp"
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/parallel/fsdp.hpp"
+#include "meshtrain/parallel/strategy.hpp"
+#include "meshtrain/runtime/mesh.hpp"
 
 namespace meshtrain::checkpoint {
 
@@ -46,6 +50,23 @@ struct TokenizerRef {
   std::string str() const;
 };
 
+/// \brief What save and load need to know about the run (train::checkpoint_meta makes it
+/// from the run's setup): the model, the writer's mesh, strategy and batch split, the
+/// schedule's root attributes, the effective configuration and the retention count.
+struct CheckpointMeta {
+  model::ModelDims dims;      ///< written to /model; load checks the file against it
+  MeshShape mesh;             ///< the writer's mesh (root attributes)
+  parallel::Strategy strategy = parallel::Strategy::FullShard;
+  int seq_len = 0, micro_batch = 0, global_batch = 0, grad_accum = 0;  ///< the resolved batch split
+  /// The schedule and numerics (root attributes: what the run trained with).
+  LrScheduleKind lr_schedule = LrScheduleKind::Cosine;
+  double lr = 0, min_lr = 0;
+  int warmup_steps = 0, total_steps = 0;
+  Precision precision = Precision::Fp32;
+  std::string config_ini;     ///< the effective configuration (root attribute config_ini)
+  int keep = 3;               ///< checkpoint.keep: complete checkpoints kept after a save
+};
+
 /// Training progress stored with the weights. Everything else a resumed run needs
 /// (initialisation, data order, sampling) is a pure function of `seed` and `cursor`.
 struct TrainState {
@@ -57,9 +78,12 @@ struct TrainState {
   std::uint64_t tokens_seen = 0;  ///< cursor * train.seq_len
   BaseRef base;                   ///< LoRA runs (engine.has_frozen()): the frozen base weights
   TokenizerRef tokenizer;         ///< the model's tokenizer, recorded in /model
-  /// Save only: the run settings a resume must keep (train/resume_settings.hpp), written as
+  /// Save only: the run settings a resume must keep (the trainer's resume settings, train::RunSettings), written as
   /// the root attribute `run_settings` ("key = value" lines); not written when empty.
   std::string run_settings;
+  /// Save only: the first training window of every data-parallel rank at the next step (the
+  /// sampler's position, /train/rank_first_window); written as given, one per dp rank.
+  std::vector<std::uint64_t> rank_first_windows;
 };
 
 /// Time and volume of one save or load, for the log and metrics.jsonl.
@@ -94,7 +118,7 @@ struct LoraSettings {
 /// `recorded` when the file predates them. UserError when the file cannot be opened.
 LoraSettings stored_lora_settings(const std::string& path);
 
-/// The `run_settings` record of checkpoint `path` (train/resume_settings.hpp), read on rank
+/// The `run_settings` record of checkpoint `path` (the trainer's resume settings, train::RunSettings), read on rank
 /// 0 and shared. `readable` is false when the file does not open as HDF5 (the load that
 /// follows reports why); `recorded` is false for a checkpoint written before the record.
 struct StoredRunSettings {
@@ -115,8 +139,8 @@ std::string describe_save(const IoStats& stats);
 std::string checkpoint_file_name(int step);
 
 /// \brief Saves the engine's trainable master weights and AdamW moments plus `state` into
-/// `dir`/step_%08d.h5 (commit protocol above) and keeps the newest
-/// `setup.spec.checkpoint.keep` complete checkpoints. Collective over `mesh.world()`.
+/// `dir`/step_%08d.h5 (commit protocol above) and keeps the newest `meta.keep` complete
+/// checkpoints. Collective over `mesh.world()`.
 ///
 /// With frozen parameters (LoRA) the file holds the trainable parameters (the adapters)
 /// and their moments only, and `state.base` as the reference to the base weights.
@@ -125,7 +149,7 @@ std::string checkpoint_file_name(int step);
 /// and the result has written == false (same on every rank). UserError (every rank alike)
 /// when the directory cannot be created or written.
 template <class T>
-IoStats save(const parallel::FsdpEngine<T>& engine, const parallel::DeviceMesh& mesh, const train::RunSetup& setup,
+IoStats save(const parallel::FsdpEngine<T>& engine, const parallel::DeviceMesh& mesh, const CheckpointMeta& meta,
              const TrainState& state, const std::string& dir);
 
 /// \brief Which checkpoint a run resumes from: `setting` is checkpoint.resume.
@@ -135,15 +159,15 @@ IoStats save(const parallel::FsdpEngine<T>& engine, const parallel::DeviceMesh& 
 ///   PATH  -> that .h5 file, or the newest complete checkpoint of that directory
 /// UserError for a `latest` that points nowhere, a PATH that does not exist, a directory
 /// PATH without checkpoints. Not collective (see the overload).
-std::string resolve_resume(const std::string& dir, const train::ResumeSpec& setting);
+std::string resolve_resume(const std::string& dir, const ResumeSpec& setting);
 /// Rank 0 resolves, every rank gets its answer or its UserError. Collective.
-std::string resolve_resume(const MpiComm& comm, const std::string& dir, const train::ResumeSpec& setting);
+std::string resolve_resume(const MpiComm& comm, const std::string& dir, const ResumeSpec& setting);
 
 /// \brief Loads master weights and both moments from checkpoint `path` into `engine`
 /// (each rank reads the hyperslabs of its state range) and returns the stored progress.
 /// Validation (UserError naming the file and the problem, on every rank alike): not an
 /// HDF5 file or truncated, unknown format version, a model config that differs from
-/// setup.dims (naming each differing key with both values), a missing dataset, a wrong
+/// meta.dims (naming each differing key with both values), a missing dataset, a wrong
 /// shape or dtype. Nothing in the engine changes when validation fails. Every parameter
 /// and moment is read (a forward-only engine's: the parameters only), so the engine needs
 /// no init_parameters first. A LoRA checkpoint's
@@ -151,7 +175,7 @@ std::string resolve_resume(const MpiComm& comm, const std::string& dir, const tr
 /// changed), or from the file itself when it has none (written before references).
 /// Collective.
 template <class T>
-TrainState load(parallel::FsdpEngine<T>& engine, const parallel::DeviceMesh& mesh, const train::RunSetup& setup,
+TrainState load(parallel::FsdpEngine<T>& engine, const parallel::DeviceMesh& mesh, const CheckpointMeta& meta,
                 const std::string& path, IoStats* stats = nullptr);
 
 /// \brief Initial weights for fine-tuning (checkpoint.init_from): master weights only,

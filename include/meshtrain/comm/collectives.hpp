@@ -23,6 +23,10 @@ namespace meshtrain {
 /// Every rank of `comm` gets op(values of all ranks).
 template <class T>
 T all_reduce_value(const MpiComm& comm, T value, ReduceOp op);
+/// op of a double over the tensor communicator (MPI or NCCL, the run's backend), through a
+/// one-element device buffer: NCCL reduces device memory only. For sums that must ride the
+/// same communicator as the tensors they summarise (the gradient norm, the loss).
+double all_reduce_value(Communicator& comm, double value, ReduceOp op);
 /// Element-wise over `count` values, in place.
 template <class T>
 void all_reduce_in_place(const MpiComm& comm, T* values, int count, ReduceOp op);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "meshtrain/data/dataset.hpp"
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/plan/run_setup.hpp"
 
 namespace meshtrain::train {
 
@@ -22,7 +22,7 @@ using RunSettings = std::vector<std::pair<std::string, std::string>>;
 /// (which may change; recorded for the notice). `data` is the run's dataset: it is
 /// recorded by what it holds (train.bin's length and a CRC-32C of tokens sampled across
 /// it), not by its path, so a dataset moved elsewhere is the same dataset.
-RunSettings run_settings(const RunSetup& s, const data::Dataset& data);
+RunSettings run_settings(const plan::RunSetup& s, const data::Dataset& data);
 
 /// "key = value" lines (the checkpoint attribute), and back.
 std::string settings_record(const RunSettings& s);

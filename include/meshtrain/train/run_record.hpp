@@ -5,7 +5,7 @@
 #include <string>
 
 #include "meshtrain/runtime/topology.hpp"
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/plan/run_setup.hpp"
 
 namespace meshtrain::train {
 
@@ -21,10 +21,10 @@ struct RunStart {
 /// Writes config.ini, mesh.txt and run.json into `dir` (rank 0 only; creates the dir).
 /// config.ini is the run's to rerun: checkpoint.resume is written as auto (the app layer's
 /// record_ini), and a comment above it says where this run started and what was given.
-void write_run_record(const RunSetup& setup, const Topology& topo, const std::string& dir, const RunStart& start = {});
+void write_run_record(const plan::RunSetup& setup, const Topology& topo, const std::string& dir, const RunStart& start = {});
 
 /// record_ini with that comment above `resume = ` in [checkpoint] (config.ini's text after
 /// its first line).
-std::string record_with_resume_note(const RunSetup& setup, const RunStart& start);
+std::string record_with_resume_note(const plan::RunSetup& setup, const RunStart& start);
 
 }  // namespace meshtrain::train

@@ -9,7 +9,7 @@
 #include "meshtrain/parallel/device_mesh.hpp"
 #include "meshtrain/parallel/fsdp.hpp"
 #include "meshtrain/runtime/runtime.hpp"
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/plan/run_setup.hpp"
 
 namespace meshtrain::train {
 
@@ -20,9 +20,9 @@ enum class SessionUse { Train, Inference };
 template <class T>
 class Session {
  public:
-  Session(const Runtime& rt, const RunSetup& setup, SessionUse use = SessionUse::Train);
+  Session(const Runtime& rt, const plan::RunSetup& setup, SessionUse use = SessionUse::Train);
 
-  const RunSetup& setup() const { return setup_; }
+  const plan::RunSetup& setup() const { return setup_; }
   const parallel::DeviceMesh& mesh() const { return mesh_; }
   const model::TpDims& tp() const { return tp_; }
   parallel::FsdpEngine<T>& engine() { return *engine_; }
@@ -34,7 +34,7 @@ class Session {
   double global_sum(double local_tp_identical) const;
 
  private:
-  RunSetup setup_;
+  plan::RunSetup setup_;
   parallel::DeviceMesh mesh_;
   model::TpDims tp_;
   std::unique_ptr<parallel::FsdpEngine<T>> engine_;

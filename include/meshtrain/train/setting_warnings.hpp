@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/plan/run_setup.hpp"
 
 namespace meshtrain::train {
 
 /// One sentence per setting of `setup` that does less than (or other than) it says, naming
 /// the keys involved and which one wins. Empty when there is none. Pure (no I/O).
-std::vector<std::string> setting_warnings(const RunSetup& setup);
+std::vector<std::string> setting_warnings(const plan::RunSetup& setup);
 
 /// "LoRA fine-tuning: rank 4, alpha 16 on c_attn: 12288 trainable parameters (1.1% of
 /// 1085952); base weights frozen", or "" without LoRA.

@@ -18,7 +18,7 @@ struct StepSettings {
   bool activation_checkpointing = false;
 };
 
-StepSettings step_settings(const TrainSpec& tc);
+StepSettings step_settings(const plan::RunSetup& setup);
 
 struct StepResult {
   double loss = 0;       ///< mean loss over the counted targets of the global batch (same on every rank)

@@ -3,12 +3,12 @@
 /// schedule), evaluation, progress lines, metrics.jsonl and the run record.
 
 #include "meshtrain/runtime/runtime.hpp"
-#include "meshtrain/train/run_setup.hpp"
+#include "meshtrain/plan/run_setup.hpp"
 
 namespace meshtrain::train {
 
 /// Trains as configured; returns the process exit status (0, or kExitAbort after too many
 /// non-finite steps). UserError for bad input (on every rank alike).
-int run_training(const Runtime& rt, const RunSetup& setup);
+int run_training(const Runtime& rt, const plan::RunSetup& setup);
 
 }  // namespace meshtrain::train

@@ -9,13 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/checkpoint/resume_spec.hpp"
 #include "meshtrain/comm/communicator.hpp"
 #include "meshtrain/config/choices.hpp"
 #include "meshtrain/data/data_source.hpp"
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/runtime/mesh.hpp"
 
-namespace meshtrain::train {
+namespace meshtrain::plan {
 
 /// \brief The batch arithmetic of one optimizer step, in windows (doc/architecture.md,
 /// "Names"): micro_batch windows per dp rank and micro-step, grad_accum micro-steps,
@@ -30,6 +31,11 @@ struct BatchSpec {
   /// grad_accum (UserError when it is not a multiple of micro_batch x dp, with the fix),
   /// otherwise grad_accum decides the global batch.
   BatchSpec resolved(int dp) const;
+  /// Whether resolved(dp) succeeds: no global_batch, or one that is a multiple of
+  /// micro_batch x dp.
+  bool splits(int dp) const { return global_batch <= 0 || global_batch % (micro_batch * dp) == 0; }
+  /// resolved(dp)'s error when !splits(dp), with the fix.
+  std::string split_error(int dp) const;
   /// Tokens of one micro-batch (the host staging buffer of one micro-step).
   std::size_t micro_batch_tokens() const {
     return static_cast<std::size_t>(micro_batch) * static_cast<std::size_t>(seq_len);
@@ -71,7 +77,7 @@ struct TrainSpec {
 
 /// parallel.*: the mesh asked for (-1 = left to the planner) and how ranks work together.
 struct ParallelSpec {
-  MeshRequest mesh;                         ///< dp_replicate x dp_shard x tp, -1 = infer
+  MeshRequest mesh_request;                         ///< dp_replicate x dp_shard x tp, -1 = infer
   StrategyChoice strategy = StrategyChoice::Auto;
   Backend backend = Backend::Auto;
   int prefetch = 1;
@@ -80,7 +86,7 @@ struct ParallelSpec {
   double memory_headroom = 0.15;
   double collective_timeout = 600;          ///< seconds; 0 = never
   /// How many mesh degrees are left at -1.
-  int free_degrees() const { return (mesh.dp_replicate == -1) + (mesh.dp_shard == -1) + (mesh.tp == -1); }
+  int free_degrees() const { return (mesh_request.dp_replicate == -1) + (mesh_request.dp_shard == -1) + (mesh_request.tp == -1); }
 };
 
 /// plan.*: the cluster `meshtrain plan` plans for instead of this job; each 0 means "this
@@ -96,19 +102,12 @@ struct PlanTarget {
   bool has_bus() const { return intra_bus_gbps > 0; }
 };
 
-/// checkpoint.resume: the newest checkpoint of checkpoint.dir, none, or a path.
-struct ResumeSpec {
-  enum class Kind { Auto, None, Path };
-  Kind kind = Kind::Auto;
-  std::string path;                         ///< Kind::Path: a step_*.h5 file or a checkpoint directory
-};
-
 /// checkpoint.*.
 struct CheckpointSpec {
   std::string dir;                          ///< resolved: checkpoint.dir, or <output.dir>/checkpoints
   bool dir_given = false;                   ///< checkpoint.dir was set (messages name it)
   int every = 0, keep = 3;
-  ResumeSpec resume;
+  checkpoint::ResumeSpec resume;
   std::string init_from;
   bool save_final = true;
 };
@@ -138,4 +137,4 @@ struct RunSpec {
   KeysGiven given;
 };
 
-}  // namespace meshtrain::train
+}  // namespace meshtrain::plan

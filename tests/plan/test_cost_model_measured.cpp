@@ -7,11 +7,11 @@
 #include <cmath>
 
 #include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/train/cost_model.hpp"
+#include "meshtrain/plan/measure.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;
-using namespace meshtrain::train;
+using namespace meshtrain::plan;
 
 namespace {
 
@@ -56,7 +56,11 @@ TEST(CostModelMeasured, InputsCarryTheSyncCostOfEveryTpGroupOfANode) {
   BatchSpec batch;
   batch.micro_batch = 2;
   batch.seq_len = 32;
-  const CostModelInputs c = cost_model_inputs(PlanTarget{}, batch, Backend::Mpi, rt, false, true, &d, 1);
+  MeasureRequest req;
+  req.batch = batch;
+  req.backend = Backend::Mpi;
+  req.model = d;
+  const CostModelInputs c = measure_cost_inputs(req, rt);
   const int local = rt.topology().min_ranks_per_node;  // a tp group fits the smallest node
   if (local < 2) {
     EXPECT_TRUE(c.sync_s.empty());

@@ -4,30 +4,31 @@
 #include <gtest/gtest.h>
 
 #include "meshtrain/linalg/peak.hpp"
-#include "meshtrain/parallel/planner.hpp"
-#include "meshtrain/train/cost_model.hpp"
+#include "meshtrain/plan/planner.hpp"
+#include "meshtrain/plan/cost_model.hpp"
+#include "meshtrain/plan/measure.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;
-using namespace meshtrain::train;
+using namespace meshtrain::plan;
 
 namespace {
 
 model::ModelDims small_gpt() { return test::gpt2_dims(8192, 512, 6, 8, 256); }
 
-parallel::PlanInput input(const model::ModelDims& d, int world) {
-  parallel::PlanInput in;
+plan::PlanInput input(const model::ModelDims& d, int world) {
+  plan::PlanInput in;
   in.dims = d;
   in.world = world;
   in.ranks_per_node = world;
-  in.micro_batch = 4;
-  in.seq_len = 256;
+  in.batch.micro_batch = 4;
+  in.batch.seq_len = 256;
   in.memory_budget = 8.0 * 1073741824.0;
   return in;
 }
 
-parallel::StrategyPlan plan_for(const parallel::PlanInput& in, parallel::Strategy s) {
-  return parallel::plan_strategy(in, s, parallel::mesh_for_strategy(in, s));
+plan::StrategyPlan plan_for(const plan::PlanInput& in, parallel::Strategy s) {
+  return plan::plan_strategy(in, s, plan::mesh_for_strategy(in, s));
 }
 
 CostModelInputs fixed_costs() {
@@ -46,7 +47,7 @@ TEST(CostModel, GemmTermIsFlopsOverRate) {
   const auto in = input(d, 1);
   const auto plan = plan_for(in, parallel::Strategy::NoShard);
   CostModelInputs c = fixed_costs();
-  const StepPrediction p = predict_step(d, in, plan, c);
+  const StepPrediction p = predict_step(in, plan, c);
   // Forward, backward (twice forward), and the attention scores backward recomputes (one
   // q k^T per block, counted full: 2 L T C per token).
   const double recompute = 2.0 * d.n_layers * 256 * d.d_model;
@@ -54,7 +55,7 @@ TEST(CostModel, GemmTermIsFlopsOverRate) {
   EXPECT_NEAR(p.gemm_s, flop / c.gemm_flops, 1e-12);
   // A measured model-shape rate replaces the square peak.
   c.model_gemm_flops = 5e10;
-  EXPECT_NEAR(predict_step(d, in, plan, c).gemm_s, flop / 5e10, 1e-12);
+  EXPECT_NEAR(predict_step(in, plan, c).gemm_s, flop / 5e10, 1e-12);
   // One rank: nothing to communicate, overlap changes nothing.
   EXPECT_EQ(p.fsdp_comm_s, 0.0);
   EXPECT_EQ(p.tp_comm_s, 0.0);
@@ -66,11 +67,11 @@ TEST(CostModel, MeasuredElementRatesEnterTheElementwiseTerm) {
   const auto in = input(d, 1);
   const auto plan = plan_for(in, parallel::Strategy::NoShard);
   CostModelInputs c = fixed_costs();
-  const StepPrediction bytes_only = predict_step(d, in, plan, c);
+  const StepPrediction bytes_only = predict_step(in, plan, c);
   EXPECT_EQ(bytes_only.activation_s, 0.0);
   c.adamw_s_per_elem = 4e-9;
   c.activation_s_per_elem = 8e-9;
-  const StepPrediction p = predict_step(d, in, plan, c);
+  const StepPrediction p = predict_step(in, plan, c);
   EXPECT_NEAR(p.optimizer_s, plan.memory.params / 4.0 * 4e-9, 1e-12);
   EXPECT_NEAR(p.activation_s, 4.0 * 256 * d.n_layers * d.ffn_dim * 8e-9, 1e-12);
   EXPECT_NEAR(p.elementwise_s - p.optimizer_s - p.activation_s,
@@ -83,7 +84,7 @@ TEST(CostModel, OverlapHidesOnlyFsdpCommunication) {
   for (auto s : {parallel::Strategy::FullShard, parallel::Strategy::ShardGradOp, parallel::Strategy::NoShard}) {
     const auto plan = plan_for(in, s);
     ASSERT_TRUE(plan.valid);
-    const StepPrediction p = predict_step(d, in, plan, fixed_costs());
+    const StepPrediction p = predict_step(in, plan, fixed_costs());
     EXPECT_GT(p.fsdp_comm_s, 0.0) << parallel::strategy_name(s);
     EXPECT_LE(p.step_seconds_overlap, p.step_seconds_no_overlap);
     EXPECT_GE(p.step_seconds_overlap, p.compute_s + p.tp_comm_s);
@@ -91,7 +92,7 @@ TEST(CostModel, OverlapHidesOnlyFsdpCommunication) {
     CostModelInputs slow = fixed_costs();
     slow.intra_bus_bytes /= 2;
     slow.inter_bus_bytes /= 2;
-    const StepPrediction q = predict_step(d, in, plan, slow);
+    const StepPrediction q = predict_step(in, plan, slow);
     // Latency: every ring collective over the 4 ranks pays 3 steps (6 for an all-reduce).
     const double lat = (plan.comm.gather_collectives + plan.comm.reduce_collectives * (plan.comm.reduce_is_all_reduce ? 2 : 1)) *
                        3 * 1e-5;
@@ -101,7 +102,7 @@ TEST(CostModel, OverlapHidesOnlyFsdpCommunication) {
   // shard_grad_op, which gathers once.
   const auto fs = plan_for(in, parallel::Strategy::FullShard);
   const auto sg = plan_for(in, parallel::Strategy::ShardGradOp);
-  EXPECT_GE(predict_step(d, in, fs, fixed_costs()).fsdp_comm_s, predict_step(d, in, sg, fixed_costs()).fsdp_comm_s);
+  EXPECT_GE(predict_step(in, fs, fixed_costs()).fsdp_comm_s, predict_step(in, sg, fixed_costs()).fsdp_comm_s);
 }
 
 TEST(CostModel, ModelGemmRateIsMeasuredAndBelowTwiceThePeak) {
@@ -212,9 +213,9 @@ TEST(CostModel, HybridReplicateAllReduceIsExposedAndCheckpointingRecomputesForwa
   auto in = input(d, 16);
   in.ranks_per_node = 4;
   const MeshShape hybrid{4, 4, 1};
-  const auto hp = parallel::plan_strategy(in, parallel::Strategy::HybridShard, hybrid);
+  const auto hp = plan::plan_strategy(in, parallel::Strategy::HybridShard, hybrid);
   ASSERT_TRUE(hp.valid);
-  const StepPrediction p = predict_step(d, in, hp, fixed_costs());
+  const StepPrediction p = predict_step(in, hp, fixed_costs());
   EXPECT_GT(p.replicate_comm_s, 0.0);
   // FsdpEngine::finish_step all-reduces the replicas after backward: nothing hides it.
   EXPECT_NEAR(p.step_seconds_overlap, p.compute_s + p.tp_comm_s + p.exposed_fsdp_s + p.replicate_comm_s, 1e-12);
@@ -222,28 +223,28 @@ TEST(CostModel, HybridReplicateAllReduceIsExposedAndCheckpointingRecomputesForwa
   // Checkpointing: one more forward of GEMMs. Without it the GEMMs are 3 forwards plus the
   // recomputed scores, `ratio` forwards' worth; with it 4 plus the same.
   in.activation_checkpointing = true;
-  const auto ac = parallel::plan_strategy(in, parallel::Strategy::HybridShard, hybrid);
+  const auto ac = plan::plan_strategy(in, parallel::Strategy::HybridShard, hybrid);
   const double ratio = 2.0 * d.n_layers * 256 * d.d_model / d.flops_per_token_forward(256);
-  EXPECT_NEAR(predict_step(d, in, ac, fixed_costs()).gemm_s, p.gemm_s * (4.0 + ratio) / (3.0 + ratio), 1e-12);
+  EXPECT_NEAR(predict_step(in, ac, fixed_costs()).gemm_s, p.gemm_s * (4.0 + ratio) / (3.0 + ratio), 1e-12);
 }
 
 TEST(CostModel, EveryTensorParallelAllReducePaysItsGroupsMeasuredSyncCost) {
   const auto d = small_gpt();
   auto in = input(d, 4);
   const MeshShape tp2{1, 2, 2};
-  const auto p = parallel::plan_strategy(in, parallel::Strategy::NoShard, tp2);
+  const auto p = plan::plan_strategy(in, parallel::Strategy::NoShard, tp2);
   ASSERT_TRUE(p.valid);
   ASSERT_GT(p.comm.tp_collectives, 0);
-  const StepPrediction base = predict_step(d, in, p, fixed_costs());
+  const StepPrediction base = predict_step(in, p, fixed_costs());
   CostModelInputs c = fixed_costs();
   c.sync_s = {0.0, 0.0, 2e-3, 0.0, 7e-3};  // by group size: 2 ranks 2 ms, 4 ranks 7 ms
-  const StepPrediction q = predict_step(d, in, p, c);
+  const StepPrediction q = predict_step(in, p, c);
   EXPECT_NEAR(q.tp_comm_s - base.tp_comm_s, p.comm.tp_collectives * 2e-3, 1e-12);  // the tp=2 group's cost
   EXPECT_NEAR(q.step_seconds_overlap - base.step_seconds_overlap, p.comm.tp_collectives * 2e-3, 1e-12);
   EXPECT_EQ(q.fsdp_comm_s, base.fsdp_comm_s);  // FSDP collectives are not charged it
   // No tensor parallelism: no tp collectives, nothing to pay.
   const auto p1 = plan_for(in, parallel::Strategy::NoShard);
   ASSERT_EQ(p1.mesh.tp, 1);
-  EXPECT_EQ(predict_step(d, in, p1, c).tp_comm_s, 0.0);
+  EXPECT_EQ(predict_step(in, p1, c).tp_comm_s, 0.0);
   EXPECT_EQ(c.sync_seconds(8), 0.0);  // a group size not measured
 }

@@ -1,9 +1,11 @@
 #pragma once
-/// \brief The memory model and strategy planner behind `parallel.strategy = auto` and
-/// `meshtrain plan`. It builds the same flat layouts the FSDP engine allocates (so the
-/// persistent bytes are exact, not estimated) and models the transient peaks
-/// (gathered parameters, gradient buffers, activations, communication buffers) of one
-/// micro-step. No model memory is allocated: a 70B job can be planned on a laptop.
+/// \brief The memory and communication model of one strategy on one mesh, behind
+/// `parallel.strategy = auto` and `meshtrain plan`. It builds the same flat layouts the FSDP
+/// engine allocates (so the persistent bytes are exact, not estimated) and models the
+/// transient peaks (gathered parameters, gradient buffers, activations, communication
+/// buffers) of one micro-step. No model memory is allocated: a 70B job can be planned on a
+/// laptop. Which candidate `auto` takes is plan/mesh_search.hpp's rule (the fastest predicted
+/// that fits); this file only says what each candidate needs.
 
 #include <string>
 #include <vector>
@@ -11,19 +13,19 @@
 #include "meshtrain/comm/communicator.hpp"
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/parallel/strategy.hpp"
+#include "meshtrain/plan/run_spec.hpp"
 #include "meshtrain/runtime/mesh.hpp"
 
-namespace meshtrain::parallel {
+namespace meshtrain::plan {
 
 struct PlanInput {
   model::ModelDims dims;
   int world = 1;
   int ranks_per_node = 1;
-  MeshRequest mesh;            ///< as configured (tp, dp_shard, dp_replicate)
-  int micro_batch = 1;
-  int seq_len = 1;
-  int global_batch = 0;        ///< 0: micro_batch * dp * grad_accum
-  int grad_accum = 1;
+  MeshRequest mesh_request;            ///< as configured (tp, dp_shard, dp_replicate)
+  /// As requested (BatchSpec::resolved splits it for a candidate's dp); micro_batch is the
+  /// candidate's (the mesh search sets it).
+  BatchSpec batch{1, 1, 1, 0};
   bool bf16 = false;
   bool activation_checkpointing = false;
   DType reduce_dtype = DType::F32;
@@ -64,10 +66,9 @@ struct CommVolume {
 };
 
 struct StrategyPlan {
-  Strategy strategy = Strategy::FullShard;
+  parallel::Strategy strategy = parallel::Strategy::FullShard;
   MeshShape mesh;
-  int grad_accum = 1;
-  int micro_batch = 1;                 ///< the candidate's micro-batch (PlanInput::micro_batch)
+  BatchSpec batch;                     ///< PlanInput::batch resolved for this mesh's dp (when valid)
   bool activation_checkpointing = false;
   /// Bytes of activations one micro-step's forward writes (every block's, whether kept or
   /// recomputed): what the memory-bound kernels stream, independent of checkpointing.
@@ -79,34 +80,29 @@ struct StrategyPlan {
   std::string note;            ///< why it is invalid or does not fit
 };
 
-struct Plan {
-  std::vector<StrategyPlan> options;  ///< no_shard, shard_grad_op, full_shard, hybrid_shard
-  int chosen = -1;                    ///< index into options (auto's pick), -1 if none fits
-  std::string reason;
-};
-
-/// Evaluates every strategy; `auto` picks the least-communication one that fits in
-/// memory_budget * (1 - headroom).
-Plan make_plan(const PlanInput& in);
+/// Every strategy on the mesh it runs on for this request (mesh_for_strategy), in the order
+/// no_shard, shard_grad_op, hybrid_shard, full_shard (least communication first); one that
+/// cannot run here is `valid == false` with the reason in `note`.
+std::vector<StrategyPlan> plan_each_strategy(const PlanInput& in);
 
 /// The memory and communication of one strategy on one mesh.
-StrategyPlan plan_strategy(const PlanInput& in, Strategy s, const MeshShape& mesh);
+StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const MeshShape& mesh);
 
 /// \brief What would fit when `forced` does not (for the error of a forced strategy): the
 /// other strategies that fit on this job with their mesh and per-rank memory, and `forced`
 /// (or another strategy) with activation checkpointing. "" when nothing fits.
-std::string fit_alternatives(const PlanInput& in, Strategy forced);
+std::string fit_alternatives(const PlanInput& in, parallel::Strategy forced);
 
 /// Every mesh a strategy can run on for this job: dp_replicate x dp_shard x tp = world with
 /// tp dividing the node (tensor parallelism stays inside a node) and the model's heads, and
-/// the dimensions fixed in `in.mesh` (not -1) kept. One mesh per distinct behaviour:
+/// the dimensions fixed in `in.mesh_request` (not -1) kept. One mesh per distinct behaviour:
 /// no_shard and full_shard put all data parallelism in dp_shard (replicas of no_shard are
 /// all the same; full_shard with dp_replicate > 1 is hybrid_shard), hybrid_shard needs
 /// dp_replicate > 1 and dp_shard > 1.
-std::vector<MeshShape> candidate_meshes(const PlanInput& in, Strategy s);
+std::vector<MeshShape> candidate_meshes(const PlanInput& in, parallel::Strategy s);
 
 /// The mesh a strategy runs on for the configured request (hybrid_shard: replicas across
 /// nodes when dp_replicate is left at 1). UserError when impossible.
-MeshShape mesh_for_strategy(const PlanInput& in, Strategy s);
+MeshShape mesh_for_strategy(const PlanInput& in, parallel::Strategy s);
 
-}  // namespace meshtrain::parallel
+}  // namespace meshtrain::plan

@@ -1,22 +1,47 @@
 #pragma once
-/// \brief The cost model: predicted optimizer-step time from FLOPs / GEMM peak plus
-/// memory-bound kernel bytes / copy bandwidth, and communication as alpha-beta
-/// (latency + bytes / bus bandwidth) per collective, with and without overlap of the FSDP
-/// collectives behind compute. Inputs are measured in the same run (GEMM peak, copy
-/// bandwidth, bus bandwidth of an all-gather) or given for a target cluster.
+/// \brief The cost model's pure predictor: optimizer-step time from FLOPs / GEMM rate plus
+/// memory-bound kernel bytes / copy bandwidth, and communication as alpha-beta (latency +
+/// bytes / bus bandwidth) per collective on the links each mesh group crosses, with and
+/// without overlap of the FSDP collectives behind compute. Everything it knows about the
+/// machine comes in as data (CostModelInputs): measured on the job's ranks by
+/// plan/measure.hpp, given for a target cluster (plan.*), or a fixed table in a test. Nothing
+/// here runs a kernel or talks to another rank.
 
 #include <string>
 #include <vector>
 
-#include "meshtrain/config/choices.hpp"
-#include "meshtrain/parallel/planner.hpp"
+#include "meshtrain/model/model_dims.hpp"
+#include "meshtrain/plan/planner.hpp"
 #include "meshtrain/runtime/runtime.hpp"
-#include "meshtrain/train/run_spec.hpp"
 
-namespace meshtrain::train {
+namespace meshtrain::plan {
+
+/// \brief The constants of the predictor that are not measurements of the machine: counts
+/// and factors chosen once (where each came from is said at its field; the benchmark runs
+/// behind the fitted ones are in perf/notes.md, "Cost model constants"). One table, so a
+/// change to the model is a change here and nowhere else.
+struct CostConstants {
+  /// Reads + writes of every saved activation element by the memory-bound kernels over a
+  /// forward and backward (norms, bias, softmax, residual adds and their backward; the MLP
+  /// activation is timed on its own when measured). Counted from the kernels' passes, not
+  /// fitted.
+  double elementwise_passes = 6.0;
+  /// Extra passes of those kernels with activation checkpointing (the recomputed forward).
+  /// Counted, as above.
+  double checkpoint_elementwise_passes = 2.0;
+  /// The MLP activation's recomputed forward as a fraction of its measured forward +
+  /// backward (checkpointing): the forward is about half of the pair. Estimated.
+  double checkpoint_activation_rework = 0.5;
+  /// Bytes AdamW moves per fp32 state element when its rate is not measured: reads of
+  /// parameter, gradient and both moments, writes of parameter and both moments (7 x 4).
+  double adamw_bytes_per_element = 28.0;
+  /// An MPI binomial-tree hop inside a node moves at this multiple of the all-gather bus
+  /// bandwidth `plan` measures there. Fitted: the one-host sweeps of perf/notes.md.
+  double mpi_tree_hop_intra_factor = 2.0;
+};
 
 struct CostModelInputs {
-  double gemm_flops = 1e11;        ///< per rank, FLOP/s (square GEMM: the peak)
+  double gemm_flops = 1e11;        ///< per rank, FLOP/s (square GEMM: the peak); default: a typical CPU socket share
   std::string gemm_source;
   /// Per rank FLOP/s of this model's own GEMMs (a block's forward and backward linear layers
   /// and causal attention, and the LM head, at the micro-batch's row count), FLOPs counted as
@@ -46,52 +71,29 @@ struct CostModelInputs {
   /// Fraction of an FSDP collective that can hide behind compute (0..1). NCCL runs on its
   /// own stream: 1. The MPI backend progresses a non-blocking collective only inside MPI
   /// calls (the engine's progress() between kernels), and ranks that share cores compete
-  /// with it, so `plan` measures it (measure_overlap) when it runs on the job's ranks.
+  /// with it, so it is measured (measure_overlap) on the job's ranks.
   double overlap = 1.0;
   std::string overlap_source = "assumed: NCCL progresses on its own stream";
   std::string bus_source;
   /// Seconds a blocking collective over a group of g consecutive ranks (a tp group) costs
   /// beyond its transfer when the ranks compute between two of them: `sync_s[g]`, 0 where
   /// not measured. On host builds whose ranks share cores (4 ranks on 2 cores), a rank that
-  /// reaches the all-reduce first waits for a peer the scheduler has parked (in training here
-  /// ~1 ms per tp all-reduce, more than its bytes take). `plan` and `train` measure it on the
-  /// job's ranks (measure_sync_cost, which sees less of it: doc/perf.md); on GPUs it stays 0.
+  /// reaches the all-reduce first waits for a peer the scheduler has parked. Measured on the
+  /// job's ranks (measure_sync_cost; doc/perf.md); on GPUs it stays 0.
   std::vector<double> sync_s;
   std::string sync_source = "not measured";
+  /// The predictor's fixed counts and factors (not measurements).
+  CostConstants constants;
   double sync_seconds(int group) const {
     return group >= 0 && group < static_cast<int>(sync_s.size()) ? sync_s[group] : 0.0;
   }
 };
 
-/// Measures (collectively over the job's world, with `backend` for the collectives) or takes
-/// from `target` (plan.gemm_tflops, plan.bus_gbps, plan.mem_gbps). With `dims` and `tp`
-/// given and measure_here, also times the model's own GEMM shapes at `batch`'s micro-batch.
-CostModelInputs cost_model_inputs(const PlanTarget& target, const BatchSpec& batch, Backend backend, const Runtime& rt,
-                                  bool bf16, bool measure_here, const model::ModelDims* dims = nullptr, int tp = 1);
-
-/// Measured on the job's ranks (collective over the world): an all-gather of one block's
-/// parameters alone, GEMMs of about the same duration alone, then both at once with
-/// progress() between the GEMMs, as the model polls between its kernels (one GEMM of the
-/// model's linear-layer size, `rows` = micro_batch x seq_len, between two polls; shrunk to
-/// ~50 ms at `gemm_flops` for large models). Returns the hidden fraction, (t_comm + t_gemm -
-/// t_both) / min of the two, in [0, 1], from the slowest rank's times, the median of three.
-double measure_overlap(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int tp,
-                       double gemm_flops);
-
-/// Measured on the job's ranks (collective over the world), in groups of `group` consecutive
-/// ranks: ten rounds of (two GEMMs of the model's linear-layer size, then a blocking
-/// all-reduce of one micro-batch's activations in the group), against the GEMMs alone and
-/// the all-reduces alone. Returns the extra seconds per round (>= 0; the slowest rank's
-/// times, the median of three): what each synchronising collective costs beyond its bytes.
-/// 0 for group < 2 or a group that does not divide the world.
-double measure_sync_cost(const Runtime& rt, Backend backend, const model::ModelDims& dims, int rows, int group,
-                         double gemm_flops);
-
-/// Effective FLOP/s of one micro-step's GEMMs of `dims` (see CostModelInputs::model_gemm_flops);
-/// 0 when one block's GEMMs exceed `max_flop` (then too slow to time here: big models run
-/// their GEMMs near the square peak anyway).
-double measure_model_gemm_flops(const model::ModelDims& dims, int micro_batch, int seq_len, int tp, bool bf16,
-                                double max_flop = 4e10);
+/// FLOPs per token of the attention scores that backward computes again (q k^T of every
+/// block, counted full like ModelDims::flops_per_token_forward): the kernels keep each
+/// row's softmax statistics, not the (T, T) probabilities. The predictor adds them to the
+/// step; the GEMM measurement credits them to its rate.
+double recompute_flops_per_token(const model::ModelDims& dims, int seq_len);
 
 struct StepPrediction {
   double compute_s = 0;        ///< GEMM FLOPs / (model-shape) GEMM rate + elementwise
@@ -134,7 +136,8 @@ double collective_seconds(const GroupLink& g, int collectives, double bus_volume
 /// how `c` times an all-reduce, for plan's report.
 std::string all_reduce_description(const CostModelInputs& c);
 
-StepPrediction predict_step(const model::ModelDims& dims, const parallel::PlanInput& in,
-                            const parallel::StrategyPlan& plan, const CostModelInputs& c);
+/// The step of `plan` (one strategy on one mesh, from plan_strategy(in, ...)) for the job
+/// `in` describes, on the machine `c` describes.
+StepPrediction predict_step(const PlanInput& in, const StrategyPlan& plan, const CostModelInputs& c);
 
-}  // namespace meshtrain::train
+}  // namespace meshtrain::plan

@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/train/mesh_search.hpp"
+#include "meshtrain/plan/mesh_search.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;
-using namespace meshtrain::train;
+using namespace meshtrain::plan;
 
 namespace {
 
@@ -25,7 +25,7 @@ RunSpec llama_8b(int world) {
   m.tie_embeddings = false;
   RunSpec s;
   s.dims = model::resolve_dims(m);
-  s.parallel.mesh = {-1, -1, -1};
+  s.parallel.mesh_request = {-1, -1, -1};
   s.batch.micro_batch = 1;
   s.batch.seq_len = 8192;
   s.batch.global_batch = world;
@@ -44,17 +44,17 @@ CostModelInputs h100ish() {
 
 MeshSearch run(const RunSpec& cfg, int world, double gib) {
   const model::ModelDims d = cfg.dims;
-  parallel::PlanInput in;
+  plan::PlanInput in;
   in.dims = d;
   in.world = world;
   in.ranks_per_node = 8;
-  in.mesh = cfg.parallel.mesh;
-  in.micro_batch = std::max(1, cfg.batch.micro_batch);
-  in.seq_len = cfg.batch.seq_len;
-  in.global_batch = cfg.batch.global_batch;
+  in.mesh_request = cfg.parallel.mesh_request;
+  in.batch.micro_batch = std::max(1, cfg.batch.micro_batch);
+  in.batch.seq_len = cfg.batch.seq_len;
+  in.batch.global_batch = cfg.batch.global_batch;
   in.bf16 = true;
   in.memory_budget = gib * 1073741824.0;
-  return search_meshes(d, in, search_space(cfg), h100ish());
+  return search_meshes(in, search_space(cfg), h100ish());
 }
 
 }  // namespace
@@ -84,7 +84,7 @@ TEST(MeshSearch, PicksTheFastestCandidateThatFits) {
 
 TEST(MeshSearch, FixedKeysRestrictTheSpace) {
   RunSpec cfg = llama_8b(64);
-  cfg.parallel.mesh.tp = 8;
+  cfg.parallel.mesh_request.tp = 8;
   cfg.parallel.strategy = StrategyChoice::FullShard;
   const MeshSearch ms = run(cfg, 64, 80);
   ASSERT_FALSE(ms.candidates.empty());
@@ -104,8 +104,8 @@ TEST(MeshSearch, MicroBatchAutoKeepsTheGlobalBatch) {
   const MeshSearch ms = run(cfg, 8, 80);
   bool several = false;
   for (const Candidate& c : ms.candidates) {
-    EXPECT_EQ(c.plan.micro_batch * c.plan.mesh.dp() * c.plan.grad_accum, 32);
-    several = several || c.plan.micro_batch > 1;
+    EXPECT_EQ(c.plan.batch.micro_batch * c.plan.mesh.dp() * c.plan.batch.grad_accum, 32);
+    several = several || c.plan.batch.micro_batch > 1;
   }
   EXPECT_TRUE(several);
   cfg.batch.global_batch = 0;
@@ -116,4 +116,29 @@ TEST(MeshSearch, NothingFitsIsAnErrorWithTheFix) {
   const MeshSearch ms = run(llama_8b(8), 8, 4);  // 4 GiB GPUs
   EXPECT_EQ(ms.chosen, -1);
   EXPECT_NE(ms.reason.find("nothing fits"), std::string::npos) << ms.reason;
+}
+
+// The one `auto` rule on a fixed mesh: the fastest predicted strategy that fits, whatever
+// its communication; least communication decides only between identical predictions.
+TEST(MeshSearch, FixedMeshAutoTakesTheFastestThatFitsAndBreaksTiesByBytes) {
+  RunSpec cfg = llama_8b(64);
+  cfg.parallel.mesh_request = {1, -1, 1};
+  plan::PlanInput in;
+  in.dims = cfg.dims;
+  in.world = 64;
+  in.ranks_per_node = 8;
+  in.mesh_request = cfg.parallel.mesh_request;
+  in.batch = cfg.batch;
+  in.bf16 = true;
+  in.memory_budget = 80.0 * 1073741824.0;
+  const MeshSearch ms = rank_strategies(in, search_space(cfg).strategies, h100ish());
+  ASSERT_GE(ms.chosen, 0) << ms.reason;
+  const Candidate& w = ms.candidates[ms.chosen];
+  for (const Candidate& c : ms.candidates) {
+    if (!c.plan.fits) continue;
+    EXPECT_GE(c.pred.step_seconds_overlap, w.pred.step_seconds_overlap) << parallel::strategy_name(c.plan.strategy);
+    if (c.pred.step_seconds_overlap == w.pred.step_seconds_overlap)
+      EXPECT_GE(c.plan.comm.total(), w.plan.comm.total()) << parallel::strategy_name(c.plan.strategy);
+  }
+  EXPECT_NE(ms.reason.find("fastest predicted step that fits"), std::string::npos) << ms.reason;
 }

@@ -1,12 +1,14 @@
-// The strategy planner: `auto` picks no_shard when the model fits easily, a sharded
-// strategy when it does not, nothing when nothing fits — over a table of model sizes, rank
-// counts and memory budgets — and explains why.
+// The memory model behind the planner: which strategies fit -- replicated state when the
+// model fits easily, sharded state when it does not, nothing when nothing fits -- over a
+// table of model sizes, rank counts and memory budgets (which of the fitting ones `auto`
+// runs is the cost model's rule: test_mesh_search, test_predictor).
 #include <gtest/gtest.h>
 
-#include "meshtrain/parallel/planner.hpp"
+#include "meshtrain/plan/planner.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;
+using namespace meshtrain::plan;
 using namespace meshtrain::parallel;
 
 namespace {
@@ -18,15 +20,21 @@ PlanInput input(const model::ModelDims& d, int world, double budget_gib, int rpn
   in.dims = d;
   in.world = world;
   in.ranks_per_node = std::min(world, rpn);
-  in.micro_batch = 4;
-  in.seq_len = 1024;
+  in.batch.micro_batch = 4;
+  in.batch.seq_len = 1024;
   in.bf16 = true;
   in.activation_checkpointing = true;
   in.memory_budget = budget_gib * 1073741824.0;
   return in;
 }
 
-std::string pick(const Plan& p) { return p.chosen < 0 ? "none" : strategy_name(p.options[p.chosen].strategy); }
+/// The first strategy that fits in the least-communication order (no_shard, shard_grad_op,
+/// hybrid_shard, full_shard): a summary of which fit.
+std::string first_fit(const std::vector<StrategyPlan>& each) {
+  for (const StrategyPlan& p : each)
+    if (p.valid && p.fits) return strategy_name(p.strategy);
+  return "none";
+}
 
 }  // namespace
 
@@ -46,19 +54,21 @@ TEST(Planner, TableOfModelsRanksAndBudgets) {
       {8192, 80, 8, 80, "none"},             // ~65B on 8 GPUs: nothing fits
   };
   for (const Row& r : rows) {
-    const Plan p = make_plan(input(gpt(r.d_model, r.layers), r.world, r.budget_gib));
-    EXPECT_EQ(pick(p), r.expect) << "d_model " << r.d_model << " layers " << r.layers << " world " << r.world
-                                 << " budget " << r.budget_gib << " GiB: " << p.reason;
-    EXPECT_FALSE(p.reason.empty());
+    const std::vector<StrategyPlan> each = plan_each_strategy(input(gpt(r.d_model, r.layers), r.world, r.budget_gib));
+    EXPECT_EQ(first_fit(each), r.expect) << "d_model " << r.d_model << " layers " << r.layers << " world "
+                                         << r.world << " budget " << r.budget_gib << " GiB";
   }
 }
 
-TEST(Planner, ReasonNamesWhyCheaperStrategiesWereRejected) {
-  const Plan p = make_plan(input(gpt(4096, 32), 8, 24));
-  ASSERT_GE(p.chosen, 0);
-  EXPECT_NE(p.reason.find("full_shard is the least-communication strategy that fits"), std::string::npos) << p.reason;
-  EXPECT_NE(p.reason.find("no_shard does not fit"), std::string::npos) << p.reason;
-  EXPECT_NE(p.reason.find("shard_grad_op does not fit"), std::string::npos) << p.reason;
+TEST(Planner, StrategiesThatDoNotFitSayWhy) {
+  const std::vector<StrategyPlan> each = plan_each_strategy(input(gpt(4096, 32), 8, 24));
+  ASSERT_EQ(each.size(), 4u);
+  EXPECT_EQ(each[0].strategy, Strategy::NoShard);
+  EXPECT_FALSE(each[0].fits);
+  EXPECT_NE(each[0].note.find("needs "), std::string::npos) << each[0].note;
+  EXPECT_FALSE(each[1].fits);  // shard_grad_op
+  EXPECT_FALSE(each[2].valid);  // hybrid_shard on one node: no replicas
+  EXPECT_TRUE(each[3].fits);   // full_shard
 }
 
 TEST(Planner, ShardingDividesPersistentMemory) {
@@ -105,7 +115,7 @@ TEST(Planner, FitAlternativesOfAForcedStrategy) {
   // Without activation checkpointing, turning it on is suggested when it is what fits.
   PlanInput no_ac = input(gpt(768, 12), 1, 6);
   no_ac.activation_checkpointing = false;
-  no_ac.micro_batch = 16;
+  no_ac.batch.micro_batch = 16;
   const StrategyPlan big = plan_strategy(no_ac, Strategy::NoShard, mesh_for_strategy(no_ac, Strategy::NoShard));
   PlanInput with_ac = no_ac;
   with_ac.activation_checkpointing = true;
@@ -123,7 +133,7 @@ TEST(Planner, FitAlternativesOfAForcedStrategy) {
 // and the heads), fixed keys kept, one mesh per distinct behaviour of a strategy.
 TEST(Planner, CandidateMeshesKeepTpInsideANodeAndHonourFixedKeys) {
   PlanInput in = input(gpt(1024, 4), 32, 80, 8);  // 16 heads
-  in.mesh = {-1, -1, -1};
+  in.mesh_request = {-1, -1, -1};
   for (Strategy s : {Strategy::NoShard, Strategy::ShardGradOp, Strategy::HybridShard, Strategy::FullShard}) {
     const auto meshes = candidate_meshes(in, s);
     EXPECT_FALSE(meshes.empty()) << strategy_name(s);
@@ -137,8 +147,8 @@ TEST(Planner, CandidateMeshesKeepTpInsideANodeAndHonourFixedKeys) {
   }
   // tp in {1, 2, 4, 8} x dp_replicate dividing 32 / tp: shard_grad_op sees 6 + 5 + 4 + 3 meshes.
   EXPECT_EQ(candidate_meshes(in, Strategy::ShardGradOp).size(), 18u);
-  in.mesh = {-1, -1, 4};
+  in.mesh_request = {-1, -1, 4};
   for (const MeshShape& m : candidate_meshes(in, Strategy::ShardGradOp)) EXPECT_EQ(m.tp, 4);
-  in.mesh = {2, -1, -1};
+  in.mesh_request = {2, -1, -1};
   for (const MeshShape& m : candidate_meshes(in, Strategy::HybridShard)) EXPECT_EQ(m.dp_replicate, 2);
 }

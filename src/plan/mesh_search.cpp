@@ -1,11 +1,11 @@
-#include "meshtrain/train/mesh_search.hpp"
+#include "meshtrain/plan/mesh_search.hpp"
 
 #include <algorithm>
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
 
-namespace meshtrain::train {
+namespace meshtrain::plan {
 
 bool searches_mesh(const RunSpec& spec) {
   return spec.parallel.free_degrees() >= 2 || spec.batch.micro_batch == 0;
@@ -34,37 +34,24 @@ SearchSpace search_space(const RunSpec& spec) {
   return s;
 }
 
-MeshSearch search_meshes(const model::ModelDims& dims, const parallel::PlanInput& base, const SearchSpace& space,
-                         const CostModelInputs& costs) {
-  MeshSearch out;
-  for (parallel::Strategy s : space.strategies) {
-    for (const MeshShape& mesh : parallel::candidate_meshes(base, s)) {
-      for (bool ac : space.activation_checkpointing) {
-        for (int mb : space.micro_batches) {
-          parallel::PlanInput in = base;
-          in.activation_checkpointing = ac;
-          in.micro_batch = mb;
-          Candidate c;
-          c.plan = parallel::plan_strategy(in, s, mesh);
-          if (!c.plan.valid) continue;  // the global batch does not split over this dp x micro-batch
-          c.pred = predict_step(dims, in, c.plan, costs);
-          out.candidates.push_back(std::move(c));
-        }
-      }
-    }
-  }
-  // Fastest first; ties (identical predictions) by less memory, then the enumeration order.
+namespace {
+
+/// The `auto` rule's order: fastest predicted first. Ties -- identical predictions, where
+/// the model hides all communication behind compute -- go to the candidate that moves fewer
+/// bytes per step (should the overlap be less than predicted, it stays the faster), then
+/// keep the enumeration order (strategies least communication first; the stable sort).
+void rank(MeshSearch& out, const PlanInput& in) {
   std::stable_sort(out.candidates.begin(), out.candidates.end(), [](const Candidate& a, const Candidate& b) {
     if (a.pred.step_seconds_overlap != b.pred.step_seconds_overlap)
       return a.pred.step_seconds_overlap < b.pred.step_seconds_overlap;
-    return a.plan.memory.total() < b.plan.memory.total();
+    return a.plan.comm.total() < b.plan.comm.total();
   });
   for (std::size_t i = 0; i < out.candidates.size(); ++i)
     if (out.candidates[i].plan.fits) {
       out.chosen = static_cast<int>(i);
       break;
     }
-  const double usable = base.memory_budget * (1.0 - base.headroom);
+  const double usable = in.memory_budget * (1.0 - in.headroom);
   if (out.candidates.empty()) {
     out.reason = "no mesh is possible for this job: the global batch must split into micro-batches over the "
                  "data-parallel ranks, and tensor parallelism must divide the heads and the node";
@@ -81,9 +68,9 @@ MeshSearch search_meshes(const model::ModelDims& dims, const parallel::PlanInput
     const Candidate& w = out.candidates[out.chosen];
     out.reason = strprintf("fastest predicted step that fits: %.3f s, %s of %s usable per rank", w.pred.step_seconds_overlap,
                            format_bytes(w.plan.memory.total()).c_str(), format_bytes(usable).c_str());
-    int faster_not_fitting = out.chosen;
-    if (faster_not_fitting > 0)
-      out.reason += strprintf("; %d faster candidate(s) do not fit (the fastest, %.3f s, needs %s)", faster_not_fitting,
+    const int ahead_not_fitting = out.chosen;  // faster, or as fast and moving fewer bytes
+    if (ahead_not_fitting > 0)
+      out.reason += strprintf("; %d candidate(s) at least as fast do not fit (the first, %.3f s, needs %s)", ahead_not_fitting,
                               out.candidates[0].pred.step_seconds_overlap,
                               format_bytes(out.candidates[0].plan.memory.total()).c_str());
     for (std::size_t i = out.chosen + 1; i < out.candidates.size(); ++i)
@@ -93,7 +80,41 @@ MeshSearch search_meshes(const model::ModelDims& dims, const parallel::PlanInput
         break;
       }
   }
+}
+
+}  // namespace
+
+MeshSearch search_meshes(const PlanInput& base, const SearchSpace& space, const CostModelInputs& costs) {
+  MeshSearch out;
+  for (parallel::Strategy s : space.strategies) {
+    for (const MeshShape& mesh : candidate_meshes(base, s)) {
+      for (bool ac : space.activation_checkpointing) {
+        for (int mb : space.micro_batches) {
+          PlanInput in = base;
+          in.activation_checkpointing = ac;
+          in.batch.micro_batch = mb;
+          Candidate c;
+          c.plan = plan_strategy(in, s, mesh);
+          if (!c.plan.valid) continue;  // the global batch does not split over this dp x micro-batch
+          c.pred = predict_step(in, c.plan, costs);
+          out.candidates.push_back(std::move(c));
+        }
+      }
+    }
+  }
+  rank(out, base);
   return out;
 }
 
-}  // namespace meshtrain::train
+MeshSearch rank_strategies(const PlanInput& in, const std::vector<parallel::Strategy>& strategies,
+                           const CostModelInputs& costs) {
+  MeshSearch out;
+  for (const StrategyPlan& p : plan_each_strategy(in)) {
+    if (!p.valid || std::find(strategies.begin(), strategies.end(), p.strategy) == strategies.end()) continue;
+    out.candidates.push_back({p, predict_step(in, p, costs)});
+  }
+  rank(out, in);
+  return out;
+}
+
+}  // namespace meshtrain::plan

@@ -1,0 +1,91 @@
+#pragma once
+/// \brief The run resolution: everything decided before a run allocates anything -- the
+/// mesh, the strategy (`auto` by the one rule of plan/mesh_search.hpp), the batch split,
+/// activation checkpointing -- from the typed RunSpec and the job. Identical on every rank.
+/// `train` and `plan` both go through resolve(), so what `plan` shows is what `train` runs.
+/// (app/run_spec_resolve.hpp makes the RunSpec from the config and adds the effective
+/// configuration text.)
+
+#include <optional>
+#include <string>
+
+#include "meshtrain/plan/cost_model.hpp"
+#include "meshtrain/plan/mesh_search.hpp"
+#include "meshtrain/plan/planner.hpp"
+#include "meshtrain/plan/run_spec.hpp"
+#include "meshtrain/runtime/runtime.hpp"
+#include "meshtrain/runtime/topology.hpp"
+
+namespace meshtrain::plan {
+
+/// The job a run is resolved for: this one, or the cluster `plan` is asked about (plan.*).
+struct JobShape {
+  int world = 1;
+  int ranks_per_node = 0;     ///< 0: nodes of different sizes
+  double memory_budget = 0;   ///< bytes per rank (memory_budget_per_rank)
+  bool other_cluster = false; ///< planned from plan.world_size, not this job's ranks
+};
+
+/// This job: its world, its nodes when they are all the same size, its budget per rank.
+JobShape this_job(const RunSpec& spec, const Topology& topo);
+/// What `plan` plans for: the cluster of plan.world_size / plan.gpus_per_node when set,
+/// otherwise this job (this_job).
+JobShape planned_job(const RunSpec& spec, const Topology& topo);
+
+/// Per-rank memory budget: plan.device_memory / parallel.memory_limit when set, otherwise
+/// the device's memory (GPU) or node RAM / ranks per node (CPU).
+double memory_budget_per_rank(const RunSpec& spec, const Topology& topo, bool planning_other_cluster);
+
+/// The planner's input for this spec on `job`.
+PlanInput plan_input(const RunSpec& spec, const JobShape& job);
+
+struct RunSetup {
+  /// The settings as asked: mesh keys at -1, train.micro_batch = 0 and checkpointing left to
+  /// the planner stay so; what was chosen is below, once.
+  RunSpec spec;
+  // -- resolved at start --
+  MeshShape mesh;              ///< the mesh this run uses: no -1 left
+  parallel::Strategy strategy = parallel::Strategy::FullShard;
+  BatchSpec batch;             ///< split for this mesh: micro_batch, seq_len, grad_accum, global_batch
+  bool activation_checkpointing = false;
+  std::string strategy_reason; ///< why this strategy (and mesh, when searched)
+  double memory_budget = 0;    ///< bytes per rank the planner used
+  /// The effective configuration as INI text (every key; the resolved mesh, micro-batch and
+  /// checkpointing in it): logged at start and stored in each checkpoint. record_ini is the
+  /// run's config.ini: what was asked, the resolved values as comments. Written by the app
+  /// layer; empty in tests.
+  std::string config_ini, record_ini;
+};
+
+/// A resolution and what it weighed (for `plan` to show).
+struct Resolution {
+  RunSetup setup;
+  PlanInput input;             ///< the planner's input on this job
+  bool searched = false;       ///< the mesh was left to the planner (searches_mesh)
+  /// The candidates ranked by the `auto` rule: the mesh search's, or every strategy on the
+  /// fixed mesh (auto) or the configured one; empty when the cost model was not consulted.
+  MeshSearch ranking;
+  /// Why `train` would refuse this job (nothing fits; a forced strategy that cannot run or
+  /// exceeds the memory); empty when it runs. setup's resolved values are meaningless then.
+  std::string refusal;
+};
+
+/// Whether resolving `spec` on `job` needs the cost model's inputs: the mesh is left to the
+/// planner, or `auto` chooses among strategies whose step times differ (more than one rank).
+bool needs_costs(const RunSpec& spec, const JobShape& job);
+
+/// Resolves `spec` on `job`. `costs` must be given when needs_costs(); when given otherwise
+/// (plan), the resolution also ranks the strategies by it. UserError for a setting that is
+/// wrong whatever the memory (a seq_len over max_seq_len, an impossible mesh); what does not
+/// fit is `refusal`.
+Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInputs* costs);
+
+/// resolve() on this job, as `train` runs it: UserError with the refusal, a warning when a
+/// forced strategy may not fit.
+RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelInputs* costs = nullptr);
+
+/// resolve_run for this live job: the cost model's inputs, when needed, come from plan.* or
+/// are measured here (collective: every rank calls it).
+RunSetup resolve_run(const RunSpec& spec, const Runtime& rt);
+
+}  // namespace meshtrain::plan

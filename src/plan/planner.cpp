@@ -1,0 +1,343 @@
+#include "meshtrain/plan/planner.hpp"
+
+#include <algorithm>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
+#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/model/layout.hpp"
+#include "meshtrain/model/transformer.hpp"
+#include "meshtrain/parallel/reduction_plan.hpp"
+
+namespace meshtrain::plan {
+namespace {
+
+// Names: `slice` is this tp rank's share of the model (model::TpDims), `B` the micro-batch
+// and `seq` the sequence length (windows x tokens), N = B x seq the rows of a micro-step,
+// C = d_model; `elem_bytes` is the compute dtype's size.
+
+/// Saved activations of one block for one micro-batch (elements of `elem_bytes` bytes),
+/// mirroring BlockCache. The attention keeps per query row its softmax statistics (two
+/// fp32 values), not the (seq, seq) probabilities.
+double block_activation_elems(const model::ModelDims& d, const model::TpDims& slice, int B, int seq, double elem_bytes) {
+  const double N = static_cast<double>(B) * seq, C = d.d_model, hd = d.head_dim;
+  const double W = d.family == model::Family::Gpt2 ? 3.0 * slice.heads * hd : (slice.heads + 2.0 * slice.kv_heads) * hd;
+  const double mlp_in = d.family == model::Family::Gpt2 ? slice.ffn : 2.0 * slice.ffn;
+  return N * C * 3 /*norm1, x_mid, norm2*/ + N * W + N * slice.heads * 2.0 * 4.0 / elem_bytes /*attn_stats*/ +
+         N * slice.heads * hd /*attn_out*/ + N * mlp_in + N * slice.ffn /*act*/;
+}
+
+/// Elements the attention's score strips pass through in one block's forward: the (seq,
+/// seq) scores and probabilities of every head, written and read one strip at a time.
+double block_attention_score_elems(const model::TpDims& slice, int B, int seq) {
+  return static_cast<double>(B) * slice.heads * seq * seq;
+}
+
+/// Largest backward scratch of a block (elements): dqkv + the attention's two score strips
+/// + dy, or the MLP's; + dnorm.
+double block_backward_scratch_elems(const model::ModelDims& d, const model::TpDims& slice, int B, int seq, int rows) {
+  const double N = static_cast<double>(B) * seq, C = d.d_model, hd = d.head_dim;
+  const double W = d.family == model::Family::Gpt2 ? 3.0 * slice.heads * hd : (slice.heads + 2.0 * slice.kv_heads) * hd;
+  const double mlp = d.family == model::Family::Gpt2 ? slice.ffn : 2.0 * slice.ffn;
+  const double strips = 2.0 * B * (rows > 0 ? rows : kernels::attention_block_rows(seq)) * static_cast<double>(seq);
+  return std::max(N * W + strips + N * slice.heads * hd, N * mlp + N * slice.ffn) + N * C;
+}
+
+/// What the units of one strategy on one mesh add up to, in elements (per rank where
+/// sharded): the whole units (what is gathered) and their trainable segments (what has fp32
+/// master, gradients and moments, and is reduced); they differ under LoRA only, where the
+/// frozen base is held in the compute dtype (model::UnitLayout).
+struct UnitTotals {
+  double state = 0, frozen = 0;           ///< this rank's trainable / frozen elements (its shard, or all unsharded)
+  double all_padded = 0, all_trainable = 0;
+  double outer = 0, outer_trainable = 0;  ///< the outer unit (embeddings, final norm, head)
+  double max_block = 0, max_block_trainable = 0;
+  int reduced_units = 0;                  ///< units with a trainable segment
+};
+
+UnitTotals unit_totals(const std::vector<model::UnitLayout>& layouts, bool sharded) {
+  UnitTotals u;
+  for (const auto& L : layouts) {
+    u.state += sharded ? L.shard_numel : L.trainable_padded();
+    u.frozen += sharded ? L.frozen_shard_numel : L.frozen_padded();
+    u.all_padded += L.padded();
+    u.all_trainable += L.trainable_padded();
+    u.reduced_units += L.trainable_padded() > 0 ? 1 : 0;
+    if (L.unit == 0) {
+      u.outer = static_cast<double>(L.padded());
+      u.outer_trainable = static_cast<double>(L.trainable_padded());
+    } else {
+      u.max_block = std::max(u.max_block, static_cast<double>(L.padded()));
+      u.max_block_trainable = std::max(u.max_block_trainable, static_cast<double>(L.trainable_padded()));
+    }
+  }
+  return u;
+}
+
+/// Transient parameter copies in the compute dtype, gradient buffers and communication
+/// buffers (bytes per rank) of `s` with `grad_accum` micro-steps.
+void transient_memory(const PlanInput& in, parallel::Strategy s, const std::vector<model::UnitLayout>& layouts,
+                      const UnitTotals& u, int grad_accum, MemoryEstimate& m) {
+  const parallel::StrategyTraits tr = parallel::traits(s);
+  const double elem_bytes = in.bf16 ? 2.0 : 4.0;
+  const bool frozen = u.frozen > 0;
+  const int alive_blocks = std::min(in.dims.n_layers, 1 + in.prefetch);
+  if (s == parallel::Strategy::NoShard) m.gathered = (in.bf16 || frozen) ? elem_bytes * u.all_padded : 0.0;
+  else if (s == parallel::Strategy::ShardGradOp) m.gathered = elem_bytes * u.all_padded;  // kept from forward to backward
+  else m.gathered = elem_bytes * (u.outer + alive_blocks * u.max_block);
+  // Gradient and communication buffers: which exist, in which dtype, and how long they
+  // live is the engine's reduction recipe (parallel/reduction_plan.hpp), the same one
+  // FsdpEngine interprets. All of them cover trainable segments only.
+  const parallel::ReductionPlan rp = parallel::reduction_plan(tr, in.bf16 ? DType::BF16 : DType::F32, in.reduce_dtype);
+  const parallel::ReductionRecipe& rc = rp.first;  // the backward's buffers are the same every micro-step
+  // Units whose buffers live together while reductions are in flight: the outer unit's
+  // (its gradients grow through the whole backward, reduced last), the block whose
+  // reduction is in flight and the block computing.
+  const double in_flight = u.outer_trainable + 2 * u.max_block_trainable;
+  const double micro_b = static_cast<double>(rc.micro_grads_elem_bytes());
+  const double accum_b = static_cast<double>(rc.local_accum_elem_bytes());
+  // The fp32 local accumulation of every unit lives across micro-steps (no communication
+  // until the last); with one micro-step each unit's is reduced right after its backward.
+  m.grad_buffers = accum_b * (grad_accum > 1 ? u.all_trainable : in_flight);
+  if (!rc.widen_after_backward) m.grad_buffers += micro_b * in_flight;  // sent (or cast) per micro-step
+  else if (rc.local_accum_buffer) m.grad_buffers += micro_b * u.max_block_trainable;  // widened after each backward
+  else m.grad_buffers += micro_b * std::max(u.outer_trainable, u.max_block_trainable);
+  // Communication buffers: the staging copies of the recipes (ReductionRecipe::
+  // comm_buffer_bytes) of the reductions the engine holds at once - the one just started
+  // and the one before it (FsdpEngine::launch_reduction completes older ones) - over the
+  // backward's unit order, for micro-step 0's recipe and the later ones. The same walk as
+  // the engine's, so the figure is its allocation exactly (test_memory_accounting).
+  // Strategies that accumulate locally reduce on the last micro-step only; the others on
+  // every one, where the third and later repeat the second (same recipe, same predecessor).
+  double peak = 0, previous = 0;
+  const auto walk = [&](const parallel::ReductionRecipe& r) {
+    for (int i = static_cast<int>(layouts.size()) - 1; i >= 0; --i) {
+      const model::UnitLayout& L = layouts[i];
+      if (L.trainable_padded() == 0) continue;
+      const double b = static_cast<double>(r.comm_buffer_bytes(L.trainable_padded(), L.shard_numel));
+      peak = std::max(peak, previous + b);
+      previous = b;
+    }
+  };
+  if (tr.reduce_every_micro) {
+    for (int micro = 0; micro < std::min(grad_accum, 3); ++micro) walk(rp.at(micro == 0));
+  } else {
+    walk(rp.at(grad_accum == 1));
+  }
+  m.comm_buffers = peak;
+}
+
+/// Activations of one micro-step (bytes): the residual stream at every block boundary, the
+/// saved activations (one block's with checkpointing), the largest backward scratch and the
+/// head's chunk. Also, in `traffic`, the bytes its forward writes whether kept or recomputed
+/// (StrategyPlan::activation_traffic).
+double activation_memory(const PlanInput& in, const model::TpDims& slice, double& traffic) {
+  const double elem_bytes = in.bf16 ? 2.0 : 4.0;
+  const int B = in.batch.micro_batch, seq = in.batch.seq_len;
+  const double N = static_cast<double>(B) * seq, C = in.dims.d_model;
+  const double per_block = block_activation_elems(in.dims, slice, B, seq, elem_bytes);
+  const double layers = in.dims.n_layers;
+  double act = (layers + 2) * N * C;  // residual stream at every block boundary + dx
+  act += in.activation_checkpointing ? per_block : layers * per_block;
+  act += block_backward_scratch_elems(in.dims, slice, B, seq, in.attention_rows);
+  const double chunk = std::min(N, std::max(1.0, static_cast<double>(model::kHeadChunkElements) / slice.vocab));
+  act += chunk * slice.vocab + 2 * N * C;  // head: logits chunk, normed, dnormed
+  // The checkpointed blocks write theirs again in the recomputation; the cost model adds that pass.
+  traffic = elem_bytes * ((layers + 2) * N * C + layers * (per_block + block_attention_score_elems(slice, B, seq)) +
+                          N * slice.vocab + 2 * N * C);  // head: every logit once
+  return elem_bytes * act;
+}
+
+/// Communication of one optimizer step of `s` on `mesh` with `grad_accum` micro-steps
+/// (bytes per rank on the wire and collective counts).
+CommVolume step_communication(const PlanInput& in, parallel::Strategy s, const MeshShape& mesh,
+                              const std::vector<model::UnitLayout>& layouts, const UnitTotals& u, int grad_accum) {
+  const parallel::StrategyTraits tr = parallel::traits(s);
+  const double elem_bytes = in.bf16 ? 2.0 : 4.0;
+  const double wire_bytes = in.reduce_dtype == DType::BF16 ? 2.0 : 4.0;
+  CommVolume c;
+  const int A = grad_accum, dp = mesh.dp();
+  const double S = mesh.dp_shard;
+  double gathered_bytes = 0, reduced_bytes = 0;
+  for (const auto& L : layouts) {
+    gathered_bytes += elem_bytes * L.padded();           // gathered: frozen and trainable
+    reduced_bytes += wire_bytes * L.trainable_padded();  // reduced: trainable only
+  }
+  const double outer_bytes = elem_bytes * layouts[0].padded();
+  const double block_bytes = gathered_bytes - outer_bytes;
+  if (tr.shard_params && S > 1) {
+    // Per micro-step the outer unit is gathered once and every block once (forward), or
+    // twice when it is resharded after forward (forward and backward).
+    c.fsdp_gather = A * (S - 1) / S * (outer_bytes + (tr.reshard_after_forward ? 2.0 : 1.0) * block_bytes);
+    c.fsdp_gather_backward = tr.reshard_after_forward ? A * (S - 1) / S * block_bytes : 0.0;
+    c.fsdp_reduce = (tr.reduce_every_micro ? A : 1) * (S - 1) / S * reduced_bytes;
+    // One all-gather per non-empty segment (frozen, trainable) of a unit.
+    const auto segments = [](const model::UnitLayout& L) {
+      return (L.frozen_shard_numel > 0 ? 1 : 0) + (L.shard_numel > 0 ? 1 : 0);
+    };
+    const int block_segments = in.dims.n_layers > 0 ? segments(layouts[1]) : 0;
+    c.gather_collectives = A * (segments(layouts[0]) + (tr.reshard_after_forward ? 2 : 1) * in.dims.n_layers * block_segments);
+    c.reduce_collectives = (tr.reduce_every_micro ? A : 1) * u.reduced_units;
+    c.fill_gather = A * (S - 1) / S * (outer_bytes + elem_bytes * u.max_block);
+    c.fill_reduce = (S - 1) / S * wire_bytes * u.outer_trainable;
+  } else if (!tr.shard_params && dp > 1) {
+    c.fsdp_reduce = 2.0 * (dp - 1) / dp * reduced_bytes;
+    c.reduce_collectives = u.reduced_units;
+    c.reduce_is_all_reduce = true;
+    c.fill_reduce = 2.0 * (dp - 1) / dp * wire_bytes * u.outer_trainable;
+  }
+  c.fsdp_collectives = c.gather_collectives + c.reduce_collectives;
+  if (tr.shard_params && mesh.dp_replicate > 1) {
+    const double Rr = mesh.dp_replicate;
+    c.replicate = 2.0 * (Rr - 1) / Rr * 4.0 * u.state;
+    c.replicate_collectives = u.reduced_units;
+  }
+  if (mesh.tp > 1) {
+    // Per block: forward 2 (attention out, MLP out), backward 2 (norm input grads), plus the
+    // recomputation's 2 with activation checkpointing; embedding 1 and head 1.
+    const double N = static_cast<double>(in.batch.micro_batch) * in.batch.seq_len, C = in.dims.d_model;
+    const double layers = in.dims.n_layers;
+    const double per = 2.0 * (mesh.tp - 1) / mesh.tp * N * C * elem_bytes;
+    const double per_block_ars = in.activation_checkpointing ? 6 : 4;
+    c.tp = A * per * (per_block_ars * layers + 2);
+    c.tp_collectives = static_cast<int>(A * (per_block_ars * layers + 2));
+  }
+  return c;
+}
+
+}  // namespace
+
+MeshShape mesh_for_strategy(const PlanInput& in, parallel::Strategy s) {
+  MeshRequest req = in.mesh_request;
+  if (s == parallel::Strategy::HybridShard && req.dp_replicate == 1 && req.dp_shard == -1) {
+    // Shard within a node, replicate across nodes.
+    const int nodes = std::max(1, in.world / std::max(1, in.ranks_per_node));
+    req.dp_replicate = nodes;
+  }
+  return resolve_mesh(req, in.world, in.ranks_per_node > 0 ? std::optional<int>(in.ranks_per_node) : std::nullopt);
+}
+
+std::vector<MeshShape> candidate_meshes(const PlanInput& in, parallel::Strategy s) {
+  std::vector<MeshShape> out;
+  const int world = in.world, rpn = in.ranks_per_node > 0 ? in.ranks_per_node : world;
+  const auto fixed_ok = [](int want, int v) { return want == -1 || want == v; };
+  for (int tp = 1; tp <= std::min(world, rpn); ++tp) {
+    if (world % tp != 0 || rpn % tp != 0 || !fixed_ok(in.mesh_request.tp, tp)) continue;
+    try {
+      model::tp_dims(in.dims, tp, 0);  // heads, kv heads, ffn and vocabulary split evenly
+    } catch (const UserError&) {
+      continue;
+    }
+    const int dp = world / tp;
+    for (int r = 1; r <= dp; ++r) {
+      if (dp % r != 0) continue;
+      const MeshShape m{r, dp / r, tp};
+      if (!fixed_ok(in.mesh_request.dp_replicate, m.dp_replicate) || !fixed_ok(in.mesh_request.dp_shard, m.dp_shard)) continue;
+      const bool all_in_shard = m.dp_replicate == 1;
+      if ((s == parallel::Strategy::NoShard || s == parallel::Strategy::FullShard) && !all_in_shard) {
+        // Only when the user fixed dp_replicate > 1 (then these run as configured).
+        if (in.mesh_request.dp_replicate == -1) continue;
+      }
+      if (s == parallel::Strategy::HybridShard && (m.dp_replicate == 1 || m.dp_shard == 1)) continue;
+      out.push_back(m);
+    }
+  }
+  return out;
+}
+
+StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const MeshShape& mesh) {
+  StrategyPlan p;
+  p.strategy = s;
+  p.mesh = mesh;
+  p.activation_checkpointing = in.activation_checkpointing;
+  // 1. The units as the engine lays them out for this tp and shard count (UserError when
+  // tp does not split the model).
+  const parallel::StrategyTraits tr = parallel::traits(s);
+  const model::TpDims slice = model::tp_dims(in.dims, mesh.tp, 0);
+  const auto specs = model::build_param_specs(in.dims, mesh.tp);
+  const auto layouts = model::build_layouts(specs, model::num_units(in.dims), mesh.tp, tr.shard_params ? mesh.dp_shard : 1);
+  const UnitTotals u = unit_totals(layouts, tr.shard_params);
+  // 2. The batch split over this mesh's data-parallel ranks (BatchSpec::resolved).
+  if (!in.batch.splits(mesh.dp())) {
+    p.valid = false;
+    p.note = in.batch.split_error(mesh.dp());
+    return p;
+  }
+  p.batch = in.batch.resolved(mesh.dp());
+  // 3. Persistent state: fp32 master, gradients and two moments of the trainable elements;
+  // no_shard keeps the frozen values inside its persistent compute copy (gathered).
+  MemoryEstimate& m = p.memory;
+  m.frozen = tr.shard_params ? (in.bf16 ? 2.0 : 4.0) * u.frozen : 0.0;
+  m.params = 4.0 * u.state + m.frozen;
+  m.grads = 4.0 * u.state;
+  m.optimizer = 8.0 * u.state;
+  // 4. Transient copies and buffers of a step, and the activations of a micro-step.
+  transient_memory(in, s, layouts, u, p.batch.grad_accum, m);
+  m.activations = activation_memory(in, slice, p.activation_traffic);
+  // 5. Communication per optimizer step.
+  p.comm = step_communication(in, s, mesh, layouts, u, p.batch.grad_accum);
+  // 6. Whether it fits the budget.
+  const double budget = in.memory_budget * (1.0 - in.headroom);
+  p.fits = in.memory_budget <= 0 || m.total() <= budget;
+  if (!p.fits)
+    p.note = strprintf("needs %s of the %s usable per rank", format_bytes(m.total()).c_str(),
+                       format_bytes(budget).c_str());
+  return p;
+}
+
+std::vector<StrategyPlan> plan_each_strategy(const PlanInput& in) {
+  std::vector<StrategyPlan> out;
+  for (parallel::Strategy s : {parallel::Strategy::NoShard, parallel::Strategy::ShardGradOp,
+                               parallel::Strategy::HybridShard, parallel::Strategy::FullShard}) {
+    StrategyPlan p;
+    try {
+      p = plan_strategy(in, s, mesh_for_strategy(in, s));
+    } catch (const UserError& e) {
+      p.strategy = s;
+      p.valid = false;
+      p.note = e.what();
+    }
+    if (s == parallel::Strategy::HybridShard && p.valid && p.mesh.dp_replicate == 1) {
+      p.valid = false;
+      p.note = "needs more than one replica (dp_replicate > 1); same as full_shard here";
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::string fit_alternatives(const PlanInput& in, parallel::Strategy forced) {
+  std::vector<std::string> out;
+  for (const StrategyPlan& p : plan_each_strategy(in))
+    if (p.valid && p.fits && p.strategy != forced)
+      out.push_back(strprintf("parallel.strategy=%s on mesh %s (%s per rank)", parallel::strategy_name(p.strategy),
+                              p.mesh.str().c_str(), format_bytes(p.memory.total()).c_str()));
+  if (!in.activation_checkpointing) {
+    PlanInput ac = in;
+    ac.activation_checkpointing = true;
+    try {
+      const StrategyPlan p = plan_strategy(ac, forced, mesh_for_strategy(ac, forced));
+      if (p.valid && p.fits) {
+        out.push_back(strprintf("train.activation_checkpointing=true with %s (%s per rank)", parallel::strategy_name(forced),
+                                format_bytes(p.memory.total()).c_str()));
+      } else {
+        // The first strategy that fits with checkpointing, in the least-communication order.
+        const std::vector<StrategyPlan> with_ac = plan_each_strategy(ac);
+        const auto q_it = std::find_if(with_ac.begin(), with_ac.end(),
+                                       [](const StrategyPlan& q) { return q.valid && q.fits; });
+        if (q_it != with_ac.end()) {
+          const StrategyPlan& q = *q_it;
+          out.push_back(strprintf("train.activation_checkpointing=true with parallel.strategy=%s on mesh %s (%s per "
+                                  "rank)",
+                                  parallel::strategy_name(q.strategy), q.mesh.str().c_str(),
+                                  format_bytes(q.memory.total()).c_str()));
+        }
+      }
+    } catch (const UserError&) {
+      // The forced strategy's mesh is impossible with or without checkpointing: nothing to add.
+    }
+  }
+  return join(out, ", or ");
+}
+
+}  // namespace meshtrain::plan

@@ -1,0 +1,221 @@
+#include "meshtrain/plan/run_setup.hpp"
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/format.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/core/memory.hpp"
+#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/plan/measure.hpp"
+#include "meshtrain/plan/mesh_search.hpp"
+
+namespace meshtrain::plan {
+
+double memory_budget_per_rank(const RunSpec& spec, const Topology& topo, bool other) {
+  if (spec.plan.device_memory) return static_cast<double>(spec.plan.device_memory->bytes);
+  if (spec.parallel.memory_limit) return static_cast<double>(spec.parallel.memory_limit->bytes);
+  const double device = static_cast<double>(device_memory_bytes());
+  if (device > 0) return device;
+  const int per_node = other && spec.plan.gpus_per_node > 0 ? spec.plan.gpus_per_node : topo.local_size;
+  return static_cast<double>(host_total_memory_bytes()) / std::max(1, per_node);
+}
+
+namespace {
+
+/// Where memory_budget_per_rank's number comes from, in words for messages.
+std::string budget_source(const RunSpec& spec) {
+  if (spec.plan.device_memory) return "plan.device_memory=" + spec.plan.device_memory->text;
+  if (spec.parallel.memory_limit) return "parallel.memory_limit=" + spec.parallel.memory_limit->text;
+  if (device_memory_bytes() > 0) return "the device's memory";
+  return "node memory / ranks per node; parallel.memory_limit sets it";
+}
+
+}  // namespace
+
+PlanInput plan_input(const RunSpec& spec, const JobShape& job) {
+  PlanInput in;
+  in.dims = spec.dims;
+  in.world = job.world;
+  in.ranks_per_node = job.ranks_per_node;
+  in.mesh_request = spec.parallel.mesh_request;
+  in.batch = spec.batch;
+  in.bf16 = spec.train.bf16();
+  in.activation_checkpointing = spec.train.activation_checkpointing;
+  in.reduce_dtype = spec.parallel.reduce_dtype;
+  in.prefetch = spec.parallel.prefetch;
+  in.memory_budget = job.memory_budget;
+  in.headroom = spec.parallel.memory_headroom;
+  // The attention's scratch strips are as tall as the kernels' row blocks where the run
+  // goes: this build's, unless `plan` is given a GPU target (plan.gemm_tflops), whose
+  // kernels take the whole sequence at once.
+  in.attention_rows = spec.plan.gemm_tflops > 0 ? spec.batch.seq_len : kernels::attention_block_rows(spec.batch.seq_len);
+  return in;
+}
+
+JobShape this_job(const RunSpec& spec, const Topology& topo) {
+  JobShape j;
+  j.world = topo.world_size;
+  j.ranks_per_node = topo.uniform() ? topo.local_size : 0;
+  j.memory_budget = memory_budget_per_rank(spec, topo, false);
+  return j;
+}
+
+JobShape planned_job(const RunSpec& spec, const Topology& topo) {
+  const PlanTarget& target = spec.plan;
+  if (!target.other_cluster()) {
+    JobShape j = this_job(spec, topo);
+    if (target.gpus_per_node > 0) j.ranks_per_node = target.gpus_per_node;
+    return j;
+  }
+  JobShape j;
+  j.world = target.world_size;
+  j.ranks_per_node = target.gpus_per_node > 0 ? target.gpus_per_node : target.world_size;
+  j.memory_budget = memory_budget_per_rank(spec, topo, true);
+  j.other_cluster = true;
+  return j;
+}
+
+bool needs_costs(const RunSpec& spec, const JobShape& job) {
+  // On one rank every strategy moves nothing and predicts the same step, whatever the
+  // machine: the rule's tie-break decides without a measurement.
+  return searches_mesh(spec) || (spec.parallel.strategy == StrategyChoice::Auto && job.world > 1);
+}
+
+namespace {
+
+/// The error of a forced strategy that needs more than the whole budget: the numbers and
+/// what would fit.
+std::string over_budget_refusal(const RunSpec& spec, const PlanInput& in, const StrategyPlan& chosen, double budget) {
+  const std::string alternatives = fit_alternatives(in, chosen.strategy);
+  return strprintf(
+      "parallel.strategy=%s on mesh %s needs %s per rank (parameters %s, gradients %s, optimizer %s, "
+      "activations %s, gathered/communication buffers %s), more than the %s available per rank (%s); %s%s",
+      choice_name(spec.parallel.strategy), chosen.mesh.str().c_str(), format_bytes(chosen.memory.total()).c_str(),
+      format_bytes(chosen.memory.params).c_str(), format_bytes(chosen.memory.grads).c_str(),
+      format_bytes(chosen.memory.optimizer).c_str(), format_bytes(chosen.memory.activations).c_str(),
+      format_bytes(chosen.memory.gathered + chosen.memory.grad_buffers + chosen.memory.comm_buffers).c_str(),
+      format_bytes(budget).c_str(), budget_source(spec).c_str(),
+      alternatives.empty() ? "nothing fits this job: use more ranks, bf16, a smaller train.micro_batch or "
+                             "train.seq_len, or a smaller model"
+                           : "what would fit: ",
+      alternatives.c_str());
+}
+
+/// Why no strategy runs on the configured mesh: none is possible, or the smallest does not fit.
+std::string no_fit_reason(const std::vector<StrategyPlan>& each, const PlanInput& in) {
+  const StrategyPlan* least = nullptr;
+  for (const auto& p : each)
+    if (p.valid && (!least || p.memory.total() < least->memory.total())) least = &p;
+  if (least == nullptr) return "no strategy can run this configuration: " + each.back().note;
+  return strprintf("no strategy fits the memory budget (the smallest, %s, needs %s per rank of %s usable): "
+                   "add ranks, use train.activation_checkpointing=true, a smaller train.micro_batch, or bf16",
+                   parallel::strategy_name(least->strategy), format_bytes(least->memory.total()).c_str(),
+                   format_bytes(in.memory_budget * (1 - in.headroom)).c_str());
+}
+
+/// The candidate the resolution takes, or the refusal: by the `auto` rule over `ranking`
+/// (a mesh search, or auto on a fixed mesh), or the forced strategy on the configured mesh.
+std::optional<StrategyPlan> choose(const RunSpec& spec, const PlanInput& in, const MeshSearch* ranking,
+                                   Resolution& res) {
+  if (res.searched) {
+    if (ranking->chosen < 0) {
+      res.refusal = strprintf("the planner found no mesh for this job: %s", ranking->reason.c_str());
+      return std::nullopt;
+    }
+    res.setup.strategy_reason = "planner: " + ranking->reason;
+    return ranking->candidates[ranking->chosen].plan;
+  }
+  if (spec.parallel.strategy == StrategyChoice::Auto) {
+    if (ranking != nullptr && ranking->chosen >= 0) {
+      res.setup.strategy_reason = ranking->reason;
+      return ranking->candidates[ranking->chosen].plan;
+    }
+    const std::vector<StrategyPlan> each = plan_each_strategy(in);
+    if (ranking == nullptr) {
+      // One rank, nothing measured: every strategy predicts the same step, so the rule's
+      // tie-break decides -- the first that fits in the least-communication order.
+      for (std::size_t i = 0; i < each.size(); ++i) {
+        if (!each[i].valid || !each[i].fits) continue;
+        std::string& why = res.setup.strategy_reason;
+        why = strprintf("%s is the least-communication strategy that fits: %s per rank of %s usable",
+                        parallel::strategy_name(each[i].strategy), format_bytes(each[i].memory.total()).c_str(),
+                        format_bytes(in.memory_budget * (1 - in.headroom)).c_str());
+        for (std::size_t j = 0; j < i; ++j)
+          if (each[j].valid)
+            why += strprintf("; %s does not fit (%s)", parallel::strategy_name(each[j].strategy), each[j].note.c_str());
+        return each[i];
+      }
+    }
+    res.refusal = "parallel.strategy=auto: " + no_fit_reason(each, in);
+    return std::nullopt;
+  }
+  const parallel::Strategy s = parallel::forced_strategy(spec.parallel.strategy);
+  StrategyPlan chosen = plan_strategy(in, s, mesh_for_strategy(in, s));
+  if (!chosen.valid) {
+    res.refusal = strprintf("parallel.strategy=%s: %s", choice_name(spec.parallel.strategy), chosen.note.c_str());
+    return std::nullopt;
+  }
+  res.setup.strategy_reason = "set by parallel.strategy";
+  // Allocating more than the whole budget would end in std::bad_alloc (or an out-of-memory
+  // kill) on some rank part-way through start-up; refuse it now, with the numbers.
+  if (in.memory_budget > 0 && chosen.memory.total() > in.memory_budget) {
+    res.refusal = over_budget_refusal(spec, in, chosen, in.memory_budget);
+    return std::nullopt;
+  }
+  return chosen;
+}
+
+}  // namespace
+
+Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInputs* costs) {
+  Resolution res;
+  RunSetup& r = res.setup;
+  r.spec = spec;
+  MESHTRAIN_REQUIRE(spec.batch.seq_len <= spec.dims.max_seq_len, "train.seq_len=%d is longer than model.max_seq_len=%d",
+                    spec.batch.seq_len, spec.dims.max_seq_len);
+  r.memory_budget = job.memory_budget;
+  res.input = plan_input(spec, job);
+  res.searched = searches_mesh(spec);
+  MESHTRAIN_REQUIRE(costs != nullptr || !needs_costs(spec, job), "internal: choosing the strategy needs the cost model's inputs");
+
+  // 1. The candidates, ranked by the one `auto` rule (when the cost model is at hand).
+  const MeshSearch* ranking = nullptr;
+  if (costs != nullptr) {
+    if (res.searched) {
+      res.ranking = search_meshes(res.input, search_space(spec), *costs);
+    } else {
+      res.ranking = rank_strategies(res.input, search_space(spec).strategies, *costs);
+    }
+    ranking = &res.ranking;
+  }
+  // 2. The pick (or why nothing runs).
+  const std::optional<StrategyPlan> chosen = choose(spec, res.input, ranking, res);
+  if (!chosen) return res;
+  // 3. The resolved block, each value once.
+  r.strategy = chosen->strategy;
+  r.mesh = chosen->mesh;
+  r.batch = chosen->batch;
+  r.activation_checkpointing = chosen->activation_checkpointing;
+  model::tp_dims(spec.dims, r.mesh.tp, 0);  // the TP slice (heads, vocabulary) splits on the resolved mesh
+  return res;
+}
+
+RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelInputs* costs) {
+  const Resolution res = resolve(spec, this_job(spec, topo), costs);
+  if (!res.refusal.empty()) throw UserError(res.refusal);
+  const RunSetup& r = res.setup;
+  if (spec.parallel.strategy != StrategyChoice::Auto && !res.searched) {
+    const StrategyPlan p = plan_strategy(res.input, r.strategy, r.mesh);
+    if (!p.fits)
+      log::warn("parallel.strategy=%s may not fit in memory: %s (parallel.memory_limit or the device size sets the budget)",
+                choice_name(spec.parallel.strategy), p.note.c_str());
+  }
+  return r;
+}
+
+RunSetup resolve_run(const RunSpec& spec, const Runtime& rt) {
+  if (!needs_costs(spec, this_job(spec, rt.topology()))) return resolve_run(spec, rt.topology());
+  const CostModelInputs costs = measure_cost_inputs(measure_request(spec), rt);
+  return resolve_run(spec, rt.topology(), &costs);
+}
+
+}  // namespace meshtrain::plan
