@@ -169,13 +169,16 @@ void Trainer<T>::probe_and_lock_outputs() {
   const std::string& out_dir = spec_.output.dir;
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
+    // The probes first (they create nothing): a directory that cannot be created or
+    // written is named as such, not as a lock failure.
     require_writable_dir("output.dir", out_dir);
     require_appendable_file("output.dir", out_dir + "/metrics.jsonl");
     require_writable_dir(spec_.checkpoint.dir_given ? "checkpoint.dir" : "checkpoint.dir (<output.dir>/checkpoints)",
                          spec_.checkpoint.dir);
     // One run per directory (run_lock.hpp), taken before the checkpoint directory is
     // looked at for a resume: a second run into a live run's directories is refused here,
-    // having read and written nothing in them.
+    // having read nothing there and written only the probe file above (a name of its own,
+    // .meshtrain-write-probe-PID, removed at once).
     lock_directories(out_dir, spec_.checkpoint.dir);
   });
   if (!eval_sampler_ && spec_.train.eval_every > 0)
@@ -411,10 +414,11 @@ int Trainer<T>::restore_or_init() {
   base_ = checkpoint::BaseRef{};
   base_.seed = spec_.train.seed;  // without init_from the base is the initialisation from train.seed
   if (!path.empty()) {
-    const checkpoint::TrainState st = checkpoint::load(eng, session_.mesh(), checkpoint_meta(setup_), path, &io);
-    // After the load's validation, so that a checkpoint of another model (or LoRA setting)
-    // is named as such first; nothing is written before this refusal either.
+    // Before the load: a resume that changes the run is refused from one attribute, not
+    // after reading every tensor (a file that does not open is left to load(), which names
+    // the problem). Nothing is written before this refusal either.
     require_same_run_settings(path);
+    const checkpoint::TrainState st = checkpoint::load(eng, session_.mesh(), checkpoint_meta(setup_), path, &io);
     resumed_from_ = path;
     resumed_step_ = st.step;
     cursor_ = st.cursor;
