@@ -11,7 +11,9 @@
 #     gradient accumulation chosen again: dp 3 x accum 2 -> dp 2 x accum 3), resumes from the
 #     step-10 checkpoint and finishes; recoveries.jsonl and summary.json hold the recovery;
 #  4. the restart bound: with MESHTRAIN_SUPERVISE_MAX_RESTARTS=0 the same loss ends with 76;
-#  5. ranks killed but every host answering: the run restarts on all 3 hosts.
+#  5. ranks killed but every host answering: the run restarts on all 3 hosts;
+#  6. a memory budget that 3 ranks meet and 2 do not: the relaunch is refused by meshtrain
+#     (exit 2, "no strategy fits the memory budget"), and the supervisor passes 2 on.
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
@@ -115,4 +117,15 @@ st=$?
 [[ $st == 0 ]] || { tail -n 20 ranks.log; fail "ranks: exit status $st, expected 0"; }
 [[ $(sed -n 2p stub.log) == "launch 2: np 3 hosts hA,hB,hC" ]] || fail "ranks: relaunch '$(sed -n 2p stub.log)', expected all 3 hosts"
 grep -q "the ranks failed, not the hosts" ranks.log || fail "ranks: no 'ranks failed' line"
-finish "meshtrain-supervise: usage errors, pass-through, recovery on fewer hosts, the restart bound, a rank failure"
+echo "--- 6. the survivors' mesh does not fit in memory"
+# parallel.memory_limit=2.95MiB (2.51 MiB usable): 3 ranks fit (shard_grad_op, 2.31 MiB per
+# rank), 2 do not (no_shard needs 2.62 MiB): the relaunch is meshtrain's user error, passed on.
+reset
+STUB_KILL=host sup -- "${args[@]}" --parallel.memory_limit=2.95MiB --output.dir=nofit >nofit.log 2>&1
+st=$?
+[[ $st == 2 ]] || { tail -n 20 nofit.log; fail "nofit: exit status $st, expected 2"; }
+[[ $(cat launches) == 2 ]] || fail "nofit: $(cat launches) launches, expected 2"
+grep -q "error: parallel.strategy=auto: no strategy fits the memory budget" nofit.log ||
+  fail "nofit: no error saying that the mesh does not fit"
+grep -q "launch 2 ended with status 2" nofit.log || fail "nofit: the relaunch's status 2 was not passed on"
+finish "meshtrain-supervise: usage errors, pass-through, recovery on fewer hosts, the restart bound, a rank failure, a mesh that no longer fits"
