@@ -11,6 +11,7 @@
 #     gradient accumulation chosen again: dp 3 x accum 2 -> dp 2 x accum 3), resumes from the
 #     step-10 checkpoint and finishes; recoveries.jsonl and summary.json hold the recovery;
 #  4. the restart bound: with MESHTRAIN_SUPERVISE_MAX_RESTARTS=0 the same loss ends with 76;
+#     the next start (a requeue, every host back) runs on all 3 hosts from the checkpoint;
 #  5. ranks killed but every host answering: the run restarts on all 3 hosts;
 #  6. a memory budget that 3 ranks meet and 2 do not: the relaunch is refused by meshtrain
 #     (exit 2, "no strategy fits the memory budget"), and the supervisor passes 2 on.
@@ -109,6 +110,14 @@ st=$?
 [[ $st == 76 ]] || { tail -n 20 bound.log; fail "bound: exit status $st, expected 76"; }
 [[ $(cat launches) == 1 ]] || fail "bound: $(cat launches) launches, expected 1"
 grep -q "but 0 recoveries were made already (--max-restarts 0): giving up" bound.log || fail "bound: no giving-up line"
+
+echo "--- 4b. the next start (a requeue) with every host back uses them all"
+rm -f launches stub.log down
+sup -- "${args[@]}" --output.dir=bound >requeue.log 2>&1
+st=$?
+[[ $st == 0 ]] || { tail -n 20 requeue.log; fail "requeue: exit status $st, expected 0"; }
+[[ $(cat stub.log) == "launch 1: np 3 hosts hA,hB,hC" ]] || fail "requeue: launches '$(cat stub.log)', expected one on all 3 hosts"
+grep -q "resumed from bound/checkpoints/step_00000010.h5: step 10" requeue.log || fail "requeue: did not resume at step 10"
 
 echo "--- 5. ranks killed, every host answers"
 reset
