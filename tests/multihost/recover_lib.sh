@@ -99,7 +99,7 @@ PY
   else
     cluster_cut 3
   fi
-  wait_pid "$sup" 300
+  wait_pid "$sup" 200
   local status=$?
   echo "--- 3. the supervisor's log"
   grep "^\[meshtrain-supervise" supervise.log
