@@ -31,7 +31,7 @@ cmake --build "$build_dir" -j"$jobs"
 # so nothing is started here. Where it cannot start Slurm it skips; run as root after
 # install-deps.sh (the standard CI machine) it must run, so there a skip is a failure
 # (MESHTRAIN_REQUIRE_SLURM=0 in the environment allows the skip again).
-# The multi-host tests (label `multihost`) likewise need root for network namespaces; as
+# The multi-host tests (labels `multihost`, `recovery`) likewise need root for network namespaces; as
 # root they must run (MESHTRAIN_REQUIRE_MULTIHOST=0 allows their skip).
 start_test_services() {
   if [[ $(id -u) -eq 0 ]]; then

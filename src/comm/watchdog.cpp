@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "meshtrain/comm/mpi_communicator.hpp"
+#include "meshtrain/comm/peers_lost.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -149,26 +150,38 @@ std::vector<int> world_ranks_of(const MpiComm& group_comm) {
 /// no MPI calls, so the blocking-call monitor thread can call it. With `blocking` every
 /// member that arrived sits in the same blocking call and publishes no heartbeat either,
 /// so only the absent ones are named.
+/// `out` (when given) receives the same ranks, with their hosts, for the peers-lost record.
 std::string diagnose(const std::string& group, std::uint64_t sequence, const std::vector<int>& world_ranks,
-                     double timeout, bool blocking) {
+                     double timeout, bool blocking, PeersLost* out = nullptr) {
   Board& b = board();
   std::vector<std::string> absent, stalled, remote;
   const double now = now_seconds();
   const double stall_after = std::min(1.0, 0.5 * timeout);
+  auto host_of = [&](int wr) {
+    return static_cast<std::size_t>(wr) < b.host_of_rank.size() ? b.host_of_rank[static_cast<std::size_t>(wr)]
+                                                                  : std::string("?");
+  };
+  auto note = [&](bool certain, int wr, const char* why) {
+    if (out) (certain ? out->lost : out->unverified).push_back({wr, host_of(wr), why});
+  };
   for (int wr : world_ranks) {
     int local = -1;
     for (std::size_t l = 0; l < b.world_rank_of_local.size(); ++l)
       if (b.world_rank_of_local[l] == wr) local = static_cast<int>(l);
     if (local < 0 || static_cast<std::size_t>(local) >= b.peer_slots.size()) {
       remote.push_back(std::to_string(wr));
+      note(false, wr, "not inspectable");
       continue;
     }
     const Slot* peer = b.peer_slots[static_cast<std::size_t>(local)];
     const double idle = now - *reinterpret_cast<const volatile double*>(&peer->heartbeat);
-    if (entered_by(peer, group) < sequence)
+    if (entered_by(peer, group) < sequence) {
       absent.push_back(std::to_string(wr));
-    else if (!blocking && wr != b.world.rank() && idle > stall_after)
+      note(true, wr, "did not arrive");
+    } else if (!blocking && wr != b.world.rank() && idle > stall_after) {
       stalled.push_back(strprintf("%d (idle %.1f s)", wr, idle));
+      note(true, wr, "stalled");
+    }
   }
   std::vector<std::string> parts;
   if (!absent.empty()) parts.push_back("rank(s) " + join(absent, ", ") + " did not arrive");
@@ -235,10 +248,13 @@ struct BlockingMonitor {
       }
       const std::uint64_t gen = generation;
       if (cv.wait_until(lock, deadline, [&] { return stop || !armed || generation != gen; })) continue;
-      const std::string detail = diagnose(group, sequence, world_ranks, timeout, /*blocking=*/true);
-      const std::string message = timeout_message(what.c_str(), group, sequence, timeout, detail);
+      PeersLost report;
+      const std::string detail = diagnose(group, sequence, world_ranks, timeout, /*blocking=*/true, &report);
+      report.message = timeout_message(what.c_str(), group, sequence, timeout, detail);
+      report.collective = strprintf("%s #%llu on the '%s' group", what.c_str(), static_cast<unsigned long long>(sequence),
+                                    group.c_str());
       lock.unlock();
-      abort_job(message);
+      peers_lost(report);
     }
   }
 };
@@ -306,14 +322,20 @@ void watchdog_wait(const char* what, const std::string& group, std::uint64_t seq
     // Diagnose: which members of the group have not entered this collective?
     Board& b = board();
     std::string detail;
+    PeersLost report;
     const bool on_board = group_id(group) < kMaxGroups;
     if (b.mine && on_board && b.world.valid() && group_comm.valid()) {
-      detail = diagnose(group, sequence, world_ranks_of(group_comm), timeout, /*blocking=*/false);
+      detail = diagnose(group, sequence, world_ranks_of(group_comm), timeout, /*blocking=*/false, &report);
     } else {
       detail = on_board ? "the absent ranks cannot be named (watchdog board not initialised)"
                         : "the absent ranks cannot be named (more than 32 communicator groups)";
     }
-    abort_job(timeout_message(what, group, sequence, timeout, detail));
+    // A collective that does not complete means ranks are gone: the distinct outcome a
+    // supervisor recovers from (peers_lost.hpp), not the generic abort.
+    report.message = timeout_message(what, group, sequence, timeout, detail);
+    report.collective = strprintf("%s #%llu on the '%s' group", what, static_cast<unsigned long long>(sequence),
+                                  group.c_str());
+    peers_lost(report);
   }
 }
 

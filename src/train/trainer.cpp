@@ -26,6 +26,7 @@
 #include "meshtrain/train/evaluate.hpp"
 #include "meshtrain/train/generate.hpp"
 #include "meshtrain/train/metrics.hpp"
+#include "meshtrain/train/peers_lost_record.hpp"
 #include "meshtrain/train/preflight.hpp"
 #include "meshtrain/train/resume_settings.hpp"
 #include "meshtrain/train/run_lock.hpp"
@@ -217,6 +218,8 @@ void Trainer<T>::begin_writing(int first_step) {
     for (auto& lock : locks_) lock->keep_directories();
     write_run_record(setup_, topo, out_dir, {resumed_from_, resumed_step_});
   });
+  // From here a lost peer leaves output.dir/peers_lost.json for the supervisor (issue 31).
+  arm_peers_lost_record(out_dir, spec_.checkpoint.dir, topo.world_rank);
   settings_ = step_settings(setup_);
   nan_steps_.insert(tc.inject_nan_steps.begin(), tc.inject_nan_steps.end());
 
@@ -563,7 +566,8 @@ void Trainer<T>::write_summary() {
     log::info("%s", table.c_str());
     JsonObject summary;
     summary.add("final_loss", last_loss_).add("final_val_loss", last_val_).add("skipped_steps", skipped_)
-        .add("optimizer_updates", updates_).add_raw("ranks", json);
+        .add("optimizer_updates", updates_).add_raw("ranks", json)
+        .add_raw("recoveries", recoveries_json(spec_.output.dir));  // the supervisor's, issue 31
     // Atomic and checked: an earlier summary.json is replaced whole or kept.
     file_io::replace_file(spec_.output.dir + "/summary.json", summary.str() + "\n", fault::Point::RecordWrite);
   }, "world");

@@ -9,7 +9,7 @@
 #  4. a torn last line in metrics.jsonl (a crash inside a write): the resumed run cuts it off
 #     with a warning; every line parses and the losses match the uninterrupted run bitwise.
 #  5. a rank killed or stalled inside a communicator collective: the job ends (a stall: the
-#     watchdog, status 3, naming rank 1).
+#     watchdog, status 76 (peers lost), naming rank 1).
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
@@ -71,7 +71,7 @@ run coll_kill "collective:rank=1:step=3" --output.dir=coll_kill
 [[ $status -ne 0 && $status -ne 124 ]] || fail "coll_kill: exit status $status"
 fired coll_kill collective
 run coll_stall "collective:rank=1:step=3:action=stall" --output.dir=coll_stall
-expect_status coll_stall 3
+expect_status coll_stall 76
 fired coll_stall collective
 grep -Eq "aborting the job: collective watchdog: .* rank\(s\) 1( \(idle [0-9.]+ s\))? (did not arrive|entered it but stopped progressing)" coll_stall.log ||
   fail "coll_stall: no watchdog message naming rank 1"

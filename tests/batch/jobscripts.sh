@@ -40,7 +40,7 @@ for f in slurm-cpu.sbatch slurm-gpu.sbatch; do
   grep -q '^#SBATCH --requeue' "$s" || fail "$f: no #SBATCH --requeue"
   grep -q "trap .* USR1" "$s" && grep -q "trap .* TERM" "$s" || fail "$f: does not trap USR1 and TERM"
   grep -q 'status == 75' "$s" && grep -q 'scontrol requeue "$SLURM_JOB_ID"' "$s" || fail "$f: does not requeue on 75"
-  grep -q '^srun ' "$s" || fail "$f: does not launch with srun"
+  grep -q '^"$supervise" --slurm -- ' "$s" || fail "$f: does not launch with meshtrain-supervise --slurm (srun)"
 done
 grep -q '^#PBS ' "$js/pbs.sh" && grep -q '^mpiexec ' "$js/pbs.sh" || fail "pbs.sh: no #PBS directives or mpiexec"
 

@@ -5,7 +5,7 @@
 #     message (Open MPI's launcher notices the dead rank and ends the job; had it not, the
 #     survivors' watchdog would after T).
 #  2. SIGSTOP of rank 1 mid-run (the case no launcher notices: the process is alive): the
-#     survivor's collective watchdog aborts the job with status 3 within T plus a few
+#     survivor's collective watchdog ends the job with status 76 (peers lost) within T plus a few
 #     seconds, naming the collective and rank 1. Collectives at step boundaries (the stop
 #     decision, metric reductions) are watched too, so the stall is caught wherever it hits.
 set -uo pipefail
@@ -50,7 +50,15 @@ fi
 echo "--- 2. SIGSTOP of rank 1"
 if run_case stalled STOP; then
   grep "collective watchdog" stalled.log
-  [[ $status -eq 3 ]] || fail "stalled: exit status $status, expected 3 (aborted by the watchdog)"
+  [[ $status -eq 76 ]] || fail "stalled: exit status $status, expected 76 (peers lost: the watchdog)"
+  # The survivor's record for a supervisor: rank 1 lost, on this host (node-local, so certain).
+  "$py" - stalled/peers_lost.json "$(hostname)" <<'PY' || fail "stalled: peers_lost.json does not name rank 1 on this host"
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("peers_lost.json:", {k: r[k] for k in ("reported_by", "lost", "lost_hosts", "newest_checkpoint", "exit_status")})
+sys.exit(0 if [x["rank"] for x in r["lost"]] == [1] and r["lost_hosts"] == [sys.argv[2]] and r["exit_status"] == 76
+         and r["reported_by"]["rank"] == 0 else 1)
+PY
   grep -Eq "aborting the job: collective watchdog: [a-z_]+ #[0-9]+ on the '[a-z_]+' group did not complete within parallel.collective_timeout=$T s: rank\(s\) 1[ ,;]" stalled.log ||
     fail "stalled: no watchdog message naming the collective and rank 1"
 fi

@@ -52,7 +52,7 @@ timeout 150 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${args[@]}" --output.dir=ref >
 echo "--- 2. sbatch jobscripts/slurm-cpu.sbatch"
 job=$(sbatch --parsable --job-name=meshtrain-test --chdir="$TEST_TMP" --output="$TEST_TMP/job.out" --time=10 \
         --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
-        --export="ALL,MESHTRAIN=$MESHTRAIN_BIN,MESHTRAIN_RUN_DIR=$TEST_TMP/run" \
+        --export="ALL,MESHTRAIN=$MESHTRAIN_BIN,MESHTRAIN_SUPERVISE=$MESHTRAIN_SOURCE_DIR/scripts/meshtrain-supervise,MESHTRAIN_RUN_DIR=$TEST_TMP/run" \
         "$MESHTRAIN_SOURCE_DIR/jobscripts/slurm-cpu.sbatch" "${args[@]}") || { fail "sbatch failed"; finish; }
 job=${job%%;*}
 echo "submitted job $job"

@@ -6,7 +6,8 @@
 #  2. save.after_rename, rank 0 killed: step_00000004.h5 is in place but `latest` still names
 #     step 2, the last committed checkpoint, which the resume loads; it finishes bitwise.
 #  3. save.dataset stall of rank 1: the collective watchdog covers the HDF5 writes of the
-#     save: the job ends with status 3 and a message naming the write and rank 1.
+#     save: the job ends with status 76 (peers lost) and a message naming the write and
+#     rank 1; peers_lost.json names rank 1 and the step-2 checkpoint as the newest complete one.
 #  4. save.dataset EIO on rank 1: one error line naming the checkpoint, exit 74, no .tmp,
 #     `latest` and the step-2 checkpoint intact.
 #  5. a `latest` naming the .tmp of a save: the resume refuses it (exit 2, one message).
@@ -48,7 +49,7 @@ same_losses straight/metrics.jsonl after/metrics.jsonl 1 8
 
 echo "--- 3. a rank stalls inside a save"
 run stall "save.dataset:rank=1:step=4:after=5:action=stall" "${ckpt[@]}" --output.dir=stall
-expect_status stall 3
+expect_status stall 76
 fired stall save.dataset
 grep "collective watchdog" stall.log
 # Tensor writes are independent MPI-IO (h5::piece_dxpl): the ranks that did not stall leave
@@ -57,6 +58,8 @@ grep "collective watchdog" stall.log
 grep -Eq "aborting the job: collective watchdog: (H5Dwrite|all_reduce) #[0-9]+ on the 'checkpoint' group did not complete within parallel.collective_timeout=5 s: rank\(s\) 1 did not arrive" stall.log ||
   fail "stall: no watchdog message naming the save's call on the 'checkpoint' group and rank 1"
 latest_is stall/checkpoints step_00000002.h5
+grep -q '"lost": \[{"rank": 1, .*"newest_checkpoint_step": 2' stall/peers_lost.json ||
+  { cat stall/peers_lost.json; fail "stall: peers_lost.json does not name rank 1 and the step-2 checkpoint"; }
 
 echo "--- 4. an I/O error inside a save"
 run eio "save.dataset:rank=1:step=4:after=7:action=eio" "${ckpt[@]}" --output.dir=eio

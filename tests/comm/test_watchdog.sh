@@ -29,7 +29,7 @@ run_case() {
   echo "  exit status $rc after ${elapsed} s"
   [[ $rc -ne 0 ]] || fail "$scenario: the job exited with status 0"
   [[ $rc -ne 124 ]] || fail "$scenario: the job hung (killed by timeout after 120 s)"
-  [[ $rc -eq 124 || $rc -eq 3 ]] || fail "$scenario: exit status $rc, expected 3 (aborted job, doc/running.md)"
+  [[ $rc -eq 124 || $rc -eq 76 ]] || fail "$scenario: exit status $rc, expected 76 (peers lost, doc/batch.md)"
   (( elapsed < 45 )) || fail "$scenario: the abort took ${elapsed} s (collective_timeout=${timeout_s} s)"
   local expect="collective watchdog: all_reduce #2 on the '$group' group did not complete within parallel.collective_timeout=$timeout_s s: rank(s) $absent did not arrive"
   grep -qF "$expect" "$err" || fail "$scenario: stderr lacks the message: $expect"

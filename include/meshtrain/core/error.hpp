@@ -41,7 +41,8 @@ class IoError : public UserError {
 
 /// Exit status after a preemption save (the Slurm script requeues on it).
 inline constexpr int kExitPreempted = 75;
-/// Exit status of an aborted job (internal fault, watchdog, too many bad steps).
+/// Exit status of an aborted job (internal fault, too many bad steps). A collective watchdog
+/// timeout is kExitPeersLost (comm/peers_lost.hpp), so a supervisor can recover from it.
 inline constexpr int kExitAbort = 3;
 
 /// \brief Prints `[meshtrain] rank R (host) <lib> error at file:line: message` and aborts
