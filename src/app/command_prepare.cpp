@@ -49,7 +49,10 @@ PrepareArgs parse_prepare_args(const Args& args) {
        "alpaca/chat: auto (the tokenizer's own template: a GGUF's or tokenizer_config.json's) | chatml | llama3 | "
        "llama2 | alpaca")
       ("system", po::value<std::string>(&o.system),
-       "alpaca/chat: system message for examples that have none (default: the template's own, if any)");
+       "alpaca/chat: system message for examples that have none (default: the template's own, if any)")
+      ("pack", po::bool_switch(&o.pack),
+       "alpaca/chat: pack several examples into each row (first-fit decreasing) and write train.docs/val.docs; "
+       "training then masks attention, positions and loss per example (doc/data.md, \"Packed rows\")");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -61,6 +64,7 @@ PrepareArgs parse_prepare_args(const Args& args) {
     std::ostringstream os;
     os << "usage: meshtrain prepare [--format text|alpaca|chat] --input PATH... --output DIR [--tokenizer SPEC]\n"
           "                         [--seq_len N] [--chat_template auto|chatml|llama3|llama2|alpaca] [--system TEXT]\n"
+          "                         [--pack]\n"
           "                         [--val_fraction F]\n\n"
        << desc;
     out.help = true;

@@ -145,6 +145,10 @@ PrepareSummary prepare(const PrepareOptions& o) {
   MESHTRAIN_REQUIRE(o.format == "text" || o.format == "alpaca" || o.format == "chat",
                     "--format must be text, alpaca or chat, not '%s'", o.format.c_str());
   const bool examples = o.format != "text";
+  MESHTRAIN_REQUIRE(examples || !o.pack,
+                    "--pack applies to --format alpaca and chat; a text dataset is a token stream whose windows "
+                    "already hold no padding: train it with data.document_mask = true to keep attention within "
+                    "each document");
   MESHTRAIN_REQUIRE(examples || (o.seq_len == 0 && o.system.empty() && o.chat_template == "auto"),
                     "--seq_len, --chat_template and --system apply to --format alpaca and chat only; --format text "
                     "writes a token stream that training cuts into windows of train.seq_len");

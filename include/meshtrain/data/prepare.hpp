@@ -22,6 +22,7 @@ struct PrepareOptions {
   int seq_len = 0;                  ///< alpaca/chat: rows are seq_len + 1 tokens (required, >= 1)
   std::string chat_template = "auto";  ///< alpaca/chat: "auto" (the tokenizer's own) or a known name
   std::string system;               ///< alpaca/chat: system message for examples that have none
+  bool pack = false;                ///< alpaca/chat: several examples a row (first-fit decreasing), train.docs beside
 };
 
 /// \brief What prepare did (printed by `meshtrain prepare`, stored in meta.json).
@@ -48,6 +49,10 @@ struct PrepareSummary {
   std::uint64_t train_examples = 0, val_examples = 0, truncated_examples = 0, dropped_examples = 0;
   std::uint64_t trainable_tokens = 0;     ///< mask = 1 tokens in train.mask
   double fill_fraction = 0;               ///< example tokens / row tokens over both splits
+  // --pack only.
+  bool packed = false;
+  std::uint64_t train_rows = 0, val_rows = 0;  ///< rows written (without --pack: = examples)
+  double fill_fraction_unpacked = 0;      ///< the fill fraction of one example per row
 };
 
 /// \brief Runs prepare on this process (the CLI calls it on rank 0 only). Writes every
