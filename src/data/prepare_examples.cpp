@@ -259,9 +259,12 @@ std::string format_examples_summary(const PrepareSummary& s) {
   r += strprintf("  truncated: %llu example(s) longer than a row, cut to %u tokens; dropped: %llu with no "
                  "trainable token left in their row\n",
                  static_cast<ull>(s.truncated_examples), s.row_tokens, static_cast<ull>(s.dropped_examples));
-  r += strprintf("  fill: %.1f%% of row tokens are example tokens (the rest is padding, never trained on); "
-                 "%llu trainable (mask 1) train tokens\n",
-                 100.0 * s.fill_fraction, static_cast<ull>(s.trainable_tokens));
+  if (s.packed)
+    r += strprintf("  trainable: %llu (mask 1) train tokens\n", static_cast<ull>(s.trainable_tokens));
+  else
+    r += strprintf("  fill: %.1f%% of row tokens are example tokens (the rest is padding, never trained on); "
+                   "%llu trainable (mask 1) train tokens\n",
+                   100.0 * s.fill_fraction, static_cast<ull>(s.trainable_tokens));
   r += strprintf("  unigram entropy of the trainable train tokens: %.4f bits/token = %.4f nats/token\n",
                  s.train_entropy_bits, s.train_entropy_nats);
   return r;

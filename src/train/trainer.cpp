@@ -79,7 +79,8 @@ class Trainer {
   std::unique_ptr<MetricsWriter> metrics_;
   StepSettings settings_;
   std::set<long> nan_steps_;
-  std::vector<std::int32_t> step_in_, step_tgt_, step_doc_;  ///< this rank's windows of one step: (grad_accum, B, T) each
+  std::vector<std::int32_t> step_in_, step_tgt_, step_doc_;
+  double last_counted_ = 0;  ///< targets the last step's loss counted (global batch)  ///< this rank's windows of one step: (grad_accum, B, T) each
   double peak_flops_ = 0;
   std::uint64_t cursor_ = 0;      ///< training windows consumed (global)
   int updates_ = 0;               ///< optimizer updates applied (bias correction)
@@ -289,6 +290,7 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   const double counted = data_.train_mask || docs ? session_.global_sum(counted_targets(step_tgt_)) : 0.0;
   const StepResult r =
       train::train_step(session_, settings_, step, updates_, fill, poison, counted, docs ? &fill_docs : nullptr);
+  last_counted_ = counted > 0 ? counted : s_.batch.step_tokens();
   cursor_ += static_cast<std::uint64_t>(batch.global_batch);
   loss = r.loss;
   gnorm = r.grad_norm;
@@ -355,7 +357,8 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
       .add("mfu", mfu).add("peak_mem_bytes", mem_max).add("peak_rss_bytes", rss_max).add("step_time_s", step_max)
       .add("compute_s_min", comp_min).add("compute_s_max", comp_max).add("comm_s_min", busy_min)
       .add("comm_s_max", busy_max).add("exposed_comm_s_min", exp_min).add("exposed_comm_s_max", exp_max)
-      .add("tokens", static_cast<double>(cursor_) * seq_len).add("skipped_steps", skipped_);
+      .add("tokens", static_cast<double>(cursor_) * seq_len).add("skipped_steps", skipped_)
+      .add("counted_tokens", last_counted_).add("counted_tokens_per_s", last_counted_ / step_max);
   if (!std::isnan(val)) j.add("val_loss", val);
   if (!std::isnan(ckpt_save_s_)) j.add("ckpt_save_s", ckpt_save_s_).add("ckpt_save_gbps", ckpt_save_gbps_);
   if (!std::isnan(ckpt_load_s_)) j.add("ckpt_load_s", ckpt_load_s_).add("ckpt_load_gbps", ckpt_load_gbps_);
