@@ -154,6 +154,51 @@ for row, mask, out in zip(t, m, ["5", "die Katze", "Hi there!", "i-t"]):
 sys.exit(0 if ok else 1)
 PY
 
+# --pack (issue 30): the same examples, several to a row. Every segment of a packed row
+# (train.docs) is exactly one example of the unpacked dataset (its tokens and mask bytes),
+# each example appears once, and the rest of a row is padding with mask 0.
+"$MESHTRAIN_BIN" prepare --format chat --input chat.jsonl --output chat_packed --tokenizer "$smollm" --seq_len 96 \
+  --val_fraction 0.2 --pack >chat_packed.log 2>&1 || { cat chat_packed.log; fail "prepare --pack failed"; }
+cat chat_packed.log
+grep -q "fill before packing" chat_packed.log || fail "the --pack summary does not report the fill before packing"
+"$MESHTRAIN_BIN" prepare --input chat.jsonl --output text_packed --pack >text_packed.log 2>&1
+[[ $? -eq 2 ]] && grep -q "applies to --format alpaca and chat" text_packed.log || fail "--format text --pack is not refused"
+"$py" - <<'PY' || fail "packed rows are not the unpacked examples"
+import json, sys
+import numpy as np
+R = 97
+ok = True
+meta = json.load(open("chat_packed/meta.json"))
+ok &= meta["packed"] is True and meta["row_tokens"] == R
+for split in ("train", "val"):
+    t = np.fromfile(f"chat/{split}.bin", dtype="<u2", offset=64).reshape(-1, R)
+    m = np.fromfile(f"chat/{split}.mask", dtype=np.uint8, offset=64).reshape(-1, R)
+    pad = int(t[0, -1])
+    want = []
+    for row, mask in zip(t, m):
+        n = R
+        while n > 0 and row[n - 1] == pad and mask[n - 1] == 0:
+            n -= 1
+        want.append((tuple(row[:n].tolist()), tuple(mask[:n].tolist())))
+    pt = np.fromfile(f"chat_packed/{split}.bin", dtype="<u2", offset=64).reshape(-1, R)
+    pm = np.fromfile(f"chat_packed/{split}.mask", dtype=np.uint8, offset=64).reshape(-1, R)
+    raw = open(f"chat_packed/{split}.docs", "rb").read()
+    ok &= raw[:8] == b"MTLDOCS1" and int.from_bytes(raw[12:16], "little") == R
+    seg = np.frombuffer(raw, dtype="<u2", offset=64).reshape(-1, R)
+    got = []
+    for row, mask, s in zip(pt, pm, seg):
+        for k in range(int(s.max()) + 1):
+            idx = np.nonzero(s == k)[0]
+            piece = (tuple(row[idx].tolist()), tuple(mask[idx].tolist()))
+            if all(x == pad for x in piece[0]) and not any(piece[1]):
+                ok &= k == int(s.max())  # padding: only the last segment
+                continue
+            got.append(piece)
+    ok &= sorted(got) == sorted(want) and len(pt) <= len(t)
+    print(split, "examples", len(want), "packed rows", len(pt), "segments match:", sorted(got) == sorted(want))
+sys.exit(0 if ok else 1)
+PY
+
 if ((failures)); then
   echo "$failures check(s) failed" >&2
   exit 1
