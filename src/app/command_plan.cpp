@@ -20,6 +20,9 @@
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/log.hpp"
+#include "meshtrain/data/dataset.hpp"
+#include "meshtrain/data/text_files.hpp"
+#include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/parallel/planner.hpp"
 #include "meshtrain/runtime/mesh.hpp"
@@ -29,6 +32,20 @@
 
 namespace meshtrain::app {
 namespace {
+
+/// A packed dataset's mean tokens per example (from its meta.json), for the cost model's
+/// attention term; 0 for random data, a dataset that is not packed, or none yet (plan runs
+/// before prepare too).
+double packed_document_tokens(const data::DataSource& src) {
+  if (src.is_random() || src.dir.empty()) return 0;
+  const std::string path = (std::filesystem::path(src.dir) / "meta.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return 0;
+  const data::DatasetMeta m = data::meta_from_json(data::read_file_bytes(path), path);
+  const double examples = static_cast<double>(m.train_examples + m.val_examples);
+  if (!m.packed || examples <= 0) return 0;
+  return m.fill_fraction * static_cast<double>(m.train_rows + m.val_rows) * m.row_tokens / examples;
+}
 
 /// Memory columns print in GiB, or MiB for small models (chosen once per table).
 double g_unit = 1073741824.0;
@@ -254,7 +271,13 @@ int command_plan(Runtime& rt, const Args& args) {
                 join(missing, ", ").c_str(), missing.size() == 1 ? "is" : "are",
                 missing.size() == 1 ? "that ceiling is" : "those ceilings are");
   }
-  const parallel::PlanInput in = train::plan_input(spec, world, rpn.value_or(world), budget);
+  parallel::PlanInput in = train::plan_input(spec, world, rpn.value_or(world), budget);
+  in.document_tokens = packed_document_tokens(spec.data);
+  if (in.document_tokens > 0 && root)
+    log::info("data.dir is packed: %.1f tokens per example, attention counted per example (%.0f%% of whole rows)",
+              in.document_tokens, 100.0 * train::document_attention_fraction(
+                                      in.seq_len, in.document_tokens,
+                                      in.attention_rows > 0 ? in.attention_rows : kernels::attention_block_rows(in.seq_len)));
   const bool search = train::searches_mesh(spec);
   MeshShape shape;
   if (!search) shape = resolve_mesh(asked, world, rpn);
