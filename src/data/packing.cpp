@@ -35,4 +35,31 @@ std::vector<PackedRow> pack_rows(const std::vector<PackItem>& items, std::uint32
   return rows;
 }
 
+/// Writes the packed rows of one split's kept examples (pack_rows' order), padding each row
+/// after its last example with `pad` (mask 0, its own segment).
+void write_packed(RowWriter& w, std::uint32_t R, std::int32_t pad) {
+  const std::vector<PackedRow> rows = pack_rows(w.kept, R);
+  std::vector<std::int32_t> ids(R);
+  std::vector<std::uint8_t> mask(R);
+  std::vector<std::uint16_t> seg(R);
+  for (const PackedRow& row : rows) {
+    std::uint32_t at = 0;
+    std::uint16_t id = 0;
+    for (std::size_t e : row.items) {
+      const PackItem& ex = w.kept[e];
+      std::copy(ex.ids.begin(), ex.ids.end(), ids.begin() + at);
+      std::copy(ex.mask.begin(), ex.mask.end(), mask.begin() + at);
+      std::fill_n(seg.begin() + at, ex.ids.size(), id++);
+      at += static_cast<std::uint32_t>(ex.ids.size());
+    }
+    std::fill(ids.begin() + at, ids.end(), pad);
+    std::fill(mask.begin() + at, mask.end(), 0);
+    std::fill(seg.begin() + at, seg.end(), id);
+    w.tokens.append(ids.data(), R);
+    w.mask.append(mask.data(), R);
+    w.docs->append(seg.data(), R);
+    ++w.rows;
+  }
+}
+
 }  // namespace meshtrain::data

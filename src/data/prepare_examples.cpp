@@ -45,48 +45,6 @@ ChatFormat resolve_chat_format(const std::string& name, const Tokenizer& tok) {
                                  "--tokenizer " + tok.name() + " (--chat_template auto)");
 }
 
-/// One split's outputs and counts. Examples are kept (packed datasets are written once all
-/// are known); `examples` counts them, `rows` the rows written.
-struct RowWriter {
-  TokenFileWriter tokens;
-  MaskFileWriter mask;
-  std::unique_ptr<DocFileWriter> docs;  // --pack only
-  std::vector<PackItem> kept;            // --pack only: the examples, in input order
-  std::uint64_t examples = 0, rows = 0, filled = 0, trainable = 0;
-  RowWriter(const std::string& tok_path, const std::string& mask_path, const std::string& docs_path,
-            std::int64_t vocab, std::uint32_t row)
-      : tokens(tok_path, vocab), mask(mask_path, row) {
-    if (!docs_path.empty()) docs = std::make_unique<DocFileWriter>(docs_path, row);
-  }
-};
-
-/// Writes the packed rows of one split's kept examples (pack_rows' order), padding each row
-/// after its last example with `pad` (mask 0, its own segment).
-void write_packed(RowWriter& w, std::uint32_t R, std::int32_t pad) {
-  const std::vector<PackedRow> rows = pack_rows(w.kept, R);
-  std::vector<std::int32_t> ids(R);
-  std::vector<std::uint8_t> mask(R);
-  std::vector<std::uint16_t> seg(R);
-  for (const PackedRow& row : rows) {
-    std::uint32_t at = 0;
-    std::uint16_t id = 0;
-    for (std::size_t e : row.items) {
-      const PackItem& ex = w.kept[e];
-      std::copy(ex.ids.begin(), ex.ids.end(), ids.begin() + at);
-      std::copy(ex.mask.begin(), ex.mask.end(), mask.begin() + at);
-      std::fill_n(seg.begin() + at, ex.ids.size(), id++);
-      at += static_cast<std::uint32_t>(ex.ids.size());
-    }
-    std::fill(ids.begin() + at, ids.end(), pad);
-    std::fill(mask.begin() + at, mask.end(), 0);
-    std::fill(seg.begin() + at, seg.end(), id);
-    w.tokens.append(ids.data(), R);
-    w.mask.append(mask.data(), R);
-    w.docs->append(seg.data(), R);
-    ++w.rows;
-  }
-}
-
 constexpr const char* kExampleSplitRule =
     "per example: record i (0-based, over all records of all files in path order) goes to val when "
     "floor((i + 1) * val_fraction) > floor(i * val_fraction), i.e. every (1/val_fraction)-th record";
@@ -240,8 +198,12 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
 
 std::string format_examples_summary(const PrepareSummary& s) {
   const std::uint64_t examples = s.train_examples + s.val_examples;
-  std::string r = strprintf("  input:   %zu JSONL file(s), %llu bytes; --format %s, chat template %s\n",
-                            s.files.size(), static_cast<ull>(s.bytes), s.format.c_str(), s.chat_template.c_str());
+  std::string r = s.format == "text"
+                      ? strprintf("  input:   %zu text file(s), %llu bytes; --format text --pack: documents (longer "
+                                  "ones cut into pieces of a row) packed into rows, every token trained on\n",
+                                  s.files.size(), static_cast<ull>(s.bytes))
+                      : strprintf("  input:   %zu JSONL file(s), %llu bytes; --format %s, chat template %s\n",
+                                  s.files.size(), static_cast<ull>(s.bytes), s.format.c_str(), s.chat_template.c_str());
   if (s.packed) {
     r += strprintf("  examples: %llu = train %llu + val %llu, packed (first-fit decreasing) into %llu rows = train "
                    "%llu + val %llu of %u tokens (seq_len %u), documents masked from each other\n",
@@ -256,9 +218,14 @@ std::string format_examples_summary(const PrepareSummary& s) {
                    static_cast<ull>(examples), static_cast<ull>(s.train_examples), static_cast<ull>(s.val_examples),
                    s.row_tokens, s.row_tokens - 1);
   }
-  r += strprintf("  truncated: %llu example(s) longer than a row, cut to %u tokens; dropped: %llu with no "
-                 "trainable token left in their row\n",
-                 static_cast<ull>(s.truncated_examples), s.row_tokens, static_cast<ull>(s.dropped_examples));
+  if (s.format == "text")
+    r += strprintf("  split: %llu document(s) longer than a row, cut into pieces of at most %u tokens; dropped: %llu "
+                   "one-token piece(s)\n",
+                   static_cast<ull>(s.truncated_examples), s.row_tokens, static_cast<ull>(s.dropped_examples));
+  else
+    r += strprintf("  truncated: %llu example(s) longer than a row, cut to %u tokens; dropped: %llu with no "
+                   "trainable token left in their row\n",
+                   static_cast<ull>(s.truncated_examples), s.row_tokens, static_cast<ull>(s.dropped_examples));
   if (s.packed)
     r += strprintf("  trainable: %llu (mask 1) train tokens\n", static_cast<ull>(s.trainable_tokens));
   else

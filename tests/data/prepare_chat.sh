@@ -161,8 +161,30 @@ PY
   --val_fraction 0.2 --pack >chat_packed.log 2>&1 || { cat chat_packed.log; fail "prepare --pack failed"; }
 cat chat_packed.log
 grep -q "fill before packing" chat_packed.log || fail "the --pack summary does not report the fill before packing"
-"$MESHTRAIN_BIN" prepare --input chat.jsonl --output text_packed --pack >text_packed.log 2>&1
-[[ $? -eq 2 ]] && grep -q "applies to --format alpaca and chat" text_packed.log || fail "--format text --pack is not refused"
+# --format text --pack: documents (a long one cut into row-sized pieces) packed, all trained on.
+"$py" -c "print('short document\n' * 3)" >short.txt
+"$py" -c "print('a long document line\n' * 400)" >long.txt
+"$MESHTRAIN_BIN" prepare --input short.txt long.txt --output text_packed --tokenizer "$smollm" --seq_len 64 --pack \
+  --val_fraction 0 >text_packed.log 2>&1 || { cat text_packed.log; fail "prepare --format text --pack failed"; }
+grep -q "split: 1 document(s) longer than a row" text_packed.log || { cat text_packed.log; fail "text --pack summary"; }
+"$MESHTRAIN_BIN" prepare --input short.txt --output text_nolen --pack >text_nolen.log 2>&1
+[[ $? -eq 2 ]] && grep -q "needs --seq_len" text_nolen.log || fail "--format text --pack without --seq_len is not refused"
+"$py" - <<'PY' || fail "text --pack rows are not the document's tokens"
+import json, sys
+import numpy as np
+m = json.load(open("text_packed/meta.json"))
+R = m["row_tokens"]
+t = np.fromfile("text_packed/train.bin", dtype="<u2", offset=64).reshape(-1, R)
+k = np.fromfile("text_packed/train.mask", dtype=np.uint8, offset=64).reshape(-1, R)
+seg = np.frombuffer(open("text_packed/train.docs", "rb").read(), dtype="<u2", offset=64).reshape(-1, R)
+ok = m["packed"] and m["data_format"] == "text" and R == 65
+# Every non-padding segment ends a piece: its tokens are mask 1; the short document's piece ends with eot (0).
+pieces = [t[r][seg[r] == s] for r in range(len(t)) for s in range(int(seg[r].max()) + 1) if k[r][seg[r] == s].all()]
+ok &= sum(len(p) for p in pieces) == m["train_tokens"] - int((k == 0).sum())
+ok &= sum(1 for p in pieces if p[-1] == 0) == 2  # two documents, each ends with end-of-text once
+print("pieces", len(pieces), "rows", len(t), "ok", bool(ok))
+sys.exit(0 if ok else 1)
+PY
 "$py" - <<'PY' || fail "packed rows are not the unpacked examples"
 import json, sys
 import numpy as np

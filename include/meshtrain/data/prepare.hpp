@@ -19,10 +19,10 @@ struct PrepareOptions {
   double val_fraction = 0.05;       ///< in [0, 1); about this fraction of each document goes to val
   // Instruction and chat data (doc/data.md, "Instruction and chat data").
   std::string format = "text";      ///< "text" (documents), "alpaca" or "chat" (JSONL examples)
-  int seq_len = 0;                  ///< alpaca/chat: rows are seq_len + 1 tokens (required, >= 1)
+  int seq_len = 0;                  ///< alpaca/chat, text --pack: rows are seq_len + 1 tokens (required, >= 1)
   std::string chat_template = "auto";  ///< alpaca/chat: "auto" (the tokenizer's own) or a known name
   std::string system;               ///< alpaca/chat: system message for examples that have none
-  bool pack = false;                ///< alpaca/chat: several examples a row (first-fit decreasing), train.docs beside
+  bool pack = false;                ///< several examples (documents for text) a row (first-fit decreasing), train.docs beside
 };
 
 /// \brief What prepare did (printed by `meshtrain prepare`, stored in meta.json).
