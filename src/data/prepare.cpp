@@ -86,6 +86,42 @@ std::string list_some(const std::vector<std::string>& items, std::size_t max) {
 
 }  // namespace
 
+DatasetMeta meta_of_summary(const PrepareSummary& s, double val_fraction, const std::string& val_split) {
+  DatasetMeta meta;
+  meta.tokenizer = s.tokenizer;
+  meta.tokenizer_kind = s.tokenizer_kind;
+  meta.tokenizer_hash = s.tokenizer_hash;
+  meta.vocab_size = s.vocab_size;
+  meta.eot_id = s.eot_id;
+  meta.bos_id = s.bos_id;
+  meta.eos_id = s.eos_id;
+  meta.pad_id = s.pad_id;
+  meta.add_bos = s.add_bos;
+  meta.train_tokens = s.train_tokens;
+  meta.val_tokens = s.val_tokens;
+  meta.val_fraction = val_fraction;
+  meta.val_split = val_split;
+  meta.bytes = s.bytes;
+  meta.source_files = s.files;
+  meta.train_entropy_bits = s.train_entropy_bits;
+  meta.meshtrain_version = MESHTRAIN_VERSION;
+  if (s.row_tokens > 0) {
+    meta.data_format = s.format;
+    meta.row_tokens = s.row_tokens;
+    meta.chat_template = s.chat_template;
+    meta.train_examples = s.train_examples;
+    meta.val_examples = s.val_examples;
+    meta.truncated_examples = s.truncated_examples;
+    meta.dropped_examples = s.dropped_examples;
+    meta.fill_fraction = s.fill_fraction;
+    meta.packed = s.packed;
+    meta.train_rows = s.train_rows;
+    meta.val_rows = s.val_rows;
+    meta.fill_fraction_unpacked = s.fill_fraction_unpacked;
+  }
+  return meta;
+}
+
 void write_meta_file(const std::string& path, const DatasetMeta& meta) {
   const std::string text = meta_to_json(meta);
   std::FILE* f = std::fopen(path.c_str(), "wb");
@@ -218,36 +254,8 @@ PrepareSummary prepare_text_packed(const PrepareOptions& o, const Tokenizer& tok
   s.train_entropy_bits = unigram_entropy_bits(counts);
   s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
 
-  DatasetMeta meta;
-  meta.tokenizer = s.tokenizer;
-  meta.tokenizer_kind = s.tokenizer_kind;
-  meta.tokenizer_hash = s.tokenizer_hash;
-  meta.vocab_size = s.vocab_size;
-  meta.eot_id = s.eot_id;
-  meta.bos_id = s.bos_id;
-  meta.eos_id = s.eos_id;
-  meta.pad_id = s.pad_id;
-  meta.add_bos = s.add_bos;
-  meta.train_tokens = s.train_tokens;
-  meta.val_tokens = s.val_tokens;
-  meta.val_fraction = o.val_fraction;
-  meta.val_split = std::string(kValSplitRule) + "; then cut into pieces of at most a row, packed";
-  meta.bytes = s.bytes;
-  meta.source_files = s.files;
-  meta.train_entropy_bits = s.train_entropy_bits;
-  meta.meshtrain_version = MESHTRAIN_VERSION;
-  meta.data_format = "text";
-  meta.row_tokens = R;
-  meta.train_examples = s.train_examples;
-  meta.val_examples = s.val_examples;
-  meta.truncated_examples = s.truncated_examples;
-  meta.dropped_examples = s.dropped_examples;
-  meta.fill_fraction = s.fill_fraction;
-  meta.packed = true;
-  meta.train_rows = s.train_rows;
-  meta.val_rows = s.val_rows;
-  meta.fill_fraction_unpacked = s.fill_fraction_unpacked;
-  write_meta_file(meta_tmp, meta);
+  write_meta_file(meta_tmp,
+                  meta_of_summary(s, o.val_fraction, std::string(kValSplitRule) + "; then cut into pieces of at most a row, packed"));
   out.commit();
   return s;
 }
@@ -336,25 +344,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   s.train_entropy_bits = unigram_entropy_bits(counts);
   s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
 
-  DatasetMeta meta;
-  meta.tokenizer = s.tokenizer;
-  meta.tokenizer_kind = s.tokenizer_kind;
-  meta.tokenizer_hash = s.tokenizer_hash;
-  meta.vocab_size = s.vocab_size;
-  meta.eot_id = s.eot_id;
-  meta.bos_id = s.bos_id;
-  meta.eos_id = s.eos_id;
-  meta.pad_id = s.pad_id;
-  meta.add_bos = s.add_bos;
-  meta.train_tokens = s.train_tokens;
-  meta.val_tokens = s.val_tokens;
-  meta.val_fraction = o.val_fraction;
-  meta.val_split = kValSplitRule;
-  meta.bytes = s.bytes;
-  meta.source_files = s.files;
-  meta.train_entropy_bits = s.train_entropy_bits;
-  meta.meshtrain_version = MESHTRAIN_VERSION;
-  write_meta_file(meta_tmp, meta);
+  write_meta_file(meta_tmp, meta_of_summary(s, o.val_fraction, kValSplitRule));
   out.commit();
   return s;
 }
