@@ -183,10 +183,10 @@ std::string format_examples_summary(const PrepareSummary& s) {
     r += strprintf("  fill before packing: %.1f%% (one example per row); after: %.1f%%\n",
                    100.0 * s.fill_fraction_unpacked, 100.0 * s.fill_fraction);
   } else {
-    r += strprintf("  examples: %llu = train %llu + val %llu, one padded row of %u tokens each (seq_len %u); "
-                   "--pack would put several in a row\n",
+    r += strprintf("  examples: %llu = train %llu + val %llu, one padded row of %u tokens each (seq_len %u)%s\n",
                    static_cast<ull>(examples), static_cast<ull>(s.train_examples), static_cast<ull>(s.val_examples),
-                   s.row_tokens, s.row_tokens - 1);
+                   s.row_tokens, s.row_tokens - 1,
+                   s.fill_fraction < 0.5 ? "; most of each row is padding: --pack puts several examples in a row" : "");
   }
   if (s.format == "text")
     r += strprintf("  split: %llu document(s) longer than a row, cut into pieces of at most %u tokens; dropped: %llu "
