@@ -90,6 +90,7 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
   agree_on_errors(world, [&] {
     std::shared_ptr<const data::TokenSource> src;
     std::shared_ptr<const data::MaskFile> mask;
+    data::DocumentMask docs;  // packed rows, data.document_mask: per-document attention and loss
     if (!o.text.empty()) {
       src = text_tokens(o, setup.spec.dims.valid_vocab, model_tok, model_name, tok_error);
     } else {
@@ -101,6 +102,7 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
       src = o.split == "val" ? ds.val : ds.train;
       mask = o.split == "val" ? ds.val_mask : ds.train_mask;
       if (ds.train_mask) data::check_row_seq_len(*ds.train_mask, setup.batch.seq_len);
+      docs = data::document_mask_for(ds, o.split == "val", data_source.document_mask);
     }
     MESHTRAIN_REQUIRE(o.text.empty() || data::has_window(*src, setup.batch.seq_len),
                       "--text %s holds %llu tokens, fewer than one window of train.seq_len + 1 = %d: lower "
@@ -112,6 +114,7 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
                       data_dir.c_str(), o.split.c_str(), static_cast<unsigned long long>(src ? src->size() : 0),
                       setup.batch.seq_len + 1);
     sampler = std::make_unique<data::EvalSampler>(src, setup.batch.seq_len, mask);
+    sampler->set_document_mask(std::move(docs));
     masked = mask != nullptr;
     source = src->description();
     // --batches N beyond the split's windows would only wrap around and evaluate the same
@@ -143,7 +146,7 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
   // fails before the weights are read.
   const LoadedWeights weights = load_checkpoint_weights(session, setup, weights_source);
 
-  train::TokenBatch batch(setup.batch.micro_batch, setup.batch.seq_len);
+  train::TokenBatch batch(setup.batch.micro_batch, setup.batch.seq_len, sampler->document_masked());
   const double t0 = now_seconds();
   const train::EvalResult r = train::evaluate(session, *sampler, train::EvalWindows{micro_batches, windows, masked}, batch);
   const double tokens = r.tokens, loss = r.loss;

@@ -315,6 +315,10 @@ int command_plan(Runtime& rt, const Args& args) {
   const plan::Resolution res = plan::resolve(spec, job, plan::needs_costs(spec, job) ? &costs : nullptr);
   const plan::MeshSearch shown = shown_ranking(spec, res, costs);
   const plan::PlanInput& in = res.input;
+  if (in.document_tokens > 0 && root)
+    log::info("data.dir is packed: %.1f tokens per example, attention counted per example (%.0f%% of whole rows)",
+              in.document_tokens,
+              100.0 * plan::document_attention_fraction(in.batch.seq_len, in.document_tokens, in.attention_rows));
   const MeshRequest& asked = spec.parallel.mesh_request;
   const bool restricted = !res.searched || spec.parallel.strategy != StrategyChoice::Auto || asked.dp_replicate != -1 ||
                           asked.dp_shard != -1 || asked.tp != -1 || spec.train.activation_checkpointing;

@@ -43,13 +43,17 @@ PrepareArgs parse_prepare_args(const Args& args) {
        "{\"messages\": [{\"role\", \"content\"}, ...]}); alpaca and chat write one padded row per example and a "
        "loss mask (train.mask) selecting the response tokens")
       ("seq_len", po::value<int>(&o.seq_len),
-       "alpaca/chat (required): the model's train.seq_len; each example becomes a row of seq_len + 1 tokens, "
-       "longer ones are truncated")
+       "alpaca/chat, and text with --pack (required): the model's train.seq_len; rows of seq_len + 1 tokens, "
+       "longer examples are truncated (text documents are cut into pieces)")
       ("chat_template", po::value<std::string>(&o.chat_template)->default_value(o.chat_template),
        "alpaca/chat: auto (the tokenizer's own template: a GGUF's or tokenizer_config.json's) | chatml | llama3 | "
        "llama2 | alpaca")
       ("system", po::value<std::string>(&o.system),
-       "alpaca/chat: system message for examples that have none (default: the template's own, if any)");
+       "alpaca/chat: system message for examples that have none (default: the template's own, if any)")
+      ("pack", po::bool_switch(&o.pack),
+       "pack several examples (alpaca/chat) or documents (text, with --seq_len) into each row (first-fit "
+       "decreasing) and write train.docs/val.docs; training then masks attention, positions and loss per example "
+       "(doc/data.md, \"Packed rows\")");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -61,6 +65,7 @@ PrepareArgs parse_prepare_args(const Args& args) {
     std::ostringstream os;
     os << "usage: meshtrain prepare [--format text|alpaca|chat] --input PATH... --output DIR [--tokenizer SPEC]\n"
           "                         [--seq_len N] [--chat_template auto|chatml|llama3|llama2|alpaca] [--system TEXT]\n"
+          "                         [--pack]\n"
           "                         [--val_fraction F]\n\n"
        << desc;
     out.help = true;

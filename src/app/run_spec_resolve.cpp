@@ -117,6 +117,7 @@ plan::RunSpec resolve_spec(const Config& c) {
   cs.save_final = c.checkpoint.save_final;
 
   s.data = c.data.dir == "random" ? data::DataSource::random() : data::DataSource::directory(c.data.dir);
+  s.data.document_mask = c.data.document_mask;
   s.output = {c.output.dir, c.output.log_all_ranks, c.output.log_level};
   s.given.grad_accum = c.is_set("train.grad_accum");
   s.given.lora_options_on_command_line =

@@ -99,6 +99,7 @@ void visit_config(C& c, V&& v) {
   v("train.sample_top_k", t.sample_top_k, "sample among the k most likely tokens (0 = all)");
 
   v("data.dir", c.data.dir, "dataset directory written by `meshtrain prepare`, or 'random' for random tokens");
+  v("data.document_mask", c.data.document_mask, "text datasets: split windows into documents at the end-of-text token; attention, positions and loss stay within each (packed datasets always are)");
 
   auto& k = c.checkpoint;
   v("checkpoint.dir", k.dir, "checkpoint directory (empty = <output.dir>/checkpoints)");

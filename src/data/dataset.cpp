@@ -64,6 +64,23 @@ Dataset Dataset::open(const std::string& dir) {
                         mask->path().c_str(), static_cast<ull>(mask->size()), mask->row_tokens(),
                         tokens->path().c_str(), static_cast<ull>(tokens->size()), meta_path.c_str(),
                         d.meta.row_tokens);
+    if (d.meta.packed) {
+      for (const char* name : {"train.docs", "val.docs"}) {
+        const fs::path p = fs::path(dir) / name;
+        MESHTRAIN_REQUIRE(fs::exists(p, ec), "%s is missing, but %s says the dataset is packed; re-run `meshtrain "
+                          "prepare --pack`",
+                          p.string().c_str(), meta_path.c_str());
+      }
+      d.train_docs = std::make_shared<DocFile>((fs::path(dir) / "train.docs").string());
+      d.val_docs = std::make_shared<DocFile>((fs::path(dir) / "val.docs").string());
+      for (const auto& [docs, tokens] : {std::pair{d.train_docs, train}, std::pair{d.val_docs, val}})
+        MESHTRAIN_REQUIRE(docs->size() == tokens->size() && docs->row_tokens() == d.meta.row_tokens,
+                          "%s (%llu segment ids, rows of %u) does not match %s (%llu tokens) and %s (rows of %u); "
+                          "the dataset is inconsistent, re-run `meshtrain prepare --pack`",
+                          docs->path().c_str(), static_cast<ull>(docs->size()), docs->row_tokens(),
+                          tokens->path().c_str(), static_cast<ull>(tokens->size()), meta_path.c_str(),
+                          d.meta.row_tokens);
+    }
   }
   d.train = std::move(train);
   d.val = std::move(val);

@@ -75,6 +75,11 @@ std::string meta_to_json(const DatasetMeta& m) {
                      static_cast<unsigned long long>(m.val_examples),
                      static_cast<unsigned long long>(m.truncated_examples),
                      static_cast<unsigned long long>(m.dropped_examples), number_text(m.fill_fraction).c_str());
+  // Packed rows (prepare --pack): several examples a row, train.docs/val.docs beside.
+  if (m.packed)
+    rows += strprintf("  \"packed\": true,\n  \"train_rows\": %llu,\n  \"val_rows\": %llu,\n  \"fill_fraction_unpacked\": %s,\n",
+                      static_cast<unsigned long long>(m.train_rows), static_cast<unsigned long long>(m.val_rows),
+                      number_text(m.fill_fraction_unpacked).c_str());
   return strprintf(
       "{\n"
       "  \"format\": \"meshtrain-dataset\",\n"
@@ -149,6 +154,12 @@ DatasetMeta meta_from_json(const std::string& text, const std::string& path) {
     m.truncated_examples = unsigned_member(root, "truncated_examples", path);
     m.dropped_examples = unsigned_member(root, "dropped_examples", path);
     m.fill_fraction = number_member(root, "fill_fraction", path);
+    if (const json::Value* v = root.find("packed"); v && v->kind == K::Bool && v->boolean) {
+      m.packed = true;
+      m.train_rows = unsigned_member(root, "train_rows", path);
+      m.val_rows = unsigned_member(root, "val_rows", path);
+      m.fill_fraction_unpacked = number_member(root, "fill_fraction_unpacked", path);
+    }
   }
   return m;
 }

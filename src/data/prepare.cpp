@@ -13,6 +13,7 @@
 #include "meshtrain/data/text_files.hpp"
 #include "meshtrain/data/token_file.hpp"
 #include "meshtrain/data/tokenizer.hpp"
+#include "packing.hpp"
 #include "prepare_internal.hpp"
 #include "staged_output.hpp"
 
@@ -28,11 +29,9 @@ constexpr const char* kValSplitRule =
     "per document: the text from the line start nearest to (1 - val_fraction) of its bytes goes to "
     "val, the text before it to train; each non-empty piece ends with eot";
 
-// Tokenizes one piece of a document into `out`: BOS first when the tokenizer's model expects
-// one, then the text, then the end-of-text id.
-void append_piece(const Tokenizer& tok, const std::string& path, const std::string& text, TokenFileWriter& out,
-                  std::vector<std::uint64_t>* counts) {
-  if (text.empty()) return;
+// The ids of one piece of a document: BOS first when the tokenizer's model expects one, then
+// the text, then the end-of-text id.
+std::vector<std::int32_t> piece_ids(const Tokenizer& tok, const std::string& path, const std::string& text) {
   std::vector<std::int32_t> ids;
   if (tok.add_bos()) ids.push_back(tok.bos_id());
   try {
@@ -42,6 +41,14 @@ void append_piece(const Tokenizer& tok, const std::string& path, const std::stri
     throw UserError(strprintf("%s: %s", path.c_str(), e.what()));
   }
   ids.push_back(tok.eot_id());
+  return ids;
+}
+
+// Tokenizes one piece of a document into `out`.
+void append_piece(const Tokenizer& tok, const std::string& path, const std::string& text, TokenFileWriter& out,
+                  std::vector<std::uint64_t>* counts) {
+  if (text.empty()) return;
+  const std::vector<std::int32_t> ids = piece_ids(tok, path, text);
   out.append(ids.data(), ids.size());
   if (counts)
     for (const std::int32_t id : ids) ++(*counts)[static_cast<std::size_t>(id)];
@@ -78,6 +85,42 @@ std::string list_some(const std::vector<std::string>& items, std::size_t max) {
 }
 
 }  // namespace
+
+DatasetMeta meta_of_summary(const PrepareSummary& s, double val_fraction, const std::string& val_split) {
+  DatasetMeta meta;
+  meta.tokenizer = s.tokenizer;
+  meta.tokenizer_kind = s.tokenizer_kind;
+  meta.tokenizer_hash = s.tokenizer_hash;
+  meta.vocab_size = s.vocab_size;
+  meta.eot_id = s.eot_id;
+  meta.bos_id = s.bos_id;
+  meta.eos_id = s.eos_id;
+  meta.pad_id = s.pad_id;
+  meta.add_bos = s.add_bos;
+  meta.train_tokens = s.train_tokens;
+  meta.val_tokens = s.val_tokens;
+  meta.val_fraction = val_fraction;
+  meta.val_split = val_split;
+  meta.bytes = s.bytes;
+  meta.source_files = s.files;
+  meta.train_entropy_bits = s.train_entropy_bits;
+  meta.meshtrain_version = MESHTRAIN_VERSION;
+  if (s.row_tokens > 0) {
+    meta.data_format = s.format;
+    meta.row_tokens = s.row_tokens;
+    meta.chat_template = s.chat_template;
+    meta.train_examples = s.train_examples;
+    meta.val_examples = s.val_examples;
+    meta.truncated_examples = s.truncated_examples;
+    meta.dropped_examples = s.dropped_examples;
+    meta.fill_fraction = s.fill_fraction;
+    meta.packed = s.packed;
+    meta.train_rows = s.train_rows;
+    meta.val_rows = s.val_rows;
+    meta.fill_fraction_unpacked = s.fill_fraction_unpacked;
+  }
+  return meta;
+}
 
 void write_meta_file(const std::string& path, const DatasetMeta& meta) {
   const std::string text = meta_to_json(meta);
@@ -137,6 +180,88 @@ double unigram_entropy_bits(const std::vector<std::uint64_t>& counts) {
   return h;
 }
 
+namespace {
+
+// prepare --format text --pack: every document piece (train part, val part, as for the token
+// stream) is cut into pieces of at most a row, and the pieces are packed into rows with
+// packing.hpp's first-fit decreasing, all their tokens trained on (mask 1; padding 0).
+PrepareSummary prepare_text_packed(const PrepareOptions& o, const Tokenizer& tok, const std::vector<std::string>& files,
+                                   PrepareSummary s) {
+  const auto R = static_cast<std::uint32_t>(o.seq_len) + 1;
+  MESHTRAIN_REQUIRE(R <= kDocFileMaxRow, "--pack needs --seq_len below %u (u16 segment ids), got %d", kDocFileMaxRow,
+                    o.seq_len);
+  const std::int32_t pad = tok.pad_id() >= 0 ? tok.pad_id() : tok.eot_id();
+  s.format = "text";
+  s.row_tokens = R;
+  StagedOutput out(o.output);
+  RowWriter train(out.stage("train.bin"), out.stage("train.mask"), out.stage("train.docs"), s.vocab_size, R);
+  RowWriter val(out.stage("val.bin"), out.stage("val.mask"), out.stage("val.docs"), s.vocab_size, R);
+  const std::string meta_tmp = out.stage("meta.json");
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(s.vocab_size), 0);
+  for (const std::string& path : files) {
+    const std::string text = read_file_bytes(path);
+    const std::string why = text_rejection(text);
+    if (!why.empty()) {
+      s.skipped.push_back(path + ": " + why);
+      continue;
+    }
+    const std::size_t cut = val_split_point(text, o.val_fraction);
+    for (RowWriter* w : {&train, &val}) {
+      const std::string piece = w == &train ? text.substr(0, cut) : text.substr(cut);
+      if (piece.empty()) continue;
+      const std::vector<std::int32_t> ids = piece_ids(tok, path, piece);
+      // A document longer than a row becomes several (each attends only to itself).
+      if (ids.size() > R) ++s.truncated_examples;
+      for (std::size_t at = 0; at < ids.size(); at += R) {
+        const std::size_t n = std::min<std::size_t>(R, ids.size() - at);
+        if (n < 2) {  // one token: no target inside it
+          ++s.dropped_examples;
+          continue;
+        }
+        w->kept.push_back(PackItem{std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(at),
+                                                             ids.begin() + static_cast<std::ptrdiff_t>(at + n)),
+                                   std::vector<std::uint8_t>(n, 1)});
+        ++w->examples;
+        w->filled += n;
+        w->trainable += w == &train ? n - 1 : 0;
+        if (w == &train)
+          for (std::size_t j = at + 1; j < at + n; ++j) ++counts[static_cast<std::size_t>(ids[j])];
+      }
+    }
+    s.files.push_back(path);
+    s.bytes += text.size();
+  }
+  MESHTRAIN_REQUIRE(train.examples > 0,
+                    "the corpus is empty: none of the %zu input files is a non-empty UTF-8 text file:%s",
+                    files.size(), list_some(s.skipped, 10).c_str());
+  for (RowWriter* w : {&train, &val}) {
+    write_packed(*w, R, pad);
+    w->tokens.close();
+    w->mask.close();
+    w->docs->close();
+  }
+  s.train_tokens = train.tokens.count();
+  s.val_tokens = val.tokens.count();
+  s.train_examples = train.examples;
+  s.val_examples = val.examples;
+  s.packed = true;
+  s.train_rows = train.rows;
+  s.val_rows = val.rows;
+  s.trainable_tokens = train.trainable;
+  s.fill_fraction_unpacked =
+      static_cast<double>(train.filled + val.filled) / static_cast<double>((train.examples + val.examples) * R);
+  s.fill_fraction = static_cast<double>(train.filled + val.filled) / static_cast<double>((train.rows + val.rows) * R);
+  s.train_entropy_bits = unigram_entropy_bits(counts);
+  s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
+
+  write_meta_file(meta_tmp,
+                  meta_of_summary(s, o.val_fraction, std::string(kValSplitRule) + "; then cut into pieces of at most a row, packed"));
+  out.commit();
+  return s;
+}
+
+}  // namespace
+
 PrepareSummary prepare(const PrepareOptions& o) {
   MESHTRAIN_REQUIRE(!o.inputs.empty(), "no input given; pass --input with text files or directories");
   MESHTRAIN_REQUIRE(!o.output.empty(), "no output directory given; pass --output DIR");
@@ -145,17 +270,19 @@ PrepareSummary prepare(const PrepareOptions& o) {
   MESHTRAIN_REQUIRE(o.format == "text" || o.format == "alpaca" || o.format == "chat",
                     "--format must be text, alpaca or chat, not '%s'", o.format.c_str());
   const bool examples = o.format != "text";
-  MESHTRAIN_REQUIRE(examples || (o.seq_len == 0 && o.system.empty() && o.chat_template == "auto"),
-                    "--seq_len, --chat_template and --system apply to --format alpaca and chat only; --format text "
-                    "writes a token stream that training cuts into windows of train.seq_len");
-  MESHTRAIN_REQUIRE(!examples || o.seq_len >= 1,
-                    "--format %s needs --seq_len N (>= 1, the model's train.seq_len): every example becomes one row "
-                    "of N + 1 tokens%s",
-                    o.format.c_str(), o.seq_len == 0 ? "" : strprintf(", got %d", o.seq_len).c_str());
+  const bool rows = examples || o.pack;  // rows of seq_len + 1 tokens, not a token stream
+  MESHTRAIN_REQUIRE(examples || (o.system.empty() && o.chat_template == "auto"),
+                    "--chat_template and --system apply to --format alpaca and chat only");
+  MESHTRAIN_REQUIRE(rows || o.seq_len == 0,
+                    "--seq_len applies to --format alpaca and chat and to --pack; --format text writes a token stream "
+                    "that training cuts into windows of train.seq_len");
+  MESHTRAIN_REQUIRE(!rows || o.seq_len >= 1,
+                    "--format %s%s needs --seq_len N (>= 1, the model's train.seq_len): the rows are N + 1 tokens%s",
+                    o.format.c_str(), o.pack ? " --pack" : "", o.seq_len == 0 ? "" : strprintf(", got %d", o.seq_len).c_str());
   // Every example is padded to a full row, in memory and on disk: a --seq_len longer than
   // any train.seq_len can use (2^22, config.cpp) only writes padding (4 GiB per example at
   // 10^9, and a std::bad_alloc first).
-  MESHTRAIN_REQUIRE(!examples || o.seq_len <= kMaxPrepareSeqLen,
+  MESHTRAIN_REQUIRE(!rows || o.seq_len <= kMaxPrepareSeqLen,
                     "--seq_len %d is longer than the longest train.seq_len (%d): a row of --seq_len + 1 tokens is "
                     "written for every example; give the model's train.seq_len",
                     o.seq_len, kMaxPrepareSeqLen);
@@ -187,6 +314,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   s.add_bos = tok->add_bos();
   s.output = o.output;
   if (examples) return prepare_examples(o, *tok, files, s);
+  if (o.pack) return prepare_text_packed(o, *tok, files, s);
   StagedOutput out(o.output);
   TokenFileWriter train(out.stage("train.bin"), s.vocab_size);
   TokenFileWriter val(out.stage("val.bin"), s.vocab_size);
@@ -216,25 +344,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   s.train_entropy_bits = unigram_entropy_bits(counts);
   s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
 
-  DatasetMeta meta;
-  meta.tokenizer = s.tokenizer;
-  meta.tokenizer_kind = s.tokenizer_kind;
-  meta.tokenizer_hash = s.tokenizer_hash;
-  meta.vocab_size = s.vocab_size;
-  meta.eot_id = s.eot_id;
-  meta.bos_id = s.bos_id;
-  meta.eos_id = s.eos_id;
-  meta.pad_id = s.pad_id;
-  meta.add_bos = s.add_bos;
-  meta.train_tokens = s.train_tokens;
-  meta.val_tokens = s.val_tokens;
-  meta.val_fraction = o.val_fraction;
-  meta.val_split = kValSplitRule;
-  meta.bytes = s.bytes;
-  meta.source_files = s.files;
-  meta.train_entropy_bits = s.train_entropy_bits;
-  meta.meshtrain_version = MESHTRAIN_VERSION;
-  write_meta_file(meta_tmp, meta);
+  write_meta_file(meta_tmp, meta_of_summary(s, o.val_fraction, kValSplitRule));
   out.commit();
   return s;
 }

@@ -1,20 +1,25 @@
-// prepare --format alpaca|chat: JSONL records -> one padded row per example, with a loss
-// mask beside the tokens.
+// prepare --format alpaca|chat: JSONL records -> rows of seq_len + 1 tokens with a loss mask
+// beside the tokens.
 //
-// Padding, not packing: each example is alone in its row of seq_len + 1 tokens, so
-// attention (causal within a row) never crosses from one example into another without any
-// change to the attention kernels; the price is the padding, reported as the fill fraction.
+// Without --pack each example is alone in its row, padded: attention (causal within a row)
+// never crosses from one example into another, and the price is the padding, reported as the
+// fill fraction. With --pack (packing.cpp) several examples share a row and train.docs /
+// val.docs record where each starts; training masks attention, positions and the loss per
+// document (doc/data.md, "Packed rows"), so every example still sees only itself.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/data/chat_examples.hpp"
 #include "meshtrain/data/chat_prompt.hpp"
+#include "meshtrain/data/doc_file.hpp"
 #include "meshtrain/data/loss_mask.hpp"
 #include "meshtrain/data/text_files.hpp"
 #include "meshtrain/data/token_file.hpp"
+#include "packing.hpp"
 #include "prepare_internal.hpp"
 #include "staged_output.hpp"
 
@@ -40,15 +45,6 @@ ChatFormat resolve_chat_format(const std::string& name, const Tokenizer& tok) {
                                  "--tokenizer " + tok.name() + " (--chat_template auto)");
 }
 
-/// One split's outputs and counts.
-struct RowWriter {
-  TokenFileWriter tokens;
-  MaskFileWriter mask;
-  std::uint64_t rows = 0, filled = 0, trainable = 0;
-  RowWriter(const std::string& tok_path, const std::string& mask_path, std::int64_t vocab, std::uint32_t row)
-      : tokens(tok_path, vocab), mask(mask_path, row) {}
-};
-
 constexpr const char* kExampleSplitRule =
     "per example: record i (0-based, over all records of all files in path order) goes to val when "
     "floor((i + 1) * val_fraction) > floor(i * val_fraction), i.e. every (1/val_fraction)-th record";
@@ -72,9 +68,12 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   s.row_tokens = R;
   s.chat_template = template_name(chat.kind);
 
+  MESHTRAIN_REQUIRE(!o.pack || R <= kDocFileMaxRow, "--pack needs --seq_len below %u (u16 segment ids), got %d",
+                    kDocFileMaxRow, o.seq_len);
   StagedOutput out(o.output);
-  RowWriter train(out.stage("train.bin"), out.stage("train.mask"), s.vocab_size, R);
-  RowWriter val(out.stage("val.bin"), out.stage("val.mask"), s.vocab_size, R);
+  RowWriter train(out.stage("train.bin"), out.stage("train.mask"), o.pack ? out.stage("train.docs") : "",
+                  s.vocab_size, R);
+  RowWriter val(out.stage("val.bin"), out.stage("val.mask"), o.pack ? out.stage("val.docs") : "", s.vocab_size, R);
   const std::string meta_tmp = out.stage("meta.json");  // staged last: marks a complete dataset
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(s.vocab_size), 0);
 
@@ -116,9 +115,15 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
         ++s.dropped_examples;
         continue;
       }
-      w.tokens.append(row_ids.data(), R);
-      w.mask.append(row_mask.data(), R);
-      ++w.rows;
+      if (o.pack) {
+        w.kept.push_back(PackItem{std::vector<std::int32_t>(row_ids.begin(), row_ids.begin() + static_cast<std::ptrdiff_t>(n)),
+                                  std::vector<std::uint8_t>(row_mask.begin(), row_mask.begin() + static_cast<std::ptrdiff_t>(n))});
+      } else {
+        w.tokens.append(row_ids.data(), R);
+        w.mask.append(row_mask.data(), R);
+        ++w.rows;
+      }
+      ++w.examples;
       w.filled += n;
       w.trainable += trainable;
       if (&w == &train)
@@ -128,69 +133,75 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
     s.files.push_back(path);
     s.bytes += text.size();
   }
-  MESHTRAIN_REQUIRE(train.rows > 0,
+  MESHTRAIN_REQUIRE(train.examples > 0,
                     "no training example: %llu record(s) in %zu file(s), %llu without a trainable token within "
                     "--seq_len %d + 1 tokens, %llu in val; give more examples, a longer --seq_len or a smaller "
                     "--val_fraction",
                     static_cast<ull>(record), files.size(), static_cast<ull>(s.dropped_examples), o.seq_len,
-                    static_cast<ull>(val.rows));
+                    static_cast<ull>(val.examples));
+  if (o.pack)
+    for (RowWriter* w : {&train, &val}) write_packed(*w, R, pad);
   for (RowWriter* w : {&train, &val}) {
     w->tokens.close();
     w->mask.close();
+    if (w->docs) w->docs->close();
   }
   s.train_tokens = train.tokens.count();
   s.val_tokens = val.tokens.count();
-  s.train_examples = train.rows;
-  s.val_examples = val.rows;
+  s.train_examples = train.examples;
+  s.val_examples = val.examples;
+  s.packed = o.pack;
+  s.train_rows = train.rows;
+  s.val_rows = val.rows;
   s.trainable_tokens = train.trainable;
+  // Before packing: one row per example; after: the rows actually written.
+  s.fill_fraction_unpacked =
+      static_cast<double>(train.filled + val.filled) / static_cast<double>((train.examples + val.examples) * R);
   s.fill_fraction = static_cast<double>(train.filled + val.filled) / static_cast<double>((train.rows + val.rows) * R);
   s.train_entropy_bits = unigram_entropy_bits(counts);
   s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
 
-  DatasetMeta meta;
-  meta.tokenizer = s.tokenizer;
-  meta.tokenizer_kind = s.tokenizer_kind;
-  meta.tokenizer_hash = s.tokenizer_hash;
-  meta.vocab_size = s.vocab_size;
-  meta.eot_id = s.eot_id;
-  meta.bos_id = s.bos_id;
-  meta.eos_id = s.eos_id;
-  meta.pad_id = s.pad_id;
-  meta.add_bos = s.add_bos;
-  meta.train_tokens = s.train_tokens;
-  meta.val_tokens = s.val_tokens;
-  meta.val_fraction = o.val_fraction;
-  meta.val_split = kExampleSplitRule;
-  meta.bytes = s.bytes;
-  meta.source_files = s.files;
-  meta.train_entropy_bits = s.train_entropy_bits;
-  meta.meshtrain_version = MESHTRAIN_VERSION;
-  meta.data_format = s.format;
-  meta.row_tokens = R;
-  meta.chat_template = s.chat_template;
-  meta.train_examples = s.train_examples;
-  meta.val_examples = s.val_examples;
-  meta.truncated_examples = s.truncated_examples;
-  meta.dropped_examples = s.dropped_examples;
-  meta.fill_fraction = s.fill_fraction;
-  write_meta_file(meta_tmp, meta);
+  write_meta_file(meta_tmp, meta_of_summary(s, o.val_fraction, kExampleSplitRule));
   out.commit();
   return s;
 }
 
 std::string format_examples_summary(const PrepareSummary& s) {
-  const std::uint64_t rows = s.train_examples + s.val_examples;
-  std::string r = strprintf("  input:   %zu JSONL file(s), %llu bytes; --format %s, chat template %s\n",
-                            s.files.size(), static_cast<ull>(s.bytes), s.format.c_str(), s.chat_template.c_str());
-  r += strprintf("  examples: %llu = train %llu + val %llu, one padded row of %u tokens each (seq_len %u)\n",
-                 static_cast<ull>(rows), static_cast<ull>(s.train_examples), static_cast<ull>(s.val_examples),
-                 s.row_tokens, s.row_tokens - 1);
-  r += strprintf("  truncated: %llu example(s) longer than a row, cut to %u tokens; dropped: %llu with no "
-                 "trainable token left in their row\n",
-                 static_cast<ull>(s.truncated_examples), s.row_tokens, static_cast<ull>(s.dropped_examples));
-  r += strprintf("  fill: %.1f%% of row tokens are example tokens (the rest is padding, never trained on); "
-                 "%llu trainable (mask 1) train tokens\n",
-                 100.0 * s.fill_fraction, static_cast<ull>(s.trainable_tokens));
+  const std::uint64_t examples = s.train_examples + s.val_examples;
+  std::string r = s.format == "text"
+                      ? strprintf("  input:   %zu text file(s), %llu bytes; --format text --pack: documents (longer "
+                                  "ones cut into pieces of a row) packed into rows, every token trained on\n",
+                                  s.files.size(), static_cast<ull>(s.bytes))
+                      : strprintf("  input:   %zu JSONL file(s), %llu bytes; --format %s, chat template %s\n",
+                                  s.files.size(), static_cast<ull>(s.bytes), s.format.c_str(), s.chat_template.c_str());
+  if (s.packed) {
+    r += strprintf("  examples: %llu = train %llu + val %llu, packed (first-fit decreasing) into %llu rows = train "
+                   "%llu + val %llu of %u tokens (seq_len %u), documents masked from each other\n",
+                   static_cast<ull>(examples), static_cast<ull>(s.train_examples), static_cast<ull>(s.val_examples),
+                   static_cast<ull>(s.train_rows + s.val_rows), static_cast<ull>(s.train_rows),
+                   static_cast<ull>(s.val_rows), s.row_tokens, s.row_tokens - 1);
+    r += strprintf("  fill before packing: %.1f%% (one example per row); after: %.1f%%\n",
+                   100.0 * s.fill_fraction_unpacked, 100.0 * s.fill_fraction);
+  } else {
+    r += strprintf("  examples: %llu = train %llu + val %llu, one padded row of %u tokens each (seq_len %u)%s\n",
+                   static_cast<ull>(examples), static_cast<ull>(s.train_examples), static_cast<ull>(s.val_examples),
+                   s.row_tokens, s.row_tokens - 1,
+                   s.fill_fraction < 0.5 ? "; most of each row is padding: --pack puts several examples in a row" : "");
+  }
+  if (s.format == "text")
+    r += strprintf("  split: %llu document(s) longer than a row, cut into pieces of at most %u tokens; dropped: %llu "
+                   "one-token piece(s)\n",
+                   static_cast<ull>(s.truncated_examples), s.row_tokens, static_cast<ull>(s.dropped_examples));
+  else
+    r += strprintf("  truncated: %llu example(s) longer than a row, cut to %u tokens; dropped: %llu with no "
+                   "trainable token left in their row\n",
+                   static_cast<ull>(s.truncated_examples), s.row_tokens, static_cast<ull>(s.dropped_examples));
+  if (s.packed)
+    r += strprintf("  trainable: %llu (mask 1) train tokens\n", static_cast<ull>(s.trainable_tokens));
+  else
+    r += strprintf("  fill: %.1f%% of row tokens are example tokens (the rest is padding, never trained on); "
+                   "%llu trainable (mask 1) train tokens\n",
+                   100.0 * s.fill_fraction, static_cast<ull>(s.trainable_tokens));
   r += strprintf("  unigram entropy of the trainable train tokens: %.4f bits/token = %.4f nats/token\n",
                  s.train_entropy_bits, s.train_entropy_nats);
   return r;

@@ -11,6 +11,9 @@
 
 namespace meshtrain::data {
 
+/// meta.json's fields from a completed summary (the row fields when s.row_tokens > 0).
+DatasetMeta meta_of_summary(const PrepareSummary& s, double val_fraction, const std::string& val_split);
+
 /// Writes meta.json text to `path` (a staged *.tmp), flushed and fsynced.
 void write_meta_file(const std::string& path, const DatasetMeta& meta);
 

@@ -35,17 +35,41 @@ std::uint64_t count_rows(const std::shared_ptr<const TokenSource>& source, int s
   return source->size() / rows.row_tokens();
 }
 
+// Document masking of one window (inputs, targets, doc_start: seq_len each) starting at s.
+void mask_documents(const DocumentMask& dm, std::uint64_t s, int seq_len, const std::int32_t* inputs,
+                    std::int32_t* targets, std::int32_t* doc_start) {
+  if (dm.docs) {
+    std::vector<std::uint16_t> seg(static_cast<std::size_t>(seq_len) + 1);
+    dm.docs->read_row(s, seq_len + 1, seg.data());  // inputs and the shifted last target
+    doc_starts_from_segments(seg.data(), seq_len, doc_start);
+    for (int t = 0; t < seq_len; ++t)
+      if (seg[static_cast<std::size_t>(t) + 1] != seg[static_cast<std::size_t>(t)]) targets[t] = -1;
+    return;
+  }
+  // A token stream: a document ends with (and includes) eot; what follows is the next one.
+  for (int t = 0; t < seq_len; ++t) {
+    doc_start[t] = t == 0 ? 0 : (inputs[t - 1] == dm.eot ? t : doc_start[t - 1]);
+    if (inputs[t] == dm.eot) targets[t] = -1;
+  }
+}
+
 // Row j of inputs/targets (each (n, seq_len)) = window first + j, starting at start_of(first + j).
-// With a mask, targets whose mask byte is 0 become -1 (ignored by the loss).
+// With a mask, targets whose mask byte is 0 become -1 (ignored by the loss). With a document
+// mask, so do the targets that cross a document boundary, and doc_start (may be null) gets
+// each token's document start.
 template <class StartOf>
-void fill_windows(const TokenSource& src, const MaskFile* mask, int seq_len, std::uint64_t first, int n,
-                  std::int32_t* inputs, std::int32_t* targets, StartOf start_of) {
+void fill_windows(const TokenSource& src, const MaskFile* mask, const DocumentMask& dm, int seq_len,
+                  std::uint64_t first, int n, std::int32_t* inputs, std::int32_t* targets, std::int32_t* doc_start,
+                  StartOf start_of) {
   std::vector<std::uint8_t> m(mask ? static_cast<std::size_t>(seq_len) : 0);
+  std::vector<std::int32_t> scratch(dm.on() && doc_start == nullptr ? static_cast<std::size_t>(seq_len) : 0);
   for (int j = 0; j < n; ++j) {
     const std::uint64_t s = start_of(first + static_cast<std::uint64_t>(j));
     const std::size_t row = static_cast<std::size_t>(j) * static_cast<std::size_t>(seq_len);
     src.read(s, seq_len, inputs + row);
     src.read(s + 1, seq_len, targets + row);
+    if (dm.on())
+      mask_documents(dm, s, seq_len, inputs + row, targets + row, doc_start ? doc_start + row : scratch.data());
     if (!mask) continue;
     mask->read(s + 1, seq_len, m.data());
     for (int t = 0; t < seq_len; ++t)
@@ -53,7 +77,31 @@ void fill_windows(const TokenSource& src, const MaskFile* mask, int seq_len, std
   }
 }
 
+// Segment ids go with rows of the same length and count as the tokens.
+void check_document_mask(const DocumentMask& m, const MaskFile* rows, const TokenSource& src) {
+  if (!m.docs) return;
+  MESHTRAIN_REQUIRE(rows != nullptr && m.docs->row_tokens() == rows->row_tokens() && m.docs->size() == src.size(),
+                    "%s (%llu segment ids, rows of %u) does not match %s (%llu tokens%s); the dataset is inconsistent, "
+                    "re-run `meshtrain prepare --pack`",
+                    m.docs->path().c_str(), static_cast<ull>(m.docs->size()), m.docs->row_tokens(),
+                    src.description().c_str(), static_cast<ull>(src.size()),
+                    rows ? strprintf(", rows of %u", rows->row_tokens()).c_str() : ", a stream without rows");
+}
+
 }  // namespace
+
+DocumentMask document_mask_for(const Dataset& d, bool val, bool text_document_mask) {
+  DocumentMask m;
+  if (d.meta.packed) {
+    m.docs = val ? d.val_docs : d.train_docs;
+  } else if (text_document_mask && d.meta.row_tokens == 0) {
+    MESHTRAIN_REQUIRE(d.meta.eot_id >= 0, "data.document_mask = true needs documents ended by an end-of-text token, "
+                      "but %s has none (random tokens?); set data.document_mask = false",
+                      d.dir.c_str());
+    m.eot = d.meta.eot_id;
+  }
+  return m;
+}
 
 bool has_window(const TokenSource& source, int seq_len) {
   return seq_len >= 1 && source.size() >= static_cast<std::uint64_t>(seq_len) + 1;
@@ -83,9 +131,14 @@ std::uint64_t Sampler::window_start(std::uint64_t w) const {
 }
 
 void Sampler::fill(std::uint64_t first_window, int n_windows, std::int32_t* inputs,
-                   std::int32_t* targets) const {
-  fill_windows(*source_, rows_.get(), seq_len_, first_window, n_windows, inputs, targets,
+                   std::int32_t* targets, std::int32_t* doc_start) const {
+  fill_windows(*source_, rows_.get(), doc_, seq_len_, first_window, n_windows, inputs, targets, doc_start,
                [this](std::uint64_t w) { return window_start(w); });
+}
+
+void Sampler::set_document_mask(DocumentMask m) {
+  check_document_mask(m, rows_.get(), *source_);
+  doc_ = std::move(m);
 }
 
 EvalSampler::EvalSampler(std::shared_ptr<const TokenSource> source, int seq_len)
@@ -107,9 +160,14 @@ std::uint64_t EvalSampler::window_start(std::uint64_t i) const {
 }
 
 void EvalSampler::fill(std::uint64_t first_window, int n_windows, std::int32_t* inputs,
-                       std::int32_t* targets) const {
-  fill_windows(*source_, rows_.get(), seq_len_, first_window, n_windows, inputs, targets,
+                       std::int32_t* targets, std::int32_t* doc_start) const {
+  fill_windows(*source_, rows_.get(), doc_, seq_len_, first_window, n_windows, inputs, targets, doc_start,
                [this](std::uint64_t i) { return window_start(i); });
+}
+
+void EvalSampler::set_document_mask(DocumentMask m) {
+  check_document_mask(m, rows_.get(), *source_);
+  doc_ = std::move(m);
 }
 
 std::uint64_t rank_first_window(std::uint64_t cursor, int micro_step, int micro_batch, int dp_size, int dp_rank) {

@@ -24,28 +24,45 @@ int kv_head(const AttentionShape& s, int h) {
   return j;
 }
 
-/// Row-wise causal softmax in place over p: rows of length L (row stride L); row r is query
-/// position pos0 + r % Tq and sees keys [0, pos0 + r % Tq]. Those n entries become their
-/// softmax, entries j >= n become 0 and are not read (the blocked score GEMMs leave some
-/// unwritten). With `stats`, row r's maximum and 1 / sum go to stats[(r / Tq) * stats_stride
-/// + 2 (r % Tq)] and the next element. Training's strips have Tq rows of one block starting
-/// at query pos0; decoding against a KV cache has pos0 = cached positions.
+/// Which strip columns row r of a softmax sees: [lo, n). Rows are (r / Tq) sequences of Tq
+/// query rows; row r's own key is column qcol0 + r % Tq (so n = that + 1, causal). With
+/// `docs` (the document starts of the rows' queries: docs[(r / Tq) * doc_stride + r % Tq],
+/// positions in the sequence) the columns before the query's document start are masked too;
+/// strip column c is key position k0 + c.
+struct RowWindow {
+  int Tq = 1, qcol0 = 0;
+  const std::int32_t* docs = nullptr;
+  std::int64_t doc_stride = 0;
+  int k0 = 0;
+  KOKKOS_INLINE_FUNCTION int n(std::int64_t r) const { return qcol0 + static_cast<int>(r % Tq) + 1; }
+  KOKKOS_INLINE_FUNCTION int lo(std::int64_t r) const {
+    return docs == nullptr ? 0 : docs[(r / Tq) * doc_stride + r % Tq] - k0;
+  }
+};
+
+/// Row-wise causal softmax in place over p: rows of length L (row stride L), row r's visible
+/// columns [lo, n) given by `w`. Those entries become their softmax, the others 0 (not read:
+/// the blocked score GEMMs leave some unwritten). With `stats`, row r's maximum and 1 / sum
+/// go to stats[(r / Tq) * stats_stride + 2 (r % Tq)] and the next element. Training's strips
+/// have Tq rows of one block starting at query i0; decoding against a KV cache has qcol0 =
+/// cached positions.
 template <class T>
-void causal_softmax(T* p, std::int64_t rows, int Tq, int L, int pos0, acc_t<T>* stats = nullptr,
+void causal_softmax(T* p, std::int64_t rows, int L, RowWindow w, acc_t<T>* stats = nullptr,
                     std::int64_t stats_stride = 0) {
   using A = acc_t<T>;
+  const int Tq = w.Tq;
   Kokkos::parallel_for(
       "Kernels::attention_softmax", row_policy(static_cast<int>(rows)),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
-        const int n = pos0 + static_cast<int>(r % Tq) + 1;
+        const int n = w.n(r), lo = w.lo(r), len = n - lo;
         T* pr = p + r * L;
-        const A mx = team_max<A>(team, n, -math::infinity<A>(), [&](int j) { return load(pr[j]); });
+        const A mx = team_max<A>(team, len, -math::infinity<A>(), [&](int j) { return load(pr[lo + j]); });
         // Stores the exponentials and sums exactly the stored (rounded) values, so the
         // normalised row sums to 1 up to one rounding also for bf16.
-        const A sum = team_sum<A>(team, n, [&](int j) {
-          const T e = store<T>(exp_acc(load(pr[j]) - mx));
-          pr[j] = e;
+        const A sum = team_sum<A>(team, len, [&](int j) {
+          const T e = store<T>(exp_acc(load(pr[lo + j]) - mx));
+          pr[lo + j] = e;
           return load(e);
         });
         const A inv = A(1) / sum;
@@ -56,7 +73,8 @@ void causal_softmax(T* p, std::int64_t rows, int Tq, int L, int pos0, acc_t<T>* 
             st[1] = inv;
           });
         team.team_barrier();
-        team_for(team, n, [&](int j) { pr[j] = store<T>(load(pr[j]) * inv); });
+        team_for(team, len, [&](int j) { pr[lo + j] = store<T>(load(pr[lo + j]) * inv); });
+        team_for(team, lo, [&](int j) { pr[j] = store<T>(A(0)); });
         team_for(team, L - n, [&](int j) { pr[n + j] = store<T>(A(0)); });
       });
 }
@@ -65,40 +83,43 @@ void causal_softmax(T* p, std::int64_t rows, int Tq, int L, int pos0, acc_t<T>* 
 /// call) and `stats` that call's maxima and 1 / sums (same indexing), so every entry is
 /// computed by the same two roundings and comes out bit for bit as in forward.
 template <class T>
-void causal_softmax_recompute(T* p, std::int64_t rows, int Tq, int L, int pos0, const acc_t<T>* stats,
+void causal_softmax_recompute(T* p, std::int64_t rows, int L, RowWindow w, const acc_t<T>* stats,
                               std::int64_t stats_stride) {
   using A = acc_t<T>;
+  const int Tq = w.Tq;
   Kokkos::parallel_for(
       "Kernels::attention_softmax_recompute", row_policy(static_cast<int>(rows)),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
-        const int n = pos0 + static_cast<int>(r % Tq) + 1;
+        const int n = w.n(r), lo = w.lo(r);
         T* pr = p + r * L;
         const A* st = stats + (r / Tq) * stats_stride + 2 * (r % Tq);
         const A mx = st[0], inv = st[1];
-        team_for(team, n, [&](int j) {
-          const T e = store<T>(exp_acc(load(pr[j]) - mx));
-          pr[j] = store<T>(load(e) * inv);
+        team_for(team, n - lo, [&](int j) {
+          const T e = store<T>(exp_acc(load(pr[lo + j]) - mx));
+          pr[lo + j] = store<T>(load(e) * inv);
         });
+        team_for(team, lo, [&](int j) { pr[j] = store<T>(A(0)); });
         team_for(team, L - n, [&](int j) { pr[n + j] = store<T>(A(0)); });
       });
 }
 
 /// ds = p * (dp - sum_j p_j dp_j) row-wise in place over dp, rows as in causal_softmax
-/// (entries j >= n set to 0).
+/// (entries outside [lo, n) set to 0).
 template <class T>
-void causal_softmax_backward(const T* p, T* dp, std::int64_t rows, int Tq, int L, int pos0) {
+void causal_softmax_backward(const T* p, T* dp, std::int64_t rows, int L, RowWindow w) {
   using A = acc_t<T>;
   Kokkos::parallel_for(
       "Kernels::attention_softmax_backward", row_policy(static_cast<int>(rows)),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
-        const int n = pos0 + static_cast<int>(r % Tq) + 1;
-        const T* pr = p + r * L;
+        const int n = w.n(r), lo = w.lo(r), len = n - lo;
+        const T* pr = p + r * L + lo;
         T* dr = dp + r * L;
-        const A dot = team_sum<A>(team, n, [&](int j) { return load(pr[j]) * load(dr[j]); });
+        const A dot = team_sum<A>(team, len, [&](int j) { return load(pr[j]) * load(dr[lo + j]); });
         team.team_barrier();
-        team_for(team, n, [&](int j) { dr[j] = store<T>(load(pr[j]) * (load(dr[j]) - dot)); });
+        team_for(team, len, [&](int j) { dr[lo + j] = store<T>(load(pr[j]) * (load(dr[lo + j]) - dot)); });
+        team_for(team, lo, [&](int j) { dr[j] = store<T>(A(0)); });
         team_for(team, L - n, [&](int j) { dr[n + j] = store<T>(A(0)); });
       });
 }
@@ -113,19 +134,72 @@ void zero_rows(T* x, int rows, int cols, int ld) {
       });
 }
 
-/// One block of query rows [i0, i1) of one head: its score strip (B, i1 - i0, i1), row
-/// stride i1, is (scale q k^T) over keys [0, i1). The same call in forward and backward.
+AttentionTileCounts g_tiles;  // see attention_tile_counts()
+
+/// The sequences one query block's GEMMs run over together, [b0, b0 + nb), and the first key
+/// k0 they multiply against (strip column c = key k0 + c).
+struct StripPlan {
+  int b0 = 0, nb = 1, k0 = 0;
+};
+
+/// Calls f(plan) for the strips of query block [i0, i1) of one head. Document-masked on host:
+/// one sequence at a time from k0 = its doc_start[i0], since the block's queries see no key
+/// before the document of its first query (doc starts are non-decreasing), so the key blocks
+/// wholly before k0 are skipped. Otherwise all sequences together from key 0 (GPUs mask the
+/// same scores in the softmax instead: one large batched GEMM beats B small ones there).
+template <class F>
+void for_each_strip(const AttentionShape& s, int i0, F&& f) {
+  const int rb = attention_block_rows(s.T);
+  const std::int64_t causal_tiles = i0 / rb + 1;  // key blocks of [0, i1)
+  if (s.doc_start != nullptr && kHostExec) {
+    for (int b = 0; b < s.B; ++b) {
+      const int k0 = s.doc_start[static_cast<std::int64_t>(b) * s.T + i0];
+      MESHTRAIN_ASSERT(k0 >= 0 && k0 <= i0, "attention: sequence %d's query %d has document start %d", b, i0, k0);
+      g_tiles.skipped += k0 / rb;
+      g_tiles.computed += causal_tiles - k0 / rb;
+      f(StripPlan{b, 1, k0});
+    }
+  } else {
+    g_tiles.computed += causal_tiles * s.B;
+    f(StripPlan{0, s.B, 0});
+  }
+}
+
+/// The softmax rows of strip `pl` of query block [i0, i0 + m).
+RowWindow row_window(const AttentionShape& s, const StripPlan& pl, int i0, int m) {
+  RowWindow w;
+  w.Tq = m;
+  w.qcol0 = i0 - pl.k0;
+  w.k0 = pl.k0;
+  if (s.doc_start != nullptr) {
+    w.docs = s.doc_start + static_cast<std::int64_t>(pl.b0) * s.T + i0;
+    w.doc_stride = s.T;
+  }
+  return w;
+}
+
+/// Rows of sequence b starting at position t, in a (B*T, ld) buffer.
+template <class P>
+P* at_row(P* x, const AttentionShape& s, int b, int t, int ld) {
+  return x + (static_cast<std::int64_t>(b) * s.T + t) * ld;
+}
+
+/// One strip of query rows [i0, i1) of one head: its scores (nb, i1 - i0, L = i1 - k0), row
+/// stride L, are (scale q k^T) over keys [k0, i1). The same call in forward and backward.
 template <class T>
-void score_strip(const AttentionShape& s, int h, int i0, int i1, const T* q, int ldq, const T* k, int ldk, T* strip) {
-  const int j = kv_head(s, h), m = i1 - i0;
-  linalg::gemm_strided_batched<T>(Op::N, Op::T, m, i1, s.hd, s.scale,
-                                  q + static_cast<std::int64_t>(i0) * ldq + h * s.hd, ldq,
-                                  static_cast<std::int64_t>(s.T) * ldq, k + j * s.hd, ldk,
-                                  static_cast<std::int64_t>(s.T) * ldk, 0.0f, strip, i1,
-                                  static_cast<std::int64_t>(m) * i1, s.B);
+void score_strip(const AttentionShape& s, const StripPlan& pl, int h, int i0, int i1, const T* q, int ldq,
+                 const T* k, int ldk, T* strip) {
+  const int j = kv_head(s, h), m = i1 - i0, L = i1 - pl.k0;
+  linalg::gemm_strided_batched<T>(Op::N, Op::T, m, L, s.hd, s.scale, at_row(q, s, pl.b0, i0, ldq) + h * s.hd, ldq,
+                                  static_cast<std::int64_t>(s.T) * ldq, at_row(k, s, pl.b0, pl.k0, ldk) + j * s.hd,
+                                  ldk, static_cast<std::int64_t>(s.T) * ldk, 0.0f, strip, L,
+                                  static_cast<std::int64_t>(m) * L, pl.nb);
 }
 
 }  // namespace
+
+AttentionTileCounts attention_tile_counts() { return g_tiles; }
+void reset_attention_tile_counts() { g_tiles = AttentionTileCounts{}; }
 
 int attention_block_rows(int T) { return kHostExec ? std::min(T, 128) : T; }
 
@@ -141,19 +215,23 @@ void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k,
   const int Tn = s.T, hd = s.hd;
   const std::int64_t stats_b = 2 * static_cast<std::int64_t>(s.Hq) * Tn;  // stats stride between sequences
   const int rb = attention_block_rows(Tn);
-  T* p = workspace;  // (B, i1 - i0, i1): one block's scores, then its probabilities
+  T* p = workspace;  // (nb, i1 - i0, i1 - k0): one strip's scores, then its probabilities
   for (int h = 0; h < s.Hq; ++h) {
     const int j = kv_head(s, h);
     for (int i0 = 0; i0 < Tn; i0 += rb) {
       const int i1 = std::min(Tn, i0 + rb), m = i1 - i0;
-      score_strip(s, h, i0, i1, q, ldq, k, ldk, p);
-      causal_softmax(p, static_cast<std::int64_t>(s.B) * m, m, i1, i0,
-                     stats + 2 * (static_cast<std::int64_t>(h) * Tn + i0), stats_b);
-      // out_bh[i0:i1] = P[b, i0:i1, 0:i1] v_bj[0:i1]
-      linalg::gemm_strided_batched<T>(Op::N, Op::N, m, hd, i1, 1.0f, p, i1, static_cast<std::int64_t>(m) * i1,
-                                      v + j * hd, ldv, static_cast<std::int64_t>(Tn) * ldv, 0.0f,
-                                      out + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo,
-                                      static_cast<std::int64_t>(Tn) * ldo, s.B);
+      for_each_strip(s, i0, [&](const StripPlan& pl) {
+        const int L = i1 - pl.k0;
+        score_strip(s, pl, h, i0, i1, q, ldq, k, ldk, p);
+        causal_softmax(p, static_cast<std::int64_t>(pl.nb) * m, L, row_window(s, pl, i0, m),
+                       stats + pl.b0 * stats_b + 2 * (static_cast<std::int64_t>(h) * Tn + i0), stats_b);
+        // out_bh[i0:i1] = P[b, i0:i1, k0:i1] v_bj[k0:i1]
+        linalg::gemm_strided_batched<T>(Op::N, Op::N, m, hd, L, 1.0f, p, L, static_cast<std::int64_t>(m) * L,
+                                        at_row(v, s, pl.b0, pl.k0, ldv) + j * hd, ldv,
+                                        static_cast<std::int64_t>(Tn) * ldv, 0.0f,
+                                        at_row(out, s, pl.b0, i0, ldo) + h * hd, ldo,
+                                        static_cast<std::int64_t>(Tn) * ldo, pl.nb);
+      });
     }
   }
   Kokkos::Profiling::popRegion();
@@ -170,8 +248,8 @@ void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k
   const std::int64_t sq = static_cast<std::int64_t>(Tn) * ldq, sk = static_cast<std::int64_t>(Tn) * ldk,
                      sv = static_cast<std::int64_t>(Tn) * ldv, so = static_cast<std::int64_t>(Tn) * ldo;
   const int rb = attention_block_rows(Tn);
-  T* p = workspace;                                                // (B, i1 - i0, i1)
-  T* ds = workspace + static_cast<std::int64_t>(s.B) * rb * Tn;   // (B, i1 - i0, i1)
+  T* p = workspace;                                                // (nb, i1 - i0, i1 - k0)
+  T* ds = workspace + static_cast<std::int64_t>(s.B) * rb * Tn;   // (nb, i1 - i0, i1 - k0)
   const int N = s.B * Tn;
   // kv heads accumulate over the query heads that read them (in head order, then block order).
   zero_rows(dk, N, s.Hkv * hd, ldk);
@@ -180,26 +258,31 @@ void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k
     const int j = kv_head(s, h);
     for (int i0 = 0; i0 < Tn; i0 += rb) {
       const int i1 = std::min(Tn, i0 + rb), m = i1 - i0;
-      const std::int64_t strip = static_cast<std::int64_t>(m) * i1, rows = static_cast<std::int64_t>(s.B) * m;
-      // P: forward's probabilities of this block, from its scores and saved statistics.
-      score_strip(s, h, i0, i1, q, ldq, k, ldk, p);
-      causal_softmax_recompute(p, rows, m, i1, i0, stats + 2 * (static_cast<std::int64_t>(h) * Tn + i0), stats_b);
-      // dP[b, i0:i1, 0:i1] = dout_bh[i0:i1] v_bj[0:i1]^T, then dS = P (dP - rowsum(P dP)) in place
-      linalg::gemm_strided_batched<T>(Op::N, Op::T, m, i1, hd, 1.0f,
-                                      dout + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo, so, v + j * hd, ldv,
-                                      sv, 0.0f, ds, i1, strip, s.B);
-      causal_softmax_backward(p, ds, rows, m, i1, i0);
-      // dq_bh[i0:i1] = scale * dS k_bj[0:i1]
-      linalg::gemm_strided_batched<T>(Op::N, Op::N, m, hd, i1, s.scale, ds, i1, strip, k + j * hd, ldk, sk, 0.0f,
-                                      dq + static_cast<std::int64_t>(i0) * ldq + h * hd, ldq, sq, s.B);
-      // dk_bj[0:i1] += scale * dS^T q_bh[i0:i1]
-      linalg::gemm_strided_batched<T>(Op::T, Op::N, i1, hd, m, s.scale, ds, i1, strip,
-                                      q + static_cast<std::int64_t>(i0) * ldq + h * hd, ldq, sq, 1.0f, dk + j * hd,
-                                      ldk, sk, s.B);
-      // dv_bj[0:i1] += P^T dout_bh[i0:i1]
-      linalg::gemm_strided_batched<T>(Op::T, Op::N, i1, hd, m, 1.0f, p, i1, strip,
-                                      dout + static_cast<std::int64_t>(i0) * ldo + h * hd, ldo, so, 1.0f,
-                                      dv + j * hd, ldv, sv, s.B);
+      for_each_strip(s, i0, [&](const StripPlan& pl) {
+        const int L = i1 - pl.k0;
+        const std::int64_t strip = static_cast<std::int64_t>(m) * L, rows = static_cast<std::int64_t>(pl.nb) * m;
+        const RowWindow w = row_window(s, pl, i0, m);
+        const T* q_blk = at_row(q, s, pl.b0, i0, ldq) + h * hd;
+        const T* do_blk = at_row(dout, s, pl.b0, i0, ldo) + h * hd;
+        // P: forward's probabilities of this strip, from its scores and saved statistics.
+        score_strip(s, pl, h, i0, i1, q, ldq, k, ldk, p);
+        causal_softmax_recompute(p, rows, L, w, stats + pl.b0 * stats_b + 2 * (static_cast<std::int64_t>(h) * Tn + i0),
+                                 stats_b);
+        // dP[b, i0:i1, k0:i1] = dout_bh[i0:i1] v_bj[k0:i1]^T, then dS = P (dP - rowsum(P dP)) in place
+        linalg::gemm_strided_batched<T>(Op::N, Op::T, m, L, hd, 1.0f, do_blk, ldo, so,
+                                        at_row(v, s, pl.b0, pl.k0, ldv) + j * hd, ldv, sv, 0.0f, ds, L, strip, pl.nb);
+        causal_softmax_backward(p, ds, rows, L, w);
+        // dq_bh[i0:i1] = scale * dS k_bj[k0:i1]
+        linalg::gemm_strided_batched<T>(Op::N, Op::N, m, hd, L, s.scale, ds, L, strip,
+                                        at_row(k, s, pl.b0, pl.k0, ldk) + j * hd, ldk, sk, 0.0f,
+                                        at_row(dq, s, pl.b0, i0, ldq) + h * hd, ldq, sq, pl.nb);
+        // dk_bj[k0:i1] += scale * dS^T q_bh[i0:i1]
+        linalg::gemm_strided_batched<T>(Op::T, Op::N, L, hd, m, s.scale, ds, L, strip, q_blk, ldq, sq, 1.0f,
+                                        at_row(dk, s, pl.b0, pl.k0, ldk) + j * hd, ldk, sk, pl.nb);
+        // dv_bj[k0:i1] += P^T dout_bh[i0:i1]
+        linalg::gemm_strided_batched<T>(Op::T, Op::N, L, hd, m, 1.0f, p, L, strip, do_blk, ldo, so, 1.0f,
+                                        at_row(dv, s, pl.b0, pl.k0, ldv) + j * hd, ldv, sv, pl.nb);
+      });
     }
   }
   Kokkos::Profiling::popRegion();
@@ -250,7 +333,10 @@ void attention_forward_cached(const AttentionShape& s, int pos0, int T_cache, co
                                       scores + h * TL + static_cast<std::int64_t>(i0) * L, L, sp, s.B);
     }
   }
-  causal_softmax(scores, static_cast<std::int64_t>(s.B) * s.Hq * Tq, Tq, L, pos0);
+  RowWindow w;  // query i of the Tq new ones sees cached keys [0, pos0 + i]
+  w.Tq = Tq;
+  w.qcol0 = pos0;
+  causal_softmax(scores, static_cast<std::int64_t>(s.B) * s.Hq * Tq, L, w);
   for (int h = 0; h < s.Hq; ++h) {
     const int j = kv_head(s, h);
     for (int i0 = 0; i0 < Tq; i0 += rb) {

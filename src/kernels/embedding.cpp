@@ -96,21 +96,35 @@ void embedding_backward(const std::int32_t* tokens, int n_tokens, const T* dout,
 }
 
 template <class T>
-void add_position_embedding(T* x, const T* wpe, int B, int T_seq, int C) {
-  // x: (B, T_seq, C) += wpe[t]: (max_seq_len, C)
+void add_position_embedding(T* x, const T* wpe, int B, int T_seq, int C, const std::int32_t* doc_start) {
+  // x: (B, T_seq, C) += wpe[t - doc_start]: (max_seq_len, C)
   Kokkos::parallel_for(
       "Kernels::add_position_embedding", row_policy(B * T_seq), KOKKOS_LAMBDA(const Member& team) {
         const int r = team.league_rank();
         T* xr = x + static_cast<std::int64_t>(r) * C;
-        const T* w = wpe + static_cast<std::int64_t>(r % T_seq) * C;
+        const int pos = r % T_seq - (doc_start != nullptr ? doc_start[r] : 0);
+        const T* w = wpe + static_cast<std::int64_t>(pos) * C;
         team_for(team, C, [&](int c) { xr[c] = store<T>(load(xr[c]) + load(w[c])); });
       });
 }
 
 template <class T>
-void position_embedding_backward(const T* dx, T* dwpe, int B, int T_seq, int C) {
-  // dx: (B, T_seq*C) viewed as B rows of T_seq*C columns -> dwpe (T_seq*C) += column sums.
+void position_embedding_backward(const T* dx, T* dwpe, int B, int T_seq, int C, const std::int32_t* doc_start) {
   using A = acc_t<T>;
+  if (doc_start != nullptr) {
+    // Packed rows: token r adds to row (r % T_seq - doc_start[r]) of dwpe. One work item per
+    // column, tokens in order: deterministic, no atomics (positions repeat within a row).
+    const int N = B * T_seq;
+    Kokkos::parallel_for(
+        "Kernels::position_embedding_backward_docs", RangeInt(0, C), KOKKOS_LAMBDA(int c) {
+          for (int r = 0; r < N; ++r) {
+            T* w = dwpe + static_cast<std::int64_t>(r % T_seq - doc_start[r]) * C + c;
+            *w = store<T>(load(*w) + load(dx[static_cast<std::int64_t>(r) * C + c]));
+          }
+        });
+    return;
+  }
+  // dx: (B, T_seq*C) viewed as B rows of T_seq*C columns -> dwpe (T_seq*C) += column sums.
   const std::int64_t row_stride = static_cast<std::int64_t>(T_seq) * C;
   column_sums<A, 1>(
       "Kernels::position_embedding_backward", B, T_seq * C,
@@ -123,8 +137,8 @@ void position_embedding_backward(const T* dx, T* dwpe, int B, int T_seq, int C) 
                                      std::int64_t, int, T*);                                     \
   template void embedding_backward<T>(const std::int32_t*, int, const T*, std::int64_t,          \
                                       std::int64_t, int, T*);                                    \
-  template void add_position_embedding<T>(T*, const T*, int, int, int);                          \
-  template void position_embedding_backward<T>(const T*, T*, int, int, int);
+  template void add_position_embedding<T>(T*, const T*, int, int, int, const std::int32_t*);    \
+  template void position_embedding_backward<T>(const T*, T*, int, int, int, const std::int32_t*);
 MESHTRAIN_INSTANTIATE_EMBEDDING(float)
 MESHTRAIN_INSTANTIATE_EMBEDDING(double)
 MESHTRAIN_INSTANTIATE_EMBEDDING(bf16)

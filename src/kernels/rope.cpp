@@ -40,15 +40,17 @@ namespace {
 /// -angle (the transpose, for the gradient).
 template <bool Forward, class T>
 void rope_apply(const char* name, T* x, int ld, int B, int T_seq, int n_heads, int head_dim,
-                const float* cos_table, const float* sin_table) {
+                const float* cos_table, const float* sin_table, const std::int32_t* doc_start) {
   using A = acc_t<T>;
   const int half = head_dim / 2;
   Kokkos::parallel_for(
       name, row_policy(B * T_seq), KOKKOS_LAMBDA(const Member& team) {
         const int r = team.league_rank();
         T* xr = x + static_cast<std::int64_t>(r) * ld;
-        const float* cr = cos_table + static_cast<std::int64_t>(r % T_seq) * half;
-        const float* sr = sin_table + static_cast<std::int64_t>(r % T_seq) * half;
+        // Packed rows: positions restart at each document, as if the document were alone.
+        const int pos = r % T_seq - (doc_start != nullptr ? doc_start[r] : 0);
+        const float* cr = cos_table + static_cast<std::int64_t>(pos) * half;
+        const float* sr = sin_table + static_cast<std::int64_t>(pos) * half;
         team_for2(team, n_heads, half, [&](int h, int i) {
           T* p = xr + h * head_dim + i;
           const A x1 = load(p[0]);
@@ -71,21 +73,21 @@ void rope_apply(const char* name, T* x, int ld, int B, int T_seq, int n_heads, i
 
 template <class T>
 void rope_forward(T* x, int ld, int B, int T_seq, int n_heads, int head_dim,
-                  const float* cos_table, const float* sin_table) {
+                  const float* cos_table, const float* sin_table, const std::int32_t* doc_start) {
   rope_apply<true>("Kernels::rope_forward", x, ld, B, T_seq, n_heads, head_dim, cos_table,
-                   sin_table);
+                   sin_table, doc_start);
 }
 
 template <class T>
 void rope_backward(T* dx, int ld, int B, int T_seq, int n_heads, int head_dim,
-                   const float* cos_table, const float* sin_table) {
+                   const float* cos_table, const float* sin_table, const std::int32_t* doc_start) {
   rope_apply<false>("Kernels::rope_backward", dx, ld, B, T_seq, n_heads, head_dim, cos_table,
-                    sin_table);
+                    sin_table, doc_start);
 }
 
 #define MESHTRAIN_INSTANTIATE_ROPE(T)                                                      \
-  template void rope_forward<T>(T*, int, int, int, int, int, const float*, const float*);  \
-  template void rope_backward<T>(T*, int, int, int, int, int, const float*, const float*);
+  template void rope_forward<T>(T*, int, int, int, int, int, const float*, const float*, const std::int32_t*); \
+  template void rope_backward<T>(T*, int, int, int, int, int, const float*, const float*, const std::int32_t*);
 MESHTRAIN_INSTANTIATE_ROPE(float)
 MESHTRAIN_INSTANTIATE_ROPE(double)
 MESHTRAIN_INSTANTIATE_ROPE(bf16)

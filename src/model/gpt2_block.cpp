@@ -35,6 +35,7 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
 
   kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
+  as.doc_start = s.doc_start;
   c.attn_out = Buffer<T>(n(N, Cl), MemCategory::Activations);
   if (kv) {
     // Generation: append this chunk's k|v to the cache, attend over every cached position.
@@ -127,6 +128,7 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   ctx.poll();
   kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
+  as.doc_start = s.doc_start;
   Buffer<T> dqkv(n(N, W3), MemCategory::Workspace);
   {
     Buffer<T> work(kernels::attention_workspace_elems(as), MemCategory::Workspace);

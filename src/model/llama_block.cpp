@@ -27,6 +27,7 @@ kernels::AttentionShape llama_attention_shape(const ModelDims& d, const TpDims& 
   as.q_head_offset = t.q_head_offset;
   as.kv_head_offset = t.kv_head_offset;
   as.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
+  as.doc_start = s.doc_start;
   return as;
 }
 }  // namespace
@@ -53,8 +54,8 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   const int pos0 = kv ? kv->pos0 : 0;
   const float* rcos = rope_cos_.data() + static_cast<std::int64_t>(pos0) * (hd / 2);
   const float* rsin = rope_sin_.data() + static_cast<std::int64_t>(pos0) * (hd / 2);
-  kernels::rope_forward(c.qkv.data(), W, s.B, s.T, Hl, hd, rcos, rsin);
-  kernels::rope_forward(c.qkv.data() + Ql, W, s.B, s.T, KVl, hd, rcos, rsin);
+  kernels::rope_forward(c.qkv.data(), W, s.B, s.T, Hl, hd, rcos, rsin, s.doc_start);
+  kernels::rope_forward(c.qkv.data() + Ql, W, s.B, s.T, KVl, hd, rcos, rsin, s.doc_start);
   ctx.poll();
 
   const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s);
@@ -151,8 +152,8 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
                                 dy.data(), Ql, dqkv.data(), dqkv.data() + Ql, dqkv.data() + kv_off, work.data());
   }
   dy.reset();
-  kernels::rope_backward(dqkv.data(), W, s.B, s.T, Hl, hd, rope_cos_.data(), rope_sin_.data());
-  kernels::rope_backward(dqkv.data() + Ql, W, s.B, s.T, KVl, hd, rope_cos_.data(), rope_sin_.data());
+  kernels::rope_backward(dqkv.data(), W, s.B, s.T, Hl, hd, rope_cos_.data(), rope_sin_.data(), s.doc_start);
+  kernels::rope_backward(dqkv.data() + Ql, W, s.B, s.T, KVl, hd, rope_cos_.data(), rope_sin_.data(), s.doc_start);
   ctx.poll();
   // d [q;k;v] (W, C) += dqkv^T (W, N) @ norm1 (N, C). With replicated kv heads the k/v
   // parts are partial over tp; the FSDP engine sums them over tp before reducing.

@@ -157,7 +157,8 @@ void Transformer<T>::embed_forward(const ComputeContext& ctx, const T* outer, co
   // x (N, C): rows of this rank's vocab slice; other ranks fill the rest, summed over tp.
   kernels::embedding_forward(tokens, s.N(), outer + outer_off_[O_WTE], tp_.vocab_start, tp_.vocab, C, x);
   ctx.tp_all_reduce(x, static_cast<std::size_t>(s.N()) * C);
-  if (dims_.family == Family::Gpt2) kernels::add_position_embedding(x, outer + outer_off_[O_WPE] + static_cast<std::int64_t>(pos0) * C, s.B, s.T, C);
+  if (dims_.family == Family::Gpt2) kernels::add_position_embedding(x, outer + outer_off_[O_WPE] + static_cast<std::int64_t>(pos0) * C, s.B, s.T, C,
+                                    s.doc_start);
 }
 
 template <class T>
@@ -190,7 +191,7 @@ void Transformer<T>::embed_backward(const ComputeContext&, T* outer_grad, const 
   // dx is identical on every tp rank; each accumulates the rows of its own vocab slice.
   kernels::embedding_backward(tokens, s.N(), dx, tp_.vocab_start, tp_.vocab, C, outer_grad + outer_off_[O_WTE]);
   if (dims_.family == Family::Gpt2)
-    kernels::position_embedding_backward(dx, outer_grad + outer_off_[O_WPE], s.B, s.T, C);
+    kernels::position_embedding_backward(dx, outer_grad + outer_off_[O_WPE], s.B, s.T, C, s.doc_start);
 }
 
 template <class T>

@@ -94,6 +94,18 @@ std::string all_reduce_description(const CostModelInputs& c) {
   return std::string(c.mpi_all_reduce == MpiAllReduce::HalvingDoubling ? "" : "a ") + describe(c.mpi_all_reduce) + " (MPI)";
 }
 
+double document_attention_fraction(int seq_len, double document_tokens, int rows) {
+  const int n = static_cast<int>(std::lround(document_tokens));
+  if (n <= 0 || n >= seq_len || rows >= seq_len || rows <= 0) return 1.0;
+  double computed = 0, full = 0;
+  for (int i0 = 0; i0 < seq_len; i0 += rows) {
+    const int i1 = std::min(seq_len, i0 + rows);
+    computed += static_cast<double>(i1 - i0) * (i1 - i0 / n * n);  // keys [doc_start(i0), i1)
+    full += static_cast<double>(i1 - i0) * i1;
+  }
+  return computed / full;
+}
+
 StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const CostModelInputs& c) {
   StepPrediction r;
   const model::ModelDims& d = in.dims;
@@ -108,8 +120,15 @@ StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const Co
   // scores it recomputes; activation checkpointing runs every block's forward again inside
   // backward.
   const double ac = p.activation_checkpointing ? 1.0 : 0.0;
-  const double forward_gemm_s = d.flops_per_token_forward(in.batch.seq_len) * tokens_per_rank / tp / gemm_rate;
-  r.gemm_s = (3.0 + ac) * forward_gemm_s + recompute_flops_per_token(d, in.batch.seq_len) * tokens_per_rank / tp / gemm_rate;
+  // Packed rows: only the fraction `fa` of the attention is computed (the attention term of
+  // flops_per_token_forward is the part linear in seq_len).
+  const int seq_len = in.batch.seq_len;
+  const double fa =
+      document_attention_fraction(seq_len, in.document_tokens, in.attention_rows > 0 ? in.attention_rows : seq_len);
+  const double attn_flops = d.flops_per_token_forward(seq_len) - d.flops_per_token_forward(0);
+  const double forward_gemm_s =
+      (d.flops_per_token_forward(seq_len) - (1.0 - fa) * attn_flops) * tokens_per_rank / tp / gemm_rate;
+  r.gemm_s = (3.0 + ac) * forward_gemm_s + fa * recompute_flops_per_token(d, seq_len) * tokens_per_rank / tp / gemm_rate;
   // Memory-bound kernels: the activations every micro-step's forward writes (stored or
   // recomputed) streamed by the kernels' passes over forward and backward (more with
   // checkpointing: its forward again), plus the optimizer's pass over the state.

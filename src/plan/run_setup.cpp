@@ -1,9 +1,13 @@
 #include "meshtrain/plan/run_setup.hpp"
 
+#include <filesystem>
+
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/memory.hpp"
+#include "meshtrain/data/dataset.hpp"
+#include "meshtrain/data/text_files.hpp"
 #include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/plan/measure.hpp"
 #include "meshtrain/plan/mesh_search.hpp"
@@ -29,6 +33,20 @@ std::string budget_source(const RunSpec& spec) {
   return "node memory / ranks per node; parallel.memory_limit sets it";
 }
 
+/// A packed dataset's mean tokens per example (from its meta.json), for the cost model's
+/// attention term; 0 for random data, a dataset that is not packed, or none yet (plan runs
+/// before prepare too).
+double packed_document_tokens(const data::DataSource& src) {
+  if (src.is_random() || src.dir.empty()) return 0;
+  const std::string path = (std::filesystem::path(src.dir) / "meta.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return 0;
+  const data::DatasetMeta m = data::meta_from_json(data::read_file_bytes(path), path);
+  const double examples = static_cast<double>(m.train_examples + m.val_examples);
+  if (!m.packed || examples <= 0) return 0;
+  return m.fill_fraction * static_cast<double>(m.train_rows + m.val_rows) * m.row_tokens / examples;
+}
+
 }  // namespace
 
 PlanInput plan_input(const RunSpec& spec, const JobShape& job) {
@@ -48,6 +66,8 @@ PlanInput plan_input(const RunSpec& spec, const JobShape& job) {
   // goes: this build's, unless `plan` is given a GPU target (plan.gemm_tflops), whose
   // kernels take the whole sequence at once.
   in.attention_rows = spec.plan.gemm_tflops > 0 ? spec.batch.seq_len : kernels::attention_block_rows(spec.batch.seq_len);
+  // Packed rows compute only each document's attention (train and plan alike).
+  in.document_tokens = packed_document_tokens(spec.data);
   return in;
 }
 

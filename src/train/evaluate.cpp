@@ -10,11 +10,13 @@ template <class T>
 EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const EvalWindows& w, TokenBatch& batch) {
   const parallel::DeviceMesh& mesh = session.mesh();
   const int B = batch.micro_batch, L = batch.seq_len;
-  const model::BatchShape shape{B, L};
+  const model::BatchShape shape = batch.shape();
   double local = 0, counted = 0;
   for (long long b = 0; b < w.micro_batches; ++b) {
     const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), B, mesh.shape().dp(), mesh.dp_rank());
-    mesh.world().agree_on_error([&] { sampler.fill(w0, B, batch.host_in.data(), batch.host_tgt.data()); });
+    mesh.world().agree_on_error([&] { 
+      sampler.fill(w0, B, batch.host_in.data(), batch.host_tgt.data(), batch.host_doc.empty() ? nullptr : batch.host_doc.data());
+    });
     for (int i = 0; i < B; ++i)
       if (w0 + static_cast<std::uint64_t>(i) >= w.windows)
         std::fill_n(batch.host_tgt.begin() + static_cast<std::ptrdiff_t>(i) * L, L, -1);
@@ -25,7 +27,7 @@ EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const
   }
   EvalResult r;
   // Unmasked data counts every target of every real window; only masked data needs the sum.
-  r.tokens = w.masked ? session.global_sum(counted) : static_cast<double>(w.windows) * L;
+  r.tokens = w.masked || sampler.document_masked() ? session.global_sum(counted) : static_cast<double>(w.windows) * L;
   r.loss = session.global_sum(local) / r.tokens;
   return r;
 }

@@ -21,20 +21,21 @@ StepSettings step_settings(const plan::RunSetup& setup) {
 
 template <class T>
 StepResult train_step(Session<T>& session, const StepSettings& st, int step, int& updates, const BatchFiller& fill,
-                      bool poison, double counted_targets) {
+                      bool poison, double counted_targets, const DocFiller* docs) {
   const plan::RunSetup& setup = session.setup();
   const int B = setup.batch.micro_batch, seq_len = setup.batch.seq_len;
-  const model::BatchShape shape{B, seq_len};
   const double global_tokens = counted_targets > 0 ? counted_targets : setup.batch.step_tokens();
   const float grad_scale = static_cast<float>(1.0 / global_tokens);
   parallel::FsdpEngine<T>& eng = session.engine();
 
-  TokenBatch batch(B, seq_len);
+  TokenBatch batch(B, seq_len, docs != nullptr);
+  const model::BatchShape shape = batch.shape();
   eng.begin_step();
   double local_loss = 0;
   for (int a = 0; a < setup.batch.grad_accum; ++a) {
     eng.begin_micro(a);
     fill(a, batch.host_in.data(), batch.host_tgt.data());
+    if (docs) (*docs)(a, batch.host_doc.data());
     batch.upload();
     local_loss += parallel::forward_backward(eng, session.model(), session.context(), batch.in.data(), batch.tgt.data(), shape,
                                              grad_scale, st.activation_checkpointing);
@@ -56,7 +57,9 @@ StepResult train_step(Session<T>& session, const StepSettings& st, int step, int
   return r;
 }
 
-template StepResult train_step<float>(Session<float>&, const StepSettings&, int, int&, const BatchFiller&, bool, double);
-template StepResult train_step<bf16>(Session<bf16>&, const StepSettings&, int, int&, const BatchFiller&, bool, double);
+template StepResult train_step<float>(Session<float>&, const StepSettings&, int, int&, const BatchFiller&, bool, double,
+                                      const DocFiller*);
+template StepResult train_step<bf16>(Session<bf16>&, const StepSettings&, int, int&, const BatchFiller&, bool, double,
+                                     const DocFiller*);
 
 }  // namespace meshtrain::train

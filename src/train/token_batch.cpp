@@ -6,13 +6,21 @@
 
 namespace meshtrain::train {
 
-TokenBatch::TokenBatch(int micro_batch, int seq_len)
+TokenBatch::TokenBatch(int micro_batch, int seq_len, bool documents)
     : micro_batch(micro_batch), seq_len(seq_len), host_in(static_cast<std::size_t>(micro_batch) * seq_len), host_tgt(host_in.size()),
-      in(host_in.size(), MemCategory::Workspace), tgt(host_in.size(), MemCategory::Workspace) {}
+      host_doc(documents ? host_in.size() : 0), in(host_in.size(), MemCategory::Workspace),
+      tgt(host_in.size(), MemCategory::Workspace), doc(host_doc.size(), MemCategory::Workspace) {}
 
 void TokenBatch::upload() {
   Kokkos::deep_copy(in.view(), UView<std::int32_t, HostMem>(host_in.data(), host_in.size()));
   Kokkos::deep_copy(tgt.view(), UView<std::int32_t, HostMem>(host_tgt.data(), host_tgt.size()));
+  if (!host_doc.empty()) Kokkos::deep_copy(doc.view(), UView<std::int32_t, HostMem>(host_doc.data(), host_doc.size()));
+}
+
+model::BatchShape TokenBatch::shape() const {
+  model::BatchShape s{micro_batch, seq_len};
+  if (!host_doc.empty()) s.doc_start = doc.data();
+  return s;
 }
 
 double counted_targets(const std::vector<std::int32_t>& targets) {

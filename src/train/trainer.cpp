@@ -88,7 +88,8 @@ class Trainer {
   std::unique_ptr<MetricsWriter> metrics_;
   StepSettings settings_;
   std::set<long> nan_steps_;
-  std::vector<std::int32_t> step_in_, step_tgt_;  ///< this rank's windows of one step: (grad_accum, B, T) each
+  std::vector<std::int32_t> step_in_, step_tgt_, step_doc_;
+  double last_counted_ = 0;  ///< targets the last step's loss counted (global batch)  ///< this rank's windows of one step: (grad_accum, B, T) each
   double peak_flops_ = 0;
   std::uint64_t cursor_ = 0;      ///< training windows consumed (global)
   int updates_ = 0;               ///< optimizer updates applied (bias correction)
@@ -158,8 +159,12 @@ void Trainer<T>::load_inputs() {
     tokenizer_ = checkpoint::run_tokenizer(data_.meta, "dataset " + spec_.data.text(), model, "model " + init_from);
     // Instruction/chat data: windows are whole rows, targets outside the loss mask are -1.
     sampler_ = std::make_unique<data::Sampler>(data_.train, batch.seq_len, tc.seed, data_.train_mask);
-    if (data_.val && data::has_window(*data_.val, batch.seq_len))
+    // Packed rows (and data.document_mask text): attention, positions and loss per document.
+    sampler_->set_document_mask(data::document_mask_for(data_, false, spec_.data.document_mask));
+    if (data_.val && data::has_window(*data_.val, batch.seq_len)) {
       eval_sampler_ = std::make_unique<data::EvalSampler>(data_.val, batch.seq_len, data_.val_mask);
+      eval_sampler_->set_document_mask(data::document_mask_for(data_, true, spec_.data.document_mask));
+    }
     run_settings_ = run_settings(setup_, data_);
   });
 }
@@ -318,22 +323,32 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   const std::size_t per_micro_batch = batch.micro_batch_tokens();
   step_in_.resize(per_micro_batch * static_cast<std::size_t>(batch.grad_accum));
   step_tgt_.resize(step_in_.size());
+  const bool docs = sampler_->document_masked();
+  step_doc_.resize(docs ? step_in_.size() : 0);
   mesh.world().agree_on_error([&] {
     for (int micro_step = 0; micro_step < batch.grad_accum; ++micro_step) {
       const std::uint64_t w0 =
           data::rank_first_window(cursor_, micro_step, batch.micro_batch, mesh.shape().dp(), mesh.dp_rank());
-      sampler_->fill(w0, batch.micro_batch, step_in_.data() + micro_step * per_micro_batch, step_tgt_.data() + micro_step * per_micro_batch);
+      sampler_->fill(w0, batch.micro_batch, step_in_.data() + micro_step * per_micro_batch,
+                     step_tgt_.data() + micro_step * per_micro_batch,
+                     docs ? step_doc_.data() + micro_step * per_micro_batch : nullptr);
     }
   });  // under the watchdog: a rank stalled between steps ends the job, named
+  const DocFiller fill_docs = [&](int micro_step, std::int32_t* doc_start) {
+    std::copy_n(step_doc_.data() + micro_step * per_micro_batch, per_micro_batch, doc_start);
+  };
   const BatchFiller fill = [&](int micro_step, std::int32_t* in, std::int32_t* tgt) {
     std::copy_n(step_in_.data() + micro_step * per_micro_batch, per_micro_batch, in);
     std::copy_n(step_tgt_.data() + micro_step * per_micro_batch, per_micro_batch, tgt);
   };
   const bool poison =
       nan_steps_.count(step + 1) && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank);
-  // A loss mask: the mean is over the global batch's unmasked targets (summed over the ranks).
-  const double counted = data_.train_mask ? session_.global_sum(counted_targets(step_tgt_)) : 0.0;
-  const StepResult r = train::train_step(session_, settings_, step, updates_, fill, poison, counted);
+  // A loss mask (or document boundaries): the mean is over the global batch's counted targets
+  // (summed over the ranks).
+  const double counted = data_.train_mask || docs ? session_.global_sum(counted_targets(step_tgt_)) : 0.0;
+  const StepResult r =
+      train::train_step(session_, settings_, step, updates_, fill, poison, counted, docs ? &fill_docs : nullptr);
+  last_counted_ = counted > 0 ? counted : setup_.batch.step_tokens();
   cursor_ += static_cast<std::uint64_t>(batch.global_batch);
   loss = r.loss;
   gnorm = r.grad_norm;
@@ -361,6 +376,11 @@ double Trainer<T>::evaluate() {
   w.micro_batches = static_cast<long long>(spec_.train.eval_batches) * batch.grad_accum;
   w.windows = static_cast<std::uint64_t>(w.micro_batches) * batch.micro_batch * session_.mesh().shape().dp();
   w.masked = data_.val_mask != nullptr;
+  if (eval_sampler_->document_masked()) {
+    TokenBatch docs_batch(batch.micro_batch, batch.seq_len, true);
+    last_val_ = train::evaluate(session_, *eval_sampler_, w, docs_batch).loss;
+    return last_val_;
+  }
   last_val_ = train::evaluate(session_, *eval_sampler_, w, batch_).loss;
   return last_val_;
 }
@@ -395,7 +415,8 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
       .add("mfu", mfu).add("peak_mem_bytes", mem_max).add("peak_rss_bytes", rss_max).add("step_time_s", step_max)
       .add("compute_s_min", comp_min).add("compute_s_max", comp_max).add("comm_s_min", busy_min)
       .add("comm_s_max", busy_max).add("exposed_comm_s_min", exp_min).add("exposed_comm_s_max", exp_max)
-      .add("tokens", static_cast<double>(cursor_) * seq_len).add("skipped_steps", skipped_);
+      .add("tokens", static_cast<double>(cursor_) * seq_len).add("skipped_steps", skipped_)
+      .add("counted_tokens", last_counted_).add("counted_tokens_per_s", last_counted_ / step_max);
   if (!std::isnan(val)) j.add("val_loss", val);
   if (!std::isnan(ckpt_save_s_)) j.add("ckpt_save_s", ckpt_save_s_).add("ckpt_save_gbps", ckpt_save_gbps_);
   if (!std::isnan(ckpt_load_s_)) j.add("ckpt_load_s", ckpt_load_s_).add("ckpt_load_gbps", ckpt_load_gbps_);

@@ -154,6 +154,73 @@ for row, mask, out in zip(t, m, ["5", "die Katze", "Hi there!", "i-t"]):
 sys.exit(0 if ok else 1)
 PY
 
+# --pack (issue 30): the same examples, several to a row. Every segment of a packed row
+# (train.docs) is exactly one example of the unpacked dataset (its tokens and mask bytes),
+# each example appears once, and the rest of a row is padding with mask 0.
+"$MESHTRAIN_BIN" prepare --format chat --input chat.jsonl --output chat_packed --tokenizer "$smollm" --seq_len 96 \
+  --val_fraction 0.2 --pack >chat_packed.log 2>&1 || { cat chat_packed.log; fail "prepare --pack failed"; }
+cat chat_packed.log
+grep -q "fill before packing" chat_packed.log || fail "the --pack summary does not report the fill before packing"
+# --format text --pack: documents (a long one cut into row-sized pieces) packed, all trained on.
+"$py" -c "print('short document\n' * 3)" >short.txt
+"$py" -c "print('a long document line\n' * 400)" >long.txt
+"$MESHTRAIN_BIN" prepare --input short.txt long.txt --output text_packed --tokenizer "$smollm" --seq_len 64 --pack \
+  --val_fraction 0 >text_packed.log 2>&1 || { cat text_packed.log; fail "prepare --format text --pack failed"; }
+grep -q "split: 1 document(s) longer than a row" text_packed.log || { cat text_packed.log; fail "text --pack summary"; }
+"$MESHTRAIN_BIN" prepare --input short.txt --output text_nolen --pack >text_nolen.log 2>&1
+[[ $? -eq 2 ]] && grep -q "needs --seq_len" text_nolen.log || fail "--format text --pack without --seq_len is not refused"
+"$py" - <<'PY' || fail "text --pack rows are not the document's tokens"
+import json, sys
+import numpy as np
+m = json.load(open("text_packed/meta.json"))
+R = m["row_tokens"]
+t = np.fromfile("text_packed/train.bin", dtype="<u2", offset=64).reshape(-1, R)
+k = np.fromfile("text_packed/train.mask", dtype=np.uint8, offset=64).reshape(-1, R)
+seg = np.frombuffer(open("text_packed/train.docs", "rb").read(), dtype="<u2", offset=64).reshape(-1, R)
+ok = m["packed"] and m["data_format"] == "text" and R == 65
+# Every non-padding segment ends a piece: its tokens are mask 1; the short document's piece ends with eot (0).
+pieces = [t[r][seg[r] == s] for r in range(len(t)) for s in range(int(seg[r].max()) + 1) if k[r][seg[r] == s].all()]
+ok &= sum(len(p) for p in pieces) == m["train_tokens"] - int((k == 0).sum())
+ok &= sum(1 for p in pieces if p[-1] == 0) == 2  # two documents, each ends with end-of-text once
+print("pieces", len(pieces), "rows", len(t), "ok", bool(ok))
+sys.exit(0 if ok else 1)
+PY
+"$py" - <<'PY' || fail "packed rows are not the unpacked examples"
+import json, sys
+import numpy as np
+R = 97
+ok = True
+meta = json.load(open("chat_packed/meta.json"))
+ok &= meta["packed"] is True and meta["row_tokens"] == R
+for split in ("train", "val"):
+    t = np.fromfile(f"chat/{split}.bin", dtype="<u2", offset=64).reshape(-1, R)
+    m = np.fromfile(f"chat/{split}.mask", dtype=np.uint8, offset=64).reshape(-1, R)
+    pad = int(t[0, -1])
+    want = []
+    for row, mask in zip(t, m):
+        n = R
+        while n > 0 and row[n - 1] == pad and mask[n - 1] == 0:
+            n -= 1
+        want.append((tuple(row[:n].tolist()), tuple(mask[:n].tolist())))
+    pt = np.fromfile(f"chat_packed/{split}.bin", dtype="<u2", offset=64).reshape(-1, R)
+    pm = np.fromfile(f"chat_packed/{split}.mask", dtype=np.uint8, offset=64).reshape(-1, R)
+    raw = open(f"chat_packed/{split}.docs", "rb").read()
+    ok &= raw[:8] == b"MTLDOCS1" and int.from_bytes(raw[12:16], "little") == R
+    seg = np.frombuffer(raw, dtype="<u2", offset=64).reshape(-1, R)
+    got = []
+    for row, mask, s in zip(pt, pm, seg):
+        for k in range(int(s.max()) + 1):
+            idx = np.nonzero(s == k)[0]
+            piece = (tuple(row[idx].tolist()), tuple(mask[idx].tolist()))
+            if all(x == pad for x in piece[0]) and not any(piece[1]):
+                ok &= k == int(s.max())  # padding: only the last segment
+                continue
+            got.append(piece)
+    ok &= sorted(got) == sorted(want) and len(pt) <= len(t)
+    print(split, "examples", len(want), "packed rows", len(pt), "segments match:", sorted(got) == sorted(want))
+sys.exit(0 if ok else 1)
+PY
+
 if ((failures)); then
   echo "$failures check(s) failed" >&2
   exit 1

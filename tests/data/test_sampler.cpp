@@ -280,3 +280,51 @@ TEST(SamplerRows, DamagedMaskFilesAreRefused) {
   test::write_file(dir / "odd.mask", odd);
   EXPECT_THROW(MaskFile(dir / "odd.mask"), UserError);
 }
+
+TEST(SamplerRows, PackedRowsDropCrossingTargetsAndGiveDocumentStarts) {
+  // Rows of 7 (seq_len 6): row 0 = documents [0,3) [3,5) + padding [5,7); row 1 = [0,2) [2,7).
+  constexpr int kSeq = 6, kRow = kSeq + 1;
+  test::TempDir dir("sampler_docs");
+  const std::vector<std::uint8_t> mask = {1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+  const std::vector<std::uint16_t> seg = {0, 0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1, 1};
+  {
+    MaskFileWriter w(dir / "m.mask", kRow);
+    w.append(mask.data(), mask.size());
+    w.close();
+    DocFileWriter d(dir / "m.docs", kRow);
+    d.append(seg.data(), seg.size());
+    d.close();
+  }
+  auto src = std::make_shared<IotaSource>(2 * kRow);
+  EvalSampler e(src, kSeq, std::make_shared<MaskFile>(dir / "m.mask"));
+  DocumentMask dm;
+  dm.docs = std::make_shared<DocFile>(dir / "m.docs");
+  e.set_document_mask(dm);
+  EXPECT_TRUE(e.document_masked());
+  std::vector<std::int32_t> in(2 * kSeq), tgt(2 * kSeq), doc(2 * kSeq);
+  e.fill(0, 2, in.data(), tgt.data(), doc.data());
+  // Row 0: position 2 -> 3 crosses into document 1; 4 -> 5 into the padding (mask 0 anyway).
+  EXPECT_EQ(tgt, (std::vector<std::int32_t>{1, 2, -1, 4, -1, -1, 8, -1, 10, 11, 12, 13}));
+  EXPECT_EQ(doc, (std::vector<std::int32_t>{0, 0, 0, 3, 3, 5, 0, 0, 2, 2, 2, 2}));
+  // Without doc_start the targets are the same.
+  std::vector<std::int32_t> tgt2(2 * kSeq);
+  e.fill(0, 2, in.data(), tgt2.data());
+  EXPECT_EQ(tgt2, tgt);
+  // Segment ids must match the rows.
+  DocumentMask wrong;
+  wrong.docs = dm.docs;
+  EXPECT_THROW(EvalSampler(std::make_shared<IotaSource>(3 * kRow), kSeq).set_document_mask(wrong), UserError);
+}
+
+TEST(Sampler, TextDocumentMaskSplitsAtEndOfText) {
+  // Token i == i; eot = 3: documents end with token 3 and the next starts at 4.
+  auto src = std::make_shared<IotaSource>(20);
+  EvalSampler e(src, 6);
+  DocumentMask dm;
+  dm.eot = 3;
+  e.set_document_mask(dm);
+  std::vector<std::int32_t> in(6), tgt(6), doc(6);
+  e.fill(0, 1, in.data(), tgt.data(), doc.data());  // window [0, 6)
+  EXPECT_EQ(tgt, (std::vector<std::int32_t>{1, 2, 3, -1, 5, 6}));  // 3 -> 4 crosses: not counted
+  EXPECT_EQ(doc, (std::vector<std::int32_t>{0, 0, 0, 0, 4, 4}));
+}

@@ -46,8 +46,9 @@ Layout make_layout(int B, int T, int Hq, int Hkv, int hd, int group, int q_off, 
 
 /// Straightforward reference: for each (b, h, i), softmax over t <= i of scale q.k, then
 /// the probability-weighted sum of v; stats (b, h, i) = (max score, 1 / sum of exp(score - max)).
+/// With `docs` ((B, T) document starts), query i of sequence b sees keys [docs[b, i], i] only.
 void attention_ref(const Layout& L, const std::vector<double>& qkv, std::vector<double>& out,
-                   std::vector<double>& stats) {
+                   std::vector<double>& stats, const std::vector<std::int32_t>* docs = nullptr) {
   const auto& s = L.s;
   out.assign(L.out_size(), 0.0);
   stats.assign(L.stats_size(), 0.0);
@@ -56,9 +57,10 @@ void attention_ref(const Layout& L, const std::vector<double>& qkv, std::vector<
       const int j = (s.q_head_offset + h) / s.group - s.kv_head_offset;
       for (int i = 0; i < s.T; ++i) {
         const double* q = &qkv[(static_cast<std::size_t>(b) * s.T + i) * L.ld + L.q_off() + h * s.hd];
+        const int t0 = docs ? (*docs)[static_cast<std::size_t>(b) * s.T + i] : 0;
         std::vector<double> sc(i + 1);
         double mx = -1e300;
-        for (int t = 0; t <= i; ++t) {
+        for (int t = t0; t <= i; ++t) {
           const double* kk = &qkv[(static_cast<std::size_t>(b) * s.T + t) * L.ld + L.k_off() + j * s.hd];
           double d = 0;
           for (int c = 0; c < s.hd; ++c) d += q[c] * kk[c];
@@ -66,12 +68,12 @@ void attention_ref(const Layout& L, const std::vector<double>& qkv, std::vector<
           mx = std::max(mx, sc[t]);
         }
         double sum = 0;
-        for (int t = 0; t <= i; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+        for (int t = t0; t <= i; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
         double* o = &out[(static_cast<std::size_t>(b) * s.T + i) * L.ldo + h * s.hd];
         double* st = &stats[((static_cast<std::size_t>(b) * s.Hq + h) * s.T + i) * 2];
         st[0] = mx;
         st[1] = 1.0 / sum;
-        for (int t = 0; t <= i; ++t) {
+        for (int t = t0; t <= i; ++t) {
           const double* vv = &qkv[(static_cast<std::size_t>(b) * s.T + t) * L.ld + L.v_off() + j * s.hd];
           for (int c = 0; c < s.hd; ++c) o[c] += sc[t] / sum * vv[c];
         }
@@ -88,6 +90,7 @@ template <class T>
 Run run_attention(const Layout& L, const std::vector<double>& qkv, const std::vector<double>* w,
                      double grad_init = 0.0) {
   Run r;
+  if (L.s.doc_start != nullptr) k::reset_attention_tile_counts();
   auto d = upload<T>(qkv);
   auto out = upload<T>(std::vector<double>(L.out_size(), 0.0));
   Buffer<acc_t<T>> stats(L.stats_size(), MemCategory::Workspace);
@@ -289,4 +292,141 @@ TEST(KernelsAttention, ScratchIsTwoScoreStripsNotTheSquare) {
     EXPECT_EQ(rows, 128);  // host: 128-row blocks, so the scratch grows linearly with T
     EXPECT_EQ(k::attention_block_rows(100), 100);
   }
+}
+
+// ---- Document-masked attention (packed rows) ---------------------------------------------
+
+namespace {
+
+/// (B, T) document starts of rows made of documents of the given lengths (each row's lengths
+/// sum to T).
+std::vector<std::int32_t> doc_starts(const std::vector<std::vector<int>>& lens, int T) {
+  std::vector<std::int32_t> d;
+  for (const auto& row : lens) {
+    int start = 0;
+    for (int n : row) {
+      for (int t = 0; t < n; ++t) d.push_back(start);
+      start += n;
+    }
+    EXPECT_EQ(start, T) << "test rows must fill T";
+  }
+  return d;
+}
+
+/// Brute force: tiles (b, h, query block, key block <= query block) of rb x rb in which no
+/// query sees any key (every score masked out by the causal or the document mask).
+std::int64_t masked_tiles(const std::vector<std::int32_t>& docs, int B, int T, int Hq, int rb) {
+  std::int64_t n = 0;
+  for (int b = 0; b < B; ++b)
+    for (int qb = 0; qb * rb < T; ++qb)
+      for (int kb = 0; kb <= qb; ++kb) {
+        bool seen = false;
+        for (int i = qb * rb; i < std::min(T, (qb + 1) * rb) && !seen; ++i)
+          for (int j = kb * rb; j < std::min(T, (kb + 1) * rb) && !seen; ++j)
+            seen = j <= i && j >= docs[static_cast<std::size_t>(b) * T + i];
+        if (!seen) ++n;
+      }
+  return n * Hq;
+}
+
+std::int64_t causal_tiles(int B, int T, int Hq, int rb) {
+  std::int64_t n = 0;
+  for (int qb = 0; qb * rb < T; ++qb) n += qb + 1;
+  return n * B * Hq;
+}
+
+/// Rows of random document lengths in [1, max_len] (the last one cut to fill T).
+std::vector<int> random_lengths(int T, int max_len, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> lens;
+  for (int left = T; left > 0;) {
+    const int n = std::min(left, 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(max_len)));
+    lens.push_back(n);
+    left -= n;
+  }
+  return lens;
+}
+
+void check_doc_case(Layout L, const std::vector<std::vector<int>>& lens, std::uint64_t seed, std::size_t fd_samples) {
+  const auto docs = doc_starts(lens, L.s.T);
+  auto d_docs = to_device(docs);
+  L.s.doc_start = d_docs.data();
+  auto qkv = random_normal(L.qkv_size(), seed);
+  const auto w = random_normal(L.out_size(), seed + 1);
+  const auto r = run_attention<double>(L, qkv, &w, 123.0);  // forward + backward
+  const k::AttentionTileCounts tiles = k::attention_tile_counts();
+  std::vector<double> ref_out, ref_stats;
+  attention_ref(L, qkv, ref_out, ref_stats, &docs);
+  // Floor 1 for out (as for cached decoding): a short document's output mixes few values and
+  // can cancel to ~1e-6, where the other summation order leaves ~1e-16 absolute.
+  expect_close("document-masked attention out", r.out, ref_out, 1e-12, 1.0);
+  expect_close("document-masked attention stats", r.stats, ref_stats, 1e-12, 1.0);
+  auto grad = r.grad;
+  const std::size_t head_cols = L.v_off() + static_cast<std::size_t>(L.s.Hkv) * L.s.hd;
+  for (int n = 0; n < L.N(); ++n)
+    for (int c = static_cast<int>(head_cols); c < L.ld; ++c) grad[static_cast<std::size_t>(n) * L.ld + c] = 0.0;
+  auto loss = [&]() { return weighted_sum(w, run_attention<double>(L, qkv, nullptr).out); };
+  fd_check("document-masked attention d(q|k|v)", qkv, grad, loss, fd_samples, seed + 2);
+
+  // The same masking without the document mask gives other outputs (the test can fail).
+  Layout plain = L;
+  plain.s.doc_start = nullptr;
+  const auto unmasked = run_attention<double>(plain, qkv, nullptr);
+  double diff = 0;
+  for (std::size_t i = 0; i < ref_out.size(); ++i) diff = std::max(diff, std::abs(unmasked.out[i] - ref_out[i]));
+  EXPECT_GT(diff, 1e-3) << "these rows have several documents: plain causal attention must differ";
+
+  // Tiles: forward and backward each visit every causal tile once, and skip exactly the
+  // wholly masked-out ones on host builds (GPU builds: one tile per row, none skipped).
+  const int rb = k::attention_block_rows(L.s.T);
+  const std::int64_t all = causal_tiles(L.s.B, L.s.T, L.s.Hq, rb);
+  const std::int64_t masked = masked_tiles(docs, L.s.B, L.s.T, L.s.Hq, rb);
+  EXPECT_EQ(tiles.computed + tiles.skipped, 2 * all);
+  if (rb < L.s.T) {
+    EXPECT_GT(masked, 0) << "the test's documents must leave whole tiles masked out";
+    EXPECT_EQ(tiles.skipped, 2 * masked);
+  } else {
+    EXPECT_EQ(tiles.skipped, 0);
+  }
+
+  // fp32 against the double reference, as in Fp32AgainstReference.
+  const auto f = run_attention<float>(L, to_double(convert<float>(qkv)), nullptr);
+  std::vector<double> ref32, stats32;
+  attention_ref(L, to_double(convert<float>(qkv)), ref32, stats32, &docs);
+  expect_close("fp32 document-masked attention out", f.out, ref32, 1e-5, 1.0);
+  // Stats floor 1: a row maximum near 0 carries the fp32 scores' absolute error (~1e-6).
+  expect_close("fp32 document-masked attention stats", f.stats, stats32, 1e-5, 1.0);
+}
+
+}  // namespace
+
+TEST(KernelsAttention, DocumentMaskedRandomBoundaries) {
+  // T = 300: host blocks [0,128), [128,256), [256,300). Rows: hand-placed documents with
+  // length-1 ones (the last block's first query is in a document starting at 179, so key block
+  // 0 is skipped there); one document filling the row; random lengths <= 40.
+  const int T = 300;
+  const std::vector<std::vector<int>> lens = {{1, 1, 5, 130, 1, 40, 1, 121}, {T}, random_lengths(T, 40, 77)};
+  check_doc_case(make_layout(3, T, 2, 1, 8, 2, 0, 0), lens, 70, 120);
+}
+
+TEST(KernelsAttention, DocumentMaskedTensorParallelSplitKv) {
+  // GQA under tp (rank 1 of 2, split kv heads) with packed rows.
+  const int T = 140;
+  // Row 0: a document starting exactly at 128 (block 1 skips key block 0); row 1 random.
+  const std::vector<std::vector<int>> lens = {{1, 2, 3, 122, 12}, random_lengths(T, 9, 78)};
+  check_doc_case(make_layout(2, T, 4, 1, 4, 4, 4, 1), lens, 80, 120);
+}
+
+TEST(KernelsAttention, DocumentMaskedLengthOneDocumentIsItsValue) {
+  // Length-1 documents everywhere: softmax over one key, so out = v of the same row exactly.
+  const int T = 133;
+  Layout L = make_layout(1, T, 2, 2, 4, 1, 0, 0);
+  const auto docs = doc_starts({std::vector<int>(T, 1)}, T);
+  auto d_docs = to_device(docs);
+  L.s.doc_start = d_docs.data();
+  const auto qkv = random_normal(L.qkv_size(), 90);
+  const auto r = run_attention<double>(L, qkv, nullptr);
+  for (int i = 0; i < T; ++i)
+    for (int c = 0; c < L.s.Hq * L.s.hd; ++c)
+      EXPECT_EQ(r.out[static_cast<std::size_t>(i) * L.ldo + c], qkv[static_cast<std::size_t>(i) * L.ld + L.v_off() + c]);
 }

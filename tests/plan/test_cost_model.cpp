@@ -62,6 +62,26 @@ TEST(CostModel, GemmTermIsFlopsOverRate) {
   EXPECT_DOUBLE_EQ(p.step_seconds_overlap, p.step_seconds_no_overlap);
 }
 
+TEST(CostModel, PackedRowsCountTheAttentionComputed) {
+  // T = 256 in blocks of 128, documents of 64: block [0,128) multiplies keys [0,128), block
+  // [128,256) keys [128,256) -> 2 x 128^2 of the whole row's 128^2 + 128 x 256.
+  EXPECT_DOUBLE_EQ(document_attention_fraction(256, 64, 128), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(document_attention_fraction(256, 0, 128), 1.0);    // not packed
+  EXPECT_DOUBLE_EQ(document_attention_fraction(256, 300, 128), 1.0);  // a document fills the row
+  EXPECT_DOUBLE_EQ(document_attention_fraction(256, 64, 256), 1.0);   // GPUs: whole rows, masked
+  const auto d = small_gpt();
+  auto in = input(d, 1);
+  in.attention_rows = 128;
+  const auto plan = plan_for(in, parallel::Strategy::NoShard);
+  const CostModelInputs c = fixed_costs();
+  const double whole = predict_step(in, plan, c).gemm_s;
+  in.document_tokens = 64;
+  // The attention term (linear in seq_len: 4 L T C forward, 2 L T C recomputed) shrinks to 2/3.
+  const double attn = 4.0 * d.n_layers * 256 * d.d_model, recompute = 2.0 * d.n_layers * 256 * d.d_model;
+  const double saved = (3.0 * attn + recompute) / 3.0 * 4 * 256 / c.gemm_flops;
+  EXPECT_NEAR(predict_step(in, plan, c).gemm_s, whole - saved, 1e-12);
+}
+
 TEST(CostModel, MeasuredElementRatesEnterTheElementwiseTerm) {
   const auto d = small_gpt();
   const auto in = input(d, 1);

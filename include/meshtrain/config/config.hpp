@@ -94,6 +94,7 @@ struct TrainConfig {
 
 struct DataConfig {
   std::string dir;                    ///< dataset directory from `meshtrain prepare` ("random" = random tokens)
+  bool document_mask = false;         ///< text datasets: attention, positions and loss per end-of-text document
 };
 
 struct CheckpointConfig {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "meshtrain/data/data_source.hpp"
+#include "meshtrain/data/doc_file.hpp"
 #include "meshtrain/data/loss_mask.hpp"
 #include "meshtrain/data/token_source.hpp"
 
@@ -39,6 +40,10 @@ struct DatasetMeta {
   std::uint64_t truncated_examples = 0;  ///< examples longer than a row, cut to it
   std::uint64_t dropped_examples = 0;    ///< examples with no trainable token left in their row
   double fill_fraction = 0;              ///< example tokens / row tokens (the rest is padding)
+  // Packed rows (`prepare --pack`): several examples a row, train.docs/val.docs beside.
+  bool packed = false;
+  std::uint64_t train_rows = 0, val_rows = 0;  ///< rows in train.bin / val.bin (packed only)
+  double fill_fraction_unpacked = 0;         ///< the fill fraction the same examples had one per row
 };
 
 /// meta.json text (an object with one key per field, 2-space indented).
@@ -53,6 +58,9 @@ struct Dataset {
   /// Instruction/chat datasets (meta.row_tokens > 0): train.mask / val.mask, the loss mask
   /// and row layout the samplers take; null for text datasets (every token counts).
   std::shared_ptr<const MaskFile> train_mask, val_mask;
+  /// Packed datasets (meta.packed): train.docs / val.docs, the documents of each row; null
+  /// otherwise.
+  std::shared_ptr<const DocFile> train_docs, val_docs;
   DatasetMeta meta;
   std::string dir;
 

@@ -19,9 +19,10 @@ struct PrepareOptions {
   double val_fraction = 0.05;       ///< in [0, 1); about this fraction of each document goes to val
   // Instruction and chat data (doc/data.md, "Instruction and chat data").
   std::string format = "text";      ///< "text" (documents), "alpaca" or "chat" (JSONL examples)
-  int seq_len = 0;                  ///< alpaca/chat: rows are seq_len + 1 tokens (required, >= 1)
+  int seq_len = 0;                  ///< alpaca/chat, text --pack: rows are seq_len + 1 tokens (required, >= 1)
   std::string chat_template = "auto";  ///< alpaca/chat: "auto" (the tokenizer's own) or a known name
   std::string system;               ///< alpaca/chat: system message for examples that have none
+  bool pack = false;                ///< several examples (documents for text) a row (first-fit decreasing), train.docs beside
 };
 
 /// \brief What prepare did (printed by `meshtrain prepare`, stored in meta.json).
@@ -48,6 +49,10 @@ struct PrepareSummary {
   std::uint64_t train_examples = 0, val_examples = 0, truncated_examples = 0, dropped_examples = 0;
   std::uint64_t trainable_tokens = 0;     ///< mask = 1 tokens in train.mask
   double fill_fraction = 0;               ///< example tokens / row tokens over both splits
+  // --pack only.
+  bool packed = false;
+  std::uint64_t train_rows = 0, val_rows = 0;  ///< rows written (without --pack: = examples)
+  double fill_fraction_unpacked = 0;      ///< the fill fraction of one example per row
 };
 
 /// \brief Runs prepare on this process (the CLI calls it on rank 0 only). Writes every

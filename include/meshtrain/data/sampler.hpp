@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "meshtrain/data/dataset.hpp"
+#include "meshtrain/data/doc_file.hpp"
 #include "meshtrain/data/loss_mask.hpp"
 #include "meshtrain/data/token_source.hpp"
 
@@ -26,6 +28,23 @@ bool has_window(const TokenSource& source, int seq_len);
 /// (ignored by the cross-entropy: no loss, no gradient). The row length must equal
 /// seq_len + 1: UserError naming the dataset's seq_len and train.seq_len otherwise.
 void check_row_seq_len(const MaskFile& rows, int seq_len);
+
+/// \brief Document masking of the windows (doc/data.md, "Packed rows"): the segment ids of a
+/// packed dataset (`docs`, rows only), or for a token stream with `data.document_mask` the
+/// end-of-text id `eot` that ends every document. Either way the samplers write every
+/// target that crosses a document boundary (the next document's first token predicted from
+/// the end of the previous one) as -1, and fill() with `doc_start` gives each token the
+/// position in its window where its document starts (model::BatchShape::doc_start).
+struct DocumentMask {
+  std::shared_ptr<const DocFile> docs;
+  std::int32_t eot = -1;
+  bool on() const { return docs != nullptr || eot >= 0; }
+};
+
+/// The document mask of a dataset's train (or val) split: a packed dataset's segment ids;
+/// for a text dataset with `text_document_mask` (data.document_mask) its end-of-text id
+/// (UserError when it has none, e.g. random tokens); else none.
+DocumentMask document_mask_for(const Dataset& d, bool val, bool text_document_mask);
 
 /// \brief Random training windows: start(w) = counter_hash(stream_key(seed, TrainWindows), w)
 /// % (size - seq_len), uniform over every valid start (bias <= (size - seq_len) / 2^64).
@@ -45,13 +64,18 @@ class Sampler {
   std::uint64_t window_start(std::uint64_t w) const;
 
   /// Windows first_window .. first_window + n_windows - 1, row j of each buffer being
-  /// window first_window + j. inputs, targets: host (n_windows, seq_len) row-major.
+  /// window first_window + j. inputs, targets, doc_start: host (n_windows, seq_len)
+  /// row-major; doc_start may be null, and is written only with a document mask.
   void fill(std::uint64_t first_window, int n_windows, std::int32_t* inputs,
-            std::int32_t* targets) const;
+            std::int32_t* targets, std::int32_t* doc_start = nullptr) const;
+  /// Turns on document masking; UserError when `m.docs` does not match the rows.
+  void set_document_mask(DocumentMask m);
+  bool document_masked() const { return doc_.on(); }
 
  private:
   std::shared_ptr<const TokenSource> source_;
   std::shared_ptr<const MaskFile> rows_;  // null: a token stream
+  DocumentMask doc_;
   int seq_len_;
   std::uint64_t key_;
   std::uint64_t starts_;  // number of valid starts: size - seq_len; with rows: the number of rows
@@ -73,11 +97,15 @@ class EvalSampler {
   std::uint64_t window_start(std::uint64_t i) const;
   /// Same layout as Sampler::fill.
   void fill(std::uint64_t first_window, int n_windows, std::int32_t* inputs,
-            std::int32_t* targets) const;
+            std::int32_t* targets, std::int32_t* doc_start = nullptr) const;
+  /// As Sampler::set_document_mask.
+  void set_document_mask(DocumentMask m);
+  bool document_masked() const { return doc_.on(); }
 
  private:
   std::shared_ptr<const TokenSource> source_;
   std::shared_ptr<const MaskFile> rows_;
+  DocumentMask doc_;
   int seq_len_;
   std::uint64_t starts_;  // with rows: the number of rows
 };

@@ -23,7 +23,25 @@ struct AttentionShape {
   int q_head_offset = 0;   ///< global index of local query head 0
   int kv_head_offset = 0;  ///< global index of local kv head 0
   float scale = 1.0f;      ///< 1/sqrt(hd)
+  /// Document masking (packed rows, doc/data.md): null, or (B, T) device ints where
+  /// doc_start[b * T + i] is the position in row b at which query i's document starts
+  /// (non-decreasing along the row; doc_start[i] <= i, and doc_start[i] == i or
+  /// doc_start[i - 1]). Query i then attends only to keys [doc_start[i], i]. Training
+  /// attention only; the KV-cache functions ignore it (generation is one document).
+  const std::int32_t* doc_start = nullptr;
 };
+
+/// \brief Work counts of the host blocked attention, for tests: one tile is one
+/// (sequence, query head, query block, key block) of attention_block_rows(T) square on or
+/// below the diagonal. `skipped` tiles lie wholly before the document start of their block's
+/// first query (every score in them is masked out), so their GEMMs and softmax are never run.
+struct AttentionTileCounts {
+  std::int64_t computed = 0, skipped = 0;
+};
+/// Counts accumulated by attention_forward and attention_backward since the last reset
+/// (each call adds its tiles; process-wide, not thread-safe: tests read it between calls).
+AttentionTileCounts attention_tile_counts();
+void reset_attention_tile_counts();
 
 /// Query rows processed together: on host blocks of 128 rows (block [i0, i1) multiplies
 /// only against keys [0, i1), about half the GEMM flops of the full causal square); on
@@ -35,7 +53,11 @@ int attention_block_rows(int T);
 /// forward keeps each row's softmax statistics and backward recomputes one strip at a time.
 std::int64_t attention_workspace_elems(const AttentionShape& s);
 
-/// out (N, Hq*hd; ldo) = softmax(scale * q k^T + causal mask) v, per (b, h).
+/// out (N, Hq*hd; ldo) = softmax(scale * q k^T + causal mask) v, per (b, h); with
+/// s.doc_start also masked to the query's own document. On host builds a document-masked
+/// strip multiplies each sequence only against keys [doc_start[i0], i1) of its query block
+/// [i0, i1) (masked-out tiles skipped, see AttentionTileCounts); on GPUs the whole strip is
+/// computed and the masked scores zeroed by the same softmax kernels.
 /// stats (B, Hq, T, 2): per query row the softmax's maximum score and 1 / sum of its
 /// exponentials, what backward needs to recompute the probabilities bit for bit.
 /// workspace: attention_workspace_elems(s) elements of scratch.

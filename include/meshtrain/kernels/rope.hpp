@@ -2,6 +2,8 @@
 /// \brief Rotary position embedding, Hugging Face Llama convention ("rotate_half": the
 /// pair of element i is i + head_dim/2), applied in place to the heads of a row.
 
+#include <cstdint>
+
 #include "meshtrain/core/bf16.hpp"
 
 namespace meshtrain::kernels {
@@ -12,14 +14,17 @@ namespace meshtrain::kernels {
 void rope_tables(double theta, int head_dim, int max_seq_len, float* cos_table, float* sin_table);
 
 /// x: (B*T_seq rows, row stride ld); heads [0, n_heads) at column offset h*head_dim.
-/// Position of row r is r % T_seq. In place.
+/// Position of row r is r % T_seq; with doc_start ((B*T_seq) device ints, packed rows) it is
+/// r % T_seq - doc_start[r], counting from 0 at each document start. In place.
 template <class T>
 void rope_forward(T* x, int ld, int B, int T_seq, int n_heads, int head_dim,
-                  const float* cos_table, const float* sin_table);
+                  const float* cos_table, const float* sin_table,
+                  const std::int32_t* doc_start = nullptr);
 
 /// Applies the inverse rotation to the gradient in place (dx = R^T dy).
 template <class T>
 void rope_backward(T* dx, int ld, int B, int T_seq, int n_heads, int head_dim,
-                   const float* cos_table, const float* sin_table);
+                   const float* cos_table, const float* sin_table,
+                  const std::int32_t* doc_start = nullptr);
 
 }  // namespace meshtrain::kernels

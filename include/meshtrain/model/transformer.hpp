@@ -30,6 +30,10 @@ inline constexpr std::int64_t kHeadChunkElements = kDeviceIsHost ? (std::int64_t
 struct BatchShape {
   int B = 1;  ///< sequences
   int T = 1;  ///< tokens per sequence
+  /// Packed rows (doc/data.md): null, or (B*T) device ints, the position in its row at
+  /// which each token's document starts. Attention stays within a document and positions
+  /// (RoPE, learned) restart at 0 there (kernels::AttentionShape::doc_start).
+  const std::int32_t* doc_start = nullptr;
   int N() const { return B * T; }
 };
 

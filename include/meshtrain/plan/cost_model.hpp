@@ -136,6 +136,13 @@ double collective_seconds(const GroupLink& g, int collectives, double bus_volume
 /// how `c` times an all-reduce, for plan's report.
 std::string all_reduce_description(const CostModelInputs& c);
 
+/// The attention work the kernels do for rows packed with documents of `document_tokens`
+/// tokens, as a fraction of one document filling the row: host attention multiplies query
+/// block [i0, i0 + rows) only against keys from its first query's document start (masked-out
+/// tiles skipped); GPUs (rows >= seq_len) compute and mask whole rows (1). 1 when
+/// document_tokens is 0 or at least seq_len. Documents of equal length, back to back.
+double document_attention_fraction(int seq_len, double document_tokens, int rows);
+
 /// The step of `plan` (one strategy on one mesh, from plan_strategy(in, ...)) for the job
 /// `in` describes, on the machine `c` describes.
 StepPrediction predict_step(const PlanInput& in, const StrategyPlan& plan, const CostModelInputs& c);

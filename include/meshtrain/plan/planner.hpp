@@ -35,6 +35,9 @@ struct PlanInput {
   /// Query rows of one attention score strip on the target (kernels::attention_block_rows
   /// there); 0 = this build's.
   int attention_rows = 0;
+  /// Packed rows (prepare --pack): the mean tokens of a document (example); 0 = one document
+  /// fills each row. The cost model counts the attention the kernels then compute.
+  double document_tokens = 0;
 };
 
 /// Per-rank bytes by component.

@@ -30,6 +30,9 @@ struct StepResult {
 /// Writes this rank's micro-batch of micro-step `micro_step` into host buffers (micro_batch x
 /// seq_len each).
 using BatchFiller = std::function<void(int micro_step, std::int32_t* inputs, std::int32_t* targets)>;
+/// Document-masked batches (packed rows, data.document_mask): fills micro-step's
+/// (micro_batch, seq_len) document starts (model::BatchShape::doc_start).
+using DocFiller = std::function<void(int micro_step, std::int32_t* doc_start)>;
 
 /// Runs optimizer step `step` (0-based). `updates` counts applied updates (AdamW bias
 /// correction) and is incremented when the step is applied. `poison` sets this rank's
@@ -40,6 +43,7 @@ using BatchFiller = std::function<void(int micro_step, std::int32_t* inputs, std
 /// and grad_accum. 0 (text data): every target counts, global_batch * seq_len.
 template <class T>
 StepResult train_step(Session<T>& session, const StepSettings& settings, int step, int& updates,
-                      const BatchFiller& fill, bool poison = false, double counted_targets = 0);
+                      const BatchFiller& fill, bool poison = false, double counted_targets = 0,
+                      const DocFiller* docs = nullptr);
 
 }  // namespace meshtrain::train

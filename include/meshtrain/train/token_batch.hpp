@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "meshtrain/core/memory.hpp"
+#include "meshtrain/model/transformer.hpp"
 
 namespace meshtrain::train {
 
@@ -16,11 +17,16 @@ double counted_targets(const std::vector<std::int32_t>& targets);
 struct TokenBatch {
   int micro_batch = 0, seq_len = 0;
   std::vector<std::int32_t> host_in, host_tgt;  ///< (micro_batch, seq_len) each, row-major
-  Buffer<std::int32_t> in, tgt;                 ///< device copies, same shape
+  /// Document-masked batches only (packed rows, data.document_mask): each token's document
+  /// start (model::BatchShape::doc_start), same shape; empty otherwise.
+  std::vector<std::int32_t> host_doc;
+  Buffer<std::int32_t> in, tgt, doc;            ///< device copies, same shape
 
-  TokenBatch(int micro_batch, int seq_len);
-  /// Copies host_in/host_tgt to in/tgt.
+  TokenBatch(int micro_batch, int seq_len, bool documents = false);
+  /// Copies host_in/host_tgt (and host_doc) to in/tgt (and doc).
   void upload();
+  /// The model's shape of this batch: (micro_batch, seq_len), with doc_start when masked.
+  model::BatchShape shape() const;
   /// counted_targets(host_tgt).
   double counted_targets() const;
 };

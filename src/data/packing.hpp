@@ -1,0 +1,54 @@
+#pragma once
+// Bin packing of examples into rows (prepare --pack). Private to src/data.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtrain/data/doc_file.hpp"
+#include "meshtrain/data/loss_mask.hpp"
+#include "meshtrain/data/token_file.hpp"
+
+namespace meshtrain::data {
+
+/// One example to pack: its tokens and loss-mask bytes (same length, at most a row).
+struct PackItem {
+  std::vector<std::int32_t> ids;
+  std::vector<std::uint8_t> mask;
+};
+
+/// One packed row: indices into the items, in the order they sit in the row.
+struct PackedRow {
+  std::vector<std::size_t> items;
+  std::uint32_t used = 0;
+};
+
+/// First-fit decreasing: items by length, longest first (ties: input order), each into the
+/// first row (lowest index) with room for it, a new row when none has. Deterministic (it
+/// depends only on the lengths and their order), so the rows do not depend on the machine
+/// or on the number of ranks that later train on them. O(n log n) with a max-tree over
+/// the rows' free space.
+std::vector<PackedRow> pack_rows(const std::vector<PackItem>& items, std::uint32_t row_tokens);
+
+/// One split's outputs and counts. Examples are kept (packed datasets are written once all
+/// are known); `examples` counts them, `rows` the rows written.
+struct RowWriter {
+  TokenFileWriter tokens;
+  MaskFileWriter mask;
+  std::unique_ptr<DocFileWriter> docs;  // --pack only
+  std::vector<PackItem> kept;            // --pack only: the examples, in input order
+  std::uint64_t examples = 0, rows = 0, filled = 0, trainable = 0;
+  RowWriter(const std::string& tok_path, const std::string& mask_path, const std::string& docs_path,
+            std::int64_t vocab, std::uint32_t row)
+      : tokens(tok_path, vocab), mask(mask_path, row) {
+    if (!docs_path.empty()) docs = std::make_unique<DocFileWriter>(docs_path, row);
+  }
+};
+
+/// Writes the packed rows of one split's kept examples (pack_rows' order), padding each row
+/// after its last example with `pad` (mask 0, its own segment).
+void write_packed(RowWriter& w, std::uint32_t R, std::int32_t pad);
+
+}  // namespace meshtrain::data
