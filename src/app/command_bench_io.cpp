@@ -236,7 +236,7 @@ int command_bench_io(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(o.iters >= 1, "--iters must be at least 1, got %d", o.iters);
   const Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
-  const plan::RunSetup setup = resolve_run(cfg, rt.topology());
+  const plan::RunSetup setup = resolve_run(cfg, rt);  // as train resolves it (collective: auto may measure)
   return setup.spec.train.bf16() ? run_bench_io<bf16>(rt, setup, o) : run_bench_io<float>(rt, setup, o);
 }
 

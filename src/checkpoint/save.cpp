@@ -75,7 +75,7 @@ void write_root_attrs(hid_t file, const parallel::DeviceMesh& mesh, const Checkp
   h5::write_attr(file, "mesh_strategy", std::string(parallel::strategy_name(m.strategy)));
   h5::write_attr(file, "world_size", static_cast<std::int64_t>(mesh.world().size()));
   h5::write_attr(file, "config_ini", m.config_ini);
-  // What a resume must keep (the trainer's resume settings, train::RunSettings): compared before the next load.
+  // What a resume must keep (the trainer's train::RunSettings): compared before the next load.
   if (!st.run_settings.empty()) h5::write_attr(file, "run_settings", st.run_settings);
 }
 

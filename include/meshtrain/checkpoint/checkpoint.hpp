@@ -78,8 +78,9 @@ struct TrainState {
   std::uint64_t tokens_seen = 0;  ///< cursor * train.seq_len
   BaseRef base;                   ///< LoRA runs (engine.has_frozen()): the frozen base weights
   TokenizerRef tokenizer;         ///< the model's tokenizer, recorded in /model
-  /// Save only: the run settings a resume must keep (the trainer's resume settings, train::RunSettings), written as
-  /// the root attribute `run_settings` ("key = value" lines); not written when empty.
+  /// Save only: the run settings a resume must keep (the trainer's train::RunSettings),
+  /// written as the root attribute `run_settings` ("key = value" lines); not written when
+  /// empty.
   std::string run_settings;
   /// Save only: the first training window of every data-parallel rank at the next step (the
   /// sampler's position, /train/rank_first_window); written as given, one per dp rank.
@@ -118,8 +119,8 @@ struct LoraSettings {
 /// `recorded` when the file predates them. UserError when the file cannot be opened.
 LoraSettings stored_lora_settings(const std::string& path);
 
-/// The `run_settings` record of checkpoint `path` (the trainer's resume settings, train::RunSettings), read on rank
-/// 0 and shared. `readable` is false when the file does not open as HDF5 (the load that
+/// The `run_settings` record of checkpoint `path` (the trainer's train::RunSettings), read
+/// on rank 0 and shared. `readable` is false when the file does not open as HDF5 (the load that
 /// follows reports why); `recorded` is false for a checkpoint written before the record.
 struct StoredRunSettings {
   bool readable = false, recorded = false;

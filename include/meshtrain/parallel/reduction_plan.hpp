@@ -7,7 +7,7 @@
 ///
 /// `reduction_recipe` is the only place these choices are made: the FSDP engine
 /// (parallel/fsdp.cpp) builds its recipes once and interprets them; the planner
-/// (parallel/planner.cpp) sizes its gradient and communication buffers from the same
+/// (plan/planner.cpp) sizes its gradient and communication buffers from the same
 /// recipes, so the two cannot drift apart.
 
 #include <cstddef>

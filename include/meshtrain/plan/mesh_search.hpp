@@ -6,10 +6,10 @@
 /// per step wins, should the overlap be less than predicted; still equal (every strategy on
 /// one rank, where nothing moves), the earlier in the enumeration order -- strategies
 /// no_shard, shard_grad_op, hybrid_shard, full_shard, then meshes by tp and dp_replicate
-/// ascending, checkpointing off before on, smaller micro-batches first. The candidates are every (strategy, dp_replicate x dp_shard x tp,
-/// activation checkpointing, micro-batch) when the mesh is left to the planner
-/// (search_meshes), or every strategy on the configured mesh (rank_strategies); the rule is
-/// the same.
+/// ascending, checkpointing off before on, smaller micro-batches first. The candidates are
+/// every (strategy, dp_replicate x dp_shard x tp, activation checkpointing, micro-batch) when
+/// the mesh is left to the planner (search_meshes), or every strategy on the configured mesh
+/// (rank_strategies); the rule is the same.
 
 #include <string>
 #include <vector>

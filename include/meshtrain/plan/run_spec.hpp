@@ -86,7 +86,9 @@ struct ParallelSpec {
   double memory_headroom = 0.15;
   double collective_timeout = 600;          ///< seconds; 0 = never
   /// How many mesh degrees are left at -1.
-  int free_degrees() const { return (mesh_request.dp_replicate == -1) + (mesh_request.dp_shard == -1) + (mesh_request.tp == -1); }
+  int free_degrees() const {
+    return (mesh_request.dp_replicate == -1) + (mesh_request.dp_shard == -1) + (mesh_request.tp == -1);
+  }
 };
 
 /// plan.*: the cluster `meshtrain plan` plans for instead of this job; each 0 means "this
