@@ -8,7 +8,7 @@
 #include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/checkpoint/weights_path.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"

@@ -9,7 +9,7 @@
 #include "export_dir.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/checkpoint/export.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"

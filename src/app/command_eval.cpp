@@ -24,7 +24,7 @@
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/memory_tokens.hpp"
 #include "meshtrain/data/tokenizer.hpp"

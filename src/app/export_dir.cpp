@@ -13,7 +13,7 @@
 #include <set>
 #include <sstream>
 
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/formats/safetensors.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/json.hpp"
@@ -99,7 +99,7 @@ std::string why_not_an_export(const std::string& dir) {
       return strprintf("it holds '%s', which meshtrain convert does not write", n.c_str());
     if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0 && !ours) {
       try {
-        ours = checkpoint::SafetensorsFile(dir + "/" + n).metadata().count("meshtrain_version") > 0;
+        ours = formats::SafetensorsFile(dir + "/" + n).metadata().count("meshtrain_version") > 0;
       } catch (const UserError&) {
       }
     }

@@ -18,8 +18,9 @@
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/checkpoint/weights_path.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
+#include "meshtrain/formats/safetensors.hpp"
+#include "meshtrain/checkpoint/export.hpp"
 #include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/bf16.hpp"
@@ -257,12 +258,12 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
 
   // What is written: the base weights (merged with their adapters) or the adapters only.
   std::vector<std::size_t> exported;  // spec indices, in parameter order
-  std::vector<SafetensorsEntry> entries;
+  std::vector<formats::SafetensorsEntry> entries;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const model::ParamSpec& p = specs[i];
     if (p.is_lora != peft) continue;
     // PEFT names adapters by their path in PeftModel: base_model.model.<the model's name>.
-    SafetensorsEntry e{peft ? "base_model.model." + p.name : p.name, bf ? "BF16" : "F32", p.shape};
+    formats::SafetensorsEntry e{peft ? "base_model.model." + p.name : p.name, bf ? "BF16" : "F32", p.shape};
     if (format::has_vocab_rows(p, dims)) e.shape[0] = dims.valid_vocab;  // padding rows are not exported
     entries.push_back(e);
     exported.push_back(i);
@@ -307,7 +308,7 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   };
   std::string weight_map;
   for (std::size_t s = 0; s < n_shards; ++s) {
-    std::vector<SafetensorsEntry> shard_entries;
+    std::vector<formats::SafetensorsEntry> shard_entries;
     for (std::size_t i : shards[s]) {
       shard_entries.push_back(entries[i]);
       weight_map += strprintf("%s\n    %s: %s", weight_map.empty() ? "" : ",", json_quote(entries[i].name).c_str(),
@@ -315,7 +316,7 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     }
     const std::string tmp = out_dir + "/" + names[s] + ".tmp";
     temps.paths.push_back(tmp);
-    write_safetensors(tmp, shard_entries, metadata, [&](std::size_t k, std::vector<unsigned char>& out) {
+    formats::write_safetensors(tmp, shard_entries, metadata, [&](std::size_t k, std::vector<unsigned char>& out) {
       const std::size_t spec = exported[shards[s][k]];
       const model::ParamSpec& p = specs[spec];
       std::vector<float> v = read_param(spec, shard_entries[k].shape[0]);

@@ -60,13 +60,13 @@ SafetensorsWeights::SafetensorsWeights(const std::string& path, const std::vecto
   std::string index_path;
   if (fs::is_directory(path, ec)) {
     if (fs::exists(path + "/model.safetensors", ec)) {
-      files_.push_back(std::make_unique<SafetensorsFile>(path + "/model.safetensors"));
+      files_.push_back(std::make_unique<formats::SafetensorsFile>(path + "/model.safetensors"));
     } else if (fs::exists(path + "/model.safetensors.index.json", ec)) {
       index_path = path + "/model.safetensors.index.json";
       for (const std::string& f : index_files(index_path, weight_map)) {
         MESHTRAIN_REQUIRE(fs::exists(path + "/" + f, ec), "%s names the shard %s which does not exist in %s",
                           index_path.c_str(), f.c_str(), path.c_str());
-        files_.push_back(std::make_unique<SafetensorsFile>(path + "/" + f));
+        files_.push_back(std::make_unique<formats::SafetensorsFile>(path + "/" + f));
       }
     } else {
       throw UserError(strprintf("initial weights %s: the directory holds neither model.safetensors nor "
@@ -74,13 +74,13 @@ SafetensorsWeights::SafetensorsWeights(const std::string& path, const std::vecto
                                 path.c_str()));
     }
   } else {
-    files_.push_back(std::make_unique<SafetensorsFile>(path));
+    files_.push_back(std::make_unique<formats::SafetensorsFile>(path));
   }
 
   // Every tensor of every file by name (a name in two shards is ambiguous).
   std::map<std::string, Source> all;
   for (const auto& f : files_)
-    for (const SafetensorsTensor& t : f->tensors()) {
+    for (const formats::SafetensorsTensor& t : f->tensors()) {
       MESHTRAIN_REQUIRE(!all.count(t.name), "initial weights %s: tensor '%s' is in both %s and %s", path.c_str(),
                         t.name.c_str(), all[t.name].file->path().c_str(), f->path().c_str());
       all[t.name] = Source{f.get(), &t, 0};
@@ -110,7 +110,7 @@ SafetensorsWeights::SafetensorsWeights(const std::string& path, const std::vecto
     if (!found && p.is_lora) continue;  // a base model for LoRA fine-tuning: adapters keep their init
     MESHTRAIN_REQUIRE(found, "initial weights %s lack the parameter %s%s", where.c_str(), p.name.c_str(),
                       p.role == "lm_head.weight" ? " (a model with tied embeddings? set model.tie_embeddings=true)" : "");
-    const SafetensorsTensor& t = *found->tensor;
+    const formats::SafetensorsTensor& t = *found->tensor;
     const bool short_vocab = format::has_vocab_rows(p, dims) && t.shape.size() == 2 &&
                              t.shape[0] == dims.valid_vocab && t.shape[1] == p.shape[1];
     MESHTRAIN_REQUIRE(t.shape == p.shape || short_vocab,
@@ -172,7 +172,7 @@ std::string SafetensorsWeights::file_tensor_name(int spec) const {
 void SafetensorsWeights::check_once() const {
   if (!tied_head_.tensor) return;
   const Source& emb = sources_[embedding_spec_];
-  const SafetensorsTensor& h = *tied_head_.tensor;
+  const formats::SafetensorsTensor& h = *tied_head_.tensor;
   MESHTRAIN_REQUIRE(h.shape == emb.tensor->shape,
                     "initial weights: lm_head.weight has shape %s but the embedding %s has %s; with "
                     "model.tie_embeddings=true they must be one tensor",

@@ -9,7 +9,7 @@
 
 #include "format.hpp"
 #include "h5.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
@@ -104,7 +104,7 @@ std::string tokenizer_json_of(const data::BpeConfig& c) {
 
 /// tokenizer_config.json for transformers' PreTrainedTokenizerFast: the special tokens, BOS
 /// handling and the GGUF's chat template.
-std::string tokenizer_config_of(const data::BpeConfig& c, const GgufFile& g) {
+std::string tokenizer_config_of(const data::BpeConfig& c, const formats::GgufFile& g) {
   using nlohmann::ordered_json;
   ordered_json j;
   auto token = [&](std::int32_t id) {
@@ -193,8 +193,8 @@ TokenizerRef source_tokenizer(const std::string& path) {
     return {};
   }
   if (!fs::is_regular_file(src, ec)) return {};
-  if (looks_like_gguf(path)) {
-    const GgufFile g(path);
+  if (formats::looks_like_gguf(path)) {
+    const formats::GgufFile g(path);
     if (!g.has_metadata("tokenizer.ggml.model")) return {};
     return tokenizer_ref_of(*data::make_tokenizer(path));
   }
@@ -297,8 +297,8 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
   if (fs::is_directory(spec, ec)) {
     for (const char* n : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"})
       copy(spec / n, n);
-  } else if (looks_like_gguf(ref.spec)) {
-    const GgufFile g(ref.spec);
+  } else if (formats::looks_like_gguf(ref.spec)) {
+    const formats::GgufFile g(ref.spec);
     if (g.metadata_string("tokenizer.ggml.model", "") != "gpt2") {
       say("the SentencePiece tokenizer of " + ref.spec + " is not exported (meshtrain writes GGUF byte-level BPE "
           "tokenizers only): copy the model's tokenizer.model into the export");

@@ -9,7 +9,7 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "tokenizer_hash.hpp"
@@ -180,7 +180,7 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model
   return std::make_unique<SentencePieceTokenizer>(std::move(sp), name, ids, add_bos);
 }
 
-std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoint::GgufFile& gguf,
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const formats::GgufFile& gguf,
                                                                   const std::string& name) {
   const auto tokens = gguf.metadata_string_array("tokenizer.ggml.tokens");
   const auto scores = gguf.has_metadata("tokenizer.ggml.scores") ? gguf.metadata_float_array("tokenizer.ggml.scores")

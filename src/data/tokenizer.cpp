@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
@@ -90,7 +90,7 @@ namespace {
 std::string read_text(const std::string& path) { return file_io::read_text_file(path, ""); }
 
 std::unique_ptr<Tokenizer> from_gguf(const std::string& path) {
-  const checkpoint::GgufFile gguf(path);
+  const formats::GgufFile gguf(path);
   const std::string model = gguf.metadata_string("tokenizer.ggml.model", "");
   if (model == "gpt2") {
     BpeConfig c = bpe_config_from_gguf(gguf);
@@ -129,7 +129,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     throw UserError(strprintf("directory %s holds neither tokenizer.json nor tokenizer.model; give %s",
                               spec.c_str(), tokenizer_spec_help().c_str()));
   }
-  if (checkpoint::looks_like_gguf(spec)) return from_gguf(spec);
+  if (formats::looks_like_gguf(spec)) return from_gguf(spec);
   const std::string ext = fs::path(spec).extension().string();
   if (ext == ".json") {
     const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
