@@ -153,7 +153,7 @@ std::unique_ptr<data::Tokenizer> open_model_tokenizer(const checkpoint::Tokenize
                                                       const std::string& given, const std::string& fallback,
                                                       const std::string& error) {
   if (!given.empty()) {
-    std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(given);
+    std::unique_ptr<data::Tokenizer> tok = checkpoint::open_tokenizer(given);
     // Another tokenizer's ids mean other text: the loss or the sampled text would be wrong.
     checkpoint::require_same_tokenizer(checkpoint::tokenizer_ref_of(*tok), "--tokenizer " + given, model, model_name);
     return tok;
@@ -168,7 +168,7 @@ std::unique_ptr<data::Tokenizer> open_model_tokenizer(const checkpoint::Tokenize
                            : "it records none: written before checkpoints recorded their tokenizer, or weights "
                              "without tokenizer files",
             fallback == "byte" ? "the byte tokenizer" : fallback.c_str());
-  return data::make_tokenizer(fallback);
+  return checkpoint::open_tokenizer(fallback);
 }
 
 void fit_mesh_to_job(Config& cfg, int world_size) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "meshtrain/app/commands.hpp"
+#include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
@@ -84,7 +85,9 @@ int command_prepare(Runtime& rt, const Args& args) {
   // Rank 0 works; agree_on_errors makes the others wait for it and rethrow its UserError.
   agree_on_errors(rt.world(), [&] {
     if (!root) return;
-    const data::PrepareSummary summary = data::prepare(parsed.options);
+    data::PrepareOptions options = parsed.options;
+    options.open_tokenizer = checkpoint::open_tokenizer;
+    const data::PrepareSummary summary = data::prepare(options);
     std::fputs(data::format_summary(summary).c_str(), stdout);
     std::fflush(stdout);
   });

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/checked_int.hpp"
@@ -79,7 +80,7 @@ int command_tokenize(Runtime& rt, const Args& args) {
   int status = 0;
   agree_on_errors(rt.world(), [&] {
     if (!root) return;
-    const auto tok = data::make_tokenizer(o.tokenizer);
+    const auto tok = checkpoint::open_tokenizer(o.tokenizer);
     if (o.info)
       std::printf("{\"kind\": %s, \"name\": %s, \"vocab_size\": %lld, \"bos_id\": %d, \"eos_id\": %d, "
                   "\"pad_id\": %d, \"eot_id\": %d, \"add_bos\": %s, \"hash\": %s}\n",

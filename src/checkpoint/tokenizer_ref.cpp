@@ -235,7 +235,7 @@ void require_same_tokenizer(const TokenizerRef& given, const std::string& given_
 std::unique_ptr<data::Tokenizer> open_recorded_tokenizer(const TokenizerRef& model, const std::string& model_name) {
   std::unique_ptr<data::Tokenizer> tok;
   try {
-    tok = data::make_tokenizer(model.spec);
+    tok = open_tokenizer(model.spec);
   } catch (const UserError& e) {
     throw UserError(strprintf("%s records %s, which cannot be read now (%s); give the same tokenizer with "
                               "--tokenizer SPEC",
@@ -313,6 +313,26 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
     copy(spec.parent_path() / "tokenizer_config.json", "tokenizer_config.json");
   }
   return out;
+}
+
+std::unique_ptr<data::Tokenizer> open_tokenizer(const std::string& spec) {
+  std::error_code ec;
+  const bool tokenizer_dir = fs::is_directory(spec, ec) && (fs::exists(fs::path(spec) / "tokenizer.json", ec) ||
+                                                            fs::exists(fs::path(spec) / "tokenizer.model", ec));
+  if (spec != "byte" && !tokenizer_dir)
+    if (std::unique_ptr<data::Tokenizer> t = tokenizer_of_checkpoint(spec)) return t;
+  return data::make_tokenizer(spec);
+}
+
+void check_dataset_tokenizer(const data::DatasetMeta& meta, const std::string& dataset_dir,
+                             const std::string& model_source) {
+  if (meta.tokenizer == "random" || meta.tokenizer_kind.empty() || model_source.empty()) return;
+  // A GGUF's or Hugging Face directory's tokenizer, or the one a meshtrain checkpoint records.
+  const TokenizerRef model = source_tokenizer(model_source);
+  if (!model.known()) return;
+  const data::TokenizerIdentity data{meta.tokenizer_kind, meta.vocab_size, meta.tokenizer_hash};
+  data::check_tokenizer_match(data, {model.kind, model.vocab_size, model.hash}, "dataset " + dataset_dir,
+                              "model " + model_source);
 }
 
 }  // namespace meshtrain::checkpoint

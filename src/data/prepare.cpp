@@ -164,7 +164,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   // can make the same tokenizer again.
   std::string spec = o.tokenizer;
   if (spec != "byte" && std::filesystem::exists(spec)) spec = std::filesystem::absolute(spec).lexically_normal().string();
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(spec);
+  const std::unique_ptr<Tokenizer> tok = o.open_tokenizer ? o.open_tokenizer(spec) : make_tokenizer(spec);
   // A special token the format writes must exist: an id of -1 would reach the token file.
   if (tok->add_bos())
     require_special_token(*tok, tok->bos_id(), kBosToken, "prepare puts it before every document");

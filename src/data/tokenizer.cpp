@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
@@ -124,8 +123,6 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
       return make_bpe_tokenizer(std::move(c));
     }
     if (fs::exists(dir / "tokenizer.model")) return make_sentencepiece_tokenizer((dir / "tokenizer.model").string(), config, spec);
-    // A run or checkpoint directory: the tokenizer its checkpoints record.
-    if (std::unique_ptr<Tokenizer> t = checkpoint::tokenizer_of_checkpoint(spec)) return t;
     throw UserError(strprintf("directory %s holds neither tokenizer.json nor tokenizer.model; give %s",
                               spec.c_str(), tokenizer_spec_help().c_str()));
   }
@@ -141,8 +138,6 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
     return make_sentencepiece_tokenizer(spec, fs::exists(cfg) ? read_text(cfg.string()) : "", spec);
   }
-  // A meshtrain checkpoint: the tokenizer it records (its model's).
-  if (std::unique_ptr<Tokenizer> t = checkpoint::tokenizer_of_checkpoint(spec)) return t;
   throw UserError(strprintf("cannot tell what kind of tokenizer %s is; give %s", spec.c_str(),
                             tokenizer_spec_help().c_str()));
 }

@@ -234,7 +234,7 @@ int Trainer<T>::run() {
   }
   if (status == 0 && tc.sample_tokens > 0) {
     // The model's tokenizer (the one the checkpoints record), else the dataset's.
-    auto tok = data::make_tokenizer(tokenizer_.known()                ? tokenizer_.spec
+    auto tok = checkpoint::open_tokenizer(tokenizer_.known()                ? tokenizer_.spec
                                     : data_.meta.tokenizer == "random" ? "byte"
                                                                        : data_.meta.tokenizer);
     const std::string text =
