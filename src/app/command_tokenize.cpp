@@ -15,8 +15,8 @@
 #include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/json.hpp"
 #include "meshtrain/data/tokenizer.hpp"
+#include "meshtrain/formats/json.hpp"
 
 namespace meshtrain::app {
 namespace {
@@ -66,8 +66,6 @@ TokenizeArgs parse_tokenize_args(const Args& args) {
 
 // Bounded (file_io::kMaxTextFileBytes) and regular files only: `tokenize /dev/zero` is an
 // error, not a read that never ends.
-std::string read_file(const std::string& path) { return file_io::read_text_file(path, ""); }
-
 }  // namespace
 
 int command_tokenize(Runtime& rt, const Args& args) {
@@ -82,13 +80,18 @@ int command_tokenize(Runtime& rt, const Args& args) {
     if (!root) return;
     const auto tok = checkpoint::open_tokenizer(o.tokenizer);
     if (o.info)
-      std::printf("{\"kind\": %s, \"name\": %s, \"vocab_size\": %lld, \"bos_id\": %d, \"eos_id\": %d, "
-                  "\"pad_id\": %d, \"eot_id\": %d, \"add_bos\": %s, \"hash\": %s}\n",
-                  json_quote(tok->kind()).c_str(), json_quote(tok->name()).c_str(),
-                  static_cast<long long>(tok->vocab_size()), tok->bos_id(), tok->eos_id(), tok->pad_id(),
-                  tok->eot_id(), tok->add_bos() ? "true" : "false", json_quote(tok->hash()).c_str());
+      std::printf("%s\n", formats::json_text({{"kind", tok->kind()},
+                                              {"name", tok->name()},
+                                              {"vocab_size", tok->vocab_size()},
+                                              {"bos_id", tok->bos_id()},
+                                              {"eos_id", tok->eos_id()},
+                                              {"pad_id", tok->pad_id()},
+                                              {"eot_id", tok->eot_id()},
+                                              {"add_bos", tok->add_bos()},
+                                              {"hash", tok->hash()}})
+                                .c_str());
     for (const std::string& f : o.files) {
-      const std::string text = read_file(f);
+      const std::string text = file_io::read_text_file(f, "");
       if (o.decode) {
         // Each id is checked, not narrowed: 4294967297 must not wrap to id 1. Ids that fit
         // an int32 but lie outside the vocabulary decode to U+FFFD, as decode() documents.

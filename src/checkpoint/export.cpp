@@ -26,7 +26,7 @@
 #include "meshtrain/core/bf16.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/json.hpp"
+#include "meshtrain/formats/json.hpp"
 #include "meshtrain/model/init.hpp"
 
 namespace meshtrain::checkpoint {
@@ -36,25 +36,43 @@ namespace fs = std::filesystem;
 
 /// config.json in the family's Hugging Face format (GPT2Config / LlamaConfig keys).
 std::string hf_config(const model::ModelDims& d, const std::string& torch_dtype) {
-  JsonObject j;
+  formats::Json j;
   if (d.family == model::Family::Gpt2) {
-    j.add_raw("architectures", "[\"GPT2LMHeadModel\"]").add("model_type", "gpt2");
-    j.add("vocab_size", d.valid_vocab).add("n_positions", d.max_seq_len).add("n_ctx", d.max_seq_len);
-    j.add("n_embd", d.d_model).add("n_layer", d.n_layers).add("n_head", d.n_heads);
-    if (d.ffn_dim == 4 * d.d_model) j.add_raw("n_inner", "null");
-    else j.add("n_inner", d.ffn_dim);
-    j.add("activation_function", "gelu_new").add("layer_norm_epsilon", d.norm_eps);
-    j.add("resid_pdrop", 0.0).add("embd_pdrop", 0.0).add("attn_pdrop", 0.0);
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j["model_type"] = "gpt2";
+    j["vocab_size"] = d.valid_vocab;
+    j["n_positions"] = d.max_seq_len;
+    j["n_ctx"] = d.max_seq_len;
+    j["n_embd"] = d.d_model;
+    j["n_layer"] = d.n_layers;
+    j["n_head"] = d.n_heads;
+    j["n_inner"] = d.ffn_dim == 4 * d.d_model ? formats::Json(nullptr) : formats::Json(d.ffn_dim);
+    j["activation_function"] = "gelu_new";
+    j["layer_norm_epsilon"] = d.norm_eps;
+    j["resid_pdrop"] = 0.0;
+    j["embd_pdrop"] = 0.0;
+    j["attn_pdrop"] = 0.0;
   } else {
-    j.add_raw("architectures", "[\"LlamaForCausalLM\"]").add("model_type", "llama");
-    j.add("vocab_size", d.valid_vocab).add("hidden_size", d.d_model).add("intermediate_size", d.ffn_dim);
-    j.add("num_hidden_layers", d.n_layers).add("num_attention_heads", d.n_heads);
-    j.add("num_key_value_heads", d.n_kv_heads).add("head_dim", d.head_dim);
-    j.add("max_position_embeddings", d.max_seq_len).add("rms_norm_eps", d.norm_eps).add("rope_theta", d.rope_theta);
-    j.add("hidden_act", "silu").add("attention_bias", false).add("mlp_bias", false);
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["model_type"] = "llama";
+    j["vocab_size"] = d.valid_vocab;
+    j["hidden_size"] = d.d_model;
+    j["intermediate_size"] = d.ffn_dim;
+    j["num_hidden_layers"] = d.n_layers;
+    j["num_attention_heads"] = d.n_heads;
+    j["num_key_value_heads"] = d.n_kv_heads;
+    j["head_dim"] = d.head_dim;
+    j["max_position_embeddings"] = d.max_seq_len;
+    j["rms_norm_eps"] = d.norm_eps;
+    j["rope_theta"] = d.rope_theta;
+    j["hidden_act"] = "silu";
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
   }
-  j.add("initializer_range", d.init_std).add("tie_word_embeddings", d.tied).add("torch_dtype", torch_dtype);
-  return j.str() + "\n";
+  j["initializer_range"] = d.init_std;
+  j["tie_word_embeddings"] = d.tied;
+  j["torch_dtype"] = torch_dtype;
+  return formats::json_text(j) + "\n";
 }
 
 /// Rows [0, rows) of a float32 dataset (all of its columns) as floats. With `checked` (a
@@ -108,16 +126,19 @@ std::vector<std::string> peft_target_modules(const model::ModelDims& d) {
 
 /// adapter_config.json as PEFT writes it for a LoRA adapter of a causal LM.
 std::string peft_config(const model::ModelDims& d, const std::string& base_model) {
-  std::string targets;
-  for (const std::string& t : peft_target_modules(d)) targets += (targets.empty() ? "" : ", ") + json_quote(t);
-  JsonObject j;
-  j.add("peft_type", "LORA").add("task_type", "CAUSAL_LM").add("r", d.lora_rank).add("lora_alpha", d.lora_alpha);
-  j.add("lora_dropout", 0.0).add_raw("target_modules", "[" + targets + "]").add("bias", "none");
+  formats::Json j;
+  j["peft_type"] = "LORA";
+  j["task_type"] = "CAUSAL_LM";
+  j["r"] = d.lora_rank;
+  j["lora_alpha"] = d.lora_alpha;
+  j["lora_dropout"] = 0.0;
+  j["target_modules"] = peft_target_modules(d);
+  j["bias"] = "none";
   // GPT-2's Conv1D stores (in, out): PEFT transposes B A for it (fan_in_fan_out).
-  j.add("fan_in_fan_out", d.family == model::Family::Gpt2).add("inference_mode", true);
-  if (base_model.empty()) j.add_raw("base_model_name_or_path", "null");
-  else j.add("base_model_name_or_path", base_model);
-  return j.str() + "\n";
+  j["fan_in_fan_out"] = d.family == model::Family::Gpt2;
+  j["inference_mode"] = true;
+  j["base_model_name_or_path"] = base_model.empty() ? formats::Json(nullptr) : formats::Json(base_model);
+  return formats::json_text(j) + "\n";
 }
 
 /// w (the base projection, HF layout) += (alpha/r) B A, accumulated in double and rounded
@@ -306,13 +327,12 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     return read_rows(f.get(), format::dataset_path(format::kModelGroup, specs[spec].name), specs[spec], rows, h5_path,
                      checked);
   };
-  std::string weight_map;
+  formats::Json weight_map = formats::Json::object();
   for (std::size_t s = 0; s < n_shards; ++s) {
     std::vector<formats::SafetensorsEntry> shard_entries;
     for (std::size_t i : shards[s]) {
       shard_entries.push_back(entries[i]);
-      weight_map += strprintf("%s\n    %s: %s", weight_map.empty() ? "" : ",", json_quote(entries[i].name).c_str(),
-                              json_quote(names[s]).c_str());
+      weight_map[entries[i].name] = names[s];
     }
     const std::string tmp = out_dir + "/" + names[s] + ".tmp";
     temps.paths.push_back(tmp);
@@ -344,13 +364,8 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   auto write_text = [&](const std::string& name, const std::string& text) {
     const std::string tmp = out_dir + "/" + name + ".tmp";
     temps.paths.push_back(tmp);
-    std::FILE* out = std::fopen(tmp.c_str(), "w");
-    if (!out) throw file_io::write_error(tmp, errno, text.size());
-    const bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fflush(out) == 0;
-    const int err = errno;
-    const bool closed = std::fclose(out) == 0;
     // A full disk (ENOSPC, EDQUOT, EIO) is an IoError (exit 74), as in `train`.
-    if (!ok || !closed) throw file_io::write_error(tmp, ok ? errno : err, text.size());
+    file_io::write_file(tmp, text);
   };
   if (peft) {
     write_text("adapter_config.json", peft_config(dims, base_model));
@@ -361,8 +376,8 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   }
   if (n_shards > 1) {
     write_text("model.safetensors.index.json",
-               strprintf("{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {%s\n  }\n}\n",
-                         static_cast<unsigned long long>(summary.tensor_bytes), weight_map.c_str()));
+               formats::json_pretty({{"metadata", {{"total_size", summary.tensor_bytes}}}, {"weight_map", weight_map}}) +
+                   "\n");
     names.push_back("model.safetensors.index.json");
   }
   for (const auto& [name, text] : tokenizer_files) {

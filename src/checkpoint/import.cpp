@@ -10,7 +10,7 @@
 #include "format.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/json_parse.hpp"
+#include "meshtrain/formats/json.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {
@@ -29,22 +29,22 @@ bool is_hf_buffer(const std::string& name) {
 /// The files of a sharded directory, from its index (validated against the files later).
 std::vector<std::string> index_files(const std::string& index_path, std::map<std::string, std::string>& weight_map) {
   const std::string text = file_io::read_text_file(index_path, "");
-  json::Value root;
+  formats::Json root;
   try {
-    root = json::parse(text);
+    root = formats::parse_json(text);
   } catch (const std::runtime_error& e) {
     throw UserError(strprintf("%s is not valid JSON: %s", index_path.c_str(), e.what()));
   }
-  const json::Value* wm = root.kind == json::Value::Kind::Object ? root.find("weight_map") : nullptr;
-  MESHTRAIN_REQUIRE(wm && wm->kind == json::Value::Kind::Object,
+  const auto wm = root.is_object() ? root.find("weight_map") : root.end();
+  MESHTRAIN_REQUIRE(wm != root.end() && wm->is_object(),
                     "%s has no \"weight_map\" object (tensor name -> shard file)", index_path.c_str());
   std::vector<std::string> files;
-  for (const auto& [name, file] : wm->members) {
-    MESHTRAIN_REQUIRE(file.kind == json::Value::Kind::String && !file.text.empty() &&
-                          file.text.find('/') == std::string::npos,
+  for (const auto& [name, entry] : wm->items()) {
+    const std::string file = entry.is_string() ? entry.get<std::string>() : "";
+    MESHTRAIN_REQUIRE(!file.empty() && file.find('/') == std::string::npos,
                       "%s: the weight_map entry of '%s' is not a file name", index_path.c_str(), name.c_str());
-    weight_map[name] = file.text;
-    if (std::find(files.begin(), files.end(), file.text) == files.end()) files.push_back(file.text);
+    weight_map[name] = file;
+    if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
   }
   return files;
 }

@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "format.hpp"
@@ -16,14 +15,13 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
+#include "meshtrain/formats/json.hpp"
 #include "tokenizer_attrs.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const fs::path& p) { return file_io::read_text_file(p.string(), ""); }
 
 bool same_identity(const TokenizerRef& a, const TokenizerRef& b) {
   return a.kind == b.kind && a.vocab_size == b.vocab_size && a.hash == b.hash;
@@ -38,7 +36,7 @@ std::string absolute_text(const std::string& path) {
 /// A HF tokenizer.json for a byte-level BPE read from GGUF metadata (the pipeline
 /// bpe_config_from_gguf builds: Split steps, ByteLevel without its regex, ByteLevel decoding).
 std::string tokenizer_json_of(const data::BpeConfig& c) {
-  using nlohmann::ordered_json;
+  using ordered_json = formats::Json;
   ordered_json j;
   j["version"] = "1.0";
   j["truncation"] = nullptr;
@@ -99,13 +97,13 @@ std::string tokenizer_json_of(const data::BpeConfig& c) {
                 {"ignore_merges", c.ignore_merges},
                 {"vocab", vocab},
                 {"merges", merges}};
-  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+  return formats::json_pretty(j) + "\n";
 }
 
 /// tokenizer_config.json for transformers' PreTrainedTokenizerFast: the special tokens, BOS
 /// handling and the GGUF's chat template.
 std::string tokenizer_config_of(const data::BpeConfig& c, const formats::GgufFile& g) {
-  using nlohmann::ordered_json;
+  using ordered_json = formats::Json;
   ordered_json j;
   auto token = [&](std::int32_t id) {
     return id >= 0 && id < static_cast<std::int32_t>(c.vocab.size()) ? ordered_json(c.vocab[static_cast<std::size_t>(id)])
@@ -121,7 +119,7 @@ std::string tokenizer_config_of(const data::BpeConfig& c, const formats::GgufFil
   j["clean_up_tokenization_spaces"] = false;
   const std::string tmpl = g.metadata_string("tokenizer.chat_template", "");
   if (!tmpl.empty()) j["chat_template"] = tmpl;
-  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+  return formats::json_pretty(j) + "\n";
 }
 
 }  // namespace
@@ -292,7 +290,7 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
   std::error_code ec;
   const fs::path spec(ref.spec);
   auto copy = [&](const fs::path& from, const std::string& as) {
-    if (fs::is_regular_file(from, ec)) out.emplace_back(as, read_file(from));
+    if (fs::is_regular_file(from, ec)) out.emplace_back(as, file_io::read_text_file(from.string(), ""));
   };
   if (fs::is_directory(spec, ec)) {
     for (const char* n : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"})

@@ -81,14 +81,7 @@ std::string list_some(const std::vector<std::string>& items, std::size_t max) {
 
 void write_meta_file(const std::string& path, const DatasetMeta& meta) {
   const std::string text = meta_to_json(meta);
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw file_io::write_error(path, errno, text.size());
-  if (std::fwrite(text.data(), 1, text.size(), f) != text.size()) {
-    const int err = errno;
-    std::fclose(f);
-    throw file_io::write_error(path, err, text.size());
-  }
-  file_io::close_durably(f, path, text.size());
+  file_io::write_file(path, text);
 }
 
 void require_special_token(const Tokenizer& tok, std::int32_t id, const char* token, const std::string& need) {

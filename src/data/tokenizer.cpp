@@ -86,8 +86,6 @@ std::string tokenizer_spec_help() {
 
 namespace {
 
-std::string read_text(const std::string& path) { return file_io::read_text_file(path, ""); }
-
 std::unique_ptr<Tokenizer> from_gguf(const std::string& path) {
   const formats::GgufFile gguf(path);
   const std::string model = gguf.metadata_string("tokenizer.ggml.model", "");
@@ -116,7 +114,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
                               spec.c_str(), tokenizer_spec_help().c_str()));
   if (fs::is_directory(spec, ec)) {
     const fs::path dir(spec);
-    const std::string config = fs::exists(dir / "tokenizer_config.json") ? read_text(dir / "tokenizer_config.json") : "";
+    const std::string config = fs::exists(dir / "tokenizer_config.json") ? file_io::read_text_file((dir / "tokenizer_config.json").string(), "") : "";
     if (fs::exists(dir / "tokenizer.json")) {
       BpeConfig c = bpe_config_from_tokenizer_json((dir / "tokenizer.json").string(), config);
       c.name = spec;
@@ -130,13 +128,13 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   const std::string ext = fs::path(spec).extension().string();
   if (ext == ".json") {
     const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
-    BpeConfig c = bpe_config_from_tokenizer_json(spec, fs::exists(cfg) ? read_text(cfg.string()) : "");
+    BpeConfig c = bpe_config_from_tokenizer_json(spec, fs::exists(cfg) ? file_io::read_text_file(cfg.string(), "") : "");
     c.name = spec;
     return make_bpe_tokenizer(std::move(c));
   }
   if (ext == ".model") {
     const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
-    return make_sentencepiece_tokenizer(spec, fs::exists(cfg) ? read_text(cfg.string()) : "", spec);
+    return make_sentencepiece_tokenizer(spec, fs::exists(cfg) ? file_io::read_text_file(cfg.string(), "") : "", spec);
   }
   throw UserError(strprintf("cannot tell what kind of tokenizer %s is; give %s", spec.c_str(),
                             tokenizer_spec_help().c_str()));

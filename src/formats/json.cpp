@@ -55,4 +55,6 @@ bool json_uint(const Json& v, std::uint64_t& out) {
 
 std::string json_text(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
+std::string json_pretty(const Json& v) { return v.dump(2, ' ', false, Json::error_handler_t::replace); }
+
 }  // namespace meshtrain::formats

@@ -41,6 +41,10 @@ void replace_file(const std::string& path, const std::string& text, fault::Point
 /// of the three fails -- the one copy of "the data is on disk" for stdio writers.
 void close_durably(std::FILE* f, const std::string& path, std::uint64_t bytes_needed = 0);
 
+/// \brief Writes `text` to `path` (created or truncated, not atomically: for files inside a
+/// directory that is renamed into place whole) and close_durably's it; write_error on failure.
+void write_file(const std::string& path, const std::string& text);
+
 /// Writes all of `data` to `fd` at its offset (retrying short writes and EINTR); 0 or the errno.
 int write_all(int fd, const char* data, std::size_t n);
 

@@ -31,7 +31,12 @@ std::string json_error_text(const nlohmann::json::exception& e);
 /// `v` as a non-negative integer: true when it is a JSON integer >= 0 (within 64 bits).
 bool json_uint(const Json& v, std::uint64_t& out);
 
-/// The compact text of `v` (dump(); invalid UTF-8 in a string is replaced by U+FFFD).
+/// The compact text of `v` (dump(); invalid UTF-8 in a string is replaced by U+FFFD): one
+/// line, for records read by programs (metrics.jsonl, run.json, summary.json).
 std::string json_text(const Json& v);
+
+/// The same indented by two spaces, one member a line, for files people read too
+/// (meta.json, bench results, tokenizer files).
+std::string json_pretty(const Json& v);
 
 }  // namespace meshtrain::formats
