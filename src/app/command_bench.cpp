@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "command_options.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/bench.hpp"
@@ -125,19 +126,12 @@ BenchArgs parse_bench_args(const Args& args) {
       ("seconds", po::value<double>(&a.seconds)->default_value(a.seconds), "gemm/memory: seconds per size")
       ("csv", po::value<std::string>(&a.csv), "also write the results as CSV (rank 0)")
       ("json", po::value<std::string>(&a.json), "also write the results as JSON (rank 0)");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(own).options(desc).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(strprintf("%s; run `meshtrain bench --help` for the options", e.what()));
-  }
-  if (vm.count("help")) {
-    std::ostringstream os;
-    os << kUsage << desc << "\nmesh keys: --parallel.tp, --parallel.dp_shard, --parallel.dp_replicate, "
-       << "--parallel.backend (auto | mpi | nccl)\n";
+  const OwnOptions own_options = parse_own_options("bench", kUsage, desc, own, nullptr,
+                                              "\nmesh keys: --parallel.tp, --parallel.dp_shard, --parallel.dp_replicate, "
+                                              "--parallel.backend (auto | mpi | nccl)\n");
+  if (own_options.help) {
     a.help = true;
-    a.help_text = os.str();
+    a.help_text = own_options.help_text;
     return a;
   }
   a.ops = split_list(ops == "all" ? "all_gather,reduce_scatter,all_reduce,broadcast" : ops);

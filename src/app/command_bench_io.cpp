@@ -21,7 +21,7 @@
 #include <optional>
 #include <vector>
 
-#include "checkpoint_session.hpp"
+#include "command_options.hpp"
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/comm/agree.hpp"
@@ -32,6 +32,7 @@
 #include "meshtrain/formats/json.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/train/session.hpp"
 
 namespace meshtrain::app {
 namespace {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "command_options.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/comm/agree.hpp"
@@ -51,23 +52,16 @@ PrepareArgs parse_prepare_args(const Args& args) {
        "llama2 | alpaca")
       ("system", po::value<std::string>(&o.system),
        "alpaca/chat: system message for examples that have none (default: the template's own, if any)");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(strprintf("%s; run `meshtrain prepare --help` for the options", e.what()));
-  }
-  if (vm.count("help")) {
-    std::ostringstream os;
-    os << "usage: meshtrain prepare [--format text|alpaca|chat] --input PATH... --output DIR [--tokenizer SPEC]\n"
-          "                         [--seq_len N] [--chat_template auto|chatml|llama3|llama2|alpaca] [--system TEXT]\n"
-          "                         [--val_fraction F]\n\n"
-       << desc;
-    out.help = true;
-    out.help_text = os.str();
-    return out;
-  }
+  const OwnOptions parsed = parse_own_options(
+      "prepare",
+      "usage: meshtrain prepare [--format text|alpaca|chat] --input PATH... --output DIR [--tokenizer SPEC]\n"
+      "                         [--seq_len N] [--chat_template auto|chatml|llama3|llama2|alpaca] [--system TEXT]\n"
+      "                         [--val_fraction F]\n\n",
+      desc, args);
+  out.help = parsed.help;
+  out.help_text = parsed.help_text;
+  if (out.help) return out;
+  const po::variables_map& vm = parsed.vm;
   MESHTRAIN_REQUIRE(vm.count("input"), "--input is required: text files and/or directories to prepare");
   MESHTRAIN_REQUIRE(vm.count("output"), "--output is required: the dataset directory to write");
   return out;

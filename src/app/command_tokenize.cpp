@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "meshtrain/checkpoint/tokenizer_ref.hpp"
+#include "command_options.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/checked_int.hpp"
@@ -45,21 +46,14 @@ TokenizeArgs parse_tokenize_args(const Args& args) {
       ("input", po::value<std::vector<std::string>>(&o.files)->multitoken(), "text files (also positional)");
   po::positional_options_description pos;
   pos.add("input", -1);
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(strprintf("%s; run `meshtrain tokenize --help` for the options", e.what()));
-  }
-  if (vm.count("help")) {
-    std::ostringstream os;
-    os << "usage: meshtrain tokenize --tokenizer SPEC [--info] [--roundtrip | --decode] FILE...\n"
-          "prints one line per file: its token ids separated by spaces (no BOS/EOS added)\n\n"
-       << desc;
-    o.help = true;
-    o.help_text = os.str();
-  }
+  const OwnOptions parsed = parse_own_options("tokenize",
+                                              "usage: meshtrain tokenize --tokenizer SPEC [--info] [--roundtrip | "
+                                              "--decode] FILE...\n"
+                                              "prints one line per file: its token ids separated by spaces (no "
+                                              "BOS/EOS added)\n\n",
+                                              desc, args, &pos);
+  o.help = parsed.help;
+  o.help_text = parsed.help_text;
   MESHTRAIN_REQUIRE(o.help || o.info || !o.files.empty(), "give text files to tokenize, or --info");
   return o;
 }

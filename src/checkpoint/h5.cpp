@@ -27,9 +27,7 @@ Handle mpio_fapl(MPI_Comm comm) {
   H5_CHECK(H5Pset_all_coll_metadata_ops(fapl.get(), true));
   // Metadata writes are not collective: HDF5 then splits the dirty metadata among the
   // ranks and each writes its share independently, instead of one collective (two-phase)
-  // MPI_File_write_at_all. Measured with `meshtrain bench io` (37 MiB, 4 ranks over TCP,
-  // five paired runs): metadata-and-commit time median 0.36-0.50 s vs 0.46-0.83 s, lower
-  // in every pair (perf/results/bench_save/NOTE.md).
+  // MPI_File_write_at_all, which measured slower (perf/notes.md, "Checkpoint metadata").
   H5_CHECK(H5Pset_coll_metadata_write(fapl.get(), false));
   H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V110));
   // Tensors of 1 MiB and more start on 1 MiB boundaries: parallel file systems stripe in

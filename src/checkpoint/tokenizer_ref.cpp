@@ -97,7 +97,7 @@ std::string tokenizer_json_of(const data::BpeConfig& c) {
                 {"ignore_merges", c.ignore_merges},
                 {"vocab", vocab},
                 {"merges", merges}};
-  return formats::json_pretty(j) + "\n";
+  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";  // as before, byte for byte
 }
 
 /// tokenizer_config.json for transformers' PreTrainedTokenizerFast: the special tokens, BOS
@@ -119,7 +119,7 @@ std::string tokenizer_config_of(const data::BpeConfig& c, const formats::GgufFil
   j["clean_up_tokenization_spaces"] = false;
   const std::string tmpl = g.metadata_string("tokenizer.chat_template", "");
   if (!tmpl.empty()) j["chat_template"] = tmpl;
-  return formats::json_pretty(j) + "\n";
+  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";  // as before, byte for byte
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "meshtrain/formats/json.hpp"
 
+#include <cmath>
 #include <set>
 #include <stdexcept>
 #include <vector>
@@ -53,8 +54,37 @@ bool json_uint(const Json& v, std::uint64_t& out) {
   return true;
 }
 
-std::string json_text(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
+namespace {
 
-std::string json_pretty(const Json& v) { return v.dump(2, ' ', false, Json::error_handler_t::replace); }
+/// `v` with every whole-valued double below 2^53 as an integer: the text %.17g gave them
+/// (a step count or a byte total reads as 4096, not 4096.0), the same value to any reader.
+Json whole_numbers_as_integers(const Json& v) {
+  if (v.is_number_float()) {
+    const double x = v.get<double>();
+    const bool whole = std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 9007199254740992.0;
+    return whole ? Json(static_cast<std::int64_t>(x)) : v;
+  }
+  if (v.is_array()) {
+    Json out = Json::array();
+    for (const Json& e : v) out.push_back(whole_numbers_as_integers(e));
+    return out;
+  }
+  if (v.is_object()) {
+    Json out = Json::object();
+    for (const auto& [k, e] : v.items()) out[k] = whole_numbers_as_integers(e);
+    return out;
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string json_text(const Json& v) {
+  return whole_numbers_as_integers(v).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string json_pretty(const Json& v) {
+  return whole_numbers_as_integers(v).dump(2, ' ', false, Json::error_handler_t::replace);
+}
 
 }  // namespace meshtrain::formats

@@ -97,7 +97,8 @@ TEST(Json, RecordsAreCompactAndRoundTrip) {
   j["host"] = "n\"1\"";
   j["ok"] = true;
   EXPECT_EQ(formats::json_text(j),
-            R"({"step":3,"loss":0.1,"tokens":4096.0,"val_loss":null,"grad_norm":null,"host":"n\"1\"","ok":true})");
+            R"({"step":3,"loss":0.1,"tokens":4096,"val_loss":null,"grad_norm":null,"host":"n\"1\"","ok":true})");
+  EXPECT_EQ(formats::json_text(Json{{"x", 1e300}, {"y", -2.5}, {"z", {0.5, 3.0}}}), R"({"x":1e+300,"y":-2.5,"z":[0.5,3]})");
   const double tricky = 0.30000000000000004;
   EXPECT_EQ(formats::parse_json(formats::json_text(Json{{"x", tricky}}))["x"].get<double>(), tricky);
   EXPECT_EQ(formats::json_pretty(Json{{"a", {1, 2}}, {"b", Json::array()}}), "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": []\n}");

@@ -3,9 +3,10 @@
 /// members in file order (`ordered_json`), so what meshtrain writes lists its keys in the
 /// order the code adds them and what it reads can be walked in file order.
 ///
-/// Writing: build an `ordered_json` and `dump()` it -- compact (no spaces), numbers as the
-/// shortest text that reads back to the same double (a NaN or an infinity is written as
-/// null, since JSON has neither), strings escaped.
+/// Writing: build an `ordered_json` and write it with json_text or json_pretty -- numbers as
+/// the shortest text that reads back to the same double, a whole-valued double as an
+/// integer (4096, as printf's %.17g wrote it, not 4096.0), a NaN or an infinity as null
+/// (JSON has neither), strings escaped.
 
 #include <cstdint>
 #include <string>
@@ -31,12 +32,12 @@ std::string json_error_text(const nlohmann::json::exception& e);
 /// `v` as a non-negative integer: true when it is a JSON integer >= 0 (within 64 bits).
 bool json_uint(const Json& v, std::uint64_t& out);
 
-/// The compact text of `v` (dump(); invalid UTF-8 in a string is replaced by U+FFFD): one
-/// line, for records read by programs (metrics.jsonl, run.json, summary.json).
+/// The compact text of `v` (one line, no spaces; invalid UTF-8 in a string is replaced by
+/// U+FFFD), for records read by programs (metrics.jsonl, run.json, summary.json, headers).
 std::string json_text(const Json& v);
 
 /// The same indented by two spaces, one member a line, for files people read too
-/// (meta.json, bench results, tokenizer files).
+/// (meta.json, bench results).
 std::string json_pretty(const Json& v);
 
 }  // namespace meshtrain::formats
