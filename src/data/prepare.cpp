@@ -79,6 +79,28 @@ std::string list_some(const std::vector<std::string>& items, std::size_t max) {
 
 }  // namespace
 
+DatasetMeta meta_of(const PrepareSummary& s, double val_fraction, const char* val_split) {
+  DatasetMeta meta;
+  meta.tokenizer = s.tokenizer;
+  meta.tokenizer_kind = s.tokenizer_kind;
+  meta.tokenizer_hash = s.tokenizer_hash;
+  meta.vocab_size = s.vocab_size;
+  meta.eot_id = s.eot_id;
+  meta.bos_id = s.bos_id;
+  meta.eos_id = s.eos_id;
+  meta.pad_id = s.pad_id;
+  meta.add_bos = s.add_bos;
+  meta.train_tokens = s.train_tokens;
+  meta.val_tokens = s.val_tokens;
+  meta.val_fraction = val_fraction;
+  meta.val_split = val_split;
+  meta.bytes = s.bytes;
+  meta.source_files = s.files;
+  meta.train_entropy_bits = s.train_entropy_bits;
+  meta.meshtrain_version = MESHTRAIN_VERSION;
+  return meta;
+}
+
 void write_meta_file(const std::string& path, const DatasetMeta& meta) {
   const std::string text = meta_to_json(meta);
   file_io::write_file(path, text);
@@ -210,24 +232,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   s.train_entropy_bits = unigram_entropy_bits(counts);
   s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
 
-  DatasetMeta meta;
-  meta.tokenizer = s.tokenizer;
-  meta.tokenizer_kind = s.tokenizer_kind;
-  meta.tokenizer_hash = s.tokenizer_hash;
-  meta.vocab_size = s.vocab_size;
-  meta.eot_id = s.eot_id;
-  meta.bos_id = s.bos_id;
-  meta.eos_id = s.eos_id;
-  meta.pad_id = s.pad_id;
-  meta.add_bos = s.add_bos;
-  meta.train_tokens = s.train_tokens;
-  meta.val_tokens = s.val_tokens;
-  meta.val_fraction = o.val_fraction;
-  meta.val_split = kValSplitRule;
-  meta.bytes = s.bytes;
-  meta.source_files = s.files;
-  meta.train_entropy_bits = s.train_entropy_bits;
-  meta.meshtrain_version = MESHTRAIN_VERSION;
+  const DatasetMeta meta = meta_of(s, o.val_fraction, kValSplitRule);
   write_meta_file(meta_tmp, meta);
   out.commit();
   return s;

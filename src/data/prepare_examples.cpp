@@ -147,24 +147,7 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   s.train_entropy_bits = unigram_entropy_bits(counts);
   s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
 
-  DatasetMeta meta;
-  meta.tokenizer = s.tokenizer;
-  meta.tokenizer_kind = s.tokenizer_kind;
-  meta.tokenizer_hash = s.tokenizer_hash;
-  meta.vocab_size = s.vocab_size;
-  meta.eot_id = s.eot_id;
-  meta.bos_id = s.bos_id;
-  meta.eos_id = s.eos_id;
-  meta.pad_id = s.pad_id;
-  meta.add_bos = s.add_bos;
-  meta.train_tokens = s.train_tokens;
-  meta.val_tokens = s.val_tokens;
-  meta.val_fraction = o.val_fraction;
-  meta.val_split = kExampleSplitRule;
-  meta.bytes = s.bytes;
-  meta.source_files = s.files;
-  meta.train_entropy_bits = s.train_entropy_bits;
-  meta.meshtrain_version = MESHTRAIN_VERSION;
+  DatasetMeta meta = meta_of(s, o.val_fraction, kExampleSplitRule);
   meta.data_format = s.format;
   meta.row_tokens = R;
   meta.chat_template = s.chat_template;

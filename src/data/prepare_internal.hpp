@@ -14,6 +14,10 @@ namespace meshtrain::data {
 /// Writes meta.json text to `path` (a staged *.tmp), flushed and fsynced.
 void write_meta_file(const std::string& path, const DatasetMeta& meta);
 
+/// The meta.json of what prepare wrote (`s`) with its split rule: every dataset's keys; the
+/// instruction/chat keys (row_tokens, examples, ...) are the caller's.
+DatasetMeta meta_of(const PrepareSummary& s, double val_fraction, const char* val_split);
+
 /// The `token` of require_special_token that names the BOS (its message differs).
 inline constexpr const char kBosToken[] = "BOS token";
 
