@@ -75,13 +75,7 @@ ConvertArgs parse_convert_args(const Args& args) {
 
 int command_convert(Runtime& rt, const Args& args) {
   const ConvertArgs parsed = parse_convert_args(args);
-  const bool root = rt.topology().world_rank == 0;
-  if (parsed.help) {
-    if (root) std::fputs(parsed.help_text.c_str(), stdout);
-    return 0;
-  }
-  agree_on_errors(rt.world(), [&] {
-    if (!root) return;
+  return run_on_rank0(rt, parsed.help, parsed.help_text, [&] {
     std::error_code ec;
     std::string input = parsed.input;
     if (std::filesystem::is_directory(input, ec)) {
@@ -107,8 +101,8 @@ int command_convert(Runtime& rt, const Args& args) {
                 join(s.files, ", ").c_str(), dt, dt > 0 ? s.tensor_bytes / dt / 1e9 : 0.0);
     if (!s.tokenizer_note.empty()) std::printf("convert: %s\n", s.tokenizer_note.c_str());
     std::fflush(stdout);
+    return 0;
   });
-  return 0;
 }
 
 }  // namespace meshtrain::app

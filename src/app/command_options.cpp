@@ -1,8 +1,10 @@
 #include "command_options.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
+#include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/log.hpp"
@@ -65,6 +67,19 @@ CommandArgs parse_command_args(const std::string& command, const std::string& us
     out.config.help_text = os.str();
   }
   return out;
+}
+
+int run_on_rank0(Runtime& rt, bool help, const std::string& help_text, const std::function<int()>& work) {
+  const bool root = rt.topology().world_rank == 0;
+  if (help) {
+    if (root) std::fputs(help_text.c_str(), stdout);
+    return 0;
+  }
+  int status = 0;
+  agree_on_errors(rt.world(), [&] {
+    if (root) status = work();
+  });
+  return status;
 }
 
 void configure_run_logging(const Runtime& rt, const Config& cfg) {

@@ -3,6 +3,7 @@
 // one) and setting up logging from the configuration.
 
 #include <boost/program_options.hpp>
+#include <functional>
 #include <string>
 
 #include "meshtrain/app/commands.hpp"
@@ -34,6 +35,12 @@ struct CommandArgs {
 };
 CommandArgs parse_command_args(const std::string& command, const std::string& usage,
                                const boost::program_options::options_description& own, const Args& args);
+
+/// \brief The frame of a command whose work is serial (prepare, tokenize, convert): with
+/// `help`, rank 0 prints `help_text`; else `work` runs on rank 0 while the other ranks wait,
+/// and a UserError it throws is thrown on every rank alike (agree_on_errors). Returns the
+/// exit status `work` returned on rank 0, 0 on the others.
+int run_on_rank0(Runtime& rt, bool help, const std::string& help_text, const std::function<int()>& work);
 
 /// Configures logging from output.log_level / output.log_all_ranks and the watchdog timeout.
 void configure_run_logging(const Runtime& rt, const Config& cfg);

@@ -71,21 +71,14 @@ PrepareArgs parse_prepare_args(const Args& args) {
 
 int command_prepare(Runtime& rt, const Args& args) {
   const PrepareArgs parsed = parse_prepare_args(args);
-  const bool root = rt.topology().world_rank == 0;
-  if (parsed.help) {
-    if (root) std::fputs(parsed.help_text.c_str(), stdout);
-    return 0;
-  }
-  // Rank 0 works; agree_on_errors makes the others wait for it and rethrow its UserError.
-  agree_on_errors(rt.world(), [&] {
-    if (!root) return;
+  return run_on_rank0(rt, parsed.help, parsed.help_text, [&] {
     data::PrepareOptions options = parsed.options;
     options.open_tokenizer = checkpoint::open_tokenizer;
     const data::PrepareSummary summary = data::prepare(options);
     std::fputs(data::format_summary(summary).c_str(), stdout);
     std::fflush(stdout);
+    return 0;
   });
-  return 0;
 }
 
 }  // namespace meshtrain::app

@@ -64,14 +64,8 @@ TokenizeArgs parse_tokenize_args(const Args& args) {
 
 int command_tokenize(Runtime& rt, const Args& args) {
   const TokenizeArgs o = parse_tokenize_args(args);
-  const bool root = rt.topology().world_rank == 0;
-  if (o.help) {
-    if (root) std::fputs(o.help_text.c_str(), stdout);
-    return 0;
-  }
-  int status = 0;
-  agree_on_errors(rt.world(), [&] {
-    if (!root) return;
+  return run_on_rank0(rt, o.help, o.help_text, [&] {
+    int status = 0;
     const auto tok = checkpoint::open_tokenizer(o.tokenizer);
     if (o.info)
       std::printf("%s\n", formats::json_text({{"kind", tok->kind()},
@@ -133,8 +127,8 @@ int command_tokenize(Runtime& rt, const Args& args) {
       std::fwrite(line.data(), 1, line.size(), stdout);
     }
     std::fflush(stdout);
+    return status;
   });
-  return status;
 }
 
 }  // namespace meshtrain::app
