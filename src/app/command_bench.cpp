@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "command_options.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/bench.hpp"
@@ -21,7 +22,8 @@
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
-#include "meshtrain/core/json.hpp"
+#include "meshtrain/core/file_io.hpp"
+#include "meshtrain/formats/json.hpp"
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/kernels/elementwise.hpp"
@@ -124,19 +126,12 @@ BenchArgs parse_bench_args(const Args& args) {
       ("seconds", po::value<double>(&a.seconds)->default_value(a.seconds), "gemm/memory: seconds per size")
       ("csv", po::value<std::string>(&a.csv), "also write the results as CSV (rank 0)")
       ("json", po::value<std::string>(&a.json), "also write the results as JSON (rank 0)");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(own).options(desc).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(strprintf("%s; run `meshtrain bench --help` for the options", e.what()));
-  }
-  if (vm.count("help")) {
-    std::ostringstream os;
-    os << kUsage << desc << "\nmesh keys: --parallel.tp, --parallel.dp_shard, --parallel.dp_replicate, "
-       << "--parallel.backend (auto | mpi | nccl)\n";
+  const OwnOptions own_options = parse_own_options("bench", kUsage, desc, own, nullptr,
+                                              "\nmesh keys: --parallel.tp, --parallel.dp_shard, --parallel.dp_replicate, "
+                                              "--parallel.backend (auto | mpi | nccl)\n");
+  if (own_options.help) {
     a.help = true;
-    a.help_text = os.str();
+    a.help_text = own_options.help_text;
     return a;
   }
   a.ops = split_list(ops == "all" ? "all_gather,reduce_scatter,all_reduce,broadcast" : ops);
@@ -165,14 +160,6 @@ Spread spread(const MpiComm& world, double v) {
   s.sum = all_reduce_value(world, v, ReduceOp::Sum);
   s.avg = s.sum / world.size();
   return s;
-}
-
-/// Writes `text` to `path` on rank 0 (UserError when it cannot).
-void write_file(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  MESHTRAIN_REQUIRE(f != nullptr, "cannot write '%s'", path.c_str());
-  std::fputs(text.c_str(), f);
-  std::fclose(f);
 }
 
 // ---- sizes bounded by memory ----------------------------------------------------------------
@@ -247,7 +234,7 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   std::string csv =
       "op,group,group_ranks,world_ranks,mesh,backend,dtype,bytes,count,time_min_s,time_avg_s,time_max_s,"
       "algbw_bytes_per_s,busbw_bytes_per_s,bus_factor,wrong,copy_bytes_per_s\n";
-  std::vector<std::string> rows_json;
+  formats::Json rows_json = formats::Json::array();
   std::vector<std::string> csv_rows;
   long total_wrong = 0;
   struct Last {
@@ -283,11 +270,18 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
                                    a.group.c_str(), n, world.size(), shape.dp_replicate, shape.dp_shard, shape.tp,
                                    comm->backend(), a.dtype.c_str(), static_cast<unsigned long long>(r.bytes), count,
                                    tmin.min, tavg.avg, t, algbw, busbw, bus_factor(kind, n), w));
-      JsonObject j;
-      j.add("op", op_name).add("bytes", static_cast<std::uint64_t>(r.bytes)).add("count", static_cast<std::uint64_t>(count))
-          .add("time_min_s", tmin.min).add("time_avg_s", tavg.avg).add("time_max_s", t).add("algbw_bytes_per_s", algbw)
-          .add("busbw_bytes_per_s", busbw).add("bus_factor", bus_factor(kind, n)).add("wrong", static_cast<std::int64_t>(w));
-      rows_json.push_back(j.str());
+      formats::Json j;
+      j["op"] = op_name;
+      j["bytes"] = static_cast<std::uint64_t>(r.bytes);
+      j["count"] = static_cast<std::uint64_t>(count);
+      j["time_min_s"] = tmin.min;
+      j["time_avg_s"] = tavg.avg;
+      j["time_max_s"] = t;
+      j["algbw_bytes_per_s"] = algbw;
+      j["busbw_bytes_per_s"] = busbw;
+      j["bus_factor"] = bus_factor(kind, n);
+      j["wrong"] = static_cast<std::int64_t>(w);
+      rows_json.push_back(j);
       if (bytes > hi / 2) largest.push_back({op_name, busbw, r.bytes});
     }
   }
@@ -305,21 +299,28 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
     std::printf("# wrong results: %ld%s\n", total_wrong, total_wrong ? "  FAILED" : "  (all data checked)");
     if (!a.csv.empty()) {
       for (const std::string& row : csv_rows) csv += row + strprintf("%.6g\n", copy.min);
-      write_file(a.csv, csv);
+      file_io::write_file(a.csv, csv);
     }
     if (!a.json.empty()) {
-      JsonObject j;
-      j.add("benchmark", "comm").add("group", a.group).add("group_ranks", n).add("world_ranks", world.size())
-          .add("mesh", strprintf("%dx%dx%d", shape.dp_replicate, shape.dp_shard, shape.tp)).add("backend", comm->backend())
-          .add("mpi_all_reduce", std::string(comm->backend()) == "mpi" ? describe(mpi_all_reduce_algorithm()) : "")
-          .add("dtype", a.dtype).add("warmup", a.warmup).add("iters", a.iters).add("in_step", a.in_step)
-          .add("threads_per_rank", Kokkos::DefaultExecutionSpace().concurrency())
-          .add("copy_bytes_per_s_min", copy.min).add("copy_bytes_per_s_avg", copy.avg)
-          .add("copy_bytes_per_s_sum", copy.sum).add("wrong", static_cast<std::int64_t>(total_wrong));
-      std::string arr = "[";
-      for (std::size_t i = 0; i < rows_json.size(); ++i) arr += (i ? ",\n  " : "\n  ") + rows_json[i];
-      j.add_raw("results", arr + "\n]");
-      write_file(a.json, j.str() + "\n");
+      formats::Json j;
+      j["benchmark"] = "comm";
+      j["group"] = a.group;
+      j["group_ranks"] = n;
+      j["world_ranks"] = world.size();
+      j["mesh"] = strprintf("%dx%dx%d", shape.dp_replicate, shape.dp_shard, shape.tp);
+      j["backend"] = comm->backend();
+      j["mpi_all_reduce"] = std::string(comm->backend()) == "mpi" ? describe(mpi_all_reduce_algorithm()) : "";
+      j["dtype"] = a.dtype;
+      j["warmup"] = a.warmup;
+      j["iters"] = a.iters;
+      j["in_step"] = a.in_step;
+      j["threads_per_rank"] = Kokkos::DefaultExecutionSpace().concurrency();
+      j["copy_bytes_per_s_min"] = copy.min;
+      j["copy_bytes_per_s_avg"] = copy.avg;
+      j["copy_bytes_per_s_sum"] = copy.sum;
+      j["wrong"] = static_cast<std::int64_t>(total_wrong);
+      j["results"] = rows_json;
+      file_io::write_file(a.json, formats::json_pretty(j) + "\n");
     }
   }
   return total_wrong == 0 ? 0 : 1;
@@ -372,7 +373,7 @@ int bench_gemm(Runtime& rt, const BenchArgs& a) {
     std::printf("#%21s %12s %12s %12s %12s\n", "m x n x k", "best_min", "best_max", "mean_avg", "sum_best");
   }
   std::string csv = "m,n,k,dtype,transpose,ranks,threads_per_rank,best_flops_min,best_flops_max,mean_flops_avg,best_flops_sum\n";
-  std::string arr = "[";
+  formats::Json results = formats::Json::array();
   for (const std::string& item : split_list(a.sizes)) {
     const GemmShape g = parse_gemm_shape(item);
     const linalg::Op oa = a.transpose[0] == 't' ? linalg::Op::T : linalg::Op::N;
@@ -386,18 +387,27 @@ int bench_gemm(Runtime& rt, const BenchArgs& a) {
     }
     csv += strprintf("%d,%d,%d,%s,%s,%d,%d,%.6g,%.6g,%.6g,%.6g\n", g.m, g.n, g.k, a.dtype.c_str(), a.transpose.c_str(),
                      world.size(), Kokkos::DefaultExecutionSpace().concurrency(), b.min, b.max, m.avg, b.sum);
-    JsonObject j;
-    j.add("m", g.m).add("n", g.n).add("k", g.k).add("dtype", a.dtype).add("transpose", a.transpose)
-        .add("ranks", world.size()).add("best_flops_min", b.min).add("best_flops_max", b.max)
-        .add("mean_flops_avg", m.avg).add("best_flops_sum", b.sum);
-    arr += (arr.size() > 1 ? ",\n  " : "\n  ") + j.str();
+    formats::Json j;
+    j["m"] = g.m;
+    j["n"] = g.n;
+    j["k"] = g.k;
+    j["dtype"] = a.dtype;
+    j["transpose"] = a.transpose;
+    j["ranks"] = world.size();
+    j["best_flops_min"] = b.min;
+    j["best_flops_max"] = b.max;
+    j["mean_flops_avg"] = m.avg;
+    j["best_flops_sum"] = b.sum;
+    results.push_back(j);
   }
-  if (root && !a.csv.empty()) write_file(a.csv, csv);
+  if (root && !a.csv.empty()) file_io::write_file(a.csv, csv);
   if (root && !a.json.empty()) {
-    JsonObject j;
-    j.add("benchmark", "gemm").add("threads_per_rank", Kokkos::DefaultExecutionSpace().concurrency())
-        .add("backend", linalg::gemm_backend_name()).add_raw("results", arr + "\n]");
-    write_file(a.json, j.str() + "\n");
+    formats::Json j;
+    j["benchmark"] = "gemm";
+    j["threads_per_rank"] = Kokkos::DefaultExecutionSpace().concurrency();
+    j["backend"] = linalg::gemm_backend_name();
+    j["results"] = results;
+    file_io::write_file(a.json, formats::json_pretty(j) + "\n");
   }
   return 0;
 }
@@ -420,7 +430,7 @@ int bench_memory(Runtime& rt, const BenchArgs& a) {
     std::printf("#%13s %12s %12s %12s %12s\n", "size(B)", "min(GB/s)", "avg(GB/s)", "max(GB/s)", "sum(GB/s)");
   }
   std::string csv = "bytes,ranks,threads_per_rank,copy_min,copy_avg,copy_max,copy_sum\n";
-  std::string arr = "[";
+  formats::Json results = formats::Json::array();
   for (const std::string& item : split_list(a.sizes)) {
     const std::uint64_t bytes = parse_bytes("--sizes", item);
     MESHTRAIN_REQUIRE(bytes >= 4096, "--sizes entry '%s' is below 4 KiB", item.c_str());
@@ -432,17 +442,22 @@ int bench_memory(Runtime& rt, const BenchArgs& a) {
     }
     csv += strprintf("%llu,%d,%d,%.6g,%.6g,%.6g,%.6g\n", static_cast<unsigned long long>(bytes), world.size(),
                      Kokkos::DefaultExecutionSpace().concurrency(), s.min, s.avg, s.max, s.sum);
-    JsonObject j;
-    j.add("bytes", bytes).add("ranks", world.size()).add("copy_bytes_per_s_min", s.min).add("copy_bytes_per_s_avg", s.avg)
-        .add("copy_bytes_per_s_max", s.max).add("copy_bytes_per_s_sum", s.sum);
-    arr += (arr.size() > 1 ? ",\n  " : "\n  ") + j.str();
+    formats::Json j;
+    j["bytes"] = bytes;
+    j["ranks"] = world.size();
+    j["copy_bytes_per_s_min"] = s.min;
+    j["copy_bytes_per_s_avg"] = s.avg;
+    j["copy_bytes_per_s_max"] = s.max;
+    j["copy_bytes_per_s_sum"] = s.sum;
+    results.push_back(j);
   }
-  if (root && !a.csv.empty()) write_file(a.csv, csv);
+  if (root && !a.csv.empty()) file_io::write_file(a.csv, csv);
   if (root && !a.json.empty()) {
-    JsonObject j;
-    j.add("benchmark", "memory").add("threads_per_rank", Kokkos::DefaultExecutionSpace().concurrency())
-        .add_raw("results", arr + "\n]");
-    write_file(a.json, j.str() + "\n");
+    formats::Json j;
+    j["benchmark"] = "memory";
+    j["threads_per_rank"] = Kokkos::DefaultExecutionSpace().concurrency();
+    j["results"] = results;
+    file_io::write_file(a.json, formats::json_pretty(j) + "\n");
   }
   return 0;
 }

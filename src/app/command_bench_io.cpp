@@ -21,7 +21,7 @@
 #include <optional>
 #include <vector>
 
-#include "checkpoint_session.hpp"
+#include "command_options.hpp"
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/train/checkpoint_meta.hpp"
@@ -30,9 +30,10 @@
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
-#include "meshtrain/core/json.hpp"
+#include "meshtrain/formats/json.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/train/session.hpp"
 
 namespace meshtrain::app {
 namespace {
@@ -185,24 +186,38 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
       std::printf("bound: file system (%.3f GB/s; one node, no network); the save reaches %.0f%% of it\n", fsc.gbps(),
                   pct(fsc.gbps()));
     if (!o.json.empty()) {
-      std::string arr = "[";
+      formats::Json saves_json = formats::Json::array();
       for (const auto& s : saves) {
-        JsonObject j;
-        j.add("seconds", s.seconds).add("data_seconds", s.data_seconds).add("checksum_seconds", s.checksum_seconds)
-            .add("bytes", s.bytes)
-            .add("writer_ranks", s.writer_ranks).add("writer_nodes", s.writer_nodes);
-        arr += (arr.size() > 1 ? ", " : "") + j.str();
+        formats::Json j;
+        j["seconds"] = s.seconds;
+        j["data_seconds"] = s.data_seconds;
+        j["checksum_seconds"] = s.checksum_seconds;
+        j["bytes"] = s.bytes;
+        j["writer_ranks"] = s.writer_ranks;
+        j["writer_nodes"] = s.writer_nodes;
+        saves_json.push_back(j);
       }
-      JsonObject j;
-      j.add("benchmark", "io").add("ranks", world.size()).add("nodes", rt.topology().num_nodes)
-          .add("mesh", setup.mesh.str()).add("save_bytes", best->bytes).add("save_seconds", best->seconds)
-          .add("save_gbps", best->gbps()).add("file_system_bytes", fsc.bytes).add("file_system_seconds", fsc.seconds)
-          .add("file_system_gbps", fsc.gbps()).add("bound", fs_bound ? "file_system" : "network")
-          .add_raw("saves", arr + "]");
-      if (net) j.add("network_bytes", net->bytes).add("network_seconds", net->seconds).add("network_gbps", net->gbps());
+      formats::Json j;
+      j["benchmark"] = "io";
+      j["ranks"] = world.size();
+      j["nodes"] = rt.topology().num_nodes;
+      j["mesh"] = setup.mesh.str();
+      j["save_bytes"] = best->bytes;
+      j["save_seconds"] = best->seconds;
+      j["save_gbps"] = best->gbps();
+      j["file_system_bytes"] = fsc.bytes;
+      j["file_system_seconds"] = fsc.seconds;
+      j["file_system_gbps"] = fsc.gbps();
+      j["bound"] = fs_bound ? "file_system" : "network";
+      j["saves"] = saves_json;
+      if (net) {
+        j["network_bytes"] = net->bytes;
+        j["network_seconds"] = net->seconds;
+        j["network_gbps"] = net->gbps();
+      }
       std::FILE* f = std::fopen(o.json.c_str(), "w");
       if (f) {
-        std::fputs((j.str() + "\n").c_str(), f);
+        std::fputs((formats::json_pretty(j) + "\n").c_str(), f);
         std::fclose(f);
       } else {
         log::warn("cannot write %s: %s", o.json.c_str(), std::strerror(errno));

@@ -7,9 +7,10 @@
 #include <sstream>
 
 #include "export_dir.hpp"
+#include "command_options.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/checkpoint/export.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
@@ -48,26 +49,19 @@ ConvertArgs parse_convert_args(const Args& args) {
       ("base_model", po::value<std::string>(&out.options.base_model),
        "LoRA checkpoint without --merge_lora: the base_model_name_or_path written into adapter_config.json "
        "(default: the path of the checkpoint's base weights)");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(strprintf("%s; run `meshtrain convert --help` for the options", e.what()));
-  }
-  if (vm.count("help")) {
-    std::ostringstream os;
-    os << "usage: meshtrain convert --input CHECKPOINT --output DIR [--dtype fp32|bf16] [--max_shard_size 2GiB]\n"
-       << "                         [--merge_lora] [--base_model NAME]\n\n"
-       << "Converts a meshtrain HDF5 checkpoint into a Hugging Face model directory. A LoRA checkpoint becomes\n"
-       << "a PEFT adapter (adapter_model.safetensors + adapter_config.json), or with --merge_lora the full\n"
-       << "model with the adapters merged in. To start training from safetensors weights, set\n"
-       << "checkpoint.init_from=PATH in `meshtrain train`.\n\n"
-       << desc;
-    out.help = true;
-    out.help_text = os.str();
-    return out;
-  }
+  const OwnOptions parsed = parse_own_options(
+      "convert",
+      "usage: meshtrain convert --input CHECKPOINT --output DIR [--dtype fp32|bf16] [--max_shard_size 2GiB]\n"
+      "                         [--merge_lora] [--base_model NAME]\n\n"
+      "Converts a meshtrain HDF5 checkpoint into a Hugging Face model directory. A LoRA checkpoint becomes\n"
+      "a PEFT adapter (adapter_model.safetensors + adapter_config.json), or with --merge_lora the full\n"
+      "model with the adapters merged in. To start training from safetensors weights, set\n"
+      "checkpoint.init_from=PATH in `meshtrain train`.\n\n",
+      desc, args);
+  out.help = parsed.help;
+  out.help_text = parsed.help_text;
+  if (out.help) return out;
+  const po::variables_map& vm = parsed.vm;
   MESHTRAIN_REQUIRE(vm.count("input"), "--input is required: an HDF5 checkpoint or a checkpoint directory");
   MESHTRAIN_REQUIRE(vm.count("output"), "--output is required: the model directory to write");
   MESHTRAIN_REQUIRE(out.options.dtype == "fp32" || out.options.dtype == "bf16",
@@ -81,13 +75,7 @@ ConvertArgs parse_convert_args(const Args& args) {
 
 int command_convert(Runtime& rt, const Args& args) {
   const ConvertArgs parsed = parse_convert_args(args);
-  const bool root = rt.topology().world_rank == 0;
-  if (parsed.help) {
-    if (root) std::fputs(parsed.help_text.c_str(), stdout);
-    return 0;
-  }
-  agree_on_errors(rt.world(), [&] {
-    if (!root) return;
+  return run_on_rank0(rt, parsed.help, parsed.help_text, [&] {
     std::error_code ec;
     std::string input = parsed.input;
     if (std::filesystem::is_directory(input, ec)) {
@@ -113,8 +101,8 @@ int command_convert(Runtime& rt, const Args& args) {
                 join(s.files, ", ").c_str(), dt, dt > 0 ? s.tensor_bytes / dt / 1e9 : 0.0);
     if (!s.tokenizer_note.empty()) std::printf("convert: %s\n", s.tokenizer_note.c_str());
     std::fflush(stdout);
+    return 0;
   });
-  return 0;
 }
 
 }  // namespace meshtrain::app

@@ -14,17 +14,17 @@
 #include <fstream>
 #include <sstream>
 
-#include "checkpoint_session.hpp"
+#include "model_weights.hpp"
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/memory.hpp"
-#include "meshtrain/core/json.hpp"
+#include "meshtrain/formats/json.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/memory_tokens.hpp"
 #include "meshtrain/data/tokenizer.hpp"
@@ -159,12 +159,16 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
                 where.c_str(), tokens, static_cast<long long>(windows), setup.batch.seq_len, loss, std::exp(loss),
                 weights.load_seconds, seconds, setup.mesh.str().c_str());
     if (o.json) {
-      JsonObject j;
-      j.add("checkpoint", weights.path).add("step", weights.step).add("split", o.text.empty() ? o.split : "text")
-          .add("tokens", tokens)
-          .add("windows", static_cast<double>(windows)).add("loss", loss)
-          .add("perplexity", std::exp(loss)).add("world_size", rt.topology().world_size);
-      std::printf("%s\n", j.str().c_str());
+      formats::Json j;
+      j["checkpoint"] = weights.path;
+      j["step"] = weights.step;
+      j["split"] = o.text.empty() ? o.split : "text";
+      j["tokens"] = tokens;
+      j["windows"] = static_cast<double>(windows);
+      j["loss"] = loss;
+      j["perplexity"] = std::exp(loss);
+      j["world_size"] = rt.topology().world_size;
+      std::printf("%s\n", formats::json_text(j).c_str());
     }
     std::fflush(stdout);
   }

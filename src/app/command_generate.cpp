@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint_session.hpp"
+#include "model_weights.hpp"
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/app/source_model_config.hpp"
 #include "meshtrain/comm/agree.hpp"

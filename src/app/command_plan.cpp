@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint_session.hpp"
+#include "command_options.hpp"
+#include "meshtrain/model/param_spec.hpp"
 
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/app/run_spec_resolve.hpp"

@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include "command_options.hpp"
 #include "meshtrain/app/commands.hpp"
+#include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
@@ -54,24 +56,17 @@ PrepareArgs parse_prepare_args(const Args& args) {
        "pack several examples (alpaca/chat) or documents (text, with --seq_len) into each row (first-fit "
        "decreasing) and write train.docs/val.docs; training then masks attention, positions and loss per example "
        "(doc/data.md, \"Packed rows\")");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(strprintf("%s; run `meshtrain prepare --help` for the options", e.what()));
-  }
-  if (vm.count("help")) {
-    std::ostringstream os;
-    os << "usage: meshtrain prepare [--format text|alpaca|chat] --input PATH... --output DIR [--tokenizer SPEC]\n"
-          "                         [--seq_len N] [--chat_template auto|chatml|llama3|llama2|alpaca] [--system TEXT]\n"
-          "                         [--pack]\n"
-          "                         [--val_fraction F]\n\n"
-       << desc;
-    out.help = true;
-    out.help_text = os.str();
-    return out;
-  }
+  const OwnOptions parsed = parse_own_options(
+      "prepare",
+      "usage: meshtrain prepare [--format text|alpaca|chat] --input PATH... --output DIR [--tokenizer SPEC]\n"
+      "                         [--seq_len N] [--chat_template auto|chatml|llama3|llama2|alpaca] [--system TEXT]\n"
+      "                         [--pack]\n"
+      "                         [--val_fraction F]\n\n",
+      desc, args);
+  out.help = parsed.help;
+  out.help_text = parsed.help_text;
+  if (out.help) return out;
+  const po::variables_map& vm = parsed.vm;
   MESHTRAIN_REQUIRE(vm.count("input"), "--input is required: text files and/or directories to prepare");
   MESHTRAIN_REQUIRE(vm.count("output"), "--output is required: the dataset directory to write");
   return out;
@@ -81,19 +76,14 @@ PrepareArgs parse_prepare_args(const Args& args) {
 
 int command_prepare(Runtime& rt, const Args& args) {
   const PrepareArgs parsed = parse_prepare_args(args);
-  const bool root = rt.topology().world_rank == 0;
-  if (parsed.help) {
-    if (root) std::fputs(parsed.help_text.c_str(), stdout);
-    return 0;
-  }
-  // Rank 0 works; agree_on_errors makes the others wait for it and rethrow its UserError.
-  agree_on_errors(rt.world(), [&] {
-    if (!root) return;
-    const data::PrepareSummary summary = data::prepare(parsed.options);
+  return run_on_rank0(rt, parsed.help, parsed.help_text, [&] {
+    data::PrepareOptions options = parsed.options;
+    options.open_tokenizer = checkpoint::open_tokenizer;
+    const data::PrepareSummary summary = data::prepare(options);
     std::fputs(data::format_summary(summary).c_str(), stdout);
     std::fflush(stdout);
+    return 0;
   });
-  return 0;
 }
 
 }  // namespace meshtrain::app

@@ -9,13 +9,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "meshtrain/checkpoint/tokenizer_ref.hpp"
+#include "command_options.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/json.hpp"
 #include "meshtrain/data/tokenizer.hpp"
+#include "meshtrain/formats/json.hpp"
 
 namespace meshtrain::app {
 namespace {
@@ -44,50 +46,40 @@ TokenizeArgs parse_tokenize_args(const Args& args) {
       ("input", po::value<std::vector<std::string>>(&o.files)->multitoken(), "text files (also positional)");
   po::positional_options_description pos;
   pos.add("input", -1);
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(strprintf("%s; run `meshtrain tokenize --help` for the options", e.what()));
-  }
-  if (vm.count("help")) {
-    std::ostringstream os;
-    os << "usage: meshtrain tokenize --tokenizer SPEC [--info] [--roundtrip | --decode] FILE...\n"
-          "prints one line per file: its token ids separated by spaces (no BOS/EOS added)\n\n"
-       << desc;
-    o.help = true;
-    o.help_text = os.str();
-  }
+  const OwnOptions parsed = parse_own_options("tokenize",
+                                              "usage: meshtrain tokenize --tokenizer SPEC [--info] [--roundtrip | "
+                                              "--decode] FILE...\n"
+                                              "prints one line per file: its token ids separated by spaces (no "
+                                              "BOS/EOS added)\n\n",
+                                              desc, args, &pos);
+  o.help = parsed.help;
+  o.help_text = parsed.help_text;
   MESHTRAIN_REQUIRE(o.help || o.info || !o.files.empty(), "give text files to tokenize, or --info");
   return o;
 }
 
 // Bounded (file_io::kMaxTextFileBytes) and regular files only: `tokenize /dev/zero` is an
 // error, not a read that never ends.
-std::string read_file(const std::string& path) { return file_io::read_text_file(path, ""); }
-
 }  // namespace
 
 int command_tokenize(Runtime& rt, const Args& args) {
   const TokenizeArgs o = parse_tokenize_args(args);
-  const bool root = rt.topology().world_rank == 0;
-  if (o.help) {
-    if (root) std::fputs(o.help_text.c_str(), stdout);
-    return 0;
-  }
-  int status = 0;
-  agree_on_errors(rt.world(), [&] {
-    if (!root) return;
-    const auto tok = data::make_tokenizer(o.tokenizer);
+  return run_on_rank0(rt, o.help, o.help_text, [&] {
+    int status = 0;
+    const auto tok = checkpoint::open_tokenizer(o.tokenizer);
     if (o.info)
-      std::printf("{\"kind\": %s, \"name\": %s, \"vocab_size\": %lld, \"bos_id\": %d, \"eos_id\": %d, "
-                  "\"pad_id\": %d, \"eot_id\": %d, \"add_bos\": %s, \"hash\": %s}\n",
-                  json_quote(tok->kind()).c_str(), json_quote(tok->name()).c_str(),
-                  static_cast<long long>(tok->vocab_size()), tok->bos_id(), tok->eos_id(), tok->pad_id(),
-                  tok->eot_id(), tok->add_bos() ? "true" : "false", json_quote(tok->hash()).c_str());
+      std::printf("%s\n", formats::json_text({{"kind", tok->kind()},
+                                              {"name", tok->name()},
+                                              {"vocab_size", tok->vocab_size()},
+                                              {"bos_id", tok->bos_id()},
+                                              {"eos_id", tok->eos_id()},
+                                              {"pad_id", tok->pad_id()},
+                                              {"eot_id", tok->eot_id()},
+                                              {"add_bos", tok->add_bos()},
+                                              {"hash", tok->hash()}})
+                                .c_str());
     for (const std::string& f : o.files) {
-      const std::string text = read_file(f);
+      const std::string text = file_io::read_text_file(f, "");
       if (o.decode) {
         // Each id is checked, not narrowed: 4294967297 must not wrap to id 1. Ids that fit
         // an int32 but lie outside the vocabulary decode to U+FFFD, as decode() documents.
@@ -135,8 +127,8 @@ int command_tokenize(Runtime& rt, const Args& args) {
       std::fwrite(line.data(), 1, line.size(), stdout);
     }
     std::fflush(stdout);
+    return status;
   });
-  return status;
 }
 
 }  // namespace meshtrain::app

@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "checkpoint_session.hpp"
+#include "command_options.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/app/run_spec_resolve.hpp"
 #include "meshtrain/app/source_model_config.hpp"

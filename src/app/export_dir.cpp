@@ -8,17 +8,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
 
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/formats/safetensors.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/json.hpp"
-#include "meshtrain/core/json_parse.hpp"
 #include "meshtrain/core/signal_cleanup.hpp"
+#include "meshtrain/formats/json.hpp"
 
 namespace meshtrain::app {
 namespace fs = std::filesystem;
@@ -77,16 +74,14 @@ std::string why_not_an_export(const std::string& dir) {
   std::error_code ec;
   const auto not_a_file = [&](const std::string& n) { return !fs::is_regular_file(fs::symlink_status(dir + "/" + n, ec)); };
   if (std::find(names.begin(), names.end(), kExportManifest) != names.end()) {
-    std::ifstream in(dir + "/" + kExportManifest);
-    std::stringstream text;
-    text << in.rdbuf();
     std::set<std::string> listed = {kExportManifest};
     try {
-      const json::Value v = json::parse(text.str());
-      const json::Value* files = v.find("files");
-      if (!v.find("meshtrain_export") || !files || files->kind != json::Value::Kind::Array)
+      const formats::Json v = formats::parse_json(file_io::read_text_file(dir + "/" + kExportManifest, "export manifest"));
+      const auto files = v.is_object() ? v.find("files") : v.end();
+      if (!v.is_object() || !v.contains("meshtrain_export") || files == v.end() || !files->is_array())
         return strprintf("its %s is not one meshtrain wrote", kExportManifest);
-      for (const json::Value& f : files->items) listed.insert(f.text);
+      for (const formats::Json& f : *files)
+        if (f.is_string()) listed.insert(f.get<std::string>());
     } catch (const std::exception& e) {
       return strprintf("its %s is damaged (%s)", kExportManifest, e.what());
     }
@@ -103,7 +98,7 @@ std::string why_not_an_export(const std::string& dir) {
       return strprintf("it holds '%s', which meshtrain convert does not write", n.c_str());
     if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0 && !ours) {
       try {
-        ours = checkpoint::SafetensorsFile(dir + "/" + n).metadata().count("meshtrain_version") > 0;
+        ours = formats::SafetensorsFile(dir + "/" + n).metadata().count("meshtrain_version") > 0;
       } catch (const UserError&) {
       }
     }
@@ -150,11 +145,8 @@ void write_export_dir(const std::string& out_dir_given, const std::function<Expo
   const ExportWritten written = write(staging.dir);
   // What is in the staging directory, not what the writer says it wrote: a later convert
   // may replace exactly these files, whatever an export comes to hold.
-  std::string listed;
-  for (const std::string& f : entries_of(staging.dir)) listed += (listed.empty() ? "" : ", ") + json_quote(f);
-  JsonObject manifest;
-  manifest.add("meshtrain_export", 1).add("step", written.step).add_raw("files", "[" + listed + "]");
-  file_io::replace_file(staging.dir + "/" + kExportManifest, manifest.str() + "\n");
+  const formats::Json manifest = {{"meshtrain_export", 1}, {"step", written.step}, {"files", entries_of(staging.dir)}};
+  file_io::replace_file(staging.dir + "/" + kExportManifest, formats::json_text(manifest) + "\n");
   file_io::fsync_path(staging.dir);
 
   if (!replace) {

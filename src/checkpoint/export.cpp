@@ -2,6 +2,7 @@
 // A LoRA checkpoint becomes a PEFT adapter (adapter_model.safetensors + adapter_config.json)
 // or, with merge_lora, a full model whose projections hold W + (alpha/r) B A.
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -18,14 +19,16 @@
 #include "meshtrain/build_config.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/checkpoint/weights_path.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
+#include "meshtrain/formats/safetensors.hpp"
+#include "meshtrain/checkpoint/export.hpp"
 #include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/bf16.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/json.hpp"
+#include "meshtrain/formats/json.hpp"
+#include "meshtrain/formats/le_bytes.hpp"
 #include "meshtrain/model/init.hpp"
 
 namespace meshtrain::checkpoint {
@@ -35,25 +38,43 @@ namespace fs = std::filesystem;
 
 /// config.json in the family's Hugging Face format (GPT2Config / LlamaConfig keys).
 std::string hf_config(const model::ModelDims& d, const std::string& torch_dtype) {
-  JsonObject j;
+  formats::Json j;
   if (d.family == model::Family::Gpt2) {
-    j.add_raw("architectures", "[\"GPT2LMHeadModel\"]").add("model_type", "gpt2");
-    j.add("vocab_size", d.valid_vocab).add("n_positions", d.max_seq_len).add("n_ctx", d.max_seq_len);
-    j.add("n_embd", d.d_model).add("n_layer", d.n_layers).add("n_head", d.n_heads);
-    if (d.ffn_dim == 4 * d.d_model) j.add_raw("n_inner", "null");
-    else j.add("n_inner", d.ffn_dim);
-    j.add("activation_function", "gelu_new").add("layer_norm_epsilon", d.norm_eps);
-    j.add("resid_pdrop", 0.0).add("embd_pdrop", 0.0).add("attn_pdrop", 0.0);
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j["model_type"] = "gpt2";
+    j["vocab_size"] = d.valid_vocab;
+    j["n_positions"] = d.max_seq_len;
+    j["n_ctx"] = d.max_seq_len;
+    j["n_embd"] = d.d_model;
+    j["n_layer"] = d.n_layers;
+    j["n_head"] = d.n_heads;
+    j["n_inner"] = d.ffn_dim == 4 * d.d_model ? formats::Json(nullptr) : formats::Json(d.ffn_dim);
+    j["activation_function"] = "gelu_new";
+    j["layer_norm_epsilon"] = d.norm_eps;
+    j["resid_pdrop"] = 0.0;
+    j["embd_pdrop"] = 0.0;
+    j["attn_pdrop"] = 0.0;
   } else {
-    j.add_raw("architectures", "[\"LlamaForCausalLM\"]").add("model_type", "llama");
-    j.add("vocab_size", d.valid_vocab).add("hidden_size", d.d_model).add("intermediate_size", d.ffn_dim);
-    j.add("num_hidden_layers", d.n_layers).add("num_attention_heads", d.n_heads);
-    j.add("num_key_value_heads", d.n_kv_heads).add("head_dim", d.head_dim);
-    j.add("max_position_embeddings", d.max_seq_len).add("rms_norm_eps", d.norm_eps).add("rope_theta", d.rope_theta);
-    j.add("hidden_act", "silu").add("attention_bias", false).add("mlp_bias", false);
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["model_type"] = "llama";
+    j["vocab_size"] = d.valid_vocab;
+    j["hidden_size"] = d.d_model;
+    j["intermediate_size"] = d.ffn_dim;
+    j["num_hidden_layers"] = d.n_layers;
+    j["num_attention_heads"] = d.n_heads;
+    j["num_key_value_heads"] = d.n_kv_heads;
+    j["head_dim"] = d.head_dim;
+    j["max_position_embeddings"] = d.max_seq_len;
+    j["rms_norm_eps"] = d.norm_eps;
+    j["rope_theta"] = d.rope_theta;
+    j["hidden_act"] = "silu";
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
   }
-  j.add("initializer_range", d.init_std).add("tie_word_embeddings", d.tied).add("torch_dtype", torch_dtype);
-  return j.str() + "\n";
+  j["initializer_range"] = d.init_std;
+  j["tie_word_embeddings"] = d.tied;
+  j["torch_dtype"] = torch_dtype;
+  return formats::json_text(j) + "\n";
 }
 
 /// Rows [0, rows) of a float32 dataset (all of its columns) as floats. With `checked` (a
@@ -107,16 +128,19 @@ std::vector<std::string> peft_target_modules(const model::ModelDims& d) {
 
 /// adapter_config.json as PEFT writes it for a LoRA adapter of a causal LM.
 std::string peft_config(const model::ModelDims& d, const std::string& base_model) {
-  std::string targets;
-  for (const std::string& t : peft_target_modules(d)) targets += (targets.empty() ? "" : ", ") + json_quote(t);
-  JsonObject j;
-  j.add("peft_type", "LORA").add("task_type", "CAUSAL_LM").add("r", d.lora_rank).add("lora_alpha", d.lora_alpha);
-  j.add("lora_dropout", 0.0).add_raw("target_modules", "[" + targets + "]").add("bias", "none");
+  formats::Json j;
+  j["peft_type"] = "LORA";
+  j["task_type"] = "CAUSAL_LM";
+  j["r"] = d.lora_rank;
+  j["lora_alpha"] = d.lora_alpha;
+  j["lora_dropout"] = 0.0;
+  j["target_modules"] = peft_target_modules(d);
+  j["bias"] = "none";
   // GPT-2's Conv1D stores (in, out): PEFT transposes B A for it (fan_in_fan_out).
-  j.add("fan_in_fan_out", d.family == model::Family::Gpt2).add("inference_mode", true);
-  if (base_model.empty()) j.add_raw("base_model_name_or_path", "null");
-  else j.add("base_model_name_or_path", base_model);
-  return j.str() + "\n";
+  j["fan_in_fan_out"] = d.family == model::Family::Gpt2;
+  j["inference_mode"] = true;
+  j["base_model_name_or_path"] = base_model.empty() ? formats::Json(nullptr) : formats::Json(base_model);
+  return formats::json_text(j) + "\n";
 }
 
 /// w (the base projection, HF layout) += (alpha/r) B A, accumulated in double and rounded
@@ -211,89 +235,147 @@ class BaseWeights {
   std::unique_ptr<ImportedWeights> imported_;
 };
 
+namespace {
+
+/// What a checkpoint brings to an export, read and checked before anything is written.
+struct ExportSource {
+  model::ModelDims dims;
+  std::vector<model::ParamSpec> specs;  ///< every parameter of the model (tp = 1)
+  std::optional<BaseRef> base_ref;      ///< a LoRA checkpoint's frozen base (adapters-only files)
+  std::string base_model;               ///< PEFT's base_model_name_or_path
+  int step = 0;
+  bool peft = false;                    ///< adapters only, as a PEFT adapter
+  std::string kind;                     ///< model | peft_adapter | merged_lora
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;  ///< name, text
+  std::string tokenizer_note;
+};
+
+ExportSource read_export_source(const std::string& h5_path, const ExportOptions& opt) {
+  format::validate(h5_path, {}, {false, nullptr});
+  ExportSource src;
+  src.base_model = opt.base_model;
+  {
+    h5::QuietErrors quiet;
+    h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
+    src.dims = format::read_model_dims(f.get(), h5_path);
+    // A LoRA checkpoint holds its adapters only; the base is a reference (doc/checkpoints.md).
+    src.base_ref = read_base_ref(f.get());
+    src.step = static_cast<int>(h5::read_int_attr(f.get(), "step").value_or(0));
+    // PEFT's base model: the weights the adapters were trained on.
+    if (src.base_model.empty())
+      src.base_model = src.base_ref && !src.base_ref->path.empty() ? src.base_ref->path : recorded_init_from(f.get());
+  }
+  const bool lora = src.dims.lora_rank > 0;
+  MESHTRAIN_REQUIRE(lora || !opt.merge_lora,
+                    "--merge_lora: checkpoint %s has no LoRA adapters (its run had model.lora_rank=0); drop "
+                    "--merge_lora",
+                    h5_path.c_str());
+  src.peft = lora && !opt.merge_lora;
+  src.kind = !lora ? "model" : src.peft ? "peft_adapter" : "merged_lora";
+  src.specs = model::build_param_specs(src.dims, 1);
+  // An adapters-only checkpoint holds the trainable parameters; the rest is its base.
+  std::vector<model::ParamSpec> stored;
+  for (const model::ParamSpec& p : src.specs)
+    if (!src.base_ref || !p.frozen) stored.push_back(p);
+  format::validate(h5_path, stored, {false, nullptr});
+  // The model's tokenizer goes with it (HF readers load it from the same directory); read
+  // before anything is written, so a tokenizer that moved fails fast.
+  src.tokenizer_files = hf_tokenizer_files(stored_tokenizer(h5_path), "checkpoint " + h5_path, &src.tokenizer_note);
+  return src;
+}
+
+/// The tensors an export writes, in parameter order: the base weights (merged with their
+/// adapters) or, for a PEFT adapter, the adapters only.
+struct ExportTensors {
+  std::vector<formats::SafetensorsEntry> entries;
+  std::vector<std::size_t> spec_of;  ///< entries[i] holds specs[spec_of[i]]
+  std::uint64_t bytes = 0;
+};
+
+ExportTensors export_tensors(const ExportSource& src, bool bf) {
+  ExportTensors t;
+  for (std::size_t i = 0; i < src.specs.size(); ++i) {
+    const model::ParamSpec& p = src.specs[i];
+    if (p.is_lora != src.peft) continue;
+    // PEFT names adapters by their path in PeftModel: base_model.model.<the model's name>.
+    formats::SafetensorsEntry e{src.peft ? "base_model.model." + p.name : p.name, bf ? "BF16" : "F32", p.shape};
+    if (format::has_vocab_rows(p, src.dims)) e.shape[0] = src.dims.valid_vocab;  // padding rows are not exported
+    t.entries.push_back(e);
+    t.spec_of.push_back(i);
+    t.bytes += e.bytes();
+  }
+  return t;
+}
+
+/// Which entries go to which file: greedy in parameter order, a new shard when the next
+/// tensor would overflow `max_bytes`. A PEFT adapter is always one file (PEFT reads no index).
+struct Shards {
+  std::vector<std::vector<std::size_t>> entries;  ///< per file, indices into ExportTensors::entries
+  std::vector<std::string> names;
+};
+
+Shards shard_tensors(const std::vector<formats::SafetensorsEntry>& entries, std::uint64_t max_bytes, bool peft) {
+  Shards s;
+  s.entries.emplace_back();
+  std::uint64_t in_shard = 0;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (!peft && !s.entries.back().empty() && in_shard + entries[i].bytes() > max_bytes) {
+      s.entries.emplace_back();
+      in_shard = 0;
+    }
+    s.entries.back().push_back(i);
+    in_shard += entries[i].bytes();
+  }
+  const std::size_t n = s.entries.size();
+  for (std::size_t k = 0; k < n; ++k)
+    s.names.push_back(peft     ? "adapter_model.safetensors"
+                      : n == 1 ? "model.safetensors"
+                               : strprintf("model-%05zu-of-%05zu.safetensors", k + 1, n));
+  return s;
+}
+
+/// fp32 values as the little-endian bytes of a safetensors F32 or BF16 tensor.
+void encode_tensor(const std::vector<float>& v, bool bf, std::vector<unsigned char>& out) {
+  if (bf) {
+    out.resize(v.size() * 2);
+    for (std::size_t i = 0; i < v.size(); ++i) formats::store_le16(out.data() + 2 * i, bf16::from_float(v[i]));
+  } else {
+    out.resize(v.size() * 4);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &v[i], 4);
+      formats::store_le32(out.data() + 4 * i, bits);
+    }
+  }
+}
+
+}  // namespace
+
 ExportSummary export_safetensors(const std::string& h5_path, const std::string& out_dir, const ExportOptions& opt) {
   MESHTRAIN_REQUIRE(opt.dtype == "fp32" || opt.dtype == "bf16", "--dtype must be fp32 or bf16, not '%s'",
                     opt.dtype.c_str());
   MESHTRAIN_REQUIRE(opt.max_shard_bytes > 0, "--max_shard_size must be positive");
   const bool bf = opt.dtype == "bf16";
 
-  format::validate(h5_path, {}, {false, nullptr});
-  model::ModelDims dims;
-  ExportSummary summary;
-  std::string base_model = opt.base_model;
-  std::optional<BaseRef> base_ref;
-  {
-    h5::QuietErrors quiet;
-    h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
-    dims = format::read_model_dims(f.get(), h5_path);
-    // A LoRA checkpoint holds its adapters only; the base is a reference (doc/checkpoints.md).
-    base_ref = read_base_ref(f.get());
-    summary.step = static_cast<int>(h5::read_int_attr(f.get(), "step").value_or(0));
-    // PEFT's base model: the weights the adapters were trained on.
-    if (base_model.empty()) base_model = base_ref && !base_ref->path.empty() ? base_ref->path : recorded_init_from(f.get());
-  }
-  const bool lora = dims.lora_rank > 0;
-  MESHTRAIN_REQUIRE(lora || !opt.merge_lora,
-                    "--merge_lora: checkpoint %s has no LoRA adapters (its run had model.lora_rank=0); drop "
-                    "--merge_lora",
-                    h5_path.c_str());
-  const bool peft = lora && !opt.merge_lora;
-  summary.kind = !lora ? "model" : peft ? "peft_adapter" : "merged_lora";
-  const std::vector<model::ParamSpec> specs = model::build_param_specs(dims, 1);
-  // An adapters-only checkpoint holds the trainable parameters; the rest is its base.
-  std::vector<model::ParamSpec> stored;
-  for (const model::ParamSpec& p : specs)
-    if (!base_ref || !p.frozen) stored.push_back(p);
-  format::validate(h5_path, stored, {false, nullptr});
-  // The model's tokenizer goes with it (HF readers load it from the same directory); read
-  // before anything is written, so a tokenizer that moved fails fast.
-  const std::vector<std::pair<std::string, std::string>> tokenizer_files =
-      hf_tokenizer_files(stored_tokenizer(h5_path), "checkpoint " + h5_path, &summary.tokenizer_note);
+  // 1. What the checkpoint holds, what is written and into which files.
+  const ExportSource src = read_export_source(h5_path, opt);
+  const std::vector<model::ParamSpec>& specs = src.specs;
   // Merging needs the base; a PEFT adapter only names it.
   std::unique_ptr<BaseWeights> base;
-  if (base_ref && !peft) base = std::make_unique<BaseWeights>(*base_ref, h5_path, specs, dims);
+  if (src.base_ref && !src.peft) base = std::make_unique<BaseWeights>(*src.base_ref, h5_path, specs, src.dims);
   std::map<std::string, std::size_t> spec_index;
   for (std::size_t i = 0; i < specs.size(); ++i) spec_index[specs[i].name] = i;
+  const ExportTensors tensors = export_tensors(src, bf);
+  const Shards shards = shard_tensors(tensors.entries, opt.max_shard_bytes, src.peft);
 
-  // What is written: the base weights (merged with their adapters) or the adapters only.
-  std::vector<std::size_t> exported;  // spec indices, in parameter order
-  std::vector<SafetensorsEntry> entries;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const model::ParamSpec& p = specs[i];
-    if (p.is_lora != peft) continue;
-    // PEFT names adapters by their path in PeftModel: base_model.model.<the model's name>.
-    SafetensorsEntry e{peft ? "base_model.model." + p.name : p.name, bf ? "BF16" : "F32", p.shape};
-    if (format::has_vocab_rows(p, dims)) e.shape[0] = dims.valid_vocab;  // padding rows are not exported
-    entries.push_back(e);
-    exported.push_back(i);
-    summary.tensor_bytes += e.bytes();
-  }
-  // Greedy sharding in parameter order: a new shard when the next tensor would overflow.
-  // A PEFT adapter is always one file (PEFT reads no index).
-  std::vector<std::vector<std::size_t>> shards(1);
-  std::uint64_t in_shard = 0;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    if (!peft && !shards.back().empty() && in_shard + entries[i].bytes() > opt.max_shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    shards.back().push_back(i);
-    in_shard += entries[i].bytes();
-  }
-  const std::size_t n_shards = shards.size();
-  std::vector<std::string> names;
-  for (std::size_t s = 0; s < n_shards; ++s)
-    names.push_back(peft            ? "adapter_model.safetensors"
-                    : n_shards == 1 ? "model.safetensors"
-                                    : strprintf("model-%05zu-of-%05zu.safetensors", s + 1, n_shards));
-
+  // 2. The safetensors files, under temporary names.
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   MESHTRAIN_REQUIRE(fs::is_directory(out_dir, ec), "cannot create the output directory %s: %s", out_dir.c_str(),
                     ec ? ec.message().c_str() : "a file of that name exists");
   TempFiles temps;
   const std::map<std::string, std::string> metadata = {
-      {"format", "pt"}, {"meshtrain_step", std::to_string(summary.step)},
+      {"format", "pt"}, {"meshtrain_step", std::to_string(src.step)},
       {"meshtrain_version", MESHTRAIN_VERSION}, {"source", fs::path(h5_path).filename().string()}};
   h5::QuietErrors quiet;
   h5::Handle f = h5::file(H5Fopen(h5_path.c_str(), H5F_ACC_RDONLY, h5::serial_fapl().get()));
@@ -305,77 +387,63 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     return read_rows(f.get(), format::dataset_path(format::kModelGroup, specs[spec].name), specs[spec], rows, h5_path,
                      checked);
   };
-  std::string weight_map;
-  for (std::size_t s = 0; s < n_shards; ++s) {
-    std::vector<SafetensorsEntry> shard_entries;
-    for (std::size_t i : shards[s]) {
-      shard_entries.push_back(entries[i]);
-      weight_map += strprintf("%s\n    %s: %s", weight_map.empty() ? "" : ",", json_quote(entries[i].name).c_str(),
-                              json_quote(names[s]).c_str());
+  // The base weight of `spec` with its adapters merged in when it has them and they are merged.
+  auto merged = [&](std::size_t spec, std::int64_t rows) {
+    std::vector<float> v = read_param(spec, rows);
+    const model::ParamSpec& p = specs[spec];
+    const std::string module = p.name.substr(0, p.name.size() - 7);  // without ".weight"
+    const auto a = spec_index.find(module + ".lora_A.weight");
+    if (!src.peft && a != spec_index.end()) {
+      const std::size_t b = spec_index.at(module + ".lora_B.weight");
+      merge_adapter(src.dims, p, read_param(a->second, src.dims.lora_rank), read_param(b, specs[b].rows()), v);
+    }
+    return v;
+  };
+  formats::Json weight_map = formats::Json::object();
+  std::vector<std::string> names = shards.names;
+  for (std::size_t s = 0; s < shards.entries.size(); ++s) {
+    std::vector<formats::SafetensorsEntry> shard_entries;
+    for (std::size_t i : shards.entries[s]) {
+      shard_entries.push_back(tensors.entries[i]);
+      weight_map[tensors.entries[i].name] = names[s];
     }
     const std::string tmp = out_dir + "/" + names[s] + ".tmp";
     temps.paths.push_back(tmp);
-    write_safetensors(tmp, shard_entries, metadata, [&](std::size_t k, std::vector<unsigned char>& out) {
-      const std::size_t spec = exported[shards[s][k]];
-      const model::ParamSpec& p = specs[spec];
-      std::vector<float> v = read_param(spec, shard_entries[k].shape[0]);
-      const std::string module = p.name.substr(0, p.name.size() - 7);  // without ".weight"
-      const auto a_it = spec_index.find(module + ".lora_A.weight");
-      if (!peft && a_it != spec_index.end()) merge_adapter(dims, p, read_param(a_it->second, dims.lora_rank),
-                                                           read_param(spec_index.at(module + ".lora_B.weight"),
-                                                                      specs[spec_index.at(module + ".lora_B.weight")].rows()),
-                                                           v);
-      if (bf) {
-        out.resize(v.size() * 2);
-        for (std::size_t i = 0; i < v.size(); ++i) {
-          const std::uint16_t b = bf16::from_float(v[i]);
-          out[2 * i] = static_cast<unsigned char>(b & 0xFF);
-          out[2 * i + 1] = static_cast<unsigned char>(b >> 8);
-        }
-      } else {
-        const unsigned char* b = reinterpret_cast<const unsigned char*>(v.data());
-        out.assign(b, b + v.size() * 4);
-      }
+    formats::write_safetensors(tmp, shard_entries, metadata, [&](std::size_t k, std::vector<unsigned char>& out) {
+      encode_tensor(merged(tensors.spec_of[shards.entries[s][k]], shard_entries[k].shape[0]), bf, out);
     });
   }
   f.reset();
 
+  // 3. The JSON and tokenizer files beside them.
   auto write_text = [&](const std::string& name, const std::string& text) {
     const std::string tmp = out_dir + "/" + name + ".tmp";
     temps.paths.push_back(tmp);
-    std::FILE* out = std::fopen(tmp.c_str(), "w");
-    if (!out) throw file_io::write_error(tmp, errno, text.size());
-    const bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fflush(out) == 0;
-    const int err = errno;
-    const bool closed = std::fclose(out) == 0;
     // A full disk (ENOSPC, EDQUOT, EIO) is an IoError (exit 74), as in `train`.
-    if (!ok || !closed) throw file_io::write_error(tmp, ok ? errno : err, text.size());
-  };
-  if (peft) {
-    write_text("adapter_config.json", peft_config(dims, base_model));
-    names.push_back("adapter_config.json");
-  } else {
-    write_text("config.json", hf_config(dims, bf ? "bfloat16" : "float32"));
-    names.push_back("config.json");
-  }
-  if (n_shards > 1) {
-    write_text("model.safetensors.index.json",
-               strprintf("{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {%s\n  }\n}\n",
-                         static_cast<unsigned long long>(summary.tensor_bytes), weight_map.c_str()));
-    names.push_back("model.safetensors.index.json");
-  }
-  for (const auto& [name, text] : tokenizer_files) {
-    write_text(name, text);
+    file_io::write_file(tmp, text);
     names.push_back(name);
-  }
-  // Everything is written: move the files into place.
+  };
+  if (src.peft) write_text("adapter_config.json", peft_config(src.dims, src.base_model));
+  else write_text("config.json", hf_config(src.dims, bf ? "bfloat16" : "float32"));
+  if (shards.entries.size() > 1)
+    write_text("model.safetensors.index.json",
+               formats::json_pretty({{"metadata", {{"total_size", tensors.bytes}}}, {"weight_map", weight_map}}) +
+                   "\n");
+  for (const auto& [name, text] : src.tokenizer_files) write_text(name, text);
+
+  // 4. Everything is written: move the files into place.
+  ExportSummary summary;
   for (std::size_t i = 0; i < names.size(); ++i) {
     file_io::rename_durably(temps.paths[i], out_dir + "/" + names[i]);
     summary.files.push_back(names[i]);
   }
   temps.keep = true;
-  summary.tensors = static_cast<int>(entries.size());
-  summary.base_model = base_model;
+  summary.tensor_bytes = tensors.bytes;
+  summary.tensors = static_cast<int>(tensors.entries.size());
+  summary.step = src.step;
+  summary.kind = src.kind;
+  summary.base_model = src.base_model;
+  summary.tokenizer_note = src.tokenizer_note;
   return summary;
 }
 

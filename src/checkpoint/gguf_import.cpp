@@ -7,7 +7,7 @@
 #include <map>
 
 #include "format.hpp"
-#include "meshtrain/checkpoint/gguf_dequant.hpp"
+#include "meshtrain/formats/gguf_dequant.hpp"
 #include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
@@ -56,7 +56,7 @@ std::int64_t gguf_qk_row(std::int64_t hf_row, int head_dim) {
 }
 
 std::vector<std::pair<std::string, std::string>> gguf_model_keys(const std::string& path) {
-  const GgufFile f(path);
+  const formats::GgufFile f(path);
   const std::string arch = f.metadata_string("general.architecture");
   MESHTRAIN_REQUIRE(arch == "llama",
                     "%s holds a '%s' model (general.architecture); meshtrain imports llama-architecture GGUF files",
@@ -82,7 +82,7 @@ std::vector<std::pair<std::string, std::string>> gguf_model_keys(const std::stri
   MESHTRAIN_REQUIRE(scaling == "none" && !f.find_tensor("rope_freqs.weight"),
                     "%s uses RoPE scaling (%s); meshtrain implements plain RoPE only", path.c_str(),
                     scaling == "none" ? "rope_freqs.weight" : scaling.c_str());
-  const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
+  const formats::GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
   MESHTRAIN_REQUIRE(emb && emb->ne.size() == 2, "%s has no 2-D token_embd.weight tensor", path.c_str());
   return {{"model.family", "llama"},
           {"model.vocab_size", std::to_string(emb->shape()[0])},
@@ -98,14 +98,14 @@ std::vector<std::pair<std::string, std::string>> gguf_model_keys(const std::stri
 
 GgufWeights::GgufWeights(const std::string& path, const std::vector<model::ParamSpec>& specs,
                          const model::ModelDims& dims)
-    : file_(std::make_unique<GgufFile>(path)), specs_(specs), sources_(specs.size()) {
+    : file_(std::make_unique<formats::GgufFile>(path)), specs_(specs), sources_(specs.size()) {
   MESHTRAIN_REQUIRE(dims.family == model::Family::Llama, "initial weights %s: GGUF files hold llama models; set "
                     "model.family=llama (or leave the model keys to the file)", path.c_str());
   std::map<std::string, bool> used;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const model::ParamSpec& p = specs[i];
     const std::string name = gguf_tensor_name(p.name);
-    const GgufTensorInfo* t = name.empty() ? nullptr : file_->find_tensor(name);
+    const formats::GgufTensorInfo* t = name.empty() ? nullptr : file_->find_tensor(name);
     if (!t && p.is_lora) continue;  // a base model for LoRA fine-tuning: adapters keep their init
     MESHTRAIN_REQUIRE(t, "initial weights %s lack the tensor %s (the parameter %s)%s", path.c_str(),
                       name.empty() ? "?" : name.c_str(), p.name.c_str(),
@@ -118,10 +118,10 @@ GgufWeights::GgufWeights(const std::string& path, const std::vector<model::Param
     MESHTRAIN_REQUIRE(shape == p.shape || short_vocab, "initial weights %s: tensor %s has shape %s, the model "
                       "expects %s for %s", path.c_str(), name.c_str(), shape_string(shape).c_str(),
                       shape_string(p.shape).c_str(), p.name.c_str());
-    MESHTRAIN_REQUIRE(gguf_can_dequantize(t->type),
+    MESHTRAIN_REQUIRE(formats::gguf_can_dequantize(t->type),
                       "initial weights %s: tensor %s is %s; meshtrain reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K "
                       "and Q6_K (re-quantise the model to one of them with llama.cpp's llama-quantize)",
-                      path.c_str(), name.c_str(), ggml_type_name(t->type));
+                      path.c_str(), name.c_str(), formats::ggml_type_name(t->type));
     Source& s = sources_[i];
     s.info = t;
     s.data = file_->tensor(*t).data;
@@ -133,7 +133,7 @@ GgufWeights::GgufWeights(const std::string& path, const std::vector<model::Param
     bytes_ += t->nbytes;
   }
   std::vector<std::string> unexpected;
-  for (const GgufTensorInfo& t : file_->tensors())
+  for (const formats::GgufTensorInfo& t : file_->tensors())
     if (!used.count(t.name)) unexpected.push_back(t.name);
   if (!unexpected.empty()) {
     if (unexpected.size() > 5) {
@@ -152,7 +152,7 @@ void GgufWeights::read(const Piece& piece, float* dst) const {
   // Rows dequantise independently from the mapped file: on the host threads.
   piece.for_each_row_run_parallel([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
     if (s.one_d) {
-      gguf_dequantize(s.info->type, s.data, row, n, dst + at);  // 1-D: (row, 0) is element `row`
+      formats::gguf_dequantize(s.info->type, s.data, row, n, dst + at);  // 1-D: (row, 0) is element `row`
       return;
     }
     if (row >= s.rows) {
@@ -160,7 +160,7 @@ void GgufWeights::read(const Piece& piece, float* dst) const {
       return;
     }
     const std::int64_t r = s.qk_head_dim > 0 ? gguf_qk_row(row, s.qk_head_dim) : row;
-    gguf_dequantize(s.info->type, s.data + static_cast<std::uint64_t>(r) * s.row_bytes, col, n, dst + at);
+    formats::gguf_dequantize(s.info->type, s.data + static_cast<std::uint64_t>(r) * s.row_bytes, col, n, dst + at);
   });
 }
 

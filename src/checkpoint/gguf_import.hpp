@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "import.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 
 namespace meshtrain::checkpoint {
 
@@ -45,14 +45,14 @@ class GgufWeights : public ImportedWeights {
 
  private:
   struct Source {
-    const GgufTensorInfo* info = nullptr;
+    const formats::GgufTensorInfo* info = nullptr;
     std::int64_t rows = 0;       ///< rows present in the file
     const std::byte* data = nullptr;  ///< the tensor inside the mapping
     std::uint64_t row_bytes = 0;
     bool one_d = false;          ///< a 1-D parameter (norm weight)
     int qk_head_dim = 0;         ///< > 0: a q/k projection whose rows are permuted
   };
-  std::unique_ptr<GgufFile> file_;
+  std::unique_ptr<formats::GgufFile> file_;
   const std::vector<model::ParamSpec>& specs_;
   std::vector<Source> sources_;  ///< per spec
   std::uint64_t bytes_ = 0;

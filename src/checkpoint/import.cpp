@@ -10,7 +10,7 @@
 #include "format.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/json_parse.hpp"
+#include "meshtrain/formats/json.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {
@@ -29,22 +29,22 @@ bool is_hf_buffer(const std::string& name) {
 /// The files of a sharded directory, from its index (validated against the files later).
 std::vector<std::string> index_files(const std::string& index_path, std::map<std::string, std::string>& weight_map) {
   const std::string text = file_io::read_text_file(index_path, "");
-  json::Value root;
+  formats::Json root;
   try {
-    root = json::parse(text);
+    root = formats::parse_json(text);
   } catch (const std::runtime_error& e) {
     throw UserError(strprintf("%s is not valid JSON: %s", index_path.c_str(), e.what()));
   }
-  const json::Value* wm = root.kind == json::Value::Kind::Object ? root.find("weight_map") : nullptr;
-  MESHTRAIN_REQUIRE(wm && wm->kind == json::Value::Kind::Object,
+  const auto wm = root.is_object() ? root.find("weight_map") : root.end();
+  MESHTRAIN_REQUIRE(wm != root.end() && wm->is_object(),
                     "%s has no \"weight_map\" object (tensor name -> shard file)", index_path.c_str());
   std::vector<std::string> files;
-  for (const auto& [name, file] : wm->members) {
-    MESHTRAIN_REQUIRE(file.kind == json::Value::Kind::String && !file.text.empty() &&
-                          file.text.find('/') == std::string::npos,
+  for (const auto& [name, entry] : wm->items()) {
+    const std::string file = entry.is_string() ? entry.get<std::string>() : "";
+    MESHTRAIN_REQUIRE(!file.empty() && file.find('/') == std::string::npos,
                       "%s: the weight_map entry of '%s' is not a file name", index_path.c_str(), name.c_str());
-    weight_map[name] = file.text;
-    if (std::find(files.begin(), files.end(), file.text) == files.end()) files.push_back(file.text);
+    weight_map[name] = file;
+    if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
   }
   return files;
 }
@@ -60,13 +60,13 @@ SafetensorsWeights::SafetensorsWeights(const std::string& path, const std::vecto
   std::string index_path;
   if (fs::is_directory(path, ec)) {
     if (fs::exists(path + "/model.safetensors", ec)) {
-      files_.push_back(std::make_unique<SafetensorsFile>(path + "/model.safetensors"));
+      files_.push_back(std::make_unique<formats::SafetensorsFile>(path + "/model.safetensors"));
     } else if (fs::exists(path + "/model.safetensors.index.json", ec)) {
       index_path = path + "/model.safetensors.index.json";
       for (const std::string& f : index_files(index_path, weight_map)) {
         MESHTRAIN_REQUIRE(fs::exists(path + "/" + f, ec), "%s names the shard %s which does not exist in %s",
                           index_path.c_str(), f.c_str(), path.c_str());
-        files_.push_back(std::make_unique<SafetensorsFile>(path + "/" + f));
+        files_.push_back(std::make_unique<formats::SafetensorsFile>(path + "/" + f));
       }
     } else {
       throw UserError(strprintf("initial weights %s: the directory holds neither model.safetensors nor "
@@ -74,13 +74,13 @@ SafetensorsWeights::SafetensorsWeights(const std::string& path, const std::vecto
                                 path.c_str()));
     }
   } else {
-    files_.push_back(std::make_unique<SafetensorsFile>(path));
+    files_.push_back(std::make_unique<formats::SafetensorsFile>(path));
   }
 
   // Every tensor of every file by name (a name in two shards is ambiguous).
   std::map<std::string, Source> all;
   for (const auto& f : files_)
-    for (const SafetensorsTensor& t : f->tensors()) {
+    for (const formats::SafetensorsTensor& t : f->tensors()) {
       MESHTRAIN_REQUIRE(!all.count(t.name), "initial weights %s: tensor '%s' is in both %s and %s", path.c_str(),
                         t.name.c_str(), all[t.name].file->path().c_str(), f->path().c_str());
       all[t.name] = Source{f.get(), &t, 0};
@@ -110,7 +110,7 @@ SafetensorsWeights::SafetensorsWeights(const std::string& path, const std::vecto
     if (!found && p.is_lora) continue;  // a base model for LoRA fine-tuning: adapters keep their init
     MESHTRAIN_REQUIRE(found, "initial weights %s lack the parameter %s%s", where.c_str(), p.name.c_str(),
                       p.role == "lm_head.weight" ? " (a model with tied embeddings? set model.tie_embeddings=true)" : "");
-    const SafetensorsTensor& t = *found->tensor;
+    const formats::SafetensorsTensor& t = *found->tensor;
     const bool short_vocab = format::has_vocab_rows(p, dims) && t.shape.size() == 2 &&
                              t.shape[0] == dims.valid_vocab && t.shape[1] == p.shape[1];
     MESHTRAIN_REQUIRE(t.shape == p.shape || short_vocab,
@@ -172,7 +172,7 @@ std::string SafetensorsWeights::file_tensor_name(int spec) const {
 void SafetensorsWeights::check_once() const {
   if (!tied_head_.tensor) return;
   const Source& emb = sources_[embedding_spec_];
-  const SafetensorsTensor& h = *tied_head_.tensor;
+  const formats::SafetensorsTensor& h = *tied_head_.tensor;
   MESHTRAIN_REQUIRE(h.shape == emb.tensor->shape,
                     "initial weights: lm_head.weight has shape %s but the embedding %s has %s; with "
                     "model.tie_embeddings=true they must be one tensor",

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/formats/safetensors.hpp"
 #include "meshtrain/model/param_spec.hpp"
 #include "pieces.hpp"
 
@@ -53,12 +53,12 @@ class SafetensorsWeights : public ImportedWeights {
 
  private:
   struct Source {
-    const SafetensorsFile* file = nullptr;
-    const SafetensorsTensor* tensor = nullptr;
+    const formats::SafetensorsFile* file = nullptr;
+    const formats::SafetensorsTensor* tensor = nullptr;
     std::int64_t rows = 0;  ///< rows present in the file (<= the parameter's rows)
   };
   const std::vector<model::ParamSpec>& specs_;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::unique_ptr<formats::SafetensorsFile>> files_;
   std::vector<Source> sources_;  ///< per spec
   Source tied_head_;             ///< lm_head.weight of a tied model, when present
   int embedding_spec_ = -1;

@@ -18,7 +18,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/format.hpp"
-#include "meshtrain/core/json_parse.hpp"
+#include "meshtrain/formats/json.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {
@@ -35,17 +35,17 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 /// config.json's members, with the typed look-ups a model description needs.
 struct HfConfig {
   std::string path;
-  json::Value root;
+  formats::Json root;
 
-  const json::Value* get(const char* key) const {
-    const json::Value* v = root.find(key);
-    return v && v->kind != json::Value::Kind::Null ? v : nullptr;
+  const formats::Json* get(const char* key) const {
+    const auto it = root.find(key);
+    return it != root.end() && !it->is_null() ? &*it : nullptr;
   }
+  /// The number's text as meshtrain writes it (the shortest that reads back the same).
   std::string number(const char* key) const {
-    const json::Value* v = get(key);
-    MESHTRAIN_REQUIRE(v && v->kind == json::Value::Kind::Number, "%s: \"%s\" is missing or not a number", path.c_str(),
-                      key);
-    return v->text;
+    const formats::Json* v = get(key);
+    MESHTRAIN_REQUIRE(v && v->is_number(), "%s: \"%s\" is missing or not a number", path.c_str(), key);
+    return v->dump();
   }
   std::string number_or(const char* key, const std::string& fallback) const {
     return get(key) ? number(key) : fallback;
@@ -60,16 +60,16 @@ struct HfConfig {
     return get(key) ? count(key, hi) : fallback;
   }
   bool boolean_or(const char* key, bool fallback) const {
-    const json::Value* v = get(key);
+    const formats::Json* v = get(key);
     if (!v) return fallback;
-    MESHTRAIN_REQUIRE(v->kind == json::Value::Kind::Bool, "%s: \"%s\" is not true or false", path.c_str(), key);
-    return v->boolean;
+    MESHTRAIN_REQUIRE(v->is_boolean(), "%s: \"%s\" is not true or false", path.c_str(), key);
+    return v->get<bool>();
   }
   std::string string_or(const char* key, const std::string& fallback) const {
-    const json::Value* v = get(key);
+    const formats::Json* v = get(key);
     if (!v) return fallback;
-    MESHTRAIN_REQUIRE(v->kind == json::Value::Kind::String, "%s: \"%s\" is not a string", path.c_str(), key);
-    return v->text;
+    MESHTRAIN_REQUIRE(v->is_string(), "%s: \"%s\" is not a string", path.c_str(), key);
+    return v->get<std::string>();
   }
 };
 
@@ -77,11 +77,11 @@ HfConfig read_hf_config(const std::string& path) {
   const std::string text = file_io::read_text_file(path, "");
   HfConfig c{path, {}};
   try {
-    c.root = json::parse(text);
+    c.root = formats::parse_json(text);
   } catch (const std::runtime_error& e) {
     throw UserError(strprintf("%s is not valid JSON: %s", path.c_str(), e.what()));
   }
-  MESHTRAIN_REQUIRE(c.root.kind == json::Value::Kind::Object, "%s is not a JSON object", path.c_str());
+  MESHTRAIN_REQUIRE(c.root.is_object(), "%s is not a JSON object", path.c_str());
   return c;
 }
 
@@ -91,12 +91,12 @@ Keys llama_keys(const HfConfig& c) {
   const long long d = std::atoll(c.count("hidden_size").c_str()), h = std::atoll(heads.c_str());
   MESHTRAIN_REQUIRE(h > 0 && d % h == 0, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld",
                     c.path.c_str(), d, h);
-  if (const json::Value* hd = c.get("head_dim"))
-    MESHTRAIN_REQUIRE(hd->kind == json::Value::Kind::Number &&
-                          parse_checked_int(hd->text, c.path, "head_dim", 1, std::numeric_limits<int>::max()) == d / h,
+  if (const formats::Json* hd = c.get("head_dim"))
+    MESHTRAIN_REQUIRE(hd->is_number() &&
+                          parse_checked_int(hd->dump(), c.path, "head_dim", 1, std::numeric_limits<int>::max()) == d / h,
                       "%s: head_dim %s differs from hidden_size / num_attention_heads = %lld; meshtrain's Llama "
                       "needs head_dim = d_model / n_heads",
-                      c.path.c_str(), hd->text.c_str(), d / h);
+                      c.path.c_str(), hd->dump().c_str(), d / h);
   MESHTRAIN_REQUIRE(!c.get("rope_scaling"),
                     "%s sets rope_scaling; meshtrain implements plain RoPE only (no scaled or YaRN variants)",
                     c.path.c_str());

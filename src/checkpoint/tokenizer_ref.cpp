@@ -4,12 +4,10 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "format.hpp"
 #include "h5.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
 #include "meshtrain/checkpoint/weights_path.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/collectives.hpp"
@@ -18,14 +16,14 @@
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
 #include "meshtrain/data/sentencepiece_tokenizer.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
+#include "meshtrain/formats/json.hpp"
 #include "tokenizer_attrs.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const fs::path& p) { return file_io::read_text_file(p.string(), ""); }
 
 bool same_identity(const TokenizerRef& a, const TokenizerRef& b) {
   return a.kind == b.kind && a.vocab_size == b.vocab_size && a.hash == b.hash;
@@ -40,7 +38,7 @@ std::string absolute_text(const std::string& path) {
 /// A HF tokenizer.json for a byte-level BPE read from GGUF metadata (the pipeline
 /// bpe_config_from_gguf builds: Split steps, ByteLevel without its regex, ByteLevel decoding).
 std::string tokenizer_json_of(const data::BpeConfig& c) {
-  using nlohmann::ordered_json;
+  using ordered_json = formats::Json;
   ordered_json j;
   j["version"] = "1.0";
   j["truncation"] = nullptr;
@@ -101,13 +99,13 @@ std::string tokenizer_json_of(const data::BpeConfig& c) {
                 {"ignore_merges", c.ignore_merges},
                 {"vocab", vocab},
                 {"merges", merges}};
-  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";  // as before, byte for byte
 }
 
 /// tokenizer_config.json for transformers' PreTrainedTokenizerFast: the special tokens, BOS
 /// handling and the GGUF's chat template.
-std::string tokenizer_config_of(const data::BpeConfig& c, const GgufFile& g) {
-  using nlohmann::ordered_json;
+std::string tokenizer_config_of(const data::BpeConfig& c, const formats::GgufFile& g) {
+  using ordered_json = formats::Json;
   ordered_json j;
   auto token = [&](std::int32_t id) {
     return id >= 0 && id < static_cast<std::int32_t>(c.vocab.size()) ? ordered_json(c.vocab[static_cast<std::size_t>(id)])
@@ -123,12 +121,12 @@ std::string tokenizer_config_of(const data::BpeConfig& c, const GgufFile& g) {
   j["clean_up_tokenization_spaces"] = false;
   const std::string tmpl = g.metadata_string("tokenizer.chat_template", "");
   if (!tmpl.empty()) j["chat_template"] = tmpl;
-  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";  // as before, byte for byte
 }
 
 /// tokenizer_config.json for transformers' LlamaTokenizer beside a GGUF's SentencePiece
 /// tokenizer.model: its special tokens (by piece), BOS handling and chat template.
-std::string sentencepiece_config_of(const data::Tokenizer& tok, const GgufFile& g) {
+std::string sentencepiece_config_of(const data::Tokenizer& tok, const formats::GgufFile& g) {
   using nlohmann::ordered_json;
   const std::vector<std::string> pieces = g.metadata_string_array("tokenizer.ggml.tokens");
   auto token = [&](std::int64_t id) {
@@ -229,7 +227,7 @@ TokenizerRef source_tokenizer(const std::string& path) {
       return fs::is_regular_file(w.path, ec) && H5Fis_hdf5(w.path.c_str()) > 0 ? stored_tokenizer(w.path)
                                                                                 : TokenizerRef{};
     case WeightsKind::Gguf: {
-      const GgufFile g(w.path);
+      const formats::GgufFile g(w.path);
       if (!g.has_metadata("tokenizer.ggml.model")) return {};
       return tokenizer_ref_of(*data::make_tokenizer(w.path));
     }
@@ -275,7 +273,7 @@ void require_same_tokenizer(const TokenizerRef& given, const std::string& given_
 std::unique_ptr<data::Tokenizer> open_recorded_tokenizer(const TokenizerRef& model, const std::string& model_name) {
   std::unique_ptr<data::Tokenizer> tok;
   try {
-    tok = data::make_tokenizer(model.spec);
+    tok = open_tokenizer(model.spec);
   } catch (const UserError& e) {
     throw UserError(strprintf("%s records %s, which cannot be read now (%s); give the same tokenizer with "
                               "--tokenizer SPEC",
@@ -333,13 +331,13 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
   std::error_code ec;
   const fs::path spec(ref.spec);
   auto copy = [&](const fs::path& from, const std::string& as) {
-    if (fs::is_regular_file(from, ec)) out.emplace_back(as, read_file(from));
+    if (fs::is_regular_file(from, ec)) out.emplace_back(as, file_io::read_text_file(from.string(), ""));
   };
   if (fs::is_directory(spec, ec)) {
     for (const char* n : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"})
       copy(spec / n, n);
-  } else if (looks_like_gguf(ref.spec)) {
-    const GgufFile g(ref.spec);
+  } else if (formats::looks_like_gguf(ref.spec)) {
+    const formats::GgufFile g(ref.spec);
     if (g.metadata_string("tokenizer.ggml.model", "") == "llama") {
       // SentencePiece: the model as its own library writes it, and LlamaTokenizer's config.
       out.emplace_back("tokenizer.model", data::sentencepiece_model_proto_from_gguf(g));
@@ -355,6 +353,26 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
     copy(spec.parent_path() / "tokenizer_config.json", "tokenizer_config.json");
   }
   return out;
+}
+
+std::unique_ptr<data::Tokenizer> open_tokenizer(const std::string& spec) {
+  std::error_code ec;
+  const bool tokenizer_dir = fs::is_directory(spec, ec) && (fs::exists(fs::path(spec) / "tokenizer.json", ec) ||
+                                                            fs::exists(fs::path(spec) / "tokenizer.model", ec));
+  if (spec != "byte" && !tokenizer_dir)
+    if (std::unique_ptr<data::Tokenizer> t = tokenizer_of_checkpoint(spec)) return t;
+  return data::make_tokenizer(spec);
+}
+
+void check_dataset_tokenizer(const data::DatasetMeta& meta, const std::string& dataset_dir,
+                             const std::string& model_source) {
+  if (meta.tokenizer == "random" || meta.tokenizer_kind.empty() || model_source.empty()) return;
+  // A GGUF's or Hugging Face directory's tokenizer, or the one a meshtrain checkpoint records.
+  const TokenizerRef model = source_tokenizer(model_source);
+  if (!model.known()) return;
+  const data::TokenizerIdentity data{meta.tokenizer_kind, meta.vocab_size, meta.tokenizer_hash};
+  data::check_tokenizer_match(data, {model.kind, model.vocab_size, model.hash}, "dataset " + dataset_dir,
+                              "model " + model_source);
 }
 
 }  // namespace meshtrain::checkpoint

@@ -6,7 +6,7 @@
 
 #include "h5.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/core/error.hpp"
 
 namespace meshtrain::checkpoint {
@@ -29,7 +29,7 @@ WeightsPath classify_weights_path(const std::string& path, const std::string& wh
     h5::QuietErrors quiet;
     if (fs::is_regular_file(path, ec) && H5Fis_hdf5(path.c_str()) > 0) return {WeightsKind::Hdf5, path};
   }
-  if (fs::is_regular_file(path, ec) && looks_like_gguf(path)) return {WeightsKind::Gguf, path};
+  if (fs::is_regular_file(path, ec) && formats::looks_like_gguf(path)) return {WeightsKind::Gguf, path};
   const bool st_name = path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
   return {st_name ? WeightsKind::Safetensors : WeightsKind::Hdf5, path};
 }

@@ -51,6 +51,25 @@ void fsync_path(const std::string& path) {
   if (rc != 0 && err != EINVAL) throw write_error(path, err);
 }
 
+void close_durably(std::FILE* f, const std::string& path, std::uint64_t bytes_needed) {
+  const bool synced = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int sync_err = errno;
+  const bool closed = std::fclose(f) == 0;
+  const int close_err = errno;
+  if (!synced || !closed) throw write_error(path, synced ? close_err : sync_err, bytes_needed);
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw write_error(path, errno, text.size());
+  if (std::fwrite(text.data(), 1, text.size(), f) != text.size()) {
+    const int err = errno;
+    std::fclose(f);
+    throw write_error(path, err, text.size());
+  }
+  close_durably(f, path, text.size());
+}
+
 void rename_durably(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0)
     throw UserError(strprintf("cannot rename %s to %s: %s", from.c_str(), to.c_str(), std::strerror(errno)),

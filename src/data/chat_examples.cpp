@@ -4,17 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/formats/json.hpp"
 
 namespace meshtrain::data {
 namespace {
 
 using nlohmann::json;
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; the rest says where.
-std::string without_exception_tag(const std::string& what) {
-  const std::size_t close = what.find("] ");
-  return what.rfind("[json.exception.", 0) == 0 && close != std::string::npos ? what.substr(close + 2) : what;
-}
 
 std::string string_field(const json& obj, const char* key, const std::string& where, bool required) {
   const auto it = obj.find(key);
@@ -54,7 +49,7 @@ std::vector<ChatSegment> render_example(const std::string& line, ExampleFormat f
   try {
     root = json::parse(line);
   } catch (const json::exception& e) {
-    throw UserError("not valid JSON: " + without_exception_tag(e.what()));
+    throw UserError("not valid JSON: " + formats::json_error_text(e));
   }
   MESHTRAIN_REQUIRE(root.is_object(), "a record must be a JSON object, not %s", root.type_name());
   std::vector<ChatMessage> messages;

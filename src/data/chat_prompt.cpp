@@ -6,7 +6,7 @@
 #include <sstream>
 #include <vector>
 
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 
@@ -66,8 +66,8 @@ std::string chat_template_text(const std::string& spec) {
   std::error_code ec;
   if (spec == "byte" || !fs::exists(spec, ec)) return "";
   if (fs::is_directory(spec, ec)) return config_chat_template(fs::path(spec) / "tokenizer_config.json");
-  if (checkpoint::looks_like_gguf(spec))
-    return checkpoint::GgufFile(spec).metadata_string("tokenizer.chat_template", "");
+  if (formats::looks_like_gguf(spec))
+    return formats::GgufFile(spec).metadata_string("tokenizer.chat_template", "");
   return config_chat_template(fs::path(spec).parent_path() / "tokenizer_config.json");
 }
 

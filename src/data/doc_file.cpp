@@ -2,48 +2,33 @@
 // and mask files. Same header conventions as the mask file (64 bytes, little-endian, mmap).
 #include "meshtrain/data/doc_file.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
-#include "le_bytes.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/fault.hpp"
 #include "meshtrain/core/file_io.hpp"
+#include "meshtrain/formats/le_bytes.hpp"
 
 namespace meshtrain::data {
 namespace {
 using ull = unsigned long long;
 }  // namespace
 
-DocFile::DocFile(const std::string& path) : path_(path) {
-  const int fd = file_io::open_regular_file(path, "document-boundary file");
-  MESHTRAIN_REQUIRE(fd >= 0, "cannot open %s: %s; re-run `meshtrain prepare --pack`", path.c_str(),
-                    std::strerror(errno));
-  struct stat st {};
-  const bool stat_ok = ::fstat(fd, &st) == 0;
-  const auto bytes = static_cast<std::uint64_t>(stat_ok ? st.st_size : 0);
-  if (!stat_ok || bytes < kDocFileHeaderBytes) {
-    ::close(fd);
-    throw UserError(strprintf("%s is not a meshtrain document-boundary file (shorter than its %zu-byte header); "
-                              "re-run `meshtrain prepare --pack`",
-                              path.c_str(), kDocFileHeaderBytes));
-  }
-  map_bytes_ = static_cast<std::size_t>(bytes);
-  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  MESHTRAIN_REQUIRE(map_ != MAP_FAILED, "cannot map %s: %s", path.c_str(), std::strerror(errno));
-  const auto* h = static_cast<const unsigned char*>(map_);
+DocFile::DocFile(const std::string& path) : file_(path, "document-boundary file") {
+  const std::uint64_t bytes = file_.size();
+  MESHTRAIN_REQUIRE(bytes >= kDocFileHeaderBytes,
+                    "%s is not a meshtrain document-boundary file (shorter than its %zu-byte header); re-run "
+                    "`meshtrain prepare --pack`",
+                    path.c_str(), kDocFileHeaderBytes);
+  const unsigned char* h = file_.data();
   const bool magic = std::memcmp(h, kDocFileMagic, 8) == 0;
-  const std::uint32_t version = load_le32(h + 8);
-  row_tokens_ = load_le32(h + 12);
-  count_ = load_le64(h + 16);
+  const std::uint32_t version = formats::load_le32(h + 8);
+  row_tokens_ = formats::load_le32(h + 12);
+  count_ = formats::load_le64(h + 16);
   bool reserved_zero = true;
   for (std::size_t i = 24; i < kDocFileHeaderBytes; ++i) reserved_zero = reserved_zero && h[i] == 0;
   const std::uint64_t body = bytes - kDocFileHeaderBytes;
@@ -54,32 +39,25 @@ DocFile::DocFile(const std::string& path) : path_(path) {
                     : count_ > body / 2 || body != 2 * count_     ? "its size does not match the count in its header"
                     : count_ % row_tokens_ != 0                   ? "its count is not a multiple of its row length"
                                                                   : nullptr;
-  if (why) {
-    ::munmap(map_, map_bytes_);
-    map_ = nullptr;
+  if (why)
     throw UserError(
         strprintf("%s is not a valid document-boundary file: %s; re-run `meshtrain prepare --pack`", path.c_str(), why));
-  }
-}
-
-DocFile::~DocFile() {
-  if (map_) ::munmap(map_, map_bytes_);
 }
 
 void DocFile::read_row(std::uint64_t offset, int len, std::uint16_t* out) const {
   MESHTRAIN_REQUIRE(len >= 0 && len <= static_cast<int>(row_tokens_) && offset % row_tokens_ == 0 &&
                         offset + static_cast<std::uint64_t>(len) <= count_,
-                    "%s: reading segment ids %llu..%llu, not within one of its rows of %u (%llu ids)", path_.c_str(),
+                    "%s: reading segment ids %llu..%llu, not within one of its rows of %u (%llu ids)", path().c_str(),
                     static_cast<ull>(offset), static_cast<ull>(offset + static_cast<std::uint64_t>(len)), row_tokens_,
                     static_cast<ull>(count_));
-  const auto* p = static_cast<const unsigned char*>(map_) + kDocFileHeaderBytes + 2 * offset;
+  const unsigned char* p = file_.data() + kDocFileHeaderBytes + 2 * offset;
   for (int i = 0; i < len; ++i) {
-    const auto id = static_cast<std::uint16_t>(load_le16(p + 2 * i));
+    const auto id = static_cast<std::uint16_t>(formats::load_le16(p + 2 * i));
     const std::uint32_t want_lo = i == 0 ? 0 : out[i - 1], want_hi = i == 0 ? 0 : want_lo + 1u;
     MESHTRAIN_REQUIRE(id >= want_lo && id <= want_hi,
                       "%s: segment id %u at position %llu (token %d of its row) is %s; ids start at 0 in each row and "
                       "grow by 0 or 1; the file is corrupt, re-run `meshtrain prepare --pack`",
-                      path_.c_str(), static_cast<unsigned>(id), static_cast<ull>(offset + static_cast<std::uint64_t>(i)),
+                      path().c_str(), static_cast<unsigned>(id), static_cast<ull>(offset + static_cast<std::uint64_t>(i)),
                       i, i == 0 ? "not 0" : (id < want_lo ? "decreasing" : "a jump of more than 1"));
     out[i] = id;
   }
@@ -100,9 +78,9 @@ DocFileWriter::~DocFileWriter() {
 void DocFileWriter::write_header() {
   std::array<unsigned char, kDocFileHeaderBytes> h{};
   std::memcpy(h.data(), kDocFileMagic, 8);
-  store_le32(h.data() + 8, kDocFileVersion);
-  store_le32(h.data() + 12, row_tokens_);
-  store_le64(h.data() + 16, count_);
+  formats::store_le32(h.data() + 8, kDocFileVersion);
+  formats::store_le32(h.data() + 12, row_tokens_);
+  formats::store_le64(h.data() + 16, count_);
   if (std::fwrite(h.data(), 1, h.size(), file_) != h.size()) throw file_io::write_error(path_, errno);
 }
 
@@ -110,7 +88,7 @@ void DocFileWriter::append(const std::uint16_t* ids, std::size_t n) {
   const int injected = fault::pass(fault::Point::PrepareWrite);  // tests: a full disk, a stall here
   if (injected != 0) throw file_io::write_error(path_, injected, n);
   std::vector<unsigned char> le(2 * n);
-  for (std::size_t i = 0; i < n; ++i) store_le16(le.data() + 2 * i, ids[i]);
+  for (std::size_t i = 0; i < n; ++i) formats::store_le16(le.data() + 2 * i, ids[i]);
   if (std::fwrite(le.data(), 1, le.size(), file_) != le.size()) throw file_io::write_error(path_, errno, n);
   count_ += n;
 }
@@ -119,12 +97,9 @@ void DocFileWriter::close() {
   MESHTRAIN_REQUIRE(file_ != nullptr, "%s was already closed", path_.c_str());
   MESHTRAIN_REQUIRE(std::fseek(file_, 0, SEEK_SET) == 0, "cannot seek in %s: %s", path_.c_str(), std::strerror(errno));
   write_header();
-  const bool ok = std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0;
-  const int err = errno;
-  const bool closed = std::fclose(file_) == 0;
-  const int close_err = errno;
-  file_ = nullptr;
-  if (!ok || !closed) throw file_io::write_error(path_, ok ? close_err : err);
+  std::FILE* f = file_;
+  file_ = nullptr;  // close_durably closes it, also when it throws
+  file_io::close_durably(f, path_);
 }
 
 void doc_starts_from_segments(const std::uint16_t* seg, int len, std::int32_t* doc_start) {

@@ -124,13 +124,7 @@ DatasetMeta meta_of_summary(const PrepareSummary& s, double val_fraction, const 
 
 void write_meta_file(const std::string& path, const DatasetMeta& meta) {
   const std::string text = meta_to_json(meta);
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw file_io::write_error(path, errno, text.size());
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                  ::fsync(fileno(f)) == 0;
-  const int err = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) throw file_io::write_error(path, ok ? errno : err, text.size());
+  file_io::write_file(path, text);
 }
 
 void require_special_token(const Tokenizer& tok, std::int32_t id, const char* token, const std::string& need) {
@@ -290,7 +284,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   // can make the same tokenizer again.
   std::string spec = o.tokenizer;
   if (spec != "byte" && std::filesystem::exists(spec)) spec = std::filesystem::absolute(spec).lexically_normal().string();
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(spec);
+  const std::unique_ptr<Tokenizer> tok = o.open_tokenizer ? o.open_tokenizer(spec) : make_tokenizer(spec);
   // A special token the format writes must exist: an id of -1 would reach the token file.
   if (tok->add_bos())
     require_special_token(*tok, tok->bos_id(), kBosToken, "prepare puts it before every document");

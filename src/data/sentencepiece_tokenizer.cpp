@@ -9,7 +9,7 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "tokenizer_hash.hpp"
@@ -157,7 +157,7 @@ void field_float(std::string& out, int field, float v) {
 
 /// GGUF metadata `key` (a special token id), `fallback` when absent; range-checked against
 /// the vocabulary: an int32 field of the proto would wrap a wider one.
-std::int32_t special_id(const checkpoint::GgufFile& gguf, const char* key, std::int64_t fallback) {
+std::int32_t special_id(const formats::GgufFile& gguf, const char* key, std::int64_t fallback) {
   if (!gguf.has_metadata(key)) return static_cast<std::int32_t>(fallback);
   const auto vocab = static_cast<long long>(gguf.metadata_string_array("tokenizer.ggml.tokens").size());
   return checked_int<std::int32_t>(gguf.metadata_int(key), gguf.path(), key, 0, vocab - 1,
@@ -189,7 +189,7 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model
   return std::make_unique<SentencePieceTokenizer>(std::move(sp), name, ids, add_bos);
 }
 
-std::string sentencepiece_model_proto_from_gguf(const checkpoint::GgufFile& gguf) {
+std::string sentencepiece_model_proto_from_gguf(const formats::GgufFile& gguf) {
   const auto tokens = gguf.metadata_string_array("tokenizer.ggml.tokens");
   const auto scores = gguf.has_metadata("tokenizer.ggml.scores") ? gguf.metadata_float_array("tokenizer.ggml.scores")
                                                                   : std::vector<double>(tokens.size(), 0.0);
@@ -232,7 +232,7 @@ std::string sentencepiece_model_proto_from_gguf(const checkpoint::GgufFile& gguf
   return proto;
 }
 
-std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoint::GgufFile& gguf,
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const formats::GgufFile& gguf,
                                                                   const std::string& name) {
   const std::string proto = sentencepiece_model_proto_from_gguf(gguf);
   const auto special = [&](const char* key, std::int64_t fallback) { return special_id(gguf, key, fallback); };

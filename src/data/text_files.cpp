@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <utility>
 
@@ -26,9 +24,11 @@ bool has_entry(const fs::path& dir, const char* name) {
 bool is_dataset_meta(const fs::path& file) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec) || fs::file_size(file, ec) > (1u << 20)) return false;
-  std::ifstream in(file, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return text.find("\"meshtrain-dataset\"") != std::string::npos;
+  try {
+    return file_io::read_text_file(file.string(), "", 1u << 20).find("\"meshtrain-dataset\"") != std::string::npos;
+  } catch (const UserError&) {
+    return false;  // unreadable: not one of ours, and prepare's own read names the problem
+  }
 }
 
 /// The names of the files meshtrain writes into its datasets, runs and checkpoints.

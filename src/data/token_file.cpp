@@ -2,31 +2,18 @@
 // little-endian on every host.
 #include "meshtrain/data/token_file.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "le_bytes.hpp"
+#include "meshtrain/formats/le_bytes.hpp"
 
 namespace meshtrain::data {
 namespace {
 
 using ull = unsigned long long;
-
-// Closes the descriptor on every exit path of the constructor.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 std::string printable(const unsigned char* p, std::size_t n) {
   std::string s;
@@ -41,10 +28,10 @@ TokenFileHeader decode_and_validate(const std::string& path, const unsigned char
                     "create datasets with `meshtrain prepare`",
                     path.c_str(), printable(h, 8).c_str());
   TokenFileHeader hd;
-  hd.version = load_le32(h + 8);
-  hd.bytes_per_token = load_le32(h + 12);
-  hd.vocab_size = load_le64(h + 16);
-  hd.count = load_le64(h + 24);
+  hd.version = formats::load_le32(h + 8);
+  hd.bytes_per_token = formats::load_le32(h + 12);
+  hd.vocab_size = formats::load_le64(h + 16);
+  hd.count = formats::load_le64(h + 24);
   MESHTRAIN_REQUIRE(hd.version == kTokenFileVersion,
                     "%s has token-file version %u, but this meshtrain reads version %u; "
                     "re-run `meshtrain prepare` with this build",
@@ -80,64 +67,42 @@ std::uint32_t bytes_per_token_for(std::int64_t vocab) { return vocab <= 65536 ? 
 std::array<unsigned char, kTokenFileHeaderBytes> encode_header(const TokenFileHeader& h) {
   std::array<unsigned char, kTokenFileHeaderBytes> out{};
   std::memcpy(out.data(), kTokenFileMagic, 8);
-  store_le32(out.data() + 8, h.version);
-  store_le32(out.data() + 12, h.bytes_per_token);
-  store_le64(out.data() + 16, h.vocab_size);
-  store_le64(out.data() + 24, h.count);
+  formats::store_le32(out.data() + 8, h.version);
+  formats::store_le32(out.data() + 12, h.bytes_per_token);
+  formats::store_le64(out.data() + 16, h.vocab_size);
+  formats::store_le64(out.data() + 24, h.count);
   return out;
 }
 
-TokenFile::TokenFile(const std::string& path) : path_(path) {
-  Fd f;
-  f.fd = file_io::open_regular_file(path, "token file");  // a FIFO: an error, not a wait for a writer
-  MESHTRAIN_REQUIRE(f.fd >= 0, "cannot open token file %s: %s", path.c_str(), std::strerror(errno));
-  struct stat st {};
-  MESHTRAIN_REQUIRE(::fstat(f.fd, &st) == 0, "cannot stat token file %s: %s", path.c_str(), std::strerror(errno));
-  MESHTRAIN_REQUIRE(S_ISREG(st.st_mode), "token file %s is not a regular file", path.c_str());
-  const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
+TokenFile::TokenFile(const std::string& path) : file_(path, "token file") {
+  const std::uint64_t file_bytes = file_.size();
   MESHTRAIN_REQUIRE(file_bytes >= kTokenFileHeaderBytes,
                     "%s is not a meshtrain token file: it has %llu bytes, fewer than the %zu-byte header",
                     path.c_str(), static_cast<ull>(file_bytes), kTokenFileHeaderBytes);
-  map_bytes_ = static_cast<std::size_t>(file_bytes);
-  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, f.fd, 0);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw UserError(strprintf("cannot memory-map token file %s: %s", path.c_str(), std::strerror(errno)));
-  }
-  const auto* base = static_cast<const unsigned char*>(map_);
+  const unsigned char* base = file_.data();
   tokens_ = base + kTokenFileHeaderBytes;
-  try {
-    header_ = decode_and_validate(path, base, file_bytes);
-    // Sampled vocabulary check, so that most damaged files are refused at start-up; a full
-    // scan would read the whole file at every start. read() checks every id it returns.
-    const std::uint64_t n = header_.count;
-    const std::uint64_t samples = std::min<std::uint64_t>(n, kSampledIds);
-    for (std::uint64_t k = 0; k < samples; ++k) {
-      const std::uint64_t i = samples == 1 ? 0 : static_cast<std::uint64_t>(
-          static_cast<unsigned __int128>(k) * (n - 1) / (samples - 1));
-      const std::uint32_t id = token_at(i);
-      MESHTRAIN_REQUIRE(id < header_.vocab_size,
-                        "%s: token %u at position %llu is not below the vocabulary size %llu in the "
-                        "header; the file is corrupt or was written for another vocabulary",
-                        path.c_str(), id, static_cast<ull>(i), static_cast<ull>(header_.vocab_size));
-    }
-  } catch (...) {
-    ::munmap(map_, map_bytes_);
-    map_ = nullptr;
-    throw;
+  header_ = decode_and_validate(path, base, file_bytes);
+  // Sampled vocabulary check, so that most damaged files are refused at start-up; a full
+  // scan would read the whole file at every start. read() checks every id it returns.
+  const std::uint64_t n = header_.count;
+  const std::uint64_t samples = std::min<std::uint64_t>(n, kSampledIds);
+  for (std::uint64_t k = 0; k < samples; ++k) {
+    const std::uint64_t i = samples == 1 ? 0 : static_cast<std::uint64_t>(
+        static_cast<unsigned __int128>(k) * (n - 1) / (samples - 1));
+    const std::uint32_t id = token_at(i);
+    MESHTRAIN_REQUIRE(id < header_.vocab_size,
+                      "%s: token %u at position %llu is not below the vocabulary size %llu in the "
+                      "header; the file is corrupt or was written for another vocabulary",
+                      path.c_str(), id, static_cast<ull>(i), static_cast<ull>(header_.vocab_size));
   }
-}
-
-TokenFile::~TokenFile() {
-  if (map_) ::munmap(map_, map_bytes_);
 }
 
 std::uint32_t TokenFile::token_at(std::uint64_t i) const {
-  return header_.bytes_per_token == 2 ? load_le16(tokens_ + 2 * i) : load_le32(tokens_ + 4 * i);
+  return header_.bytes_per_token == 2 ? formats::load_le16(tokens_ + 2 * i) : formats::load_le32(tokens_ + 4 * i);
 }
 
 void TokenFile::read(std::uint64_t offset, int len, std::int32_t* out) const {
-  check_read_range(offset, len, header_.count, path_);
+  check_read_range(offset, len, header_.count, path());
   // Every id is checked as it is read (a compare per token, nothing next to the GEMMs it
   // feeds): the open-time check only samples the file, and an id past the vocabulary
   // would index outside the embedding table.
@@ -146,14 +111,14 @@ void TokenFile::read(std::uint64_t offset, int len, std::int32_t* out) const {
   if (header_.bytes_per_token == 2) {
     const unsigned char* p = tokens_ + 2 * offset;
     for (int i = 0; i < len; ++i) {
-      const std::uint32_t id = load_le16(p + 2 * i);
+      const std::uint32_t id = formats::load_le16(p + 2 * i);
       bad |= id >= vocab;
       out[i] = static_cast<std::int32_t>(id);
     }
   } else {
     const unsigned char* p = tokens_ + 4 * offset;
     for (int i = 0; i < len; ++i) {
-      const std::uint32_t id = load_le32(p + 4 * i);
+      const std::uint32_t id = formats::load_le32(p + 4 * i);
       bad |= id >= vocab;
       out[i] = static_cast<std::int32_t>(id);
     }
@@ -163,7 +128,7 @@ void TokenFile::read(std::uint64_t offset, int len, std::int32_t* out) const {
       MESHTRAIN_REQUIRE(static_cast<std::uint32_t>(out[i]) < vocab,
                         "%s: token %u at position %llu is not below the vocabulary size %llu in the header; the "
                         "file is corrupt or was written for another vocabulary, re-run `meshtrain prepare`",
-                        path_.c_str(), static_cast<std::uint32_t>(out[i]),
+                        path().c_str(), static_cast<std::uint32_t>(out[i]),
                         static_cast<ull>(offset + static_cast<std::uint64_t>(i)), static_cast<ull>(vocab));
   }
 }

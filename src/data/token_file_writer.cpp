@@ -5,10 +5,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "le_bytes.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/token_file.hpp"
+#include "meshtrain/formats/le_bytes.hpp"
 
 namespace meshtrain::data {
 
@@ -42,8 +42,8 @@ void TokenFileWriter::append(const std::int32_t* ids, std::size_t n) {
     if (ids[i] < 0 || static_cast<std::uint64_t>(ids[i]) >= header_.vocab_size)
       throw std::out_of_range(strprintf("token id %d outside the vocabulary of %llu written to %s", ids[i],
                                         static_cast<unsigned long long>(header_.vocab_size), path_.c_str()));
-    if (w == 2) store_le16(bytes.data() + 2 * i, static_cast<std::uint32_t>(ids[i]));
-    else store_le32(bytes.data() + 4 * i, static_cast<std::uint32_t>(ids[i]));
+    if (w == 2) formats::store_le16(bytes.data() + 2 * i, static_cast<std::uint32_t>(ids[i]));
+    else formats::store_le32(bytes.data() + 4 * i, static_cast<std::uint32_t>(ids[i]));
   }
   write_bytes(bytes.data(), bytes.size());
   header_.count += n;
@@ -55,12 +55,9 @@ void TokenFileWriter::close() {
   MESHTRAIN_REQUIRE(std::fseek(file_, 0, SEEK_SET) == 0, "cannot seek in %s: %s", path_.c_str(),
                     std::strerror(errno));
   write_bytes(h.data(), h.size());
-  const bool ok = std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0;
-  const int err = errno;
-  const bool closed = std::fclose(file_) == 0;
-  const int close_err = errno;
-  file_ = nullptr;
-  if (!ok || !closed) throw file_io::write_error(path_, ok ? close_err : err);
+  std::FILE* f = file_;
+  file_ = nullptr;  // close_durably closes it, also when it throws
+  file_io::close_durably(f, path_);
 }
 
 }  // namespace meshtrain::data

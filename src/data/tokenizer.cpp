@@ -5,8 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "meshtrain/checkpoint/gguf_file.hpp"
-#include "meshtrain/checkpoint/tokenizer_ref.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
@@ -87,10 +86,8 @@ std::string tokenizer_spec_help() {
 
 namespace {
 
-std::string read_text(const std::string& path) { return file_io::read_text_file(path, ""); }
-
 std::unique_ptr<Tokenizer> from_gguf(const std::string& path) {
-  const checkpoint::GgufFile gguf(path);
+  const formats::GgufFile gguf(path);
   const std::string model = gguf.metadata_string("tokenizer.ggml.model", "");
   if (model == "gpt2") {
     BpeConfig c = bpe_config_from_gguf(gguf);
@@ -117,32 +114,28 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
                               spec.c_str(), tokenizer_spec_help().c_str()));
   if (fs::is_directory(spec, ec)) {
     const fs::path dir(spec);
-    const std::string config = fs::exists(dir / "tokenizer_config.json") ? read_text(dir / "tokenizer_config.json") : "";
+    const std::string config = fs::exists(dir / "tokenizer_config.json") ? file_io::read_text_file((dir / "tokenizer_config.json").string(), "") : "";
     if (fs::exists(dir / "tokenizer.json")) {
       BpeConfig c = bpe_config_from_tokenizer_json((dir / "tokenizer.json").string(), config);
       c.name = spec;
       return make_bpe_tokenizer(std::move(c));
     }
     if (fs::exists(dir / "tokenizer.model")) return make_sentencepiece_tokenizer((dir / "tokenizer.model").string(), config, spec);
-    // A run or checkpoint directory: the tokenizer its checkpoints record.
-    if (std::unique_ptr<Tokenizer> t = checkpoint::tokenizer_of_checkpoint(spec)) return t;
     throw UserError(strprintf("directory %s holds neither tokenizer.json nor tokenizer.model; give %s",
                               spec.c_str(), tokenizer_spec_help().c_str()));
   }
-  if (checkpoint::looks_like_gguf(spec)) return from_gguf(spec);
+  if (formats::looks_like_gguf(spec)) return from_gguf(spec);
   const std::string ext = fs::path(spec).extension().string();
   if (ext == ".json") {
     const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
-    BpeConfig c = bpe_config_from_tokenizer_json(spec, fs::exists(cfg) ? read_text(cfg.string()) : "");
+    BpeConfig c = bpe_config_from_tokenizer_json(spec, fs::exists(cfg) ? file_io::read_text_file(cfg.string(), "") : "");
     c.name = spec;
     return make_bpe_tokenizer(std::move(c));
   }
   if (ext == ".model") {
     const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
-    return make_sentencepiece_tokenizer(spec, fs::exists(cfg) ? read_text(cfg.string()) : "", spec);
+    return make_sentencepiece_tokenizer(spec, fs::exists(cfg) ? file_io::read_text_file(cfg.string(), "") : "", spec);
   }
-  // A meshtrain checkpoint: the tokenizer it records (its model's).
-  if (std::unique_ptr<Tokenizer> t = checkpoint::tokenizer_of_checkpoint(spec)) return t;
   throw UserError(strprintf("cannot tell what kind of tokenizer %s is; give %s", spec.c_str(),
                             tokenizer_spec_help().c_str()));
 }

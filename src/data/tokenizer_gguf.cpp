@@ -3,7 +3,7 @@
 #include <initializer_list>
 #include <map>
 
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/core/checked_int.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/data/bpe_tokenizer.hpp"
@@ -42,7 +42,7 @@ std::vector<std::string> known_gguf_pre_tokenizers() {
   return names;
 }
 
-BpeConfig bpe_config_from_gguf(const checkpoint::GgufFile& g) {
+BpeConfig bpe_config_from_gguf(const formats::GgufFile& g) {
   BpeConfig c;
   c.name = g.path();
   c.vocab = g.metadata_string_array("tokenizer.ggml.tokens");

@@ -4,9 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/fault.hpp"
@@ -44,13 +43,10 @@ void MetricsWriter::write(const std::string& line) {
 }
 
 void prepare_metrics_for_resume(const std::string& path, int last_step) {
-  file_io::require_regular_file(path, "");  // a FIFO would block the open
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return;
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string text = buf.str();
-  in.close();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  // No size bound: a long run's metrics are all kept (read_text_file still refuses a FIFO).
+  const std::string text = file_io::read_text_file(path, "", /*max_bytes=*/0);
   std::string kept;
   std::size_t start = 0, dropped = 0, damaged = 0;
   while (start < text.size()) {

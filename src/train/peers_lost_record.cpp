@@ -14,9 +14,9 @@
 #include "meshtrain/comm/peers_lost.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/format.hpp"
-#include "meshtrain/core/json.hpp"
-#include "meshtrain/core/json_parse.hpp"
+#include "meshtrain/core/error.hpp"
 #include "meshtrain/core/log.hpp"
+#include "meshtrain/formats/json.hpp"
 
 namespace meshtrain::train {
 namespace {
@@ -26,24 +26,18 @@ namespace {
 std::string g_out_dir, g_ckpt_dir;
 int g_rank = -1;
 
-std::string ranks_json(const std::vector<LostRank>& ranks) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    JsonObject o;
-    o.add("rank", ranks[i].rank).add("host", ranks[i].host).add("why", ranks[i].why);
-    s += (i ? ", " : "") + o.str();
-  }
-  return s + "]";
+formats::Json ranks_json(const std::vector<LostRank>& ranks) {
+  formats::Json a = formats::Json::array();
+  for (const LostRank& r : ranks) a.push_back({{"rank", r.rank}, {"host", r.host}, {"why", r.why}});
+  return a;
 }
 
 /// Distinct hosts of `ranks`, in order of first appearance, as a JSON array.
-std::string hosts_json(const std::vector<LostRank>& ranks) {
+formats::Json hosts_json(const std::vector<LostRank>& ranks) {
   std::vector<std::string> hosts;
   for (const LostRank& r : ranks)
     if (std::find(hosts.begin(), hosts.end(), r.host) == hosts.end()) hosts.push_back(r.host);
-  std::string s = "[";
-  for (std::size_t i = 0; i < hosts.size(); ++i) s += (i ? ", " : "") + json_quote(hosts[i]);
-  return s + "]";
+  return hosts;
 }
 
 void write_record(const PeersLost& report) {
@@ -58,24 +52,27 @@ void write_record(const PeersLost& report) {
     } catch (const std::exception& e) {
       why_none = e.what();
     }
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
+    const std::string host = host_name();
     const std::time_t now = std::time(nullptr);
     char utc[32] = {0};
     std::tm tm{};
     gmtime_r(&now, &tm);
     std::strftime(utc, sizeof(utc), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    JsonObject by;
-    by.add("rank", g_rank).add("host", std::string(host));
-    JsonObject o;
-    o.add("outcome", "peers_lost").add("exit_status", kExitPeersLost).add_raw("reported_by", by.str())
-        .add("collective", report.collective).add_raw("lost", ranks_json(report.lost))
-        .add_raw("lost_hosts", hosts_json(report.lost)).add_raw("unverified", ranks_json(report.unverified))
-        .add_raw("unverified_hosts", hosts_json(report.unverified)).add("newest_checkpoint", newest)
-        .add("newest_checkpoint_step", static_cast<std::int64_t>(step))
-        .add("time", static_cast<double>(now)).add("time_utc", std::string(utc)).add("message", report.message);
-    if (!why_none.empty()) o.add("newest_checkpoint_error", why_none);
-    const std::string text = o.str() + "\n";
+    formats::Json o = {{"outcome", "peers_lost"},
+                       {"exit_status", kExitPeersLost},
+                       {"reported_by", {{"rank", g_rank}, {"host", host}}},
+                       {"collective", report.collective},
+                       {"lost", ranks_json(report.lost)},
+                       {"lost_hosts", hosts_json(report.lost)},
+                       {"unverified", ranks_json(report.unverified)},
+                       {"unverified_hosts", hosts_json(report.unverified)},
+                       {"newest_checkpoint", newest},
+                       {"newest_checkpoint_step", step},
+                       {"time", static_cast<double>(now)},
+                       {"time_utc", std::string(utc)},
+                       {"message", report.message}};
+    if (!why_none.empty()) o["newest_checkpoint_error"] = why_none;
+    const std::string text = formats::json_text(o) + "\n";
     // Every reporting rank writes its own temporary file and renames it over the record:
     // a reader sees one whole record, never a mix.
     const std::string path = g_out_dir + "/peers_lost.json";
@@ -95,7 +92,7 @@ void write_record(const PeersLost& report) {
     }
     file_io::rename_durably(tmp, path);
     std::fprintf(stderr, "[meshtrain] rank %d (%s): peers lost: wrote %s (newest complete checkpoint: %s)\n", g_rank,
-                 host, path.c_str(), newest.empty() ? "none" : newest.c_str());
+                 host.c_str(), path.c_str(), newest.empty() ? "none" : newest.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[meshtrain] rank %d: cannot write the peers-lost record: %s\n", g_rank, e.what());
   }
@@ -110,24 +107,25 @@ void arm_peers_lost_record(const std::string& out_dir, const std::string& ckpt_d
   set_peers_lost_handler(&write_record);
 }
 
-std::string recoveries_json(const std::string& out_dir) {
+formats::Json recoveries(const std::string& out_dir) {
   const std::string path = out_dir + "/recoveries.jsonl";
+  formats::Json out = formats::Json::array();
   std::ifstream in(path);
-  if (!in) return "[]";
-  std::string line, out = "[";
-  int n = 0, lineno = 0;
+  if (!in) return out;
+  std::string line;
+  int lineno = 0;
   while (std::getline(in, line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      if (json::parse(line).kind != json::Value::Kind::Object) throw std::runtime_error("not an object");
+      formats::Json v = formats::parse_json(line);
+      if (!v.is_object()) throw std::runtime_error("not an object");
+      out.push_back(std::move(v));
     } catch (const std::exception& e) {
       log::warn("%s line %d is not a JSON object (%s): left out of summary.json", path.c_str(), lineno, e.what());
-      continue;
     }
-    out += (n++ ? ", " : "") + line;
   }
-  return out + "]";
+  return out;
 }
 
 }  // namespace meshtrain::train

@@ -9,26 +9,26 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/fault.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/json.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
+#include "meshtrain/formats/json.hpp"
 #include "meshtrain/linalg/gemm.hpp"
 #include "meshtrain/runtime/runtime.hpp"
 
 namespace meshtrain::train {
 
-std::string library_versions_json() {
+formats::Json library_versions() {
   unsigned maj = 0, min = 0, rel = 0;
   H5get_libversion(&maj, &min, &rel);
-  JsonObject v;
-  v.add("meshtrain", std::string(MESHTRAIN_VERSION) + " (" + MESHTRAIN_GIT_DESCRIBE + ")")
-      .add("compiler", MESHTRAIN_CXX_COMPILER)
-      .add("kokkos", kokkos_version_string() + " " + kokkos_backend_name())
-      .add("mpi", mpi_library_version())
-      .add("hdf5", strprintf("%u.%u.%u", maj, min, rel))
-      .add("boost", std::string(BOOST_LIB_VERSION))
-      .add("gemm", linalg::gemm_backend_name())
-      .add("cuda", linalg::cuda_description());
-  return v.str();
+  formats::Json v;
+  v["meshtrain"] = std::string(MESHTRAIN_VERSION) + " (" + MESHTRAIN_GIT_DESCRIBE + ")";
+  v["compiler"] = MESHTRAIN_CXX_COMPILER;
+  v["kokkos"] = kokkos_version_string() + " " + kokkos_backend_name();
+  v["mpi"] = mpi_library_version();
+  v["hdf5"] = strprintf("%u.%u.%u", maj, min, rel);
+  v["boost"] = std::string(BOOST_LIB_VERSION);
+  v["gemm"] = linalg::gemm_backend_name();
+  v["cuda"] = linalg::cuda_description();
+  return v;
 }
 
 std::string record_with_resume_note(const plan::RunSetup& s, const RunStart& start) {
@@ -84,18 +84,18 @@ void write_run_record(const plan::RunSetup& s, const Topology& topo, const std::
                             record_with_resume_note(s, start),
                         fault::Point::RecordWrite);
   file_io::replace_file(dir + "/mesh.txt", describe_mesh(s.mesh, &topo), fault::Point::RecordWrite);
-  JsonObject run;
-  run.add("world_size", topo.world_size)
-      .add("nodes", topo.num_nodes)
-      .add("mesh", s.mesh.str())
-      .add("strategy", parallel::strategy_name(s.strategy))
-      .add("strategy_reason", s.strategy_reason)
-      .add("grad_accum", s.batch.grad_accum)
-      .add("global_batch", s.batch.global_batch)
-      .add("parameters", s.spec.dims.num_params())
-      .add("memory_budget_bytes", s.memory_budget)
-      .add_raw("versions", library_versions_json());
-  file_io::replace_file(dir + "/run.json", run.str() + "\n", fault::Point::RecordWrite);
+  formats::Json run;
+  run["world_size"] = topo.world_size;
+  run["nodes"] = topo.num_nodes;
+  run["mesh"] = s.mesh.str();
+  run["strategy"] = parallel::strategy_name(s.strategy);
+  run["strategy_reason"] = s.strategy_reason;
+  run["grad_accum"] = s.batch.grad_accum;
+  run["global_batch"] = s.batch.global_batch;
+  run["parameters"] = s.spec.dims.num_params();
+  run["memory_budget_bytes"] = s.memory_budget;
+  run["versions"] = library_versions();
+  file_io::replace_file(dir + "/run.json", formats::json_text(run) + "\n", fault::Point::RecordWrite);
 }
 
 }  // namespace meshtrain::train

@@ -15,7 +15,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/fault.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/json.hpp"
+#include "meshtrain/formats/json.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/data/dataset.hpp"
@@ -300,9 +300,9 @@ template <class T>
 void Trainer<T>::print_sample() {
   const plan::TrainSpec& tc = spec_.train;
   // The model's tokenizer (the one the checkpoints record), else the dataset's.
-  auto tok = data::make_tokenizer(tokenizer_.known()                ? tokenizer_.spec
-                                  : data_.meta.tokenizer == "random" ? "byte"
-                                                                     : data_.meta.tokenizer);
+  auto tok = checkpoint::open_tokenizer(tokenizer_.known()                ? tokenizer_.spec
+                                        : data_.meta.tokenizer == "random" ? "byte"
+                                                                           : data_.meta.tokenizer);
   const std::string text =
       sample_text(session_, *tok, tc.sample_prompt, tc.sample_tokens, tc.sample_temperature, tc.sample_top_k, tc.seed);
   if (root_)
@@ -410,19 +410,38 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
     if (!std::isnan(val)) line += strprintf(" | val %.4f (ppl %.2f)", val, std::exp(val));
     log::info("%s", line.c_str());
   }
-  JsonObject j;
-  j.add("step", step).add("loss", loss).add("lr", lr).add("grad_norm", gnorm).add("tokens_per_s", tok_s)
-      .add("mfu", mfu).add("peak_mem_bytes", mem_max).add("peak_rss_bytes", rss_max).add("step_time_s", step_max)
-      .add("compute_s_min", comp_min).add("compute_s_max", comp_max).add("comm_s_min", busy_min)
-      .add("comm_s_max", busy_max).add("exposed_comm_s_min", exp_min).add("exposed_comm_s_max", exp_max)
-      .add("tokens", static_cast<double>(cursor_) * seq_len).add("skipped_steps", skipped_)
-      .add("counted_tokens", last_counted_).add("counted_tokens_per_s", last_counted_ / step_max);
-  if (!std::isnan(val)) j.add("val_loss", val);
-  if (!std::isnan(ckpt_save_s_)) j.add("ckpt_save_s", ckpt_save_s_).add("ckpt_save_gbps", ckpt_save_gbps_);
-  if (!std::isnan(ckpt_load_s_)) j.add("ckpt_load_s", ckpt_load_s_).add("ckpt_load_gbps", ckpt_load_gbps_);
+  // One metrics.jsonl line (doc/training.md); a NaN or infinite loss is written as null.
+  formats::Json j = {{"step", step},
+                     {"loss", loss},
+                     {"lr", lr},
+                     {"grad_norm", gnorm},
+                     {"tokens_per_s", tok_s},
+                     {"mfu", mfu},
+                     {"peak_mem_bytes", mem_max},
+                     {"peak_rss_bytes", rss_max},
+                     {"step_time_s", step_max},
+                     {"compute_s_min", comp_min},
+                     {"compute_s_max", comp_max},
+                     {"comm_s_min", busy_min},
+                     {"comm_s_max", busy_max},
+                     {"exposed_comm_s_min", exp_min},
+                     {"exposed_comm_s_max", exp_max},
+                     {"tokens", static_cast<double>(cursor_) * seq_len},
+                     {"skipped_steps", skipped_},
+                     {"counted_tokens", last_counted_},
+                     {"counted_tokens_per_s", last_counted_ / step_max}};
+  if (!std::isnan(val)) j["val_loss"] = val;
+  if (!std::isnan(ckpt_save_s_)) {
+    j["ckpt_save_s"] = ckpt_save_s_;
+    j["ckpt_save_gbps"] = ckpt_save_gbps_;
+  }
+  if (!std::isnan(ckpt_load_s_)) {
+    j["ckpt_load_s"] = ckpt_load_s_;
+    j["ckpt_load_gbps"] = ckpt_load_gbps_;
+  }
   ckpt_save_s_ = ckpt_save_gbps_ = ckpt_load_s_ = ckpt_load_gbps_ = NAN;
   // Rank 0 writes; every rank learns whether the write failed (disk full: exit 74).
-  session_.mesh().world().agree_on_error([&] { metrics_->write(j.str()); });
+  session_.mesh().world().agree_on_error([&] { metrics_->write(formats::json_text(j)); });
 }
 
 // ---- checkpoints -------------------------------------------------------------------------
@@ -573,24 +592,30 @@ void Trainer<T>::write_summary() {
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
     std::string table = "per-rank summary:\n  rank  compute_s  comm_s  exposed_comm_s  io_s  peak_mem  peak_rss\n";
-    std::string json = "[";
+    formats::Json ranks = formats::Json::array();
     for (int r = 0; r < world; ++r) {
       const double* v = &all[static_cast<std::size_t>(r) * 6];
       table += strprintf("  %4d  %9.2f  %6.2f  %14.2f  %4.2f  %8s  %8s\n", r, v[0], v[1], v[2], v[3],
                          format_bytes(v[4]).c_str(), format_bytes(v[5]).c_str());
-      JsonObject o;
-      o.add("rank", r).add("compute_s", v[0]).add("comm_s", v[1]).add("exposed_comm_s", v[2]).add("io_s", v[3])
-          .add("peak_mem_bytes", v[4]).add("peak_rss_bytes", v[5]).add("host", rt_.topology().host_of_rank[r]);
-      json += (r ? ", " : "") + o.str();
+      ranks.push_back({{"rank", r},
+                       {"compute_s", v[0]},
+                       {"comm_s", v[1]},
+                       {"exposed_comm_s", v[2]},
+                       {"io_s", v[3]},
+                       {"peak_mem_bytes", v[4]},
+                       {"peak_rss_bytes", v[5]},
+                       {"host", rt_.topology().host_of_rank[r]}});
     }
-    json += "]";
     log::info("%s", table.c_str());
-    JsonObject summary;
-    summary.add("final_loss", last_loss_).add("final_val_loss", last_val_).add("skipped_steps", skipped_)
-        .add("optimizer_updates", updates_).add_raw("ranks", json)
-        .add_raw("recoveries", recoveries_json(spec_.output.dir));  // the supervisor's, issue 31
+    const formats::Json summary = {{"final_loss", last_loss_},
+                                   {"final_val_loss", last_val_},
+                                   {"skipped_steps", skipped_},
+                                   {"optimizer_updates", updates_},
+                                   {"ranks", ranks},
+                                   {"recoveries", recoveries(spec_.output.dir)}};  // the supervisor's, issue 31
     // Atomic and checked: an earlier summary.json is replaced whole or kept.
-    file_io::replace_file(spec_.output.dir + "/summary.json", summary.str() + "\n", fault::Point::RecordWrite);
+    file_io::replace_file(spec_.output.dir + "/summary.json", formats::json_text(summary) + "\n",
+                          fault::Point::RecordWrite);
   }, "world");
 }
 

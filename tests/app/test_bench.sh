@@ -44,7 +44,7 @@ check_comm() {  # LABEL NP DTYPE [ARGS...]
   [[ $rows -eq $((nops * 9)) ]] || fail "$label: CSV has $rows rows, expected $((nops * 9))"
   # column 16 = wrong
   awk -F, 'NR > 1 && $16 != 0 { bad = 1 } END { exit bad }' "$csv" || fail "$label: a CSV row has wrong results"
-  grep -q '"wrong": 0' "$json" || fail "$label: JSON does not report zero wrong results"
+  [[ $(jq '.wrong' "$json") == 0 ]] || fail "$label: JSON does not report zero wrong results"
 }
 
 check_comm comm_np2_fp32 2 fp32
@@ -55,7 +55,7 @@ grep -qF "group tp (2 ranks; 2 such group(s) run at once)" "$out" || fail "tp gr
 check_comm comm_np4_dp_shard 4 fp32 --parallel.tp 2 --group dp_shard --ops reduce_scatter
 check_comm comm_np4_in_step 4 fp32 --parallel.tp=2 --group dp_shard --ops all_reduce --in_step
 grep -qF ", in step (a barrier over all ranks" "$out" || fail "in step: the header does not say so"
-grep -q '"in_step": true' "$TEST_TMP/comm_np4_in_step.json" || fail "in step: the JSON does not record it"
+[[ $(jq '.in_step' "$TEST_TMP/comm_np4_in_step.json") == true ]] || fail "in step: the JSON does not record it"
 
 run "gemm" $MPIEXEC -np 2 "$bin" bench gemm --sizes 64,32x48x16 --transpose nt --seconds 0.01 --csv "$TEST_TMP/gemm.csv"
 [[ $rc -eq 0 ]] || fail "gemm: exit status $rc"

@@ -48,7 +48,8 @@ rank_pid() {
 # last_step METRICS: the highest step in a metrics.jsonl (0 when there is none).
 last_step() {
   local s
-  s=$(sed -n 's/.*"step": \([0-9]*\).*/\1/p' "$1" 2>/dev/null | tail -n1)
+  # A line being written may be incomplete: it is skipped (fromjson?).
+  s=$(jq -Rr 'fromjson? | .step // empty' "$1" 2>/dev/null | tail -n1)
   echo "${s:-0}"
 }
 

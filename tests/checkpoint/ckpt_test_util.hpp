@@ -25,20 +25,14 @@ namespace meshtrain::test {
 
 /// The tiny configs of inputs/tiny-{gpt2,llama}.ini (GQA and an untied head for llama).
 inline Config tiny_config(const std::string& family, int d_model = 64) {
-  Config c;
-  c.model.family = choice_of<ModelFamily>(family);
-  c.model.vocab_size = 264;
+  Config c = tiny_model_config(family, 32, 264);
   c.model.d_model = d_model;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
   c.model.max_seq_len = 64;
   if (family == "llama") {
     c.model.n_kv_heads = 2;
     c.model.ffn_dim = 128;
-    c.model.tie_embeddings = false;
   }
   c.train.micro_batch = 2;
-  c.train.seq_len = 32;
   return c;
 }
 

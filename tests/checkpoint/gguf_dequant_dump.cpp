@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/checkpoint/gguf_dequant.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_dequant.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/core/error.hpp"
 
 int main(int argc, char** argv) {
-  using namespace meshtrain::checkpoint;
+  using namespace meshtrain::formats;
   if (argc < 4) {
     std::fprintf(stderr, "usage: gguf_dequant_dump FILE OUTDIR NAME[:ROWS]...\n");
     return 2;

@@ -5,12 +5,12 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/core/error.hpp"
 
-using meshtrain::checkpoint::GgufFile;
-using meshtrain::checkpoint::GgufValue;
-using meshtrain::checkpoint::GgufValueType;
+using meshtrain::formats::GgufFile;
+using meshtrain::formats::GgufValue;
+using meshtrain::formats::GgufValueType;
 
 namespace {
 
@@ -57,8 +57,8 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json md = nlohmann::ordered_json::object();
     for (const auto& [key, v] : f.metadata()) {
       nlohmann::ordered_json e;
-      e["type"] = meshtrain::checkpoint::gguf_value_type_name(v.type);
-      if (v.type == GgufValueType::Array) e["array_type"] = meshtrain::checkpoint::gguf_value_type_name(v.array_type);
+      e["type"] = meshtrain::formats::gguf_value_type_name(v.type);
+      if (v.type == GgufValueType::Array) e["array_type"] = meshtrain::formats::gguf_value_type_name(v.array_type);
       e["value"] = value_json(v);
       md[key] = e;
     }
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < t.nbytes; ++i) sum += static_cast<unsigned>(t.data[i]);
       const std::size_t k = std::min<std::size_t>(32, t.nbytes);
       ts.push_back({{"name", info.name},
-                    {"type", meshtrain::checkpoint::ggml_type_name(info.type)},
+                    {"type", meshtrain::formats::ggml_type_name(info.type)},
                     {"shape", t.shape},
                     {"offset", info.offset},
                     {"nbytes", t.nbytes},

@@ -14,7 +14,7 @@
 
 #include "ckpt_test_util.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/checkpoint/export.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/core/crc32c.hpp"
 #include "meshtrain/core/error.hpp"

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <random>
 
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/core/error.hpp"
 #include "test_support.hpp"
 
@@ -17,9 +17,9 @@ namespace meshtrain::test {
 namespace {
 
 namespace fs = std::filesystem;
-using checkpoint::GgmlType;
-using checkpoint::GgufFile;
-using checkpoint::GgufValueType;
+using formats::GgmlType;
+using formats::GgufFile;
+using formats::GgufValueType;
 
 std::string dir() {
   static const std::string d = [] {
@@ -125,7 +125,7 @@ Spec valid() {
 /// Opening `path` fails with a UserError that names the file and holds `part`.
 void expect_rejected(const std::string& path, const std::string& part) {
   try {
-    GgufFile f(path);
+    formats::GgufFile f(path);
     ADD_FAILURE() << path << " was accepted (expected: " << part << ")";
   } catch (const UserError& e) {
     const std::string m = e.what();
@@ -137,7 +137,7 @@ void expect_rejected(const std::string& path, const std::string& part) {
 TEST(Gguf, ValidFileReadsBack) {
   const std::string bytes = encode(valid());
   const std::string path = write("valid", bytes);
-  GgufFile f(path);
+  formats::GgufFile f(path);
   EXPECT_EQ(f.version(), 3u);
   EXPECT_EQ(f.alignment(), 32u);
   ASSERT_EQ(f.metadata().size(), 4u);
@@ -153,11 +153,11 @@ TEST(Gguf, ValidFileReadsBack) {
   EXPECT_THROW(f.metadata_string("absent.key"), UserError);
   ASSERT_EQ(f.tensors().size(), 2u);
   const auto a = f.tensor("w.f32");
-  EXPECT_EQ(a.type, GgmlType::F32);
+  EXPECT_EQ(a.type, formats::GgmlType::F32);
   EXPECT_EQ(a.shape, (std::vector<std::int64_t>{3, 4}));
   EXPECT_EQ(a.nbytes, 48u);
   const auto q = f.tensor("w.q8");
-  EXPECT_EQ(q.type, GgmlType::Q8_0);
+  EXPECT_EQ(q.type, formats::GgmlType::Q8_0);
   EXPECT_EQ(q.shape, (std::vector<std::int64_t>{2, 32}));
   EXPECT_EQ(q.nbytes, 68u);  // 2 blocks of 34 bytes
   // The pointers are into the file at data_offset + offset.
@@ -171,7 +171,7 @@ TEST(Gguf, EveryTruncationIsRejected) {
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     const std::string path = write("trunc", bytes.substr(0, n));
     try {
-      GgufFile f(path);
+      formats::GgufFile f(path);
       ADD_FAILURE() << "a file cut to " << n << " of " << bytes.size() << " bytes was accepted";
     } catch (const UserError& e) {
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
@@ -288,7 +288,7 @@ TEST(Gguf, CustomAlignment) {
   s.kvs.push_back(kv_u32("general.alignment", 64));
   s.alignment = 64;
   s.tensors[1].offset = 64;
-  GgufFile f(write("align64", encode(s)));
+  formats::GgufFile f(write("align64", encode(s)));
   EXPECT_EQ(f.alignment(), 64u);
   EXPECT_EQ(f.data_offset() % 64, 0u);
 }
@@ -303,7 +303,7 @@ TEST(Gguf, RandomDamageNeverCrashes) {
     for (int k = 0; k < flips; ++k) damaged[rng() % damaged.size()] = static_cast<char>(rng());
     const std::string path = write("damaged", damaged);
     try {
-      GgufFile f(path);
+      formats::GgufFile f(path);
       for (const auto& t : f.tensors()) {  // whatever was accepted is inside the file
         const auto v = f.tensor(t);
         ASSERT_GE(v.data, f.file_data());

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "../../src/checkpoint/gguf_import.hpp"
-#include "meshtrain/checkpoint/gguf_dequant.hpp"
+#include "meshtrain/formats/gguf_dequant.hpp"
+#include "meshtrain/formats/half.hpp"
 #include "meshtrain/model/param_spec.hpp"
 
 namespace meshtrain::test {
@@ -59,7 +60,7 @@ TEST(GgufImport, EveryLlamaParameterHasOneGgufName) {
 
 TEST(GgufImport, HalfToFloatIsExactForEveryHalf) {
   for (std::uint32_t h = 0; h < 65536; ++h) {
-    const float f = checkpoint::half_to_float(static_cast<std::uint16_t>(h));
+    const float f = formats::half_to_float(static_cast<std::uint16_t>(h));
     const std::uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
     const double mag = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, static_cast<int>(e) - 25);
     if (e == 0x1F) {

@@ -8,7 +8,8 @@
 
 #include "ckpt_test_util.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/formats/safetensors.hpp"
+#include "meshtrain/checkpoint/export.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/core/error.hpp"
 
@@ -97,7 +98,7 @@ TEST(Import, ExportedModelLoadsOnAnotherMeshExactly) {
     if (world().rank() == 0) {
       EXPECT_EQ(s.files, (std::vector<std::string>{"model.safetensors", "config.json"}));
       EXPECT_EQ(s.step, 12);
-      checkpoint::SafetensorsFile f("ckpt_test_np" + std::to_string(world().size()) + "/export_" + family +
+      formats::SafetensorsFile f("ckpt_test_np" + std::to_string(world().size()) + "/export_" + family +
                                     "/hf/model.safetensors");
       const auto* emb = f.find(family == "gpt2" ? "transformer.wte.weight" : "model.embed_tokens.weight");
       ASSERT_NE(emb, nullptr);
@@ -134,7 +135,7 @@ std::string write_hf_file(const std::string& path, const model::ModelDims& d,
                           const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& extra,
                           std::int64_t shape_delta_for = -1) {
   const auto specs = model::build_param_specs(d, 1);
-  std::vector<checkpoint::SafetensorsEntry> entries;
+  std::vector<formats::SafetensorsEntry> entries;
   std::vector<std::vector<float>> data;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const model::ParamSpec& p = specs[i];
@@ -155,7 +156,7 @@ std::string write_hf_file(const std::string& path, const model::ModelDims& d,
     data.emplace_back(static_cast<std::size_t>(n), 0.5f);
   }
   if (world().rank() == 0)
-    checkpoint::write_safetensors(path, entries, {}, [&](std::size_t i, std::vector<unsigned char>& out) {
+    formats::write_safetensors(path, entries, {}, [&](std::size_t i, std::vector<unsigned char>& out) {
       const auto* b = reinterpret_cast<const unsigned char*>(data[i].data());
       out.assign(b, b + data[i].size() * 4);
     });
@@ -188,7 +189,7 @@ TEST(Import, HuggingFaceGpt2SpellingsAreAccepted) {
 
   // A tied lm_head equal to the embedding is dropped silently; a different one is an error.
   const auto specs = model::build_param_specs(d, 1);
-  std::vector<checkpoint::SafetensorsEntry> entries;
+  std::vector<formats::SafetensorsEntry> entries;
   std::vector<std::vector<float>> data;
   for (const auto& s : specs) {
     std::vector<float> v;
@@ -203,7 +204,7 @@ TEST(Import, HuggingFaceGpt2SpellingsAreAccepted) {
   }
   const auto write = [&](const std::string& path) {
     if (world().rank() == 0)
-      checkpoint::write_safetensors(path, entries, {}, [&](std::size_t i, std::vector<unsigned char>& out) {
+      formats::write_safetensors(path, entries, {}, [&](std::size_t i, std::vector<unsigned char>& out) {
         const auto* b = reinterpret_cast<const unsigned char*>(data[i].data());
         out.assign(b, b + data[i].size() * 4);
       });

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/formats/safetensors.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
 #include "test_support.hpp"
@@ -16,7 +16,7 @@ namespace meshtrain::test {
 namespace {
 
 namespace fs = std::filesystem;
-using checkpoint::SafetensorsFile;
+using formats::SafetensorsFile;
 
 std::string dir() {
   static const std::string d = [] {
@@ -46,7 +46,7 @@ std::string bytes_of(const std::vector<float>& v) {
 /// Opening `path` fails with a message that names the file and holds `part`.
 void expect_rejected(const std::string& path, const std::string& part) {
   try {
-    SafetensorsFile f(path);
+    formats::SafetensorsFile f(path);
     ADD_FAILURE() << path << " was accepted (expected: " << part << ")";
   } catch (const UserError& e) {
     const std::string m = e.what();
@@ -61,7 +61,7 @@ const std::string kTwoData = bytes_of({1, 2, 3, 4, 5, 6, 7});
 
 TEST(Safetensors, ValidFileReads) {
   const std::string p = make_file("valid", kTwo + "   ", kTwoData);  // trailing header spaces are padding
-  SafetensorsFile f(p);
+  formats::SafetensorsFile f(p);
   ASSERT_EQ(f.tensors().size(), 2u);
   const auto* b = f.find("b");
   ASSERT_NE(b, nullptr);
@@ -75,7 +75,7 @@ TEST(Safetensors, MetadataAndEmptyTensorsAreFine) {
   const std::string h =
       R"({"__metadata__":{"format":"pt"},"e":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]},)"
       R"("x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
-  SafetensorsFile f(make_file("meta", h, bytes_of({9})));
+  formats::SafetensorsFile f(make_file("meta", h, bytes_of({9})));
   EXPECT_EQ(f.metadata().at("format"), "pt");
   EXPECT_EQ(f.find("e")->numel(), 0);
 }
@@ -177,7 +177,7 @@ TEST(Safetensors, ConvertsHalfBrainAndDoubleToFloat) {
                         R"("b":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]},)"
                         R"("d":{"dtype":"F64","shape":[2],"data_offsets":[12,28]},)"
                         R"("i":{"dtype":"I32","shape":[0],"data_offsets":[28,28]}})";
-  SafetensorsFile f(make_file("convert", h, data));
+  formats::SafetensorsFile f(make_file("convert", h, data));
   std::vector<float> out(4);
   f.read_f32(*f.find("h"), 0, 4, out.data());
   EXPECT_EQ(out[0], 1.0f);
@@ -195,8 +195,8 @@ TEST(Safetensors, ConvertsHalfBrainAndDoubleToFloat) {
 
 TEST(Safetensors, WriterOutputReadsBack) {
   const std::string p = dir() + "/written.safetensors";
-  const std::vector<checkpoint::SafetensorsEntry> entries = {{"w", "F32", {2, 3}}, {"v", "BF16", {3}}};
-  checkpoint::write_safetensors(p, entries, {{"format", "pt"}}, [](std::size_t i, std::vector<unsigned char>& out) {
+  const std::vector<formats::SafetensorsEntry> entries = {{"w", "F32", {2, 3}}, {"v", "BF16", {3}}};
+  formats::write_safetensors(p, entries, {{"format", "pt"}}, [](std::size_t i, std::vector<unsigned char>& out) {
     if (i == 0) {
       const std::vector<float> w = {1, 2, 3, 4, 5, 6};
       const auto* b = reinterpret_cast<const unsigned char*>(w.data());
@@ -205,7 +205,7 @@ TEST(Safetensors, WriterOutputReadsBack) {
       out = {0x80, 0x3F, 0x00, 0x40, 0x40, 0x40};  // bf16 1, 2, 3
     }
   });
-  SafetensorsFile f(p);
+  formats::SafetensorsFile f(p);
   EXPECT_EQ(f.metadata().at("format"), "pt");
   std::vector<float> w(6), v(3);
   f.read_f32(*f.find("w"), 0, 6, w.data());

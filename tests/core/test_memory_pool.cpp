@@ -48,16 +48,9 @@ TEST(MemoryPool, ReleasedBlocksAreReusedForTheSameSizeOnly) {
 }
 
 Config small_model(const std::string& strategy, const std::string& precision) {
-  Config c;
-  c.model.family = ModelFamily::Gpt2;
-  c.model.vocab_size = 256;
-  c.model.d_model = 64;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.max_seq_len = 32;
+  Config c = test::tiny_model_config("gpt2", 32);
   c.parallel.strategy = choice_of<StrategyChoice>(strategy);
   c.train.micro_batch = 2;
-  c.train.seq_len = 32;
   c.train.grad_accum = 2;  // the accumulation path allocates too
   c.train.precision = choice_of<Precision>(precision);
   c.data.dir = "random";

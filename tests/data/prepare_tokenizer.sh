@@ -75,7 +75,7 @@ check sp sp/tokenizer.model sentencepiece
 h1=$("$py" -c 'import json; print(json.load(open("ds_gguf/meta.json"))["tokenizer_hash"])')
 h2=$("$py" -c 'import json; print(json.load(open("ds_hf/meta.json"))["tokenizer_hash"])')
 [[ -n "$h1" && "$h1" == "$h2" ]] || fail "the GGUF and the tokenizer.json of the same vocabulary hash differently ($h1, $h2)"
-grep -q '"add_bos": true' ds_sp/meta.json || fail "the SentencePiece dataset does not record add_bos"
+[[ $(jq '.add_bos' ds_sp/meta.json) == true ]] || fail "the SentencePiece dataset does not record add_bos"
 
 # Gemma's special-token names (<pad> <eos> <bos> <unk>) in a GGUF SentencePiece vocabulary:
 # the ids are the metadata's (bos 2, eos 1), or found by name where it is silent; never

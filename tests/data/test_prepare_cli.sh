@@ -33,7 +33,7 @@ check_dataset() {
   done
   [[ $(head -c 8 "$dir/train.bin") == MTTOKENS ]] || fail "$what: train.bin lacks the magic"
   if ls "$dir"/*.tmp >/dev/null 2>&1; then fail "$what: temporaries left in $dir"; fi
-  grep -q '"tokenizer": "byte"' "$dir/meta.json" || fail "$what: meta.json lacks the tokenizer"
+  [[ $(jq -r '.tokenizer' "$dir/meta.json") == byte ]] || fail "$what: meta.json lacks the tokenizer"
 }
 
 if [[ -d $corpus ]]; then

@@ -9,6 +9,7 @@
 #include "meshtrain/data/bpe_tokenizer.hpp"
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/tokenizer.hpp"
+#include "meshtrain/checkpoint/tokenizer_ref.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::data;
@@ -163,16 +164,16 @@ TEST(TokenizerMatch, DatasetAgainstAModelDirectory) {
   same.tokenizer_kind = "bpe";
   same.vocab_size = tok->vocab_size();
   same.tokenizer_hash = tok->hash();
-  EXPECT_NO_THROW(check_dataset_tokenizer(same, "data", dir.string()));
+  EXPECT_NO_THROW(checkpoint::check_dataset_tokenizer(same, "data", dir.string()));
   DatasetMeta bytes;
   bytes.tokenizer = "byte";
   bytes.tokenizer_kind = "byte";
   bytes.vocab_size = 257;
-  EXPECT_THROW(check_dataset_tokenizer(bytes, "data", dir.string()), UserError);
+  EXPECT_THROW(checkpoint::check_dataset_tokenizer(bytes, "data", dir.string()), UserError);
   DatasetMeta random;
   random.tokenizer = "random";
-  EXPECT_NO_THROW(check_dataset_tokenizer(random, "data", dir.string()));
-  EXPECT_NO_THROW(check_dataset_tokenizer(bytes, "data", "weights.safetensors"));  // no tokenizer known
+  EXPECT_NO_THROW(checkpoint::check_dataset_tokenizer(random, "data", dir.string()));
+  EXPECT_NO_THROW(checkpoint::check_dataset_tokenizer(bytes, "data", "weights.safetensors"));  // no tokenizer known
   fs::remove_all(dir);
 }
 

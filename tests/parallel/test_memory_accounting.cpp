@@ -17,16 +17,12 @@ using namespace meshtrain;
 namespace {
 
 Config model_config(const std::string& strategy, int tp, int dp_shard) {
-  Config c;
-  c.model.family = ModelFamily::Llama;
-  c.model.vocab_size = 512;
+  Config c = test::tiny_model_config("llama", 32, 512);
   c.model.d_model = 128;
   c.model.n_layers = 4;
   c.model.n_heads = 8;
   c.model.n_kv_heads = 4;
   c.model.ffn_dim = 384;
-  c.model.max_seq_len = 32;
-  c.model.tie_embeddings = false;
   c.parallel.strategy = choice_of<StrategyChoice>(strategy);
   c.parallel.tp = tp;
   c.parallel.dp_shard = dp_shard;

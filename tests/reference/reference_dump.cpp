@@ -16,7 +16,7 @@
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/config/config.hpp"
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/core/json.hpp"
+#include "meshtrain/formats/json.hpp"
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/sampler.hpp"
 #include "meshtrain/model/init.hpp"
@@ -76,17 +76,12 @@ int main(int argc, char** argv) {
     namespace fs = std::filesystem;
     fs::create_directories(out + "/params");
     fs::create_directories(out + "/grads");
-    JsonObject tensors;
     for (const auto& [name, v] : logical_tensors(eng, false)) write_raw(out + "/params/" + name + ".f32", v);
-    std::string list = "[";
-    for (const auto& p : eng.specs()) {
-      std::string shape = "[";
-      for (std::size_t i = 0; i < p.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(p.shape[i]);
-      JsonObject t;
-      t.add("name", p.name).add_raw("shape", shape + "]").add("weight_decay", p.is_embedding ? tc.decay_embeddings : p.weight_decay);
-      list += (list.size() > 1 ? ", " : "") + t.str();
-    }
-    list += "]";
+    formats::Json list = formats::Json::array();
+    for (const auto& p : eng.specs())
+      list.push_back({{"name", p.name},
+                      {"shape", p.shape},
+                      {"weight_decay", p.is_embedding ? tc.decay_embeddings : p.weight_decay}});
 
     const data::Dataset ds = data::Dataset::load(setup.spec.data, setup.spec.dims.valid_vocab, tc.seed);
     const data::Sampler sampler(ds.train, tc.seq_len, tc.seed);
@@ -108,7 +103,7 @@ int main(int argc, char** argv) {
 
     const train::StepSettings st = train::step_settings(setup);
     int updates = 0;
-    std::string curve = "[";
+    formats::Json curve = formats::Json::array();
     for (int s = 0; s < tc.steps; ++s) {
       const train::BatchFiller fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
         const std::size_t off = (static_cast<std::size_t>(s) * G + static_cast<std::size_t>(micro) * tc.micro_batch) * T;
@@ -119,23 +114,36 @@ int main(int argc, char** argv) {
       const train::StepResult r = train::train_step(session, st, s, updates, fill);
       if (s == 0)
         for (const auto& [name, v] : logical_tensors(eng, true)) write_raw(out + "/grads/" + name + ".f32", v);
-      JsonObject c;
-      c.add("step", s + 1).add("loss", r.loss).add("grad_norm", r.grad_norm).add("lr", r.lr);
-      curve += (s ? ", " : "") + c.str();
+      curve.push_back({{"step", s + 1}, {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"lr", r.lr}});
     }
-    std::ofstream(out + "/curve.json") << curve << "]\n";
+    std::ofstream(out + "/curve.json") << formats::json_text(curve) << "\n";
 
-    JsonObject m;
-    m.add("family", choice_name(cfg.model.family)).add("vocab", setup.spec.dims.vocab).add("valid_vocab", setup.spec.dims.valid_vocab)
-        .add("d_model", setup.spec.dims.d_model).add("n_layers", setup.spec.dims.n_layers).add("n_heads", setup.spec.dims.n_heads)
-        .add("n_kv_heads", setup.spec.dims.n_kv_heads).add("ffn_dim", setup.spec.dims.ffn_dim).add("tied", setup.spec.dims.tied)
-        .add("norm_eps", setup.spec.dims.norm_eps).add("rope_theta", setup.spec.dims.rope_theta).add("steps", tc.steps)
-        .add("global_batch", G).add("seq_len", T).add("beta1", tc.beta1).add("beta2", tc.beta2)
-        .add("adam_eps", tc.adam_eps).add("weight_decay", tc.weight_decay).add("grad_clip", tc.grad_clip)
-        .add("lr", tc.lr).add("min_lr", tc.min_lr).add("warmup_steps", tc.warmup_steps)
-        .add("lr_schedule", choice_name(tc.lr_schedule))
-        .add_raw("tensors", list);
-    std::ofstream(out + "/manifest.json") << m.str() << "\n";
+    formats::Json m;
+    m["family"] = choice_name(cfg.model.family);
+    m["vocab"] = setup.spec.dims.vocab;
+    m["valid_vocab"] = setup.spec.dims.valid_vocab;
+    m["d_model"] = setup.spec.dims.d_model;
+    m["n_layers"] = setup.spec.dims.n_layers;
+    m["n_heads"] = setup.spec.dims.n_heads;
+    m["n_kv_heads"] = setup.spec.dims.n_kv_heads;
+    m["ffn_dim"] = setup.spec.dims.ffn_dim;
+    m["tied"] = setup.spec.dims.tied;
+    m["norm_eps"] = setup.spec.dims.norm_eps;
+    m["rope_theta"] = setup.spec.dims.rope_theta;
+    m["steps"] = tc.steps;
+    m["global_batch"] = G;
+    m["seq_len"] = T;
+    m["beta1"] = tc.beta1;
+    m["beta2"] = tc.beta2;
+    m["adam_eps"] = tc.adam_eps;
+    m["weight_decay"] = tc.weight_decay;
+    m["grad_clip"] = tc.grad_clip;
+    m["lr"] = tc.lr;
+    m["min_lr"] = tc.min_lr;
+    m["warmup_steps"] = tc.warmup_steps;
+    m["lr_schedule"] = choice_name(tc.lr_schedule);
+    m["tensors"] = list;
+    std::ofstream(out + "/manifest.json") << formats::json_text(m) << "\n";
   } catch (const UserError& e) {
     std::fprintf(stderr, "reference_dump: %s\n", e.what());
     return 2;

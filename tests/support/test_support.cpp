@@ -12,6 +12,19 @@ void set_runtime(Runtime* rt) { g_runtime = rt; }
 Runtime& runtime() { return *g_runtime; }
 const MpiComm& world() { return g_runtime->world(); }
 
+Config tiny_model_config(const std::string& family, int seq_len, int vocab_size) {
+  Config c;
+  c.model.family = choice_of<ModelFamily>(family);
+  c.model.vocab_size = vocab_size;
+  c.model.d_model = 64;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.max_seq_len = seq_len;
+  c.model.tie_embeddings = family == "gpt2";
+  c.train.seq_len = seq_len;
+  return c;
+}
+
 model::ModelDims gpt2_dims(int vocab_size, int d_model, int n_layers, int n_heads, int max_seq_len) {
   model::ModelSettings c;
   c.family = ModelFamily::Gpt2;

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "meshtrain/config/config.hpp"
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/runtime/runtime.hpp"
@@ -44,6 +45,12 @@ std::vector<T> to_host(const Buffer<T>& b) {
 
 /// The dims of a GPT-2 model (tied embeddings, ffn 4 x d_model), for the planner and
 /// cost-model tests that need only a shape.
+/// \brief The tests' tiny model: `family` ("gpt2" with tied embeddings, "llama" with an
+/// untied head), `vocab_size` ids, d_model 64, 2 layers of 4 heads, model.max_seq_len and
+/// train.seq_len `seq_len`; every other key at its default. Each test sets what it varies
+/// (kv heads, ffn_dim, the mesh, the data) on top.
+Config tiny_model_config(const std::string& family, int seq_len = 32, int vocab_size = 256);
+
 model::ModelDims gpt2_dims(int vocab_size, int d_model, int n_layers, int n_heads, int max_seq_len);
 
 /// n normally distributed values (seeded).

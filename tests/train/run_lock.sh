@@ -132,7 +132,7 @@ kill -CONT "$pid"
 wait_pid "$live" 120
 status=$?
 [[ $status == 0 ]] || { cat live.log; fail "run A exited $status after the refused run"; }
-steps=$(sed -n 's/.*"step": \([0-9]*\).*/\1/p' live/metrics.jsonl | tr '\n' ' ')
+steps=$(jq -r '.step' live/metrics.jsonl | tr '\n' ' ')
 [[ $steps == "1 2 3 4 5 6 " ]] || fail "run A's metrics.jsonl holds steps '$steps', expected every step 1..6 once"
 [[ -f live/checkpoints/step_00000006.h5 && ! -e live/.meshtrain.lock ]] || fail "run A's final state is wrong"
 finish "run lock: refused runs change nothing, stale locks do not block, the live run finishes whole"

@@ -35,23 +35,15 @@ std::vector<MeshCase> meshes() {
 }
 
 Config tiny(const char* family, int n_kv, int tp, int max_seq_len) {
-  Config c;
-  c.model.family = choice_of<ModelFamily>(family);
-  c.model.vocab_size = 256;
-  c.model.d_model = 64;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
+  Config c = test::tiny_model_config(family, max_seq_len);
   c.model.n_kv_heads = n_kv;
   c.model.ffn_dim = 128;
-  c.model.max_seq_len = max_seq_len;
-  c.model.tie_embeddings = std::string(family) == "gpt2";
   // Larger than the training default so the untrained model's logits are far from uniform
   // and greedy decoding wanders over many tokens instead of repeating one.
   c.model.init_std = 0.3;
   c.parallel.strategy = StrategyChoice::FullShard;
   c.parallel.tp = tp;
   c.train.micro_batch = 1;
-  c.train.seq_len = max_seq_len;
   c.data.dir = "random";
   return c;
 }

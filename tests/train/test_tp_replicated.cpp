@@ -20,20 +20,12 @@ namespace {
 
 void check_family(const char* family, int n_kv) {
   const int n = test::world().size();
-  Config c;
-  c.model.family = choice_of<ModelFamily>(family);
-  c.model.vocab_size = 256;
-  c.model.d_model = 64;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
+  Config c = test::tiny_model_config(family, 16);
   c.model.n_kv_heads = n_kv;
   c.model.ffn_dim = 128;
-  c.model.max_seq_len = 16;
-  c.model.tie_embeddings = std::string(family) == "gpt2";
   c.parallel.strategy = StrategyChoice::FullShard;
   c.parallel.tp = n >= 4 ? 2 : n;  // 4 ranks: dp_shard 2 x tp 2
   c.train.micro_batch = 2;
-  c.train.seq_len = 16;
   c.train.steps = 3;
   c.data.dir = "random";
   const plan::RunSetup setup = app::resolve_run(c, test::runtime().topology());

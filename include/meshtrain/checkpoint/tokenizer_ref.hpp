@@ -51,7 +51,20 @@ void require_same_tokenizer(const TokenizerRef& given, const std::string& given_
 /// (UserError naming the record when the file is gone or changed). `model` must be known.
 std::unique_ptr<data::Tokenizer> open_recorded_tokenizer(const TokenizerRef& model, const std::string& model_name);
 
-/// For make_tokenizer: when `spec` is a meshtrain checkpoint, a checkpoint directory or a
+/// data::make_tokenizer, and also the tokenizer a meshtrain checkpoint, checkpoint directory
+/// or run output.dir records (tokenizer_of_checkpoint): every command's --tokenizer.
+std::unique_ptr<data::Tokenizer> open_tokenizer(const std::string& spec);
+
+/// \brief Refuses a dataset prepared with another tokenizer than the model's. `model_source`
+/// is where the model's weights come from (checkpoint.init_from, eval/generate --checkpoint);
+/// when it is a .gguf file, a Hugging Face directory with tokenizer files or a meshtrain
+/// checkpoint that records its tokenizer, its tokenizer is
+/// compared with the one meta.json records (kind, vocabulary size, hash; see
+/// check_tokenizer_match). Nothing is checked for random data, other sources or when either
+/// side records no tokenizer. UserError naming both sides otherwise.
+void check_dataset_tokenizer(const data::DatasetMeta& meta, const std::string& dataset_dir, const std::string& model_source);
+
+/// For open_tokenizer: when `spec` is a meshtrain checkpoint, a checkpoint directory or a
 /// run's output.dir (its checkpoints/), the tokenizer its newest checkpoint records (so
 /// `prepare --tokenizer RUN` makes data for an existing run); null for anything else.
 /// UserError when the checkpoint records no tokenizer or it cannot be read.

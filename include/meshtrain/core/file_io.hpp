@@ -5,6 +5,7 @@
 /// at fault (permissions, a read-only file system).
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,15 @@ void rename_durably(const std::string& from, const std::string& to);
 /// `path` is as it was. `point` is passed before the write (fault.hpp): an injected errno
 /// fails the write as the disk would.
 void replace_file(const std::string& path, const std::string& text, fault::Point point = fault::Point::None);
+
+/// \brief Flushes, fsyncs and closes `f`, a file written through stdio (closed on every
+/// path, so the caller drops its pointer); write_error(path, errno, bytes_needed) when any
+/// of the three fails -- the one copy of "the data is on disk" for stdio writers.
+void close_durably(std::FILE* f, const std::string& path, std::uint64_t bytes_needed = 0);
+
+/// \brief Writes `text` to `path` (created or truncated, not atomically: for files inside a
+/// directory that is renamed into place whole) and close_durably's it; write_error on failure.
+void write_file(const std::string& path, const std::string& text);
 
 /// Writes all of `data` to `fd` at its offset (retrying short writes and EINTR); 0 or the errno.
 int write_all(int fd, const char* data, std::size_t n);

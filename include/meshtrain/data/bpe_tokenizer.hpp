@@ -15,7 +15,7 @@
 
 #include "meshtrain/data/tokenizer.hpp"
 
-namespace meshtrain::checkpoint {
+namespace meshtrain::formats {
 class GgufFile;
 }
 
@@ -87,7 +87,7 @@ BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const std::str
 
 /// The config of a GGUF file whose tokenizer.ggml.model is "gpt2" (byte-level BPE), the
 /// pre-tokenizer regexes chosen by tokenizer.ggml.pre as llama.cpp does.
-BpeConfig bpe_config_from_gguf(const checkpoint::GgufFile& gguf);
+BpeConfig bpe_config_from_gguf(const formats::GgufFile& gguf);
 
 /// The pre-tokenizer names of GGUF files that bpe_config_from_gguf knows, sorted.
 std::vector<std::string> known_gguf_pre_tokenizers();

@@ -76,15 +76,6 @@ struct Dataset {
   static Dataset load(const DataSource& source, std::int64_t model_vocab, std::uint64_t seed);
 };
 
-/// \brief Refuses a dataset prepared with another tokenizer than the model's. `model_source`
-/// is where the model's weights come from (checkpoint.init_from, eval/generate --checkpoint);
-/// when it is a .gguf file, a Hugging Face directory with tokenizer files or a meshtrain
-/// checkpoint that records its tokenizer (checkpoint/tokenizer_ref.hpp), its tokenizer is
-/// compared with the one meta.json records (kind, vocabulary size, hash; see
-/// check_tokenizer_match). Nothing is checked for random data, other sources or when either
-/// side records no tokenizer. UserError naming both sides otherwise.
-void check_dataset_tokenizer(const DatasetMeta& meta, const std::string& dataset_dir, const std::string& model_source);
-
 /// UserError "the dataset's vocabulary (N) is larger than model.vocab_size (M)" when
 /// dataset_vocab > model_vocab (a model may have more ids than the data uses, not fewer).
 void check_vocab(std::int64_t dataset_vocab, std::int64_t model_vocab);

@@ -22,6 +22,8 @@
 #include <cstdio>
 #include <string>
 
+#include "meshtrain/formats/mapped_file.hpp"
+
 namespace meshtrain::data {
 
 inline constexpr char kDocFileMagic[] = "MTLDOCS1";  ///< 8 bytes, no terminator on disk
@@ -36,23 +38,18 @@ inline constexpr std::uint32_t kDocFileMaxRow = 65536;  ///< u16 ids: at most 65
 class DocFile {
  public:
   explicit DocFile(const std::string& path);
-  ~DocFile();
-  DocFile(const DocFile&) = delete;
-  DocFile& operator=(const DocFile&) = delete;
 
   std::uint64_t size() const { return count_; }
   std::uint32_t row_tokens() const { return row_tokens_; }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
   /// The segment ids of tokens [offset, offset + len) of one row (offset a multiple of the
   /// row length, len <= the row length) into out.
   void read_row(std::uint64_t offset, int len, std::uint16_t* out) const;
 
  private:
-  std::string path_;
+  formats::MappedFile file_;
   std::uint32_t row_tokens_ = 0;
   std::uint64_t count_ = 0;
-  void* map_ = nullptr;
-  std::size_t map_bytes_ = 0;
 };
 
 /// \brief Streams a document-boundary file to `path` (a staged `*.tmp`). The count is

@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <string>
 
+#include "meshtrain/formats/mapped_file.hpp"
+
 namespace meshtrain::data {
 
 inline constexpr char kMaskFileMagic[] = "MTLMASK1";  ///< 8 bytes, no terminator on disk
@@ -30,7 +32,6 @@ inline constexpr std::size_t kMaskFileHeaderBytes = 64;
 class MaskFile {
  public:
   explicit MaskFile(const std::string& path);
-  ~MaskFile();
   MaskFile(const MaskFile&) = delete;
   MaskFile& operator=(const MaskFile&) = delete;
 
@@ -38,14 +39,12 @@ class MaskFile {
   std::uint32_t row_tokens() const { return row_tokens_; }
   /// mask[offset .. offset + len) into out (0 or 1 each).
   void read(std::uint64_t offset, int len, std::uint8_t* out) const;
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  std::string path_;
+  formats::MappedFile file_;
   std::uint32_t row_tokens_ = 0;
   std::uint64_t count_ = 0;
-  void* map_ = nullptr;
-  std::size_t map_bytes_ = 0;
 };
 
 /// \brief Streams a mask file to `path` (a `*.tmp` that prepare renames once complete).

@@ -7,8 +7,12 @@
 /// text never appears in train and every document contributes to both splits.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "meshtrain/data/tokenizer.hpp"
 
 namespace meshtrain::data {
 
@@ -23,6 +27,9 @@ struct PrepareOptions {
   std::string chat_template = "auto";  ///< alpaca/chat: "auto" (the tokenizer's own) or a known name
   std::string system;               ///< alpaca/chat: system message for examples that have none
   bool pack = false;                ///< several examples (documents for text) a row (first-fit decreasing), train.docs beside
+  /// Opens `tokenizer`: make_tokenizer when unset. The CLI gives checkpoint::open_tokenizer,
+  /// so that a run or checkpoint names the tokenizer it records (`prepare --tokenizer RUN`).
+  std::function<std::unique_ptr<Tokenizer>(const std::string&)> open_tokenizer;
 };
 
 /// \brief What prepare did (printed by `meshtrain prepare`, stored in meta.json).

@@ -8,7 +8,7 @@
 
 #include "meshtrain/data/tokenizer.hpp"
 
-namespace meshtrain::checkpoint {
+namespace meshtrain::formats {
 class GgufFile;
 }
 
@@ -22,12 +22,12 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model
 /// The SentencePiece model described by a GGUF file with tokenizer.ggml.model = "llama"
 /// (tokens, scores, token types, special ids, add_space_prefix), as llama.cpp runs it: a BPE
 /// model merging by score, without normalisation, with byte fallback.
-std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const checkpoint::GgufFile& gguf,
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const formats::GgufFile& gguf,
                                                                   const std::string& name);
 
 /// The serialized SentencePiece ModelProto of that model: the bytes of the tokenizer.model
 /// file that SentencePiece itself (and transformers' LlamaTokenizer) loads -- what
 /// `convert` exports for such a GGUF. UserError when the metadata is inconsistent.
-std::string sentencepiece_model_proto_from_gguf(const checkpoint::GgufFile& gguf);
+std::string sentencepiece_model_proto_from_gguf(const formats::GgufFile& gguf);
 
 }  // namespace meshtrain::data

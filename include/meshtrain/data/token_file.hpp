@@ -18,6 +18,7 @@
 #include <string>
 
 #include "meshtrain/data/token_source.hpp"
+#include "meshtrain/formats/mapped_file.hpp"
 
 namespace meshtrain::data {
 
@@ -47,17 +48,16 @@ std::array<unsigned char, kTokenFileHeaderBytes> encode_header(const TokenFileHe
 class TokenFile final : public TokenSource {
  public:
   explicit TokenFile(const std::string& path);
-  ~TokenFile() override;
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
 
   std::uint64_t size() const override { return header_.count; }
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(header_.vocab_size); }
   void read(std::uint64_t offset, int len, std::int32_t* out) const override;
-  std::string description() const override { return path_; }
+  std::string description() const override { return path(); }
 
   const TokenFileHeader& header() const { return header_; }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
   /// Ids checked by the sampled vocabulary check (evenly spaced, first and last included).
   static constexpr std::uint64_t kSampledIds = 65536;
@@ -65,11 +65,9 @@ class TokenFile final : public TokenSource {
  private:
   std::uint32_t token_at(std::uint64_t i) const;
 
-  std::string path_;
+  formats::MappedFile file_;  // whole file, read-only
   TokenFileHeader header_;
-  void* map_ = nullptr;          // whole file, read-only
-  std::size_t map_bytes_ = 0;
-  const unsigned char* tokens_ = nullptr;  // map_ + 64
+  const unsigned char* tokens_ = nullptr;  // file_.data() + 64
 };
 
 /// \brief Streams tokens into a token file at `path` (prepare passes a `*.tmp` path and

@@ -84,7 +84,9 @@ std::vector<std::string> known_tokenizers();
 ///     tokenizer_config.json adds add_bos_token and the special tokens);
 ///   * a SentencePiece `tokenizer.model` (any file whose name ends in .model);
 ///   * a `.gguf` file (its tokenizer.ggml.* metadata).
-/// UserError naming the spec and the problem otherwise.
+/// UserError naming the spec and the problem otherwise. A meshtrain checkpoint or run
+/// directory as the spec (the tokenizer it records) is checkpoint::open_tokenizer's: data/
+/// sits below the checkpoint module and cannot read checkpoints.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 
 /// \brief What a dataset or a model records of its tokenizer, for compatibility checks.

@@ -11,14 +11,16 @@
 
 #include <string>
 
+#include "meshtrain/formats/json.hpp"
+
 namespace meshtrain::train {
 
 /// Registers the peers-lost handler that writes `out_dir/peers_lost.json` (naming the
 /// newest complete checkpoint of `ckpt_dir`). Call once the run may write in out_dir.
 void arm_peers_lost_record(const std::string& out_dir, const std::string& ckpt_dir, int world_rank);
 
-/// The objects of `out_dir/recoveries.jsonl` as a JSON array ("[]" when there is none);
+/// The objects of `out_dir/recoveries.jsonl` as a JSON array (empty when there is none);
 /// a line that is not a JSON object is left out with a warning.
-std::string recoveries_json(const std::string& out_dir);
+formats::Json recoveries(const std::string& out_dir);
 
 }  // namespace meshtrain::train

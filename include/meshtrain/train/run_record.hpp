@@ -4,13 +4,14 @@
 
 #include <string>
 
+#include "meshtrain/formats/json.hpp"
 #include "meshtrain/runtime/topology.hpp"
 #include "meshtrain/plan/run_setup.hpp"
 
 namespace meshtrain::train {
 
 /// Versions of meshtrain and every library it uses, as a JSON object.
-std::string library_versions_json();
+formats::Json library_versions();
 
 /// Where a run started: the checkpoint it resumed from and its step (path "" for a fresh start).
 struct RunStart {

@@ -1,10 +1,12 @@
 #pragma once
-// Shared by `meshtrain eval` and `meshtrain generate`: the command's own options split from
-// the configuration overrides, and a model on this job's mesh loaded from a checkpoint.
+// The model weights `meshtrain eval` and `meshtrain generate` run: which weights
+// --checkpoint names, the model, LoRA settings and tokenizer they bring, a saved mesh fitted
+// to this job, and the weights loaded onto this job's mesh.
 
 #include <boost/program_options.hpp>
 #include <string>
 
+#include "command_options.hpp"
 #include "meshtrain/app/commands.hpp"
 #include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/config/config.hpp"
@@ -12,16 +14,6 @@
 #include "meshtrain/train/session.hpp"
 
 namespace meshtrain::app {
-
-/// The command's own options (`own`, e.g. --checkpoint) parsed from `args`; every other
-/// argument (the config file and --section.key=value) goes to parse_config. `--help`
-/// prints `usage`, the command's options, then every configuration key.
-struct CommandArgs {
-  boost::program_options::variables_map own;
-  ParsedArgs config;
-};
-CommandArgs parse_command_args(const std::string& command, const std::string& usage,
-                               const boost::program_options::options_description& own, const Args& args);
 
 /// Help text of the `--checkpoint` option both commands take.
 inline constexpr const char* kCheckpointOptionHelp =
@@ -86,8 +78,5 @@ void fit_mesh_to_job(Config& cfg, int world_size);
 template <class T>
 LoadedWeights load_checkpoint_weights(train::Session<T>& session, const plan::RunSetup& setup,
                                       const WeightsSource& source);
-
-/// Configures logging from output.log_level / output.log_all_ranks and the watchdog timeout.
-void configure_run_logging(const Runtime& rt, const Config& cfg);
 
 }  // namespace meshtrain::app

@@ -1,10 +1,11 @@
 #pragma once
 // Little-endian loads and stores, byte by byte: correct on any host, and compiled to
-// plain moves on little-endian ones. Private to src/data.
+// plain moves on little-endian ones. Every binary format meshtrain reads or writes
+// (token and loss-mask files, safetensors, GGUF) is little-endian.
 
 #include <cstdint>
 
-namespace meshtrain::data {
+namespace meshtrain::formats {
 
 inline std::uint32_t load_le16(const unsigned char* p) {
   return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8);
@@ -27,4 +28,4 @@ inline void store_le64(unsigned char* p, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
-}  // namespace meshtrain::data
+}  // namespace meshtrain::formats

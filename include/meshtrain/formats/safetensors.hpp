@@ -18,11 +18,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
-namespace meshtrain::checkpoint {
+#include "meshtrain/formats/mapped_file.hpp"
+
+namespace meshtrain::formats {
 
 /// Largest header the reader accepts (the reference implementation's limit).
 inline constexpr std::uint64_t kMaxHeaderBytes = 100000000;
@@ -43,11 +44,10 @@ class SafetensorsFile {
  public:
   /// Opens and validates `path` (UserError on any violation).
   explicit SafetensorsFile(const std::string& path);
-  ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
   /// Tensors in header order.
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   const SafetensorsTensor* find(const std::string& name) const;
@@ -58,13 +58,11 @@ class SafetensorsFile {
   void read_f32(const SafetensorsTensor& t, std::int64_t first, std::int64_t n, float* out) const;
 
  private:
-  std::string path_;
+  MappedFile file_;
   std::vector<SafetensorsTensor> tensors_;
   std::map<std::string, std::size_t> index_;
   std::map<std::string, std::string> metadata_;
   const unsigned char* data_ = nullptr;  ///< start of the data buffer inside the mapping
-  void* map_ = nullptr;
-  std::size_t map_bytes_ = 0;
 };
 
 /// One tensor to write: name, dtype ("F32" or "BF16"), shape.
@@ -83,35 +81,4 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
                        const std::map<std::string, std::string>& metadata,
                        const std::function<void(std::size_t, std::vector<unsigned char>&)>& fill);
 
-struct ExportOptions {
-  std::string dtype = "fp32";                      ///< fp32 | bf16
-  std::uint64_t max_shard_bytes = 2ull << 30;      ///< shard above this many tensor bytes
-  bool merge_lora = false;                         ///< LoRA checkpoint: merge adapters into the base weights
-  std::string base_model;                          ///< PEFT base_model_name_or_path ("": the run's init_from)
-};
-
-struct ExportSummary {
-  std::vector<std::string> files;                  ///< written, in out_dir
-  std::uint64_t tensor_bytes = 0;
-  int tensors = 0;
-  int step = 0;
-  std::string kind;                                ///< model | peft_adapter | merged_lora
-  std::string base_model;                          ///< peft_adapter: the base model it refers to ("" unknown)
-  std::string tokenizer_note;                      ///< why no tokenizer files were written ("" when they were)
-};
-
-/// \brief Converts HDF5 checkpoint `h5_path` into a Hugging Face model directory:
-/// model.safetensors (or model-0000i-of-0000N.safetensors + model.safetensors.index.json
-/// when the tensors exceed max_shard_bytes) and config.json in the family's HF format.
-/// Embedding and LM-head rows beyond the model's vocab_size (padding) are dropped.
-/// A LoRA checkpoint (model.lora_rank > 0) is written as a PEFT adapter instead:
-/// adapter_model.safetensors (the adapters under PEFT's names,
-/// base_model.model.<name>.lora_A/B.weight) + adapter_config.json (r, lora_alpha,
-/// target_modules, base_model_name_or_path); or, with options.merge_lora, as the full model
-/// with every adapted projection replaced by W + (alpha/r) B A (config.json as above).
-/// Serial (one process). Files are written under temporary names and renamed at the end,
-/// so a failure leaves no partial model. UserError for bad input.
-ExportSummary export_safetensors(const std::string& h5_path, const std::string& out_dir,
-                                 const ExportOptions& options = {});
-
-}  // namespace meshtrain::checkpoint
+}  // namespace meshtrain::formats

@@ -6,13 +6,14 @@
 #include <cstdio>
 #include <cstring>
 
-#include "meshtrain/checkpoint/safetensors.hpp"
+#include "meshtrain/formats/safetensors.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/fault.hpp"
 #include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/json.hpp"
+#include "meshtrain/formats/json.hpp"
+#include "meshtrain/formats/le_bytes.hpp"
 
-namespace meshtrain::checkpoint {
+namespace meshtrain::formats {
 
 std::uint64_t SafetensorsEntry::bytes() const {
   std::uint64_t n = safetensors_dtype_size(dtype);
@@ -23,28 +24,21 @@ std::uint64_t SafetensorsEntry::bytes() const {
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
                        const std::map<std::string, std::string>& metadata,
                        const std::function<void(std::size_t, std::vector<unsigned char>&)>& fill) {
-  std::string header = "{";
+  // Compact JSON in the caller's order: what the reference writer (and meshtrain before it)
+  // writes byte for byte, so an export is reproducible.
+  Json root = Json::object();
   if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      header += (first ? "" : ",") + json_quote(k) + ":" + json_quote(v);
-      first = false;
-    }
-    header += "}";
+    Json& meta = root["__metadata__"] = Json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
   }
   std::uint64_t offset = 0;
   for (const SafetensorsEntry& e : entries) {
     MESHTRAIN_ASSERT(safetensors_dtype_size(e.dtype) > 0, "write_safetensors: unknown dtype %s", e.dtype.c_str());
-    std::string shape;
-    for (std::size_t i = 0; i < e.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(e.shape[i]);
     const std::uint64_t end = offset + e.bytes();
-    header += strprintf("%s%s:{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%llu,%llu]}",
-                        header.size() > 1 ? "," : "", json_quote(e.name).c_str(), e.dtype.c_str(), shape.c_str(),
-                        static_cast<unsigned long long>(offset), static_cast<unsigned long long>(end));
+    root[e.name] = Json{{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
-  header += "}";
+  std::string header = json_text(root);
   header.append((8 - header.size() % 8) % 8, ' ');
 
   std::FILE* f = std::fopen(path.c_str(), "wb");
@@ -52,8 +46,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   if (!f) throw file_io::write_error(path, errno, offset + header.size() + 8);
   bool ok = true;
   unsigned char len[8];
-  std::uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  store_le64(len, header.size());
   ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(header.data(), 1, header.size(), f) == header.size();
   std::vector<unsigned char> buf;
   for (std::size_t i = 0; ok && i < entries.size(); ++i) {
@@ -68,14 +61,19 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
     }
     ok = std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
   }
-  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  int err = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (ok && !closed) err = errno;
-  if (!ok || !closed) {
+  const std::uint64_t file_bytes = offset + header.size() + 8;
+  if (!ok) {
+    const int err = errno;
+    std::fclose(f);
     std::remove(path.c_str());
-    throw file_io::write_error(path, err, offset + header.size() + 8);
+    throw file_io::write_error(path, err, file_bytes);
+  }
+  try {
+    file_io::close_durably(f, path, file_bytes);
+  } catch (...) {
+    std::remove(path.c_str());
+    throw;
   }
 }
 
-}  // namespace meshtrain::checkpoint
+}  // namespace meshtrain::formats

@@ -9,9 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 
-namespace meshtrain::checkpoint {
+namespace meshtrain::formats {
 
 /// True for the types gguf_dequantize handles.
 bool gguf_can_dequantize(GgmlType type);
@@ -21,7 +21,4 @@ bool gguf_can_dequantize(GgmlType type);
 /// overlap the range are decoded. Precondition: gguf_can_dequantize(type).
 void gguf_dequantize(GgmlType type, const std::byte* row, std::int64_t first, std::int64_t n, float* out);
 
-/// IEEE half -> float (exact; subnormals, infinities and NaN included).
-float half_to_float(std::uint16_t h);
-
-}  // namespace meshtrain::checkpoint
+}  // namespace meshtrain::formats

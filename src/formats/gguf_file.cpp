@@ -1,11 +1,9 @@
 // GGUF reader: a bounds-checked cursor over a read-only mapping. The rules follow ggml's
 // own loader (ggml/src/gguf.cpp, gguf_init_from_file_impl), with every count checked
 // against the bytes left before anything is allocated for it.
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +14,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 
-namespace meshtrain::checkpoint {
+namespace meshtrain::formats {
 namespace {
 
 constexpr std::uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
@@ -183,51 +181,23 @@ std::int64_t GgufTensorInfo::numel() const {
   return n;
 }
 
-GgufFile::GgufFile(const std::string& path) : path_(path) {
-  const char* p = path.c_str();
-  const int fd = file_io::open_regular_file(path, "GGUF file");  // a FIFO: an error, not a wait
-  if (fd < 0) throw UserError(strprintf("GGUF file %s cannot be opened: %s", p, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw UserError(strprintf("GGUF file %s is not a regular file", p));
-  }
-  const auto size = static_cast<std::size_t>(st.st_size);
-  if (size < 24) {
-    ::close(fd);
-    throw UserError(strprintf("GGUF file %s is %zu bytes: too small to hold a GGUF header (24 bytes)", p, size));
-  }
-  map_ = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw UserError(strprintf("GGUF file %s cannot be mapped: %s", p, std::strerror(err)));
-  }
-  map_bytes_ = size;
-  try {
-    parse();
-  } catch (...) {
-    ::munmap(map_, map_bytes_);
-    map_ = nullptr;
-    throw;
-  }
-}
-
-GgufFile::~GgufFile() {
-  if (map_) ::munmap(map_, map_bytes_);
+GgufFile::GgufFile(const std::string& path) : file_(path, "GGUF file") {
+  if (file_.size() < 24)
+    throw UserError(strprintf("GGUF file %s is %zu bytes: too small to hold a GGUF header (24 bytes)", path.c_str(),
+                              static_cast<std::size_t>(file_.size())));
+  parse();
 }
 
 void GgufFile::parse() {
-  Cursor c(static_cast<const unsigned char*>(map_), map_bytes_, path_);
+  Cursor c(file_.data(), file_size(), path());
   const std::uint32_t magic = c.read<std::uint32_t>("the magic");
   if (magic != 0x46554747u)  // "GGUF" little-endian
-    throw UserError(strprintf("GGUF file %s does not start with the GGUF magic: it is not a GGUF file", path_.c_str()));
+    throw UserError(strprintf("GGUF file %s does not start with the GGUF magic: it is not a GGUF file", path().c_str()));
   version_ = c.read<std::uint32_t>("the version");
   if (version_ != 2 && version_ != 3)
     throw UserError(strprintf("GGUF file %s has format version %u; meshtrain reads versions 2 and 3 "
                               "(re-convert the model with a current llama.cpp)",
-                              path_.c_str(), version_));
+                              path().c_str(), version_));
   const std::uint64_t n_tensors = c.read<std::uint64_t>("the tensor count");
   const std::uint64_t n_kv = c.read<std::uint64_t>("the metadata count");
   // A key/value takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at
@@ -294,9 +264,9 @@ void GgufFile::parse() {
   }
 
   data_offset_ = align_up(c.pos(), alignment_);
-  if (n_tensors > 0 && data_offset_ > map_bytes_)
+  if (n_tensors > 0 && data_offset_ > file_size())
     c.fail("the data section starts past the end of the file");
-  const std::uint64_t data_bytes = n_tensors > 0 ? map_bytes_ - data_offset_ : 0;
+  const std::uint64_t data_bytes = n_tensors > 0 ? file_size() - data_offset_ : 0;
 
   // Every tensor inside the data section, none overlapping another.
   std::vector<const GgufTensorInfo*> by_offset;
@@ -304,7 +274,7 @@ void GgufFile::parse() {
     if (t.offset > data_bytes || t.nbytes > data_bytes - t.offset)
       throw UserError(strprintf("GGUF file %s: tensor '%s' (%s, %llu bytes at data offset %llu) extends past the end "
                                 "of the file (%llu data bytes): the file is truncated, re-download it",
-                                path_.c_str(), t.name.c_str(), ggml_type_name(t.type),
+                                path().c_str(), t.name.c_str(), ggml_type_name(t.type),
                                 static_cast<unsigned long long>(t.nbytes), static_cast<unsigned long long>(t.offset),
                                 static_cast<unsigned long long>(data_bytes)));
     by_offset.push_back(&t);
@@ -315,7 +285,7 @@ void GgufFile::parse() {
     const GgufTensorInfo* prev = by_offset[k - 1];
     if (prev->offset + prev->nbytes > by_offset[k]->offset)
       throw UserError(strprintf("GGUF file %s: tensors '%s' and '%s' overlap; the file is damaged",
-                                path_.c_str(), prev->name.c_str(), by_offset[k]->name.c_str()));
+                                path().c_str(), prev->name.c_str(), by_offset[k]->name.c_str()));
   }
 }
 
@@ -435,7 +405,7 @@ GgufTensor GgufFile::tensor(const GgufTensorInfo& info) const {
   GgufTensor t;
   t.type = info.type;
   t.shape = info.shape();
-  t.data = static_cast<const std::byte*>(map_) + data_offset_ + info.offset;
+  t.data = file_data() + data_offset_ + info.offset;
   t.nbytes = static_cast<std::size_t>(info.nbytes);
   return t;
 }
@@ -443,7 +413,7 @@ GgufTensor GgufFile::tensor(const GgufTensorInfo& info) const {
 GgufTensor GgufFile::tensor(const std::string& name) const {
   const GgufTensorInfo* info = find_tensor(name);
   if (!info)
-    throw UserError(strprintf("GGUF file %s has no tensor '%s' (it has %zu tensors)", path_.c_str(), name.c_str(),
+    throw UserError(strprintf("GGUF file %s has no tensor '%s' (it has %zu tensors)", path().c_str(), name.c_str(),
                               tensors_.size()));
   return tensor(*info);
 }
@@ -459,4 +429,4 @@ bool looks_like_gguf(const std::string& path) {
   return ok;
 }
 
-}  // namespace meshtrain::checkpoint
+}  // namespace meshtrain::formats

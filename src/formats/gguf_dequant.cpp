@@ -1,18 +1,21 @@
 // ggml block formats -> float32, following gguf.quants (gguf-py) operation by operation.
 // This file is compiled with -ffp-contract=off (src/CMakeLists.txt): a fused multiply-add
 // would round once where the reference rounds twice.
-#include "meshtrain/checkpoint/gguf_dequant.hpp"
+#include "meshtrain/formats/gguf_dequant.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-namespace meshtrain::checkpoint {
+#include "meshtrain/formats/half.hpp"
+#include "meshtrain/formats/le_bytes.hpp"
+
+namespace meshtrain::formats {
 namespace {
 
 constexpr std::int64_t kQK = 256;  // elements of a K-quant super-block
 
 std::uint16_t u16(const std::byte* p) {
-  return static_cast<std::uint16_t>(static_cast<unsigned>(p[0]) | (static_cast<unsigned>(p[1]) << 8));
+  return static_cast<std::uint16_t>(load_le16(reinterpret_cast<const unsigned char*>(p)));
 }
 float f16(const std::byte* p) { return half_to_float(u16(p)); }
 unsigned byte(const std::byte* p, std::int64_t i) { return static_cast<unsigned>(p[i]); }
@@ -88,30 +91,6 @@ void q6_k(const std::byte* b, float* out) {
 
 }  // namespace
 
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);  // inf / NaN
-  } else if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400) == 0);
-      bits = sign | (static_cast<std::uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3FF) << 13);
-    }
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 bool gguf_can_dequantize(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
@@ -129,10 +108,7 @@ void gguf_dequantize(GgmlType type, const std::byte* row, std::int64_t first, st
       for (std::int64_t i = 0; i < n; ++i) out[i] = f16(row + 2 * (first + i));
       return;
     case GgmlType::BF16:
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::uint32_t bits = static_cast<std::uint32_t>(u16(row + 2 * (first + i))) << 16;
-        std::memcpy(out + i, &bits, 4);
-      }
+      for (std::int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(u16(row + 2 * (first + i)));
       return;
     default: break;
   }
@@ -151,4 +127,4 @@ void gguf_dequantize(GgmlType type, const std::byte* row, std::int64_t first, st
   }
 }
 
-}  // namespace meshtrain::checkpoint
+}  // namespace meshtrain::formats

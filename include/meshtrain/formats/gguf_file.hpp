@@ -22,7 +22,9 @@
 #include <string>
 #include <vector>
 
-namespace meshtrain::checkpoint {
+#include "meshtrain/formats/mapped_file.hpp"
+
+namespace meshtrain::formats {
 
 /// GGUF metadata value types (the numbers are the file's).
 enum class GgufValueType : std::uint32_t {
@@ -95,11 +97,10 @@ class GgufFile {
  public:
   /// Opens, maps and validates `path` (UserError naming the file on any violation).
   explicit GgufFile(const std::string& path);
-  ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
   std::uint32_t version() const { return version_; }
   std::uint64_t alignment() const { return alignment_; }
   /// Offset of the data section from the start of the file.
@@ -138,12 +139,12 @@ class GgufFile {
   GgufTensor tensor(const GgufTensorInfo& info) const;
 
   /// The whole mapped file (e.g. to hash it).
-  const std::byte* file_data() const { return static_cast<const std::byte*>(map_); }
-  std::size_t file_size() const { return map_bytes_; }
+  const std::byte* file_data() const { return reinterpret_cast<const std::byte*>(file_.data()); }
+  std::size_t file_size() const { return static_cast<std::size_t>(file_.size()); }
 
  private:
   void parse();
-  std::string path_;
+  MappedFile file_;
   std::uint32_t version_ = 0;
   std::uint64_t alignment_ = 32;
   std::uint64_t data_offset_ = 0;
@@ -151,11 +152,9 @@ class GgufFile {
   std::map<std::string, std::size_t> metadata_index_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, std::size_t> tensor_index_;
-  void* map_ = nullptr;
-  std::size_t map_bytes_ = 0;
 };
 
 /// True when `path` starts with the GGUF magic (a cheap check before opening).
 bool looks_like_gguf(const std::string& path);
 
-}  // namespace meshtrain::checkpoint
+}  // namespace meshtrain::formats

@@ -1,4 +1,4 @@
-#include "checkpoint_session.hpp"
+#include "model_weights.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -9,7 +9,7 @@
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/train/checkpoint_meta.hpp"
 #include "meshtrain/checkpoint/weights_path.hpp"
-#include "meshtrain/checkpoint/gguf_file.hpp"
+#include "meshtrain/formats/gguf_file.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
@@ -21,40 +21,6 @@ namespace meshtrain::app {
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
-
-CommandArgs parse_command_args(const std::string& command, const std::string& usage,
-                               const po::options_description& own, const Args& args) {
-  CommandArgs out;
-  Args rest;
-  try {
-    const po::parsed_options parsed = po::command_line_parser(args).options(own).allow_unregistered().run();
-    po::store(parsed, out.own);
-    po::notify(out.own);
-    rest = po::collect_unrecognized(parsed.options, po::include_positional);
-  } catch (const po::error& e) {
-    throw UserError(strprintf("%s; run `meshtrain %s --help` for the options", e.what(), command.c_str()));
-  }
-  std::vector<std::string> own_names;
-  for (const auto& opt : own.options()) own_names.push_back(opt->long_name());
-  out.config = parse_config(command, rest, own_names);
-  if (out.config.help) {
-    std::ostringstream os;
-    // parse_config's text: its usage line, then every configuration key with its default.
-    const std::string& keys = out.config.help_text;
-    os << usage << "\n" << own << keys.substr(std::min(keys.size(), keys.find('\n') + 1));
-    out.config.help_text = os.str();
-  }
-  return out;
-}
-
-void configure_run_logging(const Runtime& rt, const Config& cfg) {
-  log::configure(rt.topology().world_rank, cfg.output.log_all_ranks,
-                 cfg.output.log_level == LogLevel::Debug  ? log::Level::Debug
-                 : cfg.output.log_level == LogLevel::Warn ? log::Level::Warn
-                                                          : log::Level::Info);
-  set_collective_timeout(cfg.parallel.collective_timeout);
-  if (!cfg.deprecation_note.empty() && rt.topology().world_rank == 0) log::warn("%s", cfg.deprecation_note.c_str());
-}
 
 namespace {
 
@@ -154,7 +120,7 @@ std::unique_ptr<data::Tokenizer> open_model_tokenizer(const checkpoint::Tokenize
                                                       const std::string& given, const std::string& fallback,
                                                       const std::string& error) {
   if (!given.empty()) {
-    std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(given);
+    std::unique_ptr<data::Tokenizer> tok = checkpoint::open_tokenizer(given);
     // Another tokenizer's ids mean other text: the loss or the sampled text would be wrong.
     checkpoint::require_same_tokenizer(checkpoint::tokenizer_ref_of(*tok), "--tokenizer " + given, model, model_name);
     return tok;
@@ -169,7 +135,7 @@ std::unique_ptr<data::Tokenizer> open_model_tokenizer(const checkpoint::Tokenize
                            : "it records none: written before checkpoints recorded their tokenizer, or weights "
                              "without tokenizer files",
             fallback == "byte" ? "the byte tokenizer" : fallback.c_str());
-  return data::make_tokenizer(fallback);
+  return checkpoint::open_tokenizer(fallback);
 }
 
 void fit_mesh_to_job(Config& cfg, int world_size) {
