@@ -76,9 +76,16 @@ class Trainer {
   const Runtime& rt_;
   const plan::RunSetup& setup_;
   const plan::RunSpec& spec_;
-  /// Rank 0: output.dir's lock, and checkpoint.dir's when it lies outside output.dir;
-  /// held until the trainer is gone (the run has written its last file).
-  std::vector<std::unique_ptr<RunDirLock>> locks_;
+  /// Rank 0: output.dir's lock and checkpoint.dir's (unless they are one directory); held
+  /// until the trainer is gone (the run has written its last file). Released in reverse
+  /// order: the checkpoint.dir lock, often inside output.dir, goes first, so that output.dir
+  /// is empty when its lock removes the directories it made.
+  struct RunDirLocks {
+    std::vector<std::unique_ptr<RunDirLock>> held;
+    ~RunDirLocks() {
+      while (!held.empty()) held.pop_back();
+    }
+  } locks_;
   Session<T> session_;
   bool root_;
   TokenBatch batch_;
@@ -220,7 +227,7 @@ void Trainer<T>::begin_writing(int first_step) {
   // Inputs are valid: from here on the run writes.
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
-    for (auto& lock : locks_) lock->keep_directories();
+    for (auto& lock : locks_.held) lock->keep_directories();
     write_run_record(setup_, topo, out_dir, {resumed_from_, resumed_step_});
   });
   // From here a lost peer leaves output.dir/peers_lost.json for the supervisor (issue 31).
@@ -457,11 +464,10 @@ int Trainer<T>::restore_or_init() {
   base_ = checkpoint::BaseRef{};
   base_.seed = spec_.train.seed;  // without init_from the base is the initialisation from train.seed
   if (!path.empty()) {
-    // Before the load: a resume that changes the run is refused from one attribute, not
-    // after reading every tensor (a file that does not open is left to load(), which names
-    // the problem). Nothing is written before this refusal either.
-    require_same_run_settings(path);
     const checkpoint::TrainState st = checkpoint::load(eng, session_.mesh(), checkpoint_meta(setup_), path, &io);
+    // After the load's validation, so that a checkpoint of another model (or LoRA setting)
+    // is named as such first; nothing is written before this refusal either.
+    require_same_run_settings(path);
     resumed_from_ = path;
     resumed_step_ = st.step;
     cursor_ = st.cursor;
@@ -539,14 +545,14 @@ void Trainer<T>::require_same_run_settings(const std::string& path) {
 template <class T>
 void Trainer<T>::lock_directories(const std::string& out_dir, const std::string& ckpt_dir) {
   namespace fs = std::filesystem;
-  locks_.push_back(std::make_unique<RunDirLock>("output.dir", out_dir));
+  locks_.held.push_back(std::make_unique<RunDirLock>("output.dir", out_dir));
   // A checkpoint.dir shared by runs with different output.dirs corrupts as surely. It is
   // locked itself even inside output.dir (the default <output.dir>/checkpoints): another
   // run may name it as its checkpoint.dir with an output.dir of its own.
   std::error_code ec;
   const fs::path out = fs::weakly_canonical(out_dir, ec), ck = fs::weakly_canonical(ckpt_dir, ec);
   if (out.lexically_normal() != ck.lexically_normal())
-    locks_.push_back(std::make_unique<RunDirLock>("checkpoint.dir", ckpt_dir));
+    locks_.held.push_back(std::make_unique<RunDirLock>("checkpoint.dir", ckpt_dir));
 }
 
 template <class T>
