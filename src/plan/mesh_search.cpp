@@ -1,6 +1,7 @@
 #include "meshtrain/plan/mesh_search.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
@@ -36,11 +37,18 @@ SearchSpace search_space(const RunSpec& spec) {
 
 namespace {
 
+/// On a fixed mesh `auto` weighs the strategies on this job's measured machine, and their
+/// predictions are often a few percent apart (on one node the communication hides behind
+/// compute): predictions closer than this count as equal, so that a near-tie is less likely
+/// to follow the start-up measurement's noise (it still can, on a busy machine: a known gap,
+/// doc/training.md). The mesh search keeps exact ties only: its candidates differ by more.
+constexpr double kFixedMeshTieMargin = 0.05;
+
 /// The `auto` rule's order: fastest predicted first. Ties -- identical predictions, where
 /// the model hides all communication behind compute -- go to the candidate that moves fewer
 /// bytes per step (should the overlap be less than predicted, it stays the faster), then
 /// keep the enumeration order (strategies least communication first; the stable sort).
-void rank(MeshSearch& out, const PlanInput& in) {
+void rank(MeshSearch& out, const PlanInput& in, double tie_margin) {
   std::stable_sort(out.candidates.begin(), out.candidates.end(), [](const Candidate& a, const Candidate& b) {
     if (a.pred.step_seconds_overlap != b.pred.step_seconds_overlap)
       return a.pred.step_seconds_overlap < b.pred.step_seconds_overlap;
@@ -51,6 +59,35 @@ void rank(MeshSearch& out, const PlanInput& in) {
       out.chosen = static_cast<int>(i);
       break;
     }
+  // Within `tie_margin` of the fastest that fits, the candidate that moves fewer bytes wins
+  // (then the enumeration order): see kFixedMeshTieMargin.
+  if (out.chosen >= 0 && tie_margin > 0) {
+    const double limit = out.candidates[out.chosen].pred.step_seconds_overlap * (1.0 + tie_margin);
+    int best = out.chosen;
+    // Fewer bytes first (within 1%, as equal: no_shard's all-reduce and shard_grad_op's
+    // reduce-scatter + all-gather move the same), then the fixed strategy order -- never the
+    // sorted position, which the measurement decides.
+    const auto before = [](const Candidate& a, const Candidate& b) {
+      const double x = a.plan.comm.total(), y = b.plan.comm.total();
+      if (std::abs(x - y) > 0.01 * std::max(x, y)) return x < y;
+      const auto order = [](parallel::Strategy st) {  // least communication first (doc/training.md)
+        switch (st) {
+          case parallel::Strategy::NoShard: return 0;
+          case parallel::Strategy::ShardGradOp: return 1;
+          case parallel::Strategy::HybridShard: return 2;
+          case parallel::Strategy::FullShard: return 3;
+        }
+        return 4;
+      };
+      return order(a.plan.strategy) < order(b.plan.strategy);
+    };
+    for (std::size_t i = out.chosen + 1; i < out.candidates.size(); ++i) {
+      const Candidate& c = out.candidates[i];
+      if (c.pred.step_seconds_overlap > limit) break;  // sorted: the rest are slower still
+      if (c.plan.fits && before(c, out.candidates[best])) best = static_cast<int>(i);
+    }
+    out.chosen = best;
+  }
   const double usable = in.memory_budget * (1.0 - in.headroom);
   if (out.candidates.empty()) {
     out.reason = "no mesh is possible for this job: the global batch must split into micro-batches over the "
@@ -68,7 +105,8 @@ void rank(MeshSearch& out, const PlanInput& in) {
     const Candidate& w = out.candidates[out.chosen];
     out.reason = strprintf("fastest predicted step that fits: %.3f s, %s of %s usable per rank", w.pred.step_seconds_overlap,
                            format_bytes(w.plan.memory.total()).c_str(), format_bytes(usable).c_str());
-    const int ahead_not_fitting = out.chosen;  // faster, or as fast and moving fewer bytes
+    int ahead_not_fitting = 0;  // faster, or as fast and moving fewer bytes, but too large
+    for (int i = 0; i < out.chosen; ++i) ahead_not_fitting += !out.candidates[i].plan.fits;
     if (ahead_not_fitting > 0)
       out.reason += strprintf("; %d candidate(s) at least as fast do not fit (the first, %.3f s, needs %s)", ahead_not_fitting,
                               out.candidates[0].pred.step_seconds_overlap,
@@ -102,7 +140,7 @@ MeshSearch search_meshes(const PlanInput& base, const SearchSpace& space, const 
       }
     }
   }
-  rank(out, base);
+  rank(out, base, 0.0);
   return out;
 }
 
@@ -113,7 +151,7 @@ MeshSearch rank_strategies(const PlanInput& in, const std::vector<parallel::Stra
     if (!p.valid || std::find(strategies.begin(), strategies.end(), p.strategy) == strategies.end()) continue;
     out.candidates.push_back({p, predict_step(in, p, costs)});
   }
-  rank(out, in);
+  rank(out, in, kFixedMeshTieMargin);
   return out;
 }
 

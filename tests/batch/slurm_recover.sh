@@ -38,7 +38,10 @@ fi
 node=$(hostname -s)
 
 steps=60
-args=("$tiny" --data.dir=random --train.steps="$steps" --train.log_every=1 --checkpoint.every=5
+# parallel.strategy given: `auto` weighs the strategies on the start-up measurement, and on a
+# busy machine two runs may take different ones, equal in loss but not in the last bit of the
+# gradient norm this test compares (doc/training.md).
+args=("$tiny" --data.dir=random --parallel.strategy=no_shard --train.steps="$steps" --train.log_every=1 --checkpoint.every=5
       --checkpoint.keep=100 --parallel.collective_timeout=5)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -87,7 +90,23 @@ resume=$(sed -n 's/.*"resume_step": \([0-9]*\).*/\1/p' run/recoveries.jsonl | he
 grep -q "resumed from $TEST_TMP/run/checkpoints/$(printf 'step_%08d.h5' "${resume:-0}"): step ${resume:-?}" job.out ||
   fail "the relaunch did not resume from the newest checkpoint (step ${resume:-?})"
 grep -q "meshtrain exited with status 0" job.out || fail "the supervised run did not finish with status 0"
-"$py" "$compare" ref/metrics.jsonl run/metrics.jsonl --exact --keys loss grad_norm --label "Slurm recovered vs uninterrupted" ||
+# Every step's loss and gradient norm bitwise those of the uninterrupted run. The record of the
+# resumed step itself may be missing: a kill between that step's checkpoint commit and its
+# metrics line (written after the save, which it reports) loses the line, not the step
+# (doc/batch.md). Which of the two happens depends on when the kill lands, so both pass.
+"$py" - ref/metrics.jsonl run/metrics.jsonl "${resume:-0}" <<'PY' ||
+import json, sys
+ref = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
+run = {r["step"]: r for r in map(json.loads, open(sys.argv[2]))}
+resume = int(sys.argv[3])
+missing = sorted(set(ref) - set(run))
+assert missing in ([], [resume]), "steps missing from run/metrics.jsonl: %s (resume step %d)" % (missing, resume)
+assert set(run) <= set(ref), "steps not in the reference: %s" % sorted(set(run) - set(ref))
+bad = [s for s in run for k in ("loss", "grad_norm") if run[s][k] != ref[s][k]]
+assert not bad, "steps whose loss or grad_norm differ: %s" % sorted(set(bad))
+print("Slurm recovered vs uninterrupted: %d steps bitwise equal (loss, grad_norm)%s" %
+      (len(run), ", the resumed step's record missing" if missing else ""))
+PY
   fail "the recovered run's losses differ from the uninterrupted run's"
 "$py" - run/summary.json "$node" run/recoveries.jsonl <<'PY' || fail "summary.json does not list the recovery"
 import json, sys
