@@ -92,14 +92,16 @@ void print_strategies(const Config& cfg, const plan::PlanInput& in, const std::v
     }
     const plan::MemoryEstimate& m = p.memory;
     const plan::StepPrediction pred = plan::predict_step(in, p, costs);
+    // The marker names who chose the row: auto's pick, or the configured strategy.
     const bool taken = runs && p.strategy == res.setup.strategy;
+    const char* marker = cfg.parallel.strategy == StrategyChoice::Auto ? "   <- auto" : "   <- configured";
     std::printf("  %-14s %-13s %7s %7s %7s %8s %8s %8s %7s %8s  %-4s %10s %10s %9.3f %9.0f%s\n",
                 parallel::strategy_name(p.strategy),
                 strprintf("%d x %d x %d", p.mesh.dp_replicate, p.mesh.dp_shard, p.mesh.tp).c_str(), gib(m.params).c_str(),
                 gib(m.grads).c_str(), gib(m.optimizer).c_str(), gib(m.gathered).c_str(), gib(m.grad_buffers).c_str(),
                 gib(m.activations).c_str(), gib(m.comm_buffers).c_str(), gib(m.total()).c_str(), p.fits ? "yes" : "NO",
                 gib(p.comm.fsdp_gather + p.comm.fsdp_reduce + p.comm.replicate).c_str(), gib(p.comm.tp).c_str(),
-                pred.step_seconds_overlap, pred.tokens_per_s, taken ? "   <- runs" : "");
+                pred.step_seconds_overlap, pred.tokens_per_s, taken ? marker : "");
   }
   std::printf("\npredicted optimizer-step time by term (seconds; the cost model of doc/perf.md):\n");
   std::printf("  %-14s %9s %11s %9s %9s %10s %9s\n", "strategy", "gemm", "elementwise", "fsdp_comm", "tp_comm",
