@@ -65,7 +65,7 @@ for ds in $datasets; do
       d=$out/data/$ds-$T-$mode
       [[ -f $d/meta.json ]] && continue
       "$bin" prepare --format alpaca --input "$out/src/$ds/train.jsonl" --output "$d" --tokenizer "$gguf" \
-        --seq_len "$T" --val_fraction 0.05 $([[ $mode == packed ]] && echo --pack) >"$d.prepare.log" 2>&1 ||
+        --seq_len "$T" --val_fraction 0.05 "--pack=$([[ $mode == packed ]] && echo true || echo false)" >"$d.prepare.log" 2>&1 ||
         { cat "$d.prepare.log" >&2; exit 1; }
     done
   done

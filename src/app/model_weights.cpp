@@ -105,6 +105,16 @@ void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsS
   }
 }
 
+void take_seq_len_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsSource& src) {
+  if (src.pretrained || cfg.is_set("train.seq_len")) return;  // no record / the user's choice
+  const int stored = checkpoint::stored_run_settings(world, src.path).seq_len;
+  if (stored <= 0 || stored == cfg.train.seq_len) return;
+  log::info("%s was trained with train.seq_len=%d; evaluating windows of that length (the default is %d; give "
+            "--train.seq_len to choose)",
+            src.path.c_str(), stored, cfg.train.seq_len);
+  cfg.train.seq_len = stored;
+}
+
 checkpoint::TokenizerRef model_tokenizer_ref(const MpiComm& world, const WeightsSource& source, std::string* name,
                                              std::string* error) {
   if (name) *name = (source.pretrained ? "model " : "checkpoint ") + source.path;

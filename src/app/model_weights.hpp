@@ -50,6 +50,12 @@ void adopt_checkpoint_model_on_all(const MpiComm& world, Config& cfg, const Weig
 /// warning when the user set other values). Collective.
 void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsSource& source);
 
+/// `eval` without a train.seq_len (neither in a config file nor on the command line): a
+/// meshtrain checkpoint's recorded train.seq_len replaces the default, so that the windows
+/// are those the run trained on (and a row dataset's rows match). Nothing for pretrained
+/// sources, which record none. Collective.
+void take_seq_len_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsSource& source);
+
 /// The tokenizer of the model `source` holds (collective): what a meshtrain checkpoint
 /// records, a GGUF file's, a Hugging Face directory's; unknown for older checkpoints and
 /// sources without one. `name` gets "checkpoint PATH" / "model PATH" for messages. A

@@ -23,12 +23,16 @@ StoredRunSettings stored_run_settings(const MpiComm& comm, const std::string& pa
           out.recorded = true;
           out.text = *text;
         }
+        // A window length meshtrain can run (config.cpp bounds train.seq_len by 2^22).
+        if (const auto t = h5::read_int_attr(f.get(), "seq_len"); t && *t >= 1 && *t <= (1 << 22))
+          out.seq_len = static_cast<int>(*t);
       }
     }
   }
   out.readable = broadcast_value(comm, out.readable);
   out.recorded = broadcast_value(comm, out.recorded);
   out.text = broadcast_string(comm, out.text);
+  out.seq_len = broadcast_value(comm, out.seq_len);
   return out;
 }
 

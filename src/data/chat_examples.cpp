@@ -41,10 +41,7 @@ std::vector<ChatMessage> chat_messages(const json& root) {
   return out;
 }
 
-}  // namespace
-
-std::vector<ChatSegment> render_example(const std::string& line, ExampleFormat format, const ChatFormat& chat_format,
-                                        const std::string& system) {
+json parse_record(const std::string& line) {
   json root;
   try {
     root = json::parse(line);
@@ -52,6 +49,90 @@ std::vector<ChatSegment> render_example(const std::string& line, ExampleFormat f
     throw UserError("not valid JSON: " + formats::json_error_text(e));
   }
   MESHTRAIN_REQUIRE(root.is_object(), "a record must be a JSON object, not %s", root.type_name());
+  return root;
+}
+
+// A preference record's "chosen" or "rejected": a string, an assistant message, or a list of
+// exactly one assistant message; its content must hold more than white space (an empty
+// response has no token to compare but the end-of-turn marker).
+std::string response_field(const json& root, const char* key) {
+  const auto it = root.find(key);
+  MESHTRAIN_REQUIRE(it != root.end(), "the record has no \"%s\" field (preference records are {\"prompt\": ... or "
+                    "\"messages\": [...], \"chosen\": ..., \"rejected\": ...})",
+                    key);
+  std::string content;
+  if (it->is_string()) {
+    content = it->get<std::string>();
+  } else {
+    const json* m = &*it;
+    if (it->is_array()) {
+      MESHTRAIN_REQUIRE(it->size() == 1, "\"%s\" is a list of %zu messages; it must hold exactly one assistant "
+                        "message (the response)",
+                        key, it->size());
+      m = &(*it)[0];
+    }
+    MESHTRAIN_REQUIRE(m->is_object(), "\"%s\" must be a string, an assistant message or a list of one, not %s", key,
+                      m->type_name());
+    const std::string where = strprintf("\"%s\"", key);
+    const std::string role = string_field(*m, "role", where, true);
+    MESHTRAIN_REQUIRE(role == "assistant", "%s has role '%s'; a response must be the assistant's", where.c_str(),
+                      role.c_str());
+    content = string_field(*m, "content", where, true);
+  }
+  MESHTRAIN_REQUIRE(content.find_first_not_of(" \t\r\n\f\v") != std::string::npos,
+                    "\"%s\" is an empty response (nothing but white space)", key);
+  return content;
+}
+
+// Keeps only the last trainable segment (the final response's) trainable: every template
+// renders one trainable segment per assistant message, in order.
+std::vector<ChatSegment> final_response_only(std::vector<ChatSegment> segs) {
+  std::size_t last = segs.size();
+  for (std::size_t i = 0; i < segs.size(); ++i)
+    if (segs[i].trainable) last = i;
+  for (std::size_t i = 0; i < segs.size(); ++i) segs[i].trainable = i == last;
+  return segs;
+}
+
+}  // namespace
+
+PreferenceSegments render_preference(const std::string& line, const ChatFormat& chat_format, const std::string& system) {
+  const json root = parse_record(line);
+  // The responses first: a chat or Alpaca record given as preference data lacks them, which
+  // says more than what its prompt lacks.
+  const std::string chosen = response_field(root, "chosen"), rejected = response_field(root, "rejected");
+  const bool has_prompt = root.contains("prompt"), has_messages = root.contains("messages");
+  MESHTRAIN_REQUIRE(has_prompt != has_messages,
+                    "%s; a preference record gives its prompt as \"prompt\" (text) or as \"messages\" (a "
+                    "conversation ending with the user's message)",
+                    has_prompt ? "the record has both \"prompt\" and \"messages\"" : "the record has no \"prompt\" "
+                                                                                      "and no \"messages\" field");
+  std::vector<ChatMessage> prompt;
+  if (has_prompt) {
+    const std::string text = string_field(root, "prompt", "the record", true);
+    prompt.push_back({"user", text});
+  } else {
+    prompt = chat_messages(root);
+    MESHTRAIN_REQUIRE(prompt.back().role == "user",
+                      "the last of \"messages\" has role '%s'; the prompt of a preference record ends with the "
+                      "user's message (the responses are \"chosen\" and \"rejected\")",
+                      prompt.back().role.c_str());
+  }
+  if (!system.empty() && prompt.front().role != "system") prompt.insert(prompt.begin(), {"system", system});
+  MESHTRAIN_REQUIRE(chosen != rejected, "\"chosen\" and \"rejected\" are the same response: the pair prefers "
+                    "nothing");
+  PreferenceSegments out;
+  for (auto [response, segs] : {std::pair{&chosen, &out.chosen}, std::pair{&rejected, &out.rejected}}) {
+    std::vector<ChatMessage> messages = prompt;
+    messages.push_back({"assistant", *response});
+    *segs = final_response_only(render_chat(chat_format, messages));
+  }
+  return out;
+}
+
+std::vector<ChatSegment> render_example(const std::string& line, ExampleFormat format, const ChatFormat& chat_format,
+                                        const std::string& system) {
+  const json root = parse_record(line);
   std::vector<ChatMessage> messages;
   if (format == ExampleFormat::Alpaca) {
     const std::string instruction = string_field(root, "instruction", "the record", true);

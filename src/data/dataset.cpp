@@ -64,6 +64,13 @@ Dataset Dataset::open(const std::string& dir) {
                         mask->path().c_str(), static_cast<ull>(mask->size()), mask->row_tokens(),
                         tokens->path().c_str(), static_cast<ull>(tokens->size()), meta_path.c_str(),
                         d.meta.row_tokens);
+    if (d.meta.data_format == "preference")
+      for (const auto& [tokens, rows] : {std::pair{train, d.meta.train_rows}, std::pair{val, d.meta.val_rows}})
+        MESHTRAIN_REQUIRE(tokens->size() == rows * d.meta.row_tokens,
+                          "%s holds %llu tokens, but %s says %llu rows of %u (two per preference pair); the dataset "
+                          "is inconsistent, re-run `meshtrain prepare --format preference`",
+                          tokens->path().c_str(), static_cast<ull>(tokens->size()), meta_path.c_str(),
+                          static_cast<ull>(rows), d.meta.row_tokens);
     if (d.meta.packed) {
       for (const char* name : {"train.docs", "val.docs"}) {
         const fs::path p = fs::path(dir) / name;

@@ -84,6 +84,12 @@ std::string meta_to_json(const DatasetMeta& m) {
     j["dropped_examples"] = m.dropped_examples;
     j["fill_fraction"] = m.fill_fraction;
   }
+  // Preference pairs: the chosen and rejected rows of pair i are rows 2i and 2i + 1.
+  if (m.data_format == "preference") {
+    j["row_layout"] = kPreferenceRowLayout;
+    j["train_rows"] = m.train_rows;
+    j["val_rows"] = m.val_rows;
+  }
   // Packed rows (prepare --pack): several examples a row, train.docs/val.docs beside.
   if (m.packed) {
     j["packed"] = true;
@@ -138,6 +144,21 @@ DatasetMeta meta_from_json(const std::string& text, const std::string& path) {
     m.truncated_examples = unsigned_member(root, "truncated_examples", path);
     m.dropped_examples = unsigned_member(root, "dropped_examples", path);
     m.fill_fraction = number(root, "fill_fraction", path).get<double>();
+    if (m.data_format == "preference") {
+      // The pair layout is what a preference objective relies on: refused when it is not
+      // the one this meshtrain writes, or the counts do not make whole pairs.
+      const std::string layout = string_member(root, "row_layout", path);
+      MESHTRAIN_REQUIRE(layout == kPreferenceRowLayout, "%s: \"row_layout\" is '%s'; a preference dataset's is '%s'",
+                        path.c_str(), layout.c_str(), kPreferenceRowLayout);
+      m.train_rows = unsigned_member(root, "train_rows", path);
+      m.val_rows = unsigned_member(root, "val_rows", path);
+      MESHTRAIN_REQUIRE(m.train_rows == 2 * m.train_examples && m.val_rows == 2 * m.val_examples && !root.contains("packed"),
+                        "%s: a preference dataset holds two rows per pair, unpacked, but it says train_rows %llu for "
+                        "%llu pairs and val_rows %llu for %llu%s; re-run `meshtrain prepare --format preference`",
+                        path.c_str(), static_cast<unsigned long long>(m.train_rows),
+                        static_cast<unsigned long long>(m.train_examples), static_cast<unsigned long long>(m.val_rows),
+                        static_cast<unsigned long long>(m.val_examples), root.contains("packed") ? ", packed" : "");
+    }
     if (root.contains("packed") && root["packed"].is_boolean() && root["packed"].get<bool>()) {
       m.packed = true;
       m.train_rows = unsigned_member(root, "train_rows", path);

@@ -62,4 +62,18 @@ void write_packed(RowWriter& w, std::uint32_t R, std::int32_t pad) {
   }
 }
 
+void write_one_per_row(RowWriter& w, std::uint32_t R, std::int32_t pad) {
+  std::vector<std::int32_t> ids(R);
+  std::vector<std::uint8_t> mask(R);
+  for (const PackItem& ex : w.kept) {
+    std::copy(ex.ids.begin(), ex.ids.end(), ids.begin());
+    std::copy(ex.mask.begin(), ex.mask.end(), mask.begin());
+    std::fill(ids.begin() + static_cast<std::ptrdiff_t>(ex.ids.size()), ids.end(), pad);
+    std::fill(mask.begin() + static_cast<std::ptrdiff_t>(ex.ids.size()), mask.end(), 0);
+    w.tokens.append(ids.data(), R);
+    w.mask.append(mask.data(), R);
+    ++w.rows;
+  }
+}
+
 }  // namespace meshtrain::data

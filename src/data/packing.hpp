@@ -51,4 +51,8 @@ struct RowWriter {
 /// after its last example with `pad` (mask 0, its own segment).
 void write_packed(RowWriter& w, std::uint32_t R, std::int32_t pad);
 
+/// Writes one split's kept examples one per row, in input order, each padded with `pad`
+/// (mask 0): the rows an unpacked prepare streams (the default's choice when nothing packs).
+void write_one_per_row(RowWriter& w, std::uint32_t R, std::int32_t pad);
+
 }  // namespace meshtrain::data

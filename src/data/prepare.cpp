@@ -261,18 +261,19 @@ PrepareSummary prepare(const PrepareOptions& o) {
   MESHTRAIN_REQUIRE(!o.output.empty(), "no output directory given; pass --output DIR");
   MESHTRAIN_REQUIRE(std::isfinite(o.val_fraction) && o.val_fraction >= 0 && o.val_fraction < 1,
                     "--val_fraction must be in [0, 1), got %g", o.val_fraction);
-  MESHTRAIN_REQUIRE(o.format == "text" || o.format == "alpaca" || o.format == "chat",
-                    "--format must be text, alpaca or chat, not '%s'", o.format.c_str());
+  MESHTRAIN_REQUIRE(o.format == "text" || o.format == "alpaca" || o.format == "chat" || o.format == "preference",
+                    "--format must be text, alpaca, chat or preference, not '%s'", o.format.c_str());
   const bool examples = o.format != "text";
-  const bool rows = examples || o.pack;  // rows of seq_len + 1 tokens, not a token stream
+  const bool pack_on = o.pack == PackMode::On;
+  const bool rows = examples || pack_on;  // rows of seq_len + 1 tokens, not a token stream
   MESHTRAIN_REQUIRE(examples || (o.system.empty() && o.chat_template == "auto"),
-                    "--chat_template and --system apply to --format alpaca and chat only");
+                    "--chat_template and --system apply to --format alpaca, chat and preference only");
   MESHTRAIN_REQUIRE(rows || o.seq_len == 0,
-                    "--seq_len applies to --format alpaca and chat and to --pack; --format text writes a token stream "
-                    "that training cuts into windows of train.seq_len");
+                    "--seq_len applies to --format alpaca, chat and preference and to --pack; --format text writes a "
+                    "token stream that training cuts into windows of train.seq_len");
   MESHTRAIN_REQUIRE(!rows || o.seq_len >= 1,
                     "--format %s%s needs --seq_len N (>= 1, the model's train.seq_len): the rows are N + 1 tokens%s",
-                    o.format.c_str(), o.pack ? " --pack" : "", o.seq_len == 0 ? "" : strprintf(", got %d", o.seq_len).c_str());
+                    o.format.c_str(), pack_on ? " --pack" : "", o.seq_len == 0 ? "" : strprintf(", got %d", o.seq_len).c_str());
   // Every example is padded to a full row, in memory and on disk: a --seq_len longer than
   // any train.seq_len can use (2^22, config.cpp) only writes padding (4 GiB per example at
   // 10^9, and a std::bad_alloc first).
@@ -307,8 +308,9 @@ PrepareSummary prepare(const PrepareOptions& o) {
   s.pad_id = tok->pad_id();
   s.add_bos = tok->add_bos();
   s.output = o.output;
+  if (o.format == "preference") return prepare_preference(o, *tok, files, s);
   if (examples) return prepare_examples(o, *tok, files, s);
-  if (o.pack) return prepare_text_packed(o, *tok, files, s);
+  if (pack_on) return prepare_text_packed(o, *tok, files, s);
   StagedOutput out(o.output);
   TokenFileWriter train(out.stage("train.bin"), s.vocab_size);
   TokenFileWriter val(out.stage("val.bin"), s.vocab_size);

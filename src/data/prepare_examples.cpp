@@ -24,9 +24,6 @@
 #include "staged_output.hpp"
 
 namespace meshtrain::data {
-namespace {
-
-using ull = unsigned long long;
 
 std::string template_name(ChatTemplateKind k) {
   switch (k) {
@@ -38,12 +35,15 @@ std::string template_name(ChatTemplateKind k) {
   return "";
 }
 
-/// --chat_template auto: the template that comes with the tokenizer, recognised; else by name.
 ChatFormat resolve_chat_format(const std::string& name, const Tokenizer& tok) {
   if (name != "auto") return chat_format_by_name(name);
   return recognise_chat_template(tok.name() == "byte" ? std::string() : chat_template_text(tok.name()),
                                  "--tokenizer " + tok.name() + " (--chat_template auto)");
 }
+
+namespace {
+
+using ull = unsigned long long;
 
 constexpr const char* kExampleSplitRule =
     "per example: record i (0-based, over all records of all files in path order) goes to val when "
@@ -68,13 +68,14 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   s.row_tokens = R;
   s.chat_template = template_name(chat.kind);
 
-  MESHTRAIN_REQUIRE(!o.pack || R <= kDocFileMaxRow, "--pack needs --seq_len below %u (u16 segment ids), got %d",
-                    kDocFileMaxRow, o.seq_len);
+  MESHTRAIN_REQUIRE(o.pack != PackMode::On || R <= kDocFileMaxRow,
+                    "--pack needs --seq_len below %u (u16 segment ids), got %d", kDocFileMaxRow, o.seq_len);
+  // The default packs when that saves rows; it keeps the examples until all are known (as
+  // --pack does), and rows too long for u16 segment ids are never packed by it.
+  const bool keep = o.pack == PackMode::On || (o.pack == PackMode::Auto && R <= kDocFileMaxRow);
   StagedOutput out(o.output);
-  RowWriter train(out.stage("train.bin"), out.stage("train.mask"), o.pack ? out.stage("train.docs") : "",
-                  s.vocab_size, R);
-  RowWriter val(out.stage("val.bin"), out.stage("val.mask"), o.pack ? out.stage("val.docs") : "", s.vocab_size, R);
-  const std::string meta_tmp = out.stage("meta.json");  // staged last: marks a complete dataset
+  RowWriter train(out.stage("train.bin"), out.stage("train.mask"), "", s.vocab_size, R);
+  RowWriter val(out.stage("val.bin"), out.stage("val.mask"), "", s.vocab_size, R);
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(s.vocab_size), 0);
 
   std::uint64_t record = 0;
@@ -115,7 +116,7 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
         ++s.dropped_examples;
         continue;
       }
-      if (o.pack) {
+      if (keep) {
         w.kept.push_back(PackItem{std::vector<std::int32_t>(row_ids.begin(), row_ids.begin() + static_cast<std::ptrdiff_t>(n)),
                                   std::vector<std::uint8_t>(row_mask.begin(), row_mask.begin() + static_cast<std::ptrdiff_t>(n))});
       } else {
@@ -139,8 +140,20 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
                     "--val_fraction",
                     static_cast<ull>(record), files.size(), static_cast<ull>(s.dropped_examples), o.seq_len,
                     static_cast<ull>(val.examples));
-  if (o.pack)
+  // --pack always packs; the default when first-fit decreasing needs fewer rows than there
+  // are examples in either split (some row holds two or more), so that a --seq_len with room
+  // for one example only writes the same rows as --pack=false.
+  bool pack = o.pack == PackMode::On;
+  if (keep && !pack)
+    for (RowWriter* w : {&train, &val}) pack = pack || pack_rows(w->kept, R).size() < w->kept.size();
+  if (pack) {
+    train.docs = std::make_unique<DocFileWriter>(out.stage("train.docs"), R);
+    val.docs = std::make_unique<DocFileWriter>(out.stage("val.docs"), R);
     for (RowWriter* w : {&train, &val}) write_packed(*w, R, pad);
+  } else if (keep) {
+    for (RowWriter* w : {&train, &val}) write_one_per_row(*w, R, pad);
+  }
+  const std::string meta_tmp = out.stage("meta.json");  // staged last: marks a complete dataset
   for (RowWriter* w : {&train, &val}) {
     w->tokens.close();
     w->mask.close();
@@ -150,7 +163,8 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   s.val_tokens = val.tokens.count();
   s.train_examples = train.examples;
   s.val_examples = val.examples;
-  s.packed = o.pack;
+  s.packed = pack;
+  s.pack_auto = o.pack == PackMode::Auto && keep;
   s.train_rows = train.rows;
   s.val_rows = val.rows;
   s.trainable_tokens = train.trainable;
@@ -174,19 +188,35 @@ std::string format_examples_summary(const PrepareSummary& s) {
                                   s.files.size(), static_cast<ull>(s.bytes))
                       : strprintf("  input:   %zu JSONL file(s), %llu bytes; --format %s, chat template %s\n",
                                   s.files.size(), static_cast<ull>(s.bytes), s.format.c_str(), s.chat_template.c_str());
+  if (s.format == "preference") {
+    r += strprintf("  pairs:   %llu = train %llu + val %llu, each a chosen and a rejected row of %u tokens (seq_len %u), "
+                   "side by side (rows 2i and 2i + 1); %llu rows\n",
+                   static_cast<ull>(examples), static_cast<ull>(s.train_examples), static_cast<ull>(s.val_examples),
+                   s.row_tokens, s.row_tokens - 1, static_cast<ull>(s.train_rows + s.val_rows));
+    r += strprintf("  fill: %.1f%% of row tokens are example tokens (the rest is padding); %llu trainable (mask 1: the "
+                   "final responses) train tokens; none truncated (a pair longer than a row is an error)\n",
+                   100.0 * s.fill_fraction, static_cast<ull>(s.trainable_tokens));
+    r += strprintf("  unigram entropy of the trainable train tokens: %.4f bits/token = %.4f nats/token\n",
+                   s.train_entropy_bits, s.train_entropy_nats);
+    return r;
+  }
   if (s.packed) {
     r += strprintf("  examples: %llu = train %llu + val %llu, packed (first-fit decreasing) into %llu rows = train "
-                   "%llu + val %llu of %u tokens (seq_len %u), documents masked from each other\n",
+                   "%llu + val %llu of %u tokens (seq_len %u), documents masked from each other%s\n",
                    static_cast<ull>(examples), static_cast<ull>(s.train_examples), static_cast<ull>(s.val_examples),
                    static_cast<ull>(s.train_rows + s.val_rows), static_cast<ull>(s.train_rows),
-                   static_cast<ull>(s.val_rows), s.row_tokens, s.row_tokens - 1);
+                   static_cast<ull>(s.val_rows), s.row_tokens, s.row_tokens - 1,
+                   s.pack_auto ? " (packing is the default when examples share rows; --pack=false for one per row)"
+                               : "");
     r += strprintf("  fill before packing: %.1f%% (one example per row); after: %.1f%%\n",
                    100.0 * s.fill_fraction_unpacked, 100.0 * s.fill_fraction);
   } else {
     r += strprintf("  examples: %llu = train %llu + val %llu, one padded row of %u tokens each (seq_len %u)%s\n",
                    static_cast<ull>(examples), static_cast<ull>(s.train_examples), static_cast<ull>(s.val_examples),
                    s.row_tokens, s.row_tokens - 1,
-                   s.fill_fraction < 0.5 ? "; most of each row is padding: --pack puts several examples in a row" : "");
+                   s.pack_auto ? "; not packed: no two examples fit a row at this --seq_len"
+                   : s.fill_fraction < 0.5 ? "; most of each row is padding: --pack puts several examples in a row"
+                                           : "");
   }
   if (s.format == "text")
     r += strprintf("  split: %llu document(s) longer than a row, cut into pieces of at most %u tokens; dropped: %llu "

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/data/chat_template.hpp"
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/prepare.hpp"
 #include "meshtrain/data/tokenizer.hpp"
@@ -29,6 +30,17 @@ void require_special_token(const Tokenizer& tok, std::int32_t id, const char* to
 /// tokenizer fields already; returns the completed summary after committing the dataset.
 PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, const std::vector<std::string>& files,
                                 PrepareSummary s);
+
+/// The name of a chat template ("chatml", ...), as meta.json records it.
+std::string template_name(ChatTemplateKind k);
+
+/// --chat_template: "auto" is the template that comes with the tokenizer, recognised; else by name.
+ChatFormat resolve_chat_format(const std::string& name, const Tokenizer& tok);
+
+/// prepare --format preference (prepare_preference.cpp): each record's chosen and rejected
+/// renderings as adjacent rows (doc/data.md, "Preference data"); returns the completed summary.
+PrepareSummary prepare_preference(const PrepareOptions& o, const Tokenizer& tok, const std::vector<std::string>& files,
+                                  PrepareSummary s);
 
 /// The part of the printed summary specific to alpaca/chat datasets.
 std::string format_examples_summary(const PrepareSummary& s);

@@ -108,11 +108,33 @@ bool has_window(const TokenSource& source, int seq_len) {
 }
 
 void check_row_seq_len(const MaskFile& rows, int seq_len) {
+  // The mask file alone does not say how many examples a row holds (check_dataset_rows,
+  // which has meta.json, does): rows of the wrong length, said neutrally.
   MESHTRAIN_REQUIRE(seq_len >= 1 && static_cast<std::uint64_t>(seq_len) + 1 == rows.row_tokens(),
-                    "train.seq_len is %d, but the dataset of %s holds one example per row of %u tokens (prepared "
-                    "with --seq_len %u): set train.seq_len=%u, or prepare the dataset again with --seq_len %d",
+                    "train.seq_len is %d, but the dataset of %s holds rows of %u tokens (prepared with --seq_len "
+                    "%u): set train.seq_len=%u, or prepare the dataset again with --seq_len %d",
                     seq_len, rows.path().c_str(), rows.row_tokens(), rows.row_tokens() - 1, rows.row_tokens() - 1,
                     seq_len);
+}
+
+void check_dataset_rows(const Dataset& d, int seq_len, const std::string& command) {
+  const DatasetMeta& m = d.meta;
+  MESHTRAIN_REQUIRE(m.data_format != "preference",
+                    "%s: data.dir=%s is a preference dataset (prepare --format preference: each example a chosen and "
+                    "a rejected response, in adjacent rows); supervised training or evaluation on it would count the "
+                    "rejected responses as targets, and preference training (DPO) is not implemented yet: for "
+                    "supervised fine-tuning on the chosen responses, prepare them with --format chat",
+                    command.c_str(), d.dir.c_str());
+  if (m.row_tokens == 0 || (seq_len >= 1 && static_cast<std::uint64_t>(seq_len) + 1 == m.row_tokens)) return;
+  const unsigned prepared = m.row_tokens - 1;
+  const char* pack = m.packed ? " --pack" : "";
+  const std::string holds =
+      m.packed ? strprintf("packed rows of %u tokens, several examples each (prepared with --seq_len %u --pack)",
+                           m.row_tokens, prepared)
+               : strprintf("one example per row of %u tokens (prepared with --seq_len %u)", m.row_tokens, prepared);
+  throw UserError(strprintf("train.seq_len is %d, but the dataset of %s holds %s: set train.seq_len=%u, or prepare "
+                            "the dataset again with --seq_len %d%s",
+                            seq_len, d.dir.c_str(), holds.c_str(), prepared, seq_len, pack));
 }
 
 Sampler::Sampler(std::shared_ptr<const TokenSource> source, int seq_len, std::uint64_t seed)
@@ -126,8 +148,17 @@ Sampler::Sampler(std::shared_ptr<const TokenSource> source, int seq_len, std::ui
       starts_(rows_ ? count_rows(source_, seq_len, *rows_) : count_starts(source_, seq_len)) {}
 
 std::uint64_t Sampler::window_start(std::uint64_t w) const {
+  if (pairs_) return (2 * (counter_hash(key_, w / 2) % (starts_ / 2)) + w % 2) * rows_->row_tokens();
   const std::uint64_t h = counter_hash(key_, w) % starts_;
   return rows_ ? h * rows_->row_tokens() : h;
+}
+
+void Sampler::set_pairs() {
+  MESHTRAIN_REQUIRE(rows_ != nullptr && starts_ % 2 == 0,
+                    "%s is not a dataset of preference pairs (%s); prepare it with --format preference",
+                    source_->description().c_str(),
+                    rows_ ? strprintf("%llu rows, an odd number", static_cast<ull>(starts_)).c_str() : "a token stream");
+  pairs_ = true;
 }
 
 void Sampler::fill(std::uint64_t first_window, int n_windows, std::int32_t* inputs,

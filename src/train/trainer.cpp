@@ -164,6 +164,8 @@ void Trainer<T>::load_inputs() {
       }
     }
     tokenizer_ = checkpoint::run_tokenizer(data_.meta, "dataset " + spec_.data.text(), model, "model " + init_from);
+    // Rows of train.seq_len + 1 (what a row holds in the message); no preference pairs.
+    data::check_dataset_rows(data_, batch.seq_len, "train");
     // Instruction/chat data: windows are whole rows, targets outside the loss mask are -1.
     sampler_ = std::make_unique<data::Sampler>(data_.train, batch.seq_len, tc.seed, data_.train_mask);
     // Packed rows (and data.document_mask text): attention, positions and loss per document.

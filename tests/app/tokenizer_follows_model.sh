@@ -2,7 +2,8 @@
 # issue 28: the tokenizer follows the model. One LoRA step fine-tuned from the SmolLM2 GGUF
 # on data prepared with its tokenizer records that tokenizer in the checkpoint; then, with no
 # --tokenizer and no run config: `eval --text` (same loss as with --tokenizer GGUF, and the
-# config-less eval of a LoRA Llama checkpoint), `generate --chat` (same reply as with
+# config-less eval of a LoRA Llama checkpoint, whose window length is the checkpoint's
+# train.seq_len when none is given), `generate --chat` (same reply as with
 # --tokenizer GGUF), `prepare --tokenizer RUN` (the run's tokenizer hash in meta.json) and
 # `convert` (tokenizer.json that the HF `tokenizers` package loads and that encodes like
 # meshtrain). A --tokenizer that is not the model's (bytes; the same vocabulary with other
@@ -44,6 +45,19 @@ own=$(loss eval_own) given=$(loss eval_given)
 echo "eval --text: $own without --tokenizer (no config), $given with --tokenizer $gguf"
 [[ -n $own && $own == "$given" ]] || fail "eval --text without --tokenizer gives $own, with the GGUF's $given"
 grep -q "bpe tokenizer $gguf" eval_own.log || fail "eval --text did not use the GGUF's tokenizer: $(cat eval_own.log)"
+
+# eval --checkpoint with no config and no train.seq_len: the window length the checkpoint
+# records (48), not the default 256 (text.txt holds fewer tokens than one such window, and the
+# dataset's rows are 49 tokens): the same loss as with the run's config.
+run eval_noseq "$bin" eval --checkpoint run/checkpoints --text text.txt
+noseq=$(loss eval_noseq)
+[[ -n $noseq && $noseq == "$own" ]] || fail "eval --checkpoint without train.seq_len: loss '$noseq', with 48: $own"
+grep -q "trained with train.seq_len=48; evaluating windows of that length" eval_noseq.log ||
+  fail "eval does not say it took the checkpoint's train.seq_len: $(cat eval_noseq.log)"
+run eval_rows "$bin" eval --checkpoint run/checkpoints --data.dir=data --split train --batches 0
+run eval_rows_cfg "$bin" eval run/config.ini --checkpoint run/checkpoints --split train --batches 0
+rows=$(loss eval_rows) rows_cfg=$(loss eval_rows_cfg)
+[[ -n $rows && $rows == "$rows_cfg" ]] || fail "eval --checkpoint --data.dir without train.seq_len: '$rows', with the run's config: '$rows_cfg'"
 
 # A tokenizer that is not the model's: bytes, and the model's vocabulary with two merges swapped.
 refused eval_byte "is the byte tokenizer, but checkpoint .* was trained with the bpe tokenizer $gguf" \

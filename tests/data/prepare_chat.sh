@@ -37,10 +37,10 @@ with open("alpaca.jsonl", "w") as f:
 PY
 
 "$MESHTRAIN_BIN" prepare --format chat --input chat.jsonl --output chat --tokenizer "$smollm" --seq_len 96 \
-  --val_fraction 0.2 >chat.log 2>&1 || { cat chat.log; fail "prepare --format chat failed"; }
+  --val_fraction 0.2 --pack=false >chat.log 2>&1 || { cat chat.log; fail "prepare --format chat failed"; }
 cat chat.log
 "$MESHTRAIN_BIN" prepare --format alpaca --input alpaca.jsonl --output alpaca --tokenizer "$smollm" --seq_len 80 \
-  --val_fraction 0 --system "Be brief." >alpaca.log 2>&1 || { cat alpaca.log; fail "prepare --format alpaca failed"; }
+  --val_fraction 0 --system "Be brief." --pack=false >alpaca.log 2>&1 || { cat alpaca.log; fail "prepare --format alpaca failed"; }
 cat alpaca.log
 grep -q "truncated: 1 example" chat.log || fail "the chat summary does not count the one truncated example"
 
@@ -137,7 +137,7 @@ PY
 # --chat_template alpaca renders the classic Alpaca prompt; the response ends with the
 # end-of-text id, trained on (mask 1), so the model learns to stop.
 "$MESHTRAIN_BIN" prepare --format alpaca --input alpaca.jsonl --output alp2 --tokenizer "$smollm" --seq_len 80 \
-  --chat_template alpaca --val_fraction 0 >alp2.log 2>&1 || { cat alp2.log; fail "prepare --chat_template alpaca failed"; }
+  --chat_template alpaca --val_fraction 0 --pack=false >alp2.log 2>&1 || { cat alp2.log; fail "prepare --chat_template alpaca failed"; }
 "$py" - "$smollm" <<'PY' || fail "the Alpaca-template rows are wrong"
 import json, sys
 import numpy as np, gguf
@@ -161,6 +161,17 @@ PY
   --val_fraction 0.2 --pack >chat_packed.log 2>&1 || { cat chat_packed.log; fail "prepare --pack failed"; }
 cat chat_packed.log
 grep -q "fill before packing" chat_packed.log || fail "the --pack summary does not report the fill before packing"
+# Packing is the default for chat/alpaca when examples share rows: without --pack the same
+# rows as with it, and the summary says so.
+"$MESHTRAIN_BIN" prepare --format chat --input chat.jsonl --output chat_default --tokenizer "$smollm" --seq_len 96 \
+  --val_fraction 0.2 >chat_default.log 2>&1 || { cat chat_default.log; fail "prepare without --pack failed"; }
+grep -q "packing is the default when examples share rows" chat_default.log || fail "the default's summary: $(cat chat_default.log)"
+for f in train.bin train.mask train.docs val.bin val.mask val.docs; do
+  cmp -s "chat_default/$f" "chat_packed/$f" || fail "the default's $f differs from --pack's"
+done
+"$MESHTRAIN_BIN" prepare --format chat --input chat.jsonl --output chat_badpack --tokenizer "$smollm" --seq_len 96 \
+  --pack=maybe >badpack.log 2>&1
+[[ $? -eq 2 ]] && grep -q "\-\-pack takes true, false or auto" badpack.log || fail "--pack=maybe is not refused: $(cat badpack.log)"
 # --format text --pack: documents (a long one cut into row-sized pieces) packed, all trained on.
 "$py" -c "print('short document\n' * 3)" >short.txt
 "$py" -c "print('a long document line\n' * 400)" >long.txt

@@ -328,3 +328,54 @@ TEST(Sampler, TextDocumentMaskSplitsAtEndOfText) {
   EXPECT_EQ(tgt, (std::vector<std::int32_t>{1, 2, 3, -1, 5, 6}));  // 3 -> 4 crosses: not counted
   EXPECT_EQ(doc, (std::vector<std::int32_t>{0, 0, 0, 0, 4, 4}));
 }
+
+TEST(SamplerRows, PreferencePairsStayWholeInEveryRanksMicroBatch) {
+  // 10 rows = 5 pairs (rows 2i, 2i + 1). With an even micro_batch every rank's micro-batch is
+  // whole pairs at any dp size: window 2k is a chosen row (even), 2k + 1 the next row.
+  constexpr int kSeq = 3, kRow = kSeq + 1, kRows = 10;
+  test::TempDir dir("sampler_pairs");
+  {
+    const std::vector<std::uint8_t> mask(kRows * kRow, 1);
+    MaskFileWriter w(dir / "m.mask", kRow);
+    w.append(mask.data(), mask.size());
+    w.close();
+  }
+  auto src = std::make_shared<IotaSource>(kRows * kRow);
+  Sampler s(src, kSeq, 11, std::make_shared<MaskFile>(dir / "m.mask"));
+  const Sampler plain = s;
+  s.set_pairs();
+  EXPECT_TRUE(s.pairs());
+  std::map<std::uint64_t, int> pairs_seen;
+  for (const int dp : {1, 2, 4})
+    for (const int micro : {2, 4})
+      for (std::uint64_t cursor = 0; cursor < 64; cursor += static_cast<std::uint64_t>(2 * micro * dp))
+        for (int a = 0; a < 2; ++a)
+          for (int d = 0; d < dp; ++d) {
+            const std::uint64_t first = rank_first_window(cursor, a, micro, dp, d);
+            for (int j = 0; j < micro; j += 2) {
+              const std::uint64_t chosen = s.window_start(first + static_cast<std::uint64_t>(j)) / kRow;
+              const std::uint64_t rejected = s.window_start(first + static_cast<std::uint64_t>(j) + 1) / kRow;
+              ASSERT_EQ(chosen % 2, 0u) << "dp " << dp << " micro " << micro << ": window " << first + j
+                                        << " is not a chosen row";
+              ASSERT_EQ(rejected, chosen + 1) << "the pair of row " << chosen << " is split";
+              ++pairs_seen[chosen / 2];
+            }
+          }
+  EXPECT_EQ(pairs_seen.size(), 5u);  // every pair is drawn, not one over and over
+  // Without set_pairs the rows are drawn one by one: pairs get split.
+  bool split = false;
+  for (std::uint64_t k = 0; k < 16 && !split; ++k)
+    split = plain.window_start(2 * k + 1) / kRow != plain.window_start(2 * k) / kRow + 1;
+  EXPECT_TRUE(split);
+  // An odd number of rows, or a token stream, holds no pairs.
+  {
+    const std::vector<std::uint8_t> mask(3 * kRow, 1);
+    MaskFileWriter w(dir / "odd.mask", kRow);
+    w.append(mask.data(), mask.size());
+    w.close();
+  }
+  Sampler odd(std::make_shared<IotaSource>(3 * kRow), kSeq, 11, std::make_shared<MaskFile>(dir / "odd.mask"));
+  EXPECT_THROW(odd.set_pairs(), UserError);
+  Sampler stream(src, kSeq, 11);
+  EXPECT_THROW(stream.set_pairs(), UserError);
+}

@@ -440,4 +440,20 @@ open(path("j_bad_role.jsonl"), "w").write(
     json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "bot", "content": "hello"}]}) + "\n")
 open(path("j_content_number.jsonl"), "w").write(
     json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": 5}]}) + "\n")
+# ---- preference JSONL (prepare --format preference) -------------------------------------------
+def pref(name, **record):
+    open(path(name), "w").write(json.dumps(record) + "\n")
+pref("p_no_rejected.jsonl", prompt="hi", chosen="hello")
+pref("p_empty_chosen.jsonl", prompt="hi", chosen="  ", rejected="go away")
+pref("p_long_prompt.jsonl", prompt="word " * 200, chosen="yes", rejected="no")
+pref("p_long_response.jsonl", prompt="hi", chosen="hello " * 40, rejected="no")
+pref("p_user_response.jsonl", prompt="hi", chosen=[{"role": "user", "content": "hello"}], rejected="no")
+pref("p_two_responses.jsonl", prompt="hi", rejected="no",
+     chosen=[{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}])
+pref("p_both_prompts.jsonl", prompt="hi", messages=[{"role": "user", "content": "hi"}], chosen="a", rejected="b")
+pref("p_no_prompt.jsonl", chosen="a", rejected="b")
+pref("p_ends_assistant.jsonl", chosen="a", rejected="b",
+     messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+pref("p_same.jsonl", prompt="hi", chosen="same", rejected="same")
+pref("p_good.jsonl", prompt="hi", chosen="hello", rejected="go away")
 print(f"fixtures written to {out}")

@@ -125,6 +125,10 @@ LoraSettings stored_lora_settings(const std::string& path);
 struct StoredRunSettings {
   bool readable = false, recorded = false;
   std::string text;
+  /// The root attribute `seq_len` (train.seq_len of the run; every checkpoint version has
+  /// it): what `eval --checkpoint` evaluates with when no train.seq_len is given. 0 when
+  /// the file is not readable or lacks it.
+  int seq_len = 0;
 };
 StoredRunSettings stored_run_settings(const MpiComm& comm, const std::string& path);
 

@@ -27,6 +27,26 @@ enum class ExampleFormat { Alpaca, Chat };
 std::vector<ChatSegment> render_example(const std::string& jsonl_line, ExampleFormat format,
                                         const ChatFormat& chat_format, const std::string& system);
 
+/// \brief A preference record rendered twice: the conversation ending with the chosen
+/// response and the same conversation ending with the rejected one. Only the final
+/// response (its content and end-of-turn marker) is trainable in each; assistant turns of
+/// the prompt's history are context, like the system and user text.
+struct PreferenceSegments {
+  std::vector<ChatSegment> chosen, rejected;
+};
+
+/// \brief One `prepare --format preference` JSONL line: the prompt as `"prompt"` (a string:
+/// one user message) or `"messages"` (a conversation of system/user/assistant messages whose
+/// last message is the user's), and `"chosen"` / `"rejected"`, each a string, an assistant
+/// message {"role": "assistant", "content": ...} or a list holding exactly one such message
+/// (TRL's conversational form). `system` (when not empty) is the system message of prompts
+/// that have none. UserError saying what is wrong with the line: not JSON, both or neither
+/// prompt forms, a missing or non-string field, a response that is empty (or white space
+/// only), a response message whose role is not assistant, a conversation not ending with a
+/// user message, chosen equal to rejected; the caller adds the file and line number.
+PreferenceSegments render_preference(const std::string& jsonl_line, const ChatFormat& chat_format,
+                                     const std::string& system);
+
 /// Token ids of an example and one loss-mask byte per id.
 struct MaskedTokens {
   std::vector<std::int32_t> ids;

@@ -15,6 +15,10 @@
 
 namespace meshtrain::data {
 
+/// meta.json's "row_layout" of a preference dataset (data_format "preference").
+inline constexpr const char kPreferenceRowLayout[] =
+    "pairs: row 2i is the chosen response of pair i, row 2i + 1 its rejected one";
+
 /// \brief The contents of meta.json.
 struct DatasetMeta {
   std::string tokenizer;             ///< the tokenizer spec ("byte", an absolute path), or "random"
@@ -33,16 +37,16 @@ struct DatasetMeta {
   double train_entropy_bits = 0;     ///< unigram entropy of train.bin (bits/token)
   std::string meshtrain_version;
   // Instruction and chat data (`prepare --format alpaca|chat`); absent for text datasets.
-  std::string data_format = "text";  ///< "text", "alpaca" or "chat"
+  std::string data_format = "text";  ///< "text", "alpaca", "chat" or "preference" (pairs of rows)
   std::uint32_t row_tokens = 0;      ///< 0: a token stream; else every example is one row of seq_len + 1 tokens
   std::string chat_template;         ///< the template the examples were rendered with ("chatml", ...)
-  std::uint64_t train_examples = 0, val_examples = 0;  ///< rows in train.bin / val.bin
+  std::uint64_t train_examples = 0, val_examples = 0;  ///< examples (preference: pairs) in train.bin / val.bin
   std::uint64_t truncated_examples = 0;  ///< examples longer than a row, cut to it
   std::uint64_t dropped_examples = 0;    ///< examples with no trainable token left in their row
   double fill_fraction = 0;              ///< example tokens / row tokens (the rest is padding)
   // Packed rows (`prepare --pack`): several examples a row, train.docs/val.docs beside.
   bool packed = false;
-  std::uint64_t train_rows = 0, val_rows = 0;  ///< rows in train.bin / val.bin (packed only)
+  std::uint64_t train_rows = 0, val_rows = 0;  ///< rows in train.bin / val.bin (packed and preference only)
   double fill_fraction_unpacked = 0;         ///< the fill fraction the same examples had one per row
 };
 

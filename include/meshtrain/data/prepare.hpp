@@ -16,6 +16,13 @@
 
 namespace meshtrain::data {
 
+/// \brief `prepare --pack[=true|false|auto]`. Auto (the default): alpaca and chat examples are
+/// packed whenever first-fit decreasing puts more than one into some row (fewer rows than
+/// examples: the padding it removes is compute training no longer spends), else each stays
+/// alone in its row; text stays a token stream. On: always (text too, with --seq_len). Off:
+/// one example per padded row.
+enum class PackMode { Auto, On, Off };
+
 struct PrepareOptions {
   std::vector<std::string> inputs;  ///< files and/or directories
   std::string output;               ///< dataset directory (created if missing)
@@ -26,7 +33,7 @@ struct PrepareOptions {
   int seq_len = 0;                  ///< alpaca/chat, text --pack: rows are seq_len + 1 tokens (required, >= 1)
   std::string chat_template = "auto";  ///< alpaca/chat: "auto" (the tokenizer's own) or a known name
   std::string system;               ///< alpaca/chat: system message for examples that have none
-  bool pack = false;                ///< several examples (documents for text) a row (first-fit decreasing), train.docs beside
+  PackMode pack = PackMode::Auto;   ///< several examples (documents for text) a row (first-fit decreasing), train.docs beside
   /// Opens `tokenizer`: make_tokenizer when unset. The CLI gives checkpoint::open_tokenizer,
   /// so that a run or checkpoint names the tokenizer it records (`prepare --tokenizer RUN`).
   std::function<std::unique_ptr<Tokenizer>(const std::string&)> open_tokenizer;
@@ -56,8 +63,9 @@ struct PrepareSummary {
   std::uint64_t train_examples = 0, val_examples = 0, truncated_examples = 0, dropped_examples = 0;
   std::uint64_t trainable_tokens = 0;     ///< mask = 1 tokens in train.mask
   double fill_fraction = 0;               ///< example tokens / row tokens over both splits
-  // --pack only.
+  // Packing (alpaca/chat, text --pack).
   bool packed = false;
+  bool pack_auto = false;                 ///< no --pack given: packed (or not) by the default's rule
   std::uint64_t train_rows = 0, val_rows = 0;  ///< rows written (without --pack: = examples)
   double fill_fraction_unpacked = 0;      ///< the fill fraction of one example per row
 };

@@ -29,6 +29,16 @@ bool has_window(const TokenSource& source, int seq_len);
 /// seq_len + 1: UserError naming the dataset's seq_len and train.seq_len otherwise.
 void check_row_seq_len(const MaskFile& rows, int seq_len);
 
+/// \brief What `train` and `eval` check of a dataset before they make its samplers
+/// (`command`: "train", "eval"), UserError on every rank alike:
+///   - a preference dataset (`prepare --format preference`) is refused: supervised training
+///     or evaluation on it would count the rejected responses as targets, and the objective
+///     that reads its pairs (DPO) is not implemented;
+///   - the rows of an instruction, chat or packed dataset must be train.seq_len + 1 tokens;
+///     the message says what a row holds (one example, or several packed ones) and the
+///     --seq_len (and --pack) it was prepared with.
+void check_dataset_rows(const Dataset& d, int seq_len, const std::string& command);
+
 /// \brief Document masking of the windows (doc/data.md, "Packed rows"): the segment ids of a
 /// packed dataset (`docs`, rows only), or for a token stream with `data.document_mask` the
 /// end-of-text id `eot` that ends every document. Either way the samplers write every
@@ -71,6 +81,14 @@ class Sampler {
   /// Turns on document masking; UserError when `m.docs` does not match the rows.
   void set_document_mask(DocumentMask m);
   bool document_masked() const { return doc_.on(); }
+  /// \brief Preference pairs (`prepare --format preference`: rows 2i and 2i + 1 are pair i's
+  /// chosen and rejected responses): windows then come two at a time, window 2k being the
+  /// chosen row of pair counter_hash(key, k) % pairs and window 2k + 1 its rejected row. A
+  /// micro-batch of an even number of windows starting at an even window (rank_first_window
+  /// with an even micro_batch) therefore holds whole pairs, on every rank of any mesh.
+  /// UserError for a token stream or an odd number of rows.
+  void set_pairs();
+  bool pairs() const { return pairs_; }
 
  private:
   std::shared_ptr<const TokenSource> source_;
@@ -79,6 +97,7 @@ class Sampler {
   int seq_len_;
   std::uint64_t key_;
   std::uint64_t starts_;  // number of valid starts: size - seq_len; with rows: the number of rows
+  bool pairs_ = false;
 };
 
 /// \brief Deterministic evaluation windows: window i starts at (i * seq_len) % (size -
