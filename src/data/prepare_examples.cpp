@@ -25,6 +25,24 @@
 
 namespace meshtrain::data {
 
+void for_each_jsonl_record(const std::vector<std::string>& files, PrepareSummary& s,
+                           const std::function<void(const std::string&, std::size_t, const std::string&)>& record) {
+  for (const std::string& path : files) {
+    const std::string text = read_file_bytes(path);
+    std::size_t begin = 0;
+    for (std::size_t line_no = 1; begin < text.size(); ++line_no) {
+      std::size_t end = text.find('\n', begin);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(begin, end - begin);
+      begin = end + 1;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are not records
+      record(path, line_no, line);
+    }
+    s.files.push_back(path);
+    s.bytes += text.size();
+  }
+}
+
 std::string template_name(ChatTemplateKind k) {
   switch (k) {
     case ChatTemplateKind::ChatML: return "chatml";
@@ -81,59 +99,48 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   std::uint64_t record = 0;
   std::vector<std::int32_t> row_ids(R);
   std::vector<std::uint8_t> row_mask(R);
-  for (const std::string& path : files) {
-    const std::string text = read_file_bytes(path);
-    std::size_t begin = 0;
-    for (std::size_t line_no = 1; begin < text.size(); ++line_no) {
-      std::size_t end = text.find('\n', begin);
-      if (end == std::string::npos) end = text.size();
-      const std::string line = text.substr(begin, end - begin);
-      begin = end + 1;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are not records
-      MaskedTokens ex;
-      try {
-        ex = tokenize_with_mask(tok, render_example(line, format, chat, o.system));
-      } catch (const UserError& e) {
-        throw UserError(strprintf("%s:%zu: %s", path.c_str(), line_no, e.what()));
-      }
-      // The Alpaca prompt format has no end-of-turn marker: the end-of-text id ends the
-      // response and is trained on, so the model learns to stop.
-      if (chat.kind == ChatTemplateKind::Alpaca) {
-        ex.ids.push_back(tok.eot_id());
-        ex.mask.push_back(1);
-      }
-      RowWriter& w = example_in_val(record++, o.val_fraction) ? val : train;
-      if (ex.ids.size() > R) ++s.truncated_examples;
-      const std::size_t n = std::min<std::size_t>(ex.ids.size(), R);
-      std::copy_n(ex.ids.begin(), n, row_ids.begin());
-      std::copy_n(ex.mask.begin(), n, row_mask.begin());
-      std::fill(row_ids.begin() + static_cast<std::ptrdiff_t>(n), row_ids.end(), pad);
-      std::fill(row_mask.begin() + static_cast<std::ptrdiff_t>(n), row_mask.end(), 0);
-      // Position 0 is never a target; a row whose targets are all masked teaches nothing.
-      std::uint64_t trainable = 0;
-      for (std::uint32_t j = 1; j < R; ++j) trainable += row_mask[j];
-      if (trainable == 0) {
-        ++s.dropped_examples;
-        continue;
-      }
-      if (keep) {
-        w.kept.push_back(PackItem{std::vector<std::int32_t>(row_ids.begin(), row_ids.begin() + static_cast<std::ptrdiff_t>(n)),
-                                  std::vector<std::uint8_t>(row_mask.begin(), row_mask.begin() + static_cast<std::ptrdiff_t>(n))});
-      } else {
-        w.tokens.append(row_ids.data(), R);
-        w.mask.append(row_mask.data(), R);
-        ++w.rows;
-      }
-      ++w.examples;
-      w.filled += n;
-      w.trainable += trainable;
-      if (&w == &train)
-        for (std::uint32_t j = 1; j < R; ++j)
-          if (row_mask[j]) ++counts[static_cast<std::size_t>(row_ids[j])];
+  for_each_jsonl_record(files, s, [&](const std::string& path, std::size_t line_no, const std::string& line) {
+    MaskedTokens ex;
+    try {
+      ex = tokenize_with_mask(tok, render_example(line, format, chat, o.system));
+    } catch (const UserError& e) {
+      throw UserError(strprintf("%s:%zu: %s", path.c_str(), line_no, e.what()));
     }
-    s.files.push_back(path);
-    s.bytes += text.size();
-  }
+    // The Alpaca prompt format has no end-of-turn marker: the end-of-text id ends the
+    // response and is trained on, so the model learns to stop.
+    if (chat.kind == ChatTemplateKind::Alpaca) {
+      ex.ids.push_back(tok.eot_id());
+      ex.mask.push_back(1);
+    }
+    RowWriter& w = example_in_val(record++, o.val_fraction) ? val : train;
+    if (ex.ids.size() > R) ++s.truncated_examples;
+    const std::size_t n = std::min<std::size_t>(ex.ids.size(), R);
+    std::copy_n(ex.ids.begin(), n, row_ids.begin());
+    std::copy_n(ex.mask.begin(), n, row_mask.begin());
+    std::fill(row_ids.begin() + static_cast<std::ptrdiff_t>(n), row_ids.end(), pad);
+    std::fill(row_mask.begin() + static_cast<std::ptrdiff_t>(n), row_mask.end(), 0);
+    // Position 0 is never a target; a row whose targets are all masked teaches nothing.
+    std::uint64_t trainable = 0;
+    for (std::uint32_t j = 1; j < R; ++j) trainable += row_mask[j];
+    if (trainable == 0) {
+      ++s.dropped_examples;
+      return;
+    }
+    if (keep) {
+      w.kept.push_back(PackItem{std::vector<std::int32_t>(row_ids.begin(), row_ids.begin() + static_cast<std::ptrdiff_t>(n)),
+                                std::vector<std::uint8_t>(row_mask.begin(), row_mask.begin() + static_cast<std::ptrdiff_t>(n))});
+    } else {
+      w.tokens.append(row_ids.data(), R);
+      w.mask.append(row_mask.data(), R);
+      ++w.rows;
+    }
+    ++w.examples;
+    w.filled += n;
+    w.trainable += trainable;
+    if (&w == &train)
+      for (std::uint32_t j = 1; j < R; ++j)
+        if (row_mask[j]) ++counts[static_cast<std::size_t>(row_ids[j])];
+  });
   MESHTRAIN_REQUIRE(train.examples > 0,
                     "no training example: %llu record(s) in %zu file(s), %llu without a trainable token within "
                     "--seq_len %d + 1 tokens, %llu in val; give more examples, a longer --seq_len or a smaller "

@@ -1,6 +1,7 @@
 #pragma once
 // What prepare.cpp and prepare_examples.cpp share. Private to src/data.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,12 @@ void require_special_token(const Tokenizer& tok, std::int32_t id, const char* to
 /// tokenizer fields already; returns the completed summary after committing the dataset.
 PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, const std::vector<std::string>& files,
                                 PrepareSummary s);
+
+/// The JSONL records of `files` in order: `record(path, line_no, line)` for every non-blank
+/// line (1-based line numbers, for messages); each file's path and size are added to
+/// s.files / s.bytes once its records are done.
+void for_each_jsonl_record(const std::vector<std::string>& files, PrepareSummary& s,
+                           const std::function<void(const std::string&, std::size_t, const std::string&)>& record);
 
 /// The name of a chat template ("chatml", ...), as meta.json records it.
 std::string template_name(ChatTemplateKind k);

@@ -14,7 +14,6 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/data/chat_examples.hpp"
 #include "meshtrain/data/loss_mask.hpp"
-#include "meshtrain/data/text_files.hpp"
 #include "meshtrain/data/token_file.hpp"
 #include "packing.hpp"
 #include "prepare_internal.hpp"
@@ -84,44 +83,33 @@ PrepareSummary prepare_preference(const PrepareOptions& o, const Tokenizer& tok,
   std::uint64_t record = 0;
   std::vector<std::int32_t> row_ids(R);
   std::vector<std::uint8_t> row_mask(R);
-  for (const std::string& path : files) {
-    const std::string text = read_file_bytes(path);
-    std::size_t begin = 0;
-    for (std::size_t line_no = 1; begin < text.size(); ++line_no) {
-      std::size_t end = text.find('\n', begin);
-      if (end == std::string::npos) end = text.size();
-      const std::string line = text.substr(begin, end - begin);
-      begin = end + 1;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are not records
-      MaskedTokens pair[2];
-      try {
-        const PreferenceSegments segs = render_preference(line, chat, o.system);
-        pair[0] = response_tokens(tok, segs.chosen, alpaca, "chosen", R);
-        pair[1] = response_tokens(tok, segs.rejected, alpaca, "rejected", R);
-      } catch (const UserError& e) {
-        throw UserError(strprintf("%s:%zu: %s", path.c_str(), line_no, e.what()));
-      }
-      RowWriter& w = example_in_val(record++, o.val_fraction) ? val : train;
-      for (const MaskedTokens& ex : pair) {  // row 2i: chosen, row 2i + 1: rejected
-        const std::size_t n = ex.ids.size();
-        std::copy(ex.ids.begin(), ex.ids.end(), row_ids.begin());
-        std::copy(ex.mask.begin(), ex.mask.end(), row_mask.begin());
-        std::fill(row_ids.begin() + static_cast<std::ptrdiff_t>(n), row_ids.end(), pad);
-        std::fill(row_mask.begin() + static_cast<std::ptrdiff_t>(n), row_mask.end(), 0);
-        w.tokens.append(row_ids.data(), R);
-        w.mask.append(row_mask.data(), R);
-        ++w.rows;
-        w.filled += n;
-        for (std::uint32_t j = 1; j < R; ++j) {  // position 0 is never a target
-          w.trainable += row_mask[j];
-          if (&w == &train && row_mask[j]) ++counts[static_cast<std::size_t>(row_ids[j])];
-        }
-      }
-      ++w.examples;
+  for_each_jsonl_record(files, s, [&](const std::string& path, std::size_t line_no, const std::string& line) {
+    MaskedTokens pair[2];
+    try {
+      const PreferenceSegments segs = render_preference(line, chat, o.system);
+      pair[0] = response_tokens(tok, segs.chosen, alpaca, "chosen", R);
+      pair[1] = response_tokens(tok, segs.rejected, alpaca, "rejected", R);
+    } catch (const UserError& e) {
+      throw UserError(strprintf("%s:%zu: %s", path.c_str(), line_no, e.what()));
     }
-    s.files.push_back(path);
-    s.bytes += text.size();
-  }
+    RowWriter& w = example_in_val(record++, o.val_fraction) ? val : train;
+    for (const MaskedTokens& ex : pair) {  // row 2i: chosen, row 2i + 1: rejected
+      const std::size_t n = ex.ids.size();
+      std::copy(ex.ids.begin(), ex.ids.end(), row_ids.begin());
+      std::copy(ex.mask.begin(), ex.mask.end(), row_mask.begin());
+      std::fill(row_ids.begin() + static_cast<std::ptrdiff_t>(n), row_ids.end(), pad);
+      std::fill(row_mask.begin() + static_cast<std::ptrdiff_t>(n), row_mask.end(), 0);
+      w.tokens.append(row_ids.data(), R);
+      w.mask.append(row_mask.data(), R);
+      ++w.rows;
+      w.filled += n;
+      for (std::uint32_t j = 1; j < R; ++j) {  // position 0 is never a target
+        w.trainable += row_mask[j];
+        if (&w == &train && row_mask[j]) ++counts[static_cast<std::size_t>(row_ids[j])];
+      }
+    }
+    ++w.examples;
+  });
   MESHTRAIN_REQUIRE(train.examples > 0,
                     "no training pair: %llu record(s) in %zu file(s), %llu in val; give more records or a smaller "
                     "--val_fraction",
