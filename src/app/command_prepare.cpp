@@ -44,8 +44,8 @@ PrepareArgs parse_prepare_args(const Args& args) {
       ("format", po::value<std::string>(&o.format)->default_value(o.format),
        "text (files of documents) | alpaca (JSONL {\"instruction\", \"input\", \"output\"}) | chat (JSONL "
        "{\"messages\": [{\"role\", \"content\"}, ...]}) | preference (JSONL {\"prompt\" or \"messages\", \"chosen\", "
-       "\"rejected\"}); alpaca and chat write one padded row per example and a loss mask (train.mask) selecting the "
-       "response tokens; preference writes each pair as two adjacent rows (chosen, rejected), masks on the final "
+       "\"rejected\"}); alpaca and chat write rows of examples (several to a row when they fit: --pack) and a loss "
+       "mask (train.mask) selecting the response tokens; preference writes each pair as two adjacent rows (chosen, rejected), masks on the final "
        "responses")
       ("seq_len", po::value<int>(&o.seq_len),
        "alpaca/chat/preference, and text with --pack (required): the model's train.seq_len; rows of seq_len + 1 "
