@@ -4,9 +4,9 @@
 # and teaches the model a skill it lacks: writing a date given in words ("Thursday, the 7th
 # of March 2024", "7-Mar-2024", ...) in ISO 8601 ("2024-03-07") and nothing else.
 #   1. generates 2000 training examples and 50 held-out prompts (dates never trained on);
-#   2. `meshtrain prepare --format alpaca --pack`: the model's chat template, a loss mask on the
-#      answers, about 6.6 examples packed into each row of 513 tokens (FT_DEMO_PACK=0: one
-#      example per padded row of 81 tokens, the demo before packing, for comparison);
+#   2. `meshtrain prepare --format alpaca`: the model's chat template, a loss mask on the
+#      answers, one example per padded row of 81 tokens (FT_DEMO_PACK=1: about 6.6 examples
+#      packed into each row of 513 tokens, for comparison);
 #   3. scores the base model: greedy replies to the held-out prompts, exact match;
 #   4. LoRA fine-tunes on 2 ranks (inputs/finetune-demo.ini, a few minutes on 2 cores);
 #   5. scores the fine-tuned model the same way and prints answers before and after;
@@ -20,18 +20,19 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build_dir=${MESHTRAIN_BUILD_DIR:-build/cpu}
 work=${FT_DEMO_DIR:-runs/finetune-demo}
-# Packed rows (the default) or one example per padded row: the same 640-odd examples either way
-# (48 steps of 2 packed rows, or 40 steps of 16 padded rows; doc/finetuning.md has both timed).
-pack=${FT_DEMO_PACK:-1}
+# One example per padded row (the default) or packed rows (FT_DEMO_PACK=1): the same 640-odd
+# examples either way (40 steps of 16 padded rows, or 48 steps of 2 packed rows; doc/finetuning.md
+# has both timed side by side: packed took 85% of the wall time and reached 48/50, padded 50/50).
+pack=${FT_DEMO_PACK:-0}
 if [[ $pack == 1 ]]; then
   prepare_layout=(--seq_len 512 --pack)
-  train_layout=()  # inputs/finetune-demo.ini is the packed configuration
-  train_steps=()
+  train_layout=(--train.seq_len=512 --train.micro_batch=1 --train.global_batch=2)
+  train_steps=(--train.steps=48 --train.log_every=6)
   layout_name="packed"
 else
   prepare_layout=(--seq_len 80)
-  train_layout=(--train.seq_len=80 --train.micro_batch=2 --train.global_batch=16)
-  train_steps=(--train.steps=40)
+  train_layout=()  # inputs/finetune-demo.ini is the padded configuration
+  train_steps=()
   layout_name="padded"
 fi
 deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
