@@ -315,7 +315,10 @@ int command_plan(Runtime& rt, const Args& args) {
   plan::MeasureRequest req = plan::measure_request(spec);
   req.on_this_job = !job.other_cluster;
   const plan::CostModelInputs costs = plan::measure_cost_inputs(req, rt);
-  const plan::Resolution res = plan::resolve(spec, job, plan::needs_costs(spec, job) ? &costs : nullptr);
+  // A resume of this run on this job keeps its checkpoint's choices, as `train` does.
+  const std::optional<plan::ResumedChoices> kept = job.other_cluster ? std::nullopt : resumed_choices(spec, rt);
+  const plan::Resolution res =
+      plan::resolve(spec, job, plan::needs_costs(spec, job) ? &costs : nullptr, kept ? &*kept : nullptr);
   const plan::MeshSearch shown = shown_ranking(spec, res, costs);
   const plan::PlanInput& in = res.input;
   if (in.document_tokens > 0 && root)
@@ -339,8 +342,9 @@ int command_plan(Runtime& rt, const Args& args) {
     std::printf("\nchosen: %s\n  why: %s\n", shown.chosen >= 0 ? candidate_text(shown.candidates[shown.chosen]).c_str() : "none",
                 res.refusal.empty() ? shown.reason.c_str() : res.refusal.c_str());
   } else {
-    const MeshShape shape = resolve_mesh(asked, job.world, job.ranks_per_node > 0 ? std::optional<int>(job.ranks_per_node)
-                                                                                  : std::nullopt);
+    // The request the resolution planned (a resume's kept mesh, or the configured one).
+    const MeshShape shape = resolve_mesh(in.mesh_request, job.world,
+                                         job.ranks_per_node > 0 ? std::optional<int>(job.ranks_per_node) : std::nullopt);
     if (job.world <= 64) std::fputs(describe_mesh(shape, job.other_cluster ? nullptr : &topo).c_str(), stdout);
     else std::printf("mesh: %s = %d ranks (tp fastest-varying; per-rank table omitted above 64 ranks)\n", shape.str().c_str(), job.world);
     print_strategies(cfg, in, plan::plan_each_strategy(in), res, costs);

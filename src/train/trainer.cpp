@@ -188,10 +188,11 @@ void Trainer<T>::probe_and_lock_outputs() {
     require_appendable_file("output.dir", out_dir + "/metrics.jsonl");
     require_writable_dir(spec_.checkpoint.dir_given ? "checkpoint.dir" : "checkpoint.dir (<output.dir>/checkpoints)",
                          spec_.checkpoint.dir);
-    // One run per directory (run_lock.hpp), taken before the checkpoint directory is
-    // looked at for a resume: a second run into a live run's directories is refused here,
-    // having read nothing there and written only the probe file above (a name of its own,
-    // .meshtrain-write-probe-PID, removed at once).
+    // One run per directory (run_lock.hpp), taken before a checkpoint is loaded: a second
+    // run into a live run's directories is refused here, having read there only the newest
+    // checkpoint's root attributes (the choices a resume keeps: app::resumed_choices, which
+    // tolerates a checkpoint that changes under it) and written only the probe file above
+    // (a name of its own, .meshtrain-write-probe-PID, removed at once).
     lock_directories(out_dir, spec_.checkpoint.dir);
   });
   if (!eval_sampler_ && spec_.train.eval_every > 0)

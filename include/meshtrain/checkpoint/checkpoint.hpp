@@ -58,6 +58,8 @@ struct CheckpointMeta {
   MeshShape mesh;             ///< the writer's mesh (root attributes)
   parallel::Strategy strategy = parallel::Strategy::FullShard;
   int seq_len = 0, micro_batch = 0, global_batch = 0, grad_accum = 0;  ///< the resolved batch split
+  bool activation_checkpointing = false;  ///< as resolved (root attribute, with the mesh: StoredChoices)
+  int ranks_per_node = 0;     ///< the writer's job: ranks per node, 0 when its nodes differ in size
   /// The schedule and numerics (root attributes: what the run trained with).
   LrScheduleKind lr_schedule = LrScheduleKind::Cosine;
   double lr = 0, min_lr = 0;
@@ -127,6 +129,21 @@ struct StoredRunSettings {
   std::string text;
 };
 StoredRunSettings stored_run_settings(const MpiComm& comm, const std::string& path);
+
+/// What checkpoint `path` records of its run's resolved shape (root attributes): the job it
+/// was written on (world_size, ranks_per_node) and the mesh, strategy, micro-batch and
+/// activation checkpointing the run used -- what a resume on that job keeps
+/// (plan::ResumedChoices). Read on rank 0 and shared; `recorded` is false when the file does not
+/// open, or predates the ranks_per_node / activation_checkpointing attributes.
+struct StoredChoices {
+  bool recorded = false;
+  int world_size = 0, ranks_per_node = 0;
+  MeshShape mesh;
+  parallel::Strategy strategy = parallel::Strategy::FullShard;
+  int micro_batch = 0;
+  bool activation_checkpointing = false;
+};
+StoredChoices stored_choices(const MpiComm& comm, const std::string& path);
 
 /// Collective over `comm`: fills the save-only fields of `stats` from this rank's tensor
 /// bytes written and data-phase seconds.
