@@ -114,7 +114,9 @@ void print_strategies(const Config& cfg, const plan::PlanInput& in, const std::v
                 pred.step_seconds_overlap);
   }
   if (!runs) std::printf("\ntrain would refuse this job: %s\n", res.refusal.c_str());
-  else if (cfg.parallel.strategy == StrategyChoice::Auto) std::printf("\nauto: %s\n", res.setup.strategy_reason.c_str());
+  else if (cfg.parallel.strategy == StrategyChoice::Auto)  // a resume's kept choice says "auto: kept ..." itself
+    std::printf("\n%s%s\n", res.setup.strategy_reason.rfind("auto: ", 0) == 0 ? "" : "auto: ",
+                res.setup.strategy_reason.c_str());
   else std::printf("\nconfigured: parallel.strategy = %s\n", choice_name(cfg.parallel.strategy));
   print_costs(costs);
   if (costs.adamw_s_per_elem > 0)

@@ -106,30 +106,35 @@ StrategyChoice choice_of(parallel::Strategy s) {
   return StrategyChoice::Auto;
 }
 
+/// Whether the search chooses activation checkpointing (a search, and the key not forced on).
+bool checkpointing_open(const RunSpec& spec) { return searches_mesh(spec) && !spec.train.activation_checkpointing; }
+
 /// Whether the spec leaves anything to the resolution that a checkpoint recorded.
 bool leaves_open(const RunSpec& spec) {
   const MeshRequest& m = spec.parallel.mesh_request;
   return spec.parallel.strategy == StrategyChoice::Auto || m.dp_replicate < 0 || m.dp_shard < 0 || m.tp < 0 ||
-         spec.batch.micro_batch == 0 || (searches_mesh(spec) && !spec.train.activation_checkpointing);
+         spec.batch.micro_batch == 0 || checkpointing_open(spec);
 }
 
 /// Whether every key the user fixed still says what the checkpoint's run used: a key changed
 /// at resume is a new request, which is planned afresh.
 bool agrees_with_fixed_keys(const RunSpec& spec, const ResumedChoices& k) {
   const MeshRequest& m = spec.parallel.mesh_request;
-  const bool strategy = spec.parallel.strategy == StrategyChoice::Auto || parallel::forced_strategy(spec.parallel.strategy) == k.strategy;
+  const bool strategy =
+      spec.parallel.strategy == StrategyChoice::Auto || parallel::forced_strategy(spec.parallel.strategy) == k.strategy;
   const bool mesh = (m.dp_replicate < 0 || m.dp_replicate == k.mesh.dp_replicate) &&
                     (m.dp_shard < 0 || m.dp_shard == k.mesh.dp_shard) && (m.tp < 0 || m.tp == k.mesh.tp);
   const bool micro = spec.batch.micro_batch == 0 || spec.batch.micro_batch == k.micro_batch;
-  const bool ac = !spec.train.activation_checkpointing || k.activation_checkpointing;
+  const bool ac = checkpointing_open(spec) || spec.train.activation_checkpointing == k.activation_checkpointing;
   return strategy && mesh && micro && ac;
 }
 
 }  // namespace
 
 bool keeps(const RunSpec& spec, const JobShape& job, const ResumedChoices* kept) {
-  return kept != nullptr && !job.other_cluster && kept->world == job.world && kept->ranks_per_node == job.ranks_per_node &&
-         kept->mesh.world() == job.world && leaves_open(spec) && agrees_with_fixed_keys(spec, *kept);
+  return kept != nullptr && !job.other_cluster && kept->world == job.world &&
+         kept->ranks_per_node == job.ranks_per_node && kept->mesh.world() == job.world && leaves_open(spec) &&
+         agrees_with_fixed_keys(spec, *kept);
 }
 
 RunSpec kept_spec(const RunSpec& spec, const ResumedChoices& kept) {
@@ -137,7 +142,7 @@ RunSpec kept_spec(const RunSpec& spec, const ResumedChoices& kept) {
   k.parallel.strategy = choice_of(kept.strategy);
   k.parallel.mesh_request = {kept.mesh.dp_replicate, kept.mesh.dp_shard, kept.mesh.tp};
   k.batch.micro_batch = kept.micro_batch;
-  k.train.activation_checkpointing = kept.activation_checkpointing;
+  if (checkpointing_open(spec)) k.train.activation_checkpointing = kept.activation_checkpointing;
   return k;
 }
 
@@ -253,7 +258,8 @@ std::optional<Resolution> resolve_kept(const RunSpec& spec, const JobShape& job,
 
 }  // namespace
 
-Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInputs* costs, const ResumedChoices* kept) {
+Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInputs* costs,
+                   const ResumedChoices* kept) {
   if (keeps(spec, job, kept))
     if (std::optional<Resolution> k = resolve_kept(spec, job, *kept)) return *k;
   // No choices to keep, or they no longer fit (a smaller memory limit): planned afresh.
@@ -290,7 +296,8 @@ Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInpu
   return res;
 }
 
-RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelInputs* costs, const ResumedChoices* kept) {
+RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelInputs* costs,
+                     const ResumedChoices* kept) {
   const Resolution res = resolve(spec, this_job(spec, topo), costs, kept);
   if (!res.refusal.empty()) throw UserError(res.refusal);
   const RunSetup& r = res.setup;

@@ -50,7 +50,7 @@ class Trainer {
  public:
   Trainer(const Runtime& rt, const plan::RunSetup& setup)
       : rt_(rt), setup_(setup), spec_(setup.spec), session_(rt, setup), root_(rt.topology().world_rank == 0),
-        batch_(setup.batch.micro_batch, setup.batch.seq_len) {}
+        token_batch_(setup.batch.micro_batch, setup.batch.seq_len) {}
 
   int run();
 
@@ -88,7 +88,7 @@ class Trainer {
   } locks_;
   Session<T> session_;
   bool root_;
-  TokenBatch batch_;
+  TokenBatch token_batch_;
   data::Dataset data_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<data::EvalSampler> eval_sampler_;
@@ -385,11 +385,11 @@ double Trainer<T>::evaluate() {
   w.windows = static_cast<std::uint64_t>(w.micro_batches) * batch.micro_batch * session_.mesh().shape().dp();
   w.masked = data_.val_mask != nullptr;
   if (eval_sampler_->document_masked()) {
-    TokenBatch docs_batch(batch.micro_batch, batch.seq_len, true);
-    last_val_ = train::evaluate(session_, *eval_sampler_, w, docs_batch).loss;
+    TokenBatch docs_token_batch(batch.micro_batch, batch.seq_len, true);
+    last_val_ = train::evaluate(session_, *eval_sampler_, w, docs_token_batch).loss;
     return last_val_;
   }
-  last_val_ = train::evaluate(session_, *eval_sampler_, w, batch_).loss;
+  last_val_ = train::evaluate(session_, *eval_sampler_, w, token_batch_).loss;
   return last_val_;
 }
 

@@ -203,6 +203,11 @@ TEST(AutoRule, AnotherJobShapeOrAChangedKeyPlansAfresh) {
   RunSpec other_micro = spec;
   other_micro.batch.micro_batch = 1;
   EXPECT_FALSE(keeps(other_micro, two_ranks(), &k));
+  // On a fixed mesh checkpointing is the user's key (false here): a checkpoint that ran with
+  // it is another request.
+  ResumedChoices with_checkpointing = k;
+  with_checkpointing.activation_checkpointing = true;
+  EXPECT_FALSE(keeps(spec, two_ranks(), &with_checkpointing));
   const CostModelInputs t = host_table();
   const Resolution fresh = resolve(spec, four, &t, &k);
   ASSERT_TRUE(fresh.refusal.empty()) << fresh.refusal;
