@@ -318,7 +318,7 @@ int command_plan(Runtime& rt, const Args& args) {
   req.on_this_job = !job.other_cluster;
   const plan::CostModelInputs costs = plan::measure_cost_inputs(req, rt);
   // A resume of this run on this job keeps its checkpoint's choices, as `train` does.
-  const std::optional<plan::ResumedChoices> kept = job.other_cluster ? std::nullopt : resumed_choices(spec, rt);
+  const std::optional<checkpoint::StoredChoices> kept = job.other_cluster ? std::nullopt : resumed_choices(spec, rt);
   const plan::Resolution res =
       plan::resolve(spec, job, plan::needs_costs(spec, job) ? &costs : nullptr, kept ? &*kept : nullptr);
   const plan::MeshSearch shown = shown_ranking(spec, res, costs);

@@ -199,7 +199,7 @@ plan::RunSetup resolve_run(const Config& config, const Runtime& rt) {
   return with_effective_config(config, plan::resolve_run(resolve_spec(config), rt));
 }
 
-std::optional<plan::ResumedChoices> resumed_choices(const plan::RunSpec& spec, const Runtime& rt) {
+std::optional<checkpoint::StoredChoices> resumed_choices(const plan::RunSpec& spec, const Runtime& rt) {
   std::string path;
   try {
     path = checkpoint::resolve_resume(rt.world(), spec.checkpoint.dir, spec.checkpoint.resume);
@@ -207,22 +207,14 @@ std::optional<plan::ResumedChoices> resumed_choices(const plan::RunSpec& spec, c
     return std::nullopt;  // every rank alike; the trainer's resume names the problem
   }
   if (path.empty()) return std::nullopt;
-  const checkpoint::StoredChoices stored = checkpoint::stored_choices(rt.world(), path);
+  checkpoint::StoredChoices stored = checkpoint::stored_choices(rt.world(), path);
   if (!stored.recorded) return std::nullopt;
-  plan::ResumedChoices k;
-  k.path = path;
-  k.world = stored.world_size;
-  k.ranks_per_node = stored.ranks_per_node;
-  k.mesh = stored.mesh;
-  k.strategy = stored.strategy;
-  k.micro_batch = stored.micro_batch;
-  k.activation_checkpointing = stored.activation_checkpointing;
-  return k;
+  return stored;
 }
 
 plan::RunSetup resolve_training_run(const Config& config, const Runtime& rt) {
   const plan::RunSpec spec = resolve_spec(config);
-  const std::optional<plan::ResumedChoices> kept = resumed_choices(spec, rt);
+  const std::optional<checkpoint::StoredChoices> kept = resumed_choices(spec, rt);
   return with_effective_config(config, plan::resolve_run(spec, rt, kept ? &*kept : nullptr));
 }
 

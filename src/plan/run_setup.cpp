@@ -118,7 +118,7 @@ bool leaves_open(const RunSpec& spec) {
 
 /// Whether every key the user fixed still says what the checkpoint's run used: a key changed
 /// at resume is a new request, which is planned afresh.
-bool agrees_with_fixed_keys(const RunSpec& spec, const ResumedChoices& k) {
+bool agrees_with_fixed_keys(const RunSpec& spec, const checkpoint::StoredChoices& k) {
   const MeshRequest& m = spec.parallel.mesh_request;
   const bool strategy =
       spec.parallel.strategy == StrategyChoice::Auto || parallel::forced_strategy(spec.parallel.strategy) == k.strategy;
@@ -131,13 +131,13 @@ bool agrees_with_fixed_keys(const RunSpec& spec, const ResumedChoices& k) {
 
 }  // namespace
 
-bool keeps(const RunSpec& spec, const JobShape& job, const ResumedChoices* kept) {
-  return kept != nullptr && !job.other_cluster && kept->world == job.world &&
+bool keeps(const RunSpec& spec, const JobShape& job, const checkpoint::StoredChoices* kept) {
+  return kept != nullptr && kept->recorded && !job.other_cluster && kept->world_size == job.world &&
          kept->ranks_per_node == job.ranks_per_node && kept->mesh.world() == job.world && leaves_open(spec) &&
          agrees_with_fixed_keys(spec, *kept);
 }
 
-RunSpec kept_spec(const RunSpec& spec, const ResumedChoices& kept) {
+RunSpec kept_spec(const RunSpec& spec, const checkpoint::StoredChoices& kept) {
   RunSpec k = spec;
   k.parallel.strategy = choice_of(kept.strategy);
   k.parallel.mesh_request = {kept.mesh.dp_replicate, kept.mesh.dp_shard, kept.mesh.tp};
@@ -146,7 +146,7 @@ RunSpec kept_spec(const RunSpec& spec, const ResumedChoices& kept) {
   return k;
 }
 
-bool needs_costs(const RunSpec& spec, const JobShape& job, const ResumedChoices* kept) {
+bool needs_costs(const RunSpec& spec, const JobShape& job, const checkpoint::StoredChoices* kept) {
   if (keeps(spec, job, kept)) return false;  // nothing is chosen (unless it no longer fits: resolve_run)
   // On one rank every strategy moves nothing and predicts the same step, whatever the
   // machine: the rule's tie-break decides without a measurement.
@@ -244,7 +244,7 @@ namespace {
 /// The resolution with every open choice fixed to the checkpoint's (the forced-strategy
 /// path: nothing measured); nullopt when that no longer fits the usable memory, as `auto`
 /// requires of its own picks (a smaller parallel.memory_limit, a device with less).
-std::optional<Resolution> resolve_kept(const RunSpec& spec, const JobShape& job, const ResumedChoices& kept) {
+std::optional<Resolution> resolve_kept(const RunSpec& spec, const JobShape& job, const checkpoint::StoredChoices& kept) {
   Resolution k = resolve(kept_spec(spec, kept), job, nullptr, nullptr);
   if (!k.refusal.empty() || !plan_strategy(k.input, k.setup.strategy, k.setup.mesh).fits) return std::nullopt;
   k.setup.spec = spec;  // the settings as asked stay as asked (config.ini, run.json)
@@ -259,7 +259,7 @@ std::optional<Resolution> resolve_kept(const RunSpec& spec, const JobShape& job,
 }  // namespace
 
 Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInputs* costs,
-                   const ResumedChoices* kept) {
+                   const checkpoint::StoredChoices* kept) {
   if (keeps(spec, job, kept))
     if (std::optional<Resolution> k = resolve_kept(spec, job, *kept)) return *k;
   // No choices to keep, or they no longer fit (a smaller memory limit): planned afresh.
@@ -297,7 +297,7 @@ Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInpu
 }
 
 RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelInputs* costs,
-                     const ResumedChoices* kept) {
+                     const checkpoint::StoredChoices* kept) {
   const Resolution res = resolve(spec, this_job(spec, topo), costs, kept);
   if (!res.refusal.empty()) throw UserError(res.refusal);
   const RunSetup& r = res.setup;
@@ -310,7 +310,7 @@ RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelI
   return r;
 }
 
-RunSetup resolve_run(const RunSpec& spec, const Runtime& rt, const ResumedChoices* kept) {
+RunSetup resolve_run(const RunSpec& spec, const Runtime& rt, const checkpoint::StoredChoices* kept) {
   const JobShape job = this_job(spec, rt.topology());
   if (keeps(spec, job, kept)) {
     if (std::optional<Resolution> k = resolve_kept(spec, job, *kept)) return k->setup;

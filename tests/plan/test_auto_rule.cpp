@@ -128,10 +128,11 @@ TEST(AutoRule, SearchAndFixedMeshPickTheSameStrategyOnTheSameMesh) {
 namespace {
 
 /// What a checkpoint of the tiny run recorded: shard_grad_op on 1 x 2 x 1, 2 ranks on one node.
-ResumedChoices resumed_choices_of_tiny_run() {
-  ResumedChoices k;
+checkpoint::StoredChoices stored_choices_of_tiny_run() {
+  checkpoint::StoredChoices k;
+  k.recorded = true;
   k.path = "/runs/x/checkpoints/step_00000004.h5";
-  k.world = 2;
+  k.world_size = 2;
   k.ranks_per_node = 2;
   k.mesh = {1, 2, 1};
   k.strategy = parallel::Strategy::ShardGradOp;
@@ -145,7 +146,7 @@ ResumedChoices resumed_choices_of_tiny_run() {
 // none; the setup still holds the settings as asked.
 TEST(AutoRule, ResumeOnTheSameJobShapeKeepsTheCheckpointsChoice) {
   const RunSpec spec = tiny_spec({1, -1, 1});
-  const ResumedChoices k = resumed_choices_of_tiny_run();
+  const checkpoint::StoredChoices k = stored_choices_of_tiny_run();
   EXPECT_TRUE(keeps(spec, two_ranks(), &k));
   EXPECT_FALSE(needs_costs(spec, two_ranks(), &k));
   EXPECT_TRUE(needs_costs(spec, two_ranks(), nullptr));
@@ -170,7 +171,7 @@ TEST(AutoRule, ResumeOnTheSameJobShapeKeepsTheCheckpointsChoice) {
 TEST(AutoRule, ResumeKeepsTheSearchedMeshMicroBatchAndCheckpointing) {
   RunSpec spec = tiny_spec({-1, -1, -1});
   spec.batch.micro_batch = 0;
-  ResumedChoices k = resumed_choices_of_tiny_run();
+  checkpoint::StoredChoices k = stored_choices_of_tiny_run();
   k.mesh = {1, 1, 2};
   k.strategy = parallel::Strategy::FullShard;
   k.micro_batch = 4;
@@ -189,7 +190,7 @@ TEST(AutoRule, ResumeKeepsTheSearchedMeshMicroBatchAndCheckpointing) {
 // plans afresh; so do kept choices that no longer fit.
 TEST(AutoRule, AnotherJobShapeOrAChangedKeyPlansAfresh) {
   const RunSpec spec = tiny_spec({1, -1, 1});
-  ResumedChoices k = resumed_choices_of_tiny_run();
+  checkpoint::StoredChoices k = stored_choices_of_tiny_run();
   JobShape four = two_ranks();
   four.world = 4;
   four.ranks_per_node = 4;
@@ -205,7 +206,7 @@ TEST(AutoRule, AnotherJobShapeOrAChangedKeyPlansAfresh) {
   EXPECT_FALSE(keeps(other_micro, two_ranks(), &k));
   // On a fixed mesh checkpointing is the user's key (false here): a checkpoint that ran with
   // it is another request.
-  ResumedChoices with_checkpointing = k;
+  checkpoint::StoredChoices with_checkpointing = k;
   with_checkpointing.activation_checkpointing = true;
   EXPECT_FALSE(keeps(spec, two_ranks(), &with_checkpointing));
   const CostModelInputs t = host_table();

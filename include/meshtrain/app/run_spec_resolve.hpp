@@ -45,7 +45,7 @@ plan::RunSetup resolve_run(const Config& config, const Runtime& rt);
 /// fresh start, a checkpoint written before the record, or one that cannot be found or
 /// read now -- the trainer's resume reports that, once it holds the run's directories.
 /// Collective.
-std::optional<plan::ResumedChoices> resumed_choices(const plan::RunSpec& spec, const Runtime& rt);
+std::optional<checkpoint::StoredChoices> resumed_choices(const plan::RunSpec& spec, const Runtime& rt);
 
 /// resolve_run as `train` runs it: a resume on the job shape its checkpoint was written on
 /// keeps that run's strategy, mesh, micro-batch and checkpointing (resumed_choices). Collective.

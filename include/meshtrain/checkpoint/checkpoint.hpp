@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "meshtrain/checkpoint/resume_spec.hpp"
+#include "meshtrain/checkpoint/stored_choices.hpp"
 #include "meshtrain/config/choices.hpp"
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/parallel/device_mesh.hpp"
@@ -130,19 +131,10 @@ struct StoredRunSettings {
 };
 StoredRunSettings stored_run_settings(const MpiComm& comm, const std::string& path);
 
-/// What checkpoint `path` records of its run's resolved shape (root attributes): the job it
-/// was written on (world_size, ranks_per_node) and the mesh, strategy, micro-batch and
-/// activation checkpointing the run used -- what a resume on that job keeps
-/// (plan::ResumedChoices). Read on rank 0 and shared; `recorded` is false when the file does not
-/// open, or predates the ranks_per_node / activation_checkpointing attributes.
-struct StoredChoices {
-  bool recorded = false;
-  int world_size = 0, ranks_per_node = 0;
-  MeshShape mesh;
-  parallel::Strategy strategy = parallel::Strategy::FullShard;
-  int micro_batch = 0;
-  bool activation_checkpointing = false;
-};
+/// The resolved shape checkpoint `path` records (StoredChoices: world_size, ranks_per_node,
+/// the mesh, mesh_strategy, micro_batch, activation_checkpointing), read on rank 0 and
+/// shared; not `recorded` when the file does not open or predates the ranks_per_node /
+/// activation_checkpointing attributes.
 StoredChoices stored_choices(const MpiComm& comm, const std::string& path);
 
 /// Collective over `comm`: fills the save-only fields of `stats` from this rank's tensor
