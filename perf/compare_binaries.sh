@@ -8,8 +8,9 @@
 #     measured cost-model figures),
 #   * every checkpoint: every dataset bit for bit (h5py), every attribute except
 #     meshtrain_version (text attributes without their `dir = ` lines, the run's paths);
-#     with DIFF_ATTRS="config_ini ..." those attributes (or run.json keys) too are printed
-#     line by line when they differ and counted as expected, not as failures.
+#     with DIFF_ATTRS="config_ini ..." those attributes (or run.json keys, or config.ini)
+#     are printed (the changed lines) when they differ, or when only one side has them, and
+#     counted as expected, not as failures.
 # The cases cover 1, 2 and 4 ranks: gpt2 auto on one rank, gpt2 full_shard and auto on 2, gpt2
 # hybrid_shard 2 x 1 x 2, llama full_shard 1 x 2 x 2, a LoRA run, and a searched mesh whose
 # cost inputs are given (plan.*), so that its choice does not depend on this machine's noise.
@@ -89,11 +90,19 @@ def ini(d):
     # The run's config.ini, without the lines that name the run's directories.
     return [l for l in open(os.path.join(d, "config.ini")) if not re.match(r"\s*(dir|resume)\s*=", l) and "started" not in l]
 
+import difflib
+
+def line_diff(xs, ys):
+    # The changed lines only (an added key shifts no later line).
+    return [f"    {l.rstrip()!r}" for l in difflib.unified_diff(xs, ys, lineterm="", n=0)
+            if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+
 if ini(old) != ini(new):
     if "config.ini" in allowed:
-        print("config.ini differs (declared)")
+        print("config.ini differs (declared):")
+        print("\n".join(line_diff(ini(old), ini(new))))
     else:
-        bad.append("config.ini differs")
+        bad.append("config.ini differs:\n" + "\n".join(line_diff(ini(old), ini(new))))
 
 def h5cmp(fa, fb, label):
     with h5py.File(fa, "r") as A, h5py.File(fb, "r") as B:
@@ -111,7 +120,9 @@ def h5cmp(fa, fb, label):
                     bad.append(f"{label}: dataset /{path} differs")
             ka, kb = set(oa.attrs), set(ob.attrs)
             if ka != kb:
-                bad.append(f"{label}: attributes of /{path} differ: {sorted(ka ^ kb)}")
+                # An attribute only one side has: declared (DIFF_ATTRS) ones are printed, not failed.
+                msg = f"{label}: attributes of /{path} only in old: {sorted(ka - kb)}, only in new: {sorted(kb - ka)}"
+                (print if (ka ^ kb) <= allowed else bad.append)(msg + (" (declared)" if (ka ^ kb) <= allowed else ""))
             for k in sorted(ka & kb):
                 if k == "meshtrain_version":
                     continue
@@ -128,9 +139,7 @@ def h5cmp(fa, fb, label):
                         print(msg + " (declared):")
                         xs = x.decode() if isinstance(x, bytes) else str(x)
                         ys = y.decode() if isinstance(y, bytes) else str(y)
-                        for la, lb in zip(xs.splitlines(), ys.splitlines()):
-                            if la != lb:
-                                print(f"    {la!r} -> {lb!r}")
+                        print("\n".join(line_diff(xs.splitlines(), ys.splitlines())))
                     else:
                         bad.append(msg)
 

@@ -146,9 +146,10 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
   // fails before the weights are read.
   const LoadedWeights weights = load_checkpoint_weights(session, setup, weights_source);
 
-  train::TokenBatch batch(setup.batch.micro_batch, setup.batch.seq_len, sampler->document_masked());
+  train::TokenBatch token_batch(setup.batch.micro_batch, setup.batch.seq_len, sampler->document_masked());
   const double t0 = now_seconds();
-  const train::EvalResult r = train::evaluate(session, *sampler, train::EvalWindows{micro_batches, windows, masked}, batch);
+  const train::EvalResult r =
+      train::evaluate(session, *sampler, train::EvalWindows{micro_batches, windows, masked}, token_batch);
   const double tokens = r.tokens, loss = r.loss;
   const double seconds = now_seconds() - t0;
   if (root) {

@@ -114,7 +114,9 @@ void print_strategies(const Config& cfg, const plan::PlanInput& in, const std::v
                 pred.step_seconds_overlap);
   }
   if (!runs) std::printf("\ntrain would refuse this job: %s\n", res.refusal.c_str());
-  else if (cfg.parallel.strategy == StrategyChoice::Auto) std::printf("\nauto: %s\n", res.setup.strategy_reason.c_str());
+  else if (cfg.parallel.strategy == StrategyChoice::Auto)  // a resume's kept choice says "auto: kept ..." itself
+    std::printf("\n%s%s\n", res.setup.strategy_reason.rfind("auto: ", 0) == 0 ? "" : "auto: ",
+                res.setup.strategy_reason.c_str());
   else std::printf("\nconfigured: parallel.strategy = %s\n", choice_name(cfg.parallel.strategy));
   print_costs(costs);
   if (costs.adamw_s_per_elem > 0)
@@ -315,7 +317,10 @@ int command_plan(Runtime& rt, const Args& args) {
   plan::MeasureRequest req = plan::measure_request(spec);
   req.on_this_job = !job.other_cluster;
   const plan::CostModelInputs costs = plan::measure_cost_inputs(req, rt);
-  const plan::Resolution res = plan::resolve(spec, job, plan::needs_costs(spec, job) ? &costs : nullptr);
+  // A resume of this run on this job keeps its checkpoint's choices, as `train` does.
+  const std::optional<checkpoint::StoredChoices> kept = job.other_cluster ? std::nullopt : resumed_choices(spec, rt);
+  const plan::Resolution res =
+      plan::resolve(spec, job, plan::needs_costs(spec, job) ? &costs : nullptr, kept ? &*kept : nullptr);
   const plan::MeshSearch shown = shown_ranking(spec, res, costs);
   const plan::PlanInput& in = res.input;
   if (in.document_tokens > 0 && root)
@@ -339,8 +344,9 @@ int command_plan(Runtime& rt, const Args& args) {
     std::printf("\nchosen: %s\n  why: %s\n", shown.chosen >= 0 ? candidate_text(shown.candidates[shown.chosen]).c_str() : "none",
                 res.refusal.empty() ? shown.reason.c_str() : res.refusal.c_str());
   } else {
-    const MeshShape shape = resolve_mesh(asked, job.world, job.ranks_per_node > 0 ? std::optional<int>(job.ranks_per_node)
-                                                                                  : std::nullopt);
+    // The request the resolution planned (a resume's kept mesh, or the configured one).
+    const MeshShape shape = resolve_mesh(in.mesh_request, job.world,
+                                         job.ranks_per_node > 0 ? std::optional<int>(job.ranks_per_node) : std::nullopt);
     if (job.world <= 64) std::fputs(describe_mesh(shape, job.other_cluster ? nullptr : &topo).c_str(), stdout);
     else std::printf("mesh: %s = %d ranks (tp fastest-varying; per-rank table omitted above 64 ranks)\n", shape.str().c_str(), job.world);
     print_strategies(cfg, in, plan::plan_each_strategy(in), res, costs);

@@ -22,7 +22,7 @@ int command_train(Runtime& rt, const Args& args) {
   if (!cfg.checkpoint.init_from.empty())
     adopt_source_model(cfg, cfg.checkpoint.init_from, "checkpoint.init_from");
   configure_run_logging(rt, cfg);
-  const plan::RunSetup setup = resolve_run(cfg, rt);
+  const plan::RunSetup setup = resolve_training_run(cfg, rt);  // a resume keeps its checkpoint's choices
   return train::run_training(rt, setup);
 }
 

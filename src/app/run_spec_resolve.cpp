@@ -3,7 +3,9 @@
 #include <sstream>
 #include <tuple>
 
+#include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/config/config.hpp"
+#include "meshtrain/core/error.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/plan/mesh_search.hpp"
 
@@ -195,6 +197,25 @@ plan::RunSetup resolve_run(const Config& config, const Topology& topo, const pla
 
 plan::RunSetup resolve_run(const Config& config, const Runtime& rt) {
   return with_effective_config(config, plan::resolve_run(resolve_spec(config), rt));
+}
+
+std::optional<checkpoint::StoredChoices> resumed_choices(const plan::RunSpec& spec, const Runtime& rt) {
+  std::string path;
+  try {
+    path = checkpoint::resolve_resume(rt.world(), spec.checkpoint.dir, spec.checkpoint.resume);
+  } catch (const UserError&) {
+    return std::nullopt;  // every rank alike; the trainer's resume names the problem
+  }
+  if (path.empty()) return std::nullopt;
+  checkpoint::StoredChoices stored = checkpoint::stored_choices(rt.world(), path);
+  if (!stored.recorded) return std::nullopt;
+  return stored;
+}
+
+plan::RunSetup resolve_training_run(const Config& config, const Runtime& rt) {
+  const plan::RunSpec spec = resolve_spec(config);
+  const std::optional<checkpoint::StoredChoices> kept = resumed_choices(spec, rt);
+  return with_effective_config(config, plan::resolve_run(spec, rt, kept ? &*kept : nullptr));
 }
 
 }  // namespace meshtrain::app

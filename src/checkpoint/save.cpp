@@ -74,6 +74,9 @@ void write_root_attrs(hid_t file, const parallel::DeviceMesh& mesh, const Checkp
   h5::write_attr(file, "mesh_tp", static_cast<std::int64_t>(m.mesh.tp));
   h5::write_attr(file, "mesh_strategy", std::string(parallel::strategy_name(m.strategy)));
   h5::write_attr(file, "world_size", static_cast<std::int64_t>(mesh.world().size()));
+  // With the mesh, what a resume on this job shape keeps (stored_choices, plan::keeps).
+  h5::write_attr(file, "ranks_per_node", static_cast<std::int64_t>(m.ranks_per_node));
+  h5::write_attr(file, "activation_checkpointing", static_cast<std::int64_t>(m.activation_checkpointing ? 1 : 0));
   h5::write_attr(file, "config_ini", m.config_ini);
   // What a resume must keep (the trainer's train::RunSettings): compared before the next load.
   if (!st.run_settings.empty()) h5::write_attr(file, "run_settings", st.run_settings);

@@ -1,56 +1,33 @@
 // Document-boundary files of packed datasets: one u16 segment id per token beside the token
-// and mask files. Same header conventions as the mask file (64 bytes, little-endian, mmap).
+// and mask files, in the side-file layout of data/side_file.hpp.
 #include "meshtrain/data/doc_file.hpp"
 
-
-#include <array>
-#include <cerrno>
-#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/core/fault.hpp"
-#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/formats/le_bytes.hpp"
 
 namespace meshtrain::data {
 namespace {
+
 using ull = unsigned long long;
+
+constexpr SideFileKind kDocsKind{kDocFileMagic, kDocFileVersion, 2, kDocFileMaxRow, "document-boundary file",
+                                 "re-run `meshtrain prepare --pack`"};
+
 }  // namespace
 
-DocFile::DocFile(const std::string& path) : file_(path, "document-boundary file") {
-  const std::uint64_t bytes = file_.size();
-  MESHTRAIN_REQUIRE(bytes >= kDocFileHeaderBytes,
-                    "%s is not a meshtrain document-boundary file (shorter than its %zu-byte header); re-run "
-                    "`meshtrain prepare --pack`",
-                    path.c_str(), kDocFileHeaderBytes);
-  const unsigned char* h = file_.data();
-  const bool magic = std::memcmp(h, kDocFileMagic, 8) == 0;
-  const std::uint32_t version = formats::load_le32(h + 8);
-  row_tokens_ = formats::load_le32(h + 12);
-  count_ = formats::load_le64(h + 16);
-  bool reserved_zero = true;
-  for (std::size_t i = 24; i < kDocFileHeaderBytes; ++i) reserved_zero = reserved_zero && h[i] == 0;
-  const std::uint64_t body = bytes - kDocFileHeaderBytes;
-  const char* why = !magic                                        ? "it does not start with 'MTLDOCS1'"
-                    : version != kDocFileVersion                  ? "its version is not 1"
-                    : row_tokens_ < 2 || row_tokens_ > kDocFileMaxRow ? "its row length is outside 2..65536"
-                    : !reserved_zero                              ? "header bytes 24..63 are not zero"
-                    : count_ > body / 2 || body != 2 * count_     ? "its size does not match the count in its header"
-                    : count_ % row_tokens_ != 0                   ? "its count is not a multiple of its row length"
-                                                                  : nullptr;
-  if (why)
-    throw UserError(
-        strprintf("%s is not a valid document-boundary file: %s; re-run `meshtrain prepare --pack`", path.c_str(), why));
-}
+DocFile::DocFile(const std::string& path) : file_(path, kDocsKind) {}
 
 void DocFile::read_row(std::uint64_t offset, int len, std::uint16_t* out) const {
-  MESHTRAIN_REQUIRE(len >= 0 && len <= static_cast<int>(row_tokens_) && offset % row_tokens_ == 0 &&
-                        offset + static_cast<std::uint64_t>(len) <= count_,
+  const std::uint32_t row = row_tokens();
+  MESHTRAIN_REQUIRE(len >= 0 && len <= static_cast<int>(row) && offset % row == 0 &&
+                        offset + static_cast<std::uint64_t>(len) <= size(),
                     "%s: reading segment ids %llu..%llu, not within one of its rows of %u (%llu ids)", path().c_str(),
-                    static_cast<ull>(offset), static_cast<ull>(offset + static_cast<std::uint64_t>(len)), row_tokens_,
-                    static_cast<ull>(count_));
-  const unsigned char* p = file_.data() + kDocFileHeaderBytes + 2 * offset;
+                    static_cast<ull>(offset), static_cast<ull>(offset + static_cast<std::uint64_t>(len)), row,
+                    static_cast<ull>(size()));
+  const unsigned char* p = file_.entries(offset);
   for (int i = 0; i < len; ++i) {
     const auto id = static_cast<std::uint16_t>(formats::load_le16(p + 2 * i));
     const std::uint32_t want_lo = i == 0 ? 0 : out[i - 1], want_hi = i == 0 ? 0 : want_lo + 1u;
@@ -63,43 +40,12 @@ void DocFile::read_row(std::uint64_t offset, int len, std::uint16_t* out) const 
   }
 }
 
-DocFileWriter::DocFileWriter(std::string path, std::uint32_t row_tokens)
-    : path_(std::move(path)), row_tokens_(row_tokens) {
-  MESHTRAIN_ASSERT(row_tokens >= 2 && row_tokens <= kDocFileMaxRow, "document-boundary rows of %u tokens", row_tokens);
-  file_ = std::fopen(path_.c_str(), "wb");
-  if (file_ == nullptr) throw file_io::write_error(path_, errno);
-  write_header();
-}
-
-DocFileWriter::~DocFileWriter() {
-  if (file_) std::fclose(file_);
-}
-
-void DocFileWriter::write_header() {
-  std::array<unsigned char, kDocFileHeaderBytes> h{};
-  std::memcpy(h.data(), kDocFileMagic, 8);
-  formats::store_le32(h.data() + 8, kDocFileVersion);
-  formats::store_le32(h.data() + 12, row_tokens_);
-  formats::store_le64(h.data() + 16, count_);
-  if (std::fwrite(h.data(), 1, h.size(), file_) != h.size()) throw file_io::write_error(path_, errno);
-}
+DocFileWriter::DocFileWriter(std::string path, std::uint32_t row_tokens) : file_(std::move(path), kDocsKind, row_tokens) {}
 
 void DocFileWriter::append(const std::uint16_t* ids, std::size_t n) {
-  const int injected = fault::pass(fault::Point::PrepareWrite);  // tests: a full disk, a stall here
-  if (injected != 0) throw file_io::write_error(path_, injected, n);
   std::vector<unsigned char> le(2 * n);
   for (std::size_t i = 0; i < n; ++i) formats::store_le16(le.data() + 2 * i, ids[i]);
-  if (std::fwrite(le.data(), 1, le.size(), file_) != le.size()) throw file_io::write_error(path_, errno, n);
-  count_ += n;
-}
-
-void DocFileWriter::close() {
-  MESHTRAIN_REQUIRE(file_ != nullptr, "%s was already closed", path_.c_str());
-  MESHTRAIN_REQUIRE(std::fseek(file_, 0, SEEK_SET) == 0, "cannot seek in %s: %s", path_.c_str(), std::strerror(errno));
-  write_header();
-  std::FILE* f = file_;
-  file_ = nullptr;  // close_durably closes it, also when it throws
-  file_io::close_durably(f, path_);
+  file_.append(le.data(), n);
 }
 
 void doc_starts_from_segments(const std::uint16_t* seg, int len, std::int32_t* doc_start) {

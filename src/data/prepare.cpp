@@ -174,24 +174,18 @@ double unigram_entropy_bits(const std::vector<std::uint64_t>& counts) {
   return h;
 }
 
+void set_train_entropy(PrepareSummary& s, const std::vector<std::uint64_t>& counts) {
+  s.train_entropy_bits = unigram_entropy_bits(counts);
+  s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
+}
+
 namespace {
 
-// prepare --format text --pack: every document piece (train part, val part, as for the token
-// stream) is cut into pieces of at most a row, and the pieces are packed into rows with
-// packing.hpp's first-fit decreasing, all their tokens trained on (mask 1; padding 0).
-PrepareSummary prepare_text_packed(const PrepareOptions& o, const Tokenizer& tok, const std::vector<std::string>& files,
-                                   PrepareSummary s) {
-  const auto R = static_cast<std::uint32_t>(o.seq_len) + 1;
-  MESHTRAIN_REQUIRE(R <= kDocFileMaxRow, "--pack needs --seq_len below %u (u16 segment ids), got %d", kDocFileMaxRow,
-                    o.seq_len);
-  const std::int32_t pad = tok.pad_id() >= 0 ? tok.pad_id() : tok.eot_id();
-  s.format = "text";
-  s.row_tokens = R;
-  StagedOutput out(o.output);
-  RowWriter train(out.stage("train.bin"), out.stage("train.mask"), out.stage("train.docs"), s.vocab_size, R);
-  RowWriter val(out.stage("val.bin"), out.stage("val.mask"), out.stage("val.docs"), s.vocab_size, R);
-  const std::string meta_tmp = out.stage("meta.json");
-  std::vector<std::uint64_t> counts(static_cast<std::size_t>(s.vocab_size), 0);
+/// The text inputs in order: a file that is not UTF-8 text (text_rejection) is listed in
+/// s.skipped; every other goes to `each(path, text, cut)`, `cut` its train/val split point
+/// (val_split_point), and is counted in s.files and s.bytes.
+template <class Each>
+void for_each_text_file(const std::vector<std::string>& files, double val_fraction, PrepareSummary& s, Each&& each) {
   for (const std::string& path : files) {
     const std::string text = read_file_bytes(path);
     const std::string why = text_rejection(text);
@@ -199,7 +193,35 @@ PrepareSummary prepare_text_packed(const PrepareOptions& o, const Tokenizer& tok
       s.skipped.push_back(path + ": " + why);
       continue;
     }
-    const std::size_t cut = val_split_point(text, o.val_fraction);
+    each(path, text, val_split_point(text, val_fraction));
+    s.files.push_back(path);
+    s.bytes += text.size();
+  }
+}
+
+/// UserError when the corpus gave nothing to train on (`nonempty` false), listing the files
+/// it skipped.
+void require_corpus(bool nonempty, const std::vector<std::string>& files, const PrepareSummary& s) {
+  MESHTRAIN_REQUIRE(nonempty, "the corpus is empty: none of the %zu input files is a non-empty UTF-8 text file:%s",
+                    files.size(), list_some(s.skipped, 10).c_str());
+}
+
+// prepare --format text --pack: every document piece (train part, val part, as for the token
+// stream) is cut into pieces of at most a row, and the pieces are packed into rows with
+// packing.hpp's first-fit decreasing, all their tokens trained on (mask 1; padding 0).
+PrepareSummary prepare_text_packed(const PrepareOptions& o, const Tokenizer& tok, const std::vector<std::string>& files,
+                                   PrepareSummary s) {
+  const auto R = static_cast<std::uint32_t>(o.seq_len) + 1;
+  require_packable_rows(R, o.seq_len);
+  const std::int32_t pad = row_pad_id(tok);
+  s.format = "text";
+  s.row_tokens = R;
+  StagedOutput out(o.output);
+  RowWriter train(out.stage("train.bin"), out.stage("train.mask"), out.stage("train.docs"), s.vocab_size, R);
+  RowWriter val(out.stage("val.bin"), out.stage("val.mask"), out.stage("val.docs"), s.vocab_size, R);
+  const std::string meta_tmp = out.stage("meta.json");
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(s.vocab_size), 0);
+  for_each_text_file(files, o.val_fraction, s, [&](const std::string& path, const std::string& text, std::size_t cut) {
     for (RowWriter* w : {&train, &val}) {
       const std::string piece = w == &train ? text.substr(0, cut) : text.substr(cut);
       if (piece.empty()) continue;
@@ -222,31 +244,9 @@ PrepareSummary prepare_text_packed(const PrepareOptions& o, const Tokenizer& tok
           for (std::size_t j = at + 1; j < at + n; ++j) ++counts[static_cast<std::size_t>(ids[j])];
       }
     }
-    s.files.push_back(path);
-    s.bytes += text.size();
-  }
-  MESHTRAIN_REQUIRE(train.examples > 0,
-                    "the corpus is empty: none of the %zu input files is a non-empty UTF-8 text file:%s",
-                    files.size(), list_some(s.skipped, 10).c_str());
-  for (RowWriter* w : {&train, &val}) {
-    write_packed(*w, R, pad);
-    w->tokens.close();
-    w->mask.close();
-    w->docs->close();
-  }
-  s.train_tokens = train.tokens.count();
-  s.val_tokens = val.tokens.count();
-  s.train_examples = train.examples;
-  s.val_examples = val.examples;
-  s.packed = true;
-  s.train_rows = train.rows;
-  s.val_rows = val.rows;
-  s.trainable_tokens = train.trainable;
-  s.fill_fraction_unpacked =
-      static_cast<double>(train.filled + val.filled) / static_cast<double>((train.examples + val.examples) * R);
-  s.fill_fraction = static_cast<double>(train.filled + val.filled) / static_cast<double>((train.rows + val.rows) * R);
-  s.train_entropy_bits = unigram_entropy_bits(counts);
-  s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
+  });
+  require_corpus(train.examples > 0, files, s);
+  finish_row_splits(train, val, R, pad, true, counts, s);
 
   write_meta_file(meta_tmp,
                   meta_of_summary(s, o.val_fraction, std::string(kValSplitRule) + "; then cut into pieces of at most a row, packed"));
@@ -317,28 +317,16 @@ PrepareSummary prepare(const PrepareOptions& o) {
   const std::string meta_tmp = out.stage("meta.json");  // staged last: marks a complete dataset
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(s.vocab_size), 0);
 
-  for (const std::string& path : files) {
-    const std::string text = read_file_bytes(path);
-    const std::string why = text_rejection(text);
-    if (!why.empty()) {
-      s.skipped.push_back(path + ": " + why);
-      continue;
-    }
-    const std::size_t cut = val_split_point(text, o.val_fraction);
+  for_each_text_file(files, o.val_fraction, s, [&](const std::string& path, const std::string& text, std::size_t cut) {
     append_piece(*tok, path, text.substr(0, cut), train, &counts);
     append_piece(*tok, path, text.substr(cut), val, nullptr);
-    s.files.push_back(path);
-    s.bytes += text.size();
-  }
-  MESHTRAIN_REQUIRE(!s.files.empty(),
-                    "the corpus is empty: none of the %zu input files is a non-empty UTF-8 text file:%s",
-                    files.size(), list_some(s.skipped, 10).c_str());
+  });
+  require_corpus(!s.files.empty(), files, s);
   train.close();
   val.close();
   s.train_tokens = train.count();
   s.val_tokens = val.count();
-  s.train_entropy_bits = unigram_entropy_bits(counts);
-  s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
+  set_train_entropy(s, counts);
 
   write_meta_file(meta_tmp, meta_of_summary(s, o.val_fraction, kValSplitRule));
   out.commit();

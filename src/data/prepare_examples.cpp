@@ -74,8 +74,7 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   const ExampleFormat format = o.format == "alpaca" ? ExampleFormat::Alpaca : ExampleFormat::Chat;
   const ChatFormat chat = resolve_chat_format(o.chat_template, tok);
   const auto R = static_cast<std::uint32_t>(o.seq_len) + 1;  // row: inputs + the shifted last target
-  // Padding after an example: the pad id when the tokenizer has one, else end-of-text; never trained on.
-  const std::int32_t pad = tok.pad_id() >= 0 ? tok.pad_id() : tok.eot_id();
+  const std::int32_t pad = row_pad_id(tok);
   if (chat.kind == ChatTemplateKind::Alpaca)
     require_special_token(tok, tok.eot_id(), "end-of-text token",
                           "the alpaca template ends every response with it (trained on, so the model learns to stop)");
@@ -86,8 +85,7 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   s.row_tokens = R;
   s.chat_template = template_name(chat.kind);
 
-  MESHTRAIN_REQUIRE(o.pack != PackMode::On || R <= kDocFileMaxRow,
-                    "--pack needs --seq_len below %u (u16 segment ids), got %d", kDocFileMaxRow, o.seq_len);
+  if (o.pack == PackMode::On) require_packable_rows(R, o.seq_len);
   // The default packs when that saves rows; it keeps the examples until all are known (as
   // --pack does), and rows too long for u16 segment ids are never packed by it.
   const bool keep = o.pack == PackMode::On || (o.pack == PackMode::Auto && R <= kDocFileMaxRow);
@@ -156,11 +154,28 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   if (pack) {
     train.docs = std::make_unique<DocFileWriter>(out.stage("train.docs"), R);
     val.docs = std::make_unique<DocFileWriter>(out.stage("val.docs"), R);
-    for (RowWriter* w : {&train, &val}) write_packed(*w, R, pad);
   } else if (keep) {
     for (RowWriter* w : {&train, &val}) write_one_per_row(*w, R, pad);
   }
   const std::string meta_tmp = out.stage("meta.json");  // staged last: marks a complete dataset
+  finish_row_splits(train, val, R, pad, pack, counts, s);
+  s.pack_auto = o.pack == PackMode::Auto && keep;
+  write_meta_file(meta_tmp, meta_of_summary(s, o.val_fraction, kExampleSplitRule));
+  out.commit();
+  return s;
+}
+
+std::int32_t row_pad_id(const Tokenizer& tok) { return tok.pad_id() >= 0 ? tok.pad_id() : tok.eot_id(); }
+
+void require_packable_rows(std::uint32_t R, int seq_len) {
+  MESHTRAIN_REQUIRE(R <= kDocFileMaxRow, "--pack needs --seq_len below %u (u16 segment ids), got %d", kDocFileMaxRow,
+                    seq_len);
+}
+
+void finish_row_splits(RowWriter& train, RowWriter& val, std::uint32_t R, std::int32_t pad, bool packed,
+                       const std::vector<std::uint64_t>& counts, PrepareSummary& s) {
+  if (packed)
+    for (RowWriter* w : {&train, &val}) write_packed(*w, R, pad);
   for (RowWriter* w : {&train, &val}) {
     w->tokens.close();
     w->mask.close();
@@ -170,8 +185,7 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   s.val_tokens = val.tokens.count();
   s.train_examples = train.examples;
   s.val_examples = val.examples;
-  s.packed = pack;
-  s.pack_auto = o.pack == PackMode::Auto && keep;
+  s.packed = packed;
   s.train_rows = train.rows;
   s.val_rows = val.rows;
   s.trainable_tokens = train.trainable;
@@ -179,12 +193,7 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   s.fill_fraction_unpacked =
       static_cast<double>(train.filled + val.filled) / static_cast<double>((train.examples + val.examples) * R);
   s.fill_fraction = static_cast<double>(train.filled + val.filled) / static_cast<double>((train.rows + val.rows) * R);
-  s.train_entropy_bits = unigram_entropy_bits(counts);
-  s.train_entropy_nats = s.train_entropy_bits * std::log(2.0);
-
-  write_meta_file(meta_tmp, meta_of_summary(s, o.val_fraction, kExampleSplitRule));
-  out.commit();
-  return s;
+  set_train_entropy(s, counts);
 }
 
 std::string format_examples_summary(const PrepareSummary& s) {

@@ -1,6 +1,7 @@
 #pragma once
 // What prepare.cpp and prepare_examples.cpp share. Private to src/data.
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/prepare.hpp"
 #include "meshtrain/data/tokenizer.hpp"
+#include "packing.hpp"
 
 namespace meshtrain::data {
 
@@ -26,6 +28,22 @@ inline constexpr const char kBosToken[] = "BOS token";
 /// naming the tokenizer, the token, where it could have come from, and `need`: what of the
 /// chosen format writes it.
 void require_special_token(const Tokenizer& tok, std::int32_t id, const char* token, const std::string& need);
+
+/// The id that pads a row after its last example: the tokenizer's pad id, else end-of-text
+/// (never trained on).
+std::int32_t row_pad_id(const Tokenizer& tok);
+
+/// UserError unless rows of R = seq_len + 1 tokens can be packed: segment ids are u16.
+void require_packable_rows(std::uint32_t R, int seq_len);
+
+/// The unigram entropy of the trainable train tokens (`counts`, one per id) into `s`.
+void set_train_entropy(PrepareSummary& s, const std::vector<std::uint64_t>& counts);
+
+/// The end of a row dataset (alpaca/chat examples, or packed text): with `packed`, writes
+/// each split's kept examples as packed rows (padded with `pad`); closes every file of both
+/// splits; fills the summary's token, example, row, trainable, fill and entropy fields.
+void finish_row_splits(RowWriter& train, RowWriter& val, std::uint32_t R, std::int32_t pad, bool packed,
+                       const std::vector<std::uint64_t>& counts, PrepareSummary& s);
 
 /// prepare --format alpaca|chat: `files` are the JSONL inputs (sorted), `s` holds the
 /// tokenizer fields already; returns the completed summary after committing the dataset.

@@ -37,56 +37,61 @@ SearchSpace search_space(const RunSpec& spec) {
 
 namespace {
 
-/// On a fixed mesh `auto` weighs the strategies on this job's measured machine, and their
-/// predictions are often a few percent apart (on one node the communication hides behind
-/// compute): predictions closer than this count as equal, so that a near-tie is less likely
-/// to follow the start-up measurement's noise (it still can, on a busy machine: a known gap,
-/// doc/training.md). The mesh search keeps exact ties only: its candidates differ by more.
-constexpr double kFixedMeshTieMargin = 0.05;
+/// The fixed order of the strategies, least communication first (doc/training.md).
+int strategy_order(parallel::Strategy st) {
+  switch (st) {
+    case parallel::Strategy::NoShard: return 0;
+    case parallel::Strategy::ShardGradOp: return 1;
+    case parallel::Strategy::HybridShard: return 2;
+    case parallel::Strategy::FullShard: return 3;
+  }
+  return 4;
+}
 
-/// The `auto` rule's order: fastest predicted first. Ties -- identical predictions, where
-/// the model hides all communication behind compute -- go to the candidate that moves fewer
-/// bytes per step (should the overlap be less than predicted, it stays the faster), then
-/// keep the enumeration order (strategies least communication first; the stable sort).
-void rank(MeshSearch& out, const PlanInput& in, double tie_margin) {
+/// The same mesh, micro-batch and checkpointing: candidates that differ in the strategy alone.
+bool same_shape(const Candidate& a, const Candidate& b) {
+  const MeshShape &x = a.plan.mesh, &y = b.plan.mesh;
+  return x.dp_replicate == y.dp_replicate && x.dp_shard == y.dp_shard && x.tp == y.tp &&
+         a.plan.batch.micro_batch == b.plan.batch.micro_batch &&
+         a.plan.activation_checkpointing == b.plan.activation_checkpointing;
+}
+
+/// The tie-break inside the margin, from the plans alone (no measurement): fewer bytes per
+/// step (within 1% as equal: no_shard's all-reduce and shard_grad_op's reduce-scatter +
+/// all-gather move the same), then the fixed strategy order.
+bool tie_break_before(const Candidate& a, const Candidate& b) {
+  const double x = a.plan.comm.total(), y = b.plan.comm.total();
+  if (std::abs(x - y) > 0.01 * std::max(x, y)) return x < y;
+  return strategy_order(a.plan.strategy) < strategy_order(b.plan.strategy);
+}
+
+/// The `auto` rule (mesh_search.hpp), the same for a search and a fixed mesh: fastest
+/// predicted first (identical predictions: fewer bytes first, then the enumeration order --
+/// the stable sort); the pick is the fastest that fits, unless a strategy on its mesh (same
+/// micro-batch and checkpointing) predicts within kStrategyTieMargin of it and comes first
+/// by tie_break_before.
+void rank(MeshSearch& out, const PlanInput& in) {
   std::stable_sort(out.candidates.begin(), out.candidates.end(), [](const Candidate& a, const Candidate& b) {
     if (a.pred.step_seconds_overlap != b.pred.step_seconds_overlap)
       return a.pred.step_seconds_overlap < b.pred.step_seconds_overlap;
     return a.plan.comm.total() < b.plan.comm.total();
   });
+  int fastest = -1;
   for (std::size_t i = 0; i < out.candidates.size(); ++i)
     if (out.candidates[i].plan.fits) {
-      out.chosen = static_cast<int>(i);
+      fastest = static_cast<int>(i);
       break;
     }
-  // Within `tie_margin` of the fastest that fits, the candidate that moves fewer bytes wins
-  // (then the enumeration order): see kFixedMeshTieMargin.
-  if (out.chosen >= 0 && tie_margin > 0) {
-    const double limit = out.candidates[out.chosen].pred.step_seconds_overlap * (1.0 + tie_margin);
-    int best = out.chosen;
-    // Fewer bytes first (within 1%, as equal: no_shard's all-reduce and shard_grad_op's
-    // reduce-scatter + all-gather move the same), then the fixed strategy order -- never the
-    // sorted position, which the measurement decides.
-    const auto before = [](const Candidate& a, const Candidate& b) {
-      const double x = a.plan.comm.total(), y = b.plan.comm.total();
-      if (std::abs(x - y) > 0.01 * std::max(x, y)) return x < y;
-      const auto order = [](parallel::Strategy st) {  // least communication first (doc/training.md)
-        switch (st) {
-          case parallel::Strategy::NoShard: return 0;
-          case parallel::Strategy::ShardGradOp: return 1;
-          case parallel::Strategy::HybridShard: return 2;
-          case parallel::Strategy::FullShard: return 3;
-        }
-        return 4;
-      };
-      return order(a.plan.strategy) < order(b.plan.strategy);
-    };
-    for (std::size_t i = out.chosen + 1; i < out.candidates.size(); ++i) {
+  out.chosen = fastest;
+  if (fastest >= 0) {
+    const Candidate& f = out.candidates[fastest];
+    const double limit = f.pred.step_seconds_overlap * (1.0 + kStrategyTieMargin);
+    for (std::size_t i = fastest + 1; i < out.candidates.size(); ++i) {
       const Candidate& c = out.candidates[i];
       if (c.pred.step_seconds_overlap > limit) break;  // sorted: the rest are slower still
-      if (c.plan.fits && before(c, out.candidates[best])) best = static_cast<int>(i);
+      if (c.plan.fits && same_shape(c, f) && tie_break_before(c, out.candidates[out.chosen]))
+        out.chosen = static_cast<int>(i);
     }
-    out.chosen = best;
   }
   const double usable = in.memory_budget * (1.0 - in.headroom);
   if (out.candidates.empty()) {
@@ -106,17 +111,29 @@ void rank(MeshSearch& out, const PlanInput& in, double tie_margin) {
     out.reason = strprintf("fastest predicted step that fits: %.3f s, %s of %s usable per rank", w.pred.step_seconds_overlap,
                            format_bytes(w.plan.memory.total()).c_str(), format_bytes(usable).c_str());
     int ahead_not_fitting = 0;  // faster, or as fast and moving fewer bytes, but too large
-    for (int i = 0; i < out.chosen; ++i) ahead_not_fitting += !out.candidates[i].plan.fits;
+    for (int i = 0; i < fastest; ++i) ahead_not_fitting += !out.candidates[i].plan.fits;
     if (ahead_not_fitting > 0)
       out.reason += strprintf("; %d candidate(s) at least as fast do not fit (the first, %.3f s, needs %s)", ahead_not_fitting,
                               out.candidates[0].pred.step_seconds_overlap,
                               format_bytes(out.candidates[0].plan.memory.total()).c_str());
-    for (std::size_t i = out.chosen + 1; i < out.candidates.size(); ++i)
-      if (out.candidates[i].plan.fits) {
-        out.reason += strprintf("; the runner-up is %.1f%% slower", 100.0 * (out.candidates[i].pred.step_seconds_overlap /
-                                                                               w.pred.step_seconds_overlap - 1.0));
-        break;
-      }
+    if (out.chosen != fastest) {
+      const Candidate& f = out.candidates[fastest];
+      const bool fewer_bytes = std::abs(w.plan.comm.total() - f.plan.comm.total()) >
+                               0.01 * std::max(w.plan.comm.total(), f.plan.comm.total());
+      out.reason += strprintf("; %s on the same mesh predicts %.1f%% faster, within the %.0f%% tie margin, where %s "
+                              "wins by %s",
+                              parallel::strategy_name(f.plan.strategy),
+                              100.0 * (1.0 - f.pred.step_seconds_overlap / w.pred.step_seconds_overlap),
+                              100.0 * kStrategyTieMargin, parallel::strategy_name(w.plan.strategy),
+                              fewer_bytes ? "moving fewer bytes" : "the strategy order (both move the same bytes)");
+    } else {
+      for (std::size_t i = out.chosen + 1; i < out.candidates.size(); ++i)
+        if (out.candidates[i].plan.fits) {
+          out.reason += strprintf("; the runner-up is %.1f%% slower", 100.0 * (out.candidates[i].pred.step_seconds_overlap /
+                                                                                 w.pred.step_seconds_overlap - 1.0));
+          break;
+        }
+    }
   }
 }
 
@@ -140,7 +157,7 @@ MeshSearch search_meshes(const PlanInput& base, const SearchSpace& space, const 
       }
     }
   }
-  rank(out, base, 0.0);
+  rank(out, base);
   return out;
 }
 
@@ -151,7 +168,7 @@ MeshSearch rank_strategies(const PlanInput& in, const std::vector<parallel::Stra
     if (!p.valid || std::find(strategies.begin(), strategies.end(), p.strategy) == strategies.end()) continue;
     out.candidates.push_back({p, predict_step(in, p, costs)});
   }
-  rank(out, in, kFixedMeshTieMargin);
+  rank(out, in);
   return out;
 }
 

@@ -94,7 +94,60 @@ JobShape planned_job(const RunSpec& spec, const Topology& topo) {
   return j;
 }
 
-bool needs_costs(const RunSpec& spec, const JobShape& job) {
+namespace {
+
+StrategyChoice choice_of(parallel::Strategy s) {
+  switch (s) {
+    case parallel::Strategy::FullShard: return StrategyChoice::FullShard;
+    case parallel::Strategy::ShardGradOp: return StrategyChoice::ShardGradOp;
+    case parallel::Strategy::NoShard: return StrategyChoice::NoShard;
+    case parallel::Strategy::HybridShard: return StrategyChoice::HybridShard;
+  }
+  return StrategyChoice::Auto;
+}
+
+/// Whether the search chooses activation checkpointing (a search, and the key not forced on).
+bool checkpointing_open(const RunSpec& spec) { return searches_mesh(spec) && !spec.train.activation_checkpointing; }
+
+/// Whether the spec leaves anything to the resolution that a checkpoint recorded.
+bool leaves_open(const RunSpec& spec) {
+  const MeshRequest& m = spec.parallel.mesh_request;
+  return spec.parallel.strategy == StrategyChoice::Auto || m.dp_replicate < 0 || m.dp_shard < 0 || m.tp < 0 ||
+         spec.batch.micro_batch == 0 || checkpointing_open(spec);
+}
+
+/// Whether every key the user fixed still says what the checkpoint's run used: a key changed
+/// at resume is a new request, which is planned afresh.
+bool agrees_with_fixed_keys(const RunSpec& spec, const checkpoint::StoredChoices& k) {
+  const MeshRequest& m = spec.parallel.mesh_request;
+  const bool strategy =
+      spec.parallel.strategy == StrategyChoice::Auto || parallel::forced_strategy(spec.parallel.strategy) == k.strategy;
+  const bool mesh = (m.dp_replicate < 0 || m.dp_replicate == k.mesh.dp_replicate) &&
+                    (m.dp_shard < 0 || m.dp_shard == k.mesh.dp_shard) && (m.tp < 0 || m.tp == k.mesh.tp);
+  const bool micro = spec.batch.micro_batch == 0 || spec.batch.micro_batch == k.micro_batch;
+  const bool ac = checkpointing_open(spec) || spec.train.activation_checkpointing == k.activation_checkpointing;
+  return strategy && mesh && micro && ac;
+}
+
+}  // namespace
+
+bool keeps(const RunSpec& spec, const JobShape& job, const checkpoint::StoredChoices* kept) {
+  return kept != nullptr && kept->recorded && !job.other_cluster && kept->world_size == job.world &&
+         kept->ranks_per_node == job.ranks_per_node && kept->mesh.world() == job.world && leaves_open(spec) &&
+         agrees_with_fixed_keys(spec, *kept);
+}
+
+RunSpec kept_spec(const RunSpec& spec, const checkpoint::StoredChoices& kept) {
+  RunSpec k = spec;
+  k.parallel.strategy = choice_of(kept.strategy);
+  k.parallel.mesh_request = {kept.mesh.dp_replicate, kept.mesh.dp_shard, kept.mesh.tp};
+  k.batch.micro_batch = kept.micro_batch;
+  if (checkpointing_open(spec)) k.train.activation_checkpointing = kept.activation_checkpointing;
+  return k;
+}
+
+bool needs_costs(const RunSpec& spec, const JobShape& job, const checkpoint::StoredChoices* kept) {
+  if (keeps(spec, job, kept)) return false;  // nothing is chosen (unless it no longer fits: resolve_run)
   // On one rank every strategy moves nothing and predicts the same step, whatever the
   // machine: the rule's tie-break decides without a measurement.
   return searches_mesh(spec) || (spec.parallel.strategy == StrategyChoice::Auto && job.world > 1);
@@ -186,13 +239,37 @@ std::optional<StrategyPlan> choose(const RunSpec& spec, const PlanInput& in, con
 
 }  // namespace
 
-Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInputs* costs) {
+namespace {
+
+/// The resolution with every open choice fixed to the checkpoint's (the forced-strategy
+/// path: nothing measured); nullopt when that no longer fits the usable memory, as `auto`
+/// requires of its own picks (a smaller parallel.memory_limit, a device with less).
+std::optional<Resolution> resolve_kept(const RunSpec& spec, const JobShape& job, const checkpoint::StoredChoices& kept) {
+  Resolution k = resolve(kept_spec(spec, kept), job, nullptr, nullptr);
+  if (!k.refusal.empty() || !plan_strategy(k.input, k.setup.strategy, k.setup.mesh).fits) return std::nullopt;
+  k.setup.spec = spec;  // the settings as asked stay as asked (config.ini, run.json)
+  k.setup.strategy_reason =
+      strprintf("%s: kept from the checkpoint %s, written on this job's shape (%d rank(s), %s per node); a resume on "
+                "another rank count plans afresh",
+                spec.parallel.strategy == StrategyChoice::Auto ? "auto" : "planner", kept.path.c_str(), job.world,
+                job.ranks_per_node > 0 ? std::to_string(job.ranks_per_node).c_str() : "uneven");
+  return k;
+}
+
+}  // namespace
+
+Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInputs* costs,
+                   const checkpoint::StoredChoices* kept) {
+  if (keeps(spec, job, kept))
+    if (std::optional<Resolution> k = resolve_kept(spec, job, *kept)) return *k;
+  // No choices to keep, or they no longer fit (a smaller memory limit): planned afresh.
   Resolution res;
   RunSetup& r = res.setup;
   r.spec = spec;
   MESHTRAIN_REQUIRE(spec.batch.seq_len <= spec.dims.max_seq_len, "train.seq_len=%d is longer than model.max_seq_len=%d",
                     spec.batch.seq_len, spec.dims.max_seq_len);
   r.memory_budget = job.memory_budget;
+  r.ranks_per_node = job.ranks_per_node;
   res.input = plan_input(spec, job);
   res.searched = searches_mesh(spec);
   MESHTRAIN_REQUIRE(costs != nullptr || !needs_costs(spec, job), "internal: choosing the strategy needs the cost model's inputs");
@@ -219,8 +296,9 @@ Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInpu
   return res;
 }
 
-RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelInputs* costs) {
-  const Resolution res = resolve(spec, this_job(spec, topo), costs);
+RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelInputs* costs,
+                     const checkpoint::StoredChoices* kept) {
+  const Resolution res = resolve(spec, this_job(spec, topo), costs, kept);
   if (!res.refusal.empty()) throw UserError(res.refusal);
   const RunSetup& r = res.setup;
   if (spec.parallel.strategy != StrategyChoice::Auto && !res.searched) {
@@ -232,8 +310,14 @@ RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelI
   return r;
 }
 
-RunSetup resolve_run(const RunSpec& spec, const Runtime& rt) {
-  if (!needs_costs(spec, this_job(spec, rt.topology()))) return resolve_run(spec, rt.topology());
+RunSetup resolve_run(const RunSpec& spec, const Runtime& rt, const checkpoint::StoredChoices* kept) {
+  const JobShape job = this_job(spec, rt.topology());
+  if (keeps(spec, job, kept)) {
+    if (std::optional<Resolution> k = resolve_kept(spec, job, *kept)) return k->setup;
+    log::info("the checkpoint %s ran %s on mesh %s, which no longer fits this job's memory: planning afresh",
+              kept->path.c_str(), parallel::strategy_name(kept->strategy), kept->mesh.str().c_str());
+  }
+  if (!needs_costs(spec, job)) return resolve_run(spec, rt.topology());
   const CostModelInputs costs = measure_cost_inputs(measure_request(spec), rt);
   return resolve_run(spec, rt.topology(), &costs);
 }

@@ -14,6 +14,8 @@ checkpoint::CheckpointMeta checkpoint_meta(const plan::RunSetup& setup) {
   m.micro_batch = setup.batch.micro_batch;
   m.global_batch = setup.batch.global_batch;
   m.grad_accum = setup.batch.grad_accum;
+  m.activation_checkpointing = setup.activation_checkpointing;
+  m.ranks_per_node = setup.ranks_per_node;
   m.lr_schedule = tc.lr_schedule;
   m.lr = tc.lr;
   m.min_lr = tc.min_lr;

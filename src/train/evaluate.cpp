@@ -7,23 +7,24 @@
 namespace meshtrain::train {
 
 template <class T>
-EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const EvalWindows& w, TokenBatch& batch) {
+EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const EvalWindows& w,
+                    TokenBatch& token_batch) {
   const parallel::DeviceMesh& mesh = session.mesh();
-  const int B = batch.micro_batch, L = batch.seq_len;
-  const model::BatchShape shape = batch.shape();
+  const int B = token_batch.micro_batch, L = token_batch.seq_len;
+  const model::BatchShape shape = token_batch.shape();
   double local = 0, counted = 0;
   for (long long b = 0; b < w.micro_batches; ++b) {
     const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), B, mesh.shape().dp(), mesh.dp_rank());
     mesh.world().agree_on_error([&] { 
-      sampler.fill(w0, B, batch.host_in.data(), batch.host_tgt.data(), batch.host_doc.empty() ? nullptr : batch.host_doc.data());
+      sampler.fill(w0, B, token_batch.host_in.data(), token_batch.host_tgt.data(), token_batch.host_doc.empty() ? nullptr : token_batch.host_doc.data());
     });
     for (int i = 0; i < B; ++i)
       if (w0 + static_cast<std::uint64_t>(i) >= w.windows)
-        std::fill_n(batch.host_tgt.begin() + static_cast<std::ptrdiff_t>(i) * L, L, -1);
-    counted += batch.counted_targets();
-    batch.upload();
-    local += parallel::forward_loss(session.engine(), session.model(), session.context(), batch.in.data(),
-                                    batch.tgt.data(), shape);
+        std::fill_n(token_batch.host_tgt.begin() + static_cast<std::ptrdiff_t>(i) * L, L, -1);
+    counted += token_batch.counted_targets();
+    token_batch.upload();
+    local += parallel::forward_loss(session.engine(), session.model(), session.context(), token_batch.in.data(),
+                                    token_batch.tgt.data(), shape);
   }
   EvalResult r;
   // Unmasked data counts every target of every real window; only masked data needs the sum.

@@ -28,17 +28,17 @@ StepResult train_step(Session<T>& session, const StepSettings& st, int step, int
   const float grad_scale = static_cast<float>(1.0 / global_tokens);
   parallel::FsdpEngine<T>& eng = session.engine();
 
-  TokenBatch batch(B, seq_len, docs != nullptr);
-  const model::BatchShape shape = batch.shape();
+  TokenBatch token_batch(B, seq_len, docs != nullptr);
+  const model::BatchShape shape = token_batch.shape();
   eng.begin_step();
   double local_loss = 0;
   for (int a = 0; a < setup.batch.grad_accum; ++a) {
     eng.begin_micro(a);
-    fill(a, batch.host_in.data(), batch.host_tgt.data());
-    if (docs) (*docs)(a, batch.host_doc.data());
-    batch.upload();
-    local_loss += parallel::forward_backward(eng, session.model(), session.context(), batch.in.data(), batch.tgt.data(), shape,
-                                             grad_scale, st.activation_checkpointing);
+    fill(a, token_batch.host_in.data(), token_batch.host_tgt.data());
+    if (docs) (*docs)(a, token_batch.host_doc.data());
+    token_batch.upload();
+    local_loss += parallel::forward_backward(eng, session.model(), session.context(), token_batch.in.data(),
+                                             token_batch.tgt.data(), shape, grad_scale, st.activation_checkpointing);
   }
   eng.finish_step();
   if (poison) parallel::poison_gradients(eng, NAN);

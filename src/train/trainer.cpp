@@ -50,7 +50,7 @@ class Trainer {
  public:
   Trainer(const Runtime& rt, const plan::RunSetup& setup)
       : rt_(rt), setup_(setup), spec_(setup.spec), session_(rt, setup), root_(rt.topology().world_rank == 0),
-        batch_(setup.batch.micro_batch, setup.batch.seq_len) {}
+        token_batch_(setup.batch.micro_batch, setup.batch.seq_len) {}
 
   int run();
 
@@ -88,7 +88,7 @@ class Trainer {
   } locks_;
   Session<T> session_;
   bool root_;
-  TokenBatch batch_;
+  TokenBatch token_batch_;
   data::Dataset data_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<data::EvalSampler> eval_sampler_;
@@ -190,10 +190,11 @@ void Trainer<T>::probe_and_lock_outputs() {
     require_appendable_file("output.dir", out_dir + "/metrics.jsonl");
     require_writable_dir(spec_.checkpoint.dir_given ? "checkpoint.dir" : "checkpoint.dir (<output.dir>/checkpoints)",
                          spec_.checkpoint.dir);
-    // One run per directory (run_lock.hpp), taken before the checkpoint directory is
-    // looked at for a resume: a second run into a live run's directories is refused here,
-    // having read nothing there and written only the probe file above (a name of its own,
-    // .meshtrain-write-probe-PID, removed at once).
+    // One run per directory (run_lock.hpp), taken before a checkpoint is loaded: a second
+    // run into a live run's directories is refused here, having read there only the newest
+    // checkpoint's root attributes (the choices a resume keeps: app::resumed_choices, which
+    // tolerates a checkpoint that changes under it) and written only the probe file above
+    // (a name of its own, .meshtrain-write-probe-PID, removed at once).
     lock_directories(out_dir, spec_.checkpoint.dir);
   });
   if (!eval_sampler_ && spec_.train.eval_every > 0)
@@ -386,11 +387,11 @@ double Trainer<T>::evaluate() {
   w.windows = static_cast<std::uint64_t>(w.micro_batches) * batch.micro_batch * session_.mesh().shape().dp();
   w.masked = data_.val_mask != nullptr;
   if (eval_sampler_->document_masked()) {
-    TokenBatch docs_batch(batch.micro_batch, batch.seq_len, true);
-    last_val_ = train::evaluate(session_, *eval_sampler_, w, docs_batch).loss;
+    TokenBatch docs_token_batch(batch.micro_batch, batch.seq_len, true);
+    last_val_ = train::evaluate(session_, *eval_sampler_, w, docs_token_batch).loss;
     return last_val_;
   }
-  last_val_ = train::evaluate(session_, *eval_sampler_, w, batch_).loss;
+  last_val_ = train::evaluate(session_, *eval_sampler_, w, token_batch_).loss;
   return last_val_;
 }
 

@@ -5,6 +5,7 @@
 /// here sizes become bytes, lists become vectors, `auto` / `none` become kinds, and the
 /// effective configuration is written back as INI text for the run record and checkpoints.
 
+#include <optional>
 #include <string>
 
 #include "meshtrain/plan/run_setup.hpp"
@@ -38,5 +39,16 @@ plan::RunSpec resolve_spec(const Config& config);
 plan::RunSetup resolve_run(const Config& config, const Topology& topo, const plan::CostModelInputs* costs = nullptr);
 /// The same for this live job (collective when the planner measures the cost model's inputs).
 plan::RunSetup resolve_run(const Config& config, const Runtime& rt);
+
+/// What the checkpoint this run would resume from (checkpoint.resume = auto or PATH)
+/// recorded of its resolved shape, for the resolution to keep (plan::keeps); nullopt for a
+/// fresh start, a checkpoint written before the record, or one that cannot be found or
+/// read now -- the trainer's resume reports that, once it holds the run's directories.
+/// Collective.
+std::optional<checkpoint::StoredChoices> resumed_choices(const plan::RunSpec& spec, const Runtime& rt);
+
+/// resolve_run as `train` runs it: a resume on the job shape its checkpoint was written on
+/// keeps that run's strategy, mesh, micro-batch and checkpointing (resumed_choices). Collective.
+plan::RunSetup resolve_training_run(const Config& config, const Runtime& rt);
 
 }  // namespace meshtrain::app

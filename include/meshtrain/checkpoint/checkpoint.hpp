@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "meshtrain/checkpoint/resume_spec.hpp"
+#include "meshtrain/checkpoint/stored_choices.hpp"
 #include "meshtrain/config/choices.hpp"
 #include "meshtrain/model/model_dims.hpp"
 #include "meshtrain/parallel/device_mesh.hpp"
@@ -58,6 +59,8 @@ struct CheckpointMeta {
   MeshShape mesh;             ///< the writer's mesh (root attributes)
   parallel::Strategy strategy = parallel::Strategy::FullShard;
   int seq_len = 0, micro_batch = 0, global_batch = 0, grad_accum = 0;  ///< the resolved batch split
+  bool activation_checkpointing = false;  ///< as resolved (root attribute, with the mesh: StoredChoices)
+  int ranks_per_node = 0;     ///< the writer's job: ranks per node, 0 when its nodes differ in size
   /// The schedule and numerics (root attributes: what the run trained with).
   LrScheduleKind lr_schedule = LrScheduleKind::Cosine;
   double lr = 0, min_lr = 0;
@@ -131,6 +134,12 @@ struct StoredRunSettings {
   int seq_len = 0;
 };
 StoredRunSettings stored_run_settings(const MpiComm& comm, const std::string& path);
+
+/// The resolved shape checkpoint `path` records (StoredChoices: world_size, ranks_per_node,
+/// the mesh, mesh_strategy, micro_batch, activation_checkpointing), read on rank 0 and
+/// shared; not `recorded` when the file does not open or predates the ranks_per_node /
+/// activation_checkpointing attributes.
+StoredChoices stored_choices(const MpiComm& comm, const std::string& path);
 
 /// Collective over `comm`: fills the save-only fields of `stats` from this rank's tensor
 /// bytes written and data-phase seconds.

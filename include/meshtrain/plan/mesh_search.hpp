@@ -1,15 +1,17 @@
 #pragma once
 /// \brief The one rule behind `parallel.strategy = auto`: of the candidates the job allows,
-/// the fastest predicted step (plan/cost_model.hpp) that fits in memory (plan/planner.hpp).
-/// Least communication is the tie-break only: of candidates with identical predicted steps
-/// (the model hides all their communication behind compute) the one that moves fewer bytes
-/// per step wins, should the overlap be less than predicted; still equal (every strategy on
-/// one rank, where nothing moves), the earlier in the enumeration order -- strategies
-/// no_shard, shard_grad_op, hybrid_shard, full_shard, then meshes by tp and dp_replicate
-/// ascending, checkpointing off before on, smaller micro-batches first. The candidates are
-/// every (strategy, dp_replicate x dp_shard x tp, activation checkpointing, micro-batch) when
-/// the mesh is left to the planner (search_meshes), or every strategy on the configured mesh
-/// (rank_strategies); the rule is the same.
+/// the fastest predicted step (plan/cost_model.hpp) that fits in memory (plan/planner.hpp),
+/// with one tie rule that uses the plans alone, never the measurement: a strategy on the
+/// same mesh (same micro-batch and checkpointing) whose prediction is within
+/// kStrategyTieMargin of the fastest counts as tied with it, and of tied candidates the one
+/// that moves fewer bytes per step wins (should the overlap be less than predicted, it stays
+/// the faster), then the fixed strategy order no_shard, shard_grad_op, hybrid_shard,
+/// full_shard. Identical predictions of other shapes keep the enumeration order (strategies
+/// in that order, then meshes by tp and dp_replicate ascending, checkpointing off before on,
+/// smaller micro-batches first). The candidates are every (strategy, dp_replicate x dp_shard
+/// x tp, activation checkpointing, micro-batch) when the mesh is left to the planner
+/// (search_meshes), or every strategy on the configured mesh (rank_strategies); the rule is
+/// the same, so a search and a fixed mesh pick the same strategy on the same mesh.
 
 #include <string>
 #include <vector>
@@ -19,6 +21,13 @@
 #include "meshtrain/plan/run_spec.hpp"
 
 namespace meshtrain::plan {
+
+/// Predictions of strategies on one mesh closer than this (relative to the faster) count as
+/// equal. On one node the communication mostly hides behind compute, and strategies that
+/// differ only in how they shard predict a few percent apart -- less than a busy machine's
+/// start-up measurement varies -- so the measurement must not decide between them. Across
+/// meshes the candidates differ in their compute too, and the exact order stands.
+constexpr double kStrategyTieMargin = 0.05;
 
 /// What the search may vary; a key the user fixed is a list of one.
 struct SearchSpace {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "meshtrain/checkpoint/stored_choices.hpp"
 #include "meshtrain/plan/cost_model.hpp"
 #include "meshtrain/plan/mesh_search.hpp"
 #include "meshtrain/plan/planner.hpp"
@@ -50,6 +51,7 @@ struct RunSetup {
   bool activation_checkpointing = false;
   std::string strategy_reason; ///< why this strategy (and mesh, when searched)
   double memory_budget = 0;    ///< bytes per rank the planner used
+  int ranks_per_node = 0;      ///< the job's ranks per node (0: nodes of different sizes), recorded in checkpoints
   /// The effective configuration as INI text (every key; the resolved mesh, micro-batch and
   /// checkpointing in it): logged at start and stored in each checkpoint. record_ini is the
   /// run's config.ini: what was asked, the resolved values as comments. Written by the app
@@ -70,22 +72,44 @@ struct Resolution {
   std::string refusal;
 };
 
+/// `kept`: what the checkpoint a run resumes from recorded of its resolved shape
+/// (checkpoint/stored_choices.hpp). A resume on the same job shape keeps every choice the
+/// spec leaves open (kept_spec), so a restart never re-decides what `auto` chose on a new
+/// measurement of the machine.
+///
+/// Whether `kept` applies to `spec` on `job`: recorded on the same world and ranks per node
+/// (a different rank count -- a recovery on the hosts left -- plans afresh), and the spec
+/// leaves something open (an auto strategy, a mesh key at -1, micro_batch 0, checkpointing
+/// left to a search).
+bool keeps(const RunSpec& spec, const JobShape& job, const checkpoint::StoredChoices* kept);
+
+/// `spec` with everything it leaves open fixed to the checkpoint's choices: strategy, mesh,
+/// micro-batch, activation checkpointing. Keys the user gave stay as given.
+RunSpec kept_spec(const RunSpec& spec, const checkpoint::StoredChoices& kept);
+
 /// Whether resolving `spec` on `job` needs the cost model's inputs: the mesh is left to the
-/// planner, or `auto` chooses among strategies whose step times differ (more than one rank).
-bool needs_costs(const RunSpec& spec, const JobShape& job);
+/// planner, or `auto` chooses among strategies whose step times differ (more than one rank);
+/// never when a checkpoint's choices are kept (keeps()).
+bool needs_costs(const RunSpec& spec, const JobShape& job, const checkpoint::StoredChoices* kept = nullptr);
 
 /// Resolves `spec` on `job`. `costs` must be given when needs_costs(); when given otherwise
-/// (plan), the resolution also ranks the strategies by it. UserError for a setting that is
-/// wrong whatever the memory (a seq_len over max_seq_len, an impossible mesh); what does not
-/// fit is `refusal`.
-Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInputs* costs);
+/// (plan), the resolution also ranks the strategies by it. With `kept` choices that apply
+/// (keeps()), the checkpoint's choices are taken when they still fit (strategy_reason "auto:
+/// kept from the checkpoint ..."); choices that no longer fit (a smaller memory limit) are
+/// planned afresh, which then needs `costs` -- the caller passes them when it has them.
+/// UserError for a setting that is wrong whatever the memory (a seq_len over max_seq_len, an
+/// impossible mesh); what does not fit is `refusal`.
+Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInputs* costs,
+                   const checkpoint::StoredChoices* kept = nullptr);
 
 /// resolve() on this job, as `train` runs it: UserError with the refusal, a warning when a
 /// forced strategy may not fit.
-RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelInputs* costs = nullptr);
+RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelInputs* costs = nullptr,
+                     const checkpoint::StoredChoices* kept = nullptr);
 
 /// resolve_run for this live job: the cost model's inputs, when needed, come from plan.* or
-/// are measured here (collective: every rank calls it).
-RunSetup resolve_run(const RunSpec& spec, const Runtime& rt);
+/// are measured here (collective: every rank calls it); `kept` choices that apply are taken
+/// without measuring.
+RunSetup resolve_run(const RunSpec& spec, const Runtime& rt, const checkpoint::StoredChoices* kept = nullptr);
 
 }  // namespace meshtrain::plan

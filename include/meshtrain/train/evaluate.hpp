@@ -28,8 +28,9 @@ struct EvalResult {
 
 /// Runs the forward passes and reduces the loss over the world. A token id outside the
 /// vocabulary (checked as the sampler reads it) becomes the same UserError on every rank.
-/// `batch` is the staging buffer (micro_batch x seq_len of the session's run).
+/// `token_batch` is the staging buffer (micro_batch x seq_len of the session's run).
 template <class T>
-EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const EvalWindows& w, TokenBatch& batch);
+EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const EvalWindows& w,
+                    TokenBatch& token_batch);
 
 }  // namespace meshtrain::train
