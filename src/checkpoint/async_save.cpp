@@ -147,26 +147,12 @@ void AsyncSave::Impl::write_background() {
     const model::ParamSpec& p = specs[piece.spec];
     const std::int64_t cols = p.shape.size() > 1 ? p.shape[1] : 1;
     const std::uint64_t base = offsets[sums->slot(piece.spec, j.k)];
-    // The piece's row runs, merged where they continue each other in memory and in the
-    // file (a piece without tensor parallelism is one write).
-    std::int64_t run_at = 0, run_pos = -1, run_n = 0;
-    const auto flush = [&] {
-      if (run_n > 0 && err == 0)
-        err = pwrite_all(fd, j.data + run_at, static_cast<std::size_t>(run_n) * sizeof(float),
-                         base + static_cast<std::uint64_t>(run_pos) * sizeof(float));
-    };
-    piece.for_each_row_run([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
-      const std::int64_t pos = row * cols + col;
-      if (run_n > 0 && at == run_at + run_n && pos == run_pos + run_n) {
-        run_n += n;
-        return;
-      }
-      flush();
-      run_at = at;
-      run_pos = pos;
-      run_n = n;
+    // One pwrite per contiguous run (a piece without tensor parallelism is one write).
+    piece.for_each_contiguous_run(cols, [&](std::int64_t at, std::int64_t pos, std::int64_t n) {
+      if (err == 0)
+        err = pwrite_all(fd, j.data + at, static_cast<std::size_t>(n) * sizeof(float),
+                         base + static_cast<std::uint64_t>(pos) * sizeof(float));
     });
-    flush();
   }
   if (fd >= 0) {
     // This rank's bytes are durable before the ranks agree; rank 0's fsync at the commit
