@@ -117,6 +117,7 @@ plan::RunSpec resolve_spec(const Config& c) {
   cs.resume = resume_spec(c.checkpoint.resume);
   cs.init_from = c.checkpoint.init_from;
   cs.save_final = c.checkpoint.save_final;
+  cs.async = c.checkpoint.async;
 
   s.data = c.data.dir == "random" ? data::DataSource::random() : data::DataSource::directory(c.data.dir);
   s.data.document_mask = c.data.document_mask;

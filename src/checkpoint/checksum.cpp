@@ -27,27 +27,9 @@ void Partials::add(int k, const Piece& piece, const float* data) {
   const model::ParamSpec& p = specs_[piece.spec];
   const std::int64_t cols = p.shape.size() > 1 ? p.shape[1] : 1;
   crc32c::Contribution& c = parts_[slot(piece.spec, k)];
-  // The piece's row runs, merged where they continue each other both in memory and in
-  // the tensor (a piece without tensor parallelism is one run; a 1-D piece arrives one
-  // element per run).
-  std::int64_t run_at = 0, run_pos = -1, run_n = 0;
-  const auto flush = [&] {
-    if (run_n > 0)
-      c.add(static_cast<std::uint64_t>(run_pos) * sizeof(float), data + run_at,
-            static_cast<std::size_t>(run_n) * sizeof(float));
-  };
-  piece.for_each_row_run([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
-    const std::int64_t pos = row * cols + col;
-    if (run_n > 0 && at == run_at + run_n && pos == run_pos + run_n) {
-      run_n += n;
-      return;
-    }
-    flush();
-    run_at = at;
-    run_pos = pos;
-    run_n = n;
+  piece.for_each_contiguous_run(cols, [&](std::int64_t at, std::int64_t pos, std::int64_t n) {
+    c.add(static_cast<std::uint64_t>(pos) * sizeof(float), data + at, static_cast<std::size_t>(n) * sizeof(float));
   });
-  flush();
   seconds_ += now_seconds() - t0;
 }
 

@@ -17,6 +17,20 @@ QuietErrors::QuietErrors() {
 
 QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
 
+namespace {
+
+/// What a checkpoint file looks like, whoever creates it: the file format bounded to
+/// 1.8..1.10 (h5py of any recent age reads it; large attributes go to dense storage), and
+/// tensors of 1 MiB and more starting on 1 MiB boundaries: parallel file systems stripe in
+/// units of that size, so no two ranks' hyperslabs of a large tensor share a stripe edge
+/// because of where the tensor starts.
+void set_file_layout(hid_t fapl) {
+  H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110));
+  H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
+}
+
+}  // namespace
+
 Handle mpio_fapl(MPI_Comm comm) {
   Handle fapl = plist(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   // Hints are advice: an MPI-IO component that does not know one ignores it (OMPIO, Open
@@ -30,11 +44,13 @@ Handle mpio_fapl(MPI_Comm comm) {
   // MPI_File_write_at_all, which was slower in every paired run (perf/notes.md, "HDF5
   // metadata writes").
   H5_CHECK(H5Pset_coll_metadata_write(fapl.get(), false));
-  H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V110));
-  // Tensors of 1 MiB and more start on 1 MiB boundaries: parallel file systems stripe in
-  // units of that size, so no two ranks' hyperslabs of a large tensor share a stripe edge
-  // because of where the tensor starts.
-  H5_CHECK(H5Pset_alignment(fapl.get(), 1 << 20, 1 << 20));
+  set_file_layout(fapl.get());
+  return fapl;
+}
+
+Handle serial_create_fapl() {
+  Handle fapl = serial_fapl();
+  set_file_layout(fapl.get());
   return fapl;
 }
 

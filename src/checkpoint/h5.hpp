@@ -85,6 +85,10 @@ Handle mpio_fapl(MPI_Comm comm);
 /// driver without HDF5's file locking, which parallel file systems often refuse (Lustre
 /// without flock) and which a read-only reader does not need.
 Handle serial_fapl();
+/// File access list for rank 0 creating a checkpoint file alone (the asynchronous save lays
+/// the file out before each rank writes its bytes): serial_fapl with the file format and
+/// alignment of mpio_fapl, so the file is laid out as a collective save lays it out.
+Handle serial_create_fapl();
 /// Transfer list for tensor pieces: independent MPI-IO. Each rank writes (reads) the file
 /// ranges of the pieces it owns straight to (from) the file system, so no tensor byte
 /// crosses the network between ranks. Collective transfers (two-phase I/O) route every

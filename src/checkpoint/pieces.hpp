@@ -33,6 +33,27 @@ struct Piece {
           bp.local.ncols);
   }
 
+  /// Calls f(buffer_index, tensor_index, n) for the piece's row runs merged where they
+  /// continue each other both in the buffer and in the row-major tensor of `cols` columns
+  /// (a piece without tensor parallelism is one run; a 1-D piece arrives one element per
+  /// row run): the contiguous byte ranges of a checksum or of a file write.
+  template <class F>
+  void for_each_contiguous_run(std::int64_t cols, F&& f) const {
+    std::int64_t run_at = 0, run_pos = -1, run_n = 0;
+    for_each_row_run([&](std::int64_t at, std::int64_t row, std::int64_t col, std::int64_t n) {
+      const std::int64_t pos = row * cols + col;
+      if (run_n > 0 && at == run_at + run_n && pos == run_pos + run_n) {
+        run_n += n;
+        return;
+      }
+      if (run_n > 0) f(run_at, run_pos, run_n);
+      run_at = at;
+      run_pos = pos;
+      run_n = n;
+    });
+    if (run_n > 0) f(run_at, run_pos, run_n);
+  }
+
   /// for_each_row_run on the host threads: f must only write its own run's elements and
   /// must not throw (validate before). Runs are disjoint, so the result is the serial one.
   template <class F>

@@ -9,12 +9,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "base_ref.hpp"
 #include "files.hpp"
 #include "format.hpp"
 #include "h5.hpp"
+#include "save_common.hpp"
 #include "tokenizer_attrs.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/build_config.hpp"
@@ -31,12 +33,11 @@
 #include "staging.hpp"
 
 namespace meshtrain::checkpoint {
-namespace {
 
 namespace fs = std::filesystem;
 
-/// Rank 0: the directory exists and a file can be created in it (the collective create
-/// that follows would otherwise fail on every rank with HDF5's stack instead of a sentence).
+namespace save_common {
+
 void prepare_directory(const std::string& dir, const std::string& probe) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -48,6 +49,12 @@ void prepare_directory(const std::string& dir, const std::string& probe) {
                     std::strerror(errno));
   std::fclose(f);
 }
+
+}  // namespace save_common
+
+using namespace save_common;
+
+namespace {
 
 void write_root_attrs(hid_t file, const parallel::DeviceMesh& mesh, const CheckpointMeta& m, const TrainState& st) {
   h5::write_attr(file, "format", std::string(format::kFormatName));
@@ -120,12 +127,6 @@ herr_t write_piece(hid_t ds, hid_t dxpl, const Piece* piece, const float* data) 
   return H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, piece ? data : &dummy);
 }
 
-std::uint64_t count_nonfinite(const float* p, std::int64_t n) {
-  std::uint64_t bad = 0;
-  for (std::int64_t i = 0; i < n; ++i) bad += std::isfinite(p[i]) ? 0 : 1;
-  return bad;
-}
-
 /// Keeps the newest `keep` complete checkpoints (never `newest`) and removes temporaries
 /// of saves that did not finish. Best effort: a file that cannot be removed is reported.
 void apply_retention(const std::string& dir, int keep, const std::string& newest) {
@@ -143,34 +144,33 @@ void apply_retention(const std::string& dir, int keep, const std::string& newest
   }
 }
 
-/// Every collective of a save (MPI and HDF5) is one of this watchdog group on the world
-/// communicator, so a rank that stalls anywhere inside a save is named (watchdog.hpp).
-constexpr const char* kWatchGroup = "checkpoint";
+}  // namespace
 
-/// The largest errno any rank saw (0: every call succeeded), the same on every rank. A
-/// watched all-reduce: ranks stalled before it are named.
+namespace save_common {
+
+std::uint64_t count_nonfinite(const float* p, std::int64_t n) {
+  std::uint64_t bad = 0;
+  for (std::int64_t i = 0; i < n; ++i) bad += std::isfinite(p[i]) ? 0 : 1;
+  return bad;
+}
+
 int agree_errno(const MpiComm& comm, int err) {
   return watched_all_reduce_value("all_reduce", kWatchGroup, comm, err, ReduceOp::Max);
 }
 
-/// Thrown on every rank alike (after agree_errno) to unwind a failed save: the HDF5
-/// handles close on the way out, in the same order everywhere (their closes are collective).
-struct SaveFailed {
-  int err;
-};
+std::uint64_t tensor_bytes(const std::vector<model::ParamSpec>& specs) {
+  std::uint64_t bytes = 0;
+  for (const model::ParamSpec& p : specs)
+    if (!p.frozen) bytes += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
+  return bytes;
+}
 
-/// The metadata of a save: root attributes, groups, /model's attributes, the sampler's
-/// windows, a LoRA run's base reference and every dataset (spec x {master, exp_avg,
-/// exp_avg_sq}), created by every rank in spec order (collective metadata, cached by HDF5
-/// until it is flushed at the close). `failed` records a failed call; after one every rank
-/// still makes every call: they are collective.
-template <class T, class Failed>
-void create_metadata(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const CheckpointMeta& meta,
-                     const TrainState& st, hid_t file, hid_t dxpl, std::vector<std::array<h5::Handle, 3>>& datasets,
-                     const Failed& failed) {
+// Under MPI-IO every rank makes these calls (collective metadata, cached by HDF5 until it is
+// flushed at the close); the asynchronous save makes them on rank 0 alone, serially.
+void create_metadata(const std::vector<model::ParamSpec>& specs, bool has_frozen, const parallel::DeviceMesh& mesh,
+                     const CheckpointMeta& meta, const TrainState& st, hid_t file, hid_t dxpl, bool writes_windows,
+                     std::vector<std::array<h5::Handle, 3>>& datasets, const std::function<void(bool)>& failed) {
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
-  const auto& specs = eng.specs();
-  WatchedBlockingCall watch("H5Dcreate", kWatchGroup, mesh.world().mpi());
   write_root_attrs(file, mesh, meta, st);
   for (const char* g : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq", "/train"})
     h5::group(H5_CHECK(H5Gcreate2(file, g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
@@ -179,11 +179,14 @@ void create_metadata(const parallel::FsdpEngine<T>& eng, const parallel::DeviceM
     format::write_model_attrs(model_group.get(), meta.dims);
     write_tokenizer_attrs(model_group.get(), st.tokenizer);  // the model's tokenizer is part of it
   }
-  failed(write_rank_windows(file, dxpl, st, mesh.world().mpi().rank() == 0) < 0);
+  failed(write_rank_windows(file, dxpl, st, writes_windows) < 0);
   // LoRA: the frozen base is not stored, only where it comes from.
-  if (eng.has_frozen()) write_base_ref(file, st.base);
+  if (has_frozen) write_base_ref(file, st.base);
   h5::Handle dcpl = h5::plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
   H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
+  // Contiguous and allocated now: parallel HDF5 always allocates so; the asynchronous save
+  // needs each dataset's file offset before any byte of it is written.
+  H5_CHECK(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
   for (std::size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].frozen) continue;
     h5::Handle sp = h5::simple_space(specs[i].shape);
@@ -194,6 +197,36 @@ void create_metadata(const parallel::FsdpEngine<T>& eng, const parallel::DeviceM
     }
   }
 }
+
+void commit(const MpiComm& comm, const std::string& dir, const std::string& tmp, const std::string& path,
+            const std::string& name, int keep) {
+  agree_on_errors(comm, [&] {
+    if (comm.rank() != 0) return;
+    try {
+      file_io::fsync_path(tmp);
+      file_io::rename_durably(tmp, path);
+    } catch (const UserError&) {
+      std::remove(tmp.c_str());
+      throw;
+    }
+    // A failure from here on leaves the complete step_*.h5 in place but `latest` naming
+    // the previous checkpoint, which a resume loads.
+    if (const int e = fault::pass(fault::Point::SaveAfterRename))
+      throw file_io::write_error(dir + "/latest", e, name.size() + 1);
+    file_io::replace_file(dir + "/latest", name + "\n");
+    apply_retention(dir, keep, path);
+  }, kWatchGroup);
+}
+
+}  // namespace save_common
+
+namespace {
+
+/// Thrown on every rank alike (after agree_errno) to unwind a failed save: the HDF5
+/// handles close on the way out, in the same order everywhere (their closes are collective).
+struct SaveFailed {
+  int err;
+};
 
 /// The tensors' checksums as attributes: the same values written by every rank (collective
 /// metadata), so the ranks' contributions are combined first. Returns their cost: the CRCs
@@ -260,28 +293,6 @@ void write_tensor_data(const parallel::FsdpEngine<T>& eng, const MpiComm& comm, 
   }
 }
 
-/// Rank 0 commits the complete, closed `tmp`: fsync, rename to `path`, replace `latest`,
-/// apply retention (doc/checkpoints.md, the commit protocol). Collective (the errors).
-void commit(const MpiComm& comm, const std::string& dir, const std::string& tmp, const std::string& path,
-            const std::string& name, int keep) {
-  agree_on_errors(comm, [&] {
-    if (comm.rank() != 0) return;
-    try {
-      file_io::fsync_path(tmp);
-      file_io::rename_durably(tmp, path);
-    } catch (const UserError&) {
-      std::remove(tmp.c_str());
-      throw;
-    }
-    // A failure from here on leaves the complete step_*.h5 in place but `latest` naming
-    // the previous checkpoint, which a resume loads.
-    if (const int e = fault::pass(fault::Point::SaveAfterRename))
-      throw file_io::write_error(dir + "/latest", e, name.size() + 1);
-    file_io::replace_file(dir + "/latest", name + "\n");
-    apply_retention(dir, keep, path);
-  }, kWatchGroup);
-}
-
 }  // namespace
 
 template <class T>
@@ -300,9 +311,7 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
   }, kWatchGroup);
 
   const auto& specs = eng.specs();
-  std::uint64_t bytes_needed = 0;  // tensor bytes; the file adds a little metadata
-  for (const model::ParamSpec& p : specs)
-    if (!p.frozen) bytes_needed += 3 * static_cast<std::uint64_t>(p.numel()) * sizeof(float);
+  const std::uint64_t bytes_needed = tensor_bytes(specs);  // the file adds a little metadata
   std::uint64_t nonfinite = 0;
   std::uint64_t my_bytes = 0;       // tensor bytes this rank wrote (the save's log line)
   double my_data_seconds = 0;       // this rank's data phase
@@ -338,7 +347,10 @@ IoStats save(const parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mes
     agree();
     h5::Handle dxpl = h5::piece_dxpl();
     std::vector<std::array<h5::Handle, 3>> datasets(specs.size());
-    create_metadata(eng, mesh, meta, st, file.get(), dxpl.get(), datasets, failed);
+    {
+      WatchedBlockingCall watch("H5Dcreate", kWatchGroup, comm);
+      create_metadata(specs, eng.has_frozen(), mesh, meta, st, file.get(), dxpl.get(), root, datasets, failed);
+    }
     agree();
 
     const double data_t0 = now_seconds();

@@ -108,6 +108,7 @@ void visit_config(C& c, V&& v) {
   v("checkpoint.resume", k.resume, "auto (newest complete checkpoint in checkpoint.dir) | none | PATH");
   v("checkpoint.init_from", k.init_from, "initial weights: a safetensors file/dir or an .h5 checkpoint (fine-tuning)");
   v("checkpoint.save_final", k.save_final, "save a checkpoint after the last step");
+  v("checkpoint.async", k.async, "write each save in the background while training goes on (a host copy of the rank's state; doc/checkpoints.md)");
 
   v("output.dir", c.output.dir, "run directory: effective config, metrics.jsonl, run record");
   v("output.log_all_ranks", c.output.log_all_ranks, "every rank logs, prefixed with its rank");

@@ -15,6 +15,7 @@
 namespace meshtrain::fault {
 namespace detail {
 int g_armed = -1;
+int g_step = 0;  ///< the trainer's current step (set_step)
 }
 
 namespace {
@@ -30,7 +31,6 @@ struct Spec {
 };
 
 Spec g_spec;
-int g_step = 0;
 long g_passes = 0;
 bool g_fired = false;
 
@@ -44,6 +44,7 @@ constexpr PointName kPoints[] = {
     {Point::SaveAfterRename, "save.after_rename", true}, {Point::Collective, "collective", false},
     {Point::RecordWrite, "record.write", true},       {Point::MetricsWrite, "metrics.write", true},
     {Point::PrepareWrite, "prepare.write", true},     {Point::ConvertWrite, "convert.write", true},
+    {Point::SaveBackground, "save.background", true},
 };
 
 const char* action_name(Action a) {
@@ -138,17 +139,17 @@ void configure_from_environment() {
 
 std::string armed_spec() { return detail::g_armed < 0 ? "" : g_spec.text; }
 
-void set_step(int step) { g_step = step; }
+void set_step(int step) { detail::g_step = step; }
 
-int detail::fire(Point p) {
+int detail::fire(Point p, int step) {
   if (g_fired) return 0;
   if (g_spec.rank >= 0 && g_spec.rank != world_rank()) return 0;
-  if (g_spec.step >= 0 && g_spec.step != g_step) return 0;
+  if (g_spec.step >= 0 && g_spec.step != step) return 0;
   if (g_passes++ < g_spec.after) return 0;
   g_fired = true;
   std::fflush(stdout);
   std::fprintf(stderr, "[meshtrain] rank %d: MESHTRAIN_FAULT=%s fires: %s at %s (step %d, pass %ld)\n", world_rank(),
-               g_spec.text.c_str(), action_name(g_spec.action), point_name(p), g_step, g_passes);
+               g_spec.text.c_str(), action_name(g_spec.action), point_name(p), step, g_passes);
   std::fflush(stderr);
   switch (g_spec.action) {
     case Action::Kill:

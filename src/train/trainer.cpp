@@ -5,8 +5,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
+#include "meshtrain/checkpoint/async_save.hpp"
 #include "meshtrain/checkpoint/checkpoint.hpp"
 #include "meshtrain/checkpoint/tokenizer_ref.hpp"
 #include "meshtrain/comm/agree.hpp"
@@ -70,7 +72,13 @@ class Trainer {
   int restore_or_init();
   void require_same_run_settings(const std::string& path);
   bool checkpoint_due(int step, bool last) const;
-  void save_checkpoint(int step);
+  /// Saves at `step`; with checkpoint.async the save is started, and waited for when `wait`
+  /// (the final save, a stop's save).
+  void save_checkpoint(int step, bool wait);
+  /// checkpoint.async: completes a save in flight when every rank has written its part
+  /// (poll, at each step boundary) or now (`wait`), and reports it.
+  void complete_async_save(bool wait);
+  void report_save(const checkpoint::IoStats& io);
   void lock_directories(const std::string& out_dir, const std::string& ckpt_dir);
 
   const Runtime& rt_;
@@ -87,6 +95,9 @@ class Trainer {
     }
   } locks_;
   Session<T> session_;
+  /// checkpoint.async: the save in flight. Declared after the session: destroyed first, it
+  /// waits for its background write, which reads staging buffers of its own only.
+  checkpoint::AsyncSave async_save_;
   bool root_;
   TokenBatch token_batch_;
   data::Dataset data_;
@@ -114,7 +125,9 @@ class Trainer {
   int skipped_ = 0;
   double total_compute_ = 0, total_exposed_ = 0, total_busy_ = 0, total_io_ = 0;
   double last_loss_ = NAN, last_val_ = NAN;
+  double loop_seconds_ = 0, loop_tokens_ = 0;  ///< the training loop's wall time and tokens (summary.json)
   double ckpt_save_s_ = NAN, ckpt_save_gbps_ = NAN;  ///< last save/load, reported with the next step
+  double ckpt_save_held_s_ = NAN;                     ///< checkpoint.async: what the last save held training
   double ckpt_load_s_ = NAN, ckpt_load_gbps_ = NAN;
 };
 
@@ -134,7 +147,14 @@ int Trainer<T>::run() {
   const StopPolicy stop(spec_.train.time_limit, spec_.train.time_limit_margin, now_seconds(), rt_.world());
   log::info("%s", stop.describe().c_str());
   MemoryPool::instance().reset_peaks();
+  const double loop_t0 = now_seconds();
+  const std::uint64_t loop_cursor0 = cursor_;
   const int status = train_loop(first_step, stop);
+  // The loop's wall time: every step with its evaluations and checkpoint saves (a benchmark
+  // of checkpoint costs reads summary.json's loop_tokens_per_s; the per-step tok/s leave
+  // the saves out).
+  loop_seconds_ = now_seconds() - loop_t0;
+  loop_tokens_ = static_cast<double>(cursor_ - loop_cursor0) * setup_.batch.seq_len;
   if (status == 0 && spec_.train.sample_tokens > 0) print_sample();
   write_summary();
   return status;
@@ -280,8 +300,11 @@ int Trainer<T>::train_loop(int first_step, const StopPolicy& stop) {
     }
     double val = NAN;
     const bool last = step + 1 == tc.steps;
+    // An asynchronous save started at an earlier boundary is committed at the first one
+    // where every rank has written its part.
+    complete_async_save(false);
     if (eval_sampler_ && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last)) val = evaluate();
-    if (checkpoint_due(step + 1, last)) save_checkpoint(step + 1);
+    if (checkpoint_due(step + 1, last)) save_checkpoint(step + 1, last);
     // Preemption / time limit: decided together by all ranks at this step boundary.
     const StopReason why = last ? StopReason::None : stop.check(times.step);
     if (why != StopReason::None) {
@@ -290,7 +313,8 @@ int Trainer<T>::train_loop(int first_step, const StopPolicy& stop) {
                   "requeued and resumed",
                   step + 1, why == StopReason::Signal ? "SIGUSR1/SIGTERM received" : "wall-clock limit ahead",
                   kExitPreempted);
-      if (!checkpoint_due(step + 1, last)) save_checkpoint(step + 1);
+      if (!checkpoint_due(step + 1, last)) save_checkpoint(step + 1, true);
+      complete_async_save(true);  // the job is requeued from what is committed
     }
     // A step that saved, or the first after a load, always writes its record: the save or
     // load is reported in it (doc/checkpoints.md), never overwritten by a later one.
@@ -302,6 +326,8 @@ int Trainer<T>::train_loop(int first_step, const StopPolicy& stop) {
       break;
     }
   }
+  // The run ends with every save committed (a run that stopped early, or without a final save).
+  complete_async_save(true);
   return status;
 }
 
@@ -444,12 +470,13 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
   if (!std::isnan(ckpt_save_s_)) {
     j["ckpt_save_s"] = ckpt_save_s_;
     j["ckpt_save_gbps"] = ckpt_save_gbps_;
+    if (!std::isnan(ckpt_save_held_s_)) j["ckpt_save_held_s"] = ckpt_save_held_s_;
   }
   if (!std::isnan(ckpt_load_s_)) {
     j["ckpt_load_s"] = ckpt_load_s_;
     j["ckpt_load_gbps"] = ckpt_load_gbps_;
   }
-  ckpt_save_s_ = ckpt_save_gbps_ = ckpt_load_s_ = ckpt_load_gbps_ = NAN;
+  ckpt_save_s_ = ckpt_save_gbps_ = ckpt_save_held_s_ = ckpt_load_s_ = ckpt_load_gbps_ = NAN;
   // Rank 0 writes; every rank learns whether the write failed (disk full: exit 74).
   session_.mesh().world().agree_on_error([&] { metrics_->write(formats::json_text(j)); });
 }
@@ -565,7 +592,7 @@ bool Trainer<T>::checkpoint_due(int step, bool last) const {
 }
 
 template <class T>
-void Trainer<T>::save_checkpoint(int step) {
+void Trainer<T>::save_checkpoint(int step, bool wait) {
   checkpoint::TrainState st;
   st.step = step;
   st.cursor = cursor_;
@@ -579,12 +606,39 @@ void Trainer<T>::save_checkpoint(int step) {
   st.rank_first_windows = next_step_windows(cursor_, setup_);
   // Skipped (non-finite) steps leave the state untouched, and save() refuses a state that
   // holds a non-finite value anyway, so no checkpoint carries a NaN.
-  const checkpoint::IoStats io =
-      checkpoint::save(session_.engine(), session_.mesh(), checkpoint_meta(setup_), st, spec_.checkpoint.dir);
-  total_io_ += io.seconds;
+  if (!spec_.checkpoint.async) {
+    report_save(checkpoint::save(session_.engine(), session_.mesh(), checkpoint_meta(setup_), st, spec_.checkpoint.dir));
+    return;
+  }
+  // A save still in flight is completed first (its result comes back here).
+  if (const std::optional<checkpoint::IoStats> previous =
+          async_save_.start(session_.engine(), session_.mesh(), checkpoint_meta(setup_), st, spec_.checkpoint.dir))
+    report_save(*previous);
+  if (wait) complete_async_save(true);
+}
+
+template <class T>
+void Trainer<T>::complete_async_save(bool wait) {
+  if (!async_save_.pending()) return;
+  const MpiComm& comm = session_.mesh().world().mpi();
+  if (wait) {
+    report_save(async_save_.wait(comm));
+  } else if (const std::optional<checkpoint::IoStats> io = async_save_.poll(comm)) {
+    report_save(*io);
+  }
+}
+
+/// A save's log line and its fields in the next metrics record; the summary's io_s counts
+/// what training waited for (all of a synchronous save, the held part of an asynchronous one).
+template <class T>
+void Trainer<T>::report_save(const checkpoint::IoStats& io) {
+  total_io_ += io.async ? io.held_seconds : io.seconds;
   if (!io.written) return;
+  // Two saves completing at one boundary (the previous one, waited for by the next start,
+  // which is the final save) are both logged; the metrics record carries the later.
   ckpt_save_s_ = io.seconds;
   ckpt_save_gbps_ = io.gbps();
+  ckpt_save_held_s_ = io.async ? io.held_seconds : NAN;
   log::info("checkpoint %s: %s", io.path.c_str(), checkpoint::describe_save(io).c_str());
 }
 
@@ -620,6 +674,8 @@ void Trainer<T>::write_summary() {
                                    {"final_val_loss", last_val_},
                                    {"skipped_steps", skipped_},
                                    {"optimizer_updates", updates_},
+                                   {"loop_s", loop_seconds_},
+                                   {"loop_tokens_per_s", loop_seconds_ > 0 ? loop_tokens_ / loop_seconds_ : 0.0},
                                    {"ranks", ranks},
                                    {"recoveries", recoveries(spec_.output.dir)}};  // the supervisor's, issue 31
     // Atomic and checked: an earlier summary.json is replaced whole or kept.

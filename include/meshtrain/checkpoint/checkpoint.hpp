@@ -102,6 +102,11 @@ struct IoStats {
   int writer_nodes = 0;           ///< nodes holding those ranks
   std::uint64_t max_node_bytes = 0;  ///< tensor bytes written from the busiest node
   double checksum_seconds = 0;    ///< the slowest rank's checksum time (its CRCs and the attribute writes)
+  /// Asynchronous saves (checkpoint.async, async_save.hpp): `seconds` runs from the start of
+  /// the save to its commit while training went on; `held_seconds` is the part training
+  /// waited for (staging, the file's layout, the completion check and the commit).
+  bool async = false;
+  double held_seconds = 0;
   double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
   /// File-system bandwidth of the data phase: all tensor bytes over the slowest rank's time.
   double data_gbps() const { return data_seconds > 0 ? static_cast<double>(bytes) / data_seconds / 1e9 : 0.0; }

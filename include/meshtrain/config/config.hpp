@@ -104,6 +104,7 @@ struct CheckpointConfig {
   std::string resume = "auto";        ///< auto | none | PATH
   std::string init_from;              ///< safetensors file or dir (or .h5 checkpoint) with initial weights
   bool save_final = true;
+  bool async = false;                 ///< write saves in the background (checkpoint/async_save.hpp)
 };
 
 struct OutputConfig {

@@ -32,17 +32,26 @@ enum class Point : int {
   MetricsWrite,      ///< metrics.write: each record appended to metrics.jsonl (rank 0)
   PrepareWrite,      ///< prepare.write: each write of a token or loss-mask file by `prepare` (rank 0)
   ConvertWrite,      ///< convert.write: each tensor written into a safetensors file by `convert` (rank 0)
+  SaveBackground,    ///< save.background: an asynchronous save's background thread, before each tensor piece it writes (every rank with pieces)
 };
 
 namespace detail {
 extern int g_armed;  ///< the armed Point as int; -1 when nothing is armed (never equals a Point, None included)
-int fire(Point p);
+int fire(Point p, int step);
+extern int g_step;
 }  // namespace detail
 
 /// Passes point `p`. When MESHTRAIN_FAULT selects this pass, kill and stall happen here
 /// (the call does not return) and eio/enospc return that errno, which the caller treats as
 /// the result of its I/O call. Returns 0 otherwise.
-inline int pass(Point p) { return detail::g_armed == static_cast<int>(p) ? detail::fire(p) : 0; }
+inline int pass(Point p) { return detail::g_armed == static_cast<int>(p) ? detail::fire(p, detail::g_step) : 0; }
+/// As pass, with `step` for `step=S` instead of the trainer's current step: a point passed
+/// on another thread (save.background), whose step is that of its save while the trainer
+/// has moved on. Only the thread of the armed point counts its passes, so this is safe
+/// while the main thread passes other points.
+inline int pass_at_step(Point p, int step) {
+  return detail::g_armed == static_cast<int>(p) ? detail::fire(p, step) : 0;
+}
 
 /// Parses MESHTRAIN_FAULT (unset or empty: nothing armed). UserError on a bad spec.
 void configure_from_environment();

@@ -112,6 +112,7 @@ struct CheckpointSpec {
   checkpoint::ResumeSpec resume;
   std::string init_from;
   bool save_final = true;
+  bool async = false;                       ///< checkpoint.async
 };
 
 /// output.*.
