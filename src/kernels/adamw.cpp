@@ -99,6 +99,10 @@ void adamw_multi(float* param, const float* grad, float* exp_avg, float* exp_avg
         });
     return;
   }
+  // Host (device memory is host memory here): the skip and the clip coefficient are read
+  // once, and each segment is the loop of adamw_step (unit stride, vectorized).
+  if (!std::isfinite(norm_clip[0])) return;
+  const float gs = static_cast<float>(norm_clip[1]);
   for (int k = 0; k < n_segs; ++k) {
     const FlatSegment sg = segs[k];
     const float decay = sg.decay ? s.decay : no_decay;
@@ -107,13 +111,16 @@ void adamw_multi(float* param, const float* grad, float* exp_avg, float* exp_avg
     float* mp = exp_avg + sg.offset;
     float* vp = exp_avg_sq + sg.offset;
     C* cp = compute != nullptr ? compute + sg.offset : nullptr;
-    Kokkos::parallel_for(
-        "Kernels::adamw_multi", Range64(0, sg.numel), KOKKOS_LAMBDA(std::int64_t i) {
-          if (!math::isfinite(norm_clip[0])) return;
-          const float gs = static_cast<float>(norm_clip[1]);
-          const float w = adamw_element(s, decay, gs, pp[i], gp[i], mp[i], vp[i]);
-          if (cp != nullptr) cp[i] = store<C>(w);
-        });
+    if (cp == nullptr) {
+      Kokkos::parallel_for(
+          "Kernels::adamw_multi", Range64(0, sg.numel),
+          KOKKOS_LAMBDA(std::int64_t i) { adamw_element(s, decay, gs, pp[i], gp[i], mp[i], vp[i]); });
+    } else {
+      Kokkos::parallel_for(
+          "Kernels::adamw_multi", Range64(0, sg.numel), KOKKOS_LAMBDA(std::int64_t i) {
+            cp[i] = store<C>(adamw_element(s, decay, gs, pp[i], gp[i], mp[i], vp[i]));
+          });
+    }
   }
 }
 
