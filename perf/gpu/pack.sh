@@ -11,7 +11,8 @@
 #
 # Writes DIR/meshtrain-gpu.tar.xz (and DIR/MANIFEST.txt, the same list uncompressed).
 # Inside, under meshtrain-gpu/:
-#   bin/            meshtrain, test_cuda_link, the kernel tests, test_model_gradcheck,
+#   bin/            meshtrain, selfcheck_paths (the fused paths against the paths they
+#                   replace), test_cuda_link, the kernel tests, test_model_gradcheck,
 #                   test_memory_accounting, test_memory_pool (stripped; device code kept)
 #   lib/            every non-system shared library of those, by soname: Open MPI (libmpi,
 #                   libopen-rte, libopen-pal, libpmix, hwloc, libevent), parallel HDF5 and its
@@ -57,6 +58,9 @@ cd "$repo"
 # training step's memory accounting against the planner (FSDP engine, pool, NCCL); the
 # pool's steady state (no allocator calls after the first training step).
 bins=("$build/bin/meshtrain")
+[[ -x $build/bin/selfcheck_paths ]] ||
+  { echo "pack.sh: $build/bin/selfcheck_paths not found: build it (cmake --build $build --target selfcheck_paths)" >&2; exit 1; }
+bins+=("$build/bin/selfcheck_paths")
 for t in "$build"/bin/test_cuda_link "$build"/bin/test_kernels_* "$build"/bin/test_model_gradcheck \
          "$build"/bin/test_memory_accounting "$build"/bin/test_memory_pool; do
   [[ -x $t ]] && bins+=("$t")

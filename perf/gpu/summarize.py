@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The one table of perf/gpu/validate.sh, from the files its run left in --work.
 
-Reads: BUILD_INFO.txt, nvidia-smi.csv, tests/status.txt (+ each test's log), gemm_bf16.json,
+Reads: BUILD_INFO.txt, nvidia-smi.csv, selfcheck.txt (the fused paths' PASS/FAIL lines),
+tests/status.txt (+ each test's log), gemm_bf16.json,
 gemm_fp32.json, torch_gemm.txt, train/train.log, train/metrics.jsonl, gpu_memory.csv.
 Writes the table (--table) and the same numbers as JSON (--json, with "ok": all tests
 passed and training finished with finite losses). Standard library only: it runs under
@@ -96,7 +97,18 @@ def main():
 
     tests = test_results(w)
     res["tests"] = tests
-    tests_ok = bool(tests) and all(t["exit"] == 0 for t in tests)
+    # A dry run has no GPU: a program that needs one exits 77 (skipped), listed as such.
+    tests_ok = bool(tests) and all(t["exit"] == 0 or (res["dry_run"] and t["exit"] == 77) for t in tests)
+    # The fused paths: one "PASS name (...)" or "FAIL name: ..." line each (selfcheck_paths).
+    paths, path_detail = {}, {}
+    for line in read(os.path.join(w, "selfcheck.txt")).splitlines():
+        m = re.match(r"(PASS|FAIL) (\S+?)(?:: | \()(.*)", line)
+        if m:
+            paths[m.group(2)] = m.group(1)
+            path_detail[m.group(2)] = m.group(3).rstrip(")")
+    res["paths"] = paths
+    sc_status = read(os.path.join(w, "selfcheck_status.txt")).strip()
+    paths_ok = bool(paths) and all(v == "PASS" for v in paths.values()) and sc_status == "0"
 
     bf = gemm(os.path.join(w, "gemm_bf16.json"))
     fp = gemm(os.path.join(w, "gemm_fp32.json"))
@@ -151,7 +163,7 @@ def main():
         train["device_total_bytes"] = mem[0][1] * 2**20
     res["train"] = train
     train_ok = train["exit"] == 0 and finite and len(steps) > 0
-    res["ok"] = tests_ok and train_ok
+    res["ok"] = tests_ok and train_ok and paths_ok
 
     # ---- the table --------------------------------------------------------------------
     L = []
@@ -162,13 +174,20 @@ def main():
     if res["cuda"]:
         L.append("  cuda     %s" % res["cuda"])
     L.append("-" * 100)
+    npass = sum(v == "PASS" for v in paths.values())
+    L.append("paths    %d/%d fused paths PASS (selfcheck_paths: each vs the path it replaces and a double reference)%s"
+             % (npass, len(paths), "" if paths else ": the self-check did not run (exit %s)" % (sc_status or "?")))
+    for name, v in paths.items():
+        L.append("         %s %s%s" % (v, name, "" if v == "PASS" else ": " + path_detail[name][:150]))
     ntests = sum(t["tests"] or 0 for t in tests)
     nfail = sum(t["failed"] for t in tests)
     nskip = sum(t["skipped"] for t in tests)
     L.append("tests    %d/%d programs passed: %d tests, %d failed, %d skipped (kernels vs host references; NCCL + cuBLAS)"
              % (sum(t["exit"] == 0 for t in tests), len(tests), ntests, nfail, nskip))
     for t in tests:
-        if t["exit"] != 0:
+        if res["dry_run"] and t["exit"] == 77:
+            L.append("         SKIPPED %s (exit 77: needs a GPU; not a failure in a dry run only)" % t["name"])
+        elif t["exit"] != 0:
             L.append("         FAILED %s (exit %d, %d failed)" % (t["name"], t["exit"], t["failed"]))
     backend = "host BLAS" if res["dry_run"] else "cuBLAS"
     L.append("GEMM     bf16 %s (meshtrain bench gemm, best repeat, TFLOP/s): %s -> peak %s TFLOP/s"
@@ -203,6 +222,8 @@ def main():
         L.append("training produced no steps (exit %s): see train.log" % train["exit"])
     L.append("-" * 100)
     why = []
+    if not paths_ok:
+        why.append("a fused path failed" if paths else "no self-check")
     if not tests_ok:
         why.append("tests failed" if tests else "no tests ran")
     if not train_ok:

@@ -88,6 +88,7 @@ plan::RunSpec resolve_spec(const Config& c) {
   ts.sample_tokens = t.sample_tokens;
   ts.sample_temperature = t.sample_temperature;
   ts.sample_top_k = t.sample_top_k;
+  ts.fused_optimizer = c.gpu.fused_optimizer;
 
   const ParallelConfig& p = c.parallel;
   plan::ParallelSpec& ps = s.parallel;

@@ -110,6 +110,8 @@ void visit_config(C& c, V&& v) {
   v("checkpoint.save_final", k.save_final, "save a checkpoint after the last step");
   v("checkpoint.async", k.async, "write each save in the background while training goes on (a host copy of the rank's state; doc/checkpoints.md)");
 
+  v("gpu.fused_optimizer", c.gpu.fused_optimizer, "gradient norm and clip coefficient computed and kept on the device, AdamW in one launch per FSDP unit reading the clip there (false = one norm and one AdamW launch per parameter, the norm read back before AdamW)");
+
   v("output.dir", c.output.dir, "run directory: effective config, metrics.jsonl, run record");
   v("output.log_all_ranks", c.output.log_all_ranks, "every rank logs, prefixed with its rank");
   v("output.log_level", c.output.log_level, "debug | info | warn");

@@ -3,12 +3,20 @@
 #include <cmath>
 
 #include "kernel_common.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/kernels/elementwise.hpp"
 
 namespace meshtrain::kernels {
 using namespace detail;
 
-void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::size_t n,
-                const AdamWParams& p) {
+namespace {
+
+/// The scalars of one AdamW update, computed once on the host (in double, as torch does).
+struct AdamWScalars {
+  float step_size, bc2_sqrt, decay, w1, w2, beta2, eps;
+};
+
+AdamWScalars adamw_scalars(const AdamWParams& p, float weight_decay) {
   // Same operation order as torch.optim.AdamW (single-tensor path): scalars in double on
   // the host, then per element
   //   p *= 1 - lr*wd;  m += (1-b1) (g - m);  v = v b2 + (1-b2) g g;
@@ -17,22 +25,148 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   const double lr = p.lr, b1 = p.beta1, b2 = p.beta2;
   const double bc1 = 1.0 - std::pow(b1, p.step);
   const double bc2 = 1.0 - std::pow(b2, p.step);
-  const float step_size = static_cast<float>(lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = static_cast<float>(1.0 - lr * static_cast<double>(p.weight_decay));
-  const float w1 = static_cast<float>(1.0 - b1), w2 = static_cast<float>(1.0 - b2);
-  const float beta2 = p.beta2, eps = p.eps, gs = p.grad_scale;
+  AdamWScalars s;
+  s.step_size = static_cast<float>(lr / bc1);
+  s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  s.decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay));
+  s.w1 = static_cast<float>(1.0 - b1);
+  s.w2 = static_cast<float>(1.0 - b2);
+  s.beta2 = p.beta2;
+  s.eps = p.eps;
+  return s;
+}
+
+/// One element's update; returns the new parameter. The one copy of the arithmetic that
+/// adamw_step and both launches of adamw_multi share.
+KOKKOS_FORCEINLINE_FUNCTION float adamw_element(const AdamWScalars& s, float decay, float gs, float& param,
+                                                float grad, float& exp_avg, float& exp_avg_sq) {
+  const float g = grad * gs;
+  const float m = exp_avg + s.w1 * (g - exp_avg);
+  const float v = exp_avg_sq * s.beta2 + s.w2 * g * g;
+  exp_avg = m;
+  exp_avg_sq = v;
+  const float denom = math::sqrt(v) / s.bc2_sqrt + s.eps;
+  param = param * decay - s.step_size * (m / denom);
+  return param;
+}
+
+/// Index of the segment holding flattened element j: the last k with segs[k].first <= j.
+KOKKOS_INLINE_FUNCTION int find_segment(const FlatSegment* segs, int n, std::int64_t j) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (segs[mid].first <= j) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+bool single_launch(SegmentLaunch launch) {
+  if (launch == SegmentLaunch::Auto) return !kHostExec;
+  MESHTRAIN_ASSERT(launch == SegmentLaunch::Single || kDeviceIsHost,
+                   "per-segment launches read the segment table on the host (host builds only)");
+  return launch == SegmentLaunch::Single;
+}
+
+}  // namespace
+
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::size_t n,
+                const AdamWParams& p) {
+  const AdamWScalars s = adamw_scalars(p, p.weight_decay);
+  const float gs = p.grad_scale;
   Kokkos::parallel_for(
       "Kernels::adamw_step", Range64(0, static_cast<std::int64_t>(n)),
-      KOKKOS_LAMBDA(std::int64_t i) {
-        const float g = grad[i] * gs;
-        const float m = exp_avg[i] + w1 * (g - exp_avg[i]);
-        const float v = exp_avg_sq[i] * beta2 + w2 * g * g;
-        exp_avg[i] = m;
-        exp_avg_sq[i] = v;
-        const float denom = math::sqrt(v) / bc2_sqrt + eps;
-        param[i] = param[i] * decay - step_size * (m / denom);
+      KOKKOS_LAMBDA(std::int64_t i) { adamw_element(s, s.decay, gs, param[i], grad[i], exp_avg[i], exp_avg_sq[i]); });
+}
+
+template <class C>
+void adamw_multi(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const FlatSegment* segs,
+                 int n_segs, std::int64_t total, const AdamWParams& p, const double* norm_clip, C* compute,
+                 SegmentLaunch launch) {
+  if (n_segs == 0 || total == 0) return;
+  const AdamWScalars s = adamw_scalars(p, p.weight_decay);
+  const float no_decay = adamw_scalars(p, 0.0f).decay;  // 1 - lr * 0 = 1 exactly
+  if (single_launch(launch)) {
+    Kokkos::parallel_for(
+        "Kernels::adamw_multi", Range64(0, total), KOKKOS_LAMBDA(std::int64_t j) {
+          if (!math::isfinite(norm_clip[0])) return;  // non-finite norm: the step is skipped
+          const float gs = static_cast<float>(norm_clip[1]);
+          const FlatSegment& sg = segs[find_segment(segs, n_segs, j)];
+          const std::int64_t i = sg.offset + (j - sg.first);
+          const float w = adamw_element(s, sg.decay ? s.decay : no_decay, gs, param[i], grad[i], exp_avg[i],
+                                        exp_avg_sq[i]);
+          if (compute != nullptr) compute[i] = store<C>(w);
+        });
+    return;
+  }
+  // Host (device memory is host memory here): the skip and the clip coefficient are read
+  // once, and each segment is the loop of adamw_step (unit stride, vectorized).
+  if (!std::isfinite(norm_clip[0])) return;
+  const float gs = static_cast<float>(norm_clip[1]);
+  for (int k = 0; k < n_segs; ++k) {
+    const FlatSegment sg = segs[k];
+    const float decay = sg.decay ? s.decay : no_decay;
+    float* pp = param + sg.offset;
+    const float* gp = grad + sg.offset;
+    float* mp = exp_avg + sg.offset;
+    float* vp = exp_avg_sq + sg.offset;
+    C* cp = compute != nullptr ? compute + sg.offset : nullptr;
+    if (cp == nullptr) {
+      Kokkos::parallel_for(
+          "Kernels::adamw_multi", Range64(0, sg.numel),
+          KOKKOS_LAMBDA(std::int64_t i) { adamw_element(s, decay, gs, pp[i], gp[i], mp[i], vp[i]); });
+    } else {
+      Kokkos::parallel_for(
+          "Kernels::adamw_multi", Range64(0, sg.numel), KOKKOS_LAMBDA(std::int64_t i) {
+            cp[i] = store<C>(adamw_element(s, decay, gs, pp[i], gp[i], mp[i], vp[i]));
+          });
+    }
+  }
+}
+
+void sum_squares_segments(const float* x, const FlatSegment* segs, int n_segs, std::int64_t total, double* out,
+                          SegmentLaunch launch) {
+  if (single_launch(launch)) {
+    // One reduction into the device scalar (Kokkos writes the result there, asynchronously).
+    Kokkos::View<double, DeviceMem, Kokkos::MemoryTraits<Kokkos::Unmanaged>> result(out);
+    Kokkos::parallel_reduce(
+        "Kernels::sum_squares_segments", Range64(0, total),
+        KOKKOS_LAMBDA(std::int64_t j, double& acc) {
+          const FlatSegment& sg = segs[find_segment(segs, n_segs, j)];
+          const double v = static_cast<double>(x[sg.offset + (j - sg.first)]);
+          acc += v * v;
+        },
+        result);
+    return;
+  }
+  // Host: the per-parameter sums of the unfused norm, added in the same order.
+  for (int k = 0; k < n_segs; ++k)
+    *out += sum_squares(x + segs[k].offset, static_cast<std::size_t>(segs[k].numel));
+}
+
+void sum_in_order(const double* partial, int n, double* out) {
+  Kokkos::parallel_for(
+      "Kernels::sum_in_order", RangeInt(0, 1), KOKKOS_LAMBDA(int) {
+        double s = 0;
+        for (int u = 0; u < n; ++u) s += partial[u];
+        out[0] = s;
       });
 }
+
+void grad_norm_clip(double* norm_clip, double max_norm) {
+  Kokkos::parallel_for(
+      "Kernels::grad_norm_clip", RangeInt(0, 1), KOKKOS_LAMBDA(int) {
+        const double norm = math::sqrt(norm_clip[0]);
+        norm_clip[0] = norm;
+        // std::min(1.0, c) of the host code: c when c < 1, else 1 (also for a NaN c).
+        const double c = max_norm / (norm + 1e-6);
+        norm_clip[1] = max_norm > 0 ? (c < 1.0 ? c : 1.0) : 1.0;
+      });
+}
+
+template void adamw_multi<float>(float*, const float*, float*, float*, const FlatSegment*, int, std::int64_t,
+                                 const AdamWParams&, const double*, float*, SegmentLaunch);
+template void adamw_multi<bf16>(float*, const float*, float*, float*, const FlatSegment*, int, std::int64_t,
+                                const AdamWParams&, const double*, bf16*, SegmentLaunch);
 
 }  // namespace meshtrain::kernels

@@ -112,14 +112,41 @@ template <class T>
 void position_embedding_backward(const T* dx, T* dwpe, int B, int T_seq, int C, const std::int32_t* doc_start) {
   using A = acc_t<T>;
   if (doc_start != nullptr) {
-    // Packed rows: token r adds to row (r % T_seq - doc_start[r]) of dwpe. One work item per
-    // column, tokens in order: deterministic, no atomics (positions repeat within a row).
-    const int N = B * T_seq;
+    // Packed rows: token (b, t) adds to row p = t - doc_start[b*T + t] of dwpe. One team per
+    // position p (threads over the columns: coalesced on GPUs, a unit-stride row loop on
+    // host) visits the tokens at position p in token order -- sequence by sequence, one per
+    // document long enough -- so every element is summed in token order with the same
+    // roundings as a serial scan, deterministic and without atomics. A sequence's documents
+    // are found by jumping: from the token at position p of one document, a binary search
+    // over the (non-decreasing) document starts gives the next document's start; a document
+    // shorter than p + 1 tokens is passed over by jumping to position p of the document
+    // that holds t. About T / p + documents probes per (p, sequence), none per column.
     Kokkos::parallel_for(
-        "Kernels::position_embedding_backward_docs", RangeInt(0, C), KOKKOS_LAMBDA(int c) {
-          for (int r = 0; r < N; ++r) {
-            T* w = dwpe + static_cast<std::int64_t>(r % T_seq - doc_start[r]) * C + c;
-            *w = store<T>(load(*w) + load(dx[static_cast<std::int64_t>(r) * C + c]));
+        "Kernels::position_embedding_backward_docs", row_policy(T_seq), KOKKOS_LAMBDA(const Member& team) {
+          const int p = team.league_rank();
+          T* w = dwpe + static_cast<std::int64_t>(p) * C;
+          for (int b = 0; b < B; ++b) {
+            const std::int32_t* d = doc_start + static_cast<std::int64_t>(b) * T_seq;  // this sequence's starts
+            int t = p;
+            while (t < T_seq) {
+              const int ds = d[t];
+              if (t - ds == p) {
+                const T* g = dx + (static_cast<std::int64_t>(b) * T_seq + t) * C;
+                // Each thread keeps its columns from token to token: no barrier needed.
+                team_for(team, C, [&](int c) { w[c] = store<T>(load(w[c]) + load(g[c])); });
+                int lo = t + 1, hi = T_seq;  // first index after t in a later document
+                while (lo < hi) {
+                  const int mid = lo + (hi - lo) / 2;
+                  if (d[mid] > ds) hi = mid;
+                  else lo = mid + 1;
+                }
+                t = lo + p;
+              } else {
+                // t is at position t - ds < p of its document: its position p, if it has one.
+                // (Starts are validated on load; the max only guards against a malformed row.)
+                t = ds + p > t ? ds + p : t + 1;
+              }
+            }
           }
         });
     return;

@@ -8,11 +8,12 @@
 
 namespace meshtrain::parallel {
 namespace {
-/// out = in converted (a plain copy when the types agree).
+/// out = in converted (a plain copy when the types agree), queued on the compute stream like
+/// the cast kernel: the collectives that read `out` are ordered after it by events.
 template <class In, class Out>
 void convert(const In* in, Out* out, std::size_t n) {
   if constexpr (std::is_same_v<In, Out>) {
-    Kokkos::deep_copy(UView<Out>(out, n), UView<Out>(const_cast<In*>(in), n));
+    Kokkos::deep_copy(ExecSpace(), UView<Out>(out, n), UView<Out>(const_cast<In*>(in), n));
   } else {
     kernels::cast(in, out, n);
   }
@@ -195,6 +196,25 @@ void FsdpEngine<T>::set_frozen(int u, const float* values) {
 template <class T>
 void FsdpEngine<T>::params_updated() {
   for (StepBuffers& r : step_buffers_) r.stale = true;
+}
+
+template <class T>
+T* FsdpEngine<T>::persistent_compute_copy(int u) {
+  StepBuffers& r = step_buffers_[u];
+  const model::UnitLayout& L = layouts_[u];
+  if (traits_.shard_params || r.gathered.empty()) return nullptr;
+  if (std::is_same_v<T, float> && L.frozen_padded() == 0) return nullptr;  // the master is the compute copy
+  return r.gathered.data() + L.trainable_begin();
+}
+
+template <class T>
+void FsdpEngine<T>::params_updated_in_place() {
+  for (int u = 0; u < num_units(); ++u) {
+    // A copy that was fresh before the update got every parameter element of it (the
+    // padding never changes); one still waiting for its first refresh stays stale.
+    StepBuffers& r = step_buffers_[u];
+    r.stale = r.stale || persistent_compute_copy(u) == nullptr;
+  }
 }
 
 template <class T>

@@ -33,6 +33,12 @@ double Session<T>::global_sum(double local) const {
   return all_reduce_value(mesh_.world().comm(), mesh_.coord().tp == 0 ? local : 0.0, ReduceOp::Sum);
 }
 
+template <class T>
+optim::FusedStep<T>& Session<T>::fused_step(const optim::AdamWSettings& s) {
+  if (!fused_) fused_ = std::make_unique<optim::FusedStep<T>>(*engine_, s);
+  return *fused_;
+}
+
 template class Session<float>;
 template class Session<bf16>;
 

@@ -16,6 +16,7 @@ StepSettings step_settings(const plan::RunSetup& setup) {
   s.adam = {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay, tc.decay_embeddings};
   s.grad_clip = tc.grad_clip;
   s.activation_checkpointing = setup.activation_checkpointing;  // as resolved (the planner may choose it)
+  s.fused_optimizer = tc.fused_optimizer;
   return s;
 }
 
@@ -44,9 +45,25 @@ StepResult train_step(Session<T>& session, const StepSettings& st, int step, int
   if (poison) parallel::poison_gradients(eng, NAN);
 
   StepResult r;
+  r.lr = st.schedule.at(step);
+  if (st.fused_optimizer) {
+    // Norm, clip and AdamW stay on the device; AdamW skips itself when the norm is not
+    // finite, so the host reads the norm only afterwards, to count the update and log it.
+    optim::FusedStep<T>& fs = session.fused_step(st.adam);
+    fs.grad_norm(session.mesh().world().comm(), st.grad_clip);
+    r.loss = session.global_sum(local_loss) / global_tokens;
+    if (std::isfinite(r.loss)) fs.update(r.lr, updates + 1);
+    r.grad_norm = fs.norm();
+    // Loss and norm come from world reductions: every rank takes the same branch.
+    r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+    if (r.applied) {
+      ++updates;
+      eng.params_updated_in_place();
+    }
+    return r;
+  }
   r.grad_norm = parallel::global_grad_norm(eng, session.mesh().world().comm());
   r.loss = session.global_sum(local_loss) / global_tokens;
-  r.lr = st.schedule.at(step);
   // Loss and norm come from world reductions: every rank takes the same branch.
   r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
   if (r.applied) {

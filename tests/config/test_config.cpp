@@ -153,7 +153,7 @@ TEST_F(ConfigTest, UnknownKeyInTheFileNamesItTheFileAndTheNearestKey) {
 TEST_F(ConfigTest, UnknownSectionIsNamed) {
   std::string msg = error_of("train", {"--modle.d_model=5"});
   EXPECT_CONTAINS(msg, "unknown config section 'modle'");
-  EXPECT_CONTAINS(msg, "model, parallel, plan, train, data, checkpoint, output");
+  EXPECT_CONTAINS(msg, "model, parallel, plan, train, data, checkpoint, gpu, output");
   EXPECT_CONTAINS(msg, "did you mean 'model.d_model'");
 
   const std::string ini = write("bad.ini", "[trian]\nsteps = 5\n");

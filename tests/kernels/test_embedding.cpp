@@ -138,3 +138,52 @@ TEST(KernelsEmbedding, BackwardDeterministic) {
   };
   EXPECT_TRUE(bitwise_equal(run(), run()));
 }
+
+// Packed rows: each token's row goes to its position inside its document. The kernel visits
+// the tokens of each position in token order, so it must equal the serial token-order scan
+// bit for bit, with the same per-add rounding (bf16 too), for documents of every length:
+// 1-token documents, one that fills a whole sequence, and random boundaries.
+TEST(KernelsEmbedding, PackedPositionBackwardTokenOrder) {
+  const int B = 4, T = 37, C = 70;
+  std::vector<std::int32_t> docs(static_cast<std::size_t>(B) * T);
+  std::mt19937_64 gen(40);
+  for (int b = 0; b < B; ++b) {
+    int start = 0;
+    for (int t = 0; t < T; ++t) {
+      // b = 0: one document; b = 1: every token its own document; otherwise random cuts.
+      const bool cut = t > 0 && (b == 1 || (b >= 2 && gen() % (b == 2 ? 3 : 9) == 0));
+      if (cut) start = t;
+      docs[static_cast<std::size_t>(b) * T + t] = start;
+    }
+  }
+  const auto dy = bf16_exact(random_normal(static_cast<std::size_t>(B) * T * C, 41));
+  const auto dwpe0 = bf16_exact(random_normal(static_cast<std::size_t>(T) * C, 42));
+  auto ddoc = to_device(docs);
+  auto run = [&](auto tag) {
+    using T_ = decltype(tag);
+    auto g = upload<T_>(dwpe0);
+    auto d = upload<T_>(dy);
+    k::position_embedding_backward(d.data(), g.data(), B, T, C, ddoc.data());
+    return to_host(g);
+  };
+  auto reference = [&](auto tag) {
+    using T_ = decltype(tag);
+    std::vector<T_> w = convert<T_>(dwpe0);
+    const std::vector<T_> d = convert<T_>(dy);
+    for (int r = 0; r < B * T; ++r) {
+      const int p = r % T - docs[static_cast<std::size_t>(r)];
+      for (int c = 0; c < C; ++c) {
+        T_& e = w[static_cast<std::size_t>(p) * C + c];
+        if constexpr (std::is_same_v<T_, bf16>) {
+          e = bf16(static_cast<float>(e) + static_cast<float>(d[static_cast<std::size_t>(r) * C + c]));
+        } else {
+          e = e + d[static_cast<std::size_t>(r) * C + c];
+        }
+      }
+    }
+    return w;
+  };
+  EXPECT_TRUE(bitwise_equal(to_double(run(double{})), to_double(reference(double{}))));
+  EXPECT_TRUE(bitwise_equal(to_double(run(float{})), to_double(reference(float{}))));
+  EXPECT_TRUE(bitwise_equal(to_double(run(bf16{})), to_double(reference(bf16{}))));
+}

@@ -107,6 +107,13 @@ struct CheckpointConfig {
   bool async = false;                 ///< write saves in the background (checkpoint/async_save.hpp)
 };
 
+/// gpu.*: each fused path of the step behind its own switch, defaulting to the fused path,
+/// so one that misbehaves on a device can be turned off alone. The same code runs on host
+/// builds (its host twin), so the keys mean the same there.
+struct GpuConfig {
+  bool fused_optimizer = true;        ///< device-resident norm + clip, one AdamW launch per unit
+};
+
 struct OutputConfig {
   std::string dir = "runs/default";
   bool log_all_ranks = false;
@@ -121,6 +128,7 @@ struct Config {
   DataConfig data;
   CheckpointConfig checkpoint;
   OutputConfig output;
+  GpuConfig gpu;
   std::string source_file;            ///< the INI file, if any
   /// Keys given on the command line, and keys given in the INI file (not defaulted). They
   /// let later stages tell a value the user chose from a default (warnings when one key

@@ -95,9 +95,12 @@ class Buffer {
   bool empty() const { return n_ == 0; }
   UView<T> view() const { return UView<T>(ptr_, n_); }
   UView<T> view(std::size_t offset, std::size_t count) const { return UView<T>(ptr_ + offset, count); }
-  /// Sets every element to zero (a device kernel).
+  /// Sets every element to zero: a fill queued on the default execution space (the compute
+  /// stream on GPUs), ordered before the kernels queued after it, without waiting for the
+  /// device (a deep_copy without a space fences everything, on several GPUs also the
+  /// collectives' stream). Host reads of device memory go through deep_copy, which fences.
   void zero() {
-    if (n_) Kokkos::deep_copy(view(), T{});
+    if (n_) Kokkos::deep_copy(ExecSpace(), view(), T{});
   }
 
  private:

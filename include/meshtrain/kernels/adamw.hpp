@@ -1,7 +1,10 @@
 #pragma once
-/// \brief Fused AdamW on fp32 master shards (decoupled weight decay, bias correction).
+/// \brief Fused AdamW on fp32 master shards (decoupled weight decay, bias correction), the
+/// multi-tensor form that updates every parameter of one flat FSDP unit in one launch, and
+/// the one-pass sum of squares over a unit's counted ranges (the gradient norm's part).
 
 #include <cstddef>
+#include <cstdint>
 
 namespace meshtrain::kernels {
 
@@ -17,5 +20,52 @@ struct AdamWParams {
 /// p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + weight_decay * p).
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::size_t n,
                 const AdamWParams& p);
+
+/// One piece of a flat buffer: elements [offset, offset + numel), and (AdamW) whether it
+/// decays. Offsets are relative to the pointers the kernels get.
+struct FlatSegment {
+  std::int64_t offset = 0;
+  std::int64_t numel = 0;
+  std::int64_t first = 0;  ///< elements of the segments before this one (their running sum)
+  int decay = 0;           ///< 1: AdamW applies weight_decay here; 0: none (norms, biases)
+};
+
+/// How the multi-segment kernels launch. Single: one launch over all segments, each element
+/// finding its segment by binary search (the GPU path). PerSegment: one launch per segment
+/// over contiguous indices, which vectorizes on host threads; with sum_squares_segments it
+/// also keeps the summation order of one sum_squares per segment. Auto: Single on GPUs,
+/// PerSegment on host. Results of adamw_multi are bitwise the same either way.
+enum class SegmentLaunch { Auto, Single, PerSegment };
+
+/// \brief Multi-tensor AdamW: the update of adamw_step on every segment of `segs` (device
+/// array of n_segs, total elements `total`) in one launch, element for element the same
+/// arithmetic as one adamw_step call per segment (so the results are bitwise those).
+/// `p.weight_decay` applies where a segment decays; `p.grad_scale` is ignored: the clip
+/// coefficient is read on the device from norm_clip[1], and when the global gradient norm
+/// norm_clip[0] is not finite nothing is written (the step is skipped without the host
+/// looking at the norm first). `compute` (may be null): the updated parameter is also
+/// written there, at the same offset, in the compute dtype C (the bf16 copy the forward
+/// reads), so no separate cast pass is needed.
+template <class C>
+void adamw_multi(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const FlatSegment* segs,
+                 int n_segs, std::int64_t total, const AdamWParams& p, const double* norm_clip, C* compute,
+                 SegmentLaunch launch = SegmentLaunch::Auto);
+
+/// \brief Sum over the segments of x[i]^2 in double into *out, a device pointer, written
+/// asynchronously (nothing is read back). Single: one reduction over all `total` elements,
+/// *out overwritten. PerSegment: *out += sum_squares(segment) for each segment in order
+/// (`segs` must then be host-accessible: host builds), exactly the additions of the
+/// per-parameter gradient norm. The order is fixed for a fixed space and thread count.
+void sum_squares_segments(const float* x, const FlatSegment* segs, int n_segs, std::int64_t total, double* out,
+                          SegmentLaunch launch = SegmentLaunch::Auto);
+
+/// out[0] = sum of partial[0..n) in index order (one device thread; n is the unit count).
+void sum_in_order(const double* partial, int n, double* out);
+
+/// \brief The norm's last pass, on the device: on entry norm_clip[0] is the global sum of
+/// squares; on exit norm_clip[0] = its square root (the norm) and norm_clip[1] =
+/// min(1, max_norm / (norm + 1e-6)) when max_norm > 0, else 1: the clip coefficient
+/// adamw_multi reads (a NaN norm gives 1, and adamw_multi then skips the step).
+void grad_norm_clip(double* norm_clip, double max_norm);
 
 }  // namespace meshtrain::kernels

@@ -107,6 +107,14 @@ class FsdpEngine {
   /// Master weights changed (optimizer step, checkpoint load): persistent gathered copies
   /// are refreshed at the next gather.
   void params_updated();
+  /// The compute-dtype copy of unit u's trainable segment that no_shard keeps between steps
+  /// (inside the replicated gathered buffer; element i is master element i), when it exists
+  /// and is not the master itself (fp32 without a frozen segment); else nullptr. The fused
+  /// optimizer writes it in its AdamW pass instead of a separate cast at the next gather.
+  T* persistent_compute_copy(int u);
+  /// Like params_updated, after an update that also wrote every non-null
+  /// persistent_compute_copy: those copies stay fresh, the others are refreshed.
+  void params_updated_in_place();
 
   // ---- frozen segment ------------------------------------------------------------------
   /// True when some parameter is frozen (LoRA).

@@ -72,6 +72,7 @@ struct TrainSpec {
   int sample_tokens = 0;
   double sample_temperature = 0.8;
   int sample_top_k = 40;
+  bool fused_optimizer = true;              ///< gpu.fused_optimizer
   bool bf16() const { return precision == Precision::Bf16; }
 };
 

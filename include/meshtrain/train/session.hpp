@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "meshtrain/model/transformer.hpp"
+#include "meshtrain/optim/fused_step.hpp"
 #include "meshtrain/parallel/device_mesh.hpp"
 #include "meshtrain/parallel/fsdp.hpp"
 #include "meshtrain/runtime/runtime.hpp"
@@ -32,6 +33,9 @@ class Session {
   /// Loss summed over every token of every data-parallel rank: contributions of tp rank 0
   /// only (tp ranks hold the same value), summed over the world. Same value on all ranks.
   double global_sum(double local_tp_identical) const;
+  /// The fused optimizer end of a step (gpu.fused_optimizer), made on first use for these
+  /// AdamW settings (a training session's settings do not change).
+  optim::FusedStep<T>& fused_step(const optim::AdamWSettings& s);
 
  private:
   plan::RunSetup setup_;
@@ -39,6 +43,7 @@ class Session {
   model::TpDims tp_;
   std::unique_ptr<parallel::FsdpEngine<T>> engine_;
   std::unique_ptr<model::Transformer<T>> model_;
+  std::unique_ptr<optim::FusedStep<T>> fused_;
 };
 
 }  // namespace meshtrain::train

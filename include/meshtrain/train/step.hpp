@@ -16,6 +16,7 @@ struct StepSettings {
   optim::AdamWSettings adam;
   double grad_clip = 1.0;               ///< 0 = no clipping
   bool activation_checkpointing = false;
+  bool fused_optimizer = true;          ///< gpu.fused_optimizer: optim::FusedStep
 };
 
 StepSettings step_settings(const plan::RunSetup& setup);
