@@ -125,6 +125,7 @@ class Trainer {
   int skipped_ = 0;
   double total_compute_ = 0, total_exposed_ = 0, total_busy_ = 0, total_io_ = 0;
   double last_loss_ = NAN, last_val_ = NAN;
+  DpoMetrics last_dpo_, last_val_dpo_;  ///< train.objective=dpo: the last step's and evaluation's pair means
   double loop_seconds_ = 0, loop_tokens_ = 0;  ///< the training loop's wall time and tokens (summary.json)
   double ckpt_save_s_ = NAN, ckpt_save_gbps_ = NAN;  ///< last save/load, reported with the next step
   double ckpt_save_held_s_ = NAN;                     ///< checkpoint.async: what the last save held training
@@ -184,10 +185,14 @@ void Trainer<T>::load_inputs() {
       }
     }
     tokenizer_ = checkpoint::run_tokenizer(data_.meta, "dataset " + spec_.data.text(), model, "model " + init_from);
-    // Rows of train.seq_len + 1 (what a row holds in the message); no preference pairs.
-    data::check_dataset_rows(data_, batch.seq_len, "train");
+    // Rows of train.seq_len + 1 (what a row holds in the message); preference pairs with
+    // train.objective=dpo and only with it.
+    data::check_dataset_rows(data_, batch.seq_len, "train", tc.objective);
+    check_dpo_setup(setup_, "train");
     // Instruction/chat data: windows are whole rows, targets outside the loss mask are -1.
     sampler_ = std::make_unique<data::Sampler>(data_.train, batch.seq_len, tc.seed, data_.train_mask);
+    // DPO: windows come as whole pairs (an even micro-batch from an even window).
+    if (tc.dpo()) sampler_->set_pairs();
     // Packed rows (and data.document_mask text): attention, positions and loss per document.
     sampler_->set_document_mask(data::document_mask_for(data_, false, spec_.data.document_mask));
     if (data_.val && data::has_window(*data_.val, batch.seq_len)) {
@@ -390,6 +395,7 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   gnorm = r.grad_norm;
   lr = r.lr;
   if (r.applied) last_loss_ = loss;
+  last_dpo_ = r.dpo;
   Kokkos::fence();
   // Account every collective of this step now that all streams are idle: NCCL's comm-stream
   // times are read from events as they complete, and would otherwise land in the next step.
@@ -412,12 +418,16 @@ double Trainer<T>::evaluate() {
   w.micro_batches = static_cast<long long>(spec_.train.eval_batches) * batch.grad_accum;
   w.windows = static_cast<std::uint64_t>(w.micro_batches) * batch.micro_batch * session_.mesh().shape().dp();
   w.masked = data_.val_mask != nullptr;
+  w.dpo = spec_.train.dpo();
+  w.dpo_beta = spec_.train.dpo_beta;
   if (eval_sampler_->document_masked()) {
     TokenBatch docs_token_batch(batch.micro_batch, batch.seq_len, true);
     last_val_ = train::evaluate(session_, *eval_sampler_, w, docs_token_batch).loss;
     return last_val_;
   }
-  last_val_ = train::evaluate(session_, *eval_sampler_, w, token_batch_).loss;
+  const EvalResult r = train::evaluate(session_, *eval_sampler_, w, token_batch_);
+  last_val_ = r.loss;
+  last_val_dpo_ = r.dpo;
   return last_val_;
 }
 
@@ -443,7 +453,16 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                                  "comp %.3fs comm %.3fs (exposed %.3fs)",
                                  step, tc.steps, loss, lr, gnorm, tok_s, 100 * mfu, format_bytes(mem_max).c_str(),
                                  comp_max, busy_max, exp_max);
-    if (!std::isnan(val)) line += strprintf(" | val %.4f (ppl %.2f)", val, std::exp(val));
+    if (tc.dpo()) {
+      // TRL's names: the rewards of the chosen and rejected responses, their margin, the
+      // fraction of pairs with a positive margin (doc/finetuning.md, "DPO").
+      line += strprintf(" | rewards chosen %.4f rejected %.4f margin %.4f acc %.3f", last_dpo_.rewards_chosen,
+                        last_dpo_.rewards_rejected, last_dpo_.margins, last_dpo_.accuracy);
+      if (!std::isnan(val))
+        line += strprintf(" | val %.4f (margin %.4f acc %.3f)", val, last_val_dpo_.margins, last_val_dpo_.accuracy);
+    } else if (!std::isnan(val)) {
+      line += strprintf(" | val %.4f (ppl %.2f)", val, std::exp(val));
+    }
     log::info("%s", line.c_str());
   }
   // One metrics.jsonl line (doc/training.md); a NaN or infinite loss is written as null.
@@ -467,6 +486,18 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                      {"counted_tokens", last_counted_},
                      {"counted_tokens_per_s", last_counted_ / step_max}};
   if (!std::isnan(val)) j["val_loss"] = val;
+  if (tc.dpo()) {
+    const auto add = [&j](const std::string& prefix, const DpoMetrics& m) {
+      j[prefix + "rewards/chosen"] = m.rewards_chosen;
+      j[prefix + "rewards/rejected"] = m.rewards_rejected;
+      j[prefix + "rewards/margins"] = m.margins;
+      j[prefix + "rewards/accuracies"] = m.accuracy;
+      j[prefix + "logps/chosen"] = m.logps_chosen;
+      j[prefix + "logps/rejected"] = m.logps_rejected;
+    };
+    add("", last_dpo_);
+    if (!std::isnan(val)) add("val_", last_val_dpo_);
+  }
   if (!std::isnan(ckpt_save_s_)) {
     j["ckpt_save_s"] = ckpt_save_s_;
     j["ckpt_save_gbps"] = ckpt_save_gbps_;
