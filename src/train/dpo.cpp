@@ -32,17 +32,18 @@ std::vector<float> dpo_pairs(const std::vector<double>& policy, const std::vecto
   return coef;
 }
 
-void check_dpo_setup(const plan::RunSetup& setup, const std::string& command) {
+void check_dpo_setup(const plan::RunSetup& setup, const std::string& command, bool stored_reference) {
   if (!setup.spec.train.dpo()) return;
   MESHTRAIN_REQUIRE(setup.batch.micro_batch % 2 == 0,
                     "%s: train.objective=dpo takes a preference pair's chosen and rejected rows in one micro-batch, so "
                     "train.micro_batch must be even; it is %d%s",
                     command.c_str(), setup.batch.micro_batch,
                     setup.spec.batch.micro_batch == 0 ? " (chosen by the planner): give an even train.micro_batch" : "");
-  MESHTRAIN_REQUIRE(setup.spec.dims.lora_rank > 0,
-                    "%s: train.objective=dpo needs LoRA adapters (model.lora_rank > 0): its reference model is the "
-                    "frozen base with the adapters switched off; full fine-tuning with DPO is not implemented",
-                    command.c_str());
+  MESHTRAIN_REQUIRE(stored_reference || setup.spec.dims.lora_rank > 0,
+                    "%s: train.objective=dpo needs LoRA adapters (model.lora_rank > 0) here: its reference model is "
+                    "the frozen base with the adapters switched off (a training run without adapters stores its "
+                    "initial weights' log-probabilities in its output.dir instead, which %s does not read)",
+                    command.c_str(), command.c_str());
 }
 
 DpoMetrics dpo_metrics(const DpoSums& s) {

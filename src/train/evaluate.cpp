@@ -29,9 +29,15 @@ EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const
       // Whole pairs (an even micro-batch from an even window); the padding windows at the end
       // of the last micro-batch are whole pairs too, and are not counted.
       const std::uint64_t real = w.windows > w0 ? std::min<std::uint64_t>(B, w.windows - w0) : 0;
+      std::vector<double> stored;
+      if (w.reference_rows) {
+        const auto row_tokens = static_cast<std::uint64_t>(L) + 1;
+        for (int i = 0; i < B; ++i)
+          stored.push_back((*w.reference_rows)[sampler.window_start(w0 + static_cast<std::uint64_t>(i)) / row_tokens]);
+      }
       const parallel::SequenceLogps lp = parallel::forward_sequence_logps(
           session.engine(), session.model(), session.context(), token_batch.in.data(), token_batch.tgt.data(), shape,
-          nullptr);
+          w.reference_rows ? &stored : nullptr);
       dpo_pairs(lp.policy, lp.reference, w.dpo_beta, 0.0, static_cast<int>(real / 2), dpo);
       continue;
     }

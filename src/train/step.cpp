@@ -37,7 +37,8 @@ DpoSums global_dpo_sums(const Session<T>& session, const DpoSums& local) {
 
 template <class T>
 StepResult train_step(Session<T>& session, const StepSettings& st, int step, int& updates, const BatchFiller& fill,
-                      bool poison, double counted_targets, const DocFiller* docs) {
+                      bool poison, double counted_targets, const DocFiller* docs,
+                      const ReferenceFiller* reference) {
   const plan::RunSetup& setup = session.setup();
   const int B = setup.batch.micro_batch, seq_len = setup.batch.seq_len;
   const double global_tokens = counted_targets > 0 ? counted_targets : setup.batch.step_tokens();
@@ -62,7 +63,8 @@ StepResult train_step(Session<T>& session, const StepSettings& st, int step, int
     token_batch.upload();
     if (st.dpo) {
       parallel::dpo_forward_backward(eng, session.model(), session.context(), token_batch.in.data(),
-                                     token_batch.tgt.data(), shape, st.activation_checkpointing, nullptr, coefficients);
+                                     token_batch.tgt.data(), shape, st.activation_checkpointing,
+                                     reference ? (*reference)(a) : nullptr, coefficients);
     } else {
       local_loss += parallel::forward_backward(eng, session.model(), session.context(), token_batch.in.data(),
                                                token_batch.tgt.data(), shape, grad_scale, st.activation_checkpointing);
@@ -110,8 +112,8 @@ StepResult train_step(Session<T>& session, const StepSettings& st, int step, int
 template DpoSums global_dpo_sums<float>(const Session<float>&, const DpoSums&);
 template DpoSums global_dpo_sums<bf16>(const Session<bf16>&, const DpoSums&);
 template StepResult train_step<float>(Session<float>&, const StepSettings&, int, int&, const BatchFiller&, bool, double,
-                                      const DocFiller*);
+                                      const DocFiller*, const ReferenceFiller*);
 template StepResult train_step<bf16>(Session<bf16>&, const StepSettings&, int, int&, const BatchFiller&, bool, double,
-                                     const DocFiller*);
+                                     const DocFiller*, const ReferenceFiller*);
 
 }  // namespace meshtrain::train

@@ -15,7 +15,11 @@
 #     adam_eps 1: the first step moves each adapter element by -g / (|g| + 1), so g is read
 #     back from the weights before and after and compared with PyTorch's autograd of the
 #     same DPO loss, on 1 rank and on the 2 x 2 mesh. Its data is one pair, so every window
-#     of the step is that pair whatever the sampler draws.
+#     of the step is that pair whatever the sampler draws;
+#   * without LoRA the reference is the initial weights' log-probabilities, stored in
+#     output.dir/reference_logps.json before step 1 (step 1: log 2), read back on resume
+#     (bitwise the uninterrupted run), and a damaged or missing file is one error; `eval`
+#     (which has no such file) refuses a DPO evaluation of a checkpoint without adapters.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON. safetensors comes from scripts/install-deps.sh.
 set -uo pipefail
@@ -98,5 +102,57 @@ for g in grad1 grad4; do
   run "peft_$g" "$MESHTRAIN_BIN" convert --input "$g/checkpoints/step_00000001.h5" --output "peft_$g" || continue
   "$py" "$ref" grad base peft "peft_$g" pair1 0.5 "$g/metrics.jsonl" || fail "$g: the DPO gradient differs from autograd"
 done
-((failures == 0)) && echo "PASS: DPO loss, rewards, margins and gradient equal the float64 reference"
+# Without LoRA: the reference is the initial weights' log-probabilities, computed before step
+# 1 into output.dir/reference_logps.json and read back by a resume. A run of 4 steps on 2 ranks
+# (dp_shard=2, checkpoints every 2) and the same run stopped after 2 and resumed must log
+# bitwise the same steps 3 and 4 (a constant schedule: train.steps may change at resume).
+full=(train "$ini" "${common[@]}" --data.dir=prefs --train.objective=dpo --train.dpo_beta=0.5 --train.lr=1e-3
+  --train.lr_schedule=constant --train.micro_batch=2 --train.global_batch=8 --checkpoint.every=2)
+# shellcheck disable=SC2086
+run nolora $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${full[@]}" --parallel.dp_shard=2 --train.steps=4 --output.dir=nolora || exit 1
+# shellcheck disable=SC2086
+run nolora_a $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${full[@]}" --parallel.dp_shard=2 --train.steps=2 --output.dir=nolora_r || exit 1
+sha=$(sha256sum nolora_r/reference_logps.json)
+# shellcheck disable=SC2086
+run nolora_b $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${full[@]}" --parallel.dp_shard=2 --train.steps=4 --output.dir=nolora_r || exit 1
+grep -q "DPO reference: the initial weights' log-probabilities of 32 train and 0 validation rows, read from" nolora_b.log ||
+  fail "the resume did not read the stored reference"
+[[ $(sha256sum nolora_r/reference_logps.json) == "$sha" ]] || fail "the resume rewrote reference_logps.json"
+cmp -s nolora/reference_logps.json nolora_r/reference_logps.json || fail "the two runs' stored references differ"
+"$py" - nolora/metrics.jsonl nolora_r/metrics.jsonl <<'PY' || fail "the resumed run without LoRA is not bitwise the uninterrupted one"
+import json, math, sys
+full, resumed = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert abs(full[0]["loss"] - math.log(2)) < 1e-6 and full[0]["rewards/margins"] == 0, full[0]  # policy = initial weights
+keys = ("loss", "grad_norm", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
+for a, b in zip(full, resumed):
+    assert a["step"] == b["step"] and all(a[k] == b[k] for k in keys), (a, b)
+assert [r["step"] for r in resumed] == [1, 2, 3, 4], [r["step"] for r in resumed]
+print("without LoRA: steps 1-4 bitwise equal after the resume;", {k: full[-1][k] for k in keys})
+PY
+# A damaged or missing reference stops the resume with one error, writing nothing.
+cp -a nolora_r nolora_bad
+"$py" - nolora_bad/reference_logps.json <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["train"][3] *= 1.000001
+open(sys.argv[1], "w").write(json.dumps(j))
+PY
+before=$(find nolora_bad -type f -exec sha256sum {} + | sort)
+"$MESHTRAIN_BIN" "${full[@]}" --train.steps=6 --output.dir=nolora_bad >bad.log 2>&1
+rc=$?
+((rc == 2)) && grep -q "reference_logps.json is damaged" bad.log || { cat bad.log; fail "a damaged reference: exit $rc"; }
+rm nolora_bad/reference_logps.json
+"$MESHTRAIN_BIN" "${full[@]}" --train.steps=6 --output.dir=nolora_bad >missing.log 2>&1
+rc=$?
+((rc == 2)) && grep -q "reference_logps.json is missing" missing.log || { cat missing.log; fail "a missing reference: exit $rc"; }
+[[ $(find nolora_bad -type f -exec sha256sum {} + | sort | grep -v reference_logps) == $(grep -v reference_logps <<<"$before") ]] ||
+  fail "a refused resume changed the run directory"
+# eval has no stored reference to read: a checkpoint without adapters is refused with DPO.
+"$MESHTRAIN_BIN" eval "$ini" "${common[@]}" --data.dir=prefs --train.objective=dpo --train.micro_batch=2 \
+  --checkpoint nolora/checkpoints --split train >eval_nolora.log 2>&1
+rc=$?
+((rc == 2)) && grep -q "eval: train.objective=dpo needs LoRA adapters (model.lora_rank > 0) here" eval_nolora.log ||
+  { cat eval_nolora.log; fail "eval --train.objective=dpo of a checkpoint without adapters: exit $rc"; }
+
+((failures == 0)) && echo "PASS: DPO loss, rewards, margins and gradient equal the float64 reference; the stored reference resumes bitwise"
 exit $((failures > 0))

@@ -25,9 +25,10 @@ namespace meshtrain::train {
 
 /// What train.objective = dpo needs of a resolved run beyond its dataset
 /// (data::check_dataset_rows): an even micro-batch, so that every micro-batch holds whole
-/// pairs, and LoRA adapters, whose frozen base is the reference. UserError naming the
-/// command ("train", "eval") and the fix; nothing for train.objective = sft.
-void check_dpo_setup(const plan::RunSetup& setup, const std::string& command);
+/// pairs, and LoRA adapters, whose frozen base is the reference -- unless `stored_reference`
+/// (training: the initial weights' log-probabilities, train/reference_logps.hpp). UserError
+/// naming the command ("train", "eval") and the fix; nothing for train.objective = sft.
+void check_dpo_setup(const plan::RunSetup& setup, const std::string& command, bool stored_reference = false);
 
 /// Sums over pairs (this rank's, then the world's): divided by `pairs` they are the metrics.
 struct DpoSums {

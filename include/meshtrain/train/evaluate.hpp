@@ -24,6 +24,9 @@ struct EvalWindows {
   /// DPO's with this beta, the mean over the evaluated pairs (train/dpo.hpp).
   bool dpo = false;
   double dpo_beta = 0.1;
+  /// DPO without LoRA: the stored reference log-probability of each row of the split
+  /// (train/reference_logps.hpp); null: the base with the adapters off.
+  const std::vector<double>* reference_rows = nullptr;
 };
 
 struct EvalResult {
