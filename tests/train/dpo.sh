@@ -14,7 +14,8 @@
 #   * the gradient: one AdamW step from the checkpoint with lr 1, no weight decay, no clip,
 #     adam_eps 1: the first step moves each adapter element by -g / (|g| + 1), so g is read
 #     back from the weights before and after and compared with PyTorch's autograd of the
-#     same DPO loss, on 1 rank and on the 2 x 2 mesh. Its data is one pair, so every window
+#     same DPO loss, on 1 rank (grad_accum 2) and on the 2 x 2 mesh (full_shard, activation
+#     checkpointing). Its data is one pair, so every window
 #     of the step is that pair whatever the sampler draws;
 #   * without LoRA the reference is the initial weights' log-probabilities, stored in
 #     output.dir/reference_logps.json before step 1 (step 1: log 2), read back on resume
@@ -97,7 +98,10 @@ grad=(train "$ini" "${common[@]}" "${lora[@]}" --data.dir=pair1 --train.objectiv
   --train.lr_schedule=constant --train.warmup_steps=0 --train.weight_decay=0 --train.grad_clip=0 --train.adam_eps=1
   --train.micro_batch=2 --train.global_batch=4 --checkpoint.init_from="$ck")
 run grad1 "$MESHTRAIN_BIN" "${grad[@]}" --output.dir=grad1 || exit 1
-run grad4 "${mpi4[@]}" "$MESHTRAIN_BIN" "${grad[@]}" --parallel.dp_shard=2 --parallel.tp=2 --output.dir=grad4 || exit 1
+# The 2 x 2 mesh with full_shard and activation checkpointing (the 1-rank run accumulates 2
+# micro-batches instead).
+run grad4 "${mpi4[@]}" "$MESHTRAIN_BIN" "${grad[@]}" --parallel.dp_shard=2 --parallel.tp=2 --parallel.strategy=full_shard \
+  --train.activation_checkpointing=true --output.dir=grad4 || exit 1
 for g in grad1 grad4; do
   run "peft_$g" "$MESHTRAIN_BIN" convert --input "$g/checkpoints/step_00000001.h5" --output "peft_$g" || continue
   "$py" "$ref" grad base peft "peft_$g" pair1 0.5 "$g/metrics.jsonl" || fail "$g: the DPO gradient differs from autograd"
