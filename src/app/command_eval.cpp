@@ -29,6 +29,7 @@
 #include "meshtrain/data/memory_tokens.hpp"
 #include "meshtrain/data/tokenizer.hpp"
 #include "meshtrain/data/sampler.hpp"
+#include "meshtrain/train/dpo.hpp"
 #include "meshtrain/train/evaluate.hpp"
 
 namespace meshtrain::app {
@@ -88,6 +89,9 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
   long long micro_batches = 0;
   std::uint64_t windows = 0;  // windows evaluated over all ranks (padding excluded)
   agree_on_errors(world, [&] {
+    MESHTRAIN_REQUIRE(!tc.dpo() || o.text.empty(),
+                      "eval: train.objective=dpo evaluates preference pairs of data.dir, not --text; give "
+                      "train.objective=sft to evaluate a text file");
     std::shared_ptr<const data::TokenSource> src;
     std::shared_ptr<const data::MaskFile> mask;
     data::DocumentMask docs;  // packed rows, data.document_mask: per-document attention and loss
@@ -101,7 +105,8 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
                                     model_name);
       src = o.split == "val" ? ds.val : ds.train;
       mask = o.split == "val" ? ds.val_mask : ds.train_mask;
-      data::check_dataset_rows(ds, setup.batch.seq_len, "eval");
+      data::check_dataset_rows(ds, setup.batch.seq_len, "eval", tc.objective);
+      train::check_dpo_setup(setup, "eval");
       docs = data::document_mask_for(ds, o.split == "val", data_source.document_mask);
     }
     MESHTRAIN_REQUIRE(o.text.empty() || data::has_window(*src, setup.batch.seq_len),
@@ -148,17 +153,27 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
 
   train::TokenBatch token_batch(setup.batch.micro_batch, setup.batch.seq_len, sampler->document_masked());
   const double t0 = now_seconds();
-  const train::EvalResult r =
-      train::evaluate(session, *sampler, train::EvalWindows{micro_batches, windows, masked}, token_batch);
+  const train::EvalResult r = train::evaluate(
+      session, *sampler, train::EvalWindows{micro_batches, windows, masked, tc.dpo(), tc.dpo_beta}, token_batch);
   const double tokens = r.tokens, loss = r.loss;
   const double seconds = now_seconds() - t0;
   if (root) {
     const std::string where = o.text.empty() ? "the " + o.split + " split (" + source + ")" : source;
-    std::printf("eval: %s%s on %s: %.0f tokens in %lld windows of %d | loss %.6f | perplexity %.4f "
-                "| load %.2f s, eval %.2f s, mesh %s\n",
-                weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
-                where.c_str(), tokens, static_cast<long long>(windows), setup.batch.seq_len, loss, std::exp(loss),
-                weights.load_seconds, seconds, setup.mesh.str().c_str());
+    if (tc.dpo()) {
+      const train::DpoMetrics& m = r.dpo;
+      std::printf("eval: %s%s on %s: %.0f pairs (beta %g) | loss %.6f | rewards chosen %.6f rejected %.6f margin %.6f "
+                  "| accuracy %.4f | logps chosen %.4f rejected %.4f | load %.2f s, eval %.2f s, mesh %s\n",
+                  weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
+                  where.c_str(), static_cast<double>(windows / 2), tc.dpo_beta, loss, m.rewards_chosen,
+                  m.rewards_rejected, m.margins, m.accuracy, m.logps_chosen, m.logps_rejected, weights.load_seconds,
+                  seconds, setup.mesh.str().c_str());
+    } else {
+      std::printf("eval: %s%s on %s: %.0f tokens in %lld windows of %d | loss %.6f | perplexity %.4f "
+                  "| load %.2f s, eval %.2f s, mesh %s\n",
+                  weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
+                  where.c_str(), tokens, static_cast<long long>(windows), setup.batch.seq_len, loss, std::exp(loss),
+                  weights.load_seconds, seconds, setup.mesh.str().c_str());
+    }
     if (o.json) {
       formats::Json j;
       j["checkpoint"] = weights.path;
@@ -167,7 +182,19 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
       j["tokens"] = tokens;
       j["windows"] = static_cast<double>(windows);
       j["loss"] = loss;
-      j["perplexity"] = std::exp(loss);
+      if (tc.dpo()) {
+        // TRL's names (doc/finetuning.md, "DPO"); the loss is DPO's, per pair.
+        j["objective"] = "dpo";
+        j["pairs"] = static_cast<double>(windows / 2);
+        j["rewards/chosen"] = r.dpo.rewards_chosen;
+        j["rewards/rejected"] = r.dpo.rewards_rejected;
+        j["rewards/margins"] = r.dpo.margins;
+        j["rewards/accuracies"] = r.dpo.accuracy;
+        j["logps/chosen"] = r.dpo.logps_chosen;
+        j["logps/rejected"] = r.dpo.logps_rejected;
+      } else {
+        j["perplexity"] = std::exp(loss);
+      }
       j["world_size"] = rt.topology().world_size;
       std::printf("%s\n", formats::json_text(j).c_str());
     }

@@ -97,6 +97,8 @@ void visit_config(C& c, V&& v) {
   v("train.sample_tokens", t.sample_tokens, "tokens sampled at the end of training (0 = no sample)");
   v("train.sample_temperature", t.sample_temperature, "softmax temperature of that sample (0 = greedy)");
   v("train.sample_top_k", t.sample_top_k, "sample among the k most likely tokens (0 = all)");
+  v("train.objective", t.objective, "sft (cross-entropy on the targets) | dpo (direct preference optimization on a `prepare --format preference` dataset; reference: the base with the LoRA adapters off)");
+  v("train.dpo_beta", t.dpo_beta, "DPO: beta, the scale of the rewards beta * (log p_policy - log p_reference) of a response (> 0)");
 
   v("data.dir", c.data.dir, "dataset directory written by `meshtrain prepare`, or 'random' for random tokens");
   v("data.document_mask", c.data.document_mask, "text datasets: split windows into documents at the end-of-text token; attention, positions and loss stay within each (packed datasets always are)");
@@ -653,6 +655,8 @@ void validate_config(const Config& c) {
   non_negative("train.sample_temperature", c.train.sample_temperature);
   non_negative("train.sample_top_k", c.train.sample_top_k);
   non_negative("train.peak_tflops", c.train.peak_tflops);
+  MESHTRAIN_REQUIRE(std::isfinite(c.train.dpo_beta) && c.train.dpo_beta > 0,
+                    "train.dpo_beta must be a positive number, got %g", c.train.dpo_beta);
   if (!c.train.inject_nan_steps.empty()) parse_int_list("train.inject_nan_steps", c.train.inject_nan_steps);
   non_negative("checkpoint.every", c.checkpoint.every);
   positive("checkpoint.keep", c.checkpoint.keep);

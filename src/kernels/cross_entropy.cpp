@@ -59,8 +59,8 @@ void row_sums_impl(const T* logits, int ld, int N, int V_local, std::int64_t voc
 template <class T, class S>
 double finish_impl(T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
                    std::int64_t valid_vocab, const std::int32_t* targets, const S* row_max,
-                   const S* stats, float grad_scale) {
-  // logits (N, V_local; ld) <- grad_scale * (softmax - onehot); returns sum of row losses.
+                   const S* stats, float grad_scale, const float* row_scale) {
+  // logits (N, V_local; ld) <- grad_scale * row_scale[r] * (softmax - onehot); returns sum of row losses.
   using A = CeAcc<T, S>;
   const int nv = valid_columns(V_local, vocab_start, valid_vocab);
   const A gs = static_cast<A>(grad_scale);
@@ -77,7 +77,9 @@ double finish_impl(T* logits, int ld, int N, int V_local, std::int64_t vocab_sta
         }
         const A mx = row_max[r];
         const A sum = stats[r];
-        const A scale = gs / sum;
+        // DPO: each sequence's rows carry its own coefficient (negative for a rejected one).
+        const A g = row_scale ? gs * A(row_scale[r]) : gs;
+        const A scale = g / sum;
         const std::int64_t t = static_cast<std::int64_t>(tgt) - vocab_start;
         const bool has_target = t >= 0 && t < nv;
         const A target_logit = has_target ? A(load(lr[t])) : A(0);
@@ -87,7 +89,7 @@ double finish_impl(T* logits, int ld, int N, int V_local, std::int64_t vocab_sta
         team_for(team, V_local - nv, [&](int c) { lr[nv + c] = store<T>(A(0)); });
         team.team_barrier();
         team_single(team, [&]() {
-          if (has_target) lr[t] = store<T>(exp_acc(A(target_logit - mx)) * scale - gs);
+          if (has_target) lr[t] = store<T>(exp_acc(A(target_logit - mx)) * scale - g);
           acc += static_cast<double>(math::log(sum) + mx - stats[N + r]);
         });
       },
@@ -107,6 +109,14 @@ double loss_sum_impl(int N, const std::int32_t* targets, const S* row_max, const
   return loss;
 }
 
+template <class S>
+void row_losses_impl(int N, const std::int32_t* targets, const S* row_max, const S* stats, S* losses) {
+  Kokkos::parallel_for(
+      "Kernels::cross_entropy_row_losses", RangeInt(0, N), KOKKOS_LAMBDA(int r) {
+        losses[r] = targets[r] >= 0 ? math::log(stats[r]) + row_max[r] - stats[N + r] : S(0);
+      });
+}
+
 }  // namespace
 
 template <class T>
@@ -123,9 +133,10 @@ void cross_entropy_row_sums(const T* logits, int ld, int N, int V_local, std::in
 template <class T>
 double cross_entropy_finish(T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
                             std::int64_t valid_vocab, const std::int32_t* targets,
-                            const float* row_max, const float* stats, float grad_scale) {
+                            const float* row_max, const float* stats, float grad_scale,
+                            const float* row_scale) {
   return finish_impl(logits, ld, N, V_local, vocab_start, valid_vocab, targets, row_max, stats,
-                     grad_scale);
+                     grad_scale, row_scale);
 }
 double cross_entropy_loss_sum(int N, const std::int32_t* targets, const float* row_max,
                               const float* stats) {
@@ -143,13 +154,22 @@ void cross_entropy_row_sums(const double* logits, int ld, int N, int V_local,
 }
 double cross_entropy_finish(double* logits, int ld, int N, int V_local, std::int64_t vocab_start,
                             std::int64_t valid_vocab, const std::int32_t* targets,
-                            const double* row_max, const double* stats, float grad_scale) {
+                            const double* row_max, const double* stats, float grad_scale,
+                            const float* row_scale) {
   return finish_impl(logits, ld, N, V_local, vocab_start, valid_vocab, targets, row_max, stats,
-                     grad_scale);
+                     grad_scale, row_scale);
 }
 double cross_entropy_loss_sum(int N, const std::int32_t* targets, const double* row_max,
                               const double* stats) {
   return loss_sum_impl(N, targets, row_max, stats);
+}
+void cross_entropy_row_losses(int N, const std::int32_t* targets, const float* row_max, const float* stats,
+                              float* losses) {
+  row_losses_impl(N, targets, row_max, stats, losses);
+}
+void cross_entropy_row_losses(int N, const std::int32_t* targets, const double* row_max, const double* stats,
+                              double* losses) {
+  row_losses_impl(N, targets, row_max, stats, losses);
 }
 
 #define MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(T)                                                   \
@@ -158,7 +178,8 @@ double cross_entropy_loss_sum(int N, const std::int32_t* targets, const double* 
   template void cross_entropy_row_sums<T>(const T*, int, int, int, std::int64_t, std::int64_t,  \
                                           const std::int32_t*, const float*, float*);            \
   template double cross_entropy_finish<T>(T*, int, int, int, std::int64_t, std::int64_t,        \
-                                          const std::int32_t*, const float*, const float*, float);
+                                          const std::int32_t*, const float*, const float*, float,        \
+                                          const float*);
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(float)
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(double)
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(bf16)

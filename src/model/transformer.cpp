@@ -164,7 +164,8 @@ void Transformer<T>::embed_forward(const ComputeContext& ctx, const T* outer, co
 template <class T>
 void Transformer<T>::lora_fwd(const ComputeContext& ctx, int t, const T* p, BlockCache<T>& c, int N, const T* x,
                               int ldx, T* y, int ldy) const {
-  if (!has_lora(t)) return;
+  // Every tp rank skips alike (the row-parallel adapter's all-reduce included).
+  if (!has_lora(t) || ctx.adapters_off) return;
   const LoraSlot& l = lora_[t];
   if (c.lora_u.size() < lora_.size()) c.lora_u.resize(lora_.size());
   c.lora_u[t] = Buffer<T>(static_cast<std::size_t>(N) * dims_.lora_rank, MemCategory::Activations);
@@ -223,7 +224,7 @@ void Transformer<T>::final_norm(const T* outer, BatchShape s, const T* x, HeadCa
 template <class T>
 double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T* outer, T* outer_grad, BatchShape s,
                                              const T* x, const std::int32_t* targets, float grad_scale,
-                                             T* dx) const {
+                                             T* dx, const float* row_scale) const {
   using linalg::Op;
   const int N = s.N(), C = dims_.d_model;
   const int Vl = static_cast<int>(tp_.vocab);
@@ -250,7 +251,8 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
     // stats (2, nc): [sum exp | target logit], both summed over the vocab slices.
     ctx.tp_all_reduce(stats.data(), 2 * static_cast<std::size_t>(nc));
     loss += kernels::cross_entropy_finish(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets + r0,
-                                          row_max.data(), stats.data(), grad_scale);
+                                          row_max.data(), stats.data(), grad_scale,
+                                          row_scale ? row_scale + r0 : nullptr);
     // dW (Vl, C) += dlogits^T (Vl, nc) @ h (nc, C);  dh (nc, C) = dlogits @ W
     if (train_base_) linalg::gemm<T>(Op::T, Op::N, Vl, C, nc, 1.0f, logits.data(), Vl, h, C, 1.0f, dW, C);
     ctx.poll();
@@ -270,8 +272,9 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
 }
 
 template <class T>
-double Transformer<T>::head_loss(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
-                                 const std::int32_t* targets) const {
+template <class ChunkFn>
+void Transformer<T>::head_forward_chunks(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+                                         const std::int32_t* targets, ChunkFn&& on_chunk) const {
   using linalg::Op;
   const int N = s.N(), C = dims_.d_model;
   const int Vl = static_cast<int>(tp_.vocab);
@@ -282,7 +285,6 @@ double Transformer<T>::head_loss(const ComputeContext& ctx, const T* outer, Batc
   Buffer<T> logits(static_cast<std::size_t>(chunk) * Vl, MemCategory::Workspace);
   Buffer<acc_t<T>> row_max(chunk, MemCategory::Workspace);
   Buffer<acc_t<T>> stats(2 * chunk, MemCategory::Workspace);
-  double loss = 0;
   for (std::int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int nc = static_cast<int>(std::min<std::int64_t>(chunk, N - r0));
     linalg::gemm<T>(Op::N, Op::T, nc, Vl, C, 1.0f, hc.normed.data() + r0 * C, C, W, C, 0.0f, logits.data(), Vl);
@@ -291,9 +293,37 @@ double Transformer<T>::head_loss(const ComputeContext& ctx, const T* outer, Batc
     kernels::cross_entropy_row_sums(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets + r0,
                                     row_max.data(), stats.data());
     ctx.tp_all_reduce(stats.data(), 2 * static_cast<std::size_t>(nc));
-    loss += kernels::cross_entropy_loss_sum(nc, targets + r0, row_max.data(), stats.data());
+    on_chunk(r0, nc, row_max.data(), stats.data());
   }
+}
+
+template <class T>
+double Transformer<T>::head_loss(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+                                 const std::int32_t* targets) const {
+  double loss = 0;
+  head_forward_chunks(ctx, outer, s, x, targets,
+                      [&](std::int64_t r0, int nc, const acc_t<T>* row_max, const acc_t<T>* stats) {
+                        loss += kernels::cross_entropy_loss_sum(nc, targets + r0, row_max, stats);
+                      });
   return loss;
+}
+
+template <class T>
+std::vector<double> Transformer<T>::head_sequence_logp(const ComputeContext& ctx, const T* outer, BatchShape s,
+                                                       const T* x, const std::int32_t* targets) const {
+  // losses (N): -log p(target) of each row, 0 where the target is ignored; identical on
+  // every tp rank (the statistics are summed over the vocab slices).
+  Buffer<acc_t<T>> losses(static_cast<std::size_t>(s.N()), MemCategory::Workspace);
+  head_forward_chunks(ctx, outer, s, x, targets,
+                      [&](std::int64_t r0, int nc, const acc_t<T>* row_max, const acc_t<T>* stats) {
+                        kernels::cross_entropy_row_losses(nc, targets + r0, row_max, stats, losses.data() + r0);
+                      });
+  std::vector<acc_t<T>> host(losses.size());
+  Kokkos::deep_copy(UView<acc_t<T>, HostMem>(host.data(), host.size()), losses.view());
+  std::vector<double> logp(static_cast<std::size_t>(s.B), 0.0);
+  for (int b = 0; b < s.B; ++b)
+    for (int t = 0; t < s.T; ++t) logp[b] -= static_cast<double>(host[static_cast<std::size_t>(b) * s.T + t]);
+  return logp;
 }
 
 template <class T>

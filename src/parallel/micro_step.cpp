@@ -1,11 +1,81 @@
 #include "meshtrain/parallel/micro_step.hpp"
 
+#include <algorithm>
 #include <vector>
+
+#include "meshtrain/core/error.hpp"
 
 namespace meshtrain::parallel {
 
 using model::BatchShape;
 using model::BlockCache;
+
+namespace {
+
+/// A micro-batch's activations kept for the backward: the residual stream at every block
+/// boundary, (N, C) each, and each block's cache (empty under activation checkpointing).
+template <class T>
+struct KeptActivations {
+  std::vector<Buffer<T>> x;
+  std::vector<BlockCache<T>> cache;
+};
+
+/// Embedding and every block forward, keeping the activations; `also(u, params)` runs on
+/// each unit's gathered parameters after its own forward, before the unit is resharded
+/// (DPO's reference forward rides on the same gathers). Ends with the last block's gather
+/// prefetched for the backward.
+template <class T, class Also>
+KeptActivations<T> forward_keeping(FsdpEngine<T>& eng, const model::Transformer<T>& model,
+                                   const model::ComputeContext& ctx, const std::int32_t* tokens, BatchShape s,
+                                   bool checkpointing, Also&& also) {
+  const int L = model.dims().n_layers;
+  const int prefetch = eng.options().prefetch;
+  const std::size_t NC = static_cast<std::size_t>(s.N()) * model.dims().d_model;
+  KeptActivations<T> a{std::vector<Buffer<T>>(L + 1), std::vector<BlockCache<T>>(L)};
+
+  eng.gather(0);
+  for (int k = 1; k <= prefetch; ++k) eng.gather(k, true);
+  a.x[0] = Buffer<T>(NC, MemCategory::Activations);
+  model.embed_forward(ctx, eng.wait_params(0), tokens, s, a.x[0].data());
+  also(0, eng.wait_params(0), a.x[0]);
+  for (int i = 0; i < L; ++i) {
+    const int u = 1 + i;
+    eng.gather(u);
+    for (int k = 1; k <= prefetch; ++k) eng.gather(u + k, true);
+    const T* p = eng.wait_params(u);
+    a.x[i + 1] = Buffer<T>(NC, MemCategory::Activations);
+    model.block_forward(ctx, i, p, s, a.x[i].data(), a.x[i + 1].data(), a.cache[i], checkpointing);
+    also(u, p, a.x[i + 1]);
+    eng.after_forward(u);
+    eng.progress();
+  }
+  if (L > 0 && prefetch > 0) eng.gather(L, true);  // first block of backward, during the head
+  return a;
+}
+
+/// The blocks' and the embedding's backward from dx = dLoss/dx_L (N, C), after the head.
+template <class T>
+void backward_from_head(FsdpEngine<T>& eng, const model::Transformer<T>& model, const model::ComputeContext& ctx,
+                        const std::int32_t* tokens, BatchShape s, KeptActivations<T>& a, Buffer<T>& dx) {
+  const int L = model.dims().n_layers;
+  const int prefetch = eng.options().prefetch;
+  a.x[L].reset();
+  for (int i = L - 1; i >= 0; --i) {
+    const int u = 1 + i;
+    eng.gather(u);
+    for (int k = 1; k <= prefetch && u - k >= 1; ++k) eng.gather(u - k, true);
+    const T* p = eng.wait_params(u);
+    model.block_backward(ctx, i, p, eng.grad_buffer(u), s, a.x[i].data(), a.cache[i], dx.data());
+    eng.after_backward(u);
+    if (i > 0) a.x[i].reset();
+    eng.progress();
+  }
+  model.embed_backward(ctx, eng.grad_buffer(0), tokens, s, dx.data());
+  eng.after_backward(0);
+  eng.progress();
+}
+
+}  // namespace
 
 template <class T>
 double forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, model::ComputeContext ctx,
@@ -13,47 +83,68 @@ double forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, 
                         bool checkpointing) {
   ctx.progress = [&eng] { eng.progress(); };
   const int L = model.dims().n_layers;
-  const int prefetch = eng.options().prefetch;
   const std::size_t NC = static_cast<std::size_t>(s.N()) * model.dims().d_model;
-  std::vector<Buffer<T>> x(L + 1);  // residual stream at every block boundary, (N, C) each
-  std::vector<BlockCache<T>> cache(L);
-
-  eng.gather(0);
-  for (int k = 1; k <= prefetch; ++k) eng.gather(k, true);
-  x[0] = Buffer<T>(NC, MemCategory::Activations);
-  model.embed_forward(ctx, eng.wait_params(0), tokens, s, x[0].data());
-  for (int i = 0; i < L; ++i) {
-    const int u = 1 + i;
-    eng.gather(u);
-    for (int k = 1; k <= prefetch; ++k) eng.gather(u + k, true);
-    const T* p = eng.wait_params(u);
-    x[i + 1] = Buffer<T>(NC, MemCategory::Activations);
-    model.block_forward(ctx, i, p, s, x[i].data(), x[i + 1].data(), cache[i], checkpointing);
-    eng.after_forward(u);
-    eng.progress();
-  }
-  if (L > 0 && prefetch > 0) eng.gather(L, true);  // first block of backward, during the head
-
+  KeptActivations<T> a = forward_keeping(eng, model, ctx, tokens, s, checkpointing, [](int, const T*, const Buffer<T>&) {});
   Buffer<T> dx(NC, MemCategory::Activations);
-  const double loss = model.head_forward_backward(ctx, eng.wait_params(0), eng.grad_buffer(0), s, x[L].data(),
+  const double loss = model.head_forward_backward(ctx, eng.wait_params(0), eng.grad_buffer(0), s, a.x[L].data(),
                                                   targets, grad_scale, dx.data());
   eng.after_forward(0);
-  x[L].reset();
-
-  for (int i = L - 1; i >= 0; --i) {
-    const int u = 1 + i;
-    eng.gather(u);
-    for (int k = 1; k <= prefetch && u - k >= 1; ++k) eng.gather(u - k, true);
-    const T* p = eng.wait_params(u);
-    model.block_backward(ctx, i, p, eng.grad_buffer(u), s, x[i].data(), cache[i], dx.data());
-    eng.after_backward(u);
-    if (i > 0) x[i].reset();
-    eng.progress();
-  }
-  model.embed_backward(ctx, eng.grad_buffer(0), tokens, s, dx.data());
-  eng.after_backward(0);
-  eng.progress();
+  backward_from_head(eng, model, ctx, tokens, s, a, dx);
   return loss;
+}
+
+template <class T>
+SequenceLogps dpo_forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, model::ComputeContext ctx,
+                                   const std::int32_t* tokens, const std::int32_t* targets, BatchShape s,
+                                   bool checkpointing, const std::vector<double>* reference,
+                                   const SequenceCoefficients& coefficients) {
+  ctx.progress = [&eng] { eng.progress(); };
+  const int L = model.dims().n_layers;
+  const std::size_t NC = static_cast<std::size_t>(s.N()) * model.dims().d_model;
+  model::ComputeContext ref_ctx = ctx;
+  ref_ctx.adapters_off = true;
+  // The reference's residual stream (N, C), one block at a time on the policy's gathered
+  // units: the embedding has no adapter, so it starts as the policy's x_0.
+  Buffer<T> xr, yr;
+  const bool own_reference = reference == nullptr;
+  KeptActivations<T> a = forward_keeping(eng, model, ctx, tokens, s, checkpointing,
+                                         [&](int u, const T* p, const Buffer<T>& x_policy) {
+                                           if (!own_reference) return;
+                                           if (u == 0) {
+                                             xr = Buffer<T>(NC, MemCategory::Activations);
+                                             yr = Buffer<T>(NC, MemCategory::Activations);
+                                             Kokkos::deep_copy(xr.view(), x_policy.view());
+                                             return;
+                                           }
+                                           BlockCache<T> unused;  // forward only
+                                           model.block_forward(ref_ctx, u - 1, p, s, xr.data(), yr.data(), unused,
+                                                               /*checkpoint=*/true);
+                                           std::swap(xr, yr);
+                                         });
+  const T* outer = eng.wait_params(0);
+  SequenceLogps lp;
+  lp.reference = own_reference ? model.head_sequence_logp(ref_ctx, outer, s, xr.data(), targets) : *reference;
+  xr.reset();
+  yr.reset();
+  MESHTRAIN_ASSERT(static_cast<int>(lp.reference.size()) == s.B, "%zu reference log-probabilities for %d sequences",
+                   lp.reference.size(), s.B);
+  // The policy's log-probabilities need the whole sequence before any gradient can be
+  // scaled, so the head runs twice: this forward, then the fused forward + backward below
+  // with each row's coefficient (the LM-head GEMM of the forward is computed again; the
+  // blocks are not).
+  lp.policy = model.head_sequence_logp(ctx, outer, s, a.x[L].data(), targets);
+  const std::vector<float> coef = coefficients(lp.policy, lp.reference);  // (B)
+  std::vector<float> host_scale(static_cast<std::size_t>(s.N()));
+  for (int b = 0; b < s.B; ++b)
+    std::fill_n(host_scale.begin() + static_cast<std::ptrdiff_t>(b) * s.T, s.T, coef[static_cast<std::size_t>(b)]);
+  Buffer<float> row_scale(host_scale.size(), MemCategory::Workspace);
+  Kokkos::deep_copy(row_scale.view(), UView<float, HostMem>(host_scale.data(), host_scale.size()));
+  Buffer<T> dx(NC, MemCategory::Activations);
+  model.head_forward_backward(ctx, outer, eng.grad_buffer(0), s, a.x[L].data(), targets, 1.0f, dx.data(),
+                              row_scale.data());
+  eng.after_forward(0);
+  backward_from_head(eng, model, ctx, tokens, s, a, dx);
+  return lp;
 }
 
 /// Embedding and every block, forward only. With `kv`, the tokens are the positions after
@@ -95,6 +186,28 @@ double forward_loss(FsdpEngine<T>& eng, const model::Transformer<T>& model, mode
 }
 
 template <class T>
+SequenceLogps forward_sequence_logps(FsdpEngine<T>& eng, const model::Transformer<T>& model, model::ComputeContext ctx,
+                                     const std::int32_t* tokens, const std::int32_t* targets, BatchShape s,
+                                     const std::vector<double>* reference) {
+  ctx.progress = [&eng] { eng.progress(); };
+  SequenceLogps lp;
+  if (reference) {
+    lp.reference = *reference;
+  } else {
+    // Evaluation only: the reference pass gathers every unit a second time (training
+    // shares the gathers instead, dpo_forward_backward).
+    model::ComputeContext ref_ctx = ctx;
+    ref_ctx.adapters_off = true;
+    Buffer<T> x = forward_to_last(eng, model, ref_ctx, tokens, s);
+    lp.reference = model.head_sequence_logp(ref_ctx, eng.wait_params(0), s, x.data(), targets);
+  }
+  Buffer<T> x = forward_to_last(eng, model, ctx, tokens, s);
+  lp.policy = model.head_sequence_logp(ctx, eng.wait_params(0), s, x.data(), targets);
+  eng.release_all();
+  return lp;
+}
+
+template <class T>
 std::vector<float> forward_logits(FsdpEngine<T>& eng, const model::Transformer<T>& model, model::ComputeContext ctx,
                                   const std::int32_t* tokens, BatchShape s, bool last_only) {
   ctx.progress = [&eng] { eng.progress(); };
@@ -118,6 +231,12 @@ std::vector<float> forward_logits_cached(FsdpEngine<T>& eng, const model::Transf
 #define MESHTRAIN_INSTANTIATE(T)                                                                                 \
   template double forward_backward<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext,       \
                                       const std::int32_t*, const std::int32_t*, BatchShape, float, bool);        \
+  template SequenceLogps dpo_forward_backward<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext, \
+                                                 const std::int32_t*, const std::int32_t*, BatchShape, bool,      \
+                                                 const std::vector<double>*, const SequenceCoefficients&);         \
+  template SequenceLogps forward_sequence_logps<T>(FsdpEngine<T>&, const model::Transformer<T>&,                 \
+                                                   model::ComputeContext, const std::int32_t*, const std::int32_t*, \
+                                                   BatchShape, const std::vector<double>*);                       \
   template double forward_loss<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext,           \
                                   const std::int32_t*, const std::int32_t*, BatchShape);                         \
   template std::vector<float> forward_logits<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext, \

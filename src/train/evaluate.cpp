@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "meshtrain/parallel/micro_step.hpp"
+#include "meshtrain/train/step.hpp"
 
 namespace meshtrain::train {
 
@@ -13,6 +14,7 @@ EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const
   const int B = token_batch.micro_batch, L = token_batch.seq_len;
   const model::BatchShape shape = token_batch.shape();
   double local = 0, counted = 0;
+  DpoSums dpo;
   for (long long b = 0; b < w.micro_batches; ++b) {
     const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), B, mesh.shape().dp(), mesh.dp_rank());
     mesh.world().agree_on_error([&] { 
@@ -23,10 +25,32 @@ EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const
         std::fill_n(token_batch.host_tgt.begin() + static_cast<std::ptrdiff_t>(i) * L, L, -1);
     counted += token_batch.counted_targets();
     token_batch.upload();
+    if (w.dpo) {
+      // Whole pairs (an even micro-batch from an even window); the padding windows at the end
+      // of the last micro-batch are whole pairs too, and are not counted.
+      const std::uint64_t real = w.windows > w0 ? std::min<std::uint64_t>(B, w.windows - w0) : 0;
+      std::vector<double> stored;
+      if (w.reference_rows) {
+        const auto row_tokens = static_cast<std::uint64_t>(L) + 1;
+        for (int i = 0; i < B; ++i)
+          stored.push_back((*w.reference_rows)[sampler.window_start(w0 + static_cast<std::uint64_t>(i)) / row_tokens]);
+      }
+      const parallel::SequenceLogps lp = parallel::forward_sequence_logps(
+          session.engine(), session.model(), session.context(), token_batch.in.data(), token_batch.tgt.data(), shape,
+          w.reference_rows ? &stored : nullptr);
+      dpo_pairs(lp.policy, lp.reference, w.dpo_beta, 0.0, static_cast<int>(real / 2), dpo);
+      continue;
+    }
     local += parallel::forward_loss(session.engine(), session.model(), session.context(), token_batch.in.data(),
                                     token_batch.tgt.data(), shape);
   }
   EvalResult r;
+  if (w.dpo) {
+    r.tokens = session.global_sum(counted);
+    r.dpo = dpo_metrics(global_dpo_sums(session, dpo));
+    r.loss = r.dpo.loss;
+    return r;
+  }
   // Unmasked data counts every target of every real window; only masked data needs the sum.
   r.tokens = w.masked || sampler.document_masked() ? session.global_sum(counted) : static_cast<double>(w.windows) * L;
   r.loss = session.global_sum(local) / r.tokens;

@@ -69,6 +69,8 @@ RunSettings run_settings(const plan::RunSetup& s, const data::Dataset& data) {
       {"train.adam_eps", real_text(t.adam_eps)},
       {"train.decay_embeddings", t.decay_embeddings ? "true" : "false"},
       {"train.grad_clip", real_text(t.grad_clip)},
+      // What the step minimises (a checkpoint written before the key resumes as sft).
+      {"train.objective", choice_name(t.objective)},
       // Numerics of the step.
       {"train.precision", choice_name(t.precision)},
       {"parallel.reduce_dtype", s.spec.parallel.reduce_dtype == DType::BF16 ? "bf16" : "fp32"},
@@ -79,6 +81,8 @@ RunSettings run_settings(const plan::RunSetup& s, const data::Dataset& data) {
   };
   // The cosine schedule decays to min_lr; a constant one never uses it.
   if (t.lr_schedule == LrScheduleKind::Cosine) out.insert(out.begin() + 5, {"train.min_lr", real_text(t.min_lr)});
+  // DPO's beta scales its loss; sft never reads it.
+  if (t.dpo()) out.push_back({"train.dpo_beta", real_text(t.dpo_beta)});
   return out;
 }
 

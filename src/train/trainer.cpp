@@ -30,6 +30,7 @@
 #include "meshtrain/train/metrics.hpp"
 #include "meshtrain/train/peers_lost_record.hpp"
 #include "meshtrain/train/preflight.hpp"
+#include "meshtrain/train/reference_logps.hpp"
 #include "meshtrain/train/resume_settings.hpp"
 #include "meshtrain/train/run_lock.hpp"
 #include "meshtrain/train/run_record.hpp"
@@ -66,6 +67,11 @@ class Trainer {
   void print_sample();
   bool train_step(int step, StepTimes& times, double& loss, double& gnorm, double& lr);
   double evaluate();
+  /// DPO without LoRA: the initial weights' log-probability of every train and val row,
+  /// computed (a fresh run, written by begin_writing) or read back (a resume).
+  void prepare_reference(int first_step);
+  std::vector<double> row_logps(const std::shared_ptr<const data::TokenSource>& rows,
+                                const std::shared_ptr<const data::MaskFile>& mask);
   void log_step(int step, double loss, double gnorm, double lr, const StepTimes& t, double val_loss);
   void write_summary();
   // Checkpoints: resume / init_from at start, saves every checkpoint.every steps and at the end.
@@ -125,6 +131,12 @@ class Trainer {
   int skipped_ = 0;
   double total_compute_ = 0, total_exposed_ = 0, total_busy_ = 0, total_io_ = 0;
   double last_loss_ = NAN, last_val_ = NAN;
+  DpoMetrics last_dpo_, last_val_dpo_;
+  /// train.objective=dpo with model.lora_rank=0: the reference is the stored initial weights'.
+  bool stored_reference_ = false;
+  bool write_reference_ = false;  ///< computed by this (fresh) run: begin_writing writes it
+  ReferenceLogps reference_;
+  std::vector<std::vector<double>> step_ref_;  ///< per micro-step of a step: its sequences' reference values  ///< train.objective=dpo: the last step's and evaluation's pair means
   double loop_seconds_ = 0, loop_tokens_ = 0;  ///< the training loop's wall time and tokens (summary.json)
   double ckpt_save_s_ = NAN, ckpt_save_gbps_ = NAN;  ///< last save/load, reported with the next step
   double ckpt_save_held_s_ = NAN;                     ///< checkpoint.async: what the last save held training
@@ -142,6 +154,7 @@ int Trainer<T>::run() {
   probe_and_lock_outputs();
   log_start();
   const int first_step = restore_or_init();
+  prepare_reference(first_step);
   begin_writing(first_step);
   install_stop_signal_handlers();
   const StopPolicy stop(spec_.train.time_limit, spec_.train.time_limit_margin, now_seconds(), rt_.world());
@@ -184,10 +197,14 @@ void Trainer<T>::load_inputs() {
       }
     }
     tokenizer_ = checkpoint::run_tokenizer(data_.meta, "dataset " + spec_.data.text(), model, "model " + init_from);
-    // Rows of train.seq_len + 1 (what a row holds in the message); no preference pairs.
-    data::check_dataset_rows(data_, batch.seq_len, "train");
+    // Rows of train.seq_len + 1 (what a row holds in the message); preference pairs with
+    // train.objective=dpo and only with it.
+    data::check_dataset_rows(data_, batch.seq_len, "train", tc.objective);
+    check_dpo_setup(setup_, "train", /*stored_reference=*/true);
     // Instruction/chat data: windows are whole rows, targets outside the loss mask are -1.
     sampler_ = std::make_unique<data::Sampler>(data_.train, batch.seq_len, tc.seed, data_.train_mask);
+    // DPO: windows come as whole pairs (an even micro-batch from an even window).
+    if (tc.dpo()) sampler_->set_pairs();
     // Packed rows (and data.document_mask text): attention, positions and loss per document.
     sampler_->set_document_mask(data::document_mask_for(data_, false, spec_.data.document_mask));
     if (data_.val && data::has_window(*data_.val, batch.seq_len)) {
@@ -252,6 +269,7 @@ void Trainer<T>::begin_writing(int first_step) {
     if (!root_) return;
     for (auto& lock : locks_.held) lock->keep_directories();
     write_run_record(setup_, topo, out_dir, {resumed_from_, resumed_step_});
+    if (write_reference_) write_reference_logps(reference_logps_path(out_dir), reference_);
   });
   // From here a lost peer leaves output.dir/peers_lost.json for the supervisor (issue 31).
   arm_peers_lost_record(out_dir, spec_.checkpoint.dir, topo.world_rank);
@@ -382,14 +400,30 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   // A loss mask (or document boundaries): the mean is over the global batch's counted targets
   // (summed over the ranks).
   const double counted = data_.train_mask || docs ? session_.global_sum(counted_targets(step_tgt_)) : 0.0;
-  const StepResult r =
-      train::train_step(session_, settings_, step, updates_, fill, poison, counted, docs ? &fill_docs : nullptr);
+  // DPO without LoRA: each window's row, looked up in the stored reference.
+  const ReferenceFiller reference = [&](int micro_step) -> const std::vector<double>* {
+    return &step_ref_[static_cast<std::size_t>(micro_step)];
+  };
+  if (stored_reference_) {
+    step_ref_.assign(static_cast<std::size_t>(batch.grad_accum), {});
+    const std::uint64_t row_tokens = static_cast<std::uint64_t>(batch.seq_len) + 1;
+    for (int micro_step = 0; micro_step < batch.grad_accum; ++micro_step) {
+      const std::uint64_t w0 =
+          data::rank_first_window(cursor_, micro_step, batch.micro_batch, mesh.shape().dp(), mesh.dp_rank());
+      for (int i = 0; i < batch.micro_batch; ++i)
+        step_ref_[static_cast<std::size_t>(micro_step)].push_back(
+            reference_.train[sampler_->window_start(w0 + static_cast<std::uint64_t>(i)) / row_tokens]);
+    }
+  }
+  const StepResult r = train::train_step(session_, settings_, step, updates_, fill, poison, counted,
+                                         docs ? &fill_docs : nullptr, stored_reference_ ? &reference : nullptr);
   last_counted_ = counted > 0 ? counted : setup_.batch.step_tokens();
   cursor_ += static_cast<std::uint64_t>(batch.global_batch);
   loss = r.loss;
   gnorm = r.grad_norm;
   lr = r.lr;
   if (r.applied) last_loss_ = loss;
+  last_dpo_ = r.dpo;
   Kokkos::fence();
   // Account every collective of this step now that all streams are idle: NCCL's comm-stream
   // times are read from events as they complete, and would otherwise land in the next step.
@@ -412,12 +446,17 @@ double Trainer<T>::evaluate() {
   w.micro_batches = static_cast<long long>(spec_.train.eval_batches) * batch.grad_accum;
   w.windows = static_cast<std::uint64_t>(w.micro_batches) * batch.micro_batch * session_.mesh().shape().dp();
   w.masked = data_.val_mask != nullptr;
+  w.dpo = spec_.train.dpo();
+  w.dpo_beta = spec_.train.dpo_beta;
+  w.reference_rows = stored_reference_ ? &reference_.val : nullptr;
   if (eval_sampler_->document_masked()) {
     TokenBatch docs_token_batch(batch.micro_batch, batch.seq_len, true);
     last_val_ = train::evaluate(session_, *eval_sampler_, w, docs_token_batch).loss;
     return last_val_;
   }
-  last_val_ = train::evaluate(session_, *eval_sampler_, w, token_batch_).loss;
+  const EvalResult r = train::evaluate(session_, *eval_sampler_, w, token_batch_);
+  last_val_ = r.loss;
+  last_val_dpo_ = r.dpo;
   return last_val_;
 }
 
@@ -443,7 +482,16 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                                  "comp %.3fs comm %.3fs (exposed %.3fs)",
                                  step, tc.steps, loss, lr, gnorm, tok_s, 100 * mfu, format_bytes(mem_max).c_str(),
                                  comp_max, busy_max, exp_max);
-    if (!std::isnan(val)) line += strprintf(" | val %.4f (ppl %.2f)", val, std::exp(val));
+    if (tc.dpo()) {
+      // TRL's names: the rewards of the chosen and rejected responses, their margin, the
+      // fraction of pairs with a positive margin (doc/finetuning.md, "DPO").
+      line += strprintf(" | rewards chosen %.4f rejected %.4f margin %.4f acc %.3f", last_dpo_.rewards_chosen,
+                        last_dpo_.rewards_rejected, last_dpo_.margins, last_dpo_.accuracy);
+      if (!std::isnan(val))
+        line += strprintf(" | val %.4f (margin %.4f acc %.3f)", val, last_val_dpo_.margins, last_val_dpo_.accuracy);
+    } else if (!std::isnan(val)) {
+      line += strprintf(" | val %.4f (ppl %.2f)", val, std::exp(val));
+    }
     log::info("%s", line.c_str());
   }
   // One metrics.jsonl line (doc/training.md); a NaN or infinite loss is written as null.
@@ -467,6 +515,18 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                      {"counted_tokens", last_counted_},
                      {"counted_tokens_per_s", last_counted_ / step_max}};
   if (!std::isnan(val)) j["val_loss"] = val;
+  if (tc.dpo()) {
+    const auto add = [&j](const std::string& prefix, const DpoMetrics& m) {
+      j[prefix + "rewards/chosen"] = m.rewards_chosen;
+      j[prefix + "rewards/rejected"] = m.rewards_rejected;
+      j[prefix + "rewards/margins"] = m.margins;
+      j[prefix + "rewards/accuracies"] = m.accuracy;
+      j[prefix + "logps/chosen"] = m.logps_chosen;
+      j[prefix + "logps/rejected"] = m.logps_rejected;
+    };
+    add("", last_dpo_);
+    if (!std::isnan(val)) add("val_", last_val_dpo_);
+  }
   if (!std::isnan(ckpt_save_s_)) {
     j["ckpt_save_s"] = ckpt_save_s_;
     j["ckpt_save_gbps"] = ckpt_save_gbps_;
@@ -479,6 +539,63 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
   ckpt_save_s_ = ckpt_save_gbps_ = ckpt_save_held_s_ = ckpt_load_s_ = ckpt_load_gbps_ = NAN;
   // Rank 0 writes; every rank learns whether the write failed (disk full: exit 74).
   session_.mesh().world().agree_on_error([&] { metrics_->write(formats::json_text(j)); });
+}
+
+// ---- DPO's stored reference (no LoRA) ---------------------------------------------------------
+
+template <class T>
+void Trainer<T>::prepare_reference(int first_step) {
+  stored_reference_ = spec_.train.dpo() && spec_.dims.lora_rank == 0;
+  if (!stored_reference_) return;
+  const auto identity = std::find_if(run_settings_.begin(), run_settings_.end(),
+                                     [](const auto& kv) { return kv.first == "data.dir"; });
+  MESHTRAIN_ASSERT(identity != run_settings_.end(), "the run settings name no dataset");
+  const std::string path = reference_logps_path(spec_.output.dir);
+  const std::uint64_t train_rows = data_.meta.train_rows, val_rows = eval_sampler_ ? data_.meta.val_rows : 0;
+  if (first_step > 0) {
+    // A resume's weights are no longer the initial ones: the run's own values, checked.
+    agree_on_errors(rt_.world(), [&] { reference_ = read_reference_logps(path, identity->second, train_rows, val_rows); });
+    log::info("DPO reference: the initial weights' log-probabilities of %llu train and %llu validation rows, read "
+              "from %s", static_cast<unsigned long long>(train_rows), static_cast<unsigned long long>(val_rows),
+              path.c_str());
+    return;
+  }
+  const double t0 = now_seconds();
+  reference_.dataset = identity->second;
+  reference_.train = row_logps(data_.train, data_.train_mask);
+  if (eval_sampler_) reference_.val = row_logps(data_.val, data_.val_mask);
+  write_reference_ = true;
+  log::info("DPO reference: the initial weights' log-probabilities of %llu train and %llu validation rows in %.2f s "
+            "(stored as %s)", static_cast<unsigned long long>(train_rows), static_cast<unsigned long long>(val_rows),
+            now_seconds() - t0, path.c_str());
+}
+
+/// Every row of a split once, in file order, split over the dp ranks as an evaluation; the
+/// per-row sums of log p over the counted targets, the same on every rank.
+template <class T>
+std::vector<double> Trainer<T>::row_logps(const std::shared_ptr<const data::TokenSource>& rows,
+                                          const std::shared_ptr<const data::MaskFile>& mask) {
+  const parallel::DeviceMesh& mesh = session_.mesh();
+  const int B = setup_.batch.micro_batch, dp = mesh.shape().dp();
+  data::EvalSampler sampler(rows, setup_.batch.seq_len, mask);
+  const std::uint64_t n = sampler.windows_per_pass();
+  std::vector<double> out(n, 0.0);
+  // The policy alone: a reference is given (unused), so no second pass runs.
+  const std::vector<double> unused(static_cast<std::size_t>(B), 0.0);
+  for (std::uint64_t b = 0; b * static_cast<std::uint64_t>(B) * dp < n; ++b) {
+    const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), B, dp, mesh.dp_rank());
+    mesh.world().agree_on_error([&] { sampler.fill(w0, B, token_batch_.host_in.data(), token_batch_.host_tgt.data()); });
+    token_batch_.upload();
+    const parallel::SequenceLogps lp =
+        parallel::forward_sequence_logps(session_.engine(), session_.model(), session_.context(),
+                                         token_batch_.in.data(), token_batch_.tgt.data(), token_batch_.shape(), &unused);
+    // Each tp group adds its rows once.
+    if (mesh.coord().tp == 0)
+      for (int i = 0; i < B; ++i)
+        if (w0 + static_cast<std::uint64_t>(i) < n) out[w0 + static_cast<std::uint64_t>(i)] = lp.policy[static_cast<std::size_t>(i)];
+  }
+  watched_all_reduce_in_place("DPO reference rows", "world", rt_.world(), out.data(), static_cast<int>(n), ReduceOp::Sum);
+  return out;
 }
 
 // ---- checkpoints -------------------------------------------------------------------------

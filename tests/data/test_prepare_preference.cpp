@@ -106,15 +106,22 @@ TEST(PreparePreference, PairsAreAdjacentRowsWithMasksOnTheFinalResponses) {
   EXPECT_TRUE(contains(test::read_file(dir / "ds/meta.json"), kPreferenceRowLayout));
 }
 
-TEST(PreparePreference, SupervisedTrainingAndEvalRefuseIt) {
+TEST(PreparePreference, OnlyTheDpoObjectiveTakesIt) {
   TempDir dir("pref");
   prepare(preference_options(dir, "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n"));
   const Dataset d = Dataset::open(dir / "ds");
   for (const char* command : {"train", "eval"}) {
     const std::string msg = user_error([&] { check_dataset_rows(d, kSeq, command); });
     EXPECT_TRUE(contains(msg, std::string(command) + ": data.dir=" + (dir / "ds") + " is a preference dataset") &&
-                contains(msg, "would count the rejected responses as targets"))
+                contains(msg, "would count the rejected responses as targets") &&
+                contains(msg, "set train.objective=dpo"))
         << msg;
+    // The objective that reads the pairs accepts it, and refuses anything else.
+    EXPECT_NO_THROW(check_dataset_rows(d, kSeq, command, Objective::Dpo));
+    const std::string not_pairs =
+        user_error([&] { check_dataset_rows(Dataset::random(300, 1), kSeq, command, Objective::Dpo); });
+    EXPECT_TRUE(contains(not_pairs, std::string(command) + ": train.objective=dpo needs a dataset of preference pairs"))
+        << not_pairs;
   }
 }
 

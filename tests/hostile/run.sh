@@ -22,6 +22,8 @@
 #   words set environment variables of the run; variables:
 #     $INI $LLAMA_INI   inputs/tiny-gpt2.ini, inputs/tiny-llama.ini
 #     $DATA             the good dataset        $F    the damaged fixtures (make_fixtures.py)
+#     $PREF             a good preference dataset (prepare --format preference, seq_len 96)
+#     $PREF_TRAIN       train $LLAMA_INI on $PREF, rows of 96 (add --output.dir and the objective)
 #     $RUN              the earlier run (output.dir, checkpoints in $RUN/checkpoints)
 #     $CKPT             its newest checkpoint   $HF   its safetensors export (a directory)
 #     $NEW              a path that does not exist (per case)
@@ -69,9 +71,14 @@ CKPT=$RUN/checkpoints/step_00000002.h5
 PYTHONPATH="${MESHTRAIN_DEPS:-/opt/meshtrain-deps}/python${PYTHONPATH:+:$PYTHONPATH}" "$py" \
   "$MESHTRAIN_SOURCE_DIR/tests/hostile/make_tokenizer_fixtures.py" "$DATA" "$HF" "$F" >"$TEST_TMP/logs/tok_fixtures.log" 2>&1 ||
   { cat "$TEST_TMP/logs/tok_fixtures.log"; echo "FAIL: make_tokenizer_fixtures.py"; exit 1; }
+PREF=$TEST_TMP/pref
+"$MESHTRAIN_BIN" prepare --format preference --input "$F/p_good.jsonl" --output "$PREF" --chat_template chatml \
+  --seq_len 96 >"$TEST_TMP/logs/prepare_pref.log" 2>&1 ||
+  { cat "$TEST_TMP/logs/prepare_pref.log"; echo "FAIL: prepare --format preference"; exit 1; }
 cp -a "$RUN" "$TEST_TMP/run.pristine"
 TRAIN="train $INI --data.dir=$DATA --output.dir=$RUN --train.steps=3 --train.eval_every=0"
 EVAL="eval $INI --data.dir=$DATA --output.dir=$RUN"
+PREF_TRAIN="train $LLAMA_INI --data.dir=$PREF --train.seq_len=96 --model.max_seq_len=96 --train.steps=2"
 
 # Every file with its sha256, and every directory, of the trees given.
 snapshot() {
@@ -82,7 +89,7 @@ snapshot() {
     find "$d" -type f -print0 | sort -z | xargs -0 -r sha256sum
   done
 }
-fixtures_before=$(snapshot "$DATA" "$F" "$HF")
+fixtures_before=$(snapshot "$DATA" "$F" "$HF" "$PREF")
 run_before=$(snapshot "$RUN")
 
 crash_output='MPI_ABORT|MPI_Abort|mpirun noticed|mpirun has exited|prterun|terminate called|what\(\):|HDF5-DIAG|Segmentation|core dumped|bad_alloc|Traceback|unexpected error|internal error|fatal error'
@@ -252,6 +259,6 @@ if [[ -z $only ]]; then
   [[ $(snapshot "$RUN") == "$run_before" ]] || fail "self-check: the earlier run was not restored"
 fi
 
-[[ $(snapshot "$DATA" "$F" "$HF") == "$fixtures_before" ]] || fail "a case changed the fixtures (datasets, checkpoints, safetensors)"
+[[ $(snapshot "$DATA" "$F" "$HF" "$PREF") == "$fixtures_before" ]] || fail "a case changed the fixtures (datasets, checkpoints, safetensors)"
 if [[ -z $only ]] && ((total < 100)); then fail "only $total cases; the suite promises at least 100"; fi
 finish "$total hostile-input cases passed"

@@ -20,6 +20,7 @@ enum class Backend { Auto, Mpi, Nccl };                                         
 enum class ReduceDtype { Fp32, Bf16 };                                             ///< parallel.reduce_dtype
 enum class LrScheduleKind { Cosine, Constant };                                    ///< train.lr_schedule
 enum class LogLevel { Debug, Info, Warn };                                         ///< output.log_level
+enum class Objective { Sft, Dpo };                                                 ///< train.objective
 
 /// The words of each choice, in the enum's order.
 template <class E>
@@ -52,6 +53,10 @@ struct ChoiceWords<LrScheduleKind> {
 template <>
 struct ChoiceWords<LogLevel> {
   static constexpr std::array<const char*, 3> words{"debug", "info", "warn"};
+};
+template <>
+struct ChoiceWords<Objective> {
+  static constexpr std::array<const char*, 2> words{"sft", "dpo"};
 };
 
 template <class E, class = void>

@@ -90,6 +90,8 @@ struct TrainConfig {
   int sample_tokens = 0;
   double sample_temperature = 0.8;    ///< 0 = greedy
   int sample_top_k = 40;              ///< 0 = all tokens
+  Objective objective = Objective::Sft;  ///< sft: cross-entropy on the targets; dpo: preference pairs (doc/finetuning.md)
+  double dpo_beta = 0.1;              ///< DPO's beta: the scale of the log-ratio rewards
 };
 
 struct DataConfig {

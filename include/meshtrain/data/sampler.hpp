@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "meshtrain/config/choices.hpp"
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/doc_file.hpp"
 #include "meshtrain/data/loss_mask.hpp"
@@ -31,13 +32,14 @@ void check_row_seq_len(const MaskFile& rows, int seq_len);
 
 /// \brief What `train` and `eval` check of a dataset before they make its samplers
 /// (`command`: "train", "eval"), UserError on every rank alike:
-///   - a preference dataset (`prepare --format preference`) is refused: supervised training
-///     or evaluation on it would count the rejected responses as targets, and the objective
-///     that reads its pairs (DPO) is not implemented;
+///   - a preference dataset (`prepare --format preference`) goes with train.objective=dpo
+///     and only with it: supervised training or evaluation on it would count the rejected
+///     responses as targets, and DPO reads nothing but pairs;
 ///   - the rows of an instruction, chat or packed dataset must be train.seq_len + 1 tokens;
 ///     the message says what a row holds (one example, or several packed ones) and the
 ///     --seq_len (and --pack) it was prepared with.
-void check_dataset_rows(const Dataset& d, int seq_len, const std::string& command);
+void check_dataset_rows(const Dataset& d, int seq_len, const std::string& command,
+                        Objective objective = Objective::Sft);
 
 /// \brief Document masking of the windows (doc/data.md, "Packed rows"): the segment ids of a
 /// packed dataset (`docs`, rows only), or for a token stream with `data.document_mask` the

@@ -29,16 +29,22 @@ void cross_entropy_row_sums(const T* logits, int ld, int N, int V_local, std::in
                             std::int64_t valid_vocab, const std::int32_t* targets,
                             const float* row_max, float* stats);
 
-/// Writes dlogits into `logits` (in place) scaled by grad_scale; returns the sum over rows
-/// of the per-row loss (double; ignored rows contribute 0).
+/// Writes dlogits into `logits` (in place) scaled by grad_scale, and by row_scale[r] (device,
+/// (N)) when row_scale is not null (DPO: a per-sequence coefficient, negative for a rejected
+/// response); returns the sum over rows of the per-row loss (double; ignored rows contribute 0).
 template <class T>
 double cross_entropy_finish(T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
                             std::int64_t valid_vocab, const std::int32_t* targets,
-                            const float* row_max, const float* stats, float grad_scale);
+                            const float* row_max, const float* stats, float grad_scale,
+                            const float* row_scale = nullptr);
 
 /// Loss only (evaluation): sum over rows of the per-row loss; logits untouched.
 double cross_entropy_loss_sum(int N, const std::int32_t* targets, const float* row_max,
                               const float* stats);
+/// Loss of each row (device, (N); 0 for an ignored row), logits untouched: the
+/// -log p(target) that DPO sums per sequence.
+void cross_entropy_row_losses(int N, const std::int32_t* targets, const float* row_max, const float* stats,
+                              float* losses);
 
 /// \brief Double-precision statistics for double logits (gradient checks): the same three
 /// phases with row_max and stats in double, so the loss is accurate to double rounding
@@ -50,8 +56,11 @@ void cross_entropy_row_sums(const double* logits, int ld, int N, int V_local,
                             const std::int32_t* targets, const double* row_max, double* stats);
 double cross_entropy_finish(double* logits, int ld, int N, int V_local, std::int64_t vocab_start,
                             std::int64_t valid_vocab, const std::int32_t* targets,
-                            const double* row_max, const double* stats, float grad_scale);
+                            const double* row_max, const double* stats, float grad_scale,
+                            const float* row_scale = nullptr);
 double cross_entropy_loss_sum(int N, const std::int32_t* targets, const double* row_max,
                               const double* stats);
+void cross_entropy_row_losses(int N, const std::int32_t* targets, const double* row_max, const double* stats,
+                              double* losses);
 
 }  // namespace meshtrain::kernels

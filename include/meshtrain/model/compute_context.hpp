@@ -13,6 +13,9 @@ namespace meshtrain::model {
 struct ComputeContext {
   Communicator* tp = nullptr;         ///< tensor-parallel group; nullptr or size 1 = no TP
   std::function<void()> progress;     ///< called between kernels (may be empty)
+  /// LoRA adapters switched off: the forward computes the frozen base alone (DPO's
+  /// reference model, the same weights without a second copy). Forward only.
+  bool adapters_off = false;
 
   int tp_size() const { return tp ? tp->size() : 1; }
   void poll() const {

@@ -73,13 +73,19 @@ class Transformer {
 
   /// Final norm + LM head + cross-entropy, forward and backward together: returns the local
   /// sum of per-token losses (identical on every tp rank), writes dx_L (N, C) (overwrite) and
-  /// accumulates head/final-norm gradients. grad_scale multiplies dlogits (1/global tokens).
+  /// accumulates head/final-norm gradients. grad_scale multiplies dlogits (1/global tokens);
+  /// row_scale (device, (N), or null) multiplies each row's dlogits as well (DPO: the
+  /// coefficient of the row's sequence, kernels::cross_entropy_finish).
   double head_forward_backward(const ComputeContext& ctx, const T* outer, T* outer_grad,
                                BatchShape s, const T* x, const std::int32_t* targets,
-                               float grad_scale, T* dx) const;
+                               float grad_scale, T* dx, const float* row_scale = nullptr) const;
   /// Loss sum only (evaluation).
   double head_loss(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
                    const std::int32_t* targets) const;
+  /// Forward only: each sequence's sum of log p(target) over its counted targets (targets
+  /// >= 0), on the host, (B); the same on every tp rank. DPO's log-probability of a response.
+  std::vector<double> head_sequence_logp(const ComputeContext& ctx, const T* outer, BatchShape s,
+                                         const T* x, const std::int32_t* targets) const;
   /// Full-vocabulary logits gathered over tp, on the host: (B, valid_vocab) floats for the
   /// last position of each sequence (generation), or (N, valid_vocab) for every position
   /// (reference tests).
@@ -104,6 +110,11 @@ class Transformer {
   void llama_backward(const ComputeContext& ctx, const T* params, T* grads, BatchShape s,
                       const T* x_in, BlockCache<T>& c, T* dx) const;
   void final_norm(const T* outer, BatchShape s, const T* x, HeadCache<T>& hc) const;
+  /// The forward head in chunks of rows: final norm, logits, and the tp-reduced
+  /// cross-entropy statistics, handed to on_chunk(r0, rows, row_max, stats) per chunk.
+  template <class ChunkFn>
+  void head_forward_chunks(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+                           const std::int32_t* targets, ChunkFn&& on_chunk) const;
   const T* head_weight(const T* outer) const;
   std::int64_t head_chunk_rows(int N) const;
   // LoRA: adapter t (index into lora_target_names) of a block, when present.

@@ -11,6 +11,8 @@
 /// the layers call between kernels.
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "meshtrain/model/transformer.hpp"
 #include "meshtrain/parallel/fsdp.hpp"
@@ -23,6 +25,39 @@ template <class T>
 double forward_backward(FsdpEngine<T>& engine, const model::Transformer<T>& model, model::ComputeContext ctx,
                         const std::int32_t* tokens, const std::int32_t* targets, model::BatchShape shape,
                         float grad_scale, bool activation_checkpointing);
+
+/// Per-sequence sums of log p(target) over the counted targets of one micro-batch, (B) each:
+/// the trained model's (policy) and the reference's (DPO).
+struct SequenceLogps {
+  std::vector<double> policy, reference;
+};
+
+/// DPO's coefficient of each sequence's cross-entropy gradient, (B), from the sequences'
+/// log-probabilities (train/dpo.hpp).
+using SequenceCoefficients =
+    std::function<std::vector<float>(const std::vector<double>& policy, const std::vector<double>& reference)>;
+
+/// \brief One micro-batch of DPO: the policy's forward, keeping its activations as
+/// forward_backward does; the reference's forward on the same gathered units, with the
+/// LoRA adapters switched off and nothing kept (or `reference` (B), the log-probabilities
+/// stored for a run without adapters); the policy's per-sequence log-probabilities; then
+/// the head's backward with each row's cross-entropy gradient scaled by its sequence's
+/// coefficient, and the blocks' backward. The LM-head logits are computed twice for the
+/// policy (once for its log-probabilities, once in the fused backward); no block is
+/// recomputed beyond what activation checkpointing does. Returns the log-probabilities.
+template <class T>
+SequenceLogps dpo_forward_backward(FsdpEngine<T>& engine, const model::Transformer<T>& model,
+                                   model::ComputeContext ctx, const std::int32_t* tokens, const std::int32_t* targets,
+                                   model::BatchShape shape, bool activation_checkpointing,
+                                   const std::vector<double>* reference, const SequenceCoefficients& coefficients);
+
+/// Forward only (DPO evaluation): the policy's and the reference's per-sequence
+/// log-probabilities (the reference with the adapters off, or `reference` when given).
+template <class T>
+SequenceLogps forward_sequence_logps(FsdpEngine<T>& engine, const model::Transformer<T>& model,
+                                     model::ComputeContext ctx, const std::int32_t* tokens,
+                                     const std::int32_t* targets, model::BatchShape shape,
+                                     const std::vector<double>* reference);
 
 /// Forward only; returns this rank's sum of token losses (evaluation).
 template <class T>

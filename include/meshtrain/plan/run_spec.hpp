@@ -73,6 +73,9 @@ struct TrainSpec {
   double sample_temperature = 0.8;
   int sample_top_k = 40;
   bool fused_optimizer = true;              ///< gpu.fused_optimizer
+  Objective objective = Objective::Sft;     ///< train.objective
+  double dpo_beta = 0.1;                    ///< train.dpo_beta
+  bool dpo() const { return objective == Objective::Dpo; }
   bool bf16() const { return precision == Precision::Bf16; }
 };
 

@@ -1,0 +1,62 @@
+#include "meshtrain/train/dpo.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::train {
+
+std::vector<float> dpo_pairs(const std::vector<double>& policy, const std::vector<double>& reference, double beta,
+                             double pair_scale, int pairs, DpoSums& sums) {
+  MESHTRAIN_ASSERT(policy.size() == reference.size() && pairs >= 0 && 2 * static_cast<std::size_t>(pairs) <= policy.size(),
+                   "DPO: %zu policy and %zu reference sequences for %d pairs", policy.size(), reference.size(), pairs);
+  std::vector<float> coef(policy.size(), 0.0f);
+  for (int j = 0; j < pairs; ++j) {
+    const std::size_t c = 2 * static_cast<std::size_t>(j), r = c + 1;
+    const double chosen = beta * (policy[c] - reference[c]);
+    const double rejected = beta * (policy[r] - reference[r]);
+    const double z = chosen - rejected;
+    // -log sigmoid(z) = log(1 + exp(-z)), without overflow for either sign of z.
+    sums.loss += std::log1p(std::exp(-std::abs(z))) + std::max(-z, 0.0);
+    sums.rewards_chosen += chosen;
+    sums.rewards_rejected += rejected;
+    sums.correct += z > 0 ? 1 : 0;
+    sums.logps_chosen += policy[c];
+    sums.logps_rejected += policy[r];
+    sums.pairs += 1;
+    const double sig_neg = 1.0 / (1.0 + std::exp(z));  // sigmoid(-z)
+    coef[c] = static_cast<float>(beta * sig_neg * pair_scale);
+    coef[r] = static_cast<float>(-beta * sig_neg * pair_scale);
+  }
+  return coef;
+}
+
+void check_dpo_setup(const plan::RunSetup& setup, const std::string& command, bool stored_reference) {
+  if (!setup.spec.train.dpo()) return;
+  MESHTRAIN_REQUIRE(setup.batch.micro_batch % 2 == 0,
+                    "%s: train.objective=dpo takes a preference pair's chosen and rejected rows in one micro-batch, so "
+                    "train.micro_batch must be even; it is %d%s",
+                    command.c_str(), setup.batch.micro_batch,
+                    setup.spec.batch.micro_batch == 0 ? " (chosen by the planner): give an even train.micro_batch" : "");
+  MESHTRAIN_REQUIRE(stored_reference || setup.spec.dims.lora_rank > 0,
+                    "%s: train.objective=dpo needs LoRA adapters (model.lora_rank > 0) here: its reference model is "
+                    "the frozen base with the adapters switched off (a training run without adapters stores its "
+                    "initial weights' log-probabilities in its output.dir instead, which %s does not read)",
+                    command.c_str(), command.c_str());
+}
+
+DpoMetrics dpo_metrics(const DpoSums& s) {
+  DpoMetrics m;
+  const double n = s.pairs > 0 ? s.pairs : std::numeric_limits<double>::quiet_NaN();
+  m.loss = s.loss / n;
+  m.rewards_chosen = s.rewards_chosen / n;
+  m.rewards_rejected = s.rewards_rejected / n;
+  m.margins = (s.rewards_chosen - s.rewards_rejected) / n;
+  m.accuracy = s.correct / n;
+  m.logps_chosen = s.logps_chosen / n;
+  m.logps_rejected = s.logps_rejected / n;
+  return m;
+}
+
+}  // namespace meshtrain::train
