@@ -1,6 +1,7 @@
 // checkpoint::AsyncSave (async_save.hpp): the state copied to host memory at a step
 // boundary, the file laid out by rank 0 on the main thread, each rank's bytes written by
-// its own background thread with pwrite, and the commit at a later step boundary.
+// its own background thread (DirectWriter: O_DIRECT, not through the page cache), and the
+// commit at a later step boundary.
 //
 // Why not HDF5 and MPI-IO on the background thread: MPI is initialised with
 // MPI_THREAD_FUNNELED (runtime.cpp; the watchdog's monitor thread and the NCCL path are
@@ -12,9 +13,8 @@
 // are plain byte ranges of the file (h5::select_piece's order, little-endian float32).
 #include "meshtrain/checkpoint/async_save.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -23,6 +23,7 @@
 #include "checksum.hpp"
 #include "format.hpp"
 #include "h5.hpp"
+#include "meshtrain/checkpoint/direct_writer.hpp"
 #include "meshtrain/comm/agree.hpp"
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/comm/watchdog.hpp"
@@ -57,23 +58,6 @@ struct Job {
   Piece piece;
   const float* data = nullptr;
 };
-
-/// pwrite of all `n` bytes (it may write fewer); 0 or the errno of the failure.
-int pwrite_all(int fd, const float* data, std::size_t n, std::uint64_t offset) {
-  const char* p = reinterpret_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (w == 0) return EIO;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-    offset += static_cast<std::uint64_t>(w);
-  }
-  return 0;
-}
 
 /// Rank 0: the reduced checksums into the placeholders the layout wrote (same type and
 /// size: overwritten in place). False when a call failed.
@@ -116,7 +100,8 @@ struct AsyncSave::Impl {
   std::atomic<bool> done{false};
   int err = 0;
   std::uint64_t nonfinite = 0, my_bytes = 0;
-  double data_seconds = 0;
+  double data_seconds = 0, cpu_seconds = 0, sync_seconds = 0;
+  std::uint64_t direct_bytes = 0;  ///< of my_bytes, written with O_DIRECT (direct_writer.hpp)
   std::unique_ptr<checksum::Partials> sums;
 
   void join() {
@@ -131,8 +116,9 @@ struct AsyncSave::Impl {
 /// No MPI, no HDF5, no Kokkos.
 void AsyncSave::Impl::write_background() {
   const double t = now_seconds();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) err = errno;
+  const double cpu0 = thread_cpu_seconds();
+  DirectWriter out(tmp);
+  err = out.open_error();
   for (const Job& j : jobs) {
     if (err != 0) break;
     // An injected fault: a kill or stall mid-write, or this rank's write failing.
@@ -147,20 +133,24 @@ void AsyncSave::Impl::write_background() {
     const model::ParamSpec& p = specs[piece.spec];
     const std::int64_t cols = p.shape.size() > 1 ? p.shape[1] : 1;
     const std::uint64_t base = offsets[sums->slot(piece.spec, j.k)];
-    // One pwrite per contiguous run (a piece without tensor parallelism is one write).
+    // One write per contiguous run (a piece without tensor parallelism is one write).
     piece.for_each_contiguous_run(cols, [&](std::int64_t at, std::int64_t pos, std::int64_t n) {
       if (err == 0)
-        err = pwrite_all(fd, j.data + at, static_cast<std::size_t>(n) * sizeof(float),
-                         base + static_cast<std::uint64_t>(pos) * sizeof(float));
+        err = out.write(j.data + at, static_cast<std::size_t>(n) * sizeof(float),
+                        base + static_cast<std::uint64_t>(pos) * sizeof(float));
     });
   }
-  if (fd >= 0) {
+  if (out.open_error() == 0) {
     // This rank's bytes are durable before the ranks agree; rank 0's fsync at the commit
     // then covers the checksum attributes only.
-    if (err == 0 && ::fdatasync(fd) != 0) err = errno;
-    if (::close(fd) != 0 && err == 0) err = errno;
+    const double s0 = now_seconds();
+    if (err == 0) err = out.sync();
+    sync_seconds = now_seconds() - s0;
+    if (const int e = out.close(); e != 0 && err == 0) err = e;
   }
+  direct_bytes = out.direct_bytes();
   data_seconds = now_seconds() - t;
+  cpu_seconds = thread_cpu_seconds() - cpu0;
   done.store(true, std::memory_order_release);
 }
 
@@ -214,6 +204,9 @@ IoStats AsyncSave::Impl::complete(const MpiComm& comm) {
   stats.held_seconds = held + (now_seconds() - c0);
   stats.bytes = bytes_needed;
   reduce_write_stats(comm, my_bytes, data_seconds, stats);
+  stats.background_cpu_seconds = watched_all_reduce_value<double>("all_reduce", kWatchGroup, comm, cpu_seconds, ReduceOp::Max);
+  stats.background_sync_seconds = watched_all_reduce_value<double>("all_reduce", kWatchGroup, comm, sync_seconds, ReduceOp::Max);
+  stats.direct_bytes = watched_all_reduce_value<std::uint64_t>("all_reduce", kWatchGroup, comm, direct_bytes, ReduceOp::Sum);
   stats.checksum_seconds =
       watched_all_reduce_value("all_reduce", kWatchGroup, comm, sums->seconds() + attrs_s, ReduceOp::Max);
   return stats;
@@ -342,7 +335,8 @@ std::optional<IoStats> AsyncSave::start(const parallel::FsdpEngine<T>& eng, cons
   m.sums = std::make_unique<checksum::Partials>(m.specs, 3);
   m.err = 0;
   m.nonfinite = m.my_bytes = 0;
-  m.data_seconds = 0;
+  m.data_seconds = m.cpu_seconds = m.sync_seconds = 0;
+  m.direct_bytes = 0;
   m.done.store(false);
   m.held = now_seconds() - m.t0;
   m.thread = std::thread([&m] { m.write_background(); });

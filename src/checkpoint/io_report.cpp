@@ -31,7 +31,11 @@ std::string describe_save(const IoStats& s) {
                     s.data_seconds, s.data_gbps(), s.writer_ranks, s.writer_nodes, node_gbps);
   // Asynchronous: the data phase ran beside training, and the time from the start to the
   // commit includes the steps trained meanwhile; what training paid is the held part.
-  if (s.async) return line + strprintf("; asynchronous: training held %.2f s", s.held_seconds);
+  if (s.async)
+    return line + strprintf("; asynchronous: training held %.2f s; background thread %.2f s CPU, %.2f s in fdatasync, "
+                            "%.0f%% of the bytes with O_DIRECT",
+                            s.held_seconds, s.background_cpu_seconds, s.background_sync_seconds,
+                            s.bytes > 0 ? 100.0 * static_cast<double>(s.direct_bytes) / static_cast<double>(s.bytes) : 0.0);
   return line + strprintf("; metadata and commit %.2f s", std::max(0.0, s.seconds - s.data_seconds));
 }
 

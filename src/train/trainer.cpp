@@ -140,6 +140,7 @@ class Trainer {
   double loop_seconds_ = 0, loop_tokens_ = 0;  ///< the training loop's wall time and tokens (summary.json)
   double ckpt_save_s_ = NAN, ckpt_save_gbps_ = NAN;  ///< last save/load, reported with the next step
   double ckpt_save_held_s_ = NAN;                     ///< checkpoint.async: what the last save held training
+  double ckpt_save_background_cpu_s_ = NAN;           ///< checkpoint.async: the busiest background thread's CPU
   double ckpt_load_s_ = NAN, ckpt_load_gbps_ = NAN;
 };
 
@@ -531,12 +532,13 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
     j["ckpt_save_s"] = ckpt_save_s_;
     j["ckpt_save_gbps"] = ckpt_save_gbps_;
     if (!std::isnan(ckpt_save_held_s_)) j["ckpt_save_held_s"] = ckpt_save_held_s_;
+    if (!std::isnan(ckpt_save_background_cpu_s_)) j["ckpt_save_background_cpu_s"] = ckpt_save_background_cpu_s_;
   }
   if (!std::isnan(ckpt_load_s_)) {
     j["ckpt_load_s"] = ckpt_load_s_;
     j["ckpt_load_gbps"] = ckpt_load_gbps_;
   }
-  ckpt_save_s_ = ckpt_save_gbps_ = ckpt_save_held_s_ = ckpt_load_s_ = ckpt_load_gbps_ = NAN;
+  ckpt_save_s_ = ckpt_save_gbps_ = ckpt_save_held_s_ = ckpt_save_background_cpu_s_ = ckpt_load_s_ = ckpt_load_gbps_ = NAN;
   // Rank 0 writes; every rank learns whether the write failed (disk full: exit 74).
   session_.mesh().world().agree_on_error([&] { metrics_->write(formats::json_text(j)); });
 }
@@ -756,6 +758,7 @@ void Trainer<T>::report_save(const checkpoint::IoStats& io) {
   ckpt_save_s_ = io.seconds;
   ckpt_save_gbps_ = io.gbps();
   ckpt_save_held_s_ = io.async ? io.held_seconds : NAN;
+  ckpt_save_background_cpu_s_ = io.async ? io.background_cpu_seconds : NAN;
   log::info("checkpoint %s: %s", io.path.c_str(), checkpoint::describe_save(io).c_str());
 }
 

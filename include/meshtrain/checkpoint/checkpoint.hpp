@@ -107,6 +107,12 @@ struct IoStats {
   /// waited for (staging, the file's layout, the completion check and the commit).
   bool async = false;
   double held_seconds = 0;
+  /// Asynchronous saves: the busiest rank's background thread CPU time (its checksums,
+  /// non-finite scan and pwrite copies into the page cache) and its wait in fdatasync. What
+  /// a background write can take from training on a machine with no idle core is the CPU part.
+  double background_cpu_seconds = 0;
+  double background_sync_seconds = 0;
+  std::uint64_t direct_bytes = 0;  ///< asynchronous saves: of `bytes`, written with O_DIRECT
   double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
   /// File-system bandwidth of the data phase: all tensor bytes over the slowest rank's time.
   double data_gbps() const { return data_seconds > 0 ? static_cast<double>(bytes) / data_seconds / 1e9 : 0.0; }
