@@ -177,8 +177,11 @@ StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const Co
   const double fill_g = v.fill_gather > 0 ? collective_seconds(shard_link, p.batch.grad_accum * 2, v.fill_gather, Collective::AllGather, c) : 0.0;
   const double fill_r = v.fill_reduce > 0 ? collective_seconds(shard_link, 1, v.fill_reduce, reduce_kind, c) : 0.0;
   const double overlappable = r.compute_s - r.optimizer_s;
-  // forward's share of the GEMM passes (1 / (3 + ac) without LoRA; more with a frozen base)
-  const double fwd_c = overlappable * flops.forward / (flops.total() - flops.scores_again), bwd_c = overlappable - fwd_c;
+  // Forward's share of the GEMM passes: 1 / (3 + ac) when every matmul trains (written so,
+  // not as the quotient of the counts, so the prediction stays bit for bit what it was);
+  // more with a frozen base, whose backward has no weight gradients.
+  const double passes = d.lora_rank > 0 ? (flops.total() - flops.scores_again) / flops.forward : 3.0 + ac;
+  const double fwd_c = overlappable / passes, bwd_c = overlappable - fwd_c;
   if (in.prefetch > 0) {
     r.exposed_fsdp_s = std::min(r.fsdp_comm_s, fill_g + fill_r + std::max(0.0, gather_fwd_s - fill_g - fwd_c) +
                                                     std::max(0.0, gather_bwd_s + reduce_s - fill_r - bwd_c));
