@@ -268,9 +268,10 @@ void Trainer<T>::begin_writing(int first_step) {
   }
   if (root_) {
     const int seq_len = setup_.batch.seq_len;
-    log::info("mfu counts the FLOPs each step performs: %s; %.3f GFLOP per token at seq_len %d",
+    const double per_token = model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing).total();
+    log::info("mfu counts the FLOPs each step performs: %s; %.4g %sFLOP per token at seq_len %d",
               model::describe_step_flops(spec_.dims, setup_.activation_checkpointing).c_str(),
-              model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing).total() / 1e9, seq_len);
+              per_token >= 1e9 ? per_token / 1e9 : per_token / 1e6, per_token >= 1e9 ? "G" : "M", seq_len);
   }
   // A resumed run continues the run's metrics.jsonl (lines past the resumed step, from a
   // run that died after its last checkpoint, are dropped); a fresh run starts it anew.
