@@ -24,6 +24,20 @@ struct Narrow<bf16> {
   KOKKOS_INLINE_FUNCTION static bf16 from(W x) { return bf16(static_cast<float>(x)); }
 };
 
+/// splitmix64's finaliser: a bijection of 64-bit words whose outputs of consecutive
+/// counters are statistically independent.
+KOKKOS_INLINE_FUNCTION std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// u in [0, 1) with 24 random bits: exactly representable in float and double.
+KOKKOS_INLINE_FUNCTION double uniform_bits(std::uint64_t seed, std::uint64_t i) {
+  return static_cast<double>(splitmix64(seed * 0x100000001B3ull ^ i) >> 40) * (1.0 / 16777216.0);
+}
+
 /// Constants of the tanh-approximated GELU.
 template <class A>
 struct Gelu {
@@ -61,6 +75,17 @@ void fill(T* x, std::size_t n, double value) {
   Kokkos::parallel_for(
       "Kernels::fill", Range64(0, static_cast<std::int64_t>(n)),
       KOKKOS_LAMBDA(std::int64_t i) { x[i] = v; });
+}
+
+double uniform_at(std::uint64_t seed, std::uint64_t i) { return uniform_bits(seed, i); }
+
+template <class T>
+void fill_uniform(T* x, std::size_t n, double lo, double hi, std::uint64_t seed) {
+  const double span = hi - lo;
+  Kokkos::parallel_for(
+      "Kernels::fill_uniform", Range64(0, static_cast<std::int64_t>(n)), KOKKOS_LAMBDA(std::int64_t i) {
+        x[i] = store<T>(static_cast<acc_t<T>>(lo + span * uniform_bits(seed, static_cast<std::uint64_t>(i))));
+      });
 }
 
 template <class T>
@@ -194,6 +219,7 @@ double sum_squares(const T* x, std::size_t n) {
   template void add_inplace<T>(T*, const T*, std::size_t);                                       \
   template void scale_inplace<T>(T*, std::size_t, double);                                       \
   template void fill<T>(T*, std::size_t, double);                                                \
+  template void fill_uniform<T>(T*, std::size_t, double, double, std::uint64_t);                 \
   template void add_bias<T>(T*, const T*, int, int, int);                                        \
   template void bias_backward<T>(const T*, T*, int, int, int);                                   \
   template void gelu_forward<T>(const T*, T*, std::size_t);                                      \

@@ -15,8 +15,10 @@ GemmRate timed_gemm(Op oa, Op ob, int m, int n, int k, double seconds) {
   const std::size_t na = static_cast<std::size_t>(m) * k, nb = static_cast<std::size_t>(k) * n,
                     nc = static_cast<std::size_t>(m) * n;
   Buffer<T> a(na, MemCategory::Workspace), b(nb, MemCategory::Workspace), c(nc, MemCategory::Workspace);
-  kernels::fill(a.data(), na, 0.5);
-  kernels::fill(b.data(), nb, 0.25);
+  // Random operands in [-1, 1): a GPU's GEMM rate on constant operands reads high (fewer
+  // toggling bits, less power); on CPUs the values do not matter.
+  kernels::fill_uniform(a.data(), na, -1.0, 1.0, 1);
+  kernels::fill_uniform(b.data(), nb, -1.0, 1.0, 2);
   // Row-major: A is (m,k), stored (k,m) when transposed; likewise B.
   const int lda = oa == Op::N ? k : m, ldb = ob == Op::N ? n : k;
   const auto once = [&] {

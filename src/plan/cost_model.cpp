@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include "meshtrain/model/step_flops.hpp"
+
 namespace meshtrain::plan {
 
 double recompute_flops_per_token(const model::ModelDims& d, int seq_len) {
@@ -116,19 +118,17 @@ StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const Co
   const double tokens = global * in.batch.seq_len;
   const double tokens_per_rank = tokens / dp;
   const double gemm_rate = c.model_gemm_flops > 0 ? c.model_gemm_flops : c.gemm_flops;
-  // Forward GEMMs once, backward twice (input and weight gradients) plus the attention
-  // scores it recomputes; activation checkpointing runs every block's forward again inside
-  // backward.
+  // The GEMM FLOPs the step performs (model/step_flops.hpp): forward, input gradients,
+  // weight gradients of the trainable matrices only (a frozen LoRA base has none), the
+  // scores backward recomputes, and with activation checkpointing every block's forward
+  // again.
   const double ac = p.activation_checkpointing ? 1.0 : 0.0;
-  // Packed rows: only the fraction `fa` of the attention is computed (the attention term of
-  // flops_per_token_forward is the part linear in seq_len).
+  // Packed rows: only the fraction `fa` of the attention is computed.
   const int seq_len = in.batch.seq_len;
   const double fa =
       document_attention_fraction(seq_len, in.document_tokens, in.attention_rows > 0 ? in.attention_rows : seq_len);
-  const double attn_flops = d.flops_per_token_forward(seq_len) - d.flops_per_token_forward(0);
-  const double forward_gemm_s =
-      (d.flops_per_token_forward(seq_len) - (1.0 - fa) * attn_flops) * tokens_per_rank / tp / gemm_rate;
-  r.gemm_s = (3.0 + ac) * forward_gemm_s + fa * recompute_flops_per_token(d, seq_len) * tokens_per_rank / tp / gemm_rate;
+  const model::StepFlops flops = model::train_step_flops(d, seq_len, p.activation_checkpointing, fa, in.dpo);
+  r.gemm_s = flops.total() * tokens_per_rank / tp / gemm_rate;
   // Memory-bound kernels: the activations every micro-step's forward writes (stored or
   // recomputed) streamed by the kernels' passes over forward and backward (more with
   // checkpointing: its forward again), plus the optimizer's pass over the state.
@@ -177,7 +177,12 @@ StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const Co
   const double fill_g = v.fill_gather > 0 ? collective_seconds(shard_link, p.batch.grad_accum * 2, v.fill_gather, Collective::AllGather, c) : 0.0;
   const double fill_r = v.fill_reduce > 0 ? collective_seconds(shard_link, 1, v.fill_reduce, reduce_kind, c) : 0.0;
   const double overlappable = r.compute_s - r.optimizer_s;
-  const double fwd_c = overlappable / (3.0 + ac), bwd_c = overlappable - fwd_c;
+  // Forward's share of the GEMM passes: 1 / (3 + ac) when every matmul trains (written so,
+  // not as the quotient of the counts, so the prediction stays bit for bit what it was);
+  // more with a frozen base, whose backward has no weight gradients.
+  const double passes =
+      d.lora_rank > 0 || in.dpo ? (flops.total() - flops.scores_again) / flops.forward : 3.0 + ac;
+  const double fwd_c = overlappable / passes, bwd_c = overlappable - fwd_c;
   if (in.prefetch > 0) {
     r.exposed_fsdp_s = std::min(r.fsdp_comm_s, fill_g + fill_r + std::max(0.0, gather_fwd_s - fill_g - fwd_c) +
                                                     std::max(0.0, gather_bwd_s + reduce_s - fill_r - bwd_c));

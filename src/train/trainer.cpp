@@ -23,6 +23,7 @@
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/sampler.hpp"
 #include "meshtrain/linalg/peak.hpp"
+#include "meshtrain/model/step_flops.hpp"
 #include "meshtrain/parallel/micro_step.hpp"
 #include "meshtrain/train/checkpoint_meta.hpp"
 #include "meshtrain/train/evaluate.hpp"
@@ -284,6 +285,14 @@ void Trainer<T>::begin_writing(int first_step) {
     log::info("measured GEMM peak: %.1f GFLOP/s per rank (%s), min over ranks (max %.1f)", mn / 1e9,
               spec_.train.bf16() ? "bf16" : "fp32", mx / 1e9);
   }
+  if (root_) {
+    const int seq_len = setup_.batch.seq_len;
+    const double per_token =
+        model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing, 1.0, spec_.train.dpo()).total();
+    log::info("mfu counts the FLOPs each step performs: %s; %.4g %sFLOP per token at seq_len %d",
+              model::describe_step_flops(spec_.dims, setup_.activation_checkpointing, spec_.train.dpo()).c_str(),
+              per_token >= 1e9 ? per_token / 1e9 : per_token / 1e6, per_token >= 1e9 ? "G" : "M", seq_len);
+  }
   // A resumed run continues the run's metrics.jsonl (lines past the resumed step, from a
   // run that died after its last checkpoint, are dropped); a fresh run starts it anew.
   agree_on_errors(rt_.world(), [&] {
@@ -476,7 +485,10 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                busy_max = over[2].max, comp_min = over[3].min, comp_max = over[3].max, mem_max = over[4].max,
                rss_max = over[5].max;
   const double tok_s = tokens / step_max;
-  const double flops = 3.0 * spec_.dims.flops_per_token_forward(seq_len) * tok_s;
+  // The FLOPs the step performs (model/step_flops.hpp; attention counted full, as if no
+  // document mask skipped any of it): a frozen LoRA base computes no weight gradients.
+  const double flops =
+      model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing, 1.0, spec_.train.dpo()).total() * tok_s;
   const double mfu = flops / (peak_flops_ * rt_.topology().world_size);
   if (root_) {
     std::string line = strprintf("step %5d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | mfu %.1f%% | mem %s | "

@@ -169,3 +169,19 @@ TEST(Predictor, MemoryOfOneAndTwoRanksIsTheHandCount) {
   EXPECT_EQ(two.batch.global_batch, 4);
   EXPECT_EQ(two.batch.grad_accum, 1);
 }
+
+TEST(Predictor, LoraStepCountsNoBaseWeightGradients) {
+  // The tiny GPT-2 with LoRA rank 4 on c_attn (A 4 x 64 = 256, B 192 x 4 = 768: 1024 per
+  // block, 2048 in all; adapter forward 2 x 2048 = 4096 FLOP per token). Per token:
+  //   forward  = base 229376 + adapters 4096 + attention 16384             = 249856
+  //   backward = base input gradients 229376 (no weight gradients: frozen)
+  //            + adapters 2 x 4096 + attention 2 x 16384 + scores again 8192 = 278528
+  //   gemm_s = 528384 x 64 / 1e12 = 3.3816576e-5 (full fine-tuning: kGemm = 4.7710208e-5)
+  PlanInput in = job(1);
+  in.dims.lora_rank = 4;
+  in.dims.lora_targets = {"c_attn"};
+  in.dims.lora_target_ids = {0};
+  const StrategyPlan p = round_plan(parallel::Strategy::NoShard, {1, 1, 1}, 1);
+  const StepPrediction r = predict_step(in, p, table());
+  EXPECT_NEAR(r.gemm_s, 3.3816576e-5, 1e-15);
+}

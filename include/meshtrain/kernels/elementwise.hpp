@@ -26,6 +26,16 @@ void scale_inplace(T* x, std::size_t n, double s);
 template <class T>
 void fill(T* x, std::size_t n, double value);
 
+/// x[i] = lo + (hi - lo) * u_i, u_i in [0, 1) from a counter-based hash of (seed, i)
+/// (splitmix64; 24 bits, so every u_i is exact in float): the same values on every backend
+/// and thread count. For GEMM timing operands (a peak measured on constant operands reads
+/// high on GPUs, whose power draw depends on the bits that toggle).
+template <class T>
+void fill_uniform(T* x, std::size_t n, double lo, double hi, std::uint64_t seed);
+
+/// The u_i of fill_uniform (host; the kernel's reference).
+double uniform_at(std::uint64_t seed, std::uint64_t i);
+
 /// y (rows, cols; ld) += bias (cols) broadcast over rows.
 template <class T>
 void add_bias(T* y, const T* bias, int rows, int cols, int ld);

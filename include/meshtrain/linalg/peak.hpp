@@ -12,8 +12,9 @@ struct GemmRate {
 };
 
 /// C (m,n) = op(A) op(B), row-major, fp32 (or bf16 when `bf16`), repeated for about
-/// `seconds` after one warm-up call, each repeat device-synchronised. The one GEMM timer of
-/// the ceilings, `meshtrain bench gemm` and MFU.
+/// `seconds` after one warm-up call, each repeat device-synchronised, on random operands in
+/// [-1, 1) (kernels::fill_uniform). The one GEMM timer of the ceilings, `meshtrain bench
+/// gemm` and MFU.
 GemmRate time_gemm(Op a, Op b, int m, int n, int k, double seconds, bool bf16);
 
 /// FLOP/s of square GEMMs of size n in fp32 (or bf16 when `bf16`), best of repeated runs
