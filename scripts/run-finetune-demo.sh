@@ -5,8 +5,8 @@
 # of March 2024", "7-Mar-2024", ...) in ISO 8601 ("2024-03-07") and nothing else.
 #   1. generates 2000 training examples and 50 held-out prompts (dates never trained on);
 #   2. `meshtrain prepare --format alpaca`: the model's chat template, a loss mask on the
-#      answers, one example per padded row of 81 tokens (FT_DEMO_PACK=1: about 6.6 examples
-#      packed into each row of 513 tokens, for comparison);
+#      answers, one example per padded row of 81 tokens (FT_DEMO_PACK=1: two examples packed
+#      into each row of 161 tokens, for comparison);
 #   3. scores the base model: greedy replies to the held-out prompts, exact match;
 #   4. LoRA fine-tunes on 2 ranks (inputs/finetune-demo.ini, a few minutes on 2 cores);
 #   5. scores the fine-tuned model the same way and prints answers before and after;
@@ -20,19 +20,19 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build_dir=${MESHTRAIN_BUILD_DIR:-build/cpu}
 work=${FT_DEMO_DIR:-runs/finetune-demo}
-# One example per padded row (the default) or packed rows (FT_DEMO_PACK=1): the same 640-odd
-# examples either way (40 steps of 16 padded rows, or 48 steps of 2 packed rows; doc/finetuning.md
-# has both timed side by side: packed took 85% of the wall time and reached 48/50, padded 50/50).
+# One example per padded row (the default) or packed rows (FT_DEMO_PACK=1), the same training
+# either way: 40 steps of 16 examples, 8 per rank in each step. Padded: 16 rows of 81 tokens
+# a step, 4 micro-batches of 2 per rank. Packed: 8 rows of 161 tokens, 2 examples each
+# (prepare's shuffled first fit pairs examples of unrelated lengths), one micro-batch of 4 rows
+# per rank (doc/finetuning.md, "Packed rows for the demo", has both timed side by side).
 pack=${FT_DEMO_PACK:-0}
 if [[ $pack == 1 ]]; then
-  prepare_layout=(--seq_len 512 --pack)
-  train_layout=(--train.seq_len=512 --train.micro_batch=1 --train.global_batch=2)
-  train_steps=(--train.steps=48 --train.log_every=6)
+  prepare_layout=(--seq_len 160 --pack)
+  train_layout=(--train.seq_len=160 --train.micro_batch=4 --train.global_batch=8)
   layout_name="packed"
 else
   prepare_layout=(--seq_len 80)
   train_layout=()  # inputs/finetune-demo.ini is the padded configuration
-  train_steps=()
   layout_name="padded"
 fi
 n_heldout=50
@@ -81,7 +81,7 @@ phase_done "score the base model"
 
 echo "== 4. LoRA fine-tuning on 2 ranks (inputs/finetune-demo.ini), $layout_name rows"
 mpirun -np 2 "${mpirun_flags[@]}" "$bin" train inputs/finetune-demo.ini --checkpoint.init_from="$gguf" \
-  --data.dir="$work/dataset" --output.dir="$work/lora" "${train_layout[@]}" "${train_steps[@]}"
+  --data.dir="$work/dataset" --output.dir="$work/lora" "${train_layout[@]}"
 phase_done "LoRA fine-tuning ($layout_name)"
 
 echo "== 5. the fine-tuned model on the same prompts"

@@ -57,8 +57,8 @@ PrepareArgs parse_prepare_args(const Args& args) {
       ("system", po::value<std::string>(&o.system),
        "alpaca/chat/preference: system message for examples that have none (default: the template's own, if any)")
       ("pack", po::value<std::string>(&pack)->implicit_value("true"),
-       "pack several examples (alpaca/chat) or documents (text, with --seq_len) into each row (first-fit "
-       "decreasing) and write train.docs/val.docs; training then masks attention, positions and loss per example "
+       "pack several examples (alpaca/chat) or documents (text, with --seq_len) into each row (first fit "
+       "in a shuffled order, or first-fit decreasing where that needs fewer rows) and write train.docs/val.docs; training then masks attention, positions and loss per example "
        "(doc/data.md, \"Packed rows\"). Default (auto): alpaca/chat examples are packed when more than one fits "
        "a row, text is not; --pack=false writes one example per padded row");
   const OwnOptions parsed = parse_own_options(

@@ -1,18 +1,24 @@
-// First-fit decreasing bin packing for `prepare --pack` (doc/data.md explains the choice).
+// Bin packing for `prepare --pack`: shuffled first fit, or first-fit decreasing where it needs
+// fewer rows (doc/data.md, "Packed rows", explains the choice).
 #include "packing.hpp"
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/data/hash.hpp"
 
 namespace meshtrain::data {
 
-std::vector<PackedRow> pack_rows(const std::vector<PackItem>& items, std::uint32_t row_tokens) {
-  std::vector<std::size_t> order(items.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return items[a].ids.size() > items[b].ids.size(); });
+const char* pack_rule_name(PackRule rule) {
+  return rule == PackRule::ShuffledFirstFit ? "first fit in a shuffled order" : "first-fit decreasing";
+}
+
+std::vector<PackedRow> first_fit_rows(const std::vector<PackItem>& items, const std::vector<std::size_t>& order,
+                                      std::uint32_t row_tokens) {
+  MESHTRAIN_ASSERT(order.size() == items.size(), "first fit: an order of %zu for %zu items", order.size(),
+                   items.size());
   // free_[leaf]: free tokens of row leaf (rows not yet opened have a whole row free); inner
   // nodes hold the maximum of their children, so the first row with room is one descent.
   std::size_t leaves = 1;
@@ -35,10 +41,35 @@ std::vector<PackedRow> pack_rows(const std::vector<PackItem>& items, std::uint32
   return rows;
 }
 
-/// Writes the packed rows of one split's kept examples (pack_rows' order), padding each row
-/// after its last example with `pad` (mask 0, its own segment).
-void write_packed(RowWriter& w, std::uint32_t R, std::int32_t pad) {
-  const std::vector<PackedRow> rows = pack_rows(w.kept, R);
+std::vector<PackedRow> pack_rows_decreasing(const std::vector<PackItem>& items, std::uint32_t row_tokens) {
+  std::vector<std::size_t> order(items.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return items[a].ids.size() > items[b].ids.size(); });
+  return first_fit_rows(items, order, row_tokens);
+}
+
+std::vector<PackedRow> pack_rows_shuffled(const std::vector<PackItem>& items, std::uint32_t row_tokens) {
+  // A fixed key, not a prepare option: the rows stay a function of the examples alone.
+  const std::uint64_t key = stream_key(0, HashStream::PackOrder);
+  std::vector<std::pair<std::uint64_t, std::size_t>> keyed(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) keyed[i] = {counter_hash(key, i), i};
+  std::sort(keyed.begin(), keyed.end());  // equal hashes (never seen) fall back to the index
+  std::vector<std::size_t> order(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) order[i] = keyed[i].second;
+  return first_fit_rows(items, order, row_tokens);
+}
+
+PackedRows pack_rows(const std::vector<PackItem>& items, std::uint32_t row_tokens) {
+  PackedRows r{pack_rows_shuffled(items, row_tokens), PackRule::ShuffledFirstFit};
+  std::vector<PackedRow> decreasing = pack_rows_decreasing(items, row_tokens);
+  if (decreasing.size() < r.rows.size()) r = PackedRows{std::move(decreasing), PackRule::FirstFitDecreasing};
+  return r;
+}
+
+PackRule write_packed(RowWriter& w, std::uint32_t R, std::int32_t pad) {
+  const PackedRows packed = pack_rows(w.kept, R);
+  const std::vector<PackedRow>& rows = packed.rows;
   std::vector<std::int32_t> ids(R);
   std::vector<std::uint8_t> mask(R);
   std::vector<std::uint16_t> seg(R);
@@ -60,6 +91,7 @@ void write_packed(RowWriter& w, std::uint32_t R, std::int32_t pad) {
     w.docs->append(seg.data(), R);
     ++w.rows;
   }
+  return packed.rule;
 }
 
 void write_one_per_row(RowWriter& w, std::uint32_t R, std::int32_t pad) {

@@ -25,12 +25,42 @@ struct PackedRow {
   std::uint32_t used = 0;
 };
 
-/// First-fit decreasing: items by length, longest first (ties: input order), each into the
-/// first row (lowest index) with room for it, a new row when none has. Deterministic (it
-/// depends only on the lengths and their order), so the rows do not depend on the machine
-/// or on the number of ranks that later train on them. O(n log n) with a max-tree over
-/// the rows' free space.
-std::vector<PackedRow> pack_rows(const std::vector<PackItem>& items, std::uint32_t row_tokens);
+/// How pack_rows placed the items.
+enum class PackRule {
+  ShuffledFirstFit,    ///< first fit, the items in a fixed shuffled order
+  FirstFitDecreasing,  ///< first fit, the items by length, longest first
+};
+
+/// Its name in prepare's summary.
+const char* pack_rule_name(PackRule rule);
+
+/// Rows and the rule that made them.
+struct PackedRows {
+  std::vector<PackedRow> rows;
+  PackRule rule = PackRule::ShuffledFirstFit;
+};
+
+/// First fit: the items in `order`, each into the first row (lowest index) with room for it,
+/// a new row when none has. O(n log n) with a max-tree over the rows' free space.
+std::vector<PackedRow> first_fit_rows(const std::vector<PackItem>& items, const std::vector<std::size_t>& order,
+                                      std::uint32_t row_tokens);
+
+/// First-fit decreasing: first fit with the items by length, longest first (ties: input
+/// order). At most 11/9 OPT + 6/9 rows, but it groups items of the same length in a row.
+std::vector<PackedRow> pack_rows_decreasing(const std::vector<PackItem>& items, std::uint32_t row_tokens);
+
+/// First fit with the items in a fixed pseudo-random order (SplitMix64 of the item index
+/// under HashStream::PackOrder's key: it depends only on the number of items), so a row holds
+/// examples of unrelated lengths, as randomly drawn one-per-row examples would be.
+std::vector<PackedRow> pack_rows_shuffled(const std::vector<PackItem>& items, std::uint32_t row_tokens);
+
+/// The packing of prepare --pack (doc/data.md, "Packed rows"): the shuffled first fit, unless
+/// it needs more rows than first-fit decreasing, then first-fit decreasing. So the rows are
+/// never more than first-fit decreasing's, and mix lengths (and what follows the length: a
+/// template, a source, a kind of answer) whenever that costs no row. Deterministic (it depends
+/// only on the lengths and their order), so the rows do not depend on the machine or on the
+/// number of ranks that later train on them.
+PackedRows pack_rows(const std::vector<PackItem>& items, std::uint32_t row_tokens);
 
 /// One split's outputs and counts. Examples are kept (packed datasets are written once all
 /// are known); `examples` counts them, `rows` the rows written.
@@ -47,9 +77,9 @@ struct RowWriter {
   }
 };
 
-/// Writes the packed rows of one split's kept examples (pack_rows' order), padding each row
-/// after its last example with `pad` (mask 0, its own segment).
-void write_packed(RowWriter& w, std::uint32_t R, std::int32_t pad);
+/// Writes the packed rows of one split's kept examples (pack_rows' rows, in order), padding
+/// each row after its last example with `pad` (mask 0, its own segment); returns the rule.
+PackRule write_packed(RowWriter& w, std::uint32_t R, std::int32_t pad);
 
 /// Writes one split's kept examples one per row, in input order, each padded with `pad`
 /// (mask 0): the rows an unpacked prepare streams (the default's choice when nothing packs).

@@ -208,7 +208,7 @@ void require_corpus(bool nonempty, const std::vector<std::string>& files, const 
 
 // prepare --format text --pack: every document piece (train part, val part, as for the token
 // stream) is cut into pieces of at most a row, and the pieces are packed into rows with
-// packing.hpp's first-fit decreasing, all their tokens trained on (mask 1; padding 0).
+// packing.hpp's pack_rows, all their tokens trained on (mask 1; padding 0).
 PrepareSummary prepare_text_packed(const PrepareOptions& o, const Tokenizer& tok, const std::vector<std::string>& files,
                                    PrepareSummary s) {
   const auto R = static_cast<std::uint32_t>(o.seq_len) + 1;

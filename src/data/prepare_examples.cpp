@@ -145,12 +145,12 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
                     "--val_fraction",
                     static_cast<ull>(record), files.size(), static_cast<ull>(s.dropped_examples), o.seq_len,
                     static_cast<ull>(val.examples));
-  // --pack always packs; the default when first-fit decreasing needs fewer rows than there
-  // are examples in either split (some row holds two or more), so that a --seq_len with room
-  // for one example only writes the same rows as --pack=false.
+  // --pack always packs; the default when packing needs fewer rows than there are examples
+  // in either split (some row holds two or more), so that a --seq_len with room for one
+  // example only writes the same rows as --pack=false.
   bool pack = o.pack == PackMode::On;
   if (keep && !pack)
-    for (RowWriter* w : {&train, &val}) pack = pack || pack_rows(w->kept, R).size() < w->kept.size();
+    for (RowWriter* w : {&train, &val}) pack = pack || pack_rows(w->kept, R).rows.size() < w->kept.size();
   if (pack) {
     train.docs = std::make_unique<DocFileWriter>(out.stage("train.docs"), R);
     val.docs = std::make_unique<DocFileWriter>(out.stage("val.docs"), R);
@@ -174,8 +174,12 @@ void require_packable_rows(std::uint32_t R, int seq_len) {
 
 void finish_row_splits(RowWriter& train, RowWriter& val, std::uint32_t R, std::int32_t pad, bool packed,
                        const std::vector<std::uint64_t>& counts, PrepareSummary& s) {
-  if (packed)
-    for (RowWriter* w : {&train, &val}) write_packed(*w, R, pad);
+  if (packed) {
+    const PackRule train_rule = write_packed(train, R, pad), val_rule = write_packed(val, R, pad);
+    s.pack_rule = train_rule == val_rule ? pack_rule_name(train_rule)
+                                         : strprintf("train: %s, val: %s", pack_rule_name(train_rule),
+                                                     pack_rule_name(val_rule));
+  }
   for (RowWriter* w : {&train, &val}) {
     w->tokens.close();
     w->mask.close();
@@ -217,9 +221,10 @@ std::string format_examples_summary(const PrepareSummary& s) {
     return r;
   }
   if (s.packed) {
-    r += strprintf("  examples: %llu = train %llu + val %llu, packed (first-fit decreasing) into %llu rows = train "
-                   "%llu + val %llu of %u tokens (seq_len %u), documents masked from each other%s\n",
+    r += strprintf("  examples: %llu = train %llu + val %llu, packed (%s) into %llu rows = train %llu + val %llu of "
+                   "%u tokens (seq_len %u), documents masked from each other%s\n",
                    static_cast<ull>(examples), static_cast<ull>(s.train_examples), static_cast<ull>(s.val_examples),
+                   s.pack_rule.c_str(),
                    static_cast<ull>(s.train_rows + s.val_rows), static_cast<ull>(s.train_rows),
                    static_cast<ull>(s.val_rows), s.row_tokens, s.row_tokens - 1,
                    s.pack_auto ? " (packing is the default when examples share rows; --pack=false for one per row)"

@@ -1,5 +1,5 @@
 // Document-boundary files of packed datasets (train.docs): round trip, document starts,
-// one test per corrupt-file case; the packer's first-fit decreasing rule.
+// one test per corrupt-file case; the packer's rules (shuffled first fit, first-fit decreasing).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -95,20 +95,68 @@ TEST(DocFile, TruncatedWrongHeaderAndBadIds) {
   }
 }
 
+namespace {
+
+std::vector<PackItem> items_of(const std::vector<int>& lengths) {
+  std::vector<PackItem> items;
+  for (int n : lengths)
+    items.push_back(PackItem{std::vector<std::int32_t>(static_cast<std::size_t>(n), 1),
+                             std::vector<std::uint8_t>(static_cast<std::size_t>(n), 1)});
+  return items;
+}
+
+}  // namespace
+
 TEST(Packing, FirstFitDecreasing) {
   // Lengths 3, 7, 5, 5, 2, 8 into rows of 10: sorted 8, 7, 5, 5, 3, 2 (ties in input order:
   // item 2 before 3) -> row 0 {8, 2}, row 1 {7, 3}, row 2 {5, 5}.
-  std::vector<PackItem> items;
-  for (int n : {3, 7, 5, 5, 2, 8})
-    items.push_back(PackItem{std::vector<std::int32_t>(static_cast<std::size_t>(n), 1),
-                             std::vector<std::uint8_t>(static_cast<std::size_t>(n), 1)});
-  const auto rows = pack_rows(items, 10);
+  const std::vector<PackItem> items = items_of({3, 7, 5, 5, 2, 8});
+  const auto rows = pack_rows_decreasing(items, 10);
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].items, (std::vector<std::size_t>{5, 4}));
   EXPECT_EQ(rows[1].items, (std::vector<std::size_t>{1, 0}));
   EXPECT_EQ(rows[2].items, (std::vector<std::size_t>{2, 3}));
   for (const auto& r : rows) EXPECT_EQ(r.used, 10u);
   // Deterministic: the same lengths give the same rows.
-  const auto again = pack_rows(items, 10);
+  const auto again = pack_rows_decreasing(items, 10);
   for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(again[i].items, rows[i].items);
+  // The shuffled first fit needs a fourth row here, so prepare's rule takes these rows.
+  EXPECT_GT(pack_rows_shuffled(items, 10).size(), rows.size());
+  const PackedRows chosen = pack_rows(items, 10);
+  EXPECT_EQ(chosen.rule, PackRule::FirstFitDecreasing);
+  ASSERT_EQ(chosen.rows.size(), rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(chosen.rows[i].items, rows[i].items);
+}
+
+TEST(Packing, ShuffledFirstFitMixesLengths) {
+  // 16 items of 5 tokens, then 16 of 4, rows of 10: any packing needs 16 rows (two items a
+  // row), but first-fit decreasing pairs equal lengths ({5, 5} x 8, then {4, 4} x 8): on real
+  // data, examples of one template or source together. The shuffled first fit needs no more
+  // rows, so prepare takes it, and its rows mix the two lengths.
+  std::vector<int> lengths(16, 5);
+  lengths.resize(32, 4);
+  const std::vector<PackItem> items = items_of(lengths);
+  const auto decreasing = pack_rows_decreasing(items, 10);
+  ASSERT_EQ(decreasing.size(), 16u);
+  for (const auto& r : decreasing) EXPECT_EQ(items[r.items.front()].ids.size(), items[r.items.back()].ids.size());
+  const PackedRows chosen = pack_rows(items, 10);
+  EXPECT_EQ(chosen.rule, PackRule::ShuffledFirstFit);
+  ASSERT_EQ(chosen.rows.size(), 16u);
+  std::vector<int> seen(items.size(), 0);
+  int mixed = 0;
+  for (const auto& r : chosen.rows) {
+    std::uint32_t used = 0;
+    for (std::size_t e : r.items) {
+      ++seen[e];
+      used += static_cast<std::uint32_t>(items[e].ids.size());
+    }
+    EXPECT_EQ(r.used, used);
+    EXPECT_LE(r.used, 10u);
+    mixed += items[r.items.front()].ids.size() != items[r.items.back()].ids.size();
+  }
+  for (int n : seen) EXPECT_EQ(n, 1);
+  EXPECT_GE(mixed, 4) << "the shuffled rows still pair equal lengths";
+  // Deterministic: the order is a function of the item index alone (no clock, no rank).
+  const PackedRows again = pack_rows(items, 10);
+  for (std::size_t i = 0; i < chosen.rows.size(); ++i) EXPECT_EQ(again.rows[i].items, chosen.rows[i].items);
 }

@@ -19,7 +19,7 @@ constexpr std::uint64_t mix64(std::uint64_t z) {
 
 /// Streams that share a user seed but must be independent (random tokens vs. window
 /// starts) use different stream ids.
-enum class HashStream : std::uint64_t { RandomTokens = 1, TrainWindows = 2 };
+enum class HashStream : std::uint64_t { RandomTokens = 1, TrainWindows = 2, PackOrder = 3 };
 
 /// The key of stream `stream` under `seed`.
 constexpr std::uint64_t stream_key(std::uint64_t seed, HashStream stream) {

@@ -17,8 +17,8 @@
 namespace meshtrain::data {
 
 /// \brief `prepare --pack[=true|false|auto]`. Auto (the default): alpaca and chat examples are
-/// packed whenever first-fit decreasing puts more than one into some row (fewer rows than
-/// examples: the padding it removes is compute training no longer spends), else each stays
+/// packed whenever packing puts more than one into some row (fewer rows than examples: the
+/// padding it removes is compute training no longer spends), else each stays
 /// alone in its row; text stays a token stream. On: always (text too, with --seq_len). Off:
 /// one example per padded row.
 enum class PackMode { Auto, On, Off };
@@ -33,7 +33,7 @@ struct PrepareOptions {
   int seq_len = 0;                  ///< alpaca/chat, text --pack: rows are seq_len + 1 tokens (required, >= 1)
   std::string chat_template = "auto";  ///< alpaca/chat: "auto" (the tokenizer's own) or a known name
   std::string system;               ///< alpaca/chat: system message for examples that have none
-  PackMode pack = PackMode::Auto;   ///< several examples (documents for text) a row (first-fit decreasing), train.docs beside
+  PackMode pack = PackMode::Auto;   ///< several examples (documents for text) a row (doc/data.md, "Packed rows"), train.docs beside
   /// Opens `tokenizer`: make_tokenizer when unset. The CLI gives checkpoint::open_tokenizer,
   /// so that a run or checkpoint names the tokenizer it records (`prepare --tokenizer RUN`).
   std::function<std::unique_ptr<Tokenizer>(const std::string&)> open_tokenizer;
@@ -66,6 +66,7 @@ struct PrepareSummary {
   // Packing (alpaca/chat, text --pack).
   bool packed = false;
   bool pack_auto = false;                 ///< no --pack given: packed (or not) by the default's rule
+  std::string pack_rule;                  ///< packed: how the rows were packed ("train: .., val: .." if they differ)
   std::uint64_t train_rows = 0, val_rows = 0;  ///< rows written (without --pack: = examples)
   double fill_fraction_unpacked = 0;      ///< the fill fraction of one example per row
 };
