@@ -142,7 +142,7 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
   if (root)
     std::printf("# meshtrain bench io: checkpoint save of a %s model, %llu parameters (weights + 2 AdamW moments, "
                 "fp32), on mesh %s, %d rank(s) on %d node(s), in %s\n",
-                choice_name(setup.spec.dims.family), static_cast<unsigned long long>(params), setup.mesh.str().c_str(),
+                choice_name(setup.spec.dims.family), static_cast<unsigned long long>(params), setup.mesh_shape.str().c_str(),
                 world.size(), rt.topology().num_nodes, dir.c_str());
   std::vector<checkpoint::IoStats> saves;
   for (int i = 0; i < o.iters; ++i) {
@@ -201,7 +201,7 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
       j["benchmark"] = "io";
       j["ranks"] = world.size();
       j["nodes"] = rt.topology().num_nodes;
-      j["mesh"] = setup.mesh.str();
+      j["mesh"] = setup.mesh_shape.str();
       j["save_bytes"] = best->bytes;
       j["save_seconds"] = best->seconds;
       j["save_gbps"] = best->gbps();
@@ -244,10 +244,7 @@ int command_bench_io(Runtime& rt, const Args& args) {
       "ceiling (each rank writes and fsyncs its own bytes) and the network's (each rank sends them to the next\n"
       "node), and says which bounds the save. No training step runs.\n";
   CommandArgs ca = parse_command_args("bench io", usage, own, args);
-  if (ca.config.help) {
-    if (rt.topology().world_rank == 0) std::fputs(ca.config.help_text.c_str(), stdout);
-    return 0;
-  }
+  if (answer_help(rt, ca.config)) return 0;
   MESHTRAIN_REQUIRE(o.iters >= 1, "--iters must be at least 1, got %d", o.iters);
   const Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
