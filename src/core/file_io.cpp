@@ -91,14 +91,19 @@ int write_all(int fd, const char* data, std::size_t n) {
   return 0;
 }
 
-void replace_file(const std::string& path, const std::string& text, fault::Point point) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw write_error(tmp, errno, text.size());
+int write_synced(const std::string& path, const std::string& text, fault::Point point) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
   int err = fault::pass(point);
   if (err == 0) err = write_all(fd, text.data(), text.size());
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
+}
+
+void replace_file(const std::string& path, const std::string& text, fault::Point point) {
+  const std::string tmp = path + ".tmp";
+  const int err = write_synced(tmp, text, point);
   if (err != 0) {
     std::remove(tmp.c_str());
     throw write_error(path, err, text.size());

@@ -49,6 +49,13 @@ void write_file(const std::string& path, const std::string& text);
 /// Writes all of `data` to `fd` at its offset (retrying short writes and EINTR); 0 or the errno.
 int write_all(int fd, const char* data, std::size_t n);
 
+/// \brief Creates or truncates `path` (0644), passes fault point `point` (eio/enospc act as
+/// the write's result), writes `text`, fsyncs and closes it: the one copy of that sequence on
+/// a descriptor. Returns 0 or the errno of the first failure, without throwing (the
+/// peers-lost handler calls it on its way out); a file left behind is the caller's to
+/// remove. replace_file renames it into place.
+int write_synced(const std::string& path, const std::string& text, fault::Point point = fault::Point::None);
+
 /// The directory part of `path` ("." when there is none).
 std::string parent_dir(const std::string& path);
 
