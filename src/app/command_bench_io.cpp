@@ -29,6 +29,7 @@
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/formats/json.hpp"
 #include "meshtrain/core/log.hpp"
@@ -79,9 +80,8 @@ Ceiling file_system_ceiling(const MpiComm& world, const std::string& path, std::
     if (fd < 0) error = std::strerror(errno);
     for (std::uint64_t done = 0; fd >= 0 && error.empty() && done < mine;) {
       const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), mine - done));
-      const ssize_t w = ::pwrite(fd, buf.data(), n, static_cast<off_t>(offset + done));
-      if (w <= 0) error = std::strerror(errno);
-      else done += static_cast<std::uint64_t>(w);
+      if (const int e = file_io::pwrite_all(fd, buf.data(), n, offset + done)) error = std::strerror(e);
+      done += n;
     }
     if (fd >= 0 && error.empty() && ::fsync(fd) != 0) error = std::strerror(errno);
     if (fd >= 0) ::close(fd);

@@ -58,23 +58,6 @@ struct Job {
   const float* data = nullptr;
 };
 
-/// pwrite of all `n` bytes (it may write fewer); 0 or the errno of the failure.
-int pwrite_all(int fd, const float* data, std::size_t n, std::uint64_t offset) {
-  const char* p = reinterpret_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (w == 0) return EIO;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-    offset += static_cast<std::uint64_t>(w);
-  }
-  return 0;
-}
-
 /// Rank 0: the reduced checksums into the placeholders the layout wrote (same type and
 /// size: overwritten in place). False when a call failed.
 bool write_checksum_values(const std::string& tmp, const std::vector<model::ParamSpec>& specs,
@@ -150,7 +133,7 @@ void AsyncSave::Impl::write_background() {
     // One pwrite per contiguous run (a piece without tensor parallelism is one write).
     piece.for_each_contiguous_run(cols, [&](std::int64_t at, std::int64_t pos, std::int64_t n) {
       if (err == 0)
-        err = pwrite_all(fd, j.data + at, static_cast<std::size_t>(n) * sizeof(float),
+        err = file_io::pwrite_all(fd, j.data + at, static_cast<std::size_t>(n) * sizeof(float),
                          base + static_cast<std::uint64_t>(pos) * sizeof(float));
     });
   }

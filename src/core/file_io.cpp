@@ -77,9 +77,15 @@ void rename_durably(const std::string& from, const std::string& to) {
   fsync_path(parent_dir(to));
 }
 
-int write_all(int fd, const char* data, std::size_t n) {
+namespace {
+
+/// The loop of write_all and pwrite_all: `write(p, k, done)` writes up to k bytes from p,
+/// `done` bytes in; short writes and EINTR are retried, 0 bytes written is EIO.
+template <class Write>
+int write_fully(const char* data, std::size_t n, Write&& write) {
+  std::uint64_t done = 0;
   while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
+    const ssize_t w = write(data, n, done);
     if (w < 0) {
       if (errno == EINTR) continue;
       return errno;
@@ -87,8 +93,21 @@ int write_all(int fd, const char* data, std::size_t n) {
     if (w == 0) return EIO;
     data += w;
     n -= static_cast<std::size_t>(w);
+    done += static_cast<std::uint64_t>(w);
   }
   return 0;
+}
+
+}  // namespace
+
+int write_all(int fd, const char* data, std::size_t n) {
+  return write_fully(data, n, [fd](const char* p, std::size_t k, std::uint64_t) { return ::write(fd, p, k); });
+}
+
+int pwrite_all(int fd, const void* data, std::size_t n, std::uint64_t offset) {
+  return write_fully(static_cast<const char*>(data), n, [fd, offset](const char* p, std::size_t k, std::uint64_t done) {
+    return ::pwrite(fd, p, k, static_cast<off_t>(offset + done));
+  });
 }
 
 int write_synced(const std::string& path, const std::string& text, fault::Point point) {
