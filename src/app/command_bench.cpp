@@ -52,8 +52,7 @@ struct BenchArgs {
   double seconds = 0.5;              ///< gemm/memory: time per size
   std::string csv, json;
   Config config;                     ///< --parallel.* keys (mesh, backend)
-  bool help = false;
-  std::string help_text;
+  OwnOptions own;                    ///< --help
 };
 
 const char* kUsage =
@@ -81,9 +80,9 @@ std::vector<std::string> split_list(const std::string& s) {
 BenchArgs parse_bench_args(const Args& args) {
   BenchArgs a;
   MESHTRAIN_REQUIRE(!args.empty(), "`meshtrain bench` needs a benchmark: comm, gemm, memory or io (see --help)");
-  if (args[0] == "--help" || args[0] == "-h") {
-    a.help = true;
-    a.help_text = kUsage;
+  if (args[0] == "--help" || args[0] == "-h") {  // before the benchmark's name: the usage alone
+    a.own.help = true;
+    a.own.help_text = kUsage;
     return a;
   }
   a.what = args[0];
@@ -94,7 +93,7 @@ BenchArgs parse_bench_args(const Args& args) {
   if (a.what == "memory") a.sizes = "1MiB,4MiB,16MiB,64MiB,256MiB";
   // --parallel.* (and any other --section.key) go to the configuration parser, so the mesh
   // keys are spelled and validated exactly as for `train` and `plan`.
-  Args own, config_args;
+  Args own_args, config_args;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string& s = args[i];
     const bool config_key = s.rfind("--", 0) == 0 && s.find('.') != std::string::npos &&
@@ -104,7 +103,7 @@ BenchArgs parse_bench_args(const Args& args) {
       // "--parallel.tp 2" (value as the next argument)
       if (s.find('=') == std::string::npos && i + 1 < args.size()) config_args.push_back(args[++i]);
     } else {
-      own.push_back(s);
+      own_args.push_back(s);
     }
   }
   std::string ops = "all";
@@ -126,24 +125,20 @@ BenchArgs parse_bench_args(const Args& args) {
       ("seconds", po::value<double>(&a.seconds)->default_value(a.seconds), "gemm/memory: seconds per size")
       ("csv", po::value<std::string>(&a.csv), "also write the results as CSV (rank 0)")
       ("json", po::value<std::string>(&a.json), "also write the results as JSON (rank 0)");
-  const OwnOptions own_options = parse_own_options("bench", kUsage, desc, own, nullptr,
-                                              "\nmesh keys: --parallel.tp, --parallel.dp_shard, --parallel.dp_replicate, "
-                                              "--parallel.backend (auto | mpi | nccl)\n");
-  if (own_options.help) {
-    a.help = true;
-    a.help_text = own_options.help_text;
-    return a;
-  }
-  a.ops = split_list(ops == "all" ? "all_gather,reduce_scatter,all_reduce,broadcast" : ops);
-  for (const std::string& op : a.ops) parse_collective(op);
-  MESHTRAIN_REQUIRE(a.dtype == "fp32" || a.dtype == "bf16", "--dtype must be fp32 or bf16, got '%s'", a.dtype.c_str());
-  MESHTRAIN_REQUIRE(a.warmup >= 0 && a.iters >= 1, "--warmup must be >= 0 and --iters >= 1");
-  MESHTRAIN_REQUIRE(a.seconds > 0, "--seconds must be positive");
-  MESHTRAIN_REQUIRE(a.transpose == "nn" || a.transpose == "nt" || a.transpose == "tn",
-                    "--transpose must be nn, nt or tn, got '%s'", a.transpose.c_str());
-  const ParsedArgs parsed = parse_config("bench", config_args);
-  a.config = parsed.config;
-  validate_config(a.config);
+  const auto checks = [&](const po::variables_map&) {
+    a.ops = split_list(ops == "all" ? "all_gather,reduce_scatter,all_reduce,broadcast" : ops);
+    for (const std::string& op : a.ops) parse_collective(op);
+    MESHTRAIN_REQUIRE(a.dtype == "fp32" || a.dtype == "bf16", "--dtype must be fp32 or bf16, got '%s'", a.dtype.c_str());
+    MESHTRAIN_REQUIRE(a.warmup >= 0 && a.iters >= 1, "--warmup must be >= 0 and --iters >= 1");
+    MESHTRAIN_REQUIRE(a.seconds > 0, "--seconds must be positive");
+    MESHTRAIN_REQUIRE(a.transpose == "nn" || a.transpose == "nt" || a.transpose == "tn",
+                      "--transpose must be nn, nt or tn, got '%s'", a.transpose.c_str());
+    a.config = parse_config("bench", config_args).config;
+    validate_config(a.config);
+  };
+  a.own = parse_own_options("bench", kUsage, desc, own_args, checks, nullptr,
+                            "\nmesh keys: --parallel.tp, --parallel.dp_shard, --parallel.dp_replicate, "
+                            "--parallel.backend (auto | mpi | nccl)\n");
   return a;
 }
 
@@ -197,7 +192,7 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   std::optional<int> rpn;
   if (topo.uniform()) rpn = topo.local_size;
   const ParallelConfig& pc = a.config.parallel;
-  const MeshShape shape = resolve_mesh({pc.dp_replicate, pc.dp_shard, pc.tp}, world.size(), rpn);
+  const MeshShape shape = resolve_mesh_shape({pc.dp_replicate, pc.dp_shard, pc.tp}, world.size(), rpn);
   const parallel::DeviceMesh mesh(world, shape, pc.backend);
   const parallel::MeshDim* dim = mesh.find(a.group);
   MESHTRAIN_REQUIRE(dim != nullptr, "--group must be world, tp, dp_shard, dp_replicate or dp, got '%s'",
@@ -326,6 +321,24 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   return total_wrong == 0 ? 0 : 1;
 }
 
+// ---- the files of bench gemm and bench memory ---------------------------------------------
+
+/// Rank 0 writes --csv (`csv`: the header and one line per size) and --json: {"benchmark",
+/// "threads_per_rank", then `fields` (what only this benchmark records), "results" (one object
+/// per size)}, keys in that order.
+void write_bench_files(const BenchArgs& a, bool root, const std::string& csv, const char* benchmark,
+                       const formats::Json& fields, formats::Json results) {
+  if (!root) return;
+  if (!a.csv.empty()) file_io::write_file(a.csv, csv);
+  if (a.json.empty()) return;
+  formats::Json j;
+  j["benchmark"] = benchmark;
+  j["threads_per_rank"] = Kokkos::DefaultExecutionSpace().concurrency();
+  for (const auto& [key, value] : fields.items()) j[key] = value;
+  j["results"] = std::move(results);
+  file_io::write_file(a.json, formats::json_pretty(j) + "\n");
+}
+
 // ---- bench gemm ----------------------------------------------------------------------------
 
 struct GemmShape {
@@ -387,28 +400,11 @@ int bench_gemm(Runtime& rt, const BenchArgs& a) {
     }
     csv += strprintf("%d,%d,%d,%s,%s,%d,%d,%.6g,%.6g,%.6g,%.6g\n", g.m, g.n, g.k, a.dtype.c_str(), a.transpose.c_str(),
                      world.size(), Kokkos::DefaultExecutionSpace().concurrency(), b.min, b.max, m.avg, b.sum);
-    formats::Json j;
-    j["m"] = g.m;
-    j["n"] = g.n;
-    j["k"] = g.k;
-    j["dtype"] = a.dtype;
-    j["transpose"] = a.transpose;
-    j["ranks"] = world.size();
-    j["best_flops_min"] = b.min;
-    j["best_flops_max"] = b.max;
-    j["mean_flops_avg"] = m.avg;
-    j["best_flops_sum"] = b.sum;
-    results.push_back(j);
+    results.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"dtype", a.dtype}, {"transpose", a.transpose},
+                       {"ranks", world.size()}, {"best_flops_min", b.min}, {"best_flops_max", b.max},
+                       {"mean_flops_avg", m.avg}, {"best_flops_sum", b.sum}});
   }
-  if (root && !a.csv.empty()) file_io::write_file(a.csv, csv);
-  if (root && !a.json.empty()) {
-    formats::Json j;
-    j["benchmark"] = "gemm";
-    j["threads_per_rank"] = Kokkos::DefaultExecutionSpace().concurrency();
-    j["backend"] = linalg::gemm_backend_name();
-    j["results"] = results;
-    file_io::write_file(a.json, formats::json_pretty(j) + "\n");
-  }
+  write_bench_files(a, root, csv, "gemm", {{"backend", linalg::gemm_backend_name()}}, std::move(results));
   return 0;
 }
 
@@ -442,23 +438,11 @@ int bench_memory(Runtime& rt, const BenchArgs& a) {
     }
     csv += strprintf("%llu,%d,%d,%.6g,%.6g,%.6g,%.6g\n", static_cast<unsigned long long>(bytes), world.size(),
                      Kokkos::DefaultExecutionSpace().concurrency(), s.min, s.avg, s.max, s.sum);
-    formats::Json j;
-    j["bytes"] = bytes;
-    j["ranks"] = world.size();
-    j["copy_bytes_per_s_min"] = s.min;
-    j["copy_bytes_per_s_avg"] = s.avg;
-    j["copy_bytes_per_s_max"] = s.max;
-    j["copy_bytes_per_s_sum"] = s.sum;
-    results.push_back(j);
+    results.push_back({{"bytes", bytes}, {"ranks", world.size()}, {"copy_bytes_per_s_min", s.min},
+                       {"copy_bytes_per_s_avg", s.avg}, {"copy_bytes_per_s_max", s.max},
+                       {"copy_bytes_per_s_sum", s.sum}});
   }
-  if (root && !a.csv.empty()) file_io::write_file(a.csv, csv);
-  if (root && !a.json.empty()) {
-    formats::Json j;
-    j["benchmark"] = "memory";
-    j["threads_per_rank"] = Kokkos::DefaultExecutionSpace().concurrency();
-    j["results"] = results;
-    file_io::write_file(a.json, formats::json_pretty(j) + "\n");
-  }
+  write_bench_files(a, root, csv, "memory", formats::Json::object(), std::move(results));
   return 0;
 }
 
@@ -467,10 +451,7 @@ int bench_memory(Runtime& rt, const BenchArgs& a) {
 int command_bench(Runtime& rt, const Args& args) {
   if (!args.empty() && args[0] == "io") return command_bench_io(rt, Args(args.begin() + 1, args.end()));
   const BenchArgs a = parse_bench_args(args);
-  if (a.help) {
-    if (rt.topology().world_rank == 0) std::fputs(a.help_text.c_str(), stdout);
-    return 0;
-  }
+  if (answer_help(rt, a.own)) return 0;
   if (a.what == "comm") return bench_comm(rt, a);
   if (a.what == "gemm") return bench_gemm(rt, a);
   return bench_memory(rt, a);

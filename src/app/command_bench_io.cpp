@@ -29,6 +29,7 @@
 #include "meshtrain/comm/collectives.hpp"
 #include "meshtrain/core/check.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/format.hpp"
 #include "meshtrain/formats/json.hpp"
 #include "meshtrain/core/log.hpp"
@@ -79,9 +80,8 @@ Ceiling file_system_ceiling(const MpiComm& world, const std::string& path, std::
     if (fd < 0) error = std::strerror(errno);
     for (std::uint64_t done = 0; fd >= 0 && error.empty() && done < mine;) {
       const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), mine - done));
-      const ssize_t w = ::pwrite(fd, buf.data(), n, static_cast<off_t>(offset + done));
-      if (w <= 0) error = std::strerror(errno);
-      else done += static_cast<std::uint64_t>(w);
+      if (const int e = file_io::pwrite_all(fd, buf.data(), n, offset + done)) error = std::strerror(e);
+      done += n;
     }
     if (fd >= 0 && error.empty() && ::fsync(fd) != 0) error = std::strerror(errno);
     if (fd >= 0) ::close(fd);
@@ -142,7 +142,7 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
   if (root)
     std::printf("# meshtrain bench io: checkpoint save of a %s model, %llu parameters (weights + 2 AdamW moments, "
                 "fp32), on mesh %s, %d rank(s) on %d node(s), in %s\n",
-                choice_name(setup.spec.dims.family), static_cast<unsigned long long>(params), setup.mesh.str().c_str(),
+                choice_name(setup.spec.dims.family), static_cast<unsigned long long>(params), setup.mesh_shape.str().c_str(),
                 world.size(), rt.topology().num_nodes, dir.c_str());
   std::vector<checkpoint::IoStats> saves;
   for (int i = 0; i < o.iters; ++i) {
@@ -201,7 +201,7 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
       j["benchmark"] = "io";
       j["ranks"] = world.size();
       j["nodes"] = rt.topology().num_nodes;
-      j["mesh"] = setup.mesh.str();
+      j["mesh"] = setup.mesh_shape.str();
       j["save_bytes"] = best->bytes;
       j["save_seconds"] = best->seconds;
       j["save_gbps"] = best->gbps();
@@ -244,10 +244,7 @@ int command_bench_io(Runtime& rt, const Args& args) {
       "ceiling (each rank writes and fsyncs its own bytes) and the network's (each rank sends them to the next\n"
       "node), and says which bounds the save. No training step runs.\n";
   CommandArgs ca = parse_command_args("bench io", usage, own, args);
-  if (ca.config.help) {
-    if (rt.topology().world_rank == 0) std::fputs(ca.config.help_text.c_str(), stdout);
-    return 0;
-  }
+  if (answer_help(rt, ca.config)) return 0;
   MESHTRAIN_REQUIRE(o.iters >= 1, "--iters must be at least 1, got %d", o.iters);
   const Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);

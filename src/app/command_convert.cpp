@@ -24,8 +24,7 @@ namespace po = boost::program_options;
 struct ConvertArgs {
   std::string input, output;
   checkpoint::ExportOptions options;
-  bool help = false;
-  std::string help_text;
+  OwnOptions own;  ///< --help
 };
 
 ConvertArgs parse_convert_args(const Args& args) {
@@ -49,7 +48,7 @@ ConvertArgs parse_convert_args(const Args& args) {
       ("base_model", po::value<std::string>(&out.options.base_model),
        "LoRA checkpoint without --merge_lora: the base_model_name_or_path written into adapter_config.json "
        "(default: the path of the checkpoint's base weights)");
-  const OwnOptions parsed = parse_own_options(
+  out.own = parse_own_options(
       "convert",
       "usage: meshtrain convert --input CHECKPOINT --output DIR [--dtype fp32|bf16] [--max_shard_size 2GiB]\n"
       "                         [--merge_lora] [--base_model NAME]\n\n"
@@ -57,17 +56,14 @@ ConvertArgs parse_convert_args(const Args& args) {
       "a PEFT adapter (adapter_model.safetensors + adapter_config.json), or with --merge_lora the full\n"
       "model with the adapters merged in. To start training from safetensors weights, set\n"
       "checkpoint.init_from=PATH in `meshtrain train`.\n\n",
-      desc, args);
-  out.help = parsed.help;
-  out.help_text = parsed.help_text;
-  if (out.help) return out;
-  const po::variables_map& vm = parsed.vm;
-  MESHTRAIN_REQUIRE(vm.count("input"), "--input is required: an HDF5 checkpoint or a checkpoint directory");
-  MESHTRAIN_REQUIRE(vm.count("output"), "--output is required: the model directory to write");
-  MESHTRAIN_REQUIRE(out.options.dtype == "fp32" || out.options.dtype == "bf16",
-                    "--dtype must be fp32 or bf16, not '%s'", out.options.dtype.c_str());
-  out.options.max_shard_bytes = parse_bytes("--max_shard_size", max_shard);
-  MESHTRAIN_REQUIRE(out.options.max_shard_bytes > 0, "--max_shard_size must be positive");
+      desc, args, [&](const po::variables_map& vm) {
+        MESHTRAIN_REQUIRE(vm.count("input"), "--input is required: an HDF5 checkpoint or a checkpoint directory");
+        MESHTRAIN_REQUIRE(vm.count("output"), "--output is required: the model directory to write");
+        MESHTRAIN_REQUIRE(out.options.dtype == "fp32" || out.options.dtype == "bf16",
+                          "--dtype must be fp32 or bf16, not '%s'", out.options.dtype.c_str());
+        out.options.max_shard_bytes = parse_bytes("--max_shard_size", max_shard);
+        MESHTRAIN_REQUIRE(out.options.max_shard_bytes > 0, "--max_shard_size must be positive");
+      });
   return out;
 }
 
@@ -75,7 +71,7 @@ ConvertArgs parse_convert_args(const Args& args) {
 
 int command_convert(Runtime& rt, const Args& args) {
   const ConvertArgs parsed = parse_convert_args(args);
-  return run_on_rank0(rt, parsed.help, parsed.help_text, [&] {
+  return run_on_rank0(rt, parsed.own, [&] {
     std::error_code ec;
     std::string input = parsed.input;
     if (std::filesystem::is_directory(input, ec)) {

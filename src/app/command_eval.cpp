@@ -166,13 +166,13 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
                   weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
                   where.c_str(), static_cast<double>(windows / 2), tc.dpo_beta, loss, m.rewards_chosen,
                   m.rewards_rejected, m.margins, m.accuracy, m.logps_chosen, m.logps_rejected, weights.load_seconds,
-                  seconds, setup.mesh.str().c_str());
+                  seconds, setup.mesh_shape.str().c_str());
     } else {
       std::printf("eval: %s%s on %s: %.0f tokens in %lld windows of %d | loss %.6f | perplexity %.4f "
                   "| load %.2f s, eval %.2f s, mesh %s\n",
                   weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
                   where.c_str(), tokens, static_cast<long long>(windows), setup.batch.seq_len, loss, std::exp(loss),
-                  weights.load_seconds, seconds, setup.mesh.str().c_str());
+                  weights.load_seconds, seconds, setup.mesh_shape.str().c_str());
     }
     if (o.json) {
       formats::Json j;
@@ -229,10 +229,7 @@ int command_eval(Runtime& rt, const Args& args) {
       "job's mesh (any mesh loads any checkpoint). The model (shape, LoRA settings, tokenizer) comes from the\n"
       "checkpoint; the training run's config (its <output.dir>/config.ini) gives data.dir and the batch settings.\n";
   CommandArgs ca = parse_command_args("eval", usage, own, args);
-  if (ca.config.help) {
-    if (rt.topology().world_rank == 0) std::fputs(ca.config.help_text.c_str(), stdout);
-    return 0;
-  }
+  if (answer_help(rt, ca.config)) return 0;
   MESHTRAIN_REQUIRE(o.split == "val" || o.split == "train", "--split must be val or train, not '%s'", o.split.c_str());
   MESHTRAIN_REQUIRE(o.batches >= -1, "--batches must be -1, 0 or positive, not %d", o.batches);
   Config& cfg = ca.config.config;

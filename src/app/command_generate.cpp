@@ -234,10 +234,7 @@ int command_generate(Runtime& rt, const Args& args) {
       "--prompt_file FILE generates for every line of FILE\n"
       "and prints one JSON line per prompt instead (the continuation or --chat reply in \"output\").\n";
   CommandArgs ca = parse_command_args("generate", usage, own, args);
-  if (ca.config.help) {
-    if (rt.topology().world_rank == 0) std::fputs(ca.config.help_text.c_str(), stdout);
-    return 0;
-  }
+  if (answer_help(rt, ca.config)) return 0;
   MESHTRAIN_REQUIRE(o.tokens >= 0, "--tokens must be >= 0, not %d", o.tokens);
   MESHTRAIN_REQUIRE(std::isfinite(o.temperature) && o.temperature >= 0,
                     "--temperature must be >= 0 and finite (0 = greedy), not %g", o.temperature);

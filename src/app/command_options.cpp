@@ -23,8 +23,8 @@ UserError options_error(const std::string& command, const po::error& e) {
 }  // namespace
 
 OwnOptions parse_own_options(const std::string& command, const std::string& usage, const po::options_description& desc,
-                             const Args& args, const po::positional_options_description* positional,
-                             const std::string& after) {
+                             const Args& args, const OptionChecks& checks,
+                             const po::positional_options_description* positional, const std::string& after) {
   OwnOptions out;
   try {
     po::command_line_parser parser(args);
@@ -40,6 +40,8 @@ OwnOptions parse_own_options(const std::string& command, const std::string& usag
     os << usage << desc << after;
     out.help = true;
     out.help_text = os.str();
+  } else if (checks) {
+    checks(out.vm);
   }
   return out;
 }
@@ -69,12 +71,24 @@ CommandArgs parse_command_args(const std::string& command, const std::string& us
   return out;
 }
 
-int run_on_rank0(Runtime& rt, bool help, const std::string& help_text, const std::function<int()>& work) {
+namespace {
+
+bool print_help(const Runtime& rt, bool asked, const std::string& text) {
+  if (asked && rt.topology().world_rank == 0) std::fputs(text.c_str(), stdout);
+  return asked;
+}
+
+}  // namespace
+
+bool answer_help(const Runtime& rt, const OwnOptions& options) {
+  return print_help(rt, options.help, options.help_text);
+}
+
+bool answer_help(const Runtime& rt, const ParsedArgs& parsed) { return print_help(rt, parsed.help, parsed.help_text); }
+
+int run_on_rank0(Runtime& rt, const OwnOptions& options, const std::function<int()>& work) {
+  if (answer_help(rt, options)) return 0;
   const bool root = rt.topology().world_rank == 0;
-  if (help) {
-    if (root) std::fputs(help_text.c_str(), stdout);
-    return 0;
-  }
   int status = 0;
   agree_on_errors(rt.world(), [&] {
     if (root) status = work();

@@ -97,7 +97,7 @@ void print_strategies(const Config& cfg, const plan::PlanInput& in, const std::v
     const char* marker = cfg.parallel.strategy == StrategyChoice::Auto ? "   <- auto" : "   <- configured";
     std::printf("  %-14s %-13s %7s %7s %7s %8s %8s %8s %7s %8s  %-4s %10s %10s %9.3f %9.0f%s\n",
                 parallel::strategy_name(p.strategy),
-                strprintf("%d x %d x %d", p.mesh.dp_replicate, p.mesh.dp_shard, p.mesh.tp).c_str(), gib(m.params).c_str(),
+                strprintf("%d x %d x %d", p.mesh_shape.dp_replicate, p.mesh_shape.dp_shard, p.mesh_shape.tp).c_str(), gib(m.params).c_str(),
                 gib(m.grads).c_str(), gib(m.optimizer).c_str(), gib(m.gathered).c_str(), gib(m.grad_buffers).c_str(),
                 gib(m.activations).c_str(), gib(m.comm_buffers).c_str(), gib(m.total()).c_str(), p.fits ? "yes" : "NO",
                 gib(p.comm.fsdp_gather + p.comm.fsdp_reduce + p.comm.replicate).c_str(), gib(p.comm.tp).c_str(),
@@ -128,11 +128,11 @@ void print_strategies(const Config& cfg, const plan::PlanInput& in, const std::v
 }
 
 
-std::string mesh_text(const MeshShape& m) { return strprintf("%d x %d x %d", m.dp_replicate, m.dp_shard, m.tp); }
+std::string mesh_shape_text(const MeshShape& m) { return strprintf("%d x %d x %d", m.dp_replicate, m.dp_shard, m.tp); }
 
 std::string candidate_text(const plan::Candidate& c) {
   return strprintf("%s on %s (dp_replicate x dp_shard x tp), micro_batch %d%s", parallel::strategy_name(c.plan.strategy),
-                   mesh_text(c.plan.mesh).c_str(), c.plan.batch.micro_batch,
+                   mesh_shape_text(c.plan.mesh_shape).c_str(), c.plan.batch.micro_batch,
                    c.plan.activation_checkpointing ? ", activation checkpointing" : "");
 }
 
@@ -140,8 +140,8 @@ std::string candidate_text(const plan::Candidate& c) {
 std::string candidate_keys(const plan::Candidate& c) {
   return strprintf("--parallel.strategy=%s --parallel.dp_replicate=%d --parallel.dp_shard=%d --parallel.tp=%d "
                    "--train.micro_batch=%d --train.activation_checkpointing=%s",
-                   parallel::strategy_name(c.plan.strategy), c.plan.mesh.dp_replicate, c.plan.mesh.dp_shard,
-                   c.plan.mesh.tp, c.plan.batch.micro_batch, c.plan.activation_checkpointing ? "true" : "false");
+                   parallel::strategy_name(c.plan.strategy), c.plan.mesh_shape.dp_replicate, c.plan.mesh_shape.dp_shard,
+                   c.plan.mesh_shape.tp, c.plan.batch.micro_batch, c.plan.activation_checkpointing ? "true" : "false");
 }
 
 void print_search(const plan::MeshSearch& ms, const plan::PlanInput& in, int top) {
@@ -156,7 +156,7 @@ void print_search(const plan::MeshSearch& ms, const plan::PlanInput& in, int top
     if (shown >= top && !is_chosen) continue;
     const plan::Candidate& c = ms.candidates[i];
     std::printf("  %4zu %-14s %-13s %3s %3d %9.2f %4s %8.3f %8.3f %8.3f %8.3f %8.3f %9.3f %12.0f%s\n", i + 1,
-                parallel::strategy_name(c.plan.strategy), mesh_text(c.plan.mesh).c_str(),
+                parallel::strategy_name(c.plan.strategy), mesh_shape_text(c.plan.mesh_shape).c_str(),
                 c.plan.activation_checkpointing ? "yes" : "no", c.plan.batch.micro_batch, c.plan.memory.total() / 1073741824.0,
                 c.plan.fits ? "yes" : "NO", c.pred.compute_s, c.pred.fsdp_comm_s, c.pred.exposed_fsdp_s,
                 c.pred.replicate_comm_s, c.pred.tp_comm_s, c.pred.step_seconds_overlap, c.pred.tokens_per_s,
@@ -169,9 +169,9 @@ void print_search(const plan::MeshSearch& ms, const plan::PlanInput& in, int top
 
 nlohmann::json candidate_json(const plan::Candidate& c) {
   return {{"strategy", parallel::strategy_name(c.plan.strategy)},
-          {"dp_replicate", c.plan.mesh.dp_replicate},
-          {"dp_shard", c.plan.mesh.dp_shard},
-          {"tp", c.plan.mesh.tp},
+          {"dp_replicate", c.plan.mesh_shape.dp_replicate},
+          {"dp_shard", c.plan.mesh_shape.dp_shard},
+          {"tp", c.plan.mesh_shape.tp},
           {"activation_checkpointing", c.plan.activation_checkpointing},
           {"micro_batch", c.plan.batch.micro_batch},
           {"grad_accum", c.plan.batch.grad_accum},
@@ -225,10 +225,7 @@ std::optional<PlanOptions> parse_plan_options(const Runtime& rt, const Args& arg
       "Per-rank memory and predicted step time of every strategy and, with the mesh keys left at -1, of every\n"
       "mesh; for this job or, with --plan.world_size and the other plan.* keys, another cluster.\n";
   o.args = parse_command_args("plan", usage, own, args);
-  if (o.args.config.help) {
-    if (rt.topology().world_rank == 0) std::fputs(o.args.config.help_text.c_str(), stdout);
-    return std::nullopt;
-  }
+  if (answer_help(rt, o.args.config)) return std::nullopt;
   MESHTRAIN_REQUIRE(o.top >= 0, "--top must be >= 0, not %d", o.top);
   return o;
 }
@@ -240,7 +237,7 @@ std::optional<PlanOptions> parse_plan_options(const Runtime& rt, const Args& arg
 void check_mesh_request(const Config& cfg, const plan::RunSpec& spec, const plan::JobShape& job) {
   const MeshRequest& asked = spec.parallel.mesh_request;
   const std::optional<int> rpn = job.ranks_per_node > 0 ? std::optional<int>(job.ranks_per_node) : std::nullopt;
-  if (!plan::searches_mesh(spec)) resolve_mesh(asked, job.world, rpn);
+  if (!plan::searches_mesh(spec)) resolve_mesh_shape(asked, job.world, rpn);
   const int fixed_tp = asked.tp > 0 ? asked.tp : 1;
   try {
     model::tp_dims(spec.dims, fixed_tp, 0);  // heads, MLP width and vocabulary must split over tp
@@ -310,7 +307,7 @@ int command_plan(Runtime& rt, const Args& args) {
   const Topology& topo = rt.topology();
   const plan::JobShape job = plan::planned_job(spec, topo);
   check_mesh_request(cfg, spec, job);
-  if (root) warn_missing_ceilings(spec.plan);
+  if (root) warn_missing_ceilings(spec.plan_target);
 
   // 2. The machine's measurements (or plan.*), then the resolution `train` runs: the same
   // call with the same inputs, so the two cannot disagree.
@@ -345,9 +342,9 @@ int command_plan(Runtime& rt, const Args& args) {
                 res.refusal.empty() ? shown.reason.c_str() : res.refusal.c_str());
   } else {
     // The request the resolution planned (a resume's kept mesh, or the configured one).
-    const MeshShape shape = resolve_mesh(in.mesh_request, job.world,
+    const MeshShape shape = resolve_mesh_shape(in.mesh_request, job.world,
                                          job.ranks_per_node > 0 ? std::optional<int>(job.ranks_per_node) : std::nullopt);
-    if (job.world <= 64) std::fputs(describe_mesh(shape, job.other_cluster ? nullptr : &topo).c_str(), stdout);
+    if (job.world <= 64) std::fputs(describe_mesh_shape(shape, job.other_cluster ? nullptr : &topo).c_str(), stdout);
     else std::printf("mesh: %s = %d ranks (tp fastest-varying; per-rank table omitted above 64 ranks)\n", shape.str().c_str(), job.world);
     print_strategies(cfg, in, plan::plan_each_strategy(in), res, costs);
   }

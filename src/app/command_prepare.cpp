@@ -20,8 +20,7 @@ namespace po = boost::program_options;
 
 struct PrepareArgs {
   data::PrepareOptions options;
-  bool help = false;
-  std::string help_text;
+  OwnOptions own;  ///< --help
 };
 
 // Every rank parses the same arguments, so every rank throws the same UserError.
@@ -61,22 +60,19 @@ PrepareArgs parse_prepare_args(const Args& args) {
        "in a shuffled order, or first-fit decreasing where that needs fewer rows) and write train.docs/val.docs; training then masks attention, positions and loss per example "
        "(doc/data.md, \"Packed rows\"). Default (auto): alpaca/chat examples are packed when more than one fits "
        "a row, text is not; --pack=false writes one example per padded row");
-  const OwnOptions parsed = parse_own_options(
+  out.own = parse_own_options(
       "prepare",
       "usage: meshtrain prepare [--format text|alpaca|chat|preference] --input PATH... --output DIR [--tokenizer SPEC]\n"
       "                         [--seq_len N] [--chat_template auto|chatml|llama3|llama2|alpaca] [--system TEXT]\n"
       "                         [--pack[=true|false|auto]]\n"
       "                         [--val_fraction F]\n\n",
-      desc, args);
-  out.help = parsed.help;
-  out.help_text = parsed.help_text;
-  if (out.help) return out;
-  const po::variables_map& vm = parsed.vm;
-  MESHTRAIN_REQUIRE(pack == "auto" || pack == "true" || pack == "false",
-                    "--pack takes true, false or auto (--pack alone is true), not '%s'", pack.c_str());
-  o.pack = pack == "true" ? data::PackMode::On : pack == "false" ? data::PackMode::Off : data::PackMode::Auto;
-  MESHTRAIN_REQUIRE(vm.count("input"), "--input is required: text files and/or directories to prepare");
-  MESHTRAIN_REQUIRE(vm.count("output"), "--output is required: the dataset directory to write");
+      desc, args, [&](const po::variables_map& vm) {
+        MESHTRAIN_REQUIRE(pack == "auto" || pack == "true" || pack == "false",
+                          "--pack takes true, false or auto (--pack alone is true), not '%s'", pack.c_str());
+        o.pack = pack == "true" ? data::PackMode::On : pack == "false" ? data::PackMode::Off : data::PackMode::Auto;
+        MESHTRAIN_REQUIRE(vm.count("input"), "--input is required: text files and/or directories to prepare");
+        MESHTRAIN_REQUIRE(vm.count("output"), "--output is required: the dataset directory to write");
+      });
   return out;
 }
 
@@ -84,7 +80,7 @@ PrepareArgs parse_prepare_args(const Args& args) {
 
 int command_prepare(Runtime& rt, const Args& args) {
   const PrepareArgs parsed = parse_prepare_args(args);
-  return run_on_rank0(rt, parsed.help, parsed.help_text, [&] {
+  return run_on_rank0(rt, parsed.own, [&] {
     data::PrepareOptions options = parsed.options;
     options.open_tokenizer = checkpoint::open_tokenizer;
     const data::PrepareSummary summary = data::prepare(options);

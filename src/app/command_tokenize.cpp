@@ -27,8 +27,8 @@ namespace po = boost::program_options;
 struct TokenizeArgs {
   std::string tokenizer = "byte";
   std::vector<std::string> files;
-  bool info = false, roundtrip = false, decode = false, help = false;
-  std::string help_text;
+  bool info = false, roundtrip = false, decode = false;
+  OwnOptions own;  ///< --help
 };
 
 TokenizeArgs parse_tokenize_args(const Args& args) {
@@ -46,15 +46,15 @@ TokenizeArgs parse_tokenize_args(const Args& args) {
       ("input", po::value<std::vector<std::string>>(&o.files)->multitoken(), "text files (also positional)");
   po::positional_options_description pos;
   pos.add("input", -1);
-  const OwnOptions parsed = parse_own_options("tokenize",
-                                              "usage: meshtrain tokenize --tokenizer SPEC [--info] [--roundtrip | "
-                                              "--decode] FILE...\n"
-                                              "prints one line per file: its token ids separated by spaces (no "
-                                              "BOS/EOS added)\n\n",
-                                              desc, args, &pos);
-  o.help = parsed.help;
-  o.help_text = parsed.help_text;
-  MESHTRAIN_REQUIRE(o.help || o.info || !o.files.empty(), "give text files to tokenize, or --info");
+  o.own = parse_own_options(
+      "tokenize",
+      "usage: meshtrain tokenize --tokenizer SPEC [--info] [--roundtrip | --decode] FILE...\n"
+      "prints one line per file: its token ids separated by spaces (no BOS/EOS added)\n\n",
+      desc, args,
+      [&](const po::variables_map&) {
+        MESHTRAIN_REQUIRE(o.info || !o.files.empty(), "give text files to tokenize, or --info");
+      },
+      &pos);
   return o;
 }
 
@@ -64,7 +64,7 @@ TokenizeArgs parse_tokenize_args(const Args& args) {
 
 int command_tokenize(Runtime& rt, const Args& args) {
   const TokenizeArgs o = parse_tokenize_args(args);
-  return run_on_rank0(rt, o.help, o.help_text, [&] {
+  return run_on_rank0(rt, o.own, [&] {
     int status = 0;
     const auto tok = checkpoint::open_tokenizer(o.tokenizer);
     if (o.info)

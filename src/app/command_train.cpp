@@ -12,11 +12,7 @@ namespace meshtrain::app {
 
 int command_train(Runtime& rt, const Args& args) {
   ParsedArgs parsed = parse_config("train", args);
-  const bool root = rt.topology().world_rank == 0;
-  if (parsed.help) {
-    if (root) std::fputs(parsed.help_text.c_str(), stdout);
-    return 0;
-  }
+  if (answer_help(rt, parsed)) return 0;
   Config& cfg = parsed.config;
   // Pretrained weights from a Hugging Face directory or GGUF file bring their model's shape.
   if (!cfg.checkpoint.init_from.empty())

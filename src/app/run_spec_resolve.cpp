@@ -104,7 +104,7 @@ plan::RunSpec resolve_spec(const Config& c) {
   ps.collective_timeout = p.collective_timeout;
 
   const PlanConfig& pl = c.plan;
-  plan::PlanTarget& pt = s.plan;
+  plan::PlanTarget& pt = s.plan_target;
   pt.world_size = pl.world_size;
   pt.gpus_per_node = pl.gpus_per_node;
   if (!pl.device_memory.empty()) pt.device_memory = plan::ByteSize{parse_bytes("plan.device_memory", pl.device_memory), pl.device_memory};
@@ -154,9 +154,9 @@ std::string replace_key_line(const std::string& ini, const std::string& key, con
 /// train.grad_accum" for a value nobody gave.
 plan::RunSetup with_effective_config(const Config& config, plan::RunSetup setup) {
   Config effective = config;
-  effective.parallel.dp_replicate = setup.mesh.dp_replicate;
-  effective.parallel.dp_shard = setup.mesh.dp_shard;
-  effective.parallel.tp = setup.mesh.tp;
+  effective.parallel.dp_replicate = setup.mesh_shape.dp_replicate;
+  effective.parallel.dp_shard = setup.mesh_shape.dp_shard;
+  effective.parallel.tp = setup.mesh_shape.tp;
   effective.train.micro_batch = setup.batch.micro_batch;
   effective.train.activation_checkpointing = setup.activation_checkpointing;
   setup.config_ini = config_to_ini(effective);
@@ -168,7 +168,7 @@ plan::RunSetup with_effective_config(const Config& config, plan::RunSetup setup)
   // and where this run started.
   record.checkpoint.resume = "auto";
   std::string ini = config_to_ini(record);
-  const int ranks = setup.mesh.world();
+  const int ranks = setup.mesh_shape.world();
   const auto chosen = [&](const char* key, const std::string& asked, const std::string& value) {
     if (asked == value) return;
     const std::string name = std::string(key).substr(std::string(key).find('.') + 1);
@@ -176,9 +176,9 @@ plan::RunSetup with_effective_config(const Config& config, plan::RunSetup setup)
                            strprintf("# %s = %s was resolved for this run's %d rank(s)\n%s = %s\n",
                                      name.c_str(), value.c_str(), ranks, name.c_str(), asked.c_str()));
   };
-  chosen("parallel.dp_replicate", std::to_string(config.parallel.dp_replicate), std::to_string(setup.mesh.dp_replicate));
-  chosen("parallel.dp_shard", std::to_string(config.parallel.dp_shard), std::to_string(setup.mesh.dp_shard));
-  chosen("parallel.tp", std::to_string(config.parallel.tp), std::to_string(setup.mesh.tp));
+  chosen("parallel.dp_replicate", std::to_string(config.parallel.dp_replicate), std::to_string(setup.mesh_shape.dp_replicate));
+  chosen("parallel.dp_shard", std::to_string(config.parallel.dp_shard), std::to_string(setup.mesh_shape.dp_shard));
+  chosen("parallel.tp", std::to_string(config.parallel.tp), std::to_string(setup.mesh_shape.tp));
   chosen("train.micro_batch", std::to_string(config.train.micro_batch), std::to_string(setup.batch.micro_batch));
   chosen("train.activation_checkpointing", config.train.activation_checkpointing ? "true" : "false",
          setup.activation_checkpointing ? "true" : "false");
@@ -188,7 +188,7 @@ plan::RunSetup with_effective_config(const Config& config, plan::RunSetup setup)
     ini = replace_key_line(ini, "train.grad_accum",
                            strprintf("# grad_accum = %d is derived from train.global_batch for this run's %d "
                                      "data-parallel rank(s)\n",
-                                     setup.batch.grad_accum, setup.mesh.dp()));
+                                     setup.batch.grad_accum, setup.mesh_shape.dp()));
   setup.record_ini = ini;
   return setup;
 }

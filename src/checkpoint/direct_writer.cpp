@@ -8,25 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "meshtrain/core/file_io.hpp"
+
 namespace meshtrain::checkpoint {
 
 namespace {
-
-/// pwrite of all `n` bytes (it may write fewer); 0 or the errno of the failure.
-int pwrite_all(int fd, const unsigned char* p, std::size_t n, std::uint64_t offset) {
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (w == 0) return EIO;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-    offset += static_cast<std::uint64_t>(w);
-  }
-  return 0;
-}
 
 std::uint64_t round_up(std::uint64_t x, std::uint64_t a) { return (x + a - 1) / a * a; }
 std::uint64_t round_down(std::uint64_t x, std::uint64_t a) { return x / a * a; }
@@ -58,7 +44,7 @@ int DirectWriter::buffered_write(const void* src, std::size_t len, std::uint64_t
   buffered_first_ = std::min(buffered_first_, off);
   buffered_end_ = std::max<std::uint64_t>(buffered_end_, off + len);
   buffered_bytes_ += len;
-  return pwrite_all(fd_, static_cast<const unsigned char*>(src), len, off);
+  return file_io::pwrite_all(fd_, src, len, off);
 }
 
 int DirectWriter::write(const void* src, std::size_t len, std::uint64_t off) {
@@ -70,7 +56,7 @@ int DirectWriter::write(const void* src, std::size_t len, std::uint64_t off) {
   for (std::uint64_t at = a0; at < a1;) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kBounce, a1 - at));
     std::memcpy(bounce_.get(), p + (at - off), n);
-    const int e = pwrite_all(direct_fd_, bounce_.get(), n, at);
+    const int e = file_io::pwrite_all(direct_fd_, bounce_.get(), n, at);
     if (e == EINVAL) {
       // The device wants a larger alignment than kAlign: the rest goes through the page cache.
       ::close(direct_fd_);

@@ -15,10 +15,14 @@
 namespace meshtrain::checkpoint::format {
 
 inline constexpr const char* kFormatName = "meshtrain-checkpoint";
+// The file's groups (doc/checkpoints.md); a dataset's path is its group's, "/", its name
+// (dataset_path).
 inline constexpr const char* kModelGroup = "/model";
+inline constexpr const char* kOptimGroup = "/optim";
 inline constexpr const char* kExpAvgGroup = "/optim/exp_avg";
 inline constexpr const char* kExpAvgSqGroup = "/optim/exp_avg_sq";
-inline constexpr const char* kRankFirstWindow = "/train/rank_first_window";
+inline constexpr const char* kTrainGroup = "/train";  ///< the training state beside the root attributes
+inline constexpr const char* kRankFirstWindow = "rank_first_window";  ///< a dataset of kTrainGroup
 
 /// "/model/transformer.wte.weight".
 inline std::string dataset_path(const char* group, const std::string& name) { return std::string(group) + "/" + name; }

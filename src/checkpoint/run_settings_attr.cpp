@@ -84,7 +84,7 @@ StoredChoices stored_choices(const MpiComm& comm, const std::string& path) {
   c.path = path;
   c.world_size = static_cast<int>(values[1]);
   c.ranks_per_node = static_cast<int>(values[2]);
-  c.mesh = {static_cast<int>(values[3]), static_cast<int>(values[4]), static_cast<int>(values[5])};
+  c.mesh_shape = {static_cast<int>(values[3]), static_cast<int>(values[4]), static_cast<int>(values[5])};
   c.micro_batch = static_cast<int>(values[6]);
   c.activation_checkpointing = values[7] != 0;
   c.strategy = strategies[values[kChoiceInts + 1]];

@@ -76,9 +76,9 @@ void write_root_attrs(hid_t file, const parallel::DeviceMesh& mesh, const Checkp
   h5::write_attr(file, "global_batch", static_cast<std::int64_t>(m.global_batch));
   h5::write_attr(file, "grad_accum", static_cast<std::int64_t>(m.grad_accum));
   h5::write_attr(file, "precision", std::string(choice_name(m.precision)));
-  h5::write_attr(file, "mesh_dp_replicate", static_cast<std::int64_t>(m.mesh.dp_replicate));
-  h5::write_attr(file, "mesh_dp_shard", static_cast<std::int64_t>(m.mesh.dp_shard));
-  h5::write_attr(file, "mesh_tp", static_cast<std::int64_t>(m.mesh.tp));
+  h5::write_attr(file, "mesh_dp_replicate", static_cast<std::int64_t>(m.mesh_shape.dp_replicate));
+  h5::write_attr(file, "mesh_dp_shard", static_cast<std::int64_t>(m.mesh_shape.dp_shard));
+  h5::write_attr(file, "mesh_tp", static_cast<std::int64_t>(m.mesh_shape.tp));
   h5::write_attr(file, "mesh_strategy", std::string(parallel::strategy_name(m.strategy)));
   h5::write_attr(file, "world_size", static_cast<std::int64_t>(mesh.world().size()));
   // With the mesh, what a resume on this job shape keeps (stored_choices, plan::keeps).
@@ -89,16 +89,17 @@ void write_root_attrs(hid_t file, const parallel::DeviceMesh& mesh, const Checkp
   if (!st.run_settings.empty()) h5::write_attr(file, "run_settings", st.run_settings);
 }
 
-/// /train/rank_first_window: the first training window of every data-parallel rank at
-/// the next step, as the trainer's sampler gave it (rank 0 writes it; the others take part
-/// with an empty selection). Returns H5Dwrite's result.
+/// The dataset rank_first_window of the training-state group (format::kTrainGroup): the first
+/// training window of every data-parallel rank at the next step, as the trainer's sampler
+/// gave it (rank 0 writes it; the others take part with an empty selection). Returns
+/// H5Dwrite's result.
 herr_t write_rank_windows(hid_t file, hid_t dxpl, const TrainState& st, bool root) {
   const std::vector<std::uint64_t>& w = st.rank_first_windows;
   const int dp = static_cast<int>(w.size());
   h5::Handle fspace = h5::simple_space({dp});
-  h5::Handle ds = h5::dataset(
-      H5_CHECK(H5Dcreate2(file, format::kRankFirstWindow, H5T_STD_U64LE, fspace.get(), H5P_DEFAULT, H5P_DEFAULT,
-                          H5P_DEFAULT)));
+  const std::string path = format::dataset_path(format::kTrainGroup, format::kRankFirstWindow);
+  h5::Handle ds = h5::dataset(H5_CHECK(
+      H5Dcreate2(file, path.c_str(), H5T_STD_U64LE, fspace.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   h5::Handle mspace = h5::simple_space({dp});
   if (!root) {
     H5_CHECK(H5Sselect_none(fspace.get()));
@@ -172,7 +173,8 @@ void create_metadata(const std::vector<model::ParamSpec>& specs, bool has_frozen
                      std::vector<std::array<h5::Handle, 3>>& datasets, const std::function<void(bool)>& failed) {
   const char* groups[3] = {format::kModelGroup, format::kExpAvgGroup, format::kExpAvgSqGroup};
   write_root_attrs(file, mesh, meta, st);
-  for (const char* g : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq", "/train"})
+  for (const char* g : {format::kModelGroup, format::kOptimGroup, format::kExpAvgGroup, format::kExpAvgSqGroup,
+                        format::kTrainGroup})
     h5::group(H5_CHECK(H5Gcreate2(file, g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   {
     h5::Handle model_group = h5::group(H5_CHECK(H5Gopen2(file, format::kModelGroup, H5P_DEFAULT)));

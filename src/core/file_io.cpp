@@ -77,9 +77,15 @@ void rename_durably(const std::string& from, const std::string& to) {
   fsync_path(parent_dir(to));
 }
 
-int write_all(int fd, const char* data, std::size_t n) {
+namespace {
+
+/// The loop of write_all and pwrite_all: `write(p, k, done)` writes up to k bytes from p,
+/// `done` bytes in; short writes and EINTR are retried, 0 bytes written is EIO.
+template <class Write>
+int write_fully(const char* data, std::size_t n, Write&& write) {
+  std::uint64_t done = 0;
   while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
+    const ssize_t w = write(data, n, done);
     if (w < 0) {
       if (errno == EINTR) continue;
       return errno;
@@ -87,18 +93,36 @@ int write_all(int fd, const char* data, std::size_t n) {
     if (w == 0) return EIO;
     data += w;
     n -= static_cast<std::size_t>(w);
+    done += static_cast<std::uint64_t>(w);
   }
   return 0;
 }
 
-void replace_file(const std::string& path, const std::string& text, fault::Point point) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw write_error(tmp, errno, text.size());
+}  // namespace
+
+int write_all(int fd, const char* data, std::size_t n) {
+  return write_fully(data, n, [fd](const char* p, std::size_t k, std::uint64_t) { return ::write(fd, p, k); });
+}
+
+int pwrite_all(int fd, const void* data, std::size_t n, std::uint64_t offset) {
+  return write_fully(static_cast<const char*>(data), n, [fd, offset](const char* p, std::size_t k, std::uint64_t done) {
+    return ::pwrite(fd, p, k, static_cast<off_t>(offset + done));
+  });
+}
+
+int write_synced(const std::string& path, const std::string& text, fault::Point point) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
   int err = fault::pass(point);
   if (err == 0) err = write_all(fd, text.data(), text.size());
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
+}
+
+void replace_file(const std::string& path, const std::string& text, fault::Point point) {
+  const std::string tmp = path + ".tmp";
+  const int err = write_synced(tmp, text, point);
   if (err != 0) {
     std::remove(tmp.c_str());
     throw write_error(path, err, text.size());

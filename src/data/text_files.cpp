@@ -8,6 +8,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/file_io.hpp"
 #include "meshtrain/core/log.hpp"
+#include "meshtrain/core/utf8.hpp"
 
 namespace meshtrain::data {
 namespace {
@@ -118,15 +119,6 @@ void visit(const fs::path& p, bool named_by_user, Collector& c) {
   }
 }
 
-// Length of the UTF-8 sequence that starts with byte b (0 for an invalid lead byte).
-int sequence_length(unsigned char b) {
-  if (b < 0x80) return 1;
-  if (b >= 0xC2 && b <= 0xDF) return 2;
-  if (b >= 0xE0 && b <= 0xEF) return 3;
-  if (b >= 0xF0 && b <= 0xF4) return 4;
-  return 0;
-}
-
 }  // namespace
 
 std::vector<std::string> collect_input_files(const std::vector<std::string>& inputs) {
@@ -140,30 +132,10 @@ std::vector<std::string> collect_input_files(const std::vector<std::string>& inp
   return out;
 }
 
-bool is_valid_utf8(const std::string& s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const std::size_t n = s.size();
-  for (std::size_t i = 0; i < n;) {
-    const int len = sequence_length(p[i]);
-    if (len == 0 || i + len > n) return false;
-    for (int k = 1; k < len; ++k)
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-    if (len == 3) {
-      if (p[i] == 0xE0 && p[i + 1] < 0xA0) return false;   // overlong
-      if (p[i] == 0xED && p[i + 1] >= 0xA0) return false;  // surrogate
-    } else if (len == 4) {
-      if (p[i] == 0xF0 && p[i + 1] < 0x90) return false;   // overlong
-      if (p[i] == 0xF4 && p[i + 1] >= 0x90) return false;  // above U+10FFFF
-    }
-    i += static_cast<std::size_t>(len);
-  }
-  return true;
-}
-
 std::string text_rejection(const std::string& content) {
   if (content.empty()) return "empty";
   if (content.find('\0') != std::string::npos) return "contains NUL bytes (binary)";
-  if (!is_valid_utf8(content)) return "is not valid UTF-8";
+  if (!utf8::valid(content)) return "is not valid UTF-8";
   return "";
 }
 

@@ -46,7 +46,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path, "safeten
                     "is truncated or not safetensors",
                     p, static_cast<unsigned long long>(n), static_cast<unsigned long long>(size));
   const std::string header(reinterpret_cast<const char*>(bytes + 8), static_cast<std::size_t>(n));
-  MESHTRAIN_REQUIRE(utf8::first_invalid(header) == std::string::npos, "safetensors file %s: the header is not valid UTF-8", p);
+  MESHTRAIN_REQUIRE(utf8::valid(header), "safetensors file %s: the header is not valid UTF-8", p);
   MESHTRAIN_REQUIRE(!header.empty() && header[0] == '{', "safetensors file %s: the header does not start with '{'", p);
   Json root;
   try {

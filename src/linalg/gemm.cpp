@@ -30,10 +30,10 @@ struct Backend {
   }
   template <class T>
   static void batched(Op oa, Op ob, int m, int n, int k, float alpha, const T* a, int lda, std::int64_t sa,
-                      const T* b, int ldb, std::int64_t sb, float beta, T* c, int ldc, std::int64_t sc, int batch) {
+                      const T* b, int ldb, std::int64_t sb, float beta, T* c, int ldc, std::int64_t sc, int batch_count) {
     bind_stream();
     cublas::gemm_strided_batched(type<T>(), oa == Op::T, ob == Op::T, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta,
-                                 c, ldc, sc, batch);
+                                 c, ldc, sc, batch_count);
   }
   static std::string name() { return cublas::version_string(); }
   static std::string cuda() {
@@ -48,8 +48,8 @@ struct Backend {
   }
   template <class T>
   static void batched(Op oa, Op ob, int m, int n, int k, float alpha, const T* a, int lda, std::int64_t sa,
-                      const T* b, int ldb, std::int64_t sb, float beta, T* c, int ldc, std::int64_t sc, int batch) {
-    for (int i = 0; i < batch; ++i)
+                      const T* b, int ldb, std::int64_t sb, float beta, T* c, int ldc, std::int64_t sc, int batch_count) {
+    for (int i = 0; i < batch_count; ++i)
       cblas::gemm(oa == Op::T, ob == Op::T, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
   }
   static std::string name() { return cblas::version_string(); }
@@ -75,9 +75,9 @@ void gemm(Op oa, Op ob, int m, int n, int k, float alpha, const T* a, int lda, c
 template <class T>
 void gemm_strided_batched(Op oa, Op ob, int m, int n, int k, float alpha, const T* a, int lda, std::int64_t sa,
                           const T* b, int ldb, std::int64_t sb, float beta, T* c, int ldc, std::int64_t sc,
-                          int batch) {
-  if (m == 0 || n == 0 || batch == 0) return;
-  Backend::batched(oa, ob, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
+                          int batch_count) {
+  if (m == 0 || n == 0 || batch_count == 0) return;
+  Backend::batched(oa, ob, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch_count);
 }
 
 #define MESHTRAIN_INSTANTIATE_GEMM(T)                                                              \

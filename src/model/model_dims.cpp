@@ -98,13 +98,13 @@ std::int64_t ModelDims::num_params() const {
 double ModelDims::flops_per_token_forward(int seq_len) const {
   // Matmul parameters: everything except norms, biases and position/token lookup (the LM
   // head matmul uses the embedding when tied, so count it once as a matmul).
-  const double C = d_model, F = ffn_dim, L = n_layers;
+  const double C = d_model, F = ffn_dim, layers = n_layers;
   const double kv = static_cast<double>(n_kv_heads) * head_dim;
   const double attn = C * C /*q*/ + 2 * C * kv /*k,v*/ + C * C /*o*/;
   const double mlp = family == Family::Gpt2 ? 2 * C * F : 3 * C * F;
   const double head = static_cast<double>(vocab) * C;
-  const double matmul = L * (attn + mlp) + head;
-  const double attention = 2.0 * 2.0 * L * seq_len * C;  // q k^T and p v, full (not causal-halved)
+  const double matmul = layers * (attn + mlp) + head;
+  const double attention = 2.0 * 2.0 * layers * seq_len * C;  // q k^T and p v, full (not causal-halved)
   return 2.0 * matmul + attention;
 }
 

@@ -95,10 +95,10 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
                           const FsdpOptions& options)
     : specs_(std::move(specs)), mesh_(device_mesh), opt_(options), traits_(traits(options.strategy)),
       reduction_(reduction_plan(traits_, DTypeOf<T>::value, options.reduce_dtype)) {
-  const MeshShape& mesh = mesh_.shape();
+  const MeshShape& shape = mesh_.shape();
   const MeshCoord& coord = mesh_.coord();
-  const int shards = traits_.shard_params ? mesh.dp_shard : 1;
-  layouts_ = model::build_layouts(specs_, n_units, mesh.tp, shards);
+  const int shards = traits_.shard_params ? shape.dp_shard : 1;
+  layouts_ = model::build_layouts(specs_, n_units, shape.tp, shards);
   state_.resize(n_units);
   frozen_.resize(n_units);
   step_buffers_.resize(n_units);
@@ -124,8 +124,8 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
       st.numel = tn;
       // Every dp rank holds everything; ownership is split evenly so sums and writes are
       // shared out and each element is counted once.
-      const int dp = mesh.dp();
-      const int d = coord.replicate * mesh.dp_shard + coord.shard;
+      const int dp = shape.dp();
+      const int d = coord.replicate * shape.dp_shard + coord.shard;
       const std::int64_t per = (tn + dp - 1) / dp;
       const std::int64_t b = std::min<std::int64_t>(tn, d * per);
       owned_begin_[u] = tb + b;

@@ -113,7 +113,7 @@ StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const Co
   const model::ModelDims& d = in.dims;
   const CostConstants& k = c.constants;
   if (!p.valid) return r;
-  const int dp = p.mesh.dp(), tp = p.mesh.tp;
+  const int dp = p.mesh_shape.dp(), tp = p.mesh_shape.tp;
   const double global = p.batch.global_batch;  // windows per step: BatchSpec::resolved for this dp
   const double tokens = global * in.batch.seq_len;
   const double tokens_per_rank = tokens / dp;
@@ -148,8 +148,8 @@ StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const Co
   const int rpn = std::max(1, in.ranks_per_node);
   const GroupLink tp_link = group_link(tp, 1, rpn, c);
   const GroupLink shard_link = p.comm.reduce_is_all_reduce ? group_link(dp, tp, rpn, c)
-                                                           : group_link(p.mesh.dp_shard, tp, rpn, c);
-  const GroupLink rep_link = group_link(p.mesh.dp_replicate, p.mesh.dp_shard * tp, rpn, c);
+                                                           : group_link(p.mesh_shape.dp_shard, tp, rpn, c);
+  const GroupLink rep_link = group_link(p.mesh_shape.dp_replicate, p.mesh_shape.dp_shard * tp, rpn, c);
   r.shard_crosses_nodes = shard_link.crosses_nodes;
   r.shard_bus_bytes = shard_link.bus_bytes;
   r.replicate_bus_bytes = rep_link.bus_bytes;

@@ -31,11 +31,11 @@
 namespace meshtrain::plan {
 namespace {
 
-/// One GEMM call of a micro-step: C (m, n) = op(A) op(B), `batch` times (strided), repeated
+/// One GEMM call of a micro-step: C (m, n) = op(A) op(B), `batch_count` times (strided), repeated
 /// `count` times per micro-step.
 struct GemmCall {
   linalg::Op a, b;
-  int m, n, k, batch, count;
+  int m, n, k, batch_count, count;
   float beta = 0.0f;  ///< 1 for weight gradients, which the model accumulates (dW += X^T dY)
 };
 
@@ -46,33 +46,33 @@ struct GemmCall {
 /// step is credited with (3 x ModelDims::flops_per_token_forward x N plus the recomputed
 /// scores: attention counted as full, not causal-halved) - so FLOP / time is the rate that
 /// turns that count into this time.
-std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int T, int tp, double& flop) {
+std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int seq, int tp, double& flop) {
   using linalg::Op;
-  const int N = B * T, C = d.d_model, hd = d.head_dim;
+  const int N = B * seq, C = d.d_model, hd = d.head_dim;
   const int Hq = d.n_heads / tp, kv = d.n_kv_heads * hd / std::max(1, std::min(tp, d.n_kv_heads));
-  const int Fl = d.ffn_dim / tp, Vl = static_cast<int>(d.vocab / tp), L = d.n_layers;
+  const int Fl = d.ffn_dim / tp, Vl = static_cast<int>(d.vocab / tp), layers = d.n_layers;
   const int qkv = Hq * hd + 2 * kv;
   const int up = d.family == model::Family::Gpt2 ? Fl : 2 * Fl;  // llama: gate and up
   std::vector<GemmCall> g;
   const auto linear = [&](int in, int out) {  // Y (N, out) = X (N, in) W (in, out)
-    g.push_back({Op::N, Op::N, N, out, in, 1, L});
-    g.push_back({Op::T, Op::N, in, out, N, 1, L, 1.0f});
-    g.push_back({Op::N, Op::T, N, in, out, 1, L});
+    g.push_back({Op::N, Op::N, N, out, in, 1, layers});
+    g.push_back({Op::T, Op::N, in, out, N, 1, layers, 1.0f});
+    g.push_back({Op::N, Op::T, N, in, out, 1, layers});
   };
   linear(C, qkv);
   linear(Hq * hd, C);
   linear(C, up);
   linear(Fl, C);
-  const int rb = kernels::attention_block_rows(T);
-  for (int i0 = 0; i0 < T; i0 += rb) {
-    const int i1 = std::min(T, i0 + rb), r = i1 - i0;
-    g.push_back({Op::N, Op::T, r, i1, hd, B, L * Hq});   // scores
-    g.push_back({Op::N, Op::N, r, hd, i1, B, L * Hq});   // out = P V
-    g.push_back({Op::N, Op::T, r, i1, hd, B, L * Hq});   // scores again (backward recomputes P)
-    g.push_back({Op::N, Op::T, r, i1, hd, B, L * Hq});   // dP
-    g.push_back({Op::N, Op::N, r, hd, i1, B, L * Hq});   // dQ
-    g.push_back({Op::T, Op::N, i1, hd, r, B, L * Hq});   // dK
-    g.push_back({Op::T, Op::N, i1, hd, r, B, L * Hq});   // dV
+  const int rb = kernels::attention_block_rows(seq);
+  for (int i0 = 0; i0 < seq; i0 += rb) {
+    const int i1 = std::min(seq, i0 + rb), r = i1 - i0;
+    g.push_back({Op::N, Op::T, r, i1, hd, B, layers * Hq});  // scores
+    g.push_back({Op::N, Op::N, r, hd, i1, B, layers * Hq});  // out = P V
+    g.push_back({Op::N, Op::T, r, i1, hd, B, layers * Hq});  // scores again (backward recomputes P)
+    g.push_back({Op::N, Op::T, r, i1, hd, B, layers * Hq});  // dP
+    g.push_back({Op::N, Op::N, r, hd, i1, B, layers * Hq});  // dQ
+    g.push_back({Op::T, Op::N, i1, hd, r, B, layers * Hq});  // dK
+    g.push_back({Op::T, Op::N, i1, hd, r, B, layers * Hq});  // dV
   }
   const int chunk = static_cast<int>(std::min<std::int64_t>(N, std::max<std::int64_t>(1, (std::int64_t{1} << 24) / Vl)));
   for (int r0 = 0; r0 < N; r0 += chunk) {
@@ -81,7 +81,7 @@ std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int T, int t
     g.push_back({Op::T, Op::N, Vl, C, nc, 1, 1, 1.0f});
     g.push_back({Op::N, Op::N, nc, C, Vl, 1, 1});
   }
-  flop = (3.0 * d.flops_per_token_forward(T) + recompute_flops_per_token(d, T)) * N / tp;
+  flop = (3.0 * d.flops_per_token_forward(seq) + recompute_flops_per_token(d, seq)) * N / tp;
   return g;
 }
 
@@ -94,9 +94,9 @@ template <class T>
 double time_gemms(const std::vector<GemmCall>& calls) {
   std::size_t na = 0, nb = 0, nc = 0;
   for (const GemmCall& c : calls) {
-    na = std::max(na, static_cast<std::size_t>(c.m) * c.k * c.batch);
-    nb = std::max(nb, static_cast<std::size_t>(c.k) * c.n * c.batch);
-    nc = std::max(nc, static_cast<std::size_t>(c.m) * c.n * c.batch);
+    na = std::max(na, static_cast<std::size_t>(c.m) * c.k * c.batch_count);
+    nb = std::max(nb, static_cast<std::size_t>(c.k) * c.n * c.batch_count);
+    nc = std::max(nc, static_cast<std::size_t>(c.m) * c.n * c.batch_count);
   }
   const std::size_t set = na + nb + nc;
   const std::size_t sets = std::clamp<std::size_t>(kColdSetBytes / (set * sizeof(T)) + 1, 1, 8);
@@ -111,13 +111,13 @@ double time_gemms(const std::vector<GemmCall>& calls) {
         T* a = pool.data() + (next++ % sets) * set;
         T* b = a + na;
         T* c = b + nb;
-        if (g.batch == 1)
+        if (g.batch_count == 1)
           linalg::gemm<T>(g.a, g.b, g.m, g.n, g.k, 1.0f, a, lda, b, ldb, g.beta, c, g.n);
         else
           linalg::gemm_strided_batched<T>(g.a, g.b, g.m, g.n, g.k, 1.0f, a, lda,
                                           static_cast<std::int64_t>(g.m) * g.k, b, ldb,
                                           static_cast<std::int64_t>(g.k) * g.n, g.beta, c, g.n,
-                                          static_cast<std::int64_t>(g.m) * g.n, g.batch);
+                                          static_cast<std::int64_t>(g.m) * g.n, g.batch_count);
       }
     }
     Kokkos::fence();
@@ -364,7 +364,7 @@ double measure_model_gemm_flops(const model::ModelDims& d, int micro_batch, int 
 
 MeasureRequest measure_request(const RunSpec& spec) {
   MeasureRequest r;
-  r.target = spec.plan;
+  r.target = spec.plan_target;
   r.batch = spec.batch;
   r.backend = spec.parallel.backend;
   r.bf16 = spec.train.bf16();

@@ -50,7 +50,7 @@ int strategy_order(parallel::Strategy st) {
 
 /// The same mesh, micro-batch and checkpointing: candidates that differ in the strategy alone.
 bool same_shape(const Candidate& a, const Candidate& b) {
-  const MeshShape &x = a.plan.mesh, &y = b.plan.mesh;
+  const MeshShape &x = a.plan.mesh_shape, &y = b.plan.mesh_shape;
   return x.dp_replicate == y.dp_replicate && x.dp_shard == y.dp_shard && x.tp == y.tp &&
          a.plan.batch.micro_batch == b.plan.batch.micro_batch &&
          a.plan.activation_checkpointing == b.plan.activation_checkpointing;
@@ -142,14 +142,14 @@ void rank(MeshSearch& out, const PlanInput& in) {
 MeshSearch search_meshes(const PlanInput& base, const SearchSpace& space, const CostModelInputs& costs) {
   MeshSearch out;
   for (parallel::Strategy s : space.strategies) {
-    for (const MeshShape& mesh : candidate_meshes(base, s)) {
+    for (const MeshShape& shape : candidate_mesh_shapes(base, s)) {
       for (bool ac : space.activation_checkpointing) {
         for (int mb : space.micro_batches) {
           PlanInput in = base;
           in.activation_checkpointing = ac;
           in.batch.micro_batch = mb;
           Candidate c;
-          c.plan = plan_strategy(in, s, mesh);
+          c.plan = plan_strategy(in, s, shape);
           if (!c.plan.valid) continue;  // the global batch does not split over this dp x micro-batch
           c.pred = predict_step(in, c.plan, costs);
           out.candidates.push_back(std::move(c));

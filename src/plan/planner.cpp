@@ -148,16 +148,16 @@ double activation_memory(const PlanInput& in, const model::TpDims& slice, double
   return elem_bytes * act;
 }
 
-/// Communication of one optimizer step of `s` on `mesh` with `grad_accum` micro-steps
+/// Communication of one optimizer step of `s` on `shape` with `grad_accum` micro-steps
 /// (bytes per rank on the wire and collective counts).
-CommVolume step_communication(const PlanInput& in, parallel::Strategy s, const MeshShape& mesh,
+CommVolume step_communication(const PlanInput& in, parallel::Strategy s, const MeshShape& shape,
                               const std::vector<model::UnitLayout>& layouts, const UnitTotals& u, int grad_accum) {
   const parallel::StrategyTraits tr = parallel::traits(s);
   const double elem_bytes = in.bf16 ? 2.0 : 4.0;
   const double wire_bytes = in.reduce_dtype == DType::BF16 ? 2.0 : 4.0;
   CommVolume c;
-  const int A = grad_accum, dp = mesh.dp();
-  const double S = mesh.dp_shard;
+  const int A = grad_accum, dp = shape.dp();
+  const double S = shape.dp_shard;
   double gathered_bytes = 0, reduced_bytes = 0;
   for (const auto& L : layouts) {
     gathered_bytes += elem_bytes * L.padded();           // gathered: frozen and trainable
@@ -187,17 +187,17 @@ CommVolume step_communication(const PlanInput& in, parallel::Strategy s, const M
     c.fill_reduce = 2.0 * (dp - 1) / dp * wire_bytes * u.outer_trainable;
   }
   c.fsdp_collectives = c.gather_collectives + c.reduce_collectives;
-  if (tr.shard_params && mesh.dp_replicate > 1) {
-    const double Rr = mesh.dp_replicate;
+  if (tr.shard_params && shape.dp_replicate > 1) {
+    const double Rr = shape.dp_replicate;
     c.replicate = 2.0 * (Rr - 1) / Rr * 4.0 * u.state;
     c.replicate_collectives = u.reduced_units;
   }
-  if (mesh.tp > 1) {
+  if (shape.tp > 1) {
     // Per block: forward 2 (attention out, MLP out), backward 2 (norm input grads), plus the
     // recomputation's 2 with activation checkpointing; embedding 1 and head 1.
     const double N = static_cast<double>(in.batch.micro_batch) * in.batch.seq_len, C = in.dims.d_model;
     const double layers = in.dims.n_layers;
-    const double per = 2.0 * (mesh.tp - 1) / mesh.tp * N * C * elem_bytes;
+    const double per = 2.0 * (shape.tp - 1) / shape.tp * N * C * elem_bytes;
     const double per_block_ars = in.activation_checkpointing ? 6 : 4;
     c.tp = A * per * (per_block_ars * layers + 2);
     c.tp_collectives = static_cast<int>(A * (per_block_ars * layers + 2));
@@ -207,17 +207,17 @@ CommVolume step_communication(const PlanInput& in, parallel::Strategy s, const M
 
 }  // namespace
 
-MeshShape mesh_for_strategy(const PlanInput& in, parallel::Strategy s) {
-  MeshRequest req = in.mesh_request;
-  if (s == parallel::Strategy::HybridShard && req.dp_replicate == 1 && req.dp_shard == -1) {
+MeshShape mesh_shape_for_strategy(const PlanInput& in, parallel::Strategy s) {
+  MeshRequest request = in.mesh_request;
+  if (s == parallel::Strategy::HybridShard && request.dp_replicate == 1 && request.dp_shard == -1) {
     // Shard within a node, replicate across nodes.
     const int nodes = std::max(1, in.world / std::max(1, in.ranks_per_node));
-    req.dp_replicate = nodes;
+    request.dp_replicate = nodes;
   }
-  return resolve_mesh(req, in.world, in.ranks_per_node > 0 ? std::optional<int>(in.ranks_per_node) : std::nullopt);
+  return resolve_mesh_shape(request, in.world, in.ranks_per_node > 0 ? std::optional<int>(in.ranks_per_node) : std::nullopt);
 }
 
-std::vector<MeshShape> candidate_meshes(const PlanInput& in, parallel::Strategy s) {
+std::vector<MeshShape> candidate_mesh_shapes(const PlanInput& in, parallel::Strategy s) {
   std::vector<MeshShape> out;
   const int world = in.world, rpn = in.ranks_per_node > 0 ? in.ranks_per_node : world;
   const auto fixed_ok = [](int want, int v) { return want == -1 || want == v; };
@@ -245,25 +245,25 @@ std::vector<MeshShape> candidate_meshes(const PlanInput& in, parallel::Strategy 
   return out;
 }
 
-StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const MeshShape& mesh) {
+StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const MeshShape& shape) {
   StrategyPlan p;
   p.strategy = s;
-  p.mesh = mesh;
+  p.mesh_shape = shape;
   p.activation_checkpointing = in.activation_checkpointing;
   // 1. The units as the engine lays them out for this tp and shard count (UserError when
   // tp does not split the model).
   const parallel::StrategyTraits tr = parallel::traits(s);
-  const model::TpDims slice = model::tp_dims(in.dims, mesh.tp, 0);
-  const auto specs = model::build_param_specs(in.dims, mesh.tp);
-  const auto layouts = model::build_layouts(specs, model::num_units(in.dims), mesh.tp, tr.shard_params ? mesh.dp_shard : 1);
+  const model::TpDims slice = model::tp_dims(in.dims, shape.tp, 0);
+  const auto specs = model::build_param_specs(in.dims, shape.tp);
+  const auto layouts = model::build_layouts(specs, model::num_units(in.dims), shape.tp, tr.shard_params ? shape.dp_shard : 1);
   const UnitTotals u = unit_totals(layouts, tr.shard_params);
   // 2. The batch split over this mesh's data-parallel ranks (BatchSpec::resolved).
-  if (!in.batch.splits(mesh.dp())) {
+  if (!in.batch.splits(shape.dp())) {
     p.valid = false;
-    p.note = in.batch.split_error(mesh.dp());
+    p.note = in.batch.split_error(shape.dp());
     return p;
   }
-  p.batch = in.batch.resolved(mesh.dp());
+  p.batch = in.batch.resolved(shape.dp());
   // 3. Persistent state: fp32 master, gradients and two moments of the trainable elements;
   // no_shard keeps the frozen values inside its persistent compute copy (gathered).
   MemoryEstimate& m = p.memory;
@@ -275,7 +275,7 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
   transient_memory(in, s, layouts, u, p.batch.grad_accum, m);
   m.activations = activation_memory(in, slice, p.activation_traffic);
   // 5. Communication per optimizer step.
-  p.comm = step_communication(in, s, mesh, layouts, u, p.batch.grad_accum);
+  p.comm = step_communication(in, s, shape, layouts, u, p.batch.grad_accum);
   // 6. Whether it fits the budget.
   const double budget = in.memory_budget * (1.0 - in.headroom);
   p.fits = in.memory_budget <= 0 || m.total() <= budget;
@@ -291,13 +291,13 @@ std::vector<StrategyPlan> plan_each_strategy(const PlanInput& in) {
                                parallel::Strategy::HybridShard, parallel::Strategy::FullShard}) {
     StrategyPlan p;
     try {
-      p = plan_strategy(in, s, mesh_for_strategy(in, s));
+      p = plan_strategy(in, s, mesh_shape_for_strategy(in, s));
     } catch (const UserError& e) {
       p.strategy = s;
       p.valid = false;
       p.note = e.what();
     }
-    if (s == parallel::Strategy::HybridShard && p.valid && p.mesh.dp_replicate == 1) {
+    if (s == parallel::Strategy::HybridShard && p.valid && p.mesh_shape.dp_replicate == 1) {
       p.valid = false;
       p.note = "needs more than one replica (dp_replicate > 1); same as full_shard here";
     }
@@ -311,12 +311,12 @@ std::string fit_alternatives(const PlanInput& in, parallel::Strategy forced) {
   for (const StrategyPlan& p : plan_each_strategy(in))
     if (p.valid && p.fits && p.strategy != forced)
       out.push_back(strprintf("parallel.strategy=%s on mesh %s (%s per rank)", parallel::strategy_name(p.strategy),
-                              p.mesh.str().c_str(), format_bytes(p.memory.total()).c_str()));
+                              p.mesh_shape.str().c_str(), format_bytes(p.memory.total()).c_str()));
   if (!in.activation_checkpointing) {
     PlanInput ac = in;
     ac.activation_checkpointing = true;
     try {
-      const StrategyPlan p = plan_strategy(ac, forced, mesh_for_strategy(ac, forced));
+      const StrategyPlan p = plan_strategy(ac, forced, mesh_shape_for_strategy(ac, forced));
       if (p.valid && p.fits) {
         out.push_back(strprintf("train.activation_checkpointing=true with %s (%s per rank)", parallel::strategy_name(forced),
                                 format_bytes(p.memory.total()).c_str()));
@@ -329,7 +329,7 @@ std::string fit_alternatives(const PlanInput& in, parallel::Strategy forced) {
           const StrategyPlan& q = *q_it;
           out.push_back(strprintf("train.activation_checkpointing=true with parallel.strategy=%s on mesh %s (%s per "
                                   "rank)",
-                                  parallel::strategy_name(q.strategy), q.mesh.str().c_str(),
+                                  parallel::strategy_name(q.strategy), q.mesh_shape.str().c_str(),
                                   format_bytes(q.memory.total()).c_str()));
         }
       }

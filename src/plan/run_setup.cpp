@@ -15,11 +15,11 @@
 namespace meshtrain::plan {
 
 double memory_budget_per_rank(const RunSpec& spec, const Topology& topo, bool other) {
-  if (spec.plan.device_memory) return static_cast<double>(spec.plan.device_memory->bytes);
+  if (spec.plan_target.device_memory) return static_cast<double>(spec.plan_target.device_memory->bytes);
   if (spec.parallel.memory_limit) return static_cast<double>(spec.parallel.memory_limit->bytes);
   const double device = static_cast<double>(device_memory_bytes());
   if (device > 0) return device;
-  const int per_node = other && spec.plan.gpus_per_node > 0 ? spec.plan.gpus_per_node : topo.local_size;
+  const int per_node = other && spec.plan_target.gpus_per_node > 0 ? spec.plan_target.gpus_per_node : topo.local_size;
   return static_cast<double>(host_total_memory_bytes()) / std::max(1, per_node);
 }
 
@@ -27,7 +27,7 @@ namespace {
 
 /// Where memory_budget_per_rank's number comes from, in words for messages.
 std::string budget_source(const RunSpec& spec) {
-  if (spec.plan.device_memory) return "plan.device_memory=" + spec.plan.device_memory->text;
+  if (spec.plan_target.device_memory) return "plan.device_memory=" + spec.plan_target.device_memory->text;
   if (spec.parallel.memory_limit) return "parallel.memory_limit=" + spec.parallel.memory_limit->text;
   if (device_memory_bytes() > 0) return "the device's memory";
   return "node memory / ranks per node; parallel.memory_limit sets it";
@@ -65,7 +65,7 @@ PlanInput plan_input(const RunSpec& spec, const JobShape& job) {
   // The attention's scratch strips are as tall as the kernels' row blocks where the run
   // goes: this build's, unless `plan` is given a GPU target (plan.gemm_tflops), whose
   // kernels take the whole sequence at once.
-  in.attention_rows = spec.plan.gemm_tflops > 0 ? spec.batch.seq_len : kernels::attention_block_rows(spec.batch.seq_len);
+  in.attention_rows = spec.plan_target.gemm_tflops > 0 ? spec.batch.seq_len : kernels::attention_block_rows(spec.batch.seq_len);
   // Packed rows compute only each document's attention (train and plan alike).
   in.document_tokens = packed_document_tokens(spec.data);
   in.dpo = spec.train.dpo();
@@ -81,7 +81,7 @@ JobShape this_job(const RunSpec& spec, const Topology& topo) {
 }
 
 JobShape planned_job(const RunSpec& spec, const Topology& topo) {
-  const PlanTarget& target = spec.plan;
+  const PlanTarget& target = spec.plan_target;
   if (!target.other_cluster()) {
     JobShape j = this_job(spec, topo);
     if (target.gpus_per_node > 0) j.ranks_per_node = target.gpus_per_node;
@@ -112,36 +112,37 @@ bool checkpointing_open(const RunSpec& spec) { return searches_mesh(spec) && !sp
 
 /// Whether the spec leaves anything to the resolution that a checkpoint recorded.
 bool leaves_open(const RunSpec& spec) {
-  const MeshRequest& m = spec.parallel.mesh_request;
-  return spec.parallel.strategy == StrategyChoice::Auto || m.dp_replicate < 0 || m.dp_shard < 0 || m.tp < 0 ||
-         spec.batch.micro_batch == 0 || checkpointing_open(spec);
+  const MeshRequest& asked = spec.parallel.mesh_request;
+  return spec.parallel.strategy == StrategyChoice::Auto || asked.dp_replicate < 0 || asked.dp_shard < 0 ||
+         asked.tp < 0 || spec.batch.micro_batch == 0 || checkpointing_open(spec);
 }
 
 /// Whether every key the user fixed still says what the checkpoint's run used: a key changed
 /// at resume is a new request, which is planned afresh.
 bool agrees_with_fixed_keys(const RunSpec& spec, const checkpoint::StoredChoices& k) {
-  const MeshRequest& m = spec.parallel.mesh_request;
+  const MeshRequest& asked = spec.parallel.mesh_request;
   const bool strategy =
       spec.parallel.strategy == StrategyChoice::Auto || parallel::forced_strategy(spec.parallel.strategy) == k.strategy;
-  const bool mesh = (m.dp_replicate < 0 || m.dp_replicate == k.mesh.dp_replicate) &&
-                    (m.dp_shard < 0 || m.dp_shard == k.mesh.dp_shard) && (m.tp < 0 || m.tp == k.mesh.tp);
+  const bool shape = (asked.dp_replicate < 0 || asked.dp_replicate == k.mesh_shape.dp_replicate) &&
+                     (asked.dp_shard < 0 || asked.dp_shard == k.mesh_shape.dp_shard) &&
+                     (asked.tp < 0 || asked.tp == k.mesh_shape.tp);
   const bool micro = spec.batch.micro_batch == 0 || spec.batch.micro_batch == k.micro_batch;
   const bool ac = checkpointing_open(spec) || spec.train.activation_checkpointing == k.activation_checkpointing;
-  return strategy && mesh && micro && ac;
+  return strategy && shape && micro && ac;
 }
 
 }  // namespace
 
 bool keeps(const RunSpec& spec, const JobShape& job, const checkpoint::StoredChoices* kept) {
   return kept != nullptr && kept->recorded && !job.other_cluster && kept->world_size == job.world &&
-         kept->ranks_per_node == job.ranks_per_node && kept->mesh.world() == job.world && leaves_open(spec) &&
+         kept->ranks_per_node == job.ranks_per_node && kept->mesh_shape.world() == job.world && leaves_open(spec) &&
          agrees_with_fixed_keys(spec, *kept);
 }
 
 RunSpec kept_spec(const RunSpec& spec, const checkpoint::StoredChoices& kept) {
   RunSpec k = spec;
   k.parallel.strategy = choice_of(kept.strategy);
-  k.parallel.mesh_request = {kept.mesh.dp_replicate, kept.mesh.dp_shard, kept.mesh.tp};
+  k.parallel.mesh_request = {kept.mesh_shape.dp_replicate, kept.mesh_shape.dp_shard, kept.mesh_shape.tp};
   k.batch.micro_batch = kept.micro_batch;
   if (checkpointing_open(spec)) k.train.activation_checkpointing = kept.activation_checkpointing;
   return k;
@@ -163,7 +164,7 @@ std::string over_budget_refusal(const RunSpec& spec, const PlanInput& in, const 
   return strprintf(
       "parallel.strategy=%s on mesh %s needs %s per rank (parameters %s, gradients %s, optimizer %s, "
       "activations %s, gathered/communication buffers %s), more than the %s available per rank (%s); %s%s",
-      choice_name(spec.parallel.strategy), chosen.mesh.str().c_str(), format_bytes(chosen.memory.total()).c_str(),
+      choice_name(spec.parallel.strategy), chosen.mesh_shape.str().c_str(), format_bytes(chosen.memory.total()).c_str(),
       format_bytes(chosen.memory.params).c_str(), format_bytes(chosen.memory.grads).c_str(),
       format_bytes(chosen.memory.optimizer).c_str(), format_bytes(chosen.memory.activations).c_str(),
       format_bytes(chosen.memory.gathered + chosen.memory.grad_buffers + chosen.memory.comm_buffers).c_str(),
@@ -223,7 +224,7 @@ std::optional<StrategyPlan> choose(const RunSpec& spec, const PlanInput& in, con
     return std::nullopt;
   }
   const parallel::Strategy s = parallel::forced_strategy(spec.parallel.strategy);
-  StrategyPlan chosen = plan_strategy(in, s, mesh_for_strategy(in, s));
+  StrategyPlan chosen = plan_strategy(in, s, mesh_shape_for_strategy(in, s));
   if (!chosen.valid) {
     res.refusal = strprintf("parallel.strategy=%s: %s", choice_name(spec.parallel.strategy), chosen.note.c_str());
     return std::nullopt;
@@ -247,7 +248,7 @@ namespace {
 /// requires of its own picks (a smaller parallel.memory_limit, a device with less).
 std::optional<Resolution> resolve_kept(const RunSpec& spec, const JobShape& job, const checkpoint::StoredChoices& kept) {
   Resolution k = resolve(kept_spec(spec, kept), job, nullptr, nullptr);
-  if (!k.refusal.empty() || !plan_strategy(k.input, k.setup.strategy, k.setup.mesh).fits) return std::nullopt;
+  if (!k.refusal.empty() || !plan_strategy(k.input, k.setup.strategy, k.setup.mesh_shape).fits) return std::nullopt;
   k.setup.spec = spec;  // the settings as asked stay as asked (config.ini, run.json)
   k.setup.strategy_reason =
       strprintf("%s: kept from the checkpoint %s, written on this job's shape (%d rank(s), %s per node); a resume on "
@@ -290,10 +291,10 @@ Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInpu
   if (!chosen) return res;
   // 3. The resolved block, each value once.
   r.strategy = chosen->strategy;
-  r.mesh = chosen->mesh;
+  r.mesh_shape = chosen->mesh_shape;
   r.batch = chosen->batch;
   r.activation_checkpointing = chosen->activation_checkpointing;
-  model::tp_dims(spec.dims, r.mesh.tp, 0);  // the TP slice (heads, vocabulary) splits on the resolved mesh
+  model::tp_dims(spec.dims, r.mesh_shape.tp, 0);  // the TP slice (heads, vocabulary) splits on the resolved mesh
   return res;
 }
 
@@ -303,7 +304,7 @@ RunSetup resolve_run(const RunSpec& spec, const Topology& topo, const CostModelI
   if (!res.refusal.empty()) throw UserError(res.refusal);
   const RunSetup& r = res.setup;
   if (spec.parallel.strategy != StrategyChoice::Auto && !res.searched) {
-    const StrategyPlan p = plan_strategy(res.input, r.strategy, r.mesh);
+    const StrategyPlan p = plan_strategy(res.input, r.strategy, r.mesh_shape);
     if (!p.fits)
       log::warn("parallel.strategy=%s may not fit in memory: %s (parallel.memory_limit or the device size sets the budget)",
                 choice_name(spec.parallel.strategy), p.note.c_str());
@@ -316,7 +317,7 @@ RunSetup resolve_run(const RunSpec& spec, const Runtime& rt, const checkpoint::S
   if (keeps(spec, job, kept)) {
     if (std::optional<Resolution> k = resolve_kept(spec, job, *kept)) return k->setup;
     log::info("the checkpoint %s ran %s on mesh %s, which no longer fits this job's memory: planning afresh",
-              kept->path.c_str(), parallel::strategy_name(kept->strategy), kept->mesh.str().c_str());
+              kept->path.c_str(), parallel::strategy_name(kept->strategy), kept->mesh_shape.str().c_str());
   }
   if (!needs_costs(spec, job)) return resolve_run(spec, rt.topology());
   const CostModelInputs costs = measure_cost_inputs(measure_request(spec), rt);

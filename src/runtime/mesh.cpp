@@ -21,9 +21,9 @@ std::string MeshShape::str() const {
   return strprintf("%d (dp_replicate) x %d (dp_shard) x %d (tp)", dp_replicate, dp_shard, tp);
 }
 
-MeshShape resolve_mesh(const MeshRequest& req, int world_size, std::optional<int> ranks_per_node) {
+MeshShape resolve_mesh_shape(const MeshRequest& request, int world_size, std::optional<int> ranks_per_node) {
   const char* names[3] = {"parallel.dp_replicate", "parallel.dp_shard", "parallel.tp"};
-  int dims[3] = {req.dp_replicate, req.dp_shard, req.tp};
+  int dims[3] = {request.dp_replicate, request.dp_shard, request.tp};
   MESHTRAIN_REQUIRE(world_size >= 1, "the world size must be at least 1 (got %d)", world_size);
   int infer = -1;
   int known = 1;
@@ -100,7 +100,7 @@ int mesh_rank(const MeshShape& s, const MeshCoord& c) {
   return (c.replicate * s.dp_shard + c.shard) * s.tp + c.tp;
 }
 
-std::string describe_mesh(const MeshShape& s, const Topology* topo) {
+std::string describe_mesh_shape(const MeshShape& s, const Topology* topo) {
   std::string out = strprintf("mesh: %s = %d ranks (tp fastest-varying)\n", s.str().c_str(), s.world());
   out += "  rank  host              replicate shard tp   tp_group       shard_group    replicate_group\n";
   auto group = [&](int r, int which) {

@@ -8,7 +8,7 @@ checkpoint::CheckpointMeta checkpoint_meta(const plan::RunSetup& setup) {
   const plan::TrainSpec& tc = setup.spec.train;
   checkpoint::CheckpointMeta m;
   m.dims = setup.spec.dims;
-  m.mesh = setup.mesh;
+  m.mesh_shape = setup.mesh_shape;
   m.strategy = setup.strategy;
   m.seq_len = setup.batch.seq_len;
   m.micro_batch = setup.batch.micro_batch;
@@ -28,7 +28,7 @@ checkpoint::CheckpointMeta checkpoint_meta(const plan::RunSetup& setup) {
 }
 
 std::vector<std::uint64_t> next_step_windows(std::uint64_t cursor, const plan::RunSetup& setup) {
-  const int dp = setup.mesh.dp();
+  const int dp = setup.mesh_shape.dp();
   std::vector<std::uint64_t> w(static_cast<std::size_t>(dp));
   for (int d = 0; d < dp; ++d) w[d] = data::rank_first_window(cursor, 0, setup.batch.micro_batch, dp, d);
   return w;

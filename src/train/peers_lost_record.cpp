@@ -1,8 +1,5 @@
 #include "meshtrain/train/peers_lost_record.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -77,15 +74,7 @@ void write_record(const PeersLost& report) {
     // a reader sees one whole record, never a mix.
     const std::string path = g_out_dir + "/peers_lost.json";
     const std::string tmp = strprintf("%s.tmp.%d", path.c_str(), g_rank);
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      std::fprintf(stderr, "[meshtrain] rank %d: cannot write %s\n", g_rank, tmp.c_str());
-      return;
-    }
-    int err = file_io::write_all(fd, text.data(), text.size());
-    if (err == 0 && ::fsync(fd) != 0) err = errno;
-    if (::close(fd) != 0 && err == 0) err = errno;
-    if (err != 0) {
+    if (file_io::write_synced(tmp, text) != 0) {
       std::remove(tmp.c_str());
       std::fprintf(stderr, "[meshtrain] rank %d: cannot write %s\n", g_rank, tmp.c_str());
       return;

@@ -83,11 +83,11 @@ void write_run_record(const plan::RunSetup& s, const Topology& topo, const std::
                         "# job's ranks is a comment, so that the file reruns the run on any number of ranks).\n" +
                             record_with_resume_note(s, start),
                         fault::Point::RecordWrite);
-  file_io::replace_file(dir + "/mesh.txt", describe_mesh(s.mesh, &topo), fault::Point::RecordWrite);
+  file_io::replace_file(dir + "/mesh.txt", describe_mesh_shape(s.mesh_shape, &topo), fault::Point::RecordWrite);
   formats::Json run;
   run["world_size"] = topo.world_size;
   run["nodes"] = topo.num_nodes;
-  run["mesh"] = s.mesh.str();
+  run["mesh"] = s.mesh_shape.str();
   run["strategy"] = parallel::strategy_name(s.strategy);
   run["strategy_reason"] = s.strategy_reason;
   run["grad_accum"] = s.batch.grad_accum;

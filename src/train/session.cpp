@@ -6,7 +6,7 @@ namespace meshtrain::train {
 
 template <class T>
 Session<T>::Session(const Runtime& rt, const plan::RunSetup& setup, SessionUse use)
-    : setup_(setup), mesh_(rt.world(), setup.mesh, setup.spec.parallel.backend) {
+    : setup_(setup), mesh_(rt.world(), setup.mesh_shape, setup.spec.parallel.backend) {
   const parallel::MeshDim& tp = mesh_.tp();
   tp_ = model::tp_dims(setup.spec.dims, tp.size(), tp.rank());
   parallel::FsdpOptions opt;

@@ -12,7 +12,7 @@ std::vector<std::string> setting_warnings(const plan::RunSetup& s) {
   if (asked.global_batch > 0 && s.spec.given.grad_accum && asked.grad_accum != s.batch.grad_accum)
     out.push_back(strprintf("train.global_batch=%d wins over train.grad_accum=%d: %d sequences per step = micro_batch "
                             "%d x %d data-parallel rank(s) x grad_accum %d; remove one of the two keys",
-                            asked.global_batch, asked.grad_accum, s.batch.global_batch, s.batch.micro_batch, s.mesh.dp(),
+                            asked.global_batch, asked.grad_accum, s.batch.global_batch, s.batch.micro_batch, s.mesh_shape.dp(),
                             s.batch.grad_accum));
   if (t.time_limit > 0 && t.time_limit_margin >= t.time_limit)
     out.push_back(strprintf("train.time_limit=%g s is not longer than train.time_limit_margin=%g s (the time kept for "

@@ -251,10 +251,10 @@ void Trainer<T>::log_start() {
             static_cast<long long>(spec_.dims.num_params()), choice_name(tc.precision), topo.world_size, topo.num_nodes);
   if (spec_.dims.lora_rank > 0) log::info("%s", lora_summary(spec_.dims).c_str());
   for (const std::string& w : setting_warnings(setup_)) log::warn("%s", w.c_str());
-  log::info("mesh %s, strategy %s (%s)", setup_.mesh.str().c_str(), parallel::strategy_name(setup_.strategy),
+  log::info("mesh %s, strategy %s (%s)", setup_.mesh_shape.str().c_str(), parallel::strategy_name(setup_.strategy),
             setup_.strategy_reason.c_str());
   log::info("batch: %d sequences x %d tokens per step = micro_batch %d x dp %d x grad_accum %d", batch.global_batch,
-            batch.seq_len, batch.micro_batch, setup_.mesh.dp(), batch.grad_accum);
+            batch.seq_len, batch.micro_batch, setup_.mesh_shape.dp(), batch.grad_accum);
   log::info("data: %s; output: %s", spec_.data.text().c_str(), out_dir.c_str());
   log::info("effective configuration (also in %s/config.ini):\n%s", out_dir.c_str(), setup_.config_ini.c_str());
 }

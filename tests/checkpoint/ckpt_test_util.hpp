@@ -56,7 +56,7 @@ inline std::unique_ptr<Job> make_job(const MpiComm& parent, const Config& cfg, c
   plan::RunSetup& s = job->setup;
   s.spec = app::resolve_spec(cfg);
   s.config_ini = config_to_ini(cfg);
-  s.mesh = shape;
+  s.mesh_shape = shape;
   s.strategy = strategy;
   s.batch = s.spec.batch.resolved(shape.dp());
   parallel::FsdpOptions opt;

@@ -118,7 +118,7 @@ std::unique_ptr<parallel::FsdpEngine<float>> forward_only_engine(const Job& job)
   parallel::FsdpOptions opt;
   opt.strategy = job.setup.strategy;
   opt.forward_only = true;
-  return std::make_unique<parallel::FsdpEngine<float>>(model::build_param_specs(job.setup.spec.dims, job.setup.mesh.tp),
+  return std::make_unique<parallel::FsdpEngine<float>>(model::build_param_specs(job.setup.spec.dims, job.setup.mesh_shape.tp),
                                                        model::num_units(job.setup.spec.dims), *job.mesh, opt);
 }
 

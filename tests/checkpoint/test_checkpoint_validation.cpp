@@ -15,12 +15,12 @@ namespace {
 namespace fs = std::filesystem;
 using parallel::Strategy;
 
-MeshShape mesh_of(int n) { return n == 4 ? MeshShape{1, 2, 2} : n == 2 ? MeshShape{1, 1, 2} : MeshShape{1, 1, 1}; }
+MeshShape mesh_shape_of(int n) { return n == 4 ? MeshShape{1, 2, 2} : n == 2 ? MeshShape{1, 1, 2} : MeshShape{1, 1, 1}; }
 
 class Validation : public ::testing::Test {
  protected:
   void SetUp() override {
-    job_ = make_job(world(), tiny_config("llama"), mesh_of(world().size()), Strategy::FullShard);
+    job_ = make_job(world(), tiny_config("llama"), mesh_shape_of(world().size()), Strategy::FullShard);
     dir_ = fresh_dir(world(), "validation");
     fill_known(*job_->engine);
     checkpoint::TrainState st;
@@ -112,7 +112,7 @@ TEST_F(Validation, NotAMeshtrainCheckpoint) {
 
 TEST_F(Validation, DifferentModelConfigNamesEveryKey) {
   // The same file loaded into a wider model: d_model, head_dim and ffn... differ.
-  auto wide = make_job(world(), tiny_config("llama", 128), mesh_of(world().size()), Strategy::FullShard);
+  auto wide = make_job(world(), tiny_config("llama", 128), mesh_shape_of(world().size()), Strategy::FullShard);
   std::string message;
   try {
     checkpoint::load(*wide->engine, *wide->mesh, train::checkpoint_meta(wide->setup), good_);
@@ -124,7 +124,7 @@ TEST_F(Validation, DifferentModelConfigNamesEveryKey) {
   EXPECT_NE(message.find("head_dim: 16 in the checkpoint, 32 in this run"), std::string::npos) << message;
   EXPECT_EQ(message.find("n_layers"), std::string::npos) << "an equal key is listed: " << message;
   // Another family too.
-  auto gpt2 = make_job(world(), tiny_config("gpt2"), mesh_of(world().size()), Strategy::FullShard);
+  auto gpt2 = make_job(world(), tiny_config("gpt2"), mesh_shape_of(world().size()), Strategy::FullShard);
   message.clear();
   try {
     checkpoint::load(*gpt2->engine, *gpt2->mesh, train::checkpoint_meta(gpt2->setup), good_);
@@ -183,7 +183,7 @@ TEST_F(Validation, InitFromAcceptsOnlyMatchingShapes) {
   }();
   EXPECT_EQ(count_mismatches(*job_->engine, 1, zeros), 0);
   EXPECT_EQ(count_mismatches(*job_->engine, 2, zeros), 0);
-  auto wide = make_job(world(), tiny_config("llama", 128), mesh_of(world().size()), Strategy::FullShard);
+  auto wide = make_job(world(), tiny_config("llama", 128), mesh_shape_of(world().size()), Strategy::FullShard);
   std::string message;
   try {
     checkpoint::load_weights(*wide->engine, *wide->mesh, wide->setup.spec.dims, good_, 1234);

@@ -19,8 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using parallel::Strategy;
 
-MeshShape mesh_of(int n) { return n == 4 ? MeshShape{1, 2, 2} : n == 2 ? MeshShape{1, 1, 2} : MeshShape{1, 1, 1}; }
-MeshShape other_mesh_of(int n) { return n == 4 ? MeshShape{1, 4, 1} : n == 2 ? MeshShape{1, 2, 1} : MeshShape{1, 1, 1}; }
+MeshShape mesh_shape_of(int n) { return n == 4 ? MeshShape{1, 2, 2} : n == 2 ? MeshShape{1, 1, 2} : MeshShape{1, 1, 1}; }
+MeshShape other_mesh_shape_of(int n) { return n == 4 ? MeshShape{1, 4, 1} : n == 2 ? MeshShape{1, 2, 1} : MeshShape{1, 1, 1}; }
 
 /// Known masters with the vocab padding rows (>= valid_vocab) of embedding/head zeroed:
 /// what an import of a file without padding rows must produce.
@@ -60,7 +60,7 @@ std::unique_ptr<Job> export_and_import(const Config& cfg, const std::string& nam
   const std::string dir = fresh_dir(w, name);
   std::string h5;
   {
-    auto src = make_job(w, cfg, mesh_of(w.size()), Strategy::FullShard);
+    auto src = make_job(w, cfg, mesh_shape_of(w.size()), Strategy::FullShard);
     fill_known(*src->engine);
     checkpoint::TrainState st;
     st.step = 12;
@@ -72,7 +72,7 @@ std::unique_ptr<Job> export_and_import(const Config& cfg, const std::string& nam
       if (summary) *summary = s;
     }
   });
-  auto dst = make_job(w, cfg, other_mesh_of(w.size()), Strategy::FullShard);
+  auto dst = make_job(w, cfg, other_mesh_shape_of(w.size()), Strategy::FullShard);
   fill_known(*dst->engine, 5);  // moments must end up zero, masters replaced
   checkpoint::load_weights(*dst->engine, *dst->mesh, dst->setup.spec.dims, dir + "/hf", 1234);
   return dst;
@@ -179,7 +179,7 @@ std::string strip_transformer(const std::string& n) {
 
 TEST(Import, HuggingFaceGpt2SpellingsAreAccepted) {
   const std::string dir = fresh_dir(world(), "hf_gpt2");
-  auto job = make_job(world(), tiny_config("gpt2"), mesh_of(world().size()), Strategy::FullShard);
+  auto job = make_job(world(), tiny_config("gpt2"), mesh_shape_of(world().size()), Strategy::FullShard);
   const model::ModelDims& d = job->setup.spec.dims;
   // The hub's gpt2: no "transformer." prefix, causal-mask buffers, and lm_head = wte.
   const std::string p = write_hf_file(dir + "/hub.safetensors", d, strip_transformer,
@@ -224,7 +224,7 @@ TEST(Import, HuggingFaceGpt2SpellingsAreAccepted) {
 
 TEST(Import, MissingWrongShapeAndUnexpectedTensorsAreErrors) {
   const std::string dir = fresh_dir(world(), "hf_bad");
-  auto job = make_job(world(), tiny_config("llama"), mesh_of(world().size()), Strategy::FullShard);
+  auto job = make_job(world(), tiny_config("llama"), mesh_shape_of(world().size()), Strategy::FullShard);
   const model::ModelDims& d = job->setup.spec.dims;
   const auto same = [](const std::string& n) { return n; };
 

@@ -51,7 +51,7 @@ int run_tp(const Runtime& rt) {
     std::fprintf(stderr, "watchdog_helper tp: needs 4 ranks\n");
     return 1;
   }
-  const parallel::DeviceMesh mesh(rt.world(), resolve_mesh({1, 2, 2}, 4, std::nullopt), Backend::Mpi);
+  const parallel::DeviceMesh mesh(rt.world(), resolve_mesh_shape({1, 2, 2}, 4, std::nullopt), Backend::Mpi);
   MpiComm self_group = rt.world().split(rt.world().rank(), 0);
   MpiCommunicator self(self_group, "private");
   Communicator& tp = mesh.tp().comm();

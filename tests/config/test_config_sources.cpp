@@ -98,7 +98,7 @@ plan::RunSetup setup_of(const std::vector<std::string>& args, int grad_accum, in
   s.spec = app::resolve_spec(parse_config("train", args).config);
   s.batch = s.spec.batch;
   s.batch.grad_accum = grad_accum;
-  s.mesh = MeshShape{1, dp, 1};
+  s.mesh_shape = MeshShape{1, dp, 1};
   return s;
 }
 

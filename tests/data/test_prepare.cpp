@@ -7,6 +7,7 @@
 
 #include "data_test_util.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/utf8.hpp"
 #include "meshtrain/data/dataset.hpp"
 #include "meshtrain/data/prepare.hpp"
 #include "meshtrain/data/sampler.hpp"
@@ -192,15 +193,16 @@ TEST(TextFiles, CollectSortsDedupsAndSurvivesLoops) {
 }
 
 TEST(TextFiles, Utf8Validation) {
-  EXPECT_TRUE(is_valid_utf8("plain ascii"));
-  EXPECT_TRUE(is_valid_utf8("é 日本 🙂"));
-  EXPECT_FALSE(is_valid_utf8("\xc0\xaf"));          // overlong '/'
-  EXPECT_FALSE(is_valid_utf8("\xe0\x80\xaf"));      // overlong
-  EXPECT_FALSE(is_valid_utf8("\xed\xa0\x80"));      // surrogate
-  EXPECT_FALSE(is_valid_utf8("\xf4\x90\x80\x80"));  // above U+10FFFF
-  EXPECT_FALSE(is_valid_utf8("\xe2\x82"));          // truncated
-  EXPECT_FALSE(is_valid_utf8("\x80"));              // lone continuation
+  EXPECT_TRUE(utf8::valid("plain ascii"));
+  EXPECT_TRUE(utf8::valid("é 日本 🙂"));
+  EXPECT_FALSE(utf8::valid("\xc0\xaf"));          // overlong '/'
+  EXPECT_FALSE(utf8::valid("\xe0\x80\xaf"));      // overlong
+  EXPECT_FALSE(utf8::valid("\xed\xa0\x80"));      // surrogate
+  EXPECT_FALSE(utf8::valid("\xf4\x90\x80\x80"));  // above U+10FFFF
+  EXPECT_FALSE(utf8::valid("\xe2\x82"));          // truncated
+  EXPECT_FALSE(utf8::valid("\x80"));              // lone continuation
   EXPECT_EQ(text_rejection("ok\n"), "");
+  EXPECT_EQ(text_rejection("\xed\xa0\x80"), "is not valid UTF-8");
 }
 
 TEST(PrepareErrors, NoInputFiles) {

@@ -122,7 +122,7 @@ TEST(DeviceMesh, EveryValidShapeAtThisRankCount) {
   for (const MeshShape& shape : shapes) {
     SCOPED_TRACE("mesh " + shape.str());
     // Every shape of a single node is valid when tp divides the ranks on the node.
-    const MeshShape resolved = resolve_mesh({shape.dp_replicate, shape.dp_shard, shape.tp}, p, p);
+    const MeshShape resolved = resolve_mesh_shape({shape.dp_replicate, shape.dp_shard, shape.tp}, p, p);
     ASSERT_EQ(resolved.world(), p);
 
     const DeviceMesh mesh(world, shape, Backend::Mpi);

@@ -84,7 +84,7 @@ Measured measure(const Config& cfg) {
     m.grad_accum = setup.batch.grad_accum;
     // The planner's figure for the strategy and mesh this run uses.
     const plan::PlanInput in = plan::plan_input(setup.spec, plan::this_job(setup.spec, test::runtime().topology()));
-    const plan::StrategyPlan p = plan::plan_strategy(in, setup.strategy, setup.mesh);
+    const plan::StrategyPlan p = plan::plan_strategy(in, setup.strategy, setup.mesh_shape);
     m.predicted_persistent = p.memory.persistent();
     m.predicted = p.memory;
   }

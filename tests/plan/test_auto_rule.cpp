@@ -76,8 +76,8 @@ double same_mesh_spread(const MeshSearch& ms) {
     if (c.plan.fits && (!fastest || c.pred.step_seconds_overlap < fastest->pred.step_seconds_overlap)) fastest = &c;
   double spread = 0;
   for (const Candidate& c : ms.candidates)
-    if (c.plan.fits && c.plan.mesh.dp_shard == fastest->plan.mesh.dp_shard && c.plan.mesh.tp == fastest->plan.mesh.tp &&
-        c.plan.mesh.dp_replicate == fastest->plan.mesh.dp_replicate)
+    if (c.plan.fits && c.plan.mesh_shape.dp_shard == fastest->plan.mesh_shape.dp_shard && c.plan.mesh_shape.tp == fastest->plan.mesh_shape.tp &&
+        c.plan.mesh_shape.dp_replicate == fastest->plan.mesh_shape.dp_replicate)
       spread = std::max(spread, c.pred.step_seconds_overlap / fastest->pred.step_seconds_overlap - 1.0);
   return spread;
 }
@@ -117,7 +117,7 @@ TEST(AutoRule, SearchAndFixedMeshPickTheSameStrategyOnTheSameMesh) {
   for (const CostModelInputs& t : perturbed_tables()) {
     const Resolution s = resolve(searched, two_ranks(), &t);
     ASSERT_TRUE(s.refusal.empty()) << s.refusal;
-    const MeshShape m = s.setup.mesh;
+    const MeshShape m = s.setup.mesh_shape;
     const Resolution f = resolve(tiny_spec({m.dp_replicate, m.dp_shard, m.tp}), two_ranks(), &t);
     ASSERT_TRUE(f.refusal.empty()) << f.refusal;
     EXPECT_EQ(f.setup.strategy, s.setup.strategy) << "search: " << s.setup.strategy_reason
@@ -134,7 +134,7 @@ checkpoint::StoredChoices stored_choices_of_tiny_run() {
   k.path = "/runs/x/checkpoints/step_00000004.h5";
   k.world_size = 2;
   k.ranks_per_node = 2;
-  k.mesh = {1, 2, 1};
+  k.mesh_shape = {1, 2, 1};
   k.strategy = parallel::Strategy::ShardGradOp;
   k.micro_batch = 2;
   return k;
@@ -161,7 +161,7 @@ TEST(AutoRule, ResumeOnTheSameJobShapeKeepsTheCheckpointsChoice) {
     const Resolution r = resolve(spec, two_ranks(), &t, &k);
     ASSERT_TRUE(r.refusal.empty()) << r.refusal;
     EXPECT_EQ(r.setup.strategy, parallel::Strategy::ShardGradOp);
-    EXPECT_EQ(r.setup.mesh.dp_shard, 2);
+    EXPECT_EQ(r.setup.mesh_shape.dp_shard, 2);
     EXPECT_EQ(r.setup.batch.micro_batch, 2);
     EXPECT_EQ(r.setup.batch.grad_accum, 2);
   }
@@ -172,14 +172,14 @@ TEST(AutoRule, ResumeKeepsTheSearchedMeshMicroBatchAndCheckpointing) {
   RunSpec spec = tiny_spec({-1, -1, -1});
   spec.batch.micro_batch = 0;
   checkpoint::StoredChoices k = stored_choices_of_tiny_run();
-  k.mesh = {1, 1, 2};
+  k.mesh_shape = {1, 1, 2};
   k.strategy = parallel::Strategy::FullShard;
   k.micro_batch = 4;
   k.activation_checkpointing = true;
   const Resolution r = resolve(spec, two_ranks(), nullptr, &k);
   ASSERT_TRUE(r.refusal.empty()) << r.refusal;
   EXPECT_EQ(r.setup.strategy, parallel::Strategy::FullShard);
-  EXPECT_EQ(r.setup.mesh.tp, 2);
+  EXPECT_EQ(r.setup.mesh_shape.tp, 2);
   EXPECT_EQ(r.setup.batch.micro_batch, 4);
   EXPECT_EQ(r.setup.batch.grad_accum, 2);
   EXPECT_TRUE(r.setup.activation_checkpointing);
@@ -213,7 +213,7 @@ TEST(AutoRule, AnotherJobShapeOrAChangedKeyPlansAfresh) {
   const Resolution fresh = resolve(spec, four, &t, &k);
   ASSERT_TRUE(fresh.refusal.empty()) << fresh.refusal;
   EXPECT_EQ(fresh.setup.strategy_reason.find("kept"), std::string::npos) << fresh.setup.strategy_reason;
-  EXPECT_EQ(fresh.setup.mesh.dp_shard, 4);
+  EXPECT_EQ(fresh.setup.mesh_shape.dp_shard, 4);
   // The checkpoint's strategy no longer fits: a budget between the smallest strategy and it.
   JobShape small = two_ranks();
   const std::vector<StrategyPlan> each = plan_each_strategy(plan_input(spec, small));

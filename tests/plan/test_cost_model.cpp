@@ -28,7 +28,7 @@ plan::PlanInput input(const model::ModelDims& d, int world) {
 }
 
 plan::StrategyPlan plan_for(const plan::PlanInput& in, parallel::Strategy s) {
-  return plan::plan_strategy(in, s, plan::mesh_for_strategy(in, s));
+  return plan::plan_strategy(in, s, plan::mesh_shape_for_strategy(in, s));
 }
 
 CostModelInputs fixed_costs() {
@@ -264,7 +264,7 @@ TEST(CostModel, EveryTensorParallelAllReducePaysItsGroupsMeasuredSyncCost) {
   EXPECT_EQ(q.fsdp_comm_s, base.fsdp_comm_s);  // FSDP collectives are not charged it
   // No tensor parallelism: no tp collectives, nothing to pay.
   const auto p1 = plan_for(in, parallel::Strategy::NoShard);
-  ASSERT_EQ(p1.mesh.tp, 1);
+  ASSERT_EQ(p1.mesh_shape.tp, 1);
   EXPECT_EQ(predict_step(in, p1, c).tp_comm_s, 0.0);
   EXPECT_EQ(c.sync_seconds(8), 0.0);  // a group size not measured
 }

@@ -89,7 +89,7 @@ TEST(MeshSearch, FixedKeysRestrictTheSpace) {
   const MeshSearch ms = run(cfg, 64, 80);
   ASSERT_FALSE(ms.candidates.empty());
   for (const Candidate& c : ms.candidates) {
-    EXPECT_EQ(c.plan.mesh.tp, 8);
+    EXPECT_EQ(c.plan.mesh_shape.tp, 8);
     EXPECT_EQ(c.plan.strategy, parallel::Strategy::FullShard);
   }
   // Checkpointing fixed on: every candidate has it.
@@ -104,7 +104,7 @@ TEST(MeshSearch, MicroBatchAutoKeepsTheGlobalBatch) {
   const MeshSearch ms = run(cfg, 8, 80);
   bool several = false;
   for (const Candidate& c : ms.candidates) {
-    EXPECT_EQ(c.plan.batch.micro_batch * c.plan.mesh.dp() * c.plan.batch.grad_accum, 32);
+    EXPECT_EQ(c.plan.batch.micro_batch * c.plan.mesh_shape.dp() * c.plan.batch.grad_accum, 32);
     several = several || c.plan.batch.micro_batch > 1;
   }
   EXPECT_TRUE(several);

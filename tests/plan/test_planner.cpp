@@ -75,8 +75,8 @@ TEST(Planner, ShardingDividesPersistentMemory) {
   const auto d = gpt(1024, 8);
   PlanInput in = input(d, 8, 1000);
   in.bf16 = false;  // fp32 gathers: full_shard moves 1.5x the bytes of no_shard's all-reduce
-  const StrategyPlan none = plan_strategy(in, Strategy::NoShard, mesh_for_strategy(in, Strategy::NoShard));
-  const StrategyPlan full = plan_strategy(in, Strategy::FullShard, mesh_for_strategy(in, Strategy::FullShard));
+  const StrategyPlan none = plan_strategy(in, Strategy::NoShard, mesh_shape_for_strategy(in, Strategy::NoShard));
+  const StrategyPlan full = plan_strategy(in, Strategy::FullShard, mesh_shape_for_strategy(in, Strategy::FullShard));
   EXPECT_NEAR(full.memory.persistent() / none.memory.persistent(), 1.0 / 8, 0.01);
   // full_shard gathers ~3x the parameters per step (forward + backward all-gather, reduce-scatter).
   EXPECT_GT(full.comm.total(), none.comm.total());
@@ -84,7 +84,7 @@ TEST(Planner, ShardingDividesPersistentMemory) {
 
 TEST(Planner, HybridShardReplicatesAcrossNodes) {
   PlanInput in = input(gpt(1024, 8), 16, 80, 8);
-  const MeshShape m = mesh_for_strategy(in, Strategy::HybridShard);
+  const MeshShape m = mesh_shape_for_strategy(in, Strategy::HybridShard);
   EXPECT_EQ(m.dp_replicate, 2);
   EXPECT_EQ(m.dp_shard, 8);
   const StrategyPlan p = plan_strategy(in, Strategy::HybridShard, m);
@@ -94,7 +94,7 @@ TEST(Planner, HybridShardReplicatesAcrossNodes) {
 TEST(Planner, ActivationCheckpointingReducesActivations) {
   PlanInput in = input(gpt(1024, 24), 8, 80);
   in.activation_checkpointing = false;
-  const auto m = mesh_for_strategy(in, Strategy::FullShard);
+  const auto m = mesh_shape_for_strategy(in, Strategy::FullShard);
   const double full = plan_strategy(in, Strategy::FullShard, m).memory.activations;
   in.activation_checkpointing = true;
   const double ckpt = plan_strategy(in, Strategy::FullShard, m).memory.activations;
@@ -106,7 +106,7 @@ TEST(Planner, ActivationCheckpointingReducesActivations) {
 TEST(Planner, FitAlternativesOfAForcedStrategy) {
   // GPT-2 1.5B on 8 x 24 GiB: no_shard needs ~24 GiB of state alone; the sharded ones fit.
   PlanInput in = input(gpt(1600, 48), 8, 24);
-  const StrategyPlan forced = plan_strategy(in, Strategy::NoShard, mesh_for_strategy(in, Strategy::NoShard));
+  const StrategyPlan forced = plan_strategy(in, Strategy::NoShard, mesh_shape_for_strategy(in, Strategy::NoShard));
   ASSERT_FALSE(forced.fits);
   const std::string alt = fit_alternatives(in, Strategy::NoShard);
   EXPECT_NE(alt.find("parallel.strategy=shard_grad_op on mesh"), std::string::npos) << alt;
@@ -116,10 +116,10 @@ TEST(Planner, FitAlternativesOfAForcedStrategy) {
   PlanInput no_ac = input(gpt(768, 12), 1, 6);
   no_ac.activation_checkpointing = false;
   no_ac.batch.micro_batch = 16;
-  const StrategyPlan big = plan_strategy(no_ac, Strategy::NoShard, mesh_for_strategy(no_ac, Strategy::NoShard));
+  const StrategyPlan big = plan_strategy(no_ac, Strategy::NoShard, mesh_shape_for_strategy(no_ac, Strategy::NoShard));
   PlanInput with_ac = no_ac;
   with_ac.activation_checkpointing = true;
-  const StrategyPlan small = plan_strategy(with_ac, Strategy::NoShard, mesh_for_strategy(with_ac, Strategy::NoShard));
+  const StrategyPlan small = plan_strategy(with_ac, Strategy::NoShard, mesh_shape_for_strategy(with_ac, Strategy::NoShard));
   ASSERT_FALSE(big.fits);
   ASSERT_TRUE(small.fits) << small.note;
   EXPECT_NE(fit_alternatives(no_ac, Strategy::NoShard).find("train.activation_checkpointing=true with no_shard"),
@@ -135,7 +135,7 @@ TEST(Planner, CandidateMeshesKeepTpInsideANodeAndHonourFixedKeys) {
   PlanInput in = input(gpt(1024, 4), 32, 80, 8);  // 16 heads
   in.mesh_request = {-1, -1, -1};
   for (Strategy s : {Strategy::NoShard, Strategy::ShardGradOp, Strategy::HybridShard, Strategy::FullShard}) {
-    const auto meshes = candidate_meshes(in, s);
+    const auto meshes = candidate_mesh_shapes(in, s);
     EXPECT_FALSE(meshes.empty()) << strategy_name(s);
     for (const MeshShape& m : meshes) {
       EXPECT_EQ(m.world(), 32);
@@ -146,9 +146,9 @@ TEST(Planner, CandidateMeshesKeepTpInsideANodeAndHonourFixedKeys) {
     }
   }
   // tp in {1, 2, 4, 8} x dp_replicate dividing 32 / tp: shard_grad_op sees 6 + 5 + 4 + 3 meshes.
-  EXPECT_EQ(candidate_meshes(in, Strategy::ShardGradOp).size(), 18u);
+  EXPECT_EQ(candidate_mesh_shapes(in, Strategy::ShardGradOp).size(), 18u);
   in.mesh_request = {-1, -1, 4};
-  for (const MeshShape& m : candidate_meshes(in, Strategy::ShardGradOp)) EXPECT_EQ(m.tp, 4);
+  for (const MeshShape& m : candidate_mesh_shapes(in, Strategy::ShardGradOp)) EXPECT_EQ(m.tp, 4);
   in.mesh_request = {2, -1, -1};
-  for (const MeshShape& m : candidate_meshes(in, Strategy::HybridShard)) EXPECT_EQ(m.dp_replicate, 2);
+  for (const MeshShape& m : candidate_mesh_shapes(in, Strategy::HybridShard)) EXPECT_EQ(m.dp_replicate, 2);
 }

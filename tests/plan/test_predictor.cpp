@@ -50,10 +50,10 @@ PlanInput job(int world) {
 
 /// A candidate with round figures in place of the memory model's: 1000 fp32 state elements
 /// on this rank, 1 MB of activation traffic per micro-step, no communication.
-StrategyPlan round_plan(parallel::Strategy s, const MeshShape& mesh, int dp) {
+StrategyPlan round_plan(parallel::Strategy s, const MeshShape& shape, int dp) {
   StrategyPlan p;
   p.strategy = s;
-  p.mesh = mesh;
+  p.mesh_shape = shape;
   p.batch = job(dp).batch.resolved(dp);
   p.memory.params = 4.0 * 1000;
   p.activation_traffic = 1e6;

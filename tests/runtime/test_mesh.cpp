@@ -1,4 +1,4 @@
-// resolve_mesh: valid shapes (with -1 inference) and every class of invalid request,
+// resolve_mesh_shape: valid shapes (with -1 inference) and every class of invalid request,
 // each of which must be a UserError whose message names the key to change.
 // mesh_coord / mesh_rank: a bijection with tp fastest-varying.
 #include <gtest/gtest.h>
@@ -51,10 +51,10 @@ TEST(ResolveMesh, ValidShapes) {
       {{1, -1, 4}, 8, 4, {1, 2, 4}},
   };
   for (const Valid& c : cases) {
-    const MeshRequest& r = c.request;
-    SCOPED_TRACE(testing::Message() << "request " << r.dp_replicate << "x" << r.dp_shard << "x"
-                                    << r.tp << " on " << c.world << " ranks");
-    const MeshShape s = resolve_mesh(r, c.world, c.ranks_per_node);
+    const MeshRequest& request = c.request;
+    SCOPED_TRACE(testing::Message() << "request " << request.dp_replicate << "x" << request.dp_shard << "x"
+                                    << request.tp << " on " << c.world << " ranks");
+    const MeshShape s = resolve_mesh_shape(request, c.world, c.ranks_per_node);
     EXPECT_EQ(s.dp_replicate, c.expect.dp_replicate);
     EXPECT_EQ(s.dp_shard, c.expect.dp_shard);
     EXPECT_EQ(s.tp, c.expect.tp);
@@ -99,7 +99,7 @@ TEST(ResolveMesh, EveryInvalidRequestNamesTheKeyToChange) {
   for (const Invalid& c : cases) {
     SCOPED_TRACE(c.what);
     try {
-      const MeshShape s = resolve_mesh(c.request, c.world, c.ranks_per_node);
+      const MeshShape s = resolve_mesh_shape(c.request, c.world, c.ranks_per_node);
       ADD_FAILURE() << "accepted, resolved to " << s.str();
     } catch (const UserError& e) {
       const std::string msg = e.what();
@@ -112,7 +112,7 @@ TEST(ResolveMesh, EveryInvalidRequestNamesTheKeyToChange) {
 }
 
 TEST(ResolveMesh, WorldSizeMustBePositive) {
-  EXPECT_THROW(resolve_mesh({1, -1, 1}, 0, std::nullopt), UserError);
+  EXPECT_THROW(resolve_mesh_shape({1, -1, 1}, 0, std::nullopt), UserError);
 }
 
 TEST(MeshCoord, RoundTripAndTpFastest) {
@@ -141,7 +141,7 @@ TEST(MeshCoord, RoundTripAndTpFastest) {
 }
 
 TEST(DescribeMesh, ListsEveryRankWithItsGroups) {
-  const std::string text = describe_mesh(MeshShape{1, 2, 2}, nullptr);
+  const std::string text = describe_mesh_shape(MeshShape{1, 2, 2}, nullptr);
   EXPECT_NE(text.find("1 (dp_replicate) x 2 (dp_shard) x 2 (tp) = 4 ranks"), std::string::npos) << text;
   // rank 2: shard 1, tp 0; tp group [2,3]; shard group [0,2]; replicate group [2].
   EXPECT_NE(text.find("[2,3]"), std::string::npos) << text;

@@ -88,16 +88,9 @@ struct Result {
 Result run(const char* family, bool checkpointing, int lora, const std::vector<Row>& rows, int accum,
            bool doc_mask) {
   const int n = test::world().size();
-  Config c;
-  c.model.family = choice_of<ModelFamily>(family);
-  c.model.vocab_size = 256;
-  c.model.d_model = 64;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = std::string(family) == "llama" ? 2 : -1;
+  Config c = test::tiny_model_config(family, kSeqLen);
+  if (std::string(family) == "llama") c.model.n_kv_heads = 2;
   c.model.ffn_dim = 128;
-  c.model.max_seq_len = kSeqLen;
-  c.model.tie_embeddings = std::string(family) == "gpt2";
   c.model.lora_rank = lora;
   c.parallel.strategy = StrategyChoice::FullShard;
   c.parallel.tp = n >= 4 ? 2 : 1;  // 4 ranks: dp_shard 2 x tp 2
@@ -123,7 +116,7 @@ Result run(const char* family, bool checkpointing, int lora, const std::vector<R
       Kokkos::deep_copy(st.master.view(), UView<float, HostMem>(h.data(), h.size()));
     }
   }
-  train::TokenBatch batch(micro, kSeqLen, doc_mask);
+  train::TokenBatch token_batch(micro, kSeqLen, doc_mask);
   double counted = 0;
   for (const Row& r : rows)
     for (std::int32_t t : r.tgt) counted += t >= 0;
@@ -135,13 +128,13 @@ Result run(const char* family, bool checkpointing, int lora, const std::vector<R
     const std::uint64_t w0 = data::rank_first_window(0, a, micro, dp, s.mesh().dp_rank());
     for (int j = 0; j < micro; ++j) {
       const Row& r = rows[w0 + static_cast<std::uint64_t>(j)];
-      std::copy(r.in.begin(), r.in.end(), batch.host_in.begin() + j * kSeqLen);
-      std::copy(r.tgt.begin(), r.tgt.end(), batch.host_tgt.begin() + j * kSeqLen);
-      if (doc_mask) std::copy(r.doc.begin(), r.doc.end(), batch.host_doc.begin() + j * kSeqLen);
+      std::copy(r.in.begin(), r.in.end(), token_batch.host_in.begin() + j * kSeqLen);
+      std::copy(r.tgt.begin(), r.tgt.end(), token_batch.host_tgt.begin() + j * kSeqLen);
+      if (doc_mask) std::copy(r.doc.begin(), r.doc.end(), token_batch.host_doc.begin() + j * kSeqLen);
     }
-    batch.upload();
-    local += parallel::forward_backward(eng, s.model(), s.context(), batch.in.data(), batch.tgt.data(), batch.shape(),
-                                        static_cast<float>(1.0 / counted), checkpointing);
+    token_batch.upload();
+    local += parallel::forward_backward(eng, s.model(), s.context(), token_batch.in.data(), token_batch.tgt.data(),
+                                        token_batch.shape(), static_cast<float>(1.0 / counted), checkpointing);
   }
   eng.finish_step();
   Result res;

@@ -32,7 +32,7 @@ void check_family(const char* family, int n_kv) {
   train::Session<float> s(test::runtime(), setup);
   s.engine().init_parameters(11);
   int updates = 0;
-  const int dp = setup.mesh.dp(), d = s.mesh().dp_rank();
+  const int dp = setup.mesh_shape.dp(), d = s.mesh().dp_rank();
   for (int step = 0; step < 3; ++step) {
     const auto fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
       for (int i = 0; i < c.train.micro_batch * c.train.seq_len; ++i) {

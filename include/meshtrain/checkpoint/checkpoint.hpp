@@ -56,7 +56,7 @@ struct TokenizerRef {
 /// schedule's root attributes, the effective configuration and the retention count.
 struct CheckpointMeta {
   model::ModelDims dims;      ///< written to /model; load checks the file against it
-  MeshShape mesh;             ///< the writer's mesh (root attributes)
+  MeshShape mesh_shape;             ///< the writer's mesh (root attributes)
   parallel::Strategy strategy = parallel::Strategy::FullShard;
   int seq_len = 0, micro_batch = 0, global_batch = 0, grad_accum = 0;  ///< the resolved batch split
   bool activation_checkpointing = false;  ///< as resolved (root attribute, with the mesh: StoredChoices)
@@ -86,7 +86,8 @@ struct TrainState {
   /// empty.
   std::string run_settings;
   /// Save only: the first training window of every data-parallel rank at the next step (the
-  /// sampler's position, /train/rank_first_window); written as given, one per dp rank.
+  /// sampler's position; the dataset rank_first_window of the training-state group, see
+  /// doc/checkpoints.md); written as given, one per dp rank.
   std::vector<std::uint64_t> rank_first_windows;
 };
 

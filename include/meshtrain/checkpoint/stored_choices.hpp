@@ -16,7 +16,7 @@ struct StoredChoices {
   std::string path;            ///< the checkpoint they were read from
   int world_size = 0;
   int ranks_per_node = 0;      ///< 0: nodes of different sizes
-  MeshShape mesh;
+  MeshShape mesh_shape;
   parallel::Strategy strategy = parallel::Strategy::FullShard;
   int micro_batch = 0;
   bool activation_checkpointing = false;

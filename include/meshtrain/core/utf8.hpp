@@ -48,4 +48,8 @@ inline std::uint32_t decode_at(const std::string& s, std::size_t i, std::size_t 
 /// Offset of the first invalid UTF-8 sequence in `s`, or npos when it is all valid.
 std::size_t first_invalid(const std::string& s);
 
+/// True when `s` is well-formed UTF-8 (no overlong forms, surrogates or code points above
+/// U+10FFFF): the one validity check of the tree.
+inline bool valid(const std::string& s) { return first_invalid(s) == std::string::npos; }
+
 }  // namespace meshtrain::utf8

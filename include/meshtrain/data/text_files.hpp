@@ -15,10 +15,6 @@ namespace meshtrain::data {
 /// UserError when an input does not exist or a directory cannot be read.
 std::vector<std::string> collect_input_files(const std::vector<std::string>& inputs);
 
-/// True when `s` is well-formed UTF-8 (no overlong forms, surrogates or code points
-/// above U+10FFFF).
-bool is_valid_utf8(const std::string& s);
-
 /// Why `content` is not a usable text document ("empty", "contains NUL bytes",
 /// "is not valid UTF-8"), or "" when it is one.
 std::string text_rejection(const std::string& content);

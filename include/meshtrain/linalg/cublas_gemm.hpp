@@ -18,7 +18,7 @@ void gemm(Type type, bool trans_a, bool trans_b, int m, int n, int k, float alph
 void gemm_strided_batched(Type type, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                           const void* a, int lda, std::int64_t stride_a, const void* b, int ldb,
                           std::int64_t stride_b, float beta, void* c, int ldc,
-                          std::int64_t stride_c, int batch);
+                          std::int64_t stride_c, int batch_count);
 
 /// "cuBLAS 13.0.x".
 std::string version_string();

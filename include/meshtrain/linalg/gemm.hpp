@@ -21,11 +21,11 @@ template <class T>
 void gemm(Op op_a, Op op_b, int m, int n, int k, float alpha, const T* a, int lda, const T* b,
           int ldb, float beta, T* c, int ldc);
 
-/// `batch` independent GEMMs; matrix i starts at a + i*stride_a (and likewise b, c).
+/// `batch_count` independent GEMMs; matrix i starts at a + i*stride_a (and likewise b, c).
 template <class T>
 void gemm_strided_batched(Op op_a, Op op_b, int m, int n, int k, float alpha, const T* a, int lda,
                           std::int64_t stride_a, const T* b, int ldb, std::int64_t stride_b,
-                          float beta, T* c, int ldc, std::int64_t stride_c, int batch);
+                          float beta, T* c, int ldc, std::int64_t stride_c, int batch_count);
 
 /// "OpenBLAS 0.3.21 (CBLAS)" or "cuBLAS 13.0".
 std::string gemm_backend_name();

@@ -23,8 +23,8 @@ struct KvCache {
   std::vector<Buffer<T>> k, v;  ///< per layer: (B, kv_heads, T_max, head_dim), compute dtype
 
   KvCache() = default;
-  KvCache(const ModelDims& dims, const TpDims& tp, int batch, int max_positions)
-      : B(batch), T_max(max_positions), kv_heads(dims.family == Family::Gpt2 ? tp.heads : tp.kv_heads) {
+  KvCache(const ModelDims& dims, const TpDims& tp, int sequences, int max_positions)
+      : B(sequences), T_max(max_positions), kv_heads(dims.family == Family::Gpt2 ? tp.heads : tp.kv_heads) {
     const std::size_t n = static_cast<std::size_t>(B) * kv_heads * T_max * dims.head_dim;
     for (int i = 0; i < dims.n_layers; ++i) {
       k.emplace_back(n, MemCategory::Activations);

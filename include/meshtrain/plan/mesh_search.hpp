@@ -62,7 +62,7 @@ struct MeshSearch {
 MeshSearch search_meshes(const PlanInput& in, const SearchSpace& space, const CostModelInputs& costs);
 
 /// Every strategy of `strategies` on the mesh it runs on for `in`'s request
-/// (mesh_for_strategy), ranked by the same rule.
+/// (mesh_shape_for_strategy), ranked by the same rule.
 MeshSearch rank_strategies(const PlanInput& in, const std::vector<parallel::Strategy>& strategies,
                            const CostModelInputs& costs);
 

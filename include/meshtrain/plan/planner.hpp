@@ -71,7 +71,7 @@ struct CommVolume {
 
 struct StrategyPlan {
   parallel::Strategy strategy = parallel::Strategy::FullShard;
-  MeshShape mesh;
+  MeshShape mesh_shape;
   BatchSpec batch;                     ///< PlanInput::batch resolved for this mesh's dp (when valid)
   bool activation_checkpointing = false;
   /// Bytes of activations one micro-step's forward writes (every block's, whether kept or
@@ -84,13 +84,13 @@ struct StrategyPlan {
   std::string note;            ///< why it is invalid or does not fit
 };
 
-/// Every strategy on the mesh it runs on for this request (mesh_for_strategy), in the order
+/// Every strategy on the mesh it runs on for this request (mesh_shape_for_strategy), in the order
 /// no_shard, shard_grad_op, hybrid_shard, full_shard (least communication first); one that
 /// cannot run here is `valid == false` with the reason in `note`.
 std::vector<StrategyPlan> plan_each_strategy(const PlanInput& in);
 
 /// The memory and communication of one strategy on one mesh.
-StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const MeshShape& mesh);
+StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const MeshShape& shape);
 
 /// \brief What would fit when `forced` does not (for the error of a forced strategy): the
 /// other strategies that fit on this job with their mesh and per-rank memory, and `forced`
@@ -103,10 +103,10 @@ std::string fit_alternatives(const PlanInput& in, parallel::Strategy forced);
 /// no_shard and full_shard put all data parallelism in dp_shard (replicas of no_shard are
 /// all the same; full_shard with dp_replicate > 1 is hybrid_shard), hybrid_shard needs
 /// dp_replicate > 1 and dp_shard > 1.
-std::vector<MeshShape> candidate_meshes(const PlanInput& in, parallel::Strategy s);
+std::vector<MeshShape> candidate_mesh_shapes(const PlanInput& in, parallel::Strategy s);
 
 /// The mesh a strategy runs on for the configured request (hybrid_shard: replicas across
 /// nodes when dp_replicate is left at 1). UserError when impossible.
-MeshShape mesh_for_strategy(const PlanInput& in, parallel::Strategy s);
+MeshShape mesh_shape_for_strategy(const PlanInput& in, parallel::Strategy s);
 
 }  // namespace meshtrain::plan

@@ -45,7 +45,7 @@ struct RunSetup {
   /// the planner stay so; what was chosen is below, once.
   RunSpec spec;
   // -- resolved at start --
-  MeshShape mesh;              ///< the mesh this run uses: no -1 left
+  MeshShape mesh_shape;              ///< the mesh this run uses: no -1 left
   parallel::Strategy strategy = parallel::Strategy::FullShard;
   BatchSpec batch;             ///< split for this mesh: micro_batch, seq_len, grad_accum, global_batch
   bool activation_checkpointing = false;

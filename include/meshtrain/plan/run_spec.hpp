@@ -137,7 +137,7 @@ struct RunSpec {
   BatchSpec batch;                          ///< as requested (RunSetup::batch is the resolved one)
   TrainSpec train;
   ParallelSpec parallel;
-  PlanTarget plan;
+  PlanTarget plan_target;                   ///< plan.*: the cluster `meshtrain plan` plans for
   CheckpointSpec checkpoint;
   data::DataSource data;                    ///< data.dir
   OutputSpec output;

@@ -31,7 +31,7 @@ struct MeshShape {
 /// \brief Resolves -1 entries and validates; throws UserError naming the key to change.
 /// `ranks_per_node` (when known and uniform) bounds tp and requires tp groups not to
 /// straddle nodes.
-MeshShape resolve_mesh(const MeshRequest& request, int world_size,
+MeshShape resolve_mesh_shape(const MeshRequest& request, int world_size,
                        std::optional<int> ranks_per_node);
 
 /// Coordinates of a rank in the mesh.
@@ -45,6 +45,6 @@ int mesh_rank(const MeshShape& shape, const MeshCoord& c);
 
 /// Multi-line description: the shape and, for every world rank, its coordinates,
 /// host and groups (as rank lists).
-std::string describe_mesh(const MeshShape& shape, const Topology* topology);
+std::string describe_mesh_shape(const MeshShape& shape, const Topology* topology);
 
 }  // namespace meshtrain

@@ -62,18 +62,18 @@ void gemm(Type type, bool trans_a, bool trans_b, int m, int n, int k, float alph
 void gemm_strided_batched(Type type, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                           const void* a, int lda, std::int64_t stride_a, const void* b, int ldb,
                           std::int64_t stride_b, float beta, void* c, int ldc, std::int64_t stride_c,
-                          int batch) {
+                          int batch_count) {
   const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cudaDataType_t dt = cuda_type(type);
   if (type == Type::F64) {
     const double al = alpha, be = beta;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle(), ob, oa, n, m, k, &al, b, dt, ldb, stride_b, a, dt,
-                                            lda, stride_a, &be, c, dt, ldc, stride_c, batch,
+                                            lda, stride_a, &be, c, dt, ldc, stride_c, batch_count,
                                             compute_type(type), CUBLAS_GEMM_DEFAULT));
   } else {
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle(), ob, oa, n, m, k, &alpha, b, dt, ldb, stride_b, a,
-                                            dt, lda, stride_a, &beta, c, dt, ldc, stride_c, batch,
+                                            dt, lda, stride_a, &beta, c, dt, ldc, stride_c, batch_count,
                                             compute_type(type), CUBLAS_GEMM_DEFAULT));
   }
 }
