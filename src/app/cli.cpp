@@ -1,4 +1,4 @@
-#include "meshtrain/app/cli.hpp"
+#include "app/cli.hpp"
 
 #include <hdf5.h>
 
@@ -7,12 +7,12 @@
 #include <functional>
 #include <map>
 
-#include "meshtrain/app/commands.hpp"
-#include "meshtrain/build_config.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/fault.hpp"
-#include "meshtrain/core/kokkos_compat.hpp"
-#include "meshtrain/linalg/gemm.hpp"
+#include "app/commands.hpp"
+#include "build_config.hpp"
+#include "core/error.hpp"
+#include "core/fault.hpp"
+#include "core/kokkos_compat.hpp"
+#include "linalg/gemm.hpp"
 
 namespace meshtrain::app {
 namespace {

@@ -22,19 +22,19 @@
 #include <vector>
 
 #include "command_options.hpp"
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/train/checkpoint_meta.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/formats/json.hpp"
-#include "meshtrain/core/log.hpp"
-#include "meshtrain/core/timer.hpp"
-#include "meshtrain/train/session.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "train/checkpoint_meta.hpp"
+#include "comm/agree.hpp"
+#include "comm/collectives.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/format.hpp"
+#include "formats/json.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
+#include "train/session.hpp"
 
 namespace meshtrain::app {
 namespace {

@@ -8,13 +8,13 @@
 
 #include "export_dir.hpp"
 #include "command_options.hpp"
-#include "meshtrain/app/commands.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/checkpoint/export.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/timer.hpp"
+#include "app/commands.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "checkpoint/export.hpp"
+#include "comm/agree.hpp"
+#include "config/config.hpp"
+#include "core/error.hpp"
+#include "core/timer.hpp"
 
 namespace meshtrain::app {
 namespace {

@@ -10,17 +10,17 @@
 #include <nlohmann/json.hpp>
 
 #include "model_weights.hpp"
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/app/source_model_config.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/log.hpp"
-#include "meshtrain/core/timer.hpp"
-#include "meshtrain/data/chat_prompt.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/data/tokenizer.hpp"
-#include "meshtrain/train/generate.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "app/source_model_config.hpp"
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
+#include "data/chat_prompt.hpp"
+#include "data/dataset.hpp"
+#include "data/tokenizer.hpp"
+#include "train/generate.hpp"
 
 namespace meshtrain::app {
 namespace {

@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <sstream>
 
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/comm/mpi_communicator.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/log.hpp"
-#include "meshtrain/runtime/runtime.hpp"
+#include "comm/agree.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "runtime/runtime.hpp"
 
 namespace meshtrain::app {
 

@@ -6,8 +6,8 @@
 #include <functional>
 #include <string>
 
-#include "meshtrain/app/commands.hpp"
-#include "meshtrain/config/config.hpp"
+#include "app/commands.hpp"
+#include "config/config.hpp"
 
 namespace meshtrain::app {
 

@@ -5,13 +5,13 @@
 #include <sstream>
 
 #include "command_options.hpp"
-#include "meshtrain/app/commands.hpp"
-#include "meshtrain/checkpoint/tokenizer_ref.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/data/prepare.hpp"
-#include "meshtrain/data/tokenizer.hpp"
+#include "app/commands.hpp"
+#include "checkpoint/tokenizer_ref.hpp"
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
+#include "data/prepare.hpp"
+#include "data/tokenizer.hpp"
 
 namespace meshtrain::app {
 namespace {

@@ -9,15 +9,15 @@
 #include <fstream>
 #include <sstream>
 
-#include "meshtrain/checkpoint/tokenizer_ref.hpp"
+#include "checkpoint/tokenizer_ref.hpp"
 #include "command_options.hpp"
-#include "meshtrain/app/commands.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/core/checked_int.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/data/tokenizer.hpp"
-#include "meshtrain/formats/json.hpp"
+#include "app/commands.hpp"
+#include "comm/agree.hpp"
+#include "core/checked_int.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "data/tokenizer.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::app {
 namespace {

@@ -1,12 +1,12 @@
 #include <cstdio>
 
 #include "command_options.hpp"
-#include "meshtrain/app/commands.hpp"
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/app/source_model_config.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/plan/run_setup.hpp"
-#include "meshtrain/train/trainer.hpp"
+#include "app/commands.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "app/source_model_config.hpp"
+#include "config/config.hpp"
+#include "plan/run_setup.hpp"
+#include "train/trainer.hpp"
 
 namespace meshtrain::app {
 

@@ -11,11 +11,11 @@
 #include <regex>
 #include <set>
 
-#include "meshtrain/formats/safetensors.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/signal_cleanup.hpp"
-#include "meshtrain/formats/json.hpp"
+#include "formats/safetensors.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/signal_cleanup.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::app {
 namespace fs = std::filesystem;

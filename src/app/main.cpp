@@ -2,10 +2,10 @@
 // The only file that touches MPI_COMM_WORLD: everything else receives a communicator.
 #include <mpi.h>
 
-#include "meshtrain/app/cli.hpp"
-#include "meshtrain/comm/watchdog.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/runtime/runtime.hpp"
+#include "app/cli.hpp"
+#include "comm/watchdog.hpp"
+#include "core/error.hpp"
+#include "runtime/runtime.hpp"
 
 int main(int argc, char** argv) {
   meshtrain::Runtime runtime(argc, argv, MPI_COMM_WORLD);

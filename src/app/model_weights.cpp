@@ -4,18 +4,18 @@
 #include <filesystem>
 #include <sstream>
 
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/app/source_model_config.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/train/checkpoint_meta.hpp"
-#include "meshtrain/checkpoint/weights_path.hpp"
-#include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/comm/mpi_communicator.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/log.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "app/source_model_config.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "train/checkpoint_meta.hpp"
+#include "checkpoint/weights_path.hpp"
+#include "formats/gguf_file.hpp"
+#include "comm/agree.hpp"
+#include "comm/collectives.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace meshtrain::app {
 

@@ -7,11 +7,11 @@
 #include <string>
 
 #include "command_options.hpp"
-#include "meshtrain/app/commands.hpp"
-#include "meshtrain/checkpoint/tokenizer_ref.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/plan/run_setup.hpp"
-#include "meshtrain/train/session.hpp"
+#include "app/commands.hpp"
+#include "checkpoint/tokenizer_ref.hpp"
+#include "config/config.hpp"
+#include "plan/run_setup.hpp"
+#include "train/session.hpp"
 
 namespace meshtrain::app {
 

@@ -1,13 +1,13 @@
-#include "meshtrain/app/run_spec_resolve.hpp"
+#include "app/run_spec_resolve.hpp"
 
 #include <sstream>
 #include <tuple>
 
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/plan/mesh_search.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "config/config.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
+#include "plan/mesh_search.hpp"
 
 namespace meshtrain::app {
 

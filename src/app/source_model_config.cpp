@@ -1,18 +1,18 @@
 // A pretrained-weights source's model settings (checkpoint::source_model_keys) applied to
 // the configuration's model.* keys.
-#include "meshtrain/app/source_model_config.hpp"
+#include "app/source_model_config.hpp"
 
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <stdexcept>
 
-#include "meshtrain/checkpoint/source_model.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/core/checked_int.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/model/model_dims.hpp"
+#include "checkpoint/source_model.hpp"
+#include "config/config.hpp"
+#include "core/checked_int.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
+#include "model/model_dims.hpp"
 
 namespace meshtrain::app {
 namespace {

@@ -11,7 +11,7 @@
 // datasets are created (contiguous, allocated at creation), so rank 0 creates it alone and
 // the background threads need nothing but each dataset's file offset: the rows of a piece
 // are plain byte ranges of the file (h5::select_piece's order, little-endian float32).
-#include "meshtrain/checkpoint/async_save.hpp"
+#include "checkpoint/async_save.hpp"
 
 
 #include <algorithm>
@@ -23,16 +23,16 @@
 #include "checksum.hpp"
 #include "format.hpp"
 #include "h5.hpp"
-#include "meshtrain/checkpoint/direct_writer.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/comm/watchdog.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/fault.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/log.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/core/timer.hpp"
+#include "checkpoint/direct_writer.hpp"
+#include "comm/agree.hpp"
+#include "comm/collectives.hpp"
+#include "comm/watchdog.hpp"
+#include "core/error.hpp"
+#include "core/fault.hpp"
+#include "core/file_io.hpp"
+#include "core/log.hpp"
+#include "core/memory.hpp"
+#include "core/timer.hpp"
 #include "pieces.hpp"
 #include "save_common.hpp"
 

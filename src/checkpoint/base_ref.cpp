@@ -6,9 +6,9 @@
 #include <filesystem>
 
 #include "h5.hpp"
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/error.hpp"
+#include "comm/collectives.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {

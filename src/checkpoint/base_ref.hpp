@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "runtime/mpi_comm.hpp"
 
 namespace meshtrain::checkpoint {
 

@@ -3,11 +3,11 @@
 #include <mpi.h>
 
 #include "h5.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/log.hpp"
-#include "meshtrain/core/timer.hpp"
+#include "comm/agree.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
 
 // The checksums are of the bytes as stored, little-endian float32: memory holds the same
 // bytes only on a little-endian host.

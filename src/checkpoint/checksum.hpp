@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/core/crc32c.hpp"
-#include "meshtrain/model/param_spec.hpp"
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "core/crc32c.hpp"
+#include "model/param_spec.hpp"
+#include "runtime/mpi_comm.hpp"
 #include "pieces.hpp"
 
 namespace meshtrain::checkpoint::checksum {

@@ -1,4 +1,4 @@
-#include "meshtrain/checkpoint/direct_writer.hpp"
+#include "checkpoint/direct_writer.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "meshtrain/core/file_io.hpp"
+#include "core/file_io.hpp"
 
 namespace meshtrain::checkpoint {
 

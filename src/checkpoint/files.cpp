@@ -2,8 +2,8 @@
 
 #include <climits>
 
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/core/file_io.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "core/file_io.hpp"
 
 namespace meshtrain::checkpoint::files {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Checkpoint file names. The durable-write steps of the commit protocol (fsync, atomic
-// rename, replacing `latest`) are meshtrain/core/file_io.hpp.
+// rename, replacing `latest`) are core/file_io.hpp.
 
 #include <optional>
 #include <string>

@@ -6,8 +6,8 @@
 #include <set>
 
 #include "h5.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/core/error.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::checkpoint::format {
 namespace {

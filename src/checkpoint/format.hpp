@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "h5.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/model/model_dims.hpp"
-#include "meshtrain/model/param_spec.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "model/model_dims.hpp"
+#include "model/param_spec.hpp"
 
 namespace meshtrain::checkpoint::format {
 

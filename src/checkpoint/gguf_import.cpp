@@ -7,10 +7,10 @@
 #include <map>
 
 #include "format.hpp"
-#include "meshtrain/formats/gguf_dequant.hpp"
-#include "meshtrain/core/checked_int.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
+#include "formats/gguf_dequant.hpp"
+#include "core/checked_int.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {

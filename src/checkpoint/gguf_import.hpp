@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "import.hpp"
-#include "meshtrain/formats/gguf_file.hpp"
+#include "formats/gguf_file.hpp"
 
 namespace meshtrain::checkpoint {
 

@@ -4,9 +4,9 @@
 
 #include <cerrno>
 
-#include "meshtrain/runtime/mpi_info.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/file_io.hpp"
+#include "runtime/mpi_info.hpp"
+#include "core/check.hpp"
+#include "core/file_io.hpp"
 
 namespace meshtrain::checkpoint::h5 {
 

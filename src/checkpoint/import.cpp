@@ -8,9 +8,9 @@
 #include <stdexcept>
 
 #include "format.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/formats/json.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/formats/safetensors.hpp"
-#include "meshtrain/model/param_spec.hpp"
+#include "formats/safetensors.hpp"
+#include "model/param_spec.hpp"
 #include "pieces.hpp"
 
 namespace meshtrain::checkpoint {

@@ -4,10 +4,10 @@
 // leaving the reader to guess whether the network was involved.
 #include <algorithm>
 
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/format.hpp"
+#include "comm/collectives.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "core/check.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::checkpoint {
 

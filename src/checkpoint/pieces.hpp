@@ -10,7 +10,7 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "meshtrain/model/layout.hpp"
+#include "model/layout.hpp"
 
 namespace meshtrain::checkpoint {
 

@@ -4,11 +4,11 @@
 #include <fstream>
 
 #include "files.hpp"
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
+#include "comm/collectives.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
 
 namespace meshtrain::checkpoint {
 namespace fs = std::filesystem;

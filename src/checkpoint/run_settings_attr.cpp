@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "h5.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/comm/collectives.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "comm/agree.hpp"
+#include "comm/collectives.hpp"
 
 namespace meshtrain::checkpoint {
 

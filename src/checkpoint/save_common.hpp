@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "h5.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/model/param_spec.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "model/param_spec.hpp"
 
 namespace meshtrain::checkpoint::save_common {
 

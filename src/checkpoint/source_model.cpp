@@ -1,7 +1,7 @@
 // Model settings from a pretrained-weights source: Hugging Face config.json (LlamaConfig,
 // GPT2Config keys) or GGUF metadata (gguf_import.cpp), as model.* keys (app/ applies them
 // to the config: app/source_model_config.cpp).
-#include "meshtrain/checkpoint/source_model.hpp"
+#include "checkpoint/source_model.hpp"
 
 #include <cmath>
 #include <cstdlib>
@@ -14,11 +14,11 @@
 #include "format.hpp"
 #include "gguf_import.hpp"
 #include "h5.hpp"
-#include "meshtrain/core/checked_int.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/formats/json.hpp"
+#include "core/checked_int.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/format.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {

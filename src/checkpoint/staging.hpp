@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "meshtrain/core/memory.hpp"
+#include "core/memory.hpp"
 
 namespace meshtrain::checkpoint {
 

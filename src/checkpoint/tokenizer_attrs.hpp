@@ -2,7 +2,7 @@
 // The tokenizer record as attributes of /model (internal to the checkpoint module).
 #include <hdf5.h>
 
-#include "meshtrain/checkpoint/checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 
 namespace meshtrain::checkpoint {
 

@@ -1,6 +1,6 @@
 // The tokenizer a checkpoint records, where it comes from (init_from, meta.json), how the
 // commands that read a model get it back, and its Hugging Face files for an export.
-#include "meshtrain/checkpoint/tokenizer_ref.hpp"
+#include "checkpoint/tokenizer_ref.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -8,16 +8,16 @@
 
 #include "format.hpp"
 #include "h5.hpp"
-#include "meshtrain/checkpoint/weights_path.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/comm/mpi_communicator.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/data/bpe_tokenizer.hpp"
-#include "meshtrain/data/sentencepiece_tokenizer.hpp"
-#include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/formats/json.hpp"
+#include "checkpoint/weights_path.hpp"
+#include "comm/agree.hpp"
+#include "comm/collectives.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "data/bpe_tokenizer.hpp"
+#include "data/sentencepiece_tokenizer.hpp"
+#include "formats/gguf_file.hpp"
+#include "formats/json.hpp"
 #include "tokenizer_attrs.hpp"
 
 namespace meshtrain::checkpoint {

@@ -1,13 +1,13 @@
-#include "meshtrain/checkpoint/weights_path.hpp"
+#include "checkpoint/weights_path.hpp"
 
 #include <hdf5.h>
 
 #include <filesystem>
 
 #include "h5.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/core/error.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "formats/gguf_file.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::checkpoint {
 namespace fs = std::filesystem;

@@ -1,11 +1,11 @@
-#include "meshtrain/comm/agree.hpp"
+#include "comm/agree.hpp"
 
 #include <climits>
 
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/comm/watchdog.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/error.hpp"
+#include "comm/collectives.hpp"
+#include "comm/watchdog.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain {
 

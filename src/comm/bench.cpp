@@ -1,11 +1,11 @@
-#include "meshtrain/comm/bench.hpp"
+#include "comm/bench.hpp"
 
 #include <algorithm>
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/core/timer.hpp"
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "core/timer.hpp"
 
 namespace meshtrain {
 namespace {

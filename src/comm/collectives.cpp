@@ -1,14 +1,14 @@
-#include "meshtrain/comm/collectives.hpp"
+#include "comm/collectives.hpp"
 
 #include <chrono>
 #include <limits>
 #include <thread>
 #include <vector>
 
-#include "meshtrain/comm/watchdog.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/core/error.hpp"
+#include "comm/watchdog.hpp"
+#include "core/check.hpp"
+#include "core/memory.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "meshtrain/comm/communicator.hpp"
+#include "comm/communicator.hpp"
 
 namespace meshtrain {
 

@@ -1,14 +1,14 @@
-#include "meshtrain/comm/mpi_communicator.hpp"
+#include "comm/mpi_communicator.hpp"
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
-#include "meshtrain/comm/watchdog.hpp"
-#include "meshtrain/core/bf16.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/fault.hpp"
-#include "meshtrain/core/timer.hpp"
+#include "comm/watchdog.hpp"
+#include "core/bf16.hpp"
+#include "core/check.hpp"
+#include "core/fault.hpp"
+#include "core/timer.hpp"
 
 namespace meshtrain {
 namespace {

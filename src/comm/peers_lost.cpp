@@ -1,8 +1,8 @@
-#include "meshtrain/comm/peers_lost.hpp"
+#include "comm/peers_lost.hpp"
 
 #include <atomic>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "meshtrain/comm/watchdog.hpp"
+#include "comm/watchdog.hpp"
 
 #include <unistd.h>
 
@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "meshtrain/comm/mpi_communicator.hpp"
-#include "meshtrain/comm/peers_lost.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/core/timer.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "comm/peers_lost.hpp"
+#include "core/check.hpp"
+#include "core/format.hpp"
+#include "core/timer.hpp"
 
 namespace meshtrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "meshtrain/config/config.hpp"
+#include "config/config.hpp"
 
 #include <boost/program_options.hpp>
 #include <algorithm>
@@ -15,9 +15,9 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/format.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/format.hpp"
 
 namespace po = boost::program_options;
 

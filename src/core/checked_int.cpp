@@ -1,5 +1,5 @@
 // Range-checked integers from files (see checked_int.hpp).
-#include "meshtrain/core/checked_int.hpp"
+#include "core/checked_int.hpp"
 
 #include <cerrno>
 #include <cmath>

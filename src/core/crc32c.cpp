@@ -1,4 +1,4 @@
-#include "meshtrain/core/crc32c.hpp"
+#include "core/crc32c.hpp"
 
 #include <array>
 #include <cstring>

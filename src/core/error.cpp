@@ -1,11 +1,11 @@
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 
-#include "meshtrain/core/check.hpp"
+#include "core/check.hpp"
 
 namespace meshtrain {
 

@@ -1,5 +1,5 @@
 // MESHTRAIN_FAULT: parsing the spec and firing it (fault.hpp has the grammar).
-#include "meshtrain/core/fault.hpp"
+#include "core/fault.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::fault {
 namespace detail {

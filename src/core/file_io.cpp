@@ -1,4 +1,4 @@
-#include "meshtrain/core/file_io.hpp"
+#include "core/file_io.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "meshtrain/core/memory.hpp"
+#include "core/memory.hpp"
 
 namespace meshtrain::file_io {
 

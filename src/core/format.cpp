@@ -1,4 +1,4 @@
-#include "meshtrain/core/format.hpp"
+#include "core/format.hpp"
 
 #include <algorithm>
 #include <cstdarg>

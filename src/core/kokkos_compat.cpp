@@ -1,6 +1,6 @@
-#include "meshtrain/core/kokkos_compat.hpp"
+#include "core/kokkos_compat.hpp"
 
-#include "meshtrain/core/format.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain {
 

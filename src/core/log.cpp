@@ -1,4 +1,4 @@
-#include "meshtrain/core/log.hpp"
+#include "core/log.hpp"
 
 #include <cstdio>
 #include <mutex>

@@ -1,4 +1,4 @@
-#include "meshtrain/core/memory.hpp"
+#include "core/memory.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -8,8 +8,8 @@
 #include <mutex>
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-#include "meshtrain/core/signal_cleanup.hpp"
+#include "core/signal_cleanup.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain {
 namespace {

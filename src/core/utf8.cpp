@@ -1,4 +1,4 @@
-#include "meshtrain/core/utf8.hpp"
+#include "core/utf8.hpp"
 
 namespace meshtrain::utf8 {
 

@@ -1,16 +1,16 @@
 // BPE encode/decode, step for step as Hugging Face tokenizers (tokenizers/src: added_vocabulary.rs,
 // pre_tokenizers/{byte_level,split,metaspace,digits}.rs, models/bpe/word.rs, decoders/*).
-#include "meshtrain/data/bpe_tokenizer.hpp"
+#include "data/bpe_tokenizer.hpp"
 
 #include <algorithm>
 #include <mutex>
 #include <queue>
 #include <unordered_map>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 #include "regex_split.hpp"
 #include "tokenizer_hash.hpp"
-#include "meshtrain/core/utf8.hpp"
+#include "core/utf8.hpp"
 
 namespace meshtrain::data {
 namespace {

@@ -1,10 +1,10 @@
 // Instruction and chat examples: one JSONL line -> template segments -> ids + loss mask.
-#include "meshtrain/data/chat_examples.hpp"
+#include "data/chat_examples.hpp"
 
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/formats/json.hpp"
+#include "core/error.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::data {
 namespace {

@@ -1,4 +1,4 @@
-#include "meshtrain/data/chat_prompt.hpp"
+#include "data/chat_prompt.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -6,9 +6,9 @@
 #include <sstream>
 #include <vector>
 
-#include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
+#include "formats/gguf_file.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
 
 namespace meshtrain::data {
 

@@ -1,8 +1,8 @@
 // Chat templates: recognition by marker tokens and rendering that mirrors each model
 // family's Jinja template (SmolLM2 / Qwen ChatML, Meta Llama 3 and Llama 2, Stanford Alpaca).
-#include "meshtrain/data/chat_template.hpp"
+#include "data/chat_template.hpp"
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::data {
 namespace {

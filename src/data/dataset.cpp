@@ -1,10 +1,10 @@
-#include "meshtrain/data/dataset.hpp"
+#include "data/dataset.hpp"
 
 #include <filesystem>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/text_files.hpp"
-#include "meshtrain/data/token_file.hpp"
+#include "core/error.hpp"
+#include "data/text_files.hpp"
+#include "data/token_file.hpp"
 
 namespace meshtrain::data {
 namespace {

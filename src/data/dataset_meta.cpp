@@ -2,10 +2,10 @@
 #include <limits>
 #include <stdexcept>
 
-#include "meshtrain/core/checked_int.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/formats/json.hpp"
+#include "core/checked_int.hpp"
+#include "core/error.hpp"
+#include "data/dataset.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::data {
 namespace {

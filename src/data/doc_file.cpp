@@ -1,12 +1,12 @@
 // Document-boundary files of packed datasets: one u16 segment id per token beside the token
 // and mask files, in the side-file layout of data/side_file.hpp.
-#include "meshtrain/data/doc_file.hpp"
+#include "data/doc_file.hpp"
 
 #include <utility>
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/formats/le_bytes.hpp"
+#include "core/error.hpp"
+#include "formats/le_bytes.hpp"
 
 namespace meshtrain::data {
 namespace {

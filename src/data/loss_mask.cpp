@@ -1,10 +1,10 @@
 // Loss-mask files: the per-token 0/1 bytes beside the token files of an instruction or chat
 // dataset, in the side-file layout of data/side_file.hpp.
-#include "meshtrain/data/loss_mask.hpp"
+#include "data/loss_mask.hpp"
 
 #include <utility>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::data {
 namespace {

@@ -1,9 +1,9 @@
-#include "meshtrain/data/memory_tokens.hpp"
+#include "data/memory_tokens.hpp"
 
 #include <algorithm>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::data {
 

@@ -6,8 +6,8 @@
 #include <numeric>
 #include <utility>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/hash.hpp"
+#include "core/error.hpp"
+#include "data/hash.hpp"
 
 namespace meshtrain::data {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/data/doc_file.hpp"
-#include "meshtrain/data/loss_mask.hpp"
-#include "meshtrain/data/token_file.hpp"
+#include "data/doc_file.hpp"
+#include "data/loss_mask.hpp"
+#include "data/token_file.hpp"
 
 namespace meshtrain::data {
 

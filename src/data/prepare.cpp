@@ -1,4 +1,4 @@
-#include "meshtrain/data/prepare.hpp"
+#include "data/prepare.hpp"
 
 #include <unistd.h>
 
@@ -6,13 +6,13 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "meshtrain/build_config.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/data/text_files.hpp"
-#include "meshtrain/data/token_file.hpp"
-#include "meshtrain/data/tokenizer.hpp"
+#include "build_config.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "data/dataset.hpp"
+#include "data/text_files.hpp"
+#include "data/token_file.hpp"
+#include "data/tokenizer.hpp"
 #include "packing.hpp"
 #include "prepare_internal.hpp"
 #include "staged_output.hpp"

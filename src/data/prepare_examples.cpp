@@ -11,14 +11,14 @@
 #include <filesystem>
 #include <memory>
 
-#include "meshtrain/build_config.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/chat_examples.hpp"
-#include "meshtrain/data/chat_prompt.hpp"
-#include "meshtrain/data/doc_file.hpp"
-#include "meshtrain/data/loss_mask.hpp"
-#include "meshtrain/data/text_files.hpp"
-#include "meshtrain/data/token_file.hpp"
+#include "build_config.hpp"
+#include "core/error.hpp"
+#include "data/chat_examples.hpp"
+#include "data/chat_prompt.hpp"
+#include "data/doc_file.hpp"
+#include "data/loss_mask.hpp"
+#include "data/text_files.hpp"
+#include "data/token_file.hpp"
 #include "packing.hpp"
 #include "prepare_internal.hpp"
 #include "staged_output.hpp"

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/data/chat_template.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/data/prepare.hpp"
-#include "meshtrain/data/tokenizer.hpp"
+#include "data/chat_template.hpp"
+#include "data/dataset.hpp"
+#include "data/prepare.hpp"
+#include "data/tokenizer.hpp"
 #include "packing.hpp"
 
 namespace meshtrain::data {

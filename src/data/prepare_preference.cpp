@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/chat_examples.hpp"
-#include "meshtrain/data/loss_mask.hpp"
-#include "meshtrain/data/token_file.hpp"
+#include "core/error.hpp"
+#include "data/chat_examples.hpp"
+#include "data/loss_mask.hpp"
+#include "data/token_file.hpp"
 #include "packing.hpp"
 #include "prepare_internal.hpp"
 #include "staged_output.hpp"

@@ -3,8 +3,8 @@
 
 #include <pcre2.h>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/utf8.hpp"
+#include "core/error.hpp"
+#include "core/utf8.hpp"
 
 namespace meshtrain::data {
 

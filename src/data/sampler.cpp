@@ -1,9 +1,9 @@
-#include "meshtrain/data/sampler.hpp"
+#include "data/sampler.hpp"
 
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/hash.hpp"
+#include "core/error.hpp"
+#include "data/hash.hpp"
 
 namespace meshtrain::data {
 namespace {

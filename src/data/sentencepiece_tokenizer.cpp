@@ -1,6 +1,6 @@
 // SentencePiece through libsentencepiece; GGUF "llama" vocabularies become a serialized
 // ModelProto (protobuf wire format written here: the Debian package ships no .pb.h).
-#include "meshtrain/data/sentencepiece_tokenizer.hpp"
+#include "data/sentencepiece_tokenizer.hpp"
 
 #include <sentencepiece_processor.h>
 
@@ -9,9 +9,9 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/core/checked_int.hpp"
-#include "meshtrain/core/error.hpp"
+#include "formats/gguf_file.hpp"
+#include "core/checked_int.hpp"
+#include "core/error.hpp"
 #include "tokenizer_hash.hpp"
 
 namespace meshtrain::data {

@@ -1,16 +1,16 @@
 // The side files of a row dataset (loss mask, document boundaries): one header layout, read
 // through a memory map and written as a stream whose count is filled in at close.
-#include "meshtrain/data/side_file.hpp"
+#include "data/side_file.hpp"
 
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/fault.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/formats/le_bytes.hpp"
+#include "core/error.hpp"
+#include "core/fault.hpp"
+#include "core/file_io.hpp"
+#include "formats/le_bytes.hpp"
 
 namespace meshtrain::data {
 

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
 
 namespace meshtrain::data {
 namespace fs = std::filesystem;

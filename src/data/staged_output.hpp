@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/core/signal_cleanup.hpp"
+#include "core/signal_cleanup.hpp"
 
 namespace meshtrain::data {
 

@@ -1,14 +1,14 @@
-#include "meshtrain/data/text_files.hpp"
+#include "data/text_files.hpp"
 
 #include <algorithm>
 #include <filesystem>
 #include <set>
 #include <utility>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/log.hpp"
-#include "meshtrain/core/utf8.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/log.hpp"
+#include "core/utf8.hpp"
 
 namespace meshtrain::data {
 namespace {

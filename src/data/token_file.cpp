@@ -1,14 +1,14 @@
 // TokenFile: mmap + header validation. Fields are decoded byte by byte, so the format is
 // little-endian on every host.
-#include "meshtrain/data/token_file.hpp"
+#include "data/token_file.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/formats/le_bytes.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "formats/le_bytes.hpp"
 
 namespace meshtrain::data {
 namespace {

@@ -5,10 +5,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/data/token_file.hpp"
-#include "meshtrain/formats/le_bytes.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "data/token_file.hpp"
+#include "formats/le_bytes.hpp"
 
 namespace meshtrain::data {
 

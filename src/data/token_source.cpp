@@ -1,9 +1,9 @@
-#include "meshtrain/data/token_source.hpp"
+#include "data/token_source.hpp"
 
 #include <stdexcept>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/hash.hpp"
+#include "core/error.hpp"
+#include "data/hash.hpp"
 
 namespace meshtrain::data {
 

@@ -1,15 +1,15 @@
 // The byte tokenizer, and make_tokenizer: which file kind a spec names and who reads it.
-#include "meshtrain/data/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/data/bpe_tokenizer.hpp"
-#include "meshtrain/data/sentencepiece_tokenizer.hpp"
+#include "formats/gguf_file.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "data/bpe_tokenizer.hpp"
+#include "data/sentencepiece_tokenizer.hpp"
 #include "tokenizer_hash.hpp"
 
 namespace meshtrain::data {

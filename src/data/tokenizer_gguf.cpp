@@ -3,10 +3,10 @@
 #include <initializer_list>
 #include <map>
 
-#include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/core/checked_int.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/bpe_tokenizer.hpp"
+#include "formats/gguf_file.hpp"
+#include "core/checked_int.hpp"
+#include "core/error.hpp"
+#include "data/bpe_tokenizer.hpp"
 
 namespace meshtrain::data {
 namespace {

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "meshtrain/data/bpe_tokenizer.hpp"
+#include "data/bpe_tokenizer.hpp"
 
 namespace meshtrain::data {
 

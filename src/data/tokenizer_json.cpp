@@ -5,10 +5,10 @@
 #include <sstream>
 #include <tuple>
 
-#include "meshtrain/core/checked_int.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/data/bpe_tokenizer.hpp"
+#include "core/checked_int.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "data/bpe_tokenizer.hpp"
 
 namespace meshtrain::data {
 namespace {

@@ -1,13 +1,13 @@
 // ggml block formats -> float32, following gguf.quants (gguf-py) operation by operation.
 // This file is compiled with -ffp-contract=off (src/CMakeLists.txt): a fused multiply-add
 // would round once where the reference rounds twice.
-#include "meshtrain/formats/gguf_dequant.hpp"
+#include "formats/gguf_dequant.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "meshtrain/formats/half.hpp"
-#include "meshtrain/formats/le_bytes.hpp"
+#include "formats/half.hpp"
+#include "formats/le_bytes.hpp"
 
 namespace meshtrain::formats {
 namespace {

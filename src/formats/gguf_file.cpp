@@ -1,7 +1,7 @@
 // GGUF reader: a bounds-checked cursor over a read-only mapping. The rules follow ggml's
 // own loader (ggml/src/gguf.cpp, gguf_init_from_file_impl), with every count checked
 // against the bytes left before anything is allocated for it.
-#include "meshtrain/formats/gguf_file.hpp"
+#include "formats/gguf_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <limits>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
 
 namespace meshtrain::formats {
 namespace {

@@ -1,4 +1,4 @@
-#include "meshtrain/formats/half.hpp"
+#include "formats/half.hpp"
 
 #include <cstring>
 

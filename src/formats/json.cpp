@@ -1,11 +1,11 @@
-#include "meshtrain/formats/json.hpp"
+#include "formats/json.hpp"
 
 #include <cmath>
 #include <set>
 #include <stdexcept>
 #include <vector>
 
-#include "meshtrain/core/format.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::formats {
 

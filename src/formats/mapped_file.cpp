@@ -1,4 +1,4 @@
-#include "meshtrain/formats/mapped_file.hpp"
+#include "formats/mapped_file.hpp"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -7,9 +7,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/format.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::formats {
 

@@ -1,9 +1,9 @@
-#include "meshtrain/formats/nf4.hpp"
+#include "formats/nf4.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::formats::nf4 {
 

@@ -7,13 +7,13 @@
 #include <limits>
 #include <stdexcept>
 
-#include "meshtrain/formats/safetensors.hpp"
-#include "meshtrain/core/bf16.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/utf8.hpp"
-#include "meshtrain/formats/half.hpp"
-#include "meshtrain/formats/json.hpp"
-#include "meshtrain/formats/le_bytes.hpp"
+#include "formats/safetensors.hpp"
+#include "core/bf16.hpp"
+#include "core/error.hpp"
+#include "core/utf8.hpp"
+#include "formats/half.hpp"
+#include "formats/json.hpp"
+#include "formats/le_bytes.hpp"
 
 namespace meshtrain::formats {
 

@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <cstring>
 
-#include "meshtrain/formats/safetensors.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/fault.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/formats/json.hpp"
-#include "meshtrain/formats/le_bytes.hpp"
+#include "formats/safetensors.hpp"
+#include "core/error.hpp"
+#include "core/fault.hpp"
+#include "core/file_io.hpp"
+#include "formats/json.hpp"
+#include "formats/le_bytes.hpp"
 
 namespace meshtrain::formats {
 

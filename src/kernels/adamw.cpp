@@ -1,10 +1,10 @@
-#include "meshtrain/kernels/adamw.hpp"
+#include "kernels/adamw.hpp"
 
 #include <cmath>
 
 #include "kernel_common.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
+#include "core/error.hpp"
+#include "kernels/elementwise.hpp"
 
 namespace meshtrain::kernels {
 using namespace detail;

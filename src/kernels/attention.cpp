@@ -1,11 +1,11 @@
-#include "meshtrain/kernels/attention.hpp"
+#include "kernels/attention.hpp"
 
 #include <algorithm>
 
 #include "kernel_common.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/linalg/gemm.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
+#include "linalg/gemm.hpp"
 
 namespace meshtrain::kernels {
 using namespace detail;

@@ -1,4 +1,4 @@
-#include "meshtrain/kernels/cross_entropy.hpp"
+#include "kernels/cross_entropy.hpp"
 
 #include <type_traits>
 

@@ -1,4 +1,4 @@
-#include "meshtrain/kernels/elementwise.hpp"
+#include "kernels/elementwise.hpp"
 
 #include "kernel_common.hpp"
 

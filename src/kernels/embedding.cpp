@@ -1,4 +1,4 @@
-#include "meshtrain/kernels/embedding.hpp"
+#include "kernels/embedding.hpp"
 
 #include <vector>
 

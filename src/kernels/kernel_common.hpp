@@ -16,10 +16,10 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "meshtrain/core/bf16.hpp"
-#include "meshtrain/core/kokkos_compat.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/core/views.hpp"
+#include "core/bf16.hpp"
+#include "core/kokkos_compat.hpp"
+#include "core/memory.hpp"
+#include "core/views.hpp"
 
 namespace meshtrain::kernels::detail {
 

@@ -1,4 +1,4 @@
-#include "meshtrain/kernels/norms.hpp"
+#include "kernels/norms.hpp"
 
 #include "kernel_common.hpp"
 

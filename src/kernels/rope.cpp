@@ -1,4 +1,4 @@
-#include "meshtrain/kernels/rope.hpp"
+#include "kernels/rope.hpp"
 
 #include <cmath>
 #include <vector>

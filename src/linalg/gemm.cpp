@@ -1,14 +1,14 @@
-#include "meshtrain/linalg/gemm.hpp"
+#include "linalg/gemm.hpp"
 
-#include "meshtrain/core/views.hpp"
+#include "core/views.hpp"
 
 #if defined(MESHTRAIN_WITH_CUDA)
-#include "meshtrain/build_config.hpp"
-#include "meshtrain/comm/nccl_communicator.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/linalg/cublas_gemm.hpp"
+#include "build_config.hpp"
+#include "comm/nccl_communicator.hpp"
+#include "core/format.hpp"
+#include "linalg/cublas_gemm.hpp"
 #else
-#include "meshtrain/linalg/cblas_gemm.hpp"
+#include "linalg/cblas_gemm.hpp"
 #endif
 
 namespace meshtrain::linalg {

@@ -1,11 +1,11 @@
-#include "meshtrain/linalg/peak.hpp"
+#include "linalg/peak.hpp"
 
 #include <algorithm>
 
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/core/timer.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
-#include "meshtrain/linalg/gemm.hpp"
+#include "core/memory.hpp"
+#include "core/timer.hpp"
+#include "kernels/elementwise.hpp"
+#include "linalg/gemm.hpp"
 
 namespace meshtrain::linalg {
 namespace {

@@ -3,11 +3,11 @@
 //   x_out = x_mid + mlp.c_proj(gelu(mlp.c_fc(ln_2(x_mid))))   c_proj row-parallel + tp all-reduce
 #include <cmath>
 
-#include "meshtrain/kernels/attention.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
-#include "meshtrain/kernels/norms.hpp"
-#include "meshtrain/linalg/gemm.hpp"
-#include "meshtrain/model/transformer.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/norms.hpp"
+#include "linalg/gemm.hpp"
+#include "model/transformer.hpp"
 
 namespace meshtrain::model {
 

@@ -1,4 +1,4 @@
-#include "meshtrain/model/init.hpp"
+#include "model/init.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
-#include "meshtrain/model/layout.hpp"
+#include "model/layout.hpp"
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::model {
 

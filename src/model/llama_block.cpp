@@ -4,12 +4,12 @@
 //   x_out = x_mid + down(silu(gate(n2)) * up(n2)), n2 = norm2(x_mid)   gate|up column-, down row-parallel
 #include <cmath>
 
-#include "meshtrain/kernels/attention.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
-#include "meshtrain/kernels/norms.hpp"
-#include "meshtrain/kernels/rope.hpp"
-#include "meshtrain/linalg/gemm.hpp"
-#include "meshtrain/model/transformer.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/norms.hpp"
+#include "kernels/rope.hpp"
+#include "linalg/gemm.hpp"
+#include "model/transformer.hpp"
 
 namespace meshtrain::model {
 

@@ -1,6 +1,6 @@
-#include "meshtrain/model/lora.hpp"
+#include "model/lora.hpp"
 
-#include "meshtrain/linalg/gemm.hpp"
+#include "linalg/gemm.hpp"
 
 namespace meshtrain::model {
 

@@ -1,9 +1,9 @@
-#include "meshtrain/model/model_dims.hpp"
+#include "model/model_dims.hpp"
 
 #include <algorithm>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/model/param_spec.hpp"
+#include "core/error.hpp"
+#include "model/param_spec.hpp"
 
 namespace meshtrain::model {
 

@@ -1,9 +1,9 @@
-#include "meshtrain/model/param_spec.hpp"
+#include "model/param_spec.hpp"
 
 #include <cmath>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::model {
 

@@ -1,6 +1,6 @@
-#include "meshtrain/model/step_flops.hpp"
+#include "model/step_flops.hpp"
 
-#include "meshtrain/model/param_spec.hpp"
+#include "model/param_spec.hpp"
 
 namespace meshtrain::model {
 

@@ -1,15 +1,15 @@
-#include "meshtrain/model/transformer.hpp"
+#include "model/transformer.hpp"
 
 #include <algorithm>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/kernels/cross_entropy.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
-#include "meshtrain/kernels/embedding.hpp"
-#include "meshtrain/kernels/norms.hpp"
-#include "meshtrain/kernels/rope.hpp"
-#include "meshtrain/linalg/gemm.hpp"
-#include "meshtrain/model/lora.hpp"
+#include "core/error.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/norms.hpp"
+#include "kernels/rope.hpp"
+#include "linalg/gemm.hpp"
+#include "model/lora.hpp"
 
 namespace meshtrain::model {
 namespace {

@@ -1,8 +1,8 @@
-#include "meshtrain/optim/adamw.hpp"
+#include "optim/adamw.hpp"
 
 #include <algorithm>
 
-#include "meshtrain/kernels/adamw.hpp"
+#include "kernels/adamw.hpp"
 
 namespace meshtrain::optim {
 

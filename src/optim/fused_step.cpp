@@ -1,4 +1,4 @@
-#include "meshtrain/optim/fused_step.hpp"
+#include "optim/fused_step.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "meshtrain/optim/schedule.hpp"
+#include "optim/schedule.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,13 +1,13 @@
-#include "meshtrain/parallel/device_mesh.hpp"
+#include "parallel/device_mesh.hpp"
 
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/comm/mpi_communicator.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/views.hpp"
+#include "comm/agree.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "core/views.hpp"
 
 #if defined(MESHTRAIN_WITH_CUDA)
-#include "meshtrain/comm/nccl_communicator.hpp"
+#include "comm/nccl_communicator.hpp"
 #endif
 
 namespace meshtrain::parallel {

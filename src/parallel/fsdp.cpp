@@ -1,10 +1,10 @@
-#include "meshtrain/parallel/fsdp.hpp"
+#include "parallel/fsdp.hpp"
 
 #include <type_traits>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
-#include "meshtrain/model/init.hpp"
+#include "core/error.hpp"
+#include "kernels/elementwise.hpp"
+#include "model/init.hpp"
 
 namespace meshtrain::parallel {
 namespace {

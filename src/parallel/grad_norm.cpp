@@ -1,10 +1,10 @@
-#include "meshtrain/parallel/grad_norm.hpp"
+#include "parallel/grad_norm.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
+#include "comm/collectives.hpp"
+#include "kernels/elementwise.hpp"
 
 namespace meshtrain::parallel {
 

@@ -1,9 +1,9 @@
-#include "meshtrain/parallel/micro_step.hpp"
+#include "parallel/micro_step.hpp"
 
 #include <algorithm>
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::parallel {
 

@@ -1,4 +1,4 @@
-#include "meshtrain/parallel/reduction_plan.hpp"
+#include "parallel/reduction_plan.hpp"
 
 #include <stdexcept>
 

@@ -1,8 +1,8 @@
-#include "meshtrain/parallel/strategy.hpp"
+#include "parallel/strategy.hpp"
 
 #include <stdexcept>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::parallel {
 

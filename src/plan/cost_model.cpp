@@ -1,12 +1,12 @@
 // The cost model's pure predictor (plan/cost_model.hpp): arithmetic on the planner's
 // memory and communication figures and the machine's measurements, nothing measured here.
-#include "meshtrain/plan/cost_model.hpp"
+#include "plan/cost_model.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "meshtrain/model/step_flops.hpp"
+#include "model/step_flops.hpp"
 
 namespace meshtrain::plan {
 

@@ -1,7 +1,7 @@
 // The cost model's measurements (plan/measure.hpp): every function here times kernels on
 // this rank or runs collectives over the job's world; the predictor (cost_model.cpp) only
 // reads what they return.
-#include "meshtrain/plan/measure.hpp"
+#include "plan/measure.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,21 +12,21 @@
 #include <thread>
 #include <vector>
 
-#include "meshtrain/comm/bench.hpp"
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/comm/mpi_communicator.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/core/timer.hpp"
-#include "meshtrain/kernels/adamw.hpp"
-#include "meshtrain/kernels/attention.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
-#include "meshtrain/linalg/gemm.hpp"
-#include "meshtrain/linalg/peak.hpp"
-#include "meshtrain/model/layout.hpp"
-#include "meshtrain/parallel/device_mesh.hpp"
+#include "comm/bench.hpp"
+#include "comm/collectives.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
+#include "core/memory.hpp"
+#include "core/timer.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/elementwise.hpp"
+#include "linalg/gemm.hpp"
+#include "linalg/peak.hpp"
+#include "model/layout.hpp"
+#include "parallel/device_mesh.hpp"
 
 namespace meshtrain::plan {
 namespace {

@@ -1,10 +1,10 @@
-#include "meshtrain/plan/mesh_search.hpp"
+#include "plan/mesh_search.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::plan {
 

@@ -1,13 +1,13 @@
-#include "meshtrain/plan/planner.hpp"
+#include "plan/planner.hpp"
 
 #include <algorithm>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/kernels/attention.hpp"
-#include "meshtrain/model/layout.hpp"
-#include "meshtrain/model/transformer.hpp"
-#include "meshtrain/parallel/reduction_plan.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
+#include "kernels/attention.hpp"
+#include "model/layout.hpp"
+#include "model/transformer.hpp"
+#include "parallel/reduction_plan.hpp"
 
 namespace meshtrain::plan {
 namespace {

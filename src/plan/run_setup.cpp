@@ -1,16 +1,16 @@
-#include "meshtrain/plan/run_setup.hpp"
+#include "plan/run_setup.hpp"
 
 #include <filesystem>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/core/log.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/data/text_files.hpp"
-#include "meshtrain/kernels/attention.hpp"
-#include "meshtrain/plan/measure.hpp"
-#include "meshtrain/plan/mesh_search.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
+#include "core/log.hpp"
+#include "core/memory.hpp"
+#include "data/dataset.hpp"
+#include "data/text_files.hpp"
+#include "kernels/attention.hpp"
+#include "plan/measure.hpp"
+#include "plan/mesh_search.hpp"
 
 namespace meshtrain::plan {
 

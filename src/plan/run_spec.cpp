@@ -1,9 +1,9 @@
 // The batch arithmetic (plan/run_spec.hpp): the one place global_batch, micro_batch, dp and
 // grad_accum are related.
-#include "meshtrain/plan/run_spec.hpp"
+#include "plan/run_spec.hpp"
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::plan {
 

@@ -1,9 +1,9 @@
-#include "meshtrain/runtime/mesh.hpp"
+#include "runtime/mesh.hpp"
 
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain {
 namespace {

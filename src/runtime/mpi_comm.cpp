@@ -1,6 +1,6 @@
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "runtime/mpi_comm.hpp"
 
-#include "meshtrain/core/check.hpp"
+#include "core/check.hpp"
 
 namespace meshtrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "meshtrain/runtime/runtime.hpp"
+#include "runtime/runtime.hpp"
 
 #include <stdlib.h>  // mkdtemp
 
@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <string>
 
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/kokkos_compat.hpp"
-#include "meshtrain/core/memory.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "core/kokkos_compat.hpp"
+#include "core/memory.hpp"
 
 namespace meshtrain {
 

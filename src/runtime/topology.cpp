@@ -1,10 +1,10 @@
-#include "meshtrain/runtime/topology.hpp"
+#include "runtime/topology.hpp"
 
 #include <unistd.h>
 
 #include <vector>
 
-#include "meshtrain/core/check.hpp"
+#include "core/check.hpp"
 
 namespace meshtrain {
 

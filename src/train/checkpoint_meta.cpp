@@ -1,6 +1,6 @@
-#include "meshtrain/train/checkpoint_meta.hpp"
+#include "train/checkpoint_meta.hpp"
 
-#include "meshtrain/data/sampler.hpp"
+#include "data/sampler.hpp"
 
 namespace meshtrain::train {
 

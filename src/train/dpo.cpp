@@ -1,9 +1,9 @@
-#include "meshtrain/train/dpo.hpp"
+#include "train/dpo.hpp"
 
 #include <cmath>
 #include <limits>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::train {
 

@@ -1,9 +1,9 @@
-#include "meshtrain/train/evaluate.hpp"
+#include "train/evaluate.hpp"
 
 #include <algorithm>
 
-#include "meshtrain/parallel/micro_step.hpp"
-#include "meshtrain/train/step.hpp"
+#include "parallel/micro_step.hpp"
+#include "train/step.hpp"
 
 namespace meshtrain::train {
 

@@ -1,14 +1,14 @@
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/train/generate.hpp"
+#include "comm/collectives.hpp"
+#include "train/generate.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
 
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/timer.hpp"
-#include "meshtrain/parallel/micro_step.hpp"
+#include "core/check.hpp"
+#include "core/timer.hpp"
+#include "parallel/micro_step.hpp"
 
 namespace meshtrain::train {
 namespace {

@@ -1,4 +1,4 @@
-#include "meshtrain/train/metrics.hpp"
+#include "train/metrics.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/fault.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/log.hpp"
+#include "core/error.hpp"
+#include "core/fault.hpp"
+#include "core/file_io.hpp"
+#include "core/log.hpp"
 
 namespace meshtrain::train {
 

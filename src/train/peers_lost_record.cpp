@@ -1,4 +1,4 @@
-#include "meshtrain/train/peers_lost_record.hpp"
+#include "train/peers_lost_record.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,13 +7,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/comm/peers_lost.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/log.hpp"
-#include "meshtrain/formats/json.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "comm/peers_lost.hpp"
+#include "core/file_io.hpp"
+#include "core/format.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::train {
 namespace {

@@ -1,13 +1,13 @@
-#include "meshtrain/train/reference_logps.hpp"
+#include "train/reference_logps.hpp"
 
 #include <cmath>
 #include <filesystem>
 
-#include "meshtrain/core/crc32c.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/formats/json.hpp"
+#include "core/crc32c.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/format.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::train {
 namespace {

@@ -1,11 +1,11 @@
-#include "meshtrain/train/resume_settings.hpp"
+#include "train/resume_settings.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 
-#include "meshtrain/core/crc32c.hpp"
-#include "meshtrain/core/format.hpp"
+#include "core/crc32c.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::train {
 namespace {

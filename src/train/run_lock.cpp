@@ -1,4 +1,4 @@
-#include "meshtrain/train/run_lock.hpp"
+#include "train/run_lock.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/log.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/log.hpp"
 
 namespace meshtrain::train {
 namespace fs = std::filesystem;

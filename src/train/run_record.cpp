@@ -1,18 +1,18 @@
-#include "meshtrain/train/run_record.hpp"
+#include "train/run_record.hpp"
 
 #include <hdf5.h>
 
 #include <boost/version.hpp>
 #include <filesystem>
 
-#include "meshtrain/build_config.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/fault.hpp"
-#include "meshtrain/core/file_io.hpp"
-#include "meshtrain/core/kokkos_compat.hpp"
-#include "meshtrain/formats/json.hpp"
-#include "meshtrain/linalg/gemm.hpp"
-#include "meshtrain/runtime/runtime.hpp"
+#include "build_config.hpp"
+#include "core/error.hpp"
+#include "core/fault.hpp"
+#include "core/file_io.hpp"
+#include "core/kokkos_compat.hpp"
+#include "formats/json.hpp"
+#include "linalg/gemm.hpp"
+#include "runtime/runtime.hpp"
 
 namespace meshtrain::train {
 

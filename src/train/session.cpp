@@ -1,6 +1,6 @@
-#include "meshtrain/train/session.hpp"
+#include "train/session.hpp"
 
-#include "meshtrain/comm/collectives.hpp"
+#include "comm/collectives.hpp"
 
 namespace meshtrain::train {
 

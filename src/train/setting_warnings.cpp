@@ -1,7 +1,7 @@
-#include "meshtrain/train/setting_warnings.hpp"
+#include "train/setting_warnings.hpp"
 
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/model/param_spec.hpp"
+#include "core/format.hpp"
+#include "model/param_spec.hpp"
 
 namespace meshtrain::train {
 

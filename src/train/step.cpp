@@ -1,11 +1,11 @@
-#include "meshtrain/train/step.hpp"
+#include "train/step.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "meshtrain/parallel/grad_norm.hpp"
-#include "meshtrain/parallel/micro_step.hpp"
-#include "meshtrain/train/token_batch.hpp"
+#include "parallel/grad_norm.hpp"
+#include "parallel/micro_step.hpp"
+#include "train/token_batch.hpp"
 
 namespace meshtrain::train {
 

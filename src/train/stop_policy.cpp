@@ -1,5 +1,5 @@
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/train/stop_policy.hpp"
+#include "comm/collectives.hpp"
+#include "train/stop_policy.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -7,10 +7,10 @@
 #include <ctime>
 #include <limits>
 
-#include "meshtrain/comm/watchdog.hpp"
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/core/timer.hpp"
+#include "comm/watchdog.hpp"
+#include "core/check.hpp"
+#include "core/format.hpp"
+#include "core/timer.hpp"
 
 namespace meshtrain::train {
 namespace {

@@ -1,8 +1,8 @@
-#include "meshtrain/train/token_batch.hpp"
+#include "train/token_batch.hpp"
 
 #include <algorithm>
 
-#include "meshtrain/core/views.hpp"
+#include "core/views.hpp"
 
 namespace meshtrain::train {
 

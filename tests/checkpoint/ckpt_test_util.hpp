@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/model/init.hpp"
-#include "meshtrain/parallel/device_mesh.hpp"
-#include "meshtrain/parallel/fsdp.hpp"
-#include "meshtrain/runtime/mesh.hpp"
-#include "meshtrain/plan/run_setup.hpp"
-#include "meshtrain/train/checkpoint_meta.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "config/config.hpp"
+#include "model/init.hpp"
+#include "parallel/device_mesh.hpp"
+#include "parallel/fsdp.hpp"
+#include "runtime/mesh.hpp"
+#include "plan/run_setup.hpp"
+#include "train/checkpoint_meta.hpp"
 #include "test_support.hpp"
 
 namespace meshtrain::test {

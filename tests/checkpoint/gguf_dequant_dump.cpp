@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/formats/gguf_dequant.hpp"
-#include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/core/error.hpp"
+#include "formats/gguf_dequant.hpp"
+#include "formats/gguf_file.hpp"
+#include "core/error.hpp"
 
 int main(int argc, char** argv) {
   using namespace meshtrain::formats;

@@ -5,8 +5,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/core/error.hpp"
+#include "formats/gguf_file.hpp"
+#include "core/error.hpp"
 
 using meshtrain::formats::GgufFile;
 using meshtrain::formats::GgufValue;

@@ -13,11 +13,11 @@
 #include <map>
 
 #include "ckpt_test_util.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/checkpoint/export.hpp"
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/core/crc32c.hpp"
-#include "meshtrain/core/error.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "checkpoint/export.hpp"
+#include "comm/collectives.hpp"
+#include "core/crc32c.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::test {
 namespace {

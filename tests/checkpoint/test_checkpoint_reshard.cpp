@@ -12,8 +12,8 @@
 #include <fstream>
 
 #include "ckpt_test_util.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/core/format.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::test {
 namespace {

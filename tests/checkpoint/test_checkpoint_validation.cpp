@@ -6,8 +6,8 @@
 #include <fstream>
 
 #include "ckpt_test_util.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/core/error.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::test {
 namespace {

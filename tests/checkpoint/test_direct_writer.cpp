@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/checkpoint/direct_writer.hpp"
+#include "checkpoint/direct_writer.hpp"
 
 namespace fs = std::filesystem;
 using meshtrain::checkpoint::DirectWriter;

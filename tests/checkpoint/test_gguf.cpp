@@ -9,8 +9,8 @@
 #include <fstream>
 #include <random>
 
-#include "meshtrain/formats/gguf_file.hpp"
-#include "meshtrain/core/error.hpp"
+#include "formats/gguf_file.hpp"
+#include "core/error.hpp"
 #include "test_support.hpp"
 
 namespace meshtrain::test {

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "../../src/checkpoint/gguf_import.hpp"
-#include "meshtrain/formats/gguf_dequant.hpp"
-#include "meshtrain/formats/half.hpp"
-#include "meshtrain/model/param_spec.hpp"
+#include "formats/gguf_dequant.hpp"
+#include "formats/half.hpp"
+#include "model/param_spec.hpp"
 
 namespace meshtrain::test {
 namespace {

@@ -7,11 +7,11 @@
 #include <fstream>
 
 #include "ckpt_test_util.hpp"
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/formats/safetensors.hpp"
-#include "meshtrain/checkpoint/export.hpp"
-#include "meshtrain/comm/agree.hpp"
-#include "meshtrain/core/error.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "formats/safetensors.hpp"
+#include "checkpoint/export.hpp"
+#include "comm/agree.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::test {
 namespace {

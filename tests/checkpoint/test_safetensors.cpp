@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "meshtrain/formats/safetensors.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/format.hpp"
+#include "formats/safetensors.hpp"
+#include "core/error.hpp"
+#include "core/format.hpp"
 #include "test_support.hpp"
 
 namespace meshtrain::test {

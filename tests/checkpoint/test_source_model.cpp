@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "meshtrain/app/source_model_config.hpp"
-#include "meshtrain/checkpoint/source_model.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/core/error.hpp"
+#include "app/source_model_config.hpp"
+#include "checkpoint/source_model.hpp"
+#include "config/config.hpp"
+#include "core/error.hpp"
 #include "test_support.hpp"
 
 namespace meshtrain::test {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/comm/collectives.hpp"
+#include "comm/collectives.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/comm/nccl_communicator.hpp"
-#include "meshtrain/core/bf16.hpp"
-#include "meshtrain/linalg/cublas_gemm.hpp"
+#include "comm/nccl_communicator.hpp"
+#include "core/bf16.hpp"
+#include "linalg/cublas_gemm.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

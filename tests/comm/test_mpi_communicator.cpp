@@ -16,9 +16,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "meshtrain/comm/mpi_communicator.hpp"
-#include "meshtrain/core/bf16.hpp"
-#include "meshtrain/core/timer.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/bf16.hpp"
+#include "core/timer.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

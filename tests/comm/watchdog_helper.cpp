@@ -19,11 +19,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "meshtrain/comm/mpi_communicator.hpp"
-#include "meshtrain/comm/watchdog.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/parallel/device_mesh.hpp"
-#include "meshtrain/runtime/runtime.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "comm/watchdog.hpp"
+#include "core/error.hpp"
+#include "parallel/device_mesh.hpp"
+#include "runtime/runtime.hpp"
 
 using namespace meshtrain;
 

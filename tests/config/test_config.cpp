@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/core/error.hpp"
+#include "config/config.hpp"
+#include "core/error.hpp"
 
 using namespace meshtrain;
 

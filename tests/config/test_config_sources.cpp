@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/model/model_dims.hpp"
-#include "meshtrain/train/setting_warnings.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "config/config.hpp"
+#include "core/error.hpp"
+#include "model/model_dims.hpp"
+#include "train/setting_warnings.hpp"
 
 using namespace meshtrain;
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/core/crc32c.hpp"
+#include "core/crc32c.hpp"
 
 using namespace meshtrain;
 

@@ -11,9 +11,9 @@
 #include <sstream>
 #include <string>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/fault.hpp"
-#include "meshtrain/core/file_io.hpp"
+#include "core/error.hpp"
+#include "core/fault.hpp"
+#include "core/file_io.hpp"
 
 using namespace meshtrain;
 namespace fs = std::filesystem;

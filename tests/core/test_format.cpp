@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "meshtrain/core/format.hpp"
+#include "core/format.hpp"
 
 using namespace meshtrain;
 

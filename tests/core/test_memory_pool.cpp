@@ -6,12 +6,12 @@
 
 #include <string>
 
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/plan/run_setup.hpp"
-#include "meshtrain/train/session.hpp"
-#include "meshtrain/train/step.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "config/config.hpp"
+#include "core/memory.hpp"
+#include "plan/run_setup.hpp"
+#include "train/session.hpp"
+#include "train/step.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

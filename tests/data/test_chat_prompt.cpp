@@ -8,7 +8,7 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "meshtrain/data/chat_prompt.hpp"
+#include "data/chat_prompt.hpp"
 
 using namespace meshtrain::data;
 

@@ -3,8 +3,8 @@
 // text and its end-of-turn marker trainable.
 #include <gtest/gtest.h>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/chat_template.hpp"
+#include "core/error.hpp"
+#include "data/chat_template.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::data;

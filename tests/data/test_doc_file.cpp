@@ -6,8 +6,8 @@
 
 #include "../../src/data/packing.hpp"
 #include "data_test_util.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/doc_file.hpp"
+#include "core/error.hpp"
+#include "data/doc_file.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::data;

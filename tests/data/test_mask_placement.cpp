@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/core/checked_int.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/bpe_tokenizer.hpp"
-#include "meshtrain/data/chat_examples.hpp"
-#include "meshtrain/data/chat_template.hpp"
-#include "meshtrain/data/prepare.hpp"
-#include "meshtrain/data/sentencepiece_tokenizer.hpp"
+#include "core/checked_int.hpp"
+#include "core/error.hpp"
+#include "data/bpe_tokenizer.hpp"
+#include "data/chat_examples.hpp"
+#include "data/chat_template.hpp"
+#include "data/prepare.hpp"
+#include "data/sentencepiece_tokenizer.hpp"
 
 namespace fs = std::filesystem;
 using namespace meshtrain;

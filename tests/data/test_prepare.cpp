@@ -6,14 +6,14 @@
 #include <map>
 
 #include "data_test_util.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/utf8.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/data/prepare.hpp"
-#include "meshtrain/data/sampler.hpp"
-#include "meshtrain/data/text_files.hpp"
-#include "meshtrain/data/token_file.hpp"
-#include "meshtrain/data/tokenizer.hpp"
+#include "core/error.hpp"
+#include "core/utf8.hpp"
+#include "data/dataset.hpp"
+#include "data/prepare.hpp"
+#include "data/sampler.hpp"
+#include "data/text_files.hpp"
+#include "data/token_file.hpp"
+#include "data/tokenizer.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::data;

@@ -7,11 +7,11 @@
 #include <filesystem>
 
 #include "data_test_util.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/data/prepare.hpp"
-#include "meshtrain/data/sampler.hpp"
-#include "meshtrain/data/tokenizer.hpp"
+#include "core/error.hpp"
+#include "data/dataset.hpp"
+#include "data/prepare.hpp"
+#include "data/sampler.hpp"
+#include "data/tokenizer.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::data;

@@ -8,9 +8,9 @@
 #include <numeric>
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/sampler.hpp"
-#include "meshtrain/data/token_source.hpp"
+#include "core/error.hpp"
+#include "data/sampler.hpp"
+#include "data/token_source.hpp"
 #include "data_test_util.hpp"
 
 using namespace meshtrain;

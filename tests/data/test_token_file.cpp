@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "data_test_util.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/token_file.hpp"
+#include "core/error.hpp"
+#include "data/token_file.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::data;

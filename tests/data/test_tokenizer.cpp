@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/data/bpe_tokenizer.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/data/tokenizer.hpp"
-#include "meshtrain/checkpoint/tokenizer_ref.hpp"
+#include "core/error.hpp"
+#include "data/bpe_tokenizer.hpp"
+#include "data/dataset.hpp"
+#include "data/tokenizer.hpp"
+#include "checkpoint/tokenizer_ref.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::data;

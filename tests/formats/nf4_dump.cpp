@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/formats/nf4.hpp"
+#include "formats/nf4.hpp"
 
 namespace {
 template <class T>

@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "meshtrain/core/utf8.hpp"
-#include "meshtrain/formats/json.hpp"
+#include "core/utf8.hpp"
+#include "formats/json.hpp"
 
 using namespace meshtrain;
 using formats::Json;

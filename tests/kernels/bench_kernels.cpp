@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/kernels/adamw.hpp"
-#include "meshtrain/kernels/attention.hpp"
-#include "meshtrain/kernels/cross_entropy.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
-#include "meshtrain/kernels/embedding.hpp"
-#include "meshtrain/kernels/norms.hpp"
-#include "meshtrain/kernels/rope.hpp"
-#include "meshtrain/runtime/runtime.hpp"
+#include "core/memory.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/norms.hpp"
+#include "kernels/rope.hpp"
+#include "runtime/runtime.hpp"
 
 using namespace meshtrain;
 namespace k = meshtrain::kernels;

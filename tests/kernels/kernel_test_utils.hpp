@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/core/bf16.hpp"
-#include "meshtrain/core/memory.hpp"
+#include "core/bf16.hpp"
+#include "core/memory.hpp"
 #include "test_support.hpp"
 
 namespace meshtrain::test {

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "kernel_test_utils.hpp"
-#include "meshtrain/kernels/adamw.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/elementwise.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "kernel_test_utils.hpp"
-#include "meshtrain/kernels/attention.hpp"
+#include "kernels/attention.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "kernel_test_utils.hpp"
-#include "meshtrain/kernels/cross_entropy.hpp"
+#include "kernels/cross_entropy.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;

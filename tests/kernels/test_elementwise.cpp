@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "kernel_test_utils.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
+#include "kernels/elementwise.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "kernel_test_utils.hpp"
-#include "meshtrain/kernels/embedding.hpp"
+#include "kernels/embedding.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kernel_test_utils.hpp"
-#include "meshtrain/kernels/norms.hpp"
+#include "kernels/norms.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;

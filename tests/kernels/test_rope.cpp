@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kernel_test_utils.hpp"
-#include "meshtrain/kernels/rope.hpp"
+#include "kernels/rope.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;

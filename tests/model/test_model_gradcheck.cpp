@@ -6,8 +6,8 @@
 
 #include <random>
 
-#include "meshtrain/model/init.hpp"
-#include "meshtrain/model/transformer.hpp"
+#include "model/init.hpp"
+#include "model/transformer.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

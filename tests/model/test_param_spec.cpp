@@ -4,8 +4,8 @@
 
 #include <set>
 
-#include "meshtrain/model/init.hpp"
-#include "meshtrain/model/layout.hpp"
+#include "model/init.hpp"
+#include "model/layout.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

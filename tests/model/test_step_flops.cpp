@@ -3,7 +3,7 @@
 // point of issue 32's item: a frozen LoRA base is credited with no weight gradients.
 #include <gtest/gtest.h>
 
-#include "meshtrain/model/step_flops.hpp"
+#include "model/step_flops.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

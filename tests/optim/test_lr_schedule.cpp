@@ -12,7 +12,7 @@
 #include <cmath>
 #include <tuple>
 
-#include "meshtrain/optim/schedule.hpp"
+#include "optim/schedule.hpp"
 
 namespace {
 

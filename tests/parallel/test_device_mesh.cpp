@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/comm/mpi_communicator.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/parallel/device_mesh.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+#include "parallel/device_mesh.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

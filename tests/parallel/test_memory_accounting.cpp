@@ -4,12 +4,12 @@
 // peak against the reduction recipes' sizes.
 #include <gtest/gtest.h>
 
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/parallel/reduction_plan.hpp"
-#include "meshtrain/plan/run_setup.hpp"
-#include "meshtrain/train/session.hpp"
-#include "meshtrain/train/step.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "config/config.hpp"
+#include "parallel/reduction_plan.hpp"
+#include "plan/run_setup.hpp"
+#include "train/session.hpp"
+#include "train/step.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "meshtrain/parallel/reduction_plan.hpp"
+#include "parallel/reduction_plan.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::parallel;

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/plan/mesh_search.hpp"
-#include "meshtrain/plan/run_setup.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "plan/mesh_search.hpp"
+#include "plan/run_setup.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

@@ -3,10 +3,10 @@
 // communication, and the measurements it takes are sane on this machine.
 #include <gtest/gtest.h>
 
-#include "meshtrain/linalg/peak.hpp"
-#include "meshtrain/plan/planner.hpp"
-#include "meshtrain/plan/cost_model.hpp"
-#include "meshtrain/plan/measure.hpp"
+#include "linalg/peak.hpp"
+#include "plan/planner.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/measure.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/plan/measure.hpp"
+#include "comm/collectives.hpp"
+#include "plan/measure.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

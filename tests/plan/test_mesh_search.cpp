@@ -3,8 +3,8 @@
 // turned on where it is needed to fit, and nothing fitting is a clear error.
 #include <gtest/gtest.h>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/plan/mesh_search.hpp"
+#include "core/error.hpp"
+#include "plan/mesh_search.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

@@ -4,7 +4,7 @@
 // runs is the cost model's rule: test_mesh_search, test_predictor).
 #include <gtest/gtest.h>
 
-#include "meshtrain/plan/planner.hpp"
+#include "plan/planner.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

@@ -3,8 +3,8 @@
 // expected value is derived by hand in the comments from the formulas' definitions.
 #include <gtest/gtest.h>
 
-#include "meshtrain/plan/cost_model.hpp"
-#include "meshtrain/plan/planner.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/planner.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

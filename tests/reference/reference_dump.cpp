@@ -12,17 +12,17 @@
 #include <filesystem>
 #include <fstream>
 
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/comm/watchdog.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/formats/json.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/data/sampler.hpp"
-#include "meshtrain/model/init.hpp"
-#include "meshtrain/parallel/micro_step.hpp"
-#include "meshtrain/runtime/runtime.hpp"
-#include "meshtrain/train/step.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "comm/watchdog.hpp"
+#include "config/config.hpp"
+#include "core/error.hpp"
+#include "formats/json.hpp"
+#include "data/dataset.hpp"
+#include "data/sampler.hpp"
+#include "model/init.hpp"
+#include "parallel/micro_step.hpp"
+#include "runtime/runtime.hpp"
+#include "train/step.hpp"
 
 using namespace meshtrain;
 

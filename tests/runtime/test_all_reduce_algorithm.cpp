@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "meshtrain/runtime/runtime.hpp"
+#include "runtime/runtime.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

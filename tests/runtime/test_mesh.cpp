@@ -9,8 +9,8 @@
 #include <tuple>
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/runtime/mesh.hpp"
+#include "core/error.hpp"
+#include "runtime/mesh.hpp"
 
 using namespace meshtrain;
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/runtime/topology.hpp"
+#include "runtime/topology.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

@@ -17,13 +17,13 @@
 
 #include <mpi.h>
 
-#include "meshtrain/core/bf16.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/kernels/adamw.hpp"
-#include "meshtrain/kernels/attention.hpp"
-#include "meshtrain/kernels/elementwise.hpp"
-#include "meshtrain/kernels/embedding.hpp"
-#include "meshtrain/runtime/runtime.hpp"
+#include "core/bf16.hpp"
+#include "core/memory.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "runtime/runtime.hpp"
 
 namespace k = meshtrain::kernels;
 using meshtrain::bf16;

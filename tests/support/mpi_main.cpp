@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <mpi.h>
 
-#include "meshtrain/comm/watchdog.hpp"
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/runtime/runtime.hpp"
+#include "comm/watchdog.hpp"
+#include "core/error.hpp"
+#include "runtime/runtime.hpp"
 #include "test_support.hpp"
 
 namespace {

@@ -6,10 +6,10 @@
 #include <random>
 #include <vector>
 
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/model/model_dims.hpp"
-#include "meshtrain/runtime/runtime.hpp"
+#include "config/config.hpp"
+#include "core/memory.hpp"
+#include "model/model_dims.hpp"
+#include "runtime/runtime.hpp"
 
 namespace meshtrain::test {
 

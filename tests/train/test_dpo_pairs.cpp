@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "meshtrain/train/dpo.hpp"
+#include "train/dpo.hpp"
 
 using meshtrain::train::dpo_metrics;
 using meshtrain::train::dpo_pairs;

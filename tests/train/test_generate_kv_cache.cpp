@@ -11,10 +11,10 @@
 #include <cmath>
 #include <cstdio>
 
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/parallel/micro_step.hpp"
-#include "meshtrain/train/generate.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "config/config.hpp"
+#include "parallel/micro_step.hpp"
+#include "train/generate.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

@@ -10,13 +10,13 @@
 #include <cmath>
 #include <random>
 
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/data/doc_file.hpp"
-#include "meshtrain/data/sampler.hpp"
-#include "meshtrain/parallel/micro_step.hpp"
-#include "meshtrain/train/session.hpp"
-#include "meshtrain/train/token_batch.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "config/config.hpp"
+#include "data/doc_file.hpp"
+#include "data/sampler.hpp"
+#include "parallel/micro_step.hpp"
+#include "train/session.hpp"
+#include "train/token_batch.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

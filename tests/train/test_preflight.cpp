@@ -8,8 +8,8 @@
 #include <fstream>
 #include <string>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/train/preflight.hpp"
+#include "core/error.hpp"
+#include "train/preflight.hpp"
 
 using namespace meshtrain;
 namespace fs = std::filesystem;

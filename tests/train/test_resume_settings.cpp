@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "meshtrain/train/resume_settings.hpp"
+#include "train/resume_settings.hpp"
 
 using namespace meshtrain;
 using train::RunSettings;

@@ -8,10 +8,10 @@
 
 #include <cstring>
 
-#include "meshtrain/app/run_spec_resolve.hpp"
-#include "meshtrain/config/config.hpp"
-#include "meshtrain/train/session.hpp"
-#include "meshtrain/train/step.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "config/config.hpp"
+#include "train/session.hpp"
+#include "train/step.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;

@@ -2,7 +2,7 @@
 /// \brief The command-line front end: dispatches `meshtrain <command>` and turns
 /// UserErrors into one message on rank 0 and exit status 2.
 
-#include "meshtrain/runtime/runtime.hpp"
+#include "runtime/runtime.hpp"
 
 namespace meshtrain::app {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/runtime/runtime.hpp"
+#include "runtime/runtime.hpp"
 
 namespace meshtrain::app {
 

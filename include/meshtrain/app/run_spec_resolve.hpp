@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "meshtrain/plan/run_setup.hpp"
-#include "meshtrain/plan/run_spec.hpp"
+#include "plan/run_setup.hpp"
+#include "plan/run_spec.hpp"
 
 namespace meshtrain {
 struct Config;       // the parsed configuration (config module): only app/ and config/ see it

@@ -20,7 +20,7 @@
 #include <optional>
 #include <string>
 
-#include "meshtrain/checkpoint/checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 
 namespace meshtrain::checkpoint {
 

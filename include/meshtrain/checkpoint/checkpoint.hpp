@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/checkpoint/resume_spec.hpp"
-#include "meshtrain/checkpoint/stored_choices.hpp"
-#include "meshtrain/config/choices.hpp"
-#include "meshtrain/model/model_dims.hpp"
-#include "meshtrain/parallel/device_mesh.hpp"
-#include "meshtrain/parallel/fsdp.hpp"
-#include "meshtrain/parallel/strategy.hpp"
-#include "meshtrain/runtime/mesh.hpp"
+#include "checkpoint/resume_spec.hpp"
+#include "checkpoint/stored_choices.hpp"
+#include "config/choices.hpp"
+#include "model/model_dims.hpp"
+#include "parallel/device_mesh.hpp"
+#include "parallel/fsdp.hpp"
+#include "parallel/strategy.hpp"
+#include "runtime/mesh.hpp"
 
 namespace meshtrain::checkpoint {
 

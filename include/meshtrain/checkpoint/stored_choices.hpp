@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "meshtrain/parallel/strategy.hpp"
-#include "meshtrain/runtime/mesh.hpp"
+#include "parallel/strategy.hpp"
+#include "runtime/mesh.hpp"
 
 namespace meshtrain::checkpoint {
 

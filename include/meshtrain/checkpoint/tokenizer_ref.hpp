@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/data/tokenizer.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "data/dataset.hpp"
+#include "data/tokenizer.hpp"
 
 namespace meshtrain::checkpoint {
 

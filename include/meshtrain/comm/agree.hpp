@@ -4,7 +4,7 @@
 
 #include <functional>
 
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "runtime/mpi_comm.hpp"
 
 namespace meshtrain {
 

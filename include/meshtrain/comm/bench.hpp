@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <string>
 
-#include "meshtrain/comm/communicator.hpp"
+#include "comm/communicator.hpp"
 
 namespace meshtrain {
 

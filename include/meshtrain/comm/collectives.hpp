@@ -13,8 +13,8 @@
 #include <string>
 #include <type_traits>
 
-#include "meshtrain/comm/communicator.hpp"
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "comm/communicator.hpp"
+#include "runtime/mpi_comm.hpp"
 
 namespace meshtrain {
 

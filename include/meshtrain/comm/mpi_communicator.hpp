@@ -7,8 +7,8 @@
 
 #include <vector>
 
-#include "meshtrain/comm/communicator.hpp"
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "comm/communicator.hpp"
+#include "runtime/mpi_comm.hpp"
 
 namespace meshtrain {
 

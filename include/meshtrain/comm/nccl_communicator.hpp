@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "meshtrain/comm/communicator.hpp"
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "comm/communicator.hpp"
+#include "runtime/mpi_comm.hpp"
 
 namespace meshtrain {
 

@@ -15,7 +15,7 @@
 #include <functional>
 #include <string>
 
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "runtime/mpi_comm.hpp"
 
 namespace meshtrain {
 

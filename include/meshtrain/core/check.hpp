@@ -6,7 +6,7 @@
 
 #include <mpi.h>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain::detail {
 std::string mpi_error_string(int code);

@@ -10,7 +10,7 @@
 #include <limits>
 #include <string>
 
-#include "meshtrain/core/error.hpp"
+#include "core/error.hpp"
 
 namespace meshtrain {
 

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "meshtrain/core/format.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/core/error.hpp"
-#include "meshtrain/core/fault.hpp"
+#include "core/error.hpp"
+#include "core/fault.hpp"
 
 namespace meshtrain::file_io {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "meshtrain/core/format.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::log {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "meshtrain/core/views.hpp"
+#include "core/views.hpp"
 
 namespace meshtrain {
 

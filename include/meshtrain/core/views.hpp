@@ -6,7 +6,7 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "meshtrain/core/bf16.hpp"
+#include "core/bf16.hpp"
 
 namespace meshtrain {
 

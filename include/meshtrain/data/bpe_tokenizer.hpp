@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "meshtrain/data/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 
 namespace meshtrain::formats {
 class GgufFile;

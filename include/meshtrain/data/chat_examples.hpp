@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/data/chat_template.hpp"
-#include "meshtrain/data/tokenizer.hpp"
+#include "data/chat_template.hpp"
+#include "data/tokenizer.hpp"
 
 namespace meshtrain::data {
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "meshtrain/data/chat_template.hpp"
+#include "data/chat_template.hpp"
 
 namespace meshtrain::data {
 

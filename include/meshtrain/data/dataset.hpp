@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/data/data_source.hpp"
-#include "meshtrain/data/doc_file.hpp"
-#include "meshtrain/data/loss_mask.hpp"
-#include "meshtrain/data/token_source.hpp"
+#include "data/data_source.hpp"
+#include "data/doc_file.hpp"
+#include "data/loss_mask.hpp"
+#include "data/token_source.hpp"
 
 namespace meshtrain::data {
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "meshtrain/data/side_file.hpp"
+#include "data/side_file.hpp"
 
 namespace meshtrain::data {
 

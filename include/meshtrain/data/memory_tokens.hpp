@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/data/token_source.hpp"
+#include "data/token_source.hpp"
 
 namespace meshtrain::data {
 

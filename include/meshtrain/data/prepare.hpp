@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/data/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 
 namespace meshtrain::data {
 

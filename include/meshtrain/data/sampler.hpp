@@ -12,11 +12,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "meshtrain/config/choices.hpp"
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/data/doc_file.hpp"
-#include "meshtrain/data/loss_mask.hpp"
-#include "meshtrain/data/token_source.hpp"
+#include "config/choices.hpp"
+#include "data/dataset.hpp"
+#include "data/doc_file.hpp"
+#include "data/loss_mask.hpp"
+#include "data/token_source.hpp"
 
 namespace meshtrain::data {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "meshtrain/data/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 
 namespace meshtrain::formats {
 class GgufFile;

@@ -18,7 +18,7 @@
 #include <cstdio>
 #include <string>
 
-#include "meshtrain/formats/mapped_file.hpp"
+#include "formats/mapped_file.hpp"
 
 namespace meshtrain::data {
 

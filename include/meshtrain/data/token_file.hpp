@@ -17,8 +17,8 @@
 #include <cstdio>
 #include <string>
 
-#include "meshtrain/data/token_source.hpp"
-#include "meshtrain/formats/mapped_file.hpp"
+#include "data/token_source.hpp"
+#include "formats/mapped_file.hpp"
 
 namespace meshtrain::data {
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "meshtrain/formats/gguf_file.hpp"
+#include "formats/gguf_file.hpp"
 
 namespace meshtrain::formats {
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/formats/mapped_file.hpp"
+#include "formats/mapped_file.hpp"
 
 namespace meshtrain::formats {
 

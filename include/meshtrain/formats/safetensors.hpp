@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/formats/mapped_file.hpp"
+#include "formats/mapped_file.hpp"
 
 namespace meshtrain::formats {
 

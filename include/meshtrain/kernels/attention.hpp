@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "meshtrain/core/bf16.hpp"
+#include "core/bf16.hpp"
 
 namespace meshtrain::kernels {
 

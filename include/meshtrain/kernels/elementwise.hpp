@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "meshtrain/core/bf16.hpp"
+#include "core/bf16.hpp"
 
 namespace meshtrain::kernels {
 

@@ -2,7 +2,7 @@
 /// \brief LayerNorm (GPT-2) and RMSNorm (Llama) over the last dimension C.
 /// Saved statistics are in acc_t<T>: mean and rstd (LayerNorm), rstd (RMSNorm).
 
-#include "meshtrain/core/bf16.hpp"
+#include "core/bf16.hpp"
 
 namespace meshtrain::kernels {
 

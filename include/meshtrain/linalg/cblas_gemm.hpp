@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "meshtrain/core/bf16.hpp"
+#include "core/bf16.hpp"
 
 namespace meshtrain::linalg::cblas {
 

@@ -2,7 +2,7 @@
 /// \brief Measured ceilings: the GEMM throughput of this device (the denominator of MFU)
 /// and a STREAM-like copy bandwidth, both measured in the same run as what they divide.
 
-#include "meshtrain/linalg/gemm.hpp"
+#include "linalg/gemm.hpp"
 
 namespace meshtrain::linalg {
 

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "meshtrain/core/memory.hpp"
+#include "core/memory.hpp"
 
 namespace meshtrain::model {
 

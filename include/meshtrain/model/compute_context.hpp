@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <functional>
 
-#include "meshtrain/comm/communicator.hpp"
+#include "comm/communicator.hpp"
 
 namespace meshtrain::model {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "meshtrain/model/layout.hpp"
+#include "model/layout.hpp"
 
 namespace meshtrain::model {
 

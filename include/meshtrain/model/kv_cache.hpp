@@ -9,8 +9,8 @@
 
 #include <vector>
 
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/model/model_dims.hpp"
+#include "core/memory.hpp"
+#include "model/model_dims.hpp"
 
 namespace meshtrain::model {
 

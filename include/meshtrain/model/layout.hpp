@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/model/param_spec.hpp"
+#include "model/param_spec.hpp"
 
 namespace meshtrain::model {
 

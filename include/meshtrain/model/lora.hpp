@@ -8,8 +8,8 @@
 /// The backward is the same for both: from dy (the output gradient, full on every rank for
 /// row-parallel, this rank's slice for column-parallel) it accumulates dB, dA and dx.
 
-#include "meshtrain/core/bf16.hpp"
-#include "meshtrain/model/compute_context.hpp"
+#include "core/bf16.hpp"
+#include "model/compute_context.hpp"
 
 namespace meshtrain::model {
 

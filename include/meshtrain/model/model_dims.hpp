@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/config/choices.hpp"
+#include "config/choices.hpp"
 
 namespace meshtrain::model {
 

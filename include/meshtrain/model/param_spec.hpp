@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/model/model_dims.hpp"
+#include "model/model_dims.hpp"
 
 namespace meshtrain::model {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "meshtrain/model/model_dims.hpp"
+#include "model/model_dims.hpp"
 
 namespace meshtrain::model {
 

@@ -15,11 +15,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/model/activations.hpp"
-#include "meshtrain/model/compute_context.hpp"
-#include "meshtrain/model/kv_cache.hpp"
-#include "meshtrain/model/layout.hpp"
+#include "core/memory.hpp"
+#include "model/activations.hpp"
+#include "model/compute_context.hpp"
+#include "model/kv_cache.hpp"
+#include "model/layout.hpp"
 
 namespace meshtrain::model {
 

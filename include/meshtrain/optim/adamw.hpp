@@ -2,7 +2,7 @@
 /// \brief AdamW over the FSDP engine's fp32 master shards and moments; weight decay per
 /// parameter (never norms/biases; embeddings only with train.decay_embeddings).
 
-#include "meshtrain/parallel/fsdp.hpp"
+#include "parallel/fsdp.hpp"
 
 namespace meshtrain::optim {
 

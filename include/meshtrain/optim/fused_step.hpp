@@ -12,11 +12,11 @@
 
 #include <vector>
 
-#include "meshtrain/comm/communicator.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/kernels/adamw.hpp"
-#include "meshtrain/optim/adamw.hpp"
-#include "meshtrain/parallel/fsdp.hpp"
+#include "comm/communicator.hpp"
+#include "core/memory.hpp"
+#include "kernels/adamw.hpp"
+#include "optim/adamw.hpp"
+#include "parallel/fsdp.hpp"
 
 namespace meshtrain::optim {
 

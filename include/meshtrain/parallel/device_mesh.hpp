@@ -12,11 +12,11 @@
 #include <memory>
 #include <string>
 
-#include "meshtrain/comm/collectives.hpp"
-#include "meshtrain/comm/communicator.hpp"
-#include "meshtrain/config/choices.hpp"
-#include "meshtrain/runtime/mesh.hpp"
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "comm/collectives.hpp"
+#include "comm/communicator.hpp"
+#include "config/choices.hpp"
+#include "runtime/mesh.hpp"
+#include "runtime/mpi_comm.hpp"
 
 namespace meshtrain::parallel {
 

@@ -24,12 +24,12 @@
 #include <memory>
 #include <vector>
 
-#include "meshtrain/comm/communicator.hpp"
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/model/layout.hpp"
-#include "meshtrain/parallel/device_mesh.hpp"
-#include "meshtrain/parallel/reduction_plan.hpp"
-#include "meshtrain/parallel/strategy.hpp"
+#include "comm/communicator.hpp"
+#include "core/memory.hpp"
+#include "model/layout.hpp"
+#include "parallel/device_mesh.hpp"
+#include "parallel/reduction_plan.hpp"
+#include "parallel/strategy.hpp"
 
 namespace meshtrain::parallel {
 

@@ -3,8 +3,8 @@
 /// shard, replicate and tensor-parallel groups (owned ranges x tp-counted parameters),
 /// summed over the world. Every rank gets the same value.
 
-#include "meshtrain/comm/communicator.hpp"
-#include "meshtrain/parallel/fsdp.hpp"
+#include "comm/communicator.hpp"
+#include "parallel/fsdp.hpp"
 
 namespace meshtrain::parallel {
 

@@ -14,8 +14,8 @@
 #include <functional>
 #include <vector>
 
-#include "meshtrain/model/transformer.hpp"
-#include "meshtrain/parallel/fsdp.hpp"
+#include "model/transformer.hpp"
+#include "parallel/fsdp.hpp"
 
 namespace meshtrain::parallel {
 

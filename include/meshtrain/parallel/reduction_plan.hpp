@@ -13,8 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "meshtrain/comm/communicator.hpp"
-#include "meshtrain/parallel/strategy.hpp"
+#include "comm/communicator.hpp"
+#include "parallel/strategy.hpp"
 
 namespace meshtrain::parallel {
 

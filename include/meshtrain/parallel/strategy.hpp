@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "meshtrain/config/choices.hpp"
+#include "config/choices.hpp"
 
 namespace meshtrain::parallel {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/model/model_dims.hpp"
-#include "meshtrain/plan/planner.hpp"
-#include "meshtrain/runtime/runtime.hpp"
+#include "model/model_dims.hpp"
+#include "plan/planner.hpp"
+#include "runtime/runtime.hpp"
 
 namespace meshtrain::plan {
 

@@ -8,11 +8,11 @@
 
 #include <optional>
 
-#include "meshtrain/config/choices.hpp"
-#include "meshtrain/model/model_dims.hpp"
-#include "meshtrain/plan/cost_model.hpp"
-#include "meshtrain/plan/run_spec.hpp"
-#include "meshtrain/runtime/runtime.hpp"
+#include "config/choices.hpp"
+#include "model/model_dims.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/run_spec.hpp"
+#include "runtime/runtime.hpp"
 
 namespace meshtrain::plan {
 

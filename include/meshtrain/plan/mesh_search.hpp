@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/plan/cost_model.hpp"
-#include "meshtrain/plan/planner.hpp"
-#include "meshtrain/plan/run_spec.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/planner.hpp"
+#include "plan/run_spec.hpp"
 
 namespace meshtrain::plan {
 

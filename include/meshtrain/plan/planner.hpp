@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/comm/communicator.hpp"
-#include "meshtrain/model/model_dims.hpp"
-#include "meshtrain/parallel/strategy.hpp"
-#include "meshtrain/plan/run_spec.hpp"
-#include "meshtrain/runtime/mesh.hpp"
+#include "comm/communicator.hpp"
+#include "model/model_dims.hpp"
+#include "parallel/strategy.hpp"
+#include "plan/run_spec.hpp"
+#include "runtime/mesh.hpp"
 
 namespace meshtrain::plan {
 

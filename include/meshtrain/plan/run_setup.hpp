@@ -9,13 +9,13 @@
 #include <optional>
 #include <string>
 
-#include "meshtrain/checkpoint/stored_choices.hpp"
-#include "meshtrain/plan/cost_model.hpp"
-#include "meshtrain/plan/mesh_search.hpp"
-#include "meshtrain/plan/planner.hpp"
-#include "meshtrain/plan/run_spec.hpp"
-#include "meshtrain/runtime/runtime.hpp"
-#include "meshtrain/runtime/topology.hpp"
+#include "checkpoint/stored_choices.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/mesh_search.hpp"
+#include "plan/planner.hpp"
+#include "plan/run_spec.hpp"
+#include "runtime/runtime.hpp"
+#include "runtime/topology.hpp"
 
 namespace meshtrain::plan {
 

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/checkpoint/resume_spec.hpp"
-#include "meshtrain/comm/communicator.hpp"
-#include "meshtrain/config/choices.hpp"
-#include "meshtrain/data/data_source.hpp"
-#include "meshtrain/model/model_dims.hpp"
-#include "meshtrain/runtime/mesh.hpp"
+#include "checkpoint/resume_spec.hpp"
+#include "comm/communicator.hpp"
+#include "config/choices.hpp"
+#include "data/data_source.hpp"
+#include "model/model_dims.hpp"
+#include "runtime/mesh.hpp"
 
 namespace meshtrain::plan {
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "meshtrain/runtime/topology.hpp"
+#include "runtime/topology.hpp"
 
 namespace meshtrain {
 

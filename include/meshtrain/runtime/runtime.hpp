@@ -5,8 +5,8 @@
 
 #include <mpi.h>
 
-#include "meshtrain/runtime/mpi_comm.hpp"
-#include "meshtrain/runtime/topology.hpp"
+#include "runtime/mpi_comm.hpp"
+#include "runtime/topology.hpp"
 
 namespace meshtrain {
 

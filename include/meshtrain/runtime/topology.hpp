@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "runtime/mpi_comm.hpp"
 
 namespace meshtrain {
 

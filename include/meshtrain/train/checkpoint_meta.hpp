@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "meshtrain/checkpoint/checkpoint.hpp"
-#include "meshtrain/plan/run_setup.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "plan/run_setup.hpp"
 
 namespace meshtrain::train {
 

@@ -5,10 +5,10 @@
 
 #include <cstdint>
 
-#include "meshtrain/data/sampler.hpp"
-#include "meshtrain/train/dpo.hpp"
-#include "meshtrain/train/session.hpp"
-#include "meshtrain/train/token_batch.hpp"
+#include "data/sampler.hpp"
+#include "train/dpo.hpp"
+#include "train/session.hpp"
+#include "train/token_batch.hpp"
 
 namespace meshtrain::train {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/data/tokenizer.hpp"
-#include "meshtrain/train/session.hpp"
+#include "data/tokenizer.hpp"
+#include "train/session.hpp"
 
 namespace meshtrain::train {
 

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "meshtrain/formats/json.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::train {
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "meshtrain/data/dataset.hpp"
-#include "meshtrain/plan/run_setup.hpp"
+#include "data/dataset.hpp"
+#include "plan/run_setup.hpp"
 
 namespace meshtrain::train {
 

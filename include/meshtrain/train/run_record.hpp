@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "meshtrain/formats/json.hpp"
-#include "meshtrain/runtime/topology.hpp"
-#include "meshtrain/plan/run_setup.hpp"
+#include "formats/json.hpp"
+#include "runtime/topology.hpp"
+#include "plan/run_setup.hpp"
 
 namespace meshtrain::train {
 

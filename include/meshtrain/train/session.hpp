@@ -5,12 +5,12 @@
 
 #include <memory>
 
-#include "meshtrain/model/transformer.hpp"
-#include "meshtrain/optim/fused_step.hpp"
-#include "meshtrain/parallel/device_mesh.hpp"
-#include "meshtrain/parallel/fsdp.hpp"
-#include "meshtrain/runtime/runtime.hpp"
-#include "meshtrain/plan/run_setup.hpp"
+#include "model/transformer.hpp"
+#include "optim/fused_step.hpp"
+#include "parallel/device_mesh.hpp"
+#include "parallel/fsdp.hpp"
+#include "runtime/runtime.hpp"
+#include "plan/run_setup.hpp"
 
 namespace meshtrain::train {
 

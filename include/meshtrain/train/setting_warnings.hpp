@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/plan/run_setup.hpp"
+#include "plan/run_setup.hpp"
 
 namespace meshtrain::train {
 

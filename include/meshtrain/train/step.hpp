@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <functional>
 
-#include "meshtrain/optim/adamw.hpp"
-#include "meshtrain/optim/schedule.hpp"
-#include "meshtrain/train/dpo.hpp"
-#include "meshtrain/train/session.hpp"
+#include "optim/adamw.hpp"
+#include "optim/schedule.hpp"
+#include "train/dpo.hpp"
+#include "train/session.hpp"
 
 namespace meshtrain::train {
 

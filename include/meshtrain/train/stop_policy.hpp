@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "meshtrain/runtime/mpi_comm.hpp"
+#include "runtime/mpi_comm.hpp"
 
 namespace meshtrain::train {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "meshtrain/core/memory.hpp"
-#include "meshtrain/model/transformer.hpp"
+#include "core/memory.hpp"
+#include "model/transformer.hpp"
 
 namespace meshtrain::train {
 

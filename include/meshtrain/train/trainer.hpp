@@ -2,8 +2,8 @@
 /// \brief `meshtrain train`: the step loop (gradient accumulation, clipping, AdamW, LR
 /// schedule), evaluation, progress lines, metrics.jsonl and the run record.
 
-#include "meshtrain/runtime/runtime.hpp"
-#include "meshtrain/plan/run_setup.hpp"
+#include "runtime/runtime.hpp"
+#include "plan/run_setup.hpp"
 
 namespace meshtrain::train {
 

@@ -1,4 +1,4 @@
-#include "meshtrain/comm/nccl_communicator.hpp"
+#include "comm/nccl_communicator.hpp"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -6,9 +6,9 @@
 #include <deque>
 #include <vector>
 
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/format.hpp"
-#include "meshtrain/core/timer.hpp"
+#include "core/check.hpp"
+#include "core/format.hpp"
+#include "core/timer.hpp"
 
 namespace meshtrain {
 namespace {

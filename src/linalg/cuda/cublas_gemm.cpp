@@ -1,10 +1,10 @@
-#include "meshtrain/linalg/cublas_gemm.hpp"
+#include "linalg/cublas_gemm.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "meshtrain/core/check.hpp"
-#include "meshtrain/core/format.hpp"
+#include "core/check.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::linalg::cublas {
 namespace {

@@ -1,10 +1,10 @@
-#include "meshtrain/linalg/cblas_gemm.hpp"
+#include "linalg/cblas_gemm.hpp"
 
 #include <cblas.h>
 
 #include <vector>
 
-#include "meshtrain/core/format.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::linalg::cblas {
 namespace {
