@@ -1,11 +1,15 @@
 #include "train/peers_lost_record.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <exception>
 #include <fstream>
 #include <sstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/peers_lost.hpp"
@@ -22,6 +26,8 @@ namespace {
 // read by the handler (possibly on the watchdog's monitor thread).
 std::string g_out_dir, g_ckpt_dir;
 int g_rank = -1;
+// When this process started (static initialisation): a record older than it is an earlier launch's.
+const std::time_t g_process_start = std::time(nullptr);
 
 formats::Json ranks_json(const std::vector<LostRank>& ranks) {
   formats::Json a = formats::Json::array();
@@ -70,8 +76,12 @@ void write_record(const PeersLost& report) {
                        {"message", report.message}};
     if (!why_none.empty()) o["newest_checkpoint_error"] = why_none;
     const std::string text = formats::json_text(o) + "\n";
-    // Every reporting rank writes its own temporary file and renames it over the record:
-    // a reader sees one whole record, never a mix.
+    // Every reporting rank writes its own temporary file and links it to the record's name:
+    // a reader sees one whole record, never a mix, and the first report of this launch wins.
+    // A later reporter is usually a rank that was stalled (SIGSTOP, a frozen node) and is
+    // continued during the teardown: its own watchdog then fires at once and would name the
+    // survivors as lost, so it must not replace their record (arm_peers_lost_record removed
+    // an earlier launch's record).
     const std::string path = g_out_dir + "/peers_lost.json";
     const std::string tmp = strprintf("%s.tmp.%d", path.c_str(), g_rank);
     if (file_io::write_synced(tmp, text) != 0) {
@@ -79,7 +89,15 @@ void write_record(const PeersLost& report) {
       std::fprintf(stderr, "[meshtrain] rank %d: cannot write %s\n", g_rank, tmp.c_str());
       return;
     }
-    file_io::rename_durably(tmp, path);
+    const bool first = ::link(tmp.c_str(), path.c_str()) == 0;
+    const int link_errno = errno;
+    std::remove(tmp.c_str());
+    if (!first) {
+      std::fprintf(stderr, "[meshtrain] rank %d (%s): peers lost; %s %s\n", g_rank, host.c_str(),
+                   link_errno == EEXIST ? "kept the earlier report in" : "cannot write", path.c_str());
+      return;
+    }
+    file_io::fsync_path(g_out_dir);
     std::fprintf(stderr, "[meshtrain] rank %d (%s): peers lost: wrote %s (newest complete checkpoint: %s)\n", g_rank,
                  host.c_str(), path.c_str(), newest.empty() ? "none" : newest.c_str());
   } catch (const std::exception& e) {
@@ -90,6 +108,13 @@ void write_record(const PeersLost& report) {
 }  // namespace
 
 void arm_peers_lost_record(const std::string& out_dir, const std::string& ckpt_dir, int world_rank) {
+  // An earlier launch's record goes, so that this launch's first report can take its name.
+  // Only a record older than this process: a peer whose watchdog already fired in this
+  // launch keeps its report.
+  const std::string path = out_dir + "/peers_lost.json";
+  struct stat st {};
+  if (world_rank == 0 && ::stat(path.c_str(), &st) == 0 && st.st_mtime < g_process_start)
+    std::remove(path.c_str());
   g_out_dir = out_dir;
   g_ckpt_dir = ckpt_dir;
   g_rank = world_rank;

@@ -32,7 +32,9 @@ run_case() {
   wait_pid "$launcher" $((T + 60))
   status=$?
   elapsed=$("$py" -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$t0")
-  kill -CONT "$victim" 2>/dev/null  # a stopped rank that survived the teardown
+  # A stopped rank that survived the teardown is killed while still stopped (SIGKILL needs no
+  # SIGCONT). Continuing it first would let its own watchdog fire at once and overwrite the
+  # survivor's peers_lost.json with its view (rank 0 lost), which a loaded machine once showed.
   kill -9 "$victim" 2>/dev/null
   echo "$name: SIG$sig to rank 1 (pid $victim) at step $at -> exit status $status after $elapsed s" \
        "(collective_timeout=$T s)"
