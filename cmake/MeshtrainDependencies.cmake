@@ -99,10 +99,29 @@ if(_want_cuda_toolkit)
     elseif(MESHTRAIN_ENABLE_CUDA OR MESHTRAIN_CUDA_CHECK STREQUAL "ON")
       message(FATAL_ERROR "NCCL not found (nccl.h / libnccl): set NCCL_ROOT")
     endif()
+    # cuDNN (beside the CUDA toolkit) and the cuDNN frontend, its header-only C++ graph API
+    # (the PyPI wheel nvidia-cudnn-frontend, unpacked by scripts/install-deps.sh into
+    # $MESHTRAIN_DEPS/cudnn-frontend): the fused attention, kernels/cuda/cudnn_attention.cpp.
+    # Without them CUDA builds run the Kokkos attention (gpu.attention=cudnn falls back).
+    find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} $ENV{CUDNN_ROOT}/include)
+    find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} $ENV{CUDNN_ROOT}/lib $ENV{CUDNN_ROOT}/lib64)
+    find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+              HINTS $ENV{CUDNN_FRONTEND_ROOT}/include $ENV{MESHTRAIN_DEPS}/cudnn-frontend/include
+                    /opt/meshtrain-deps/cudnn-frontend/include)
+    set(MESHTRAIN_HAVE_CUDNN OFF)
+    if(MESHTRAIN_HAVE_CUDA_TOOLKIT AND CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY AND CUDNN_FRONTEND_INCLUDE_DIR)
+      add_library(meshtrain_cudnn INTERFACE)
+      # SYSTEM: the frontend's headers are not compiled with meshtrain's warning flags.
+      target_include_directories(meshtrain_cudnn SYSTEM INTERFACE ${CUDNN_INCLUDE_DIR} ${CUDNN_FRONTEND_INCLUDE_DIR})
+      # The frontend compiles some engines at run time (NVRTC) and loads them (the driver API).
+      target_link_libraries(meshtrain_cudnn INTERFACE ${CUDNN_LIBRARY} CUDA::nvrtc CUDA::cuda_driver)
+      set(MESHTRAIN_HAVE_CUDNN ON)
+    endif()
   endif()
 endif()
 add_feature_info(CUDA MESHTRAIN_ENABLE_CUDA "Kokkos-CUDA kernels (sm_${MESHTRAIN_CUDA_ARCH}), cuBLAS GEMMs, NCCL communicators")
 add_feature_info(CUDA_LINK_CHECK MESHTRAIN_HAVE_CUDA_TOOLKIT "NCCL communicator and cuBLAS GEMM compiled and linked against the CUDA toolkit")
+add_feature_info(CUDNN MESHTRAIN_HAVE_CUDNN "cuDNN flash attention (cuDNN ${CUDNN_LIBRARY}, frontend headers ${CUDNN_FRONTEND_INCLUDE_DIR})")
 
 if(MESHTRAIN_ENABLE_TESTS)
   find_package(GTest REQUIRED)

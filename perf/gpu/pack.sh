@@ -28,7 +28,7 @@
 #                   MPI-IO, the singleton launcher), its help texts and site defaults
 #   pmix/           PMIx's plugins
 #   BUILD_INFO.txt  what was built, from which commit, with which compilers and libraries
-# Left out on purpose: the NVIDIA driver's libcuda, which the machine has; cuBLAS/cuBLASLt (~600 MB) and NCCL (~200 MB), which are too large to carry
+# Left out on purpose: the NVIDIA driver's libcuda, which the machine has; cuBLAS/cuBLASLt (~600 MB), NCCL (~200 MB) and cuDNN (~1 GB with the engine libraries it loads), which are too large to carry
 # and which the machine has (CUDA toolkit or the nvidia-* Python wheels; validate.sh finds
 # them); Open MPI's network transports (UCX, libfabric, InfiniBand, PSM), which a one-node,
 # one-rank run never loads (validate.sh pins pml=ob1, btl=self,vader).
@@ -92,7 +92,7 @@ cp -rL "$ompi_pkgdatadir" "$stage/openmpi/share/"
 [[ -f $ompi_sysconfdir/openmpi-mca-params.conf ]] && cp -L "$ompi_sysconfdir/openmpi-mca-params.conf" "$stage/openmpi/etc/"
 # The shared-library closure of the executables and plugins.
 system_re='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|libmvec)\.so'
-machine_re='^(libcuda|libnvidia-.*|libcublas|libcublasLt|libnccl)\.so'
+machine_re='^(libcuda|libnvidia-.*|libcublas|libcublasLt|libnccl|libcudnn)\.so'
 fallback_re='^(libstdc\+\+|libgcc_s|libgomp)\.so'
 declare -A seen=() origin=()
 missing=()

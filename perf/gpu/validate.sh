@@ -170,8 +170,8 @@ main() {
     timeout "$limit" "${RUN[@]}" "$P/bin/selfcheck_paths" --json "$work/selfcheck.json" > "$work/selfcheck.txt" 2>&1
     rc=$?
     echo "$rc" > "$work/selfcheck_status.txt"
-    grep -E "^(PASS|FAIL) |^selfcheck_paths:" "$work/selfcheck.txt" | sed 's/^/    /'
-    say "$(printf '%-28s %s' selfcheck_paths "$([[ $rc == 0 ]] && echo "every path PASS" || echo "FAILED (exit $rc; see the FAIL lines)")")"
+    grep -E "^(PASS|FAIL|SKIP) |^selfcheck_paths:" "$work/selfcheck.txt" | sed 's/^/    /'
+    say "$(printf '%-28s %s' selfcheck_paths "$([[ $rc == 0 ]] && echo "every path in the build PASS" || echo "FAILED (exit $rc; see the FAIL lines)")")"
     [[ $rc == 0 ]] || fail=1
   else
     say "selfcheck_paths: NOT IN THE PACKAGE (pack.sh packs it; rebuild and repack)"
@@ -332,7 +332,8 @@ setup_environment() {
     fi
   done
   [[ -n $(ls "$work/fallback") ]] && ld=$ld:$work/fallback
-  # cuBLAS, cuBLASLt, NCCL: the CUDA toolkit, the system, or the nvidia-* wheels of PyTorch.
+  # cuBLAS, cuBLASLt, NCCL, cuDNN: the CUDA toolkit, the system, or the nvidia-* wheels of PyTorch
+  # (cuDNN loads its engine libraries from the directory it is found in, now on LD_LIBRARY_PATH).
   local dirs=() d lib found
   local IFS_=$IFS
   IFS=: read -r -a d <<< "${LD_LIBRARY_PATH:-}"

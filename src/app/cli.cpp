@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/fault.hpp"
 #include "core/kokkos_compat.hpp"
+#include "kernels/attention.hpp"
 #include "linalg/gemm.hpp"
 
 namespace meshtrain::app {
@@ -66,6 +67,9 @@ std::string version_text() {
                  BOOST_VERSION % 100);
   s += strprintf("  GEMM:     %s\n", linalg::gemm_backend_name().c_str());
   s += strprintf("  CUDA:     %s\n", linalg::cuda_description().c_str());
+  const std::string fused = kernels::fused_attention_version();
+  s += strprintf("  attention: %s\n", fused.empty() ? "Kokkos blocked (this build has no fused path)"
+                                                     : (fused + " flash (gpu.attention=cudnn), Kokkos blocked").c_str());
   return s;
 }
 

@@ -112,6 +112,7 @@ void visit_config(C& c, V&& v) {
   v("checkpoint.save_final", k.save_final, "save a checkpoint after the last step");
   v("checkpoint.async", k.async, "write each save in the background while training goes on (a host copy of the rank's state; doc/checkpoints.md)");
 
+  v("gpu.attention", c.gpu.attention, "training attention on CUDA builds: cudnn (cuDNN's fused flash attention, bf16, for the shapes it takes; packed rows and other shapes use kokkos) | kokkos (the blocked GEMM + softmax kernels of every backend; host builds always use them)");
   v("gpu.fused_optimizer", c.gpu.fused_optimizer, "gradient norm and clip coefficient computed and kept on the device, AdamW in one launch per FSDP unit reading the clip there (false = one norm and one AdamW launch per parameter, the norm read back before AdamW)");
 
   v("output.dir", c.output.dir, "run directory: effective config, metrics.jsonl, run record");

@@ -7,11 +7,59 @@
 #include "core/format.hpp"
 #include "linalg/gemm.hpp"
 
+#if defined(MESHTRAIN_WITH_CUDNN)
+#include <mutex>
+#include <set>
+#include <type_traits>
+
+#include "core/log.hpp"
+#include "kernels/cudnn_attention.hpp"
+#include "kernels/sdpa_layout.hpp"
+#endif
+
 namespace meshtrain::kernels {
 using namespace detail;
 using linalg::Op;
 
 namespace {
+
+#if defined(MESHTRAIN_WITH_CUDNN)
+/// The fused layout of a call that asked for cuDNN, or an unsupported one (Kokkos path).
+/// Each distinct reason a shape falls back is logged once per process.
+template <class T>
+SdpaLayout fused_layout(const AttentionShape& s, int ldq, int ldk, int ldv, int ldo) {
+  if (s.path != AttentionPath::Cudnn) return SdpaLayout{};
+  SdpaLayout L = sdpa_layout(s, ldq, ldk, ldv, ldo);
+  if (!L.supported) {
+    static std::mutex mutex;
+    static std::set<std::string> told;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (told.insert(L.why_not).second)
+      log::info("gpu.attention=cudnn: %s take the Kokkos attention", L.why_not.c_str());
+  }
+  return L;
+}
+
+/// The fused kernel's device workspace: the caller's Kokkos scratch (attention_workspace_elems
+/// bf16 elements, which the fused path does not otherwise use) when it is large enough, else
+/// a block from the memory pool for this call.
+class FusedWorkspace {
+ public:
+  FusedWorkspace(std::size_t bytes, bf16* scratch, const AttentionShape& s) {
+    if (bytes <= static_cast<std::size_t>(attention_workspace_elems(s)) * sizeof(bf16)) {
+      ptr_ = scratch;
+    } else {
+      own_ = Buffer<float>((bytes + sizeof(float) - 1) / sizeof(float), MemCategory::Workspace);
+      ptr_ = own_.data();
+    }
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  Buffer<float> own_;
+};
+#endif
 
 /// Local kv head read by local query head h.
 int kv_head(const AttentionShape& s, int h) {
@@ -198,6 +246,14 @@ void score_strip(const AttentionShape& s, const StripPlan& pl, int h, int i0, in
 
 }  // namespace
 
+std::string fused_attention_version() {
+#if defined(MESHTRAIN_WITH_CUDNN)
+  return cudnn::version_string();
+#else
+  return "";
+#endif
+}
+
 AttentionTileCounts attention_tile_counts() { return g_tiles; }
 void reset_attention_tile_counts() { g_tiles = AttentionTileCounts{}; }
 
@@ -211,6 +267,17 @@ template <class T>
 void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
                        const T* v, int ldv, T* out, int ldo, acc_t<T>* stats, T* workspace) {
   // q: (B*T, ldq), k: (B*T, ldk), v: (B*T, ldv), out: (B*T, ldo), stats: (B, Hq, T, 2)
+#if defined(MESHTRAIN_WITH_CUDNN)
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (const SdpaLayout L = fused_layout<T>(s, ldq, ldk, ldv, ldo); L.supported) {
+      Kokkos::Profiling::pushRegion("Kernels::attention_forward_cudnn");
+      FusedWorkspace ws(cudnn::sdpa_forward_workspace(L, s.scale, stats != nullptr), workspace, s);
+      cudnn::sdpa_forward(L, s.scale, q, k, v, out, stats, ws.get(), ExecSpace().cuda_stream());
+      Kokkos::Profiling::popRegion();
+      return;
+    }
+  }
+#endif
   Kokkos::Profiling::pushRegion("Kernels::attention_forward");
   const int Tn = s.T, hd = s.hd;
   const std::int64_t stats_b = 2 * static_cast<std::int64_t>(s.Hq) * Tn;  // stats stride between sequences
@@ -239,9 +306,26 @@ void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k,
 
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
-                        const T* v, int ldv, const acc_t<T>* stats, const T* dout, int ldo, T* dq,
-                        T* dk, T* dv, T* workspace) {
+                        const T* v, int ldv, const T* out, const acc_t<T>* stats, const T* dout, int ldo,
+                        T* dq, T* dk, T* dv, T* workspace) {
   // dq like q; dk like k; dv like v; workspace: two strips of (B, rows, T): P and dP -> dS.
+  const int N = s.B * s.T;
+#if defined(MESHTRAIN_WITH_CUDNN)
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (const SdpaLayout L = fused_layout<T>(s, ldq, ldk, ldv, ldo); L.supported) {
+      Kokkos::Profiling::pushRegion("Kernels::attention_backward_cudnn");
+      if (L.unread_kv_heads) {  // kv heads no local query head reads get no gradient
+        zero_rows(dk, N, s.Hkv * s.hd, ldk);
+        zero_rows(dv, N, s.Hkv * s.hd, ldv);
+      }
+      FusedWorkspace ws(cudnn::sdpa_backward_workspace(L, s.scale), workspace, s);
+      cudnn::sdpa_backward(L, s.scale, q, k, v, out, dout, stats, dq, dk, dv, ws.get(), ExecSpace().cuda_stream());
+      Kokkos::Profiling::popRegion();
+      return;
+    }
+  }
+#endif
+  (void)out;  // the Kokkos path recomputes the probabilities from q, k and stats instead
   Kokkos::Profiling::pushRegion("Kernels::attention_backward");
   const int Tn = s.T, hd = s.hd;
   const std::int64_t stats_b = 2 * static_cast<std::int64_t>(s.Hq) * Tn;
@@ -250,7 +334,6 @@ void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k
   const int rb = attention_block_rows(Tn);
   T* p = workspace;                                                // (nb, i1 - i0, i1 - k0)
   T* ds = workspace + static_cast<std::int64_t>(s.B) * rb * Tn;   // (nb, i1 - i0, i1 - k0)
-  const int N = s.B * Tn;
   // kv heads accumulate over the query heads that read them (in head order, then block order).
   zero_rows(dk, N, s.Hkv * hd, ldk);
   zero_rows(dv, N, s.Hkv * hd, ldv);
@@ -355,8 +438,8 @@ void attention_forward_cached(const AttentionShape& s, int pos0, int T_cache, co
   template void attention_forward<T>(const AttentionShape&, const T*, int, const T*, int,        \
                                      const T*, int, T*, int, acc_t<T>*, T*);                     \
   template void attention_backward<T>(const AttentionShape&, const T*, int, const T*, int,       \
-                                      const T*, int, const acc_t<T>*, const T*, int, T*, T*, T*, \
-                                      T*);                                                       \
+                                      const T*, int, const T*, const acc_t<T>*, const T*, int,   \
+                                      T*, T*, T*, T*);                                           \
   template void kv_cache_write<T>(const AttentionShape&, int, int, const T*, int, const T*, int, T*, T*); \
   template void attention_forward_cached<T>(const AttentionShape&, int, int, const T*, int, const T*,   \
                                             const T*, T*, int, T*);

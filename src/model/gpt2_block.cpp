@@ -36,6 +36,7 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
   kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
   as.doc_start = s.doc_start;
+  as.path = ctx.attention;
   c.attn_out = Buffer<T>(n(N, Cl), MemCategory::Activations);
   if (kv) {
     // Generation: append this chunk's k|v to the cache, attend over every cached position.
@@ -129,11 +130,12 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
   as.doc_start = s.doc_start;
+  as.path = ctx.attention;
   Buffer<T> dqkv(n(N, W3), MemCategory::Workspace);
   {
     Buffer<T> work(kernels::attention_workspace_elems(as), MemCategory::Workspace);
     kernels::attention_backward(as, c.qkv.data(), W3, c.qkv.data() + Cl, W3, c.qkv.data() + 2 * Cl, W3,
-                                c.attn_stats.data(), dy.data(), Cl, dqkv.data(), dqkv.data() + Cl, dqkv.data() + 2 * Cl,
+                                c.attn_out.data(), c.attn_stats.data(), dy.data(), Cl, dqkv.data(), dqkv.data() + Cl, dqkv.data() + 2 * Cl,
                                 work.data());
   }
   dy.reset();

@@ -16,7 +16,8 @@ namespace meshtrain::model {
 using linalg::Op;
 
 namespace {
-kernels::AttentionShape llama_attention_shape(const ModelDims& d, const TpDims& t, BatchShape s) {
+kernels::AttentionShape llama_attention_shape(const ModelDims& d, const TpDims& t, BatchShape s,
+                                              kernels::AttentionPath path) {
   kernels::AttentionShape as;
   as.B = s.B;
   as.T = s.T;
@@ -28,6 +29,7 @@ kernels::AttentionShape llama_attention_shape(const ModelDims& d, const TpDims& 
   as.kv_head_offset = t.kv_head_offset;
   as.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   as.doc_start = s.doc_start;
+  as.path = path;
   return as;
 }
 }  // namespace
@@ -58,7 +60,7 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   kernels::rope_forward(c.qkv.data() + Ql, W, s.B, s.T, KVl, hd, rcos, rsin, s.doc_start);
   ctx.poll();
 
-  const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s);
+  const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s, ctx.attention);
   c.attn_out = Buffer<T>(n(N, Ql), MemCategory::Activations);
   if (kv) {
     // Generation: append this chunk's rotated k and v to the cache, attend over all of it.
@@ -143,13 +145,13 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
   linalg::gemm<T>(Op::N, Op::N, N, Ql, C, 1.0f, dx, C, p + o[L_O_W], Ql, 0.0f, dy.data(), Ql);
   lora_bwd(LL_O, p, g, c, N, c.attn_out.data(), Ql, dx, C, dy.data(), Ql);
   ctx.poll();
-  const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s);
+  const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s, ctx.attention);
   Buffer<T> dqkv(n(N, W), MemCategory::Workspace);
   {
     Buffer<T> work(kernels::attention_workspace_elems(as), MemCategory::Workspace);
     const int kv_off = Ql + KVl * hd;
-    kernels::attention_backward(as, c.qkv.data(), W, c.qkv.data() + Ql, W, c.qkv.data() + kv_off, W, c.attn_stats.data(),
-                                dy.data(), Ql, dqkv.data(), dqkv.data() + Ql, dqkv.data() + kv_off, work.data());
+    kernels::attention_backward(as, c.qkv.data(), W, c.qkv.data() + Ql, W, c.qkv.data() + kv_off, W,
+                                c.attn_out.data(), c.attn_stats.data(), dy.data(), Ql, dqkv.data(), dqkv.data() + Ql, dqkv.data() + kv_off, work.data());
   }
   dy.reset();
   kernels::rope_backward(dqkv.data(), W, s.B, s.T, Hl, hd, rope_cos_.data(), rope_sin_.data(), s.doc_start);

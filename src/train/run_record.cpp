@@ -11,6 +11,7 @@
 #include "core/file_io.hpp"
 #include "core/kokkos_compat.hpp"
 #include "formats/json.hpp"
+#include "kernels/attention.hpp"
 #include "linalg/gemm.hpp"
 #include "runtime/runtime.hpp"
 
@@ -28,6 +29,8 @@ formats::Json library_versions() {
   v["boost"] = std::string(BOOST_LIB_VERSION);
   v["gemm"] = linalg::gemm_backend_name();
   v["cuda"] = linalg::cuda_description();
+  const std::string fused = kernels::fused_attention_version();
+  v["attention"] = fused.empty() ? std::string("Kokkos blocked attention") : fused + " flash attention (gpu.attention)";
   return v;
 }
 

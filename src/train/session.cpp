@@ -24,6 +24,8 @@ template <class T>
 model::ComputeContext Session<T>::context() const {
   model::ComputeContext ctx;
   ctx.tp = &mesh_.tp().comm();
+  ctx.attention = setup_.spec.train.attention == AttentionChoice::Cudnn ? kernels::AttentionPath::Cudnn
+                                                                          : kernels::AttentionPath::Kokkos;
   return ctx;
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <regex>
@@ -15,6 +16,9 @@
 
 #include "comm/nccl_communicator.hpp"
 #include "core/bf16.hpp"
+#if defined(MESHTRAIN_CUDA_HOST_WITH_CUDNN) || defined(MESHTRAIN_WITH_CUDNN)
+#include "kernels/cudnn_attention.hpp"
+#endif
 #include "linalg/cublas_gemm.hpp"
 #include "test_support.hpp"
 
@@ -187,5 +191,67 @@ TEST(CudaLink, CublasGemmMatchesHostReference) {
   check_gemm<double>(linalg::cublas::Type::F64, 1e-12);
   check_gemm<bf16>(linalg::cublas::Type::BF16, 1.0 / 32);
 }
+
+#if defined(MESHTRAIN_CUDA_HOST_WITH_CUDNN) || defined(MESHTRAIN_WITH_CUDNN)
+// The cuDNN attention (kernels/cuda/cudnn_attention.cpp): linked here by every CPU build on a
+// machine with cuDNN (the version needs no GPU), and run where a GPU is: the fused forward
+// reads q, k, v in place from one (N, ld) buffer through sdpa_layout and must match a double
+// reference, its log-sum-exp statistics included.
+TEST(CudaLink, CudnnAttentionIsLinkedIn) {
+  const std::string v = kernels::cudnn::version_string();
+  EXPECT_TRUE(std::regex_search(v, std::regex(R"(^cuDNN [0-9]+\.[0-9]+\.[0-9]+ \(frontend 1\.[0-9]+\.[0-9]+\)$)"))) << v;
+}
+
+TEST(CudaLink, CudnnAttentionMatchesADoubleReference) {
+  SKIP_WITHOUT_GPUS();
+  const int B = 2, T = 96, Hq = 4, Hkv = 2, hd = 64, group = 2;
+  kernels::AttentionShape s;
+  s.B = B, s.T = T, s.Hq = Hq, s.Hkv = Hkv, s.hd = hd, s.group = group;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int ld = (Hq + 2 * Hkv) * hd, ldo = Hq * hd, N = B * T;
+  const kernels::SdpaLayout L = kernels::sdpa_layout(s, ld, ld, ld, ldo);
+  ASSERT_TRUE(L.supported) << L.why_not;
+  std::vector<bf16> qkv(static_cast<std::size_t>(N) * ld);
+  for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = bf16(static_cast<float>((i * 2654435761u >> 7) % 17) / 8.0f - 1.0f);
+  bf16* d_qkv = device_copy(qkv);
+  bf16* d_out = device_copy(std::vector<bf16>(static_cast<std::size_t>(N) * ldo));
+  float* d_stats = device_copy(std::vector<float>(static_cast<std::size_t>(B) * Hq * T * 2));
+  const std::size_t ws_bytes = kernels::cudnn::sdpa_forward_workspace(L, s.scale, true);
+  void* ws = nullptr;
+  if (ws_bytes) ASSERT_EQ(cudaMalloc(&ws, ws_bytes), cudaSuccess);
+  kernels::cudnn::sdpa_forward(L, s.scale, d_qkv, d_qkv + Hq * hd, d_qkv + (Hq + Hkv) * hd, d_out, d_stats, ws, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto out = host_copy(d_out, static_cast<std::size_t>(N) * ldo);
+  const auto stats = host_copy(d_stats, static_cast<std::size_t>(B) * Hq * T * 2);
+  double worst = 0, worst_lse = 0;
+  std::vector<double> p(T);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < Hq; ++h)
+      for (int i = 0; i < T; ++i) {
+        auto x = [&](int t, int col) { return static_cast<double>(static_cast<float>(qkv[(static_cast<std::size_t>(b) * T + t) * ld + col])); };
+        const int j = h / group;
+        double mx = -1e300, sum = 0;
+        for (int t = 0; t <= i; ++t) {
+          double d = 0;
+          for (int c = 0; c < hd; ++c) d += x(i, h * hd + c) * x(t, (Hq + j) * hd + c);
+          mx = std::max(mx, p[t] = s.scale * d);
+        }
+        for (int t = 0; t <= i; ++t) sum += (p[t] = std::exp(p[t] - mx));
+        worst_lse = std::max(worst_lse, std::abs(stats[((static_cast<std::size_t>(b) * Hq + h) * T + i) * 2] - (mx + std::log(sum))));
+        for (int c = 0; c < hd; ++c) {
+          double o = 0;
+          for (int t = 0; t <= i; ++t) o += p[t] / sum * x(t, (Hq + Hkv + j) * hd + c);
+          const double got = static_cast<float>(out[(static_cast<std::size_t>(b) * T + i) * ldo + h * hd + c]);
+          worst = std::max(worst, std::abs(got - o));
+        }
+      }
+  EXPECT_LE(worst, 1.0 / 64) << "out (bf16, |out| <= 1)";
+  EXPECT_LE(worst_lse, 1e-3) << "log-sum-exp statistics";
+  cudaFree(ws);
+  cudaFree(d_qkv);
+  cudaFree(d_out);
+  cudaFree(d_stats);
+}
+#endif
 
 }  // namespace

@@ -145,8 +145,8 @@ int main(int argc, char** argv) {
            }, 3), causal_flops);
     // Backward recomputes the scores from the saved row statistics: five GEMMs to forward's two.
     report("attention_backward (T=1024, 12x64)", 16.0 * pp, best_seconds([&] {
-             k::attention_backward(s, qkv.data(), ld, qkv.data() + H, ld, qkv.data() + 2 * H, ld, stats.data(),
-                                   out.data(), H, dqkv.data(), dqkv.data() + H, dqkv.data() + 2 * H, ws.data());
+             k::attention_backward(s, qkv.data(), ld, qkv.data() + H, ld, qkv.data() + 2 * H, ld, out.data(),
+                                   stats.data(), out.data(), H, dqkv.data(), dqkv.data() + H, dqkv.data() + 2 * H, ws.data());
            }, 3), 2.5 * causal_flops);
   }
   {  // Cross-entropy over (1024, V)

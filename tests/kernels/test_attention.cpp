@@ -106,7 +106,7 @@ Run run_attention(const Layout& L, const std::vector<double>& qkv, const std::ve
     auto g = upload<T>(std::vector<double>(L.qkv_size(), grad_init));
     auto ws = upload<T>(std::vector<double>(k::attention_workspace_elems(L.s), std::nan("")));
     k::attention_backward(L.s, d.data() + L.q_off(), L.ld, d.data() + L.k_off(), L.ld, d.data() + L.v_off(),
-                          L.ld, stats.data(), dout.data(), L.ldo, g.data() + L.q_off(), g.data() + L.k_off(),
+                          L.ld, out.data(), stats.data(), dout.data(), L.ldo, g.data() + L.q_off(), g.data() + L.k_off(),
                           g.data() + L.v_off(), ws.data());
     r.grad = download(g);
   }

@@ -114,6 +114,7 @@ struct CheckpointConfig {
 /// builds (its host twin), so the keys mean the same there.
 struct GpuConfig {
   bool fused_optimizer = true;        ///< device-resident norm + clip, one AdamW launch per unit
+  AttentionChoice attention = AttentionChoice::Cudnn;  ///< cuDNN flash attention where supported, else Kokkos
 };
 
 struct OutputConfig {

@@ -10,10 +10,17 @@
 /// (kv_head_offset = 0) kv heads.
 
 #include <cstdint>
+#include <string>
 
 #include "core/bf16.hpp"
 
 namespace meshtrain::kernels {
+
+/// Which implementation computes training attention (config gpu.attention). Kokkos: the
+/// blocked GEMM + softmax path below, on every backend. Cudnn: cuDNN's fused flash attention
+/// (kernels/cudnn_attention.hpp) on CUDA builds with cuDNN, for the shapes sdpa_layout()
+/// supports; any other shape, and every host build, takes the Kokkos path.
+enum class AttentionPath { Kokkos, Cudnn };
 
 struct AttentionShape {
   int B = 1, T = 1;        ///< batch, sequence length
@@ -29,6 +36,7 @@ struct AttentionShape {
   /// doc_start[i - 1]). Query i then attends only to keys [doc_start[i], i]. Training
   /// attention only; the KV-cache functions ignore it (generation is one document).
   const std::int32_t* doc_start = nullptr;
+  AttentionPath path = AttentionPath::Kokkos;
 };
 
 /// \brief Work counts of the host blocked attention, for tests: one tile is one
@@ -67,11 +75,16 @@ void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k,
 
 /// Gradients: dq (N, Hq*hd; ldq) overwritten; dk, dv (N, Hkv*hd; ldk/ldv) overwritten
 /// (kv heads shared by several query heads accumulate their contributions in a fixed order).
-/// stats: forward's; workspace: attention_workspace_elems(s) elements of scratch.
+/// out: forward's output (N, Hq*hd; ldo, like dout), which the fused path reads; stats:
+/// forward's; workspace: attention_workspace_elems(s) elements of scratch.
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k, int ldk,
-                        const T* v, int ldv, const acc_t<T>* stats, const T* dout, int ldo, T* dq,
-                        T* dk, T* dv, T* workspace);
+                        const T* v, int ldv, const T* out, const acc_t<T>* stats, const T* dout, int ldo,
+                        T* dq, T* dk, T* dv, T* workspace);
+
+/// The fused path this build can take for training attention: "cuDNN 9.x (frontend 1.y)" on
+/// CUDA builds with cuDNN, "" otherwise (every shape then takes the Kokkos path).
+std::string fused_attention_version();
 
 /// Incremental decoding. A key/value cache holds, per layer, k_cache and v_cache of shape
 /// (B, Hkv, T_cache, hd) (local kv heads, contiguous), positions [0, filled) valid.

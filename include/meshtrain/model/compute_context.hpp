@@ -1,12 +1,13 @@
 #pragma once
 /// \brief What a layer needs from its surroundings: the tensor-parallel group (for the
-/// all-reduces of row-parallel outputs and column-parallel input gradients) and a
-/// progress hook the FSDP engine uses to drive prefetches while compute runs.
+/// all-reduces of row-parallel outputs and column-parallel input gradients), a progress hook
+/// the FSDP engine uses to drive prefetches while compute runs, and the run's kernel choices.
 
 #include <cstddef>
 #include <functional>
 
 #include "comm/communicator.hpp"
+#include "kernels/attention.hpp"
 
 namespace meshtrain::model {
 
@@ -16,6 +17,8 @@ struct ComputeContext {
   /// LoRA adapters switched off: the forward computes the frozen base alone (DPO's
   /// reference model, the same weights without a second copy). Forward only.
   bool adapters_off = false;
+  /// Training attention's implementation (gpu.attention; kernels/attention.hpp).
+  kernels::AttentionPath attention = kernels::AttentionPath::Kokkos;
 
   int tp_size() const { return tp ? tp->size() : 1; }
   void poll() const {
