@@ -114,6 +114,8 @@ struct CheckpointConfig {
 /// builds (its host twin), so the keys mean the same there.
 struct GpuConfig {
   bool fused_optimizer = true;        ///< device-resident norm + clip, one AdamW launch per unit
+  bool fused_loss = true;             ///< one-pass online-softmax cross-entropy, loss kept on the device
+  bool fused_norms = true;            ///< residual add (+ bias) fused with the block's second norm
 };
 
 struct OutputConfig {
