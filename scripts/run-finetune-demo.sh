@@ -36,6 +36,10 @@ else
   layout_name="padded"
 fi
 n_heldout=50
+# FT_DEMO_SEED: another train.seed (the sampler's draw of examples into steps) than the ini's 1,
+# to see how much the result depends on it.
+seed_args=()
+[[ -n ${FT_DEMO_SEED:-} ]] && seed_args=(--train.seed="$FT_DEMO_SEED")
 
 # shellcheck source=demo-setup.sh
 source scripts/demo-setup.sh
@@ -81,7 +85,7 @@ phase_done "score the base model"
 
 echo "== 4. LoRA fine-tuning on 2 ranks (inputs/finetune-demo.ini), $layout_name rows"
 mpirun -np 2 "${mpirun_flags[@]}" "$bin" train inputs/finetune-demo.ini --checkpoint.init_from="$gguf" \
-  --data.dir="$work/dataset" --output.dir="$work/lora" "${train_layout[@]}"
+  --data.dir="$work/dataset" --output.dir="$work/lora" "${train_layout[@]}" "${seed_args[@]}"
 phase_done "LoRA fine-tuning ($layout_name)"
 
 echo "== 5. the fine-tuned model on the same prompts"

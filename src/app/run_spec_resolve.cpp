@@ -57,6 +57,8 @@ plan::RunSpec resolve_spec(const Config& c) {
   validate_config(c);
   plan::RunSpec s;
   s.dims = resolve_model(c.model);
+  s.kernel_paths.fused_loss = c.gpu.fused_loss;
+  s.kernel_paths.fused_norms = c.gpu.fused_norms;
   const TrainConfig& t = c.train;
   s.batch = {t.micro_batch, t.seq_len, t.grad_accum, t.global_batch};
 

@@ -113,6 +113,8 @@ void visit_config(C& c, V&& v) {
   v("checkpoint.async", k.async, "write each save in the background while training goes on (a host copy of the rank's state; doc/checkpoints.md)");
 
   v("gpu.attention", c.gpu.attention, "training attention on CUDA builds: cudnn (cuDNN's fused flash attention, bf16, for the shapes it takes; packed rows and other shapes use kokkos) | kokkos (the blocked GEMM + softmax kernels of every backend; host builds always use them)");
+  v("gpu.fused_loss", c.gpu.fused_loss, "LM-head cross-entropy in one online-softmax pass per row (running max and rescaled sum-exp, then the gradient in place), the chunk losses kept on the device and read once per micro-step (false = three passes: max, sum, finish, the loss read back per chunk)");
+  v("gpu.fused_norms", c.gpu.fused_norms, "inside each block the attention residual add (and GPT-2's projection bias) fused with the second LayerNorm/RMSNorm in one kernel; its backward in one pass with per-block parameter-gradient partials summed in block order (false = add_bias, add_inplace and the norm as separate kernels, column-sum backward)");
   v("gpu.fused_optimizer", c.gpu.fused_optimizer, "gradient norm and clip coefficient computed and kept on the device, AdamW in one launch per FSDP unit reading the clip there (false = one norm and one AdamW launch per parameter, the norm read back before AdamW)");
 
   v("output.dir", c.output.dir, "run directory: effective config, metrics.jsonl, run record");

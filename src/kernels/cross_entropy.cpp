@@ -2,18 +2,12 @@
 
 #include <type_traits>
 
-#include "kernel_common.hpp"
+#include "cross_entropy_rows.hpp"
 
 namespace meshtrain::kernels {
 using namespace detail;
 
 namespace {
-
-/// Number of leading columns of the slice that are real vocabulary (the rest is padding).
-int valid_columns(int V_local, std::int64_t vocab_start, std::int64_t valid_vocab) {
-  const std::int64_t n = valid_vocab - vocab_start;
-  return n <= 0 ? 0 : (n >= V_local ? V_local : static_cast<int>(n));
-}
 
 /// The phases with statistics of type S (float, or double for double logits); the row
 /// arithmetic is done in A = the wider of acc_t<T> and S.
@@ -56,44 +50,39 @@ void row_sums_impl(const T* logits, int ld, int N, int V_local, std::int64_t voc
       });
 }
 
+/// Writes the gradient; the sum of the row losses is returned (loss_out null: read back to
+/// the host) or written to the device scalar *loss_out (no host read).
 template <class T, class S>
 double finish_impl(T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
                    std::int64_t valid_vocab, const std::int32_t* targets, const S* row_max,
-                   const S* stats, float grad_scale, const float* row_scale) {
+                   const S* stats, float grad_scale, const float* row_scale, double* loss_out) {
   // logits (N, V_local; ld) <- grad_scale * row_scale[r] * (softmax - onehot); returns sum of row losses.
   using A = CeAcc<T, S>;
   const int nv = valid_columns(V_local, vocab_start, valid_vocab);
   const A gs = static_cast<A>(grad_scale);
+  const auto body = KOKKOS_LAMBDA(const Member& team, double& acc) {
+    const std::int64_t r = team.league_rank();
+    T* lr = logits + r * ld;
+    const std::int32_t tgt = targets[r];
+    if (tgt < 0) {
+      team_for(team, V_local, [&](int c) { lr[c] = store<T>(A(0)); });
+      return;
+    }
+    // DPO: each sequence's rows carry its own coefficient (negative for a rejected one).
+    const A g = row_scale ? gs * A(row_scale[r]) : gs;
+    const std::int64_t t = static_cast<std::int64_t>(tgt) - vocab_start;
+    const bool has_target = t >= 0 && t < nv;
+    const A target_logit = has_target ? A(load(lr[t])) : A(0);
+    write_row_gradient<A>(team, lr, V_local, nv, t, has_target, target_logit, A(row_max[r]), A(stats[r]), g);
+    team_single(team, [&]() { acc += static_cast<double>(math::log(A(stats[r])) + A(row_max[r]) - A(stats[N + r])); });
+  };
+  if (loss_out) {
+    Kokkos::parallel_reduce("Kernels::cross_entropy_finish", row_policy(N), body,
+                            Kokkos::View<double, DeviceMem, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(loss_out));
+    return 0;
+  }
   double loss = 0;
-  Kokkos::parallel_reduce(
-      "Kernels::cross_entropy_finish", row_policy(N),
-      KOKKOS_LAMBDA(const Member& team, double& acc) {
-        const std::int64_t r = team.league_rank();
-        T* lr = logits + r * ld;
-        const std::int32_t tgt = targets[r];
-        if (tgt < 0) {
-          team_for(team, V_local, [&](int c) { lr[c] = store<T>(A(0)); });
-          return;
-        }
-        const A mx = row_max[r];
-        const A sum = stats[r];
-        // DPO: each sequence's rows carry its own coefficient (negative for a rejected one).
-        const A g = row_scale ? gs * A(row_scale[r]) : gs;
-        const A scale = g / sum;
-        const std::int64_t t = static_cast<std::int64_t>(tgt) - vocab_start;
-        const bool has_target = t >= 0 && t < nv;
-        const A target_logit = has_target ? A(load(lr[t])) : A(0);
-        team.team_barrier();  // every thread has read the target logit before it is overwritten
-        // Branch-free loops (vectorizable); the target's -grad_scale is applied afterwards.
-        team_for(team, nv, [&](int c) { lr[c] = store<T>(exp_acc(A(load(lr[c]) - mx)) * scale); });
-        team_for(team, V_local - nv, [&](int c) { lr[nv + c] = store<T>(A(0)); });
-        team.team_barrier();
-        team_single(team, [&]() {
-          if (has_target) lr[t] = store<T>(exp_acc(A(target_logit - mx)) * scale - g);
-          acc += static_cast<double>(math::log(sum) + mx - stats[N + r]);
-        });
-      },
-      loss);
+  Kokkos::parallel_reduce("Kernels::cross_entropy_finish", row_policy(N), body, loss);
   return loss;
 }
 
@@ -136,7 +125,15 @@ double cross_entropy_finish(T* logits, int ld, int N, int V_local, std::int64_t 
                             const float* row_max, const float* stats, float grad_scale,
                             const float* row_scale) {
   return finish_impl(logits, ld, N, V_local, vocab_start, valid_vocab, targets, row_max, stats,
-                     grad_scale, row_scale);
+                     grad_scale, row_scale, nullptr);
+}
+template <class T>
+void cross_entropy_finish_into(T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
+                               std::int64_t valid_vocab, const std::int32_t* targets,
+                               const acc_t<T>* row_max, const acc_t<T>* stats, float grad_scale,
+                               const float* row_scale, double* loss_out) {
+  finish_impl(logits, ld, N, V_local, vocab_start, valid_vocab, targets, row_max, stats, grad_scale,
+              row_scale, loss_out);
 }
 double cross_entropy_loss_sum(int N, const std::int32_t* targets, const float* row_max,
                               const float* stats) {
@@ -157,7 +154,7 @@ double cross_entropy_finish(double* logits, int ld, int N, int V_local, std::int
                             const double* row_max, const double* stats, float grad_scale,
                             const float* row_scale) {
   return finish_impl(logits, ld, N, V_local, vocab_start, valid_vocab, targets, row_max, stats,
-                     grad_scale, row_scale);
+                     grad_scale, row_scale, nullptr);
 }
 double cross_entropy_loss_sum(int N, const std::int32_t* targets, const double* row_max,
                               const double* stats) {
@@ -179,7 +176,10 @@ void cross_entropy_row_losses(int N, const std::int32_t* targets, const double* 
                                           const std::int32_t*, const float*, float*);            \
   template double cross_entropy_finish<T>(T*, int, int, int, std::int64_t, std::int64_t,        \
                                           const std::int32_t*, const float*, const float*, float,        \
-                                          const float*);
+                                          const float*);                                         \
+  template void cross_entropy_finish_into<T>(T*, int, int, int, std::int64_t, std::int64_t,     \
+                                             const std::int32_t*, const acc_t<T>*, const acc_t<T>*, \
+                                             float, const float*, double*);
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(float)
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(double)
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(bf16)

@@ -6,6 +6,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/norms.hpp"
+#include "kernels/residual_norms.hpp"
 #include "linalg/gemm.hpp"
 #include "model/transformer.hpp"
 
@@ -57,15 +58,20 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
   linalg::gemm<T>(Op::N, Op::N, N, C, Cl, 1.0f, c.attn_out.data(), Cl, p + o[G_PROJ_W], C, 0.0f, c.x_mid.data(), C);
   lora_fwd(ctx, GL_PROJ, p, c, N, c.attn_out.data(), Cl, c.x_mid.data(), C);
   ctx.tp_all_reduce(c.x_mid.data(), n(N, C));
-  kernels::add_bias(c.x_mid.data(), p + o[G_PROJ_B], N, C, C);
-  kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
-  ctx.poll();
-
   c.norm2 = Buffer<T>(n(N, C), MemCategory::Activations);
   c.mean2 = Buffer<acc_t<T>>(N, MemCategory::Activations);
   c.rstd2 = Buffer<acc_t<T>>(N, MemCategory::Activations);
-  kernels::layernorm_forward(c.x_mid.data(), p + o[G_LN2_W], p + o[G_LN2_B], dims_.norm_eps, N, C, c.norm2.data(),
-                             c.mean2.data(), c.rstd2.data());
+  if (paths_.fused_norms) {
+    // x_mid += bias + x_in and norm2 = ln_2(x_mid) in one kernel.
+    kernels::residual_layernorm_forward(c.x_mid.data(), x_in, p + o[G_PROJ_B], p + o[G_LN2_W], p + o[G_LN2_B],
+                                        dims_.norm_eps, N, C, c.norm2.data(), c.mean2.data(), c.rstd2.data());
+  } else {
+    kernels::add_bias(c.x_mid.data(), p + o[G_PROJ_B], N, C, C);
+    kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
+    kernels::layernorm_forward(c.x_mid.data(), p + o[G_LN2_W], p + o[G_LN2_B], dims_.norm_eps, N, C, c.norm2.data(),
+                               c.mean2.data(), c.rstd2.data());
+  }
+  ctx.poll();
   // h (N, Fl) = norm2 @ c_fc (C, Fl) + bias; act = gelu(h)
   c.mlp_in = Buffer<T>(n(N, Fl), MemCategory::Activations);
   linalg::gemm<T>(Op::N, Op::N, N, Fl, C, 1.0f, c.norm2.data(), C, p + o[G_FC_W], Fl, 0.0f, c.mlp_in.data(), Fl);
@@ -114,12 +120,19 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   lora_bwd(GL_FC, p, g, c, N, c.norm2.data(), C, dh.data(), Fl, dnorm.data(), C);
   dh.reset();
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
-  kernels::layernorm_backward(dnorm.data(), c.x_mid.data(), p + o[G_LN2_W], c.mean2.data(), c.rstd2.data(), N, C, dx,
-                              base_grad(g, o[G_LN2_W]), base_grad(g, o[G_LN2_B]));
+  if (paths_.fused_norms) {
+    // dx += ln_2's input gradient; d ln_2, and d c_proj bias = column sums of the new dx, in the same pass.
+    kernels::residual_layernorm_backward(dnorm.data(), c.x_mid.data(), p + o[G_LN2_W], c.mean2.data(), c.rstd2.data(),
+                                         N, C, dx, base_grad(g, o[G_LN2_W]), base_grad(g, o[G_LN2_B]),
+                                         base_grad(g, o[G_PROJ_B]));
+  } else {
+    kernels::layernorm_backward(dnorm.data(), c.x_mid.data(), p + o[G_LN2_W], c.mean2.data(), c.rstd2.data(), N, C,
+                                dx, base_grad(g, o[G_LN2_W]), base_grad(g, o[G_LN2_B]));
+    kernels::bias_backward(dx, base_grad(g, o[G_PROJ_B]), N, C, C);
+  }
   ctx.poll();
 
   // ---- attention: dx is now dL/dx_mid ---------------------------------------------------
-  kernels::bias_backward(dx, base_grad(g, o[G_PROJ_B]), N, C, C);
   // d c_proj (Cl, C) += attn_out^T (Cl, N) @ dx (N, C)
   if (train_base_)
     linalg::gemm<T>(Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f, g + o[G_PROJ_W], C);

@@ -7,6 +7,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/norms.hpp"
+#include "kernels/residual_norms.hpp"
 #include "kernels/rope.hpp"
 #include "linalg/gemm.hpp"
 #include "model/transformer.hpp"
@@ -81,12 +82,17 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   linalg::gemm<T>(Op::N, Op::T, N, C, Ql, 1.0f, c.attn_out.data(), Ql, p + o[L_O_W], Ql, 0.0f, c.x_mid.data(), C);
   lora_fwd(ctx, LL_O, p, c, N, c.attn_out.data(), Ql, c.x_mid.data(), C);
   ctx.tp_all_reduce(c.x_mid.data(), n(N, C));
-  kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
-  ctx.poll();
-
   c.norm2 = Buffer<T>(n(N, C), MemCategory::Activations);
   c.rstd2 = Buffer<acc_t<T>>(N, MemCategory::Activations);
-  kernels::rmsnorm_forward(c.x_mid.data(), p + o[L_NORM2_W], dims_.norm_eps, N, C, c.norm2.data(), c.rstd2.data());
+  if (paths_.fused_norms) {
+    // x_mid += x_in and norm2 = post_attention_layernorm(x_mid) in one kernel.
+    kernels::residual_rmsnorm_forward(c.x_mid.data(), x_in, p + o[L_NORM2_W], dims_.norm_eps, N, C, c.norm2.data(),
+                                      c.rstd2.data());
+  } else {
+    kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
+    kernels::rmsnorm_forward(c.x_mid.data(), p + o[L_NORM2_W], dims_.norm_eps, N, C, c.norm2.data(), c.rstd2.data());
+  }
+  ctx.poll();
   // gate|up (N, 2Fl) = norm2 @ [gate; up]^T
   c.mlp_in = Buffer<T>(n(N, 2 * Fl), MemCategory::Activations);
   linalg::gemm<T>(Op::N, Op::T, N, 2 * Fl, C, 1.0f, c.norm2.data(), C, p + o[L_GATE_W], C, 0.0f, c.mlp_in.data(),
@@ -134,7 +140,12 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
   lora_bwd(LL_UP, p, g, c, N, c.norm2.data(), C, dgu.data() + Fl, 2 * Fl, dnorm.data(), C);
   dgu.reset();
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
-  kernels::rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx, base_grad(g, o[L_NORM2_W]));
+  if (paths_.fused_norms)
+    kernels::residual_rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx,
+                                       base_grad(g, o[L_NORM2_W]));
+  else
+    kernels::rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx,
+                              base_grad(g, o[L_NORM2_W]));
   ctx.poll();
 
   // ---- attention ------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/cross_entropy_online.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/norms.hpp"
@@ -40,8 +41,8 @@ std::vector<std::int64_t> role_offsets(const std::vector<ParamSpec>& specs, cons
 
 template <class T>
 Transformer<T>::Transformer(const ModelDims& dims, const TpDims& tp, const std::vector<ParamSpec>& specs,
-                            const std::vector<UnitLayout>& layouts)
-    : dims_(dims), tp_(tp) {
+                            const std::vector<UnitLayout>& layouts, KernelPaths paths)
+    : dims_(dims), tp_(tp), paths_(paths) {
   const bool gpt2 = dims.family == Family::Gpt2;
   if (dims.n_layers > 0) {
     block_off_ = gpt2 ? role_offsets(specs, layouts[1], kGpt2Roles, G_NUM_ROLES, false)
@@ -222,6 +223,30 @@ void Transformer<T>::final_norm(const T* outer, BatchShape s, const T* x, HeadCa
 }
 
 template <class T>
+void Transformer<T>::ce_statistics(const ComputeContext& ctx, const T* logits, int nc, const std::int32_t* targets,
+                                   acc_t<T>* row_max, acc_t<T>* stats, acc_t<T>* local_max) const {
+  const int Vl = static_cast<int>(tp_.vocab);
+  if (paths_.fused_loss) {
+    // One read of the logits; the slices' (max, sum) pairs merge by the online-softmax rule
+    // in the three-pass path's two reductions (the Communicator has no user-defined
+    // reduction for a packed pair, and the rows of a chunk are few: two small all-reduces).
+    kernels::cross_entropy_online_stats(logits, Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets, local_max,
+                                        row_max, stats);
+    if (ctx.tp_size() > 1) {
+      ctx.tp_all_reduce(row_max, nc, ReduceOp::Max);
+      kernels::cross_entropy_rescale_sums(nc, local_max, row_max, stats);
+      ctx.tp_all_reduce(stats, 2 * static_cast<std::size_t>(nc));
+    }
+    return;
+  }
+  kernels::cross_entropy_row_max(logits, Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, row_max);
+  ctx.tp_all_reduce(row_max, nc, ReduceOp::Max);
+  kernels::cross_entropy_row_sums(logits, Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets, row_max, stats);
+  // stats (2, nc): [sum exp | target logit], both summed over the vocab slices.
+  ctx.tp_all_reduce(stats, 2 * static_cast<std::size_t>(nc));
+}
+
+template <class T>
 double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T* outer, T* outer_grad, BatchShape s,
                                              const T* x, const std::int32_t* targets, float grad_scale,
                                              T* dx, const float* row_scale) const {
@@ -237,6 +262,10 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
   Buffer<acc_t<T>> row_max(chunk, MemCategory::Workspace);
   Buffer<acc_t<T>> stats(2 * chunk, MemCategory::Workspace);
   Buffer<T> dnormed(static_cast<std::size_t>(N) * C, MemCategory::Workspace);
+  // gpu.fused_loss: each chunk's loss stays on the device, (chunks), read once after the loop.
+  const std::int64_t n_chunks = (N + chunk - 1) / chunk;
+  Buffer<double> chunk_loss(paths_.fused_loss ? n_chunks : 0, MemCategory::Workspace);
+  Buffer<acc_t<T>> local_max(paths_.fused_loss && ctx.tp_size() > 1 ? chunk : 0, MemCategory::Workspace);
   double loss = 0;
   for (std::int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int nc = static_cast<int>(std::min<std::int64_t>(chunk, N - r0));
@@ -244,15 +273,20 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
     // logits (nc, Vl) = h (nc, C) @ W^T
     linalg::gemm<T>(Op::N, Op::T, nc, Vl, C, 1.0f, h, C, W, C, 0.0f, logits.data(), Vl);
     ctx.poll();
-    kernels::cross_entropy_row_max(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, row_max.data());
-    ctx.tp_all_reduce(row_max.data(), nc, ReduceOp::Max);
-    kernels::cross_entropy_row_sums(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets + r0,
-                                    row_max.data(), stats.data());
-    // stats (2, nc): [sum exp | target logit], both summed over the vocab slices.
-    ctx.tp_all_reduce(stats.data(), 2 * static_cast<std::size_t>(nc));
-    loss += kernels::cross_entropy_finish(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets + r0,
-                                          row_max.data(), stats.data(), grad_scale,
-                                          row_scale ? row_scale + r0 : nullptr);
+    const float* rs = row_scale ? row_scale + r0 : nullptr;
+    if (paths_.fused_loss && ctx.tp_size() == 1) {
+      // The whole vocabulary is here: statistics and dlogits in one launch.
+      kernels::cross_entropy_fused(logits.data(), Vl, nc, Vl, dims_.valid_vocab, targets + r0, grad_scale, rs,
+                                   chunk_loss.data() + r0 / chunk);
+    } else {
+      ce_statistics(ctx, logits.data(), nc, targets + r0, row_max.data(), stats.data(), local_max.data());
+      if (paths_.fused_loss)
+        kernels::cross_entropy_finish_into(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets + r0,
+                                           row_max.data(), stats.data(), grad_scale, rs, chunk_loss.data() + r0 / chunk);
+      else
+        loss += kernels::cross_entropy_finish(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab,
+                                              targets + r0, row_max.data(), stats.data(), grad_scale, rs);
+    }
     // dW (Vl, C) += dlogits^T (Vl, nc) @ h (nc, C);  dh (nc, C) = dlogits @ W
     if (train_base_) linalg::gemm<T>(Op::T, Op::N, Vl, C, nc, 1.0f, logits.data(), Vl, h, C, 1.0f, dW, C);
     ctx.poll();
@@ -260,6 +294,12 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
     ctx.poll();
   }
   ctx.tp_all_reduce(dnormed.data(), static_cast<std::size_t>(N) * C);
+  if (paths_.fused_loss) {
+    // The one read of the loss in this head (summed in chunk order: deterministic).
+    std::vector<double> host(chunk_loss.size());
+    Kokkos::deep_copy(UView<double, HostMem>(host.data(), host.size()), chunk_loss.view());
+    for (const double l : host) loss += l;
+  }
   kernels::fill(dx, static_cast<std::size_t>(N) * C, 0.0);
   if (dims_.family == Family::Gpt2) {
     kernels::layernorm_backward(dnormed.data(), x, outer + outer_off_[O_NORM_W], hc.mean.data(), hc.rstd.data(), N, C,
@@ -285,14 +325,11 @@ void Transformer<T>::head_forward_chunks(const ComputeContext& ctx, const T* out
   Buffer<T> logits(static_cast<std::size_t>(chunk) * Vl, MemCategory::Workspace);
   Buffer<acc_t<T>> row_max(chunk, MemCategory::Workspace);
   Buffer<acc_t<T>> stats(2 * chunk, MemCategory::Workspace);
+  Buffer<acc_t<T>> local_max(paths_.fused_loss ? chunk : 0, MemCategory::Workspace);
   for (std::int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int nc = static_cast<int>(std::min<std::int64_t>(chunk, N - r0));
     linalg::gemm<T>(Op::N, Op::T, nc, Vl, C, 1.0f, hc.normed.data() + r0 * C, C, W, C, 0.0f, logits.data(), Vl);
-    kernels::cross_entropy_row_max(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, row_max.data());
-    ctx.tp_all_reduce(row_max.data(), nc, ReduceOp::Max);
-    kernels::cross_entropy_row_sums(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets + r0,
-                                    row_max.data(), stats.data());
-    ctx.tp_all_reduce(stats.data(), 2 * static_cast<std::size_t>(nc));
+    ce_statistics(ctx, logits.data(), nc, targets + r0, row_max.data(), stats.data(), local_max.data());
     on_chunk(r0, nc, row_max.data(), stats.data());
   }
 }

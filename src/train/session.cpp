@@ -17,7 +17,8 @@ Session<T>::Session(const Runtime& rt, const plan::RunSetup& setup, SessionUse u
   opt.forward_only = use == SessionUse::Inference;
   engine_ = std::make_unique<parallel::FsdpEngine<T>>(model::build_param_specs(setup.spec.dims, tp.size()),
                                                       model::num_units(setup.spec.dims), mesh_, opt);
-  model_ = std::make_unique<model::Transformer<T>>(setup.spec.dims, tp_, engine_->specs(), engine_->layouts());
+  model_ = std::make_unique<model::Transformer<T>>(setup.spec.dims, tp_, engine_->specs(), engine_->layouts(),
+                                                   setup.spec.kernel_paths);
 }
 
 template <class T>

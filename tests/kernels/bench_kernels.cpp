@@ -14,9 +14,11 @@
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/cross_entropy_online.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/norms.hpp"
+#include "kernels/residual_norms.hpp"
 #include "kernels/rope.hpp"
 #include "runtime/runtime.hpp"
 
@@ -78,6 +80,48 @@ int main(int argc, char** argv) {
              k::rmsnorm_backward(y.data(), x.data(), w.data(), r.data(), N, C, dx.data(), dw.data());
            }));
     report("bias_backward (N x C)", nc, best_seconds([&] { k::bias_backward(x.data(), db.data(), N, C, C); }));
+    // gpu.fused_norms side by side (each includes resetting h, the same copy for both):
+    // unfused add_bias + add_inplace + norm against the fused residual norm.
+    auto h0 = filled<F>(static_cast<std::size_t>(N) * C, 0.25), h = filled<F>(static_cast<std::size_t>(N) * C, 0);
+    k::fill_uniform(h0.data(), h0.size(), -1.0, 1.0, 7);
+    k::fill_uniform(x.data(), x.size(), -1.0, 1.0, 8);
+    const auto reset = [&] { Kokkos::deep_copy(h.view(), h0.view()); };
+    report("copy (reset of h, in both below)", 2 * nc, best_seconds(reset));
+    report("unfused residual+layernorm fwd", 5 * nc, best_seconds([&] {
+             reset();
+             k::add_bias(h.data(), b.data(), N, C, C);
+             k::add_inplace(h.data(), x.data(), h.size());
+             k::layernorm_forward(h.data(), w.data(), b.data(), 1e-5, N, C, y.data(), m.data(), r.data());
+           }));
+    report("fused residual_layernorm_forward", 4 * nc, best_seconds([&] {
+             reset();
+             k::residual_layernorm_forward(h.data(), x.data(), b.data(), w.data(), b.data(), 1e-5, N, C, y.data(),
+                                           m.data(), r.data());
+           }));
+    report("unfused layernorm+bias backward", 5 * nc, best_seconds([&] {
+             k::layernorm_backward(y.data(), h.data(), w.data(), m.data(), r.data(), N, C, dx.data(), dw.data(),
+                                   db.data());
+             k::bias_backward(dx.data(), db.data(), N, C, C);
+           }));
+    report("fused residual_layernorm_backward", 4 * nc, best_seconds([&] {
+             k::residual_layernorm_backward(y.data(), h.data(), w.data(), m.data(), r.data(), N, C, dx.data(),
+                                            dw.data(), db.data(), db.data());
+           }));
+    report("unfused residual+rmsnorm fwd", 5 * nc, best_seconds([&] {
+             reset();
+             k::add_inplace(h.data(), x.data(), h.size());
+             k::rmsnorm_forward(h.data(), w.data(), 1e-5, N, C, y.data(), r.data());
+           }));
+    report("fused residual_rmsnorm_forward", 4 * nc, best_seconds([&] {
+             reset();
+             k::residual_rmsnorm_forward(h.data(), x.data(), w.data(), 1e-5, N, C, y.data(), r.data());
+           }));
+    report("unfused rmsnorm backward", 4 * nc, best_seconds([&] {
+             k::rmsnorm_backward(y.data(), h.data(), w.data(), r.data(), N, C, dx.data(), dw.data());
+           }));
+    report("fused residual_rmsnorm_backward", 4 * nc, best_seconds([&] {
+             k::residual_rmsnorm_backward(y.data(), h.data(), w.data(), r.data(), N, C, dx.data(), dw.data());
+           }));
     report("add_bias (N x C)", 2 * nc, best_seconds([&] { k::add_bias(y.data(), b.data(), N, C, C); }));
   }
   {  // GELU, SwiGLU on (N, 4C)
@@ -166,6 +210,31 @@ int main(int argc, char** argv) {
     report("cross_entropy_finish (1024 x V)", 2 * bytes, best_seconds([&] {
              k::fill(logits.data(), static_cast<std::size_t>(Nr) * V, 0.01);
              (void)k::cross_entropy_finish(logits.data(), V, Nr, V, 0, 50257, dt.data(), mx.data(), st.data(), 1.0f);
+           }));
+    // gpu.fused_loss side by side on random logits: each run restores the logits from a
+    // copy (the gradient overwrites them), the same copy for both forms.
+    auto l0 = filled<F>(static_cast<std::size_t>(Nr) * V, 0);
+    k::fill_uniform(l0.data(), l0.size(), -4.0, 4.0, 9);
+    const auto restore = [&] { Kokkos::deep_copy(logits.view(), l0.view()); };
+    Buffer<double> loss(1, MemCategory::Workspace);
+    auto lmax = filled<float>(Nr, 0);
+    report("copy (restore, in each below)", 2 * bytes, best_seconds(restore));
+    report("three-pass cross-entropy (1024 x V)", 4 * bytes, best_seconds([&] {
+             restore();
+             k::cross_entropy_row_max(logits.data(), V, Nr, V, 0, 50257, mx.data());
+             k::cross_entropy_row_sums(logits.data(), V, Nr, V, 0, 50257, dt.data(), mx.data(), st.data());
+             (void)k::cross_entropy_finish(logits.data(), V, Nr, V, 0, 50257, dt.data(), mx.data(), st.data(), 1.0f);
+           }));
+    report("fused cross_entropy_fused (1024 x V)", 2 * bytes, best_seconds([&] {
+             restore();
+             k::cross_entropy_fused(logits.data(), V, Nr, V, 50257, dt.data(), 1.0f, nullptr, loss.data());
+           }));
+    report("online stats + finish (tp form)", 3 * bytes, best_seconds([&] {
+             restore();
+             k::cross_entropy_online_stats(logits.data(), V, Nr, V, 0, 50257, dt.data(), lmax.data(), mx.data(),
+                                           st.data());
+             k::cross_entropy_finish_into(logits.data(), V, Nr, V, 0, 50257, dt.data(), mx.data(), st.data(), 1.0f,
+                                          nullptr, loss.data());
            }));
   }
   {  // AdamW over 16M parameters

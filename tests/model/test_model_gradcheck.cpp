@@ -1,9 +1,12 @@
 // Whole-model gradient check in double precision: the analytic gradient of every parameter
 // (explicit backward of embedding, blocks, final norm, LM head and cross-entropy) against
 // central finite differences of the loss, for both families, with and without activation
-// checkpointing, with a padded vocabulary.
+// checkpointing, with a padded vocabulary; the fused kernel paths (gpu.fused_loss,
+// gpu.fused_norms: the default) and the unfused ones they replace.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "model/init.hpp"
@@ -65,9 +68,9 @@ struct Fixture {
 
 /// Loss (sum over tokens) and, when grads != nullptr, the gradients of every unit.
 double run(const Fixture& f, const std::vector<std::vector<double>>& params, bool checkpoint,
-           std::vector<std::vector<double>>* grads) {
+           std::vector<std::vector<double>>* grads, KernelPaths paths = {}) {
   const TpDims tp = tp_dims(f.dims, 1, 0);
-  Transformer<double> model(f.dims, tp, f.specs, f.layouts);
+  Transformer<double> model(f.dims, tp, f.specs, f.layouts, paths);
   ComputeContext ctx;
   std::vector<Buffer<double>> p, g;
   for (std::size_t u = 0; u < params.size(); ++u) {
@@ -99,10 +102,10 @@ double run(const Fixture& f, const std::vector<std::vector<double>>& params, boo
   return loss;
 }
 
-void gradcheck(Family family, bool checkpoint, int lora_rank = 0) {
+void gradcheck(Family family, bool checkpoint, int lora_rank = 0, KernelPaths paths = {}) {
   Fixture f(family, lora_rank);
   std::vector<std::vector<double>> grads;
-  run(f, f.params, checkpoint, &grads);
+  run(f, f.params, checkpoint, &grads, paths);
   std::mt19937_64 gen(3);
   int checked = 0;
   double worst = 0;
@@ -116,7 +119,7 @@ void gradcheck(Family family, bool checkpoint, int lora_rank = 0) {
         const double h = 1e-4 * std::max(1.0, std::fabs(p[u][i]));
         const auto loss_at = [&](double delta) {
           p[u][i] = f.params[u][i] + delta;
-          return run(f, p, false, nullptr);
+          return run(f, p, false, nullptr, paths);
         };
         // Fourth-order central difference (Richardson): truncation O(h^4).
         const double fd = (8 * (loss_at(h) - loss_at(-h)) - (loss_at(2 * h) - loss_at(-2 * h))) / (12 * h);
@@ -149,6 +152,31 @@ TEST(ModelGradcheck, LlamaActivationCheckpointing) { gradcheck(Family::Llama, tr
 TEST(ModelGradcheck, Gpt2LoraAdapters) { gradcheck(Family::Gpt2, false, 2); }
 TEST(ModelGradcheck, LlamaLoraAdapters) { gradcheck(Family::Llama, false, 2); }
 TEST(ModelGradcheck, LlamaLoraAdaptersActivationCheckpointing) { gradcheck(Family::Llama, true, 2); }
+
+// The unfused kernels (gpu.fused_loss = gpu.fused_norms = false) stay a checked path.
+TEST(ModelGradcheck, Gpt2UnfusedPaths) { gradcheck(Family::Gpt2, false, 0, KernelPaths{false, false}); }
+TEST(ModelGradcheck, LlamaUnfusedPaths) { gradcheck(Family::Llama, false, 0, KernelPaths{false, false}); }
+
+// Each fused path alone gives the unfused loss and gradients to double rounding (the
+// fused forms sum in another order: 1e-12 relative, floor 1e-9).
+TEST(ModelGradcheck, FusedPathsMatchUnfused) {
+  for (Family family : {Family::Gpt2, Family::Llama}) {
+    Fixture f(family);
+    std::vector<std::vector<double>> ref, got;
+    const double loss_ref = run(f, f.params, false, &ref, KernelPaths{false, false});
+    for (const KernelPaths paths : {KernelPaths{true, false}, KernelPaths{false, true}, KernelPaths{true, true}}) {
+      const double loss = run(f, f.params, false, &got, paths);
+      EXPECT_LT(std::fabs(loss - loss_ref), 1e-12 * std::fabs(loss_ref));
+      for (std::size_t u = 0; u < ref.size(); ++u)
+        for (std::size_t i = 0; i < ref[u].size(); ++i)
+          ASSERT_LE(std::fabs(got[u][i] - ref[u][i]), 1e-12 * std::max(std::fabs(ref[u][i]), 1e-3))
+              << "unit " << u << " element " << i << ", fused_loss " << paths.fused_loss << ", fused_norms "
+              << paths.fused_norms;
+      // The loss-only form (evaluation) agrees too.
+      EXPECT_LT(std::fabs(run(f, f.params, false, nullptr, paths) - loss_ref), 1e-12 * std::fabs(loss_ref));
+    }
+  }
+}
 
 TEST(ModelGradcheck, PaddedVocabularyRowsGetNoGradient) {
   Fixture f(Family::Llama);

@@ -21,8 +21,12 @@
 #include "core/memory.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/cross_entropy_online.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/norms.hpp"
+#include "kernels/residual_norms.hpp"
 #include "runtime/runtime.hpp"
 
 namespace k = meshtrain::kernels;
@@ -451,6 +455,236 @@ std::string path_attention_cudnn() {
   return out;
 }
 
+// ---- fused LM-head loss ------------------------------------------------------------------
+/// GPT-2's padded vocabulary (50304 columns, 50257 real), 48 rows, every 5th row masked.
+struct LossCase {
+  int n = 48, v = 50304;
+  std::int64_t valid = 50257;
+  std::vector<float> logits;
+  std::vector<std::int32_t> targets;
+};
+LossCase loss_case(std::uint64_t seed) {
+  LossCase c;
+  c.logits = randn(static_cast<std::size_t>(c.n) * c.v, seed, 2.0);
+  std::mt19937_64 g(seed + 1);
+  for (int r = 0; r < c.n; ++r) {
+    c.targets.push_back(r % 5 == 3 ? -1 : static_cast<std::int32_t>(g() % static_cast<std::uint64_t>(c.valid)));
+    // A few large logits per row, late in the row, so the running max moves.
+    for (int j = 0; j < 3; ++j) c.logits[static_cast<std::size_t>(r) * c.v + 40000 + 3000 * j + r] = 6.0f + j;
+    for (int col = static_cast<int>(c.valid); col < c.v; ++col) c.logits[static_cast<std::size_t>(r) * c.v + col] = 80.0f;
+  }
+  return c;
+}
+/// Double reference: the summed loss and dlogits * grad_scale.
+double loss_ref(const LossCase& c, double gs, std::vector<double>& grad) {
+  grad.assign(c.logits.size(), 0.0);
+  double loss = 0;
+  for (int r = 0; r < c.n; ++r) {
+    if (c.targets[r] < 0) continue;
+    const float* l = &c.logits[static_cast<std::size_t>(r) * c.v];
+    double mx = -INFINITY, sum = 0;
+    for (int col = 0; col < c.valid; ++col) mx = std::max(mx, static_cast<double>(l[col]));
+    for (int col = 0; col < c.valid; ++col) sum += std::exp(l[col] - mx);
+    loss += std::log(sum) + mx - l[c.targets[r]];
+    for (int col = 0; col < c.valid; ++col)
+      grad[static_cast<std::size_t>(r) * c.v + col] = gs * (std::exp(l[col] - mx) / sum - (col == c.targets[r] ? 1.0 : 0.0));
+  }
+  return loss;
+}
+
+std::string path_fused_cross_entropy() {
+  const LossCase c = loss_case(41);
+  const float gs = 1.0f / 37;
+  std::vector<double> gref;
+  const double ref = loss_ref(c, gs, gref);
+  auto T = up(c.targets);
+  // The fused path: one launch, the loss in a device scalar.
+  auto L1 = up(c.logits);
+  Buffer<double> dl(1, MemCategory::Workspace);
+  k::cross_entropy_fused(L1.data(), c.v, c.n, c.v, c.valid, T.data(), gs, nullptr, dl.data());
+  const double fused = down(dl)[0];
+  // The path it replaces: row_max, row_sums, finish.
+  auto L3 = up(c.logits);
+  Buffer<float> mx(c.n, MemCategory::Workspace), st(2 * c.n, MemCategory::Workspace);
+  k::cross_entropy_row_max(L3.data(), c.v, c.n, c.v, 0, c.valid, mx.data());
+  k::cross_entropy_row_sums(L3.data(), c.v, c.n, c.v, 0, c.valid, T.data(), mx.data(), st.data());
+  const double three = k::cross_entropy_finish(L3.data(), c.v, c.n, c.v, 0, c.valid, T.data(), mx.data(), st.data(), gs);
+  const auto g1 = down(L1), g3 = down(L3);
+  // fp32 sums of 50k terms: loss to 1e-5 relative; probabilities ~1e-5 relative with a floor
+  // of 1e-9 (gs / V: the typical magnitude of a dlogit).
+  const double e_loss = check_close("loss vs double reference", std::vector<double>{fused}, std::vector<double>{ref}, 1e-5, 1e-30);
+  check_close("loss vs three-pass", std::vector<double>{fused}, std::vector<double>{three}, 1e-5, 1e-30);
+  const double e_g = check_close("dlogits vs double reference", g1, gref, 1e-4, 1e-9);
+  check_close("dlogits vs three-pass", g1, g3, 1e-4, 1e-9);
+  // bf16 logits, fp32 statistics: against the three-pass bf16 path (both round the gradient).
+  std::vector<bf16> lb(c.logits.size());
+  for (std::size_t i = 0; i < lb.size(); ++i) lb[i] = bf16(c.logits[i]);
+  auto B1 = up(lb), B3 = up(lb);
+  k::cross_entropy_fused(B1.data(), c.v, c.n, c.v, c.valid, T.data(), gs, nullptr, dl.data());
+  const double bfused = down(dl)[0];
+  k::cross_entropy_row_max(B3.data(), c.v, c.n, c.v, 0, c.valid, mx.data());
+  k::cross_entropy_row_sums(B3.data(), c.v, c.n, c.v, 0, c.valid, T.data(), mx.data(), st.data());
+  const double bthree = k::cross_entropy_finish(B3.data(), c.v, c.n, c.v, 0, c.valid, T.data(), mx.data(), st.data(), gs);
+  check_close("bf16 loss vs three-pass", std::vector<double>{bfused}, std::vector<double>{bthree}, 1e-5, 1e-30);
+  const auto b1 = down(B1), b3 = down(B3);
+  std::vector<float> f1(b1.size()), f3(b3.size());
+  for (std::size_t i = 0; i < b1.size(); ++i) {
+    f1[i] = static_cast<float>(b1[i]);
+    f3[i] = static_cast<float>(b3[i]);
+  }
+  // bf16 keeps 8 bits: the two roundings of one value differ by at most 2 ulp (2^-7).
+  check_close("bf16 dlogits vs three-pass", f1, f3, 8e-3, 1e-9);
+  char out[200];
+  std::snprintf(out, sizeof out, "%d rows x %d (valid %lld, masked rows): loss %.2g, dlogits %.2g vs double; fp32 and bf16 = three-pass",
+                c.n, c.v, static_cast<long long>(c.valid), e_loss, e_g);
+  return out;
+}
+
+std::string path_fused_cross_entropy_tp() {
+  const LossCase c = loss_case(43);
+  const float gs = 0.5f;
+  std::vector<double> gref;
+  const double ref = loss_ref(c, gs, gref);
+  auto T = up(c.targets);
+  auto L = up(c.logits);
+  // Two tp slices of the vocabulary: [0, 25152) and [25152, 50304) (padding in the second).
+  const int h = c.v / 2;
+  const int bounds[3] = {0, h, c.v};
+  std::vector<float> row_max(c.n, -INFINITY), sums(2 * c.n, 0.0f);
+  std::vector<std::vector<float>> lmax(2), lst(2);
+  Buffer<float> dl(c.n, MemCategory::Workspace), dm(c.n, MemCategory::Workspace), ds(2 * c.n, MemCategory::Workspace);
+  for (int s = 0; s < 2; ++s) {
+    k::cross_entropy_online_stats(L.data() + bounds[s], c.v, c.n, bounds[s + 1] - bounds[s], bounds[s], c.valid,
+                                  T.data(), dl.data(), dm.data(), ds.data());
+    lmax[s] = down(dl);
+    lst[s] = down(ds);
+    for (int r = 0; r < c.n; ++r) row_max[r] = std::max(row_max[r], lmax[s][r]);
+  }
+  auto GM = up(row_max);
+  for (int s = 0; s < 2; ++s) {  // each rank's rescale, then the SUM all-reduce
+    auto LM = up(lmax[s]);
+    auto ST = up(lst[s]);
+    k::cross_entropy_rescale_sums(c.n, LM.data(), GM.data(), ST.data());
+    const auto v = down(ST);
+    for (int i = 0; i < 2 * c.n; ++i) sums[i] += v[i];
+  }
+  auto GS = up(sums);
+  Buffer<double> loss(1, MemCategory::Workspace);
+  double first = 0;
+  for (int s = 0; s < 2; ++s) {
+    k::cross_entropy_finish_into(L.data() + bounds[s], c.v, c.n, bounds[s + 1] - bounds[s], bounds[s], c.valid, T.data(),
+                                 GM.data(), GS.data(), gs, nullptr, loss.data());
+    const double l = down(loss)[0];
+    if (s == 0) first = l;
+    require(l == first, "the two slices' losses differ (they come from the same merged statistics)");
+  }
+  const double e_loss = check_close("merged loss vs double reference", std::vector<double>{first}, std::vector<double>{ref}, 1e-5, 1e-30);
+  const double e_g = check_close("merged dlogits vs double reference", down(L), gref, 1e-4, 1e-9);
+  char out[200];
+  std::snprintf(out, sizeof out, "2 vocab slices merged (max, rescaled sums): loss %.2g, dlogits %.2g vs double", e_loss, e_g);
+  return out;
+}
+
+// ---- fused residual add + norm -------------------------------------------------------------
+/// GPT-2 124M's width, 1000 rows (15 full blocks of the backward's partials and a tail):
+/// fused vs unfused (add_bias, add_inplace, the norm; its backward, bias_backward) and vs a
+/// double reference of the whole operation, and the fused backward bitwise run to run.
+std::string residual_norm_path(bool layernorm) {
+  const int N = 1000, C = 768;
+  const double eps = 1e-5;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const auto a = randn(NC, 51), x = randn(NC, 52), bias = randn(C, 53, 0.1), w = randn(C, 54), b = randn(C, 55, 0.1),
+             dy = randn(NC, 56), dres = randn(NC, 57);
+  const bool with_bias = layernorm;  // GPT-2 adds c_proj's bias here; Llama has none
+  struct Run {
+    std::vector<float> h, y, dx, dw, db, dbias;
+  };
+  auto run = [&](bool fused) {
+    auto H = up(a), X = up(x), Bi = up(bias), W = up(w), Bn = up(b), DY = up(dy), DX = up(dres);
+    Buffer<float> Y(NC, MemCategory::Workspace), M(N, MemCategory::Workspace), R(N, MemCategory::Workspace);
+    const std::vector<float> zero(C, 0.0f);
+    auto DW = up(zero), DB = up(zero), DBI = up(zero);
+    if (fused) {
+      if (layernorm) {
+        k::residual_layernorm_forward(H.data(), X.data(), Bi.data(), W.data(), Bn.data(), eps, N, C, Y.data(), M.data(), R.data());
+        k::residual_layernorm_backward(DY.data(), H.data(), W.data(), M.data(), R.data(), N, C, DX.data(), DW.data(), DB.data(),
+                                       DBI.data());
+      } else {
+        k::residual_rmsnorm_forward(H.data(), X.data(), W.data(), eps, N, C, Y.data(), R.data());
+        k::residual_rmsnorm_backward(DY.data(), H.data(), W.data(), R.data(), N, C, DX.data(), DW.data());
+      }
+    } else {
+      if (with_bias) k::add_bias(H.data(), Bi.data(), N, C, C);
+      k::add_inplace(H.data(), X.data(), NC);
+      if (layernorm) {
+        k::layernorm_forward(H.data(), W.data(), Bn.data(), eps, N, C, Y.data(), M.data(), R.data());
+        k::layernorm_backward(DY.data(), H.data(), W.data(), M.data(), R.data(), N, C, DX.data(), DW.data(), DB.data());
+        k::bias_backward(DX.data(), DBI.data(), N, C, C);
+      } else {
+        k::rmsnorm_forward(H.data(), W.data(), eps, N, C, Y.data(), R.data());
+        k::rmsnorm_backward(DY.data(), H.data(), W.data(), R.data(), N, C, DX.data(), DW.data());
+      }
+    }
+    return Run{down(H), down(Y), down(DX), down(DW), down(DB), down(DBI)};
+  };
+  const Run f = run(true), f2 = run(true), u = run(false);
+  // Double reference: h, y, dx = dres + norm backward, dw, db, dbias.
+  std::vector<double> h(NC), y(NC), dx(NC), dw(C, 0.0), db(C, 0.0), dbi(C, 0.0);
+  for (int i = 0; i < N; ++i) {
+    const std::size_t r = static_cast<std::size_t>(i) * C;
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) {
+      h[r + c] = static_cast<double>(a[r + c]) + (with_bias ? bias[c] : 0.0) + x[r + c];
+      m += h[r + c];
+    }
+    m = layernorm ? m / C : 0.0;
+    for (int c = 0; c < C; ++c) v += (h[r + c] - m) * (h[r + c] - m);
+    const double rs = 1.0 / std::sqrt(v / C + eps);
+    double mg = 0, mgx = 0;
+    for (int c = 0; c < C; ++c) {
+      const double xh = (h[r + c] - m) * rs;
+      y[r + c] = xh * w[c] + (layernorm ? b[c] : 0.0);
+      mg += static_cast<double>(dy[r + c]) * w[c];
+      mgx += static_cast<double>(dy[r + c]) * w[c] * xh;
+    }
+    mg = layernorm ? mg / C : 0.0;
+    mgx /= C;
+    for (int c = 0; c < C; ++c) {
+      const double xh = (h[r + c] - m) * rs;
+      dx[r + c] = dres[r + c] + rs * (static_cast<double>(dy[r + c]) * w[c] - mg - xh * mgx);
+      dw[c] += static_cast<double>(dy[r + c]) * xh;
+      db[c] += dy[r + c];
+      dbi[c] += dx[r + c];
+    }
+  }
+  check_bitwise("h vs unfused (the same two roundings)", f.h, u.h);
+  // y and dx are O(1); near 0 they are differences of O(1) terms computed from fp32 h
+  // (~1e-7 absolute), so the floor is 1.
+  check_close("y vs unfused", f.y, u.y, 1e-5, 1.0);
+  check_close("dx vs unfused", f.dx, u.dx, 1e-5, 1.0);
+  // Column sums of 1000 O(1) terms in another association: 1e-4 with a floor of 1.
+  check_close("dw vs unfused", f.dw, u.dw, 1e-4, 1.0);
+  const double e_h = check_close("h vs double reference", f.h, h, 1e-6, 1.0);
+  const double e_y = check_close("y vs double reference", f.y, y, 1e-5, 1.0);
+  const double e_dx = check_close("dx vs double reference", f.dx, dx, 1e-5, 1.0);
+  const double e_dw = check_close("dw vs double reference", f.dw, dw, 1e-4, 1.0);
+  if (layernorm) {
+    check_close("db vs unfused", f.db, u.db, 1e-4, 1.0);
+    check_close("dbias vs unfused", f.dbias, u.dbias, 1e-4, 1.0);
+    check_close("db vs double reference", f.db, db, 1e-4, 1.0);
+    check_close("dbias vs double reference", f.dbias, dbi, 1e-4, 1.0);
+  }
+  check_bitwise("dx run to run", f.dx, f2.dx);
+  check_bitwise("dw run to run (block partials in block order)", f.dw, f2.dw);
+  if (layernorm) check_bitwise("dbias run to run", f.dbias, f2.dbias);
+  char out[220];
+  std::snprintf(out, sizeof out, "N %d, C %d: h bitwise = unfused; vs double h %.2g, y %.2g, dx %.2g, dw %.2g; bitwise run to run",
+                N, C, e_h, e_y, e_dx, e_dw);
+  return out;
+}
+std::string path_residual_layernorm() { return residual_norm_path(true); }
+std::string path_residual_rmsnorm() { return residual_norm_path(false); }
+
 struct Path {
   const char* name;
   std::function<std::string()> run;
@@ -477,6 +711,10 @@ int main(int argc, char** argv) {
       {"packed.position_embedding_backward", path_position_backward_docs},
       {"packed.attention_document_mask", path_attention_document_mask},
       {"attention.cudnn", path_attention_cudnn},
+      {"fused_loss.cross_entropy", path_fused_cross_entropy},
+      {"fused_loss.tp_merge", path_fused_cross_entropy_tp},
+      {"fused_norms.residual_layernorm", path_residual_layernorm},
+      {"fused_norms.residual_rmsnorm", path_residual_rmsnorm},
   };
   const char* space = meshtrain::kDeviceIsHost ? "host threads (the host twins)" : "the device";
   std::printf("selfcheck_paths: %zu paths on %s (%s), each against the path it replaces and a double reference\n",

@@ -115,6 +115,8 @@ struct CheckpointConfig {
 struct GpuConfig {
   bool fused_optimizer = true;        ///< device-resident norm + clip, one AdamW launch per unit
   AttentionChoice attention = AttentionChoice::Cudnn;  ///< cuDNN flash attention where supported, else Kokkos
+  bool fused_loss = true;             ///< one-pass online-softmax cross-entropy, loss kept on the device
+  bool fused_norms = true;            ///< residual add (+ bias) fused with the block's second norm
 };
 
 struct OutputConfig {

@@ -12,6 +12,8 @@
 /// id >= valid_vocab (padding) are treated as -inf. targets: (N) int32; a negative target
 /// is ignored (loss 0, gradient 0). A row whose slice holds no valid column gets
 /// row_max = -inf and sum 0 (the tp reductions then combine them correctly).
+///
+/// The one-pass form of phases 1-2 (gpu.fused_loss) is kernels/cross_entropy_online.hpp.
 
 #include <cstdint>
 
@@ -37,6 +39,15 @@ double cross_entropy_finish(T* logits, int ld, int N, int V_local, std::int64_t 
                             std::int64_t valid_vocab, const std::int32_t* targets,
                             const float* row_max, const float* stats, float grad_scale,
                             const float* row_scale = nullptr);
+
+/// cross_entropy_finish with the loss left on the device: the sum over rows of the per-row
+/// loss is written to the device scalar *loss_out (overwritten), with no host read. The
+/// statistics are acc_t<T> (float for float and bf16 logits, double for double).
+template <class T>
+void cross_entropy_finish_into(T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
+                               std::int64_t valid_vocab, const std::int32_t* targets,
+                               const acc_t<T>* row_max, const acc_t<T>* stats, float grad_scale,
+                               const float* row_scale, double* loss_out);
 
 /// Loss only (evaluation): sum over rows of the per-row loss; logits untouched.
 double cross_entropy_loss_sum(int N, const std::int32_t* targets, const float* row_max,

@@ -18,6 +18,7 @@
 #include "core/memory.hpp"
 #include "model/activations.hpp"
 #include "model/compute_context.hpp"
+#include "model/kernel_paths.hpp"
 #include "model/kv_cache.hpp"
 #include "model/layout.hpp"
 
@@ -41,11 +42,13 @@ template <class T>
 class Transformer {
  public:
   /// `layouts` give parameter offsets inside each unit buffer (any shard count).
+  /// `paths`: which form of the fusable kernels runs (gpu.* keys; the fused ones by default).
   Transformer(const ModelDims& dims, const TpDims& tp, const std::vector<ParamSpec>& specs,
-              const std::vector<UnitLayout>& layouts);
+              const std::vector<UnitLayout>& layouts, KernelPaths paths = {});
 
   const ModelDims& dims() const { return dims_; }
   const TpDims& tp() const { return tp_; }
+  const KernelPaths& paths() const { return paths_; }
 
   /// x (N, C) = token (+ position) embedding. tokens: device (N) int32 at positions
   /// pos0 .. pos0+T-1 of each sequence (pos0 > 0 when decoding against a KV cache).
@@ -115,6 +118,12 @@ class Transformer {
   template <class ChunkFn>
   void head_forward_chunks(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
                            const std::int32_t* targets, ChunkFn&& on_chunk) const;
+  /// The tp-reduced cross-entropy statistics of one chunk of logits (nc, Vl): row_max (nc),
+  /// stats (2 nc), local_max (nc, scratch of the one-pass form). Three-pass phases 1-2, or
+  /// under gpu.fused_loss the one-pass online statistics with the per-slice (max, sum) pairs
+  /// merged over tp (kernels/cross_entropy_online.hpp).
+  void ce_statistics(const ComputeContext& ctx, const T* logits, int nc, const std::int32_t* targets,
+                     acc_t<T>* row_max, acc_t<T>* stats, acc_t<T>* local_max) const;
   const T* head_weight(const T* outer) const;
   std::int64_t head_chunk_rows(int N) const;
   // LoRA: adapter t (index into lora_target_names) of a block, when present.
@@ -126,6 +135,7 @@ class Transformer {
 
   ModelDims dims_;
   TpDims tp_;
+  KernelPaths paths_;
   /// Offsets (elements) of each role inside a block unit / the outer unit.
   std::vector<std::int64_t> block_off_;
   std::vector<std::int64_t> outer_off_;

@@ -13,6 +13,7 @@
 #include "comm/communicator.hpp"
 #include "config/choices.hpp"
 #include "data/data_source.hpp"
+#include "model/kernel_paths.hpp"
 #include "model/model_dims.hpp"
 #include "runtime/mesh.hpp"
 
@@ -135,6 +136,7 @@ struct KeysGiven {
 
 struct RunSpec {
   model::ModelDims dims;                    ///< model.*, defaults applied and checked
+  model::KernelPaths kernel_paths;          ///< gpu.fused_loss, gpu.fused_norms: the model's fused kernels
   BatchSpec batch;                          ///< as requested (RunSetup::batch is the resolved one)
   TrainSpec train;
   ParallelSpec parallel;

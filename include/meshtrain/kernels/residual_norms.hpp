@@ -1,0 +1,49 @@
+#pragma once
+/// \brief Residual add fused with the norm that follows it (gpu.fused_norms): in a block,
+/// `h = sublayer_out (+ bias) + residual; y = norm(h)` in one kernel writing h, y and the
+/// saved statistics, and a one-pass backward. LayerNorm (GPT-2) and RMSNorm (Llama); the
+/// unfused path is kernels/elementwise.hpp's add_bias + add_inplace, then kernels/norms.hpp.
+///
+/// Forward: per row, h is rounded to T after the bias add and after the residual add, as the
+/// unfused kernels do, and the statistics are taken from the stored h in the same order: on
+/// host builds the forward is bitwise the unfused path.
+///
+/// Backward: per row the norm's input gradient is added to dx (which holds the residual
+/// stream's gradient); in the same pass each block of kNormRowBlock rows accumulates its
+/// partial sums of the parameter gradients (dw, db of the norm, and dbias = the column sums
+/// of the final dx: the gradient of the bias added in forward). A second, small kernel adds
+/// the blocks' partials per column in block order. Block boundaries do not depend on the
+/// thread count or the device, so results are bitwise reproducible run to run; they equal
+/// the unfused path's row-order column sums up to fp32 rounding (another association).
+
+#include <cstdint>
+
+#include "core/bf16.hpp"
+
+namespace meshtrain::kernels {
+
+/// Rows per block of the fused backward's parameter-gradient partials.
+inline constexpr int kNormRowBlock = 64;
+
+/// h (N, C) <- h + bias (C, or null) + residual (N, C); y (N, C) = (h - mean) * rstd * w + b;
+/// mean, rstd: (N) saved for backward.
+template <class T>
+void residual_layernorm_forward(T* h, const T* residual, const T* bias, const T* w, const T* b, double eps, int N,
+                                int C, T* y, acc_t<T>* mean, acc_t<T>* rstd);
+
+/// dx (N, C) += dL/dh through the LayerNorm (ACCUMULATES); dw, db (C) += the LayerNorm's
+/// parameter gradients; dbias (C) += column sums of the resulting dx. Each null: skipped.
+template <class T>
+void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd,
+                                 int N, int C, T* dx, T* dw, T* db, T* dbias);
+
+/// h (N, C) <- h + residual; y (N, C) = h * rstd * w; rstd (N) saved.
+template <class T>
+void residual_rmsnorm_forward(T* h, const T* residual, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd);
+
+/// dx (N, C) += dL/dh through the RMSNorm (ACCUMULATES); dw (C) += (null: skipped).
+template <class T>
+void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
+                               T* dw);
+
+}  // namespace meshtrain::kernels

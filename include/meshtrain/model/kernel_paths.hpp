@@ -1,0 +1,20 @@
+#pragma once
+/// \brief Which form of the model's fusable kernels a Transformer runs (the gpu.* keys that
+/// reach the model; doc/configuration.md). Each defaults to the fused path; false selects the
+/// path it replaced, which stays as the reference and the fallback when a fused kernel
+/// misbehaves on a device. Both forms are portable Kokkos code, so on host builds the fused
+/// path is its own host twin.
+
+namespace meshtrain::model {
+
+struct KernelPaths {
+  /// gpu.fused_loss: one-pass online-softmax cross-entropy (kernels/cross_entropy_online.hpp)
+  /// with the chunk losses kept on the device, instead of the three-pass form.
+  bool fused_loss = true;
+  /// gpu.fused_norms: inside a block, the attention residual add (and GPT-2's projection
+  /// bias) fused with the second norm, forward and backward (kernels/residual_norms.hpp),
+  /// instead of add_bias + add_inplace + the norm and its column-sum backward.
+  bool fused_norms = true;
+};
+
+}  // namespace meshtrain::model

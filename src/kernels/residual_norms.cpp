@@ -1,0 +1,188 @@
+#include "kernels/residual_norms.hpp"
+
+#include "kernel_common.hpp"
+
+namespace meshtrain::kernels {
+using namespace detail;
+
+namespace {
+
+/// Adds the blocks' partials P (blocks, NS, C) per column in block order: out_k[c] += the
+/// sum of partial k, for each out_k that is not null (NS <= 3).
+template <class T, int NS>
+void sum_block_partials(const char* name, const acc_t<T>* P, int blocks, int C, T* o0, T* o1 = nullptr,
+                        T* o2 = nullptr) {
+  static_assert(NS >= 1 && NS <= 3, "at most three partial sums");
+  using A = acc_t<T>;
+  Kokkos::parallel_for(
+      name, RangeInt(0, C), KOKKOS_LAMBDA(int c) {
+        A s[NS];
+        for (int k = 0; k < NS; ++k) s[k] = A(0);
+        for (int blk = 0; blk < blocks; ++blk)
+          for (int k = 0; k < NS; ++k) s[k] += P[(static_cast<std::int64_t>(blk) * NS + k) * C + c];
+        T* const out[3] = {o0, o1, o2};
+        for (int k = 0; k < NS; ++k)
+          if (out[k]) out[k][c] = store<T>(load(out[k][c]) + s[k]);
+      });
+}
+
+}  // namespace
+
+template <class T>
+void residual_layernorm_forward(T* h, const T* residual, const T* bias, const T* w, const T* b, double eps, int N,
+                                int C, T* y, acc_t<T>* mean, acc_t<T>* rstd) {
+  // h, residual, y: (N, C); bias, w, b: (C); mean, rstd: (N)
+  using A = acc_t<T>;
+  const A eps_a = static_cast<A>(eps);
+  const A inv_c = A(1) / static_cast<A>(C);
+  Kokkos::parallel_for(
+      "Kernels::residual_layernorm_forward", row_policy(N), KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t r = team.league_rank();
+        T* hr = h + r * C;
+        const T* xr = residual + r * C;
+        T* yr = y + r * C;
+        // The residual add, rounded as add_bias then add_inplace round, fused into the mean.
+        const A m = team_sum<A>(team, C, [&](int c) {
+                      const T v = bias ? store<T>(load(hr[c]) + load(bias[c])) : hr[c];
+                      const T s = store<T>(load(v) + load(xr[c]));
+                      hr[c] = s;
+                      return A(load(s));
+                    }) * inv_c;
+        team.team_barrier();  // the row of h is written before any thread reads it back
+        const A var = team_sum<A>(team, C, [&](int c) {
+                        const A d = load(hr[c]) - m;
+                        return d * d;
+                      }) * inv_c;
+        const A rs = A(1) / math::sqrt(var + eps_a);
+        team_for(team, C, [&](int c) { yr[c] = store<T>((load(hr[c]) - m) * rs * load(w[c]) + load(b[c])); });
+        team_single(team, [&]() {
+          mean[r] = m;
+          rstd[r] = rs;
+        });
+      });
+}
+
+template <class T>
+void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd,
+                                 int N, int C, T* dx, T* dw, T* db, T* dbias) {
+  // dy, h, dx: (N, C); w, dw, db, dbias: (C); mean, rstd: (N)
+  using A = acc_t<T>;
+  constexpr int NS = 3;  // partials: dw, db, dbias
+  const bool params = dw != nullptr || db != nullptr || dbias != nullptr;
+  const int blocks = (N + kNormRowBlock - 1) / kNormRowBlock;
+  // P: (blocks, NS, C) partial column sums, each block's written by its team alone.
+  Buffer<A> partial(params ? static_cast<std::size_t>(blocks) * NS * C : 0, MemCategory::Workspace);
+  A* P = partial.data();
+  const A inv_c = A(1) / static_cast<A>(C);
+  Kokkos::parallel_for(
+      "Kernels::residual_layernorm_backward", row_policy(blocks), KOKKOS_LAMBDA(const Member& team) {
+        const int blk = team.league_rank();
+        const int r0 = blk * kNormRowBlock;
+        const int r1 = N < r0 + kNormRowBlock ? N : r0 + kNormRowBlock;
+        A* Pb = P + static_cast<std::int64_t>(blk) * NS * C;
+        for (int r = r0; r < r1; ++r) {
+          const std::int64_t off = static_cast<std::int64_t>(r) * C;
+          const T* dyr = dy + off;
+          const T* hr = h + off;
+          T* dxr = dx + off;
+          const A m = mean[r];
+          const A rs = rstd[r];
+          // dxhat = dy * w;  dx += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+          const A mean_dxhat = team_sum<A>(team, C, [&](int c) { return load(dyr[c]) * load(w[c]); }) * inv_c;
+          const A mean_dxhat_xhat = team_sum<A>(team, C, [&](int c) {
+                                      return load(dyr[c]) * load(w[c]) * ((load(hr[c]) - m) * rs);
+                                    }) * inv_c;
+          const bool first = r == r0;
+          team_for(team, C, [&](int c) {
+            const A g = load(dyr[c]);
+            const A xhat = (load(hr[c]) - m) * rs;
+            const A dxhat = g * load(w[c]);
+            const T out = store<T>(load(dxr[c]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+            dxr[c] = out;
+            if (params) {
+              const A v[NS] = {g * xhat, g, A(load(out))};
+              for (int k = 0; k < NS; ++k) Pb[k * C + c] = first ? v[k] : Pb[k * C + c] + v[k];
+            }
+          });
+        }
+      });
+  if (params) sum_block_partials<T, NS>("Kernels::residual_layernorm_backward_params", P, blocks, C, dw, db, dbias);
+}
+
+template <class T>
+void residual_rmsnorm_forward(T* h, const T* residual, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd) {
+  // h, residual, y: (N, C); w: (C); rstd: (N)
+  using A = acc_t<T>;
+  const A eps_a = static_cast<A>(eps);
+  const A inv_c = A(1) / static_cast<A>(C);
+  Kokkos::parallel_for(
+      "Kernels::residual_rmsnorm_forward", row_policy(N), KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t r = team.league_rank();
+        T* hr = h + r * C;
+        const T* xr = residual + r * C;
+        T* yr = y + r * C;
+        // The residual add, rounded as add_inplace rounds, fused into the mean square.
+        const A ms = team_sum<A>(team, C, [&](int c) {
+                       const T s = store<T>(load(hr[c]) + load(xr[c]));
+                       hr[c] = s;
+                       const A v = load(s);
+                       return v * v;
+                     }) * inv_c;
+        team.team_barrier();  // the row of h is written before any thread reads it back
+        const A rs = A(1) / math::sqrt(ms + eps_a);
+        team_for(team, C, [&](int c) { yr[c] = store<T>(load(hr[c]) * rs * load(w[c])); });
+        team_single(team, [&]() { rstd[r] = rs; });
+      });
+}
+
+template <class T>
+void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
+                               T* dw) {
+  // dy, h, dx: (N, C); w, dw: (C); rstd: (N)
+  using A = acc_t<T>;
+  const bool params = dw != nullptr;
+  const int blocks = (N + kNormRowBlock - 1) / kNormRowBlock;
+  Buffer<A> partial(params ? static_cast<std::size_t>(blocks) * C : 0, MemCategory::Workspace);
+  A* P = partial.data();
+  const A inv_c = A(1) / static_cast<A>(C);
+  Kokkos::parallel_for(
+      "Kernels::residual_rmsnorm_backward", row_policy(blocks), KOKKOS_LAMBDA(const Member& team) {
+        const int blk = team.league_rank();
+        const int r0 = blk * kNormRowBlock;
+        const int r1 = N < r0 + kNormRowBlock ? N : r0 + kNormRowBlock;
+        A* Pb = P + static_cast<std::int64_t>(blk) * C;
+        for (int r = r0; r < r1; ++r) {
+          const std::int64_t off = static_cast<std::int64_t>(r) * C;
+          const T* dyr = dy + off;
+          const T* hr = h + off;
+          T* dxr = dx + off;
+          const A rs = rstd[r];
+          // xhat = h * rstd; dxhat = dy * w;  dx += rstd * (dxhat - xhat * mean(dxhat * xhat))
+          const A mean_dxhat_xhat = team_sum<A>(team, C, [&](int c) {
+                                      return load(dyr[c]) * load(w[c]) * (load(hr[c]) * rs);
+                                    }) * inv_c;
+          const bool first = r == r0;
+          team_for(team, C, [&](int c) {
+            const A g = load(dyr[c]);
+            const A xhat = load(hr[c]) * rs;
+            dxr[c] = store<T>(load(dxr[c]) + rs * (g * load(w[c]) - xhat * mean_dxhat_xhat));
+            if (params) Pb[c] = first ? g * xhat : Pb[c] + g * xhat;
+          });
+        }
+      });
+  if (params) sum_block_partials<T, 1>("Kernels::residual_rmsnorm_backward_params", P, blocks, C, dw);
+}
+
+#define MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(T)                                                                 \
+  template void residual_layernorm_forward<T>(T*, const T*, const T*, const T*, const T*, double, int, int, T*, \
+                                              acc_t<T>*, acc_t<T>*);                                           \
+  template void residual_layernorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, const acc_t<T>*,  \
+                                               int, int, T*, T*, T*, T*);                                      \
+  template void residual_rmsnorm_forward<T>(T*, const T*, const T*, double, int, int, T*, acc_t<T>*);           \
+  template void residual_rmsnorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, int, int, T*, T*);
+MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(float)
+MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(double)
+MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(bf16)
+#undef MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS
+
+}  // namespace meshtrain::kernels

@@ -1,0 +1,250 @@
+// The one-pass (online-softmax) cross-entropy of gpu.fused_loss against a double-precision
+// reference and finite differences, and against the three-pass path it replaces: masked
+// rows, padded vocabulary, tp-split vocabulary (slices merged on the host as the tp
+// all-reduces would), DPO row scales, rows long enough that the running max is rescaled.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernel_test_utils.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/cross_entropy_online.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::test;
+namespace k = meshtrain::kernels;
+
+namespace {
+
+/// Logits (n, ld) with columns >= valid of each row padding (and ld - v stride padding).
+struct Case {
+  int n, v, ld;
+  std::int64_t valid;
+  std::vector<std::int32_t> targets;
+};
+
+/// 7 rows of a 23-column slice (ids >= 20 padding, stride 25), row 1 ignored.
+Case small_case() { return {7, 23, 25, 20, {3, -1, 19, 0, 12, 7, 13}}; }
+/// 5 rows of 2000 columns (1990 valid): several of the host's 512-column blocks, and
+/// logits that grow along the row, so the running max rises block after block.
+Case long_case() { return {5, 2000, 2000, 1990, {1989, 0, -1, 1000, 513}}; }
+
+std::vector<double> make_logits(const Case& k, std::uint64_t seed, double trend = 0) {
+  auto l = random_normal(static_cast<std::size_t>(k.n) * k.ld, seed, 3.0);
+  for (int i = 0; i < k.n; ++i)
+    for (int c = 0; c < k.ld; ++c) {
+      double& x = l[static_cast<std::size_t>(i) * k.ld + c];
+      x += trend * c;
+      // Large padding logits: they must not take part in max, sum or gradient.
+      if (c >= k.valid) x = 50.0 + c;
+    }
+  return l;
+}
+
+struct Ref {
+  double loss = 0;
+  std::vector<double> grad;  // (n, ld): grad_scale * row_scale * (softmax - onehot); 0 elsewhere
+};
+
+Ref ce_ref(const Case& k, const std::vector<double>& logits, double grad_scale,
+           const std::vector<float>& row_scale = {}) {
+  Ref r;
+  r.grad.assign(logits.size(), 0.0);
+  for (int i = 0; i < k.n; ++i) {
+    if (k.targets[i] < 0) continue;
+    const double* l = &logits[static_cast<std::size_t>(i) * k.ld];
+    double mx = -1e300, sum = 0;
+    for (int c = 0; c < k.valid; ++c) mx = std::max(mx, l[c]);
+    for (int c = 0; c < k.valid; ++c) sum += std::exp(l[c] - mx);
+    r.loss += std::log(sum) + mx - l[k.targets[i]];
+    const double g = grad_scale * (row_scale.empty() ? 1.0 : row_scale[i]);
+    for (int c = 0; c < k.valid; ++c)
+      r.grad[static_cast<std::size_t>(i) * k.ld + c] = g * (std::exp(l[c] - mx) / sum - (c == k.targets[i] ? 1.0 : 0.0));
+  }
+  return r;
+}
+
+struct Result {
+  double loss = 0;
+  std::vector<double> grad;  // the logits buffer afterwards, stride padding set to 0
+};
+
+void clear_stride_padding(const Case& k, Result& r) {
+  for (int i = 0; i < k.n; ++i)
+    for (int c = k.v; c < k.ld; ++c) r.grad[static_cast<std::size_t>(i) * k.ld + c] = 0.0;
+}
+
+double read_scalar(const Buffer<double>& b) { return to_host(b)[0]; }
+
+/// tp = 1: cross_entropy_fused, one launch.
+template <class T>
+Result run_fused(const Case& k, const std::vector<double>& logits, float grad_scale,
+                 const std::vector<float>& row_scale = {}) {
+  auto d = upload<T>(logits);
+  auto dt = to_device(k.targets);
+  Buffer<float> drs = row_scale.empty() ? Buffer<float>() : to_device(row_scale);
+  Buffer<double> loss(1, MemCategory::Workspace);
+  k::cross_entropy_fused(d.data(), k.ld, k.n, k.v, k.valid, dt.data(), grad_scale,
+                         row_scale.empty() ? nullptr : drs.data(), loss.data());
+  Result r;
+  r.loss = read_scalar(loss);
+  r.grad = download(d);
+  clear_stride_padding(k, r);
+  return r;
+}
+
+/// tp = slices at `bounds`: cross_entropy_online_stats per slice, the pairs merged as the
+/// model does (max over slices, each slice's sum rescaled to it, sums added), then
+/// cross_entropy_finish_into per slice. Also returns the loss-only sum of the merged stats.
+template <class T>
+Result run_online_sliced(const Case& k, const std::vector<double>& logits, const std::vector<int>& bounds,
+                         float grad_scale, double* loss_only = nullptr) {
+  using S = acc_t<T>;
+  auto d = upload<T>(logits);
+  auto dt = to_device(k.targets);
+  const int ns = static_cast<int>(bounds.size()) - 1;
+  std::vector<std::vector<S>> lmax(ns), lstats(ns);
+  Buffer<S> dlocal(k.n, MemCategory::Workspace), dmax(k.n, MemCategory::Workspace), dstats(2 * k.n, MemCategory::Workspace);
+  std::vector<S> row_max(k.n, -std::numeric_limits<S>::infinity());
+  for (int s = 0; s < ns; ++s) {
+    k::cross_entropy_online_stats(d.data() + bounds[s], k.ld, k.n, bounds[s + 1] - bounds[s], bounds[s], k.valid,
+                                  dt.data(), dlocal.data(), dmax.data(), dstats.data());
+    lmax[s] = to_host(dlocal);
+    lstats[s] = to_host(dstats);
+    const auto m = to_host(dmax);
+    EXPECT_TRUE(bitwise_equal(m, lmax[s])) << "row_max = local_max before the reduction";
+    for (int i = 0; i < k.n; ++i) row_max[i] = std::max(row_max[i], m[i]);
+  }
+  // all_reduce(MAX) done; each slice rescales its sums on the device, then all_reduce(SUM).
+  auto gmax = to_device(row_max);
+  std::vector<S> stats(2 * k.n, S(0));
+  for (int s = 0; s < ns; ++s) {
+    auto l = to_device(lmax[s]);
+    auto st = to_device(lstats[s]);
+    k::cross_entropy_rescale_sums(k.n, l.data(), gmax.data(), st.data());
+    const auto h = to_host(st);
+    for (int i = 0; i < 2 * k.n; ++i) stats[i] += h[i];
+  }
+  auto gstats = to_device(stats);
+  if (loss_only) *loss_only = k::cross_entropy_loss_sum(k.n, dt.data(), gmax.data(), gstats.data());
+  Result r;
+  Buffer<double> loss(1, MemCategory::Workspace);
+  for (int s = 0; s < ns; ++s) {
+    k::cross_entropy_finish_into(d.data() + bounds[s], k.ld, k.n, bounds[s + 1] - bounds[s], bounds[s], k.valid,
+                                 dt.data(), gmax.data(), gstats.data(), grad_scale, nullptr, loss.data());
+    const double l = read_scalar(loss);
+    if (s == 0) r.loss = l;
+    EXPECT_EQ(l, r.loss) << "slice " << s << ": every slice's loss comes from the same merged statistics";
+  }
+  r.grad = download(d);
+  clear_stride_padding(k, r);
+  return r;
+}
+
+/// The three-pass path (cross_entropy_row_max, _row_sums, _finish) on the whole vocabulary.
+template <class T>
+Result run_three_pass(const Case& k, const std::vector<double>& logits, float grad_scale) {
+  using S = acc_t<T>;
+  auto d = upload<T>(logits);
+  auto dt = to_device(k.targets);
+  Buffer<S> dmax(k.n, MemCategory::Workspace), dstats(2 * k.n, MemCategory::Workspace);
+  k::cross_entropy_row_max(d.data(), k.ld, k.n, k.v, 0, k.valid, dmax.data());
+  k::cross_entropy_row_sums(d.data(), k.ld, k.n, k.v, 0, k.valid, dt.data(), dmax.data(), dstats.data());
+  Result r;
+  r.loss = k::cross_entropy_finish(d.data(), k.ld, k.n, k.v, 0, k.valid, dt.data(), dmax.data(), dstats.data(),
+                                   grad_scale);
+  r.grad = download(d);
+  clear_stride_padding(k, r);
+  return r;
+}
+
+}  // namespace
+
+TEST(KernelsCrossEntropyOnline, FusedDoubleAgainstReferenceAndFiniteDifferences) {
+  for (const Case& c : {small_case(), long_case()}) {
+    auto logits = make_logits(c, 11, c.v > 100 ? 0.01 : 0.0);
+    const auto ref = ce_ref(c, logits, 1.0);
+    const auto r = run_fused<double>(c, logits, 1.0f);
+    // 1e-12: the same formula in double; the online rescaling adds a rounding per block.
+    EXPECT_LT(rel_err(r.loss, ref.loss), 1e-12) << "V = " << c.v;
+    expect_close("fused dlogits", r.grad, ref.grad, 1e-11, 1e-9);
+    // Masked row and padding columns: exactly 0.
+    for (int i = 0; i < c.n; ++i)
+      for (int col = 0; col < c.ld; ++col)
+        if (c.targets[i] < 0 || col >= c.valid) EXPECT_EQ(r.grad[static_cast<std::size_t>(i) * c.ld + col], 0.0);
+    // Gradient of the one-pass loss itself, sampled over all columns (padding and the
+    // ignored row included: gradient 0 there).
+    fd_check("fused dlogits", logits, r.grad, [&]() { return run_fused<double>(c, logits, 1.0f).loss; }, 60, 5);
+  }
+}
+
+TEST(KernelsCrossEntropyOnline, GradScaleAndDpoRowScale) {
+  const Case c = small_case();
+  const auto logits = make_logits(c, 12);
+  const std::vector<float> row_scale = {0.5f, 2.0f, -1.0f, 1.0f, -0.25f, 3.0f, 1.0f};
+  const auto ref = ce_ref(c, logits, 0.125, row_scale);
+  const auto r = run_fused<double>(c, logits, 0.125f, row_scale);
+  // The scales multiply the gradient (negative for a rejected response), not the loss.
+  EXPECT_LT(rel_err(r.loss, ref.loss), 1e-12);
+  expect_close("row-scaled dlogits", r.grad, ref.grad, 1e-11, 1e-9);
+}
+
+TEST(KernelsCrossEntropyOnline, TpSlicesMergeToTheWholeVocabulary) {
+  for (const Case& c : {small_case(), long_case()}) {
+    const auto logits = make_logits(c, 13, c.v > 100 ? 0.01 : 0.0);
+    const auto ref = ce_ref(c, logits, 0.5);
+    const int h = c.v / 2;
+    // tp = 2 (the second slice holds the padding); tp = 3 with a slice of padding only
+    // (max -inf, sum 0 there: the rescale must add nothing).
+    const std::vector<std::vector<int>> splits = {{0, h, c.v}, {0, h / 2, static_cast<int>(c.valid), c.v}};
+    for (const auto& b : splits) {
+      double loss_only = 0;
+      const auto r = run_online_sliced<double>(c, logits, b, 0.5f, &loss_only);
+      // 1e-12: double sums in another grouping and one rescale per slice.
+      EXPECT_LT(rel_err(r.loss, ref.loss), 1e-12) << b.size() - 1 << " slices";
+      EXPECT_LT(rel_err(loss_only, ref.loss), 1e-12) << "loss-only form, " << b.size() - 1 << " slices";
+      expect_close("sliced dlogits", r.grad, ref.grad, 1e-11, 1e-9);
+    }
+    // fp32 statistics (the production path), sliced: the loss to 2e-6 relative (fp32 sums
+    // of ~2000 terms in two groupings), probabilities to 1e-5 (floor 1e-4).
+    const auto f = run_online_sliced<float>(c, logits, {0, h, c.v}, 0.5f);
+    EXPECT_LT(rel_err(f.loss, ref.loss), 2e-6);
+    expect_close("fp32 sliced dlogits", f.grad, ref.grad, 1e-5, 1e-4);
+  }
+}
+
+TEST(KernelsCrossEntropyOnline, MatchesThreePassPath) {
+  for (const Case& c : {small_case(), long_case()}) {
+    const auto logits = bf16_exact(make_logits(c, 14, c.v > 100 ? 0.01 : 0.0));
+    // In double both forms agree to rounding.
+    const auto d3 = run_three_pass<double>(c, logits, 1.0f);
+    const auto d1 = run_fused<double>(c, logits, 1.0f);
+    EXPECT_LT(rel_err(d1.loss, d3.loss), 1e-12);
+    expect_close("double: fused vs three-pass", d1.grad, d3.grad, 1e-11, 1e-9);
+    // fp32: the sums are taken in another order (block-wise with rescaling), so not
+    // bitwise: loss to 2e-6 relative, dlogits to 1e-5 (floor 1e-4), as fp32 vs double above.
+    const auto f3 = run_three_pass<float>(c, logits, 1.0f);
+    const auto f1 = run_fused<float>(c, logits, 1.0f);
+    EXPECT_LT(rel_err(f1.loss, f3.loss), 2e-6);
+    expect_close("fp32: fused vs three-pass", f1.grad, f3.grad, 1e-5, 1e-4);
+    // bf16 logits (fp32 statistics): the gradient is rounded to bf16 by both.
+    const auto b3 = run_three_pass<bf16>(c, logits, 1.0f);
+    const auto b1 = run_fused<bf16>(c, logits, 1.0f);
+    EXPECT_LT(rel_err(b1.loss, b3.loss), 2e-6);
+    expect_bf16_close("bf16: fused vs three-pass", b1.grad, b3.grad);
+  }
+}
+
+TEST(KernelsCrossEntropyOnline, Deterministic) {
+  const Case c = long_case();
+  const auto logits = make_logits(c, 15, 0.01);
+  const auto a = run_fused<float>(c, logits, 1.0f);
+  const auto b = run_fused<float>(c, logits, 1.0f);
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_TRUE(bitwise_equal(a.grad, b.grad));
+  const auto sa = run_online_sliced<float>(c, logits, {0, 700, c.v}, 1.0f);
+  const auto sb = run_online_sliced<float>(c, logits, {0, 700, c.v}, 1.0f);
+  EXPECT_EQ(sa.loss, sb.loss);
+  EXPECT_TRUE(bitwise_equal(sa.grad, sb.grad));
+}
