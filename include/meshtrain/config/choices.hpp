@@ -21,6 +21,7 @@ enum class ReduceDtype { Fp32, Bf16 };                                          
 enum class LrScheduleKind { Cosine, Constant };                                    ///< train.lr_schedule
 enum class LogLevel { Debug, Info, Warn };                                         ///< output.log_level
 enum class Objective { Sft, Dpo };                                                 ///< train.objective
+enum class BaseQuant { None, Nf4, Int8 };                                          ///< model.base_quant
 
 /// The words of each choice, in the enum's order.
 template <class E>
@@ -57,6 +58,10 @@ struct ChoiceWords<LogLevel> {
 template <>
 struct ChoiceWords<Objective> {
   static constexpr std::array<const char*, 2> words{"sft", "dpo"};
+};
+template <>
+struct ChoiceWords<BaseQuant> {
+  static constexpr std::array<const char*, 3> words{"none", "nf4", "int8"};
 };
 
 template <class E, class = void>
