@@ -30,6 +30,7 @@
 #include "formats/json.hpp"
 #include "formats/le_bytes.hpp"
 #include "model/init.hpp"
+#include "parallel/quantized_base.hpp"
 
 namespace meshtrain::checkpoint {
 namespace {
@@ -141,6 +142,26 @@ std::string peft_config(const model::ModelDims& d, const std::string& base_model
   j["inference_mode"] = true;
   j["base_model_name_or_path"] = base_model.empty() ? formats::Json(nullptr) : formats::Json(base_model);
   return formats::json_text(j) + "\n";
+}
+
+/// The README of a QLoRA adapter: PEFT's adapter_config.json has no field for the base's
+/// quantization, so the card says which one the adapters were trained against.
+std::string qlora_readme(const model::ModelDims& d, const std::string& base_model) {
+  const bool nf4 = d.base_quant == BaseQuant::Nf4;
+  return strprintf(
+      "# LoRA adapter trained on a quantized base (QLoRA)\n\n"
+      "- base model: %s\n- base quantization: %s (model.base_quant=%s)\n\n"
+      "The adapters were trained against the base's matrices %s; norm weights and biases were kept unquantized. "
+      "Load the base %s before applying the adapter to reproduce the trained model exactly; "
+      "`meshtrain convert --merge_lora` writes the adapters merged into the dequantized base.\n",
+      base_model.empty() ? "(not recorded)" : base_model.c_str(),
+      nf4 ? "NF4, 64-weight blocks, 8-bit block scales with a float32 maximum per 256 blocks"
+          : "int8, absmax per 64 weights with a float32 scale",
+      choice_name(d.base_quant),
+      nf4 ? "quantized to 4-bit NormalFloat and dequantized" : "quantized to int8 and dequantized",
+      nf4 ? "in NF4 (bitsandbytes' bnb_4bit_quant_type=\"nf4\", blocksize 64, double quantization: meshtrain's scales "
+            "are linear 8-bit, not bitsandbytes' FP8, so the values differ slightly)"
+          : "in the same int8 block format");
 }
 
 /// w (the base projection, HF layout) += (alpha/r) B A, accumulated in double and rounded
@@ -391,6 +412,9 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   auto merged = [&](std::size_t spec, std::int64_t rows) {
     std::vector<float> v = read_param(spec, rows);
     const model::ParamSpec& p = specs[spec];
+    // QLoRA: the model that trained had the base's matrices dequantized (as PEFT's merge
+    // into a bitsandbytes 4-bit layer dequantizes it first); the merge goes into those.
+    if (base && p.frozen) parallel::dequantized_tensor(src.dims.base_quant, p, v);
     const std::string module = p.name.substr(0, p.name.size() - 7);  // without ".weight"
     const auto a = spec_index.find(module + ".lora_A.weight");
     if (!src.peft && a != spec_index.end()) {
@@ -424,6 +448,7 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     names.push_back(name);
   };
   if (src.peft) write_text("adapter_config.json", peft_config(src.dims, src.base_model));
+  if (src.peft && src.dims.base_quant != BaseQuant::None) write_text("README.md", qlora_readme(src.dims, src.base_model));
   else write_text("config.json", hf_config(src.dims, bf ? "bfloat16" : "float32"));
   if (shards.entries.size() > 1)
     write_text("model.safetensors.index.json",

@@ -96,6 +96,7 @@ void write_model_attrs(hid_t group, const model::ModelDims& d) {
   h5::write_attr(group, "lora_rank", static_cast<std::int64_t>(d.lora_rank));
   h5::write_attr(group, "lora_alpha", d.lora_alpha);
   h5::write_attr(group, "lora_targets", d.lora_rank > 0 ? canonical_targets(d) : std::string());
+  h5::write_attr(group, "base_quant", std::string(choice_name(d.base_quant)));
 }
 
 LoraSettings read_lora(hid_t file) {
@@ -111,6 +112,12 @@ LoraSettings read_lora(hid_t file) {
   out.rank = static_cast<int>(*rank);
   out.alpha = *alpha;
   out.targets = *targets;
+  if (const auto quant = h5::read_string_attr(g.get(), "base_quant")) {
+    const std::optional<BaseQuant> q = parse_choice<BaseQuant>(*quant);
+    MESHTRAIN_REQUIRE(q.has_value(), "/model's base_quant '%s' is not one of %s: the file is damaged or newer",
+                      quant->c_str(), choice_list<BaseQuant>().c_str());
+    out.base_quant = *q;
+  }
   return out;
 }
 
@@ -120,6 +127,7 @@ LoraSettings lora_settings(const model::ModelDims& d) {
   out.rank = d.lora_rank;
   out.alpha = d.lora_alpha;
   out.targets = d.lora_rank > 0 ? canonical_targets(d) : std::string();
+  out.base_quant = d.base_quant;
   return out;
 }
 
@@ -158,6 +166,7 @@ model::ModelDims read_model_dims(hid_t file, const std::string& path) {
   if (lora.recorded && lora.rank > 0) {
     d.lora_rank = lora.rank;
     d.lora_alpha = lora.alpha;
+    d.base_quant = lora.base_quant;
     for (std::size_t start = 0; start <= lora.targets.size();) {
       const std::size_t comma = std::min(lora.targets.find(',', start), lora.targets.size());
       if (comma > start) d.lora_targets.push_back(lora.targets.substr(start, comma - start));
@@ -194,12 +203,15 @@ namespace meshtrain::checkpoint {
 
 std::string LoraSettings::str() const {
   if (rank <= 0) return "no LoRA (model.lora_rank=0)";
-  return strprintf("model.lora_rank=%d, model.lora_alpha=%g, model.lora_targets=%s", rank, alpha, targets.c_str());
+  const std::string quant =
+      base_quant == BaseQuant::None ? std::string() : strprintf(", model.base_quant=%s", choice_name(base_quant));
+  return strprintf("model.lora_rank=%d, model.lora_alpha=%g, model.lora_targets=%s%s", rank, alpha, targets.c_str(),
+                   quant.c_str());
 }
 
 bool LoraSettings::same(const LoraSettings& o) const {
   if (rank <= 0 || o.rank <= 0) return rank <= 0 && o.rank <= 0;
-  return rank == o.rank && alpha == o.alpha && targets == o.targets;
+  return rank == o.rank && alpha == o.alpha && targets == o.targets && base_quant == o.base_quant;
 }
 
 LoraSettings stored_lora_settings(const std::string& path) {

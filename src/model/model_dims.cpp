@@ -86,6 +86,13 @@ ModelDims resolve_dims(const ModelSettings& c) {
     MESHTRAIN_REQUIRE(!d.lora_targets.empty(), "model.lora_rank=%d needs at least one model.lora_targets entry",
                       c.lora_rank);
   }
+  // A quantized base is the frozen base of a LoRA run: a trained parameter needs its fp32
+  // master, so without adapters there is nothing frozen to quantize.
+  MESHTRAIN_REQUIRE(c.base_quant == BaseQuant::None || c.lora_rank > 0,
+                    "model.base_quant=%s quantizes the frozen base of a LoRA run, but model.lora_rank=0 trains every "
+                    "weight; set model.lora_rank > 0 (QLoRA) or model.base_quant=none",
+                    choice_name(c.base_quant));
+  d.base_quant = c.base_quant;
   return d;
 }
 

@@ -1,8 +1,10 @@
 #include "parallel/fsdp.hpp"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "kernels/dequant.hpp"
 #include "kernels/elementwise.hpp"
 #include "model/init.hpp"
 
@@ -66,6 +68,7 @@ struct FsdpEngine<T>::StepBuffers {
   Buffer<T> gathered;       ///< (padded) gathered params in T; persistent for no_shard (bf16 or frozen)
   Work gather_work;         ///< trainable segment
   Work frozen_gather_work;  ///< frozen segment
+  Buffer<std::uint8_t> frozen_wire;  ///< quantized base: every shard's payload, until dequantized
   bool in_flight = false;
   bool alive = false;
   bool stale = true;        ///< no_shard: persistent copy must be refreshed from the master
@@ -117,8 +120,14 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
       owned_numel_[u] = coord.replicate == 0 ? st.numel : 0;
       fz.begin = coord.shard * L.frozen_shard_numel;
       fz.numel = L.frozen_shard_numel;
-      fz.values = Buffer<T>(fz.numel, MemCategory::Params);
-      fz.values.zero();
+      if (opt_.base_quant == BaseQuant::None) {
+        fz.values = Buffer<T>(fz.numel, MemCategory::Params);
+        fz.values.zero();
+      } else if (fz.numel > 0) {
+        fz.payload = Buffer<std::uint8_t>(static_cast<std::size_t>(payload_bytes(opt_.base_quant, fz.numel)),
+                                          MemCategory::Params);
+        fz.payload.zero();
+      }
     } else {
       st.begin = tb;
       st.numel = tn;
@@ -136,6 +145,21 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
       if (fz.numel > 0) {
         step_buffers_[u].gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
         step_buffers_[u].gathered.zero();
+      }
+    }
+    if (opt_.base_quant != BaseQuant::None && L.frozen_padded() > 0) {
+      // The quantized base's map (a TP slice that splits a block is refused here), its
+      // runs and group maxima on the device; sharded strategies also keep the 1-D
+      // parameters of the whole segment in T (no_shard has them in its gathered copy).
+      fz.map = build_quant_map(specs_, L, shape.tp, coord.tp, opt_.base_quant);
+      fz.runs = Buffer<kernels::QuantRun>(fz.map.runs.size(), MemCategory::Params);
+      if (!fz.map.runs.empty())
+        Kokkos::deep_copy(fz.runs.view(), UView<kernels::QuantRun, HostMem>(fz.map.runs.data(), fz.map.runs.size()));
+      fz.group_max = Buffer<float>(static_cast<std::size_t>(fz.map.groups), MemCategory::Params);
+      fz.group_max.zero();
+      if (traits_.shard_params) {
+        fz.dense = Buffer<T>(static_cast<std::size_t>(fz.map.dense_numel()), MemCategory::Params);
+        fz.dense.zero();
       }
     }
     st.master = Buffer<float>(st.numel, MemCategory::Params);
@@ -183,14 +207,84 @@ T* FsdpEngine<T>::frozen_storage(int u) {
 }
 
 template <class T>
-const T* FsdpEngine<T>::frozen_values(int u) const {
-  return const_cast<FsdpEngine<T>*>(this)->frozen_storage(u);
+void FsdpEngine<T>::set_frozen(int u, const float* values) {
+  const std::size_t n = static_cast<std::size_t>(frozen_[u].numel);
+  if (n == 0) return;
+  if (opt_.base_quant != BaseQuant::None) set_frozen_quantized(u, values);
+  else convert(values, frozen_storage(u), n);
 }
 
 template <class T>
-void FsdpEngine<T>::set_frozen(int u, const float* values) {
-  const std::size_t n = static_cast<std::size_t>(frozen_[u].numel);
-  if (n > 0) convert(values, frozen_storage(u), n);
+void FsdpEngine<T>::set_frozen_quantized(int u, const float* values) {
+  Frozen& fz = frozen_[u];
+  const QuantMap& map = fz.map;
+  const std::int64_t n = fz.numel;
+  // The shard on the host (one unit's shard at a time: no fp32 copy of the model persists).
+  std::vector<float> host(static_cast<std::size_t>(n));
+  Kokkos::deep_copy(UView<float, HostMem>(host.data(), host.size()), UView<float>(const_cast<float*>(values), host.size()));
+  // NF4 group maxima: each rank's partial maxima, then the maximum over the world (the ranks
+  // of other tp slices and shards hold the rest of a group; replicas hold the same values).
+  std::vector<float> group_max(static_cast<std::size_t>(map.groups), 0.0f);
+  if (opt_.base_quant == BaseQuant::Nf4 && map.groups > 0) {
+    partial_group_max(map, host.data(), fz.begin, n, group_max);
+    Kokkos::deep_copy(fz.group_max.view(), UView<float, HostMem>(group_max.data(), group_max.size()));
+    mesh_.world().comm().all_reduce(fz.group_max.data(), fz.group_max.data(), group_max.size(), DType::F32,
+                                    ReduceOp::Max);
+    Kokkos::deep_copy(UView<float, HostMem>(group_max.data(), group_max.size()), fz.group_max.view());
+  }
+  std::vector<std::uint8_t> payload(static_cast<std::size_t>(payload_bytes(opt_.base_quant, n)));
+  encode_shard(opt_.base_quant, map, host.data(), fz.begin, n, group_max, payload.data());
+  // The 1-D parameters of the whole segment: each element comes from the one shard that
+  // holds it (the others add zeros), so the sum over dp_shard is exact.
+  std::vector<float> dense(static_cast<std::size_t>(map.dense_numel()), 0.0f);
+  std::int64_t at = 0;
+  for (const QuantMap::Dense& d : map.dense) {
+    const std::int64_t lo = std::max(d.offset, fz.begin), hi = std::min(d.offset + d.numel, fz.begin + n);
+    for (std::int64_t i = lo; i < hi; ++i) dense[static_cast<std::size_t>(at + i - d.offset)] = host[static_cast<std::size_t>(i - fz.begin)];
+    at += d.numel;
+  }
+  Buffer<float> dense_dev(dense.size(), MemCategory::Workspace);
+  if (!dense.empty()) {
+    Kokkos::deep_copy(dense_dev.view(), UView<float, HostMem>(dense.data(), dense.size()));
+    if (traits_.shard_params && mesh_.dp_shard().size() > 1)
+      mesh_.dp_shard().comm().all_reduce(dense_dev.data(), dense_dev.data(), dense.size(), DType::F32, ReduceOp::Sum);
+  }
+  if (traits_.shard_params) {
+    Kokkos::deep_copy(fz.payload.view(), UView<std::uint8_t, HostMem>(payload.data(), payload.size()));
+    if (!dense.empty()) convert(dense_dev.data(), fz.dense.data(), dense.size());
+    return;
+  }
+  // no_shard: the whole segment is this rank's; dequantized once into the persistent copy.
+  Buffer<std::uint8_t> dev(payload.size(), MemCategory::Workspace);
+  Kokkos::deep_copy(dev.view(), UView<std::uint8_t, HostMem>(payload.data(), payload.size()));
+  Buffer<T> dense_t(dense.size(), MemCategory::Workspace);
+  if (!dense.empty()) convert(dense_dev.data(), dense_t.data(), dense.size());
+  fz.dense = std::move(dense_t);
+  dequantize_frozen(u, dev.data(), static_cast<std::int64_t>(payload.size()), n, frozen_storage(u));
+  fz.dense.reset();
+}
+
+template <class T>
+void FsdpEngine<T>::dequantize_frozen(int u, const std::uint8_t* all, std::int64_t stride, std::int64_t shard_numel,
+                                      T* gathered) {
+  const Frozen& fz = frozen_[u];
+  const std::int64_t numel = layouts_[u].frozen_padded();
+  const int n_runs = static_cast<int>(fz.map.runs.size());
+  if (opt_.base_quant == BaseQuant::Nf4)
+    kernels::dequantize_nf4(all, stride, shard_numel, fz.runs.data(), n_runs, fz.group_max.data(), gathered, numel);
+  else
+    kernels::dequantize_int8(all, stride, shard_numel, fz.runs.data(), n_runs, gathered, numel);
+  std::int64_t at = 0;
+  for (const QuantMap::Dense& d : fz.map.dense) {
+    convert(fz.dense.data() + at, gathered + d.offset, static_cast<std::size_t>(d.numel));
+    at += d.numel;
+  }
+}
+
+template <class T>
+std::int64_t FsdpEngine<T>::frozen_payload_bytes(int u) const {
+  if (opt_.base_quant == BaseQuant::None || !traits_.shard_params) return 0;
+  return payload_bytes(opt_.base_quant, frozen_[u].numel);
 }
 
 template <class T>
@@ -243,11 +337,21 @@ void FsdpEngine<T>::gather(int u, bool prefetch) {
   const model::UnitLayout& L = layouts_[u];
   const std::size_t sn = L.shard_numel, fsn = L.frozen_shard_numel;
   r.gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
-  if (fsn > 0) {
+  if (fsn > 0 && opt_.base_quant != BaseQuant::None) {
+    // Quantized frozen segment: the payload travels (4.13 or 8.5 bits a weight instead of
+    // T's 16 or 32) and is dequantized in wait_params.
+    const std::size_t pb = static_cast<std::size_t>(payload_bytes(opt_.base_quant, static_cast<std::int64_t>(fsn)));
+    r.frozen_wire = Buffer<std::uint8_t>(pb * static_cast<std::size_t>(L.shards), MemCategory::CommBuffers);
+    std::uint8_t* mine = r.frozen_wire.data() + static_cast<std::size_t>(mesh_.coord().shard) * pb;
+    Kokkos::deep_copy(ExecSpace(), UView<std::uint8_t>(mine, pb), frozen_[u].payload.view());
+    r.frozen_gather_work = mesh_.dp_shard().comm().all_gather_async(mine, r.frozen_wire.data(), pb, DType::U8);
+    frozen_gather_bytes_ += pb * static_cast<std::size_t>(L.shards - 1);
+  } else if (fsn > 0) {
     // Frozen segment: the T shard as stored (no master to convert).
     T* mine = r.gathered.data() + static_cast<std::size_t>(mesh_.coord().shard) * fsn;
     convert(frozen_[u].values.data(), mine, fsn);
     r.frozen_gather_work = mesh_.dp_shard().comm().all_gather_async(mine, r.gathered.data(), fsn, DTypeOf<T>::value);
+    frozen_gather_bytes_ += fsn * sizeof(T) * static_cast<std::size_t>(L.shards - 1);
   }
   if (sn > 0) {
     T* seg = r.gathered.data() + L.trainable_begin();
@@ -280,6 +384,11 @@ const T* FsdpEngine<T>::wait_params(int u) {
     r.gather_work.wait();
     r.in_flight = false;
     r.alive = true;
+    if (!r.frozen_wire.empty()) {
+      const std::int64_t fsn = layouts_[u].frozen_shard_numel;
+      dequantize_frozen(u, r.frozen_wire.data(), payload_bytes(opt_.base_quant, fsn), fsn, r.gathered.data());
+      r.frozen_wire.reset();
+    }
   }
   return r.gathered.data();
 }
@@ -462,6 +571,7 @@ void FsdpEngine<T>::release_all() {
       r.gather_work.wait();
       r.in_flight = false;
     }
+    r.frozen_wire.reset();
     r.gathered.reset();
     r.alive = false;
   }
@@ -471,7 +581,8 @@ template <class T>
 std::size_t FsdpEngine<T>::persistent_bytes() const {
   std::size_t b = 0;
   for (const UnitState& st : state_) b += st.master.bytes() + st.grad.bytes() + st.exp_avg.bytes() + st.exp_avg_sq.bytes();
-  for (const Frozen& fz : frozen_) b += fz.values.bytes();
+  for (const Frozen& fz : frozen_)
+    b += fz.values.bytes() + fz.payload.bytes() + fz.runs.bytes() + fz.group_max.bytes() + fz.dense.bytes();
   return b;
 }
 

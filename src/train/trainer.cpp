@@ -118,6 +118,7 @@ class Trainer {
   double peak_flops_ = 0;
   std::uint64_t cursor_ = 0;      ///< training windows consumed (global)
   int updates_ = 0;               ///< optimizer updates applied (bias correction)
+  std::uint64_t frozen_gather_step_bytes_ = 0;  ///< the last step's frozen all-gathers, bytes received (rank 0's)
   /// LoRA: the frozen base weights this run's checkpoints refer to (init_from, or the
   /// train.seed initialisation without it).
   checkpoint::BaseRef base_;
@@ -425,8 +426,10 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
             reference_.train[sampler_->window_start(w0 + static_cast<std::uint64_t>(i)) / row_tokens]);
     }
   }
+  const std::uint64_t gathered_before = session_.engine().frozen_gather_bytes();
   const StepResult r = train::train_step(session_, settings_, step, updates_, fill, poison, counted,
                                          docs ? &fill_docs : nullptr, stored_reference_ ? &reference : nullptr);
+  frozen_gather_step_bytes_ = session_.engine().frozen_gather_bytes() - gathered_before;
   last_counted_ = counted > 0 ? counted : setup_.batch.step_tokens();
   cursor_ += static_cast<std::uint64_t>(batch.global_batch);
   loss = r.loss;
@@ -526,7 +529,8 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                      {"tokens", static_cast<double>(cursor_) * seq_len},
                      {"skipped_steps", skipped_},
                      {"counted_tokens", last_counted_},
-                     {"counted_tokens_per_s", last_counted_ / step_max}};
+                     {"counted_tokens_per_s", last_counted_ / step_max},
+                     {"frozen_gather_bytes", static_cast<double>(frozen_gather_step_bytes_)}};
   if (!std::isnan(val)) j["val_loss"] = val;
   if (tc.dpo()) {
     const auto add = [&j](const std::string& prefix, const DpoMetrics& m) {
@@ -783,6 +787,12 @@ void Trainer<T>::write_summary() {
                     static_cast<double>(host_peak_rss_bytes())};
   std::vector<double> all(static_cast<std::size_t>(6) * world);
   watched_gather("gather", "world", rt_.world(), mine, 6, all.data(), 0);
+  // Rank 0's peak per memory-pool category (each category's own peak; they need not
+  // coincide with the total's): what dominates the per-rank peak.
+  formats::Json peak_by_category = formats::Json::object();
+  for (int c = 0; c < kNumMemCategories; ++c)
+    peak_by_category[category_name(static_cast<MemCategory>(c))] = static_cast<double>(ms.peak_in_use[static_cast<std::size_t>(c)]);
+  peak_by_category["total_in_use"] = static_cast<double>(ms.peak_total_in_use);
   // Rank 0 writes; every rank learns whether that failed (disk full: exit 74).
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
@@ -809,6 +819,7 @@ void Trainer<T>::write_summary() {
                                    {"loop_s", loop_seconds_},
                                    {"loop_tokens_per_s", loop_seconds_ > 0 ? loop_tokens_ / loop_seconds_ : 0.0},
                                    {"ranks", ranks},
+                                   {"peak_by_category", peak_by_category},
                                    {"recoveries", recoveries(spec_.output.dir)}};  // the supervisor's, issue 31
     // Atomic and checked: an earlier summary.json is replaced whole or kept.
     file_io::replace_file(spec_.output.dir + "/summary.json", formats::json_text(summary) + "\n",

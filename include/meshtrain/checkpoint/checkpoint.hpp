@@ -126,6 +126,9 @@ struct LoraSettings {
   int rank = 0;           ///< model.lora_rank (0: no adapters)
   double alpha = 16;      ///< model.lora_alpha
   std::string targets;    ///< model.lora_targets, resolved, in the family's order ("q,v")
+  /// model.base_quant: how the frozen base is stored (QLoRA); a file without the attribute
+  /// predates it and had none. Part of the model: the quantized base is what trained.
+  BaseQuant base_quant = BaseQuant::None;
   std::string str() const;                     ///< "model.lora_rank=4, model.lora_alpha=16, ..."
   bool same(const LoraSettings& other) const;  ///< equal adapters (any two without LoRA are equal)
 };

@@ -22,6 +22,7 @@ enum class LrScheduleKind { Cosine, Constant };                                 
 enum class LogLevel { Debug, Info, Warn };                                         ///< output.log_level
 enum class Objective { Sft, Dpo };                                                 ///< train.objective
 enum class AttentionChoice { Cudnn, Kokkos };                                      ///< gpu.attention
+enum class BaseQuant { None, Nf4, Int8 };                                          ///< model.base_quant
 
 /// The words of each choice, in the enum's order.
 template <class E>
@@ -62,6 +63,10 @@ struct ChoiceWords<Objective> {
 template <>
 struct ChoiceWords<AttentionChoice> {
   static constexpr std::array<const char*, 2> words{"cudnn", "kokkos"};
+};
+template <>
+struct ChoiceWords<BaseQuant> {
+  static constexpr std::array<const char*, 3> words{"none", "nf4", "int8"};
 };
 
 template <class E, class = void>

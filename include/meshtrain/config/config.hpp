@@ -30,6 +30,7 @@ struct ModelConfig {
   int lora_rank = 0;                  ///< >0: train LoRA adapters only (base weights frozen)
   double lora_alpha = 16.0;
   std::string lora_targets = "auto";  ///< comma list of projections; auto = PEFT's default (q,v / c_attn)
+  BaseQuant base_quant = BaseQuant::None;  ///< the frozen LoRA base stored quantized (QLoRA)
 };
 
 struct ParallelConfig {

@@ -33,6 +33,8 @@ struct ModelDims {
   std::vector<std::string> lora_targets; ///< projections with adapters (family names, see lora_target_names)
   std::vector<int> lora_target_ids;      ///< the same, as indices into lora_target_names(family)
   double lora_scale() const { return lora_rank > 0 ? lora_alpha / lora_rank : 0.0; }
+  /// How the frozen base of a LoRA run is stored (QLoRA: nf4, int8); None without LoRA.
+  BaseQuant base_quant = BaseQuant::None;
 
   /// Parameters of the logical model (excluding padding of the vocab? no: including it).
   std::int64_t num_params() const;
@@ -56,6 +58,7 @@ struct ModelSettings {
   int lora_rank = 0;
   double lora_alpha = 16.0;
   std::vector<std::string> lora_targets; ///< projection names as given (blank entries dropped)
+  BaseQuant base_quant = BaseQuant::None;
 };
 
 /// \brief Applies defaults and checks consistency (UserError naming the key).

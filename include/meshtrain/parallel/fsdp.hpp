@@ -12,7 +12,11 @@
 /// Frozen parameters (the base model under LoRA) form the unit's frozen segment
 /// (model::UnitLayout): the rank keeps its shard of them in the compute type T only, with
 /// no fp32 master, gradient or moments, gathers them like the rest, and never reduces
-/// anything for them. Gradient buffers, reductions and UnitState cover the trainable
+/// anything for them. With a quantized base (FsdpOptions::base_quant, QLoRA) the shard is
+/// kept quantized instead (parallel/quantized_base.hpp: the canonical blocks of the global
+/// tensors), all-gathered as its NF4 or int8 payload and dequantized into the gathered T
+/// buffer's frozen region in wait_params; 1-D frozen parameters stay in T, whole on every
+/// rank. no_shard dequantizes once into its persistent T copy and keeps no payload. Gradient buffers, reductions and UnitState cover the trainable
 /// segment only, so a LoRA run holds and moves state for its adapters alone.
 ///
 /// Per micro-step the runner calls, per unit: gather/prefetch -> wait_params -> forward ->
@@ -28,6 +32,7 @@
 #include "core/memory.hpp"
 #include "model/layout.hpp"
 #include "parallel/device_mesh.hpp"
+#include "parallel/quantized_base.hpp"
 #include "parallel/reduction_plan.hpp"
 #include "parallel/strategy.hpp"
 
@@ -43,6 +48,8 @@ struct FsdpOptions {
   /// exp_avg_sq stay empty and grad_buffer() must not be called. Loaded models pay
   /// neither the memory nor the first-touch time of state they never use.
   bool forward_only = false;
+  /// How the frozen segment is stored (model.base_quant): None keeps it in T.
+  BaseQuant base_quant = BaseQuant::None;
 };
 
 /// fp32 state of one unit's trainable segment held by this rank: elements
@@ -124,10 +131,17 @@ class FsdpEngine {
   std::int64_t frozen_begin(int u) const { return frozen_[u].begin; }
   std::int64_t frozen_numel(int u) const { return frozen_[u].numel; }
   /// Replaces this rank's frozen values of unit u with `values` (device, frozen_numel(u)
-  /// fp32 elements), rounded to T.
+  /// fp32 elements), rounded to T -- or quantized with a quantized base, which makes it
+  /// collective over the world (the NF4 group maxima span ranks; the 1-D parameters are
+  /// summed over dp_shard): every rank calls it for the same units in the same order.
   void set_frozen(int u, const float* values);
-  /// This rank's frozen values of unit u in T (device).
-  const T* frozen_values(int u) const;
+  /// Bytes of the quantized frozen payload one rank sends per all-gather of unit u (0 when
+  /// the base is not quantized or not sharded).
+  std::int64_t frozen_payload_bytes(int u) const;
+  /// Bytes this rank has received in all-gathers of frozen segments since construction
+  /// ((dp_shard - 1) x what each rank sends, per gather): the quantized base's saving on
+  /// the wire, measured (`meshtrain plan` predicts it per step).
+  std::uint64_t frozen_gather_bytes() const { return frozen_gather_bytes_; }
 
   /// Bytes of persistent state (master + grads + moments + frozen values) on this rank.
   std::size_t persistent_bytes() const;
@@ -154,11 +168,21 @@ class FsdpEngine {
   struct Frozen {
     std::int64_t begin = 0, numel = 0;
     Buffer<T> values;  ///< sharded strategies: this rank's shard (no_shard: inside the gathered copy)
+    // Quantized base, sharded strategies (no_shard keeps only the dequantized gathered copy):
+    QuantMap map;                          ///< the unit's blocks on this tp rank
+    Buffer<std::uint8_t> payload;          ///< this rank's shard, payload_bytes(quant, numel)
+    Buffer<kernels::QuantRun> runs;        ///< map.runs on the device
+    Buffer<float> group_max;               ///< map.groups NF4 group maxima (the whole unit's)
+    Buffer<T> dense;                       ///< the 1-D parameters of the whole segment, in T
   };
   T* frozen_storage(int u);
+  void set_frozen_quantized(int u, const float* values);
+  /// Dequantizes the gathered payload `all` (every shard's) into gathered's frozen region.
+  void dequantize_frozen(int u, const std::uint8_t* all, std::int64_t stride, std::int64_t shard_numel, T* gathered);
   std::vector<UnitState> state_;
   std::vector<Frozen> frozen_;
   bool has_frozen_ = false;
+  std::uint64_t frozen_gather_bytes_ = 0;
   std::vector<std::int64_t> owned_begin_, owned_numel_;
   std::vector<StepBuffers> step_buffers_;
   std::deque<std::unique_ptr<Reduction>> pending_;

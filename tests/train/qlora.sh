@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# QLoRA (issue 32, must-show 1 on a tiny Llama): LoRA adapters on a base kept in NF4 (and in
+# int8), the base pretrained, exported to safetensors and loaded with checkpoint.init_from.
+# The base's dimensions split into whole 64-weight blocks at tp=3 (d_model 192, 3 heads of
+# 64, ffn 384), so the quantization is the same on every mesh: the losses of 1 rank,
+# dp_shard=2 and tp=3 agree within the LoRA equivalence tolerances (tests/train/lora.sh),
+# and they differ from the unquantized LoRA run's (the quantized base is what trains).
+# The loss of the adapters at start (B = 0) is `eval` of the base kept in that quantization,
+# and eval of a QLoRA checkpoint takes model.base_quant from it. Hostile: base_quant without
+# LoRA, an unknown word, a tp whose slices split a block.
+set -euo pipefail
+ini="$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini"
+rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
+cd "$TEST_TMP"
+export OPENBLAS_NUM_THREADS=1
+shape=(--model.d_model=192 --model.n_heads=3 --model.n_kv_heads=3 --model.ffn_dim=384 --model.vocab_pad_multiple=3)
+"$MESHTRAIN_BIN" prepare --input /usr/share/games/fortunes/fortunes --output data > /dev/null
+"$MESHTRAIN_BIN" train "$ini" "${shape[@]}" --data.dir=data --train.steps=20 --train.eval_every=0 --train.lr=3e-3 \
+  --output.dir=pre > pre.log 2>&1 || { cat pre.log; exit 1; }
+"$MESHTRAIN_BIN" convert --input pre/checkpoints --output base > convert.log 2>&1 || { cat convert.log; exit 1; }
+lora=(--model.lora_rank=4 --model.lora_alpha=8 --model.lora_targets=q,k,v,o,gate,up,down)
+tune() {
+  local name=$1 np=$2; shift 2
+  # shellcheck disable=SC2086
+  $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$ini" "${shape[@]}" "${lora[@]}" --data.dir=data --train.steps="${STEPS-8}" \
+    --train.eval_every="${EVAL_EVERY-0}" --train.lr="${LR-5e-3}" --train.seed=7 --checkpoint.init_from=base --parallel.strategy=full_shard \
+    --output.dir="$name" "$@" > "$name.log" 2>&1 || { cat "$name.log"; exit 1; }
+}
+compare() {  # compare REF CANDIDATE LABEL: the LoRA equivalence tolerances of lora.sh
+  python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" \
+    --rtol 1e-5 --keys loss --label "$3"
+  python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" \
+    --rtol 1e-4 --keys grad_norm --label "$3"
+}
+tune nf4_1 1 --model.base_quant=nf4 --checkpoint.every=8
+tune nf4_dp2 2 --model.base_quant=nf4 --parallel.dp_shard=2
+tune nf4_tp3 3 --model.base_quant=nf4 --parallel.tp=3
+compare nf4_1 nf4_dp2 "QLoRA nf4 dp_shard=2 vs 1 rank"
+compare nf4_1 nf4_tp3 "QLoRA nf4 tp=3 vs 1 rank"
+tune int8_1 1 --model.base_quant=int8
+tune int8_tp3 3 --model.base_quant=int8 --parallel.tp=3
+compare int8_1 int8_tp3 "QLoRA int8 tp=3 vs 1 rank"
+tune lora_1 1
+# The quantized base changes the model: the losses differ from LoRA's by far more than the
+# mesh tolerance (nf4 more than int8).
+python3 - <<'PY'
+import json
+def losses(run): return [json.loads(l)["loss"] for l in open(f"{run}/metrics.jsonl")]
+ref = losses("lora_1")
+for run in ["nf4_1", "int8_1"]:
+    d = max(abs(a - b) / abs(b) for a, b in zip(losses(run), ref))
+    print(f"{run} vs unquantized LoRA: largest relative loss difference {d:.2e}")
+    assert d > 1e-4, f"{run}: the losses equal the unquantized LoRA run's within {d:.1e}: the base was not quantized"
+dn = max(abs(a - b) for a, b in zip(losses("nf4_1"), ref))
+di = max(abs(a - b) for a, b in zip(losses("int8_1"), ref))
+assert dn > di, f"nf4 ({dn:.2e}) should move the loss more than int8 ({di:.2e})"
+PY
+# The adapters' loss at start is the quantized base's: one step at lr 0 leaves B = 0, and the
+# validation loss after it equals eval of the base with model.base_quant (and not without).
+evalbase=(eval "$ini" "${shape[@]}" --data.dir=data --checkpoint base --batches 4 --json)
+STEPS=1 LR=0 EVAL_EVERY=1 tune nf4_lr0 1 --model.base_quant=nf4 --train.min_lr=0 --train.eval_batches=4
+"$MESHTRAIN_BIN" "${evalbase[@]}" "${lora[@]}" --model.base_quant=nf4 > eval_nf4.log 2>&1 || { cat eval_nf4.log; exit 1; }
+"$MESHTRAIN_BIN" "${evalbase[@]}" > eval_none.log 2>&1 || { cat eval_none.log; exit 1; }
+# eval of the QLoRA checkpoint: base_quant from /model (no model.base_quant given).
+"$MESHTRAIN_BIN" eval "$ini" "${shape[@]}" --data.dir=data --checkpoint nf4_lr0/checkpoints --batches 4 --json \
+  > eval_ckpt.log 2>&1 || { cat eval_ckpt.log; exit 1; }
+grep -q "model.base_quant=nf4" eval_ckpt.log || { cat eval_ckpt.log; echo "eval did not take base_quant from the checkpoint"; exit 1; }
+python3 - <<'PY'
+import json
+def last(path): return [json.loads(l) for l in open(path) if l.startswith("{")][-1]["loss"]
+val = [json.loads(l) for l in open("nf4_lr0/metrics.jsonl") if "val_loss" in l][-1]["val_loss"]
+q, n, c = last("eval_nf4.log"), last("eval_none.log"), last("eval_ckpt.log")
+print(f"validation loss after a step at lr 0: {val!r}; eval of the nf4 base {q!r}, of the checkpoint {c!r}, "
+      f"of the unquantized base {n!r}")
+assert val == q == c, "the QLoRA model at start is not eval of the nf4 base"
+assert abs(q - n) > 1e-5, "eval with model.base_quant=nf4 equals the unquantized base"
+PY
+# Hostile: one clear error each (exit 2), nothing trained.
+refuse() {  # refuse NAME EXPECTED ARGS...: exit status 2 and the message
+  local name=$1 want=$2 rc; shift 2
+  set +e
+  "$@" > "$name.log" 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 2 ]] && grep -qF -- "$want" "$name.log" || { cat "$name.log"; echo "$name: expected exit 2 with: $want (got $rc)"; exit 1; }
+  echo "$name: $(grep -F -- "$want" "$name.log" | head -1 | cut -c1-200)"
+}
+refuse no_lora "model.base_quant=nf4 quantizes the frozen base of a LoRA run, but model.lora_rank=0" \
+  "$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=1 --model.base_quant=nf4 --output.dir=no_lora
+refuse unknown "model.base_quant" \
+  "$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=1 "${lora[@]}" --model.base_quant=nf5 --output.dir=unknown
+grep -q "none, nf4, int8" unknown.log || { cat unknown.log; echo "the unknown word's error does not list the choices"; exit 1; }
+# tiny-llama's d_model 64 at tp=2: o_proj's slices are 32 columns, half a block.
+# shellcheck disable=SC2086
+refuse split_block "model.layers.0.self_attn.o_proj.weight (64 x 64) does not split into whole 64-weight blocks at parallel.tp=2" \
+  $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=1 "${lora[@]}" --model.base_quant=nf4 \
+  --parallel.tp=2 --output.dir=split_block
+[[ ! -e split_block/checkpoints ]] || ! ls split_block/checkpoints/step_* > /dev/null 2>&1 || { echo "a checkpoint was written"; exit 1; }
+echo "qlora: all checks passed"
