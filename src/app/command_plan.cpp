@@ -65,10 +65,14 @@ void print_strategies(const Config& cfg, const plan::PlanInput& in, const std::v
     long long trainable = 0;
     for (const model::ParamSpec& p : model::build_param_specs(dims, 1))
       if (!p.frozen) trainable += p.numel();
+    const std::string held = dims.base_quant == BaseQuant::None ? std::string(in.bf16 ? "bf16" : "fp32")
+                                                                : strprintf("%s (model.base_quant; norm weights in %s)",
+                                                                            choice_name(dims.base_quant),
+                                                                            in.bf16 ? "bf16" : "fp32");
     std::printf("LoRA: rank %d, alpha %g, targets %s: %lld trainable parameters (%.3f%% of the model); the frozen "
                 "base is held in %s without gradients or optimizer state\n",
                 dims.lora_rank, dims.lora_alpha, join(dims.lora_targets, ",").c_str(), trainable,
-                100.0 * static_cast<double>(trainable) / static_cast<double>(dims.num_params()), in.bf16 ? "bf16" : "fp32");
+                100.0 * static_cast<double>(trainable) / static_cast<double>(dims.num_params()), held.c_str());
   }
   std::printf("batch: micro_batch %d x seq_len %d, %s, %s%s\n", in.batch.micro_batch, in.batch.seq_len,
               in.batch.global_batch > 0 ? strprintf("global_batch %d", in.batch.global_batch).c_str()
@@ -102,6 +106,16 @@ void print_strategies(const Config& cfg, const plan::PlanInput& in, const std::v
                 gib(m.activations).c_str(), gib(m.comm_buffers).c_str(), gib(m.total()).c_str(), p.fits ? "yes" : "NO",
                 gib(p.comm.fsdp_gather + p.comm.fsdp_reduce + p.comm.replicate).c_str(), gib(p.comm.tp).c_str(),
                 pred.step_seconds_overlap, pred.tokens_per_s, taken ? marker : "");
+  }
+  if (dims.lora_rank > 0) {
+    // The frozen base alone: its share of 'params' and of the all-gathers ('fsdp').
+    std::printf("\nfrozen base (%s): per-rank bytes at rest and all-gathered bytes per optimizer step (received per rank):\n",
+                dims.base_quant == BaseQuant::None ? (in.bf16 ? "bf16" : "fp32") : choice_name(dims.base_quant));
+    for (const plan::StrategyPlan& p : options)
+      if (p.valid)
+        std::printf("  %-14s frozen %12.0f B (%s)  frozen_gather %12.0f B (%s)\n", parallel::strategy_name(p.strategy),
+                    p.memory.frozen, format_bytes(p.memory.frozen).c_str(), p.comm.frozen_gather,
+                    format_bytes(p.comm.frozen_gather).c_str());
   }
   std::printf("\npredicted optimizer-step time by term (seconds; the cost model of doc/perf.md):\n");
   std::printf("  %-14s %9s %11s %9s %9s %10s %9s\n", "strategy", "gemm", "elementwise", "fsdp_comm", "tp_comm",

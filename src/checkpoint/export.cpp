@@ -448,8 +448,8 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     names.push_back(name);
   };
   if (src.peft) write_text("adapter_config.json", peft_config(src.dims, src.base_model));
-  if (src.peft && src.dims.base_quant != BaseQuant::None) write_text("README.md", qlora_readme(src.dims, src.base_model));
   else write_text("config.json", hf_config(src.dims, bf ? "bfloat16" : "float32"));
+  if (src.peft && src.dims.base_quant != BaseQuant::None) write_text("README.md", qlora_readme(src.dims, src.base_model));
   if (shards.entries.size() > 1)
     write_text("model.safetensors.index.json",
                formats::json_pretty({{"metadata", {{"total_size", tensors.bytes}}}, {"weight_map", weight_map}}) +

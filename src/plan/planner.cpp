@@ -7,6 +7,7 @@
 #include "kernels/attention.hpp"
 #include "model/layout.hpp"
 #include "model/transformer.hpp"
+#include "parallel/quantized_base.hpp"
 #include "parallel/reduction_plan.hpp"
 
 namespace meshtrain::plan {
@@ -64,6 +65,32 @@ struct UnitTotals {
   double max_block = 0, max_block_trainable = 0;
   int reduced_units = 0;                  ///< units with a trainable segment
 };
+
+/// Bytes of unit L's frozen segment on the wire of one all-gather (every shard's) and, per
+/// rank, at rest: in the compute dtype, or quantized as FsdpEngine keeps it.
+struct FrozenBytes {
+  double wire = 0;        ///< the gathered frozen segment: S x what each rank sends
+  double persistent = 0;  ///< this rank's (sharded: its shard; no_shard: the gathered copy holds it)
+};
+
+FrozenBytes frozen_bytes(const PlanInput& in, const std::vector<model::ParamSpec>& specs, const model::UnitLayout& L,
+                         int tp, bool sharded) {
+  const double elem_bytes = in.bf16 ? 2.0 : 4.0;
+  FrozenBytes f;
+  if (L.frozen_padded() == 0) return f;
+  if (in.dims.base_quant == BaseQuant::None) {
+    f.wire = elem_bytes * static_cast<double>(L.frozen_padded());
+    f.persistent = sharded ? elem_bytes * static_cast<double>(L.frozen_shard_numel) : 0.0;
+    return f;
+  }
+  // tp rank 0's map: every tp rank's runs and tables have the same sizes up to a few runs.
+  const parallel::QuantMap map = parallel::build_quant_map(specs, L, tp, 0, in.dims.base_quant);
+  const double payload = static_cast<double>(parallel::payload_bytes(in.dims.base_quant, L.frozen_shard_numel));
+  f.wire = payload * L.shards;
+  f.persistent = static_cast<double>(map.runs.size() * sizeof(kernels::QuantRun)) + 4.0 * static_cast<double>(map.groups);
+  if (sharded) f.persistent += payload + elem_bytes * static_cast<double>(map.dense_numel());
+  return f;
+}
 
 UnitTotals unit_totals(const std::vector<model::UnitLayout>& layouts, bool sharded) {
   UnitTotals u;
@@ -169,25 +196,31 @@ double activation_memory(const PlanInput& in, const model::TpDims& slice, double
 /// Communication of one optimizer step of `s` on `shape` with `grad_accum` micro-steps
 /// (bytes per rank on the wire and collective counts).
 CommVolume step_communication(const PlanInput& in, parallel::Strategy s, const MeshShape& shape,
-                              const std::vector<model::UnitLayout>& layouts, const UnitTotals& u, int grad_accum) {
+                              const std::vector<model::UnitLayout>& layouts, const std::vector<FrozenBytes>& frozen,
+                              const UnitTotals& u, int grad_accum) {
   const parallel::StrategyTraits tr = parallel::traits(s);
   const double elem_bytes = in.bf16 ? 2.0 : 4.0;
   const double wire_bytes = in.reduce_dtype == DType::BF16 ? 2.0 : 4.0;
   CommVolume c;
   const int A = grad_accum, dp = shape.dp();
   const double S = shape.dp_shard;
-  double gathered_bytes = 0, reduced_bytes = 0;
-  for (const auto& L : layouts) {
-    gathered_bytes += elem_bytes * L.padded();           // gathered: frozen and trainable
+  double gathered_bytes = 0, reduced_bytes = 0, frozen_bytes = 0;
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    const model::UnitLayout& L = layouts[i];
+    // gathered: the frozen segment (in T or quantized) and the trainable one in T
+    gathered_bytes += frozen[i].wire + elem_bytes * L.trainable_padded();
+    frozen_bytes += frozen[i].wire;
     reduced_bytes += wire_bytes * L.trainable_padded();  // reduced: trainable only
   }
-  const double outer_bytes = elem_bytes * layouts[0].padded();
+  const double outer_bytes = frozen[0].wire + elem_bytes * layouts[0].trainable_padded();
   const double block_bytes = gathered_bytes - outer_bytes;
   if (tr.shard_params && S > 1) {
     // Per micro-step the outer unit is gathered once and every block once (forward), or
     // twice when it is resharded after forward (forward and backward).
     c.fsdp_gather = A * (S - 1) / S * (outer_bytes + (tr.reshard_after_forward ? 2.0 : 1.0) * block_bytes);
     c.fsdp_gather_backward = tr.reshard_after_forward ? A * (S - 1) / S * block_bytes : 0.0;
+    const double frozen_blocks = frozen_bytes - frozen[0].wire;
+    c.frozen_gather = A * (S - 1) / S * (frozen[0].wire + (tr.reshard_after_forward ? 2.0 : 1.0) * frozen_blocks);
     c.fsdp_reduce = (tr.reduce_every_micro ? A : 1) * (S - 1) / S * reduced_bytes;
     // One all-gather per non-empty segment (frozen, trainable) of a unit.
     const auto segments = [](const model::UnitLayout& L) {
@@ -196,7 +229,8 @@ CommVolume step_communication(const PlanInput& in, parallel::Strategy s, const M
     const int block_segments = in.dims.n_layers > 0 ? segments(layouts[1]) : 0;
     c.gather_collectives = A * (segments(layouts[0]) + (tr.reshard_after_forward ? 2 : 1) * in.dims.n_layers * block_segments);
     c.reduce_collectives = (tr.reduce_every_micro ? A : 1) * u.reduced_units;
-    c.fill_gather = A * (S - 1) / S * (outer_bytes + elem_bytes * u.max_block);
+    c.fill_gather = A * (S - 1) / S * (outer_bytes + (layouts.size() > 1 ? frozen[1].wire : 0.0) +
+                                       elem_bytes * u.max_block_trainable);
     c.fill_reduce = (S - 1) / S * wire_bytes * u.outer_trainable;
   } else if (!tr.shard_params && dp > 1) {
     c.fsdp_reduce = 2.0 * (dp - 1) / dp * reduced_bytes;
@@ -285,15 +319,24 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
   // 3. Persistent state: fp32 master, gradients and two moments of the trainable elements;
   // no_shard keeps the frozen values inside its persistent compute copy (gathered).
   MemoryEstimate& m = p.memory;
-  m.frozen = tr.shard_params ? (in.bf16 ? 2.0 : 4.0) * u.frozen : 0.0;
+  std::vector<FrozenBytes> frozen;
+  for (const model::UnitLayout& L : layouts) frozen.push_back(frozen_bytes(in, specs, L, shape.tp, tr.shard_params));
+  m.frozen = 0;
+  for (const FrozenBytes& f : frozen) m.frozen += f.persistent;
   m.params = 4.0 * u.state + m.frozen;
   m.grads = 4.0 * u.state;
   m.optimizer = 8.0 * u.state;
   // 4. Transient copies and buffers of a step, and the activations of a micro-step.
   transient_memory(in, s, layouts, u, p.batch.grad_accum, m);
+  if (tr.shard_params && in.dims.base_quant != BaseQuant::None) {
+    // The quantized frozen payload of a gather lives until the unit is waited for and
+    // dequantized: the outer unit's alone, later the prefetched blocks'.
+    const double block_wire = layouts.size() > 1 ? frozen[1].wire : 0.0;
+    m.comm_buffers += std::max(frozen[0].wire, std::min(in.prefetch, in.dims.n_layers) * block_wire);
+  }
   m.activations = activation_memory(in, slice, p.activation_traffic);
   // 5. Communication per optimizer step.
-  p.comm = step_communication(in, s, shape, layouts, u, p.batch.grad_accum);
+  p.comm = step_communication(in, s, shape, layouts, frozen, u, p.batch.grad_accum);
   // 6. Whether it fits the budget.
   const double budget = in.memory_budget * (1.0 - in.headroom);
   p.fits = in.memory_budget <= 0 || m.total() <= budget;

@@ -44,7 +44,10 @@ struct PlanInput {
 /// Per-rank bytes by component.
 struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0;    ///< persistent
-  double frozen = 0;  ///< part of params: frozen (LoRA base) shards in the compute dtype, no grads/moments
+  /// Part of params: the frozen (LoRA base) shards, no grads/moments: in the compute dtype,
+  /// or quantized (model.base_quant: payload, NF4 group maxima, block runs, and the 1-D
+  /// parameters of the whole segment in the compute dtype; parallel/quantized_base.hpp).
+  double frozen = 0;
   double gathered = 0, grad_buffers = 0;          ///< transient parameter/gradient copies
   double activations = 0, comm_buffers = 0;       ///< transient
   double persistent() const { return params + grads + optimizer; }
@@ -57,6 +60,7 @@ struct CommVolume {
   double fsdp_gather = 0;      ///< parameter all-gathers (overlappable with compute)
   double fsdp_gather_backward = 0;  ///< the part of fsdp_gather re-gathered for backward (reshard after forward)
   double fsdp_reduce = 0;      ///< gradient reduce-scatter / all-reduce over the shard (or dp) group (overlappable)
+  double frozen_gather = 0;    ///< the part of fsdp_gather that is frozen segments (quantized with model.base_quant)
   double replicate = 0;        ///< all-reduce across dp_replicate (hybrid); blocking at the end of the step
   double tp = 0;               ///< tensor-parallel all-reduces (on the critical path)
   int fsdp_collectives = 0, tp_collectives = 0;
