@@ -15,6 +15,7 @@
 #include "core/log.hpp"
 #include "kernels/cudnn_attention.hpp"
 #include "kernels/sdpa_layout.hpp"
+#include "kernels/sdpa_ragged.hpp"
 #endif
 
 namespace meshtrain::kernels {
@@ -24,12 +25,16 @@ using linalg::Op;
 namespace {
 
 #if defined(MESHTRAIN_WITH_CUDNN)
-/// The fused layout of a call that asked for cuDNN, or an unsupported one (Kokkos path).
-/// Each distinct reason a shape falls back is logged once per process.
-template <class T>
-SdpaLayout fused_layout(const AttentionShape& s, int ldq, int ldk, int ldv, int ldo) {
-  if (s.path != AttentionPath::Cudnn) return SdpaLayout{};
-  SdpaLayout L = sdpa_layout(s, ldq, ldk, ldv, ldo);
+/// The fused description of a call that asked for cuDNN: dense rows by sdpa_layout, packed
+/// rows (document masks) by sdpa_ragged as a variable-length batch of documents; or an
+/// unsupported one (Kokkos path). Each distinct reason a shape falls back is logged once per
+/// process.
+SdpaRaggedCall fused_layout(const AttentionShape& s, int ldq, int ldk, int ldv, int ldo) {
+  if (s.path != AttentionPath::Cudnn) return SdpaRaggedCall{};
+  SdpaRaggedCall call;
+  if (s.doc_start != nullptr) call = sdpa_ragged(s, s.doc_start_host, ldq, ldk, ldv, ldo);
+  else call.layout = sdpa_layout(s, ldq, ldk, ldv, ldo);
+  const SdpaLayout& L = call.layout;
   if (!L.supported) {
     static std::mutex mutex;
     static std::set<std::string> told;
@@ -37,26 +42,40 @@ SdpaLayout fused_layout(const AttentionShape& s, int ldq, int ldk, int ldv, int 
     if (told.insert(L.why_not).second)
       log::info("gpu.attention=cudnn: %s take the Kokkos attention", L.why_not.c_str());
   }
-  return L;
+  return call;
 }
 
-/// The fused kernel's device workspace: the caller's Kokkos scratch (attention_workspace_elems
-/// bf16 elements, which the fused path does not otherwise use) when it is large enough, else
-/// a block from the memory pool for this call.
+/// The fused kernel's device workspace (`bytes`, cuDNN's) followed, for packed rows, by the
+/// ragged index (SdpaRagged::index_block(), 256-byte aligned): the caller's Kokkos scratch
+/// (attention_workspace_elems bf16 elements, which the fused path does not otherwise use)
+/// when it is large enough, else a block from the memory pool for this call. The index is
+/// copied from host memory on the compute stream, ordered before the fused kernel that reads
+/// it; the copy is from pageable memory, which the driver stages before returning, so the
+/// host vector may go right after (a few hundred bytes per call, no allocation).
 class FusedWorkspace {
  public:
-  FusedWorkspace(std::size_t bytes, bf16* scratch, const AttentionShape& s) {
-    if (bytes <= static_cast<std::size_t>(attention_workspace_elems(s)) * sizeof(bf16)) {
+  FusedWorkspace(std::size_t bytes, bf16* scratch, const AttentionShape& s, const SdpaRaggedCall& call) {
+    const std::size_t ws = (bytes + 255) / 256 * 256;
+    const std::vector<std::int64_t> index = call.layout.ragged ? call.ragged.index_block() : std::vector<std::int64_t>{};
+    const std::size_t total = ws + index.size() * sizeof(std::int64_t);
+    if (total <= static_cast<std::size_t>(attention_workspace_elems(s)) * sizeof(bf16)) {
       ptr_ = scratch;
     } else {
-      own_ = Buffer<float>((bytes + sizeof(float) - 1) / sizeof(float), MemCategory::Workspace);
+      own_ = Buffer<float>((total + sizeof(float) - 1) / sizeof(float), MemCategory::Workspace);
       ptr_ = own_.data();
+    }
+    if (!index.empty()) {
+      index_ = reinterpret_cast<std::int64_t*>(static_cast<char*>(ptr_) + ws);
+      Kokkos::deep_copy(ExecSpace(), UView<std::int64_t>(index_, index.size()),
+                        UView<const std::int64_t, HostMem>(index.data(), index.size()));
     }
   }
   void* get() const { return ptr_; }
+  const void* ragged_index() const { return index_; }
 
  private:
   void* ptr_ = nullptr;
+  std::int64_t* index_ = nullptr;
   Buffer<float> own_;
 };
 #endif
@@ -269,10 +288,11 @@ void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k,
   // q: (B*T, ldq), k: (B*T, ldk), v: (B*T, ldv), out: (B*T, ldo), stats: (B, Hq, T, 2)
 #if defined(MESHTRAIN_WITH_CUDNN)
   if constexpr (std::is_same_v<T, bf16>) {
-    if (const SdpaLayout L = fused_layout<T>(s, ldq, ldk, ldv, ldo); L.supported) {
-      Kokkos::Profiling::pushRegion("Kernels::attention_forward_cudnn");
-      FusedWorkspace ws(cudnn::sdpa_forward_workspace(L, s.scale, stats != nullptr), workspace, s);
-      cudnn::sdpa_forward(L, s.scale, q, k, v, out, stats, ws.get(), ExecSpace().cuda_stream());
+    if (const SdpaRaggedCall call = fused_layout(s, ldq, ldk, ldv, ldo); call.layout.supported) {
+      const SdpaLayout& L = call.layout;
+      Kokkos::Profiling::pushRegion(L.ragged ? "Kernels::attention_forward_cudnn_ragged" : "Kernels::attention_forward_cudnn");
+      FusedWorkspace ws(cudnn::sdpa_forward_workspace(L, s.scale, stats != nullptr), workspace, s, call);
+      cudnn::sdpa_forward(L, s.scale, q, k, v, out, stats, ws.get(), ExecSpace().cuda_stream(), ws.ragged_index());
       Kokkos::Profiling::popRegion();
       return;
     }
@@ -312,14 +332,16 @@ void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k
   const int N = s.B * s.T;
 #if defined(MESHTRAIN_WITH_CUDNN)
   if constexpr (std::is_same_v<T, bf16>) {
-    if (const SdpaLayout L = fused_layout<T>(s, ldq, ldk, ldv, ldo); L.supported) {
-      Kokkos::Profiling::pushRegion("Kernels::attention_backward_cudnn");
+    if (const SdpaRaggedCall call = fused_layout(s, ldq, ldk, ldv, ldo); call.layout.supported) {
+      const SdpaLayout& L = call.layout;
+      Kokkos::Profiling::pushRegion(L.ragged ? "Kernels::attention_backward_cudnn_ragged" : "Kernels::attention_backward_cudnn");
       if (L.unread_kv_heads) {  // kv heads no local query head reads get no gradient
         zero_rows(dk, N, s.Hkv * s.hd, ldk);
         zero_rows(dv, N, s.Hkv * s.hd, ldv);
       }
-      FusedWorkspace ws(cudnn::sdpa_backward_workspace(L, s.scale), workspace, s);
-      cudnn::sdpa_backward(L, s.scale, q, k, v, out, dout, stats, dq, dk, dv, ws.get(), ExecSpace().cuda_stream());
+      FusedWorkspace ws(cudnn::sdpa_backward_workspace(L, s.scale), workspace, s, call);
+      cudnn::sdpa_backward(L, s.scale, q, k, v, out, dout, stats, dq, dk, dv, ws.get(), ExecSpace().cuda_stream(),
+                           ws.ragged_index());
       Kokkos::Profiling::popRegion();
       return;
     }

@@ -23,7 +23,7 @@ SdpaLayout sdpa_layout(const AttentionShape& s, int ldq, int ldk, int ldv, int l
     L.why_not = std::move(why);
     return L;
   };
-  if (s.doc_start != nullptr) return refuse("document-masked (packed) rows");
+  if (s.doc_start != nullptr) return refuse("document-masked (packed) rows (sdpa_ragged describes them)");
   if (s.hd % 8 != 0 || s.hd > kSdpaMaxHeadDim)
     return refuse(strprintf("head dimension %d (the fused path takes multiples of 8 up to %d)", s.hd, kSdpaMaxHeadDim));
   for (int ld : {ldq, ldk, ldv, ldo})

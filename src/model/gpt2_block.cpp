@@ -37,6 +37,7 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
   kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
   as.doc_start = s.doc_start;
+  as.doc_start_host = s.doc_start_host;
   as.path = ctx.attention;
   c.attn_out = Buffer<T>(n(N, Cl), MemCategory::Activations);
   if (kv) {
@@ -143,6 +144,7 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
   as.doc_start = s.doc_start;
+  as.doc_start_host = s.doc_start_host;
   as.path = ctx.attention;
   Buffer<T> dqkv(n(N, W3), MemCategory::Workspace);
   {

@@ -30,6 +30,7 @@ kernels::AttentionShape llama_attention_shape(const ModelDims& d, const TpDims& 
   as.kv_head_offset = t.kv_head_offset;
   as.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   as.doc_start = s.doc_start;
+  as.doc_start_host = s.doc_start_host;
   as.path = path;
   return as;
 }

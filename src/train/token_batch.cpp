@@ -19,7 +19,10 @@ void TokenBatch::upload() {
 
 model::BatchShape TokenBatch::shape() const {
   model::BatchShape s{micro_batch, seq_len};
-  if (!host_doc.empty()) s.doc_start = doc.data();
+  if (!host_doc.empty()) {
+    s.doc_start = doc.data();
+    s.doc_start_host = host_doc.data();
+  }
   return s;
 }
 

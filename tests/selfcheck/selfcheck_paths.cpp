@@ -27,6 +27,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/norms.hpp"
 #include "kernels/residual_norms.hpp"
+#include "kernels/sdpa_ragged.hpp"
 #include "runtime/runtime.hpp"
 
 namespace k = meshtrain::kernels;
@@ -344,10 +345,11 @@ std::string path_attention_document_mask() {
 // ---- cuDNN flash attention (gpu.attention=cudnn) ------------------------------------------
 /// Causal attention in double on bf16-rounded inputs, out and (dq, dk, dv) for dout, with
 /// GQA (query head h reads kv head h / group); q, dout: (N, H*hd), k, v: (N, Hkv*hd), packed.
+/// With `docs` ((B, T) document starts) query i sees keys [docs(b, i), i] only.
 void attention_ref_double(int B, int T, int H, int Hkv, int hd, double scale, const std::vector<float>& q,
                           const std::vector<float>& kk, const std::vector<float>& v, const std::vector<float>& dout,
                           std::vector<double>& o, std::vector<double>& dq, std::vector<double>& dk,
-                          std::vector<double>& dv) {
+                          std::vector<double>& dv, const std::vector<std::int32_t>* docs = nullptr) {
   const int ldq = H * hd, ldk = Hkv * hd, group = H / Hkv;
   o.assign(q.size(), 0.0), dq.assign(q.size(), 0.0), dk.assign(kk.size(), 0.0), dv.assign(v.size(), 0.0);
   std::vector<double> pr(T), dp(T);
@@ -355,31 +357,32 @@ void attention_ref_double(int B, int T, int H, int Hkv, int hd, double scale, co
     for (int h = 0; h < H; ++h) {
       const int j = h / group;
       for (int i = 0; i < T; ++i) {
+        const int lo = docs ? (*docs)[static_cast<std::size_t>(b) * T + i] : 0;
         const std::size_t orow = (static_cast<std::size_t>(b) * T + i) * ldq + h * hd;
         auto krow = [&](int t) { return (static_cast<std::size_t>(b) * T + t) * ldk + j * hd; };
         double mx = -INFINITY;
-        for (int t = 0; t <= i; ++t) {
+        for (int t = lo; t <= i; ++t) {
           double sc = 0;
           for (int d = 0; d < hd; ++d) sc += static_cast<double>(q[orow + d]) * kk[krow(t) + d];
           pr[t] = sc * scale;
           mx = std::max(mx, pr[t]);
         }
         double sum = 0;
-        for (int t = 0; t <= i; ++t) sum += (pr[t] = std::exp(pr[t] - mx));
-        for (int t = 0; t <= i; ++t) pr[t] /= sum;
+        for (int t = lo; t <= i; ++t) sum += (pr[t] = std::exp(pr[t] - mx));
+        for (int t = lo; t <= i; ++t) pr[t] /= sum;
         for (int d = 0; d < hd; ++d) {
           double acc = 0;
-          for (int t = 0; t <= i; ++t) acc += pr[t] * v[krow(t) + d];
+          for (int t = lo; t <= i; ++t) acc += pr[t] * v[krow(t) + d];
           o[orow + d] = acc;
         }
         double dot = 0;
-        for (int t = 0; t <= i; ++t) {
+        for (int t = lo; t <= i; ++t) {
           double a = 0;
           for (int d = 0; d < hd; ++d) a += static_cast<double>(dout[orow + d]) * v[krow(t) + d];
           dp[t] = a;
           dot += pr[t] * a;
         }
-        for (int t = 0; t <= i; ++t) {
+        for (int t = lo; t <= i; ++t) {
           const double ds = pr[t] * (dp[t] - dot) * scale;
           for (int d = 0; d < hd; ++d) {
             dq[orow + d] += ds * kk[krow(t) + d];
@@ -452,6 +455,90 @@ std::string path_attention_cudnn() {
   char out[240];
   std::snprintf(out, sizeof out, "%s, B %d, T %d, %d/%d heads of %d, bf16: worst %.2g vs double, %.2g vs Kokkos, bitwise run to run",
                 k::fused_attention_version().c_str(), B, T, H, Hkv, hd, worst_ref, worst_kokkos);
+  return out;
+}
+
+/// Packed rows through cuDNN's variable-length attention (kernels/sdpa_ragged.hpp): each
+/// document one sequence of a power-of-two graph batch, against the Kokkos document-masked
+/// path and a double reference with the same document masks. The documents: row 0 one
+/// filling it, row 1 length-1 documents at both ends and random ones between, row 2 random;
+/// between 17 and 31 documents, so the graph batch of 32 has empty entries (their key rows
+/// must not alias, and their writes must not reach, real tokens: every output starts as NaN
+/// and every token's values are compared).
+std::string path_attention_cudnn_ragged() {
+  if (k::fused_attention_version().empty()) throw NotBuilt("this build has no cuDNN attention (host build, or CUDA without cuDNN)");
+  const int B = 3, T = 256, H = 8, Hkv = 2, hd = 64;
+  const int ldq = H * hd, ldk = Hkv * hd;
+  std::vector<std::int32_t> docs(static_cast<std::size_t>(B) * T, 0);
+  int count = 1;  // row 0: one document
+  {
+    std::mt19937_64 gen(51);
+    for (int b = 1; b < B; ++b) {
+      int start = 0;
+      ++count;
+      for (int t = 1; t < T; ++t) {
+        const bool begins = (b == 1 && (t < 3 || t >= T - 2)) || (count < 24 && gen() % 30 == 0);
+        if (begins) start = t, ++count;
+        docs[static_cast<std::size_t>(b) * T + t] = start;
+      }
+    }
+  }
+  require(count > 16 && count < 32, "selfcheck: the packed batch should leave empty graph batch entries");
+  const auto qb = to_bf16(randn(static_cast<std::size_t>(B) * T * ldq, 61)), kb = to_bf16(randn(static_cast<std::size_t>(B) * T * ldk, 62)),
+             vb = to_bf16(randn(static_cast<std::size_t>(B) * T * ldk, 63)), db = to_bf16(randn(static_cast<std::size_t>(B) * T * ldq, 64));
+  std::vector<double> o, dq, dk, dv;
+  attention_ref_double(B, T, H, Hkv, hd, 1.0 / std::sqrt(static_cast<double>(hd)), to_float(qb), to_float(kb), to_float(vb),
+                       to_float(db), o, dq, dk, dv, &docs);
+  k::AttentionShape s;
+  s.B = B;
+  s.T = T;
+  s.Hq = H;
+  s.Hkv = Hkv;
+  s.hd = hd;
+  s.group = H / Hkv;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  auto D = up(docs);
+  s.doc_start = D.data();
+  s.doc_start_host = docs.data();
+  // The shape must take the fused path, else this would compare the Kokkos path with itself.
+  const k::SdpaRaggedCall call = k::sdpa_ragged(s, docs.data(), ldq, ldk, ldk, ldq);
+  require(call.layout.supported, "sdpa_ragged refuses the selfcheck's shape: " + call.layout.why_not);
+  require(call.ragged.documents == count && call.ragged.batch == 32, "sdpa_ragged counts the documents wrongly");
+  auto run = [&](k::AttentionPath path, std::vector<float>* out) {
+    s.path = path;
+    auto Q = up(qb), K = up(kb), V = up(vb), DO = up(db);
+    // Outputs start as NaN: a token no document entry writes shows up in the comparisons.
+    const std::vector<bf16> nan_q(qb.size(), bf16(NAN)), nan_k(kb.size(), bf16(NAN));
+    auto O = up(nan_q), DQ = up(nan_q), DK = up(nan_k), DV = up(nan_k);
+    Buffer<bf16> ws(static_cast<std::size_t>(k::attention_workspace_elems(s)), MemCategory::Workspace);
+    Buffer<float> st(static_cast<std::size_t>(B) * H * T * 2, MemCategory::Workspace);
+    k::attention_forward(s, Q.data(), ldq, K.data(), ldk, V.data(), ldk, O.data(), ldq, st.data(), ws.data());
+    k::attention_backward(s, Q.data(), ldq, K.data(), ldk, V.data(), ldk, O.data(), st.data(), DO.data(), ldq, DQ.data(),
+                          DK.data(), DV.data(), ws.data());
+    out[0] = to_float(down(O)), out[1] = to_float(down(DQ)), out[2] = to_float(down(DK)), out[3] = to_float(down(DV));
+  };
+  std::vector<float> fused[4], kokkos[4];
+  run(k::AttentionPath::Cudnn, fused);
+  run(k::AttentionPath::Kokkos, kokkos);
+  const char* names[4] = {"out", "dq", "dk", "dv"};
+  const std::vector<double>* ref[4] = {&o, &dq, &dk, &dv};
+  double worst_ref = 0, worst_kokkos = 0;
+  bool differs = false;  // two bf16 kernels of different design never agree on every bit
+  for (int i = 0; i < 4; ++i) {
+    worst_ref = std::max(worst_ref, check_close((std::string(names[i]) + " vs double reference").c_str(), fused[i], *ref[i], 2e-2, 0.05));
+    worst_kokkos = std::max(worst_kokkos, check_close((std::string(names[i]) + " vs the Kokkos path").c_str(), fused[i], kokkos[i], 3e-2, 0.05));
+    differs = differs || std::memcmp(fused[i].data(), kokkos[i].data(), fused[i].size() * sizeof(float)) != 0;
+  }
+  require(differs, "gpu.attention=cudnn gave the Kokkos path's bits on packed rows: it fell back instead of running cuDNN");
+  std::vector<float> again[4];
+  run(k::AttentionPath::Cudnn, again);
+  for (int i = 0; i < 4; ++i) check_bitwise((std::string(names[i]) + " run to run").c_str(), fused[i], again[i]);
+  char out[300];
+  std::snprintf(out, sizeof out,
+                "%s, B %d, T %d, %d documents in a graph batch of %d, %d/%d heads of %d, bf16: worst %.2g vs double, "
+                "%.2g vs Kokkos, bitwise run to run",
+                k::fused_attention_version().c_str(), B, T, call.ragged.documents, call.ragged.batch, H, Hkv, hd, worst_ref,
+                worst_kokkos);
   return out;
 }
 
@@ -711,6 +798,7 @@ int main(int argc, char** argv) {
       {"packed.position_embedding_backward", path_position_backward_docs},
       {"packed.attention_document_mask", path_attention_document_mask},
       {"attention.cudnn", path_attention_cudnn},
+      {"attention.cudnn_ragged", path_attention_cudnn_ragged},
       {"fused_loss.cross_entropy", path_fused_cross_entropy},
       {"fused_loss.tp_merge", path_fused_cross_entropy_tp},
       {"fused_norms.residual_layernorm", path_residual_layernorm},

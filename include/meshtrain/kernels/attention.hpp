@@ -19,7 +19,8 @@ namespace meshtrain::kernels {
 /// Which implementation computes training attention (config gpu.attention). Kokkos: the
 /// blocked GEMM + softmax path below, on every backend. Cudnn: cuDNN's fused flash attention
 /// (kernels/cudnn_attention.hpp) on CUDA builds with cuDNN, for the shapes sdpa_layout()
-/// supports; any other shape, and every host build, takes the Kokkos path.
+/// supports and, packed rows, sdpa_ragged() (with doc_start_host); any other shape, and
+/// every host build, takes the Kokkos path.
 enum class AttentionPath { Kokkos, Cudnn };
 
 struct AttentionShape {
@@ -36,6 +37,10 @@ struct AttentionShape {
   /// doc_start[i - 1]). Query i then attends only to keys [doc_start[i], i]. Training
   /// attention only; the KV-cache functions ignore it (generation is one document).
   const std::int32_t* doc_start = nullptr;
+  /// The same document starts in host memory (or null): the fused path (AttentionPath::Cudnn)
+  /// reads them on the host to describe the documents to cuDNN as a variable-length batch
+  /// (kernels/sdpa_ragged.hpp); without them packed rows take the Kokkos path.
+  const std::int32_t* doc_start_host = nullptr;
   AttentionPath path = AttentionPath::Kokkos;
 };
 

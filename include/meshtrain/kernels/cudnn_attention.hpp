@@ -9,6 +9,11 @@
 /// AttentionPath::Cudnn and sdpa_layout() supports the shape; everything else takes the
 /// Kokkos path, its twin on every backend (test_kernels_attention, selfcheck_paths).
 ///
+/// Packed rows (document masks) run as cuDNN's variable-length form: a ragged layout
+/// (kernels/sdpa_ragged.hpp) adds the padding mask, per-document sequence lengths and ragged
+/// offsets on every operand (the statistics included), all read from a small device index
+/// the caller uploads; graphs are keyed by the power-of-two document batch, not the count.
+///
 /// Graphs are built once per (shape, strides, direction) and cached for the process: building
 /// one costs milliseconds to seconds, executing it microseconds. The caller provides each
 /// call's device workspace (its size from the *_workspace functions, which build the graph):
@@ -31,15 +36,19 @@ std::size_t sdpa_forward_workspace(const SdpaLayout& L, float scale, bool stats)
 /// out = softmax(scale * q k^T, causal) v; lse (the layout's stats) per query row.
 /// q, k, v, out: bf16 device pointers as passed to attention_forward (layout offsets are
 /// added here); lse: fp32, nullptr for a forward that keeps no statistics (inference).
+/// ragged_index: for a ragged layout (packed rows, kernels/sdpa_ragged.hpp), the device copy
+/// of SdpaRagged::index_block() (stream-ordered before this call); null otherwise.
 void sdpa_forward(const SdpaLayout& L, float scale, const void* q, const void* k, const void* v, void* out,
-                  float* lse, void* workspace, void* stream);
+                  float* lse, void* workspace, void* stream, const void* ragged_index = nullptr);
 
 /// Device workspace bytes of sdpa_backward for L and scale.
 std::size_t sdpa_backward_workspace(const SdpaLayout& L, float scale);
 
 /// dq, dk, dv (laid out like q, k, v; overwritten) from dout and the forward's out and lse.
+/// ragged_index as for sdpa_forward.
 void sdpa_backward(const SdpaLayout& L, float scale, const void* q, const void* k, const void* v, const void* out,
-                   const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace, void* stream);
+                   const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace, void* stream,
+                   const void* ragged_index = nullptr);
 
 /// "cuDNN 9.19.0 (frontend 1.32.0)", or why cuDNN cannot be used on this machine.
 std::string version_string();

@@ -43,13 +43,19 @@ struct SdpaLayout {
   /// True when k/v hold kv heads the local query heads do not read (replicated kv heads
   /// under tensor parallelism): their gradients are zeroed, as the Kokkos path leaves them.
   bool unread_kv_heads = false;
+  /// Packed rows (kernels/sdpa_ragged.hpp): dim[0] of every operand is the graph's batch of
+  /// documents and each document's first element is at the operand's offset plus its ragged
+  /// offset (stride[0] is then unused); the stats are token-major (see sdpa_ragged).
+  bool ragged = false;
+  /// With `ragged`: the tokens (B*T) the documents cover, which bounds cuDNN's workspace.
+  std::int64_t ragged_tokens = 0;
 };
 
 /// Largest head dimension the fused path takes (cuDNN's flash attention on sm_90).
 inline constexpr int kSdpaMaxHeadDim = 128;
 
 /// The layout of q (B*T, ldq), k (B*T, ldk), v (B*T, ldv) and out/dout (B*T, ldo) for shape s.
-/// Not supported: document masks (packed rows; the Kokkos path masks them), a head dimension
+/// Not supported: document masks (packed rows; sdpa_ragged describes those), a head dimension
 /// that is not a multiple of 8 or above kSdpaMaxHeadDim, row strides that are not multiples of
 /// 8 elements (16-byte alignment of bf16 rows), or a head mapping the fused kernel cannot express.
 SdpaLayout sdpa_layout(const AttentionShape& s, int ldq, int ldk, int ldv, int ldo);

@@ -35,6 +35,9 @@ struct BatchShape {
   /// which each token's document starts. Attention stays within a document and positions
   /// (RoPE, learned) restart at 0 there (kernels::AttentionShape::doc_start).
   const std::int32_t* doc_start = nullptr;
+  /// Host copy of doc_start (or null), for cuDNN's variable-length attention
+  /// (kernels::AttentionShape::doc_start_host).
+  const std::int32_t* doc_start_host = nullptr;
   int N() const { return B * T; }
 };
 

@@ -1,0 +1,315 @@
+// Packed rows as cuDNN's variable-length attention (kernels/sdpa_ragged.hpp): a
+// double-precision attention that reads q, k, v and writes out, the log-sum-exp statistics
+// and dq, dk, dv ONLY through the ragged description -- each graph batch entry's seq_len and
+// per-operand ragged offsets, the layout's strides and head offsets, and the rule the fused
+// kernel applies (causal top-left: key j <= query i; padding: j < seq_len; rows past seq_len
+// untouched) -- must reproduce the Kokkos document-masked path (itself tested against a
+// direct reference and finite differences in test_kernels_attention) on the same buffers:
+// random document boundaries with length-1 documents and a document filling its row, MHA,
+// GQA and tensor-parallel head offsets. Also: the description itself (documents, the
+// power-of-two graph batch with empty entries, offsets counting elements), its device image,
+// and the refusals. selfcheck_paths (attention.cudnn_ragged) runs cuDNN itself on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernel_test_utils.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/sdpa_layout.hpp"
+#include "kernels/sdpa_ragged.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::test;
+namespace k = meshtrain::kernels;
+
+namespace {
+
+struct Case {
+  const char* name;
+  int B, T, Hq, Hkv, hd, group, q_off, kv_off;
+};
+
+k::AttentionShape shape_of(const Case& c) {
+  k::AttentionShape s;
+  s.B = c.B;
+  s.T = c.T;
+  s.Hq = c.Hq;
+  s.Hkv = c.Hkv;
+  s.hd = c.hd;
+  s.group = c.group;
+  s.q_head_offset = c.q_off;
+  s.kv_head_offset = c.kv_off;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  return s;
+}
+
+/// (B, T) document starts: row 0 one document filling it; row 1 a run of length-1
+/// documents at its start and its end; the others random boundaries (about one in five
+/// tokens starts a document).
+std::vector<std::int32_t> random_docs(int B, int T, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::int32_t> d(static_cast<std::size_t>(B) * T);
+  for (int b = 0; b < B; ++b) {
+    int start = 0;
+    for (int t = 0; t < T; ++t) {
+      bool begins = t == 0;
+      if (b == 1) begins = begins || t < 4 || t >= T - 3 || t == T / 2;
+      if (b >= 2) begins = begins || rng() % 5 == 0;
+      if (begins) start = t;
+      d[static_cast<std::size_t>(b) * T + t] = start;
+    }
+  }
+  return d;
+}
+
+/// Element (e, h, i, d) of an operand of document e: the layout's head offset and strides
+/// plus the document's ragged offset (the batch stride is not used).
+template <class P>
+P& at(P* p, const k::SdpaTensor& t, std::int64_t ragged_offset, std::int64_t h, std::int64_t i, std::int64_t d) {
+  return p[t.offset + ragged_offset + h * t.stride[1] + i * t.stride[2] + d * t.stride[3]];
+}
+
+/// cuDNN's variable-length causal SDPA in double through the description: graph batch entry
+/// e holds seq_len[e] queries and as many keys; query i sees keys j <= i (causal, top-left)
+/// with j < seq_len[e] (padding mask); query head h reads kv head h / (query heads / kv heads).
+/// lse (log-sum-exp of the scaled scores) through the stats layout; dq, dk, dv (when dout is
+/// given) accumulated into zeroed buffers.
+void ragged_sdpa(const k::SdpaLayout& L, const k::SdpaRagged& R, double scale, const double* q, const double* kk,
+                 const double* v, double* out, double* lse, const double* dout, double* dq, double* dk, double* dv) {
+  const std::int64_t H = L.q.dim[1], D = L.q.dim[3];
+  const std::int64_t per_kv = H / L.kv_heads;
+  for (int e = 0; e < R.batch; ++e) {
+    const std::int64_t n = R.seq_len[e];
+    const std::int64_t oq = R.offset(k::kRaggedQ)[e], ok = R.offset(k::kRaggedK)[e], ov = R.offset(k::kRaggedV)[e],
+                       oo = R.offset(k::kRaggedO)[e], os = R.offset(k::kRaggedStats)[e];
+    std::vector<double> p(static_cast<std::size_t>(n)), dp(static_cast<std::size_t>(n));
+    for (std::int64_t h = 0; h < H; ++h) {
+      const std::int64_t g = h / per_kv;
+      for (std::int64_t i = 0; i < n; ++i) {
+        double mx = -1e300;
+        for (std::int64_t j = 0; j <= i && j < n; ++j) {
+          double s = 0;
+          for (std::int64_t d = 0; d < D; ++d) s += at(q, L.q, oq, h, i, d) * at(kk, L.k, ok, g, j, d);
+          p[j] = scale * s;
+          mx = std::max(mx, p[j]);
+        }
+        double sum = 0;
+        for (std::int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (std::int64_t j = 0; j <= i; ++j) p[j] /= sum;
+        at(lse, L.stats, os, h, i, 0) = mx + std::log(sum);
+        for (std::int64_t d = 0; d < D; ++d) {
+          double o = 0;
+          for (std::int64_t j = 0; j <= i; ++j) o += p[j] * at(v, L.v, ov, g, j, d);
+          at(out, L.o, oo, h, i, d) = o;
+        }
+        if (!dout) continue;
+        double pdp = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (std::int64_t d = 0; d < D; ++d) s += at(dout, L.o, oo, h, i, d) * at(v, L.v, ov, g, j, d);
+          dp[j] = s;
+          pdp += p[j] * s;
+        }
+        for (std::int64_t j = 0; j <= i; ++j) {
+          const double ds = p[j] * (dp[j] - pdp);
+          for (std::int64_t d = 0; d < D; ++d) {
+            at(dq, L.q, oq, h, i, d) += scale * ds * at(kk, L.k, ok, g, j, d);
+            at(dk, L.k, ok, g, j, d) += scale * ds * at(q, L.q, oq, h, i, d);
+            at(dv, L.v, ov, g, j, d) += p[j] * at(dout, L.o, oo, h, i, d);
+          }
+        }
+      }
+    }
+  }
+}
+
+std::vector<double> random_vector(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> v(n);
+  for (double& x : v) x = u(rng);
+  return v;
+}
+
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tol, const char* what,
+                  const char* name) {
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  std::size_t where = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double e = std::abs(a[i] - b[i]);
+    if (std::isnan(e)) {  // a NaN fails outright
+      worst = INFINITY, where = i;
+      break;
+    }
+    if (e > worst) worst = e, where = i;
+  }
+  EXPECT_LE(worst, tol) << name << ": " << what << " differs by " << worst << " at " << where;
+}
+
+const Case kCases[] = {
+    {"mha", 3, 37, 3, 3, 16, 1, 0, 0},
+    {"gqa", 4, 29, 4, 2, 16, 2, 0, 0},
+    // tp=2 of 8 query / 4 kv heads, rank 1: split kv heads (kv_head_offset = rank * Hkv).
+    {"gqa tp split kv", 3, 23, 4, 2, 8, 2, 4, 2},
+    // tp=3 of 6 query / 2 kv heads, rank 1: replicated kv heads, local query heads 2, 3 read kv 0, 1.
+    {"gqa tp replicated kv", 3, 19, 2, 2, 8, 3, 2, 0},
+    // tp=4 of 8 query / 2 kv heads, rank 1: both local query heads read kv head 0 (kv 1 unread).
+    {"gqa tp one group", 3, 31, 2, 2, 8, 4, 2, 0},
+};
+
+}  // namespace
+
+TEST(SdpaRagged, DescribesTheDocumentsOfPackedRows) {
+  // Rows of 6: [0..5] one document; [0,1][2][3..5]; [0][1][2][3][4][5].
+  const std::vector<std::int32_t> docs = {0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 3, 3, 0, 1, 2, 3, 4, 5};
+  k::AttentionShape s = shape_of({"small", 3, 6, 2, 2, 8, 1, 0, 0});
+  s.doc_start = docs.data();
+  const int ld = 40, ldo = 24;
+  const k::SdpaRaggedCall call = k::sdpa_ragged(s, docs.data(), ld, ld, ld, ldo);
+  ASSERT_TRUE(call.layout.supported) << call.layout.why_not;
+  const k::SdpaRagged& R = call.ragged;
+  EXPECT_TRUE(call.layout.ragged);
+  EXPECT_EQ(call.layout.ragged_tokens, 18);
+  EXPECT_EQ(R.documents, 10);
+  EXPECT_EQ(R.batch, 16);  // the next power of two; 6 empty entries
+  const std::vector<std::int32_t> lens = {6, 2, 1, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(R.seq_len, lens);
+  // Ragged offsets count elements: first token of each document times the operand's
+  // per-token stride (ld for q/k/v, ldo for out, Hq for the token-major stats); the empty
+  // entries and entry `batch` point at the end.
+  const std::vector<std::int64_t> first = {0, 6, 8, 9, 12, 13, 14, 15, 16, 17, 18, 18, 18, 18, 18, 18, 18};
+  for (std::size_t e = 0; e < first.size(); ++e) {
+    EXPECT_EQ(R.offset(k::kRaggedQ)[e], first[e] * ld) << e;
+    EXPECT_EQ(R.offset(k::kRaggedK)[e], first[e] * ld) << e;
+    EXPECT_EQ(R.offset(k::kRaggedV)[e], first[e] * ld) << e;
+    EXPECT_EQ(R.offset(k::kRaggedO)[e], first[e] * ldo) << e;
+    EXPECT_EQ(R.offset(k::kRaggedStats)[e], first[e] * s.Hq) << e;
+  }
+  EXPECT_EQ(call.layout.q.dim[0], 16);
+  EXPECT_EQ(call.layout.stats.dim[0], 16);
+  // The device image: offsets, then seq_len as int32 from element kRaggedOperands * (batch + 1).
+  const std::vector<std::int64_t> block = R.index_block();
+  ASSERT_EQ(static_cast<std::int64_t>(block.size()), k::sdpa_ragged_index_elems(R.batch));
+  EXPECT_TRUE(std::equal(R.offsets.begin(), R.offsets.end(), block.begin()));
+  std::vector<std::int32_t> packed(lens.size());
+  std::memcpy(packed.data(), block.data() + k::kRaggedOperands * (R.batch + 1), packed.size() * sizeof(std::int32_t));
+  EXPECT_EQ(packed, lens);
+  EXPECT_EQ(k::sdpa_ragged_batch(1), 1);
+  EXPECT_EQ(k::sdpa_ragged_batch(2), 2);
+  EXPECT_EQ(k::sdpa_ragged_batch(3), 4);
+  EXPECT_EQ(k::sdpa_ragged_batch(1024), 1024);
+  EXPECT_EQ(k::sdpa_ragged_batch(1025), 2048);
+}
+
+TEST(SdpaRagged, ReproducesTheKokkosDocumentMaskedPath) {
+  bool empty_entries = false;
+  for (const Case& c : kCases) {
+    k::AttentionShape s = shape_of(c);
+    const std::vector<std::int32_t> docs = random_docs(c.B, c.T, 7 + c.T);
+    auto d_docs = to_device(docs);  // the Kokkos path reads the device copy
+    s.doc_start = d_docs.data();
+    const int ld = (c.Hq + 2 * c.Hkv) * c.hd + 8, ldo = c.Hq * c.hd + 8;
+    const k::SdpaRaggedCall call = k::sdpa_ragged(s, docs.data(), ld, ld, ld, ldo);
+    ASSERT_TRUE(call.layout.supported) << c.name << ": " << call.layout.why_not;
+    const k::SdpaLayout& L = call.layout;
+    const k::SdpaRagged& R = call.ragged;
+    EXPECT_EQ(L.unread_kv_heads, std::string(c.name) == "gqa tp one group") << c.name;
+    empty_entries = empty_entries || R.batch > R.documents;
+    const std::size_t N = static_cast<std::size_t>(c.B) * c.T;
+    const std::size_t q0 = 0, k0 = static_cast<std::size_t>(c.Hq) * c.hd, v0 = k0 + static_cast<std::size_t>(c.Hkv) * c.hd;
+    const std::vector<double> qkv = random_vector(N * ld, 21), dout = random_vector(N * ldo, 22);
+
+    // The Kokkos document-masked path in double on the same buffers.
+    auto d = upload<double>(qkv);
+    auto out = upload<double>(std::vector<double>(N * ldo, 0.0));
+    const std::size_t n_stats = static_cast<std::size_t>(c.B) * c.Hq * c.T * 2;
+    Buffer<double> stats(n_stats, MemCategory::Workspace);
+    auto work = upload<double>(std::vector<double>(k::attention_workspace_elems(s), 0.0));
+    k::attention_forward(s, d.data() + q0, ld, d.data() + k0, ld, d.data() + v0, ld, out.data(), ldo, stats.data(),
+                         work.data());
+    auto dO = upload<double>(dout);
+    auto g = upload<double>(std::vector<double>(N * ld, 0.0));
+    k::attention_backward(s, d.data() + q0, ld, d.data() + k0, ld, d.data() + v0, ld, out.data(), stats.data(),
+                          dO.data(), ldo, g.data() + q0, g.data() + k0, g.data() + v0, work.data());
+    const std::vector<double> kokkos_out = download(out), kokkos_stats = download(stats), kokkos_grad = download(g);
+
+    // The description's reading of the same buffers; what it must not touch stays 0.
+    std::vector<double> lay_out(N * ldo, 0.0), lay_stats(n_stats, 0.0), lay_grad(N * ld, 0.0);
+    ragged_sdpa(L, R, s.scale, qkv.data() + q0, qkv.data() + k0, qkv.data() + v0, lay_out.data(), lay_stats.data(),
+                dout.data(), lay_grad.data() + q0, lay_grad.data() + k0, lay_grad.data() + v0);
+    expect_close(lay_out, kokkos_out, 1e-12, "out", c.name);
+    expect_close(lay_grad, kokkos_grad, 1e-12, "dq|dk|dv", c.name);
+    // Statistics: the Kokkos path keeps (max, 1 / sum) per (b, h, t); the ragged layout the
+    // log-sum-exp of token b*T + t and head h at (b*T + t) * Hq + h.
+    std::vector<double> lse(n_stats, 0.0);
+    for (int b = 0; b < c.B; ++b)
+      for (int h = 0; h < c.Hq; ++h)
+        for (int t = 0; t < c.T; ++t) {
+          const std::size_t r = ((static_cast<std::size_t>(b) * c.Hq + h) * c.T + t) * 2;
+          lse[(static_cast<std::size_t>(b) * c.T + t) * c.Hq + h] = kokkos_stats[r] - std::log(kokkos_stats[r + 1]);
+        }
+    expect_close(lay_stats, lse, 1e-12, "lse", c.name);
+  }
+  EXPECT_TRUE(empty_entries) << "no case had empty graph batch entries";
+}
+
+TEST(SdpaRagged, AnIgnoredBoundaryChangesTheResult) {
+  // The twin honours the documents: describing the same rows as one document per row gives
+  // a different output, so the comparison above can fail.
+  const Case c = kCases[0];
+  k::AttentionShape s = shape_of(c);
+  const std::vector<std::int32_t> docs = random_docs(c.B, c.T, 7 + c.T);
+  s.doc_start = docs.data();
+  const int ld = (c.Hq + 2 * c.Hkv) * c.hd + 8, ldo = c.Hq * c.hd + 8;
+  const k::SdpaRaggedCall packed = k::sdpa_ragged(s, docs.data(), ld, ld, ld, ldo);
+  const std::size_t N = static_cast<std::size_t>(c.B) * c.T;
+  const std::vector<double> qkv = random_vector(N * ld, 21);
+  std::vector<double> a(N * ldo, 0.0), b(N * ldo, 0.0), st(N * c.Hq * 2, 0.0);
+  ragged_sdpa(packed.layout, packed.ragged, s.scale, qkv.data(), qkv.data() + c.Hq * c.hd,
+              qkv.data() + (c.Hq + c.Hkv) * c.hd, a.data(), st.data(), nullptr, nullptr, nullptr, nullptr);
+  // One document per row: every token's start is its row's first position.
+  const std::vector<std::int32_t> per_row(docs.size(), 0);
+  const k::SdpaRaggedCall one = k::sdpa_ragged(s, per_row.data(), ld, ld, ld, ldo);
+  ASSERT_EQ(one.ragged.documents, c.B);
+  ragged_sdpa(one.layout, one.ragged, s.scale, qkv.data(), qkv.data() + c.Hq * c.hd,
+              qkv.data() + (c.Hq + c.Hkv) * c.hd, b.data(), st.data(), nullptr, nullptr, nullptr, nullptr);
+  double diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
+  EXPECT_GT(diff, 1e-3);
+}
+
+TEST(SdpaRagged, RefusesWhatTheFusedKernelCannotExpress) {
+  std::vector<std::int32_t> docs(8, 0);
+  k::AttentionShape s = shape_of({"packed", 1, 8, 2, 2, 8, 1, 0, 0});
+  s.doc_start = docs.data();
+  // The dense description sends packed rows here.
+  k::SdpaLayout L = k::sdpa_layout(s, 48, 48, 48, 16);
+  EXPECT_FALSE(L.supported);
+  EXPECT_NE(L.why_not.find("document"), std::string::npos) << L.why_not;
+  // No host copy of the document starts.
+  k::SdpaRaggedCall call = k::sdpa_ragged(s, nullptr, 48, 48, 48, 16);
+  EXPECT_FALSE(call.layout.supported);
+  EXPECT_NE(call.layout.why_not.find("host copy"), std::string::npos) << call.layout.why_not;
+  // The dense rules hold for packed rows too: head dimension, row strides, head grouping.
+  s = shape_of({"hd12", 1, 8, 2, 2, 12, 1, 0, 0});
+  s.doc_start = docs.data();
+  call = k::sdpa_ragged(s, docs.data(), 72, 72, 72, 24);
+  EXPECT_FALSE(call.layout.supported);
+  EXPECT_NE(call.layout.why_not.find("head dimension 12"), std::string::npos) << call.layout.why_not;
+  s = shape_of({"ld", 1, 8, 2, 2, 8, 1, 0, 0});
+  s.doc_start = docs.data();
+  call = k::sdpa_ragged(s, docs.data(), 50, 50, 50, 16);
+  EXPECT_FALSE(call.layout.supported);
+  EXPECT_NE(call.layout.why_not.find("row stride 50"), std::string::npos) << call.layout.why_not;
+  s = shape_of({"straddle", 1, 8, 3, 3, 8, 2, 0, 0});
+  s.doc_start = docs.data();
+  call = k::sdpa_ragged(s, docs.data(), 64, 64, 64, 24);
+  EXPECT_FALSE(call.layout.supported);
+  EXPECT_NE(call.layout.why_not.find("query heads"), std::string::npos) << call.layout.why_not;
+  EXPECT_TRUE(call.ragged.seq_len.empty());
+}
