@@ -93,17 +93,42 @@ void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_
                                       return load(dyr[c]) * load(w[c]) * ((load(hr[c]) - m) * rs);
                                     }) * inv_c;
           const bool first = r == r0;
-          team_for(team, C, [&](int c) {
-            const A g = load(dyr[c]);
-            const A xhat = (load(hr[c]) - m) * rs;
-            const A dxhat = g * load(w[c]);
-            const T out = store<T>(load(dxr[c]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
-            dxr[c] = out;
+          if constexpr (kHostExec) {
+            // Host: the dx loop alone (as the unfused kernel's), then each partial row in a
+            // loop of its own over the row, still in cache. One loop writing dx and three
+            // partial rows through pointers of one type does not vectorize (the compiler must
+            // assume they alias, and the run-time alias checks of six pointers exceed its
+            // limit) and measured slower than the unfused backward on CPU; loops with one
+            // store each do vectorize (perf/bench_norms.sh, perf/README.md). Same values.
+            team_for(team, C, [&](int c) {
+              const A xhat = (load(hr[c]) - m) * rs;
+              const A dxhat = load(dyr[c]) * load(w[c]);
+              dxr[c] = store<T>(load(dxr[c]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+            });
             if (params) {
-              const A v[NS] = {g * xhat, g, A(load(out))};
-              for (int k = 0; k < NS; ++k) Pb[k * C + c] = first ? v[k] : Pb[k * C + c] + v[k];
+              A* const p0 = Pb;
+              A* const p1 = Pb + C;
+              A* const p2 = Pb + 2 * C;
+              if (first) {
+                team_for(team, NS * C, [&](int i) { Pb[i] = A(0); });
+              }
+              team_for(team, C, [&](int c) { p0[c] += load(dyr[c]) * ((load(hr[c]) - m) * rs); });
+              team_for(team, C, [&](int c) { p1[c] += load(dyr[c]); });
+              team_for(team, C, [&](int c) { p2[c] += A(load(dxr[c])); });
             }
-          });
+          } else {
+            team_for(team, C, [&](int c) {
+              const A g = load(dyr[c]);
+              const A xhat = (load(hr[c]) - m) * rs;
+              const A dxhat = g * load(w[c]);
+              const T out = store<T>(load(dxr[c]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+              dxr[c] = out;
+              if (params) {
+                const A v[NS] = {g * xhat, g, A(load(out))};
+                for (int k = 0; k < NS; ++k) Pb[k * C + c] = first ? v[k] : Pb[k * C + c] + v[k];
+              }
+            });
+          }
         }
       });
   if (params) sum_block_partials<T, NS>("Kernels::residual_layernorm_backward_params", P, blocks, C, dw, db, dbias);

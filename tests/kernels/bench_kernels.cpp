@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
   Runtime runtime(argc, argv, MPI_COMM_WORLD);
   using F = float;
   const int N = 8192, C = 768, C4 = 4 * C, V = 50304;
+  // --only=norms: the LayerNorm/RMSNorm section alone (perf/bench_norms.sh repeats it).
+  const bool norms_only = argc > 1 && std::string(argv[argc - 1]) == "--only=norms";
   std::printf("meshtrain kernel micro-benchmark, fp32, N=%d rows, C=%d\n", N, C);
 
   {  // LayerNorm
@@ -124,6 +126,7 @@ int main(int argc, char** argv) {
            }));
     report("add_bias (N x C)", 2 * nc, best_seconds([&] { k::add_bias(y.data(), b.data(), N, C, C); }));
   }
+  if (norms_only) return 0;
   {  // GELU, SwiGLU on (N, 4C)
     const std::size_t n = static_cast<std::size_t>(N) * C4;
     auto x = filled<F>(2 * n, 0.3), y = filled<F>(n, 0), dx = filled<F>(2 * n, 0);

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# perf/bench_norms.sh [OUT_DIR]: gpu.fused_norms on CPU, fused against unfused, side by side.
+# Runs `bench_kernels --only=norms` (the LayerNorm/RMSNorm section of the kernel
+# micro-benchmark: N 8192 rows, C 768, fp32, best of 5 per kernel) REPS times; in each run
+# the fused and the unfused kernels are timed back to back in one process, so each run gives
+# one fused/unfused ratio per pair and the spread of the ratios over the runs says how much
+# of a difference the shared machine's noise can hide. With BASELINE_BENCH (a bench_kernels
+# built before a change) both binaries run in each rep, alternating which goes first.
+# Results: OUT_DIR/runs.csv and results.md (median ratio, min-max). Environment: BENCH
+# (default build/cpu/bin/bench_kernels), BASELINE_BENCH, REPS (8), THREADS (1), PERF_MAX_LOAD.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+OUT=${1:-$ROOT/perf/results/bench_norms}
+BENCH=${BENCH:-$ROOT/build/cpu/bin/bench_kernels}
+REPS=${REPS:-8}
+[[ -x $BENCH ]] || { echo "perf/bench_norms.sh: $BENCH not found (cmake --build build/cpu --target bench_kernels)" >&2; exit 2; }
+[[ -z ${BASELINE_BENCH:-} || -x $BASELINE_BENCH ]] || { echo "perf/bench_norms.sh: BASELINE_BENCH $BASELINE_BENCH is not executable" >&2; exit 2; }
+rm -rf "$OUT" && mkdir -p "$OUT/runs"
+echo "binary,rep,kernel,ms,load1" >"$OUT/runs.csv"
+for ((rep = 1; rep <= REPS; rep++)); do
+  order=(candidate)
+  if [[ -n ${BASELINE_BENCH:-} ]]; then
+    order=(baseline candidate)
+    ((rep % 2 == 0)) && order=(candidate baseline)
+  fi
+  for which in "${order[@]}"; do
+    bin=$BENCH
+    [[ $which == baseline ]] && bin=$BASELINE_BENCH
+    wait_quiet || true
+    l=$(load1)
+    log="$OUT/runs/$which-r$rep.txt"
+    "$bin" --only=norms >"$log" 2>&1 || { echo "perf/bench_norms.sh: $bin failed, see $log" >&2; exit 1; }
+    # "name   12.345 ms   6.78 GB/s": the name is everything before the time.
+    awk -v w="$which" -v r="$rep" -v l="$l" '/ ms /{n=$0; sub(/ +[0-9.]+ ms .*/, "", n); gsub(/,/, ";", n); for (i = 1; i <= NF; ++i) if ($(i+1) == "ms") t = $i; printf "%s,%d,%s,%s,%s\n", w, r, n, t, l}' "$log" >>"$OUT/runs.csv"
+  done
+done
+"$PY" - "$OUT" <<'PY'
+import csv, statistics, sys
+out = sys.argv[1]
+rows = list(csv.DictReader(open(out + "/runs.csv")))
+t = {}
+for r in rows:
+    t.setdefault((r["binary"], int(r["rep"])), {})[r["kernel"]] = float(r["ms"])
+pairs = [("LayerNorm backward", "fused residual_layernorm_backward", "unfused layernorm+bias backward"),
+         ("LayerNorm forward", "fused residual_layernorm_forward", "unfused residual+layernorm fwd"),
+         ("RMSNorm backward", "fused residual_rmsnorm_backward", "unfused rmsnorm backward"),
+         ("RMSNorm forward", "fused residual_rmsnorm_forward", "unfused residual+rmsnorm fwd")]
+binaries = sorted({b for b, _ in t}, key=lambda b: b != "baseline")
+L = ["# gpu.fused_norms on CPU: fused / unfused time (bench_kernels --only=norms, N 8192, C 768, fp32)", "",
+     "| binary | pair | fused ms (median) | unfused ms (median) | ratio median | ratio min-max | reps |",
+     "|---|---|---|---|---|---|---|"]
+for b in binaries:
+    reps = sorted(r for bb, r in t if bb == b)
+    for name, f, u in pairs:
+        fs = [t[(b, r)][f] for r in reps]
+        us = [t[(b, r)][u] for r in reps]
+        q = [x / y for x, y in zip(fs, us)]
+        L.append("| %s | %s | %.3f | %.3f | %.3f | %.3f-%.3f | %d |" % (b, name, statistics.median(fs), statistics.median(us),
+                                                                     statistics.median(q), min(q), max(q), len(q)))
+open(out + "/results.md", "w").write("\n".join(L) + "\n")
+print("\n".join(L))
+PY
