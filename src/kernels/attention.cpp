@@ -48,10 +48,15 @@ SdpaRaggedCall fused_layout(const AttentionShape& s, int ldq, int ldk, int ldv, 
 /// The fused kernel's device workspace (`bytes`, cuDNN's) followed, for packed rows, by the
 /// ragged index (SdpaRagged::index_block(), 256-byte aligned): the caller's Kokkos scratch
 /// (attention_workspace_elems bf16 elements, which the fused path does not otherwise use)
-/// when it is large enough, else a block from the memory pool for this call. The index is
-/// copied from host memory on the compute stream, ordered before the fused kernel that reads
-/// it; the copy is from pageable memory, which the driver stages before returning, so the
-/// host vector may go right after (a few hundred bytes per call, no allocation).
+/// when it is large enough, else a block from the memory pool for this call (no allocation
+/// per step in training, where the scratch is T x T elements per row). The index (48 bytes
+/// per graph batch entry, 3 KB for 32 documents) is copied from host memory on the compute
+/// stream, ordered after the kernels before it and before the fused kernel that reads it; a
+/// copy from pageable memory is staged by the driver before it returns, so the host vector
+/// may go right after, but the driver may make the host wait for the stream to do so (CUDA's
+/// "API synchronization behavior"). Computing the index on the device from doc_start would
+/// avoid that wait and allow CUDA graph capture; not done yet (the graph batch, from the
+/// document count, is needed on the host anyway).
 class FusedWorkspace {
  public:
   FusedWorkspace(std::size_t bytes, bf16* scratch, const AttentionShape& s, const SdpaRaggedCall& call) {

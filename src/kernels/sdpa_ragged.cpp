@@ -8,14 +8,18 @@
 
 namespace meshtrain::kernels {
 
-std::int64_t sdpa_ragged_index_elems(int batch) {
-  return static_cast<std::int64_t>(kRaggedOperands) * (batch + 1) + (batch + 1) / 2;
-}
+std::int64_t sdpa_ragged_index_stride(int batch) { return (static_cast<std::int64_t>(batch) + 1 + 31) / 32 * 32; }
+
+std::int64_t sdpa_ragged_index_elems(int batch) { return (kRaggedOperands + 1) * sdpa_ragged_index_stride(batch); }
 
 std::vector<std::int64_t> SdpaRagged::index_block() const {
+  const std::int64_t stride = sdpa_ragged_index_stride(batch);
   std::vector<std::int64_t> block(static_cast<std::size_t>(sdpa_ragged_index_elems(batch)), 0);
-  std::copy(offsets.begin(), offsets.end(), block.begin());
-  std::memcpy(block.data() + offsets.size(), seq_len.data(), seq_len.size() * sizeof(std::int32_t));
+  for (int op = 0; op < kRaggedOperands; ++op)
+    std::copy(offset(static_cast<SdpaOperand>(op)), offset(static_cast<SdpaOperand>(op)) + batch + 1,
+              block.begin() + op * stride);
+  // seq_len: batch int32 values fit in stride int64 slots (stride > batch / 2).
+  std::memcpy(block.data() + kRaggedOperands * stride, seq_len.data(), seq_len.size() * sizeof(std::int32_t));
   return block;
 }
 

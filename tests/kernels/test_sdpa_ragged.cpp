@@ -192,13 +192,20 @@ TEST(SdpaRagged, DescribesTheDocumentsOfPackedRows) {
   }
   EXPECT_EQ(call.layout.q.dim[0], 16);
   EXPECT_EQ(call.layout.stats.dim[0], 16);
-  // The device image: offsets, then seq_len as int32 from element kRaggedOperands * (batch + 1).
+  // The device image: each operand's offsets, then seq_len as int32, every array 256-byte
+  // aligned (32 int64 apart here: 17 entries rounded up).
   const std::vector<std::int64_t> block = R.index_block();
+  const std::int64_t stride = k::sdpa_ragged_index_stride(R.batch);
+  EXPECT_EQ(stride, 32);
   ASSERT_EQ(static_cast<std::int64_t>(block.size()), k::sdpa_ragged_index_elems(R.batch));
-  EXPECT_TRUE(std::equal(R.offsets.begin(), R.offsets.end(), block.begin()));
+  for (int op = 0; op < k::kRaggedOperands; ++op)
+    for (int e = 0; e <= R.batch; ++e)
+      EXPECT_EQ(block[op * stride + e], R.offset(static_cast<k::SdpaOperand>(op))[e]) << op << " " << e;
   std::vector<std::int32_t> packed(lens.size());
-  std::memcpy(packed.data(), block.data() + k::kRaggedOperands * (R.batch + 1), packed.size() * sizeof(std::int32_t));
+  std::memcpy(packed.data(), block.data() + k::kRaggedOperands * stride, packed.size() * sizeof(std::int32_t));
   EXPECT_EQ(packed, lens);
+  EXPECT_EQ(k::sdpa_ragged_index_stride(31), 32);
+  EXPECT_EQ(k::sdpa_ragged_index_stride(32), 64);
   EXPECT_EQ(k::sdpa_ragged_batch(1), 1);
   EXPECT_EQ(k::sdpa_ragged_batch(2), 2);
   EXPECT_EQ(k::sdpa_ragged_batch(3), 4);

@@ -56,11 +56,14 @@ struct SdpaRagged {
   std::vector<std::int64_t> offsets;
 
   const std::int64_t* offset(SdpaOperand op) const { return offsets.data() + op * (batch + 1); }
-  /// The device image: the offsets, then seq_len packed two per int64 (the int32 array
-  /// cuDNN reads starts at element kRaggedOperands * (batch + 1)).
+  /// The device image: array a (the offsets of operand a for a < kRaggedOperands, then
+  /// seq_len as int32) at int64 element a * sdpa_ragged_index_stride(batch), so that every
+  /// array cuDNN reads starts 256-byte aligned, as a separately allocated tensor would.
   std::vector<std::int64_t> index_block() const;
 };
 
+/// int64 elements between the arrays of the index block: batch + 1 rounded up to 32.
+std::int64_t sdpa_ragged_index_stride(int batch);
 /// Elements (int64) of the index block for a graph batch.
 std::int64_t sdpa_ragged_index_elems(int batch);
 

@@ -227,7 +227,7 @@ void add_ragged(const SdpaLayout& L, const void* index, std::unordered_map<std::
   if (!L.ragged) return;
   if (index == nullptr) fail("packed rows without their device ragged index");
   auto* base = const_cast<std::int64_t*>(static_cast<const std::int64_t*>(index));
-  const std::int64_t n = L.q.dim[0] + 1;
+  const std::int64_t n = sdpa_ragged_index_stride(static_cast<int>(L.q.dim[0]));  // between the arrays
   pack[kOffQ] = base + kRaggedQ * n;
   pack[kOffK] = base + kRaggedK * n;
   pack[kOffV] = base + kRaggedV * n;
