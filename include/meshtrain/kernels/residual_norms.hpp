@@ -11,7 +11,9 @@
 /// Backward: per row the norm's input gradient is added to dx (which holds the residual
 /// stream's gradient); in the same pass each block of kNormRowBlock rows accumulates its
 /// partial sums of the parameter gradients (dw, db of the norm, and dbias = the column sums
-/// of the final dx: the gradient of the bias added in forward). A second, small kernel adds
+/// of the final dx: the gradient of the bias added in forward; on host builds each row's dx
+/// and each partial row are separate loops over the row, which vectorize, where one loop
+/// storing all four did not: perf/README.md, "Fused LayerNorm backward on CPU"). A second, small kernel adds
 /// the blocks' partials per column in block order. Block boundaries do not depend on the
 /// thread count or the device, so results are bitwise reproducible run to run; they equal
 /// the unfused path's row-order column sums up to fp32 rounding (another association).
