@@ -93,7 +93,10 @@ void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_
                                       return load(dyr[c]) * load(w[c]) * ((load(hr[c]) - m) * rs);
                                     }) * inv_c;
           const bool first = r == r0;
-          if constexpr (kHostExec) {
+          // A plain `if` on the constant, not `if constexpr`: nvcc's extended lambdas cannot
+          // first-capture variables inside a constexpr-if branch (the outer KOKKOS_LAMBDA
+          // captures params, NS and P here); the dead branch costs nothing.
+          if (kHostExec) {
             // Host: the dx loop alone (as the unfused kernel's), then each partial row in a
             // loop of its own over the row, still in cache. One loop writing dx and three
             // partial rows through pointers of one type does not vectorize (the compiler must
