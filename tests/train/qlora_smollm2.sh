@@ -49,7 +49,7 @@ PY
 
 # Step 0 is the NF4 base: one step at lr 0 leaves B = 0; its validation loss equals eval of
 # the GGUF with model.base_quant=nf4 (and not without), on 1 rank and on tp=3.
-evalq=(eval --checkpoint "$gguf" "${lora[@]}" --data.dir=data --train.micro_batch=1 --train.seq_len=32 --batches 4 --json)
+evalq=(eval --checkpoint "$gguf" "${lora[@]}" --data.dir=data "${batch[@]}" --batches 4 --json)
 for mesh in 1 tp3; do
   np=1 extra=()
   [[ $mesh == tp3 ]] && np=3 extra=(--parallel.tp=3)
