@@ -23,7 +23,8 @@
 # bf16 base and 9 for nf4 at STEPS=1 on 2 shared cores (the start-up initialises and
 # quantizes 1.2 B random weights on one core per rank).
 #
-# Environment: MESHTRAIN (binary), STEPS (1), QUANTS ("none nf4 int8"), SEQ (64).
+# Environment: MESHTRAIN (binary), STEPS (1), QUANTS ("none nf4 int8"), SEQ (64), REUSE (1: keep
+# the runs already in OUT_DIR and train only the missing bases; the plans are always rerun).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUT=${1:-$ROOT/perf/results/bench_qlora_memory}
@@ -49,6 +50,10 @@ for q in $QUANTS; do
   "$MESHTRAIN" plan "${args[@]}" --model.base_quant="$q" --plan.world_size=2 > "$plan_log" 2>&1 ||
     { cat "$plan_log"; echo "bench_qlora_memory: plan failed ($q)" >&2; exit 1; }
   run="$OUT/runs/$q"
+  if [[ ${REUSE:-0} == 1 && -f $run/summary.json ]]; then
+    echo "   base $q: kept the run in $run (REUSE=1)"
+    continue
+  fi
   rm -rf "$run"
   wait_idle || true
   echo "   training with base $q (load $(load1)) ..."
