@@ -37,7 +37,7 @@ compare() {  # compare REF CANDIDATE LABEL: the LoRA equivalence tolerances of l
 tune nf4_1 1 --model.base_quant=nf4
 tune nf4_dp2 2 --model.base_quant=nf4 --parallel.dp_shard=2 && compare nf4_1 nf4_dp2 "SmolLM2 QLoRA nf4 dp_shard=2 vs 1 rank"
 tune nf4_tp3 3 --model.base_quant=nf4 --parallel.tp=3 && compare nf4_1 nf4_tp3 "SmolLM2 QLoRA nf4 tp=3 vs 1 rank"
-tune lora_1 1 &&
+if tune lora_1 1; then
   python3 - <<'PY' || fail "the NF4 run's losses equal unquantized LoRA's"
 import json
 def losses(run): return [json.loads(l)["loss"] for l in open(f"{run}/metrics.jsonl") if '"loss"' in l]
@@ -46,6 +46,7 @@ d = max(abs(a - b) / abs(b) for a, b in zip(q, ref))
 print(f"SmolLM2 nf4 vs unquantized LoRA: largest relative loss difference {d:.2e} (losses {q} vs {ref})")
 assert len(q) == len(ref) == 3 and d > 1e-4
 PY
+fi
 
 # Step 0 is the NF4 base: one step at lr 0 leaves B = 0; its validation loss equals eval of
 # the GGUF with model.base_quant=nf4 (and not without), on 1 rank and on tp=3.
