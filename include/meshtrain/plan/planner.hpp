@@ -7,6 +7,7 @@
 /// laptop. Which candidate `auto` takes is plan/mesh_search.hpp's rule (the fastest predicted
 /// that fits); this file only says what each candidate needs.
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,14 @@ struct MemoryEstimate {
   double frozen = 0;
   double gathered = 0, grad_buffers = 0;          ///< transient parameter/gradient copies
   double activations = 0, comm_buffers = 0;       ///< transient
+  /// A quantized base under a sharded strategy: what the step's start holds beside the
+  /// persistent state -- the outer unit and the prefetched blocks gathered, each with its
+  /// quantized payload until it is dequantized -- before any activation or gradient
+  /// exists. The step's peak is the larger of that moment and the steady one.
+  double step_start = 0;
   double persistent() const { return params + grads + optimizer; }
-  double total() const { return persistent() + gathered + grad_buffers + activations + comm_buffers; }
+  double steady() const { return gathered + grad_buffers + activations + comm_buffers; }
+  double total() const { return persistent() + std::max(steady(), step_start); }
 };
 
 /// Per-step communication volume of one rank (bytes moved per rank on the wire, i.e. the

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `convert --merge_lora` of a QLoRA checkpoint (issue 32): the merged weights are the base
+# as the run held it -- dequantized NF4 -- plus (alpha / r) B A, as PEFT merges into a
+# bitsandbytes 4-bit model. Checked against an independent computation: the base's
+# safetensors quantized and dequantized by tests/formats/nf4_reference.py (numpy, QLoRA's
+# code values; the codec test checks it against meshtrain byte for byte), the adapters
+# from the PEFT export, the sum in float64. Projections with adapters: dequant(W) + scale B A;
+# the other matrices (embeddings): dequant(W); 1-D tensors (norm weights): W unchanged.
+set -uo pipefail
+rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
+cd "$TEST_TMP" || exit 1
+export PYTHONPATH="${MESHTRAIN_DEPS:-/opt/meshtrain-deps}/python${PYTHONPATH:+:$PYTHONPATH}"
+export OPENBLAS_NUM_THREADS=1
+py=${REFERENCE_PYTHON:-/usr/bin/python3}
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+run() {
+  local name=$1
+  shift
+  timeout 300 "$@" >"$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit status $?"; return 1; }
+}
+ini="$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini"
+shape=(--model.d_model=192 --model.n_heads=3 --model.n_kv_heads=3 --model.ffn_dim=384)
+lora=(--model.lora_rank=4 --model.lora_alpha=8 --model.lora_targets=q,k,v,o,gate,up,down)
+common=(--data.dir=data --train.eval_every=0)
+run prepare "$MESHTRAIN_BIN" prepare --input /usr/share/games/fortunes --output data || exit 1
+run pre "$MESHTRAIN_BIN" train "$ini" "${shape[@]}" "${common[@]}" --train.steps=10 --output.dir=pre || exit 1
+run base "$MESHTRAIN_BIN" convert --input pre/checkpoints --output base || exit 1
+run qlora "$MESHTRAIN_BIN" train "$ini" "${shape[@]}" "${common[@]}" "${lora[@]}" --model.base_quant=nf4 \
+  --train.steps=10 --train.lr=1e-2 --checkpoint.init_from=base --output.dir=qlora || exit 1
+ck=$(ls qlora/checkpoints/step_*.h5 | tail -1)
+run merge "$MESHTRAIN_BIN" convert --input "$ck" --output merged --merge_lora || exit 1
+run peft "$MESHTRAIN_BIN" convert --input "$ck" --output peft || exit 1
+"$py" - "$MESHTRAIN_SOURCE_DIR/tests/formats" <<'PY' || fail "merged QLoRA export != dequant(base) + scale B A"
+import json, sys
+import numpy as np
+from safetensors.numpy import load_file
+sys.path.insert(0, sys.argv[1])
+import nf4_reference  # the independent NF4 codec (QLoRA's code values, bitsandbytes' thresholds)
+
+def nf4_dequant(w):
+    """W as an NF4 base holds it: quantized per tensor in row-major 64-weight blocks (the
+    tail padded with zeros), double-quantized scales per 256 blocks, dequantized."""
+    flat = w.astype(np.float32).reshape(-1)
+    padded = np.concatenate([flat, np.zeros((-len(flat)) % nf4_reference.BLOCK, np.float32)])
+    return nf4_reference.quantize(padded)[3][:len(flat)].reshape(w.shape)
+
+cfg = json.load(open("peft/adapter_config.json"))
+scale = cfg["lora_alpha"] / cfg["r"]
+adapters = load_file("peft/adapter_model.safetensors")
+base, merged = load_file("base/model.safetensors"), load_file("merged/model.safetensors")
+assert sorted(base) == sorted(merged), (sorted(base)[:4], sorted(merged)[:4])
+counts = {"adapted": 0, "matrix": 0, "vector": 0}
+for name, w in base.items():
+    got = merged[name].astype(np.float64)
+    mod = name.rsplit(".weight", 1)[0]
+    a_key = f"base_model.model.{mod}.lora_A.weight"
+    if w.ndim == 1:
+        assert np.array_equal(merged[name], w), f"{name}: a 1-D tensor changed"
+        counts["vector"] += 1
+        continue
+    want = nf4_dequant(w).astype(np.float64)
+    if a_key in adapters:
+        B = adapters[f"base_model.model.{mod}.lora_B.weight"].astype(np.float64)
+        A = adapters[a_key].astype(np.float64)
+        assert np.abs(B).max() > 0, f"{mod}: B is zero, the adapter was not trained"
+        want = want + scale * (B @ A)
+        counts["adapted"] += 1
+    else:
+        counts["matrix"] += 1
+    err = np.abs(got - want).max()
+    assert np.allclose(got, want, rtol=1e-6, atol=1e-7), f"{name}: max difference {err:.3e}"
+    # Not the unquantized base: the merge used the NF4 values.
+    assert np.abs(got - (w.astype(np.float64) + (want - nf4_dequant(w)))).max() > 1e-4, f"{name}: merged into the fp32 base"
+assert counts["adapted"] == 7 * 2 and counts["matrix"] >= 1, counts  # tiny-llama: 2 layers x 7 projections
+print(f"QLoRA merge: {counts['adapted']} projections = dequant(base) + scale B A, {counts['matrix']} other matrices = "
+      f"dequant(base), {counts['vector']} 1-D tensors unchanged")
+PY
+if ((failures)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "qlora_merge: all checks passed"

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# QLoRA on the real SmolLM2-135M-Instruct GGUF (issue 32, must-show 1): LoRA adapters on
+# every projection of the GGUF's base (checkpoint.init_from, dequantized from Q4_1 and
+# re-quantized to NF4 with model.base_quant=nf4), full_shard, on 1 rank, dp_shard=2 and
+# tp=3 (9 query / 3 key-value heads, d_model 576 and ffn 1536 split into whole 64-weight
+# blocks three ways). The losses and gradient norms of the three meshes agree within the
+# LoRA equivalence tolerances (tests/train/lora.sh: loss 1e-5, gradient norm 1e-4
+# relative), they differ from unquantized LoRA's (the NF4 base is what trains), and the
+# validation loss after one step at lr 0 (B = 0: the adapters add nothing) equals `eval` of
+# the GGUF with model.base_quant=nf4 exactly, on 1 rank and on tp=3. Kept short: 3 steps
+# of 2 x 32 tokens. (The NF4 codec on SmolLM2's real weights: tests/formats/nf4.sh.)
+set -uo pipefail
+# shellcheck source=../support/smollm_reference.sh
+source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+gguf=$smollm
+# The text: the licences on every Debian system, tokenized with the GGUF's own tokenizer.
+mkdir -p corpus && cat /usr/share/common-licenses/Apache-2.0 /usr/share/common-licenses/GPL-3 > corpus/licences.txt
+"$MESHTRAIN_BIN" prepare --input corpus --output data --tokenizer "$gguf" > prepare.log 2>&1 ||
+  { cat prepare.log; echo "FAIL: prepare"; exit 1; }
+lora=(--model.lora_rank=8 --model.lora_alpha=16 --model.lora_targets=q,k,v,o,gate,up,down)
+batch=(--train.micro_batch=1 --train.seq_len=32 --train.global_batch=2)
+tune() {  # tune NAME NP ARGS...: a fine-tune of the GGUF's base into NAME/
+  local name=$1 np=$2; shift 2
+  # shellcheck disable=SC2086  # MPIEXEC is a command with flags
+  timeout 600 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train --checkpoint.init_from="$gguf" "${lora[@]}" "${batch[@]}" \
+    --data.dir=data --train.steps="${STEPS-3}" --train.eval_every="${EVAL_EVERY-0}" --train.lr="${LR-2e-3}" \
+    --train.warmup_steps=0 --train.seed=7 --parallel.strategy=full_shard --checkpoint.save_final=false \
+    --output.dir="$name" "$@" > "$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit status $?"; return 1; }
+}
+compare() {  # compare REF CANDIDATE LABEL: the LoRA equivalence tolerances of lora.sh
+  python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" \
+    --rtol 1e-5 --keys loss --label "$3" || fail "$3: losses"
+  python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" \
+    --rtol 1e-4 --keys grad_norm --label "$3" || fail "$3: gradient norms"
+}
+tune nf4_1 1 --model.base_quant=nf4
+tune nf4_dp2 2 --model.base_quant=nf4 --parallel.dp_shard=2 && compare nf4_1 nf4_dp2 "SmolLM2 QLoRA nf4 dp_shard=2 vs 1 rank"
+tune nf4_tp3 3 --model.base_quant=nf4 --parallel.tp=3 && compare nf4_1 nf4_tp3 "SmolLM2 QLoRA nf4 tp=3 vs 1 rank"
+if tune lora_1 1; then
+  python3 - <<'PY' || fail "the NF4 run's losses equal unquantized LoRA's"
+import json
+def losses(run): return [json.loads(l)["loss"] for l in open(f"{run}/metrics.jsonl") if '"loss"' in l]
+q, ref = losses("nf4_1"), losses("lora_1")
+d = max(abs(a - b) / abs(b) for a, b in zip(q, ref))
+print(f"SmolLM2 nf4 vs unquantized LoRA: largest relative loss difference {d:.2e} (losses {q} vs {ref})")
+assert len(q) == len(ref) == 3 and d > 1e-4
+PY
+fi
+
+# Step 0 is the NF4 base: one step at lr 0 leaves B = 0; its validation loss equals eval of
+# the GGUF with model.base_quant=nf4 (and not without), on 1 rank and on tp=3.
+evalq=(eval --checkpoint "$gguf" "${lora[@]}" --data.dir=data "${batch[@]}" --batches 4 --json)
+for mesh in 1 tp3; do
+  np=1 extra=()
+  [[ $mesh == tp3 ]] && np=3 extra=(--parallel.tp=3)
+  STEPS=1 LR=0 EVAL_EVERY=1 tune "start_$mesh" "$np" --model.base_quant=nf4 --train.min_lr=0 --train.eval_batches=4 \
+    "${extra[@]}" || continue
+  # shellcheck disable=SC2086
+  timeout 300 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" "${evalq[@]}" --model.base_quant=nf4 "${extra[@]}" > "eval_nf4_$mesh.log" 2>&1 ||
+    { cat "eval_nf4_$mesh.log"; fail "eval nf4 $mesh"; continue; }
+done
+"$MESHTRAIN_BIN" "${evalq[@]}" > eval_none.log 2>&1 || { cat eval_none.log; fail "eval of the unquantized base"; }
+python3 - <<'PY' || fail "the QLoRA model at step 0 is not eval of the NF4 base"
+import json
+def last(path): return [json.loads(l) for l in open(path) if l.startswith("{")][-1]["loss"]
+none = last("eval_none.log")
+for mesh in ["1", "tp3"]:
+    val = [json.loads(l) for l in open(f"start_{mesh}/metrics.jsonl") if "val_loss" in l][-1]["val_loss"]
+    q = last(f"eval_nf4_{mesh}.log")
+    print(f"{mesh}: validation loss after a step at lr 0 {val!r}; eval of the nf4 base {q!r}; of the GGUF's own "
+          f"weights {none!r}")
+    assert val == q, f"{mesh}: {val!r} != {q!r}"
+    assert abs(q - none) > 1e-5, "eval with model.base_quant=nf4 equals the unquantized base"
+PY
+
+if ((failures)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "qlora_smollm2: all checks passed"
