@@ -64,12 +64,8 @@ double finish_impl(T* logits, int ld, int N, int V_local, std::int64_t vocab_sta
     const std::int64_t r = team.league_rank();
     T* lr = logits + r * ld;
     const std::int32_t tgt = targets[r];
-    if (tgt < 0) {
-      team_for(team, V_local, [&](int c) { lr[c] = store<T>(A(0)); });
-      return;
-    }
-    // DPO: each sequence's rows carry its own coefficient (negative for a rejected one).
-    const A g = row_scale ? gs * A(row_scale[r]) : gs;
+    if (zero_untargeted_row<A>(team, lr, V_local, tgt)) return;
+    const A g = row_coefficient(gs, row_scale, r);
     const std::int64_t t = static_cast<std::int64_t>(tgt) - vocab_start;
     const bool has_target = t >= 0 && t < nv;
     const A target_logit = has_target ? A(load(lr[t])) : A(0);

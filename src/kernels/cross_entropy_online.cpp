@@ -53,13 +53,9 @@ void cross_entropy_fused(T* logits, int ld, int N, int V_local, std::int64_t val
         const std::int64_t r = team.league_rank();
         T* lr = logits + r * ld;
         const std::int32_t tgt = targets[r];
-        if (tgt < 0) {
-          team_for(team, V_local, [&](int c) { lr[c] = store<T>(A(0)); });
-          return;
-        }
+        if (zero_untargeted_row<A>(team, lr, V_local, tgt)) return;
         const RowStats<A> st = online_row_stats<A>(team, lr, nv);
-        // DPO: each sequence's rows carry its own coefficient (negative for a rejected one).
-        const A g = row_scale ? gs * A(row_scale[r]) : gs;
+        const A g = row_coefficient(gs, row_scale, r);
         const bool has_target = tgt < nv;
         const A target_logit = has_target ? A(load(lr[tgt])) : A(0);
         write_row_gradient<A>(team, lr, V_local, nv, tgt, has_target, target_logit, st.max, st.sum, g);

@@ -61,6 +61,22 @@ KOKKOS_INLINE_FUNCTION RowStats<A> online_row_stats(const Member& team, const T*
   }
 }
 
+/// A row without a target (tgt < 0: masked out of the loss) gets a zero gradient over all
+/// V_local columns; returns true for it, so the caller skips the row.
+template <class A, class T>
+KOKKOS_INLINE_FUNCTION bool zero_untargeted_row(const Member& team, T* lr, int V_local, std::int32_t tgt) {
+  if (tgt >= 0) return false;
+  team_for(team, V_local, [&](int c) { lr[c] = store<T>(A(0)); });
+  return true;
+}
+
+/// The gradient coefficient of row r: grad_scale, times the row's own coefficient where
+/// row_scale is given (DPO: each sequence's rows carry one, negative for a rejected one).
+template <class A>
+KOKKOS_INLINE_FUNCTION A row_coefficient(A grad_scale, const float* row_scale, std::int64_t r) {
+  return row_scale ? grad_scale * A(row_scale[r]) : grad_scale;
+}
+
 /// \brief Overwrites the row lr (V_local columns, the first nv of them real vocabulary) by
 /// g * (softmax - onehot(t)) from its statistics (mx, sum over the whole vocabulary);
 /// target_logit = lr[t] read before the call (t is a column of this slice when has_target).
