@@ -283,14 +283,13 @@ def main():
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         out["runs"].append(r)
+        if a.json:  # after every run: a peer stopped at its caller's time limit keeps what it measured
+            with open(a.json, "w") as f:
+                f.write(json.dumps(out) + "\n")
         print("torch_gpu %s %s: %s%s" % (a.mode, name, r["status"],
               " %.0f tokens/s" % r["tokens_per_s"] if "tokens_per_s" in r else " (%s)" % r.get("reason", "")),
               file=sys.stderr, flush=True)
-    text = json.dumps(out)
-    print(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
+    print(json.dumps(out))
     return 1 if any(r["status"] == "FAIL" for r in out["runs"]) else 0
 
 
