@@ -139,12 +139,16 @@ fi
 # Kokkos Tools' simple kernel timer (built outside the repository from
 # github.com/kokkos/kokkos-tools): carried only when asked for, with its own libraries.
 if [[ -n ${MESHTRAIN_KOKKOS_TOOLS:-} ]]; then
-  for f in libkp_kernel_timer.so kp_reader; do
-    [[ -f $MESHTRAIN_KOKKOS_TOOLS/$f ]] ||
-      { echo "pack.sh: \$MESHTRAIN_KOKKOS_TOOLS=$MESHTRAIN_KOKKOS_TOOLS has no $f" >&2; exit 1; }
+  # CMake names the timer libkp_kernel_timer.so, the tool's own Makefile kp_kernel_timer.so.
+  kt=""
+  for f in libkp_kernel_timer.so kp_kernel_timer.so; do
+    [[ -z $kt && -f $MESHTRAIN_KOKKOS_TOOLS/$f ]] && kt=$MESHTRAIN_KOKKOS_TOOLS/$f
   done
+  [[ -n $kt && -x $MESHTRAIN_KOKKOS_TOOLS/kp_reader ]] ||
+    { echo "pack.sh: \$MESHTRAIN_KOKKOS_TOOLS=$MESHTRAIN_KOKKOS_TOOLS lacks (lib)kp_kernel_timer.so or kp_reader" >&2; exit 1; }
   mkdir -p "$stage/tools"
-  cp -L "$MESHTRAIN_KOKKOS_TOOLS/libkp_kernel_timer.so" "$MESHTRAIN_KOKKOS_TOOLS/kp_reader" "$stage/tools/"
+  cp -L "$kt" "$stage/tools/libkp_kernel_timer.so"
+  cp -L "$MESHTRAIN_KOKKOS_TOOLS/kp_reader" "$stage/tools/"
   strip --strip-unneeded "$stage/tools/"*
   closure "$stage"/tools/*
 fi

@@ -2,11 +2,18 @@
 """The one table of perf/gpu/validate.sh, from the files its run left in --work.
 
 Reads: BUILD_INFO.txt, nvidia-smi.csv, selfcheck.txt (the fused paths' PASS/FAIL lines),
-tests/status.txt (+ each test's log), gemm_bf16.json,
-gemm_fp32.json, torch_gemm.txt, train/train.log, train/metrics.jsonl, gpu_memory.csv.
-Writes the table (--table) and the same numbers as JSON (--json, with "ok": all tests
-passed and training finished with finite losses). Standard library only: it runs under
-whatever python3 the GPU machine has.
+tests/status.txt (+ each test's log), gemm_bf16.json, gemm_fp32.json, torch_gemm.txt,
+train/runs.txt and per run train/<run>/{train.log,metrics.jsonl,status.txt,gpu_memory.csv},
+--reference-dir/<run>.json (CPU fp32 loss curves), peers/torch_{eager,compile}.json
+(perf/peer/torch_gpu.py), sanitizer_status.txt, kernel_profile_status.txt, kernel_timer.txt.
+Writes the table (--table) and the same numbers as JSON (--json): "paths", "tests",
+"train" (the first run: tokens_per_s_median, mfu_median, vs_torch_eager/compile, ...),
+"runs" (every run), "peers" (torch_eager / torch_compile: the first run's tokens_per_s at
+the top, every run under "runs"), "sanitizer", "kernel_profile" and "ok" (every path and
+test passed, every run finished with finite losses inside the reference's tolerance, and no
+peer, sanitizer or profile FAILed; SKIP does not fail). Standard library only: it runs
+under whatever python3 the GPU machine has.
+--make-reference METRICS_JSONL --how TEXT prints a reference file from a CPU fp32 run.
 
 Definitions (what the table prints):
   tokens/s   median over the steps after warm-up (the first max(2, steps/8) steps pay for
@@ -16,9 +23,13 @@ Definitions (what the table prints):
              (ModelDims::flops_per_token_forward: every matmul incl. the LM head, attention
              scores and values unmasked) x tokens/s; the peak is the best bf16 cuBLAS GEMM
              of `meshtrain bench gemm` in the same run (train.peak_tflops).
+  ratios     meshtrain tokens/s / the peer's tokens/s for the same shape in the same run.
+  loss check every step both curves have: |loss - reference| <= 1e-2 x reference.
   memory     pool: peak bytes reserved by meshtrain's device pool (every tensor of the run);
              device: highest memory.used that nvidia-smi reported while training (adds the
-             CUDA context, cuBLAS/NCCL workspaces and Kokkos' own small allocations).
+             CUDA context, cuBLAS/NCCL workspaces and Kokkos' own small allocations);
+             peers: torch.cuda.max_memory_allocated (PyTorch's allocator-level peak, the
+             counterpart of the pool's).
 """
 import argparse
 import json
@@ -142,7 +153,8 @@ def peer(w, key, runs):
 def kernel_profile(w, top=15):
     """kp_reader's table of the kernel timer's .dat file -> the top kernels by time."""
     st, detail = status_line(os.path.join(w, "kernel_profile_status.txt"))
-    res = {"status": st, "detail": detail, "kernels": []}
+    # regions: Kokkos profiling regions (attention forward/backward wrap several kernels).
+    res = {"status": st, "detail": detail, "kernels": [], "regions": []}
     lines = read(os.path.join(w, "kernel_timer.txt")).splitlines()
     section = None
     for i, line in enumerate(lines):
@@ -153,16 +165,18 @@ def kernel_profile(w, top=15):
         elif line.startswith("Summary:"):
             section = None
         m = re.match(r"\s*\((\w+)\)\s+([\d.eE+-]+)\s+(\d+)\s+([\d.eE+-]+)\s+([\d.eE+-]+)", line)
-        if section == "kernel" and m and i > 0 and lines[i - 1].startswith("- "):
-            res["kernels"].append({"name": lines[i - 1][2:].strip(), "type": m.group(1), "time_s": float(m.group(2)),
-                                   "calls": int(m.group(3)), "pct_of_kernels": float(m.group(5))})
+        if section and m and i > 0 and lines[i - 1].startswith("- "):
+            res["kernels" if section == "kernel" else "regions"].append(
+                {"name": lines[i - 1][2:].strip(), "type": m.group(1), "time_s": float(m.group(2)),
+                 "calls": int(m.group(3)), "pct_of_kernels": float(m.group(5))})
         m = re.match(r"Total Time in Kokkos kernels:\s+([\d.]+)", line.strip())
         if m:
             res["kernel_time_s"] = float(m.group(1))
     if st == "PASS" and not res["kernels"]:
         res["status"], res["detail"] = "FAIL", "kp_reader's table had no kernel rows"
-    res["kernels"].sort(key=lambda k: -k["time_s"])
-    res["kernels"] = res["kernels"][:top]
+    for key in ("kernels", "regions"):
+        res[key].sort(key=lambda k: -k["time_s"])
+        res[key] = res[key][:top]
     return res
 
 
@@ -297,6 +311,10 @@ def main():
     res["model"] = model
     res["train"] = train
     res["peers"] = {m: peer(w, m, runs) for m in ("torch_eager", "torch_compile")}
+    for p in res["peers"].values():  # the peers' MFU against the same measured GEMM peak
+        for r in p["runs"].values():
+            if peak and r.get("tokens_per_s") and r.get("flops_per_token"):
+                r["mfu"] = r["tokens_per_s"] * r["flops_per_token"] / (peak * 1e12)
     st, detail = status_line(os.path.join(w, "sanitizer_status.txt"))
     res["sanitizer"] = {"status": st, "detail": detail}
     res["kernel_profile"] = kernel_profile(w)
@@ -392,6 +410,9 @@ def main():
             n[:16], ktok(mine) if mine else ("FAIL" if t["exit"] not in (0, None) else "-"), mfu,
             gib(t.get("pool_peak_bytes")) if t.get("pool_peak_bytes") else "-", e_cell, c_cell,
             ratio(e_tok), ratio(c_tok), lc["status"] + " " + lc["detail"][:60]))
+    if first:
+        for k in ("vs_torch_eager", "vs_torch_compile"):
+            res["train"][k] = res["runs"][first]["train"].get(k)
     for key in ("torch_eager", "torch_compile"):
         p = res["peers"][key]
         notes = ["%s %s: %s" % (key, n, r["reason"][:80]) for n, r in p["runs"].items()

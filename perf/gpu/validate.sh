@@ -7,23 +7,39 @@
 # takes over an hour of nvcc on 2 cores, several minutes on 16):
 #
 #   1. unpacks the package and sets up the environment: its libraries, Open MPI's plugins
-#      for a singleton MPI_Init (no mpirun, no orted), cuBLAS/NCCL found on the machine;
-#   2. runs the self-check of the fused paths (selfcheck_paths: each against the path it
+#      for a singleton MPI_Init (no mpirun, no orted), cuBLAS/NCCL/cuDNN/NVRTC found on the
+#      machine;
+#   2. (a) runs the self-check of the fused paths (selfcheck_paths: each against the path it
 #      replaces and a double reference, one PASS/FAIL line per path, results.json "paths"),
 #      then the kernel tests (every Kokkos kernel against a host reference in double, and
 #      backward kernels against finite differences) and the NCCL/cuBLAS test on the GPU;
 #   3. measures the cuBLAS bf16 GEMM peak with `meshtrain bench gemm` (the MFU denominator);
-#   4. trains a GPT-2-124M-shaped model (inputs/gpt2-124m.ini: bf16, seq 1024, random tokens)
-#      for a few dozen steps on 1 GPU with the NCCL backend;
-#   5. prints ONE table: tests, GEMM peak, tokens/s, MFU, peak device memory, loss curve.
+#   4. (b) compute-sanitizer --tool memcheck on a 2-step run of inputs/tiny-gpt2.ini (SKIP,
+#      with the reason, in a host build or without compute-sanitizer or a GPU);
+#   5. (c) trains, --steps steps each (default 20), bf16 on random tokens, 1 GPU, NCCL
+#      backend: gpt2-124m-mb16 and gpt2-124m-mb32 (inputs/gpt2-124m.ini at micro-batch 16
+#      and 32 x 1024) and smollm2-135m (inputs/smollm2-135m.ini: 8 x 2048, one micro-batch
+#      per step); each loss curve is compared with the CPU fp32 reference of the same run in
+#      perf/results/gpu/reference/<run>.json within 1e-2 relative (SKIP where none exists;
+#      the dry run makes its own by training the tiny run again in fp32);
+#   6. (d) the PyTorch peer perf/peer/torch_gpu.py trains the same shapes, eager (SDPA flash
+#      attention, fused AdamW, bf16 autocast) then torch.compile, in one process per mode;
+#   7. (e) a per-kernel profile: Kokkos Tools' simple kernel timer (package tools/ or
+#      $MESHTRAIN_KOKKOS_TOOLS) on 6 steps of gpt2-124m-mb16, kp_reader's table parsed into
+#      results.json "kernel_profile" (SKIP, with the reason, when the timer is absent);
+#   8. prints ONE table (summarize.py): paths, tests, GEMM peak, the headline run (tokens/s,
+#      MFU, memory, loss curve), then per shape meshtrain / eager / compile tokens/s and
+#      memory, the ratios meshtrain/eager and meshtrain/compile, the loss check, the
+#      sanitizer's verdict, the top kernels, and the verdict.
 #
 # Back of the envelope (inputs/gpt2-124m.ini): 0.854 GFLOP per token with backward, 16384
 # tokens per step = 14.0 TFLOP per step; at a ~750 TFLOP/s bf16 GEMM peak that is 19 ms,
 # plus ~10 ms of memory-bound kernels: ~30 ms per step (~550 k tokens/s) is the floor.
-# Budget: unpack ~10 s, tests ~1-2 min, GEMM ~15 s, training ~1-2 min: under 8 minutes.
+# Budget: 530 s in all (see `budget` below for each phase's share); torch.compile of GPT-2
+# takes ~1 min per shape, so when time runs short the later compile shapes are SKIP.
 #
 # Usage (the device call runs it as root from the repository root, $OUT set):
-#   perf/gpu/validate.sh [--pack FILE] [--steps N] [--config INI] [--work DIR]
+#   perf/gpu/validate.sh [--pack FILE] [--steps N] [--work DIR]
 #   perf/gpu/validate.sh --dry-run --pack /tmp/cpu-pack/meshtrain-gpu.tar.xz [--isolate]
 #     --dry-run: the same steps with a CPU build's package (perf/gpu/pack.sh --build
 #                build/cpu --out DIR), a tiny model and small GEMMs: checks the script here.
@@ -40,10 +56,16 @@
 #                without a GPU it must stop with "no CUDA device is usable", never with a
 #                missing library (the driver's libcuda is replaced by the toolkit's stub).
 #
+#   Environment: MESHTRAIN_PEER_PYTHON (the peer's python; python3, in a dry run
+#   /usr/bin/python3), MESHTRAIN_KOKKOS_TOOLS (a folder with (lib)kp_kernel_timer.so and
+#   kp_reader, when the package has no tools/).
+#
 # Results: $OUT (default runs/gpu-validate) gets validate.log, table.txt, results.json,
-# metrics.jsonl, train.log and details.tar.gz (test XML/logs, GEMM JSON, memory samples,
-# the run's config and summary, BUILD_INFO). Exit status 0 when every test passed and the
-# training finished with a finite loss.
+# metrics.jsonl and train.log of the headline run (gpt2-124m-mb16), and details.tar.gz
+# (test XML/logs, GEMM JSON, every run's folder with its memory samples, config and summary,
+# the peers' JSON and logs, the sanitizer's and kernel timer's output, BUILD_INFO). Exit
+# status 0 when every path and test passed, every run finished with finite losses within
+# the reference's tolerance (where one exists), and nothing (sanitizer, peer, profile) FAILed.
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -608,10 +630,14 @@ peer_runs() {
 # when pack.sh found them, or at $MESHTRAIN_KOKKOS_TOOLS here) on a 6-step GPT-2 run.
 # kernel_timer.txt gets kp_reader's table; kernel_profile_status.txt "PASS ...", "SKIP why".
 kernel_profile() {
-  local peak=$1 dir="" lib reader limit rc
+  local peak=$1 dir="" lib="" reader limit rc f
   for dir in "${MESHTRAIN_KOKKOS_TOOLS:-}" "$P/tools"; do
-    [[ -n $dir && -f $dir/libkp_kernel_timer.so && -x $dir/kp_reader ]] && break
-    dir=""
+    # CMake names the timer libkp_kernel_timer.so, kokkos-tools' own Makefile kp_kernel_timer.so.
+    for f in libkp_kernel_timer.so kp_kernel_timer.so; do
+      [[ -z $lib && -n $dir && -f $dir/$f ]] && lib=$dir/$f
+    done
+    [[ -n $lib && -x $dir/kp_reader ]] && break
+    dir="" lib=""
   done
   if [[ -z $dir ]]; then
     echo "SKIP no libkp_kernel_timer.so + kp_reader (package tools/ or \$MESHTRAIN_KOKKOS_TOOLS; pack.sh carries them from \$MESHTRAIN_KOKKOS_TOOLS)" \
@@ -625,7 +651,7 @@ kernel_profile() {
     echo "SKIP time budget spent" > "$work/kernel_profile_status.txt"
     say "kernel profile               $(cat "$work/kernel_profile_status.txt")"; return
   fi
-  lib=$dir/libkp_kernel_timer.so reader=$dir/kp_reader
+  reader=$dir/kp_reader
   local name=${RUNS[0]} d=$work/profile
   mkdir -p "$d"
   local overrides=(--output.dir="$d/run" --train.steps=6 --checkpoint.save_final=false --train.eval_every=0
