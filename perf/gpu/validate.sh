@@ -101,7 +101,15 @@ if [[ $isolate == 1 && -z ${MESHTRAIN_VALIDATE_ISOLATED:-} ]]; then
   # Libraries by soname (their system copies get /dev/null bound over them), then the plugin
   # and configuration folders of Open MPI and PMIx (an empty tmpfs over each), then the MPI
   # launchers (a singleton must not need them). Paths are found before anything is hidden.
-  tar -tJf "$pack" | sed -n 's|^meshtrain-gpu/lib/\([^/]*\.so[^/]*\)$|lib \1|p' > "$list"
+  # A library the machine's own tools load (grep and mount load libpcre2-8, which meshtrain's
+  # tokenizer also links; python3 libz) stays visible: the machine has it, and hiding it
+  # would break the script, not test the package.
+  own=$(for t in bash grep sed awk tar xz mount unshare python3 /usr/bin/python3 ${MESHTRAIN_PEER_PYTHON:-} ldconfig nvidia-smi; do
+          p=$(command -v "$t") && ldd "$p" 2>/dev/null; done | awk '{print $1}' | sort -u)
+  tar -tJf "$pack" | sed -n 's|^meshtrain-gpu/lib/\([^/]*\.so[^/]*\)$|\1|p' |
+    while read -r l; do
+      if grep -qxF "$l" <<< "$own"; then echo "keep $l"; else echo "lib $l"; fi
+    done > "$list"
   for k in pkglibdir pkgdatadir sysconfdir; do
     echo "dir $(ompi_info --path $k --parsable | cut -d: -f3)" >> "$list"
   done
@@ -118,9 +126,11 @@ if [[ $isolate == 1 && -z ${MESHTRAIN_VALIDATE_ISOLATED:-} ]]; then
              done ;;
         dir) [ -d "$what" ] && mount -t tmpfs none "$what" ;;
         file) mount --bind /dev/null "$what" ;;
+        keep) ;;
       esac
     done < "$1"
-    echo "[validate] isolated: $(grep -c "^lib" "$1") system libraries and Open MPI/PMIx plugins hidden"
+    echo "[validate] isolated: $(grep -c "^lib" "$1") system libraries and Open MPI/PMIx plugins hidden;" \
+         "kept (the machine'"'"'s own tools load them): $(sed -n "s/^keep //p" "$1" | tr "\n" " ")"
     shift
     exec bash "$@"' isolate "$list" "$repo/perf/gpu/validate.sh" "${args[@]}"
 fi
@@ -612,8 +622,12 @@ peer_runs() {
   local soft=$(( limit - 20 ))
   [[ $mode == compile ]] && soft=$(( limit - 100 ))
   (( soft < 10 )) && soft=10
+  # Isolated (a dry run here): Debian's torch links system libraries the package also carries
+  # (OpenBLAS, libcurl, ...), now hidden; the packed copies of them stand in.
+  local env_peer=()
+  [[ -n ${MESHTRAIN_VALIDATE_ISOLATED:-} ]] && env_peer=("LD_LIBRARY_PATH=$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   say "PyTorch $mode ($py, $dev, limit $limit s): perf/peer/torch_gpu.py --mode $mode --steps $steps ${specs[*]}"
-  timeout "$limit" "$py" "$repo/perf/peer/torch_gpu.py" --mode "$mode" --device "$dev" --steps "$steps" \
+  timeout "$limit" env "${env_peer[@]}" "$py" "$repo/perf/peer/torch_gpu.py" --mode "$mode" --device "$dev" --steps "$steps" \
     --warmup 5 --time-limit "$soft" --json "$work/peers/torch_$mode.json" "${specs[@]}" \
     > "$work/peers/torch_$mode.out" 2> "$work/peers/torch_$mode.log"
   rc=$?
