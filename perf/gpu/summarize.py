@@ -355,7 +355,7 @@ def main():
     if res["torch_gemm"]:
         L.append("         cross-check: %s" % res["torch_gemm"])
     L.append("-" * 100)
-    if model:
+    if model.get("family"):
         L.append("model    %s, %.1f M parameters, %s, %d rank(s), %s x %s tokens per step, mesh %s, strategy %s"
                  % (model.get("family"), model.get("params", 0) / 1e6, model.get("precision"), model.get("ranks", 0),
                     model.get("sequences", "?"), model.get("seq_len", "?"), model.get("mesh", "?"), model.get("strategy", "?")))
