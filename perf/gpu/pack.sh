@@ -27,8 +27,12 @@
 #   openmpi/        Open MPI's run-time plugins (shared-memory and self transports, collectives,
 #                   MPI-IO, the singleton launcher), its help texts and site defaults
 #   pmix/           PMIx's plugins
+#   tools/          (only when $MESHTRAIN_KOKKOS_TOOLS names a folder holding them) Kokkos
+#                   Tools' libkp_kernel_timer.so and kp_reader, for validate.sh's kernel profile
 #   BUILD_INFO.txt  what was built, from which commit, with which compilers and libraries
-# Left out on purpose: the NVIDIA driver's libcuda, which the machine has; cuBLAS/cuBLASLt (~600 MB), NCCL (~200 MB) and cuDNN (~1 GB with the engine libraries it loads), which are too large to carry
+# Left out on purpose: the NVIDIA driver's libcuda, which the machine has; cuBLAS/cuBLASLt
+# (~600 MB), NCCL (~200 MB), cuDNN (~1 GB with the engine libraries it loads) and NVRTC
+# (109 MB, cuDNN's run-time compiler), which are too large to carry
 # and which the machine has (CUDA toolkit or the nvidia-* Python wheels; validate.sh finds
 # them); Open MPI's network transports (UCX, libfabric, InfiniBand, PSM), which a one-node,
 # one-rank run never loads (validate.sh pins pml=ob1, btl=self,vader).
@@ -92,7 +96,10 @@ cp -rL "$ompi_pkgdatadir" "$stage/openmpi/share/"
 [[ -f $ompi_sysconfdir/openmpi-mca-params.conf ]] && cp -L "$ompi_sysconfdir/openmpi-mca-params.conf" "$stage/openmpi/etc/"
 # The shared-library closure of the executables and plugins.
 system_re='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|libmvec)\.so'
-machine_re='^(libcuda|libnvidia-.*|libcublas|libcublasLt|libnccl|libcudnn)\.so'
+# libnvrtc: cuDNN's run-time kernel compiler (linked through meshtrain_cudnn; test_cuda_link
+# links it in host builds too): 109 MB unpacked, ~20 MB of xz, and in every CUDA toolkit and
+# PyTorch's nvidia-cuda-nvrtc wheel, so the machine's copy is used, like cuBLAS'.
+machine_re='^(libcuda|libnvidia-.*|libcublas|libcublasLt|libnccl|libcudnn|libnvrtc|libnvrtc-builtins)\.so'
 fallback_re='^(libstdc\+\+|libgcc_s|libgomp)\.so'
 declare -A seen=() origin=()
 missing=()
@@ -128,6 +135,22 @@ if [[ -n $pmix_so ]]; then
     cp -rL "$pmix_dir" "$stage/pmix/lib/"
     closure "$stage"/pmix/lib/pmix/*.so
   fi
+fi
+# Kokkos Tools' simple kernel timer (built outside the repository from
+# github.com/kokkos/kokkos-tools): carried only when asked for, with its own libraries.
+if [[ -n ${MESHTRAIN_KOKKOS_TOOLS:-} ]]; then
+  # CMake names the timer libkp_kernel_timer.so, the tool's own Makefile kp_kernel_timer.so.
+  kt=""
+  for f in libkp_kernel_timer.so kp_kernel_timer.so; do
+    [[ -z $kt && -f $MESHTRAIN_KOKKOS_TOOLS/$f ]] && kt=$MESHTRAIN_KOKKOS_TOOLS/$f
+  done
+  [[ -n $kt && -x $MESHTRAIN_KOKKOS_TOOLS/kp_reader ]] ||
+    { echo "pack.sh: \$MESHTRAIN_KOKKOS_TOOLS=$MESHTRAIN_KOKKOS_TOOLS lacks (lib)kp_kernel_timer.so or kp_reader" >&2; exit 1; }
+  mkdir -p "$stage/tools"
+  cp -L "$kt" "$stage/tools/libkp_kernel_timer.so"
+  cp -L "$MESHTRAIN_KOKKOS_TOOLS/kp_reader" "$stage/tools/"
+  strip --strip-unneeded "$stage/tools/"*
+  closure "$stage"/tools/*
 fi
 # The C library of this machine with its loader: validate.sh runs the executables through
 # it only where the GPU machine's own glibc is older than the build needs.

@@ -2,11 +2,18 @@
 """The one table of perf/gpu/validate.sh, from the files its run left in --work.
 
 Reads: BUILD_INFO.txt, nvidia-smi.csv, selfcheck.txt (the fused paths' PASS/FAIL lines),
-tests/status.txt (+ each test's log), gemm_bf16.json,
-gemm_fp32.json, torch_gemm.txt, train/train.log, train/metrics.jsonl, gpu_memory.csv.
-Writes the table (--table) and the same numbers as JSON (--json, with "ok": all tests
-passed and training finished with finite losses). Standard library only: it runs under
-whatever python3 the GPU machine has.
+tests/status.txt (+ each test's log), gemm_bf16.json, gemm_fp32.json, torch_gemm.txt,
+train/runs.txt and per run train/<run>/{train.log,metrics.jsonl,status.txt,gpu_memory.csv},
+--reference-dir/<run>.json (CPU fp32 loss curves), peers/torch_{eager,compile}.json
+(perf/peer/torch_gpu.py), sanitizer_status.txt, kernel_profile_status.txt, kernel_timer.txt.
+Writes the table (--table) and the same numbers as JSON (--json): "paths", "tests",
+"train" (the first run: tokens_per_s_median, mfu_median, vs_torch_eager/compile, ...),
+"runs" (every run), "peers" (torch_eager / torch_compile: the first run's tokens_per_s at
+the top, every run under "runs"), "sanitizer", "kernel_profile" and "ok" (every path and
+test passed, every run finished with finite losses inside the reference's tolerance, and no
+peer, sanitizer or profile FAILed; SKIP does not fail). Standard library only: it runs
+under whatever python3 the GPU machine has.
+--make-reference METRICS_JSONL --how TEXT prints a reference file from a CPU fp32 run.
 
 Definitions (what the table prints):
   tokens/s   median over the steps after warm-up (the first max(2, steps/8) steps pay for
@@ -16,9 +23,13 @@ Definitions (what the table prints):
              (ModelDims::flops_per_token_forward: every matmul incl. the LM head, attention
              scores and values unmasked) x tokens/s; the peak is the best bf16 cuBLAS GEMM
              of `meshtrain bench gemm` in the same run (train.peak_tflops).
+  ratios     meshtrain tokens/s / the peer's tokens/s for the same shape in the same run.
+  loss check every step both curves have: |loss - reference| <= 1e-2 x reference.
   memory     pool: peak bytes reserved by meshtrain's device pool (every tensor of the run);
              device: highest memory.used that nvidia-smi reported while training (adds the
-             CUDA context, cuBLAS/NCCL workspaces and Kokkos' own small allocations).
+             CUDA context, cuBLAS/NCCL workspaces and Kokkos' own small allocations);
+             peers: torch.cuda.max_memory_allocated (PyTorch's allocator-level peak, the
+             counterpart of the pool's).
 """
 import argparse
 import json
@@ -77,13 +88,177 @@ def gemm(path):
     return [{"m": r["m"], "n": r["n"], "k": r["k"], "tflops": r["best_flops_min"] / 1e12} for r in j["results"]]
 
 
+# A bf16 run's loss against the CPU fp32 reference of the same run (same seed, weights and
+# tokens): bf16 keeps 8 bits of mantissa (unit roundoff 2^-9) in every GEMM operand and
+# activation, with fp32 accumulation and fp32 master weights; the loss of a mean over 16k
+# tokens is expected to move by ~1e-3 relative (an estimate: the first device run with a
+# reference measures it). 1e-2 relative is the tolerance: a wrong kernel moves a loss near
+# ln(vocab) by far more, or makes it diverge.
+LOSS_RTOL = 1e-2
+
+
+def loss_check(losses, ref_path, ref_dir):
+    ref = load_json(ref_path)
+    if not losses:
+        return {"status": "SKIP", "detail": "the run logged no loss"}
+    if not ref:
+        return {"status": "SKIP", "detail": "no CPU fp32 reference %s (perf/gpu/README.md says how one is made)"
+                % os.path.relpath(ref_path, os.path.dirname(ref_dir))}
+    want = {int(s): l for s, l in ref["losses"]}
+    both = [(s, l, want[s]) for s, l in losses if s in want]
+    if not both:
+        return {"status": "SKIP", "detail": "no step in common with the reference (%s)" % ref.get("how", "")}
+    worst = max(abs(l - r) / max(abs(r), 1e-12) for _, l, r in both)
+    ok = all(math.isfinite(l) and abs(l - r) <= LOSS_RTOL * abs(r) for _, l, r in both)
+    return {"status": "PASS" if ok else "FAIL", "steps_compared": len(both), "max_rel_diff": worst,
+            "rtol": LOSS_RTOL, "reference": ref.get("how", ""),
+            "detail": "%d steps, max rel diff %.1e (tol %.0e)" % (len(both), worst, LOSS_RTOL)}
+
+
+def status_line(path):
+    """'PASS|FAIL|SKIP detail' files of validate.sh -> (status, detail); missing = not run."""
+    text = read(path).strip()
+    if not text:
+        return "SKIP", "not run"
+    st, _, detail = text.partition(" ")
+    return st, detail
+
+
+def peer(w, key, runs):
+    """peers/torch_<mode>.json (perf/peer/torch_gpu.py) -> the results.json entry: the first
+    run's numbers at the top (peers.torch_eager.tokens_per_s), every run under "runs"."""
+    mode = key.split("_", 1)[1]
+    j = load_json(os.path.join(w, "peers", "torch_%s.json" % mode)) or {}
+    rc = read(os.path.join(w, "peers", "torch_%s.status" % mode)).strip()
+    by = {r["name"]: r for r in j.get("runs", [])}
+    out = {"torch": j.get("torch"), "device": j.get("device_name"), "exit": int(rc) if rc.lstrip("-").isdigit() else None,
+           "runs": {}}
+    for n in runs:
+        r = by.get(n)
+        if r is None:
+            why = j.get("not_run") or ("the peer stopped before this run (exit %s%s)"
+                                       % (rc or "?", ", validate.sh's time limit" if rc == "124" else ""))
+            out["runs"][n] = {"status": "SKIP" if (j.get("not_run") or rc == "124") else "FAIL", "reason": why}
+            continue
+        e = {k: r.get(k) for k in ("status", "reason", "tokens_per_s", "median_step_s", "peak_mem_bytes", "params",
+                                    "flops_per_token", "optimizer", "cut_short")}
+        out["runs"][n] = {k: v for k, v in e.items() if v is not None}
+    head = out["runs"].get(runs[0], {}) if runs else {}
+    out["status"] = head.get("status", "SKIP")
+    out["tokens_per_s"] = head.get("tokens_per_s")
+    out["peak_mem_bytes"] = head.get("peak_mem_bytes")
+    if head.get("reason"):
+        out["reason"] = head["reason"]
+    return out
+
+
+def kernel_profile(w, top=15):
+    """kp_reader's table of the kernel timer's .dat file -> the top kernels by time."""
+    st, detail = status_line(os.path.join(w, "kernel_profile_status.txt"))
+    # regions: Kokkos profiling regions (attention forward/backward wrap several kernels).
+    res = {"status": st, "detail": detail, "kernels": [], "regions": []}
+    lines = read(os.path.join(w, "kernel_timer.txt")).splitlines()
+    section = None
+    for i, line in enumerate(lines):
+        if line.startswith("Regions:"):
+            section = "region"
+        elif line.startswith("Kernels:"):
+            section = "kernel"
+        elif line.startswith("Summary:"):
+            section = None
+        m = re.match(r"\s*\((\w+)\)\s+([\d.eE+-]+)\s+(\d+)\s+([\d.eE+-]+)\s+([\d.eE+-]+)", line)
+        if section and m and i > 0 and lines[i - 1].startswith("- "):
+            res["kernels" if section == "kernel" else "regions"].append(
+                {"name": lines[i - 1][2:].strip(), "type": m.group(1), "time_s": float(m.group(2)),
+                 "calls": int(m.group(3)), "pct_of_kernels": float(m.group(5))})
+        m = re.match(r"Total Time in Kokkos kernels:\s+([\d.]+)", line.strip())
+        if m:
+            res["kernel_time_s"] = float(m.group(1))
+    if st == "PASS" and not res["kernels"]:
+        res["status"], res["detail"] = "FAIL", "kp_reader's table had no kernel rows"
+    for key in ("kernels", "regions"):
+        res[key].sort(key=lambda k: -k["time_s"])
+        res[key] = res[key][:top]
+    return res
+
+
+def make_reference(metrics, how):
+    """--make-reference: metrics.jsonl of a CPU fp32 run -> the reference file's JSON."""
+    losses = []
+    for line in read(metrics).splitlines():
+        try:
+            s = json.loads(line)
+            losses.append([s["step"], s["loss"]])
+        except (ValueError, KeyError):
+            pass
+    if not losses:
+        raise SystemExit("summarize.py: %s has no losses" % metrics)
+    print(json.dumps({"how": how, "precision": "fp32", "losses": losses}))
+
+
+def train_run(d):
+    """One training run's folder -> (model, train, steps, losses, log, ok)."""
+    log = read(os.path.join(d, "train.log"))
+    steps = []
+    for line in read(os.path.join(d, "metrics.jsonl")).splitlines():
+        try:
+            steps.append(json.loads(line))
+        except ValueError:
+            pass
+    status = read(os.path.join(d, "status.txt")).strip()
+    m = re.search(r"meshtrain train: (\S+) model, (\d+) parameters \((\w+)\), (\d+) rank", log)
+    model = {"family": m.group(1), "params": int(m.group(2)), "precision": m.group(3), "ranks": int(m.group(4))} if m else {}
+    m = re.search(r"batch: (\d+) sequences x (\d+) tokens", log)
+    if m:
+        model["sequences"], model["seq_len"] = int(m.group(1)), int(m.group(2))
+    m = re.search(r"mesh (.+?), strategy (\S+)", log)
+    if m:
+        model["mesh"], model["strategy"] = m.group(1), m.group(2)
+    m = re.search(r"measured GEMM peak: ([\d.]+) GFLOP/s", log)
+    model["peak_used_tflops"] = float(m.group(1)) / 1e3 if m else None
+
+    train = {"exit": int(status) if status.lstrip("-").isdigit() else None, "steps": len(steps)}
+    losses = [(s["step"], s["loss"]) for s in steps]
+    finite = bool(losses) and all(math.isfinite(l) for _, l in losses)
+    if steps:
+        warm = max(2, len(steps) // 8)
+        body = steps[warm:] if len(steps) > warm else steps
+        train["warmup_steps_excluded"] = warm if len(steps) > warm else 0
+        train["tokens_per_s_median"] = statistics.median(s["tokens_per_s"] for s in body)
+        train["tokens_per_s_best"] = max(s["tokens_per_s"] for s in body)
+        train["step_time_s_median"] = statistics.median(s["step_time_s"] for s in body)
+        train["mfu_median"] = statistics.median(s["mfu"] for s in body)
+        train["pool_peak_bytes"] = max(s.get("peak_mem_bytes", 0) for s in steps)
+        train["first_loss"], train["last_loss"] = losses[0][1], losses[-1][1]
+        train["losses"] = losses
+    mem = []
+    for line in read(os.path.join(d, "gpu_memory.csv")).splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            mem.append((int(parts[0]), int(parts[1])))
+    if mem:
+        train["device_used_max_bytes"] = max(u for u, _ in mem) * 2**20
+        train["device_total_bytes"] = mem[0][1] * 2**20
+    train_ok = train["exit"] == 0 and finite and len(steps) > 0
+    return model, train, steps, losses, log, train_ok
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--table", required=True)
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--work")
+    ap.add_argument("--table")
+    ap.add_argument("--json")
     ap.add_argument("--dry-run", default="0")
+    ap.add_argument("--reference-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                            "..", "results", "gpu", "reference"),
+                    help="<run>.json CPU fp32 loss curves (default perf/results/gpu/reference)")
+    ap.add_argument("--make-reference", metavar="METRICS_JSONL", help="print a reference file from a CPU fp32 run")
+    ap.add_argument("--how", default="", help="with --make-reference: how the run was made")
     a = ap.parse_args()
+    if a.make_reference:
+        return make_reference(a.make_reference, a.how)
+    if not (a.work and a.table and a.json):
+        ap.error("--work, --table and --json are required")
     w = a.work
     res = {"dry_run": a.dry_run == "1"}
 
@@ -122,51 +297,33 @@ def main():
     torch_line = read(os.path.join(w, "torch_gemm.txt")).strip().splitlines()
     res["torch_gemm"] = torch_line[-1] if torch_line else ""
 
-    log = read(os.path.join(w, "train", "train.log"))
-    steps = []
-    for line in read(os.path.join(w, "train", "metrics.jsonl")).splitlines():
-        try:
-            steps.append(json.loads(line))
-        except ValueError:
-            pass
-    status = read(os.path.join(w, "train", "status.txt")).strip()
-    m = re.search(r"meshtrain train: (\S+) model, (\d+) parameters \((\w+)\), (\d+) rank", log)
-    model = {"family": m.group(1), "params": int(m.group(2)), "precision": m.group(3), "ranks": int(m.group(4))} if m else {}
-    m = re.search(r"batch: (\d+) sequences x (\d+) tokens", log)
-    if m:
-        model["sequences"], model["seq_len"] = int(m.group(1)), int(m.group(2))
-    m = re.search(r"mesh (.+?), strategy (\S+)", log)
-    if m:
-        model["mesh"], model["strategy"] = m.group(1), m.group(2)
-    m = re.search(r"measured GEMM peak: ([\d.]+) GFLOP/s", log)
-    model["peak_used_tflops"] = float(m.group(1)) / 1e3 if m else None
+    runs = [n for n in read(os.path.join(w, "train", "runs.txt")).split() if n]
+    res["runs"] = {}
+    train_ok = bool(runs)
+    for n in runs:
+        model_n, train_n, steps_n, losses_n, log_n, ok_n = train_run(os.path.join(w, "train", n))
+        train_n["loss_check"] = loss_check(losses_n, os.path.join(a.reference_dir, n + ".json"), a.reference_dir)
+        res["runs"][n] = {"model": model_n, "train": train_n}
+        train_ok = train_ok and ok_n
+    # The headline: the first run (GPT-2 124M, micro-batch 16), as results.json "train".
+    first = runs[0] if runs else None
+    model, train, steps, losses, log, _ = train_run(os.path.join(w, "train", first or "-"))
+    if first:
+        train["loss_check"] = res["runs"][first]["train"]["loss_check"]
     res["model"] = model
-
-    train = {"exit": int(status) if status.lstrip("-").isdigit() else None, "steps": len(steps)}
-    losses = [(s["step"], s["loss"]) for s in steps]
-    finite = bool(losses) and all(math.isfinite(l) for _, l in losses)
-    if steps:
-        warm = max(2, len(steps) // 8)
-        body = steps[warm:] if len(steps) > warm else steps
-        train["warmup_steps_excluded"] = warm if len(steps) > warm else 0
-        train["tokens_per_s_median"] = statistics.median(s["tokens_per_s"] for s in body)
-        train["tokens_per_s_best"] = max(s["tokens_per_s"] for s in body)
-        train["step_time_s_median"] = statistics.median(s["step_time_s"] for s in body)
-        train["mfu_median"] = statistics.median(s["mfu"] for s in body)
-        train["pool_peak_bytes"] = max(s.get("peak_mem_bytes", 0) for s in steps)
-        train["first_loss"], train["last_loss"] = losses[0][1], losses[-1][1]
-        train["losses"] = losses
-    mem = []
-    for line in read(os.path.join(w, "gpu_memory.csv")).splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit():
-            mem.append((int(parts[0]), int(parts[1])))
-    if mem:
-        train["device_used_max_bytes"] = max(u for u, _ in mem) * 2**20
-        train["device_total_bytes"] = mem[0][1] * 2**20
     res["train"] = train
-    train_ok = train["exit"] == 0 and finite and len(steps) > 0
-    res["ok"] = tests_ok and train_ok and paths_ok
+    res["peers"] = {m: peer(w, m, runs) for m in ("torch_eager", "torch_compile")}
+    for p in res["peers"].values():  # the peers' MFU against the same measured GEMM peak
+        for r in p["runs"].values():
+            if peak and r.get("tokens_per_s") and r.get("flops_per_token"):
+                r["mfu"] = r["tokens_per_s"] * r["flops_per_token"] / (peak * 1e12)
+    st, detail = status_line(os.path.join(w, "sanitizer_status.txt"))
+    res["sanitizer"] = {"status": st, "detail": detail}
+    res["kernel_profile"] = kernel_profile(w)
+    loss_ok = all(r["train"]["loss_check"]["status"] != "FAIL" for r in res["runs"].values())
+    peers_ok = all(p["runs"].get(n, {}).get("status") != "FAIL" for p in res["peers"].values() for n in runs)
+    side_ok = res["sanitizer"]["status"] != "FAIL" and res["kernel_profile"]["status"] != "FAIL"
+    res["ok"] = tests_ok and train_ok and paths_ok and loss_ok and peers_ok and side_ok
 
     # ---- the table --------------------------------------------------------------------
     L = []
@@ -200,7 +357,7 @@ def main():
     if res["torch_gemm"]:
         L.append("         cross-check: %s" % res["torch_gemm"])
     L.append("-" * 100)
-    if model:
+    if model.get("family"):
         L.append("model    %s, %.1f M parameters, %s, %d rank(s), %s x %s tokens per step, mesh %s, strategy %s"
                  % (model.get("family"), model.get("params", 0) / 1e6, model.get("precision"), model.get("ranks", 0),
                     model.get("sequences", "?"), model.get("seq_len", "?"), model.get("mesh", "?"), model.get("strategy", "?")))
@@ -224,13 +381,66 @@ def main():
     else:
         L.append("training produced no steps (exit %s): see train.log" % train["exit"])
     L.append("-" * 100)
+    # Every shape side by side: meshtrain, PyTorch eager and torch.compile from the same run.
+    # mem: meshtrain's pool peak (every tensor it holds) vs torch.cuda.max_memory_allocated
+    # (every tensor PyTorch's caching allocator handed out): both allocator-level peaks.
+    def ktok(x):
+        return "%.1fk" % (x / 1e3) if x is not None else "-"
+
+    def peer_cell(n, key):
+        r = res["peers"][key]["runs"].get(n, {})
+        if r.get("status") != "PASS":
+            return "%-16s" % (r.get("status", "SKIP")), None
+        return "%-7s %-8s" % (ktok(r["tokens_per_s"]), gib(r.get("peak_mem_bytes")) if r.get("peak_mem_bytes") else "-"), \
+            r["tokens_per_s"]
+
+    L.append("%-16s %-22s %-16s %-16s %-13s %s" % ("shape", "meshtrain", "PyTorch eager", "torch.compile",
+                                                 "meshtrain/", "loss vs CPU fp32"))
+    L.append("%-16s %-7s %-5s %-8s %-7s %-8s %-7s %-8s %-6s %-6s" % ("", "tok/s", "MFU", "mem", "tok/s", "mem",
+                                                                   "tok/s", "mem", "eager", "compile"))
+    for n, r in res["runs"].items():
+        t = r["train"]
+        mine = t.get("tokens_per_s_median")
+        e_cell, e_tok = peer_cell(n, "torch_eager")
+        c_cell, c_tok = peer_cell(n, "torch_compile")
+        ratio = lambda p: "%.2fx" % (mine / p) if (mine and p) else "-"
+        t["vs_torch_eager"] = mine / e_tok if (mine and e_tok) else None
+        t["vs_torch_compile"] = mine / c_tok if (mine and c_tok) else None
+        lc = t["loss_check"]
+        mfu = "%.1f%%" % (100 * t["mfu_median"]) if "mfu_median" in t else "-"
+        L.append("%-16s %-7s %-5s %-8s %s %s %-6s %-6s %s" % (
+            n[:16], ktok(mine) if mine else ("FAIL" if t["exit"] not in (0, None) else "-"), mfu,
+            gib(t.get("pool_peak_bytes")) if t.get("pool_peak_bytes") else "-", e_cell, c_cell,
+            ratio(e_tok), ratio(c_tok), lc["status"] + " " + lc["detail"][:60]))
+    if first:
+        for k in ("vs_torch_eager", "vs_torch_compile"):
+            res["train"][k] = res["runs"][first]["train"].get(k)
+    for key in ("torch_eager", "torch_compile"):
+        p = res["peers"][key]
+        notes = ["%s %s: %s" % (key, n, r["reason"][:80]) for n, r in p["runs"].items()
+                 if r.get("status") != "PASS" and r.get("reason")]
+        L.append("         %s: torch %s on %s%s" % (key, p.get("torch") or "?", p.get("device") or "?",
+                                                   ("; " + "; ".join(notes[:1])) if notes else ""))
+    L.append("sanitizer %s %s (compute-sanitizer --tool memcheck, 2 steps of inputs/tiny-gpt2.ini)"
+             % (res["sanitizer"]["status"], res["sanitizer"]["detail"][:70]))
+    kp = res["kernel_profile"]
+    L.append("kernels  %s %s" % (kp["status"], kp["detail"][:90]))
+    for k in kp["kernels"][:6]:
+        L.append("         %8.4f s %6d calls %5.1f%%  %s" % (k["time_s"], k["calls"], k["pct_of_kernels"], k["name"][:60]))
+    L.append("-" * 100)
     why = []
     if not paths_ok:
         why.append("a fused path failed" if paths else "no self-check")
     if not tests_ok:
         why.append("tests failed" if tests else "no tests ran")
     if not train_ok:
-        why.append("training did not finish with finite losses")
+        why.append("a training run did not finish with finite losses")
+    if not loss_ok:
+        why.append("a loss left the CPU fp32 reference's tolerance")
+    if not peers_ok:
+        why.append("a PyTorch peer failed")
+    if not side_ok:
+        why.append("compute-sanitizer or the kernel profile failed")
     L.append("verdict  %s" % ("PASS" if res["ok"] else "FAIL: " + ", ".join(why)))
     L.append("=" * 100)
     with open(a.table, "w") as f:

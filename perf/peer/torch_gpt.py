@@ -35,9 +35,13 @@ def env_int(*names, default=None):
 
 
 class Block(nn.Module):
-    def __init__(self, C, H, F_, eps):
+    # sdpa: None = the explicit masked softmax (the CPU peer, like meshtrain's host path), or
+    # a function (q, k, v) -> causal attention output, all (B, H, T, hd): the GPU peer
+    # (perf/peer/torch_gpu.py) passes PyTorch's fused scaled_dot_product_attention.
+    def __init__(self, C, H, F_, eps, sdpa=None):
         super().__init__()
         self.H = H
+        self.sdpa = sdpa
         self.ln_1 = nn.LayerNorm(C, eps=eps)
         self.c_attn = nn.Linear(C, 3 * C)  # (3C, C): q, k, v
         self.c_proj = nn.Linear(C, C)
@@ -51,21 +55,25 @@ class Block(nn.Module):
         q = q.view(B, T, self.H, C // self.H).transpose(1, 2)  # (B, H, T, hd)
         k = k.view(B, T, self.H, C // self.H).transpose(1, 2)
         v = v.view(B, T, self.H, C // self.H).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, H, T, T)
-        att = att.masked_fill(mask[:T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if self.sdpa is not None:
+            y = self.sdpa(q, k, v)  # (B, H, T, hd), no (T, T) scores stored
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, H, T, T)
+            att = att.masked_fill(mask[:T, :T] == 0, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = att @ v  # (B, H, T, hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         x = x + self.c_proj(y)
         x = x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
         return x
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, C, L, H, F_, T, eps=1e-5):
+    def __init__(self, vocab, C, L, H, F_, T, eps=1e-5, sdpa=None):
         super().__init__()
         self.wte = nn.Embedding(vocab, C)
         self.wpe = nn.Embedding(T, C)
-        self.h = nn.ModuleList([Block(C, H, F_, eps) for _ in range(L)])
+        self.h = nn.ModuleList([Block(C, H, F_, eps, sdpa) for _ in range(L)])
         self.ln_f = nn.LayerNorm(C, eps=eps)
         self.register_buffer("mask", torch.tril(torch.ones(T, T)), persistent=False)
         # GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2L).
