@@ -17,6 +17,7 @@
 #include "kernel_test_utils.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/sdpa_layout.hpp"
+#include "sdpa_reference.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;
@@ -41,79 +42,6 @@ k::AttentionShape shape_of(const Case& c) {
   s.kv_head_offset = c.kv_off;
   s.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
   return s;
-}
-
-/// Element (b, h, s, d) of an operand described by t, from base pointer p.
-template <class P>
-P& at(P* p, const k::SdpaTensor& t, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t d) {
-  return p[t.offset + b * t.stride[0] + h * t.stride[1] + i * t.stride[2] + d * t.stride[3]];
-}
-
-/// Causal SDPA in double through the layout: graph query head h reads graph kv head
-/// h / (query heads / kv heads), as cuDNN does; lse = log sum exp of the scaled scores.
-/// dq, dk, dv (when dout is given) are accumulated into zeroed buffers through the layout.
-void sdpa_through_layout(const k::SdpaLayout& L, double scale, const double* q, const double* kk, const double* v,
-                         double* out, double* lse, const double* dout, double* dq, double* dk, double* dv) {
-  const std::int64_t B = L.q.dim[0], H = L.q.dim[1], T = L.q.dim[2], D = L.q.dim[3];
-  const std::int64_t per_kv = H / L.kv_heads;
-  std::vector<double> p(static_cast<std::size_t>(T)), dp(static_cast<std::size_t>(T));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < H; ++h) {
-      const std::int64_t g = h / per_kv;
-      for (std::int64_t i = 0; i < T; ++i) {
-        double mx = -1e300;
-        for (std::int64_t t = 0; t <= i; ++t) {
-          double s = 0;
-          for (std::int64_t d = 0; d < D; ++d) s += at(q, L.q, b, h, i, d) * at(kk, L.k, b, g, t, d);
-          p[t] = scale * s;
-          mx = std::max(mx, p[t]);
-        }
-        double sum = 0;
-        for (std::int64_t t = 0; t <= i; ++t) sum += (p[t] = std::exp(p[t] - mx));
-        for (std::int64_t t = 0; t <= i; ++t) p[t] /= sum;
-        at(lse, L.stats, b, h, i, 0) = mx + std::log(sum);
-        for (std::int64_t d = 0; d < D; ++d) {
-          double o = 0;
-          for (std::int64_t t = 0; t <= i; ++t) o += p[t] * at(v, L.v, b, g, t, d);
-          at(out, L.o, b, h, i, d) = o;
-        }
-        if (!dout) continue;
-        // dP = dO V^T, dS = P (dP - sum P dP), dQ = scale dS K, dK += scale dS^T Q, dV += P^T dO.
-        double pdp = 0;
-        for (std::int64_t t = 0; t <= i; ++t) {
-          double s = 0;
-          for (std::int64_t d = 0; d < D; ++d) s += at(dout, L.o, b, h, i, d) * at(v, L.v, b, g, t, d);
-          dp[t] = s;
-          pdp += p[t] * s;
-        }
-        for (std::int64_t t = 0; t <= i; ++t) {
-          const double ds = p[t] * (dp[t] - pdp);
-          for (std::int64_t d = 0; d < D; ++d) {
-            at(dq, L.q, b, h, i, d) += scale * ds * at(kk, L.k, b, g, t, d);
-            at(dk, L.k, b, g, t, d) += scale * ds * at(q, L.q, b, h, i, d);
-            at(dv, L.v, b, g, t, d) += p[t] * at(dout, L.o, b, h, i, d);
-          }
-        }
-      }
-    }
-}
-
-std::vector<double> random_vector(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<double> v(n);
-  for (double& x : v) x = u(rng);
-  return v;
-}
-
-void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tol, const char* what,
-                  const char* name) {
-  ASSERT_EQ(a.size(), b.size());
-  double worst = 0;
-  std::size_t where = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::abs(a[i] - b[i]) > worst) worst = std::abs(a[i] - b[i]), where = i;
-  EXPECT_LE(worst, tol) << name << ": " << what << " differs by " << worst << " at " << where;
 }
 
 }  // namespace
@@ -153,7 +81,7 @@ TEST(SdpaLayout, ReproducesTheKokkosPathThroughDimsAndStrides) {
 
     // The layout's reading of the same buffers; columns it must not touch stay 0.
     std::vector<double> lay_out(N * ldo, 0.0), lay_stats(kokkos_stats.size(), 0.0), lay_grad(N * ld, 0.0);
-    sdpa_through_layout(L, s.scale, qkv.data() + q0, qkv.data() + k0, qkv.data() + v0, lay_out.data(),
+    test::sdpa_reference(L, test::dense_sequences(L), s.scale, qkv.data() + q0, qkv.data() + k0, qkv.data() + v0, lay_out.data(),
                         lay_stats.data(), dout.data(), lay_grad.data() + q0, lay_grad.data() + k0,
                         lay_grad.data() + v0);
     expect_close(lay_out, kokkos_out, 1e-12, "out", c.name);

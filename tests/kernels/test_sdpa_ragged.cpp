@@ -20,6 +20,7 @@
 #include "kernel_test_utils.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/sdpa_layout.hpp"
+#include "sdpa_reference.hpp"
 #include "kernels/sdpa_ragged.hpp"
 
 using namespace meshtrain;
@@ -66,89 +67,13 @@ std::vector<std::int32_t> random_docs(int B, int T, unsigned seed) {
   return d;
 }
 
-/// Element (e, h, i, d) of an operand of document e: the layout's head offset and strides
-/// plus the document's ragged offset (the batch stride is not used).
-template <class P>
-P& at(P* p, const k::SdpaTensor& t, std::int64_t ragged_offset, std::int64_t h, std::int64_t i, std::int64_t d) {
-  return p[t.offset + ragged_offset + h * t.stride[1] + i * t.stride[2] + d * t.stride[3]];
-}
-
-/// cuDNN's variable-length causal SDPA in double through the description: graph batch entry
-/// e holds seq_len[e] queries and as many keys; query i sees keys j <= i (causal, top-left)
-/// with j < seq_len[e] (padding mask); query head h reads kv head h / (query heads / kv heads).
-/// lse (log-sum-exp of the scaled scores) through the stats layout; dq, dk, dv (when dout is
-/// given) accumulated into zeroed buffers.
-void ragged_sdpa(const k::SdpaLayout& L, const k::SdpaRagged& R, double scale, const double* q, const double* kk,
-                 const double* v, double* out, double* lse, const double* dout, double* dq, double* dk, double* dv) {
-  const std::int64_t H = L.q.dim[1], D = L.q.dim[3];
-  const std::int64_t per_kv = H / L.kv_heads;
-  for (int e = 0; e < R.batch; ++e) {
-    const std::int64_t n = R.seq_len[e];
-    const std::int64_t oq = R.offset(k::kRaggedQ)[e], ok = R.offset(k::kRaggedK)[e], ov = R.offset(k::kRaggedV)[e],
-                       oo = R.offset(k::kRaggedO)[e], os = R.offset(k::kRaggedStats)[e];
-    std::vector<double> p(static_cast<std::size_t>(n)), dp(static_cast<std::size_t>(n));
-    for (std::int64_t h = 0; h < H; ++h) {
-      const std::int64_t g = h / per_kv;
-      for (std::int64_t i = 0; i < n; ++i) {
-        double mx = -1e300;
-        for (std::int64_t j = 0; j <= i && j < n; ++j) {
-          double s = 0;
-          for (std::int64_t d = 0; d < D; ++d) s += at(q, L.q, oq, h, i, d) * at(kk, L.k, ok, g, j, d);
-          p[j] = scale * s;
-          mx = std::max(mx, p[j]);
-        }
-        double sum = 0;
-        for (std::int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
-        for (std::int64_t j = 0; j <= i; ++j) p[j] /= sum;
-        at(lse, L.stats, os, h, i, 0) = mx + std::log(sum);
-        for (std::int64_t d = 0; d < D; ++d) {
-          double o = 0;
-          for (std::int64_t j = 0; j <= i; ++j) o += p[j] * at(v, L.v, ov, g, j, d);
-          at(out, L.o, oo, h, i, d) = o;
-        }
-        if (!dout) continue;
-        double pdp = 0;
-        for (std::int64_t j = 0; j <= i; ++j) {
-          double s = 0;
-          for (std::int64_t d = 0; d < D; ++d) s += at(dout, L.o, oo, h, i, d) * at(v, L.v, ov, g, j, d);
-          dp[j] = s;
-          pdp += p[j] * s;
-        }
-        for (std::int64_t j = 0; j <= i; ++j) {
-          const double ds = p[j] * (dp[j] - pdp);
-          for (std::int64_t d = 0; d < D; ++d) {
-            at(dq, L.q, oq, h, i, d) += scale * ds * at(kk, L.k, ok, g, j, d);
-            at(dk, L.k, ok, g, j, d) += scale * ds * at(q, L.q, oq, h, i, d);
-            at(dv, L.v, ov, g, j, d) += p[j] * at(dout, L.o, oo, h, i, d);
-          }
-        }
-      }
-    }
-  }
-}
-
-std::vector<double> random_vector(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<double> v(n);
-  for (double& x : v) x = u(rng);
-  return v;
-}
-
-void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tol, const char* what,
-                  const char* name) {
-  ASSERT_EQ(a.size(), b.size());
-  double worst = 0;
-  std::size_t where = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double e = std::abs(a[i] - b[i]);
-    if (std::isnan(e)) {  // a NaN fails outright
-      worst = INFINITY, where = i;
-      break;
-    }
-    if (e > worst) worst = e, where = i;
-  }
-  EXPECT_LE(worst, tol) << name << ": " << what << " differs by " << worst << " at " << where;
+/// The graph batch entries of a ragged description as the reference's sequences.
+std::vector<test::SdpaSeq> ragged_sequences(const k::SdpaRagged& R) {
+  std::vector<test::SdpaSeq> seqs;
+  for (int e = 0; e < R.batch; ++e)
+    seqs.push_back({R.seq_len[e], R.offset(k::kRaggedQ)[e], R.offset(k::kRaggedK)[e], R.offset(k::kRaggedV)[e],
+                    R.offset(k::kRaggedO)[e], R.offset(k::kRaggedStats)[e]});
+  return seqs;
 }
 
 const Case kCases[] = {
@@ -247,7 +172,7 @@ TEST(SdpaRagged, ReproducesTheKokkosDocumentMaskedPath) {
 
     // The description's reading of the same buffers; what it must not touch stays 0.
     std::vector<double> lay_out(N * ldo, 0.0), lay_stats(n_stats, 0.0), lay_grad(N * ld, 0.0);
-    ragged_sdpa(L, R, s.scale, qkv.data() + q0, qkv.data() + k0, qkv.data() + v0, lay_out.data(), lay_stats.data(),
+    test::sdpa_reference(L, ragged_sequences(R), s.scale, qkv.data() + q0, qkv.data() + k0, qkv.data() + v0, lay_out.data(), lay_stats.data(),
                 dout.data(), lay_grad.data() + q0, lay_grad.data() + k0, lay_grad.data() + v0);
     expect_close(lay_out, kokkos_out, 1e-12, "out", c.name);
     expect_close(lay_grad, kokkos_grad, 1e-12, "dq|dk|dv", c.name);
@@ -277,13 +202,13 @@ TEST(SdpaRagged, AnIgnoredBoundaryChangesTheResult) {
   const std::size_t N = static_cast<std::size_t>(c.B) * c.T;
   const std::vector<double> qkv = random_vector(N * ld, 21);
   std::vector<double> a(N * ldo, 0.0), b(N * ldo, 0.0), st(N * c.Hq * 2, 0.0);
-  ragged_sdpa(packed.layout, packed.ragged, s.scale, qkv.data(), qkv.data() + c.Hq * c.hd,
+  test::sdpa_reference(packed.layout, ragged_sequences(packed.ragged), s.scale, qkv.data(), qkv.data() + c.Hq * c.hd,
               qkv.data() + (c.Hq + c.Hkv) * c.hd, a.data(), st.data(), nullptr, nullptr, nullptr, nullptr);
   // One document per row: every token's start is its row's first position.
   const std::vector<std::int32_t> per_row(docs.size(), 0);
   const k::SdpaRaggedCall one = k::sdpa_ragged(s, per_row.data(), ld, ld, ld, ldo);
   ASSERT_EQ(one.ragged.documents, c.B);
-  ragged_sdpa(one.layout, one.ragged, s.scale, qkv.data(), qkv.data() + c.Hq * c.hd,
+  test::sdpa_reference(one.layout, ragged_sequences(one.ragged), s.scale, qkv.data(), qkv.data() + c.Hq * c.hd,
               qkv.data() + (c.Hq + c.Hkv) * c.hd, b.data(), st.data(), nullptr, nullptr, nullptr, nullptr);
   double diff = 0;
   for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
