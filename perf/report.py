@@ -1,6 +1,12 @@
 #!/usr/bin/python3
 """Writes perf/README.md from the latest results under perf/results/ (bench_step, profile,
-sweep) and the hand-written analysis in perf/notes.md. Run by perf/run-all.sh."""
+sweep, ...) and the hand-written analysis in perf/notes.md. Run by perf/run-all.sh.
+
+A section that was written by hand from its script's results (a side-by-side comparison
+read by an engineer, not a table a script prints) lives in perf/results/<dir>/SECTION.md,
+heading included, and is placed here in the page's order, so regenerating the page keeps
+it. The test `perf_report_in_sync` regenerates the page and requires it to equal the
+committed perf/README.md: edit the sources here, then run this script."""
 import json
 import os
 import sys
@@ -17,6 +23,11 @@ def load(*p):
 def read(*p):
     path = os.path.join(RES, *p)
     return open(path).read() if os.path.exists(path) else None
+
+
+def section(d):
+    """A hand-written section, SECTION.md of results/<d>, heading included (None if absent)."""
+    return read(d, "SECTION.md")
 
 
 def why_off(sweep, r, term):
@@ -109,7 +120,9 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/bench_save.sh` | a 37 MiB checkpoint save (`meshtrain bench io`: best of 5, file-system and network ceilings) on one host over shared memory and over TCP, and across 2 and 4 namespace hosts (needs root) -> `results/bench_save/` |
 | `perf/multihost_sweep.sh` (= `perf/sweep.sh --hosts N`) | namespace hosts with tc-shaped links (default 1 Gbit/s, +0.2 ms where the kernel has netem): `bench comm` inside vs across hosts, six (strategy, mesh) training runs x 3 repeats, `plan --json` given the measured bandwidths before each run; `multihost_summary.py` ranks both and checks every prediction against +-20% -> `results/multihost_sweep/` (needs root; not run by run-all.sh) |
 | `perf/allreduce_ab.sh` | on the shaped namespace cluster: no_shard and hybrid_shard runs with each libnbc all-reduce algorithm (libnbc's own binomial tree, halving-doubling as meshtrain selects it, a ring), 3 repeats in rotating order; step times and final losses -> `results/allreduce_ab/` (needs root; not run by run-all.sh) |
+| `perf/bench_norms.sh` | `gpu.fused_norms` on CPU: the fused residual+LayerNorm/RMSNorm kernels against the unfused ones, timed back to back in one `bench_kernels --only=norms` process (N 8192, C 768, fp32), REPS runs, optionally beside a baseline `bench_kernels` (`BASELINE_BENCH=`), alternating order; per-run fused/unfused ratios -> `results/bench_norms/` (not run by run-all.sh) |
 | `perf/bench_ab.sh` | two meshtrain binaries side by side (`BASELINE=` before a change, `MESHTRAIN=` after; or one binary with `BASELINE_ENV=` settings for the baseline's runs), 1 rank no_shard and 2 ranks full_shard (`CONFIGS=`) on the benchmark model, alternating order; step-time ratio and equal final losses -> `results/bench_ab/` (not run by run-all.sh) |
+| `perf/bench_async_checkpoint.sh` | what `checkpoint.every=5` costs training on the benchmark model at 2 ranks: no checkpoint vs synchronous vs asynchronous saves (`checkpoint.async`), interleaved repetitions, summary.json's loop tokens/s; each async checkpoint compared bit for bit with the sync one -> `results/bench_async_checkpoint/` (not run by run-all.sh) |
 | `perf/bench_generate.sh` | `meshtrain generate` ms per token at 512 tokens of context with and without the KV cache, GPT-2 and Llama (GQA), greedy texts checked identical -> `results/bench_generate/` |
 | `perf/bench_eval.sh` | wall time of `meshtrain eval --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --text` (256 tokens, 1 rank, process start to exit), median of 5, optionally side by side with another binary (`BASELINE=`), losses checked identical -> `results/bench_eval/` |
 | `perf/bench_qlora_memory.sh` | QLoRA memory (issue 32 #2): `inputs/llama-1b.ini` (1.25 B parameters, random weights), LoRA rank 16 on every projection, bf16, full_shard on 2 ranks; the memory pool's per-rank peak and the frozen all-gather bytes per step with a bf16, nf4 (and int8) base against `meshtrain plan`'s prediction -> `results/bench_qlora_memory/` (about 15 minutes; not run by run-all.sh) |
@@ -132,11 +145,13 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
         out.append("## A change against its baseline: the design work of issue 14\n")
         out.append(read("bench_ab", "NOTE.md") or "")
         out.append(ab)
+    out.append(section("bench_norms"))
     ab_allreduce = read("bench_ab_allreduce", "results.md")
     if ab_allreduce:
         out.append("## The MPI all-reduce's algorithm on one host (issue 17)\n")
         out.append(read("bench_ab_allreduce", "NOTE.md") or "")
         out.append(ab_allreduce)
+    out.append(section("bench_packing"))
     gen = read("bench_generate", "results.md")
     if gen:
         out.append("## Generation with the KV cache (issue 18 #6)\n")
@@ -194,6 +209,8 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
         out.append("## Checkpoint saves across hosts (issue 17)\n")
         out.append(read("bench_save", "NOTE.md") or "")
         out.append(save_table)
+    for d in ("checkpoint_checksums", "recovery", "bench_async_checkpoint"):
+        out.append(section(d))
     gpu_table = read("gpu", "table.txt")
     if gpu_table:
         out.append("## GPU validation (issue 9): the table of the latest real run\n")
