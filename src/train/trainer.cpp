@@ -380,6 +380,7 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   const plan::TrainSpec& tc = spec_.train;
   const plan::BatchSpec& batch = setup_.batch;
   const parallel::DeviceMesh& mesh = session_.mesh();
+  comm_stats().tag = static_cast<std::uint64_t>(step);  // the device-timed intervals of this step
   const CommStats before = comm_stats();
   const double t0 = now_seconds();
   // Every micro-batch of the step is read before the step starts, and the ranks agree on a
@@ -442,8 +443,12 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
   // times are read from events as they complete, and would otherwise land in the next step.
   session_.mesh().progress();
   times.step = now_seconds() - t0;
-  times.exposed_comm = comm_stats().exposed_seconds - before.exposed_seconds;
-  times.busy_comm = comm_stats().busy_seconds - before.busy_seconds;
+  // Host-measured (MPI: time blocked in waits, post-to-completion of each collective) plus
+  // device-measured (NCCL: the compute stream's waits for collectives and their comm-stream
+  // time, from events; comm/interval_ledger.hpp).
+  const DeviceCommTimes device = take_device_comm_times(static_cast<std::uint64_t>(step));
+  times.exposed_comm = comm_stats().exposed_seconds - before.exposed_seconds + device.exposed;
+  times.busy_comm = comm_stats().busy_seconds - before.busy_seconds + device.busy;
   total_compute_ += times.compute();
   total_exposed_ += times.exposed_comm;
   total_busy_ += times.busy_comm;
