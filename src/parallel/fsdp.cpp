@@ -544,13 +544,13 @@ template <class T>
 std::vector<std::int64_t> FsdpEngine<T>::step_state() const {
   std::vector<std::int64_t> s = {static_cast<std::int64_t>(pending_.size()), micro_, last_micro_ ? 1 : 0};
   for (const StepBuffers& r : step_buffers_) {
-    for (const bool b : {r.in_flight, r.alive, r.stale, r.grad_started, r.gather_work.pending(),
-                         r.frozen_gather_work.pending()})
-      s.push_back(b ? 1 : 0);
+    // (Arrays, not braced lists in the range-for: nvcc's front end rejects those.)
+    const bool flags[] = {r.in_flight, r.alive, r.stale, r.grad_started, r.gather_work.pending(),
+                          r.frozen_gather_work.pending()};
+    for (const bool b : flags) s.push_back(b ? 1 : 0);
     // Persistent buffers: the graph captured their addresses.
-    for (const void* p : {static_cast<const void*>(r.gathered.data()), static_cast<const void*>(r.frozen_wire.data()),
-                          static_cast<const void*>(r.grad_micro.data()), static_cast<const void*>(r.accum.data())})
-      s.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p)));
+    const void* buffers[] = {r.gathered.data(), r.frozen_wire.data(), r.grad_micro.data(), r.accum.data()};
+    for (const void* p : buffers) s.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p)));
   }
   return s;
 }

@@ -255,14 +255,17 @@ void StepRunner<T>::launch(const StepInput& in, int updates) {
     sc.adam[0] = fs.scalars(p.r.lr, updates + 1);
     sc.adam[1] = p.candidates_differ ? fs.scalars(p.r.lr, updates + 2) : sc.adam[0];
   } else {
-    MESHTRAIN_ASSERT(pending_.empty(), "the unfused optimizer's steps are collected before the next is launched");
-    p.update_number = updates + 1;
+    // The unfused path has read its results at launch: a step still queued is known.
+    int known = updates;
+    for (const Pending& q : pending_) known += q.ready && q.r.applied ? 1 : 0;
+    p.update_number = known + 1;
   }
   batch_.upload();
   start_[p.slot].record();
 
   // Eager, captured or replayed.
-  const bool graphable = decision_.use && !in.poison && in.counted_targets == 0;
+  MESHTRAIN_ASSERT(!in.poison || in.eager, "step %d: a poisoned step must be marked eager on every rank", in.step + 1);
+  const bool graphable = decision_.use && !in.eager && in.counted_targets == 0;
   if (graph_ && graphable) {
     TraceRange trace("meshtrain::step_graph_replay");
     graph_->launch();
@@ -338,6 +341,7 @@ StepResult train_step(Session<T>& session, const StepSettings& st, int step, int
   in.docs = docs;
   in.reference = reference;
   in.poison = poison;
+  in.eager = poison;
   in.counted_targets = counted_targets;
   runner.launch(in, updates);
   StepResult r = runner.collect();

@@ -516,8 +516,8 @@ void Trainer<T>::launch_step(int step) {
   in.step = step;
   in.fill = &fill;
   in.docs = docs ? &fill_docs : nullptr;
-  in.poison =
-      nan_steps_.count(step + 1) && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank);
+  in.eager = nan_steps_.count(step + 1) > 0;  // on every rank, whichever ranks are poisoned
+  in.poison = in.eager && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank);
   // A loss mask (or document boundaries): the mean is over the global batch's counted targets
   // (summed over the ranks, as host values over MPI: nothing here waits for the device).
   if (data_.train_mask || docs) {

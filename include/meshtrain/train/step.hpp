@@ -87,6 +87,10 @@ struct StepInput {
   const DocFiller* docs = nullptr;
   const ReferenceFiller* reference = nullptr;
   bool poison = false;
+  /// Run this step kernel by kernel even where a CUDA graph would replay it: a step with an
+  /// injected NaN on any rank (the same on every rank: NCCL requires a collective to be
+  /// captured on all of its ranks or on none). Implied by `poison`.
+  bool eager = false;
   double counted_targets = 0;
 };
 
