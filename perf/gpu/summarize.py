@@ -231,6 +231,11 @@ def train_run(d):
         train["pool_peak_bytes"] = max(s.get("peak_mem_bytes", 0) for s in steps)
         train["first_loss"], train["last_loss"] = losses[0][1], losses[-1][1]
         train["losses"] = losses
+    # gpu.graphs: the steps replayed from a CUDA graph (metrics "cuda_graph") and the trainer's
+    # one-line decision from the log ("gpu.graphs: ..."; "not in the log" from builds before it).
+    train["cuda_graph_steps"] = sum(1 for s in steps if s.get("cuda_graph"))
+    g = re.findall(r"gpu\.graphs: (.+)", log)
+    train["graphs"] = g[-1].strip() if g else "not in the log"
     mem = []
     for line in read(os.path.join(d, "gpu_memory.csv")).splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -366,6 +371,8 @@ def main():
                  % (train["tokens_per_s_median"], train["tokens_per_s_best"], 1e3 * train["step_time_s_median"],
                     steps[train["warmup_steps_excluded"]]["step"] if train["warmup_steps_excluded"] else steps[0]["step"],
                     steps[-1]["step"], train["warmup_steps_excluded"]))
+        L.append("graphs   %d of %d steps replayed from a CUDA graph (gpu.graphs: %s)"
+                 % (train["cuda_graph_steps"], len(steps), train["graphs"][:120]))
         L.append("MFU      %.1f%% of the measured bf16 GEMM peak (%s TFLOP/s used by the trainer; 3 x forward FLOPs)"
                  % (100 * train["mfu_median"], tf(model.get("peak_used_tflops") or 0)))
         dev = ("%s max used (nvidia-smi) of %s" % (gib(train["device_used_max_bytes"]), gib(train["device_total_bytes"]))

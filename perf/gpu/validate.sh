@@ -26,7 +26,9 @@
 #      attention, fused AdamW, bf16 autocast) then torch.compile, in one process per mode;
 #   7. (e) a per-kernel profile: Kokkos Tools' simple kernel timer (package tools/ or
 #      $MESHTRAIN_KOKKOS_TOOLS) on 6 steps of gpt2-124m-mb16, kp_reader's table parsed into
-#      results.json "kernel_profile" (SKIP, with the reason, when the timer is absent);
+#      results.json "kernel_profile" (SKIP, with the reason, when the timer is absent); a
+#      loaded Kokkos Tools library fences around every kernel, so these steps run without
+#      CUDA graphs (the trainer says so), while the runs of step 5 replay theirs (gpu.graphs);
 #   8. prints ONE table (summarize.py): paths, tests, GEMM peak, the headline run (tokens/s,
 #      MFU, memory, loss curve), then per shape meshtrain / eager / compile tokens/s and
 #      memory, the ratios meshtrain/eager and meshtrain/compile, the loss check, the
@@ -535,6 +537,8 @@ train_run() {
   stop_sampler
   echo "$rc" > "$d/status.txt"
   grep -E "measured GEMM peak|mesh |strategy|step +[0-9]+/|per-rank|rank +0 " "$d/train.log" | sed 's/^/    /' | tail -8
+  # Whether the steps were replayed from a CUDA graph (gpu.graphs, on by default), and why not.
+  grep -E "gpu\.graphs: " "$d/train.log" | sed 's/^/    /' | tail -2
   if [[ $rc != 0 ]]; then
     say "training $name FAILED (status $rc); last lines:"
     tail -15 "$d/train.log" | sed 's/^/    /'

@@ -92,6 +92,7 @@ plan::RunSpec resolve_spec(const Config& c) {
   ts.sample_temperature = t.sample_temperature;
   ts.sample_top_k = t.sample_top_k;
   ts.fused_optimizer = c.gpu.fused_optimizer;
+  ts.graphs = c.gpu.graphs;
   ts.attention = c.gpu.attention;
   ts.objective = t.objective;
   ts.dpo_beta = t.dpo_beta;

@@ -41,4 +41,12 @@ CommStats& comm_stats() {
   return stats;
 }
 
+DeviceCommTimes take_device_comm_times(std::uint64_t tag) {
+  std::map<std::uint64_t, DeviceCommTimes>& device = comm_stats().device;
+  DeviceCommTimes out;
+  if (auto it = device.find(tag); it != device.end()) out = it->second;
+  device.erase(device.begin(), device.upper_bound(tag));
+  return out;
+}
+
 }  // namespace meshtrain

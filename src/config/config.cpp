@@ -118,6 +118,7 @@ void visit_config(C& c, V&& v) {
   v("gpu.fused_loss", c.gpu.fused_loss, "LM-head cross-entropy in one online-softmax pass per row (running max and rescaled sum-exp, then the gradient in place), the chunk losses kept on the device and read once per micro-step (false = three passes: max, sum, finish, the loss read back per chunk)");
   v("gpu.fused_norms", c.gpu.fused_norms, "inside each block the attention residual add (and GPT-2's projection bias) fused with the second LayerNorm/RMSNorm in one kernel; its backward in one pass with per-block parameter-gradient partials summed in block order (false = add_bias, add_inplace and the norm as separate kernels, column-sum backward)");
   v("gpu.fused_optimizer", c.gpu.fused_optimizer, "gradient norm and clip coefficient computed and kept on the device, AdamW in one launch per FSDP unit reading the clip there (false = one norm and one AdamW launch per parameter, the norm read back before AdamW)");
+  v("gpu.graphs", c.gpu.graphs, "CUDA builds: capture one training step (forward, backward, optimizer) into a CUDA graph after two eager steps and replay it for the following steps, when the step allows it; otherwise, or when false, every step is launched kernel by kernel (the train log says which, and why)");
 
   v("output.dir", c.output.dir, "run directory: effective config, metrics.jsonl, run record");
   v("output.log_all_ranks", c.output.log_all_ranks, "every rank logs, prefixed with its rank");

@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.hpp"
@@ -13,6 +16,9 @@
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime.h>
+#endif
+#if defined(MESHTRAIN_WITH_CUDA)
+#include "core/cuda_rt.hpp"
 #endif
 
 namespace meshtrain {
@@ -34,6 +40,8 @@ struct MemoryPool::Impl {
   std::mutex mutex;
   std::map<std::size_t, std::vector<void*>> cached;  // exact size -> free blocks
   std::size_t cached_bytes = 0;
+  PrivatePool* open = nullptr;                         // open_private
+  std::unordered_map<void*, PrivatePool*> owner;       // blocks that belong to a private pool
 };
 
 MemoryPool& MemoryPool::instance() {
@@ -52,22 +60,42 @@ MemoryPool::~MemoryPool() {
   delete impl_;
 }
 
+namespace {
+/// The last free block of `bytes` in `free` (removed), or nullptr.
+void* take(std::map<std::size_t, std::vector<void*>>& free, std::size_t bytes) {
+  auto it = free.find(bytes);
+  if (it == free.end() || it->second.empty()) return nullptr;
+  void* ptr = it->second.back();
+  it->second.pop_back();
+  return ptr;
+}
+}  // namespace
+
 void* MemoryPool::allocate(std::size_t bytes, MemCategory category) {
   Impl* p = impl();
   std::lock_guard<std::mutex> lock(p->mutex);
-  void* ptr = nullptr;
-  auto it = p->cached.find(bytes);
-  if (it != p->cached.end() && !it->second.empty()) {
-    ptr = it->second.back();
-    it->second.pop_back();
-    p->cached_bytes -= bytes;
-  } else {
-    ptr = Kokkos::kokkos_malloc<DeviceMem>("meshtrain::pool", bytes);
+  PrivatePool* priv = p->open;
+  void* ptr = priv ? take(priv->free_, bytes) : nullptr;
+  if (ptr == nullptr) {
+    ptr = take(p->cached, bytes);
+    if (ptr) p->cached_bytes -= bytes;
+  }
+  if (ptr == nullptr) {
+    {
+#if defined(MESHTRAIN_WITH_CUDA)
+      // A block a captured step needs beyond what the shared cache holds: cudaMalloc is not
+      // recorded by a capture, and allowed during one only in the relaxed mode.
+      std::optional<cuda_rt::RelaxedCaptureMode> relaxed;
+      if (priv) relaxed.emplace();
+#endif
+      ptr = Kokkos::kokkos_malloc<DeviceMem>("meshtrain::pool", bytes);
+    }
     MESHTRAIN_ASSERT(ptr != nullptr, "device allocation of %zu bytes failed", bytes);
     stats_.device_allocations++;
     stats_.reserved += bytes;
     if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
   }
+  if (priv && p->owner.emplace(ptr, priv).second) priv->bytes_ += bytes;
   const int c = static_cast<int>(category);
   stats_.in_use[c] += bytes;
   stats_.total_in_use += bytes;
@@ -82,9 +110,47 @@ void MemoryPool::release(void* ptr, std::size_t bytes, MemCategory category) {
   const int c = static_cast<int>(category);
   stats_.in_use[c] -= bytes;
   stats_.total_in_use -= bytes;
+  // A block of a private pool goes back to it, open or not; while one is open, a block
+  // released into it becomes its own (the captured step may have used it).
+  auto it = p->owner.find(ptr);
+  PrivatePool* priv = it != p->owner.end() ? it->second : p->open;
+  if (priv) {
+    if (it == p->owner.end()) {
+      p->owner.emplace(ptr, priv);
+      priv->bytes_ += bytes;
+    }
+    priv->free_[bytes].push_back(ptr);
+    return;
+  }
   p->cached[bytes].push_back(ptr);
   p->cached_bytes += bytes;
 }
+
+void MemoryPool::open_private(PrivatePool* pool) {
+  Impl* p = impl();
+  std::lock_guard<std::mutex> lock(p->mutex);
+  MESHTRAIN_ASSERT(pool == nullptr || p->open == nullptr, "a private memory pool is already open");
+  p->open = pool;
+}
+
+void MemoryPool::forget_private(PrivatePool* pool) {
+  Impl* p = impl();
+  std::lock_guard<std::mutex> lock(p->mutex);
+  if (p->open == pool) p->open = nullptr;
+  for (auto& [bytes, blocks] : pool->free_) {
+    for (void* b : blocks) {
+      p->owner.erase(b);
+      p->cached[bytes].push_back(b);
+      p->cached_bytes += bytes;
+    }
+  }
+  pool->free_.clear();
+  // Blocks still in use by their holders: shared again once released.
+  for (auto it = p->owner.begin(); it != p->owner.end();) it = it->second == pool ? p->owner.erase(it) : std::next(it);
+  pool->bytes_ = 0;
+}
+
+PrivatePool::~PrivatePool() { MemoryPool::instance().forget_private(this); }
 
 void MemoryPool::trim() {
   Impl* p = impl();

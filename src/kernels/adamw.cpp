@@ -1,6 +1,7 @@
 #include "kernels/adamw.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include "kernel_common.hpp"
 #include "core/error.hpp"
@@ -11,12 +12,7 @@ using namespace detail;
 
 namespace {
 
-/// The scalars of one AdamW update, computed once on the host (in double, as torch does).
-struct AdamWScalars {
-  float step_size, bc2_sqrt, decay, w1, w2, beta2, eps;
-};
-
-AdamWScalars adamw_scalars(const AdamWParams& p, float weight_decay) {
+AdamWScalars scalars_with_decay(const AdamWParams& p, float weight_decay) {
   // Same operation order as torch.optim.AdamW (single-tensor path): scalars in double on
   // the host, then per element
   //   p *= 1 - lr*wd;  m += (1-b1) (g - m);  v = v b2 + (1-b2) g g;
@@ -29,6 +25,7 @@ AdamWScalars adamw_scalars(const AdamWParams& p, float weight_decay) {
   s.step_size = static_cast<float>(lr / bc1);
   s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   s.decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay));
+  s.no_decay = static_cast<float>(1.0 - lr * 0.0);  // 1 exactly
   s.w1 = static_cast<float>(1.0 - b1);
   s.w2 = static_cast<float>(1.0 - b2);
   s.beta2 = p.beta2;
@@ -68,44 +65,15 @@ bool single_launch(SegmentLaunch launch) {
   return launch == SegmentLaunch::Single;
 }
 
-}  // namespace
-
-void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::size_t n,
-                const AdamWParams& p) {
-  const AdamWScalars s = adamw_scalars(p, p.weight_decay);
-  const float gs = p.grad_scale;
-  Kokkos::parallel_for(
-      "Kernels::adamw_step", Range64(0, static_cast<std::int64_t>(n)),
-      KOKKOS_LAMBDA(std::int64_t i) { adamw_element(s, s.decay, gs, param[i], grad[i], exp_avg[i], exp_avg_sq[i]); });
-}
-
+/// The element loops of adamw_multi, with its scalars and gate where the host can read
+/// them (`s`, `skip`, `gs`) or, in the single launch, read by each thread from `sd`/`gate`.
 template <class C>
-void adamw_multi(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const FlatSegment* segs,
-                 int n_segs, std::int64_t total, const AdamWParams& p, const double* norm_clip, C* compute,
-                 SegmentLaunch launch) {
-  if (n_segs == 0 || total == 0) return;
-  const AdamWScalars s = adamw_scalars(p, p.weight_decay);
-  const float no_decay = adamw_scalars(p, 0.0f).decay;  // 1 - lr * 0 = 1 exactly
-  if (single_launch(launch)) {
-    Kokkos::parallel_for(
-        "Kernels::adamw_multi", Range64(0, total), KOKKOS_LAMBDA(std::int64_t j) {
-          if (!math::isfinite(norm_clip[0])) return;  // non-finite norm: the step is skipped
-          const float gs = static_cast<float>(norm_clip[1]);
-          const FlatSegment& sg = segs[find_segment(segs, n_segs, j)];
-          const std::int64_t i = sg.offset + (j - sg.first);
-          const float w = adamw_element(s, sg.decay ? s.decay : no_decay, gs, param[i], grad[i], exp_avg[i],
-                                        exp_avg_sq[i]);
-          if (compute != nullptr) compute[i] = store<C>(w);
-        });
-    return;
-  }
-  // Host (device memory is host memory here): the skip and the clip coefficient are read
-  // once, and each segment is the loop of adamw_step (unit stride, vectorized).
-  if (!std::isfinite(norm_clip[0])) return;
-  const float gs = static_cast<float>(norm_clip[1]);
+void adamw_multi_host(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const FlatSegment* segs,
+                      int n_segs, const AdamWScalars& s, float gs, C* compute) {
+  // Each segment is the loop of adamw_step (unit stride, vectorized).
   for (int k = 0; k < n_segs; ++k) {
     const FlatSegment sg = segs[k];
-    const float decay = sg.decay ? s.decay : no_decay;
+    const float decay = sg.decay ? s.decay : s.no_decay;
     float* pp = param + sg.offset;
     const float* gp = grad + sg.offset;
     float* mp = exp_avg + sg.offset;
@@ -122,6 +90,80 @@ void adamw_multi(float* param, const float* grad, float* exp_avg, float* exp_avg
           });
     }
   }
+}
+
+}  // namespace
+
+AdamWScalars adamw_scalars(const AdamWParams& p) { return scalars_with_decay(p, p.weight_decay); }
+
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::size_t n,
+                const AdamWParams& p) {
+  const AdamWScalars s = adamw_scalars(p);
+  const float gs = p.grad_scale;
+  Kokkos::parallel_for(
+      "Kernels::adamw_step", Range64(0, static_cast<std::int64_t>(n)),
+      KOKKOS_LAMBDA(std::int64_t i) { adamw_element(s, s.decay, gs, param[i], grad[i], exp_avg[i], exp_avg_sq[i]); });
+}
+
+template <class C>
+void adamw_multi(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const FlatSegment* segs,
+                 int n_segs, std::int64_t total, const AdamWParams& p, const double* norm_clip, C* compute,
+                 SegmentLaunch launch) {
+  if (n_segs == 0 || total == 0) return;
+  const AdamWScalars s = adamw_scalars(p);
+  if (!single_launch(launch)) {
+    // Host (device memory is host memory here): the skip and the clip coefficient are read
+    // once.
+    if (!std::isfinite(norm_clip[0])) return;
+    adamw_multi_host(param, grad, exp_avg, exp_avg_sq, segs, n_segs, s, static_cast<float>(norm_clip[1]), compute);
+    return;
+  }
+  // The device form with the scalars in device memory (a copy of `s` made for this call).
+  Buffer<AdamWScalars> sd(1, MemCategory::Workspace);
+  Kokkos::deep_copy(ExecSpace(), sd.view(), UView<const AdamWScalars, HostMem>(&s, 1));
+  adamw_multi(param, grad, exp_avg, exp_avg_sq, segs, n_segs, total, sd.data(), norm_clip, compute, launch);
+  ExecSpace().fence();  // `s` is a host local: the copy must have read it
+}
+
+template <class C>
+void adamw_multi(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const FlatSegment* segs,
+                 int n_segs, std::int64_t total, const AdamWScalars* scalars, const double* gate, C* compute,
+                 SegmentLaunch launch) {
+  if (n_segs == 0 || total == 0) return;
+  if (single_launch(launch)) {
+    Kokkos::parallel_for(
+        "Kernels::adamw_multi", Range64(0, total), KOKKOS_LAMBDA(std::int64_t j) {
+          if (!math::isfinite(gate[0])) return;  // non-finite norm or loss: the step is skipped
+          const AdamWScalars s = *scalars;
+          const float gs = static_cast<float>(gate[1]);
+          const FlatSegment& sg = segs[find_segment(segs, n_segs, j)];
+          const std::int64_t i = sg.offset + (j - sg.first);
+          const float w = adamw_element(s, sg.decay ? s.decay : s.no_decay, gs, param[i], grad[i], exp_avg[i],
+                                        exp_avg_sq[i]);
+          if (compute != nullptr) compute[i] = store<C>(w);
+        });
+    return;
+  }
+  // Host: the gate and the scalars are read once (device memory is host memory here).
+  if (!std::isfinite(gate[0])) return;
+  adamw_multi_host(param, grad, exp_avg, exp_avg_sq, segs, n_segs, *scalars, static_cast<float>(gate[1]), compute);
+}
+
+void adamw_gate(const double* loss, const double* norm_clip, const AdamWScalars* candidates, double* prev,
+                AdamWScalars* current, double* gate, double* applied, double* chosen) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Kokkos::parallel_for(
+      "Kernels::adamw_gate", RangeInt(0, 1), KOKKOS_LAMBDA(int) {
+        const int c = prev[0] != 0.0 ? 1 : 0;
+        current[0] = candidates[c];
+        chosen[0] = c;
+        const double norm = norm_clip[0];
+        const bool ok = math::isfinite(loss[0]) && math::isfinite(norm);
+        gate[0] = ok ? norm : nan;
+        gate[1] = norm_clip[1];
+        applied[0] = ok ? 1.0 : 0.0;
+        prev[0] = applied[0];
+      });
 }
 
 void sum_squares_segments(const float* x, const FlatSegment* segs, int n_segs, std::int64_t total, double* out,
@@ -168,5 +210,9 @@ template void adamw_multi<float>(float*, const float*, float*, float*, const Fla
                                  const AdamWParams&, const double*, float*, SegmentLaunch);
 template void adamw_multi<bf16>(float*, const float*, float*, float*, const FlatSegment*, int, std::int64_t,
                                 const AdamWParams&, const double*, bf16*, SegmentLaunch);
+template void adamw_multi<float>(float*, const float*, float*, float*, const FlatSegment*, int, std::int64_t,
+                                 const AdamWScalars*, const double*, float*, SegmentLaunch);
+template void adamw_multi<bf16>(float*, const float*, float*, float*, const FlatSegment*, int, std::int64_t,
+                                const AdamWScalars*, const double*, bf16*, SegmentLaunch);
 
 }  // namespace meshtrain::kernels

@@ -46,33 +46,36 @@ SdpaRaggedCall fused_layout(const AttentionShape& s, int ldq, int ldk, int ldv, 
 }
 
 /// The fused kernel's device workspace (`bytes`, cuDNN's) followed, for packed rows, by the
-/// ragged index (SdpaRagged::index_block(), 256-byte aligned): the caller's Kokkos scratch
-/// (attention_workspace_elems bf16 elements, which the fused path does not otherwise use)
-/// when it is large enough, else a block from the memory pool for this call (no allocation
-/// per step in training, where the scratch is T x T elements per row). The index (48 bytes
-/// per graph batch entry, 3 KB for 32 documents) is copied from host memory on the compute
-/// stream, ordered after the kernels before it and before the fused kernel that reads it; a
-/// copy from pageable memory is staged by the driver before it returns, so the host vector
-/// may go right after, but the driver may make the host wait for the stream to do so (CUDA's
-/// "API synchronization behavior"). Computing the index on the device from doc_start would
-/// avoid that wait and allow CUDA graph capture; not done yet (the graph batch, from the
-/// document count, is needed on the host anyway).
+/// ragged index (SdpaRagged::index_block(), 256-byte aligned) and the index kernel's scratch:
+/// the caller's Kokkos scratch (attention_workspace_elems bf16 elements, which the fused path
+/// does not otherwise use) when it is large enough, else a block from the memory pool for this
+/// call (no allocation per step in training, where the scratch is T x T elements per row). The
+/// index (48 bytes per graph batch entry, 3 KB for 32 documents) is computed on the device
+/// from the uploaded document starts (kernels::sdpa_ragged_index), ordered after the kernels
+/// before it and before the fused kernel that reads it: no copy from host memory (which
+/// could make the host wait for the stream) and nothing a CUDA graph capture would refuse.
+/// The host still describes the call (sdpa_ragged: the document count decides the graph
+/// batch, and the starts are checked there) from its copy of the starts.
 class FusedWorkspace {
  public:
-  FusedWorkspace(std::size_t bytes, bf16* scratch, const AttentionShape& s, const SdpaRaggedCall& call) {
+  FusedWorkspace(std::size_t bytes, bf16* scratch, const AttentionShape& s, const SdpaRaggedCall& call, int ldq,
+                 int ldk, int ldv, int ldo) {
     const std::size_t ws = (bytes + 255) / 256 * 256;
-    const std::vector<std::int64_t> index = call.layout.ragged ? call.ragged.index_block() : std::vector<std::int64_t>{};
-    const std::size_t total = ws + index.size() * sizeof(std::int64_t);
+    const bool ragged = call.layout.ragged;
+    const int batch = call.ragged.batch;
+    const std::size_t index_elems = ragged ? static_cast<std::size_t>(sdpa_ragged_index_elems(batch)) : 0;
+    const std::size_t scratch_elems = ragged ? static_cast<std::size_t>(batch) + 1 : 0;
+    const std::size_t total = ws + (index_elems + scratch_elems) * sizeof(std::int64_t);
     if (total <= static_cast<std::size_t>(attention_workspace_elems(s)) * sizeof(bf16)) {
       ptr_ = scratch;
     } else {
       own_ = Buffer<float>((total + sizeof(float) - 1) / sizeof(float), MemCategory::Workspace);
       ptr_ = own_.data();
     }
-    if (!index.empty()) {
+    if (ragged) {
       index_ = reinterpret_cast<std::int64_t*>(static_cast<char*>(ptr_) + ws);
-      Kokkos::deep_copy(ExecSpace(), UView<std::int64_t>(index_, index.size()),
-                        UView<const std::int64_t, HostMem>(index.data(), index.size()));
+      const auto strides = sdpa_ragged_token_strides(s, ldq, ldk, ldv, ldo);
+      sdpa_ragged_index(s.doc_start, s.B, s.T, strides.data(), batch, index_, index_ + index_elems);
     }
   }
   void* get() const { return ptr_; }
@@ -296,7 +299,8 @@ void attention_forward(const AttentionShape& s, const T* q, int ldq, const T* k,
     if (const SdpaRaggedCall call = fused_layout(s, ldq, ldk, ldv, ldo); call.layout.supported) {
       const SdpaLayout& L = call.layout;
       Kokkos::Profiling::pushRegion(L.ragged ? "Kernels::attention_forward_cudnn_ragged" : "Kernels::attention_forward_cudnn");
-      FusedWorkspace ws(cudnn::sdpa_forward_workspace(L, s.scale, stats != nullptr), workspace, s, call);
+      FusedWorkspace ws(cudnn::sdpa_forward_workspace(L, s.scale, stats != nullptr), workspace, s, call, ldq, ldk,
+                        ldv, ldo);
       cudnn::sdpa_forward(L, s.scale, q, k, v, out, stats, ws.get(), ExecSpace().cuda_stream(), ws.ragged_index());
       Kokkos::Profiling::popRegion();
       return;
@@ -344,7 +348,7 @@ void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k
         zero_rows(dk, N, s.Hkv * s.hd, ldk);
         zero_rows(dv, N, s.Hkv * s.hd, ldv);
       }
-      FusedWorkspace ws(cudnn::sdpa_backward_workspace(L, s.scale), workspace, s, call);
+      FusedWorkspace ws(cudnn::sdpa_backward_workspace(L, s.scale), workspace, s, call, ldq, ldk, ldv, ldo);
       cudnn::sdpa_backward(L, s.scale, q, k, v, out, dout, stats, dq, dk, dv, ws.get(), ExecSpace().cuda_stream(),
                            ws.ragged_index());
       Kokkos::Profiling::popRegion();

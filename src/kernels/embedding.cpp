@@ -1,5 +1,6 @@
 #include "kernels/embedding.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "kernel_common.hpp"
@@ -25,13 +26,64 @@ void embedding_forward(const std::int32_t* tokens, int n_tokens, const T* wte,
       });
 }
 
+std::int64_t token_grad_index_elems(int n_tokens) { return 2 + 3 * static_cast<std::int64_t>(n_tokens); }
+
+void token_grad_index(const std::int32_t* tokens, int n_tokens, std::int64_t vocab_start, std::int64_t vocab_local,
+                      std::int32_t* out) {
+  const std::size_t n = static_cast<std::size_t>(n_tokens);
+  std::vector<std::int32_t> count(static_cast<std::size_t>(vocab_local) + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t row = static_cast<std::int64_t>(tokens[i]) - vocab_start;
+    if (row >= 0 && row < vocab_local) ++count[static_cast<std::size_t>(row) + 1];
+  }
+  std::int32_t* rows = out + 1;
+  std::int32_t* offsets = out + 1 + n;
+  std::int32_t* positions = out + 2 + 2 * n;
+  std::int32_t R = 0;
+  offsets[0] = 0;
+  for (std::int64_t r = 0; r < vocab_local; ++r)
+    if (count[static_cast<std::size_t>(r) + 1] > 0) {
+      rows[R] = static_cast<std::int32_t>(r);
+      offsets[R + 1] = offsets[R] + count[static_cast<std::size_t>(r) + 1];
+      ++R;
+    }
+  out[0] = R;
+  for (std::int64_t r = 0; r < vocab_local; ++r) count[static_cast<std::size_t>(r) + 1] += count[static_cast<std::size_t>(r)];
+  for (std::size_t i = 0; i < n; ++i) {  // stable: positions of a row stay in token order
+    const std::int64_t row = static_cast<std::int64_t>(tokens[i]) - vocab_start;
+    if (row >= 0 && row < vocab_local) positions[count[static_cast<std::size_t>(row)]++] = static_cast<std::int32_t>(i);
+  }
+}
+
 template <class T>
-void embedding_backward(const std::int32_t* tokens, int n_tokens, const T* dout,
-                        std::int64_t vocab_start, std::int64_t vocab_local, int C, T* dwte) {
+void embedding_backward_indexed(const std::int32_t* index, int n_tokens, const T* dout, std::int64_t vocab_local,
+                                int C, T* dwte) {
+  const int teams = static_cast<int>(std::min<std::int64_t>(n_tokens, vocab_local));
+  if (teams <= 0) return;
+  const std::int32_t* R = index + 1;
+  const std::int32_t* O = index + 1 + n_tokens;
+  const std::int32_t* Pp = index + 2 + 2 * static_cast<std::int64_t>(n_tokens);
+  Kokkos::parallel_for(
+      "Kernels::embedding_backward", row_policy(teams), KOKKOS_LAMBDA(const Member& team) {
+        const int u = team.league_rank();
+        if (u >= index[0]) return;  // rows this batch does not have
+        T* w = dwte + static_cast<std::int64_t>(R[u]) * C;
+        team_for(team, C, [&](int c) {
+          acc_t<T> acc = load(w[c]);
+          for (int p = O[u]; p < O[u + 1]; ++p) acc += load(dout[static_cast<std::int64_t>(Pp[p]) * C + c]);
+          w[c] = store<T>(acc);
+        });
+      });
+}
+
+template <class T>
+void embedding_backward(const std::int32_t* tokens, int n_tokens, const T* dout, std::int64_t vocab_start,
+                        std::int64_t vocab_local, int C, T* dwte, const std::int32_t* index) {
   // dout: (n_tokens, C) -> dwte: (vocab_local, C) +=
   // Every element of dwte receives its contributions in token order, whatever the blocking
   // or thread count, and no two work items touch the same element (no atomics).
   if constexpr (kHostExec) {
+    (void)index;
     // Parallel over column blocks, serial over tokens.
     const int CB = column_block(C, C);
     const int nblocks = (C + CB - 1) / CB;
@@ -48,50 +100,21 @@ void embedding_backward(const std::int32_t* tokens, int n_tokens, const T* dout,
           }
         });
   } else {
-    // GPUs: group the positions by token on the host (a stable counting sort of n_tokens
-    // ids), then one team per distinct row sums its positions in token order, threads over
-    // the columns.
+    if (index != nullptr) {
+      embedding_backward_indexed(index, n_tokens, dout, vocab_local, C, dwte);
+      return;
+    }
+    // Without an index (callers other than the training step): the tokens are read back and
+    // grouped by row on the host, and the index uploaded (this waits for the device).
     std::vector<std::int32_t> host(static_cast<std::size_t>(n_tokens));
     Kokkos::deep_copy(UView<std::int32_t, HostMem>(host.data(), host.size()),
                       UView<std::int32_t>(const_cast<std::int32_t*>(tokens), host.size()));
-    std::vector<std::int32_t> count(static_cast<std::size_t>(vocab_local) + 1, 0);
-    for (std::int32_t t : host) {
-      const std::int64_t row = static_cast<std::int64_t>(t) - vocab_start;
-      if (row >= 0 && row < vocab_local) ++count[static_cast<std::size_t>(row) + 1];
-    }
-    std::vector<std::int32_t> rows, offsets{0};
-    for (std::int64_t r = 0; r < vocab_local; ++r)
-      if (count[static_cast<std::size_t>(r) + 1] > 0) {
-        rows.push_back(static_cast<std::int32_t>(r));
-        offsets.push_back(offsets.back() + count[static_cast<std::size_t>(r) + 1]);
-      }
-    for (std::int64_t r = 0; r < vocab_local; ++r) count[static_cast<std::size_t>(r) + 1] += count[static_cast<std::size_t>(r)];
-    std::vector<std::int32_t> positions(static_cast<std::size_t>(offsets.back()));
-    for (int i = 0; i < n_tokens; ++i) {  // stable: positions of a row stay in token order
-      const std::int64_t row = static_cast<std::int64_t>(host[static_cast<std::size_t>(i)]) - vocab_start;
-      if (row >= 0 && row < vocab_local) positions[static_cast<std::size_t>(count[static_cast<std::size_t>(row)]++)] = i;
-    }
-    const int n_rows = static_cast<int>(rows.size());
-    if (n_rows == 0) return;
-    Buffer<std::int32_t> d_rows(rows.size(), MemCategory::Workspace), d_off(offsets.size(), MemCategory::Workspace),
-        d_pos(positions.size(), MemCategory::Workspace);
-    Kokkos::deep_copy(d_rows.view(), UView<std::int32_t, HostMem>(rows.data(), rows.size()));
-    Kokkos::deep_copy(d_off.view(), UView<std::int32_t, HostMem>(offsets.data(), offsets.size()));
-    Kokkos::deep_copy(d_pos.view(), UView<std::int32_t, HostMem>(positions.data(), positions.size()));
-    const std::int32_t* R = d_rows.data();
-    const std::int32_t* O = d_off.data();
-    const std::int32_t* Pp = d_pos.data();
-    Kokkos::parallel_for(
-        "Kernels::embedding_backward", row_policy(n_rows), KOKKOS_LAMBDA(const Member& team) {
-          const int u = team.league_rank();
-          T* w = dwte + static_cast<std::int64_t>(R[u]) * C;
-          team_for(team, C, [&](int c) {
-            acc_t<T> acc = load(w[c]);
-            for (int p = O[u]; p < O[u + 1]; ++p) acc += load(dout[static_cast<std::int64_t>(Pp[p]) * C + c]);
-            w[c] = store<T>(acc);
-          });
-        });
-    Kokkos::fence();  // the index buffers return to the pool when this function ends
+    std::vector<std::int32_t> idx(static_cast<std::size_t>(token_grad_index_elems(n_tokens)), 0);
+    token_grad_index(host.data(), n_tokens, vocab_start, vocab_local, idx.data());
+    Buffer<std::int32_t> d_idx(idx.size(), MemCategory::Workspace);
+    Kokkos::deep_copy(d_idx.view(), UView<std::int32_t, HostMem>(idx.data(), idx.size()));
+    embedding_backward_indexed(d_idx.data(), n_tokens, dout, vocab_local, C, dwte);
+    Kokkos::fence();  // the index buffer returns to the pool when this function ends
   }
 }
 
@@ -162,8 +185,9 @@ void position_embedding_backward(const T* dx, T* dwpe, int B, int T_seq, int C, 
 #define MESHTRAIN_INSTANTIATE_EMBEDDING(T)                                                       \
   template void embedding_forward<T>(const std::int32_t*, int, const T*, std::int64_t,           \
                                      std::int64_t, int, T*);                                     \
+  template void embedding_backward_indexed<T>(const std::int32_t*, int, const T*, std::int64_t, int, T*); \
   template void embedding_backward<T>(const std::int32_t*, int, const T*, std::int64_t,          \
-                                      std::int64_t, int, T*);                                    \
+                                      std::int64_t, int, T*, const std::int32_t*);               \
   template void add_position_embedding<T>(T*, const T*, int, int, int, const std::int32_t*);    \
   template void position_embedding_backward<T>(const T*, T*, int, int, int, const std::int32_t*);
 MESHTRAIN_INSTANTIATE_EMBEDDING(float)

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/views.hpp"
 
 namespace meshtrain::kernels {
 
@@ -27,6 +28,57 @@ int sdpa_ragged_batch(int documents) {
   int b = 1;
   while (b < documents) b *= 2;
   return b;
+}
+
+std::array<std::int64_t, kRaggedOperands> sdpa_ragged_token_strides(const AttentionShape& s, int ldq, int ldk,
+                                                                    int ldv, int ldo) {
+  return {ldq, ldk, ldv, ldo, s.Hq};
+}
+
+void sdpa_ragged_index(const std::int32_t* doc_start, int B, int T, const std::int64_t* token_stride, int batch,
+                       std::int64_t* block, std::int64_t* first) {
+  const std::int64_t N = static_cast<std::int64_t>(B) * T;
+  const std::int64_t stride = sdpa_ragged_index_stride(batch);
+  // 1) The documents in row order: document e's first token (global index) into first[e],
+  //    the count into first[batch]. Token t starts one where its start is its own position.
+  Kokkos::parallel_scan(
+      "Kernels::sdpa_ragged_index_scan", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(0, N),
+      KOKKOS_LAMBDA(std::int64_t t, std::int64_t & before, const bool final) {
+        const std::int64_t starts = doc_start[t] == t % T ? 1 : 0;
+        if (final) {
+          if (starts && before < batch) first[before] = t;
+          if (t == N - 1) first[batch] = before + starts;
+        }
+        before += starts;
+      });
+  // 2) Every int64 element of the block, as index_block() lays it out: array a < kRaggedOperands
+  //    the offsets of operand a; then seq_len as int32 pairs (little-endian, as the host's
+  //    memcpy of an int32 array into the block; both the host and CUDA GPUs are little-endian);
+  //    zeros elsewhere.
+  const std::int64_t s0 = token_stride[0], s1 = token_stride[1], s2 = token_stride[2], s3 = token_stride[3],
+               s4 = token_stride[4];
+  Kokkos::parallel_for(
+      "Kernels::sdpa_ragged_index_fill", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(
+                                             0, sdpa_ragged_index_elems(batch)),
+      KOKKOS_LAMBDA(std::int64_t j) {
+        const std::int64_t a = j / stride, e = j % stride;
+        const std::int64_t docs = first[batch];
+        if (a < kRaggedOperands) {
+          const std::int64_t st = a == 0 ? s0 : a == 1 ? s1 : a == 2 ? s2 : a == 3 ? s3 : s4;
+          block[j] = e <= batch ? (e < docs ? first[e] : N) * st : 0;
+          return;
+        }
+        // Tokens of document i: up to the next document's first token if it is in the same
+        // row, else to the end of the row; 0 past the last document.
+        auto len = [&](std::int64_t i) -> std::uint32_t {
+          if (i >= batch || i >= docs) return 0;
+          const std::int64_t row = first[i] / T;
+          const std::int64_t end = i + 1 < docs && first[i + 1] / T == row ? first[i + 1] : (row + 1) * T;
+          return static_cast<std::uint32_t>(end - first[i]);
+        };
+        const std::uint64_t lo = len(2 * e), hi = len(2 * e + 1);
+        block[j] = static_cast<std::int64_t>((hi << 32) | lo);
+      });
 }
 
 SdpaRaggedCall sdpa_ragged(const AttentionShape& s, const std::int32_t* doc_start_host, int ldq, int ldk, int ldv,
@@ -64,7 +116,7 @@ SdpaRaggedCall sdpa_ragged(const AttentionShape& s, const std::int32_t* doc_star
   R.batch = sdpa_ragged_batch(R.documents);
   R.seq_len.resize(static_cast<std::size_t>(R.batch), 0);
   const std::int64_t N = static_cast<std::int64_t>(s.B) * s.T;
-  const std::int64_t stride[kRaggedOperands] = {ldq, ldk, ldv, ldo, s.Hq};  // elements per token
+  const std::array<std::int64_t, kRaggedOperands> stride = sdpa_ragged_token_strides(s, ldq, ldk, ldv, ldo);
   R.offsets.resize(static_cast<std::size_t>(kRaggedOperands) * (R.batch + 1));
   for (int op = 0; op < kRaggedOperands; ++op)
     for (int e = 0; e <= R.batch; ++e)

@@ -9,6 +9,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/norms.hpp"
 #include "kernels/rope.hpp"
+#include "kernels/step_scalars.hpp"
 #include "linalg/gemm.hpp"
 #include "model/lora.hpp"
 
@@ -191,7 +192,8 @@ void Transformer<T>::embed_backward(const ComputeContext&, T* outer_grad, const 
   if (!train_base_) return;  // LoRA: the embeddings are frozen
   const int C = dims_.d_model;
   // dx is identical on every tp rank; each accumulates the rows of its own vocab slice.
-  kernels::embedding_backward(tokens, s.N(), dx, tp_.vocab_start, tp_.vocab, C, outer_grad + outer_off_[O_WTE]);
+  kernels::embedding_backward(tokens, s.N(), dx, tp_.vocab_start, tp_.vocab, C, outer_grad + outer_off_[O_WTE],
+                              s.token_grad_index);
   if (dims_.family == Family::Gpt2)
     kernels::position_embedding_backward(dx, outer_grad + outer_off_[O_WPE], s.B, s.T, C, s.doc_start);
 }
@@ -249,7 +251,7 @@ void Transformer<T>::ce_statistics(const ComputeContext& ctx, const T* logits, i
 template <class T>
 double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T* outer, T* outer_grad, BatchShape s,
                                              const T* x, const std::int32_t* targets, float grad_scale,
-                                             T* dx, const float* row_scale) const {
+                                             T* dx, const float* row_scale, double* loss_sum) const {
   using linalg::Op;
   const int N = s.N(), C = dims_.d_model;
   const int Vl = static_cast<int>(tp_.vocab);
@@ -294,7 +296,13 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
     ctx.poll();
   }
   ctx.tp_all_reduce(dnormed.data(), static_cast<std::size_t>(N) * C);
-  if (paths_.fused_loss) {
+  if (loss_sum != nullptr) {
+    // The training step keeps the loss on the device: the same sum, in chunk order from 0,
+    // then added to the step's (kernels/step_scalars.hpp).
+    if (paths_.fused_loss) kernels::add_in_order(chunk_loss.data(), static_cast<int>(chunk_loss.size()), loss_sum);
+    else kernels::add_scalar(loss_sum, loss);
+    loss = 0;
+  } else if (paths_.fused_loss) {
     // The one read of the loss in this head (summed in chunk order: deterministic).
     std::vector<double> host(chunk_loss.size());
     Kokkos::deep_copy(UView<double, HostMem>(host.data(), host.size()), chunk_loss.view());

@@ -74,7 +74,7 @@ void FusedStep<T>::grad_norm(Communicator& world, double max_norm) {
 }
 
 template <class T>
-void FusedStep<T>::update(double lr, int step) {
+kernels::AdamWScalars FusedStep<T>::scalars(double lr, int step) const {
   kernels::AdamWParams k;
   k.lr = static_cast<float>(lr);
   k.beta1 = static_cast<float>(settings_.beta1);
@@ -82,12 +82,17 @@ void FusedStep<T>::update(double lr, int step) {
   k.eps = static_cast<float>(settings_.eps);
   k.weight_decay = static_cast<float>(settings_.weight_decay);
   k.step = step;
+  return kernels::adamw_scalars(k);
+}
+
+template <class T>
+void FusedStep<T>::update(const kernels::AdamWScalars* scalars, const double* gate) {
   for (int u = 0; u < eng_.num_units(); ++u) {
     parallel::UnitState& st = eng_.state(u);
     const Table& t = adam_[u];
     if (t.n == 0) continue;
     kernels::adamw_multi(st.master.data(), st.grad.data(), st.exp_avg.data(), st.exp_avg_sq.data(), t.segs.data(), t.n,
-                         t.total, k, scalars_.data(), eng_.persistent_compute_copy(u), launch);
+                         t.total, scalars, gate, eng_.persistent_compute_copy(u), launch);
   }
 }
 

@@ -541,6 +541,21 @@ void FsdpEngine<T>::progress() {
 }
 
 template <class T>
+std::vector<std::int64_t> FsdpEngine<T>::step_state() const {
+  std::vector<std::int64_t> s = {static_cast<std::int64_t>(pending_.size()), micro_, last_micro_ ? 1 : 0};
+  for (const StepBuffers& r : step_buffers_) {
+    // (Arrays, not braced lists in the range-for: nvcc's front end rejects those.)
+    const bool flags[] = {r.in_flight, r.alive, r.stale, r.grad_started, r.gather_work.pending(),
+                          r.frozen_gather_work.pending()};
+    for (const bool b : flags) s.push_back(b ? 1 : 0);
+    // Persistent buffers: the graph captured their addresses.
+    const void* buffers[] = {r.gathered.data(), r.frozen_wire.data(), r.grad_micro.data(), r.accum.data()};
+    for (const void* p : buffers) s.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p)));
+  }
+  return s;
+}
+
+template <class T>
 void FsdpEngine<T>::finish_step() {
   while (!pending_.empty()) {
     complete(*pending_.front());

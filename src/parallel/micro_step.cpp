@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/trace.hpp"
 
 namespace meshtrain::parallel {
 
@@ -36,9 +37,13 @@ KeptActivations<T> forward_keeping(FsdpEngine<T>& eng, const model::Transformer<
   eng.gather(0);
   for (int k = 1; k <= prefetch; ++k) eng.gather(k, true);
   a.x[0] = Buffer<T>(NC, MemCategory::Activations);
-  model.embed_forward(ctx, eng.wait_params(0), tokens, s, a.x[0].data());
-  also(0, eng.wait_params(0), a.x[0]);
+  {
+    TraceRange trace("meshtrain::embedding_forward");
+    model.embed_forward(ctx, eng.wait_params(0), tokens, s, a.x[0].data());
+    also(0, eng.wait_params(0), a.x[0]);
+  }
   for (int i = 0; i < L; ++i) {
+    TraceRange trace("meshtrain::forward", i);
     const int u = 1 + i;
     eng.gather(u);
     for (int k = 1; k <= prefetch; ++k) eng.gather(u + k, true);
@@ -61,6 +66,7 @@ void backward_from_head(FsdpEngine<T>& eng, const model::Transformer<T>& model, 
   const int prefetch = eng.options().prefetch;
   a.x[L].reset();
   for (int i = L - 1; i >= 0; --i) {
+    TraceRange trace("meshtrain::backward", i);
     const int u = 1 + i;
     eng.gather(u);
     for (int k = 1; k <= prefetch && u - k >= 1; ++k) eng.gather(u - k, true);
@@ -70,6 +76,7 @@ void backward_from_head(FsdpEngine<T>& eng, const model::Transformer<T>& model, 
     if (i > 0) a.x[i].reset();
     eng.progress();
   }
+  TraceRange trace("meshtrain::embedding_backward");
   model.embed_backward(ctx, eng.grad_buffer(0), tokens, s, dx.data());
   eng.after_backward(0);
   eng.progress();
@@ -80,14 +87,18 @@ void backward_from_head(FsdpEngine<T>& eng, const model::Transformer<T>& model, 
 template <class T>
 double forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, model::ComputeContext ctx,
                         const std::int32_t* tokens, const std::int32_t* targets, BatchShape s, float grad_scale,
-                        bool checkpointing) {
+                        bool checkpointing, double* loss_sum) {
   ctx.progress = [&eng] { eng.progress(); };
   const int L = model.dims().n_layers;
   const std::size_t NC = static_cast<std::size_t>(s.N()) * model.dims().d_model;
   KeptActivations<T> a = forward_keeping(eng, model, ctx, tokens, s, checkpointing, [](int, const T*, const Buffer<T>&) {});
   Buffer<T> dx(NC, MemCategory::Activations);
-  const double loss = model.head_forward_backward(ctx, eng.wait_params(0), eng.grad_buffer(0), s, a.x[L].data(),
-                                                  targets, grad_scale, dx.data());
+  double loss = 0;
+  {
+    TraceRange trace("meshtrain::head");
+    loss = model.head_forward_backward(ctx, eng.wait_params(0), eng.grad_buffer(0), s, a.x[L].data(), targets,
+                                       grad_scale, dx.data(), nullptr, loss_sum);
+  }
   eng.after_forward(0);
   backward_from_head(eng, model, ctx, tokens, s, a, dx);
   return loss;
@@ -230,7 +241,8 @@ std::vector<float> forward_logits_cached(FsdpEngine<T>& eng, const model::Transf
 
 #define MESHTRAIN_INSTANTIATE(T)                                                                                 \
   template double forward_backward<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext,       \
-                                      const std::int32_t*, const std::int32_t*, BatchShape, float, bool);        \
+                                      const std::int32_t*, const std::int32_t*, BatchShape, float, bool,         \
+                                      double*);                                                                  \
   template SequenceLogps dpo_forward_backward<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext, \
                                                  const std::int32_t*, const std::int32_t*, BatchShape, bool,      \
                                                  const std::vector<double>*, const SequenceCoefficients&);         \

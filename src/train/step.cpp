@@ -2,12 +2,35 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "core/error.hpp"
+#include "core/format.hpp"
+#include "core/log.hpp"
+#include "core/trace.hpp"
+#include "kernels/step_scalars.hpp"
 #include "parallel/grad_norm.hpp"
 #include "parallel/micro_step.hpp"
-#include "train/token_batch.hpp"
 
 namespace meshtrain::train {
+
+namespace {
+/// The step's device scalars (StepRunner::dev_), doubles.
+enum StepScalar : int {
+  kLossSum = 0,  // this rank's loss sum over the micro-steps, then (after the world sum) the global one
+  kLoss,         // the step's mean loss
+  kGate,         // [kGate, kGate + 1]: adamw_gate's gate (norm or NaN, clip coefficient)
+  kClip,
+  kApplied,      // 1 when the update was applied
+  kChosen,       // the AdamW candidate adamw_gate took (the previous step's applied flag)
+  kPrevApplied,  // kept across steps: the last executed step's applied flag
+  kNorm,         // a copy of the norm, so that the read-back is one contiguous copy
+  kStepScalars
+};
+/// What one read-back copies, from kLoss on: loss, gate, clip, applied, chosen, prev, norm.
+constexpr int kReadback = kStepScalars - kLoss;
+constexpr int kSlots = 3;  // a launched step's events and read-back: 1 pending + 1 launching + 1 earlier end
+}  // namespace
 
 StepSettings step_settings(const plan::RunSetup& setup) {
   const plan::TrainSpec& tc = setup.spec.train;
@@ -17,6 +40,7 @@ StepSettings step_settings(const plan::RunSetup& setup) {
   s.grad_clip = tc.grad_clip;
   s.activation_checkpointing = setup.activation_checkpointing;  // as resolved (the planner may choose it)
   s.fused_optimizer = tc.fused_optimizer;
+  s.graphs = tc.graphs;
   s.dpo = tc.dpo();
   s.dpo_beta = tc.dpo_beta;
   return s;
@@ -35,80 +59,298 @@ DpoSums global_dpo_sums(const Session<T>& session, const DpoSums& local) {
   return g;
 }
 
+/// A launched step not yet collected.
 template <class T>
-StepResult train_step(Session<T>& session, const StepSettings& st, int step, int& updates, const BatchFiller& fill,
-                      bool poison, double counted_targets, const DocFiller* docs,
-                      const ReferenceFiller* reference) {
-  const plan::RunSetup& setup = session.setup();
-  const int B = setup.batch.micro_batch, seq_len = setup.batch.seq_len;
-  const double global_tokens = counted_targets > 0 ? counted_targets : setup.batch.step_tokens();
-  const float grad_scale = static_cast<float>(1.0 / global_tokens);
-  parallel::FsdpEngine<T>& eng = session.engine();
+struct StepRunner<T>::Pending {
+  StepResult r;
+  bool ready = false;            // the host already knows its results (unfused optimizer)
+  int slot = 0;
+  bool back_to_back = false;     // queued while the previous step was still pending
+  int prev_slot = 0;
+  bool candidates_differ = false;  // the previous step was pending when this one was queued
+  int update_number = 0;           // the unfused path's AdamW step (1-based)
+};
 
-  TokenBatch token_batch(B, seq_len, docs != nullptr);
-  const model::BatchShape shape = token_batch.shape();
+template <class T>
+StepRunner<T>::StepRunner(Session<T>& session, const StepSettings& settings, bool documents)
+    : session_(session), st_(settings), documents_(documents),
+      batch_(session.setup().batch.grad_accum, session.setup().batch.micro_batch, session.setup().batch.seq_len,
+             documents, /*token_index=*/!kDeviceIsHost, session.tp().vocab_start, session.tp().vocab),
+      dev_(kStepScalars, MemCategory::Workspace), current_(1, MemCategory::Workspace),
+      readback_("meshtrain::step_readback", static_cast<std::size_t>(kSlots) * kReadback) {
+  global_tokens_ = session.setup().batch.step_tokens();
+  dev_.zero();
+  const plan::RunSetup& setup = session.setup();
+  GraphConditions c;
+  c.requested = settings.graphs;
+#if defined(MESHTRAIN_WITH_CUDA)
+  c.cuda_build = true;
+  c.nccl = true;  // a CUDA build's communicators are NCCL's (parallel::make_communicator)
+#endif
+  c.world = session.mesh().world().size();
+  c.fused_optimizer = settings.fused_optimizer;
+  c.fused_loss = setup.spec.kernel_paths.fused_loss;
+  c.dpo = settings.dpo;
+  c.documents = documents;
+  c.profiler = Kokkos::Profiling::profileLibraryLoaded();
+  // A loss mask is known per step (StepInput::counted_targets): such a step runs eagerly
+  // (launch()), and the trainer names the reason (train/trainer.cpp).
+  decision_ = train::graph_decision(c);
+}
+
+template <class T>
+StepRunner<T>::~StepRunner() {
+  // Nothing queued may outlive the buffers it reads.
+  ExecSpace().fence();
+}
+
+template <class T>
+void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
+  const plan::RunSetup& setup = session_.setup();
+  const int B = setup.batch.micro_batch;
+  const double global_tokens = in.counted_targets > 0 ? in.counted_targets : global_tokens_;
+  const float grad_scale = static_cast<float>(1.0 / global_tokens);
+  parallel::FsdpEngine<T>& eng = session_.engine();
+  double* loss_sum = dev_.data() + kLossSum;
   // DPO: every pair of the global batch weighs 1 / pairs, whichever rank and micro-step holds it.
   const double global_pairs = setup.batch.global_batch / 2.0;
   DpoSums dpo_local;
   const parallel::SequenceCoefficients coefficients = [&](const std::vector<double>& policy,
                                                           const std::vector<double>& reference) {
-    return dpo_pairs(policy, reference, st.dpo_beta, 1.0 / global_pairs, B / 2, dpo_local);
+    return dpo_pairs(policy, reference, st_.dpo_beta, 1.0 / global_pairs, B / 2, dpo_local);
   };
+  const std::uint64_t frozen_before = eng.frozen_gather_bytes();
   eng.begin_step();
-  double local_loss = 0;
+  kernels::set_scalar(loss_sum, 0.0);
   for (int a = 0; a < setup.batch.grad_accum; ++a) {
+    TraceRange trace("meshtrain::micro_step", a);
     eng.begin_micro(a);
-    fill(a, token_batch.host_in.data(), token_batch.host_tgt.data());
-    if (docs) (*docs)(a, token_batch.host_doc.data());
-    token_batch.upload();
-    if (st.dpo) {
-      parallel::dpo_forward_backward(eng, session.model(), session.context(), token_batch.in.data(),
-                                     token_batch.tgt.data(), shape, st.activation_checkpointing,
-                                     reference ? (*reference)(a) : nullptr, coefficients);
+    const model::BatchShape shape = batch_.shape(a);
+    if (st_.dpo) {
+      parallel::dpo_forward_backward(eng, session_.model(), session_.context(), batch_.in(a), batch_.tgt(a), shape,
+                                     st_.activation_checkpointing, in.reference ? (*in.reference)(a) : nullptr,
+                                     coefficients);
     } else {
-      local_loss += parallel::forward_backward(eng, session.model(), session.context(), token_batch.in.data(),
-                                               token_batch.tgt.data(), shape, grad_scale, st.activation_checkpointing);
+      parallel::forward_backward(eng, session_.model(), session_.context(), batch_.in(a), batch_.tgt(a), shape,
+                                 grad_scale, st_.activation_checkpointing, loss_sum);
     }
   }
-  eng.finish_step();
-  if (poison) parallel::poison_gradients(eng, NAN);
-
-  StepResult r;
-  r.lr = st.schedule.at(step);
-  // The step's loss, the same on every rank (world sums of tp-identical values).
-  const auto step_loss = [&] {
-    if (!st.dpo) return session.global_sum(local_loss) / global_tokens;
-    r.dpo = dpo_metrics(global_dpo_sums(session, dpo_local));
-    return r.dpo.loss;
-  };
-  if (st.fused_optimizer) {
-    // Norm, clip and AdamW stay on the device; AdamW skips itself when the norm is not
-    // finite, so the host reads the norm only afterwards, to count the update and log it.
-    optim::FusedStep<T>& fs = session.fused_step(st.adam);
-    fs.grad_norm(session.mesh().world().comm(), st.grad_clip);
-    r.loss = step_loss();
-    if (std::isfinite(r.loss)) fs.update(r.lr, updates + 1);
-    r.grad_norm = fs.norm();
+  {
+    TraceRange trace("meshtrain::reduction_wait");
+    eng.finish_step();
+  }
+  if (in.poison) parallel::poison_gradients(eng, NAN);
+  TraceRange trace("meshtrain::optimizer");
+  Communicator& world = session_.mesh().world().comm();
+  StepResult& r = p.r;
+  if (st_.fused_optimizer) {
+    // Norm, clip, the skip decision and AdamW stay on the device; nothing is read back here.
+    optim::FusedStep<T>& fs = session_.fused_step(st_.adam);
+    fs.grad_norm(world, st_.grad_clip);
+    if (!st_.dpo) {
+      // The world sum of tp-identical values: each tp group's first rank adds its own.
+      if (session_.mesh().coord().tp != 0) kernels::set_scalar(loss_sum, 0.0);
+      world.all_reduce(loss_sum, loss_sum, 1, DType::F64, ReduceOp::Sum);  // stream-ordered on NCCL
+      kernels::divide_scalar(loss_sum, global_tokens, dev_.data() + kLoss);
+    } else {
+      r.dpo = dpo_metrics(global_dpo_sums(session_, dpo_local));  // DPO reads its log-probabilities anyway
+      kernels::set_scalar(dev_.data() + kLoss, r.dpo.loss);
+    }
+    kernels::adamw_gate(dev_.data() + kLoss, fs.norm_clip(), batch_.scalars()->adam, dev_.data() + kPrevApplied,
+                        current_.data(), dev_.data() + kGate, dev_.data() + kApplied, dev_.data() + kChosen);
+    fs.update(current_.data(), dev_.data() + kGate);
+    // Whether or not the update was applied: a skipped step changed nothing, and the compute
+    // copies AdamW did not write are converted again at the next gather (the same values),
+    // so the host's state does not depend on a result it has not read yet.
+    eng.params_updated_in_place();
+  } else {
+    // The unfused reference path reads the norm and the loss back before AdamW.
+    r.grad_norm = parallel::global_grad_norm(eng, world);
+    if (!st_.dpo) {
+      double local = 0;
+      Kokkos::deep_copy(local, Kokkos::subview(dev_.view(), static_cast<std::size_t>(kLossSum)));
+      r.loss = session_.global_sum(local) / global_tokens;
+    } else {
+      r.dpo = dpo_metrics(global_dpo_sums(session_, dpo_local));
+      r.loss = r.dpo.loss;
+    }
     // Loss and norm come from world reductions: every rank takes the same branch.
     r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
     if (r.applied) {
-      ++updates;
-      eng.params_updated_in_place();
+      const double clip = st_.grad_clip > 0 ? std::min(1.0, st_.grad_clip / (r.grad_norm + 1e-6)) : 1.0;
+      optim::adamw_update(eng, st_.adam, r.lr, p.update_number, clip);
     }
-    return r;
+    p.ready = true;
   }
-  r.grad_norm = parallel::global_grad_norm(eng, session.mesh().world().comm());
-  r.loss = step_loss();
-  // Loss and norm come from world reductions: every rank takes the same branch.
-  r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
-  if (r.applied) {
-    const double clip = st.grad_clip > 0 ? std::min(1.0, st.grad_clip / (r.grad_norm + 1e-6)) : 1.0;
-    ++updates;
-    optim::adamw_update(eng, st.adam, r.lr, updates, clip);
+  r.frozen_gather_bytes = eng.frozen_gather_bytes() - frozen_before;
+}
+
+template <class T>
+void StepRunner<T>::capture_and_launch(const StepInput& in, Pending& p) {
+  parallel::FsdpEngine<T>& eng = session_.engine();
+  const parallel::MeshDim& world = session_.mesh().world();
+  auto g = std::make_unique<StepGraph>();
+  const std::vector<std::int64_t> before = eng.step_state();
+  const CommStats counted = comm_stats();
+  g->begin_capture();
+  run_body(in, p);
+  std::string why;
+  bool ok = g->end_capture(&why);
+  if (ok && eng.step_state() != before) {
+    ok = false;
+    why = "the FSDP engine's host state after the captured step differs from the state before it";
+  }
+  // A graph with collectives must be launched by every rank of them, or by none.
+  const bool all = world.min_max(ok ? 1.0 : 0.0, "graph capture").min > 0;
+  if (all) {
+    g->comm_operations = comm_stats().operations - counted.operations;
+    g->comm_bytes = comm_stats().bytes - counted.bytes;
+    g->frozen_gather_bytes = p.r.frozen_gather_bytes;
+    graph_ = std::move(g);
+    graph_->launch();
+    p.r.graph = true;
+    p.r.comm_timed = false;
+    if (world.rank() == 0)
+      log::info("gpu.graphs: step %d captured into a CUDA graph (%s of buffers kept for it); later steps replay it",
+                p.r.step + 1, format_bytes(static_cast<double>(graph_->pool_bytes())).c_str());
+    return;
+  }
+  // Nothing captured ran: run the step eagerly (the host state is the steady one it found).
+  comm_stats().operations = counted.operations;
+  comm_stats().bytes = counted.bytes;
+  decision_ = {false, ok ? "a CUDA graph capture failed on another rank; every step is launched kernel by kernel"
+                         : "the CUDA graph capture failed (" + why + "); every step is launched kernel by kernel"};
+  if (world.rank() == 0) log::warn("gpu.graphs: %s", decision_.reason.c_str());
+  g.reset();
+  run_body(in, p);
+}
+
+template <class T>
+void StepRunner<T>::launch(const StepInput& in, int updates) {
+  MESHTRAIN_ASSERT(pending_.size() <= 1, "StepRunner: %zu steps queued and not collected", pending_.size());
+  const plan::RunSetup& setup = session_.setup();
+  const int accum = setup.batch.grad_accum;
+  Pending p;
+  p.r.step = in.step;
+  p.r.lr = st_.schedule.at(in.step);
+  p.slot = next_slot_;
+  next_slot_ = (next_slot_ + 1) % kSlots;
+  p.back_to_back = !pending_.empty();
+  p.prev_slot = p.back_to_back ? pending_.back().slot : p.slot;
+  comm_stats().tag = static_cast<std::uint64_t>(in.step);
+
+  // The inputs: every micro-step's, and AdamW's scalars for both outcomes of the step still
+  // queued (if any); the host's other work from here on does not wait for the device.
+  MESHTRAIN_ASSERT((in.docs != nullptr) == documents_, "StepRunner made %s document starts, given a step %s them",
+                   documents_ ? "with" : "without", in.docs ? "with" : "without");
+  batch_.begin();
+  for (int a = 0; a < accum; ++a) {
+    (*in.fill)(a, batch_.host_in(a), batch_.host_tgt(a));
+    if (documents_) (*in.docs)(a, batch_.host_doc(a));
+  }
+  if (st_.fused_optimizer) {
+    optim::FusedStep<T>& fs = session_.fused_step(st_.adam);
+    p.candidates_differ = !pending_.empty();
+    StepScalarsIn& sc = batch_.host_scalars();
+    sc.adam[0] = fs.scalars(p.r.lr, updates + 1);
+    sc.adam[1] = p.candidates_differ ? fs.scalars(p.r.lr, updates + 2) : sc.adam[0];
+  } else {
+    // The unfused path has read its results at launch: a step still queued is known.
+    int known = updates;
+    for (const Pending& q : pending_) known += q.ready && q.r.applied ? 1 : 0;
+    p.update_number = known + 1;
+  }
+  batch_.upload();
+  start_[p.slot].record();
+
+  // Eager, captured or replayed.
+  MESHTRAIN_ASSERT(!in.poison || in.eager, "step %d: a poisoned step must be marked eager on every rank", in.step + 1);
+  const bool graphable = decision_.use && !in.eager && in.counted_targets == 0;
+  if (graph_ && graphable) {
+    TraceRange trace("meshtrain::step_graph_replay");
+    graph_->launch();
+    comm_stats().operations += graph_->comm_operations;
+    comm_stats().bytes += graph_->comm_bytes;
+    p.r.frozen_gather_bytes = graph_->frozen_gather_bytes;
+    p.r.graph = true;
+    p.r.comm_timed = false;
+  } else if (graphable && !graph_ && eager_steps_ >= kWarmupSteps) {
+    capture_and_launch(in, p);
+    if (!p.r.graph) ++eager_steps_;
+  } else {
+    run_body(in, p);
+    ++eager_steps_;
+  }
+
+  if (!p.ready) {
+    // The norm next to the other scalars, then one asynchronous copy into pinned memory.
+    optim::FusedStep<T>& fs = session_.fused_step(st_.adam);
+    using Range = std::pair<std::size_t, std::size_t>;
+    Kokkos::deep_copy(ExecSpace(), Kokkos::subview(dev_.view(), Range(kNorm, kNorm + 1)),
+                      UView<double>(const_cast<double*>(fs.norm_clip()), 1));
+    const std::size_t at = static_cast<std::size_t>(p.slot) * kReadback;
+    Kokkos::deep_copy(ExecSpace(), Kokkos::subview(readback_, Range(at, at + kReadback)),
+                      Kokkos::subview(dev_.view(), Range(kLoss, kStepScalars)));
+  }
+  end_[p.slot].record();
+  pending_.push_back(std::move(p));
+}
+
+template <class T>
+int StepRunner<T>::pending() const {
+  return static_cast<int>(pending_.size());
+}
+
+template <class T>
+StepResult StepRunner<T>::collect() {
+  MESHTRAIN_ASSERT(!pending_.empty(), "StepRunner::collect without a launched step");
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  end_[p.slot].synchronize();
+  StepResult r = p.r;
+  if (!p.ready) {
+    const double* v = readback_.data() + static_cast<std::size_t>(p.slot) * kReadback;
+    r.loss = v[kLoss - kLoss];
+    r.grad_norm = v[kNorm - kLoss];
+    r.applied = v[kApplied - kLoss] != 0;
+    // The device chose the AdamW scalars from its own flag of the previous step: it must be
+    // the flag the host read back for that step.
+    const bool chosen = v[kChosen - kLoss] != 0;
+    MESHTRAIN_ASSERT(!p.candidates_differ || chosen == last_applied_,
+                     "step %d: the device took the AdamW scalars of a %s previous step, the host read it back %s",
+                     r.step + 1, chosen ? "applied" : "skipped", last_applied_ ? "applied" : "skipped");
+    last_applied_ = r.applied;
+  }
+#if defined(MESHTRAIN_WITH_CUDA)
+  r.device_seconds = StreamEvent::seconds(p.back_to_back ? end_[p.prev_slot] : start_[p.slot], end_[p.slot]);
+#endif
+  if (r.comm_timed) {
+    session_.mesh().progress();  // account the device-timed intervals that have completed
+    r.comm = take_device_comm_times(static_cast<std::uint64_t>(r.step));
   }
   return r;
 }
 
+template <class T>
+StepResult train_step(Session<T>& session, const StepSettings& st, int step, int& updates, const BatchFiller& fill,
+                      bool poison, double counted_targets, const DocFiller* docs, const ReferenceFiller* reference) {
+  StepRunner<T> runner(session, st, docs != nullptr);
+  StepInput in;
+  in.step = step;
+  in.fill = &fill;
+  in.docs = docs;
+  in.reference = reference;
+  in.poison = poison;
+  in.eager = poison;
+  in.counted_targets = counted_targets;
+  runner.launch(in, updates);
+  StepResult r = runner.collect();
+  if (r.applied) ++updates;
+  return r;
+}
+
+template class StepRunner<float>;
+template class StepRunner<bf16>;
 template DpoSums global_dpo_sums<float>(const Session<float>&, const DpoSums&);
 template DpoSums global_dpo_sums<bf16>(const Session<bf16>&, const DpoSums&);
 template StepResult train_step<float>(Session<float>&, const StepSettings&, int, int&, const BatchFiller&, bool, double,

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
+#include <deque>
 #include <optional>
 #include <set>
 
@@ -46,8 +48,24 @@ namespace {
 
 struct StepTimes {
   double step = 0, exposed_comm = 0, busy_comm = 0, io = 0;
-  double compute() const { return std::max(0.0, step - exposed_comm); }
+  /// False for a step replayed from a CUDA graph: its collectives are not timed (its
+  /// exposed and busy times are reported as not measured, and the whole step as compute).
+  bool comm_measured = true;
+  double compute() const { return comm_measured ? std::max(0.0, step - exposed_comm) : step; }
 };
+
+/// How many steps the trainer runs ahead of the step it logs: 1 where the device runs
+/// asynchronously (the host queues step s + 1, then reads step s back: train/step.hpp), 0 on
+/// host builds (a step has run when it is launched). MESHTRAIN_STEP_LAG=0|1 overrides it (the
+/// CPU suite runs the lagged bookkeeping with 1: tests/train/step_lag.sh).
+int step_lag() {
+  if (const char* e = std::getenv("MESHTRAIN_STEP_LAG")) {
+    const std::string v = e;
+    MESHTRAIN_REQUIRE(v == "0" || v == "1", "MESHTRAIN_STEP_LAG=%s: use 0 or 1", e);
+    return v == "1" ? 1 : 0;
+  }
+  return kDeviceIsHost ? 0 : 1;
+}
 
 template <class T>
 class Trainer {
@@ -66,7 +84,13 @@ class Trainer {
   void begin_writing(int first_step);
   int train_loop(int first_step, const StopPolicy& stop);
   void print_sample();
-  bool train_step(int step, StepTimes& times, double& loss, double& gnorm, double& lr);
+  /// Reads step `step`'s batch and queues it (StepRunner::launch).
+  void launch_step(int step);
+  /// Collects the oldest queued step and does what follows it: the skipped-step count, and
+  /// at a `boundary` (a step the loop waited for: evaluation, checkpoint, stop or the last)
+  /// evaluation, checkpoint and the stop decision (`why`, when the caller already made it;
+  /// else made here), then its metrics line. Returns the exit status, or -1 to go on.
+  int finish_step(bool boundary, const StopPolicy& stop, std::optional<StopReason> why = std::nullopt);
   double evaluate();
   /// DPO without LoRA: the initial weights' log-probability of every train and val row,
   /// computed (a fresh run, written by begin_writing) or read back (a resume).
@@ -112,6 +136,16 @@ class Trainer {
   std::unique_ptr<data::EvalSampler> eval_sampler_;
   std::unique_ptr<MetricsWriter> metrics_;
   StepSettings settings_;
+  std::unique_ptr<StepRunner<T>> runner_;
+  /// The host side of the step queued last: its host time and host-measured communication.
+  struct Queued {
+    double host_seconds = 0, exposed = 0, busy = 0, counted = 0;
+    std::uint64_t cursor = 0;  ///< training windows consumed after the step (its metrics line's tokens)
+  };
+  std::deque<Queued> queued_;
+  double last_step_seconds_ = 0;  ///< the last collected step's time (the stop policy's estimate)
+  std::uint64_t logged_cursor_ = 0;  ///< windows consumed after the step being logged
+  bool logged_graph_ = false;        ///< the step being logged was replayed from a CUDA graph
   std::set<long> nan_steps_;
   std::vector<std::int32_t> step_in_, step_tgt_, step_doc_;
   double last_counted_ = 0;  ///< targets the last step's loss counted (global batch)  ///< this rank's windows of one step: (grad_accum, B, T) each
@@ -304,38 +338,116 @@ void Trainer<T>::begin_writing(int first_step) {
 
 /// Steps first_step .. train.steps: evaluation, checkpoints, the stop policy. Returns the
 /// exit status (0, kExitAbort after too many skipped steps, kExitPreempted).
+///
+/// With a step lag of 1 (GPUs, step_lag()) the loop queues step s + 1 before it collects and
+/// logs step s, so the host's reading of the next batch overlaps the device's step. A
+/// boundary that needs the state after step s -- an evaluation, a checkpoint, a stop, the
+/// last step -- is reached with step s collected first and nothing queued after it: its
+/// evaluation, save and metrics line are those of step s, as without the lag. A step's
+/// metrics line is written when it is collected, so every line still carries its own step's
+/// loss, norm, times and the save or load reported with it; the last step is always
+/// collected before the loop ends, so nothing is left unwritten.
 template <class T>
 int Trainer<T>::train_loop(int first_step, const StopPolicy& stop) {
   const plan::TrainSpec& tc = spec_.train;
-  int status = 0;
-  for (int step = first_step; step < tc.steps; ++step) {
+  const int lag = step_lag();
+  runner_ = std::make_unique<StepRunner<T>>(session_, settings_, sampler_->document_masked());
+  if (root_) {
+    const GraphDecision& g = runner_->graph_decision();
+    const bool masked = g.use && data_.train_mask;
+    log::info("gpu.graphs: %s", masked ? "not used: a loss mask (instruction/chat data) makes the gradient scale, 1 / "
+                                         "the global batch's counted targets, change every step; every step is "
+                                         "launched kernel by kernel"
+                                       : g.reason.c_str());
+  }
+  int status = -1;
+  for (int step = first_step; step < tc.steps && status < 0; ++step) {
     fault::set_step(step + 1);
-    StepTimes times;
-    double loss = 0, gnorm = 0, lr = 0;
-    const bool applied = train_step(step, times, loss, gnorm, lr);
-    if (!applied) {
-      ++skipped_;
-      log::warn("step %d: non-finite %s (loss %g, grad norm %g): step skipped, optimizer state untouched (%d of "
-                "train.max_skipped_steps=%d)",
-                step + 1, std::isfinite(loss) ? "gradient norm" : "loss", loss, gnorm, skipped_, tc.max_skipped_steps);
-      if (skipped_ > tc.max_skipped_steps) {
-        if (root_)
-          log::error("%d steps had a non-finite loss or gradient norm, more than train.max_skipped_steps=%d: stopping. "
-                     "Lower train.lr, enable train.grad_clip, or check the data.",
-                     skipped_, tc.max_skipped_steps);
-        status = kExitAbort;
-        break;
-      }
+    launch_step(step);
+    if (runner_->pending() == 2) {
+      // The previous step, still queued when this one was: collected and logged now.
+      fault::set_step(step);
+      status = finish_step(false, stop);
+      fault::set_step(step + 1);
+      if (status >= 0) break;
     }
-    double val = NAN;
     const bool last = step + 1 == tc.steps;
-    // An asynchronous save started at an earlier boundary is committed at the first one
-    // where every rank has written its part.
-    complete_async_save(false);
+    const bool eval_due = eval_sampler_ && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
+    if (lag == 0 || last || eval_due || checkpoint_due(step + 1, last)) {
+      status = finish_step(true, stop);
+      continue;
+    }
+    // Preemption / time limit, decided together by all ranks at this boundary before the
+    // next step is queued; the step still in flight needs up to one more step's time.
+    const StopReason why = stop.check(2 * last_step_seconds_);
+    if (why != StopReason::None) status = finish_step(true, stop, why);
+  }
+  // A step still queued after an abort is dropped (not counted, not logged, not saved), as
+  // if the loop had stopped before it; it finishes on the device before the runner goes.
+  runner_.reset();
+  cursor_ -= static_cast<std::uint64_t>(queued_.size()) * static_cast<std::uint64_t>(setup_.batch.global_batch);
+  queued_.clear();
+  // The run ends with every save committed (a run that stopped early, or without a final save).
+  complete_async_save(true);
+  return status < 0 ? 0 : status;
+}
+
+template <class T>
+int Trainer<T>::finish_step(bool boundary, const StopPolicy& stop, std::optional<StopReason> decided) {
+  const plan::TrainSpec& tc = spec_.train;
+  const StepResult r = runner_->collect();
+  const Queued q = queued_.front();
+  queued_.pop_front();
+  const int step = r.step;
+  // The step's time: the device's (events) on GPUs, the host's where the host runs it.
+  StepTimes times;
+  times.step = std::isnan(r.device_seconds) ? q.host_seconds : r.device_seconds;
+  times.comm_measured = r.comm_timed;
+  // Host-measured (MPI: time blocked in waits, post-to-completion of each collective) plus
+  // device-measured (NCCL: the compute stream's waits for collectives and their comm-stream
+  // time, from events; comm/interval_ledger.hpp). A replayed CUDA graph times none.
+  times.exposed_comm = r.comm_timed ? q.exposed + r.comm.exposed : NAN;
+  times.busy_comm = r.comm_timed ? q.busy + r.comm.busy : NAN;
+  total_compute_ += times.compute();
+  if (r.comm_timed) {
+    total_exposed_ += times.exposed_comm;
+    total_busy_ += times.busy_comm;
+  }
+  last_step_seconds_ = times.step;
+  logged_cursor_ = q.cursor;
+  logged_graph_ = r.graph;
+  frozen_gather_step_bytes_ = r.frozen_gather_bytes;
+  last_counted_ = q.counted > 0 ? q.counted : setup_.batch.step_tokens();
+  if (r.applied) {
+    ++updates_;
+    last_loss_ = r.loss;
+  }
+  last_dpo_ = r.dpo;
+  if (!r.applied) {
+    ++skipped_;
+    log::warn("step %d: non-finite %s (loss %g, grad norm %g): step skipped, optimizer state untouched (%d of "
+              "train.max_skipped_steps=%d)",
+              step + 1, std::isfinite(r.loss) ? "gradient norm" : "loss", r.loss, r.grad_norm, skipped_,
+              tc.max_skipped_steps);
+    if (skipped_ > tc.max_skipped_steps) {
+      if (root_)
+        log::error("%d steps had a non-finite loss or gradient norm, more than train.max_skipped_steps=%d: stopping. "
+                   "Lower train.lr, enable train.grad_clip, or check the data.",
+                   skipped_, tc.max_skipped_steps);
+      return kExitAbort;
+    }
+  }
+  double val = NAN;
+  const bool last = step + 1 == tc.steps;
+  // An asynchronous save started at an earlier boundary is committed at the first one
+  // where every rank has written its part.
+  complete_async_save(false);
+  StopReason why = StopReason::None;
+  if (boundary) {
     if (eval_sampler_ && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last)) val = evaluate();
     if (checkpoint_due(step + 1, last)) save_checkpoint(step + 1, last);
     // Preemption / time limit: decided together by all ranks at this step boundary.
-    const StopReason why = last ? StopReason::None : stop.check(times.step);
+    why = decided ? *decided : last ? StopReason::None : stop.check(times.step);
     if (why != StopReason::None) {
       if (root_)
         log::warn("stopping after step %d (%s): saving a checkpoint, then exiting with status %d so the job can be "
@@ -345,19 +457,13 @@ int Trainer<T>::train_loop(int first_step, const StopPolicy& stop) {
       if (!checkpoint_due(step + 1, last)) save_checkpoint(step + 1, true);
       complete_async_save(true);  // the job is requeued from what is committed
     }
-    // A step that saved, or the first after a load, always writes its record: the save or
-    // load is reported in it (doc/checkpoints.md), never overwritten by a later one.
-    const bool checkpoint_io = !std::isnan(ckpt_save_s_) || !std::isnan(ckpt_load_s_);
-    if ((step + 1) % tc.log_every == 0 || last || !std::isnan(val) || checkpoint_io)
-      log_step(step + 1, loss, gnorm, lr, times, val);
-    if (why != StopReason::None) {
-      status = kExitPreempted;
-      break;
-    }
   }
-  // The run ends with every save committed (a run that stopped early, or without a final save).
-  complete_async_save(true);
-  return status;
+  // A step that saved, or the first after a load, always writes its record: the save or
+  // load is reported in it (doc/checkpoints.md), never overwritten by a later one.
+  const bool checkpoint_io = !std::isnan(ckpt_save_s_) || !std::isnan(ckpt_load_s_);
+  if ((step + 1) % tc.log_every == 0 || last || !std::isnan(val) || checkpoint_io)
+    log_step(step + 1, r.loss, r.grad_norm, r.lr, times, val);
+  return why != StopReason::None ? kExitPreempted : -1;
 }
 
 /// train.sample_tokens tokens from train.sample_prompt after training.
@@ -376,7 +482,7 @@ void Trainer<T>::print_sample() {
 }
 
 template <class T>
-bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gnorm, double& lr) {
+void Trainer<T>::launch_step(int step) {
   const plan::TrainSpec& tc = spec_.train;
   const plan::BatchSpec& batch = setup_.batch;
   const parallel::DeviceMesh& mesh = session_.mesh();
@@ -406,11 +512,19 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
     std::copy_n(step_in_.data() + micro_step * per_micro_batch, per_micro_batch, in);
     std::copy_n(step_tgt_.data() + micro_step * per_micro_batch, per_micro_batch, tgt);
   };
-  const bool poison =
-      nan_steps_.count(step + 1) && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank);
+  StepInput in;
+  in.step = step;
+  in.fill = &fill;
+  in.docs = docs ? &fill_docs : nullptr;
+  in.eager = nan_steps_.count(step + 1) > 0;  // on every rank, whichever ranks are poisoned
+  in.poison = in.eager && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank);
   // A loss mask (or document boundaries): the mean is over the global batch's counted targets
-  // (summed over the ranks).
-  const double counted = data_.train_mask || docs ? session_.global_sum(counted_targets(step_tgt_)) : 0.0;
+  // (summed over the ranks, as host values over MPI: nothing here waits for the device).
+  if (data_.train_mask || docs) {
+    double counted = mesh.coord().tp == 0 ? counted_targets(step_tgt_) : 0.0;
+    watched_all_reduce_in_place("counted targets", "world", mesh.world().mpi(), &counted, 1, ReduceOp::Sum);
+    in.counted_targets = counted;
+  }
   // DPO without LoRA: each window's row, looked up in the stored reference.
   const ReferenceFiller reference = [&](int micro_step) -> const std::vector<double>* {
     return &step_ref_[static_cast<std::size_t>(micro_step)];
@@ -425,29 +539,17 @@ bool Trainer<T>::train_step(int step, StepTimes& times, double& loss, double& gn
         step_ref_[static_cast<std::size_t>(micro_step)].push_back(
             reference_.train[sampler_->window_start(w0 + static_cast<std::uint64_t>(i)) / row_tokens]);
     }
+    in.reference = &reference;
   }
-  const std::uint64_t gathered_before = session_.engine().frozen_gather_bytes();
-  const StepResult r = train::train_step(session_, settings_, step, updates_, fill, poison, counted,
-                                         docs ? &fill_docs : nullptr, stored_reference_ ? &reference : nullptr);
-  frozen_gather_step_bytes_ = session_.engine().frozen_gather_bytes() - gathered_before;
-  last_counted_ = counted > 0 ? counted : setup_.batch.step_tokens();
+  runner_->launch(in, updates_);
   cursor_ += static_cast<std::uint64_t>(batch.global_batch);
-  loss = r.loss;
-  gnorm = r.grad_norm;
-  lr = r.lr;
-  if (r.applied) last_loss_ = loss;
-  last_dpo_ = r.dpo;
-  Kokkos::fence();
-  // Account every collective of this step now that all streams are idle: NCCL's comm-stream
-  // times are read from events as they complete, and would otherwise land in the next step.
-  session_.mesh().progress();
-  times.step = now_seconds() - t0;
-  times.exposed_comm = comm_stats().exposed_seconds - before.exposed_seconds;
-  times.busy_comm = comm_stats().busy_seconds - before.busy_seconds;
-  total_compute_ += times.compute();
-  total_exposed_ += times.exposed_comm;
-  total_busy_ += times.busy_comm;
-  return r.applied;
+  Queued q;
+  q.host_seconds = now_seconds() - t0;
+  q.exposed = comm_stats().exposed_seconds - before.exposed_seconds;
+  q.busy = comm_stats().busy_seconds - before.busy_seconds;
+  q.counted = in.counted_targets;
+  q.cursor = cursor_;
+  queued_.push_back(q);
 }
 
 template <class T>
@@ -480,13 +582,16 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
   const double tokens = setup_.batch.step_tokens();
   const MemoryStats& ms = MemoryPool::instance().stats();
   // Every rank's times and memory in one reduction (min and max of each).
-  const double mine[6] = {t.step, t.exposed_comm, t.busy_comm, t.compute(), static_cast<double>(ms.peak_reserved),
-                          static_cast<double>(host_peak_rss_bytes())};
+  // A step replayed from a CUDA graph has no communication times (the same on every rank):
+  // reduced as 0, reported as not measured (null).
+  const double mine[6] = {t.step, t.comm_measured ? t.exposed_comm : 0.0, t.comm_measured ? t.busy_comm : 0.0,
+                          t.compute(), static_cast<double>(ms.peak_reserved), static_cast<double>(host_peak_rss_bytes())};
   MinMax over[6];
   session_.mesh().world().min_max(mine, over, 6);
-  const double step_max = over[0].max, exp_min = over[1].min, exp_max = over[1].max, busy_min = over[2].min,
-               busy_max = over[2].max, comp_min = over[3].min, comp_max = over[3].max, mem_max = over[4].max,
-               rss_max = over[5].max;
+  const double unmeasured = t.comm_measured ? 1.0 : NAN;
+  const double step_max = over[0].max, exp_min = over[1].min * unmeasured, exp_max = over[1].max * unmeasured,
+               busy_min = over[2].min * unmeasured, busy_max = over[2].max * unmeasured, comp_min = over[3].min,
+               comp_max = over[3].max, mem_max = over[4].max, rss_max = over[5].max;
   const double tok_s = tokens / step_max;
   // The FLOPs the step performs (model/step_flops.hpp; attention counted full, as if no
   // document mask skipped any of it): a frozen LoRA base computes no weight gradients.
@@ -494,10 +599,10 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
       model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing, 1.0, spec_.train.dpo()).total() * tok_s;
   const double mfu = flops / (peak_flops_ * rt_.topology().world_size);
   if (root_) {
-    std::string line = strprintf("step %5d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | mfu %.1f%% | mem %s | "
-                                 "comp %.3fs comm %.3fs (exposed %.3fs)",
-                                 step, tc.steps, loss, lr, gnorm, tok_s, 100 * mfu, format_bytes(mem_max).c_str(),
-                                 comp_max, busy_max, exp_max);
+    std::string line = strprintf("step %5d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | mfu %.1f%% | mem %s | ",
+                                 step, tc.steps, loss, lr, gnorm, tok_s, 100 * mfu, format_bytes(mem_max).c_str());
+    line += t.comm_measured ? strprintf("comp %.3fs comm %.3fs (exposed %.3fs)", comp_max, busy_max, exp_max)
+                            : strprintf("step %.3fs (CUDA graph replay: comm not timed)", comp_max);
     if (tc.dpo()) {
       // TRL's names: the rewards of the chosen and rejected responses, their margin, the
       // fraction of pairs with a positive margin (doc/finetuning.md, "DPO").
@@ -526,12 +631,13 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                      {"comm_s_max", busy_max},
                      {"exposed_comm_s_min", exp_min},
                      {"exposed_comm_s_max", exp_max},
-                     {"tokens", static_cast<double>(cursor_) * seq_len},
+                     {"tokens", static_cast<double>(logged_cursor_) * seq_len},
                      {"skipped_steps", skipped_},
                      {"counted_tokens", last_counted_},
                      {"counted_tokens_per_s", last_counted_ / step_max},
                      {"frozen_gather_bytes", static_cast<double>(frozen_gather_step_bytes_)}};
   if (!std::isnan(val)) j["val_loss"] = val;
+  if (logged_graph_) j["cuda_graph"] = true;  // replayed from a CUDA graph (gpu.graphs)
   if (tc.dpo()) {
     const auto add = [&j](const std::string& prefix, const DpoMetrics& m) {
       j[prefix + "rewards/chosen"] = m.rewards_chosen;

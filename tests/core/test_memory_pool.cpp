@@ -4,6 +4,7 @@
 // FSDP strategy and both compute precisions.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 #include "app/run_spec_resolve.hpp"
@@ -45,6 +46,81 @@ TEST(MemoryPool, ReleasedBlocksAreReusedForTheSameSizeOnly) {
   }
   pool.trim();
   EXPECT_EQ(pool.stats().reserved, s0.reserved) << "trim returns every cached block";
+}
+
+TEST(MemoryPool, APrivatePoolKeepsEveryBlockItsScopeTouched) {
+  // A CUDA graph replays the addresses its capture used: blocks allocated or released while
+  // a private pool is open stay that pool's until it is destroyed (core/memory.hpp).
+  MemoryPool& pool = MemoryPool::instance();
+  pool.trim();
+  const MemoryStats s0 = pool.stats();
+  void* cached = nullptr;
+  { Buffer<float> b(500, MemCategory::Workspace); cached = b.data(); }  // in the shared cache
+  Buffer<float> before(300, MemCategory::Workspace);                    // held across the scope
+  void* before_ptr = before.data();
+  void *inside = nullptr, *adopted = nullptr;
+  auto priv = std::make_unique<PrivatePool>();
+  pool.open_private(priv.get());
+  {
+    Buffer<float> a(500, MemCategory::Activations);
+    EXPECT_EQ(a.data(), cached) << "a shared cached block of the size is taken (and becomes the pool's)";
+    inside = a.data();
+  }
+  {
+    Buffer<float> again(500, MemCategory::Workspace);
+    EXPECT_EQ(again.data(), inside) << "released inside the scope: back to the private pool, handed out again";
+  }
+  before.reset();  // a block from before the scope, released during it: adopted
+  adopted = before_ptr;
+  EXPECT_EQ(priv->bytes(), 2000u + 1200u);
+  pool.open_private(nullptr);
+  {
+    Buffer<float> outside(500, MemCategory::Workspace);
+    EXPECT_NE(outside.data(), inside) << "a closed private pool's block is not handed to other code";
+    Buffer<float> outside2(300, MemCategory::Workspace);
+    EXPECT_NE(outside2.data(), adopted);
+  }
+  // Reopened (the next capture of the same graph), its blocks are handed out again.
+  pool.open_private(priv.get());
+  {
+    Buffer<float> a(500, MemCategory::Workspace);
+    EXPECT_EQ(a.data(), inside);
+  }
+  pool.open_private(nullptr);
+  EXPECT_EQ(pool.stats().total_in_use, s0.total_in_use);
+  priv.reset();  // destroyed: its blocks are shared again
+  {
+    Buffer<float> a(500, MemCategory::Workspace), b(300, MemCategory::Workspace);
+    const bool shared500 = a.data() == inside, shared300 = b.data() == adopted;
+    EXPECT_TRUE(shared500);
+    EXPECT_TRUE(shared300);
+  }
+  pool.trim();
+  EXPECT_EQ(pool.stats().reserved, s0.reserved) << "trim returns every cached block, the private ones included";
+}
+
+TEST(MemoryPool, ABlockAllocatedInAPrivateScopeAndKeptReturnsToItsPool) {
+  // A holder that outlives the scope (state made lazily during a captured step) gives its
+  // block back to the private pool, not to the shared cache.
+  MemoryPool& pool = MemoryPool::instance();
+  pool.trim();
+  auto priv = std::make_unique<PrivatePool>();
+  pool.open_private(priv.get());
+  Buffer<double> kept(77, MemCategory::Workspace);
+  void* ptr = kept.data();
+  pool.open_private(nullptr);
+  kept.reset();
+  {
+    Buffer<double> other(77, MemCategory::Workspace);
+    EXPECT_NE(other.data(), ptr);
+  }
+  priv.reset();
+  {
+    Buffer<double> other(77, MemCategory::Workspace);
+    const bool shared = other.data() == ptr;
+    EXPECT_TRUE(shared);
+  }
+  pool.trim();
 }
 
 Config small_model(const std::string& strategy, const std::string& precision) {

@@ -187,3 +187,51 @@ TEST(KernelsEmbedding, PackedPositionBackwardTokenOrder) {
   EXPECT_TRUE(bitwise_equal(to_double(run(float{})), to_double(reference(float{}))));
   EXPECT_TRUE(bitwise_equal(to_double(run(bf16{})), to_double(reference(bf16{}))));
 }
+
+TEST(KernelsEmbedding, TokenIndexAndTheIndexedGpuFormMatchTheHostForm) {
+  // The training step groups a micro-batch's tokens by row on the host, where they come from
+  // (token_grad_index), and GPUs sum through that index (embedding_backward_indexed); on
+  // the CPU the indexed form runs on host threads and must equal the host form bit for bit in
+  // double and float (both sum each element in token order), and the index must be the stable
+  // grouping (rows ascending, positions in token order, tokens outside the slice left out).
+  const auto tok = tokens();
+  const int n = static_cast<int>(tok.size());
+  std::vector<std::int32_t> index(static_cast<std::size_t>(k::token_grad_index_elems(n)), -5);
+  k::token_grad_index(tok.data(), n, kVocabStart, kVocabLocal, index.data());
+  // In the slice [10, 27): rows 0(10) 1(11) 2(12) 4(14) 5(15) 10(20) 15(25) 16(26).
+  ASSERT_EQ(index[0], 8);
+  const std::vector<std::int32_t> rows(index.begin() + 1, index.begin() + 9);
+  EXPECT_EQ(rows, (std::vector<std::int32_t>{0, 1, 2, 4, 5, 10, 15, 16}));
+  const std::int32_t* offsets = index.data() + 1 + n;
+  const std::vector<std::int32_t> off(offsets, offsets + 9);
+  EXPECT_EQ(off, (std::vector<std::int32_t>{0, 2, 4, 8, 9, 10, 11, 12, 15}));
+  const std::int32_t* pos = index.data() + 2 + 2 * n;
+  // token 12 (row 2) at positions 0, 3, 7, 15 in token order; 26 (row 16) at 2, 10, 20.
+  EXPECT_EQ(std::vector<std::int32_t>(pos + 4, pos + 8), (std::vector<std::int32_t>{0, 3, 7, 15}));
+  EXPECT_EQ(std::vector<std::int32_t>(pos + 12, pos + 15), (std::vector<std::int32_t>{2, 10, 20}));
+  EXPECT_EQ(index.back(), -5) << "past the positions, the index is left as it was";
+
+  auto dtok = to_device(tok);
+  auto didx = to_device(index);
+  const auto dwte0 = random_normal(static_cast<std::size_t>(kVocabLocal) * kC, 5);
+  const auto w = random_normal(static_cast<std::size_t>(n) * kC, 6);
+  auto run = [&](auto zero, bool indexed) {
+    using T = decltype(zero);
+    auto dw = upload<T>(dwte0);
+    auto dout = upload<T>(w);
+    if (indexed) k::embedding_backward_indexed(didx.data(), n, dout.data(), kVocabLocal, kC, dw.data());
+    else k::embedding_backward(dtok.data(), n, dout.data(), kVocabStart, kVocabLocal, kC, dw.data());
+    return download(dw);
+  };
+  EXPECT_TRUE(bitwise_equal(run(0.0, true), run(0.0, false)));
+  EXPECT_TRUE(bitwise_equal(run(0.0f, true), run(0.0f, false)));
+  // bf16: the indexed form accumulates a row's contributions in fp32 and rounds once, the
+  // host form rounds after each: within bf16 rounding of each other.
+  expect_bf16_close("indexed embedding_backward", run(bf16(0.0f), true), run(bf16(0.0f), false));
+  // More tokens than rows in the slice, and none in it.
+  std::vector<std::int32_t> none(7, 3);
+  std::vector<std::int32_t> empty(static_cast<std::size_t>(k::token_grad_index_elems(7)), 0);
+  k::token_grad_index(none.data(), 7, kVocabStart, kVocabLocal, empty.data());
+  EXPECT_EQ(empty[0], 0);
+  EXPECT_EQ(empty[1 + 7], 0);
+}

@@ -245,3 +245,52 @@ TEST(SdpaRagged, RefusesWhatTheFusedKernelCannotExpress) {
   EXPECT_NE(call.layout.why_not.find("query heads"), std::string::npos) << call.layout.why_not;
   EXPECT_TRUE(call.ragged.seq_len.empty());
 }
+
+TEST(SdpaRagged, DeviceIndexIsTheHostIndexBitForBit) {
+  // The device index (kernels::sdpa_ragged_index, from the device document starts) against
+  // the host description's index_block(), every int64 of the block compared: one document
+  // per row (the batch fits exactly), length-1 documents everywhere (the most documents a
+  // batch can have), the random boundaries of the other tests (row 0 one document filling
+  // it, row 1 length-1 documents at both ends), a count just past a power of two (unused
+  // entries), and B = 1.
+  struct Layout {
+    int B, T, Hq, ld, ldo;
+  };
+  std::vector<std::pair<Layout, std::vector<std::int32_t>>> inputs;
+  {
+    const Layout l{4, 16, 2, 48, 16};
+    inputs.push_back({l, std::vector<std::int32_t>(64, 0)});  // every row one document
+    std::vector<std::int32_t> ones(64);
+    for (int i = 0; i < 64; ++i) ones[static_cast<std::size_t>(i)] = i % 16;
+    inputs.push_back({l, ones});                              // 64 length-1 documents
+    std::vector<std::int32_t> five = ones;                    // 5 documents: 4 rows, row 2 split in two
+    for (int i = 0; i < 64; ++i) five[static_cast<std::size_t>(i)] = (i / 16 == 2 && i % 16 >= 7) ? 7 : 0;
+    inputs.push_back({l, five});
+  }
+  for (unsigned seed : {1u, 2u, 3u}) {
+    const Layout l{5, 37, 3, 72, 24};
+    inputs.push_back({l, random_docs(l.B, l.T, seed)});
+  }
+  inputs.push_back({Layout{1, 29, 4, 64, 32}, random_docs(1, 29, 9)});
+  for (const auto& [l, docs] : inputs) {
+    k::AttentionShape s = shape_of({"index", l.B, l.T, l.Hq, l.Hq, 8, 1, 0, 0});
+    Buffer<std::int32_t> d_docs = to_device(docs);
+    s.doc_start = d_docs.data();
+    const k::SdpaRaggedCall call = k::sdpa_ragged(s, docs.data(), l.ld, l.ld, l.ld, l.ldo);
+    ASSERT_TRUE(call.layout.supported) << call.layout.why_not;
+    const std::vector<std::int64_t> host = call.ragged.index_block();
+    const int batch = call.ragged.batch;
+    // Poisoned output and scratch: every element must be written.
+    Buffer<std::int64_t> block = to_device(std::vector<std::int64_t>(host.size(), -7));
+    Buffer<std::int64_t> first = to_device(std::vector<std::int64_t>(static_cast<std::size_t>(batch) + 1, -7));
+    const auto strides = k::sdpa_ragged_token_strides(s, l.ld, l.ld, l.ld, l.ldo);
+    EXPECT_EQ(strides[k::kRaggedStats], l.Hq);
+    k::sdpa_ragged_index(s.doc_start, l.B, l.T, strides.data(), batch, block.data(), first.data());
+    const std::vector<std::int64_t> dev = to_host(block);
+    ASSERT_EQ(dev.size(), host.size());
+    for (std::size_t j = 0; j < host.size(); ++j)
+      ASSERT_EQ(dev[j], host[j]) << "B " << l.B << " T " << l.T << ": element " << j << " of the index ("
+                                 << call.ragged.documents << " documents, batch " << batch << ")";
+    EXPECT_EQ(to_host(first)[static_cast<std::size_t>(batch)], call.ragged.documents);
+  }
+}

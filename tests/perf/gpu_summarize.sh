@@ -26,6 +26,9 @@ for r in r1 r2; do
   done > "$w/train/$r/metrics.jsonl"
   echo 0 > "$w/train/$r/status.txt"
 done
+# r1 replayed steps 3-6 from a CUDA graph (gpu.graphs), and its log says so.
+sed -i -E 's/^(\{"step": [3-6],)/\1 "cuda_graph": true,/' "$w/train/r1/metrics.jsonl"
+printf '[rank 0] gpu.graphs: one step captured into a CUDA graph after the first eager steps, then replayed\n' > "$w/train/r1/train.log"
 # r1's reference within 1e-2 (0.5% off), r2's 5% off at step 3.
 python3 - "$ref" <<'PY'
 import json, sys
@@ -81,10 +84,15 @@ check([x["name"] for x in k["kernels"]] == ["Kernels::big", "Kernels::small"], "
 check(k["kernels"][0]["calls"] == 3 and k["kernels"][0]["pct_of_kernels"] == 90, "kernel row fields")
 check(k["regions"][0]["name"] == "Kernels::attention_forward", "regions")
 check(r["paths"] == {"fused.one": "PASS"}, "paths")
+check(r["train"]["cuda_graph_steps"] == 4 and r["runs"]["r2"]["train"]["cuda_graph_steps"] == 0, "CUDA graph steps")
+check(r["train"]["graphs"].startswith("one step captured"), "the trainer's gpu.graphs line")
+check(r["runs"]["r2"]["train"]["graphs"] == "not in the log", "no gpu.graphs line")
 check(r["ok"] is False, "a loss outside its tolerance fails the verdict")
 PY
 grep -q "verdict  FAIL: a loss left the CPU fp32 reference's tolerance" "$w/table.txt" || fail "the table's verdict names the loss"
 grep -qE "^r1 .* 2\.00x " "$w/table.txt" || fail "the table's r1 row shows meshtrain/eager 2.00x"
+grep -q "^graphs   4 of 6 steps replayed from a CUDA graph (gpu.graphs: one step captured" "$w/table.txt" ||
+  fail "the table says how many steps the CUDA graph replayed"
 
 # r2's reference fixed: PASS. Then a FAILed compile peer fails the verdict; SKIP does not.
 python3 -c "

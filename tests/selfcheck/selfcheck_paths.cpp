@@ -29,6 +29,10 @@
 #include "kernels/residual_norms.hpp"
 #include "kernels/sdpa_ragged.hpp"
 #include "runtime/runtime.hpp"
+#include "app/run_spec_resolve.hpp"
+#include "config/config.hpp"
+#include "train/session.hpp"
+#include "train/step.hpp"
 
 namespace k = meshtrain::kernels;
 using meshtrain::bf16;
@@ -772,6 +776,87 @@ std::string residual_norm_path(bool layernorm) {
 std::string path_residual_layernorm() { return residual_norm_path(true); }
 std::string path_residual_rmsnorm() { return residual_norm_path(false); }
 
+// ---- CUDA graphs (gpu.graphs) ----------------------------------------------------------
+/// Six optimizer steps of a tiny model (2 micro-steps each, the data of each step its own),
+/// launched and collected one by one; the losses, norms and every fp32 master parameter after
+/// the last step. With `graphs` the third step is captured and the later ones replayed.
+struct StepRun {
+  std::vector<double> loss, norm;
+  std::vector<float> master;
+  int replayed = 0;
+};
+template <class T>
+StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt) {
+  meshtrain::Config c;
+  c.model.family = meshtrain::choice_of<meshtrain::ModelFamily>(family);
+  c.model.vocab_size = 256;
+  c.model.d_model = 64;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  if (std::string(family) == "llama") c.model.n_kv_heads = 2;
+  c.model.max_seq_len = 64;
+  c.model.tie_embeddings = std::string(family) == "gpt2";
+  c.train.seq_len = 64;
+  c.train.micro_batch = 2;
+  c.train.grad_accum = 2;
+  c.train.steps = 6;
+  c.train.warmup_steps = 2;
+  c.train.grad_clip = 0.5;  // clipping active: the norm's coefficient reaches AdamW through the graph
+  c.train.precision = std::is_same_v<T, bf16> ? meshtrain::Precision::Bf16 : meshtrain::Precision::Fp32;
+  c.parallel.strategy = meshtrain::StrategyChoice::NoShard;
+  c.data.dir = "random";
+  c.gpu.graphs = graphs;
+  const meshtrain::plan::RunSetup setup = meshtrain::app::resolve_run(c, rt.topology());
+  meshtrain::train::Session<T> s(rt, setup);
+  s.engine().init_parameters(5);
+  meshtrain::train::StepRunner<T> runner(s, meshtrain::train::step_settings(setup), false);
+  StepRun out;
+  int updates = 0;
+  for (int step = 0; step < c.train.steps; ++step) {
+    const meshtrain::train::BatchFiller fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
+      for (int i = 0; i < c.train.micro_batch * c.train.seq_len; ++i) {
+        in[i] = (i * 7 + micro * 31 + step * 13) % 256;
+        tgt[i] = (i * 5 + micro * 3 + step * 11 + 1) % 256;
+      }
+    };
+    meshtrain::train::StepInput in;
+    in.step = step;
+    in.fill = &fill;
+    runner.launch(in, updates);
+    const meshtrain::train::StepResult r = runner.collect();
+    updates += r.applied ? 1 : 0;
+    out.loss.push_back(r.loss);
+    out.norm.push_back(r.grad_norm);
+    out.replayed += r.graph ? 1 : 0;
+  }
+  for (int u = 0; u < s.engine().num_units(); ++u) {
+    const std::vector<float> m = down(s.engine().state(u).master);
+    out.master.insert(out.master.end(), m.begin(), m.end());
+  }
+  return out;
+}
+template <class T>
+std::string graph_path(const char* family, meshtrain::Runtime& rt) {
+#if !defined(MESHTRAIN_WITH_CUDA)
+  (void)family;
+  (void)rt;
+  throw NotBuilt("a host build has no CUDA graphs");
+#else
+  const StepRun eager = run_steps<T>(family, false, rt), graph = run_steps<T>(family, true, rt);
+  require(eager.replayed == 0, "the eager run used a graph");
+  require(graph.replayed == 6 - meshtrain::train::kWarmupSteps,
+          "expected " + std::to_string(6 - meshtrain::train::kWarmupSteps) + " steps from the graph, got " +
+              std::to_string(graph.replayed) + " (see the gpu.graphs line above for the reason)");
+  check_bitwise("losses (eager vs graph)", eager.loss, graph.loss);
+  check_bitwise("gradient norms (eager vs graph)", eager.norm, graph.norm);
+  check_bitwise("fp32 master parameters after 6 steps (eager vs graph)", eager.master, graph.master);
+  char out[200];
+  std::snprintf(out, sizeof out, "%s: %d of 6 steps replayed; losses %.6f .. %.6f and %zu parameters bitwise the eager run's",
+                family, graph.replayed, graph.loss.front(), graph.loss.back(), graph.master.size());
+  return out;
+#endif
+}
+
 struct Path {
   const char* name;
   std::function<std::string()> run;
@@ -803,6 +888,8 @@ int main(int argc, char** argv) {
       {"fused_loss.tp_merge", path_fused_cross_entropy_tp},
       {"fused_norms.residual_layernorm", path_residual_layernorm},
       {"fused_norms.residual_rmsnorm", path_residual_rmsnorm},
+      // Whole steps, eager against replayed from a CUDA graph (bf16, cuDNN attention where built).
+      {"graphs.step", [&runtime] { return graph_path<bf16>("gpt2", runtime) + "; " + graph_path<bf16>("llama", runtime); }},
   };
   const char* space = meshtrain::kDeviceIsHost ? "host threads (the host twins)" : "the device";
   std::printf("selfcheck_paths: %zu paths on %s (%s), each against the path it replaces and a double reference\n",

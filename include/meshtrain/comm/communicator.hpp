@@ -11,8 +11,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+
+#include "comm/interval_ledger.hpp"
 
 namespace meshtrain {
 
@@ -73,12 +76,23 @@ class Work {
 
 /// Time and volume spent in collectives, accumulated per process (all communicators).
 struct CommStats {
-  double exposed_seconds = 0;   ///< host time blocked in wait()/blocking calls
-  double busy_seconds = 0;      ///< post-to-completion time of every collective
+  double exposed_seconds = 0;   ///< host time blocked in wait()/blocking calls (MPI; NCCL's barrier)
+  double busy_seconds = 0;      ///< MPI: post-to-completion time of every collective (host clock)
   std::uint64_t bytes = 0;      ///< bytes sent+received per rank (algorithmic volume)
   std::uint64_t operations = 0;
+  /// The step tag that device-timed intervals issued from now on carry (the trainer sets
+  /// its 0-based step before issuing a step).
+  std::uint64_t tag = 0;
+  /// NCCL: device-timed seconds per tag (busy: the collectives on the comm stream; exposed:
+  /// the compute stream waiting for them), added as the communicators' ledgers account
+  /// their events (comm/interval_ledger.hpp); the MPI backend measures on the host instead
+  /// (the two fields above) and adds nothing here.
+  std::map<std::uint64_t, DeviceCommTimes> device;
 };
 CommStats& comm_stats();
+/// The device-timed seconds accounted for `tag` (zero when none), forgetting that tag and
+/// every older one (intervals of a tag already taken, e.g. an evaluation's, are dropped).
+DeviceCommTimes take_device_comm_times(std::uint64_t tag);
 
 class Communicator {
  public:

@@ -6,7 +6,10 @@
 /// Each collective runs on a dedicated comm stream: an event recorded on the compute
 /// stream makes the comm stream wait for the producer kernels; a second event recorded
 /// after the collective is what `Work::wait()` makes the compute stream wait on. No host
-/// synchronisation on the data path (ARCHITECTURE.md, "On GPUs ...").
+/// synchronisation on the data path (ARCHITECTURE.md, "On GPUs ..."). Timing events bracket
+/// each collective on the comm stream and each wait on the compute stream; their intervals
+/// are read later, without blocking (comm/interval_ledger.hpp). Under a CUDA graph capture
+/// of the compute stream the same calls build the graph's nodes, untimed.
 ///
 /// Only built where the CUDA toolkit and NCCL exist (CUDA builds; CPU builds compile and
 /// link it as a check). Streams are passed as opaque `void*` (a `cudaStream_t`) so this
@@ -39,12 +42,13 @@ class NcclCommunicator final : public Communicator {
                         ReduceOp op) override;
   Work broadcast_async(void* buffer, std::size_t count, DType dtype, int root) override;
   void barrier() override;
-  /// Accounts the collectives that have finished (comm_stats().busy_seconds); NCCL needs
-  /// no host progress otherwise.
+  /// Accounts the device-timed intervals that have finished (comm_stats().device, per step
+  /// tag); NCCL needs no host progress otherwise.
   void progress() override;
 
-  /// Seconds the comm stream spent in collectives that finished since the last drain
-  /// (event timing; also added to comm_stats().busy_seconds; never blocks).
+  /// Seconds of the intervals that finished since the last drain: collectives on the comm
+  /// stream (busy) and the compute stream's waits for them (exposed), both from events,
+  /// also added to comm_stats().device under the tags that issued them; never blocks.
   double drain_busy_seconds();
 
   struct Impl;

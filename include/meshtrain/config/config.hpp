@@ -118,6 +118,7 @@ struct GpuConfig {
   AttentionChoice attention = AttentionChoice::Cudnn;  ///< cuDNN flash attention where supported, else Kokkos
   bool fused_loss = true;             ///< one-pass online-softmax cross-entropy, loss kept on the device
   bool fused_norms = true;            ///< residual add (+ bias) fused with the block's second norm
+  bool graphs = true;                 ///< replay each step from a CUDA graph where the step allows it
 };
 
 struct OutputConfig {

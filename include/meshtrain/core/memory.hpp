@@ -9,8 +9,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/views.hpp"
 
@@ -39,6 +41,33 @@ struct MemoryStats {
   std::uint64_t device_allocations = 0;  ///< calls to the underlying allocator
 };
 
+class MemoryPool;
+
+/// \brief Blocks kept for one CUDA graph (train/step_graph.hpp). A graph replays the device
+/// addresses its capture saw, so every block the captured step used must stay the graph's
+/// for as long as the graph exists: while a PrivatePool is open (MemoryPool::open_private),
+/// every block allocated or released belongs to it from then on -- a released one goes to
+/// this pool's free list, never back to the shared cache where other code (an evaluation, a
+/// checkpoint) could be handed it between two replays. An allocation takes a free block of
+/// this pool first, then one of the shared cache, then a new one (under a relaxed capture
+/// mode, since a capture forbids cudaMalloc otherwise), and it stays this pool's. Closing
+/// the scope keeps the blocks; destroying the pool returns its free blocks to the shared
+/// cache, and a block still held by its owner goes there when the owner releases it.
+class PrivatePool {
+ public:
+  PrivatePool() = default;
+  ~PrivatePool();
+  PrivatePool(const PrivatePool&) = delete;
+  PrivatePool& operator=(const PrivatePool&) = delete;
+  /// Bytes of the blocks that belong to this pool (free or in use).
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  friend class MemoryPool;
+  std::map<std::size_t, std::vector<void*>> free_;  // exact size -> free blocks
+  std::size_t bytes_ = 0;
+};
+
 /// \brief Process-wide allocator: tracks bytes per category; caches freed blocks by
 /// exact size (sizes recur every step) so steady-state steps do not allocate.
 class MemoryPool {
@@ -47,8 +76,12 @@ class MemoryPool {
 
   void* allocate(std::size_t bytes, MemCategory category);
   void release(void* ptr, std::size_t bytes, MemCategory category);
-  /// Returns cached blocks to the system (end of run, tests).
+  /// Returns cached blocks to the system (end of run, tests). Blocks of a private pool are
+  /// not in the shared cache and stay.
   void trim();
+  /// Opens `pool` (nullptr: closes the open one): allocations and releases go through it
+  /// until it is closed (PrivatePool). One at a time.
+  void open_private(PrivatePool* pool);
 
   const MemoryStats& stats() const { return stats_; }
   /// Resets peaks to current values (start of a measured phase).
@@ -57,6 +90,8 @@ class MemoryPool {
  private:
   MemoryPool() = default;
   ~MemoryPool();
+  friend class PrivatePool;
+  void forget_private(PrivatePool* pool);
   struct Impl;
   Impl* impl();
   Impl* impl_ = nullptr;

@@ -13,6 +13,14 @@ namespace meshtrain {
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using DeviceMem = ExecSpace::memory_space;
 using HostMem = Kokkos::HostSpace;
+/// Page-locked host memory where the device has its own (the source of asynchronous
+/// host-to-device copies: a copy from pageable memory is staged by the driver, which may
+/// make the host wait for the stream); plain host memory on host builds.
+#if defined(KOKKOS_ENABLE_CUDA)
+using PinnedMem = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedMem = Kokkos::HostSpace;
+#endif
 
 /// Non-owning 1-D view over memory owned elsewhere (a pool block, a flat parameter buffer).
 template <class T, class MemSpace = DeviceMem>

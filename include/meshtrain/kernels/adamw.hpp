@@ -16,6 +16,16 @@ struct AdamWParams {
   int step = 1;             ///< 1-based step for bias correction
 };
 
+/// The scalars of one AdamW update, computed once on the host in double (as torch does):
+/// step_size = lr / (1 - b1^t), bc2_sqrt = sqrt(1 - b2^t), decay = 1 - lr * weight_decay
+/// (no_decay the same with weight decay 0), w1 = 1 - b1, w2 = 1 - b2. The fused step reads
+/// them from device memory (adamw_multi's device form), so that a step replayed from a CUDA
+/// graph takes each step's learning rate and bias correction, never the captured ones.
+struct AdamWScalars {
+  float step_size = 0, bc2_sqrt = 1, decay = 1, no_decay = 1, w1 = 0, w2 = 0, beta2 = 0, eps = 0;
+};
+AdamWScalars adamw_scalars(const AdamWParams& p);
+
 /// For i < n: g = grad[i]*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 /// p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + weight_decay * p).
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::size_t n,
@@ -50,6 +60,28 @@ template <class C>
 void adamw_multi(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const FlatSegment* segs,
                  int n_segs, std::int64_t total, const AdamWParams& p, const double* norm_clip, C* compute,
                  SegmentLaunch launch = SegmentLaunch::Auto);
+
+/// The same update with its scalars read from device memory: `scalars` (one AdamWScalars) and
+/// `gate` ([0]: the step is skipped when it is not finite; [1]: the clip coefficient), both
+/// device pointers written by earlier kernels (adamw_gate) or copies. Bitwise the form above
+/// for the same values.
+template <class C>
+void adamw_multi(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const FlatSegment* segs,
+                 int n_segs, std::int64_t total, const AdamWScalars* scalars, const double* gate, C* compute,
+                 SegmentLaunch launch = SegmentLaunch::Auto);
+
+/// \brief The decision of a fused optimizer step, on the device (one thread), so that the
+/// host reads nothing before AdamW: with loss[0] (the step's loss) and norm_clip ([0] the
+/// global gradient norm, [1] its clip coefficient, grad_norm_clip's),
+///   gate[0] = norm_clip[0] when the loss and the norm are finite, else NaN (AdamW then skips);
+///   gate[1] = norm_clip[1];  applied[0] = 1 or 0.
+/// The AdamW scalars of the step: the host, which learns whether a step was applied only
+/// when it reads the step back (one step late), gives two candidates -- [0] for "the
+/// previous step was skipped", [1] for "it was applied" (their bias corrections differ by
+/// one update) --, and the device takes candidates[prev[0] != 0] into *current, then sets
+/// prev[0] (kept across steps) to this step's applied flag. chosen[0] = the candidate taken.
+void adamw_gate(const double* loss, const double* norm_clip, const AdamWScalars* candidates, double* prev,
+                AdamWScalars* current, double* gate, double* applied, double* chosen);
 
 /// \brief Sum over the segments of x[i]^2 in double into *out, a device pointer, written
 /// asynchronously (nothing is read back). Single: one reduction over all `total` elements,

@@ -12,7 +12,8 @@
 /// Packed rows (document masks) run as cuDNN's variable-length form: a ragged layout
 /// (kernels/sdpa_ragged.hpp) adds the padding mask, per-document sequence lengths and ragged
 /// offsets on every operand (the statistics included), all read from a small device index
-/// the caller uploads; graphs are keyed by the power-of-two document batch, not the count.
+/// the caller computes on the device (kernels::sdpa_ragged_index); graphs are keyed by the
+/// power-of-two document batch, not the count.
 ///
 /// Graphs are built once per (shape, strides, direction) and cached for the process: building
 /// one costs milliseconds to seconds, executing it microseconds. The caller provides each

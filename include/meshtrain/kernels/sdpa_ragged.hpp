@@ -30,8 +30,11 @@
 /// always take the same path, so the layout is private to it).
 ///
 /// Pure arithmetic, no CUDA: the CPU suite runs a double-precision attention that reads and
-/// writes only through this description against the Kokkos path (test_sdpa_ragged).
+/// writes only through this description against the Kokkos path (test_sdpa_ragged). The
+/// device copy of the index is computed on the device from the uploaded document starts
+/// (sdpa_ragged_index, a Kokkos kernel whose host twin is index_block()).
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -74,6 +77,25 @@ struct SdpaRaggedCall {
   SdpaLayout layout;  ///< supported and ragged, or the reason it is not
   SdpaRagged ragged;
 };
+
+/// \brief The device image of SdpaRagged::index_block(), bit for bit, computed on the device
+/// from the device document starts `doc_start` ((B, T), the rule of AttentionShape::doc_start)
+/// for graph batch `batch` (sdpa_ragged_batch of the document count; the count itself is
+/// taken from the starts): per operand the element offsets first token * `token_stride[op]`
+/// (entries past the last document and entry `batch`: B*T * token_stride[op]), then the
+/// per-document lengths as int32. `block`: sdpa_ragged_index_elems(batch) int64, device;
+/// `first`: device scratch of batch + 1 int64. Two kernels (a scan over the B*T tokens, a
+/// fill of the block) queued on the default execution space; nothing is read back and nothing
+/// is copied from the host, so the call can be captured into a CUDA graph. The starts are not
+/// checked here: sdpa_ragged (which the caller needs for the layout and the batch) checks
+/// them on the host. Its host twin is index_block() (test_kernels_sdpa_ragged compares them).
+void sdpa_ragged_index(const std::int32_t* doc_start, int B, int T, const std::int64_t* token_stride, int batch,
+                       std::int64_t* block, std::int64_t* first);
+
+/// Per-token element strides of the operands, in SdpaOperand order: ld for q, k, v and out,
+/// Hq for the token-major statistics (what sdpa_ragged multiplies the first tokens by).
+std::array<std::int64_t, kRaggedOperands> sdpa_ragged_token_strides(const AttentionShape& s, int ldq, int ldk,
+                                                                    int ldv, int ldo);
 
 /// The description of packed shape s (s.doc_start set) whose document starts are
 /// doc_start_host ((B, T) host ints, the rule of AttentionShape::doc_start). Refused for the

@@ -38,6 +38,10 @@ struct BatchShape {
   /// Host copy of doc_start (or null), for cuDNN's variable-length attention
   /// (kernels::AttentionShape::doc_start_host).
   const std::int32_t* doc_start_host = nullptr;
+  /// Null, or the device copy of kernels::token_grad_index of the tokens (this tp rank's
+  /// vocabulary slice): the embedding gradient's grouping of positions by row, made on the
+  /// host where the tokens come from (train/step_batch.hpp), so that GPUs read nothing back.
+  const std::int32_t* token_grad_index = nullptr;
   int N() const { return B * T; }
 };
 
@@ -78,13 +82,18 @@ class Transformer {
                       const T* x_in, BlockCache<T>& cache, T* dx) const;
 
   /// Final norm + LM head + cross-entropy, forward and backward together: returns the local
-  /// sum of per-token losses (identical on every tp rank), writes dx_L (N, C) (overwrite) and
+  /// sum of per-token losses (identical on every tp rank; or adds it to `loss_sum`, below),
+  /// writes dx_L (N, C) (overwrite) and
   /// accumulates head/final-norm gradients. grad_scale multiplies dlogits (1/global tokens);
   /// row_scale (device, (N), or null) multiplies each row's dlogits as well (DPO: the
   /// coefficient of the row's sequence, kernels::cross_entropy_finish).
+  /// `loss_sum`: null, or a device double the micro-batch's loss sum is added to (the chunk
+  /// losses of gpu.fused_loss summed in chunk order on the device, the three-pass form's
+  /// host sum added by a kernel): nothing is then read back and 0 is returned.
   double head_forward_backward(const ComputeContext& ctx, const T* outer, T* outer_grad,
                                BatchShape s, const T* x, const std::int32_t* targets,
-                               float grad_scale, T* dx, const float* row_scale = nullptr) const;
+                               float grad_scale, T* dx, const float* row_scale = nullptr,
+                               double* loss_sum = nullptr) const;
   /// Loss sum only (evaluation).
   double head_loss(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
                    const std::int32_t* targets) const;

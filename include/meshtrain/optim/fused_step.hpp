@@ -3,8 +3,10 @@
 /// global gradient norm in one reduction launch per FSDP unit, summed over the world and
 /// turned into the clip coefficient on the device; AdamW in one launch per unit that reads
 /// that coefficient (and skips the update when the norm is not finite) from device memory,
-/// writing no_shard's compute-dtype copy in the same pass. The host reads the norm once,
-/// after AdamW has been launched, to log it and to count the update.
+/// writing no_shard's compute-dtype copy in the same pass. The learning rate and the bias
+/// correction are read from device memory too (the step's AdamW scalars), so nothing the host
+/// passes by value changes from step to step and a CUDA graph can replay the whole end of the
+/// step. The host reads the norm one step late (train/step.hpp), to log it and count the update.
 ///
 /// Host builds run the same class: the per-unit reductions become the per-parameter
 /// sum_squares calls of parallel::global_grad_norm added in its order, and AdamW is the
@@ -30,10 +32,14 @@ class FusedStep {
   /// Global gradient norm and clip coefficient (max_norm 0 = no clipping) into device
   /// memory: norm_clip()[0], [1]. Nothing is read back.
   void grad_norm(Communicator& world, double max_norm);
-  /// AdamW on every unit with `step` (1-based) and the clip coefficient of grad_norm;
-  /// leaves everything unchanged when the norm is not finite. Does not call the engine's
-  /// params_updated*: the caller does once it knows the update was applied.
-  void update(double lr, int step);
+  /// The AdamW scalars of learning rate `lr` and update `step` (1-based) with these
+  /// settings (kernels::adamw_scalars, on the host).
+  kernels::AdamWScalars scalars(double lr, int step) const;
+  /// AdamW on every unit with the scalars at `scalars` and the gate at `gate` (both device
+  /// memory: kernels::adamw_gate writes them from the step's loss, grad_norm's norm and clip
+  /// coefficient and the host's candidates); leaves everything unchanged when gate[0] is not
+  /// finite. Does not call the engine's params_updated*: the caller does.
+  void update(const kernels::AdamWScalars* scalars, const double* gate);
   /// The norm of the last grad_norm, read back (waits for the work queued before it).
   double norm() const;
   /// Device pointer: [0] the norm, [1] the clip coefficient.

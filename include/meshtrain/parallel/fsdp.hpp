@@ -100,6 +100,11 @@ class FsdpEngine {
   void finish_step();
   /// Drives in-flight collectives and completes finished reductions.
   void progress();
+  /// The host-side state a step starts from and leaves behind, as numbers (per unit: alive,
+  /// in flight, stale, started, which buffers exist and where; pending reductions). A CUDA
+  /// graph of a step is only valid when the step leaves the state it found
+  /// (train/step_graph.hpp): the host decisions it captured are then those of every step.
+  std::vector<std::int64_t> step_state() const;
   /// Frees every gathered (transient) parameter buffer (after evaluation).
   void release_all();
 

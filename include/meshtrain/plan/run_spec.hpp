@@ -74,6 +74,7 @@ struct TrainSpec {
   double sample_temperature = 0.8;
   int sample_top_k = 40;
   bool fused_optimizer = true;              ///< gpu.fused_optimizer
+  bool graphs = true;                       ///< gpu.graphs (train/step_graph.hpp)
   AttentionChoice attention = AttentionChoice::Cudnn;  ///< gpu.attention
   Objective objective = Objective::Sft;     ///< train.objective
   double dpo_beta = 0.1;                    ///< train.dpo_beta

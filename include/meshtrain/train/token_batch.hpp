@@ -1,7 +1,8 @@
 #pragma once
 /// \brief Host-to-device staging of one micro-batch of token ids: the sampler fills the
-/// host vectors, upload() copies them to the device buffers the model reads. The one place
-/// training steps, the trainer's evaluation and `meshtrain eval` stage tokens.
+/// host vectors, upload() copies them to the device buffers the model reads (a blocking
+/// copy). The trainer's evaluation and `meshtrain eval` stage their tokens here; a training
+/// step stages all of its micro-batches at once, asynchronously (train/step_batch.hpp).
 
 #include <cstdint>
 #include <vector>

@@ -37,68 +37,107 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 }  // namespace
 
-struct NcclCommunicator::Impl {
+struct NcclCommunicator::Impl final : IntervalLedger::Clock {
   ncclComm_t comm = nullptr;
   cudaStream_t compute = nullptr;
   cudaStream_t comm_stream = nullptr;
   // Events are recycled, so that steady-state steps create none: ready/done events for
-  // ordering (no timing), and (start, stop) pairs that time each collective on the comm
-  // stream, returned to their pool once read.
+  // ordering (no timing), and (start, stop) pairs of timing events, each pair an interval of
+  // the ledger -- a collective on the comm stream (busy) or the compute stream waiting for
+  // one (exposed) --, returned to their pool once the ledger has read them.
   std::vector<cudaEvent_t> free_events;
-  std::vector<cudaEvent_t> free_timed;
-  std::deque<std::pair<cudaEvent_t, cudaEvent_t>> timing;  // pending pairs, in issue order
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pairs;  // interval id -> its events
+  std::vector<int> free_pairs;
+  IntervalLedger ledger;
 
-  cudaEvent_t event(bool timed) {
-    std::vector<cudaEvent_t>& pool = timed ? free_timed : free_events;
-    if (!pool.empty()) {
-      cudaEvent_t e = pool.back();
-      pool.pop_back();
+  cudaEvent_t event() {
+    if (!free_events.empty()) {
+      cudaEvent_t e = free_events.back();
+      free_events.pop_back();
       return e;
     }
     cudaEvent_t e;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault : cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     return e;
   }
 
-  /// Adds the comm-stream time of every completed collective to comm_stats().busy_seconds
-  /// and recycles its events; stops at the first pending one (never blocks).
-  double drain() {
-    double total = 0;
-    while (!timing.empty()) {
-      auto [t0, t1] = timing.front();
-      const cudaError_t q = cudaEventQuery(t1);
-      if (q == cudaErrorNotReady) break;
-      CUDA_CHECK(q);
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-      total += ms * 1e-3;
-      free_timed.push_back(t0);
-      free_timed.push_back(t1);
-      timing.pop_front();
+  /// A free interval (its two timing events).
+  int interval() {
+    if (!free_pairs.empty()) {
+      const int id = free_pairs.back();
+      free_pairs.pop_back();
+      return id;
     }
-    comm_stats().busy_seconds += total;
-    return total;
+    cudaEvent_t a, b;
+    CUDA_CHECK(cudaEventCreateWithFlags(&a, cudaEventDefault));
+    CUDA_CHECK(cudaEventCreateWithFlags(&b, cudaEventDefault));
+    pairs.emplace_back(a, b);
+    return static_cast<int>(pairs.size()) - 1;
   }
+
+  /// While the compute stream is captured into a CUDA graph (train/step_graph.hpp), nothing
+  /// is timed and no event is queried: an event recorded during a capture marks a node of
+  /// the graph, not work that will complete, and querying it is an error. A replayed step's
+  /// communication is therefore not timed (the trainer reports it as not measured).
+  bool capturing() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(compute, &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
+
+  // IntervalLedger::Clock
+  bool done(int id) override {
+    const cudaError_t q = cudaEventQuery(pairs[static_cast<std::size_t>(id)].second);
+    if (q == cudaErrorNotReady) return false;
+    CUDA_CHECK(q);
+    return true;
+  }
+  double seconds(int id) override {
+    float ms = 0;
+    const auto& [a, b] = pairs[static_cast<std::size_t>(id)];
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    return 1e-3 * static_cast<double>(ms);
+  }
+  void recycle(int id) override { free_pairs.push_back(id); }
+
+  /// Accounts every completed interval into comm_stats().device (per step tag); never blocks.
+  double drain() { return capturing() ? 0.0 : ledger.drain(*this, comm_stats().device); }
 };
 
 namespace {
 /// Work handle: `done` is recorded on the comm stream after the collective.
 class NcclWork final : public WorkImpl {
  public:
-  NcclWork(NcclCommunicator::Impl* impl, cudaEvent_t done) : impl_(impl), done_(done) {}
+  NcclWork(NcclCommunicator::Impl* impl, cudaEvent_t done, bool captured)
+      : impl_(impl), done_(done), captured_(captured) {}
   ~NcclWork() override {
     if (done_) impl_->free_events.push_back(done_);
   }
-  bool test() override { return cudaEventQuery(done_) == cudaSuccess; }
+  // A collective captured into a CUDA graph has nothing the host could query: its order is
+  // the graph's.
+  bool test() override { return captured_ || cudaEventQuery(done_) == cudaSuccess; }
   void wait() override {
-    // Stream-ordered wait: later compute-stream kernels start after the collective;
-    // the host does not block.
+    // Stream-ordered wait: later compute-stream kernels start after the collective; the
+    // host does not block. The compute stream's idle time at this wait is the exposed
+    // communication: timing events just before and just after it (both on the compute
+    // stream) bracket exactly the time it stood still waiting.
+    const bool timed = !captured_ && !impl_->capturing();
+    int id = -1;
+    if (timed) {
+      id = impl_->interval();
+      CUDA_CHECK(cudaEventRecord(impl_->pairs[static_cast<std::size_t>(id)].first, impl_->compute));
+    }
     CUDA_CHECK(cudaStreamWaitEvent(impl_->compute, done_, 0));
+    if (timed) {
+      CUDA_CHECK(cudaEventRecord(impl_->pairs[static_cast<std::size_t>(id)].second, impl_->compute));
+      impl_->ledger.add(id, IntervalLedger::Kind::Exposed, comm_stats().tag);
+    }
   }
 
  private:
   NcclCommunicator::Impl* impl_;
   cudaEvent_t done_;
+  bool captured_;
 };
 }  // namespace
 
@@ -118,8 +157,7 @@ NcclCommunicator::~NcclCommunicator() {
   if (!impl_) return;
   cudaStreamSynchronize(impl_->comm_stream);
   for (cudaEvent_t e : impl_->free_events) cudaEventDestroy(e);
-  for (cudaEvent_t e : impl_->free_timed) cudaEventDestroy(e);
-  for (auto& [a, b] : impl_->timing) {
+  for (auto& [a, b] : impl_->pairs) {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
   }
@@ -129,24 +167,28 @@ NcclCommunicator::~NcclCommunicator() {
 
 template <class Launch>
 static Work enqueue(NcclCommunicator::Impl* impl, std::size_t bytes, Launch launch) {
-  impl->drain();  // account finished collectives, recycle their timing events
-  // 1) the comm stream waits for everything already queued on the compute stream
-  cudaEvent_t ready = impl->event(false);
+  const bool captured = impl->capturing();
+  if (!captured) impl->drain();  // account finished intervals, recycle their events
+  // 1) the comm stream waits for everything already queued on the compute stream (under a
+  //    capture this forks the comm stream into the graph; its done event joins it back)
+  cudaEvent_t ready = impl->event();
   CUDA_CHECK(cudaEventRecord(ready, impl->compute));
   CUDA_CHECK(cudaStreamWaitEvent(impl->comm_stream, ready, 0));
   impl->free_events.push_back(ready);  // safe to reuse: the wait captured its state
-  // 2) the collective, bracketed by timing events
-  cudaEvent_t t0 = impl->event(true), t1 = impl->event(true);
-  CUDA_CHECK(cudaEventRecord(t0, impl->comm_stream));
+  // 2) the collective, bracketed by timing events (not under a capture)
+  const int id = captured ? -1 : impl->interval();
+  if (!captured) CUDA_CHECK(cudaEventRecord(impl->pairs[static_cast<std::size_t>(id)].first, impl->comm_stream));
   launch(impl->comm_stream);
-  CUDA_CHECK(cudaEventRecord(t1, impl->comm_stream));
-  impl->timing.emplace_back(t0, t1);
+  if (!captured) {
+    CUDA_CHECK(cudaEventRecord(impl->pairs[static_cast<std::size_t>(id)].second, impl->comm_stream));
+    impl->ledger.add(id, IntervalLedger::Kind::Busy, comm_stats().tag);
+  }
   // 3) completion event for Work::wait
-  cudaEvent_t done = impl->event(false);
+  cudaEvent_t done = impl->event();
   CUDA_CHECK(cudaEventRecord(done, impl->comm_stream));
   comm_stats().bytes += bytes;
   comm_stats().operations += 1;
-  return Work(std::make_unique<NcclWork>(impl, done));
+  return Work(std::make_unique<NcclWork>(impl, done, captured));
 }
 
 Work NcclCommunicator::all_gather_async(const void* send, void* recv, std::size_t count,

@@ -1,0 +1,21 @@
+#pragma once
+/// \brief One-thread kernels that keep a training step's scalars on the device (the loss
+/// summed over the LM head's chunks and the micro-steps, its mean over the global batch):
+/// queued on the compute stream like any kernel, so the host reads nothing inside a step
+/// and a CUDA graph can capture them (train/step.hpp). Each does exactly the double
+/// additions and division the host did before, in the same order, so the results are bit for
+/// bit the host's.
+
+namespace meshtrain::kernels {
+
+/// acc[0] += ((0 + parts[0]) + parts[1]) + ... + parts[n-1]: the chunk losses of one head
+/// summed in chunk order from zero, then added to the step's running sum.
+void add_in_order(const double* parts, int n, double* acc);
+/// acc[0] += value.
+void add_scalar(double* acc, double value);
+/// x[0] = value (a kernel, not a copy from host memory).
+void set_scalar(double* x, double value);
+/// out[0] = x[0] / divisor.
+void divide_scalar(const double* x, double divisor, double* out);
+
+}  // namespace meshtrain::kernels

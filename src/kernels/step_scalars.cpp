@@ -1,0 +1,29 @@
+#include "kernels/step_scalars.hpp"
+
+#include "kernel_common.hpp"
+
+namespace meshtrain::kernels {
+using namespace detail;
+
+void add_in_order(const double* parts, int n, double* acc) {
+  Kokkos::parallel_for(
+      "Kernels::add_in_order", RangeInt(0, 1), KOKKOS_LAMBDA(int) {
+        double s = 0;
+        for (int i = 0; i < n; ++i) s += parts[i];
+        acc[0] += s;
+      });
+}
+
+void add_scalar(double* acc, double value) {
+  Kokkos::parallel_for("Kernels::add_scalar", RangeInt(0, 1), KOKKOS_LAMBDA(int) { acc[0] += value; });
+}
+
+void set_scalar(double* x, double value) {
+  Kokkos::parallel_for("Kernels::set_scalar", RangeInt(0, 1), KOKKOS_LAMBDA(int) { x[0] = value; });
+}
+
+void divide_scalar(const double* x, double divisor, double* out) {
+  Kokkos::parallel_for("Kernels::divide_scalar", RangeInt(0, 1), KOKKOS_LAMBDA(int) { out[0] = x[0] / divisor; });
+}
+
+}  // namespace meshtrain::kernels
