@@ -156,8 +156,9 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
                      "unit %d is kept quantized but has a trainable segment", u);
     if (unit_quant(u) != BaseQuant::None && L.frozen_padded() > 0) {
       // The quantized base's map (a TP slice that splits a block is refused here), its
-      // runs and group maxima on the device; sharded strategies also keep the 1-D
-      // parameters of the whole segment in T (no_shard has them in its gathered copy).
+      // runs and group maxima on the device; sharded strategies and a unit kept quantized
+      // also keep the 1-D parameters of the whole segment in T (no_shard's other units have
+      // them in their gathered copy).
       fz.map = build_quant_map(specs_, L, shape.tp, coord.tp, unit_quant(u));
       fz.runs = Buffer<kernels::QuantRun>(fz.map.runs.size(), MemCategory::Params);
       if (!fz.map.runs.empty())
