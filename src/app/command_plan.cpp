@@ -65,10 +65,13 @@ void print_strategies(const Config& cfg, const plan::PlanInput& in, const std::v
     long long trainable = 0;
     for (const model::ParamSpec& p : model::build_param_specs(dims, 1))
       if (!p.frozen) trainable += p.numel();
-    const std::string held = dims.base_quant == BaseQuant::None ? std::string(in.bf16 ? "bf16" : "fp32")
-                                                                : strprintf("%s (model.base_quant; norm weights in %s)",
-                                                                            choice_name(dims.base_quant),
-                                                                            in.bf16 ? "bf16" : "fp32");
+    const char* dtype = in.bf16 ? "bf16" : "fp32";
+    const std::string held =
+        dims.base_quant == BaseQuant::None
+            ? std::string(dtype)
+            : strprintf("%s (model.base_quant; norm weights%s in %s)", choice_name(dims.base_quant),
+                        dims.base_quant_embeddings ? "" : ", embeddings and LM head (model.base_quant_embeddings=false)",
+                        dtype);
     std::printf("LoRA: rank %d, alpha %g, targets %s: %lld trainable parameters (%.3f%% of the model); the frozen "
                 "base is held in %s without gradients or optimizer state\n",
                 dims.lora_rank, dims.lora_alpha, join(dims.lora_targets, ",").c_str(), trainable,

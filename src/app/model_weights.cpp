@@ -82,17 +82,24 @@ void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsS
   stored.alpha = broadcast_value(world, stored.alpha);
   stored.targets = broadcast_string(world, stored.targets);
   stored.base_quant = static_cast<BaseQuant>(broadcast_value(world, static_cast<int>(stored.base_quant)));
+  stored.base_quant_embeddings = broadcast_value(world, stored.base_quant_embeddings);
   if (!recorded) return;  // an older checkpoint: the loader checks its tensors against the config
   ModelConfig& m = cfg.model;
   const bool differs = m.lora_rank != stored.rank ||
                        (stored.rank > 0 && (m.lora_alpha != stored.alpha ||
                                             canonical_lora_targets(m) != stored.targets ||
-                                            m.base_quant != stored.base_quant));
+                                            m.base_quant != stored.base_quant ||
+                                            (stored.base_quant != BaseQuant::None &&
+                                             m.base_quant_embeddings != stored.base_quant_embeddings)));
   if (!differs) return;
   const bool user_set = cfg.is_set("model.lora_rank") || cfg.is_set("model.lora_alpha") ||
-                        cfg.is_set("model.lora_targets") || cfg.is_set("model.base_quant");
+                        cfg.is_set("model.lora_targets") || cfg.is_set("model.base_quant") ||
+                        cfg.is_set("model.base_quant_embeddings");
   const std::string quant =
-      m.base_quant == BaseQuant::None ? std::string() : strprintf(", model.base_quant=%s", choice_name(m.base_quant));
+      m.base_quant == BaseQuant::None
+          ? std::string()
+          : strprintf(", model.base_quant=%s%s", choice_name(m.base_quant),
+                      m.base_quant_embeddings ? "" : ", model.base_quant_embeddings=false");
   const std::string given = m.lora_rank > 0 ? strprintf("model.lora_rank=%d, model.lora_alpha=%g, model.lora_targets=%s%s",
                                                         m.lora_rank, m.lora_alpha, m.lora_targets.c_str(), quant.c_str())
                                             : std::string("no LoRA (model.lora_rank=0)");
@@ -108,6 +115,7 @@ void take_lora_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsS
     m.lora_targets = stored.targets;
   }
   m.base_quant = stored.rank > 0 ? stored.base_quant : BaseQuant::None;
+  m.base_quant_embeddings = m.base_quant == BaseQuant::None || stored.base_quant_embeddings;
 }
 
 void take_seq_len_from_checkpoint(const MpiComm& world, Config& cfg, const WeightsSource& src) {

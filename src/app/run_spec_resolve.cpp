@@ -29,6 +29,7 @@ model::ModelSettings model_settings(const ModelConfig& m) {
   s.lora_rank = m.lora_rank;
   s.lora_alpha = m.lora_alpha;
   s.base_quant = m.base_quant;
+  s.base_quant_embeddings = m.base_quant_embeddings;
   // "auto" is PEFT's default for the family; otherwise a comma list, blanks around names
   // and empty entries ignored (the model module checks each name against the family).
   std::stringstream list(m.lora_targets == "auto" ? model::lora_auto_targets(m.family) : m.lora_targets);

@@ -151,7 +151,7 @@ std::string qlora_readme(const model::ModelDims& d, const std::string& base_mode
   return strprintf(
       "# LoRA adapter trained on a quantized base (QLoRA)\n\n"
       "- base model: %s\n- base quantization: %s (model.base_quant=%s)\n\n"
-      "The adapters were trained against the base's matrices %s; norm weights and biases were kept unquantized. "
+      "The adapters were trained against the base's matrices %s; norm weights and biases%s were kept unquantized. "
       "Load the base %s before applying the adapter to reproduce the trained model exactly; "
       "`meshtrain convert --merge_lora` writes the adapters merged into the dequantized base.\n",
       base_model.empty() ? "(not recorded)" : base_model.c_str(),
@@ -159,6 +159,7 @@ std::string qlora_readme(const model::ModelDims& d, const std::string& base_mode
           : "int8, absmax per 64 weights with a float32 scale",
       choice_name(d.base_quant),
       nf4 ? "quantized to 4-bit NormalFloat and dequantized" : "quantized to int8 and dequantized",
+      d.base_quant_embeddings ? "" : ", and the token embeddings and LM head (model.base_quant_embeddings=false),",
       nf4 ? "in NF4 (bitsandbytes' bnb_4bit_quant_type=\"nf4\", blocksize 64, double quantization: meshtrain's scales "
             "are linear 8-bit, not bitsandbytes' FP8, so the values differ slightly)"
           : "in the same int8 block format");
@@ -414,7 +415,7 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     const model::ParamSpec& p = specs[spec];
     // QLoRA: the model that trained had the base's matrices dequantized (as PEFT's merge
     // into a bitsandbytes 4-bit layer dequantizes it first); the merge goes into those.
-    if (base && p.frozen) parallel::dequantized_tensor(src.dims.base_quant, p, v);
+    if (base && p.frozen) parallel::dequantized_tensor(src.dims.base_quant, src.dims.base_quant_embeddings, p, v);
     const std::string module = p.name.substr(0, p.name.size() - 7);  // without ".weight"
     const auto a = spec_index.find(module + ".lora_A.weight");
     if (!src.peft && a != spec_index.end()) {

@@ -97,6 +97,7 @@ void write_model_attrs(hid_t group, const model::ModelDims& d) {
   h5::write_attr(group, "lora_alpha", d.lora_alpha);
   h5::write_attr(group, "lora_targets", d.lora_rank > 0 ? canonical_targets(d) : std::string());
   h5::write_attr(group, "base_quant", std::string(choice_name(d.base_quant)));
+  h5::write_attr(group, "base_quant_embeddings", static_cast<std::int64_t>(d.base_quant_embeddings ? 1 : 0));
 }
 
 LoraSettings read_lora(hid_t file) {
@@ -118,6 +119,8 @@ LoraSettings read_lora(hid_t file) {
                       quant->c_str(), choice_list<BaseQuant>().c_str());
     out.base_quant = *q;
   }
+  if (const auto embeddings = h5::read_int_attr(g.get(), "base_quant_embeddings"))
+    out.base_quant_embeddings = *embeddings != 0 || out.base_quant == BaseQuant::None;
   return out;
 }
 
@@ -128,6 +131,7 @@ LoraSettings lora_settings(const model::ModelDims& d) {
   out.alpha = d.lora_alpha;
   out.targets = d.lora_rank > 0 ? canonical_targets(d) : std::string();
   out.base_quant = d.base_quant;
+  out.base_quant_embeddings = d.base_quant_embeddings;
   return out;
 }
 
@@ -167,6 +171,7 @@ model::ModelDims read_model_dims(hid_t file, const std::string& path) {
     d.lora_rank = lora.rank;
     d.lora_alpha = lora.alpha;
     d.base_quant = lora.base_quant;
+    d.base_quant_embeddings = lora.base_quant_embeddings;
     for (std::size_t start = 0; start <= lora.targets.size();) {
       const std::size_t comma = std::min(lora.targets.find(',', start), lora.targets.size());
       if (comma > start) d.lora_targets.push_back(lora.targets.substr(start, comma - start));
@@ -204,14 +209,18 @@ namespace meshtrain::checkpoint {
 std::string LoraSettings::str() const {
   if (rank <= 0) return "no LoRA (model.lora_rank=0)";
   const std::string quant =
-      base_quant == BaseQuant::None ? std::string() : strprintf(", model.base_quant=%s", choice_name(base_quant));
+      base_quant == BaseQuant::None
+          ? std::string()
+          : strprintf(", model.base_quant=%s%s", choice_name(base_quant),
+                      base_quant_embeddings ? "" : ", model.base_quant_embeddings=false");
   return strprintf("model.lora_rank=%d, model.lora_alpha=%g, model.lora_targets=%s%s", rank, alpha, targets.c_str(),
                    quant.c_str());
 }
 
 bool LoraSettings::same(const LoraSettings& o) const {
   if (rank <= 0 || o.rank <= 0) return rank <= 0 && o.rank <= 0;
-  return rank == o.rank && alpha == o.alpha && targets == o.targets && base_quant == o.base_quant;
+  return rank == o.rank && alpha == o.alpha && targets == o.targets && base_quant == o.base_quant &&
+         (base_quant == BaseQuant::None || base_quant_embeddings == o.base_quant_embeddings);
 }
 
 LoraSettings stored_lora_settings(const std::string& path) {

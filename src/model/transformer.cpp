@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/cross_entropy_online.hpp"
+#include "kernels/dequant.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/norms.hpp"
@@ -151,16 +152,29 @@ void Transformer<T>::block_backward(const ComputeContext& ctx, int i, const T* p
 }
 
 template <class T>
-void Transformer<T>::embed_forward(const ComputeContext& ctx, const T* outer, const std::int32_t* tokens,
+void Transformer<T>::embed_forward(const ComputeContext& ctx, const OuterParams<T>& outer, const std::int32_t* tokens,
                                    BatchShape s, T* x, int pos0) const {
   MESHTRAIN_ASSERT(pos0 >= 0 && pos0 + s.T <= dims_.max_seq_len, "positions [%d, %d) exceed model.max_seq_len %d",
                    pos0, pos0 + s.T, dims_.max_seq_len);
   const int C = dims_.d_model;
   // x (N, C): rows of this rank's vocab slice; other ranks fill the rest, summed over tp.
-  kernels::embedding_forward(tokens, s.N(), outer + outer_off_[O_WTE], tp_.vocab_start, tp_.vocab, C, x);
+  // Kept quantized: only the rows looked up are dequantized, straight into x.
+  if (outer.quantized())
+    kernels::dequantize_gather_rows(outer.quant, outer_off_[O_WTE], C, tokens, s.N(), tp_.vocab_start, tp_.vocab, x);
+  else
+    kernels::embedding_forward(tokens, s.N(), outer.unit + outer_off_[O_WTE], tp_.vocab_start, tp_.vocab, C, x);
   ctx.tp_all_reduce(x, static_cast<std::size_t>(s.N()) * C);
-  if (dims_.family == Family::Gpt2) kernels::add_position_embedding(x, outer + outer_off_[O_WPE] + static_cast<std::int64_t>(pos0) * C, s.B, s.T, C,
-                                    s.doc_start);
+  if (dims_.family != Family::Gpt2) return;
+  if (!outer.quantized()) {
+    kernels::add_position_embedding(x, outer.unit + outer_off_[O_WPE] + static_cast<std::int64_t>(pos0) * C, s.B, s.T,
+                                    C, s.doc_start);
+    return;
+  }
+  // positions (T, C): rows pos0 .. pos0 + T - 1 of wpe, the only ones a position (restarted
+  // per document or not) can take here.
+  Buffer<T> positions(static_cast<std::size_t>(s.T) * C, MemCategory::Workspace);
+  kernels::dequantize_rect(outer.quant, outer_off_[O_WPE], C, pos0, s.T, 0, C, positions.data(), C);
+  kernels::add_position_embedding(x, positions.data(), s.B, s.T, C, s.doc_start);
 }
 
 template <class T>
@@ -199,8 +213,78 @@ void Transformer<T>::embed_backward(const ComputeContext&, T* outer_grad, const 
 }
 
 template <class T>
-const T* Transformer<T>::head_weight(const T* outer) const {
-  return outer + (outer_off_[O_HEAD] >= 0 ? outer_off_[O_HEAD] : outer_off_[O_WTE]);
+std::int64_t Transformer<T>::head_offset() const {
+  return outer_off_[O_HEAD] >= 0 ? outer_off_[O_HEAD] : outer_off_[O_WTE];
+}
+
+namespace {
+/// Chunk width for `budget` elements of `per` elements each: at least 1 (then a chunk is
+/// `per` elements, over the budget); at most `total` (one chunk when everything fits);
+/// otherwise a multiple of 64, or of 8, when the budget allows (chunk boundaries on the GEMM
+/// kernels' tile boundaries).
+std::int64_t chunk_width(std::int64_t budget, std::int64_t per, std::int64_t total) {
+  std::int64_t w = std::max<std::int64_t>(1, budget / std::max<std::int64_t>(1, per));
+  if (w >= total) return total;
+  if (w >= 64) return w / 64 * 64;
+  if (w >= 8) return w / 8 * 8;
+  return w;
+}
+}  // namespace
+
+std::int64_t head_weight_chunk_elements(std::int64_t vocab_local, int d_model, std::int64_t budget) {
+  const std::int64_t C = d_model, Vl = vocab_local;
+  // The larger of a vocabulary-row chunk (head_logits) and a column chunk (head_input_grad).
+  return std::max(chunk_width(budget, C, Vl) * C, Vl * chunk_width(budget, Vl, C));
+}
+
+template <class T>
+Buffer<T> Transformer<T>::head_weight_scratch(const OuterParams<T>& outer) const {
+  if (!outer.quantized()) return Buffer<T>();
+  const std::int64_t n = head_weight_chunk_elements(tp_.vocab, dims_.d_model, head_weight_chunk_);
+  return Buffer<T>(static_cast<std::size_t>(n), MemCategory::Workspace);
+}
+
+template <class T>
+void Transformer<T>::head_logits(const OuterParams<T>& outer, int rows, const T* h, T* logits,
+                                 Buffer<T>& scratch) const {
+  using linalg::Op;
+  const int C = dims_.d_model;
+  const int Vl = static_cast<int>(tp_.vocab);
+  if (!outer.quantized()) {
+    linalg::gemm<T>(Op::N, Op::T, rows, Vl, C, 1.0f, h, C, outer.unit + head_offset(), C, 0.0f, logits, Vl);
+    return;
+  }
+  // Vocabulary rows [v0, v0 + n) of W (n, C), dequantized, give logits columns [v0, v0 + n).
+  // Each logit is the same dot product as in one GEMM over the whole vocabulary, but the BLAS
+  // may order its sum differently for another n (doc/finetuning.md: the head's chunks).
+  const std::int64_t width = chunk_width(head_weight_chunk_, C, Vl);
+  for (std::int64_t v0 = 0; v0 < Vl; v0 += width) {
+    const std::int64_t n = std::min<std::int64_t>(width, Vl - v0);
+    kernels::dequantize_rect(outer.quant, head_offset(), C, v0, n, 0, C, scratch.data(), C);
+    linalg::gemm<T>(Op::N, Op::T, rows, static_cast<int>(n), C, 1.0f, h, C, scratch.data(), C, 0.0f, logits + v0, Vl);
+  }
+}
+
+template <class T>
+void Transformer<T>::head_input_grad(const OuterParams<T>& outer, int rows, const T* dlogits, T* dh,
+                                     Buffer<T>& scratch) const {
+  using linalg::Op;
+  const int C = dims_.d_model;
+  const int Vl = static_cast<int>(tp_.vocab);
+  if (!outer.quantized()) {
+    linalg::gemm<T>(Op::N, Op::N, rows, C, Vl, 1.0f, dlogits, Vl, outer.unit + head_offset(), C, 0.0f, dh, C);
+    return;
+  }
+  // Columns [c0, c0 + n) of W (Vl, n), dequantized, give dh columns [c0, c0 + n): each GEMM
+  // still sums over the whole vocabulary (chunking the vocabulary instead would add partial
+  // sums, rounded to T in between).
+  const std::int64_t width = chunk_width(head_weight_chunk_, Vl, C);
+  for (std::int64_t c0 = 0; c0 < C; c0 += width) {
+    const std::int64_t n = std::min<std::int64_t>(width, C - c0);
+    kernels::dequantize_rect(outer.quant, head_offset(), C, 0, Vl, c0, n, scratch.data(), n);
+    linalg::gemm<T>(Op::N, Op::N, rows, static_cast<int>(n), Vl, 1.0f, dlogits, Vl, scratch.data(), static_cast<int>(n),
+                    0.0f, dh + c0, C);
+  }
 }
 
 template <class T>
@@ -211,16 +295,16 @@ std::int64_t Transformer<T>::head_chunk_rows(int N) const {
 }
 
 template <class T>
-void Transformer<T>::final_norm(const T* outer, BatchShape s, const T* x, HeadCache<T>& hc) const {
+void Transformer<T>::final_norm(const OuterParams<T>& outer, BatchShape s, const T* x, HeadCache<T>& hc) const {
   const int N = s.N(), C = dims_.d_model;
   hc.normed = Buffer<T>(static_cast<std::size_t>(N) * C, MemCategory::Activations);
   hc.rstd = Buffer<acc_t<T>>(N, MemCategory::Activations);
   if (dims_.family == Family::Gpt2) {
     hc.mean = Buffer<acc_t<T>>(N, MemCategory::Activations);
-    kernels::layernorm_forward(x, outer + outer_off_[O_NORM_W], outer + outer_off_[O_NORM_B], dims_.norm_eps, N, C,
+    kernels::layernorm_forward(x, outer.at(outer_off_[O_NORM_W]), outer.at(outer_off_[O_NORM_B]), dims_.norm_eps, N, C,
                                hc.normed.data(), hc.mean.data(), hc.rstd.data());
   } else {
-    kernels::rmsnorm_forward(x, outer + outer_off_[O_NORM_W], dims_.norm_eps, N, C, hc.normed.data(), hc.rstd.data());
+    kernels::rmsnorm_forward(x, outer.at(outer_off_[O_NORM_W]), dims_.norm_eps, N, C, hc.normed.data(), hc.rstd.data());
   }
 }
 
@@ -249,7 +333,7 @@ void Transformer<T>::ce_statistics(const ComputeContext& ctx, const T* logits, i
 }
 
 template <class T>
-double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T* outer, T* outer_grad, BatchShape s,
+double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const OuterParams<T>& outer, T* outer_grad, BatchShape s,
                                              const T* x, const std::int32_t* targets, float grad_scale,
                                              T* dx, const float* row_scale, double* loss_sum) const {
   using linalg::Op;
@@ -257,8 +341,10 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
   const int Vl = static_cast<int>(tp_.vocab);
   HeadCache<T> hc;
   final_norm(outer, s, x, hc);
-  const T* W = head_weight(outer);  // (Vl, C)
-  T* dW = base_grad(outer_grad, outer_off_[O_HEAD] >= 0 ? outer_off_[O_HEAD] : outer_off_[O_WTE]);
+  // W (Vl, C): the head's weight (tied: the embedding), read by head_logits / head_input_grad.
+  T* dW = base_grad(outer_grad, head_offset());
+  MESHTRAIN_ASSERT(dW == nullptr || !outer.quantized(), "a quantized LM head has no weight gradient");
+  Buffer<T> w_scratch = head_weight_scratch(outer);
   const std::int64_t chunk = head_chunk_rows(N);
   Buffer<T> logits(static_cast<std::size_t>(chunk) * Vl, MemCategory::Workspace);
   Buffer<acc_t<T>> row_max(chunk, MemCategory::Workspace);
@@ -273,7 +359,7 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
     const int nc = static_cast<int>(std::min<std::int64_t>(chunk, N - r0));
     const T* h = hc.normed.data() + r0 * C;
     // logits (nc, Vl) = h (nc, C) @ W^T
-    linalg::gemm<T>(Op::N, Op::T, nc, Vl, C, 1.0f, h, C, W, C, 0.0f, logits.data(), Vl);
+    head_logits(outer, nc, h, logits.data(), w_scratch);
     ctx.poll();
     const float* rs = row_scale ? row_scale + r0 : nullptr;
     if (paths_.fused_loss && ctx.tp_size() == 1) {
@@ -292,7 +378,7 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
     // dW (Vl, C) += dlogits^T (Vl, nc) @ h (nc, C);  dh (nc, C) = dlogits @ W
     if (train_base_) linalg::gemm<T>(Op::T, Op::N, Vl, C, nc, 1.0f, logits.data(), Vl, h, C, 1.0f, dW, C);
     ctx.poll();
-    linalg::gemm<T>(Op::N, Op::N, nc, C, Vl, 1.0f, logits.data(), Vl, W, C, 0.0f, dnormed.data() + r0 * C, C);
+    head_input_grad(outer, nc, logits.data(), dnormed.data() + r0 * C, w_scratch);
     ctx.poll();
   }
   ctx.tp_all_reduce(dnormed.data(), static_cast<std::size_t>(N) * C);
@@ -310,10 +396,10 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
   }
   kernels::fill(dx, static_cast<std::size_t>(N) * C, 0.0);
   if (dims_.family == Family::Gpt2) {
-    kernels::layernorm_backward(dnormed.data(), x, outer + outer_off_[O_NORM_W], hc.mean.data(), hc.rstd.data(), N, C,
+    kernels::layernorm_backward(dnormed.data(), x, outer.at(outer_off_[O_NORM_W]), hc.mean.data(), hc.rstd.data(), N, C,
                                 dx, base_grad(outer_grad, outer_off_[O_NORM_W]), base_grad(outer_grad, outer_off_[O_NORM_B]));
   } else {
-    kernels::rmsnorm_backward(dnormed.data(), x, outer + outer_off_[O_NORM_W], hc.rstd.data(), N, C, dx,
+    kernels::rmsnorm_backward(dnormed.data(), x, outer.at(outer_off_[O_NORM_W]), hc.rstd.data(), N, C, dx,
                               base_grad(outer_grad, outer_off_[O_NORM_W]));
   }
   return loss;
@@ -321,14 +407,13 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const T*
 
 template <class T>
 template <class ChunkFn>
-void Transformer<T>::head_forward_chunks(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
-                                         const std::int32_t* targets, ChunkFn&& on_chunk) const {
-  using linalg::Op;
+void Transformer<T>::head_forward_chunks(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s,
+                                         const T* x, const std::int32_t* targets, ChunkFn&& on_chunk) const {
   const int N = s.N(), C = dims_.d_model;
   const int Vl = static_cast<int>(tp_.vocab);
   HeadCache<T> hc;
   final_norm(outer, s, x, hc);
-  const T* W = head_weight(outer);
+  Buffer<T> w_scratch = head_weight_scratch(outer);
   const std::int64_t chunk = head_chunk_rows(N);
   Buffer<T> logits(static_cast<std::size_t>(chunk) * Vl, MemCategory::Workspace);
   Buffer<acc_t<T>> row_max(chunk, MemCategory::Workspace);
@@ -336,14 +421,14 @@ void Transformer<T>::head_forward_chunks(const ComputeContext& ctx, const T* out
   Buffer<acc_t<T>> local_max(paths_.fused_loss ? chunk : 0, MemCategory::Workspace);
   for (std::int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int nc = static_cast<int>(std::min<std::int64_t>(chunk, N - r0));
-    linalg::gemm<T>(Op::N, Op::T, nc, Vl, C, 1.0f, hc.normed.data() + r0 * C, C, W, C, 0.0f, logits.data(), Vl);
+    head_logits(outer, nc, hc.normed.data() + r0 * C, logits.data(), w_scratch);
     ce_statistics(ctx, logits.data(), nc, targets + r0, row_max.data(), stats.data(), local_max.data());
     on_chunk(r0, nc, row_max.data(), stats.data());
   }
 }
 
 template <class T>
-double Transformer<T>::head_loss(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+double Transformer<T>::head_loss(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s, const T* x,
                                  const std::int32_t* targets) const {
   double loss = 0;
   head_forward_chunks(ctx, outer, s, x, targets,
@@ -354,7 +439,7 @@ double Transformer<T>::head_loss(const ComputeContext& ctx, const T* outer, Batc
 }
 
 template <class T>
-std::vector<double> Transformer<T>::head_sequence_logp(const ComputeContext& ctx, const T* outer, BatchShape s,
+std::vector<double> Transformer<T>::head_sequence_logp(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s,
                                                        const T* x, const std::int32_t* targets) const {
   // losses (N): -log p(target) of each row, 0 where the target is ignored; identical on
   // every tp rank (the statistics are summed over the vocab slices).
@@ -372,9 +457,8 @@ std::vector<double> Transformer<T>::head_sequence_logp(const ComputeContext& ctx
 }
 
 template <class T>
-std::vector<float> Transformer<T>::logits(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
-                                          bool last_only) const {
-  using linalg::Op;
+std::vector<float> Transformer<T>::logits(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s,
+                                          const T* x, bool last_only) const {
   const int C = dims_.d_model;
   const int Vl = static_cast<int>(tp_.vocab);
   HeadCache<T> hc;
@@ -390,7 +474,8 @@ std::vector<float> Transformer<T>::logits(const ComputeContext& ctx, const T* ou
     Kokkos::deep_copy(rows.view(), hc.normed.view());
   }
   Buffer<T> out(static_cast<std::size_t>(R) * Vl, MemCategory::Workspace);
-  linalg::gemm<T>(Op::N, Op::T, R, Vl, C, 1.0f, rows.data(), C, head_weight(outer), C, 0.0f, out.data(), Vl);
+  Buffer<T> w_scratch = head_weight_scratch(outer);
+  head_logits(outer, R, rows.data(), out.data(), w_scratch);
   Buffer<float> local(out.size(), MemCategory::Workspace);
   kernels::cast(out.data(), local.data(), local.size());
   // all-gather over tp: (tp, R, Vl), then reorder to (R, valid_vocab) on the host.

@@ -120,11 +120,11 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
       owned_numel_[u] = coord.replicate == 0 ? st.numel : 0;
       fz.begin = coord.shard * L.frozen_shard_numel;
       fz.numel = L.frozen_shard_numel;
-      if (opt_.base_quant == BaseQuant::None) {
+      if (unit_quant(u) == BaseQuant::None) {
         fz.values = Buffer<T>(fz.numel, MemCategory::Params);
         fz.values.zero();
       } else if (fz.numel > 0) {
-        fz.payload = Buffer<std::uint8_t>(static_cast<std::size_t>(payload_bytes(opt_.base_quant, fz.numel)),
+        fz.payload = Buffer<std::uint8_t>(static_cast<std::size_t>(payload_bytes(unit_quant(u), fz.numel)),
                                           MemCategory::Params);
         fz.payload.zero();
       }
@@ -139,25 +139,33 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
       const std::int64_t b = std::min<std::int64_t>(tn, d * per);
       owned_begin_[u] = tb + b;
       owned_numel_[u] = std::min<std::int64_t>(tn, b + per) - b;
-      // The persistent compute copy [frozen | trainable] holds the frozen values themselves.
+      // The persistent compute copy [frozen | trainable] holds the frozen values themselves;
+      // a unit kept quantized holds its whole payload instead (and has nothing trainable).
       fz.begin = 0;
       fz.numel = L.frozen_padded();
-      if (fz.numel > 0) {
+      if (kept_quantized(u)) {
+        fz.payload = Buffer<std::uint8_t>(static_cast<std::size_t>(payload_bytes(unit_quant(u), fz.numel)),
+                                          MemCategory::Params);
+        fz.payload.zero();
+      } else if (fz.numel > 0) {
         step_buffers_[u].gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
         step_buffers_[u].gathered.zero();
       }
     }
-    if (opt_.base_quant != BaseQuant::None && L.frozen_padded() > 0) {
+    MESHTRAIN_ASSERT(!kept_quantized(u) || L.trainable_padded() == 0,
+                     "unit %d is kept quantized but has a trainable segment", u);
+    if (unit_quant(u) != BaseQuant::None && L.frozen_padded() > 0) {
       // The quantized base's map (a TP slice that splits a block is refused here), its
-      // runs and group maxima on the device; sharded strategies also keep the 1-D
-      // parameters of the whole segment in T (no_shard has them in its gathered copy).
-      fz.map = build_quant_map(specs_, L, shape.tp, coord.tp, opt_.base_quant);
+      // runs and group maxima on the device; sharded strategies and a unit kept quantized
+      // also keep the 1-D parameters of the whole segment in T (no_shard's other units have
+      // them in their gathered copy).
+      fz.map = build_quant_map(specs_, L, shape.tp, coord.tp, unit_quant(u));
       fz.runs = Buffer<kernels::QuantRun>(fz.map.runs.size(), MemCategory::Params);
       if (!fz.map.runs.empty())
         Kokkos::deep_copy(fz.runs.view(), UView<kernels::QuantRun, HostMem>(fz.map.runs.data(), fz.map.runs.size()));
       fz.group_max = Buffer<float>(static_cast<std::size_t>(fz.map.groups), MemCategory::Params);
       fz.group_max.zero();
-      if (traits_.shard_params) {
+      if (traits_.shard_params || kept_quantized(u)) {
         fz.dense = Buffer<T>(static_cast<std::size_t>(fz.map.dense_numel()), MemCategory::Params);
         fz.dense.zero();
       }
@@ -202,6 +210,16 @@ void FsdpEngine<T>::init_parameters(std::uint64_t seed) {
 }
 
 template <class T>
+BaseQuant FsdpEngine<T>::unit_quant(int u) const {
+  return unit_base_quant(opt_.base_quant, opt_.base_quant_embeddings, u);
+}
+
+template <class T>
+bool FsdpEngine<T>::kept_quantized(int u) const {
+  return u == 0 && unit_quant(0) != BaseQuant::None && layouts_[0].frozen_padded() > 0;
+}
+
+template <class T>
 T* FsdpEngine<T>::frozen_storage(int u) {
   return traits_.shard_params ? frozen_[u].values.data() : step_buffers_[u].gathered.data();
 }
@@ -210,7 +228,7 @@ template <class T>
 void FsdpEngine<T>::set_frozen(int u, const float* values) {
   const std::size_t n = static_cast<std::size_t>(frozen_[u].numel);
   if (n == 0) return;
-  if (opt_.base_quant != BaseQuant::None) set_frozen_quantized(u, values);
+  if (unit_quant(u) != BaseQuant::None) set_frozen_quantized(u, values);
   else convert(values, frozen_storage(u), n);
 }
 
@@ -218,6 +236,7 @@ template <class T>
 void FsdpEngine<T>::set_frozen_quantized(int u, const float* values) {
   Frozen& fz = frozen_[u];
   const QuantMap& map = fz.map;
+  const BaseQuant quant = unit_quant(u);
   const std::int64_t n = fz.numel;
   // The shard on the host (one unit's shard at a time: no fp32 copy of the model persists).
   std::vector<float> host(static_cast<std::size_t>(n));
@@ -225,20 +244,20 @@ void FsdpEngine<T>::set_frozen_quantized(int u, const float* values) {
   // NF4 group maxima: each rank's partial maxima, then the maximum over the world (the ranks
   // of other tp slices and shards hold the rest of a group; replicas hold the same values).
   std::vector<float> group_max(static_cast<std::size_t>(map.groups), 0.0f);
-  if (opt_.base_quant == BaseQuant::Nf4 && map.groups > 0) {
+  if (quant == BaseQuant::Nf4 && map.groups > 0) {
     partial_group_max(map, host.data(), fz.begin, n, group_max);
     Kokkos::deep_copy(fz.group_max.view(), UView<float, HostMem>(group_max.data(), group_max.size()));
     mesh_.world().comm().all_reduce(fz.group_max.data(), fz.group_max.data(), group_max.size(), DType::F32,
                                     ReduceOp::Max);
     Kokkos::deep_copy(UView<float, HostMem>(group_max.data(), group_max.size()), fz.group_max.view());
   }
-  std::vector<std::uint8_t> payload(static_cast<std::size_t>(payload_bytes(opt_.base_quant, n)));
-  encode_shard(opt_.base_quant, map, host.data(), fz.begin, n, group_max, payload.data());
+  std::vector<std::uint8_t> payload(static_cast<std::size_t>(payload_bytes(quant, n)));
+  encode_shard(quant, map, host.data(), fz.begin, n, group_max, payload.data());
   // The 1-D parameters of the whole segment: each element comes from the one shard that
   // holds it (the others add zeros), so the sum over dp_shard is exact.
   std::vector<float> dense(static_cast<std::size_t>(map.dense_numel()), 0.0f);
   std::int64_t at = 0;
-  for (const QuantMap::Dense& d : map.dense) {
+  for (const model::DenseSlot& d : map.dense) {
     const std::int64_t lo = std::max(d.offset, fz.begin), hi = std::min(d.offset + d.numel, fz.begin + n);
     for (std::int64_t i = lo; i < hi; ++i) dense[static_cast<std::size_t>(at + i - d.offset)] = host[static_cast<std::size_t>(i - fz.begin)];
     at += d.numel;
@@ -249,7 +268,7 @@ void FsdpEngine<T>::set_frozen_quantized(int u, const float* values) {
     if (traits_.shard_params && mesh_.dp_shard().size() > 1)
       mesh_.dp_shard().comm().all_reduce(dense_dev.data(), dense_dev.data(), dense.size(), DType::F32, ReduceOp::Sum);
   }
-  if (traits_.shard_params) {
+  if (traits_.shard_params || kept_quantized(u)) {
     Kokkos::deep_copy(fz.payload.view(), UView<std::uint8_t, HostMem>(payload.data(), payload.size()));
     if (!dense.empty()) convert(dense_dev.data(), fz.dense.data(), dense.size());
     return;
@@ -270,12 +289,12 @@ void FsdpEngine<T>::dequantize_frozen(int u, const std::uint8_t* all, std::int64
   const Frozen& fz = frozen_[u];
   const std::int64_t numel = layouts_[u].frozen_padded();
   const int n_runs = static_cast<int>(fz.map.runs.size());
-  if (opt_.base_quant == BaseQuant::Nf4)
+  if (unit_quant(u) == BaseQuant::Nf4)
     kernels::dequantize_nf4(all, stride, shard_numel, fz.runs.data(), n_runs, fz.group_max.data(), gathered, numel);
   else
     kernels::dequantize_int8(all, stride, shard_numel, fz.runs.data(), n_runs, gathered, numel);
   std::int64_t at = 0;
-  for (const QuantMap::Dense& d : fz.map.dense) {
+  for (const model::DenseSlot& d : fz.map.dense) {
     convert(fz.dense.data() + at, gathered + d.offset, static_cast<std::size_t>(d.numel));
     at += d.numel;
   }
@@ -283,8 +302,8 @@ void FsdpEngine<T>::dequantize_frozen(int u, const std::uint8_t* all, std::int64
 
 template <class T>
 std::int64_t FsdpEngine<T>::frozen_payload_bytes(int u) const {
-  if (opt_.base_quant == BaseQuant::None || !traits_.shard_params) return 0;
-  return payload_bytes(opt_.base_quant, frozen_[u].numel);
+  if (unit_quant(u) == BaseQuant::None || !traits_.shard_params) return 0;
+  return payload_bytes(unit_quant(u), frozen_[u].numel);
 }
 
 template <class T>
@@ -336,12 +355,15 @@ void FsdpEngine<T>::gather(int u, bool prefetch) {
   }
   const model::UnitLayout& L = layouts_[u];
   const std::size_t sn = L.shard_numel, fsn = L.frozen_shard_numel;
-  r.gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
-  if (fsn > 0 && opt_.base_quant != BaseQuant::None) {
+  const bool kept = kept_quantized(u);
+  if (!kept) r.gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
+  if (fsn > 0 && unit_quant(u) != BaseQuant::None) {
     // Quantized frozen segment: the payload travels (4.13 or 8.5 bits a weight instead of
-    // T's 16 or 32) and is dequantized in wait_params.
-    const std::size_t pb = static_cast<std::size_t>(payload_bytes(opt_.base_quant, static_cast<std::int64_t>(fsn)));
-    r.frozen_wire = Buffer<std::uint8_t>(pb * static_cast<std::size_t>(L.shards), MemCategory::CommBuffers);
+    // T's 16 or 32) and is dequantized in wait_params -- or, kept quantized, is the gathered
+    // unit itself until it is released.
+    const std::size_t pb = static_cast<std::size_t>(payload_bytes(unit_quant(u), static_cast<std::int64_t>(fsn)));
+    r.frozen_wire = Buffer<std::uint8_t>(pb * static_cast<std::size_t>(L.shards),
+                                         kept ? MemCategory::GatheredParams : MemCategory::CommBuffers);
     std::uint8_t* mine = r.frozen_wire.data() + static_cast<std::size_t>(mesh_.coord().shard) * pb;
     Kokkos::deep_copy(ExecSpace(), UView<std::uint8_t>(mine, pb), frozen_[u].payload.view());
     r.frozen_gather_work = mesh_.dp_shard().comm().all_gather_async(mine, r.frozen_wire.data(), pb, DType::U8);
@@ -363,7 +385,53 @@ void FsdpEngine<T>::gather(int u, bool prefetch) {
 }
 
 template <class T>
+void FsdpEngine<T>::wait_gathered(int u) {
+  StepBuffers& r = step_buffers_[u];
+  if (r.alive) return;
+  if (!r.in_flight) gather(u);
+  r.frozen_gather_work.wait();
+  r.gather_work.wait();
+  r.in_flight = false;
+  r.alive = true;
+}
+
+template <class T>
+void FsdpEngine<T>::release_gathered(int u) {
+  StepBuffers& r = step_buffers_[u];
+  r.gathered.reset();
+  r.frozen_wire.reset();
+  r.alive = false;
+}
+
+template <class T>
+model::OuterParams<T> FsdpEngine<T>::wait_outer() {
+  if (!kept_quantized(0)) return model::OuterParams<T>(wait_params(0));
+  const Frozen& fz = frozen_[0];
+  model::OuterParams<T> p;
+  p.quant.nf4 = unit_quant(0) == BaseQuant::Nf4;
+  p.quant.runs = fz.runs.data();
+  p.quant.n_runs = static_cast<int>(fz.map.runs.size());
+  p.quant.group_max = fz.group_max.data();
+  p.dense = fz.dense.data();
+  p.dense_slots = &fz.map.dense;
+  if (!traits_.shard_params) {
+    // no_shard: the whole segment is one shard, held between steps.
+    p.quant.payload = fz.payload.data();
+    p.quant.payload_stride = static_cast<std::int64_t>(fz.payload.size());
+    p.quant.shard_numel = fz.numel;
+    return p;
+  }
+  wait_gathered(0);
+  const std::int64_t fsn = layouts_[0].frozen_shard_numel;
+  p.quant.payload = step_buffers_[0].frozen_wire.data();
+  p.quant.payload_stride = payload_bytes(unit_quant(0), fsn);
+  p.quant.shard_numel = fsn;
+  return p;
+}
+
+template <class T>
 const T* FsdpEngine<T>::wait_params(int u) {
+  MESHTRAIN_ASSERT(!kept_quantized(u), "unit %d is kept quantized: read it through wait_outer()", u);
   StepBuffers& r = step_buffers_[u];
   UnitState& st = state_[u];
   if (!traits_.shard_params) {
@@ -379,14 +447,10 @@ const T* FsdpEngine<T>::wait_params(int u) {
     return r.gathered.data();
   }
   if (!r.alive) {
-    if (!r.in_flight) gather(u);
-    r.frozen_gather_work.wait();
-    r.gather_work.wait();
-    r.in_flight = false;
-    r.alive = true;
+    wait_gathered(u);
     if (!r.frozen_wire.empty()) {
       const std::int64_t fsn = layouts_[u].frozen_shard_numel;
-      dequantize_frozen(u, r.frozen_wire.data(), payload_bytes(opt_.base_quant, fsn), fsn, r.gathered.data());
+      dequantize_frozen(u, r.frozen_wire.data(), payload_bytes(unit_quant(u), fsn), fsn, r.gathered.data());
       r.frozen_wire.reset();
     }
   }
@@ -395,10 +459,7 @@ const T* FsdpEngine<T>::wait_params(int u) {
 
 template <class T>
 void FsdpEngine<T>::after_forward(int u) {
-  if (traits_.shard_params && traits_.reshard_after_forward && step_buffers_[u].alive) {
-    step_buffers_[u].gathered.reset();
-    step_buffers_[u].alive = false;
-  }
+  if (traits_.shard_params && traits_.reshard_after_forward && step_buffers_[u].alive) release_gathered(u);
 }
 
 template <class T>
@@ -450,10 +511,7 @@ void FsdpEngine<T>::after_backward(int u) {
     kernels::add_inplace(acc, wide.data(), padded);
     r.grad_micro.reset();
   }
-  if (traits_.shard_params && r.alive) {
-    r.gathered.reset();
-    r.alive = false;
-  }
+  if (traits_.shard_params && r.alive) release_gathered(u);
   // A unit without trainable elements has nothing to reduce (the frozen base under LoRA).
   if (padded > 0 && (traits_.reduce_every_micro || last_micro_)) launch_reduction(u);
 }
@@ -567,11 +625,9 @@ void FsdpEngine<T>::finish_step() {
       if (st.numel > 0)
         mesh_.dp_replicate().comm().all_reduce(st.grad.data(), st.grad.data(), st.numel, DType::F32, ReduceOp::Sum);
   }
-  for (StepBuffers& r : step_buffers_) {
-    if (traits_.shard_params && r.alive) {
-      r.gathered.reset();
-      r.alive = false;
-    }
+  for (int u = 0; u < num_units(); ++u) {
+    StepBuffers& r = step_buffers_[u];
+    if (traits_.shard_params && r.alive) release_gathered(u);
     r.grad_micro.reset();
     r.grad_started = false;
   }

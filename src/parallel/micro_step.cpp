@@ -39,8 +39,8 @@ KeptActivations<T> forward_keeping(FsdpEngine<T>& eng, const model::Transformer<
   a.x[0] = Buffer<T>(NC, MemCategory::Activations);
   {
     TraceRange trace("meshtrain::embedding_forward");
-    model.embed_forward(ctx, eng.wait_params(0), tokens, s, a.x[0].data());
-    also(0, eng.wait_params(0), a.x[0]);
+    model.embed_forward(ctx, eng.wait_outer(), tokens, s, a.x[0].data());
+    also(0, nullptr, a.x[0]);  // the outer unit's parameters are the head's, read there
   }
   for (int i = 0; i < L; ++i) {
     TraceRange trace("meshtrain::forward", i);
@@ -96,7 +96,7 @@ double forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, 
   double loss = 0;
   {
     TraceRange trace("meshtrain::head");
-    loss = model.head_forward_backward(ctx, eng.wait_params(0), eng.grad_buffer(0), s, a.x[L].data(), targets,
+    loss = model.head_forward_backward(ctx, eng.wait_outer(), eng.grad_buffer(0), s, a.x[L].data(), targets,
                                        grad_scale, dx.data(), nullptr, loss_sum);
   }
   eng.after_forward(0);
@@ -132,7 +132,7 @@ SequenceLogps dpo_forward_backward(FsdpEngine<T>& eng, const model::Transformer<
                                                                /*checkpoint=*/true);
                                            std::swap(xr, yr);
                                          });
-  const T* outer = eng.wait_params(0);
+  const model::OuterParams<T> outer = eng.wait_outer();
   SequenceLogps lp;
   lp.reference = own_reference ? model.head_sequence_logp(ref_ctx, outer, s, xr.data(), targets) : *reference;
   xr.reset();
@@ -168,7 +168,7 @@ static Buffer<T> forward_to_last(FsdpEngine<T>& eng, const model::Transformer<T>
   const std::size_t NC = static_cast<std::size_t>(s.N()) * model.dims().d_model;
   Buffer<T> x(NC, MemCategory::Activations), y(NC, MemCategory::Activations);
   eng.gather(0);
-  model.embed_forward(ctx, eng.wait_params(0), tokens, s, x.data(), kv ? kv->filled : 0);
+  model.embed_forward(ctx, eng.wait_outer(), tokens, s, x.data(), kv ? kv->filled : 0);
   for (int i = 0; i < L; ++i) {
     const int u = 1 + i;
     eng.gather(u);
@@ -191,7 +191,7 @@ double forward_loss(FsdpEngine<T>& eng, const model::Transformer<T>& model, mode
                     const std::int32_t* tokens, const std::int32_t* targets, BatchShape s) {
   ctx.progress = [&eng] { eng.progress(); };
   Buffer<T> x = forward_to_last(eng, model, ctx, tokens, s);
-  const double loss = model.head_loss(ctx, eng.wait_params(0), s, x.data(), targets);
+  const double loss = model.head_loss(ctx, eng.wait_outer(), s, x.data(), targets);
   eng.release_all();
   return loss;
 }
@@ -210,10 +210,10 @@ SequenceLogps forward_sequence_logps(FsdpEngine<T>& eng, const model::Transforme
     model::ComputeContext ref_ctx = ctx;
     ref_ctx.adapters_off = true;
     Buffer<T> x = forward_to_last(eng, model, ref_ctx, tokens, s);
-    lp.reference = model.head_sequence_logp(ref_ctx, eng.wait_params(0), s, x.data(), targets);
+    lp.reference = model.head_sequence_logp(ref_ctx, eng.wait_outer(), s, x.data(), targets);
   }
   Buffer<T> x = forward_to_last(eng, model, ctx, tokens, s);
-  lp.policy = model.head_sequence_logp(ctx, eng.wait_params(0), s, x.data(), targets);
+  lp.policy = model.head_sequence_logp(ctx, eng.wait_outer(), s, x.data(), targets);
   eng.release_all();
   return lp;
 }
@@ -223,7 +223,7 @@ std::vector<float> forward_logits(FsdpEngine<T>& eng, const model::Transformer<T
                                   const std::int32_t* tokens, BatchShape s, bool last_only) {
   ctx.progress = [&eng] { eng.progress(); };
   Buffer<T> x = forward_to_last(eng, model, ctx, tokens, s);
-  std::vector<float> logits = model.logits(ctx, eng.wait_params(0), s, x.data(), last_only);
+  std::vector<float> logits = model.logits(ctx, eng.wait_outer(), s, x.data(), last_only);
   eng.release_all();
   return logits;
 }
@@ -234,7 +234,7 @@ std::vector<float> forward_logits_cached(FsdpEngine<T>& eng, const model::Transf
                                          model::KvCache<T>& kv) {
   ctx.progress = [&eng] { eng.progress(); };
   Buffer<T> x = forward_to_last(eng, model, ctx, tokens, s, &kv);
-  std::vector<float> logits = model.logits(ctx, eng.wait_params(0), s, x.data(), /*last_only=*/true);
+  std::vector<float> logits = model.logits(ctx, eng.wait_outer(), s, x.data(), /*last_only=*/true);
   eng.release_all();
   return logits;
 }

@@ -67,8 +67,12 @@ void for_each_block(const QuantMap& map, std::int64_t begin, std::int64_t numel,
 
 std::int64_t QuantMap::dense_numel() const {
   std::int64_t n = 0;
-  for (const Dense& d : dense) n += d.numel;
+  for (const model::DenseSlot& d : dense) n += d.numel;
   return n;
+}
+
+BaseQuant unit_base_quant(BaseQuant quant, bool quant_embeddings, int unit) {
+  return unit == 0 && !quant_embeddings ? BaseQuant::None : quant;
 }
 
 QuantMap build_quant_map(const std::vector<model::ParamSpec>& specs, const model::UnitLayout& L, int tp, int tp_rank,
@@ -151,7 +155,8 @@ void encode_shard(BaseQuant quant, const QuantMap& map, const float* shard, std:
   });
 }
 
-void dequantized_tensor(BaseQuant quant, const model::ParamSpec& p, std::vector<float>& v) {
+void dequantized_tensor(BaseQuant quant, bool quant_embeddings, const model::ParamSpec& p, std::vector<float>& v) {
+  quant = unit_base_quant(quant, quant_embeddings, p.unit);
   if (quant == BaseQuant::None || p.shape.size() != 2 || v.empty()) return;
   const std::size_t n = v.size();
   std::vector<float> padded(v);

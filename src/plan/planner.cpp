@@ -73,22 +73,31 @@ struct FrozenBytes {
   double persistent = 0;  ///< this rank's (sharded: its shard; no_shard: the gathered copy holds it)
 };
 
+/// True when the outer unit's frozen segment is kept quantized through the step
+/// (FsdpEngine::outer_kept_quantized, every strategy): no compute-dtype copy of it exists.
+bool outer_kept_quantized(const PlanInput& in) {
+  return parallel::unit_base_quant(in.dims.base_quant, in.dims.base_quant_embeddings, 0) != BaseQuant::None;
+}
+
 FrozenBytes frozen_bytes(const PlanInput& in, const std::vector<model::ParamSpec>& specs, const model::UnitLayout& L,
                          int tp, bool sharded) {
   const double elem_bytes = in.bf16 ? 2.0 : 4.0;
   FrozenBytes f;
   if (L.frozen_padded() == 0) return f;
-  if (in.dims.base_quant == BaseQuant::None) {
+  const BaseQuant quant = parallel::unit_base_quant(in.dims.base_quant, in.dims.base_quant_embeddings, L.unit);
+  if (quant == BaseQuant::None) {
     f.wire = elem_bytes * static_cast<double>(L.frozen_padded());
     f.persistent = sharded ? elem_bytes * static_cast<double>(L.frozen_shard_numel) : 0.0;
     return f;
   }
   // tp rank 0's map: every tp rank's runs and tables have the same sizes up to a few runs.
-  const parallel::QuantMap map = parallel::build_quant_map(specs, L, tp, 0, in.dims.base_quant);
-  const double payload = static_cast<double>(parallel::payload_bytes(in.dims.base_quant, L.frozen_shard_numel));
+  const parallel::QuantMap map = parallel::build_quant_map(specs, L, tp, 0, quant);
+  const double payload = static_cast<double>(parallel::payload_bytes(quant, L.frozen_shard_numel));
   f.wire = payload * L.shards;
   f.persistent = static_cast<double>(map.runs.size() * sizeof(kernels::QuantRun)) + 4.0 * static_cast<double>(map.groups);
-  if (sharded) f.persistent += payload + elem_bytes * static_cast<double>(map.dense_numel());
+  // Sharded: this rank's payload and the 1-D parameters; no_shard's outer unit, kept
+  // quantized, holds the whole payload (its one shard) and them too.
+  if (sharded || L.unit == 0) f.persistent += payload + elem_bytes * static_cast<double>(map.dense_numel());
   return f;
 }
 
@@ -114,14 +123,20 @@ UnitTotals unit_totals(const std::vector<model::UnitLayout>& layouts, bool shard
 /// Transient parameter copies in the compute dtype, gradient buffers and communication
 /// buffers (bytes per rank) of `s` with `grad_accum` micro-steps.
 void transient_memory(const PlanInput& in, parallel::Strategy s, const std::vector<model::UnitLayout>& layouts,
-                      const UnitTotals& u, int grad_accum, MemoryEstimate& m) {
+                      const std::vector<FrozenBytes>& frozen_units, const UnitTotals& u, int grad_accum,
+                      MemoryEstimate& m) {
   const parallel::StrategyTraits tr = parallel::traits(s);
   const double elem_bytes = in.bf16 ? 2.0 : 4.0;
   const bool frozen = u.frozen > 0;
   const int alive_blocks = std::min(in.dims.n_layers, 1 + in.prefetch);
-  if (s == parallel::Strategy::NoShard) m.gathered = (in.bf16 || frozen) ? elem_bytes * u.all_padded : 0.0;
-  else if (s == parallel::Strategy::ShardGradOp) m.gathered = elem_bytes * u.all_padded;  // kept from forward to backward
-  else m.gathered = elem_bytes * (u.outer + alive_blocks * u.max_block);
+  // The outer unit as gathered: in T, or kept quantized -- its gathered payload (sharded) or
+  // nothing beside the persistent payload (no_shard).
+  const bool kept = outer_kept_quantized(in) && frozen;
+  const double outer_t = elem_bytes * u.outer;
+  const double outer_gathered = kept ? frozen_units[0].wire : outer_t;
+  if (s == parallel::Strategy::NoShard) m.gathered = (in.bf16 || frozen) ? elem_bytes * u.all_padded - (kept ? outer_t : 0.0) : 0.0;
+  else if (s == parallel::Strategy::ShardGradOp) m.gathered = elem_bytes * u.all_padded - outer_t + outer_gathered;  // kept from forward to backward
+  else m.gathered = outer_gathered + elem_bytes * alive_blocks * u.max_block;
   // Gradient and communication buffers: which exist, in which dtype, and how long they
   // live is the engine's reduction recipe (parallel/reduction_plan.hpp), the same one
   // FsdpEngine interprets. All of them cover trainable segments only.
@@ -327,22 +342,43 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
   m.grads = 4.0 * u.state;
   m.optimizer = 8.0 * u.state;
   // 4. Transient copies and buffers of a step, and the activations of a micro-step.
-  transient_memory(in, s, layouts, u, p.batch.grad_accum, m);
+  transient_memory(in, s, layouts, frozen, u, p.batch.grad_accum, m);
   if (tr.shard_params && in.dims.base_quant != BaseQuant::None) {
-    // The quantized frozen payload of a gather lives until the unit is waited for and
-    // dequantized (FsdpEngine::wait_params). The outer unit's is the largest (the
-    // embeddings) but lives only at the step's start, gathered with the first prefetched
-    // blocks (micro_step.cpp: forward_keeping) before any activation exists; from then on
-    // only the prefetched blocks' payloads are in flight beside the steady state. Adding
-    // the outer payload to the steady state instead overstated the peak by the payload
+    // The quantized frozen payload of a block's gather lives until the unit is waited for
+    // and dequantized (FsdpEngine::wait_params): the prefetched blocks' payloads are in
+    // flight beside the steady state. The step's start holds the outer unit gathered --
+    // kept quantized: its payload alone, in `gathered` for the whole step; otherwise its T
+    // copy and, until it is dequantized, its payload too -- with the first prefetched blocks
+    // (micro_step.cpp: forward_keeping) before any activation exists. Adding the outer
+    // payload to the steady state instead overstated the peak by the payload
     // (test_memory_accounting: QloraPlanPredictsThePeakAndTheFrozenGather).
     const double elem_bytes = in.bf16 ? 2.0 : 4.0;
     const int prefetched = std::min(in.prefetch, in.dims.n_layers);
     const double block_wire = layouts.size() > 1 ? frozen[1].wire : 0.0;
+    // The outer unit kept quantized is its payload; in T (base_quant_embeddings=false) its
+    // gather lands in place.
+    const double outer_start = outer_kept_quantized(in) ? frozen[0].wire : elem_bytes * u.outer;
     m.comm_buffers += prefetched * block_wire;
-    m.step_start = elem_bytes * u.outer + frozen[0].wire + prefetched * (elem_bytes * u.max_block + block_wire);
+    m.step_start = outer_start + prefetched * (elem_bytes * u.max_block + block_wire);
   }
   m.activations = activation_memory(in, slice, p.activation_traffic);
+  if (outer_kept_quantized(in) && u.frozen > 0) {
+    // The LM head of a kept-quantized outer unit dequantizes its weight a chunk at a time
+    // into scratch (model::Transformer::head_weight_scratch: the whole head when it is at
+    // most kHeadWeightChunkElements). Meanwhile a resharding strategy holds only the block
+    // the backward starts with (prefetched during the head; none without prefetch), not the
+    // 1 + prefetch blocks of the steady state. Measured on the test's 8192 x 384 head, whose
+    // scratch outweighs a block, this moment is the step's peak.
+    const double elem_bytes = in.bf16 ? 2.0 : 4.0;
+    const double scratch = elem_bytes * static_cast<double>(model::head_weight_chunk_elements(slice.vocab, in.dims.d_model));
+    double released = 0;
+    if (tr.shard_params && tr.reshard_after_forward) {
+      const int alive_blocks = std::min(in.dims.n_layers, 1 + in.prefetch);
+      const int head_blocks = std::min(in.dims.n_layers, in.prefetch > 0 ? 1 : 0);
+      released = elem_bytes * (alive_blocks - head_blocks) * u.max_block;
+    }
+    m.head = m.steady() - released + scratch;
+  }
   // 5. Communication per optimizer step.
   p.comm = step_communication(in, s, shape, layouts, frozen, u, p.batch.grad_accum);
   // 6. Whether it fits the budget.

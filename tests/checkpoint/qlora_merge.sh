@@ -5,7 +5,8 @@
 # safetensors quantized and dequantized by tests/formats/nf4_reference.py (numpy, QLoRA's
 # code values; the codec test checks it against meshtrain byte for byte), the adapters
 # from the PEFT export, the sum in float64. Projections with adapters: dequant(W) + scale B A;
-# the other matrices (embeddings): dequant(W); 1-D tensors (norm weights): W unchanged.
+# the other matrices (embeddings): dequant(W); 1-D tensors (norm weights): W unchanged. With
+# model.base_quant_embeddings=false the embeddings and LM head were never quantized: W unchanged.
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
@@ -26,16 +27,20 @@ common=(--data.dir=data --train.eval_every=0)
 run prepare "$MESHTRAIN_BIN" prepare --input /usr/share/games/fortunes --output data || exit 1
 run pre "$MESHTRAIN_BIN" train "$ini" "${shape[@]}" "${common[@]}" --train.steps=10 --output.dir=pre || exit 1
 run base "$MESHTRAIN_BIN" convert --input pre/checkpoints --output base || exit 1
-run qlora "$MESHTRAIN_BIN" train "$ini" "${shape[@]}" "${common[@]}" "${lora[@]}" --model.base_quant=nf4 \
-  --train.steps=10 --train.lr=1e-2 --checkpoint.init_from=base --output.dir=qlora || exit 1
-ck=$(ls qlora/checkpoints/step_*.h5 | tail -1)
-run merge "$MESHTRAIN_BIN" convert --input "$ck" --output merged --merge_lora || exit 1
-run peft "$MESHTRAIN_BIN" convert --input "$ck" --output peft || exit 1
-"$py" - "$MESHTRAIN_SOURCE_DIR/tests/formats" <<'PY' || fail "merged QLoRA export != dequant(base) + scale B A"
+for embeddings in true false; do
+run "qlora_$embeddings" "$MESHTRAIN_BIN" train "$ini" "${shape[@]}" "${common[@]}" "${lora[@]}" --model.base_quant=nf4 \
+  --model.base_quant_embeddings="$embeddings" --train.steps=10 --train.lr=1e-2 --checkpoint.init_from=base \
+  --output.dir="qlora_$embeddings" || exit 1
+ck=$(ls "qlora_$embeddings"/checkpoints/step_*.h5 | tail -1)
+rm -rf merged peft
+run "merge_$embeddings" "$MESHTRAIN_BIN" convert --input "$ck" --output merged --merge_lora || exit 1
+run "peft_$embeddings" "$MESHTRAIN_BIN" convert --input "$ck" --output peft || exit 1
+"$py" - "$MESHTRAIN_SOURCE_DIR/tests/formats" "$embeddings" <<'PY' || fail "merged QLoRA export (base_quant_embeddings=$embeddings) != dequant(base) + scale B A"
 import json, sys
 import numpy as np
 from safetensors.numpy import load_file
 sys.path.insert(0, sys.argv[1])
+quant_embeddings = sys.argv[2] == "true"
 import nf4_reference  # the independent NF4 codec (QLoRA's code values, bitsandbytes' thresholds)
 
 def nf4_dequant(w):
@@ -50,7 +55,7 @@ scale = cfg["lora_alpha"] / cfg["r"]
 adapters = load_file("peft/adapter_model.safetensors")
 base, merged = load_file("base/model.safetensors"), load_file("merged/model.safetensors")
 assert sorted(base) == sorted(merged), (sorted(base)[:4], sorted(merged)[:4])
-counts = {"adapted": 0, "matrix": 0, "vector": 0}
+counts = {"adapted": 0, "matrix": 0, "vector": 0, "kept": 0}
 for name, w in base.items():
     got = merged[name].astype(np.float64)
     mod = name.rsplit(".weight", 1)[0]
@@ -58,6 +63,10 @@ for name, w in base.items():
     if w.ndim == 1:
         assert np.array_equal(merged[name], w), f"{name}: a 1-D tensor changed"
         counts["vector"] += 1
+        continue
+    if not quant_embeddings and name in ("model.embed_tokens.weight", "lm_head.weight"):
+        assert np.array_equal(merged[name], w), f"{name}: changed, though base_quant_embeddings=false kept it unquantized"
+        counts["kept"] += 1
         continue
     want = nf4_dequant(w).astype(np.float64)
     if a_key in adapters:
@@ -72,10 +81,13 @@ for name, w in base.items():
     assert np.allclose(got, want, rtol=1e-6, atol=1e-7), f"{name}: max difference {err:.3e}"
     # Not the unquantized base: the merge used the NF4 values.
     assert np.abs(got - (w.astype(np.float64) + (want - nf4_dequant(w)))).max() > 1e-4, f"{name}: merged into the fp32 base"
-assert counts["adapted"] == 7 * 2 and counts["matrix"] >= 1, counts  # tiny-llama: 2 layers x 7 projections
-print(f"QLoRA merge: {counts['adapted']} projections = dequant(base) + scale B A, {counts['matrix']} other matrices = "
-      f"dequant(base), {counts['vector']} 1-D tensors unchanged")
+assert counts["adapted"] == 7 * 2, counts  # tiny-llama: 2 layers x 7 projections
+assert (counts["matrix"], counts["kept"]) == ((2, 0) if quant_embeddings else (0, 2)), counts  # untied: embedding + head
+print(f"QLoRA merge (base_quant_embeddings={sys.argv[2]}): {counts['adapted']} projections = dequant(base) + scale B A, "
+      f"{counts['matrix']} other matrices = dequant(base), {counts['kept']} embedding / head unchanged, "
+      f"{counts['vector']} 1-D tensors unchanged")
 PY
+done
 if ((failures)); then
   echo "$failures failure(s)"
   exit 1

@@ -158,3 +158,137 @@ TEST(KernelsDequant, ShardEncoderEqualsWholeTensorCodec) {
     ASSERT_EQ(0, std::memcmp(p8.data() + sn, q8.absmax.data() + s * sn / kB, static_cast<std::size_t>(sn / kB) * 4));
   }
 }
+
+// ---- parts of a segment: the kept-quantized outer unit's reads ------------------------
+// A (rows x cols) matrix whose rows do not start on blocks (cols = 100), inside a segment of
+// two shards with a zero block before and after it, its blocks in two runs; rectangles of it
+// (vocabulary chunks, column chunks of the LM head) and gathered rows (the embedding lookup)
+// equal the codec's dequantization of the whole tensor -- formats::nf4 / int8_blocks, and
+// parallel::dequantized_tensor, the merge's view of it -- bit for bit (after one rounding to T).
+namespace {
+
+constexpr std::int64_t kRows = 700, kCols = 100, kPad = 1;
+
+/// The segment: kPad zero blocks | the matrix, padded to a block | kPad zero blocks; its
+/// quantized form as the kernels read it (payload of `shards` shards, runs, group maxima)
+/// and the codec's values of the matrix (kRows * kCols).
+struct MatrixSegment {
+  std::vector<std::uint8_t> payload;
+  std::int64_t stride = 0, shard_numel = 0, numel = 0;
+  std::vector<k::QuantRun> runs;
+  std::vector<float> table;
+  std::vector<float> expect;
+};
+
+MatrixSegment matrix_segment(BaseQuant quant, int shards) {
+  MatrixSegment m;
+  const std::int64_t n = kRows * kCols, blocks = (n + kB - 1) / kB;
+  std::vector<float> x = test_tensor(blocks, 23);
+  x.resize(static_cast<std::size_t>(n));
+  // The reference: the merge's view of the tensor (the codec, the tail padded to a block).
+  model::ParamSpec spec;
+  spec.name = "m";
+  spec.shape = {kRows, kCols};
+  spec.unit = 1;
+  m.expect = x;
+  parallel::dequantized_tensor(quant, true, spec, m.expect);
+  std::vector<float> padded = x;
+  padded.resize(static_cast<std::size_t>(blocks * kB), 0.0f);
+  m.numel = (blocks + 2 * kPad) * kB;
+  EXPECT_EQ(m.numel % (shards * kB), 0);
+  m.runs = {{kPad, 300, 0, 1}, {kPad + 300, blocks - 300, 300, 1}};  // group maxima from index 1
+  if (quant == BaseQuant::Nf4) {
+    const nf4::Quantized q = nf4::quantize(padded.data(), static_cast<std::int64_t>(padded.size()));
+    std::vector<float> codec(padded.size());
+    nf4::dequantize(q, 0, q.n, codec.data());
+    for (std::int64_t j = 0; j < n; ++j) EXPECT_EQ(codec[static_cast<std::size_t>(j)], m.expect[static_cast<std::size_t>(j)]);
+    m.payload = nf4_payload(q, kPad, shards, m.shard_numel);
+    m.stride = static_cast<std::int64_t>(m.payload.size()) / shards;
+    m.table = {77.0f};
+    m.table.insert(m.table.end(), q.scale_max.begin(), q.scale_max.end());
+  } else {
+    const i8::Quantized q = i8::quantize(padded.data(), static_cast<std::int64_t>(padded.size()));
+    m.shard_numel = m.numel / shards;
+    m.stride = parallel::payload_bytes(BaseQuant::Int8, m.shard_numel);
+    m.payload.assign(static_cast<std::size_t>(m.stride * shards), 0);
+    for (std::int64_t j = 0; j < q.n; ++j) {
+      const std::int64_t e = kPad * kB + j, s = e / m.shard_numel;
+      m.payload[static_cast<std::size_t>(s * m.stride + e % m.shard_numel)] = static_cast<std::uint8_t>(q.codes[static_cast<std::size_t>(j)]);
+    }
+    for (std::int64_t b = 0; b < q.n / kB; ++b) {
+      const std::int64_t e = (kPad + b) * kB, s = e / m.shard_numel;
+      std::memcpy(m.payload.data() + s * m.stride + m.shard_numel + (e % m.shard_numel) / kB * 4,
+                  &q.absmax[static_cast<std::size_t>(b)], 4);
+    }
+    m.table = {77.0f};
+  }
+  return m;
+}
+
+template <class T>
+void check_parts(BaseQuant quant, int shards) {
+  const MatrixSegment m = matrix_segment(quant, shards);
+  auto d_pay = to_device(m.payload);
+  auto d_runs = to_device(m.runs);
+  auto d_table = to_device(m.table);
+  const k::QuantSegment seg{quant == BaseQuant::Nf4, d_pay.data(), m.stride, m.shard_numel, d_runs.data(),
+                            static_cast<int>(m.runs.size()), d_table.data()};
+  const std::int64_t offset = kPad * kB;
+  const auto want = [&](std::int64_t r, std::int64_t c) {
+    return static_cast<T>(m.expect[static_cast<std::size_t>(r * kCols + c)]);
+  };
+  // The whole segment as the block units read it: the same bits.
+  Buffer<T> whole(static_cast<std::size_t>(m.numel), MemCategory::Workspace);
+  if (seg.nf4)
+    k::dequantize_nf4(d_pay.data(), m.stride, m.shard_numel, d_runs.data(), 2, d_table.data(), whole.data(), m.numel);
+  else
+    k::dequantize_int8(d_pay.data(), m.stride, m.shard_numel, d_runs.data(), 2, whole.data(), m.numel);
+  const std::vector<T> all = to_host(whole);
+  for (std::int64_t j = 0; j < kRows * kCols; ++j) {
+    const T w = want(j / kCols, j % kCols);
+    ASSERT_EQ(std::memcmp(&all[static_cast<std::size_t>(offset + j)], &w, sizeof(T)), 0) << "segment element " << j;
+  }
+  // Rectangles: vocabulary-row chunks, column chunks (the last ones ragged), one inside,
+  // written with a row stride wider than the rectangle (the cells between stay untouched).
+  struct Rect { std::int64_t row0, rows, col0, cols; };
+  for (const Rect& rc : {Rect{0, kRows, 0, kCols}, Rect{64, 37, 0, kCols}, Rect{0, kRows, 96, 4},
+                         Rect{0, kRows, 0, 1}, Rect{699, 1, 3, 97}, Rect{5, 11, 13, 29}}) {
+    const std::int64_t ld = rc.cols + 3;
+    std::vector<T> init(static_cast<std::size_t>(rc.rows * ld), static_cast<T>(-5.0f));
+    auto out = to_device(init);
+    k::dequantize_rect(seg, offset, kCols, rc.row0, rc.rows, rc.col0, rc.cols, out.data(), ld);
+    const std::vector<T> got = to_host(out);
+    for (std::int64_t r = 0; r < rc.rows; ++r)
+      for (std::int64_t c = 0; c < ld; ++c) {
+        const T w = c < rc.cols ? want(rc.row0 + r, rc.col0 + c) : static_cast<T>(-5.0f);
+        ASSERT_EQ(std::memcmp(&got[static_cast<std::size_t>(r * ld + c)], &w, sizeof(T)), 0)
+            << "rect (" << rc.row0 << "+" << rc.rows << ", " << rc.col0 << "+" << rc.cols << ") at " << r << ", " << c;
+      }
+  }
+  // Gathered rows of a vocabulary slice [100, 600): ids outside it give zero rows; repeats.
+  const std::vector<std::int32_t> ids = {100, 599, 99, 600, 345, 345, 0, 120, 698, 501};
+  auto d_ids = to_device(ids);
+  const std::int64_t start = 100, count = 500;
+  Buffer<T> rows(ids.size() * kCols, MemCategory::Workspace);
+  k::dequantize_gather_rows(seg, offset + start * kCols, kCols, d_ids.data(), static_cast<int>(ids.size()), start,
+                            count, rows.data());
+  const std::vector<T> got = to_host(rows);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    for (std::int64_t c = 0; c < kCols; ++c) {
+      const bool in = ids[i] >= start && ids[i] < start + count;
+      const T w = in ? want(ids[i], c) : static_cast<T>(0.0f);
+      ASSERT_EQ(std::memcmp(&got[i * kCols + static_cast<std::size_t>(c)], &w, sizeof(T)), 0) << "id " << ids[i] << " column " << c;
+    }
+}
+
+}  // namespace
+
+TEST(KernelsDequant, Nf4PartsEqualCodec) {
+  check_parts<float>(BaseQuant::Nf4, 1);
+  check_parts<float>(BaseQuant::Nf4, 2);
+  check_parts<bf16>(BaseQuant::Nf4, 2);
+}
+TEST(KernelsDequant, Int8PartsEqualCodec) {
+  check_parts<float>(BaseQuant::Int8, 2);
+  check_parts<bf16>(BaseQuant::Int8, 1);
+}

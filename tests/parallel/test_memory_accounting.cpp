@@ -295,7 +295,13 @@ TEST(MemoryAccounting, QloraPlanPredictsThePeakAndTheFrozenGather) {
   // perf/bench_qlora_memory.sh's.
   const int n = test::world().size();
   double peak_none = 0, gather_none = 0;
-  for (const BaseQuant quant : {BaseQuant::None, BaseQuant::Nf4, BaseQuant::Int8}) {
+  struct Base {
+    BaseQuant quant;
+    bool embeddings;  ///< model.base_quant_embeddings
+  };
+  for (const Base base : {Base{BaseQuant::None, true}, Base{BaseQuant::Nf4, true}, Base{BaseQuant::Int8, true},
+                          Base{BaseQuant::Nf4, false}}) {
+    const BaseQuant quant = base.quant;
     Config c = with_lora(mid_model("bf16"));
     // 16 tokens a rank: the weights dominate the peak, as in fine-tuning a large model
     // (the 1B-parameter run's activations are 0.4% of its peak). At 64 tokens the
@@ -303,11 +309,13 @@ TEST(MemoryAccounting, QloraPlanPredictsThePeakAndTheFrozenGather) {
     // the total 6-11% above the measured peak.
     c.train.seq_len = 16;
     c.model.base_quant = quant;
+    c.model.base_quant_embeddings = base.embeddings;
     const QloraStep q = qlora_step(c);
-    std::printf("%d rank(s), base %s: peak %.0f bytes per rank, planned %.0f (%+.2f%%); params %.0f, planned %.0f; "
+    std::printf("%d rank(s), base %s%s: peak %.0f bytes per rank, planned %.0f (%+.2f%%); params %.0f, planned %.0f; "
                 "frozen all-gather %.0f bytes per step, planned %.0f\n",
-                n, choice_name(quant), q.peak, q.predicted.total(), 100.0 * (q.predicted.total() / q.peak - 1.0),
-                q.params, q.predicted.params, q.gathered_bytes, q.comm.frozen_gather);
+                n, choice_name(quant), base.embeddings ? "" : " (embeddings and head in bf16)", q.peak,
+                q.predicted.total(), 100.0 * (q.predicted.total() / q.peak - 1.0), q.params, q.predicted.params,
+                q.gathered_bytes, q.comm.frozen_gather);
     std::printf("  category peaks:");
     for (int k = 0; k < kNumMemCategories; ++k)
       std::printf(" %s %.0f", category_name(static_cast<MemCategory>(k)), q.category_peak[static_cast<std::size_t>(k)]);
@@ -325,13 +333,14 @@ TEST(MemoryAccounting, QloraPlanPredictsThePeakAndTheFrozenGather) {
     }
     std::printf("  %s / bf16 base: peak %.3f, frozen all-gather %.3f\n", choice_name(quant), q.peak / peak_none,
                 n > 1 ? q.gathered_bytes / gather_none : 0.0);
-    // Quantized, what travels shrinks by the bits per weight. The peak shrinks with nf4;
-    // not always with int8: the gathered units are dequantized into bf16 whatever the
-    // base, and at the step's start the outer unit (here 37% of the weights: an 8192 x 384
-    // embedding) is held both gathered and as its all-gathered payload, which at 4 ranks
-    // outweighs what int8 saves on a quarter of the base (measured 1.047 x the bf16 base's).
-    if (quant == BaseQuant::Nf4) EXPECT_LT(q.peak, peak_none);
-    if (n > 1) EXPECT_LT(q.gathered_bytes, (quant == BaseQuant::Nf4 ? 0.30 : 0.55) * gather_none) << choice_name(quant);
+    // Quantized, what travels shrinks by the bits per weight, and the peak shrinks: the
+    // outer unit (here 37% of the weights: an 8192 x 384 embedding) stays quantized while
+    // gathered (measured nf4 0.51-0.64, int8 0.74-0.86 of the bf16 base's peak at 1-4 ranks;
+    // when it was dequantized whole, int8 at 4 ranks peaked at 1.047 x the bf16 base's).
+    if (base.embeddings) EXPECT_LT(q.peak, peak_none) << choice_name(quant);
+    // With the embeddings and head in bf16 (37% of the weights here) about half the bytes travel.
+    const double gather_bound = !base.embeddings ? 0.60 : quant == BaseQuant::Nf4 ? 0.30 : 0.55;
+    if (n > 1) EXPECT_LT(q.gathered_bytes, gather_bound * gather_none) << choice_name(quant);
     else EXPECT_EQ(q.gathered_bytes, 0.0);
   }
 }

@@ -6,8 +6,13 @@
 # dp_shard=2 and tp=3 agree within the LoRA equivalence tolerances (tests/train/lora.sh),
 # and they differ from the unquantized LoRA run's (the quantized base is what trains).
 # The loss of the adapters at start (B = 0) is `eval` of the base kept in that quantization,
-# and eval of a QLoRA checkpoint takes model.base_quant from it. Hostile: base_quant without
-# LoRA, an unknown word, a tp whose slices split a block.
+# and eval of a QLoRA checkpoint takes model.base_quant from it. The outer unit (embeddings,
+# head) stays quantized through the step on every strategy: no_shard and shard_grad_op on 2
+# ranks agree with 1 rank too. model.base_quant_embeddings=false (embeddings and head in the
+# compute dtype): tp=3 agrees with 1 rank, its start is eval of that base (different from
+# both quantized and unquantized), eval of its checkpoint takes the setting, a resume with
+# the other value is refused. Hostile: base_quant without LoRA, an unknown word, a tp whose
+# slices split a block, base_quant_embeddings=false without base_quant.
 set -euo pipefail
 ini="$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
@@ -23,7 +28,7 @@ tune() {
   local name=$1 np=$2; shift 2
   # shellcheck disable=SC2086
   $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$ini" "${shape[@]}" "${lora[@]}" --data.dir=data --train.steps="${STEPS-8}" \
-    --train.eval_every="${EVAL_EVERY-0}" --train.lr="${LR-5e-3}" --train.seed=7 --checkpoint.init_from=base --parallel.strategy=full_shard \
+    --train.eval_every="${EVAL_EVERY-0}" --train.lr="${LR-5e-3}" --train.seed=7 --checkpoint.init_from=base --parallel.strategy="${STRATEGY-full_shard}" \
     --output.dir="$name" "$@" > "$name.log" 2>&1 || { cat "$name.log"; exit 1; }
 }
 compare() {  # compare REF CANDIDATE LABEL: the LoRA equivalence tolerances of lora.sh
@@ -37,6 +42,19 @@ tune nf4_dp2 2 --model.base_quant=nf4 --parallel.dp_shard=2
 tune nf4_tp3 3 --model.base_quant=nf4 --parallel.tp=3
 compare nf4_1 nf4_dp2 "QLoRA nf4 dp_shard=2 vs 1 rank"
 compare nf4_1 nf4_tp3 "QLoRA nf4 tp=3 vs 1 rank"
+STRATEGY=no_shard tune nf4_ns2 2 --model.base_quant=nf4
+STRATEGY=shard_grad_op tune nf4_sgo2 2 --model.base_quant=nf4
+compare nf4_1 nf4_ns2 "QLoRA nf4 no_shard on 2 ranks vs 1 rank"
+compare nf4_1 nf4_sgo2 "QLoRA nf4 shard_grad_op on 2 ranks vs 1 rank"
+# Embeddings and head unquantized: compared at lr 0 (8 steps, 8 batches: the forward and
+# backward alone). Trained at lr 5e-3 these two runs drift apart from step 2 on (grad norm
+# 1.6e-3 at step 3): one adapter element's step-1 gradient is about 1e-8, AdamW's eps, where
+# the update is linear in g, and tp=3's other summation order moves it by 2.3e-4 (measured
+# in the step-1 checkpoints; nf4's worst element moves 5.6e-6) -- the optimizer amplifying
+# rounding, not the model: at lr 0 every step agrees within 1e-7.
+LR=0 tune nf4e_1 1 --model.base_quant=nf4 --model.base_quant_embeddings=false --train.min_lr=0 --checkpoint.every=8
+LR=0 tune nf4e_tp3 3 --model.base_quant=nf4 --model.base_quant_embeddings=false --parallel.tp=3 --train.min_lr=0
+compare nf4e_1 nf4e_tp3 "QLoRA nf4, embeddings and head unquantized, tp=3 vs 1 rank (lr 0)"
 tune int8_1 1 --model.base_quant=int8
 tune int8_tp3 3 --model.base_quant=int8 --parallel.tp=3
 compare int8_1 int8_tp3 "QLoRA int8 tp=3 vs 1 rank"
@@ -61,6 +79,14 @@ evalbase=(eval "$ini" "${shape[@]}" --data.dir=data --checkpoint base --batches 
 STEPS=1 LR=0 EVAL_EVERY=1 tune nf4_lr0 1 --model.base_quant=nf4 --train.min_lr=0 --train.eval_batches=4
 "$MESHTRAIN_BIN" "${evalbase[@]}" "${lora[@]}" --model.base_quant=nf4 > eval_nf4.log 2>&1 || { cat eval_nf4.log; exit 1; }
 "$MESHTRAIN_BIN" "${evalbase[@]}" > eval_none.log 2>&1 || { cat eval_none.log; exit 1; }
+STEPS=1 LR=0 EVAL_EVERY=1 tune nf4e_lr0 1 --model.base_quant=nf4 --model.base_quant_embeddings=false --train.min_lr=0 \
+  --train.eval_batches=4
+"$MESHTRAIN_BIN" "${evalbase[@]}" "${lora[@]}" --model.base_quant=nf4 --model.base_quant_embeddings=false > eval_nf4e.log 2>&1 ||
+  { cat eval_nf4e.log; exit 1; }
+"$MESHTRAIN_BIN" eval "$ini" "${shape[@]}" --data.dir=data --checkpoint nf4e_lr0/checkpoints --batches 4 --json \
+  > eval_ckpt_e.log 2>&1 || { cat eval_ckpt_e.log; exit 1; }
+grep -q "model.base_quant_embeddings=false" eval_ckpt_e.log ||
+  { cat eval_ckpt_e.log; echo "eval did not take base_quant_embeddings from the checkpoint"; exit 1; }
 # eval of the QLoRA checkpoint: base_quant from /model (no model.base_quant given).
 "$MESHTRAIN_BIN" eval "$ini" "${shape[@]}" --data.dir=data --checkpoint nf4_lr0/checkpoints --batches 4 --json \
   > eval_ckpt.log 2>&1 || { cat eval_ckpt.log; exit 1; }
@@ -74,6 +100,12 @@ print(f"validation loss after a step at lr 0: {val!r}; eval of the nf4 base {q!r
       f"of the unquantized base {n!r}")
 assert val == q == c, "the QLoRA model at start is not eval of the nf4 base"
 assert abs(q - n) > 1e-5, "eval with model.base_quant=nf4 equals the unquantized base"
+val_e = [json.loads(l) for l in open("nf4e_lr0/metrics.jsonl") if "val_loss" in l][-1]["val_loss"]
+qe, ce = last("eval_nf4e.log"), last("eval_ckpt_e.log")
+print(f"embeddings and head unquantized: validation loss after a step at lr 0 {val_e!r}; eval of that base {qe!r}, "
+      f"of the checkpoint {ce!r}")
+assert val_e == qe == ce, "the QLoRA model (base_quant_embeddings=false) at start is not eval of its base"
+assert abs(qe - q) > 1e-6 and abs(qe - n) > 1e-6, "base_quant_embeddings=false equals a fully quantized or unquantized base"
 PY
 # Hostile: one clear error each (exit 2), nothing trained.
 refuse() {  # refuse NAME EXPECTED ARGS...: exit status 2 and the message
@@ -96,4 +128,11 @@ refuse split_block "model.layers.0.self_attn.o_proj.weight (64 x 64) does not sp
   $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=1 "${lora[@]}" --model.base_quant=nf4 \
   --parallel.tp=2 --output.dir=split_block
 [[ ! -e split_block/checkpoints ]] || ! ls split_block/checkpoints/step_* > /dev/null 2>&1 || { echo "a checkpoint was written"; exit 1; }
+refuse embeddings_no_quant "model.base_quant_embeddings=false keeps the embeddings and LM head of a quantized base in the compute dtype, but model.base_quant=none" \
+  "$MESHTRAIN_BIN" train "$ini" --data.dir=data --train.steps=1 "${lora[@]}" --model.base_quant_embeddings=false \
+  --output.dir=embeddings_no_quant
+# A resume of nf4e_1 (step 8) with the embeddings quantized: another model.
+refuse resume_embeddings "LoRA: model.lora_rank=4, model.lora_alpha=8, model.lora_targets=q,k,v,o,gate,up,down, model.base_quant=nf4, model.base_quant_embeddings=false in the checkpoint" \
+  "$MESHTRAIN_BIN" train "$ini" "${shape[@]}" "${lora[@]}" --data.dir=data --train.steps=10 --train.eval_every=0 \
+  --checkpoint.init_from=base --model.base_quant=nf4 --output.dir=nf4e_1
 echo "qlora: all checks passed"

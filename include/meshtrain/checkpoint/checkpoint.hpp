@@ -129,6 +129,9 @@ struct LoraSettings {
   /// model.base_quant: how the frozen base is stored (QLoRA); a file without the attribute
   /// predates it and had none. Part of the model: the quantized base is what trained.
   BaseQuant base_quant = BaseQuant::None;
+  /// model.base_quant_embeddings (with a quantized base): the embeddings and LM head quantized
+  /// too. A file without the attribute predates it and quantized them.
+  bool base_quant_embeddings = true;
   std::string str() const;                     ///< "model.lora_rank=4, model.lora_alpha=16, ..."
   bool same(const LoraSettings& other) const;  ///< equal adapters (any two without LoRA are equal)
 };

@@ -31,6 +31,7 @@ struct ModelConfig {
   double lora_alpha = 16.0;
   std::string lora_targets = "auto";  ///< comma list of projections; auto = PEFT's default (q,v / c_attn)
   BaseQuant base_quant = BaseQuant::None;  ///< the frozen LoRA base stored quantized (QLoRA)
+  bool base_quant_embeddings = true;       ///< with base_quant: the embeddings and LM head quantized too
 };
 
 struct ParallelConfig {

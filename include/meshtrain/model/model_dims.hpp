@@ -35,6 +35,9 @@ struct ModelDims {
   double lora_scale() const { return lora_rank > 0 ? lora_alpha / lora_rank : 0.0; }
   /// How the frozen base of a LoRA run is stored (QLoRA: nf4, int8); None without LoRA.
   BaseQuant base_quant = BaseQuant::None;
+  /// With base_quant: the embeddings and the LM head (the outer unit) quantized too; false
+  /// keeps them in the compute dtype. Always true when base_quant is None.
+  bool base_quant_embeddings = true;
 
   /// Parameters of the logical model (excluding padding of the vocab? no: including it).
   std::int64_t num_params() const;
@@ -59,6 +62,7 @@ struct ModelSettings {
   double lora_alpha = 16.0;
   std::vector<std::string> lora_targets; ///< projection names as given (blank entries dropped)
   BaseQuant base_quant = BaseQuant::None;
+  bool base_quant_embeddings = true;
 };
 
 /// \brief Applies defaults and checks consistency (UserError naming the key).

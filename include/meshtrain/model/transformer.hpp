@@ -11,7 +11,11 @@
 ///   loss, dx_L = head(x_L, targets)             fused forward+backward, vocab-parallel CE
 ///   dx_i = block_i.backward(dx_{i+1})           in place
 ///   embed.backward(dx_0)
+/// The outer unit's parameters come as OuterParams: its buffer in T, or, with a quantized
+/// base, its quantized segment, of which the embedding dequantizes the rows it looks up and
+/// the head a chunk at a time (model/outer_params.hpp).
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -21,12 +25,24 @@
 #include "model/kernel_paths.hpp"
 #include "model/kv_cache.hpp"
 #include "model/layout.hpp"
+#include "model/outer_params.hpp"
 
 namespace meshtrain::model {
 
 /// Elements of the logits scratch of the fused head (rows x local vocab): 16 M on host
 /// (64 MiB fp32, cache-friendly chunks), 256 M on GPUs (few, large GEMMs; 512 MiB in bf16).
 inline constexpr std::int64_t kHeadChunkElements = kDeviceIsHost ? (std::int64_t{1} << 24) : (std::int64_t{1} << 28);
+/// Elements of the LM head's weight dequantized at once when the outer unit is kept
+/// quantized (OuterParams): 4 M on host (8 MiB in bf16), 64 M on GPUs (128 MiB). A head of
+/// at most this many elements is dequantized whole, and its GEMMs are today's.
+inline constexpr std::int64_t kHeadWeightChunkElements = kDeviceIsHost ? (std::int64_t{1} << 22) : (std::int64_t{1} << 26);
+
+/// Elements of the scratch a kept-quantized LM head (vocab_local, d_model) dequantizes its
+/// weight into, for a chunk budget of `budget` elements: the larger of a chunk of vocabulary
+/// rows (the logits' GEMMs) and a chunk of columns (dx's); the whole head when it fits the
+/// budget, more than the budget only when one row or column is larger.
+std::int64_t head_weight_chunk_elements(std::int64_t vocab_local, int d_model,
+                                        std::int64_t budget = kHeadWeightChunkElements);
 
 struct BatchShape {
   int B = 1;  ///< sequences
@@ -54,12 +70,16 @@ class Transformer {
               const std::vector<UnitLayout>& layouts, KernelPaths paths = {});
 
   const ModelDims& dims() const { return dims_; }
+  /// The most elements of a kept-quantized LM head dequantized at once (tests make it small
+  /// to cut the head into many chunks).
+  void set_head_weight_chunk(std::int64_t elements) { head_weight_chunk_ = std::max<std::int64_t>(1, elements); }
+
   const TpDims& tp() const { return tp_; }
   const KernelPaths& paths() const { return paths_; }
 
   /// x (N, C) = token (+ position) embedding. tokens: device (N) int32 at positions
   /// pos0 .. pos0+T-1 of each sequence (pos0 > 0 when decoding against a KV cache).
-  void embed_forward(const ComputeContext& ctx, const T* outer, const std::int32_t* tokens,
+  void embed_forward(const ComputeContext& ctx, const OuterParams<T>& outer, const std::int32_t* tokens,
                      BatchShape s, T* x, int pos0 = 0) const;
   /// Accumulates embedding gradients from dx (N, C).
   void embed_backward(const ComputeContext& ctx, T* outer_grad, const std::int32_t* tokens,
@@ -90,21 +110,21 @@ class Transformer {
   /// `loss_sum`: null, or a device double the micro-batch's loss sum is added to (the chunk
   /// losses of gpu.fused_loss summed in chunk order on the device, the three-pass form's
   /// host sum added by a kernel): nothing is then read back and 0 is returned.
-  double head_forward_backward(const ComputeContext& ctx, const T* outer, T* outer_grad,
+  double head_forward_backward(const ComputeContext& ctx, const OuterParams<T>& outer, T* outer_grad,
                                BatchShape s, const T* x, const std::int32_t* targets,
                                float grad_scale, T* dx, const float* row_scale = nullptr,
                                double* loss_sum = nullptr) const;
   /// Loss sum only (evaluation).
-  double head_loss(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+  double head_loss(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s, const T* x,
                    const std::int32_t* targets) const;
   /// Forward only: each sequence's sum of log p(target) over its counted targets (targets
   /// >= 0), on the host, (B); the same on every tp rank. DPO's log-probability of a response.
-  std::vector<double> head_sequence_logp(const ComputeContext& ctx, const T* outer, BatchShape s,
+  std::vector<double> head_sequence_logp(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s,
                                          const T* x, const std::int32_t* targets) const;
   /// Full-vocabulary logits gathered over tp, on the host: (B, valid_vocab) floats for the
   /// last position of each sequence (generation), or (N, valid_vocab) for every position
   /// (reference tests).
-  std::vector<float> logits(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+  std::vector<float> logits(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s, const T* x,
                             bool last_only) const;
 
  private:
@@ -124,11 +144,11 @@ class Transformer {
                      BlockCache<T>& c, const KvSlot* kv = nullptr) const;
   void llama_backward(const ComputeContext& ctx, const T* params, T* grads, BatchShape s,
                       const T* x_in, BlockCache<T>& c, T* dx) const;
-  void final_norm(const T* outer, BatchShape s, const T* x, HeadCache<T>& hc) const;
+  void final_norm(const OuterParams<T>& outer, BatchShape s, const T* x, HeadCache<T>& hc) const;
   /// The forward head in chunks of rows: final norm, logits, and the tp-reduced
   /// cross-entropy statistics, handed to on_chunk(r0, rows, row_max, stats) per chunk.
   template <class ChunkFn>
-  void head_forward_chunks(const ComputeContext& ctx, const T* outer, BatchShape s, const T* x,
+  void head_forward_chunks(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s, const T* x,
                            const std::int32_t* targets, ChunkFn&& on_chunk) const;
   /// The tp-reduced cross-entropy statistics of one chunk of logits (nc, Vl): row_max (nc),
   /// stats (2 nc), local_max (nc, scratch of the one-pass form). Three-pass phases 1-2, or
@@ -136,8 +156,17 @@ class Transformer {
   /// merged over tp (kernels/cross_entropy_online.hpp).
   void ce_statistics(const ComputeContext& ctx, const T* logits, int nc, const std::int32_t* targets,
                      acc_t<T>* row_max, acc_t<T>* stats, acc_t<T>* local_max) const;
-  const T* head_weight(const T* outer) const;
+  std::int64_t head_offset() const;
   std::int64_t head_chunk_rows(int N) const;
+  /// Scratch for the LM head's weight chunks (kHeadWeightChunkElements at most): empty
+  /// unless the outer unit is kept quantized.
+  Buffer<T> head_weight_scratch(const OuterParams<T>& outer) const;
+  /// logits (rows, Vl) = h (rows, C) @ W^T. Kept quantized: W dequantized a chunk of
+  /// vocabulary rows at a time into `scratch`, each chunk's logits columns by their own GEMM.
+  void head_logits(const OuterParams<T>& outer, int rows, const T* h, T* logits, Buffer<T>& scratch) const;
+  /// dh (rows, C) = dlogits (rows, Vl) @ W (overwrite). Kept quantized: W dequantized a chunk
+  /// of columns at a time, each chunk's dh columns by their own GEMM over the whole vocabulary.
+  void head_input_grad(const OuterParams<T>& outer, int rows, const T* dlogits, T* dh, Buffer<T>& scratch) const;
   // LoRA: adapter t (index into lora_target_names) of a block, when present.
   bool has_lora(int t) const { return t < static_cast<int>(lora_.size()) && lora_[t].a >= 0; }
   void lora_fwd(const ComputeContext& ctx, int t, const T* p, BlockCache<T>& c, int N, const T* x, int ldx, T* y,
@@ -161,6 +190,7 @@ class Transformer {
     bool row_parallel = false;
   };
   std::vector<LoraSlot> lora_;
+  std::int64_t head_weight_chunk_ = kHeadWeightChunkElements;
   bool train_base_ = true;             ///< false under LoRA: base weight gradients are skipped
   /// Gradient of the base parameter at unit offset `off`: without LoRA the trainable segment
   /// is the whole unit (grads share the parameters' offsets); under LoRA the base is frozen,

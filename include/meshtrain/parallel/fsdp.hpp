@@ -16,8 +16,15 @@
 /// kept quantized instead (parallel/quantized_base.hpp: the canonical blocks of the global
 /// tensors), all-gathered as its NF4 or int8 payload and dequantized into the gathered T
 /// buffer's frozen region in wait_params; 1-D frozen parameters stay in T, whole on every
-/// rank. no_shard dequantizes once into its persistent T copy and keeps no payload. Gradient buffers, reductions and UnitState cover the trainable
-/// segment only, so a LoRA run holds and moves state for its adapters alone.
+/// rank. no_shard dequantizes once into its persistent T copy and keeps no payload. The
+/// outer unit (embeddings, final norm, head) is the exception under every strategy: it is
+/// kept quantized -- its gathered payload for the step (sharded), its whole payload
+/// (no_shard) -- and read through wait_outer(), whose model::OuterParams the embedding and
+/// the head dequantize a part at a time (model/outer_params.hpp); its dequantized copy
+/// would be the step's largest. With FsdpOptions::base_quant_embeddings false the outer
+/// unit is not quantized at all (stored like an unquantized base). Gradient buffers,
+/// reductions and UnitState cover the trainable segment only, so a LoRA run holds and moves
+/// state for its adapters alone.
 ///
 /// Per micro-step the runner calls, per unit: gather/prefetch -> wait_params -> forward ->
 /// after_forward -> (backward) wait_params -> grad_buffer -> after_backward; then
@@ -31,6 +38,7 @@
 #include "comm/communicator.hpp"
 #include "core/memory.hpp"
 #include "model/layout.hpp"
+#include "model/outer_params.hpp"
 #include "parallel/device_mesh.hpp"
 #include "parallel/quantized_base.hpp"
 #include "parallel/reduction_plan.hpp"
@@ -50,6 +58,8 @@ struct FsdpOptions {
   bool forward_only = false;
   /// How the frozen segment is stored (model.base_quant): None keeps it in T.
   BaseQuant base_quant = BaseQuant::None;
+  /// model.base_quant_embeddings: false keeps the outer unit (embeddings, LM head) in T.
+  bool base_quant_embeddings = true;
 };
 
 /// fp32 state of one unit's trainable segment held by this rank: elements
@@ -87,8 +97,14 @@ class FsdpEngine {
   /// Starts the all-gather of unit u if it is not alive or in flight. `prefetch` requests
   /// are skipped when `parallel.prefetch` blocks are already alive.
   void gather(int u, bool prefetch = false);
-  /// Gathered parameters of unit u (waits for the gather).
+  /// Gathered parameters of unit u (waits for the gather). Not for a unit kept quantized.
   const T* wait_params(int u);
+  /// The outer unit's parameters (unit 0; waits for its gather): wait_params(0)'s buffer, or
+  /// -- kept quantized (outer_kept_quantized()) -- its gathered payload and 1-D parameters,
+  /// valid until the unit is released like a gathered buffer (after_forward/after_backward).
+  model::OuterParams<T> wait_outer();
+  /// True when the outer unit's frozen segment stays quantized while it is gathered.
+  bool outer_kept_quantized() const { return kept_quantized(0); }
   void after_forward(int u);
   /// Gradient buffer of unit u's trainable segment for this micro-step: element i is unit
   /// element trainable_begin() + i (zeroed on first use); nullptr when nothing is trainable.
@@ -129,6 +145,9 @@ class FsdpEngine {
   void params_updated_in_place();
 
   // ---- frozen segment ------------------------------------------------------------------
+  /// How unit u's frozen segment is stored: FsdpOptions::base_quant, except the outer unit
+  /// with base_quant_embeddings false (parallel::unit_base_quant).
+  BaseQuant unit_quant(int u) const;
   /// True when some parameter is frozen (LoRA).
   bool has_frozen() const { return has_frozen_; }
   /// Elements [frozen_begin(u), frozen_begin(u) + frozen_numel(u)) of unit u are this
@@ -173,7 +192,9 @@ class FsdpEngine {
   struct Frozen {
     std::int64_t begin = 0, numel = 0;
     Buffer<T> values;  ///< sharded strategies: this rank's shard (no_shard: inside the gathered copy)
-    // Quantized base, sharded strategies (no_shard keeps only the dequantized gathered copy):
+    // Quantized base, sharded strategies, and the outer unit kept quantized under no_shard
+    // (whose shard is the whole segment); other no_shard units keep only their dequantized
+    // gathered copy (map, runs and group maxima, no payload):
     QuantMap map;                          ///< the unit's blocks on this tp rank
     Buffer<std::uint8_t> payload;          ///< this rank's shard, payload_bytes(quant, numel)
     Buffer<kernels::QuantRun> runs;        ///< map.runs on the device
@@ -181,6 +202,12 @@ class FsdpEngine {
     Buffer<T> dense;                       ///< the 1-D parameters of the whole segment, in T
   };
   T* frozen_storage(int u);
+  /// Unit u's quantized frozen segment stays quantized when gathered (the outer unit).
+  bool kept_quantized(int u) const;
+  /// Waits for unit u's gather (starting it if needed) and marks it alive.
+  void wait_gathered(int u);
+  /// Frees unit u's gathered buffers (the T copy and a kept payload).
+  void release_gathered(int u);
   void set_frozen_quantized(int u, const float* values);
   /// Dequantizes the gathered payload `all` (every shard's) into gathered's frozen region.
   void dequantize_frozen(int u, const std::uint8_t* all, std::int64_t stride, std::int64_t shard_numel, T* gathered);

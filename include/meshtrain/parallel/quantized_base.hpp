@@ -15,7 +15,9 @@
 ///
 /// 1-D tensors (norm weights, biases) stay in the compute dtype, as bitsandbytes keeps
 /// them: they are `dense` slots, outside every run. Embeddings and the LM head are
-/// matrices and are quantized.
+/// matrices and are quantized too, unless model.base_quant_embeddings is false: then the
+/// outer unit, which holds exactly them and the final norm, is not quantized at all
+/// (unit_base_quant), as bitsandbytes, PEFT and torchtune keep them.
 
 #include <cstdint>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "config/choices.hpp"
 #include "kernels/dequant.hpp"
 #include "model/layout.hpp"
+#include "model/outer_params.hpp"
 
 namespace meshtrain::parallel {
 
@@ -30,12 +33,13 @@ namespace meshtrain::parallel {
 struct QuantMap {
   std::vector<kernels::QuantRun> runs;  ///< quantized blocks, sorted by local_block
   std::int64_t groups = 0;              ///< NF4 group maxima of the unit's quantized tensors (table size)
-  struct Dense {
-    std::int64_t offset = 0, numel = 0;  ///< a 1-D slot of the segment, kept in T
-  };
-  std::vector<Dense> dense;
+  std::vector<model::DenseSlot> dense;  ///< the 1-D slots of the segment, kept in T
   std::int64_t dense_numel() const;
 };
+
+/// How unit `unit`'s frozen segment is stored: `quant`, except the outer unit (unit 0:
+/// embeddings, final norm, LM head) when `quant_embeddings` is false, which stays in T.
+BaseQuant unit_base_quant(BaseQuant quant, bool quant_embeddings, int unit);
 
 /// The map of unit layout L for tp rank `tp_rank` of `tp`. UserError naming the tensor when
 /// a quantized tensor's TP slice does not cover whole 64-weight global blocks, or a slot
@@ -61,10 +65,11 @@ void encode_shard(BaseQuant quant, const QuantMap& map, const float* shard, std:
 /// The values a whole global tensor (row-major, `v.size()` elements) takes in a model whose
 /// base is stored in `quant`: quantized and dequantized by the codec (formats::nf4 or
 /// formats::int8_blocks), the tail padded with zeros to a block -- what every mesh's
-/// dequantization gives for it. A 1-D tensor is returned unchanged (it stays in T).
+/// dequantization gives for it. A 1-D tensor, and a tensor of the outer unit when
+/// `quant_embeddings` is false, is returned unchanged (it stays in T).
 /// For `meshtrain convert --merge_lora` of a QLoRA checkpoint: the merge into the
 /// dequantized base. Also right for a prefix of whole rows of a tensor whose remaining
 /// rows are zeros (the padded vocabulary rows an export leaves out).
-void dequantized_tensor(BaseQuant quant, const model::ParamSpec& p, std::vector<float>& v);
+void dequantized_tensor(BaseQuant quant, bool quant_embeddings, const model::ParamSpec& p, std::vector<float>& v);
 
 }  // namespace meshtrain::parallel

@@ -52,13 +52,20 @@ struct MemoryEstimate {
   double gathered = 0, grad_buffers = 0;          ///< transient parameter/gradient copies
   double activations = 0, comm_buffers = 0;       ///< transient
   /// A quantized base under a sharded strategy: what the step's start holds beside the
-  /// persistent state -- the outer unit and the prefetched blocks gathered, each with its
-  /// quantized payload until it is dequantized -- before any activation or gradient
-  /// exists. The step's peak is the larger of that moment and the steady one.
+  /// persistent state -- the outer unit (kept quantized: its payload) and the prefetched
+  /// blocks gathered, each with its quantized payload until it is dequantized -- before any
+  /// activation or gradient exists.
   double step_start = 0;
+  /// The outer unit kept quantized (model.base_quant with its embeddings): what the LM head
+  /// holds beside the persistent state -- the steady state less the blocks a resharding
+  /// strategy has released by then (only the backward's first block is gathered), plus the
+  /// head's weight chunk dequantized into scratch (model::kHeadWeightChunkElements at most,
+  /// the whole head when it is smaller).
+  double head = 0;
   double persistent() const { return params + grads + optimizer; }
   double steady() const { return gathered + grad_buffers + activations + comm_buffers; }
-  double total() const { return persistent() + std::max(steady(), step_start); }
+  /// The step's peak is the largest of its start, its steady state and the head.
+  double total() const { return persistent() + std::max({steady(), step_start, head}); }
 };
 
 /// Per-step communication volume of one rank (bytes moved per rank on the wire, i.e. the
