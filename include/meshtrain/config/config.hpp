@@ -118,6 +118,7 @@ struct GpuConfig {
   AttentionChoice attention = AttentionChoice::Cudnn;  ///< cuDNN flash attention where supported, else Kokkos
   bool fused_loss = true;             ///< one-pass online-softmax cross-entropy, loss kept on the device
   bool fused_norms = true;            ///< residual add (+ bias) fused with the block's second norm
+  bool epilogues = true;              ///< bias / GELU / their gradients in the GEMMs (linalg/gemm_epilogue.hpp)
 };
 
 struct OutputConfig {
