@@ -130,11 +130,18 @@ void bias_gelu_forward(T* pre, int ld_pre, const T* bias, T* act, int ld_act, in
         const std::int64_t r = team.league_rank();
         T* p = pre + r * ld_pre;
         T* a = act + r * ld_act;
-        team_for(team, cols, [&](int c) {
-          const T h = store<T>(load(p[c]) + load(bias[c]));
-          p[c] = h;
-          a[c] = store<T>(GeluTanh<A>::value(load(h)));
-        });
+        if constexpr (kHostExec) {
+          // Two loops over the row (it stays in L1 between them): each vectorizes, where one
+          // loop writing two arrays the compiler must assume may alias does not.
+          for (int c = 0; c < cols; ++c) p[c] = store<T>(load(p[c]) + load(bias[c]));
+          for (int c = 0; c < cols; ++c) a[c] = store<T>(GeluTanh<A>::value(load(p[c])));
+        } else {
+          team_for(team, cols, [&](int c) {
+            const T h = store<T>(load(p[c]) + load(bias[c]));
+            p[c] = h;
+            a[c] = store<T>(GeluTanh<A>::value(load(h)));
+          });
+        }
       });
 }
 
@@ -150,6 +157,29 @@ void gelu_backward_bias_grad(const T* pre, int ld_pre, T* d, int ld_d, T* dbias,
           const T* p = pre + r * ld_pre;
           T* dr = d + r * ld_d;
           team_for(team, cols, [&](int c) { dr[c] = store<T>(load(dr[c]) * GeluTanh<A>::derivative(load(p[c]))); });
+        });
+    return;
+  }
+  if constexpr (kHostExec) {
+    // column_sums' host form (threads own column blocks, rows stream through in order, so
+    // each column is summed in row order) with the block's row segment in two loops: the
+    // GELU gradient written in place, then added to the block's sums; each vectorizes.
+    constexpr int kMax = 1024;
+    const int cb = column_block(cols, kMax);
+    const int nblocks = (cols + cb - 1) / cb;
+    Kokkos::parallel_for(
+        "Kernels::gelu_backward_bias_grad", RangeInt(0, nblocks), KOKKOS_LAMBDA(int blk) {
+          const int c0 = blk * cb;
+          const int nc = cols - c0 < cb ? cols - c0 : cb;
+          A acc[kMax];
+          for (int j = 0; j < nc; ++j) acc[j] = A(0);
+          for (int r = 0; r < rows; ++r) {
+            T* dr = d + static_cast<std::int64_t>(r) * ld_d + c0;
+            const T* pr = pre + static_cast<std::int64_t>(r) * ld_pre + c0;
+            for (int j = 0; j < nc; ++j) dr[j] = store<T>(load(dr[j]) * GeluTanh<A>::derivative(load(pr[j])));
+            for (int j = 0; j < nc; ++j) acc[j] += load(dr[j]);
+          }
+          for (int j = 0; j < nc; ++j) dbias[c0 + j] = store<T>(load(dbias[c0 + j]) + acc[j]);
         });
     return;
   }
