@@ -130,14 +130,18 @@ void bias_gelu_forward(T* pre, int ld_pre, const T* bias, T* act, int ld_act, in
         const std::int64_t r = team.league_rank();
         T* p = pre + r * ld_pre;
         T* a = act + r * ld_act;
+        // Captured here, outside the if constexpr (nvcc: an extended lambda cannot first
+        // capture a variable inside one).
+        const T* b = bias;
+        const int n = cols;
         if constexpr (kHostExec) {
           // Two loops over the row (it stays in L1 between them): each vectorizes, where one
           // loop writing two arrays the compiler must assume may alias does not.
-          for (int c = 0; c < cols; ++c) p[c] = store<T>(load(p[c]) + load(bias[c]));
-          for (int c = 0; c < cols; ++c) a[c] = store<T>(GeluTanh<A>::value(load(p[c])));
+          for (int c = 0; c < n; ++c) p[c] = store<T>(load(p[c]) + load(b[c]));
+          for (int c = 0; c < n; ++c) a[c] = store<T>(GeluTanh<A>::value(load(p[c])));
         } else {
-          team_for(team, cols, [&](int c) {
-            const T h = store<T>(load(p[c]) + load(bias[c]));
+          team_for(team, n, [&](int c) {
+            const T h = store<T>(load(p[c]) + load(b[c]));
             p[c] = h;
             a[c] = store<T>(GeluTanh<A>::value(load(h)));
           });
