@@ -13,6 +13,14 @@
 /// input matrix A; its size is the number of rows of D; the reduction is over k"), with
 /// A_lt = our B untransposed: not BGRADB, which would sum our A.
 ///
+/// Types: fp32 or bf16 A, B, C and D, CUBLAS_COMPUTE_32F, fp32 alpha/beta. The bias, the
+/// bias gradient and the GELU aux matrix are in the output's type (cuBLASLt's default for
+/// every non-fp8 GEMM: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE and the aux type stay unset),
+/// which is how the model stores its biases. Alignment: cuBLASLt's heuristic assumes 256-byte
+/// aligned matrices unless told otherwise, so each plan states the actual alignment of A, B,
+/// C and D (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES); the bias and aux pointers must be
+/// 16-byte aligned and the aux leading dimension a multiple of 8 (else: refused, fallback).
+///
 /// Plans (matmul descriptor, layouts, the heuristic's algorithm and workspace size) are made
 /// once per (type, epilogue, transposes, m, n, k, leading dimensions, pointer alignments,
 /// beta == 0) and cached for the process; a call sets the pointers on the cached descriptor
