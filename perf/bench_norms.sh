@@ -11,7 +11,8 @@
 # SECTION (norms; epilogues: gpu.epilogues' host passes instead, `bench_kernels
 # --only=epilogues`: bias + GELU and GELU backward + bias gradient on (8192, 3072), fused
 # against add_bias + gelu_forward and gelu_backward + bias_backward; default OUT_DIR then
-# perf/results/bench_epilogues).
+# perf/results/bench_epilogues), BENCH_CPU_TIME (1: bench_kernels times by the process's CPU
+# time, steadier on a loaded machine; recorded in results.md).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SECTION=${SECTION:-norms}
@@ -41,7 +42,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
   done
 done
 "$PY" - "$OUT" "$SECTION" <<'PY'
-import csv, statistics, sys
+import csv, os, statistics, sys
 out, section = sys.argv[1], sys.argv[2]
 rows = list(csv.DictReader(open(out + "/runs.csv")))
 t = {}
@@ -58,6 +59,8 @@ if section == "epilogues":
              ("GELU backward + bias gradient", "fused gelu_backward_bias_grad", "unfused gelu_backward + bias_backward")]
     title = ("gpu.epilogues on CPU: the pass after the GEMM, fused / unfused time (bench_kernels --only=epilogues, "
              "N 8192, 4C 3072, fp32, each including the same copy of the GEMM output)")
+if os.environ.get("BENCH_CPU_TIME") == "1":
+    title += "; times are the process's CPU time (BENCH_CPU_TIME=1)"
 binaries = sorted({b for b, _ in t}, key=lambda b: b != "baseline")
 L = ["# " + title, "",
      "| binary | pair | fused ms (median) | unfused ms (median) | ratio median | ratio min-max | reps |",
