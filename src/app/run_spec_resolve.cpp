@@ -61,6 +61,7 @@ plan::RunSpec resolve_spec(const Config& c) {
   s.dims = resolve_model(c.model);
   s.kernel_paths.fused_loss = c.gpu.fused_loss;
   s.kernel_paths.fused_norms = c.gpu.fused_norms;
+  s.kernel_paths.epilogues = c.gpu.epilogues;
   const TrainConfig& t = c.train;
   s.batch = {t.micro_batch, t.seq_len, t.grad_accum, t.global_batch};
 

@@ -80,6 +80,17 @@ void gemm_strided_batched(Op oa, Op ob, int m, int n, int k, float alpha, const 
   Backend::batched(oa, ob, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch_count);
 }
 
+void gemm(Op oa, Op ob, int m, int n, int k, float alpha, const bf16* a, int lda, const bf16* b, int ldb, float beta,
+          float* c, int ldc) {
+  if (m == 0 || n == 0) return;
+#if defined(MESHTRAIN_WITH_CUDA)
+  Backend::bind_stream();
+  cublas::gemm_bf16_f32(oa == Op::T, ob == Op::T, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+  cblas::gemm(oa == Op::T, ob == Op::T, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+}
+
 #define MESHTRAIN_INSTANTIATE_GEMM(T)                                                              \
   template void gemm<T>(Op, Op, int, int, int, float, const T*, int, const T*, int, float, T*, int); \
   template void gemm_strided_batched<T>(Op, Op, int, int, int, float, const T*, int, std::int64_t,   \

@@ -1,6 +1,12 @@
 // GPT-2 block: pre-LayerNorm attention and GELU MLP with biases; HF Conv1D weights (in, out).
 //   x_mid = x_in + c_proj(attn(c_attn(ln_1(x_in))))     c_attn column-parallel (q|k|v chunks)
 //   x_out = x_mid + mlp.c_proj(gelu(mlp.c_fc(ln_2(x_mid))))   c_proj row-parallel + tp all-reduce
+// Under gpu.epilogues (KernelPaths::epilogues) the biases, the GELU and their gradients are
+// done by the GEMMs (linalg/gemm_epilogue.hpp); a projection whose LoRA adapter runs keeps
+// the separate kernels, since the adapter's output joins the GEMM's before the bias / GELU.
+// A row-parallel projection's bias then goes into tp rank 0's partial sum, before the
+// all-reduce that adds the other ranks' (the bias is replicated; each rank still computes
+// its whole gradient, the column sums of the replicated dx).
 #include <cmath>
 
 #include "kernels/attention.hpp"
@@ -8,11 +14,30 @@
 #include "kernels/norms.hpp"
 #include "kernels/residual_norms.hpp"
 #include "linalg/gemm.hpp"
+#include "linalg/gemm_epilogue.hpp"
 #include "model/transformer.hpp"
 
 namespace meshtrain::model {
 
+using linalg::Epilogue;
 using linalg::Op;
+
+namespace {
+
+template <class T>
+linalg::EpilogueOperands<T> bias_operand(const T* bias) {
+  linalg::EpilogueOperands<T> x;
+  x.bias = bias;
+  return x;
+}
+template <class T>
+linalg::EpilogueOperands<T> bias_grad_operand(T* bias_grad) {
+  linalg::EpilogueOperands<T> x;
+  x.bias_grad = bias_grad;
+  return x;
+}
+
+}  // namespace
 
 template <class T>
 void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchShape s, const T* x_in, T* x_out,
@@ -21,6 +46,8 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
   const int Hl = tp_.heads, Cl = Hl * hd, Fl = tp_.ffn, W3 = qkv_width_;  // W3 = 3*Cl
   const auto n = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
   const auto* o = block_off_.data();
+  const bool epi = paths_.epilogues;
+  const auto lora_runs = [&](int t) { return has_lora(t) && !ctx.adapters_off; };
 
   c.norm1 = Buffer<T>(n(N, C), MemCategory::Activations);
   c.mean1 = Buffer<acc_t<T>>(N, MemCategory::Activations);
@@ -29,9 +56,14 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
                              c.mean1.data(), c.rstd1.data());
   // qkv (N, 3Cl) = norm1 (N, C) @ c_attn (C, 3Cl) + bias
   c.qkv = Buffer<T>(n(N, W3), MemCategory::Activations);
-  linalg::gemm<T>(Op::N, Op::N, N, W3, C, 1.0f, c.norm1.data(), C, p + o[G_ATTN_W], W3, 0.0f, c.qkv.data(), W3);
-  lora_fwd(ctx, GL_ATTN, p, c, N, c.norm1.data(), C, c.qkv.data(), W3);
-  kernels::add_bias(c.qkv.data(), p + o[G_ATTN_B], N, W3, W3);
+  if (epi && !lora_runs(GL_ATTN)) {
+    linalg::gemm_epilogue<T>(Epilogue::Bias, Op::N, Op::N, N, W3, C, 1.0f, c.norm1.data(), C, p + o[G_ATTN_W], W3,
+                             0.0f, c.qkv.data(), W3, bias_operand(p + o[G_ATTN_B]));
+  } else {
+    linalg::gemm<T>(Op::N, Op::N, N, W3, C, 1.0f, c.norm1.data(), C, p + o[G_ATTN_W], W3, 0.0f, c.qkv.data(), W3);
+    lora_fwd(ctx, GL_ATTN, p, c, N, c.norm1.data(), C, c.qkv.data(), W3);
+    kernels::add_bias(c.qkv.data(), p + o[G_ATTN_B], N, W3, W3);
+  }
   ctx.poll();
 
   kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
@@ -56,7 +88,13 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
 
   // x_mid (N, C) = attn_out (N, Cl) @ c_proj (Cl, C)  -> sum over tp, + bias, + x_in
   c.x_mid = Buffer<T>(n(N, C), MemCategory::Activations);
-  linalg::gemm<T>(Op::N, Op::N, N, C, Cl, 1.0f, c.attn_out.data(), Cl, p + o[G_PROJ_W], C, 0.0f, c.x_mid.data(), C);
+  // The bias: in the GEMM (gpu.epilogues), else in the fused norm kernel or add_bias below.
+  const bool proj_bias_in_gemm = epi && !paths_.fused_norms && !lora_runs(GL_PROJ);
+  if (proj_bias_in_gemm && tp_.rank == 0)
+    linalg::gemm_epilogue<T>(Epilogue::Bias, Op::N, Op::N, N, C, Cl, 1.0f, c.attn_out.data(), Cl, p + o[G_PROJ_W], C,
+                             0.0f, c.x_mid.data(), C, bias_operand(p + o[G_PROJ_B]));
+  else
+    linalg::gemm<T>(Op::N, Op::N, N, C, Cl, 1.0f, c.attn_out.data(), Cl, p + o[G_PROJ_W], C, 0.0f, c.x_mid.data(), C);
   lora_fwd(ctx, GL_PROJ, p, c, N, c.attn_out.data(), Cl, c.x_mid.data(), C);
   ctx.tp_all_reduce(c.x_mid.data(), n(N, C));
   c.norm2 = Buffer<T>(n(N, C), MemCategory::Activations);
@@ -67,7 +105,7 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
     kernels::residual_layernorm_forward(c.x_mid.data(), x_in, p + o[G_PROJ_B], p + o[G_LN2_W], p + o[G_LN2_B],
                                         dims_.norm_eps, N, C, c.norm2.data(), c.mean2.data(), c.rstd2.data());
   } else {
-    kernels::add_bias(c.x_mid.data(), p + o[G_PROJ_B], N, C, C);
+    if (!proj_bias_in_gemm) kernels::add_bias(c.x_mid.data(), p + o[G_PROJ_B], N, C, C);
     kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
     kernels::layernorm_forward(c.x_mid.data(), p + o[G_LN2_W], p + o[G_LN2_B], dims_.norm_eps, N, C, c.norm2.data(),
                                c.mean2.data(), c.rstd2.data());
@@ -75,17 +113,31 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
   ctx.poll();
   // h (N, Fl) = norm2 @ c_fc (C, Fl) + bias; act = gelu(h)
   c.mlp_in = Buffer<T>(n(N, Fl), MemCategory::Activations);
-  linalg::gemm<T>(Op::N, Op::N, N, Fl, C, 1.0f, c.norm2.data(), C, p + o[G_FC_W], Fl, 0.0f, c.mlp_in.data(), Fl);
-  lora_fwd(ctx, GL_FC, p, c, N, c.norm2.data(), C, c.mlp_in.data(), Fl);
-  kernels::add_bias(c.mlp_in.data(), p + o[G_FC_B], N, Fl, Fl);
   c.mlp_act = Buffer<T>(n(N, Fl), MemCategory::Activations);
-  kernels::gelu_forward(c.mlp_in.data(), c.mlp_act.data(), n(N, Fl));
+  if (epi && !lora_runs(GL_FC)) {
+    // mlp_in = the GEMM + bias (the pre-activation backward needs), mlp_act = gelu(mlp_in).
+    linalg::EpilogueOperands<T> x = bias_operand(p + o[G_FC_B]);
+    x.pre = c.mlp_in.data();
+    x.ld_pre = Fl;
+    linalg::gemm_epilogue<T>(Epilogue::BiasGelu, Op::N, Op::N, N, Fl, C, 1.0f, c.norm2.data(), C, p + o[G_FC_W], Fl,
+                             0.0f, c.mlp_act.data(), Fl, x);
+  } else {
+    linalg::gemm<T>(Op::N, Op::N, N, Fl, C, 1.0f, c.norm2.data(), C, p + o[G_FC_W], Fl, 0.0f, c.mlp_in.data(), Fl);
+    lora_fwd(ctx, GL_FC, p, c, N, c.norm2.data(), C, c.mlp_in.data(), Fl);
+    kernels::add_bias(c.mlp_in.data(), p + o[G_FC_B], N, Fl, Fl);
+    kernels::gelu_forward(c.mlp_in.data(), c.mlp_act.data(), n(N, Fl));
+  }
   ctx.poll();
   // x_out (N, C) = act (N, Fl) @ mlp.c_proj (Fl, C) -> sum over tp, + bias, + x_mid
-  linalg::gemm<T>(Op::N, Op::N, N, C, Fl, 1.0f, c.mlp_act.data(), Fl, p + o[G_FCPROJ_W], C, 0.0f, x_out, C);
+  const bool fcproj_bias_in_gemm = epi && !lora_runs(GL_MLPPROJ);
+  if (fcproj_bias_in_gemm && tp_.rank == 0)
+    linalg::gemm_epilogue<T>(Epilogue::Bias, Op::N, Op::N, N, C, Fl, 1.0f, c.mlp_act.data(), Fl, p + o[G_FCPROJ_W], C,
+                             0.0f, x_out, C, bias_operand(p + o[G_FCPROJ_B]));
+  else
+    linalg::gemm<T>(Op::N, Op::N, N, C, Fl, 1.0f, c.mlp_act.data(), Fl, p + o[G_FCPROJ_W], C, 0.0f, x_out, C);
   lora_fwd(ctx, GL_MLPPROJ, p, c, N, c.mlp_act.data(), Fl, x_out, C);
   ctx.tp_all_reduce(x_out, n(N, C));
-  kernels::add_bias(x_out, p + o[G_FCPROJ_B], N, C, C);
+  if (!fcproj_bias_in_gemm) kernels::add_bias(x_out, p + o[G_FCPROJ_B], N, C, C);
   kernels::add_inplace(x_out, c.x_mid.data(), n(N, C));
   ctx.poll();
 }
@@ -97,19 +149,35 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   const int Hl = tp_.heads, Cl = Hl * hd, Fl = tp_.ffn, W3 = qkv_width_;
   const auto n = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
   const auto* o = block_off_.data();
+  const bool epi = paths_.epilogues;
 
   // ---- MLP: dx is dL/dx_out = dL/d(mlp out) -------------------------------------------
-  kernels::bias_backward(dx, base_grad(g, o[G_FCPROJ_B]), N, C, C);
-  // d c_proj (Fl, C) += act^T (Fl, N) @ dx (N, C)   (skipped for a frozen base under LoRA)
-  if (train_base_)
-    linalg::gemm<T>(Op::T, Op::N, Fl, C, N, 1.0f, c.mlp_act.data(), Fl, dx, C, 1.0f, g + o[G_FCPROJ_W], C);
+  // d c_proj (Fl, C) += act^T (Fl, N) @ dx (N, C), d c_proj bias += column sums of dx
+  // (both skipped for a frozen base under LoRA: base_grad is then null).
+  if (epi) {
+    if (train_base_)
+      linalg::gemm_epilogue<T>(Epilogue::BiasGradB, Op::T, Op::N, Fl, C, N, 1.0f, c.mlp_act.data(), Fl, dx, C, 1.0f,
+                               g + o[G_FCPROJ_W], C, bias_grad_operand(g + o[G_FCPROJ_B]));
+  } else {
+    kernels::bias_backward(dx, base_grad(g, o[G_FCPROJ_B]), N, C, C);
+    if (train_base_)
+      linalg::gemm<T>(Op::T, Op::N, Fl, C, N, 1.0f, c.mlp_act.data(), Fl, dx, C, 1.0f, g + o[G_FCPROJ_W], C);
+  }
   ctx.poll();
-  // dact (N, Fl) = dx (N, C) @ c_proj^T (C, Fl)
+  // dh (N, Fl) = (dx (N, C) @ c_proj^T (C, Fl)) * gelu'(mlp_in), d c_fc bias += column sums of dh
   Buffer<T> dh(n(N, Fl), MemCategory::Workspace);
-  linalg::gemm<T>(Op::N, Op::T, N, Fl, C, 1.0f, dx, C, p + o[G_FCPROJ_W], C, 0.0f, dh.data(), Fl);
-  lora_bwd(GL_MLPPROJ, p, g, c, N, c.mlp_act.data(), Fl, dx, C, dh.data(), Fl);
-  kernels::gelu_backward(c.mlp_in.data(), dh.data(), dh.data(), n(N, Fl));
-  kernels::bias_backward(dh.data(), base_grad(g, o[G_FC_B]), N, Fl, Fl);
+  if (epi && !has_lora(GL_MLPPROJ)) {
+    linalg::EpilogueOperands<T> x = bias_grad_operand(base_grad(g, o[G_FC_B]));
+    x.pre = c.mlp_in.data();
+    x.ld_pre = Fl;
+    linalg::gemm_epilogue<T>(Epilogue::DGeluBiasGrad, Op::N, Op::T, N, Fl, C, 1.0f, dx, C, p + o[G_FCPROJ_W], C, 0.0f,
+                             dh.data(), Fl, x);
+  } else {
+    linalg::gemm<T>(Op::N, Op::T, N, Fl, C, 1.0f, dx, C, p + o[G_FCPROJ_W], C, 0.0f, dh.data(), Fl);
+    lora_bwd(GL_MLPPROJ, p, g, c, N, c.mlp_act.data(), Fl, dx, C, dh.data(), Fl);
+    kernels::gelu_backward(c.mlp_in.data(), dh.data(), dh.data(), n(N, Fl));
+    kernels::bias_backward(dh.data(), base_grad(g, o[G_FC_B]), N, Fl, Fl);
+  }
   ctx.poll();
   // d c_fc (C, Fl) += norm2^T (C, N) @ dh (N, Fl)
   if (train_base_)
@@ -129,14 +197,20 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   } else {
     kernels::layernorm_backward(dnorm.data(), c.x_mid.data(), p + o[G_LN2_W], c.mean2.data(), c.rstd2.data(), N, C,
                                 dx, base_grad(g, o[G_LN2_W]), base_grad(g, o[G_LN2_B]));
-    kernels::bias_backward(dx, base_grad(g, o[G_PROJ_B]), N, C, C);
+    if (!epi) kernels::bias_backward(dx, base_grad(g, o[G_PROJ_B]), N, C, C);
   }
   ctx.poll();
 
   // ---- attention: dx is now dL/dx_mid ---------------------------------------------------
-  // d c_proj (Cl, C) += attn_out^T (Cl, N) @ dx (N, C)
-  if (train_base_)
-    linalg::gemm<T>(Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f, g + o[G_PROJ_W], C);
+  // d c_proj (Cl, C) += attn_out^T (Cl, N) @ dx (N, C); with gpu.epilogues and the unfused
+  // norms, d c_proj bias += column sums of dx in the same GEMM.
+  if (train_base_) {
+    if (epi && !paths_.fused_norms)
+      linalg::gemm_epilogue<T>(Epilogue::BiasGradB, Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f,
+                               g + o[G_PROJ_W], C, bias_grad_operand(g + o[G_PROJ_B]));
+    else
+      linalg::gemm<T>(Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f, g + o[G_PROJ_W], C);
+  }
   Buffer<T> dy(n(N, Cl), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::T, N, Cl, C, 1.0f, dx, C, p + o[G_PROJ_W], C, 0.0f, dy.data(), Cl);
   lora_bwd(GL_PROJ, p, g, c, N, c.attn_out.data(), Cl, dx, C, dy.data(), Cl);
@@ -155,10 +229,16 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   }
   dy.reset();
   ctx.poll();
-  kernels::bias_backward(dqkv.data(), base_grad(g, o[G_ATTN_B]), N, W3, W3);
-  // d c_attn (C, 3Cl) += norm1^T (C, N) @ dqkv (N, 3Cl)
-  if (train_base_)
-    linalg::gemm<T>(Op::T, Op::N, C, W3, N, 1.0f, c.norm1.data(), C, dqkv.data(), W3, 1.0f, g + o[G_ATTN_W], W3);
+  // d c_attn (C, 3Cl) += norm1^T (C, N) @ dqkv (N, 3Cl), d c_attn bias += column sums of dqkv
+  if (epi) {
+    if (train_base_)
+      linalg::gemm_epilogue<T>(Epilogue::BiasGradB, Op::T, Op::N, C, W3, N, 1.0f, c.norm1.data(), C, dqkv.data(), W3,
+                               1.0f, g + o[G_ATTN_W], W3, bias_grad_operand(g + o[G_ATTN_B]));
+  } else {
+    kernels::bias_backward(dqkv.data(), base_grad(g, o[G_ATTN_B]), N, W3, W3);
+    if (train_base_)
+      linalg::gemm<T>(Op::T, Op::N, C, W3, N, 1.0f, c.norm1.data(), C, dqkv.data(), W3, 1.0f, g + o[G_ATTN_W], W3);
+  }
   ctx.poll();
   // dnorm1 (N, C) = dqkv (N, 3Cl) @ c_attn^T (3Cl, C): partial over tp
   linalg::gemm<T>(Op::N, Op::T, N, C, W3, 1.0f, dqkv.data(), W3, p + o[G_ATTN_W], W3, 0.0f, dnorm.data(), C);

@@ -20,6 +20,7 @@
 #include "kernels/cudnn_attention.hpp"
 #endif
 #include "linalg/cublas_gemm.hpp"
+#include "linalg/cublaslt_gemm.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;
@@ -190,6 +191,66 @@ TEST(CudaLink, CublasGemmMatchesHostReference) {
   check_gemm<float>(linalg::cublas::Type::F32, 1e-6);
   check_gemm<double>(linalg::cublas::Type::F64, 1e-12);
   check_gemm<bf16>(linalg::cublas::Type::BF16, 1.0 / 32);
+}
+
+// The cuBLASLt epilogue matmuls (linalg/cuda/cublaslt_gemm.cpp), linked here by every CPU
+// build with the CUDA toolkit, run where a GPU is: bias + GELU keeping the pre-activation,
+// then the dGELU + bias gradient of the same shape, in fp32 against a double reference
+// (selfcheck_paths and test_kernels_gemm_epilogue check them through linalg::gemm_epilogue).
+TEST(CudaLink, CublasLtEpiloguesMatchHostReference) {
+  SKIP_WITHOUT_GPUS();
+  const int m = 16, n = 32, k = 24;  // row-major C (m, n); strides and pointers cuBLASLt takes
+  std::vector<float> a(m * k), b(k * n), bias(n), dy(m * k);
+  for (int i = 0; i < m * k; ++i) a[i] = static_cast<float>(i % 7 - 3) * 0.25f;
+  for (int i = 0; i < k * n; ++i) b[i] = static_cast<float>(i % 5 - 2) * 0.125f;
+  for (int j = 0; j < n; ++j) bias[j] = static_cast<float>(j % 3 - 1) * 0.5f;
+  for (int i = 0; i < m * k; ++i) dy[i] = static_cast<float>(i % 4 - 1.5) * 0.5f;
+  const auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); };
+  const auto dgelu = [&](double x) {
+    const double h = 1e-5;
+    return (gelu(x + h) - gelu(x - h)) / (2 * h);
+  };
+  float *da = device_copy(a), *db = device_copy(b), *dbias = device_copy(bias), *ddy = device_copy(dy);
+  float* dpre = device_copy(std::vector<float>(m * n));
+  float* dact = device_copy(std::vector<float>(m * n));
+  float* dh = device_copy(std::vector<float>(m * n));
+  float* dbg = device_copy(std::vector<float>(n));
+  void* ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&ws, linalg::cublaslt::kMaxWorkspaceBytes), cudaSuccess);
+  // Forward: pre = a b + bias, act = gelu(pre).
+  linalg::cublaslt::Call f;
+  f.type = linalg::cublas::Type::F32;
+  f.epilogue = linalg::Epilogue::BiasGelu;
+  f.m = m, f.n = n, f.k = k;
+  f.a = da, f.lda = k, f.b = db, f.ldb = n, f.c = dact, f.ldc = n, f.bias = dbias, f.pre = dpre, f.ld_pre = n;
+  std::string why;
+  ASSERT_GE(linalg::cublaslt::workspace_bytes(f, &why), 0) << why;
+  linalg::cublaslt::matmul(f, ws, nullptr);
+  // Backward: dh = (dy b) * gelu'(pre) (dy (m, k)), and the bias gradient (column sums).
+  linalg::cublaslt::Call g = f;
+  g.epilogue = linalg::Epilogue::DGeluBiasGrad;
+  g.a = ddy, g.lda = k, g.b = db, g.ldb = n, g.c = dh, g.ldc = n, g.bias = dbg;
+  ASSERT_GE(linalg::cublaslt::workspace_bytes(g, &why), 0) << why;
+  linalg::cublaslt::matmul(g, ws, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto pre = host_copy(dpre, m * n), act = host_copy(dact, m * n), h = host_copy(dh, m * n), bg = host_copy(dbg, n);
+  std::vector<double> bg_ref(n, 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double p = bias[j], d = 0;
+      for (int l = 0; l < k; ++l) p += static_cast<double>(a[i * k + l]) * b[l * n + j];
+      for (int l = 0; l < k; ++l) d += static_cast<double>(dy[i * k + l]) * b[l * n + j];
+      EXPECT_NEAR(pre[i * n + j], p, 1e-5) << "pre " << i << "," << j;
+      // cuBLASLt's GELU may use the device's approximate tanh (2^-11 relative).
+      EXPECT_NEAR(act[i * n + j], gelu(p), 2e-3 * (1 + std::fabs(p))) << "act " << i << "," << j;
+      const double hr = d * dgelu(p);
+      EXPECT_NEAR(h[i * n + j], hr, 2e-3 * (1 + std::fabs(d))) << "dh " << i << "," << j;
+      bg_ref[j] += hr;
+    }
+  for (int j = 0; j < n; ++j) EXPECT_NEAR(bg[j], bg_ref[j], 2e-3 * m) << "bias gradient " << j;
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dbias), static_cast<void*>(ddy),
+                  static_cast<void*>(dpre), static_cast<void*>(dact), static_cast<void*>(dh), static_cast<void*>(dbg), ws})
+    cudaFree(p);
 }
 
 #if defined(MESHTRAIN_CUDA_HOST_WITH_CUDNN) || defined(MESHTRAIN_WITH_CUDNN)

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,15 +29,28 @@ namespace k = meshtrain::kernels;
 
 namespace {
 
+/// Seconds now: wall time, or with BENCH_CPU_TIME=1 the process's CPU time (with one thread,
+/// the time it ran: a shared machine's other load then costs less of the measurement,
+/// though caches and memory bandwidth stay shared).
+double now_seconds() {
+  static const bool cpu = std::getenv("BENCH_CPU_TIME") && std::string(std::getenv("BENCH_CPU_TIME")) == "1";
+  if (cpu) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 double best_seconds(const std::function<void()>& f, int reps = 5) {
   f();  // warm up (first touch, pool)
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     Kokkos::fence();
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_seconds();
     f();
     Kokkos::fence();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, now_seconds() - t0);
   }
   return best;
 }
@@ -59,11 +74,14 @@ int main(int argc, char** argv) {
   Runtime runtime(argc, argv, MPI_COMM_WORLD);
   using F = float;
   const int N = 8192, C = 768, C4 = 4 * C, V = 50304;
-  // --only=norms: the LayerNorm/RMSNorm section alone (perf/bench_norms.sh repeats it).
-  const bool norms_only = argc > 1 && std::string(argv[argc - 1]) == "--only=norms";
+  // --only=norms: the LayerNorm/RMSNorm section alone (perf/bench_norms.sh repeats it);
+  // --only=epilogues: the GELU section alone, with gpu.epilogues' one-pass forms beside the
+  // kernels they replace.
+  const std::string only = argc > 1 ? std::string(argv[argc - 1]) : "";
+  const bool norms_only = only == "--only=norms", epilogues_only = only == "--only=epilogues";
   std::printf("meshtrain kernel micro-benchmark, fp32, N=%d rows, C=%d\n", N, C);
 
-  {  // LayerNorm
+  if (!epilogues_only) {  // LayerNorm
     auto x = filled<F>(static_cast<std::size_t>(N) * C, 0.5), y = filled<F>(static_cast<std::size_t>(N) * C, 0);
     auto w = filled<F>(C, 1.0), b = filled<F>(C, 0.0), dw = filled<F>(C, 0), db = filled<F>(C, 0);
     auto m = filled<F>(N, 0), r = filled<F>(N, 0), dx = filled<F>(static_cast<std::size_t>(N) * C, 0);
@@ -133,6 +151,36 @@ int main(int argc, char** argv) {
     report("gelu_forward (N x 4C)", 8.0 * n, best_seconds([&] { k::gelu_forward(x.data(), y.data(), n); }));
     report("gelu_backward (N x 4C)", 12.0 * n,
            best_seconds([&] { k::gelu_backward(x.data(), y.data(), dx.data(), n); }));
+    // gpu.epilogues' host twin side by side: the pass after the GEMM, unfused and fused.
+    {
+      auto b = filled<F>(C4, 0.1), db = filled<F>(C4, 0), pre = filled<F>(n, 0), d = filled<F>(n, 0);
+      k::fill_uniform(pre.data(), n, -3.0, 3.0, 9);
+      k::fill_uniform(d.data(), n, -1.0, 1.0, 10);
+      const auto reset = [&] {  // the GEMM's output, rewritten before each (in both forms)
+        Kokkos::deep_copy(x.view(0, n), pre.view());
+        Kokkos::deep_copy(dx.view(0, n), d.view());
+      };
+      report("copy (the GEMM output, in both below)", 16.0 * n, best_seconds(reset));
+      report("unfused add_bias + gelu_forward", 16.0 * n + 8.0 * n, best_seconds([&] {
+               reset();
+               k::add_bias(x.data(), b.data(), N, C4, C4);
+               k::gelu_forward(x.data(), y.data(), n);
+             }));
+      report("fused bias_gelu_forward", 16.0 * n + 12.0 * n, best_seconds([&] {
+               reset();
+               k::bias_gelu_forward(x.data(), C4, b.data(), y.data(), C4, N, C4);
+             }));
+      report("unfused gelu_backward + bias_backward", 16.0 * n + 16.0 * n, best_seconds([&] {
+               reset();
+               k::gelu_backward(x.data(), dx.data(), dx.data(), n);
+               k::bias_backward(dx.data(), db.data(), N, C4, C4);
+             }));
+      report("fused gelu_backward_bias_grad", 16.0 * n + 12.0 * n, best_seconds([&] {
+               reset();
+               k::gelu_backward_bias_grad(x.data(), C4, dx.data(), C4, db.data(), N, C4);
+             }));
+    }
+    if (epilogues_only) return 0;
     report("swiglu_forward (N x 4C)", 12.0 * n, best_seconds([&] {
              k::swiglu_forward(x.data(), x.data() + C4, 2 * C4, y.data(), C4, N, C4);
            }));

@@ -2,11 +2,12 @@
 // (explicit backward of embedding, blocks, final norm, LM head and cross-entropy) against
 // central finite differences of the loss, for both families, with and without activation
 // checkpointing, with a padded vocabulary; the fused kernel paths (gpu.fused_loss,
-// gpu.fused_norms: the default) and the unfused ones they replace.
+// gpu.fused_norms, gpu.epilogues: the default) and the unfused ones they replace.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "model/init.hpp"
@@ -26,7 +27,8 @@ struct Fixture {
   BatchShape shape{2, 6};
   std::vector<std::int32_t> tokens, targets;
 
-  explicit Fixture(Family f, int lora_rank = 0) {
+  /// lora_targets: the adapted projections (empty: all of them).
+  explicit Fixture(Family f, int lora_rank = 0, std::vector<std::string> lora_targets = {}) {
     model::ModelSettings c;
     c.family = f;
     c.vocab_size = 21;
@@ -41,7 +43,7 @@ struct Fixture {
     c.init_std = 0.3;  // larger weights than training uses: every path carries signal
     c.lora_rank = lora_rank;
     c.lora_alpha = 3.0;
-    c.lora_targets = lora_target_names(f);
+    c.lora_targets = lora_targets.empty() ? lora_target_names(f) : lora_targets;
     dims = resolve_dims(c);
     specs = build_param_specs(dims, 1);
     layouts = build_layouts(specs, num_units(dims), 1, 1);
@@ -153,9 +155,13 @@ TEST(ModelGradcheck, Gpt2LoraAdapters) { gradcheck(Family::Gpt2, false, 2); }
 TEST(ModelGradcheck, LlamaLoraAdapters) { gradcheck(Family::Llama, false, 2); }
 TEST(ModelGradcheck, LlamaLoraAdaptersActivationCheckpointing) { gradcheck(Family::Llama, true, 2); }
 
-// The unfused kernels (gpu.fused_loss = gpu.fused_norms = false) stay a checked path.
-TEST(ModelGradcheck, Gpt2UnfusedPaths) { gradcheck(Family::Gpt2, false, 0, KernelPaths{false, false}); }
-TEST(ModelGradcheck, LlamaUnfusedPaths) { gradcheck(Family::Llama, false, 0, KernelPaths{false, false}); }
+// The unfused kernels (gpu.fused_loss = gpu.fused_norms = gpu.epilogues = false) stay a
+// checked path.
+TEST(ModelGradcheck, Gpt2UnfusedPaths) { gradcheck(Family::Gpt2, false, 0, KernelPaths{false, false, false}); }
+TEST(ModelGradcheck, LlamaUnfusedPaths) { gradcheck(Family::Llama, false, 0, KernelPaths{false, false, false}); }
+// gpu.epilogues with the unfused norms: the attention projection's bias and its gradient
+// then go through its GEMMs too.
+TEST(ModelGradcheck, Gpt2EpiloguesUnfusedNorms) { gradcheck(Family::Gpt2, true, 0, KernelPaths{true, false, true}); }
 
 // Each fused path alone gives the unfused loss and gradients to double rounding (the
 // fused forms sum in another order: 1e-12 relative, floor 1e-9).
@@ -163,19 +169,48 @@ TEST(ModelGradcheck, FusedPathsMatchUnfused) {
   for (Family family : {Family::Gpt2, Family::Llama}) {
     Fixture f(family);
     std::vector<std::vector<double>> ref, got;
-    const double loss_ref = run(f, f.params, false, &ref, KernelPaths{false, false});
-    for (const KernelPaths paths : {KernelPaths{true, false}, KernelPaths{false, true}, KernelPaths{true, true}}) {
+    const double loss_ref = run(f, f.params, false, &ref, KernelPaths{false, false, false});
+    for (const KernelPaths paths : {KernelPaths{true, false, false}, KernelPaths{false, true, false},
+                                    KernelPaths{false, false, true}, KernelPaths{true, true, true}}) {
       const double loss = run(f, f.params, false, &got, paths);
       EXPECT_LT(std::fabs(loss - loss_ref), 1e-12 * std::fabs(loss_ref));
       for (std::size_t u = 0; u < ref.size(); ++u)
         for (std::size_t i = 0; i < ref[u].size(); ++i)
           ASSERT_LE(std::fabs(got[u][i] - ref[u][i]), 1e-12 * std::max(std::fabs(ref[u][i]), 1e-3))
               << "unit " << u << " element " << i << ", fused_loss " << paths.fused_loss << ", fused_norms "
-              << paths.fused_norms;
+              << paths.fused_norms << ", epilogues " << paths.epilogues;
       // The loss-only form (evaluation) agrees too.
       EXPECT_LT(std::fabs(run(f, f.params, false, nullptr, paths) - loss_ref), 1e-12 * std::fabs(loss_ref));
     }
   }
+}
+
+// gpu.epilogues on and off: the same loss and gradients bit for bit on host builds, where the
+// epilogue is the GEMM then one pass that rounds and sums in the unfused kernels' order
+// (linalg/gemm_epilogue.hpp); with either norm path, with activation checkpointing (the
+// recompute takes the same path) and with LoRA adapters on every projection (they keep the
+// separate kernels) or on c_attn and mlp.c_proj only (the others take the epilogues, without
+// bias gradients: the base is frozen).
+TEST(ModelGradcheck, EpiloguesBitwiseUnfusedOnHost) {
+  // (fp64 never takes cuBLASLt; but nvcc may contract the GELU's multiply-adds differently in
+  // the fused and the separate kernels, so device builds get FusedPathsMatchUnfused's 1e-12.)
+  if (!kDeviceIsHost) GTEST_SKIP() << "bit-for-bit only on host builds; FusedPathsMatchUnfused covers device builds";
+  const std::vector<std::string> some = {"c_attn", "mlp.c_proj"};
+  for (int lora : {0, 1, 2})
+    for (bool fused_norms : {false, true})
+      for (bool checkpoint : {false, true}) {
+        const int lora_rank = lora ? 2 : 0;
+        Fixture f(Family::Gpt2, lora_rank, lora == 2 ? some : std::vector<std::string>{});
+        std::vector<std::vector<double>> off, on;
+        const double loss_off = run(f, f.params, checkpoint, &off, KernelPaths{true, fused_norms, false});
+        const double loss_on = run(f, f.params, checkpoint, &on, KernelPaths{true, fused_norms, true});
+        EXPECT_EQ(std::memcmp(&loss_on, &loss_off, sizeof(double)), 0) << "loss " << loss_on << " vs " << loss_off;
+        ASSERT_EQ(on.size(), off.size());
+        for (std::size_t u = 0; u < on.size(); ++u)
+          EXPECT_EQ(std::memcmp(on[u].data(), off[u].data(), on[u].size() * sizeof(double)), 0)
+              << "unit " << u << " gradients differ: lora " << lora << ", fused_norms " << fused_norms
+              << ", checkpoint " << checkpoint;
+      }
 }
 
 TEST(ModelGradcheck, PaddedVocabularyRowsGetNoGradient) {

@@ -28,11 +28,14 @@
 #include "kernels/norms.hpp"
 #include "kernels/residual_norms.hpp"
 #include "kernels/sdpa_ragged.hpp"
+#include "linalg/gemm_epilogue.hpp"
 #include "runtime/runtime.hpp"
 #include "app/run_spec_resolve.hpp"
 #include "config/config.hpp"
 #include "train/session.hpp"
 #include "train/step.hpp"
+
+#include "../kernels/gemm_epilogue_reference.hpp"
 
 namespace k = meshtrain::kernels;
 using meshtrain::bf16;
@@ -855,6 +858,252 @@ std::string graph_path(const char* family, meshtrain::Runtime& rt) {
                 family, graph.replayed, graph.loss.front(), graph.loss.back(), graph.master.size());
   return out;
 #endif
+// ---- GEMM epilogues (gpu.epilogues) -----------------------------------------------------
+namespace lin = meshtrain::linalg;
+
+/// One epilogue GEMM on random inputs of a GPT-2-124M projection shape (256 tokens), row-major
+/// with unpadded strides (ld_pre: the pre-activation's): inputs bf16-exact, A ~ N(0, 1),
+/// B ~ N(0, 1/k) (so C ~ N(0, 1) as in a trained net), pre ~ N(0, 1.5), a nonzero starting
+/// bias gradient (the epilogues accumulate into it).
+struct EpiCase {
+  lin::Epilogue ep;
+  lin::Op oa, ob;
+  int m, n, k, ld_pre;
+  std::vector<double> a, b, c0, bias, pre, bg0;
+  EpiCase(lin::Epilogue e, lin::Op opa, lin::Op opb, int m_, int n_, int k_, int ld_pre_, std::uint64_t seed)
+      : ep(e), oa(opa), ob(opb), m(m_), n(n_), k(k_), ld_pre(ld_pre_) {
+    const auto exact = [](std::vector<float> v, double scale) {
+      std::vector<double> d(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) d[i] = static_cast<float>(bf16(static_cast<float>(v[i] * scale)));
+      return d;
+    };
+    a = exact(randn(static_cast<std::size_t>(m) * k, seed), 1.0);
+    b = exact(randn(static_cast<std::size_t>(k) * n, seed + 1), 1.0 / std::sqrt(static_cast<double>(k)));
+    c0 = exact(randn(static_cast<std::size_t>(m) * n, seed + 2), 1.0);
+    bias = exact(randn(n, seed + 3), 0.5);
+    pre = exact(randn(static_cast<std::size_t>(m) * ld_pre, seed + 4), 1.5);
+    bg0 = exact(randn(n, seed + 5), 0.5);
+  }
+  int lda() const { return oa == lin::Op::N ? k : m; }
+  int ldb() const { return ob == lin::Op::N ? n : k; }
+  float beta() const { return ep == lin::Epilogue::BiasGradB ? 1.0f : 0.0f; }
+};
+
+/// What one run produced (as doubles) and which implementation took it; for the reference
+/// also the scale of each value (the sum of the magnitudes it is made of), which a rounding
+/// error is measured against: a result that is a small difference of large terms carries
+/// the terms' absolute error.
+struct EpiRun {
+  std::vector<double> c, pre, bg;
+  std::vector<double> c_scale, bg_scale;
+  lin::EpilogueImpl impl = lin::EpilogueImpl::GemmThenPass;
+};
+
+/// max |got - ref| / scale over the elements; fails above rtol.
+double check_scaled(const std::string& what, const std::vector<double>& got, const std::vector<double>& ref,
+                    const std::vector<double>& scale, double rtol) {
+  require(got.size() == ref.size() && ref.size() == scale.size(), what + ": sizes differ");
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double e = std::fabs(got[i] - ref[i]) / scale[i];
+    if (!(e <= worst)) {  // also catches NaN
+      worst = std::isnan(e) ? INFINITY : e;
+      at = i;
+    }
+  }
+  char msg[256];
+  std::snprintf(msg, sizeof msg, "%s: worst error %.3g of the scale at %zu (%.9g vs %.9g, scale %.3g), limit %.3g",
+                what.c_str(), worst, at, got.empty() ? 0.0 : got[at], ref.empty() ? 0.0 : ref[at],
+                scale.empty() ? 0.0 : scale[at], rtol);
+  require(worst <= rtol, msg);
+  return worst;
+}
+
+template <class T>
+Buffer<T> up_as(const std::vector<double>& v) {
+  std::vector<T> h(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) h[i] = static_cast<T>(static_cast<float>(v[i]));
+  return up(h);
+}
+template <class T>
+std::vector<double> down_as(const Buffer<T>& b) {
+  const std::vector<T> h = down(b);
+  std::vector<double> d(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) d[i] = static_cast<double>(static_cast<float>(h[i]));
+  return d;
+}
+
+template <class T>
+EpiRun run_epilogue(const EpiCase& e, lin::EpiloguePath path) {
+  auto A = up_as<T>(e.a), B = up_as<T>(e.b), C = up_as<T>(e.c0), bias = up_as<T>(e.bias), pre = up_as<T>(e.pre),
+       bg = up_as<T>(e.bg0);
+  lin::EpilogueOperands<T> x;
+  x.bias = bias.data();
+  x.pre = pre.data();
+  x.ld_pre = e.ld_pre;
+  x.bias_grad = bg.data();
+  EpiRun r;
+  r.impl = lin::gemm_epilogue<T>(e.ep, e.oa, e.ob, e.m, e.n, e.k, 1.0f, A.data(), e.lda(), B.data(), e.ldb(), e.beta(),
+                                 C.data(), e.n, x, path);
+  r.c = down_as(C);
+  r.pre = down_as(pre);
+  r.bg = down_as(bg);
+  return r;
+}
+
+/// The double reference of a case: C, the pre-activation (BiasGelu) and the bias gradient.
+EpiRun reference(const EpiCase& e) {
+  std::vector<double> p, absp;
+  meshtrain::test::gemm_ref(e.oa == lin::Op::T, e.ob == lin::Op::T, e.m, e.n, e.k, e.a.data(), e.lda(), e.b.data(),
+                            e.ldb(), p, &absp);
+  EpiRun r;
+  r.c.assign(p.size(), 0.0);
+  r.c_scale.assign(p.size(), 0.0);
+  r.pre = e.pre;
+  r.bg = e.bg0;
+  r.bg_scale.assign(e.n, 0.0);
+  for (int j = 0; j < e.n; ++j) r.bg_scale[j] = std::fabs(e.bg0[j]) + 1e-3;
+  for (int i = 0; i < e.m; ++i)
+    for (int j = 0; j < e.n; ++j) {
+      const std::size_t ij = static_cast<std::size_t>(i) * e.n + j, ip = static_cast<std::size_t>(i) * e.ld_pre + j;
+      switch (e.ep) {
+        case lin::Epilogue::Bias:
+          r.c[ij] = p[ij] + e.bias[j];
+          r.c_scale[ij] = absp[ij] + std::fabs(e.bias[j]);
+          break;
+        case lin::Epilogue::BiasGelu:
+          r.pre[ip] = p[ij] + e.bias[j];
+          r.c[ij] = meshtrain::test::gelu_tanh_ref(r.pre[ip]);
+          r.c_scale[ij] = 1.2 * (absp[ij] + std::fabs(e.bias[j]));  // |gelu'| <= 1.13
+          break;
+        case lin::Epilogue::DGeluBiasGrad: {
+          const double g = meshtrain::test::gelu_tanh_grad_ref(e.pre[ip]);
+          r.c[ij] = p[ij] * g;
+          r.c_scale[ij] = absp[ij] * (std::fabs(g) + 0.2);
+          r.bg[j] += r.c[ij];
+          r.bg_scale[j] += r.c_scale[ij];
+          break;
+        }
+        case lin::Epilogue::BiasGradB:
+          r.c[ij] = p[ij] + e.c0[ij];
+          r.c_scale[ij] = absp[ij] + std::fabs(e.c0[ij]);
+          break;
+      }
+      r.c_scale[ij] += 1e-3;
+    }
+  if (e.ep == lin::Epilogue::BiasGradB)
+    for (int q = 0; q < e.k; ++q)
+      for (int j = 0; j < e.n; ++j) {
+        r.bg[j] += e.b[static_cast<std::size_t>(q) * e.n + j];
+        r.bg_scale[j] += std::fabs(e.b[static_cast<std::size_t>(q) * e.n + j]);
+      }
+  return r;
+}
+
+/// The checks of one case in T: the Auto path (cuBLASLt on CUDA builds, which must take it
+/// when `must_fuse`) against the double reference and against the GEMM-then-pass form on
+/// the same execution space; run to run bitwise. Appends a summary to `detail`.
+template <class T>
+void check_epilogue_case(const EpiCase& e, const EpiRun& ref, bool must_fuse, std::string& detail) {
+  const bool bf = std::is_same_v<T, bf16>;
+  const char* tn = bf ? "bf16" : "fp32";
+  const EpiRun got = run_epilogue<T>(e, lin::EpiloguePath::Auto);
+  const EpiRun twin = run_epilogue<T>(e, lin::EpiloguePath::GemmThenPass);
+  const bool fused = got.impl == lin::EpilogueImpl::Fused;
+  if (must_fuse && lin::gemm_epilogue_fused_built())
+    require(fused, std::string(tn) + " " + lin::epilogue_name(e.ep) +
+                       ": cuBLASLt did not take the GPT-2 shape (the reason is in the log line above)");
+  // Tolerances, of each value's scale (reference()): bf16 outputs round to 8 bits (2^-9)
+  // once (cuBLASLt) or two-three times (the GEMM-then-pass form); fp32 sums k products in
+  // fp32, and allows for a device GELU on the approximate tanh (2^-11 relative).
+  const bool gelu = e.ep == lin::Epilogue::BiasGelu || e.ep == lin::Epilogue::DGeluBiasGrad;
+  const double rtol = bf ? 8e-3 : (gelu ? 1e-3 : 2e-6);
+  const std::string what = std::string(tn) + " " + lin::epilogue_name(e.ep);
+  double worst = check_scaled(what + " C vs double", got.c, ref.c, ref.c_scale, rtol);
+  check_scaled(what + " C vs GEMM-then-pass", got.c, twin.c, ref.c_scale, 2 * rtol);
+  if (e.ep == lin::Epilogue::BiasGelu) {
+    std::vector<double> pre_scale(ref.pre.size(), 1.0);  // 1: stride padding, untouched
+    for (int i = 0; i < e.m; ++i)
+      for (int j = 0; j < e.n; ++j)
+        pre_scale[static_cast<std::size_t>(i) * e.ld_pre + j] = ref.c_scale[static_cast<std::size_t>(i) * e.n + j];
+    const double rtol_pre = bf ? 8e-3 : 2e-6;
+    worst = std::max(worst, check_scaled(what + " pre vs double", got.pre, ref.pre, pre_scale, rtol_pre));
+    check_scaled(what + " pre vs GEMM-then-pass", got.pre, twin.pre, pre_scale, 2 * rtol_pre);
+  }
+  if (e.ep == lin::Epilogue::DGeluBiasGrad || e.ep == lin::Epilogue::BiasGradB) {
+    worst = std::max(worst, check_scaled(what + " bias gradient vs double", got.bg, ref.bg, ref.bg_scale, rtol));
+    check_scaled(what + " bias gradient vs GEMM-then-pass", got.bg, twin.bg, ref.bg_scale, 2 * rtol);
+  }
+  const EpiRun again = run_epilogue<T>(e, lin::EpiloguePath::Auto);
+  check_bitwise((what + " C run to run").c_str(), got.c, again.c);
+  check_bitwise((what + " bias gradient run to run").c_str(), got.bg, again.bg);
+  char out[200];
+  std::snprintf(out, sizeof out, "%s%s m %d n %d k %d %s: worst %.2g vs double", detail.empty() ? "" : "; ", tn, e.m, e.n,
+                e.k, fused ? "cuBLASLt" : "GEMM+pass", worst);
+  detail += out;
+}
+
+/// One epilogue in bf16 and fp32 on its GPT-2 shape, plus (`odd`) a shape cuBLASLt refuses,
+/// which must fall back and still be right. On a build without cuBLASLt the same checks run
+/// on the host twin, and the path reports SKIP with their summary.
+std::string epilogue_path(const EpiCase& gpt2, const EpiCase* odd, const std::string& extra = "") {
+  std::string detail;
+  const EpiRun ref = reference(gpt2);
+  check_epilogue_case<bf16>(gpt2, ref, true, detail);
+  check_epilogue_case<float>(gpt2, ref, true, detail);
+  if (odd) {
+    std::string odd_detail;
+    check_epilogue_case<bf16>(*odd, reference(*odd), false, odd_detail);
+    const EpiRun r = run_epilogue<bf16>(*odd, lin::EpiloguePath::Auto);
+    require(r.impl == lin::EpilogueImpl::GemmThenPass, "the odd shape (pre-activation stride not a multiple of 8) should fall back");
+    detail += "; odd shape falls back: ok";
+  }
+  detail += extra;
+  if (!lin::gemm_epilogue_fused_built())
+    throw NotBuilt("no cuBLASLt epilogues in this build; their checks ran on the host twin: " + detail);
+  return detail;
+}
+
+std::string path_epilogue_bias() {
+  // c_attn: qkv (256, 2304) = norm1 (256, 768) @ W (768, 2304) + bias.
+  return epilogue_path(EpiCase(lin::Epilogue::Bias, lin::Op::N, lin::Op::N, 256, 2304, 768, 2304, 61), nullptr);
+}
+std::string path_epilogue_bias_gelu() {
+  // c_fc: mlp_in = norm2 (256, 768) @ W (768, 3072) + bias, act = gelu(mlp_in).
+  const EpiCase gpt2(lin::Epilogue::BiasGelu, lin::Op::N, lin::Op::N, 256, 3072, 768, 3072, 62);
+  const EpiCase odd(lin::Epilogue::BiasGelu, lin::Op::N, lin::Op::N, 37, 53, 29, 53, 63);
+  // The GELU flavour: over the pre-activations where the tanh and erf forms differ most
+  // (1.5 <= |h| <= 4), the fp32 result must be the tanh form's (rms distance below a quarter
+  // of its distance to the erf form's).
+  const EpiRun got = run_epilogue<float>(gpt2, lin::EpiloguePath::Auto);
+  double st = 0, se = 0;
+  int n = 0;
+  for (std::size_t i = 0; i < got.c.size(); ++i) {
+    const double h = got.pre[i];
+    if (std::fabs(h) < 1.5 || std::fabs(h) > 4) continue;
+    const double dt = got.c[i] - meshtrain::test::gelu_tanh_ref(h), de = got.c[i] - meshtrain::test::gelu_erf_ref(h);
+    st += dt * dt;
+    se += de * de;
+    ++n;
+  }
+  require(n > 1000, "too few pre-activations in [1.5, 4] for the GELU flavour check");
+  const double rms_tanh = std::sqrt(st / n), rms_erf = std::sqrt(se / n);
+  char extra[160];
+  std::snprintf(extra, sizeof extra, "; fp32 GELU is the tanh form: rms %.2g from it, %.2g from erf's (%d values)", rms_tanh,
+                rms_erf, n);
+  require(rms_tanh < 0.25 * rms_erf, std::string("fp32 GELU is not the tanh approximation") + extra);
+  return epilogue_path(gpt2, &odd, extra);
+}
+std::string path_epilogue_dgelu_bgrad() {
+  // mlp backward: dh (256, 3072) = (dx (256, 768) @ c_proj^T) * gelu'(mlp_in), d c_fc bias.
+  const EpiCase gpt2(lin::Epilogue::DGeluBiasGrad, lin::Op::N, lin::Op::T, 256, 3072, 768, 3072, 64);
+  const EpiCase odd(lin::Epilogue::DGeluBiasGrad, lin::Op::N, lin::Op::T, 37, 53, 29, 53, 65);
+  return epilogue_path(gpt2, &odd);
+}
+std::string path_epilogue_bgrad() {
+  // c_attn weight gradient: dW (768, 2304) += norm1^T (768, 256) @ dqkv (256, 2304), d bias.
+  return epilogue_path(EpiCase(lin::Epilogue::BiasGradB, lin::Op::T, lin::Op::N, 768, 2304, 256, 2304, 66), nullptr);
 }
 
 struct Path {
@@ -890,6 +1139,10 @@ int main(int argc, char** argv) {
       {"fused_norms.residual_rmsnorm", path_residual_rmsnorm},
       // Whole steps, eager against replayed from a CUDA graph (bf16, cuDNN attention where built).
       {"graphs.step", [&runtime] { return graph_path<bf16>("gpt2", runtime) + "; " + graph_path<bf16>("llama", runtime); }},
+      {"epilogues.bias", path_epilogue_bias},
+      {"epilogues.bias_gelu", path_epilogue_bias_gelu},
+      {"epilogues.dgelu_bgrad", path_epilogue_dgelu_bgrad},
+      {"epilogues.bgrad", path_epilogue_bgrad},
   };
   const char* space = meshtrain::kDeviceIsHost ? "host threads (the host twins)" : "the device";
   std::printf("selfcheck_paths: %zu paths on %s (%s), each against the path it replaces and a double reference\n",

@@ -120,6 +120,7 @@ struct GpuConfig {
   bool fused_loss = true;             ///< one-pass online-softmax cross-entropy, loss kept on the device
   bool fused_norms = true;            ///< residual add (+ bias) fused with the block's second norm
   bool graphs = true;                 ///< replay each step from a CUDA graph where the step allows it
+  bool epilogues = true;              ///< bias / GELU / their gradients in the GEMMs (linalg/gemm_epilogue.hpp)
 };
 
 struct OutputConfig {

@@ -52,6 +52,18 @@ void gelu_forward(const T* x, T* y, std::size_t n);
 template <class T>
 void gelu_backward(const T* x, const T* dy, T* dx, std::size_t n);
 
+/// add_bias then gelu_forward in one pass (the bias + GELU epilogue of a GEMM's portable
+/// form, linalg/gemm_epilogue.hpp): pre (rows, cols; ld_pre) += bias (cols), then
+/// act (rows, cols; ld_act) = gelu(pre). Rounds like the two kernels (bit for bit).
+template <class T>
+void bias_gelu_forward(T* pre, int ld_pre, const T* bias, T* act, int ld_act, int rows, int cols);
+/// gelu_backward then bias_backward in one pass (the dGELU + bias-gradient epilogue's
+/// portable form): d (rows, cols; ld_d) = d * gelu'(pre (rows, cols; ld_pre)) in place, and
+/// dbias (cols) += the column sums of the new d, in row order (deterministic, bit for bit the
+/// two kernels). dbias nullptr: the GELU backward alone.
+template <class T>
+void gelu_backward_bias_grad(const T* pre, int ld_pre, T* d, int ld_d, T* dbias, int rows, int cols);
+
 /// SwiGLU: out (rows, cols; ld_out) = silu(gate) * up, where gate and up are (rows, cols)
 /// with row stride ld_in (they are usually the two halves of one GEMM output).
 template <class T>

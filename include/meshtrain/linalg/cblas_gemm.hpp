@@ -17,6 +17,11 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const do
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a, int lda,
           const bf16* b, int ldb, float beta, bf16* c, int ldc);
 
+/// bf16 A and B widened to fp32 scratch, SGEMM straight into the fp32 C (OpenBLAS 0.3.21 as
+/// Debian ships it declares cblas_sbgemm but does not export it).
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a, int lda,
+          const bf16* b, int ldb, float beta, float* c, int ldc);
+
 /// "OpenBLAS CBLAS (<openblas_get_config()>)".
 std::string version_string();
 

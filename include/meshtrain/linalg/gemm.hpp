@@ -21,6 +21,13 @@ template <class T>
 void gemm(Op op_a, Op op_b, int m, int n, int k, float alpha, const T* a, int lda, const T* b,
           int ldb, float beta, T* c, int ldc);
 
+/// Mixed precision: bf16 A and B, fp32 C, fp32 accumulation (cuBLAS: cublasGemmEx with a
+/// 32F C; host: the operands widened to fp32, SGEMM straight into C). With beta = 1 a weight
+/// gradient accumulates in fp32 across calls (micro-steps, LM-head chunks) instead of being
+/// rounded to bf16 after each (issue 33's "weight-gradient GEMMs write fp32").
+void gemm(Op op_a, Op op_b, int m, int n, int k, float alpha, const bf16* a, int lda, const bf16* b, int ldb,
+          float beta, float* c, int ldc);
+
 /// `batch_count` independent GEMMs; matrix i starts at a + i*stride_a (and likewise b, c).
 template <class T>
 void gemm_strided_batched(Op op_a, Op op_b, int m, int n, int k, float alpha, const T* a, int lda,

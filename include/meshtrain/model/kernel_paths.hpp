@@ -15,6 +15,10 @@ struct KernelPaths {
   /// bias) fused with the second norm, forward and backward (kernels/residual_norms.hpp),
   /// instead of add_bias + add_inplace + the norm and its column-sum backward.
   bool fused_norms = true;
+  /// gpu.epilogues: GPT-2's biases, GELU and their gradients done by the GEMMs
+  /// (linalg/gemm_epilogue.hpp: cuBLASLt epilogues on CUDA builds, the GEMM then one fused
+  /// pass on host builds), instead of add_bias, gelu_forward, gelu_backward, bias_backward.
+  bool epilogues = true;
 };
 
 }  // namespace meshtrain::model

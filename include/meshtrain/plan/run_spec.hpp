@@ -137,7 +137,7 @@ struct KeysGiven {
 
 struct RunSpec {
   model::ModelDims dims;                    ///< model.*, defaults applied and checked
-  model::KernelPaths kernel_paths;          ///< gpu.fused_loss, gpu.fused_norms: the model's fused kernels
+  model::KernelPaths kernel_paths;          ///< gpu.fused_loss, gpu.fused_norms, gpu.epilogues: the model's fused kernels
   BatchSpec batch;                          ///< as requested (RunSetup::batch is the resolved one)
   TrainSpec train;
   ParallelSpec parallel;

@@ -59,6 +59,14 @@ void gemm(Type type, bool trans_a, bool trans_b, int m, int n, int k, float alph
   }
 }
 
+void gemm_bf16_f32(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a, int lda,
+                   const void* b, int ldb, float beta, void* c, int ldc) {
+  const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasGemmEx(handle(), ob, oa, n, m, k, &alpha, b, CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda, &beta, c,
+                            CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void gemm_strided_batched(Type type, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                           const void* a, int lda, std::int64_t stride_a, const void* b, int ldb,
                           std::int64_t stride_b, float beta, void* c, int ldc, std::int64_t stride_c,

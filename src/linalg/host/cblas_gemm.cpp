@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/format.hpp"
@@ -51,6 +52,16 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a, int
   for (int r = 0; r < m; ++r)
     for (int col = 0; col < n; ++col)
       c[static_cast<std::size_t>(r) * ldc + col] = bf16(cf[static_cast<std::size_t>(r) * n + col]);
+}
+
+void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a, int lda, const bf16* b, int ldb,
+          float beta, float* c, int ldc) {
+  const int a_rows = ta ? k : m, a_cols = ta ? m : k;
+  const int b_rows = tb ? n : k, b_cols = tb ? k : n;
+  widen(a, a_rows, a_cols, lda, scratch(0));
+  widen(b, b_rows, b_cols, ldb, scratch(1));
+  cblas_sgemm(CblasRowMajor, op(ta), op(tb), m, n, k, alpha, scratch(0).data(), std::max(a_cols, 1), scratch(1).data(),
+              std::max(b_cols, 1), beta, c, ldc);
 }
 
 std::string version_string() { return strprintf("OpenBLAS CBLAS (%s)", openblas_get_config()); }
