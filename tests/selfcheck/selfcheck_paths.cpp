@@ -858,6 +858,8 @@ std::string graph_path(const char* family, meshtrain::Runtime& rt) {
                 family, graph.replayed, graph.loss.front(), graph.loss.back(), graph.master.size());
   return out;
 #endif
+}
+
 // ---- GEMM epilogues (gpu.epilogues) -----------------------------------------------------
 namespace lin = meshtrain::linalg;
 
