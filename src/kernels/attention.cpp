@@ -286,6 +286,16 @@ void reset_attention_tile_counts() { g_tiles = AttentionTileCounts{}; }
 
 int attention_block_rows(int T) { return kHostExec ? std::min(T, 128) : T; }
 
+int attention_work_rows(AttentionPath path, bool bf16, int T) {
+#if defined(MESHTRAIN_WITH_CUDNN)
+  if (path == AttentionPath::Cudnn && bf16) return 1;
+#else
+  (void)path;
+  (void)bf16;
+#endif
+  return attention_block_rows(T);
+}
+
 std::int64_t attention_workspace_elems(const AttentionShape& s) {
   return 2 * static_cast<std::int64_t>(s.B) * attention_block_rows(s.T) * s.T;
 }

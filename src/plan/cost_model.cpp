@@ -108,6 +108,19 @@ double document_attention_fraction(int seq_len, double document_tokens, int rows
   return computed / full;
 }
 
+void add_document_attention_work(const std::int32_t* doc_start, int B, int T, int rows, double& computed,
+                                 double& full) {
+  rows = std::max(1, std::min(rows, T));
+  for (int b = 0; b < B; ++b) {
+    const std::int32_t* row = doc_start + static_cast<std::size_t>(b) * T;
+    for (int i0 = 0; i0 < T; i0 += rows) {
+      const int i1 = std::min(T, i0 + rows);
+      computed += static_cast<double>(i1 - i0) * (i1 - row[i0]);  // keys [doc_start(i0), i1)
+      full += static_cast<double>(i1 - i0) * i1;
+    }
+  }
+}
+
 StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const CostModelInputs& c) {
   StepPrediction r;
   const model::ModelDims& d = in.dims;

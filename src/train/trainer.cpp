@@ -24,9 +24,11 @@
 #include "core/timer.hpp"
 #include "data/dataset.hpp"
 #include "data/sampler.hpp"
+#include "kernels/attention.hpp"
 #include "linalg/peak.hpp"
 #include "model/step_flops.hpp"
 #include "parallel/micro_step.hpp"
+#include "plan/cost_model.hpp"
 #include "train/checkpoint_meta.hpp"
 #include "train/evaluate.hpp"
 #include "train/generate.hpp"
@@ -140,6 +142,7 @@ class Trainer {
   /// The host side of the step queued last: its host time and host-measured communication.
   struct Queued {
     double host_seconds = 0, exposed = 0, busy = 0, counted = 0;
+    double attention_fraction = 1.0;  ///< of the attention of whole rows, what packed rows ran (MFU)
     std::uint64_t cursor = 0;  ///< training windows consumed after the step (its metrics line's tokens)
   };
   std::deque<Queued> queued_;
@@ -148,7 +151,12 @@ class Trainer {
   bool logged_graph_ = false;        ///< the step being logged was replayed from a CUDA graph
   std::set<long> nan_steps_;
   std::vector<std::int32_t> step_in_, step_tgt_, step_doc_;
-  double last_counted_ = 0;  ///< targets the last step's loss counted (global batch)  ///< this rank's windows of one step: (grad_accum, B, T) each
+  ///< this rank's windows of one step: (grad_accum, B, T) each
+  double last_counted_ = 0;  ///< targets the last step's loss counted (global batch)
+  /// Packed rows: the fraction of the whole rows' attention the last step's kernels ran (MFU);
+  /// attention_work_rows_: the query rows they process as one block (kernels::attention_work_rows).
+  double last_attention_fraction_ = 1.0;
+  int attention_work_rows_ = 1;
   double peak_flops_ = 0;
   std::uint64_t cursor_ = 0;      ///< training windows consumed (global)
   int updates_ = 0;               ///< optimizer updates applied (bias correction)
@@ -352,6 +360,8 @@ int Trainer<T>::train_loop(int first_step, const StopPolicy& stop) {
   const plan::TrainSpec& tc = spec_.train;
   const int lag = step_lag();
   runner_ = std::make_unique<StepRunner<T>>(session_, settings_, sampler_->document_masked());
+  attention_work_rows_ =
+      kernels::attention_work_rows(session_.context().attention, spec_.train.bf16(), setup_.batch.seq_len);
   if (root_) {
     const GraphDecision& g = runner_->graph_decision();
     const bool masked = g.use && data_.train_mask;
@@ -418,6 +428,7 @@ int Trainer<T>::finish_step(bool boundary, const StopPolicy& stop, std::optional
   logged_graph_ = r.graph;
   frozen_gather_step_bytes_ = r.frozen_gather_bytes;
   last_counted_ = q.counted > 0 ? q.counted : setup_.batch.step_tokens();
+  last_attention_fraction_ = q.attention_fraction;
   if (r.applied) {
     ++updates_;
     last_loss_ = r.loss;
@@ -520,10 +531,21 @@ void Trainer<T>::launch_step(int step) {
   in.poison = in.eager && (tc.inject_nan_rank < 0 || tc.inject_nan_rank == rt_.topology().world_rank);
   // A loss mask (or document boundaries): the mean is over the global batch's counted targets
   // (summed over the ranks, as host values over MPI: nothing here waits for the device).
+  // Packed rows: also the attention the kernels run on them, against the whole rows' (the
+  // MFU counts what was computed), in the same reduction. Each tp group counts its batch once.
+  double attention_fraction = 1.0;
   if (data_.train_mask || docs) {
-    double counted = mesh.coord().tp == 0 ? counted_targets(step_tgt_) : 0.0;
-    watched_all_reduce_in_place("counted targets", "world", mesh.world().mpi(), &counted, 1, ReduceOp::Sum);
-    in.counted_targets = counted;
+    // sums: counted targets, attention computed, attention of whole rows
+    double sums[3] = {0, 0, 0};
+    if (mesh.coord().tp == 0) {
+      sums[0] = counted_targets(step_tgt_);
+      if (docs)
+        plan::add_document_attention_work(step_doc_.data(), batch.micro_batch * batch.grad_accum, batch.seq_len,
+                                          attention_work_rows_, sums[1], sums[2]);
+    }
+    watched_all_reduce_in_place("counted targets", "world", mesh.world().mpi(), sums, docs ? 3 : 1, ReduceOp::Sum);
+    in.counted_targets = sums[0];
+    if (docs && sums[2] > 0) attention_fraction = sums[1] / sums[2];
   }
   // DPO without LoRA: each window's row, looked up in the stored reference.
   const ReferenceFiller reference = [&](int micro_step) -> const std::vector<double>* {
@@ -548,6 +570,7 @@ void Trainer<T>::launch_step(int step) {
   q.exposed = comm_stats().exposed_seconds - before.exposed_seconds;
   q.busy = comm_stats().busy_seconds - before.busy_seconds;
   q.counted = in.counted_targets;
+  q.attention_fraction = attention_fraction;
   q.cursor = cursor_;
   queued_.push_back(q);
 }
@@ -593,10 +616,12 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                busy_min = over[2].min * unmeasured, busy_max = over[2].max * unmeasured, comp_min = over[3].min,
                comp_max = over[3].max, mem_max = over[4].max, rss_max = over[5].max;
   const double tok_s = tokens / step_max;
-  // The FLOPs the step performs (model/step_flops.hpp; attention counted full, as if no
-  // document mask skipped any of it): a frozen LoRA base computes no weight gradients.
-  const double flops =
-      model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing, 1.0, spec_.train.dpo()).total() * tok_s;
+  // The FLOPs the step performs (model/step_flops.hpp): a frozen LoRA base computes no
+  // weight gradients; packed rows only the attention their document masks leave.
+  const double flops = model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing,
+                                               last_attention_fraction_, spec_.train.dpo())
+                           .total() *
+                       tok_s;
   const double mfu = flops / (peak_flops_ * rt_.topology().world_size);
   if (root_) {
     std::string line = strprintf("step %5d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | mfu %.1f%% | mem %s | ",
@@ -637,6 +662,8 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                      {"counted_tokens_per_s", last_counted_ / step_max},
                      {"frozen_gather_bytes", static_cast<double>(frozen_gather_step_bytes_)}};
   if (!std::isnan(val)) j["val_loss"] = val;
+  // Packed rows: the share of the whole rows' attention the kernels ran (what mfu counts).
+  if (sampler_->document_masked()) j["attention_fraction"] = last_attention_fraction_;
   if (logged_graph_) j["cuda_graph"] = true;  // replayed from a CUDA graph (gpu.graphs)
   if (tc.dpo()) {
     const auto add = [&j](const std::string& prefix, const DpoMetrics& m) {

@@ -62,6 +62,31 @@ TEST(CostModel, GemmTermIsFlopsOverRate) {
   EXPECT_DOUBLE_EQ(p.step_seconds_overlap, p.step_seconds_no_overlap);
 }
 
+TEST(CostModel, ActualPackedRowsCountTheAttentionTheKernelsRun) {
+  // Uniform documents: the same count as document_attention_fraction, for any block size.
+  const int T = 256;
+  std::vector<std::int32_t> uniform(2 * T);
+  for (int i = 0; i < 2 * T; ++i) uniform[i] = (i % T) / 64 * 64;
+  for (const int rows : {1, 64, 128, 256}) {
+    double computed = 0, full = 0;
+    add_document_attention_work(uniform.data(), 2, T, rows, computed, full);
+    EXPECT_DOUBLE_EQ(computed / full, document_attention_fraction(T, 64, rows)) << "rows " << rows;
+  }
+  // Uneven documents by hand, T = 8: row 0 = [0..2] [3] [4..7], row 1 = one document.
+  const std::vector<std::int32_t> docs = {0, 0, 0, 3, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0};
+  double computed = 0, full = 0;
+  add_document_attention_work(docs.data(), 2, 8, 1, computed, full);
+  // Per query (rows = 1): keys i + 1 - doc_start(i); row 0: 1+2+3 + 1 + 1+2+3+4 = 17, row 1: 36.
+  EXPECT_DOUBLE_EQ(computed, 17 + 36);
+  EXPECT_DOUBLE_EQ(full, 2 * 36);
+  computed = full = 0;
+  // Blocks of 4: row 0's block [0,4) keys [0,4) (4 x 4), block [4,8) keys [4,8) (4 x 4);
+  // row 1: 4 x 4 + 4 x 8. Whole rows: 2 x (4 x 4 + 4 x 8).
+  add_document_attention_work(docs.data(), 2, 8, 4, computed, full);
+  EXPECT_DOUBLE_EQ(computed, 16 + 16 + 16 + 32);
+  EXPECT_DOUBLE_EQ(full, 2 * (16 + 32));
+}
+
 TEST(CostModel, PackedRowsCountTheAttentionComputed) {
   // T = 256 in blocks of 128, documents of 64: block [0,128) multiplies keys [0,128), block
   // [128,256) keys [128,256) -> 2 x 128^2 of the whole row's 128^2 + 128 x 256.

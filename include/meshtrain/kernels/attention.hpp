@@ -61,6 +61,13 @@ void reset_attention_tile_counts();
 /// GPUs the whole sequence (fewer, larger cuBLAS calls).
 int attention_block_rows(int T);
 
+/// Query rows whose keys this build's attention handles as one block, for counting the work
+/// a document mask leaves (plan::add_document_attention_work): attention_block_rows(T) on the
+/// Kokkos path; 1 where `path` is cuDNN in a build that has it and the compute dtype is bf16
+/// (its variable-length form attends each query to exactly its document's earlier keys; a
+/// shape it refuses falls back to the Kokkos path, which this count does not see).
+int attention_work_rows(AttentionPath path, bool bf16, int T);
+
 /// Scratch elements attention_forward and attention_backward need: two score strips of
 /// (B, attention_block_rows(T), T). The (B, Hq, T, T) probabilities are never stored:
 /// forward keeps each row's softmax statistics and backward recomputes one strip at a time.

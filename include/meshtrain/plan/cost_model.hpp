@@ -7,6 +7,7 @@
 /// plan/measure.hpp, given for a target cluster (plan.*), or a fixed table in a test. Nothing
 /// here runs a kernel or talks to another rank.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,15 @@ std::string all_reduce_description(const CostModelInputs& c);
 /// tiles skipped); GPUs (rows >= seq_len) compute and mask whole rows (1). 1 when
 /// document_tokens is 0 or at least seq_len. Documents of equal length, back to back.
 double document_attention_fraction(int seq_len, double document_tokens, int rows);
+
+/// The same count for actual packed rows: `doc_start` (B, T), each token's document start
+/// (model::BatchShape::doc_start, host). For each row and query block [i0, i0 + rows), adds
+/// (block rows) x (keys from the block's first document start to i1) to `computed` and
+/// (block rows) x i1 to `full`; computed / full is the fraction of the attention the kernels
+/// ran (the trainer's MFU). rows = 1 is exact per query: cuDNN's variable-length path.
+/// For documents of equal length it is document_attention_fraction.
+void add_document_attention_work(const std::int32_t* doc_start, int B, int T, int rows, double& computed,
+                                 double& full);
 
 /// The step of `plan` (one strategy on one mesh, from plan_strategy(in, ...)) for the job
 /// `in` describes, on the machine `c` describes.
