@@ -168,7 +168,7 @@ glibc_max=$(for f in "$stage"/bin/* "$stage"/lib/*.so*; do objdump -T "$f" 2>/de
 glibcxx_max=$(for f in "$stage"/bin/* "$stage"/lib/*.so*; do objdump -T "$f" 2>/dev/null; done |
               grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1)
 machine_libs=$(for f in "$stage"/bin/* "$stage"/lib/*.so*; do ldd "$f" 2>/dev/null; done |
-               awk '{print $1}' | grep -E "$machine_re" | sort -u | tr '\n' ' ')
+               awk '{print $1}' | { grep -E "$machine_re" || true; } | sort -u | tr '\n' ' ')  # none: empty, not an exit
 cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -1; }
 {
   echo "meshtrain $(git -C "$repo" describe --always --dirty --tags 2>/dev/null || echo unknown)"
