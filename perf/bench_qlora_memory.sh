@@ -69,7 +69,8 @@ else
   cat <<EOF
    expected (issue 32, model.base_quant=gguf): meshtrain plan within 5% of the pool's peak and the all-gather bytes.
    floor: the file's Q4_1 is 5 bits a weight and its Q8_0 embedding 8.5 against bf16's 16 (gguf about 34% of
-   bf16's all-gather), nf4 4.13 (25.8%); the gathered units are dequantized into bf16 whatever the base.
+   bf16's all-gather), nf4 4.13 (25.8%); the block units are dequantized into bf16 whatever the base (the outer
+   unit, the tied embedding / LM head, stays in its nf4 or Q8_0 blocks).
 EOF
 fi
 
