@@ -244,6 +244,7 @@ int command_eval(Runtime& rt, const Args& args) {
     cfg.train.grad_accum = 1;
   }
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
+  cfg.loaded_weights = source.path;  // where model.base_quant=gguf finds its base
   adopt_checkpoint_model_on_all(rt.world(), cfg, source, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
   take_seq_len_from_checkpoint(rt.world(), cfg, source);

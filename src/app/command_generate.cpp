@@ -249,6 +249,7 @@ int command_generate(Runtime& rt, const Args& args) {
   configure_run_logging(rt, cfg);
   fit_mesh_to_job(cfg, rt.topology().world_size);
   const WeightsSource source = resolve_weights(rt.world(), cfg, o.checkpoint);
+  cfg.loaded_weights = source.path;  // where model.base_quant=gguf finds its base
   adopt_checkpoint_model_on_all(rt.world(), cfg, source, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
   const plan::RunSetup setup = resolve_run(cfg, rt);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "core/file_io.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
+#include "formats/gguf_file.hpp"
 #include "model/model_dims.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/measure.hpp"
@@ -66,12 +68,25 @@ void print_strategies(const Config& cfg, const plan::PlanInput& in, const std::v
     for (const model::ParamSpec& p : model::build_param_specs(dims, 1))
       if (!p.frozen) trainable += p.numel();
     const char* dtype = in.bf16 ? "bf16" : "fp32";
-    const std::string held =
-        dims.base_quant == BaseQuant::None
-            ? std::string(dtype)
-            : strprintf("%s (model.base_quant; norm weights%s in %s)", choice_name(dims.base_quant),
-                        dims.base_quant_embeddings ? "" : ", embeddings and LM head (model.base_quant_embeddings=false)",
-                        dtype);
+    // model.base_quant_embeddings=false: the outer unit's matrices are kept in the compute dtype too.
+    const char* also_t = dims.base_quant_embeddings ? "" : ", embeddings and LM head (model.base_quant_embeddings=false)";
+    std::string held = dims.base_quant == BaseQuant::None
+                           ? std::string(dtype)
+                           : strprintf("%s (model.base_quant; norm weights%s in %s)", choice_name(dims.base_quant),
+                                       also_t, dtype);
+    if (dims.base_quant == BaseQuant::Gguf) {
+      // Which of the file's block types the matrices keep: "Q4_1 x 210, Q8_0 x 1".
+      std::map<std::string, int> types;
+      for (const model::ParamSpec& p : model::build_param_specs(dims, 1)) {
+        const auto f = dims.base_formats.find(p.name);
+        if (f != dims.base_formats.end() && (dims.base_quant_embeddings || p.unit != 0))
+          ++types[formats::ggml_type_name(static_cast<formats::GgmlType>(f->second.ggml_type))];
+      }
+      std::vector<std::string> parts;
+      for (const auto& [type, n] : types) parts.push_back(strprintf("%s x %d", type.c_str(), n));
+      held = strprintf("the GGUF file's own blocks (model.base_quant=gguf: matrices %s; norm weights%s in %s)",
+                       join(parts, ", ").c_str(), also_t, dtype);
+    }
     std::printf("LoRA: rank %d, alpha %g, targets %s: %lld trainable parameters (%.3f%% of the model); the frozen "
                 "base is held in %s without gradients or optimizer state\n",
                 dims.lora_rank, dims.lora_alpha, join(dims.lora_targets, ",").c_str(), trainable,

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/gguf_base.hpp"
 #include "config/config.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -53,6 +54,36 @@ checkpoint::ResumeSpec resume_spec(const std::string& setting) {
 
 std::string checkpoint_dir(const Config& c) {
   return c.checkpoint.dir.empty() ? c.output.dir + "/checkpoints" : c.checkpoint.dir;
+}
+
+/// model.base_quant=gguf: the block types of the GGUF base the run loads (the weights of
+/// eval/generate, else checkpoint.init_from), which the planner and the engine lay the frozen
+/// shards out by. UserError naming the fix when there is no GGUF base.
+model::BaseFormats gguf_base_formats(const Config& c, const model::ModelDims& dims) {
+  const bool loaded = !c.loaded_weights.empty();
+  std::string weights = loaded ? c.loaded_weights : c.checkpoint.init_from;
+  std::string what = (loaded ? "--checkpoint " : "checkpoint.init_from=") + weights;
+  if (weights.empty()) {
+    // A resume without checkpoint.init_from: the base its checkpoint names (no checkpoint,
+    // or one that cannot be found: the message below, or the trainer's resume, says so).
+    try {
+      weights = checkpoint::resolve_resume(checkpoint_dir(c), resume_spec(c.checkpoint.resume));
+      what = "the checkpoint to resume from, " + weights + ",";
+    } catch (const UserError&) {
+    }
+  }
+  const std::string fix = "use a .gguf base (checkpoint.init_from=FILE.gguf, or a LoRA checkpoint whose base is one), "
+                          "or model.base_quant=nf4 (the base re-quantized) or none";
+  MESHTRAIN_REQUIRE(!weights.empty(),
+                    "model.base_quant=gguf keeps the frozen base in the blocks of its GGUF file, but no base weights "
+                    "are given (checkpoint.init_from is empty): %s",
+                    fix.c_str());
+  const std::string path = checkpoint::gguf_base_of(weights, what);
+  MESHTRAIN_REQUIRE(!path.empty(),
+                    "model.base_quant=gguf keeps the frozen base in the blocks of its GGUF file, but %s is neither a "
+                    "GGUF file nor a LoRA checkpoint whose base is one: %s",
+                    what.c_str(), fix.c_str());
+  return checkpoint::gguf_base_formats(path, dims);
 }
 
 plan::RunSpec resolve_spec(const Config& c) {
@@ -126,6 +157,7 @@ plan::RunSpec resolve_spec(const Config& c) {
   cs.keep = c.checkpoint.keep;
   cs.resume = resume_spec(c.checkpoint.resume);
   cs.init_from = c.checkpoint.init_from;
+  if (s.dims.base_quant == BaseQuant::Gguf) s.dims.base_formats = gguf_base_formats(c, s.dims);
   cs.save_final = c.checkpoint.save_final;
   cs.async = c.checkpoint.async;
 

@@ -147,22 +147,30 @@ std::string peft_config(const model::ModelDims& d, const std::string& base_model
 /// The README of a QLoRA adapter: PEFT's adapter_config.json has no field for the base's
 /// quantization, so the card says which one the adapters were trained against.
 std::string qlora_readme(const model::ModelDims& d, const std::string& base_model) {
-  const bool nf4 = d.base_quant == BaseQuant::Nf4;
+  struct Words {
+    const char *format, *held, *load;
+  };
+  const Words w =
+      d.base_quant == BaseQuant::Nf4
+          ? Words{"NF4, 64-weight blocks, 8-bit block scales with a float32 maximum per 256 blocks",
+                  "quantized to 4-bit NormalFloat and dequantized",
+                  "in NF4 (bitsandbytes' bnb_4bit_quant_type=\"nf4\", blocksize 64, double quantization: meshtrain's "
+                  "scales are linear 8-bit, not bitsandbytes' FP8, so the values differ slightly)"}
+      : d.base_quant == BaseQuant::Int8
+          ? Words{"int8, absmax per 64 weights with a float32 scale", "quantized to int8 and dequantized",
+                  "in the same int8 block format"}
+          : Words{"the GGUF file's own block types (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), kept as the file stores them",
+                  "as the GGUF file's blocks dequantize (exactly as llama.cpp and the gguf package do)",
+                  "from the same GGUF file (or its dequantization, as `meshtrain convert` of it writes)"};
   return strprintf(
       "# LoRA adapter trained on a quantized base (QLoRA)\n\n"
       "- base model: %s\n- base quantization: %s (model.base_quant=%s)\n\n"
       "The adapters were trained against the base's matrices %s; norm weights and biases%s were kept unquantized. "
       "Load the base %s before applying the adapter to reproduce the trained model exactly; "
       "`meshtrain convert --merge_lora` writes the adapters merged into the dequantized base.\n",
-      base_model.empty() ? "(not recorded)" : base_model.c_str(),
-      nf4 ? "NF4, 64-weight blocks, 8-bit block scales with a float32 maximum per 256 blocks"
-          : "int8, absmax per 64 weights with a float32 scale",
-      choice_name(d.base_quant),
-      nf4 ? "quantized to 4-bit NormalFloat and dequantized" : "quantized to int8 and dequantized",
+      base_model.empty() ? "(not recorded)" : base_model.c_str(), w.format, choice_name(d.base_quant), w.held,
       d.base_quant_embeddings ? "" : ", and the token embeddings and LM head (model.base_quant_embeddings=false),",
-      nf4 ? "in NF4 (bitsandbytes' bnb_4bit_quant_type=\"nf4\", blocksize 64, double quantization: meshtrain's scales "
-            "are linear 8-bit, not bitsandbytes' FP8, so the values differ slightly)"
-          : "in the same int8 block format");
+      w.load);
 }
 
 /// w (the base projection, HF layout) += (alpha/r) B A, accumulated in double and rounded

@@ -147,6 +147,12 @@ GgufWeights::GgufWeights(const std::string& path, const std::vector<model::Param
   }
 }
 
+const std::byte* GgufWeights::row_data(int spec, std::int64_t row) const {
+  const Source& s = sources_[spec];
+  const std::int64_t r = s.qk_head_dim > 0 ? gguf_qk_row(row, s.qk_head_dim) : row;
+  return s.data + static_cast<std::uint64_t>(r) * s.row_bytes;
+}
+
 void GgufWeights::read(const Piece& piece, float* dst) const {
   const Source& s = sources_[piece.spec];
   // Rows dequantise independently from the mapped file: on the host threads.

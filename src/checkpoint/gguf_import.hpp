@@ -43,6 +43,16 @@ class GgufWeights : public ImportedWeights {
   }
   std::uint64_t bytes() const override { return bytes_; }
 
+  // The file's own bytes (model.base_quant=gguf keeps them instead of values):
+  /// The ggml type of spec's tensor (a spec the file has).
+  formats::GgmlType type(int spec) const { return sources_[spec].info->type; }
+  /// Rows the file holds for spec's tensor (a 1-D tensor: 1).
+  std::int64_t rows(int spec) const { return sources_[spec].one_d ? 1 : sources_[spec].rows; }
+  /// The bytes of row `row` (< rows(spec)) of spec's 2-D tensor in Hugging Face order (a q/k
+  /// projection's rows permuted back), row_bytes(spec) of them, inside the mapping.
+  const std::byte* row_data(int spec, std::int64_t row) const;
+  std::uint64_t row_bytes(int spec) const { return sources_[spec].row_bytes; }
+
  private:
   struct Source {
     const formats::GgufTensorInfo* info = nullptr;

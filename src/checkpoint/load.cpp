@@ -1,9 +1,12 @@
 // checkpoint::load and load_weights: validate once (rank 0, serially), then every rank
 // reads exactly the hyperslabs of its own state range, so any mesh loads any checkpoint.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "base_ref.hpp"
@@ -17,6 +20,7 @@
 #include "comm/agree.hpp"
 #include "core/check.hpp"
 #include "core/timer.hpp"
+#include "formats/gguf_dequant.hpp"
 #include "model/init.hpp"
 #include "checksum.hpp"
 #include "pieces.hpp"
@@ -160,43 +164,125 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
   return bytes;
 }
 
-/// Fills the rank's frozen values (the base under LoRA) from `read(spec, piece_or_null, 0,
-/// dst)`, called for every frozen slot in order on every rank; padding becomes 0; each
-/// piece is checked for non-finite values (the first recorded in `bad`). With `sums` (and
-/// `coord`, this rank's mesh coordinates) the values this rank is the one to verify are
-/// added to the checksums of /model. Returns the bytes this rank read.
+/// A base given as values (not a GGUF file) for an engine that keeps its base in the
+/// GGUF file's blocks: UserError naming the fix. Every rank alike (the same engine options).
+template <class T>
+void require_values_base(const parallel::FsdpEngine<T>& eng) {
+  MESHTRAIN_REQUIRE(eng.options().base_quant != BaseQuant::Gguf,
+                    "model.base_quant=gguf keeps the frozen base in the blocks of its GGUF file, but this run's base "
+                    "weights are not a GGUF file: set checkpoint.init_from to a .gguf file (or to a LoRA checkpoint "
+                    "whose base is one), or model.base_quant=nf4 or none");
+}
+
+/// Fills the rank's frozen values of unit u from `read(spec, piece_or_null, 0, dst)`, called
+/// for every frozen slot of the unit in order on every rank; padding becomes 0; each piece is
+/// checked for non-finite values (the first recorded in `bad`). With `sums` (and `coord`,
+/// this rank's mesh coordinates) the values this rank is the one to verify are added to the
+/// checksums of /model. Returns the bytes this rank read.
+template <class T, class Read>
+std::uint64_t fill_frozen_unit(parallel::FsdpEngine<T>& eng, int u, Read& read, NonFinite& bad,
+                               checksum::Partials* sums = nullptr, const MeshCoord* coord = nullptr) {
+  std::uint64_t bytes = 0;
+  const std::int64_t b = eng.frozen_begin(u), n = eng.frozen_numel(u);
+  if (n == 0) return 0;
+  const model::UnitLayout& L = eng.layouts()[u];
+  const std::vector<Piece> pieces = unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), b, b + n, b, false);
+  std::vector<float> host(static_cast<std::size_t>(n), 0.0f);
+  std::size_t next = 0;
+  for (const model::ParamSlot& slot : L.slots) {
+    if (!eng.specs()[slot.spec].frozen) continue;
+    const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
+    const bool got = read(slot.spec, piece, 0, piece ? host.data() + piece->offset : nullptr);
+    if (sums && got) sums->mark(slot.spec, 0);
+    if (piece && got) {
+      find_non_finite(*piece, 0, host.data() + piece->offset, bad);
+      bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
+    }
+  }
+  // Frozen values have no owned range: replicas (dp_replicate; every dp rank without
+  // sharding) hold the same values, so replicate 0 verifies its shard, or dp rank 0 the
+  // whole segment when it is not sharded; counted_only leaves replicated-over-tp
+  // parameters to tp rank 0.
+  const bool sharded = n < L.frozen_padded();
+  if (sums && coord && coord->replicate == 0 && (sharded || coord->shard == 0))
+    for (const Piece& p : unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), b, b + n, b, true))
+      if (eng.specs()[p.spec].frozen && sums->touched(p.spec, 0)) sums->add(0, p, host.data() + p.offset);
+  Buffer<float> dev(host.size(), MemCategory::Workspace);
+  stage_to_device(host, dev);
+  eng.set_frozen(u, dev.data());
+  return bytes;
+}
+
+/// fill_frozen_unit for every unit: the rank's frozen values (the base under LoRA).
 template <class T, class Read>
 std::uint64_t fill_frozen(parallel::FsdpEngine<T>& eng, Read&& read, NonFinite& bad,
                           checksum::Partials* sums = nullptr, const MeshCoord* coord = nullptr) {
+  require_values_base(eng);
   std::uint64_t bytes = 0;
+  for (int u = 0; u < eng.num_units(); ++u) bytes += fill_frozen_unit(eng, u, read, bad, sums, coord);
+  return bytes;
+}
+
+/// model.base_quant=gguf: the rank's frozen shards straight from the mapped GGUF file. For
+/// each unit, the blocks of this rank's shard (FsdpEngine::gguf_map) are copied as the file
+/// stores them into one shard-sized byte buffer (staged on the host, then set), and the 1-D
+/// parameters (norm weights) are read as floats: no matrix is ever dequantized here, so no
+/// fp32 copy of one exists (the values come from kernels::dequantize_gguf, unit by unit,
+/// before each compute). A block whose scale (or a float weight) is NaN or infinite is
+/// recorded in `bad`, as fill_frozen records a non-finite value. The outer unit with
+/// model.base_quant_embeddings=false is not kept in blocks: its values come from `read` (the
+/// file's dequantization, as fill_frozen_unit reads them), rounded to T. Returns this rank's
+/// bytes. Not collective.
+template <class T, class Read>
+std::uint64_t fill_frozen_gguf(parallel::FsdpEngine<T>& eng, const GgufWeights& w, Read&& read, NonFinite& bad) {
+  std::uint64_t bytes = 0;
+  const int shard = eng.frozen_shard();
   for (int u = 0; u < eng.num_units(); ++u) {
-    const std::int64_t b = eng.frozen_begin(u), n = eng.frozen_numel(u);
-    if (n == 0) continue;
-    const model::UnitLayout& L = eng.layouts()[u];
-    const std::vector<Piece> pieces = unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), b, b + n, b, false);
-    std::vector<float> host(static_cast<std::size_t>(n), 0.0f);
-    std::size_t next = 0;
-    for (const model::ParamSlot& slot : L.slots) {
-      if (!eng.specs()[slot.spec].frozen) continue;
-      const Piece* piece = next < pieces.size() && pieces[next].spec == slot.spec ? &pieces[next++] : nullptr;
-      const bool got = read(slot.spec, piece, 0, piece ? host.data() + piece->offset : nullptr);
-      if (sums && got) sums->mark(slot.spec, 0);
-      if (piece && got) {
-        find_non_finite(*piece, 0, host.data() + piece->offset, bad);
-        bytes += static_cast<std::uint64_t>(piece->count) * sizeof(float);
+    if (eng.frozen_numel(u) == 0) continue;
+    if (eng.unit_quant(u) != BaseQuant::Gguf) {
+      bytes += fill_frozen_unit(eng, u, read, bad);
+      continue;
+    }
+    const parallel::GgufMap& map = eng.gguf_map(u);
+    std::vector<std::uint8_t> payload(static_cast<std::size_t>(map.stride), 0);
+    for (std::size_t r = 0; r < map.runs.size(); ++r) {
+      const parallel::GgufMap::Source& src = map.sources[r];
+      if (src.spec < 0 || src.shard != shard) continue;
+      const model::ParamSpec& p = eng.specs()[static_cast<std::size_t>(src.spec)];
+      const auto type = static_cast<formats::GgmlType>(map.runs[r].type);
+      MESHTRAIN_REQUIRE(w.type(src.spec) == type,
+                        "base weights: tensor %s is %s, but the run was laid out for %s: the file changed while the "
+                        "run started; start it again",
+                        w.file_tensor_name(src.spec).c_str(), formats::ggml_type_name(w.type(src.spec)),
+                        formats::ggml_type_name(type));
+      const formats::GgmlTypeTraits& tr = *formats::ggml_type_traits(map.runs[r].type);
+      const std::int64_t cols = p.shape[1], be = tr.block_elements, bb = tr.block_bytes;
+      // The run's blocks, row by row (rows of a q/k projection are permuted in the file).
+      std::uint8_t* dst = payload.data() + src.shard_byte;
+      for (std::int64_t g = src.global, left = map.runs[r].numel; left > 0;) {
+        const std::int64_t row = g / cols, col = g % cols, n = std::min(left, cols - col);
+        const std::byte* from = w.row_data(src.spec, row) + (col / be) * bb;
+        const std::int64_t bad_block = formats::gguf_first_nonfinite_block(type, from, n / be);
+        if (bad_block >= 0 && !bad.found())
+          bad = NonFinite{src.spec, 0, row, col + bad_block * be, std::numeric_limits<float>::quiet_NaN()};
+        std::memcpy(dst, from, static_cast<std::size_t>(n / be * bb));
+        dst += n / be * bb;
+        g += n;
+        left -= n;
       }
     }
-    // Frozen values have no owned range: replicas (dp_replicate; every dp rank without
-    // sharding) hold the same values, so replicate 0 verifies its shard, or dp rank 0 the
-    // whole segment when it is not sharded; counted_only leaves replicated-over-tp
-    // parameters to tp rank 0.
-    const bool sharded = n < L.frozen_padded();
-    if (sums && coord && coord->replicate == 0 && (sharded || coord->shard == 0))
-      for (const Piece& p : unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), b, b + n, b, true))
-        if (eng.specs()[p.spec].frozen && sums->touched(p.spec, 0)) sums->add(0, p, host.data() + p.offset);
-    Buffer<float> dev(host.size(), MemCategory::Workspace);
-    stage_to_device(host, dev);
-    eng.set_frozen(u, dev.data());
+    std::vector<float> dense(static_cast<std::size_t>(map.dense_numel()));
+    std::int64_t at = 0;
+    for (const model::DenseSlot& d : map.dense) {
+      for (const Piece& piece : unit_pieces(eng.specs(), eng.layouts()[u], eng.tp_size(), eng.tp_rank(), d.offset,
+                                            d.offset + d.numel, d.offset - at, false)) {
+        w.read(piece, dense.data() + piece.offset);
+        find_non_finite(piece, 0, dense.data() + piece.offset, bad);
+      }
+      at += d.numel;
+    }
+    bytes += static_cast<std::uint64_t>(map.shard_bytes[static_cast<std::size_t>(shard)]) + dense.size() * sizeof(float);
+    eng.set_frozen_gguf(u, payload.data(), dense.data());
   }
   return bytes;
 }
@@ -401,9 +487,12 @@ std::uint64_t read_frozen_from(parallel::FsdpEngine<T>& eng, const parallel::Dev
     agree_finite(comm, eng, bad, where);
     return bytes;
   }
+  if (kind != WeightsKind::Gguf) require_values_base(eng);
   const std::unique_ptr<ImportedWeights> w = open_imported(comm, kind, resolved, eng.specs(), dims);
   NonFinite bad;
-  const std::uint64_t bytes = fill_frozen(eng, imported_reader(*w), bad);
+  const std::uint64_t bytes = eng.options().base_quant == BaseQuant::Gguf
+                                  ? fill_frozen_gguf(eng, static_cast<const GgufWeights&>(*w), imported_reader(*w), bad)
+                                  : fill_frozen(eng, imported_reader(*w), bad);
   agree_finite(comm, eng, bad, [&](int spec, int) {
     return strprintf("base weights %s: tensor %s", resolved.c_str(), w->file_tensor_name(spec).c_str());
   });
@@ -419,6 +508,7 @@ std::uint64_t read_base(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh
                         const BaseRef& ref, const std::string& checkpoint) {
   const MpiComm& comm = mesh.world().mpi();
   if (ref.path.empty()) {
+    require_values_base(eng);
     eng.init_parameters(ref.seed);
     return 0;
   }
@@ -545,7 +635,10 @@ BaseRef load_weights(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& m
     const std::unique_ptr<ImportedWeights> w = open_imported(comm, kind, resolved, eng.specs(), dims);
     NonFinite bad;
     const auto read = imported_reader(*w);
-    bytes = fill_frozen(eng, read, bad) + fill_state(eng, 1, read, bad, seed);
+    bytes = eng.options().base_quant == BaseQuant::Gguf && kind == WeightsKind::Gguf
+                ? fill_frozen_gguf(eng, static_cast<const GgufWeights&>(*w), read, bad)
+                : fill_frozen(eng, read, bad);
+    bytes += fill_state(eng, 1, read, bad, seed);
     agree_finite(comm, eng, bad, [&](int spec, int) {
       return strprintf("initial weights %s: tensor %s", resolved.c_str(), w->file_tensor_name(spec).c_str());
     });

@@ -46,8 +46,8 @@ void visit_config(C& c, V&& v) {
   v("model.lora_alpha", m.lora_alpha, "LoRA scaling numerator (scale = alpha / rank)");
   v("model.lora_targets", m.lora_targets, "comma list of projections that get adapters (llama: q,k,v,o,gate,up,down; gpt2: c_attn,attn.c_proj,c_fc,mlp.c_proj); auto = the attention projections PEFT adapts by default: q,v (llama), c_attn (gpt2)");
 
-  v("model.base_quant", m.base_quant, "storage of the frozen base of a LoRA run: none (the compute dtype) | nf4 (QLoRA's 4-bit NormalFloat, 64-weight blocks, double-quantized scales: 4.13 bits per weight) | int8 (absmax per 64 weights, fp32 scale: 8.5 bits); matrices only, norm weights and biases stay in the compute dtype; needs model.lora_rank > 0");
-  v("model.base_quant_embeddings", m.base_quant_embeddings, "with model.base_quant: quantize the token embeddings and the LM head too (true), or keep them in the compute dtype as bitsandbytes/PEFT/torchtune do (false: more memory, less quantization error); recorded in the checkpoint like model.base_quant");
+  v("model.base_quant", m.base_quant, "storage of the frozen base of a LoRA run: none (the compute dtype) | nf4 (QLoRA's 4-bit NormalFloat, 64-weight blocks, double-quantized scales: 4.13 bits per weight) | int8 (absmax per 64 weights, fp32 scale: 8.5 bits) | gguf (a GGUF base, checkpoint.init_from=FILE.gguf, kept in the file's own Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks: no re-quantization, no fp32 copy); matrices only, norm weights and biases stay in the compute dtype; needs model.lora_rank > 0");
+  v("model.base_quant_embeddings", m.base_quant_embeddings, "with model.base_quant: quantize the token embeddings and the LM head too (true; gguf: kept in the file's blocks), or keep them in the compute dtype as bitsandbytes/PEFT/torchtune do (false: more memory, less quantization error; gguf: the file's values, dequantized once on load); recorded in the checkpoint like model.base_quant");
 
   auto& p = c.parallel;
   v("parallel.dp_replicate", p.dp_replicate, "data-parallel replicas (hybrid sharding: across nodes); -1 = infer");

@@ -127,4 +127,26 @@ void gguf_dequantize(GgmlType type, const std::byte* row, std::int64_t first, st
   }
 }
 
+std::int64_t gguf_first_nonfinite_block(GgmlType type, const std::byte* blocks, std::int64_t n_blocks) {
+  // Offsets of the block's f16 fields whose exponent bits must not be all ones, or the float
+  // value itself (F32: its upper half holds the exponent).
+  const auto inf_or_nan16 = [](const std::byte* p) { return (u16(p) & 0x7C00u) == 0x7C00u; };
+  const auto inf_or_nan_bf16 = [](const std::byte* p) { return (u16(p) & 0x7F80u) == 0x7F80u; };
+  const GgmlTypeTraits& tr = *ggml_type_traits(static_cast<std::uint32_t>(type));
+  for (std::int64_t k = 0; k < n_blocks; ++k) {
+    const std::byte* b = blocks + k * tr.block_bytes;
+    bool bad = false;
+    switch (type) {
+      case GgmlType::F32: bad = inf_or_nan_bf16(b + 2); break;
+      case GgmlType::F16: case GgmlType::Q8_0: case GgmlType::Q4_0: bad = inf_or_nan16(b); break;
+      case GgmlType::BF16: bad = inf_or_nan_bf16(b); break;
+      case GgmlType::Q4_1: case GgmlType::Q4_K: bad = inf_or_nan16(b) || inf_or_nan16(b + 2); break;
+      case GgmlType::Q6_K: bad = inf_or_nan16(b + kQK / 2 + kQK / 4 + kQK / 16); break;
+      default: break;
+    }
+    if (bad) return k;
+  }
+  return -1;
+}
+
 }  // namespace meshtrain::formats

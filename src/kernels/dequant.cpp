@@ -48,7 +48,7 @@ KOKKOS_INLINE_FUNCTION BlockView block_view(const QuantSegment& q, std::int64_t 
   const std::int64_t shard_blocks = q.shard_numel / kBlock;
   const std::int64_t s = lb / shard_blocks, kb = lb - s * shard_blocks;  // shard, block within it
   const std::uint8_t* shard = q.payload + s * q.payload_stride;
-  if (q.nf4) {
+  if (q.format == QuantFormat::Nf4) {
     const std::uint8_t scale = shard[q.shard_numel / 2 + kb];
     const std::int64_t gb = q.runs[r].global_block + (lb - q.runs[r].local_block);
     const float top = q.group_max[q.runs[r].group_base + gb / kGroup];
@@ -84,13 +84,13 @@ KOKKOS_INLINE_FUNCTION void dequantize_span(const Member& team, const QuantSegme
       const int i0 = static_cast<int>((e + c) - lb * kBlock);
       const int m = kBlock - i0 < n - c ? kBlock - i0 : n - c;
       const BlockView b = block_view(q, lb);
-      for (int i = 0; i < m; ++i) out[c + i] = static_cast<T>(block_weight(q.nf4, table, b, i0 + i));
+      for (int i = 0; i < m; ++i) out[c + i] = static_cast<T>(block_weight(q.format == QuantFormat::Nf4, table, b, i0 + i));
       c += m;
     }
   } else {
     team_for(team, n, [&](int c) {
       const std::int64_t lb = (e + c) / kBlock;
-      out[c] = static_cast<T>(block_weight(q.nf4, table, block_view(q, lb), static_cast<int>((e + c) - lb * kBlock)));
+      out[c] = static_cast<T>(block_weight(q.format == QuantFormat::Nf4, table, block_view(q, lb), static_cast<int>((e + c) - lb * kBlock)));
     });
   }
 }
@@ -103,7 +103,7 @@ void dequantize_segment(const char* name, const QuantSegment& q, T* out, std::in
       name, Range64(0, numel / kBlock), KOKKOS_LAMBDA(std::int64_t lb) {
         T* o = out + lb * kBlock;
         const BlockView b = block_view(q, lb);
-        for (int i = 0; i < kBlock; ++i) o[i] = static_cast<T>(block_weight(q.nf4, table, b, i));
+        for (int i = 0; i < kBlock; ++i) o[i] = static_cast<T>(block_weight(q.format == QuantFormat::Nf4, table, b, i));
       });
 }
 
@@ -112,14 +112,14 @@ void dequantize_segment(const char* name, const QuantSegment& q, T* out, std::in
 template <class T>
 void dequantize_nf4(const std::uint8_t* payload, std::int64_t payload_stride, std::int64_t shard_numel,
                     const QuantRun* runs, int n_runs, const float* group_max, T* out, std::int64_t numel) {
-  dequantize_segment("Kernels::dequantize_nf4", QuantSegment{true, payload, payload_stride, shard_numel, runs, n_runs, group_max},
+  dequantize_segment("Kernels::dequantize_nf4", QuantSegment{QuantFormat::Nf4, payload, payload_stride, shard_numel, runs, n_runs, group_max},
                      out, numel);
 }
 
 template <class T>
 void dequantize_int8(const std::uint8_t* payload, std::int64_t payload_stride, std::int64_t shard_numel,
                      const QuantRun* runs, int n_runs, T* out, std::int64_t numel) {
-  dequantize_segment("Kernels::dequantize_int8", QuantSegment{false, payload, payload_stride, shard_numel, runs, n_runs, nullptr},
+  dequantize_segment("Kernels::dequantize_int8", QuantSegment{QuantFormat::Int8, payload, payload_stride, shard_numel, runs, n_runs, nullptr},
                      out, numel);
 }
 
@@ -127,6 +127,10 @@ template <class T>
 void dequantize_rect(const QuantSegment& q, std::int64_t offset, std::int64_t row_len, std::int64_t row0,
                      std::int64_t rows, std::int64_t col0, std::int64_t cols, T* out, std::int64_t ld_out) {
   if (rows <= 0 || cols <= 0) return;
+  if (q.format == QuantFormat::Gguf) {
+    dequantize_gguf_rect(q.payload, q.gguf_runs, q.n_runs, offset, row_len, row0, rows, col0, cols, out, ld_out);
+    return;
+  }
   const Nf4Table table = nf4_table();
   const QuantSegment seg = q;
   const int n = static_cast<int>(cols);
@@ -143,6 +147,10 @@ void dequantize_gather_rows(const QuantSegment& q, std::int64_t offset, std::int
                             const std::int32_t* index, int n, std::int64_t row_start, std::int64_t row_count,
                             T* out) {
   if (n <= 0) return;
+  if (q.format == QuantFormat::Gguf) {
+    dequantize_gguf_gather_rows(q.payload, q.gguf_runs, q.n_runs, offset, row_len, index, n, row_start, row_count, out);
+    return;
+  }
   const Nf4Table table = nf4_table();
   const QuantSegment seg = q;
   const int C = static_cast<int>(row_len);

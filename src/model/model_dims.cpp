@@ -95,7 +95,7 @@ ModelDims resolve_dims(const ModelSettings& c) {
   d.base_quant = c.base_quant;
   MESHTRAIN_REQUIRE(c.base_quant_embeddings || c.base_quant != BaseQuant::None,
                     "model.base_quant_embeddings=false keeps the embeddings and LM head of a quantized base in the "
-                    "compute dtype, but model.base_quant=none quantizes nothing; set model.base_quant=nf4 or int8, or "
+                    "compute dtype, but model.base_quant=none quantizes nothing; set model.base_quant=nf4, int8 or gguf, or "
                     "drop model.base_quant_embeddings");
   d.base_quant_embeddings = c.base_quant_embeddings || c.base_quant == BaseQuant::None;
   return d;

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "kernels/dequant.hpp"
+#include "kernels/dequant_gguf.hpp"
 #include "kernels/elementwise.hpp"
 #include "model/init.hpp"
 
@@ -123,7 +124,7 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
       if (unit_quant(u) == BaseQuant::None) {
         fz.values = Buffer<T>(fz.numel, MemCategory::Params);
         fz.values.zero();
-      } else if (fz.numel > 0) {
+      } else if (fz.numel > 0 && unit_quant(u) != BaseQuant::Gguf) {  // gguf: sized by its map, below
         fz.payload = Buffer<std::uint8_t>(static_cast<std::size_t>(payload_bytes(unit_quant(u), fz.numel)),
                                           MemCategory::Params);
         fz.payload.zero();
@@ -144,9 +145,11 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
       fz.begin = 0;
       fz.numel = L.frozen_padded();
       if (kept_quantized(u)) {
-        fz.payload = Buffer<std::uint8_t>(static_cast<std::size_t>(payload_bytes(unit_quant(u), fz.numel)),
-                                          MemCategory::Params);
-        fz.payload.zero();
+        if (unit_quant(u) != BaseQuant::Gguf) {  // gguf: sized by its map, below
+          fz.payload = Buffer<std::uint8_t>(static_cast<std::size_t>(payload_bytes(unit_quant(u), fz.numel)),
+                                            MemCategory::Params);
+          fz.payload.zero();
+        }
       } else if (fz.numel > 0) {
         step_buffers_[u].gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
         step_buffers_[u].gathered.zero();
@@ -154,7 +157,21 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
     }
     MESHTRAIN_ASSERT(!kept_quantized(u) || L.trainable_padded() == 0,
                      "unit %d is kept quantized but has a trainable segment", u);
-    if (unit_quant(u) != BaseQuant::None && L.frozen_padded() > 0) {
+    if (unit_quant(u) == BaseQuant::Gguf && L.frozen_padded() > 0) {
+      // The GGUF base's blocks (a TP slice that splits one is refused here) and runs; sharded
+      // strategies and a unit kept quantized keep this rank's shard of the blocks (no_shard's
+      // outer unit: its one shard, the whole segment) and the 1-D parameters in T.
+      fz.gguf = build_gguf_map(specs_, L, shape.tp, coord.tp, opt_.base_formats);
+      fz.gguf_runs = Buffer<kernels::GgufRun>(fz.gguf.runs.size(), MemCategory::Params);
+      Kokkos::deep_copy(fz.gguf_runs.view(),
+                        UView<kernels::GgufRun, HostMem>(fz.gguf.runs.data(), fz.gguf.runs.size()));
+      if (traits_.shard_params || kept_quantized(u)) {
+        fz.payload = Buffer<std::uint8_t>(static_cast<std::size_t>(fz.gguf.stride), MemCategory::Params);
+        fz.payload.zero();
+        fz.dense = Buffer<T>(static_cast<std::size_t>(fz.gguf.dense_numel()), MemCategory::Params);
+        fz.dense.zero();
+      }
+    } else if (unit_quant(u) != BaseQuant::None && L.frozen_padded() > 0) {
       // The quantized base's map (a TP slice that splits a block is refused here), its
       // runs and group maxima on the device; sharded strategies and a unit kept quantized
       // also keep the 1-D parameters of the whole segment in T (no_shard's other units have
@@ -228,6 +245,8 @@ template <class T>
 void FsdpEngine<T>::set_frozen(int u, const float* values) {
   const std::size_t n = static_cast<std::size_t>(frozen_[u].numel);
   if (n == 0) return;
+  MESHTRAIN_ASSERT(unit_quant(u) != BaseQuant::Gguf,
+                   "set_frozen(%d) of a unit kept in its GGUF blocks: it is set from the file (set_frozen_gguf)", u);
   if (unit_quant(u) != BaseQuant::None) set_frozen_quantized(u, values);
   else convert(values, frozen_storage(u), n);
 }
@@ -284,10 +303,54 @@ void FsdpEngine<T>::set_frozen_quantized(int u, const float* values) {
 }
 
 template <class T>
+int FsdpEngine<T>::frozen_shard() const {
+  return traits_.shard_params ? mesh_.coord().shard : 0;
+}
+
+template <class T>
+void FsdpEngine<T>::set_frozen_gguf(int u, const std::uint8_t* payload, const float* dense) {
+  Frozen& fz = frozen_[u];
+  MESHTRAIN_ASSERT(unit_quant(u) == BaseQuant::Gguf, "set_frozen_gguf(%d) of a unit not kept in GGUF blocks", u);
+  if (fz.numel == 0) return;
+  const std::size_t stride = static_cast<std::size_t>(fz.gguf.stride), nd = static_cast<std::size_t>(fz.gguf.dense_numel());
+  Buffer<float> dense_dev(nd, MemCategory::Workspace);
+  if (nd > 0) Kokkos::deep_copy(dense_dev.view(), UView<float, HostMem>(const_cast<float*>(dense), nd));
+  if (traits_.shard_params || kept_quantized(u)) {
+    Kokkos::deep_copy(fz.payload.view(), UView<std::uint8_t, HostMem>(const_cast<std::uint8_t*>(payload), stride));
+    if (nd > 0) convert(dense_dev.data(), fz.dense.data(), nd);
+    return;
+  }
+  // no_shard: the one shard is the whole segment, dequantized once into the persistent copy.
+  Buffer<std::uint8_t> dev(stride, MemCategory::Workspace);
+  Kokkos::deep_copy(dev.view(), UView<std::uint8_t, HostMem>(const_cast<std::uint8_t*>(payload), stride));
+  fz.dense = Buffer<T>(nd, MemCategory::Workspace);
+  if (nd > 0) convert(dense_dev.data(), fz.dense.data(), nd);
+  dequantize_frozen(u, dev.data(), static_cast<std::int64_t>(stride), fz.numel, frozen_storage(u));
+  fz.dense.reset();
+}
+
+template <class T>
+std::int64_t FsdpEngine<T>::payload_stride(int u) const {
+  if (unit_quant(u) == BaseQuant::Gguf) return frozen_[u].gguf.stride;
+  return payload_bytes(unit_quant(u), frozen_[u].numel);
+}
+
+template <class T>
 void FsdpEngine<T>::dequantize_frozen(int u, const std::uint8_t* all, std::int64_t stride, std::int64_t shard_numel,
                                       T* gathered) {
   const Frozen& fz = frozen_[u];
   const std::int64_t numel = layouts_[u].frozen_padded();
+  if (unit_quant(u) == BaseQuant::Gguf) {
+    // The runs' byte offsets already hold the stride; every element outside the 1-D slots is in a run.
+    kernels::dequantize_gguf(all, fz.gguf_runs.data(), static_cast<int>(fz.gguf.runs.size()), 0, fz.gguf.groups, 0,
+                             numel, gathered);
+    std::int64_t at = 0;
+    for (const model::DenseSlot& d : fz.gguf.dense) {
+      convert(fz.dense.data() + at, gathered + d.offset, static_cast<std::size_t>(d.numel));
+      at += d.numel;
+    }
+    return;
+  }
   const int n_runs = static_cast<int>(fz.map.runs.size());
   if (unit_quant(u) == BaseQuant::Nf4)
     kernels::dequantize_nf4(all, stride, shard_numel, fz.runs.data(), n_runs, fz.group_max.data(), gathered, numel);
@@ -303,7 +366,7 @@ void FsdpEngine<T>::dequantize_frozen(int u, const std::uint8_t* all, std::int64
 template <class T>
 std::int64_t FsdpEngine<T>::frozen_payload_bytes(int u) const {
   if (unit_quant(u) == BaseQuant::None || !traits_.shard_params) return 0;
-  return payload_bytes(unit_quant(u), frozen_[u].numel);
+  return payload_stride(u);
 }
 
 template <class T>
@@ -359,9 +422,9 @@ void FsdpEngine<T>::gather(int u, bool prefetch) {
   if (!kept) r.gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
   if (fsn > 0 && unit_quant(u) != BaseQuant::None) {
     // Quantized frozen segment: the payload travels (4.13 or 8.5 bits a weight instead of
-    // T's 16 or 32) and is dequantized in wait_params -- or, kept quantized, is the gathered
-    // unit itself until it is released.
-    const std::size_t pb = static_cast<std::size_t>(payload_bytes(unit_quant(u), static_cast<std::int64_t>(fsn)));
+    // T's 16 or 32, or the GGUF file's blocks) and is dequantized in wait_params -- or, kept
+    // quantized, is the gathered unit itself until it is released.
+    const std::size_t pb = static_cast<std::size_t>(payload_stride(u));
     r.frozen_wire = Buffer<std::uint8_t>(pb * static_cast<std::size_t>(L.shards),
                                          kept ? MemCategory::GatheredParams : MemCategory::CommBuffers);
     std::uint8_t* mine = r.frozen_wire.data() + static_cast<std::size_t>(mesh_.coord().shard) * pb;
@@ -408,12 +471,20 @@ model::OuterParams<T> FsdpEngine<T>::wait_outer() {
   if (!kept_quantized(0)) return model::OuterParams<T>(wait_params(0));
   const Frozen& fz = frozen_[0];
   model::OuterParams<T> p;
-  p.quant.nf4 = unit_quant(0) == BaseQuant::Nf4;
-  p.quant.runs = fz.runs.data();
-  p.quant.n_runs = static_cast<int>(fz.map.runs.size());
-  p.quant.group_max = fz.group_max.data();
   p.dense = fz.dense.data();
-  p.dense_slots = &fz.map.dense;
+  if (unit_quant(0) == BaseQuant::Gguf) {
+    // The GGUF blocks: the runs' byte offsets locate every block in the gathered payload.
+    p.quant.format = kernels::QuantFormat::Gguf;
+    p.quant.gguf_runs = fz.gguf_runs.data();
+    p.quant.n_runs = static_cast<int>(fz.gguf.runs.size());
+    p.dense_slots = &fz.gguf.dense;
+  } else {
+    p.quant.format = unit_quant(0) == BaseQuant::Nf4 ? kernels::QuantFormat::Nf4 : kernels::QuantFormat::Int8;
+    p.quant.runs = fz.runs.data();
+    p.quant.n_runs = static_cast<int>(fz.map.runs.size());
+    p.quant.group_max = fz.group_max.data();
+    p.dense_slots = &fz.map.dense;
+  }
   if (!traits_.shard_params) {
     // no_shard: the whole segment is one shard, held between steps.
     p.quant.payload = fz.payload.data();
@@ -422,10 +493,9 @@ model::OuterParams<T> FsdpEngine<T>::wait_outer() {
     return p;
   }
   wait_gathered(0);
-  const std::int64_t fsn = layouts_[0].frozen_shard_numel;
   p.quant.payload = step_buffers_[0].frozen_wire.data();
-  p.quant.payload_stride = payload_bytes(unit_quant(0), fsn);
-  p.quant.shard_numel = fsn;
+  p.quant.payload_stride = payload_stride(0);
+  p.quant.shard_numel = layouts_[0].frozen_shard_numel;
   return p;
 }
 
@@ -450,7 +520,7 @@ const T* FsdpEngine<T>::wait_params(int u) {
     wait_gathered(u);
     if (!r.frozen_wire.empty()) {
       const std::int64_t fsn = layouts_[u].frozen_shard_numel;
-      dequantize_frozen(u, r.frozen_wire.data(), payload_bytes(unit_quant(u), fsn), fsn, r.gathered.data());
+      dequantize_frozen(u, r.frozen_wire.data(), payload_stride(u), fsn, r.gathered.data());
       r.frozen_wire.reset();
     }
   }
@@ -653,7 +723,8 @@ std::size_t FsdpEngine<T>::persistent_bytes() const {
   std::size_t b = 0;
   for (const UnitState& st : state_) b += st.master.bytes() + st.grad.bytes() + st.exp_avg.bytes() + st.exp_avg_sq.bytes();
   for (const Frozen& fz : frozen_)
-    b += fz.values.bytes() + fz.payload.bytes() + fz.runs.bytes() + fz.group_max.bytes() + fz.dense.bytes();
+    b += fz.values.bytes() + fz.payload.bytes() + fz.runs.bytes() + fz.group_max.bytes() + fz.dense.bytes() +
+         fz.gguf_runs.bytes();
   return b;
 }
 

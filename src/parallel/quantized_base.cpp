@@ -112,7 +112,7 @@ std::int64_t payload_bytes(BaseQuant quant, std::int64_t shard_numel) {
   switch (quant) {
     case BaseQuant::Nf4: return shard_numel / 2 + blocks;
     case BaseQuant::Int8: return shard_numel + blocks * static_cast<std::int64_t>(sizeof(float));
-    case BaseQuant::None: break;
+    case BaseQuant::None: case BaseQuant::Gguf: break;  // gguf: the map's stride (parallel/gguf_base.hpp)
   }
   return 0;
 }
@@ -157,7 +157,8 @@ void encode_shard(BaseQuant quant, const QuantMap& map, const float* shard, std:
 
 void dequantized_tensor(BaseQuant quant, bool quant_embeddings, const model::ParamSpec& p, std::vector<float>& v) {
   quant = unit_base_quant(quant, quant_embeddings, p.unit);
-  if (quant == BaseQuant::None || p.shape.size() != 2 || v.empty()) return;
+  // A GGUF base's values are the file's own dequantization, which `v` already is.
+  if (quant == BaseQuant::None || quant == BaseQuant::Gguf || p.shape.size() != 2 || v.empty()) return;
   const std::size_t n = v.size();
   std::vector<float> padded(v);
   padded.resize(static_cast<std::size_t>(ceil_div(static_cast<std::int64_t>(n), kBlock) * kBlock), 0.0f);

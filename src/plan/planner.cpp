@@ -7,6 +7,7 @@
 #include "kernels/attention.hpp"
 #include "model/layout.hpp"
 #include "model/transformer.hpp"
+#include "parallel/gguf_base.hpp"
 #include "parallel/quantized_base.hpp"
 #include "parallel/reduction_plan.hpp"
 
@@ -88,6 +89,17 @@ FrozenBytes frozen_bytes(const PlanInput& in, const std::vector<model::ParamSpec
   if (quant == BaseQuant::None) {
     f.wire = elem_bytes * static_cast<double>(L.frozen_padded());
     f.persistent = sharded ? elem_bytes * static_cast<double>(L.frozen_shard_numel) : 0.0;
+    return f;
+  }
+  if (quant == BaseQuant::Gguf) {
+    // The GGUF base's blocks as the engine keeps them (parallel/gguf_base.hpp): every shard
+    // sends the largest shard's bytes; the runs table, the shard and the 1-D parameters in T
+    // (sharded, or no_shard's outer unit, kept in blocks: its one shard, the whole segment).
+    const parallel::GgufMap map = parallel::build_gguf_map(specs, L, tp, 0, in.dims.base_formats);
+    f.wire = static_cast<double>(map.stride) * L.shards;
+    f.persistent = static_cast<double>(map.runs.size() * sizeof(kernels::GgufRun));
+    if (sharded || L.unit == 0)
+      f.persistent += static_cast<double>(map.stride) + elem_bytes * static_cast<double>(map.dense_numel());
     return f;
   }
   // tp rank 0's map: every tp rank's runs and tables have the same sizes up to a few runs.

@@ -17,6 +17,7 @@ Session<T>::Session(const Runtime& rt, const plan::RunSetup& setup, SessionUse u
   opt.forward_only = use == SessionUse::Inference;
   opt.base_quant = setup.spec.dims.base_quant;
   opt.base_quant_embeddings = setup.spec.dims.base_quant_embeddings;
+  opt.base_formats = setup.spec.dims.base_formats;
   engine_ = std::make_unique<parallel::FsdpEngine<T>>(model::build_param_specs(setup.spec.dims, tp.size()),
                                                       model::num_units(setup.spec.dims), mesh_, opt);
   model_ = std::make_unique<model::Transformer<T>>(setup.spec.dims, tp_, engine_->specs(), engine_->layouts(),

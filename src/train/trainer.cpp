@@ -186,6 +186,7 @@ class Trainer {
   double ckpt_save_held_s_ = NAN;                     ///< checkpoint.async: what the last save held training
   double ckpt_save_background_cpu_s_ = NAN;           ///< checkpoint.async: the busiest background thread's CPU
   double ckpt_load_s_ = NAN, ckpt_load_gbps_ = NAN;
+  MemoryStats load_memory_;  ///< the pool after restore_or_init; peaks: over it, above what was in use before
 };
 
 template <class T>
@@ -198,7 +199,14 @@ int Trainer<T>::run() {
   load_inputs();
   probe_and_lock_outputs();
   log_start();
+  // The load's own peaks above what was in use before it (summary.json: load_peak_by_category).
+  MemoryPool::instance().reset_peaks();
+  const MemoryStats before_load = MemoryPool::instance().stats();
   const int first_step = restore_or_init();
+  load_memory_ = MemoryPool::instance().stats();
+  for (int c = 0; c < kNumMemCategories; ++c)
+    load_memory_.peak_in_use[static_cast<std::size_t>(c)] -= before_load.in_use[static_cast<std::size_t>(c)];
+  load_memory_.peak_total_in_use -= before_load.total_in_use;
   prepare_reference(first_step);
   begin_writing(first_step);
   install_stop_signal_handlers();
@@ -916,16 +924,21 @@ void Trainer<T>::write_summary() {
   // Per-rank summary: where the time went and the memory peak of every rank.
   const int world = rt_.topology().world_size;
   const MemoryStats& ms = MemoryPool::instance().stats();
+  // Rank 0's peak per memory-pool category (each category's own peak; they need not
+  // coincide with the total's): what dominates the per-rank peak -- over the training
+  // loop, and over the load of the weights (or their initialisation) before it.
+  const auto by_category = [](const MemoryStats& m) {
+    formats::Json j = formats::Json::object();
+    for (int c = 0; c < kNumMemCategories; ++c)
+      j[category_name(static_cast<MemCategory>(c))] = static_cast<double>(m.peak_in_use[static_cast<std::size_t>(c)]);
+    j["total_in_use"] = static_cast<double>(m.peak_total_in_use);
+    return j;
+  };
   double mine[6] = {total_compute_, total_busy_, total_exposed_, total_io_, static_cast<double>(ms.peak_reserved),
                     static_cast<double>(host_peak_rss_bytes())};
   std::vector<double> all(static_cast<std::size_t>(6) * world);
   watched_gather("gather", "world", rt_.world(), mine, 6, all.data(), 0);
-  // Rank 0's peak per memory-pool category (each category's own peak; they need not
-  // coincide with the total's): what dominates the per-rank peak.
-  formats::Json peak_by_category = formats::Json::object();
-  for (int c = 0; c < kNumMemCategories; ++c)
-    peak_by_category[category_name(static_cast<MemCategory>(c))] = static_cast<double>(ms.peak_in_use[static_cast<std::size_t>(c)]);
-  peak_by_category["total_in_use"] = static_cast<double>(ms.peak_total_in_use);
+  const formats::Json peak_by_category = by_category(ms), load_peak_by_category = by_category(load_memory_);
   // Rank 0 writes; every rank learns whether that failed (disk full: exit 74).
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
@@ -953,6 +966,7 @@ void Trainer<T>::write_summary() {
                                    {"loop_tokens_per_s", loop_seconds_ > 0 ? loop_tokens_ / loop_seconds_ : 0.0},
                                    {"ranks", ranks},
                                    {"peak_by_category", peak_by_category},
+                                   {"load_peak_by_category", load_peak_by_category},
                                    {"recoveries", recoveries(spec_.output.dir)}};  // the supervisor's, issue 31
     // Atomic and checked: an earlier summary.json is replaced whole or kept.
     file_io::replace_file(spec_.output.dir + "/summary.json", formats::json_text(summary) + "\n",

@@ -3,6 +3,9 @@
 # reference (gguf.quants.dequantize): one tensor of each supported type written with the
 # gguf package, and tensors of each type in the real SmolLM2-135M-Instruct.Q4_1 file
 # (Q8_0 embedding, Q4_1 projections, F32 norms). Packages from scripts/install-deps.sh.
+# gguf_dequant_dump also runs the Kokkos kernel of a base kept in its GGUF blocks
+# (kernels::dequantize_gguf, model.base_quant=gguf) on the same rows and fails unless it
+# gives the same bits: the kernel is checked against the reference on the same tensors.
 set -uo pipefail
 # shellcheck source=../support/smollm_reference.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf
@@ -23,4 +26,4 @@ if ((failures)); then
   echo "$failures failure(s)"
   exit 1
 fi
-echo "GGUF dequantisation: bitwise equal to gguf.quants.dequantize"
+echo "GGUF dequantisation (formats/gguf_dequant and kernels::dequantize_gguf): bitwise equal to gguf.quants.dequantize"

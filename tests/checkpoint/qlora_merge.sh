@@ -7,6 +7,8 @@
 # from the PEFT export, the sum in float64. Projections with adapters: dequant(W) + scale B A;
 # the other matrices (embeddings): dequant(W); 1-D tensors (norm weights): W unchanged. With
 # model.base_quant_embeddings=false the embeddings and LM head were never quantized: W unchanged.
+# The same for a base kept in its GGUF blocks (model.base_quant=gguf), against the gguf
+# package's dequantization of the file.
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
@@ -88,6 +90,72 @@ print(f"QLoRA merge (base_quant_embeddings={sys.argv[2]}): {counts['adapted']} p
       f"{counts['vector']} 1-D tensors unchanged")
 PY
 done
+
+# A base kept in its GGUF blocks (model.base_quant=gguf; tests/train/tiny_gguf.py: Q4_0, Q4_1,
+# Q8_0, Q4_K, Q6_K, F16, BF16, F32 matrices): the merge goes into the file's dequantization,
+# here gguf.quants.dequantize of each tensor (q/k rows put back in Hugging Face's order, as
+# llama.cpp's converter permuted them), plus (alpha / r) B A in float64.
+gg=(--model.vocab_pad_multiple=64 --train.micro_batch=1 --train.seq_len=32 --train.global_batch=2)
+if run tiny_gguf "$py" "$MESHTRAIN_SOURCE_DIR/tests/train/tiny_gguf.py" tiny.gguf &&
+   run gguf "$MESHTRAIN_BIN" train "${common[@]}" "${lora[@]}" "${gg[@]}" --model.base_quant=gguf --train.steps=6 \
+     --train.lr=1e-2 --checkpoint.init_from=tiny.gguf --output.dir=gguf; then
+  gck=$(ls gguf/checkpoints/step_*.h5 | tail -1)
+  if run gmerge "$MESHTRAIN_BIN" convert --input "$gck" --output gmerged --merge_lora &&
+     run gpeft "$MESHTRAIN_BIN" convert --input "$gck" --output gpeft; then
+    grep -q "model.base_quant=gguf" gpeft/README.md || fail "the PEFT export's README does not name the gguf base"
+    "$py" - <<'PY' || fail "merged gguf QLoRA export != dequant(GGUF) + scale B A"
+import json
+import numpy as np
+import gguf
+from gguf.quants import dequantize
+from safetensors.numpy import load_file
+
+r = gguf.GGUFReader("tiny.gguf")
+H, KV, hd = 4, 2, 64
+def w(name):
+    t = next(t for t in r.tensors if t.name == name)
+    return dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)]).astype(np.float32)
+def unpermute(m, n_head):
+    return m.reshape(n_head, hd // 2, 2, -1).swapaxes(1, 2).reshape(m.shape)
+hf = {"model.embed_tokens.weight": w("token_embd.weight"), "model.norm.weight": w("output_norm.weight"),
+      "lm_head.weight": w("output.weight")}
+names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+         "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+         "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+for i in range(2):
+    for h, g in names.items():
+        x = w(f"blk.{i}.{g}.weight")
+        if g in ("attn_q", "attn_k"):
+            x = unpermute(x, H if g == "attn_q" else KV)
+        hf[f"model.layers.{i}.{h}.weight"] = x
+cfg = json.load(open("gpeft/adapter_config.json"))
+scale = cfg["lora_alpha"] / cfg["r"]
+adapters = load_file("gpeft/adapter_model.safetensors")
+merged = load_file("gmerged/model.safetensors")
+assert sorted(hf) == sorted(merged), (sorted(hf)[:4], sorted(merged)[:4])
+adapted = 0
+for name, base in hf.items():
+    mod = name.rsplit(".weight", 1)[0]
+    want = base.astype(np.float64)
+    a_key = f"base_model.model.{mod}.lora_A.weight"
+    if a_key in adapters:
+        B = adapters[f"base_model.model.{mod}.lora_B.weight"].astype(np.float64)
+        assert np.abs(B).max() > 0, f"{mod}: B is zero, the adapter was not trained"
+        want = want + scale * (B @ adapters[a_key].astype(np.float64))
+        adapted += 1
+    got = merged[name].astype(np.float64)
+    assert got.shape == want.shape, (name, got.shape, want.shape)
+    if a_key not in adapters:
+        assert np.array_equal(merged[name], base), f"{name}: not the file's dequantized values"
+    err = np.abs(got - want).max()
+    assert np.allclose(got, want, rtol=1e-6, atol=1e-7), f"{name}: max difference {err:.3e}"
+assert adapted == 7 * 2, adapted
+print(f"gguf QLoRA merge: {adapted} projections = dequant(GGUF) + scale B A, the other {len(hf) - adapted} tensors the "
+      f"file's dequantized values exactly")
+PY
+  fi
+fi
+
 if ((failures)); then
   echo "$failures failure(s)"
   exit 1

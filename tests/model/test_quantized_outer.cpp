@@ -4,8 +4,9 @@
 // embedding rows dequantized as they are looked up, the LM head a chunk at a time) against
 // the same Transformer reading the segment dequantized whole into the unit buffer (what
 // FsdpEngine::wait_params gave before). For both families, a tied and an untied head (and
-// GPT-2's quantized position table), nf4 and int8, float and bf16, a whole vocabulary and a
-// tensor-parallel slice of it (tp=2, rank 1: rows 160..319):
+// GPT-2's quantized position table), nf4, int8 and gguf (a GGUF base's own blocks: Q4_K,
+// Q6_K, Q8_0, F16 matrices of a "file" that lacks the padded vocabulary rows), float
+// and bf16, a whole vocabulary and a tensor-parallel slice of it (tp=2, rank 1: rows 160..319):
 //   * one head chunk (the default for a head of at most model::kHeadWeightChunkElements):
 //     the embedding, the logits, the losses, the sequence log-probabilities and dx are bit
 //     for bit the unquantized form's (the dequantized values are the same, and so are the
@@ -18,13 +19,17 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "config/choices.hpp"
 #include "core/format.hpp"
+#include "formats/gguf_file.hpp"
 #include "kernels/dequant.hpp"
+#include "kernels/dequant_gguf.hpp"
 #include "model/init.hpp"
 #include "model/transformer.hpp"
+#include "parallel/gguf_base.hpp"
 #include "parallel/quantized_base.hpp"
 #include "test_support.hpp"
 
@@ -45,6 +50,33 @@ std::string name(const Case& c) {
                    choice_name(c.quant), c.tp, c.tp_rank);
 }
 
+/// `n_blocks` blocks of ggml type `t` (n_blocks values for the float types) of random bytes
+/// whose f16 scales (and float values) are small normal numbers, below 2^-9 in magnitude
+/// (the largest decoded weight, a Q6_K one, below 8): finite logits.
+std::vector<std::uint8_t> small_blocks(formats::GgmlType t, std::int64_t n_blocks, std::uint64_t seed) {
+  using formats::GgmlType;
+  std::mt19937_64 gen(seed);
+  const formats::GgmlTypeTraits& tr = *formats::ggml_type_traits(static_cast<std::uint32_t>(t));
+  std::vector<std::uint8_t> b(static_cast<std::size_t>(n_blocks * tr.block_bytes));
+  for (auto& x : b) x = static_cast<std::uint8_t>(gen());
+  // A half of exponent field 2..5 (2^-13 .. 2^-10 times 1.m), random sign and mantissa.
+  const auto half = [&](std::uint8_t* p) {
+    const std::uint16_t h = static_cast<std::uint16_t>((gen() & 0x83FFu) | ((2 + gen() % 4) << 10));
+    p[0] = static_cast<std::uint8_t>(h & 0xFF);
+    p[1] = static_cast<std::uint8_t>(h >> 8);
+  };
+  for (std::int64_t k = 0; k < n_blocks; ++k) {
+    std::uint8_t* blk = b.data() + k * tr.block_bytes;
+    switch (t) {
+      case GgmlType::Q8_0: case GgmlType::F16: half(blk); break;
+      case GgmlType::Q4_1: case GgmlType::Q4_K: half(blk); half(blk + 2); break;
+      case GgmlType::Q6_K: half(blk + 208); break;
+      default: ADD_FAILURE() << "no small blocks of " << tr.name;
+    }
+  }
+  return b;
+}
+
 /// The outer unit of a small LoRA model on tp rank c.tp_rank of c.tp, in both forms.
 template <class T>
 struct Outer {
@@ -57,13 +89,16 @@ struct Outer {
   Buffer<float> group_max;
   Buffer<T> dense;  ///< the 1-D parameters, in map.dense order
   Buffer<T> unit;   ///< the segment dequantized whole, 1-D parameters in place
+  // gguf: the map of the unit's blocks and its runs (payload: the one shard's blocks).
+  parallel::GgufMap gguf;
+  Buffer<kernels::GgufRun> gguf_runs;
 
   explicit Outer(const Case& c) {
     ModelSettings s;
     s.family = c.family;
     s.vocab_size = 300;
     s.vocab_pad_multiple = 64;  // 320 rows: 160 a tp rank, whole 64-weight blocks at d_model 48
-    s.d_model = 48;             // rows start mid-block
+    s.d_model = c.quant == BaseQuant::Gguf ? 256 : 48;  // nf4, int8: rows start mid-block; gguf: K-quant rows
     s.n_layers = 1;
     s.n_heads = 2;
     s.ffn_dim = 96;
@@ -85,6 +120,10 @@ struct Outer {
     for (const ParamSlot& slot : L.slots)
       if (specs[slot.spec].shape.size() == 1)
         for (std::int64_t i = 0; i < slot.numel; ++i) values[static_cast<std::size_t>(slot.offset + i)] += 0.01f * (i % 7);
+    if (c.quant == BaseQuant::Gguf) {
+      make_gguf(c, values);
+      return;
+    }
     // Quantized as FsdpEngine::set_frozen does with one shard (the group maxima of this
     // rank's blocks only: both forms read the same payload, which is what is compared).
     map = parallel::build_quant_map(specs, L, c.tp, c.tp_rank, c.quant);
@@ -115,9 +154,71 @@ struct Outer {
     }
   }
 
+  /// gguf: the matrices as a GGUF file's blocks (the embedding Q4_K, or Q8_0 when the
+  /// head is tied; the head Q6_K; GPT-2's position table F16), the file holding 300
+  /// vocabulary rows of the 320; the segment laid out and filled as FsdpEngine and
+  /// checkpoint/load.cpp do with one shard, and dequantized whole by kernels::dequantize_gguf.
+  void make_gguf(const Case& c, const std::vector<float>& values) {
+    using formats::GgmlType;
+    const UnitLayout& L = layouts[0];
+    const std::int64_t n = L.frozen_padded();
+    std::map<std::string, std::vector<std::uint8_t>> file;
+    std::uint64_t seed = 40;
+    for (const ParamSpec& p : build_param_specs(dims, 1)) {
+      if (!p.frozen || p.shape.size() != 2 || p.unit != 0) continue;
+      const bool positions = p.role == "wpe.weight";  // GPT-2's position table: all its rows
+      const GgmlType t = positions                   ? GgmlType::F16
+                         : p.role == "lm_head.weight" ? GgmlType::Q6_K
+                         : c.tied                     ? GgmlType::Q8_0
+                                                      : GgmlType::Q4_K;
+      const std::int64_t rows = positions ? p.shape[0] : 300;
+      const auto& tr = *formats::ggml_type_traits(static_cast<std::uint32_t>(t));
+      dims.base_formats[p.name] = {static_cast<std::uint32_t>(t), rows};
+      file[p.name] = small_blocks(t, rows * p.shape[1] / tr.block_elements, ++seed);
+    }
+    gguf = parallel::build_gguf_map(specs, L, c.tp, c.tp_rank, dims.base_formats);
+    EXPECT_EQ(gguf.shard_bytes.size(), 1u);
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(gguf.stride), 0);
+    for (std::size_t r = 0; r < gguf.runs.size(); ++r) {
+      const parallel::GgufMap::Source& src = gguf.sources[r];
+      if (src.spec < 0) continue;
+      const ParamSpec& p = specs[static_cast<std::size_t>(src.spec)];
+      const auto& tr = *formats::ggml_type_traits(gguf.runs[r].type);
+      const std::int64_t be = tr.block_elements, bb = tr.block_bytes;
+      // Whole rows of the file (the vocabulary is split by rows): one copy.
+      const std::uint8_t* from = file.at(p.name).data() + src.global / be * bb;
+      std::copy(from, from + src.bytes, bytes.begin() + src.shard_byte);
+    }
+    std::vector<T> dense_host;
+    for (const DenseSlot& d : gguf.dense)
+      for (std::int64_t i = 0; i < d.numel; ++i) dense_host.push_back(static_cast<T>(values[static_cast<std::size_t>(d.offset + i)]));
+    payload = test::to_device(bytes);
+    gguf_runs = test::to_device(gguf.runs);
+    dense = test::to_device(dense_host);
+    unit = Buffer<T>(static_cast<std::size_t>(n), MemCategory::Workspace);
+    kernels::dequantize_gguf(payload.data(), gguf_runs.data(), static_cast<int>(gguf.runs.size()), 0, gguf.groups, 0, n,
+                             unit.data());
+    std::int64_t at = 0;
+    for (const DenseSlot& d : gguf.dense) {
+      Kokkos::deep_copy(unit.view(static_cast<std::size_t>(d.offset), static_cast<std::size_t>(d.numel)),
+                        dense.view(static_cast<std::size_t>(at), static_cast<std::size_t>(d.numel)));
+      at += d.numel;
+    }
+  }
+
   OuterParams<T> quantized(BaseQuant quant) const {
     OuterParams<T> p;
-    p.quant = kernels::QuantSegment{quant == BaseQuant::Nf4, payload.data(), static_cast<std::int64_t>(payload.size()),
+    if (quant == BaseQuant::Gguf) {
+      p.quant.format = kernels::QuantFormat::Gguf;
+      p.quant.payload = payload.data();
+      p.quant.gguf_runs = gguf_runs.data();
+      p.quant.n_runs = static_cast<int>(gguf.runs.size());
+      p.dense = dense.data();
+      p.dense_slots = &gguf.dense;
+      return p;
+    }
+    p.quant = kernels::QuantSegment{quant == BaseQuant::Nf4 ? kernels::QuantFormat::Nf4 : kernels::QuantFormat::Int8,
+                                    payload.data(), static_cast<std::int64_t>(payload.size()),
                                     layouts[0].frozen_padded(), runs.data(), static_cast<int>(map.runs.size()),
                                     group_max.data()};
     p.dense = dense.data();
@@ -209,8 +310,8 @@ void check(const Case& c) {
   EXPECT_EQ(one.logits, plain.logits);
   // Many chunks: 300 elements = 6 vocabulary rows (forward) and 1 or 2 columns (dx) a
   // chunk; 4000 = 64 rows and 16 or 24 columns. The embedding reads no GEMM: exact.
-  // Measured on OpenBLAS 0.3.21 (Haswell kernels): float up to 8e-7 (dx), bf16 0 (the sums
-  // stayed within one rounding). Bounds: 10x that for float, two bf16 ulps (2^-7) for bf16.
+  // Measured on OpenBLAS 0.3.21 (Haswell kernels): float up to 8e-7 (dx; 3.2e-6 for the gguf
+  // cases' 256 columns), bf16 0 (the sums stayed within one rounding). Bounds: 10x that for float, two bf16 ulps (2^-7) for bf16.
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1.0 / 128;
   for (const std::int64_t chunk : {std::int64_t{300}, std::int64_t{4000}}) {
     const Results many = run<T>(c, o, o.quantized(c.quant), chunk);
@@ -232,6 +333,8 @@ const Case kCases[] = {
     {Family::Llama, true, BaseQuant::Nf4, 1, 0},  {Family::Llama, false, BaseQuant::Nf4, 1, 0},
     {Family::Llama, false, BaseQuant::Int8, 2, 1}, {Family::Llama, true, BaseQuant::Nf4, 2, 1},
     {Family::Gpt2, true, BaseQuant::Nf4, 1, 0},   {Family::Gpt2, true, BaseQuant::Int8, 2, 1},
+    {Family::Llama, false, BaseQuant::Gguf, 1, 0}, {Family::Llama, true, BaseQuant::Gguf, 2, 1},
+    {Family::Gpt2, true, BaseQuant::Gguf, 2, 1},
 };
 
 }  // namespace

@@ -12,7 +12,8 @@
 # compute dtype): tp=3 agrees with 1 rank, its start is eval of that base (different from
 # both quantized and unquantized), eval of its checkpoint takes the setting, a resume with
 # the other value is refused. Hostile: base_quant without LoRA, an unknown word, a tp whose
-# slices split a block, base_quant_embeddings=false without base_quant.
+# slices split a block, base_quant_embeddings=false without base_quant. Then
+# model.base_quant=gguf on a tiny GGUF (its own section below).
 set -euo pipefail
 ini="$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
@@ -135,4 +136,142 @@ refuse embeddings_no_quant "model.base_quant_embeddings=false keeps the embeddin
 refuse resume_embeddings "LoRA: model.lora_rank=4, model.lora_alpha=8, model.lora_targets=q,k,v,o,gate,up,down, model.base_quant=nf4, model.base_quant_embeddings=false in the checkpoint" \
   "$MESHTRAIN_BIN" train "$ini" "${shape[@]}" "${lora[@]}" --data.dir=data --train.steps=10 --train.eval_every=0 \
   --checkpoint.init_from=base --model.base_quant=nf4 --output.dir=nf4e_1
+
+# ---- model.base_quant=gguf: a base kept in its GGUF file's own blocks -------------------------
+# tests/train/tiny_gguf.py writes a Llama (d_model 256, 2 layers) whose matrices are Q4_0, Q4_1,
+# Q8_0, Q4_K, Q6_K, F16, BF16 and F32, with 300 vocabulary rows of the 320 the model pads to.
+# The same file loaded with base_quant=none is dequantized to fp32 at load, by the reference's
+# arithmetic (formats/gguf_dequant, bitwise gguf.quants.dequantize); kept in its blocks it is
+# dequantized unit by unit by kernels::dequantize_gguf: the runs must agree bit for bit, in
+# losses and gradient norms, on 1 rank, on dp_shard=2 and 3 (K-quant blocks straddle shard
+# boundaries there), on tp=2 (o_proj and down_proj split by columns into whole blocks), with
+# no_shard on 2 ranks (the base dequantized once at load), and in bf16. The load holds no fp32
+# matrix. Step 0 is eval of the base kept in its blocks; a checkpoint evaluates and resumes
+# with the setting it records, and starts a run from it (init_from); `plan` predicts the frozen
+# all-gather bytes exactly. Hostile: no LoRA, no GGUF base, a tp whose slices split a K-quant
+# block, a type meshtrain does not read.
+export PYTHONPATH="${MESHTRAIN_DEPS:-/opt/meshtrain-deps}/python${PYTHONPATH:+:$PYTHONPATH}"
+py=${REFERENCE_PYTHON:-/usr/bin/python3}
+for v in "" kquant_o q5_0; do "$py" "$MESHTRAIN_SOURCE_DIR/tests/train/tiny_gguf.py" "tiny${v:+_$v}.gguf" $v; done
+gbatch=(--model.vocab_pad_multiple=64 --train.micro_batch=1 --train.seq_len=32 --train.global_batch=6)
+gtune() {  # gtune NAME NP ARGS...: LoRA on tiny.gguf's base
+  local name=$1 np=$2; shift 2
+  # shellcheck disable=SC2086
+  $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train --checkpoint.init_from="${INIT-tiny.gguf}" "${lora[@]}" "${gbatch[@]}" --data.dir=data \
+    --train.steps="${STEPS-4}" --train.eval_every="${EVAL_EVERY-0}" --train.lr="${LR-5e-3}" --train.seed=7 \
+    --parallel.strategy="${STRATEGY-full_shard}" --checkpoint.every=2 --output.dir="$name" "$@" > "$name.log" 2>&1 ||
+    { cat "$name.log"; exit 1; }
+}
+same() {  # same A B LABEL [STEPS]: losses and gradient norms bit for bit
+  python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" --exact \
+    --keys loss grad_norm --label "$3" ${4:+--steps "$4"}
+}
+for mesh in 1 dp2 dp3 tp2 noshard2; do
+  STRATEGY=full_shard
+  case $mesh in
+    1) np=1 extra=() ;;
+    dp2) np=2 extra=(--parallel.dp_shard=2) ;;
+    dp3) np=3 extra=(--parallel.dp_shard=3) ;;
+    tp2) np=2 extra=(--parallel.tp=2) ;;
+    noshard2) np=2 extra=(--parallel.dp_shard=2) STRATEGY=no_shard ;;  # dequantized once, at load
+  esac
+  STRATEGY=$STRATEGY gtune "gnone_$mesh" "$np" "${extra[@]}"
+  STRATEGY=$STRATEGY gtune "gguf_$mesh" "$np" --model.base_quant=gguf "${extra[@]}"
+  same "gnone_$mesh" "gguf_$mesh" "gguf base vs its fp32 dequantization, $mesh"
+  grep -q "^base_quant = gguf" "gguf_$mesh/config.ini" || { echo "gguf_$mesh: the setting is not recorded"; exit 1; }
+done
+# No fp32 copy of a matrix exists while a gguf base loads: the memory pool's peak of scratch
+# (workspace) over the load stays below the smallest frozen matrix in fp32 (k_proj, 128 x 256
+# x 4 bytes), where the none load stages a whole unit's frozen shard in fp32 through it; the
+# host side of the gguf load holds only one unit's shard of file bytes (checkpoint/load.cpp).
+python3 - <<'PY'
+import json
+def summary(run): return json.load(open(f"{run}/summary.json"))
+g, n, matrix = summary("gguf_1"), summary("gnone_1"), 128 * 256 * 4
+gl, nl = g["load_peak_by_category"], n["load_peak_by_category"]
+print(f"load: pool memory the load itself held at most {gl['total_in_use']:.0f} B (gguf: the norm weights) vs "
+      f"{nl['total_in_use']:.0f} B (none); the smallest matrix in fp32 {matrix} B; the shards at rest "
+      f"{g['peak_by_category']['params']:.0f} B vs {n['peak_by_category']['params']:.0f} B")
+assert gl["total_in_use"] < matrix < nl["workspace"], (gl, nl)
+assert g["peak_by_category"]["params"] < n["peak_by_category"]["params"] / 2, (g, n)
+PY
+# model.base_quant_embeddings=false: the outer unit loaded as the file's values in the compute
+# dtype, the blocks' units kept in their blocks: bit for bit the none runs too.
+for mesh in 1 dp2; do
+  case $mesh in 1) np=1 extra=() ;; dp2) np=2 extra=(--parallel.dp_shard=2) ;; esac
+  STRATEGY=full_shard gtune "gguf_emb_$mesh" "$np" --model.base_quant=gguf --model.base_quant_embeddings=false "${extra[@]}"
+  same "gnone_$mesh" "gguf_emb_$mesh" "gguf base with base_quant_embeddings=false vs its fp32 dequantization, $mesh"
+done
+gtune gnone_bf16 1 --train.precision=bf16
+gtune gguf_bf16 1 --train.precision=bf16 --model.base_quant=gguf
+same gnone_bf16 gguf_bf16 "gguf base vs its fp32 dequantization, bf16"
+# The frozen all-gather: what plan predicts is what the engine counted (metrics.jsonl).
+for n in 2 3; do
+  "$MESHTRAIN_BIN" plan --checkpoint.init_from=tiny.gguf "${lora[@]}" "${gbatch[@]}" --model.base_quant=gguf \
+    --parallel.strategy=full_shard --parallel.dp_shard="$n" --plan.world_size="$n" > "plan_gguf_$n.txt" 2>&1 ||
+    { cat "plan_gguf_$n.txt"; exit 1; }
+  python3 - "plan_gguf_$n.txt" "gguf_dp$n/metrics.jsonl" <<'PY'
+import json, re, sys
+plan = open(sys.argv[1]).read()
+m = re.search(r"^\s+full_shard\s+frozen\s+(\d+) B .*frozen_gather\s+(\d+) B", plan, re.M)
+assert m and "Q4_K x 2" in plan, plan
+got = {json.loads(l)["frozen_gather_bytes"] for l in open(sys.argv[2]) if "frozen_gather_bytes" in l}
+print(f"{sys.argv[1]}: frozen all-gather planned {m.group(2)} B per step, measured {got}")
+assert got == {float(m.group(2))}, (m.group(2), got)
+PY
+done
+# Step 0 is the base kept in its blocks: one step at lr 0 leaves B = 0, and its validation
+# loss equals eval of the GGUF with model.base_quant=gguf (and, the values being the same,
+# without it); eval of a gguf checkpoint takes the setting from it and equals the none run's.
+evalg=(eval --checkpoint tiny.gguf "${lora[@]}" "${gbatch[@]}" --data.dir=data --batches 4 --json)
+STEPS=1 LR=0 EVAL_EVERY=1 gtune gguf_lr0 1 --model.base_quant=gguf --train.min_lr=0 --train.eval_batches=4
+"$MESHTRAIN_BIN" "${evalg[@]}" --model.base_quant=gguf > eval_gguf.log 2>&1 || { cat eval_gguf.log; exit 1; }
+"$MESHTRAIN_BIN" "${evalg[@]}" > eval_gnone.log 2>&1 || { cat eval_gnone.log; exit 1; }
+for run in gguf_1 gnone_1; do
+  "$MESHTRAIN_BIN" eval --checkpoint "$run/checkpoints" --data.dir=data --batches 4 --json > "eval_ckpt_$run.log" 2>&1 ||
+    { cat "eval_ckpt_$run.log"; exit 1; }
+done
+grep -q "model.base_quant=gguf" eval_ckpt_gguf_1.log || { cat eval_ckpt_gguf_1.log; echo "eval did not take base_quant=gguf from the checkpoint"; exit 1; }
+python3 - <<'PY'
+import json
+def last(path): return [json.loads(l) for l in open(path) if l.startswith("{")][-1]["loss"]
+val = [json.loads(l) for l in open("gguf_lr0/metrics.jsonl") if "val_loss" in l][-1]["val_loss"]
+g, n = last("eval_gguf.log"), last("eval_gnone.log")
+cg, cn = last("eval_ckpt_gguf_1.log"), last("eval_ckpt_gnone_1.log")
+print(f"gguf: validation loss after a step at lr 0 {val!r}; eval of the base in its blocks {g!r}, of its fp32 "
+      f"dequantization {n!r}; eval of the step-4 checkpoints {cg!r} (gguf) and {cn!r} (none)")
+assert val == g == n, "the gguf model at start is not eval of its base"
+assert cg == cn, "eval of the gguf checkpoint differs from the none one's"
+PY
+# A resume from the step-2 checkpoint continues bit for bit (steps 3-4 as the whole run's).
+ck2=$(ls gguf_1/checkpoints/step_*2.h5 | head -1)
+gtune gguf_resumed 1 --model.base_quant=gguf --checkpoint.resume="$ck2"
+grep -q "resumed from" gguf_resumed.log || { cat gguf_resumed.log; echo "gguf_resumed did not resume"; exit 1; }
+same gguf_1 gguf_resumed "gguf resumed at step 2 vs uninterrupted" 3,4
+# A LoRA checkpoint whose base is the GGUF is a gguf base too (checkpoint.init_from): its
+# adapters and the file's blocks, as the none run's checkpoint gives its adapters and values.
+# (A checkpoint brings no model shape as a GGUF does: the shape is given.)
+tshape=(--model.family=llama --model.d_model=256 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2
+  --model.ffn_dim=512 --model.vocab_size=300 --model.tie_embeddings=false)
+STEPS=2 INIT=gguf_1/checkpoints gtune gguf_from_ckpt 1 --model.base_quant=gguf "${tshape[@]}"
+STEPS=2 INIT=gnone_1/checkpoints gtune gnone_from_ckpt 1 "${tshape[@]}"
+same gnone_from_ckpt gguf_from_ckpt "gguf vs none from a LoRA checkpoint of the GGUF"
+
+gfail() {  # gfail NAME EXPECTED NP ARGS...: refused with exit 2 and the message; nothing written
+  local name=$1 want=$2 np=$3; shift 3
+  # shellcheck disable=SC2086
+  refuse "$name" "$want" $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "${gbatch[@]}" --data.dir=data --train.steps=1 \
+    --output.dir="$name" "$@"
+  [[ ! -e $name ]] || { ls -laR "$name"; echo "$name: refused, but $name was written"; exit 1; }
+}
+gfail gguf_no_lora "model.base_quant=gguf quantizes the frozen base of a LoRA run, but model.lora_rank=0" 1 \
+  --checkpoint.init_from=tiny.gguf --model.base_quant=gguf
+gfail gguf_no_base "model.base_quant=gguf keeps the frozen base in the blocks of its GGUF file, but no base weights are given" 1 \
+  "${lora[@]}" --model.family=llama --model.base_quant=gguf
+gfail gguf_safetensors "checkpoint.init_from=base is neither a GGUF file nor a LoRA checkpoint whose base is one" 1 \
+  "${lora[@]}" --checkpoint.init_from=base --model.base_quant=gguf
+gfail gguf_split "model.layers.0.self_attn.o_proj.weight (256 x 256) is Q4_K in the base file" 2 \
+  "${lora[@]}" --checkpoint.init_from=tiny_kquant_o.gguf --model.base_quant=gguf --parallel.tp=2
+gfail gguf_q5_0 "tensor blk.0.ffn_gate.weight is Q5_0" 1 \
+  "${lora[@]}" --checkpoint.init_from=tiny_q5_0.gguf --model.base_quant=gguf
 echo "qlora: all checks passed"

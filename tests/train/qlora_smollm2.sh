@@ -9,6 +9,8 @@
 # validation loss after one step at lr 0 (B = 0: the adapters add nothing) equals `eval` of
 # the GGUF with model.base_quant=nf4 exactly, on 1 rank and on tp=3. Kept short: 3 steps
 # of 2 x 32 tokens. (The NF4 codec on SmolLM2's real weights: tests/formats/nf4.sh.)
+# Then model.base_quant=gguf, the file's blocks kept as they are: bit for bit the runs of
+# base_quant=none on 1 rank, dp_shard=2 and tp=3, and step 0 is eval of that base.
 set -uo pipefail
 # shellcheck source=../support/smollm_reference.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf
@@ -73,6 +75,37 @@ for mesh in ["1", "tp3"]:
     assert val == q, f"{mesh}: {val!r} != {q!r}"
     assert abs(q - none) > 1e-5, "eval with model.base_quant=nf4 equals the unquantized base"
 PY
+
+
+# model.base_quant=gguf: the file's own blocks (Q4_1 matrices, the Q8_0 embedding) kept in the
+# shards and all-gathered as they are, dequantized unit by unit by kernels::dequantize_gguf,
+# train bit for bit as base_quant=none (the same file dequantized to fp32 at load, bitwise
+# gguf.quants.dequantize) on 1 rank, dp_shard=2 and tp=3: losses and gradient norms equal.
+# Step 0 is eval of the base kept in its blocks (and, the values being the same, of the GGUF's
+# own weights).
+same() {  # same A B LABEL: losses and gradient norms bit for bit
+  python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" --exact \
+    --keys loss grad_norm --label "$3" || fail "$3"
+}
+STEPS=2 tune gguf_1 1 --model.base_quant=gguf && STEPS=2 tune gnone_1 1 && same gnone_1 gguf_1 "SmolLM2 gguf vs none, 1 rank"
+STEPS=2 tune gguf_dp2 2 --model.base_quant=gguf --parallel.dp_shard=2 && STEPS=2 tune gnone_dp2 2 --parallel.dp_shard=2 &&
+  same gnone_dp2 gguf_dp2 "SmolLM2 gguf vs none, dp_shard=2"
+STEPS=2 tune gguf_tp3 3 --model.base_quant=gguf --parallel.tp=3 && STEPS=2 tune gnone_tp3 3 --parallel.tp=3 &&
+  same gnone_tp3 gguf_tp3 "SmolLM2 gguf vs none, tp=3"
+if STEPS=1 LR=0 EVAL_EVERY=1 tune start_gguf 1 --model.base_quant=gguf --train.min_lr=0 --train.eval_batches=4; then
+  # shellcheck disable=SC2086
+  timeout 300 "$MESHTRAIN_BIN" "${evalq[@]}" --model.base_quant=gguf > eval_gguf.log 2>&1 ||
+    { cat eval_gguf.log; fail "eval gguf"; }
+  python3 - <<'PY' || fail "the gguf QLoRA model at step 0 is not eval of the base in its blocks"
+import json
+def last(path): return [json.loads(l) for l in open(path) if l.startswith("{")][-1]["loss"]
+val = [json.loads(l) for l in open("start_gguf/metrics.jsonl") if "val_loss" in l][-1]["val_loss"]
+g, none = last("eval_gguf.log"), last("eval_none.log")
+print(f"gguf: validation loss after a step at lr 0 {val!r}; eval of the base in its blocks {g!r}; of the GGUF's own "
+      f"weights {none!r}")
+assert val == g == none
+PY
+fi
 
 if ((failures)); then
   echo "$failures failure(s)"

@@ -22,7 +22,7 @@ enum class LrScheduleKind { Cosine, Constant };                                 
 enum class LogLevel { Debug, Info, Warn };                                         ///< output.log_level
 enum class Objective { Sft, Dpo };                                                 ///< train.objective
 enum class AttentionChoice { Cudnn, Kokkos };                                      ///< gpu.attention
-enum class BaseQuant { None, Nf4, Int8 };                                          ///< model.base_quant
+enum class BaseQuant { None, Nf4, Int8, Gguf };                                    ///< model.base_quant
 
 /// The words of each choice, in the enum's order.
 template <class E>
@@ -66,7 +66,7 @@ struct ChoiceWords<AttentionChoice> {
 };
 template <>
 struct ChoiceWords<BaseQuant> {
-  static constexpr std::array<const char*, 3> words{"none", "nf4", "int8"};
+  static constexpr std::array<const char*, 4> words{"none", "nf4", "int8", "gguf"};
 };
 
 template <class E, class = void>

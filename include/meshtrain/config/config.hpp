@@ -139,6 +139,9 @@ struct Config {
   OutputConfig output;
   GpuConfig gpu;
   std::string source_file;            ///< the INI file, if any
+  /// Not a key: the weights eval/generate load (their --checkpoint, resolved), set by the
+  /// command. model.base_quant=gguf finds its GGUF base there before checkpoint.init_from.
+  std::string loaded_weights;
   /// Keys given on the command line, and keys given in the INI file (not defaulted). They
   /// let later stages tell a value the user chose from a default (warnings when one key
   /// overrides another; eval/generate dropping a saved run's mesh that does not fit).

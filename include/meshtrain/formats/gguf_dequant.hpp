@@ -21,4 +21,11 @@ bool gguf_can_dequantize(GgmlType type);
 /// overlap the range are decoded. Precondition: gguf_can_dequantize(type).
 void gguf_dequantize(GgmlType type, const std::byte* row, std::int64_t first, std::int64_t n, float* out);
 
+/// The first of `n_blocks` consecutive blocks of `type` at `blocks` that holds a NaN or an
+/// infinity -- in a scale (f16 d, dmin or m) or, for F32, F16 and BF16, in the value -- or
+/// -1. Blocks whose scales are finite dequantize to finite values, so this is the check of a
+/// base kept in its blocks (model.base_quant=gguf) that a dequantized one gets per value.
+/// Precondition: gguf_can_dequantize(type).
+std::int64_t gguf_first_nonfinite_block(GgmlType type, const std::byte* blocks, std::int64_t n_blocks);
+
 }  // namespace meshtrain::formats

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "core/bf16.hpp"
+#include "kernels/dequant_gguf.hpp"
 
 namespace meshtrain::kernels {
 
@@ -36,15 +37,23 @@ struct QuantRun {
   std::int64_t group_base = 0;
 };
 
+/// How a quantized frozen segment is stored (model.base_quant).
+enum class QuantFormat : std::uint8_t {
+  Nf4,   ///< the NF4 payload above
+  Int8,  ///< the int8 payload above
+  Gguf,  ///< a GGUF base's own blocks (kernels/dequant_gguf.hpp): payload and gguf_runs only
+};
+
 /// A quantized frozen segment as the kernels read it (every pointer on the device).
 struct QuantSegment {
-  bool nf4 = true;                         ///< false: int8
+  QuantFormat format = QuantFormat::Nf4;
   const std::uint8_t* payload = nullptr;   ///< every shard's payload, shard s at s * payload_stride
-  std::int64_t payload_stride = 0;
-  std::int64_t shard_numel = 0;            ///< weights per shard (a multiple of 64)
-  const QuantRun* runs = nullptr;
-  int n_runs = 0;
-  const float* group_max = nullptr;        ///< NF4's group maxima (the unit's table); unused for int8
+  std::int64_t payload_stride = 0;         ///< unused for gguf (its runs' byte offsets hold it)
+  std::int64_t shard_numel = 0;            ///< weights per shard (a multiple of 64); unused for gguf
+  const QuantRun* runs = nullptr;          ///< nf4, int8
+  int n_runs = 0;                          ///< entries of runs, or of gguf_runs
+  const float* group_max = nullptr;        ///< NF4's group maxima (the unit's table); unused otherwise
+  const GgufRun* gguf_runs = nullptr;      ///< gguf: the segment's runs of file blocks and zeros
 };
 
 /// out (numel) = the NF4 segment; runs (n_runs) and group_max are device pointers.
@@ -60,7 +69,8 @@ void dequantize_int8(const std::uint8_t* payload, std::int64_t payload_stride, s
 /// out (rows, cols), row stride ld_out = the rectangle [row0, row0 + rows) x [col0, col0 + cols)
 /// of the row-major matrix of `row_len` columns at element `offset` of segment q,
 /// dequantized: rows of it (the LM head's vocabulary chunks) or columns of it (the chunks
-/// of its input-gradient GEMM), without the rest ever existing in T.
+/// of its input-gradient GEMM), without the rest ever existing in T. Every format (gguf:
+/// kernels::dequantize_gguf_rect).
 template <class T>
 void dequantize_rect(const QuantSegment& q, std::int64_t offset, std::int64_t row_len, std::int64_t row0,
                      std::int64_t rows, std::int64_t col0, std::int64_t cols, T* out, std::int64_t ld_out);
@@ -69,7 +79,8 @@ void dequantize_rect(const QuantSegment& q, std::int64_t offset, std::int64_t ro
 /// index[i] - row_start of the (row_count, row_len) matrix at element `offset` of q,
 /// dequantized, or zeros when index[i] is outside [row_start, row_start + row_count) (a
 /// token of another tp rank's vocabulary slice) -- kernels::embedding_forward of the
-/// dequantized table, reading only the rows looked up. index: (n) device int32.
+/// dequantized table, reading only the rows looked up. index: (n) device int32. Every
+/// format (gguf: kernels::dequantize_gguf_gather_rows).
 template <class T>
 void dequantize_gather_rows(const QuantSegment& q, std::int64_t offset, std::int64_t row_len,
                             const std::int32_t* index, int n, std::int64_t row_start, std::int64_t row_count,

@@ -3,6 +3,7 @@
 /// slice of them that one rank computes.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,15 @@ namespace meshtrain::model {
 
 /// The model families (model.family); the enum the config parses.
 using Family = ModelFamily;
+
+/// model.base_quant=gguf: how the GGUF base file stores one frozen matrix, which its FSDP
+/// shards then keep (checkpoint::gguf_base_formats reads them from the file's tensor infos).
+struct BaseTensorFormat {
+  std::uint32_t ggml_type = 0;  ///< formats::GgmlType (the file's number): the block type kept
+  std::int64_t rows = 0;        ///< rows the file holds; the model's further rows (vocabulary padding) are zeros
+};
+/// BaseTensorFormat of every frozen matrix, by Hugging Face name.
+using BaseFormats = std::map<std::string, BaseTensorFormat>;
 
 struct ModelDims {
   Family family = Family::Gpt2;
@@ -33,11 +43,13 @@ struct ModelDims {
   std::vector<std::string> lora_targets; ///< projections with adapters (family names, see lora_target_names)
   std::vector<int> lora_target_ids;      ///< the same, as indices into lora_target_names(family)
   double lora_scale() const { return lora_rank > 0 ? lora_alpha / lora_rank : 0.0; }
-  /// How the frozen base of a LoRA run is stored (QLoRA: nf4, int8); None without LoRA.
+  /// How the frozen base of a LoRA run is stored (QLoRA: nf4, int8; gguf); None without LoRA.
   BaseQuant base_quant = BaseQuant::None;
   /// With base_quant: the embeddings and the LM head (the outer unit) quantized too; false
   /// keeps them in the compute dtype. Always true when base_quant is None.
   bool base_quant_embeddings = true;
+  /// base_quant=gguf: the block type of each frozen matrix (filled by the app from the base file).
+  BaseFormats base_formats;
 
   /// Parameters of the logical model (excluding padding of the vocab? no: including it).
   std::int64_t num_params() const;

@@ -16,13 +16,16 @@
 /// kept quantized instead (parallel/quantized_base.hpp: the canonical blocks of the global
 /// tensors), all-gathered as its NF4 or int8 payload and dequantized into the gathered T
 /// buffer's frozen region in wait_params; 1-D frozen parameters stay in T, whole on every
-/// rank. no_shard dequantizes once into its persistent T copy and keeps no payload. The
-/// outer unit (embeddings, final norm, head) is the exception under every strategy: it is
-/// kept quantized -- its gathered payload for the step (sharded), its whole payload
-/// (no_shard) -- and read through wait_outer(), whose model::OuterParams the embedding and
-/// the head dequantize a part at a time (model/outer_params.hpp); its dequantized copy
-/// would be the step's largest. With FsdpOptions::base_quant_embeddings false the outer
-/// unit is not quantized at all (stored like an unquantized base). Gradient buffers,
+/// rank. no_shard dequantizes once into its persistent T copy and keeps no payload.
+/// model.base_quant=gguf keeps the GGUF base file's own blocks instead
+/// (parallel/gguf_base.hpp): the shard is set from the file's bytes (set_frozen_gguf), never
+/// from values, and gathered and dequantized the same way. The outer unit (embeddings, final
+/// norm, head) is the exception under every strategy: it is kept quantized -- its gathered
+/// payload for the step (sharded), its whole payload (no_shard) -- and read through
+/// wait_outer(), whose model::OuterParams the embedding and the head dequantize a part at a
+/// time (model/outer_params.hpp); its dequantized copy would be the step's largest. With
+/// FsdpOptions::base_quant_embeddings false the outer unit is not quantized at all (stored
+/// like an unquantized base; a gguf base's loaded as the file's values). Gradient buffers,
 /// reductions and UnitState cover the trainable segment only, so a LoRA run holds and moves
 /// state for its adapters alone.
 ///
@@ -40,6 +43,7 @@
 #include "model/layout.hpp"
 #include "model/outer_params.hpp"
 #include "parallel/device_mesh.hpp"
+#include "parallel/gguf_base.hpp"
 #include "parallel/quantized_base.hpp"
 #include "parallel/reduction_plan.hpp"
 #include "parallel/strategy.hpp"
@@ -60,6 +64,8 @@ struct FsdpOptions {
   BaseQuant base_quant = BaseQuant::None;
   /// model.base_quant_embeddings: false keeps the outer unit (embeddings, LM head) in T.
   bool base_quant_embeddings = true;
+  /// base_quant=gguf: the block type each frozen matrix keeps (model::ModelDims::base_formats).
+  model::BaseFormats base_formats;
 };
 
 /// fp32 state of one unit's trainable segment held by this rank: elements
@@ -157,8 +163,19 @@ class FsdpEngine {
   /// Replaces this rank's frozen values of unit u with `values` (device, frozen_numel(u)
   /// fp32 elements), rounded to T -- or quantized with a quantized base, which makes it
   /// collective over the world (the NF4 group maxima span ranks; the 1-D parameters are
-  /// summed over dp_shard): every rank calls it for the same units in the same order.
+  /// summed over dp_shard): every rank calls it for the same units in the same order. Not
+  /// for a unit kept in GGUF blocks (unit_quant(u) == Gguf: set_frozen_gguf).
   void set_frozen(int u, const float* values);
+  /// unit_quant(u) == Gguf: which of the file's blocks unit u's shards hold.
+  const GgufMap& gguf_map(int u) const { return frozen_[u].gguf; }
+  /// model.base_quant=gguf: the shard of the frozen segments this rank holds (its dp_shard
+  /// rank; 0 without sharding, where the one shard is the whole segment).
+  int frozen_shard() const;
+  /// unit_quant(u) == Gguf: this rank's frozen values of unit u, as the file stores them:
+  /// `payload` (host, gguf_map(u).stride bytes: the blocks of shard frozen_shard() in map
+  /// order, zeros after them) and `dense` (host, gguf_map(u).dense_numel() floats: the 1-D
+  /// parameters of the whole segment, in map order). Not collective.
+  void set_frozen_gguf(int u, const std::uint8_t* payload, const float* dense);
   /// Bytes of the quantized frozen payload one rank sends per all-gather of unit u (0 when
   /// the base is not quantized or not sharded).
   std::int64_t frozen_payload_bytes(int u) const;
@@ -200,7 +217,13 @@ class FsdpEngine {
     Buffer<kernels::QuantRun> runs;        ///< map.runs on the device
     Buffer<float> group_max;               ///< map.groups NF4 group maxima (the whole unit's)
     Buffer<T> dense;                       ///< the 1-D parameters of the whole segment, in T
+    // Kept in GGUF blocks (payload and dense as above, the payload gguf.stride bytes; no_shard
+    // keeps them for the outer unit only, the others' dequantized copy for the rest):
+    GgufMap gguf;                          ///< the unit's blocks on this tp rank
+    Buffer<kernels::GgufRun> gguf_runs;    ///< gguf.runs on the device
   };
+  /// Bytes of unit u's frozen payload that each shard sends (quantized bases, sharded).
+  std::int64_t payload_stride(int u) const;
   T* frozen_storage(int u);
   /// Unit u's quantized frozen segment stays quantized when gathered (the outer unit).
   bool kept_quantized(int u) const;

@@ -66,7 +66,8 @@ void encode_shard(BaseQuant quant, const QuantMap& map, const float* shard, std:
 /// base is stored in `quant`: quantized and dequantized by the codec (formats::nf4 or
 /// formats::int8_blocks), the tail padded with zeros to a block -- what every mesh's
 /// dequantization gives for it. A 1-D tensor, and a tensor of the outer unit when
-/// `quant_embeddings` is false, is returned unchanged (it stays in T).
+/// `quant_embeddings` is false, is returned unchanged (it stays in T), and so is every
+/// tensor of a gguf base (its values are the file's dequantization, which `v` holds).
 /// For `meshtrain convert --merge_lora` of a QLoRA checkpoint: the merge into the
 /// dequantized base. Also right for a prefix of whole rows of a tensor whose remaining
 /// rows are zeros (the padded vocabulary rows an export leaves out).
