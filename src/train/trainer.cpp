@@ -157,6 +157,7 @@ class Trainer {
   /// attention_work_rows_: the query rows they process as one block (kernels::attention_work_rows).
   double last_attention_fraction_ = 1.0;
   int attention_work_rows_ = 1;
+  bool warned_mfu_over_peak_ = false;
   double peak_flops_ = 0;
   std::uint64_t cursor_ = 0;      ///< training windows consumed (global)
   int updates_ = 0;               ///< optimizer updates applied (bias correction)
@@ -333,8 +334,11 @@ void Trainer<T>::begin_writing(int first_step) {
   {
     const auto [mn, mx] = session_.mesh().world().min_max(peak_flops_);
     peak_flops_ = mn;  // the slowest rank bounds the step
-    log::info("measured GEMM peak: %.1f GFLOP/s per rank (%s), min over ranks (max %.1f)", mn / 1e9,
-              spec_.train.bf16() ? "bf16" : "fp32", mx / 1e9);
+    if (tc.peak_tflops > 0)
+      log::info("GEMM peak for mfu: %.1f GFLOP/s per rank (train.peak_tflops)", mn / 1e9);
+    else
+      log::info("measured GEMM peak: %.1f GFLOP/s per rank (%s), min over ranks (max %.1f)", mn / 1e9,
+                spec_.train.bf16() ? "bf16" : "fp32", mx / 1e9);
   }
   if (root_) {
     const int seq_len = setup_.batch.seq_len;
@@ -631,6 +635,15 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                            .total() *
                        tok_s;
   const double mfu = flops / (peak_flops_ * rt_.topology().world_size);
+  if (root_ && mfu > 1.0 && !warned_mfu_over_peak_) {
+    // The peak was measured at start-up in ~0.3 s; on cores other jobs shared at that moment
+    // it comes out low, and every later step's MFU high by the same factor.
+    warned_mfu_over_peak_ = true;
+    log::warn("mfu %.0f%% is above 100%%: the GEMM peak it divides by (%.1f GFLOP/s per rank, %s) is lower than "
+              "what this step achieved -- the cores were busy when it was measured. Give the machine's peak as "
+              "train.peak_tflops for an MFU that means something.",
+              100 * mfu, peak_flops_ / 1e9, spec_.train.peak_tflops > 0 ? "train.peak_tflops" : "measured at start-up");
+  }
   if (root_) {
     std::string line = strprintf("step %5d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | mfu %.1f%% | mem %s | ",
                                  step, tc.steps, loss, lr, gnorm, tok_s, 100 * mfu, format_bytes(mem_max).c_str());
