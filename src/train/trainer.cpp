@@ -639,7 +639,8 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
     // The peak was measured at start-up in ~0.3 s; on cores other jobs shared at that moment
     // it comes out low, and every later step's MFU high by the same factor.
     warned_mfu_over_peak_ = true;
-    log::warn("mfu %.0f%% is above 100%%: the GEMM peak it divides by (%.1f GFLOP/s per rank, %s) is lower than "
+    // info, not warn: it depends on the machine's load, and a run's warnings must not.
+    log::info("mfu %.0f%% is above 100%%: the GEMM peak it divides by (%.1f GFLOP/s per rank, %s) is lower than "
               "what this step achieved -- the cores were busy when it was measured. Give the machine's peak as "
               "train.peak_tflops for an MFU that means something.",
               100 * mfu, peak_flops_ / 1e9, spec_.train.peak_tflops > 0 ? "train.peak_tflops" : "measured at start-up");
