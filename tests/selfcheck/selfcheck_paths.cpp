@@ -941,7 +941,7 @@ template <class T, class TC>
 EpiRun run_epilogue_as(const EpiCase& e, lin::EpiloguePath path) {
   auto A = up_as<T>(e.a), B = up_as<T>(e.b), bias = up_as<T>(e.bias), pre = up_as<T>(e.pre);
   auto C = up_as<TC>(e.c0);
-  auto bg = up_as<acc_t<T>>(e.bg0);
+  auto bg = up_as<meshtrain::acc_t<T>>(e.bg0);
   lin::EpilogueOperands<T> x;
   x.bias = bias.data();
   x.pre = pre.data();
@@ -964,7 +964,7 @@ bool wide_c(const EpiCase& e) {
 }
 template <class T>
 EpiRun run_epilogue(const EpiCase& e, lin::EpiloguePath path) {
-  return wide_c<T>(e) ? run_epilogue_as<T, acc_t<T>>(e, path) : run_epilogue_as<T, T>(e, path);
+  return wide_c<T>(e) ? run_epilogue_as<T, meshtrain::acc_t<T>>(e, path) : run_epilogue_as<T, T>(e, path);
 }
 
 /// The double reference of a case: C, the pre-activation (BiasGelu) and the bias gradient.
