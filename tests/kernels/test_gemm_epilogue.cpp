@@ -175,7 +175,8 @@ void check_backward(const Shape& s, Epilogue ep, bool with_bias_grad) {
                (with_bias_grad ? "" : " (no bias gradient)") + (wide_c ? " (fp32 C)" : ""));
   const Inputs in(s, 200 + s.n);
   const float beta = ep == Epilogue::BiasGradB ? 1.0f : 0.0f;  // a weight gradient accumulates
-  auto da = upload<T>(in.a), db = upload<T>(in.b), dc = upload<TC>(in.c0), dpre = upload<T>(in.pre);
+  auto da = upload<T>(in.a), db = upload<T>(in.b), dpre = upload<T>(in.pre);
+  auto dc = upload<TC>(in.c0);
   auto dbg = upload<acc_t<T>>(in.bias_grad0);
   EpilogueOperands<T> x;
   x.pre = dpre.data();
