@@ -13,8 +13,11 @@
 # BASELINE_ENV=OMPI_MCA_coll_libnbc_iallreduce_algorithm=0 CONFIGS=2:no_shard); BASELINE_ARGS
 # (config overrides for the baseline's runs only: a config switch against the same binary,
 # e.g. BASELINE=$MESHTRAIN BASELINE_ARGS="--gpu.fused_loss=false --gpu.fused_norms=false");
+# ARGS (config overrides for every run, e.g. ARGS=--train.precision=bf16);
 # LOSS_RTOL (0: the final losses must be bitwise equal; a path that sums in another order
-# agrees to rounding only, e.g. LOSS_RTOL=1e-5).
+# agrees to rounding only, e.g. LOSS_RTOL=1e-5). runs.csv and results.md also give each run's
+# per-rank memory peak from its summary.json (the pool's reserved peak, max over ranks, and
+# rank 0's peak of bytes in use).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUT=${1:-$ROOT/perf/results/bench_ab}
@@ -23,11 +26,12 @@ REPS=${REPS:-6}
 read -r -a CONFIGS <<<"${CONFIGS:-1:no_shard 2:full_shard}"
 read -r -a BASELINE_ENV <<<"${BASELINE_ENV:-}"
 read -r -a BASELINE_ARGS <<<"${BASELINE_ARGS:-}"
+read -r -a ARGS <<<"${ARGS:-}"
 export LOSS_RTOL=${LOSS_RTOL:-0}
 STEPS=${STEPS:-8}
 WARMUP=${WARMUP:-3}
 rm -rf "$OUT" && mkdir -p "$OUT/runs"
-echo "binary,ranks,strategy,rep,median_step_s,final_loss,load1" >"$OUT/runs.csv"
+echo "binary,ranks,strategy,rep,median_step_s,final_loss,load1,peak_mem_bytes,peak_in_use_bytes" >"$OUT/runs.csv"
 for ((rep = 1; rep <= REPS; rep++)); do
   order=(baseline candidate)
   ((rep % 2 == 0)) && order=(candidate baseline)
@@ -44,8 +48,9 @@ for ((rep = 1; rep <= REPS; rep++)); do
       ( if [[ $which == baseline ]] && ((${#BASELINE_ENV[@]})); then export "${BASELINE_ENV[@]}"; fi
       mpirun_n "$n" "$bin" train "$ROOT/inputs/bench-gpt2-23m.ini" --data.dir=random --train.steps="$STEPS" \
         --train.eval_every=0 --checkpoint.save_final=false --parallel.strategy="$strat" --parallel.dp_shard="$n" \
-        --parallel.tp=1 --output.dir="$run" "${extra[@]}" >"$run.log" 2>&1 ) || { tail "$run.log" >&2; exit 1; }
-      "$PY" "$PERF_DIR/perfutil.py" run_row "$run/metrics.jsonl" "$WARMUP" "$which,$n,$strat,$rep" "$(load1)" >>"$OUT/runs.csv"
+        --parallel.tp=1 --output.dir="$run" "${ARGS[@]}" "${extra[@]}" >"$run.log" 2>&1 ) || { tail "$run.log" >&2; exit 1; }
+      echo "$("$PY" "$PERF_DIR/perfutil.py" run_row "$run/metrics.jsonl" "$WARMUP" "$which,$n,$strat,$rep" "$(load1)"),$(
+        "$PY" "$PERF_DIR/perfutil.py" peak_cols "$run/summary.json")" >>"$OUT/runs.csv"
       tail -n1 "$OUT/runs.csv"
     done
   done
@@ -55,8 +60,9 @@ import csv, os, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 configs = [tuple(c.split(":")) for c in sys.argv[3:]]
 out = ["| ranks | strategy | baseline step s (median; min-max) | candidate step s (median; min-max) | candidate / baseline | "
-       "paired ratio per rep (median; min-max) | final losses equal" + (f" (rel. {os.environ['LOSS_RTOL']})" if float(os.environ["LOSS_RTOL"]) else "") + " |",
-       "|---|---|---|---|---|---|---|"]
+       "paired ratio per rep (median; min-max) | final losses equal" + (f" (rel. {os.environ['LOSS_RTOL']})" if float(os.environ["LOSS_RTOL"]) else "") +
+       " | per-rank peak MiB, baseline -> candidate (pool reserved, max over ranks; rank 0 in use) |",
+       "|---|---|---|---|---|---|---|---|"]
 ok = True
 for n, s in configs:
     b = [r for r in rows if r["binary"] == "baseline" and r["ranks"] == n and r["strategy"] == s]
@@ -70,9 +76,13 @@ for n, s in configs:
     # of the shared machine's drift, and its spread over the reps is the noise to beat.
     by_rep = {r["rep"]: float(r["median_step_s"]) for r in b}
     paired = [float(r["median_step_s"]) / by_rep[r["rep"]] for r in c if r["rep"] in by_rep]
+    # The memory peaks are the same every rep (the pool's allocations are deterministic): the median.
+    mib = lambda rs, k: statistics.median(float(r[k]) for r in rs) / 2**20
     out.append(f"| {n} | {s} | {statistics.median(bt):.3f} ({min(bt):.3f}-{max(bt):.3f}) | {statistics.median(ct):.3f} "
                f"({min(ct):.3f}-{max(ct):.3f}) | {statistics.median(ct) / statistics.median(bt):.3f} | "
-               f"{statistics.median(paired):.3f} ({min(paired):.3f}-{max(paired):.3f}) | {'yes' if same else '**no**'} |")
+               f"{statistics.median(paired):.3f} ({min(paired):.3f}-{max(paired):.3f}) | {'yes' if same else '**no**'} | "
+               f"{mib(b, 'peak_mem_bytes'):.1f} -> {mib(c, 'peak_mem_bytes'):.1f}; {mib(b, 'peak_in_use_bytes'):.1f} -> "
+               f"{mib(c, 'peak_in_use_bytes'):.1f} |")
 open(sys.argv[2], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 sys.exit(0 if ok else 1)

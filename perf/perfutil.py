@@ -39,10 +39,21 @@ def run_row(metrics_path, warmup, prefix, load):
     return f"{prefix},{statistics.median(kept):.4f},{rows[-1]['loss']!r},{load}"
 
 
+def peak_cols(summary_path):
+    """Two CSV columns from a run's summary.json: the largest per-rank peak (ranks[].
+    peak_mem_bytes, the memory pool's reserved peak) and rank 0's peak of bytes in use
+    (peak_by_category.total_in_use, what plan's per-rank total predicts)."""
+    s = json.load(open(summary_path))
+    return f"{max(r['peak_mem_bytes'] for r in s['ranks']):.0f},{s['peak_by_category']['total_in_use']:.0f}"
+
+
 if __name__ == "__main__":
     # perf/perfutil.py run_row METRICS.jsonl WARMUP PREFIX LOAD (perf/bench_ab.sh, perf/allreduce_ab.sh)
+    # perf/perfutil.py peak_cols SUMMARY.json (perf/bench_ab.sh)
     import sys
     if len(sys.argv) == 6 and sys.argv[1] == "run_row":
         print(run_row(*sys.argv[2:]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "peak_cols":
+        print(peak_cols(sys.argv[2]))
     else:
-        sys.exit("usage: perfutil.py run_row METRICS.jsonl WARMUP PREFIX LOAD")
+        sys.exit("usage: perfutil.py run_row METRICS.jsonl WARMUP PREFIX LOAD | peak_cols SUMMARY.json")

@@ -56,6 +56,13 @@ void add_inplace(T* y, const T* x, std::size_t n) {
 }
 
 template <class T>
+void add_widened(acc_t<T>* y, const T* x, std::size_t n) {
+  Kokkos::parallel_for(
+      "Kernels::add_widened", Range64(0, static_cast<std::int64_t>(n)),
+      KOKKOS_LAMBDA(std::int64_t i) { y[i] += load(x[i]); });
+}
+
+template <class T>
 void scale_inplace(T* x, std::size_t n, double s) {
   const acc_t<T> sa = static_cast<acc_t<T>>(s);
   Kokkos::parallel_for(
@@ -93,14 +100,14 @@ void add_bias(T* y, const T* bias, int rows, int cols, int ld) {
 }
 
 template <class T>
-void bias_backward(const T* dy, T* dbias, int rows, int cols, int ld) {
-  // dy: (rows, cols; ld) -> dbias (cols) +=
+void bias_backward(const T* dy, acc_t<T>* dbias, int rows, int cols, int ld) {
+  // dy: (rows, cols; ld) -> dbias (cols, acc_t<T>) +=
   using A = acc_t<T>;
   if (dbias == nullptr) return;  // a frozen bias
   column_sums<A, 1>(
       "Kernels::bias_backward", rows, cols,
       KOKKOS_LAMBDA(int r, int c, A* v) { v[0] = load(dy[static_cast<std::int64_t>(r) * ld + c]); },
-      KOKKOS_LAMBDA(int c, const A* s) { dbias[c] = store<T>(load(dbias[c]) + s[0]); });
+      KOKKOS_LAMBDA(int c, const A* s) { dbias[c] += s[0]; });
 }
 
 // GELU: the tanh approximation through the sigmoid (gelu.hpp).
@@ -150,7 +157,7 @@ void bias_gelu_forward(T* pre, int ld_pre, const T* bias, T* act, int ld_act, in
 }
 
 template <class T>
-void gelu_backward_bias_grad(const T* pre, int ld_pre, T* d, int ld_d, T* dbias, int rows, int cols) {
+void gelu_backward_bias_grad(const T* pre, int ld_pre, T* d, int ld_d, acc_t<T>* dbias, int rows, int cols) {
   // d (rows, cols; ld_d) *= gelu'(pre (rows, cols; ld_pre)); dbias (cols) += column sums of
   // the rounded new d, in row order: gelu_backward then bias_backward, bit for bit.
   using A = acc_t<T>;
@@ -187,7 +194,7 @@ void gelu_backward_bias_grad(const T* pre, int ld_pre, T* d, int ld_d, T* dbias,
             for (int j = 0; j < nc; ++j) dr[j] = store<T>(load(dr[j]) * GeluTanh<A>::derivative(load(pr[j])));
             for (int j = 0; j < nc; ++j) acc[j] += load(dr[j]);
           }
-          for (int j = 0; j < nc; ++j) dbias[c0 + j] = store<T>(load(dbias[c0 + j]) + acc[j]);
+          for (int j = 0; j < nc; ++j) dbias[c0 + j] += acc[j];
         });
     return;
   }
@@ -200,7 +207,7 @@ void gelu_backward_bias_grad(const T* pre, int ld_pre, T* d, int ld_d, T* dbias,
         x = g;
         v[0] = load(g);
       },
-      KOKKOS_LAMBDA(int c, const A* s) { dbias[c] = store<T>(load(dbias[c]) + s[0]); });
+      KOKKOS_LAMBDA(int c, const A* s) { dbias[c] += s[0]; });
 }
 
 template <class T>
@@ -281,15 +288,16 @@ double sum_squares(const T* x, std::size_t n) {
 
 #define MESHTRAIN_INSTANTIATE_ELEMENTWISE(T)                                                     \
   template void add_inplace<T>(T*, const T*, std::size_t);                                       \
+  template void add_widened<T>(acc_t<T>*, const T*, std::size_t);                                \
   template void scale_inplace<T>(T*, std::size_t, double);                                       \
   template void fill<T>(T*, std::size_t, double);                                                \
   template void fill_uniform<T>(T*, std::size_t, double, double, std::uint64_t);                 \
   template void add_bias<T>(T*, const T*, int, int, int);                                        \
-  template void bias_backward<T>(const T*, T*, int, int, int);                                   \
+  template void bias_backward<T>(const T*, acc_t<T>*, int, int, int);                            \
   template void gelu_forward<T>(const T*, T*, std::size_t);                                      \
   template void gelu_backward<T>(const T*, const T*, T*, std::size_t);                           \
   template void bias_gelu_forward<T>(T*, int, const T*, T*, int, int, int);                      \
-  template void gelu_backward_bias_grad<T>(const T*, int, T*, int, T*, int, int);                \
+  template void gelu_backward_bias_grad<T>(const T*, int, T*, int, acc_t<T>*, int, int);         \
   template void swiglu_forward<T>(const T*, const T*, int, T*, int, int, int);                   \
   template void swiglu_backward<T>(const T*, const T*, int, const T*, int, T*, T*, int, int);    \
   template double sum_squares<T>(const T*, std::size_t);

@@ -57,7 +57,7 @@ void token_grad_index(const std::int32_t* tokens, int n_tokens, std::int64_t voc
 
 template <class T>
 void embedding_backward_indexed(const std::int32_t* index, int n_tokens, const T* dout, std::int64_t vocab_local,
-                                int C, T* dwte) {
+                                int C, acc_t<T>* dwte) {
   const int teams = static_cast<int>(std::min<std::int64_t>(n_tokens, vocab_local));
   if (teams <= 0) return;
   const std::int32_t* R = index + 1;
@@ -67,18 +67,18 @@ void embedding_backward_indexed(const std::int32_t* index, int n_tokens, const T
       "Kernels::embedding_backward", row_policy(teams), KOKKOS_LAMBDA(const Member& team) {
         const int u = team.league_rank();
         if (u >= index[0]) return;  // rows this batch does not have
-        T* w = dwte + static_cast<std::int64_t>(R[u]) * C;
+        acc_t<T>* w = dwte + static_cast<std::int64_t>(R[u]) * C;
         team_for(team, C, [&](int c) {
-          acc_t<T> acc = load(w[c]);
+          acc_t<T> acc = w[c];
           for (int p = O[u]; p < O[u + 1]; ++p) acc += load(dout[static_cast<std::int64_t>(Pp[p]) * C + c]);
-          w[c] = store<T>(acc);
+          w[c] = acc;
         });
       });
 }
 
 template <class T>
 void embedding_backward(const std::int32_t* tokens, int n_tokens, const T* dout, std::int64_t vocab_start,
-                        std::int64_t vocab_local, int C, T* dwte, const std::int32_t* index) {
+                        std::int64_t vocab_local, int C, acc_t<T>* dwte, const std::int32_t* index) {
   // dout: (n_tokens, C) -> dwte: (vocab_local, C) +=
   // Every element of dwte receives its contributions in token order, whatever the blocking
   // or thread count, and no two work items touch the same element (no atomics).
@@ -94,9 +94,9 @@ void embedding_backward(const std::int32_t* tokens, int n_tokens, const T* dout,
           for (int i = 0; i < n_tokens; ++i) {
             const std::int64_t row = static_cast<std::int64_t>(tokens[i]) - vocab_start;
             if (row < 0 || row >= vocab_local) continue;
-            T* w = dwte + row * C + c0;
+            acc_t<T>* w = dwte + row * C + c0;
             const T* d = dout + static_cast<std::int64_t>(i) * C + c0;
-            for (int j = 0; j < nc; ++j) w[j] = store<T>(load(w[j]) + load(d[j]));
+            for (int j = 0; j < nc; ++j) w[j] += load(d[j]);
           }
         });
   } else {
@@ -132,7 +132,7 @@ void add_position_embedding(T* x, const T* wpe, int B, int T_seq, int C, const s
 }
 
 template <class T>
-void position_embedding_backward(const T* dx, T* dwpe, int B, int T_seq, int C, const std::int32_t* doc_start) {
+void position_embedding_backward(const T* dx, acc_t<T>* dwpe, int B, int T_seq, int C, const std::int32_t* doc_start) {
   using A = acc_t<T>;
   if (doc_start != nullptr) {
     // Packed rows: token (b, t) adds to row p = t - doc_start[b*T + t] of dwpe. One team per
@@ -147,7 +147,7 @@ void position_embedding_backward(const T* dx, T* dwpe, int B, int T_seq, int C, 
     Kokkos::parallel_for(
         "Kernels::position_embedding_backward_docs", row_policy(T_seq), KOKKOS_LAMBDA(const Member& team) {
           const int p = team.league_rank();
-          T* w = dwpe + static_cast<std::int64_t>(p) * C;
+          A* w = dwpe + static_cast<std::int64_t>(p) * C;
           for (int b = 0; b < B; ++b) {
             const std::int32_t* d = doc_start + static_cast<std::int64_t>(b) * T_seq;  // this sequence's starts
             int t = p;
@@ -156,7 +156,7 @@ void position_embedding_backward(const T* dx, T* dwpe, int B, int T_seq, int C, 
               if (t - ds == p) {
                 const T* g = dx + (static_cast<std::int64_t>(b) * T_seq + t) * C;
                 // Each thread keeps its columns from token to token: no barrier needed.
-                team_for(team, C, [&](int c) { w[c] = store<T>(load(w[c]) + load(g[c])); });
+                team_for(team, C, [&](int c) { w[c] += load(g[c]); });
                 int lo = t + 1, hi = T_seq;  // first index after t in a later document
                 while (lo < hi) {
                   const int mid = lo + (hi - lo) / 2;
@@ -179,17 +179,18 @@ void position_embedding_backward(const T* dx, T* dwpe, int B, int T_seq, int C, 
   column_sums<A, 1>(
       "Kernels::position_embedding_backward", B, T_seq * C,
       KOKKOS_LAMBDA(int b, int tc, A* v) { v[0] = load(dx[b * row_stride + tc]); },
-      KOKKOS_LAMBDA(int tc, const A* s) { dwpe[tc] = store<T>(load(dwpe[tc]) + s[0]); });
+      KOKKOS_LAMBDA(int tc, const A* s) { dwpe[tc] += s[0]; });
 }
 
 #define MESHTRAIN_INSTANTIATE_EMBEDDING(T)                                                       \
   template void embedding_forward<T>(const std::int32_t*, int, const T*, std::int64_t,           \
                                      std::int64_t, int, T*);                                     \
-  template void embedding_backward_indexed<T>(const std::int32_t*, int, const T*, std::int64_t, int, T*); \
+  template void embedding_backward_indexed<T>(const std::int32_t*, int, const T*, std::int64_t, int,   \
+                                              acc_t<T>*);                                       \
   template void embedding_backward<T>(const std::int32_t*, int, const T*, std::int64_t,          \
-                                      std::int64_t, int, T*, const std::int32_t*);               \
+                                      std::int64_t, int, acc_t<T>*, const std::int32_t*);        \
   template void add_position_embedding<T>(T*, const T*, int, int, int, const std::int32_t*);    \
-  template void position_embedding_backward<T>(const T*, T*, int, int, int, const std::int32_t*);
+  template void position_embedding_backward<T>(const T*, acc_t<T>*, int, int, int, const std::int32_t*);
 MESHTRAIN_INSTANTIATE_EMBEDDING(float)
 MESHTRAIN_INSTANTIATE_EMBEDDING(double)
 MESHTRAIN_INSTANTIATE_EMBEDDING(bf16)

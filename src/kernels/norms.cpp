@@ -36,7 +36,7 @@ void layernorm_forward(const T* x, const T* w, const T* b, double eps, int N, in
 
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mean,
-                        const acc_t<T>* rstd, int N, int C, T* dx, T* dw, T* db) {
+                        const acc_t<T>* rstd, int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db) {
   // dy, x, dx: (N, C); w, dw, db: (C); mean, rstd: (N)
   using A = acc_t<T>;
   // Parameter gradients: column sums in row order (deterministic, no atomics); skipped for
@@ -50,8 +50,8 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mea
         v[1] = g;
       },
       KOKKOS_LAMBDA(int c, const A* s) {
-        dw[c] = store<T>(load(dw[c]) + s[0]);
-        db[c] = store<T>(load(db[c]) + s[1]);
+        dw[c] += s[0];
+        db[c] += s[1];
       });
   const A inv_c = A(1) / static_cast<A>(C);
   Kokkos::parallel_for(
@@ -99,7 +99,7 @@ void rmsnorm_forward(const T* x, const T* w, double eps, int N, int C, T* y, acc
 
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C,
-                      T* dx, T* dw) {
+                      T* dx, acc_t<T>* dw) {
   using A = acc_t<T>;
   if (dw != nullptr) column_sums<A, 1>(  // dw == nullptr: a frozen weight
       "Kernels::rmsnorm_backward_params", N, C,
@@ -107,7 +107,7 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd,
         const std::int64_t i = static_cast<std::int64_t>(r) * C + c;
         v[0] = load(dy[i]) * load(x[i]) * rstd[r];
       },
-      KOKKOS_LAMBDA(int c, const A* s) { dw[c] = store<T>(load(dw[c]) + s[0]); });
+      KOKKOS_LAMBDA(int c, const A* s) { dw[c] += s[0]; });
   const A inv_c = A(1) / static_cast<A>(C);
   Kokkos::parallel_for(
       "Kernels::rmsnorm_backward", row_policy(N), KOKKOS_LAMBDA(const Member& team) {
@@ -132,10 +132,10 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd,
   template void layernorm_forward<T>(const T*, const T*, const T*, double, int, int, T*,       \
                                      acc_t<T>*, acc_t<T>*);                                    \
   template void layernorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*,           \
-                                      const acc_t<T>*, int, int, T*, T*, T*);                  \
+                                      const acc_t<T>*, int, int, T*, acc_t<T>*, acc_t<T>*);    \
   template void rmsnorm_forward<T>(const T*, const T*, double, int, int, T*, acc_t<T>*);       \
   template void rmsnorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, int, int,   \
-                                    T*, T*);
+                                    T*, acc_t<T>*);
 MESHTRAIN_INSTANTIATE_NORMS(float)
 MESHTRAIN_INSTANTIATE_NORMS(double)
 MESHTRAIN_INSTANTIATE_NORMS(bf16)

@@ -8,10 +8,10 @@ using namespace detail;
 namespace {
 
 /// Adds the blocks' partials P (blocks, NS, C) per column in block order: out_k[c] += the
-/// sum of partial k, for each out_k that is not null (NS <= 3).
+/// sum of partial k, for each out_k (a parameter gradient, acc_t<T>) that is not null (NS <= 3).
 template <class T, int NS>
-void sum_block_partials(const char* name, const acc_t<T>* P, int blocks, int C, T* o0, T* o1 = nullptr,
-                        T* o2 = nullptr) {
+void sum_block_partials(const char* name, const acc_t<T>* P, int blocks, int C, acc_t<T>* o0, acc_t<T>* o1 = nullptr,
+                        acc_t<T>* o2 = nullptr) {
   static_assert(NS >= 1 && NS <= 3, "at most three partial sums");
   using A = acc_t<T>;
   Kokkos::parallel_for(
@@ -20,9 +20,9 @@ void sum_block_partials(const char* name, const acc_t<T>* P, int blocks, int C, 
         for (int k = 0; k < NS; ++k) s[k] = A(0);
         for (int blk = 0; blk < blocks; ++blk)
           for (int k = 0; k < NS; ++k) s[k] += P[(static_cast<std::int64_t>(blk) * NS + k) * C + c];
-        T* const out[3] = {o0, o1, o2};
+        A* const out[3] = {o0, o1, o2};
         for (int k = 0; k < NS; ++k)
-          if (out[k]) out[k][c] = store<T>(load(out[k][c]) + s[k]);
+          if (out[k]) out[k][c] += s[k];
       });
 }
 
@@ -64,7 +64,7 @@ void residual_layernorm_forward(T* h, const T* residual, const T* bias, const T*
 
 template <class T>
 void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd,
-                                 int N, int C, T* dx, T* dw, T* db, T* dbias) {
+                                 int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db, acc_t<T>* dbias) {
   // dy, h, dx: (N, C); w, dw, db, dbias: (C); mean, rstd: (N)
   using A = acc_t<T>;
   constexpr int NS = 3;  // partials: dw, db, dbias
@@ -165,7 +165,7 @@ void residual_rmsnorm_forward(T* h, const T* residual, const T* w, double eps, i
 
 template <class T>
 void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
-                               T* dw) {
+                               acc_t<T>* dw) {
   // dy, h, dx: (N, C); w, dw: (C); rstd: (N)
   using A = acc_t<T>;
   const bool params = dw != nullptr;
@@ -205,9 +205,10 @@ void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<
   template void residual_layernorm_forward<T>(T*, const T*, const T*, const T*, const T*, double, int, int, T*, \
                                               acc_t<T>*, acc_t<T>*);                                           \
   template void residual_layernorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, const acc_t<T>*,  \
-                                               int, int, T*, T*, T*, T*);                                      \
+                                               int, int, T*, acc_t<T>*, acc_t<T>*, acc_t<T>*);                 \
   template void residual_rmsnorm_forward<T>(T*, const T*, const T*, double, int, int, T*, acc_t<T>*);           \
-  template void residual_rmsnorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, int, int, T*, T*);
+  template void residual_rmsnorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, int, int, T*,       \
+                                             acc_t<T>*);
 MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(float)
 MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(double)
 MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(bf16)

@@ -30,8 +30,9 @@ linalg::EpilogueOperands<T> bias_operand(const T* bias) {
   x.bias = bias;
   return x;
 }
+/// A bias gradient (acc_t<T>, like every parameter gradient) as an epilogue operand.
 template <class T>
-linalg::EpilogueOperands<T> bias_grad_operand(T* bias_grad) {
+linalg::EpilogueOperands<T> bias_grad_operand(acc_t<T>* bias_grad) {
   linalg::EpilogueOperands<T> x;
   x.bias_grad = bias_grad;
   return x;
@@ -143,7 +144,7 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
 }
 
 template <class T>
-void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, BatchShape s, const T* x_in,
+void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, acc_t<T>* g, BatchShape s, const T* x_in,
                                    BlockCache<T>& c, T* dx) const {
   const int N = s.N(), C = dims_.d_model, hd = dims_.head_dim;
   const int Hl = tp_.heads, Cl = Hl * hd, Fl = tp_.ffn, W3 = qkv_width_;
@@ -157,17 +158,17 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   if (epi) {
     if (train_base_)
       linalg::gemm_epilogue<T>(Epilogue::BiasGradB, Op::T, Op::N, Fl, C, N, 1.0f, c.mlp_act.data(), Fl, dx, C, 1.0f,
-                               g + o[G_FCPROJ_W], C, bias_grad_operand(g + o[G_FCPROJ_B]));
+                               g + o[G_FCPROJ_W], C, bias_grad_operand<T>(g + o[G_FCPROJ_B]));
   } else {
     kernels::bias_backward(dx, base_grad(g, o[G_FCPROJ_B]), N, C, C);
     if (train_base_)
-      linalg::gemm<T>(Op::T, Op::N, Fl, C, N, 1.0f, c.mlp_act.data(), Fl, dx, C, 1.0f, g + o[G_FCPROJ_W], C);
+      linalg::gemm_acc<T>(Op::T, Op::N, Fl, C, N, 1.0f, c.mlp_act.data(), Fl, dx, C, 1.0f, g + o[G_FCPROJ_W], C);
   }
   ctx.poll();
   // dh (N, Fl) = (dx (N, C) @ c_proj^T (C, Fl)) * gelu'(mlp_in), d c_fc bias += column sums of dh
   Buffer<T> dh(n(N, Fl), MemCategory::Workspace);
   if (epi && !has_lora(GL_MLPPROJ)) {
-    linalg::EpilogueOperands<T> x = bias_grad_operand(base_grad(g, o[G_FC_B]));
+    linalg::EpilogueOperands<T> x = bias_grad_operand<T>(base_grad(g, o[G_FC_B]));
     x.pre = c.mlp_in.data();
     x.ld_pre = Fl;
     linalg::gemm_epilogue<T>(Epilogue::DGeluBiasGrad, Op::N, Op::T, N, Fl, C, 1.0f, dx, C, p + o[G_FCPROJ_W], C, 0.0f,
@@ -181,7 +182,7 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   ctx.poll();
   // d c_fc (C, Fl) += norm2^T (C, N) @ dh (N, Fl)
   if (train_base_)
-    linalg::gemm<T>(Op::T, Op::N, C, Fl, N, 1.0f, c.norm2.data(), C, dh.data(), Fl, 1.0f, g + o[G_FC_W], Fl);
+    linalg::gemm_acc<T>(Op::T, Op::N, C, Fl, N, 1.0f, c.norm2.data(), C, dh.data(), Fl, 1.0f, g + o[G_FC_W], Fl);
   ctx.poll();
   // dnorm2 (N, C) = dh (N, Fl) @ c_fc^T (Fl, C): partial over tp
   Buffer<T> dnorm(n(N, C), MemCategory::Workspace);
@@ -207,9 +208,9 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   if (train_base_) {
     if (epi && !paths_.fused_norms)
       linalg::gemm_epilogue<T>(Epilogue::BiasGradB, Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f,
-                               g + o[G_PROJ_W], C, bias_grad_operand(g + o[G_PROJ_B]));
+                               g + o[G_PROJ_W], C, bias_grad_operand<T>(g + o[G_PROJ_B]));
     else
-      linalg::gemm<T>(Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f, g + o[G_PROJ_W], C);
+      linalg::gemm_acc<T>(Op::T, Op::N, Cl, C, N, 1.0f, c.attn_out.data(), Cl, dx, C, 1.0f, g + o[G_PROJ_W], C);
   }
   Buffer<T> dy(n(N, Cl), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::T, N, Cl, C, 1.0f, dx, C, p + o[G_PROJ_W], C, 0.0f, dy.data(), Cl);
@@ -233,11 +234,11 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
   if (epi) {
     if (train_base_)
       linalg::gemm_epilogue<T>(Epilogue::BiasGradB, Op::T, Op::N, C, W3, N, 1.0f, c.norm1.data(), C, dqkv.data(), W3,
-                               1.0f, g + o[G_ATTN_W], W3, bias_grad_operand(g + o[G_ATTN_B]));
+                               1.0f, g + o[G_ATTN_W], W3, bias_grad_operand<T>(g + o[G_ATTN_B]));
   } else {
     kernels::bias_backward(dqkv.data(), base_grad(g, o[G_ATTN_B]), N, W3, W3);
     if (train_base_)
-      linalg::gemm<T>(Op::T, Op::N, C, W3, N, 1.0f, c.norm1.data(), C, dqkv.data(), W3, 1.0f, g + o[G_ATTN_W], W3);
+      linalg::gemm_acc<T>(Op::T, Op::N, C, W3, N, 1.0f, c.norm1.data(), C, dqkv.data(), W3, 1.0f, g + o[G_ATTN_W], W3);
   }
   ctx.poll();
   // dnorm1 (N, C) = dqkv (N, 3Cl) @ c_attn^T (3Cl, C): partial over tp
@@ -252,8 +253,8 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, T* g, 
 #define MESHTRAIN_INSTANTIATE(T)                                                                          \
   template void Transformer<T>::gpt2_forward(const ComputeContext&, const T*, BatchShape, const T*, T*,   \
                                              BlockCache<T>&, const KvSlot*) const;                        \
-  template void Transformer<T>::gpt2_backward(const ComputeContext&, const T*, T*, BatchShape, const T*,  \
-                                              BlockCache<T>&, T*) const;
+  template void Transformer<T>::gpt2_backward(const ComputeContext&, const T*, acc_t<T>*, BatchShape,     \
+                                              const T*, BlockCache<T>&, T*) const;
 MESHTRAIN_INSTANTIATE(float)
 MESHTRAIN_INSTANTIATE(double)
 MESHTRAIN_INSTANTIATE(bf16)

@@ -112,7 +112,7 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
 }
 
 template <class T>
-void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g, BatchShape s, const T* x_in,
+void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, acc_t<T>* g, BatchShape s, const T* x_in,
                                     BlockCache<T>& c, T* dx) const {
   const int N = s.N(), C = dims_.d_model, hd = dims_.head_dim;
   const int Hl = tp_.heads, KVl = tp_.kv_heads, Ql = Hl * hd, Fl = tp_.ffn, W = qkv_width_;
@@ -122,7 +122,7 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
   // ---- MLP ------------------------------------------------------------------------------
   // d down (C, Fl) += dx^T (C, N) @ act (N, Fl)
   if (train_base_)
-    linalg::gemm<T>(Op::T, Op::N, C, Fl, N, 1.0f, dx, C, c.mlp_act.data(), Fl, 1.0f, g + o[L_DOWN_W], Fl);
+    linalg::gemm_acc<T>(Op::T, Op::N, C, Fl, N, 1.0f, dx, C, c.mlp_act.data(), Fl, 1.0f, g + o[L_DOWN_W], Fl);
   Buffer<T> dact(n(N, Fl), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::N, N, Fl, C, 1.0f, dx, C, p + o[L_DOWN_W], Fl, 0.0f, dact.data(), Fl);
   lora_bwd(LL_DOWN, p, g, c, N, c.mlp_act.data(), Fl, dx, C, dact.data(), Fl);
@@ -133,7 +133,7 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
   dact.reset();
   // d [gate; up] (2Fl, C) += dgu^T (2Fl, N) @ norm2 (N, C)
   if (train_base_)
-    linalg::gemm<T>(Op::T, Op::N, 2 * Fl, C, N, 1.0f, dgu.data(), 2 * Fl, c.norm2.data(), C, 1.0f, g + o[L_GATE_W], C);
+    linalg::gemm_acc<T>(Op::T, Op::N, 2 * Fl, C, N, 1.0f, dgu.data(), 2 * Fl, c.norm2.data(), C, 1.0f, g + o[L_GATE_W], C);
   ctx.poll();
   Buffer<T> dnorm(n(N, C), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::N, N, C, 2 * Fl, 1.0f, dgu.data(), 2 * Fl, p + o[L_GATE_W], C, 0.0f, dnorm.data(), C);
@@ -152,7 +152,7 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
   // ---- attention ------------------------------------------------------------------------
   // d o_proj (C, Ql) += dx^T (C, N) @ attn_out (N, Ql)
   if (train_base_)
-    linalg::gemm<T>(Op::T, Op::N, C, Ql, N, 1.0f, dx, C, c.attn_out.data(), Ql, 1.0f, g + o[L_O_W], Ql);
+    linalg::gemm_acc<T>(Op::T, Op::N, C, Ql, N, 1.0f, dx, C, c.attn_out.data(), Ql, 1.0f, g + o[L_O_W], Ql);
   Buffer<T> dy(n(N, Ql), MemCategory::Workspace);
   linalg::gemm<T>(Op::N, Op::N, N, Ql, C, 1.0f, dx, C, p + o[L_O_W], Ql, 0.0f, dy.data(), Ql);
   lora_bwd(LL_O, p, g, c, N, c.attn_out.data(), Ql, dx, C, dy.data(), Ql);
@@ -172,7 +172,7 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
   // d [q;k;v] (W, C) += dqkv^T (W, N) @ norm1 (N, C). With replicated kv heads the k/v
   // parts are partial over tp; the FSDP engine sums them over tp before reducing.
   if (train_base_)
-    linalg::gemm<T>(Op::T, Op::N, W, C, N, 1.0f, dqkv.data(), W, c.norm1.data(), C, 1.0f, g + o[L_Q_W], C);
+    linalg::gemm_acc<T>(Op::T, Op::N, W, C, N, 1.0f, dqkv.data(), W, c.norm1.data(), C, 1.0f, g + o[L_Q_W], C);
   ctx.poll();
   linalg::gemm<T>(Op::N, Op::N, N, C, W, 1.0f, dqkv.data(), W, p + o[L_Q_W], C, 0.0f, dnorm.data(), C);
   lora_bwd(LL_Q, p, g, c, N, c.norm1.data(), C, dqkv.data(), W, dnorm.data(), C);
@@ -186,8 +186,8 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, T* g,
 #define MESHTRAIN_INSTANTIATE(T)                                                                           \
   template void Transformer<T>::llama_forward(const ComputeContext&, const T*, BatchShape, const T*, T*,   \
                                               BlockCache<T>&, const KvSlot*) const;                        \
-  template void Transformer<T>::llama_backward(const ComputeContext&, const T*, T*, BatchShape, const T*,  \
-                                               BlockCache<T>&, T*) const;
+  template void Transformer<T>::llama_backward(const ComputeContext&, const T*, acc_t<T>*, BatchShape,     \
+                                               const T*, BlockCache<T>&, T*) const;
 MESHTRAIN_INSTANTIATE(float)
 MESHTRAIN_INSTANTIATE(double)
 MESHTRAIN_INSTANTIATE(bf16)

@@ -23,10 +23,10 @@ void lora_forward_row(const ComputeContext& ctx, int tp_rank, const LoraShape& s
 
 template <class T>
 void lora_backward(const LoraShape& s, const T* x, int ldx, const T* A, const T* B, const T* dy, int lddy, const T* u,
-                   T* dA, T* dB, T* dx, int lddx, T* du) {
-  linalg::gemm<T>(Op::T, Op::N, s.out, s.r, s.N, s.scale, dy, lddy, u, s.r, 1.0f, dB, s.r);
+                   acc_t<T>* dA, acc_t<T>* dB, T* dx, int lddx, T* du) {
+  linalg::gemm_acc<T>(Op::T, Op::N, s.out, s.r, s.N, s.scale, dy, lddy, u, s.r, 1.0f, dB, s.r);
   linalg::gemm<T>(Op::N, Op::N, s.N, s.r, s.out, s.scale, dy, lddy, B, s.r, 0.0f, du, s.r);
-  linalg::gemm<T>(Op::T, Op::N, s.r, s.in, s.N, 1.0f, du, s.r, x, ldx, 1.0f, dA, s.in);
+  linalg::gemm_acc<T>(Op::T, Op::N, s.r, s.in, s.N, 1.0f, du, s.r, x, ldx, 1.0f, dA, s.in);
   linalg::gemm<T>(Op::N, Op::N, s.N, s.in, s.r, 1.0f, du, s.r, A, s.in, 1.0f, dx, lddx);
 }
 
@@ -34,8 +34,8 @@ void lora_backward(const LoraShape& s, const T* x, int ldx, const T* A, const T*
   template void lora_forward_column<T>(const LoraShape&, const T*, int, const T*, const T*, T*, int, T*);        \
   template void lora_forward_row<T>(const ComputeContext&, int, const LoraShape&, const T*, int, const T*,       \
                                     const T*, T*, int, T*);                                                       \
-  template void lora_backward<T>(const LoraShape&, const T*, int, const T*, const T*, const T*, int, const T*, T*, \
-                                 T*, T*, int, T*);
+  template void lora_backward<T>(const LoraShape&, const T*, int, const T*, const T*, const T*, int, const T*,    \
+                                 acc_t<T>*, acc_t<T>*, T*, int, T*);
 MESHTRAIN_INSTANTIATE(float)
 MESHTRAIN_INSTANTIATE(double)
 MESHTRAIN_INSTANTIATE(bf16)

@@ -137,7 +137,7 @@ void Transformer<T>::block_forward_cached(const ComputeContext& ctx, int i, cons
 }
 
 template <class T>
-void Transformer<T>::block_backward(const ComputeContext& ctx, int i, const T* params, T* grads, BatchShape s,
+void Transformer<T>::block_backward(const ComputeContext& ctx, int i, const T* params, acc_t<T>* grads, BatchShape s,
                                     const T* x_in, BlockCache<T>& cache, T* dx) const {
   if (!cache.filled) {
     // Activation checkpointing: recompute this block's forward (including its tp
@@ -191,7 +191,7 @@ void Transformer<T>::lora_fwd(const ComputeContext& ctx, int t, const T* p, Bloc
 }
 
 template <class T>
-void Transformer<T>::lora_bwd(int t, const T* p, T* g, BlockCache<T>& c, int N, const T* x, int ldx, const T* dy,
+void Transformer<T>::lora_bwd(int t, const T* p, acc_t<T>* g, BlockCache<T>& c, int N, const T* x, int ldx, const T* dy,
                               int lddy, T* dx, int lddx) const {
   if (!has_lora(t)) return;
   const LoraSlot& l = lora_[t];
@@ -201,7 +201,7 @@ void Transformer<T>::lora_bwd(int t, const T* p, T* g, BlockCache<T>& c, int N, 
 }
 
 template <class T>
-void Transformer<T>::embed_backward(const ComputeContext&, T* outer_grad, const std::int32_t* tokens, BatchShape s,
+void Transformer<T>::embed_backward(const ComputeContext&, acc_t<T>* outer_grad, const std::int32_t* tokens, BatchShape s,
                                     const T* dx) const {
   if (!train_base_) return;  // LoRA: the embeddings are frozen
   const int C = dims_.d_model;
@@ -289,8 +289,8 @@ void Transformer<T>::head_input_grad(const OuterParams<T>& outer, int rows, cons
 
 template <class T>
 std::int64_t Transformer<T>::head_chunk_rows(int N) const {
-  // Bound the logits scratch (rows x local vocab) to kHeadChunkElements.
-  const std::int64_t limit = std::max<std::int64_t>(1, kHeadChunkElements / std::max<std::int64_t>(1, tp_.vocab));
+  // Bound the logits scratch (rows x local vocab) to kHeadChunkElements (head_chunk_).
+  const std::int64_t limit = std::max<std::int64_t>(1, head_chunk_ / std::max<std::int64_t>(1, tp_.vocab));
   return std::min<std::int64_t>(N, limit);
 }
 
@@ -333,7 +333,7 @@ void Transformer<T>::ce_statistics(const ComputeContext& ctx, const T* logits, i
 }
 
 template <class T>
-double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const OuterParams<T>& outer, T* outer_grad, BatchShape s,
+double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const OuterParams<T>& outer, acc_t<T>* outer_grad, BatchShape s,
                                              const T* x, const std::int32_t* targets, float grad_scale,
                                              T* dx, const float* row_scale, double* loss_sum) const {
   using linalg::Op;
@@ -342,7 +342,7 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const Ou
   HeadCache<T> hc;
   final_norm(outer, s, x, hc);
   // W (Vl, C): the head's weight (tied: the embedding), read by head_logits / head_input_grad.
-  T* dW = base_grad(outer_grad, head_offset());
+  acc_t<T>* dW = base_grad(outer_grad, head_offset());
   MESHTRAIN_ASSERT(dW == nullptr || !outer.quantized(), "a quantized LM head has no weight gradient");
   Buffer<T> w_scratch = head_weight_scratch(outer);
   const std::int64_t chunk = head_chunk_rows(N);
@@ -375,8 +375,9 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const Ou
         loss += kernels::cross_entropy_finish(logits.data(), Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab,
                                               targets + r0, row_max.data(), stats.data(), grad_scale, rs);
     }
-    // dW (Vl, C) += dlogits^T (Vl, nc) @ h (nc, C);  dh (nc, C) = dlogits @ W
-    if (train_base_) linalg::gemm<T>(Op::T, Op::N, Vl, C, nc, 1.0f, logits.data(), Vl, h, C, 1.0f, dW, C);
+    // dW (Vl, C) += dlogits^T (Vl, nc) @ h (nc, C), in acc_t<T>: the chunks' partial sums add
+    // in fp32 (bf16 compute), not rounded to bf16 after each;  dh (nc, C) = dlogits @ W
+    if (train_base_) linalg::gemm_acc<T>(Op::T, Op::N, Vl, C, nc, 1.0f, logits.data(), Vl, h, C, 1.0f, dW, C);
     ctx.poll();
     head_input_grad(outer, nc, logits.data(), dnormed.data() + r0 * C, w_scratch);
     ctx.poll();

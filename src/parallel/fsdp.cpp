@@ -73,7 +73,7 @@ struct FsdpEngine<T>::StepBuffers {
   bool in_flight = false;
   bool alive = false;
   bool stale = true;        ///< no_shard: persistent copy must be refreshed from the master
-  Buffer<T> grad_micro;     ///< (trainable_padded) this micro-step's gradients in T
+  Buffer<acc_t<T>> grad_micro;  ///< (trainable_padded) this micro-step's gradients (fp32)
   Buffer<float> accum;      ///< (trainable_padded) fp32 local accumulation (shard_grad_op)
   bool grad_started = false;
 };
@@ -84,7 +84,7 @@ template <class T>
 struct FsdpEngine<T>::Reduction {
   int unit = 0;
   Work work;
-  Buffer<T> kept_micro;     ///< the micro-step's grads, sent as they are
+  Buffer<acc_t<T>> kept_micro;  ///< the micro-step's grads, sent as they are
   Buffer<float> kept_accum; ///< the fp32 local accumulation, sent as it is
   WireBuffer send;          ///< the source cast to the wire dtype
   WireBuffer recv;          ///< separate receive buffer (fp32 or bf16)
@@ -533,7 +533,7 @@ void FsdpEngine<T>::after_forward(int u) {
 }
 
 template <class T>
-T* FsdpEngine<T>::grad_buffer(int u) {
+acc_t<T>* FsdpEngine<T>::grad_buffer(int u) {
   MESHTRAIN_ASSERT(!opt_.forward_only, "grad_buffer(%d) of a forward-only engine (eval/generate)", u);
   StepBuffers& r = step_buffers_[u];
   const std::size_t padded = layouts_[u].trainable_padded();
@@ -546,14 +546,12 @@ T* FsdpEngine<T>::grad_buffer(int u) {
       r.accum.zero();
     }
     if (rc.micro_grads_buffer) {
-      r.grad_micro = Buffer<T>(padded, MemCategory::Grads);
+      r.grad_micro = Buffer<acc_t<T>>(padded, MemCategory::Grads);
       r.grad_micro.zero();
     }
   }
-  if constexpr (std::is_same_v<T, float>) {
-    // fp32 compute with local accumulation writes the fp32 accumulation directly.
-    if (!rc.micro_grads_buffer) return rc.local_accum_buffer ? r.accum.data() : state_[u].grad.data();
-  }
+  // Accumulating strategies: the backward adds into the fp32 accumulation directly.
+  if (!rc.micro_grads_buffer) return rc.local_accum_buffer ? r.accum.data() : state_[u].grad.data();
   return r.grad_micro.data();
 }
 
@@ -572,15 +570,6 @@ template <class T>
 void FsdpEngine<T>::after_backward(int u) {
   StepBuffers& r = step_buffers_[u];
   const std::size_t padded = layouts_[u].trainable_padded();
-  const ReductionRecipe& rc = reduction_.first;
-  if (rc.widen_after_backward && !r.grad_micro.empty()) {
-    // bf16 compute with local accumulation: widen this micro-step's grads into fp32.
-    float* acc = rc.local_accum_buffer ? r.accum.data() : state_[u].grad.data();
-    Buffer<float> wide(padded, MemCategory::Workspace);
-    convert(r.grad_micro.data(), wide.data(), padded);
-    kernels::add_inplace(acc, wide.data(), padded);
-    r.grad_micro.reset();
-  }
   if (traits_.shard_params && r.alive) release_gathered(u);
   // A unit without trainable elements has nothing to reduce (the frozen base under LoRA).
   if (padded > 0 && (traits_.reduce_every_micro || last_micro_)) launch_reduction(u);

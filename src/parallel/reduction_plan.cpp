@@ -16,8 +16,8 @@ std::size_t ReductionRecipe::recv_buffer_bytes(std::int64_t padded, std::int64_t
 }
 
 bool ReductionRecipe::operator==(const ReductionRecipe& o) const {
-  return compute == o.compute && micro_grads_buffer == o.micro_grads_buffer &&
-         local_accum_buffer == o.local_accum_buffer && widen_after_backward == o.widen_after_backward &&
+  return compute == o.compute && grads == o.grads && micro_grads_buffer == o.micro_grads_buffer &&
+         local_accum_buffer == o.local_accum_buffer &&
          collective == o.collective && source == o.source && source_dtype == o.source_dtype &&
          cast_before_send == o.cast_before_send && wire == o.wire && recv == o.recv && epilogue == o.epilogue;
 }
@@ -27,13 +27,14 @@ ReductionRecipe reduction_recipe(const StrategyTraits& traits, DType compute, DT
     throw std::logic_error("reduction_recipe: compute and reduce dtypes are F32 or BF16");
   ReductionRecipe r;
   r.compute = compute;
+  // Gradients are acc_t<T>: fp32 whatever the compute dtype (bf16 A/B, fp32 C GEMMs), so
+  // nothing below depends on `compute`.
+  r.grads = DType::F32;
   r.wire = reduce;
   // Gradients are accumulated locally (in fp32) over the micro-steps unless the strategy
-  // reduces every micro-step; fp32 compute then writes the accumulation directly, bf16
-  // compute writes a micro-step buffer that is widened into it after each backward.
+  // reduces every micro-step; the backward then adds into the accumulation directly.
   const bool accumulate = !traits.reduce_every_micro;
-  r.micro_grads_buffer = !(accumulate && compute == DType::F32);
-  r.widen_after_backward = accumulate && compute != DType::F32;
+  r.micro_grads_buffer = !accumulate;
   r.local_accum_buffer = accumulate && traits.shard_params;
 
   if (traits.shard_params) {
@@ -41,7 +42,7 @@ ReductionRecipe reduction_recipe(const StrategyTraits& traits, DType compute, DT
     // (full/hybrid) or the fp32 local accumulation (shard_grad_op, last micro-step).
     r.collective = ReduceCollective::ReduceScatterShard;
     r.source = traits.reduce_every_micro ? ReduceSource::MicroGrads : ReduceSource::LocalAccum;
-    r.source_dtype = traits.reduce_every_micro ? compute : DType::F32;
+    r.source_dtype = traits.reduce_every_micro ? r.grads : DType::F32;
     r.cast_before_send = r.source_dtype != reduce;
     // The first reduction into the gradient state of a step overwrites it, later ones add.
     const bool first = !traits.reduce_every_micro || first_micro;

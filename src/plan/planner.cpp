@@ -162,10 +162,10 @@ void transient_memory(const PlanInput& in, parallel::Strategy s, const std::vect
   const double accum_b = static_cast<double>(rc.local_accum_elem_bytes());
   // The fp32 local accumulation of every unit lives across micro-steps (no communication
   // until the last); with one micro-step each unit's is reduced right after its backward.
+  // The micro-step buffers (fp32 gradients, strategies reducing every micro-step) are sent
+  // or cast per micro-step; the accumulating strategies have none (micro_b = 0).
   m.grad_buffers = accum_b * (grad_accum > 1 ? u.all_trainable : in_flight);
-  if (!rc.widen_after_backward) m.grad_buffers += micro_b * in_flight;  // sent (or cast) per micro-step
-  else if (rc.local_accum_buffer) m.grad_buffers += micro_b * u.max_block_trainable;  // widened after each backward
-  else m.grad_buffers += micro_b * std::max(u.outer_trainable, u.max_block_trainable);
+  m.grad_buffers += micro_b * in_flight;
   // Communication buffers: the staging copies of the recipes (ReductionRecipe::
   // comm_buffer_bytes) of the reductions the engine holds at once - the one just started
   // and the one before it (FsdpEngine::launch_reduction completes older ones) - over the

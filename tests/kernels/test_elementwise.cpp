@@ -311,7 +311,7 @@ TEST(KernelsElementwise, Bf16MatchesFloat) {
     auto yb = upload<T>(x);
     k::add_bias(yb.data(), db.data(), rows, cols, ld);
     outs.push_back(download(yb));
-    auto dbias = upload<T>(std::vector<double>(cols, 0.0));
+    auto dbias = upload<acc_t<T>>(std::vector<double>(cols, 0.0));  // a parameter gradient: fp32 for bf16
     k::bias_backward(ddy.data(), dbias.data(), rows, cols, ld);
     outs.push_back(download(dbias));
     return outs;

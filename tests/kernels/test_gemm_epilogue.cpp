@@ -167,14 +167,17 @@ void check_forward(const Shape& s, Epilogue ep) {
 }
 
 // ---- DGeluBiasGrad and BiasGradB ----------------------------------------------------------
-template <class T>
+/// TC: C's type, T or (BiasGradB, a weight gradient) acc_t<T>. Bias gradients are acc_t<T>.
+template <class T, class TC = T>
 void check_backward(const Shape& s, Epilogue ep, bool with_bias_grad) {
+  constexpr bool wide_c = !std::is_same_v<TC, T>;
   SCOPED_TRACE(name(s) + (ep == Epilogue::DGeluBiasGrad ? " DGeluBiasGrad" : " BiasGradB") +
-               (with_bias_grad ? "" : " (no bias gradient)"));
+               (with_bias_grad ? "" : " (no bias gradient)") + (wide_c ? " (fp32 C)" : ""));
   const Inputs in(s, 200 + s.n);
   const float beta = ep == Epilogue::BiasGradB ? 1.0f : 0.0f;  // a weight gradient accumulates
-  auto da = upload<T>(in.a), db = upload<T>(in.b), dc = upload<T>(in.c0), dpre = upload<T>(in.pre);
-  auto dbg = upload<T>(in.bias_grad0);
+  auto da = upload<T>(in.a), db = upload<T>(in.b), dpre = upload<T>(in.pre);
+  auto dc = upload<TC>(in.c0);
+  auto dbg = upload<acc_t<T>>(in.bias_grad0);
   EpilogueOperands<T> x;
   x.pre = dpre.data();
   x.ld_pre = s.ldc();
@@ -207,23 +210,30 @@ void check_backward(const Shape& s, Epilogue ep, bool with_bias_grad) {
         scale_bg[j] += std::fabs(at(in.b, s.ldb(), q, j));
       }
   const bool gelu = ep == Epilogue::DGeluBiasGrad;
-  expect_within("C vs double", block(dc, s.m, s.n, s.ldc()), ref_c, scale, tol_of<T>(impl, gelu));
+  // An fp32 C (bf16 operands) is as accurate as an fp32 GEMM's: a C rounded to bf16 fails.
+  expect_within("C vs double", block(dc, s.m, s.n, s.ldc()), ref_c, scale, tol_of<TC>(impl, gelu));
   if (with_bias_grad) expect_within("bias gradient vs double", download(dbg), ref_bg, scale_bg, tol_of<T>(impl, gelu));
   else EXPECT_TRUE(bitwise_equal(download(dbg), in.bias_grad0)) << "no bias gradient asked: untouched";
 
   // GemmThenPass: bit for bit the GEMM, gelu_backward and bias_backward.
-  auto uc = upload<T>(in.c0), ubg = upload<T>(in.bias_grad0);
-  linalg::gemm<T>(s.oa, s.ob, s.m, s.n, s.k, 1.0f, da.data(), s.lda(), db.data(), s.ldb(), beta, uc.data(), s.ldc());
-  if (ep == Epilogue::DGeluBiasGrad) {
-    for (int i = 0; i < s.m; ++i) {
-      T* row = uc.data() + static_cast<std::size_t>(i) * s.ldc();
-      kernels::gelu_backward(dpre.data() + static_cast<std::size_t>(i) * s.ldc(), row, row, s.n);
-    }
-    kernels::bias_backward(uc.data(), with_bias_grad ? ubg.data() : nullptr, s.m, s.n, s.ldc());
+  auto uc = upload<TC>(in.c0);
+  auto ubg = upload<acc_t<T>>(in.bias_grad0);
+  if constexpr (wide_c) {
+    linalg::gemm_acc<T>(s.oa, s.ob, s.m, s.n, s.k, 1.0f, da.data(), s.lda(), db.data(), s.ldb(), beta, uc.data(),
+                        s.ldc());
   } else {
-    kernels::bias_backward(db.data(), with_bias_grad ? ubg.data() : nullptr, s.k, s.n, s.ldb());
+    linalg::gemm<T>(s.oa, s.ob, s.m, s.n, s.k, 1.0f, da.data(), s.lda(), db.data(), s.ldb(), beta, uc.data(), s.ldc());
+    if (ep == Epilogue::DGeluBiasGrad) {
+      for (int i = 0; i < s.m; ++i) {
+        T* row = uc.data() + static_cast<std::size_t>(i) * s.ldc();
+        kernels::gelu_backward(dpre.data() + static_cast<std::size_t>(i) * s.ldc(), row, row, s.n);
+      }
+      kernels::bias_backward(uc.data(), with_bias_grad ? ubg.data() : nullptr, s.m, s.n, s.ldc());
+    }
   }
-  auto fc = upload<T>(in.c0), fbg = upload<T>(in.bias_grad0);
+  if (ep == Epilogue::BiasGradB) kernels::bias_backward(db.data(), with_bias_grad ? ubg.data() : nullptr, s.k, s.n, s.ldb());
+  auto fc = upload<TC>(in.c0);
+  auto fbg = upload<acc_t<T>>(in.bias_grad0);
   x.bias_grad = with_bias_grad ? fbg.data() : nullptr;
   linalg::gemm_epilogue<T>(ep, s.oa, s.ob, s.m, s.n, s.k, 1.0f, da.data(), s.lda(), db.data(), s.ldb(), beta, fc.data(),
                            s.ldc(), x, EpiloguePath::GemmThenPass);
@@ -234,7 +244,8 @@ void check_backward(const Shape& s, Epilogue ep, bool with_bias_grad) {
     EXPECT_TRUE(bitwise_equal(to_host(dbg), to_host(fbg)));
   }
   // Run to run: the same bits.
-  auto rc = upload<T>(in.c0), rbg = upload<T>(in.bias_grad0);
+  auto rc = upload<TC>(in.c0);
+  auto rbg = upload<acc_t<T>>(in.bias_grad0);
   x.bias_grad = with_bias_grad ? rbg.data() : nullptr;
   linalg::gemm_epilogue<T>(ep, s.oa, s.ob, s.m, s.n, s.k, 1.0f, da.data(), s.lda(), db.data(), s.ldb(), beta, rc.data(),
                            s.ldc(), x);
@@ -250,6 +261,9 @@ void check_all() {
     check_backward<T>(s, Epilogue::DGeluBiasGrad, true);
     check_backward<T>(s, Epilogue::DGeluBiasGrad, false);
     if (s.ob == Op::N) check_backward<T>(s, Epilogue::BiasGradB, true);
+    // A weight gradient in fp32 from bf16 operands (the model's dW with its bias gradient).
+    if constexpr (std::is_same_v<T, bf16>)
+      if (s.ob == Op::N) check_backward<T, float>(s, Epilogue::BiasGradB, true);
   }
 }
 
@@ -308,8 +322,9 @@ struct Mlp {
     EpilogueOperands<T> f2;
     f2.bias = B2.data();
     linalg::gemm_epilogue<T>(Epilogue::Bias, Op::N, Op::N, M, K, F, 1.0f, act.data(), F, W2.data(), K, 0.0f, y.data(), K, f2);
-    auto dW1 = upload<T>(std::vector<double>(w1.size())), dB1 = upload<T>(std::vector<double>(F));
-    auto dW2 = upload<T>(std::vector<double>(w2.size())), dB2 = upload<T>(std::vector<double>(K));
+    // Parameter gradients in acc_t<T>, as the model keeps them (fp32 for bf16).
+    auto dW1 = upload<acc_t<T>>(std::vector<double>(w1.size())), dB1 = upload<acc_t<T>>(std::vector<double>(F));
+    auto dW2 = upload<acc_t<T>>(std::vector<double>(w2.size())), dB2 = upload<acc_t<T>>(std::vector<double>(K));
     Buffer<T> dpre(pre.size(), MemCategory::Workspace), dX(x.size(), MemCategory::Workspace);
     EpilogueOperands<T> g2;
     g2.bias_grad = dB2.data();
@@ -320,7 +335,7 @@ struct Mlp {
     g1.bias_grad = dB1.data();
     linalg::gemm_epilogue<T>(Epilogue::DGeluBiasGrad, Op::N, Op::T, M, F, K, 1.0f, R.data(), K, W2.data(), K, 0.0f,
                              dpre.data(), F, g1);
-    linalg::gemm<T>(Op::T, Op::N, K, F, M, 1.0f, X.data(), K, dpre.data(), F, 1.0f, dW1.data(), F);
+    linalg::gemm_acc<T>(Op::T, Op::N, K, F, M, 1.0f, X.data(), K, dpre.data(), F, 1.0f, dW1.data(), F);
     linalg::gemm<T>(Op::N, Op::T, M, K, F, 1.0f, dpre.data(), F, W1.data(), F, 0.0f, dX.data(), K);
     return {download(dX), download(dW1), download(dB1), download(dW2), download(dB2)};
   }

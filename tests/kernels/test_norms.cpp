@@ -151,7 +151,8 @@ TEST(KernelsNorms, Bf16MatchesFloat) {
     k::layernorm_forward(dx.data(), dw.data(), db.data(), kEps, N, C, y.data(), m.data(), r.data());
     outs.push_back(download(y));
     auto gx = upload<T>(std::vector<double>(x.size(), 0.0));
-    auto gw = upload<T>(std::vector<double>(C, 0.0)), gb = upload<T>(std::vector<double>(C, 0.0));
+    // Parameter gradients are acc_t<T>: fp32 for bf16.
+    auto gw = upload<acc_t<T>>(std::vector<double>(C, 0.0)), gb = upload<acc_t<T>>(std::vector<double>(C, 0.0));
     k::layernorm_backward(ddy.data(), dx.data(), dw.data(), m.data(), r.data(), N, C, gx.data(), gw.data(),
                           gb.data());
     outs.push_back(download(gx));
@@ -160,7 +161,7 @@ TEST(KernelsNorms, Bf16MatchesFloat) {
     k::rmsnorm_forward(dx.data(), dw.data(), kEps, N, C, y.data(), r.data());
     outs.push_back(download(y));
     auto hx = upload<T>(std::vector<double>(x.size(), 0.0));
-    auto hw = upload<T>(std::vector<double>(C, 0.0));
+    auto hw = upload<acc_t<T>>(std::vector<double>(C, 0.0));
     k::rmsnorm_backward(ddy.data(), dx.data(), dw.data(), r.data(), N, C, hx.data(), hw.data());
     outs.push_back(download(hx));
     outs.push_back(download(hw));

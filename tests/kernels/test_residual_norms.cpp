@@ -89,7 +89,7 @@ Out run_fused(const Operands& o, bool layernorm, bool with_bias, bool params, do
   for (double v : to_double(to_host(rstd))) r.stats.push_back(v);
   auto dy = upload<T>(o.wy), dx = upload<T>(o.wh);
   const std::vector<double> init_c(kC, init);
-  auto dw = upload<T>(init_c), db = upload<T>(init_c), dbias = upload<T>(init_c);
+  auto dw = upload<A>(init_c), db = upload<A>(init_c), dbias = upload<A>(init_c);  // parameter gradients: acc_t<T>
   if (layernorm)
     k::residual_layernorm_backward(dy.data(), h.data(), w.data(), mean.data(), rstd.data(), kN, kC, dx.data(),
                                    params ? dw.data() : nullptr, params ? db.data() : nullptr,
@@ -123,7 +123,7 @@ Out run_unfused(const Operands& o, bool layernorm, bool with_bias) {
   for (double v : to_double(to_host(rstd))) r.stats.push_back(v);
   auto dy = upload<T>(o.wy), dx = upload<T>(o.wh);
   const std::vector<double> zero(kC, 0.0);
-  auto dw = upload<T>(zero), db = upload<T>(zero), dbias = upload<T>(zero);
+  auto dw = upload<A>(zero), db = upload<A>(zero), dbias = upload<A>(zero);
   if (layernorm) {
     k::layernorm_backward(dy.data(), h.data(), w.data(), mean.data(), rstd.data(), kN, kC, dx.data(), dw.data(),
                           db.data());

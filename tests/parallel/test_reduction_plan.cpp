@@ -2,6 +2,13 @@
 // engine's launch_reduction did as a branch tree before the recipes existed, written out by
 // hand for every strategy x compute dtype x reduce dtype x first-or-later micro-step, and
 // the buffer sizes each recipe asks for.
+//
+// Issue 33 (fp32 gradient accumulation) changed the bf16-compute rows on purpose: the
+// backward writes its gradients in fp32 for bf16 compute too (model::Transformer, acc_t<T>),
+// so every bf16 row now equals the fp32 row above it. Before, bf16 compute wrote a bf16
+// micro-step buffer (2 bytes an element), which shard_grad_op and no_shard widened into the
+// fp32 accumulation after each backward and full/hybrid sent as bf16 or cast to an fp32
+// wire; each weight gradient was rounded to bf16 at every GEMM that added into it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -26,7 +33,7 @@ struct Row {
   DType compute, reduce;
   bool first;
   // expected
-  bool micro_buffer, accum_buffer, widen;
+  bool micro_buffer, accum_buffer;
   ReduceCollective collective;
   ReduceSource source;
   DType source_dtype;
@@ -37,46 +44,48 @@ struct Row {
 
 // clang-format off
 const Row kTable[] = {
-  // strategy              T  R  first  micro  accum  widen  coll src    srcT cast   recv     epilogue
-  // full_shard / hybrid_shard: reduce-scatter this micro-step's T grads every micro-step;
+  // strategy              T  R  first  micro  accum  coll src    srcT cast   recv     epilogue
+  // full_shard / hybrid_shard: reduce-scatter this micro-step's fp32 grads every micro-step;
   // the first lands in the grad state, later ones in a buffer that is added.
-  {Strategy::FullShard,    F, F, true,  true,  false, false, RS, Micro, F,   false, InState, None},
-  {Strategy::FullShard,    F, F, false, true,  false, false, RS, Micro, F,   false, F32Buf,  AddF32},
-  {Strategy::FullShard,    F, B, true,  true,  false, false, RS, Micro, F,   true,  Bf16Buf, CopyB},
-  {Strategy::FullShard,    F, B, false, true,  false, false, RS, Micro, F,   true,  Bf16Buf, AddB},
-  {Strategy::FullShard,    B, F, true,  true,  false, false, RS, Micro, B,   true,  InState, None},
-  {Strategy::FullShard,    B, F, false, true,  false, false, RS, Micro, B,   true,  F32Buf,  AddF32},
-  {Strategy::FullShard,    B, B, true,  true,  false, false, RS, Micro, B,   false, Bf16Buf, CopyB},
-  {Strategy::FullShard,    B, B, false, true,  false, false, RS, Micro, B,   false, Bf16Buf, AddB},
-  {Strategy::HybridShard,  F, F, true,  true,  false, false, RS, Micro, F,   false, InState, None},
-  {Strategy::HybridShard,  F, F, false, true,  false, false, RS, Micro, F,   false, F32Buf,  AddF32},
-  {Strategy::HybridShard,  F, B, true,  true,  false, false, RS, Micro, F,   true,  Bf16Buf, CopyB},
-  {Strategy::HybridShard,  F, B, false, true,  false, false, RS, Micro, F,   true,  Bf16Buf, AddB},
-  {Strategy::HybridShard,  B, F, true,  true,  false, false, RS, Micro, B,   true,  InState, None},
-  {Strategy::HybridShard,  B, F, false, true,  false, false, RS, Micro, B,   true,  F32Buf,  AddF32},
-  {Strategy::HybridShard,  B, B, true,  true,  false, false, RS, Micro, B,   false, Bf16Buf, CopyB},
-  {Strategy::HybridShard,  B, B, false, true,  false, false, RS, Micro, B,   false, Bf16Buf, AddB},
-  // shard_grad_op: accumulate in an unsharded fp32 buffer (fp32 compute writes it directly,
-  // bf16 compute widens its micro-step buffer into it), reduce-scatter it once at the last
-  // micro-step, which is always the step's first reduction.
-  {Strategy::ShardGradOp,  F, F, true,  false, true,  false, RS, Accum, F,   false, InState, None},
-  {Strategy::ShardGradOp,  F, F, false, false, true,  false, RS, Accum, F,   false, InState, None},
-  {Strategy::ShardGradOp,  F, B, true,  false, true,  false, RS, Accum, F,   true,  Bf16Buf, CopyB},
-  {Strategy::ShardGradOp,  F, B, false, false, true,  false, RS, Accum, F,   true,  Bf16Buf, CopyB},
-  {Strategy::ShardGradOp,  B, F, true,  true,  true,  true,  RS, Accum, F,   false, InState, None},
-  {Strategy::ShardGradOp,  B, F, false, true,  true,  true,  RS, Accum, F,   false, InState, None},
-  {Strategy::ShardGradOp,  B, B, true,  true,  true,  true,  RS, Accum, F,   true,  Bf16Buf, CopyB},
-  {Strategy::ShardGradOp,  B, B, false, true,  true,  true,  RS, Accum, F,   true,  Bf16Buf, CopyB},
-  // no_shard: accumulate in the fp32 grad state, all-reduce it over dp once: in place, or
-  // through a bf16 copy reduced in place and copied back.
-  {Strategy::NoShard,      F, F, true,  false, false, false, AR, State, F,   false, InState, None},
-  {Strategy::NoShard,      F, F, false, false, false, false, AR, State, F,   false, InState, None},
-  {Strategy::NoShard,      F, B, true,  false, false, false, AR, State, F,   true,  InSend,  CopyB},
-  {Strategy::NoShard,      F, B, false, false, false, false, AR, State, F,   true,  InSend,  CopyB},
-  {Strategy::NoShard,      B, F, true,  true,  false, true,  AR, State, F,   false, InState, None},
-  {Strategy::NoShard,      B, F, false, true,  false, true,  AR, State, F,   false, InState, None},
-  {Strategy::NoShard,      B, B, true,  true,  false, true,  AR, State, F,   true,  InSend,  CopyB},
-  {Strategy::NoShard,      B, B, false, true,  false, true,  AR, State, F,   true,  InSend,  CopyB},
+  {Strategy::FullShard,    F, F, true,  true,  false, RS, Micro, F,   false, InState, None},
+  {Strategy::FullShard,    F, F, false, true,  false, RS, Micro, F,   false, F32Buf,  AddF32},
+  {Strategy::FullShard,    F, B, true,  true,  false, RS, Micro, F,   true,  Bf16Buf, CopyB},
+  {Strategy::FullShard,    F, B, false, true,  false, RS, Micro, F,   true,  Bf16Buf, AddB},
+  // (before issue 33: source bf16, cast to the fp32 wire)
+  {Strategy::FullShard,    B, F, true,  true,  false, RS, Micro, F,   false, InState, None},
+  {Strategy::FullShard,    B, F, false, true,  false, RS, Micro, F,   false, F32Buf,  AddF32},
+  // (before: source bf16, sent as it was)
+  {Strategy::FullShard,    B, B, true,  true,  false, RS, Micro, F,   true,  Bf16Buf, CopyB},
+  {Strategy::FullShard,    B, B, false, true,  false, RS, Micro, F,   true,  Bf16Buf, AddB},
+  {Strategy::HybridShard,  F, F, true,  true,  false, RS, Micro, F,   false, InState, None},
+  {Strategy::HybridShard,  F, F, false, true,  false, RS, Micro, F,   false, F32Buf,  AddF32},
+  {Strategy::HybridShard,  F, B, true,  true,  false, RS, Micro, F,   true,  Bf16Buf, CopyB},
+  {Strategy::HybridShard,  F, B, false, true,  false, RS, Micro, F,   true,  Bf16Buf, AddB},
+  {Strategy::HybridShard,  B, F, true,  true,  false, RS, Micro, F,   false, InState, None},
+  {Strategy::HybridShard,  B, F, false, true,  false, RS, Micro, F,   false, F32Buf,  AddF32},
+  {Strategy::HybridShard,  B, B, true,  true,  false, RS, Micro, F,   true,  Bf16Buf, CopyB},
+  {Strategy::HybridShard,  B, B, false, true,  false, RS, Micro, F,   true,  Bf16Buf, AddB},
+  // shard_grad_op: the backward adds into an unsharded fp32 buffer (whatever the compute
+  // dtype; before, bf16 compute wrote a bf16 micro buffer widened into it), reduce-scattered
+  // once at the last micro-step, which is always the step's first reduction.
+  {Strategy::ShardGradOp,  F, F, true,  false, true,  RS, Accum, F,   false, InState, None},
+  {Strategy::ShardGradOp,  F, F, false, false, true,  RS, Accum, F,   false, InState, None},
+  {Strategy::ShardGradOp,  F, B, true,  false, true,  RS, Accum, F,   true,  Bf16Buf, CopyB},
+  {Strategy::ShardGradOp,  F, B, false, false, true,  RS, Accum, F,   true,  Bf16Buf, CopyB},
+  {Strategy::ShardGradOp,  B, F, true,  false, true,  RS, Accum, F,   false, InState, None},
+  {Strategy::ShardGradOp,  B, F, false, false, true,  RS, Accum, F,   false, InState, None},
+  {Strategy::ShardGradOp,  B, B, true,  false, true,  RS, Accum, F,   true,  Bf16Buf, CopyB},
+  {Strategy::ShardGradOp,  B, B, false, false, true,  RS, Accum, F,   true,  Bf16Buf, CopyB},
+  // no_shard: the backward adds into the fp32 grad state, all-reduced over dp once: in
+  // place, or through a bf16 copy reduced in place and copied back.
+  {Strategy::NoShard,      F, F, true,  false, false, AR, State, F,   false, InState, None},
+  {Strategy::NoShard,      F, F, false, false, false, AR, State, F,   false, InState, None},
+  {Strategy::NoShard,      F, B, true,  false, false, AR, State, F,   true,  InSend,  CopyB},
+  {Strategy::NoShard,      F, B, false, false, false, AR, State, F,   true,  InSend,  CopyB},
+  {Strategy::NoShard,      B, F, true,  false, false, AR, State, F,   false, InState, None},
+  {Strategy::NoShard,      B, F, false, false, false, AR, State, F,   false, InState, None},
+  {Strategy::NoShard,      B, B, true,  false, false, AR, State, F,   true,  InSend,  CopyB},
+  {Strategy::NoShard,      B, B, false, false, false, AR, State, F,   true,  InSend,  CopyB},
 };
 // clang-format on
 
@@ -87,15 +96,15 @@ std::string label(const Row& r) {
 
 }  // namespace
 
-TEST(ReductionPlan, EveryCombinationGivesTheRecipeOfTheOldBranchTree) {
+TEST(ReductionPlan, EveryCombinationGivesItsRecipe) {
   ASSERT_EQ(sizeof(kTable) / sizeof(kTable[0]), 4u * 2 * 2 * 2);
   for (const Row& row : kTable) {
     const ReductionRecipe r = reduction_recipe(traits(row.strategy), row.compute, row.reduce, row.first);
     const std::string what = label(row);
     EXPECT_EQ(r.compute, row.compute) << what;
+    EXPECT_EQ(r.grads, DType::F32) << what << ": gradients are fp32 for every compute dtype";
     EXPECT_EQ(r.micro_grads_buffer, row.micro_buffer) << what;
     EXPECT_EQ(r.local_accum_buffer, row.accum_buffer) << what;
-    EXPECT_EQ(r.widen_after_backward, row.widen) << what;
     EXPECT_STREQ(collective_name(r.collective), collective_name(row.collective)) << what;
     EXPECT_STREQ(source_name(r.source), source_name(row.source)) << what;
     EXPECT_EQ(r.source_dtype, row.source_dtype) << what;
@@ -105,6 +114,10 @@ TEST(ReductionPlan, EveryCombinationGivesTheRecipeOfTheOldBranchTree) {
     EXPECT_STREQ(epilogue_name(r.epilogue), epilogue_name(row.epilogue)) << what;
     // The plan's variants are these recipes.
     EXPECT_EQ(reduction_plan(traits(row.strategy), row.compute, row.reduce).at(row.first), r) << what;
+    // The compute dtype changes nothing but the field that records it.
+    ReductionRecipe other = reduction_recipe(traits(row.strategy), row.compute == F ? B : F, row.reduce, row.first);
+    other.compute = r.compute;
+    EXPECT_EQ(other, r) << what;
   }
 }
 
@@ -126,14 +139,18 @@ TEST(ReductionPlan, BufferSizesFollowTheRecipe) {
       {Strategy::FullShard, F, F, false, 0, 4 * shard, 4, 0, true},
       // bf16 wire from fp32 grads: a bf16 copy of the unit, a bf16 shard received.
       {Strategy::FullShard, F, B, true, 2 * padded, 2 * shard, 4, 0, false},
-      // bf16 compute, fp32 wire: an fp32 copy of the unit.
-      {Strategy::FullShard, B, F, false, 4 * padded, 4 * shard, 2, 0, false},
-      {Strategy::HybridShard, B, B, true, 0, 2 * shard, 2, 0, true},
+      // bf16 compute, fp32 wire: the fp32 micro-step grads are sent as they are (before
+      // issue 33: a bf16 micro buffer cast into an fp32 copy of the unit, 4 * padded).
+      {Strategy::FullShard, B, F, false, 0, 4 * shard, 4, 0, true},
+      // bf16 compute and wire: the fp32 micro-step grads cast to bf16 (before: a bf16 micro
+      // buffer, 2 bytes an element, sent as it was and kept in flight).
+      {Strategy::HybridShard, B, B, true, 2 * padded, 2 * shard, 4, 0, false},
       {Strategy::ShardGradOp, F, F, false, 0, 0, 0, 4, false},
-      {Strategy::ShardGradOp, B, B, true, 2 * padded, 2 * shard, 2, 4, false},
+      // The backward adds into the fp32 accumulation (before: a bf16 micro buffer too).
+      {Strategy::ShardGradOp, B, B, true, 2 * padded, 2 * shard, 0, 4, false},
       // no_shard: the whole unit is the result; a bf16 wire reduces a bf16 copy in place.
       {Strategy::NoShard, F, F, true, 0, 0, 0, 0, false},
-      {Strategy::NoShard, B, B, true, 2 * padded, 0, 2, 0, false},
+      {Strategy::NoShard, B, B, true, 2 * padded, 0, 0, 0, false},
   };
   for (const Case& c : cases) {
     const ReductionRecipe r = recipe(c.s, c.t, c.r, c.first);

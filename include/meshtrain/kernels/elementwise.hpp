@@ -18,6 +18,10 @@ void cast(const In* in, Out* out, std::size_t n);
 template <class T>
 void add_inplace(T* y, const T* x, std::size_t n);
 
+/// y[i] += x[i] in the accumulation type (a bf16 partial added into an fp32 gradient).
+template <class T>
+void add_widened(acc_t<T>* y, const T* x, std::size_t n);
+
 /// x[i] *= s
 template <class T>
 void scale_inplace(T* x, std::size_t n, double s);
@@ -41,8 +45,9 @@ template <class T>
 void add_bias(T* y, const T* bias, int rows, int cols, int ld);
 
 /// dbias (cols) += sum over rows of dy (rows, cols; ld). Deterministic (no atomics); nullptr: skipped.
+/// Parameter gradients are acc_t<T> (fp32 for bf16 compute: they accumulate unrounded).
 template <class T>
-void bias_backward(const T* dy, T* dbias, int rows, int cols, int ld);
+void bias_backward(const T* dy, acc_t<T>* dbias, int rows, int cols, int ld);
 
 /// GELU, tanh approximation (GPT-2 "gelu_new"): y = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
 /// x, y: (n). In place allowed (y == x).
@@ -60,9 +65,9 @@ void bias_gelu_forward(T* pre, int ld_pre, const T* bias, T* act, int ld_act, in
 /// gelu_backward then bias_backward in one pass (the dGELU + bias-gradient epilogue's
 /// portable form): d (rows, cols; ld_d) = d * gelu'(pre (rows, cols; ld_pre)) in place, and
 /// dbias (cols) += the column sums of the new d, in row order (deterministic, bit for bit the
-/// two kernels). dbias nullptr: the GELU backward alone.
+/// two kernels). dbias (acc_t<T>) nullptr: the GELU backward alone.
 template <class T>
-void gelu_backward_bias_grad(const T* pre, int ld_pre, T* d, int ld_d, T* dbias, int rows, int cols);
+void gelu_backward_bias_grad(const T* pre, int ld_pre, T* d, int ld_d, acc_t<T>* dbias, int rows, int cols);
 
 /// SwiGLU: out (rows, cols; ld_out) = silu(gate) * up, where gate and up are (rows, cols)
 /// with row stride ld_in (they are usually the two halves of one GEMM output).

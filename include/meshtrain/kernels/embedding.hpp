@@ -15,14 +15,15 @@ void embedding_forward(const std::int32_t* tokens, int n_tokens, const T* wte,
                        std::int64_t vocab_start, std::int64_t vocab_local, int C, T* out);
 
 /// dwte (vocab_local, C) += scatter of dout (n_tokens, C) by token (only tokens in the slice).
-/// Deterministic: each output element is summed in token order (no atomics).
+/// Deterministic: each output element is summed in token order (no atomics). The gradient is
+/// acc_t<T> (fp32 for bf16 compute): every token's row is added unrounded.
 /// `index`: null, or the device copy of token_grad_index() of these tokens (GPUs use it:
 /// without it they read the tokens back to the host and sort them there, a round trip the
 /// training step avoids by sorting where the tokens come from, train/step_batch.hpp). Host
 /// builds ignore it (their form sums each column block over the tokens in order).
 template <class T>
 void embedding_backward(const std::int32_t* tokens, int n_tokens, const T* dout,
-                        std::int64_t vocab_start, std::int64_t vocab_local, int C, T* dwte,
+                        std::int64_t vocab_start, std::int64_t vocab_local, int C, acc_t<T>* dwte,
                         const std::int32_t* index = nullptr);
 
 /// int32 elements of a token gradient index for n_tokens tokens (any tokens: a fixed size,
@@ -46,7 +47,7 @@ void token_grad_index(const std::int32_t* tokens_host, int n_tokens, std::int64_
 /// Runs on any execution space (the CPU suite checks it against the host form).
 template <class T>
 void embedding_backward_indexed(const std::int32_t* index, int n_tokens, const T* dout, std::int64_t vocab_local,
-                                int C, T* dwte);
+                                int C, acc_t<T>* dwte);
 
 /// x (B, T, C) += wpe[t] (position t of each sequence); wpe: (max_seq_len, C). With
 /// doc_start ((B*T) device ints, packed rows) the position of token (b, t) is
@@ -54,10 +55,10 @@ void embedding_backward_indexed(const std::int32_t* index, int n_tokens, const T
 template <class T>
 void add_position_embedding(T* x, const T* wpe, int B, int T_seq, int C, const std::int32_t* doc_start = nullptr);
 
-/// dwpe (max_seq_len, C) += sum over b of dx[b, t, :] for t < T_seq (with doc_start: every
-/// token's row added at its own position, in token order). Deterministic.
+/// dwpe (max_seq_len, C; acc_t<T>) += sum over b of dx[b, t, :] for t < T_seq (with doc_start:
+/// every token's row added at its own position, in token order). Deterministic.
 template <class T>
-void position_embedding_backward(const T* dx, T* dwpe, int B, int T_seq, int C,
+void position_embedding_backward(const T* dx, acc_t<T>* dwpe, int B, int T_seq, int C,
                                  const std::int32_t* doc_start = nullptr);
 
 }  // namespace meshtrain::kernels

@@ -35,17 +35,18 @@ void residual_layernorm_forward(T* h, const T* residual, const T* bias, const T*
 
 /// dx (N, C) += dL/dh through the LayerNorm (ACCUMULATES); dw, db (C) += the LayerNorm's
 /// parameter gradients; dbias (C) += column sums of the resulting dx. Each null: skipped.
+/// The parameter gradients are acc_t<T> (fp32 for bf16 compute).
 template <class T>
 void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd,
-                                 int N, int C, T* dx, T* dw, T* db, T* dbias);
+                                 int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db, acc_t<T>* dbias);
 
 /// h (N, C) <- h + residual; y (N, C) = h * rstd * w; rstd (N) saved.
 template <class T>
 void residual_rmsnorm_forward(T* h, const T* residual, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd);
 
-/// dx (N, C) += dL/dh through the RMSNorm (ACCUMULATES); dw (C) += (null: skipped).
+/// dx (N, C) += dL/dh through the RMSNorm (ACCUMULATES); dw (C, acc_t<T>) += (null: skipped).
 template <class T>
 void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
-                               T* dw);
+                               acc_t<T>* dw);
 
 }  // namespace meshtrain::kernels

@@ -13,16 +13,18 @@
 /// input matrix A; its size is the number of rows of D; the reduction is over k"), with
 /// A_lt = our B untransposed: not BGRADB, which would sum our A.
 ///
-/// Types: fp32 or bf16 A, B, C and D, CUBLAS_COMPUTE_32F, fp32 alpha/beta. The bias, the
-/// bias gradient and the GELU aux matrix are in the output's type (cuBLASLt's default for
-/// every non-fp8 GEMM: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE and the aux type stay unset),
-/// which is how the model stores its biases. Alignment: cuBLASLt's heuristic assumes 256-byte
+/// Types: fp32 or bf16 A and B, C and D of the same type or fp32 C and D with bf16 A and B
+/// (a weight gradient accumulated in fp32: cuBLASLt's 16BF x 16BF -> 32F combination),
+/// CUBLAS_COMPUTE_32F, fp32 alpha/beta. The bias, the bias gradient and the GELU aux matrix
+/// are in the output's type (cuBLASLt's default for every non-fp8 GEMM:
+/// CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE and the aux type stay unset), which is how the model
+/// stores its biases and, for an fp32 output, how it accumulates their gradients. Alignment: cuBLASLt's heuristic assumes 256-byte
 /// aligned matrices unless told otherwise, so each plan states the actual alignment of A, B,
 /// C and D (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES); the bias and aux pointers must be
 /// 16-byte aligned and the aux leading dimension a multiple of 8 (else: refused, fallback).
 ///
 /// Plans (matmul descriptor, layouts, the heuristic's algorithm and workspace size) are made
-/// once per (type, epilogue, transposes, m, n, k, leading dimensions, pointer alignments,
+/// once per (types, epilogue, transposes, m, n, k, leading dimensions, pointer alignments,
 /// beta == 0) and cached for the process; a call sets the pointers on the cached descriptor
 /// and queues one cublasLtMatmul on `stream`. The caller provides the workspace
 /// (workspace_bytes), from the memory pool.
@@ -36,11 +38,15 @@
 
 namespace meshtrain::linalg::cublaslt {
 
-/// One call, row-major (see linalg::gemm_epilogue): type F32 or BF16. For DGeluBiasGrad and
-/// BiasGradB `bias` is the bias-gradient output (n elements of `type`, overwritten: the
-/// caller accumulates it), for Bias and BiasGelu the bias input; `pre` the GELU aux matrix.
+/// One call, row-major (see linalg::gemm_epilogue): type F32 or BF16 (A and B, and C and D
+/// unless fp32_output). For DGeluBiasGrad and BiasGradB `bias` is the bias-gradient output
+/// (n elements of the output's type, overwritten: the caller accumulates it), for Bias and
+/// BiasGelu the bias input; `pre` the GELU aux matrix.
 struct Call {
   cublas::Type type = cublas::Type::BF16;
+  /// C and D in fp32 with bf16 A and B (BiasGradB only: a weight gradient kept in fp32).
+  bool fp32_output = false;
+  cublas::Type output_type() const { return fp32_output ? cublas::Type::F32 : type; }
   Epilogue epilogue = Epilogue::Bias;
   bool trans_a = false, trans_b = false;
   int m = 0, n = 0, k = 0;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "core/bf16.hpp"
 
@@ -27,6 +28,16 @@ void gemm(Op op_a, Op op_b, int m, int n, int k, float alpha, const T* a, int ld
 /// rounded to bf16 after each (issue 33's "weight-gradient GEMMs write fp32").
 void gemm(Op op_a, Op op_b, int m, int n, int k, float alpha, const bf16* a, int lda, const bf16* b, int ldb,
           float beta, float* c, int ldc);
+
+/// C in the accumulation type acc_t<T>: a parameter gradient, which accumulates across calls
+/// (beta = 1: micro-steps, LM-head chunks, several GEMMs into one weight) without being
+/// rounded to T. gemm<T> for float and double; for bf16 the mixed GEMM above.
+template <class T>
+inline void gemm_acc(Op op_a, Op op_b, int m, int n, int k, float alpha, const T* a, int lda, const T* b, int ldb,
+                     float beta, acc_t<T>* c, int ldc) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) gemm<T>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 /// `batch_count` independent GEMMs; matrix i starts at a + i*stride_a (and likewise b, c).
 template <class T>

@@ -11,6 +11,11 @@
 ///   BiasGradB      C = alpha op(A) B + beta C;                      op_b = N (B is (k, n))
 ///                  bias_grad += the column sums of B (over its k rows)
 ///
+/// Bias gradients are parameter gradients: acc_t<T> (fp32 for bf16), like every gradient the
+/// backward writes (kernels::bias_backward). BiasGradB's C is a weight gradient and may be
+/// acc_t<T> too (TC = float with bf16 A and B: the fp32-C GEMM of linalg::gemm_acc, so a
+/// weight gradient accumulates unrounded); the other epilogues write activations, TC = T.
+///
 /// gelu is the tanh approximation (GPT-2's "gelu_new", kernels::gelu_forward), the one
 /// cuBLASLt's GELU epilogues compute (PyTorch's unfused twin of its GELU epilogue is
 /// gelu(approximate="tanh"), and llm.c fuses GPT-2's GELU the same way); selfcheck_paths
@@ -19,8 +24,12 @@
 ///
 /// Implementations (the same results to rounding; both deterministic):
 /// - CUDA builds: one cublasLtMatmul with the epilogue (linalg/cublaslt_gemm.hpp), fp32 and
-///   bf16. The epilogue works on the fp32 accumulator and rounds once; a bias gradient is
-///   written by cuBLASLt into a pool scratch of T and added into bias_grad by one small kernel.
+///   bf16 (and bf16 A/B with an fp32 C for BiasGradB). The epilogue works on the fp32
+///   accumulator and rounds once; a bias gradient is written by cuBLASLt into a pool scratch
+///   of C's type (cuBLASLt's bias type is the output's) and added into the acc_t<T> bias_grad
+///   by one small kernel: BiasGradB of a weight gradient in fp32 is fp32 throughout;
+///   DGeluBiasGrad, whose output dh is a bf16 activation, rounds each call's bias gradient to
+///   bf16 once before it is added (never a running sum).
 /// - The GEMM then ONE pass of the epilogue (kernels::add_bias, bias_gelu_forward,
 ///   gelu_backward_bias_grad, bias_backward): host builds (the host twin: CBLAS, then the pass
 ///   on the host threads), and on CUDA builds every call cuBLASLt refuses (fp64, an aux leading
@@ -41,7 +50,7 @@ struct EpilogueOperands {
   const T* bias = nullptr;  ///< Bias, BiasGelu: (n)
   T* pre = nullptr;         ///< BiasGelu: the pre-activation, written; DGeluBiasGrad: read
   int ld_pre = 0;           ///< row stride of pre (>= n)
-  T* bias_grad = nullptr;   ///< DGeluBiasGrad, BiasGradB: (n), accumulated; nullptr: not computed
+  acc_t<T>* bias_grad = nullptr;  ///< DGeluBiasGrad, BiasGradB: (n), accumulated; nullptr: not computed
 };
 
 /// Which implementation a call took (selfcheck_paths and the tests ask; the model does not).
@@ -53,10 +62,11 @@ enum class EpilogueImpl {
 /// on every build (selfcheck_paths compares the two on the device).
 enum class EpiloguePath { Auto, GemmThenPass };
 
-/// T = float, double or bf16 (double always takes GemmThenPass).
-template <class T>
+/// T = float, double or bf16 (double always takes GemmThenPass); TC = T, or acc_t<T> for
+/// BiasGradB (a weight gradient in the accumulation type).
+template <class T, class TC = T>
 EpilogueImpl gemm_epilogue(Epilogue epilogue, Op op_a, Op op_b, int m, int n, int k, float alpha, const T* a,
-                           int lda, const T* b, int ldb, float beta, T* c, int ldc, const EpilogueOperands<T>& x,
+                           int lda, const T* b, int ldb, float beta, TC* c, int ldc, const EpilogueOperands<T>& x,
                            EpiloguePath path = EpiloguePath::Auto);
 
 /// "Bias", "BiasGelu", "DGeluBiasGrad", "BiasGradB".

@@ -31,9 +31,9 @@ void lora_forward_row(const ComputeContext& ctx, int tp_rank, const LoraShape& s
                       const T* B, T* y, int ldy, T* u);
 
 /// dB (out, r) += scale dy^T u; du = scale dy B; dA (r, in) += du^T x; dx (N, in; lddx) += du A.
-/// du: (N, r) scratch.
+/// du: (N, r) scratch. dA and dB are acc_t<T> (fp32 for bf16: linalg::gemm_acc).
 template <class T>
 void lora_backward(const LoraShape& s, const T* x, int ldx, const T* A, const T* B, const T* dy, int lddy, const T* u,
-                   T* dA, T* dB, T* dx, int lddx, T* du);
+                   acc_t<T>* dA, acc_t<T>* dB, T* dx, int lddx, T* du);
 
 }  // namespace meshtrain::model

@@ -4,7 +4,11 @@
 /// receives the base pointer of the unit's flat TP-local parameter buffer (and of its
 /// gradient buffer, same layout), so FSDP, a plain local store, or a test can own them.
 ///
-/// T is the compute type (float, bf16; double for gradient checks).
+/// T is the compute type (float, bf16; double for gradient checks). Parameter gradients are
+/// acc_t<T> (fp32 for bf16 and fp32, double for double): every kernel and weight-gradient GEMM
+/// that writes one accumulates into it unrounded (bf16 operands, fp32 C: linalg::gemm_acc),
+/// so a gradient summed over LM-head chunks, micro-steps or several GEMMs is rounded only by
+/// fp32 additions.
 /// Data flow of one micro-batch (N = B*T tokens, C = d_model):
 ///   x0 = embed(tokens)                          (N, C)  [vocab-parallel + tp all-reduce]
 ///   x_{i+1} = block_i(x_i)                      (N, C)
@@ -73,6 +77,9 @@ class Transformer {
   /// The most elements of a kept-quantized LM head dequantized at once (tests make it small
   /// to cut the head into many chunks).
   void set_head_weight_chunk(std::int64_t elements) { head_weight_chunk_ = std::max<std::int64_t>(1, elements); }
+  /// The most logits elements of one LM-head chunk (kHeadChunkElements; tests make it small
+  /// to cut a micro-batch's rows into many chunks).
+  void set_head_chunk(std::int64_t elements) { head_chunk_ = std::max<std::int64_t>(1, elements); }
 
   const TpDims& tp() const { return tp_; }
   const KernelPaths& paths() const { return paths_; }
@@ -82,7 +89,7 @@ class Transformer {
   void embed_forward(const ComputeContext& ctx, const OuterParams<T>& outer, const std::int32_t* tokens,
                      BatchShape s, T* x, int pos0 = 0) const;
   /// Accumulates embedding gradients from dx (N, C).
-  void embed_backward(const ComputeContext& ctx, T* outer_grad, const std::int32_t* tokens,
+  void embed_backward(const ComputeContext& ctx, acc_t<T>* outer_grad, const std::int32_t* tokens,
                       BatchShape s, const T* dx) const;
 
   /// Block i: x_out (N, C) = block(x_in). With `checkpoint`, the cache keeps nothing
@@ -98,7 +105,7 @@ class Transformer {
   /// dx (N, C): gradient w.r.t. the block output on entry, w.r.t. its input on return.
   /// Parameter gradients accumulate into `grads` (unit layout). x_in is the block input
   /// (needed when the cache was checkpointed).
-  void block_backward(const ComputeContext& ctx, int i, const T* params, T* grads, BatchShape s,
+  void block_backward(const ComputeContext& ctx, int i, const T* params, acc_t<T>* grads, BatchShape s,
                       const T* x_in, BlockCache<T>& cache, T* dx) const;
 
   /// Final norm + LM head + cross-entropy, forward and backward together: returns the local
@@ -110,7 +117,7 @@ class Transformer {
   /// `loss_sum`: null, or a device double the micro-batch's loss sum is added to (the chunk
   /// losses of gpu.fused_loss summed in chunk order on the device, the three-pass form's
   /// host sum added by a kernel): nothing is then read back and 0 is returned.
-  double head_forward_backward(const ComputeContext& ctx, const OuterParams<T>& outer, T* outer_grad,
+  double head_forward_backward(const ComputeContext& ctx, const OuterParams<T>& outer, acc_t<T>* outer_grad,
                                BatchShape s, const T* x, const std::int32_t* targets,
                                float grad_scale, T* dx, const float* row_scale = nullptr,
                                double* loss_sum = nullptr) const;
@@ -138,11 +145,11 @@ class Transformer {
   /// kv: attention over the cache, the new keys/values written into it.
   void gpt2_forward(const ComputeContext& ctx, const T* params, BatchShape s, const T* x_in, T* x_out,
                     BlockCache<T>& c, const KvSlot* kv = nullptr) const;
-  void gpt2_backward(const ComputeContext& ctx, const T* params, T* grads, BatchShape s,
+  void gpt2_backward(const ComputeContext& ctx, const T* params, acc_t<T>* grads, BatchShape s,
                      const T* x_in, BlockCache<T>& c, T* dx) const;
   void llama_forward(const ComputeContext& ctx, const T* params, BatchShape s, const T* x_in, T* x_out,
                      BlockCache<T>& c, const KvSlot* kv = nullptr) const;
-  void llama_backward(const ComputeContext& ctx, const T* params, T* grads, BatchShape s,
+  void llama_backward(const ComputeContext& ctx, const T* params, acc_t<T>* grads, BatchShape s,
                       const T* x_in, BlockCache<T>& c, T* dx) const;
   void final_norm(const OuterParams<T>& outer, BatchShape s, const T* x, HeadCache<T>& hc) const;
   /// The forward head in chunks of rows: final norm, logits, and the tp-reduced
@@ -171,7 +178,7 @@ class Transformer {
   bool has_lora(int t) const { return t < static_cast<int>(lora_.size()) && lora_[t].a >= 0; }
   void lora_fwd(const ComputeContext& ctx, int t, const T* p, BlockCache<T>& c, int N, const T* x, int ldx, T* y,
                 int ldy) const;
-  void lora_bwd(int t, const T* p, T* g, BlockCache<T>& c, int N, const T* x, int ldx, const T* dy, int lddy, T* dx,
+  void lora_bwd(int t, const T* p, acc_t<T>* g, BlockCache<T>& c, int N, const T* x, int ldx, const T* dy, int lddy, T* dx,
                 int lddx) const;
 
   ModelDims dims_;
@@ -191,11 +198,12 @@ class Transformer {
   };
   std::vector<LoraSlot> lora_;
   std::int64_t head_weight_chunk_ = kHeadWeightChunkElements;
+  std::int64_t head_chunk_ = kHeadChunkElements;
   bool train_base_ = true;             ///< false under LoRA: base weight gradients are skipped
   /// Gradient of the base parameter at unit offset `off`: without LoRA the trainable segment
   /// is the whole unit (grads share the parameters' offsets); under LoRA the base is frozen,
   /// has no gradient storage, and the kernels skip a nullptr parameter gradient.
-  T* base_grad(T* g, std::int64_t off) const { return train_base_ ? g + off : nullptr; }
+  acc_t<T>* base_grad(acc_t<T>* g, std::int64_t off) const { return train_base_ ? g + off : nullptr; }
 };
 
 /// Role indices into the offset tables (see transformer.cpp for the HF role names).

@@ -112,9 +112,11 @@ class FsdpEngine {
   /// True when the outer unit's frozen segment stays quantized while it is gathered.
   bool outer_kept_quantized() const { return kept_quantized(0); }
   void after_forward(int u);
-  /// Gradient buffer of unit u's trainable segment for this micro-step: element i is unit
-  /// element trainable_begin() + i (zeroed on first use); nullptr when nothing is trainable.
-  T* grad_buffer(int u);
+  /// Gradient buffer of unit u's trainable segment for this micro-step, in acc_t<T> (fp32 for
+  /// bf16 and fp32 compute): element i is unit element trainable_begin() + i (zeroed on first
+  /// use); nullptr when nothing is trainable. The micro-step buffer of a strategy reducing
+  /// every micro-step, or the fp32 accumulation itself (ReductionRecipe::micro_grads_buffer).
+  acc_t<T>* grad_buffer(int u);
   /// Unit u's backward is done for this micro-step: frees parameters and launches the
   /// gradient reduction when it is due (every micro-step for full/hybrid, last otherwise).
   void after_backward(int u);

@@ -9,6 +9,12 @@
 /// (parallel/fsdp.cpp) builds its recipes once and interprets them; the planner
 /// (plan/planner.cpp) sizes its gradient and communication buffers from the same
 /// recipes, so the two cannot drift apart.
+///
+/// The backward writes parameter gradients in the accumulation type of the compute dtype
+/// (model::Transformer: acc_t<T>), fp32 for both bf16 and fp32 compute, so the compute dtype
+/// no longer changes a recipe: accumulating strategies let the backward add straight into the
+/// fp32 accumulation (no micro-step buffer, no widening pass), the others give it an fp32
+/// micro-step buffer that is sent as it is or cast to the wire dtype.
 
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +32,7 @@ enum class ReduceCollective {
 
 /// What the reduction sends (before any cast).
 enum class ReduceSource {
-  MicroGrads,  ///< this micro-step's gradients in the compute dtype (StepBuffers::grad_micro)
+  MicroGrads,  ///< this micro-step's gradients, fp32 (StepBuffers::grad_micro)
   LocalAccum,  ///< the fp32 local accumulation of the step's micro-steps (StepBuffers::accum)
   GradState,   ///< the fp32 gradient state itself, where no_shard accumulates (UnitState::grad)
 };
@@ -50,22 +56,22 @@ enum class ReduceEpilogue {
 /// One reduction of one unit's trainable segment, as the engine performs it.
 struct ReductionRecipe {
   DType compute = DType::F32;  ///< the compute dtype T the recipe was made for
+  /// The dtype the backward writes gradients in: acc_t<T>, fp32 for fp32 and bf16 compute.
+  DType grads = DType::F32;
 
   // ---- how the backward's gradients reach the source --------------------------------
-  /// The backward writes a micro-step buffer in the compute dtype (StepBuffers::grad_micro);
-  /// false: it writes the fp32 accumulation directly (fp32 compute, accumulated strategies).
+  /// The backward writes a micro-step buffer (StepBuffers::grad_micro, in `grads`) that is
+  /// reduced every micro-step (full_shard, hybrid_shard); false: it adds into the fp32
+  /// accumulation directly (shard_grad_op's local buffer, no_shard's gradient state).
   bool micro_grads_buffer = true;
   /// A sharded strategy accumulates micro-steps locally in an unsharded fp32 buffer
   /// (StepBuffers::accum) until the last micro-step (shard_grad_op).
   bool local_accum_buffer = false;
-  /// The micro-step buffer is widened into the fp32 accumulation after each backward
-  /// (bf16 compute with local accumulation: shard_grad_op, no_shard).
-  bool widen_after_backward = false;
 
   // ---- the reduction -----------------------------------------------------------------
   ReduceCollective collective = ReduceCollective::ReduceScatterShard;
   ReduceSource source = ReduceSource::MicroGrads;
-  DType source_dtype = DType::F32;  ///< the source's dtype: the compute dtype for MicroGrads, else F32
+  DType source_dtype = DType::F32;  ///< the source's dtype: `grads` for MicroGrads, else F32
   /// The source is cast into a send buffer of the wire dtype (the source buffer is freed at
   /// launch); false: the source itself is sent (and kept alive until the reduction completes).
   bool cast_before_send = false;
@@ -89,12 +95,12 @@ struct ReductionRecipe {
   std::size_t comm_buffer_bytes(std::int64_t padded, std::int64_t shard_numel) const {
     return send_buffer_bytes(padded) + recv_buffer_bytes(padded, shard_numel);
   }
-  /// Bytes per element of the micro-step gradient buffer (the compute dtype), 0 without one.
-  std::size_t micro_grads_elem_bytes() const { return micro_grads_buffer ? dtype_size(compute) : 0; }
+  /// Bytes per element of the micro-step gradient buffer (`grads`), 0 without one.
+  std::size_t micro_grads_elem_bytes() const { return micro_grads_buffer ? dtype_size(grads) : 0; }
   /// Bytes per element of the unsharded fp32 local accumulation, 0 without one.
   std::size_t local_accum_elem_bytes() const { return local_accum_buffer ? 4 : 0; }
   /// The micro-step gradients stay alive until the reduction completes (they are sent as
-  /// they are); false: freed at launch (cast) or after the backward (widened).
+  /// they are); false: freed at launch (cast), or there are none.
   bool micro_grads_kept_in_flight() const { return source == ReduceSource::MicroGrads && !cast_before_send; }
 
   bool operator==(const ReductionRecipe& o) const;

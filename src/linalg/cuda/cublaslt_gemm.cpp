@@ -52,10 +52,10 @@ bool uses_pre(Epilogue e) { return e == Epilogue::BiasGelu || e == Epilogue::DGe
 /// Everything a plan depends on. Pointers enter through their alignment only (cuBLASLt's
 /// heuristic reads the bias and aux pointers' values for that, and our preferences give the
 /// matrices' alignments).
-using Key = std::array<std::int64_t, 18>;
+using Key = std::array<std::int64_t, 19>;
 
 Key key_of(const Call& c) {
-  return {static_cast<std::int64_t>(c.type), static_cast<std::int64_t>(c.epilogue), c.trans_a, c.trans_b, c.m, c.n,
+  return {static_cast<std::int64_t>(c.type), static_cast<std::int64_t>(c.fp32_output), static_cast<std::int64_t>(c.epilogue), c.trans_a, c.trans_b, c.m, c.n,
           c.k, c.lda, c.ldb, c.ldc, uses_pre(c.epilogue) ? c.ld_pre : 0, c.bias != nullptr, c.beta == 0.0f,
           alignment(c.a), alignment(c.b), alignment(c.c), c.bias ? alignment(c.bias) : 0,
           uses_pre(c.epilogue) ? alignment(c.pre) : 0};
@@ -92,6 +92,9 @@ std::string precheck(const Call& c) {
   const char* what = epilogue_name(c.epilogue);
   if (c.m <= 0 || c.n <= 0 || c.k <= 0) return strprintf("%s GEMM with an empty dimension (%d, %d, %d)", what, c.m, c.n, c.k);
   if (c.epilogue == Epilogue::BiasGradB && c.trans_b) return "BiasGradB needs B untransposed";
+  // An fp32 output from bf16 operands is a weight gradient (BiasGradB) only.
+  if (c.fp32_output && (c.type != cublas::Type::BF16 || c.epilogue != Epilogue::BiasGradB))
+    return strprintf("%s with %s operands and an fp32 output", what, c.type == cublas::Type::BF16 ? "bf16" : "fp32");
   // Whether BGRADA scales the sums by alpha is not documented; ours are unscaled.
   if (c.epilogue == Epilogue::BiasGradB && c.alpha != 1.0f) return "BiasGradB with alpha != 1";
   if (uses_pre(c.epilogue)) {
@@ -109,7 +112,7 @@ std::unique_ptr<Plan> make_plan(const Call& c) {
   auto p = std::make_unique<Plan>();
   p->why_not = precheck(c);
   if (!p->why_not.empty()) return p;
-  const cudaDataType_t dt = data_type(c.type);
+  const cudaDataType_t dt = data_type(c.type), ct = data_type(c.output_type());
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // cuBLASLt's A is our B and its B our A (row-major as column-major, header).
   const cublasOperation_t ta = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -125,7 +128,7 @@ std::unique_ptr<Plan> make_plan(const Call& c) {
   // Stored column-major: our B (k, n) row-major is (n, k) with ld ldb; transposed, (k, n).
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, dt, c.trans_b ? c.k : c.n, c.trans_b ? c.n : c.k, c.ldb));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, dt, c.trans_a ? c.m : c.k, c.trans_a ? c.k : c.m, c.lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, dt, c.n, c.m, c.ldc));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, ct, c.n, c.m, c.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -142,8 +145,9 @@ std::unique_ptr<Plan> make_plan(const Call& c) {
       cublasLtMatmulAlgoGetHeuristic(handle(), p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
-    p->why_not = strprintf("cuBLASLt has no %s algorithm for %s m %d n %d k %d (lda %d ldb %d ldc %d%s): %s",
-                           epilogue_name(c.epilogue), c.type == cublas::Type::BF16 ? "bf16" : "fp32", c.m, c.n, c.k,
+    p->why_not = strprintf("cuBLASLt has no %s algorithm for %s%s m %d n %d k %d (lda %d ldb %d ldc %d%s): %s",
+                           epilogue_name(c.epilogue), c.type == cublas::Type::BF16 ? "bf16" : "fp32",
+                           c.fp32_output ? " -> fp32" : "", c.m, c.n, c.k,
                            c.lda, c.ldb, c.ldc, uses_pre(c.epilogue) ? strprintf(" ld_pre %d", c.ld_pre).c_str() : "",
                            cublasGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st : result.state));
     return p;
