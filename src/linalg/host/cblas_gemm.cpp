@@ -39,22 +39,6 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const double* a, i
 }
 
 void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a, int lda, const bf16* b, int ldb,
-          float beta, bf16* c, int ldc) {
-  const int a_rows = ta ? k : m, a_cols = ta ? m : k;
-  const int b_rows = tb ? n : k, b_cols = tb ? k : n;
-  widen(a, a_rows, a_cols, lda, scratch(0));
-  widen(b, b_rows, b_cols, ldb, scratch(1));
-  std::vector<float>& cf = scratch(2);
-  if (beta != 0.0f) widen(c, m, n, ldc, cf);
-  else cf.assign(static_cast<std::size_t>(m) * n, 0.0f);
-  cblas_sgemm(CblasRowMajor, op(ta), op(tb), m, n, k, alpha, scratch(0).data(), a_cols, scratch(1).data(), b_cols,
-              beta, cf.data(), n);
-  for (int r = 0; r < m; ++r)
-    for (int col = 0; col < n; ++col)
-      c[static_cast<std::size_t>(r) * ldc + col] = bf16(cf[static_cast<std::size_t>(r) * n + col]);
-}
-
-void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a, int lda, const bf16* b, int ldb,
           float beta, float* c, int ldc) {
   const int a_rows = ta ? k : m, a_cols = ta ? m : k;
   const int b_rows = tb ? n : k, b_cols = tb ? k : n;
@@ -62,6 +46,18 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a, int
   widen(b, b_rows, b_cols, ldb, scratch(1));
   cblas_sgemm(CblasRowMajor, op(ta), op(tb), m, n, k, alpha, scratch(0).data(), std::max(a_cols, 1), scratch(1).data(),
               std::max(b_cols, 1), beta, c, ldc);
+}
+
+void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a, int lda, const bf16* b, int ldb,
+          float beta, bf16* c, int ldc) {
+  // The mixed form into an fp32 copy of C, rounded back to bf16 once.
+  std::vector<float>& cf = scratch(2);
+  if (beta != 0.0f) widen(c, m, n, ldc, cf);
+  else cf.assign(static_cast<std::size_t>(m) * n, 0.0f);
+  gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cf.data(), std::max(n, 1));
+  for (int r = 0; r < m; ++r)
+    for (int col = 0; col < n; ++col)
+      c[static_cast<std::size_t>(r) * ldc + col] = bf16(cf[static_cast<std::size_t>(r) * n + col]);
 }
 
 std::string version_string() { return strprintf("OpenBLAS CBLAS (%s)", openblas_get_config()); }
