@@ -244,8 +244,39 @@ def train_run(d):
     if mem:
         train["device_used_max_bytes"] = max(u for u, _ in mem) * 2**20
         train["device_total_bytes"] = mem[0][1] * 2**20
+    train["plan"] = plan_check(d, train.get("step_time_s_median"), model.get("strategy"))
     train_ok = train["exit"] == 0 and finite and len(steps) > 0
     return model, train, steps, losses, log, train_ok
+
+
+PLAN_TOLERANCE = 0.15  # issue 33: `plan` within 15% of the measured step
+
+
+def plan_check(d, measured_s, strategy):
+    """`meshtrain plan` of the run (validate.sh plan_run: plan.json, plan_status.txt) against
+    the measured median step: {"status": PASS (within 15%) | OFF (outside) | SKIP | FAIL,
+    "predicted_s", "measured_s", "error" (predicted / measured - 1), "strategy", "detail"}.
+    OFF is a measurement to act on (the cost model's rates), not a failed run."""
+    st, detail = status_line(os.path.join(d, "plan_status.txt"))
+    out = {"status": st, "detail": detail}
+    if st != "PASS":
+        return out
+    plan = load_json(os.path.join(d, "plan.json")) or {}
+    chosen = plan.get("chosen") or {}
+    pred = chosen.get("step_s")
+    out.update({"predicted_s": pred, "measured_s": measured_s, "strategy": chosen.get("strategy"),
+                "compute_s": chosen.get("compute_s")})
+    if not pred or not measured_s:
+        out.update(status="SKIP", detail="no predicted or no measured step")
+        return out
+    if strategy and chosen.get("strategy") != strategy:
+        out.update(status="FAIL", detail="plan chose %s, the run %s" % (chosen.get("strategy"), strategy))
+        return out
+    out["error"] = pred / measured_s - 1.0
+    out["status"] = "PASS" if abs(out["error"]) <= PLAN_TOLERANCE else "OFF"
+    out["detail"] = "predicted %.1f ms, measured %.1f ms: %+.1f%% (limit +-%d%%)" % (
+        1e3 * pred, 1e3 * measured_s, 100 * out["error"], round(100 * PLAN_TOLERANCE))
+    return out
 
 
 def main():
@@ -328,7 +359,9 @@ def main():
     loss_ok = all(r["train"]["loss_check"]["status"] != "FAIL" for r in res["runs"].values())
     peers_ok = all(p["runs"].get(n, {}).get("status") != "FAIL" for p in res["peers"].values() for n in runs)
     side_ok = res["sanitizer"]["status"] != "FAIL" and res["kernel_profile"]["status"] != "FAIL"
-    res["ok"] = tests_ok and train_ok and paths_ok and loss_ok and peers_ok and side_ok
+    # `plan` failing (or planning another strategy than the run's) fails; OFF (outside 15%) does not.
+    plan_ok = all(r["train"]["plan"]["status"] != "FAIL" for r in res["runs"].values())
+    res["ok"] = tests_ok and train_ok and paths_ok and loss_ok and peers_ok and side_ok and plan_ok
 
     # ---- the table --------------------------------------------------------------------
     L = []
@@ -373,6 +406,9 @@ def main():
                     steps[-1]["step"], train["warmup_steps_excluded"]))
         L.append("graphs   %d of %d steps replayed from a CUDA graph (gpu.graphs: %s)"
                  % (train["cuda_graph_steps"], len(steps), train["graphs"][:120]))
+        pc = train.get("plan", {})
+        L.append("plan     %s %s (meshtrain plan of the same run, measured on this machine)"
+                 % (pc.get("status", "SKIP"), pc.get("detail", "")[:110]))
         L.append("MFU      %.1f%% of the measured bf16 GEMM peak (%s TFLOP/s used by the trainer; 3 x forward FLOPs)"
                  % (100 * train["mfu_median"], tf(model.get("peak_used_tflops") or 0)))
         dev = ("%s max used (nvidia-smi) of %s" % (gib(train["device_used_max_bytes"]), gib(train["device_total_bytes"]))
@@ -448,6 +484,8 @@ def main():
         why.append("a PyTorch peer failed")
     if not side_ok:
         why.append("compute-sanitizer or the kernel profile failed")
+    if not plan_ok:
+        why.append("`meshtrain plan` of a run failed")
     L.append("verdict  %s" % ("PASS" if res["ok"] else "FAIL: " + ", ".join(why)))
     L.append("=" * 100)
     with open(a.table, "w") as f:

@@ -21,7 +21,9 @@
 #      and 32 x 1024) and smollm2-135m (inputs/smollm2-135m.ini: 8 x 2048, one micro-batch
 #      per step); each loss curve is compared with the CPU fp32 reference of the same run in
 #      perf/results/gpu/reference/<run>.json within 1e-2 relative (SKIP where none exists;
-#      the dry run makes its own by training the tiny run again in fp32);
+#      the dry run makes its own by training the tiny run again in fp32); after each run,
+#      `meshtrain plan` of the same run measures this machine and predicts its step
+#      (train/<run>/plan.json: the table sets it beside the measured step);
 #   6. (d) the PyTorch peer perf/peer/torch_gpu.py trains the same shapes, eager (SDPA flash
 #      attention, fused AdamW, bf16 autocast) then torch.compile, in one process per mode;
 #   7. (e) a per-kernel profile: Kokkos Tools' simple kernel timer (package tools/ or
@@ -542,6 +544,8 @@ train_run() {
   if [[ $rc != 0 ]]; then
     say "training $name FAILED (status $rc); last lines:"
     tail -15 "$d/train.log" | sed 's/^/    /'
+  else
+    plan_run "$name" "$d"
   fi
   if [[ $dry_run == 1 ]]; then
     local r=$work/reference/$name
@@ -553,6 +557,30 @@ train_run() {
       "validate.sh --dry-run: the same tiny run with --train.precision=fp32 on the CPU build" > "$work/reference/$name.json" ||
       rm -f "$work/reference/$name.json"
   fi
+}
+
+# Step 6, after a finished run: `meshtrain plan` of the same run on this machine (it
+# measures here: the square and the model-shape GEMM rates, attention as this build runs it,
+# the AdamW and activation kernels, copy bandwidth) into train/$1/plan.{json,txt}, so that
+# summarize.py sets the predicted step beside the measured one (issue 33: within 15%).
+# ~5-10 s; skipped, and said so, when the budget cannot spare it.
+plan_run() {
+  local name=$1 d=$2 limit rc
+  limit=$(left 200)
+  (( limit > 60 )) && limit=60
+  if (( limit < 15 )); then
+    echo "SKIP time budget spent" > "$d/plan_status.txt"; say "  plan $name: NOT RUN (time budget spent)"; return
+  fi
+  timeout "$limit" "${RUN[@]}" "$M" plan "${RUN_INI[$name]}" $(meshtrain_overrides "$name") --json "$d/plan.json" \
+    > "$d/plan.txt" 2>&1
+  rc=$?
+  if [[ $rc == 0 && -f $d/plan.json ]]; then
+    echo "PASS" > "$d/plan_status.txt"
+    grep -E "^cost model:|^  elementwise =|^  attention" "$d/plan.txt" | sed 's/^/    /'
+  else
+    echo "FAIL exit $rc: $(tail -1 "$d/plan.txt" | cut -c1-150)" > "$d/plan_status.txt"
+  fi
+  say "  plan $name: $(cat "$d/plan_status.txt")"
 }
 
 # Step 5: compute-sanitizer's memcheck on a 2-step tiny run of the CUDA build. Writes

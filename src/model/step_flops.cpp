@@ -37,6 +37,8 @@ StepFlops train_step_flops(const ModelDims& d, int seq_len, bool checkpointing, 
     const double head = 2.0 * static_cast<double>(d.vocab) * d.d_model;  // the LM head's forward
     f.dpo_extra = head + (frozen_base ? base + attention : 0.0);
   }
+  f.attention = 3.0 * attention + scores_again + (checkpointing ? attention : 0.0) +
+                (dpo && frozen_base ? attention : 0.0);
   return f;
 }
 

@@ -26,6 +26,7 @@
 #include "linalg/gemm.hpp"
 #include "linalg/peak.hpp"
 #include "model/layout.hpp"
+#include "model/step_flops.hpp"
 #include "parallel/device_mesh.hpp"
 
 namespace meshtrain::plan {
@@ -46,7 +47,7 @@ struct GemmCall {
 /// step is credited with (3 x ModelDims::flops_per_token_forward x N plus the recomputed
 /// scores: attention counted as full, not causal-halved) - so FLOP / time is the rate that
 /// turns that count into this time.
-std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int seq, int tp, double& flop) {
+std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int seq, int tp, bool with_attention, double& flop) {
   using linalg::Op;
   const int N = B * seq, C = d.d_model, hd = d.head_dim;
   const int Hq = d.n_heads / tp, kv = d.n_kv_heads * hd / std::max(1, std::min(tp, d.n_kv_heads));
@@ -64,7 +65,7 @@ std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int seq, int
   linear(C, up);
   linear(Fl, C);
   const int rb = kernels::attention_block_rows(seq);
-  for (int i0 = 0; i0 < seq; i0 += rb) {
+  for (int i0 = 0; with_attention && i0 < seq; i0 += rb) {
     const int i1 = std::min(seq, i0 + rb), r = i1 - i0;
     g.push_back({Op::N, Op::T, r, i1, hd, B, layers * Hq});  // scores
     g.push_back({Op::N, Op::N, r, hd, i1, B, layers * Hq});  // out = P V
@@ -82,6 +83,7 @@ std::vector<GemmCall> model_gemms(const model::ModelDims& d, int B, int seq, int
     g.push_back({Op::N, Op::N, nc, C, Vl, 1, 1});
   }
   flop = (3.0 * d.flops_per_token_forward(seq) + recompute_flops_per_token(d, seq)) * N / tp;
+  if (!with_attention) flop -= model::train_step_flops(d, seq, false).attention * N / tp;
   return g;
 }
 
@@ -135,6 +137,55 @@ double time_gemms(const std::vector<GemmCall>& calls) {
     spent += t;
   }
   return best;
+}
+
+/// Seconds of one micro-step's attention, forward and backward of every block, as the kernels
+/// run it on `path` (the fused cuDNN kernel where the build has it): one block's pair timed,
+/// best of 3 after a warm-up, times the blocks. Q/K/V are read in place from one qkv buffer
+/// by strides, as the blocks do; tp rank 0's heads.
+template <class T>
+double time_attention(const model::ModelDims& d, int B, int seq, int tp, kernels::AttentionPath path) {
+  const model::TpDims t = model::tp_dims(d, tp, 0);
+  kernels::AttentionShape as;
+  as.B = B;
+  as.T = seq;
+  as.Hq = t.heads;
+  as.Hkv = d.family == model::Family::Gpt2 ? t.heads : t.kv_heads;
+  as.hd = d.head_dim;
+  as.group = d.family == model::Family::Gpt2 ? 1 : d.n_heads / d.n_kv_heads;
+  as.q_head_offset = t.q_head_offset;
+  as.kv_head_offset = d.family == model::Family::Gpt2 ? t.q_head_offset : t.kv_head_offset;
+  as.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
+  as.path = path;
+  const std::int64_t N = static_cast<std::int64_t>(B) * seq, q_cols = std::int64_t{as.Hq} * as.hd,
+                     kv_cols = std::int64_t{as.Hkv} * as.hd, W = q_cols + 2 * kv_cols;
+  Buffer<T> qkv(static_cast<std::size_t>(N * W), MemCategory::Workspace),
+      dqkv(static_cast<std::size_t>(N * W), MemCategory::Workspace),
+      out(static_cast<std::size_t>(N * q_cols), MemCategory::Workspace),
+      dout(static_cast<std::size_t>(N * q_cols), MemCategory::Workspace),
+      work(static_cast<std::size_t>(kernels::attention_workspace_elems(as)), MemCategory::Workspace);
+  Buffer<acc_t<T>> stats(static_cast<std::size_t>(N * as.Hq * 2), MemCategory::Workspace);
+  kernels::fill(qkv.data(), qkv.size(), 0.01);
+  kernels::fill(dout.data(), dout.size(), 0.01);
+  const int w = static_cast<int>(W), oc = static_cast<int>(q_cols);
+  T* q = qkv.data();
+  T* k = q + q_cols;
+  T* v = k + kv_cols;
+  const auto pair = [&] {
+    kernels::attention_forward(as, q, w, k, w, v, w, out.data(), oc, stats.data(), work.data());
+    kernels::attention_backward(as, q, w, k, w, v, w, out.data(), stats.data(), dout.data(), oc, dqkv.data(),
+                                dqkv.data() + q_cols, dqkv.data() + q_cols + kv_cols, work.data());
+  };
+  pair();
+  Kokkos::fence();
+  double best = 1e300;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t0 = now_seconds();
+    pair();
+    Kokkos::fence();
+    best = std::min(best, now_seconds() - t0);
+  }
+  return best * d.n_layers;
 }
 
 /// Seconds per element of the fused AdamW update and of the MLP activation's forward plus
@@ -353,10 +404,22 @@ double measure_sync_cost(const Runtime& rt, Backend backend, const model::ModelD
   return extra[1];
 }
 
+bool attention_is_fused(kernels::AttentionPath path, bool bf16) {
+  return path == kernels::AttentionPath::Cudnn && bf16 && !kernels::fused_attention_version().empty();
+}
+
+double measure_attention_flops(const model::ModelDims& d, int micro_batch, int seq_len, int tp, bool bf16,
+                               kernels::AttentionPath path) {
+  const double flop = model::train_step_flops(d, seq_len, false).attention * micro_batch * seq_len / tp;
+  const double t = bf16 ? time_attention<meshtrain::bf16>(d, micro_batch, seq_len, tp, path)
+                        : time_attention<float>(d, micro_batch, seq_len, tp, path);
+  return t > 0 ? flop / t : 0;
+}
+
 double measure_model_gemm_flops(const model::ModelDims& d, int micro_batch, int seq_len, int tp, bool bf16,
-                                double max_flop) {
+                                double max_flop, bool with_attention) {
   double flop = 0;
-  const std::vector<GemmCall> calls = model_gemms(d, micro_batch, seq_len, tp, flop);
+  const std::vector<GemmCall> calls = model_gemms(d, micro_batch, seq_len, tp, with_attention, flop);
   if (flop / std::max(1, d.n_layers) > max_flop) return 0;
   const double t = bf16 ? time_gemms<meshtrain::bf16>(calls) : time_gemms<float>(calls);
   return t > 0 ? flop / t : 0;
@@ -370,6 +433,8 @@ MeasureRequest measure_request(const RunSpec& spec) {
   r.bf16 = spec.train.bf16();
   r.model = spec.dims;
   r.tp = spec.parallel.mesh_request.tp > 0 ? spec.parallel.mesh_request.tp : 1;
+  r.attention = spec.train.attention == AttentionChoice::Cudnn ? kernels::AttentionPath::Cudnn
+                                                               : kernels::AttentionPath::Kokkos;
   return r;
 }
 
@@ -402,11 +467,23 @@ CostModelInputs measure_cost_inputs(const MeasureRequest& req, const Runtime& rt
     if (measure_here && dims != nullptr && 3.0 * micro_flop / (c.gemm_flops / ns.share) < 5.0) {
       // Every (measuring) rank at once, as in training; the slowest rank bounds the step. A
       // model too large to time here reports 0 on all ranks alike.
+      // Attention run as a fused kernel of its own (cuDNN) is a kernel class of its own: timed
+      // as the build runs it, and the model's GEMM rate is then that of the other GEMMs.
+      const bool fused = attention_is_fused(req.attention, bf16);
       c.model_gemm_flops = slowest_rate(
-          [&] { return measure_model_gemm_flops(*dims, batch.micro_batch, batch.seq_len, tp, bf16); });
-      if (c.model_gemm_flops > 0)
-        c.gemm_source += strprintf("; this model's GEMMs (micro-batch %d x %d rows): %.1f GFLOP/s",
-                                   batch.micro_batch, batch.seq_len, c.model_gemm_flops / 1e9);
+          [&] { return measure_model_gemm_flops(*dims, batch.micro_batch, batch.seq_len, tp, bf16, 4e10, !fused); });
+      if (c.model_gemm_flops > 0) {
+        c.gemm_source += strprintf("; this model's %s (micro-batch %d x %d rows): %.1f GFLOP/s",
+                                   fused ? "GEMMs other than attention" : "GEMMs", batch.micro_batch, batch.seq_len,
+                                   c.model_gemm_flops / 1e9);
+        if (fused) {
+          c.attention_flops = slowest_rate([&] {
+            return measure_attention_flops(*dims, batch.micro_batch, batch.seq_len, tp, bf16, req.attention);
+          });
+          c.gemm_source += strprintf("; attention (%s, fused): %.1f GFLOP/s", kernels::fused_attention_version().c_str(),
+                                     c.attention_flops / 1e9);
+        }
+      }
     }
     if (measure_here && dims != nullptr) {
       const std::size_t n = std::size_t{1} << 21;  // a few ms per kernel

@@ -58,6 +58,14 @@ Kernels:
 
 Summary:
 KP
+# `meshtrain plan` of each run (validate.sh plan_run): r1 predicts 0.55 s against the measured
+# 0.5 s (+10%: PASS), r2 0.7 s (+40%: OFF, a measurement, not a failed run).
+for r in r1 r2; do
+  pred=$([[ $r == r1 ]] && echo 0.55 || echo 0.7)
+  echo "{\"chosen\": {\"strategy\": \"no_shard\", \"step_s\": $pred, \"compute_s\": $pred}}" > "$w/train/$r/plan.json"
+  echo PASS > "$w/train/$r/plan_status.txt"
+done
+printf 'mesh 1 (dp_replicate) x 1 (dp_shard) x 1 (tp), strategy no_shard (fixture)\n' >> "$w/train/r1/train.log"
 
 python3 "$S" --work "$w" --table "$w/table.txt" --json "$w/results.json" --reference-dir "$ref" ||
   fail "summarize.py exited $?"
@@ -87,8 +95,24 @@ check(r["paths"] == {"fused.one": "PASS"}, "paths")
 check(r["train"]["cuda_graph_steps"] == 4 and r["runs"]["r2"]["train"]["cuda_graph_steps"] == 0, "CUDA graph steps")
 check(r["train"]["graphs"].startswith("one step captured"), "the trainer's gpu.graphs line")
 check(r["runs"]["r2"]["train"]["graphs"] == "not in the log", "no gpu.graphs line")
+p1, p2 = r["runs"]["r1"]["train"]["plan"], r["runs"]["r2"]["train"]["plan"]
+check(p1["status"] == "PASS" and abs(p1["error"] - 0.1) < 1e-12 and p1["strategy"] == "no_shard", "plan +10%: PASS")
+check(p2["status"] == "OFF" and abs(p2["error"] - 0.4) < 1e-12, "plan +40%: OFF")
+check(r["train"]["plan"]["status"] == "PASS", "the headline run's plan check")
 check(r["ok"] is False, "a loss outside its tolerance fails the verdict")
 PY
+grep -q "^plan     PASS predicted 550.0 ms, measured 500.0 ms: +10.0% (limit +-15%)" "$w/table.txt" ||
+  fail "the table sets plan's step beside the measured one"
+# A plan that chose another strategy than the run is no comparison: FAIL, said so.
+sed -i 's/"no_shard"/"full_shard"/' "$w/train/r1/plan.json"
+python3 "$S" --work "$w" --table "$w/table.txt" --json "$w/results.json" --reference-dir "$ref" || fail "plan pass"
+python3 -c "
+import json, sys
+p = json.load(open('$w/results.json'))['train']['plan']
+sys.exit(0 if p['status'] == 'FAIL' and 'plan chose full_shard, the run no_shard' in p['detail'] else 1)" ||
+  fail "a plan of another strategy is refused"
+grep -q "\`meshtrain plan\` of a run failed" "$w/table.txt" || fail "a failed plan fails the verdict"
+sed -i 's/"full_shard"/"no_shard"/' "$w/train/r1/plan.json"
 grep -q "verdict  FAIL: a loss left the CPU fp32 reference's tolerance" "$w/table.txt" || fail "the table's verdict names the loss"
 grep -qE "^r1 .* 2\.00x " "$w/table.txt" || fail "the table's r1 row shows meshtrain/eager 2.00x"
 grep -q "^graphs   4 of 6 steps replayed from a CUDA graph (gpu.graphs: one step captured" "$w/table.txt" ||

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "linalg/peak.hpp"
+#include "model/step_flops.hpp"
 #include "plan/planner.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/measure.hpp"
@@ -60,6 +61,38 @@ TEST(CostModel, GemmTermIsFlopsOverRate) {
   EXPECT_EQ(p.fsdp_comm_s, 0.0);
   EXPECT_EQ(p.tp_comm_s, 0.0);
   EXPECT_DOUBLE_EQ(p.step_seconds_overlap, p.step_seconds_no_overlap);
+}
+
+TEST(CostModel, AFusedAttentionKernelIsTimedAtItsOwnRate) {
+  // Attention as a kernel class of its own (cuDNN on GPUs): its FLOPs at the attention rate,
+  // the rest at the model-GEMM rate; the same rate for both gives the single-class term.
+  const auto d = small_gpt();
+  const double attention_fwd = d.flops_per_token_forward(256) - d.flops_per_token_forward(0);
+  const double recompute = 2.0 * d.n_layers * 256 * d.d_model;
+  for (const bool ac : {false, true}) {
+    auto in = input(d, 1);
+    auto plan = plan_for(in, parallel::Strategy::NoShard);
+    plan.activation_checkpointing = ac;
+    const model::StepFlops f = model::train_step_flops(d, 256, ac);
+    EXPECT_NEAR(f.attention, (3.0 + ac) * attention_fwd + recompute, 1e-6) << "ac " << ac;
+    CostModelInputs c = fixed_costs();
+    c.model_gemm_flops = 5e10;
+    const double single = predict_step(in, plan, c).gemm_s;
+    c.attention_flops = 5e10;
+    EXPECT_NEAR(predict_step(in, plan, c).gemm_s, single, 1e-12);
+    c.attention_flops = 2e11;
+    const StepPrediction p = predict_step(in, plan, c);
+    const double tokens = 4 * 256;
+    EXPECT_NEAR(p.attention_s, f.attention * tokens / 2e11, 1e-12);
+    EXPECT_NEAR(p.gemm_s, (f.total() - f.attention) * tokens / 5e10 + p.attention_s, 1e-12);
+    EXPECT_LT(p.gemm_s, single);
+  }
+  // The LoRA base's frozen weights change no attention FLOPs; DPO's reference forward adds one.
+  auto lora = d;
+  lora.lora_rank = 8;
+  EXPECT_DOUBLE_EQ(model::train_step_flops(lora, 256, false).attention, model::train_step_flops(d, 256, false).attention);
+  EXPECT_NEAR(model::train_step_flops(lora, 256, false, 1.0, true).attention - model::train_step_flops(lora, 256, false).attention,
+              attention_fwd, 1e-6);
 }
 
 TEST(CostModel, ActualPackedRowsCountTheAttentionTheKernelsRun) {
@@ -158,6 +191,35 @@ TEST(CostModel, ModelGemmRateIsMeasuredAndBelowTwiceThePeak) {
   EXPECT_LT(rate, 2.0 * linalg::measure_gemm_flops(512, 0.2, false));  // not an absurd number
   // Too large to time: 0, the caller falls back to the square-GEMM peak.
   EXPECT_EQ(measure_model_gemm_flops(small_gpt(), 4, 256, 1, false, 1.0), 0.0);
+  // Without attention's GEMMs: fewer FLOPs credited for fewer GEMMs, a rate of the same order.
+  const double linear = measure_model_gemm_flops(d, 1, 256, 1, false, 4e10, false);
+  EXPECT_GT(linear, 1e8);
+  EXPECT_LT(linear, 2.0 * linalg::measure_gemm_flops(512, 0.2, false));
+}
+
+TEST(CostModel, AttentionRateIsMeasuredThroughTheKernels) {
+  // The measurement a GPU build takes of its fused attention, here on the host path (its twin):
+  // the kernels ran (a finite, positive rate) for MHA and for GQA under tp = 2.
+  auto d = small_gpt();
+  d.n_layers = 1;
+  EXPECT_FALSE(attention_is_fused(kernels::AttentionPath::Kokkos, true));
+  for (const bool bf16 : {false, true}) {
+    const double rate = measure_attention_flops(d, 2, 128, 1, bf16, kernels::AttentionPath::Kokkos);
+    EXPECT_GT(rate, 1e7) << "bf16 " << bf16;
+    EXPECT_LT(rate, 4.0 * linalg::measure_gemm_flops(512, 0.2, bf16)) << "bf16 " << bf16;
+  }
+  model::ModelSettings ls;  // a Llama with grouped-query heads (8 query, 4 kv), split over tp = 2
+  ls.family = ModelFamily::Llama;
+  ls.vocab_size = 1024;
+  ls.d_model = 256;
+  ls.n_layers = 1;
+  ls.n_heads = 8;
+  ls.n_kv_heads = 4;
+  ls.max_seq_len = 512;
+  const model::ModelDims g = model::resolve_dims(ls);
+  EXPECT_GT(measure_attention_flops(g, 1, 128, 2, false, kernels::AttentionPath::Cudnn), 1e7);
+  // A host build has no fused kernel: attention stays with the model's GEMMs.
+  EXPECT_EQ(attention_is_fused(kernels::AttentionPath::Cudnn, true), !kernels::fused_attention_version().empty());
 }
 
 TEST(CostModel, EachMeshGroupRunsOnTheLinksItCrosses) {

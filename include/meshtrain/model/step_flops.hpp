@@ -23,6 +23,10 @@ struct StepFlops {
   /// scaled backward) and, under LoRA, the reference forward with the adapters off (without
   /// LoRA the reference log-probabilities are computed once before training, not per step).
   double dpo_extra = 0;
+  /// Of all the above: attention's share (scores and weighted sum forward, dP/dQ/dK/dV and
+  /// the recomputed scores backward, again in `recompute` and DPO's reference forward). The
+  /// cost model times it at the attention kernel's own rate where that is a fused kernel.
+  double attention = 0;
   double total() const { return forward + backward + recompute + dpo_extra; }
 };
 

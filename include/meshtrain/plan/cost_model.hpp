@@ -48,6 +48,11 @@ struct CostModelInputs {
   /// and causal attention, and the LM head, at the micro-batch's row count), FLOPs counted as
   /// ModelDims::flops_per_token_forward counts them; 0 = not measured (use gemm_flops).
   double model_gemm_flops = 0;
+  /// Per rank FLOP/s of attention (model::StepFlops::attention's count) where the build runs
+  /// it as a fused kernel of its own (cuDNN SDPA: measure_attention_flops); then
+  /// model_gemm_flops is the rate of the other GEMMs alone. 0 = attention is among this
+  /// model's GEMMs (the blocked GEMM + softmax path, as model_gemm_flops times it).
+  double attention_flops = 0;
   double copy_bytes = 1e10;        ///< per rank memory bandwidth for elementwise kernels, bytes/s
   /// Measured seconds per element (slowest rank) of the fused AdamW update and of the MLP
   /// activation's forward + backward; 0 = not measured (then both count as bytes / copy_bytes).
@@ -98,7 +103,8 @@ double recompute_flops_per_token(const model::ModelDims& dims, int seq_len);
 
 struct StepPrediction {
   double compute_s = 0;        ///< GEMM FLOPs / (model-shape) GEMM rate + elementwise
-  double gemm_s = 0;
+  double gemm_s = 0;           ///< every GEMM FLOP, attention's included
+  double attention_s = 0;      ///< of gemm_s: attention at its own measured rate (0 when not measured apart)
   double elementwise_s = 0;    ///< optimizer + MLP activation (measured rates) + other kernels' bytes / bandwidth
   double optimizer_s = 0, activation_s = 0;  ///< the measured-rate parts of elementwise_s
   double fsdp_comm_s = 0;      ///< all-gathers + reduce-scatters / all-reduces over the shard group (overlappable)

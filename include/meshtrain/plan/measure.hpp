@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "config/choices.hpp"
+#include "kernels/attention.hpp"
 #include "model/model_dims.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/run_spec.hpp"
@@ -27,6 +28,9 @@ struct MeasureRequest {
   bool on_this_job = true;
   std::optional<model::ModelDims> model;  ///< the model whose own shapes are timed; none: square GEMMs only
   int tp = 1;                 ///< the tensor-parallel degree those shapes are split over
+  /// gpu.attention: where it names a fused kernel this build runs (attention_is_fused),
+  /// attention is timed on its own (CostModelInputs::attention_flops).
+  kernels::AttentionPath attention = kernels::AttentionPath::Kokkos;
 };
 
 /// The request a run of `spec` makes: its target, batch, backend, precision and model, on
@@ -58,7 +62,21 @@ double measure_sync_cost(const Runtime& rt, Backend backend, const model::ModelD
 /// Effective FLOP/s of one micro-step's GEMMs of `dims` (see CostModelInputs::model_gemm_flops);
 /// 0 when one block's GEMMs exceed `max_flop` (then too slow to time here: big models run
 /// their GEMMs near the square peak anyway).
+/// `with_attention` false: the attention GEMMs left out, and their FLOPs (model::StepFlops::attention)
+/// not credited; the rate of the other GEMMs, where attention is timed on its own.
 double measure_model_gemm_flops(const model::ModelDims& dims, int micro_batch, int seq_len, int tp, bool bf16,
-                                double max_flop = 4e10);
+                                double max_flop = 4e10, bool with_attention = true);
+
+/// Whether training attention on `path` runs as a fused kernel of its own in this build (cuDNN
+/// SDPA: bf16, gpu.attention=cudnn, a build with cuDNN); the Kokkos path is GEMMs and softmax
+/// kernels, which measure_model_gemm_flops times as the model's GEMMs.
+bool attention_is_fused(kernels::AttentionPath path, bool bf16);
+
+/// Effective FLOP/s of one micro-step's attention, forward and backward of every block, as the
+/// kernels run it on `path` (kernels::attention_forward/backward, tp rank 0's heads), FLOPs as
+/// model::StepFlops::attention counts them (without checkpointing). Runs on any build (the
+/// Kokkos path where the fused one is absent: the tests' host twin of the device measurement).
+double measure_attention_flops(const model::ModelDims& dims, int micro_batch, int seq_len, int tp, bool bf16,
+                               kernels::AttentionPath path);
 
 }  // namespace meshtrain::plan
