@@ -409,7 +409,7 @@ def main():
         pc = train.get("plan", {})
         L.append("plan     %s %s (meshtrain plan of the same run, measured on this machine)"
                  % (pc.get("status", "SKIP"), pc.get("detail", "")[:110]))
-        L.append("MFU      %.1f%% of the measured bf16 GEMM peak (%s TFLOP/s used by the trainer; 3 x forward FLOPs)"
+        L.append("MFU      %.1f%% of the measured bf16 GEMM peak (%s TFLOP/s used by the trainer; the FLOPs the step performs)"
                  % (100 * train["mfu_median"], tf(model.get("peak_used_tflops") or 0)))
         dev = ("%s max used (nvidia-smi) of %s" % (gib(train["device_used_max_bytes"]), gib(train["device_total_bytes"]))
                if "device_used_max_bytes" in train else "nvidia-smi n/a")
