@@ -89,9 +89,10 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
   long long micro_batches = 0;
   std::uint64_t windows = 0;  // windows evaluated over all ranks (padding excluded)
   agree_on_errors(world, [&] {
-    MESHTRAIN_REQUIRE(!tc.dpo() || o.text.empty(),
-                      "eval: train.objective=dpo evaluates preference pairs of data.dir, not --text; give "
-                      "train.objective=sft to evaluate a text file");
+    MESHTRAIN_REQUIRE(!tc.preference() || o.text.empty(),
+                      "eval: train.objective=%s evaluates preference pairs of data.dir, not --text; give "
+                      "train.objective=sft to evaluate a text file",
+                      choice_name(tc.objective));
     std::shared_ptr<const data::TokenSource> src;
     std::shared_ptr<const data::MaskFile> mask;
     data::DocumentMask docs;  // packed rows, data.document_mask: per-document attention and loss
@@ -154,17 +155,19 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
   train::TokenBatch token_batch(setup.batch.micro_batch, setup.batch.seq_len, sampler->document_masked());
   const double t0 = now_seconds();
   const train::EvalResult r = train::evaluate(
-      session, *sampler, train::EvalWindows{micro_batches, windows, masked, tc.dpo(), tc.dpo_beta}, token_batch);
+      session, *sampler, train::EvalWindows{micro_batches, windows, masked, tc.preference(), train::preference_loss(tc)}, token_batch);
   const double tokens = r.tokens, loss = r.loss;
   const double seconds = now_seconds() - t0;
   if (root) {
     const std::string where = o.text.empty() ? "the " + o.split + " split (" + source + ")" : source;
-    if (tc.dpo()) {
+    if (tc.preference()) {
       const train::DpoMetrics& m = r.dpo;
-      std::printf("eval: %s%s on %s: %.0f pairs (beta %g) | loss %.6f | rewards chosen %.6f rejected %.6f margin %.6f "
+      const std::string settings = tc.simpo() ? strprintf("simpo, beta %g, gamma %g", tc.simpo_beta, tc.simpo_gamma)
+                                              : strprintf("dpo, beta %g", tc.dpo_beta);
+      std::printf("eval: %s%s on %s: %.0f pairs (%s) | loss %.6f | rewards chosen %.6f rejected %.6f margin %.6f "
                   "| accuracy %.4f | logps chosen %.4f rejected %.4f | load %.2f s, eval %.2f s, mesh %s\n",
                   weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
-                  where.c_str(), static_cast<double>(windows / 2), tc.dpo_beta, loss, m.rewards_chosen,
+                  where.c_str(), static_cast<double>(windows / 2), settings.c_str(), loss, m.rewards_chosen,
                   m.rewards_rejected, m.margins, m.accuracy, m.logps_chosen, m.logps_rejected, weights.load_seconds,
                   seconds, setup.mesh_shape.str().c_str());
     } else {
@@ -182,9 +185,9 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
       j["tokens"] = tokens;
       j["windows"] = static_cast<double>(windows);
       j["loss"] = loss;
-      if (tc.dpo()) {
-        // TRL's names (doc/finetuning.md, "DPO"); the loss is DPO's, per pair.
-        j["objective"] = "dpo";
+      if (tc.preference()) {
+        // TRL's names (doc/finetuning.md, "DPO"); the loss is the objective's, per pair.
+        j["objective"] = choice_name(tc.objective);
         j["pairs"] = static_cast<double>(windows / 2);
         j["rewards/chosen"] = r.dpo.rewards_chosen;
         j["rewards/rejected"] = r.dpo.rewards_rejected;

@@ -129,6 +129,8 @@ plan::RunSpec resolve_spec(const Config& c) {
   ts.attention = c.gpu.attention;
   ts.objective = t.objective;
   ts.dpo_beta = t.dpo_beta;
+  ts.simpo_beta = t.simpo_beta;
+  ts.simpo_gamma = t.simpo_gamma;
 
   const ParallelConfig& p = c.parallel;
   plan::ParallelSpec& ps = s.parallel;

@@ -100,8 +100,10 @@ void visit_config(C& c, V&& v) {
   v("train.sample_tokens", t.sample_tokens, "tokens sampled at the end of training (0 = no sample)");
   v("train.sample_temperature", t.sample_temperature, "softmax temperature of that sample (0 = greedy)");
   v("train.sample_top_k", t.sample_top_k, "sample among the k most likely tokens (0 = all)");
-  v("train.objective", t.objective, "sft (cross-entropy on the targets) | dpo (direct preference optimization on a `prepare --format preference` dataset; reference: the base with the LoRA adapters off)");
+  v("train.objective", t.objective, "sft (cross-entropy on the targets) | dpo (direct preference optimization on a `prepare --format preference` dataset; reference: the base with the LoRA adapters off) | simpo (reference-free: length-normalized log-probabilities, a target margin)");
   v("train.dpo_beta", t.dpo_beta, "DPO: beta, the scale of the rewards beta * (log p_policy - log p_reference) of a response (> 0)");
+  v("train.simpo_beta", t.simpo_beta, "SimPO: beta, the scale of the rewards beta * log p_policy / response tokens (> 0)");
+  v("train.simpo_gamma", t.simpo_gamma, "SimPO: gamma, the target margin of the chosen response's reward over the rejected one's (>= 0)");
 
   v("data.dir", c.data.dir, "dataset directory written by `meshtrain prepare`, or 'random' for random tokens");
   v("data.document_mask", c.data.document_mask, "text datasets: split windows into documents at the end-of-text token; attention, positions and loss stay within each (packed datasets always are)");
@@ -665,6 +667,10 @@ void validate_config(const Config& c) {
   non_negative("train.peak_tflops", c.train.peak_tflops);
   MESHTRAIN_REQUIRE(std::isfinite(c.train.dpo_beta) && c.train.dpo_beta > 0,
                     "train.dpo_beta must be a positive number, got %g", c.train.dpo_beta);
+  MESHTRAIN_REQUIRE(std::isfinite(c.train.simpo_beta) && c.train.simpo_beta > 0,
+                    "train.simpo_beta must be a positive number, got %g", c.train.simpo_beta);
+  MESHTRAIN_REQUIRE(std::isfinite(c.train.simpo_gamma) && c.train.simpo_gamma >= 0,
+                    "train.simpo_gamma must be a number >= 0, got %g", c.train.simpo_gamma);
   if (!c.train.inject_nan_steps.empty()) parse_int_list("train.inject_nan_steps", c.train.inject_nan_steps);
   non_negative("checkpoint.every", c.checkpoint.every);
   positive("checkpoint.keep", c.checkpoint.keep);

@@ -120,18 +120,18 @@ void check_row_seq_len(const MaskFile& rows, int seq_len) {
 void check_dataset_rows(const Dataset& d, int seq_len, const std::string& command, Objective objective) {
   const DatasetMeta& m = d.meta;
   const bool pairs = m.data_format == "preference";
-  MESHTRAIN_REQUIRE(!pairs || objective == Objective::Dpo,
+  MESHTRAIN_REQUIRE(!pairs || objective != Objective::Sft,
                     "%s: data.dir=%s is a preference dataset (prepare --format preference: each example a chosen and "
                     "a rejected response, in adjacent rows); supervised training or evaluation on it "
                     "(train.objective=sft) would count the rejected responses as targets: set train.objective=dpo "
-                    "for preference training, or prepare the chosen responses with --format chat for supervised "
+                    "(or simpo) for preference training, or prepare the chosen responses with --format chat for supervised "
                     "fine-tuning",
                     command.c_str(), d.dir.c_str());
-  MESHTRAIN_REQUIRE(pairs || objective != Objective::Dpo,
-                    "%s: train.objective=dpo needs a dataset of preference pairs (prepare --format preference: a "
+  MESHTRAIN_REQUIRE(pairs || objective == Objective::Sft,
+                    "%s: train.objective=%s needs a dataset of preference pairs (prepare --format preference: a "
                     "prompt with a chosen and a rejected response), but data.dir=%s is %s; give a preference dataset, "
                     "or train.objective=sft",
-                    command.c_str(), d.dir.c_str(),
+                    command.c_str(), choice_name(objective), d.dir.c_str(),
                     d.dir.empty() || m.tokenizer == "random" ? "random tokens"
                                                              : strprintf("a %s dataset", m.data_format.c_str()).c_str());
   if (m.row_tokens == 0 || (seq_len >= 1 && static_cast<std::uint64_t>(seq_len) + 1 == m.row_tokens)) return;

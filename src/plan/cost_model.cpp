@@ -140,7 +140,7 @@ StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const Co
   const int seq_len = in.batch.seq_len;
   const double fa =
       document_attention_fraction(seq_len, in.document_tokens, in.attention_rows > 0 ? in.attention_rows : seq_len);
-  const model::StepFlops flops = model::train_step_flops(d, seq_len, p.activation_checkpointing, fa, in.dpo);
+  const model::StepFlops flops = model::train_step_flops(d, seq_len, p.activation_checkpointing, fa, in.dpo, !in.simpo);
   if (c.attention_flops > 0) {  // attention is a fused kernel timed on its own (cuDNN)
     r.attention_s = flops.attention * tokens_per_rank / tp / c.attention_flops;
     r.gemm_s = (flops.total() - flops.attention) * tokens_per_rank / tp / gemm_rate + r.attention_s;

@@ -212,7 +212,7 @@ double activation_memory(const PlanInput& in, const model::TpDims& slice, double
   // every kept activation and raises the peak; with it the backward's peak stays higher.
   // Measured peaks (tiny-llama, LoRA, seq 256): micro-batch 8 24.18 MiB (SFT 21.61) against
   // 25.26 predicted, micro-batch 4 12.52 against 12.91; with checkpointing 14.80 (SFT 14.79).
-  if (in.dpo && in.dims.lora_rank > 0 && !in.activation_checkpointing)
+  if (in.dpo && !in.simpo && in.dims.lora_rank > 0 && !in.activation_checkpointing)
     act += 2 * N * C + block_forward_scratch_elems(in.dims, slice, B, seq);
   // The checkpointed blocks write theirs again in the recomputation; the cost model adds that pass.
   traffic = elem_bytes * ((layers + 2) * N * C + layers * (per_block + block_attention_score_elems(slice, B, seq)) +

@@ -68,7 +68,8 @@ PlanInput plan_input(const RunSpec& spec, const JobShape& job) {
   in.attention_rows = spec.plan_target.gemm_tflops > 0 ? spec.batch.seq_len : kernels::attention_block_rows(spec.batch.seq_len);
   // Packed rows compute only each document's attention (train and plan alike).
   in.document_tokens = packed_document_tokens(spec.data);
-  in.dpo = spec.train.dpo();
+  in.dpo = spec.train.preference();
+  in.simpo = spec.train.simpo();
   return in;
 }
 

@@ -1,5 +1,6 @@
 #include "train/dpo.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -32,13 +33,65 @@ std::vector<float> dpo_pairs(const std::vector<double>& policy, const std::vecto
   return coef;
 }
 
+std::vector<float> simpo_pairs(const std::vector<double>& policy, const std::vector<double>& lengths, double beta,
+                               double gamma, double pair_scale, int pairs, DpoSums& sums) {
+  MESHTRAIN_ASSERT(policy.size() == lengths.size() && pairs >= 0 && 2 * static_cast<std::size_t>(pairs) <= policy.size(),
+                   "SimPO: %zu policy log-probabilities and %zu lengths for %d pairs", policy.size(), lengths.size(),
+                   pairs);
+  std::vector<float> coef(policy.size(), 0.0f);
+  for (int j = 0; j < pairs; ++j) {
+    const std::size_t c = 2 * static_cast<std::size_t>(j), r = c + 1;
+    const double nc = std::max(1.0, lengths[c]), nr = std::max(1.0, lengths[r]);
+    const double chosen = beta * policy[c] / nc;
+    const double rejected = beta * policy[r] / nr;
+    const double z = chosen - rejected - gamma;
+    sums.loss += std::log1p(std::exp(-std::abs(z))) + std::max(-z, 0.0);  // -log sigmoid(z)
+    sums.rewards_chosen += chosen;
+    sums.rewards_rejected += rejected;
+    sums.correct += chosen > rejected ? 1 : 0;
+    sums.logps_chosen += policy[c];
+    sums.logps_rejected += policy[r];
+    sums.pairs += 1;
+    const double sig_neg = 1.0 / (1.0 + std::exp(z));  // sigmoid(-z)
+    coef[c] = static_cast<float>(beta * sig_neg * pair_scale / nc);
+    coef[r] = static_cast<float>(-beta * sig_neg * pair_scale / nr);
+  }
+  return coef;
+}
+
+PreferenceLoss preference_loss(const plan::TrainSpec& t) {
+  PreferenceLoss l;
+  l.simpo = t.simpo();
+  l.beta = l.simpo ? t.simpo_beta : t.dpo_beta;
+  l.gamma = l.simpo ? t.simpo_gamma : 0.0;
+  return l;
+}
+
+std::vector<float> preference_pairs(const PreferenceLoss& loss, const std::vector<double>& policy,
+                                    const std::vector<double>& reference, const std::vector<double>& lengths,
+                                    double pair_scale, int pairs, DpoSums& sums) {
+  return loss.simpo ? simpo_pairs(policy, lengths, loss.beta, loss.gamma, pair_scale, pairs, sums)
+                    : dpo_pairs(policy, reference, loss.beta, pair_scale, pairs, sums);
+}
+
+std::vector<double> sequence_lengths(const std::int32_t* targets, int B, int T) {
+  std::vector<double> n(static_cast<std::size_t>(B), 0.0);
+  for (int b = 0; b < B; ++b)
+    n[static_cast<std::size_t>(b)] = static_cast<double>(
+        std::count_if(targets + static_cast<std::ptrdiff_t>(b) * T, targets + static_cast<std::ptrdiff_t>(b + 1) * T,
+                      [](std::int32_t t) { return t >= 0; }));
+  return n;
+}
+
 void check_dpo_setup(const plan::RunSetup& setup, const std::string& command, bool stored_reference) {
-  if (!setup.spec.train.dpo()) return;
+  if (!setup.spec.train.preference()) return;
+  const char* objective = choice_name(setup.spec.train.objective);
   MESHTRAIN_REQUIRE(setup.batch.micro_batch % 2 == 0,
-                    "%s: train.objective=dpo takes a preference pair's chosen and rejected rows in one micro-batch, so "
+                    "%s: train.objective=%s takes a preference pair's chosen and rejected rows in one micro-batch, so "
                     "train.micro_batch must be even; it is %d%s",
-                    command.c_str(), setup.batch.micro_batch,
+                    command.c_str(), objective, setup.batch.micro_batch,
                     setup.spec.batch.micro_batch == 0 ? " (chosen by the planner): give an even train.micro_batch" : "");
+  if (setup.spec.train.simpo()) return;  // reference-free
   MESHTRAIN_REQUIRE(stored_reference || setup.spec.dims.lora_rank > 0,
                     "%s: train.objective=dpo needs LoRA adapters (model.lora_rank > 0) here: its reference model is "
                     "the frozen base with the adapters switched off (a training run without adapters stores its "

@@ -25,27 +25,30 @@ EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const
         std::fill_n(token_batch.host_tgt.begin() + static_cast<std::ptrdiff_t>(i) * L, L, -1);
     counted += token_batch.counted_targets();
     token_batch.upload();
-    if (w.dpo) {
+    if (w.preference) {
       // Whole pairs (an even micro-batch from an even window); the padding windows at the end
       // of the last micro-batch are whole pairs too, and are not counted.
       const std::uint64_t real = w.windows > w0 ? std::min<std::uint64_t>(B, w.windows - w0) : 0;
       std::vector<double> stored;
-      if (w.reference_rows) {
+      if (w.pair_loss.simpo) {
+        stored.assign(static_cast<std::size_t>(B), 0.0);  // reference-free: no reference forward
+      } else if (w.reference_rows) {
         const auto row_tokens = static_cast<std::uint64_t>(L) + 1;
         for (int i = 0; i < B; ++i)
           stored.push_back((*w.reference_rows)[sampler.window_start(w0 + static_cast<std::uint64_t>(i)) / row_tokens]);
       }
       const parallel::SequenceLogps lp = parallel::forward_sequence_logps(
           session.engine(), session.model(), session.context(), token_batch.in.data(), token_batch.tgt.data(), shape,
-          w.reference_rows ? &stored : nullptr);
-      dpo_pairs(lp.policy, lp.reference, w.dpo_beta, 0.0, static_cast<int>(real / 2), dpo);
+          w.reference_rows || w.pair_loss.simpo ? &stored : nullptr);
+      preference_pairs(w.pair_loss, lp.policy, lp.reference, sequence_lengths(token_batch.host_tgt.data(), B, L), 0.0,
+                       static_cast<int>(real / 2), dpo);
       continue;
     }
     local += parallel::forward_loss(session.engine(), session.model(), session.context(), token_batch.in.data(),
                                     token_batch.tgt.data(), shape);
   }
   EvalResult r;
-  if (w.dpo) {
+  if (w.preference) {
     r.tokens = session.global_sum(counted);
     r.dpo = dpo_metrics(global_dpo_sums(session, dpo));
     r.loss = r.dpo.loss;

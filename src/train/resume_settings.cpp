@@ -83,6 +83,10 @@ RunSettings run_settings(const plan::RunSetup& s, const data::Dataset& data) {
   if (t.lr_schedule == LrScheduleKind::Cosine) out.insert(out.begin() + 5, {"train.min_lr", real_text(t.min_lr)});
   // DPO's beta scales its loss; sft never reads it.
   if (t.dpo()) out.push_back({"train.dpo_beta", real_text(t.dpo_beta)});
+  if (t.simpo()) {
+    out.push_back({"train.simpo_beta", real_text(t.simpo_beta)});
+    out.push_back({"train.simpo_gamma", real_text(t.simpo_gamma)});
+  }
   return out;
 }
 

@@ -41,8 +41,8 @@ StepSettings step_settings(const plan::RunSetup& setup) {
   s.activation_checkpointing = setup.activation_checkpointing;  // as resolved (the planner may choose it)
   s.fused_optimizer = tc.fused_optimizer;
   s.graphs = tc.graphs;
-  s.dpo = tc.dpo();
-  s.dpo_beta = tc.dpo_beta;
+  s.preference = tc.preference();
+  s.pair_loss = preference_loss(tc);
   return s;
 }
 
@@ -90,7 +90,7 @@ StepRunner<T>::StepRunner(Session<T>& session, const StepSettings& settings, boo
   c.world = session.mesh().world().size();
   c.fused_optimizer = settings.fused_optimizer;
   c.fused_loss = setup.spec.kernel_paths.fused_loss;
-  c.dpo = settings.dpo;
+  c.dpo = settings.preference;
   c.documents = documents;
   c.profiler = Kokkos::Profiling::profileLibraryLoaded();
   // A loss mask is known per step (StepInput::counted_targets): such a step runs eagerly
@@ -115,10 +115,13 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
   // DPO: every pair of the global batch weighs 1 / pairs, whichever rank and micro-step holds it.
   const double global_pairs = setup.batch.global_batch / 2.0;
   DpoSums dpo_local;
+  std::vector<double> lengths;  // SimPO: this micro-step's response lengths (counted targets)
   const parallel::SequenceCoefficients coefficients = [&](const std::vector<double>& policy,
                                                           const std::vector<double>& reference) {
-    return dpo_pairs(policy, reference, st_.dpo_beta, 1.0 / global_pairs, B / 2, dpo_local);
+    return preference_pairs(st_.pair_loss, policy, reference, lengths, 1.0 / global_pairs, B / 2, dpo_local);
   };
+  // SimPO has no reference: the reference forward is skipped by giving it as zeros.
+  const std::vector<double> no_reference(static_cast<std::size_t>(B), 0.0);
   const std::uint64_t frozen_before = eng.frozen_gather_bytes();
   eng.begin_step();
   kernels::set_scalar(loss_sum, 0.0);
@@ -126,10 +129,14 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
     TraceRange trace("meshtrain::micro_step", a);
     eng.begin_micro(a);
     const model::BatchShape shape = batch_.shape(a);
-    if (st_.dpo) {
+    if (st_.preference) {
+      const std::vector<double>* reference = in.reference ? (*in.reference)(a) : nullptr;
+      if (st_.pair_loss.simpo) {
+        lengths = sequence_lengths(batch_.host_tgt(a), B, shape.T);  // the staged host copy of the targets
+        reference = &no_reference;
+      }
       parallel::dpo_forward_backward(eng, session_.model(), session_.context(), batch_.in(a), batch_.tgt(a), shape,
-                                     st_.activation_checkpointing, in.reference ? (*in.reference)(a) : nullptr,
-                                     coefficients);
+                                     st_.activation_checkpointing, reference, coefficients);
     } else {
       parallel::forward_backward(eng, session_.model(), session_.context(), batch_.in(a), batch_.tgt(a), shape,
                                  grad_scale, st_.activation_checkpointing, loss_sum);
@@ -147,7 +154,7 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
     // Norm, clip, the skip decision and AdamW stay on the device; nothing is read back here.
     optim::FusedStep<T>& fs = session_.fused_step(st_.adam);
     fs.grad_norm(world, st_.grad_clip);
-    if (!st_.dpo) {
+    if (!st_.preference) {
       // The world sum of tp-identical values: each tp group's first rank adds its own.
       if (session_.mesh().coord().tp != 0) kernels::set_scalar(loss_sum, 0.0);
       world.all_reduce(loss_sum, loss_sum, 1, DType::F64, ReduceOp::Sum);  // stream-ordered on NCCL
@@ -166,7 +173,7 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
   } else {
     // The unfused reference path reads the norm and the loss back before AdamW.
     r.grad_norm = parallel::global_grad_norm(eng, world);
-    if (!st_.dpo) {
+    if (!st_.preference) {
       double local = 0;
       Kokkos::deep_copy(local, Kokkos::subview(dev_.view(), static_cast<std::size_t>(kLossSum)));
       r.loss = session_.global_sum(local) / global_tokens;

@@ -19,7 +19,7 @@ GraphDecision graph_decision(const GraphConditions& c) {
   if (!c.fused_loss)
     return no("gpu.fused_loss=false reads the loss back after every LM-head chunk; set it to true for CUDA graphs");
   if (c.dpo)
-    return no("train.objective=dpo reads each micro-step's sequence log-probabilities back to scale the head's "
+    return no("train.objective=dpo/simpo reads each micro-step's sequence log-probabilities back to scale the head's "
               "gradient");
   if (c.documents)
     return no("packed rows (document masks): the attention's variable-length batch, and with it the cuDNN graph, "

@@ -258,7 +258,7 @@ void Trainer<T>::load_inputs() {
     // Instruction/chat data: windows are whole rows, targets outside the loss mask are -1.
     sampler_ = std::make_unique<data::Sampler>(data_.train, batch.seq_len, tc.seed, data_.train_mask);
     // DPO: windows come as whole pairs (an even micro-batch from an even window).
-    if (tc.dpo()) sampler_->set_pairs();
+    if (tc.preference()) sampler_->set_pairs();
     // Packed rows (and data.document_mask text): attention, positions and loss per document.
     sampler_->set_document_mask(data::document_mask_for(data_, false, spec_.data.document_mask));
     if (data_.val && data::has_window(*data_.val, batch.seq_len)) {
@@ -343,9 +343,13 @@ void Trainer<T>::begin_writing(int first_step) {
   if (root_) {
     const int seq_len = setup_.batch.seq_len;
     const double per_token =
-        model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing, 1.0, spec_.train.dpo()).total();
+        model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing, 1.0, spec_.train.preference(),
+                                !spec_.train.simpo())
+            .total();
     log::info("mfu counts the FLOPs each step performs: %s; %.4g %sFLOP per token at seq_len %d",
-              model::describe_step_flops(spec_.dims, setup_.activation_checkpointing, spec_.train.dpo()).c_str(),
+              model::describe_step_flops(spec_.dims, setup_.activation_checkpointing, spec_.train.preference(),
+                                         !spec_.train.simpo())
+                  .c_str(),
               per_token >= 1e9 ? per_token / 1e9 : per_token / 1e6, per_token >= 1e9 ? "G" : "M", seq_len);
   }
   // A resumed run continues the run's metrics.jsonl (lines past the resumed step, from a
@@ -596,8 +600,8 @@ double Trainer<T>::evaluate() {
   w.micro_batches = static_cast<long long>(spec_.train.eval_batches) * batch.grad_accum;
   w.windows = static_cast<std::uint64_t>(w.micro_batches) * batch.micro_batch * session_.mesh().shape().dp();
   w.masked = data_.val_mask != nullptr;
-  w.dpo = spec_.train.dpo();
-  w.dpo_beta = spec_.train.dpo_beta;
+  w.preference = spec_.train.preference();
+  w.pair_loss = preference_loss(spec_.train);
   w.reference_rows = stored_reference_ ? &reference_.val : nullptr;
   if (eval_sampler_->document_masked()) {
     TokenBatch docs_token_batch(batch.micro_batch, batch.seq_len, true);
@@ -631,7 +635,7 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
   // The FLOPs the step performs (model/step_flops.hpp): a frozen LoRA base computes no
   // weight gradients; packed rows only the attention their document masks leave.
   const double flops = model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing,
-                                               last_attention_fraction_, spec_.train.dpo())
+                                               last_attention_fraction_, spec_.train.preference(), !spec_.train.simpo())
                            .total() *
                        tok_s;
   const double mfu = flops / (peak_flops_ * rt_.topology().world_size);
@@ -650,7 +654,7 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
                                  step, tc.steps, loss, lr, gnorm, tok_s, 100 * mfu, format_bytes(mem_max).c_str());
     line += t.comm_measured ? strprintf("comp %.3fs comm %.3fs (exposed %.3fs)", comp_max, busy_max, exp_max)
                             : strprintf("step %.3fs (CUDA graph replay: comm not timed)", comp_max);
-    if (tc.dpo()) {
+    if (tc.preference()) {
       // TRL's names: the rewards of the chosen and rejected responses, their margin, the
       // fraction of pairs with a positive margin (doc/finetuning.md, "DPO").
       line += strprintf(" | rewards chosen %.4f rejected %.4f margin %.4f acc %.3f", last_dpo_.rewards_chosen,
@@ -687,7 +691,7 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
   // Packed rows: the share of the whole rows' attention the kernels ran (what mfu counts).
   if (sampler_->document_masked()) j["attention_fraction"] = last_attention_fraction_;
   if (logged_graph_) j["cuda_graph"] = true;  // replayed from a CUDA graph (gpu.graphs)
-  if (tc.dpo()) {
+  if (tc.preference()) {
     const auto add = [&j](const std::string& prefix, const DpoMetrics& m) {
       j[prefix + "rewards/chosen"] = m.rewards_chosen;
       j[prefix + "rewards/rejected"] = m.rewards_rejected;

@@ -72,6 +72,11 @@ TEST(StepFlops, DpoAddsTheReferenceForwardAndAHeadPass) {
   EXPECT_DOUBLE_EQ(train_step_flops(llama(4), 32, false, 1.0, true).total(), 428544 + 32768 + kBase + kAttn);
   EXPECT_DOUBLE_EQ(train_step_flops(llama(0), 32, false, 1.0, true).total(), 598016 + 32768);
   EXPECT_NE(describe_step_flops(llama(4), false, true).find("reference forward"), std::string::npos);
+  // SimPO (no reference): the head pass alone, with or without LoRA; attention not counted twice.
+  EXPECT_DOUBLE_EQ(train_step_flops(llama(4), 32, false, 1.0, true, false).dpo_extra, 32768);
+  EXPECT_DOUBLE_EQ(train_step_flops(llama(4), 32, false, 1.0, true, false).attention,
+                   train_step_flops(llama(4), 32, false).attention);
+  EXPECT_EQ(describe_step_flops(llama(4), false, true, false).find("reference forward"), std::string::npos);
 }
 
 TEST(StepFlops, PackedRowsCountTheAttentionComputed) {

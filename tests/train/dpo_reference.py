@@ -10,7 +10,12 @@ dataset's loss mask, and the DPO formula of TRL's sigmoid loss.
       and the loss with the adapted model as its own reference (log 2) must be far from it.
   dpo_reference.py grad BASE PEFT_BEFORE PEFT_AFTER DATASET BETA METRICS_JSONL
       the one-pair dataset: the gradient read back from one AdamW step (lr 1, eps 1, no decay,
-      no clip: delta = -g / (|g| + 1)) equals autograd's, and the step's logged loss the formula's."""
+      no clip: delta = -g / (|g| + 1)) equals autograd's, and the step's logged loss the formula's.
+
+  BETA "simpo:BETA:GAMMA" instead: SimPO's loss (train.objective=simpo; Meng et al. 2024, as
+  TRL's CPOTrainer with loss_type="simpo"): rewards beta * logp / (counted targets of the
+  row), loss -log sigmoid(rewards_chosen - rewards_rejected - gamma), no reference; eval then
+  also requires the loss without the length normalization to be far from meshtrain's."""
 import json
 import math
 import sys
@@ -103,6 +108,28 @@ def seq_logp(logits, tgt):
     return (picked * keep).sum(-1)
 
 
+def simpo(pol, lengths, beta, gamma):
+    """SimPO over pairs (rows 2j chosen, 2j + 1 rejected), all in float64: length-normalized
+    rewards, a target margin gamma; accuracy = the chosen reward the larger (TRL's CPOTrainer)."""
+    n = lengths.clamp(min=1)
+    rc, rr = beta * pol[0::2] / n[0::2], beta * pol[1::2] / n[1::2]
+    return {"loss": (-F.logsigmoid(rc - rr - gamma)).mean(), "rewards/chosen": rc.mean(), "rewards/rejected": rr.mean(),
+            "rewards/margins": (rc - rr).mean(), "rewards/accuracies": (rc > rr).double().mean()}
+
+
+def objective(spec):
+    """BETA (DPO) or simpo:BETA:GAMMA -> (is_simpo, beta, gamma)."""
+    if spec.startswith("simpo:"):
+        _, b, g = spec.split(":")
+        return True, float(b), float(g)
+    return False, float(spec), 0.0
+
+
+def pair_loss(spec, pol, ref, tgt):
+    is_simpo, beta, gamma = objective(spec)
+    return simpo(pol, (tgt >= 0).sum(-1).double(), beta, gamma) if is_simpo else dpo(pol, ref, beta)
+
+
 def dpo(pol, ref, beta):
     """TRL's sigmoid DPO over pairs (rows 2j chosen, 2j + 1 rejected), all in float64."""
     rc, rr = beta * (pol[0::2] - ref[0::2]), beta * (pol[1::2] - ref[1::2])
@@ -116,13 +143,14 @@ def valid_vocab(cfg, logits):
 
 
 if mode == "eval":
-    base, peft, ds, beta, got_path = sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), sys.argv[6]
+    base, peft, ds, spec, got_path = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+    is_simpo, beta, gamma = objective(spec)
     cfg, W, A, scale = weights(base, peft)
     idx, tgt = rows(ds)
     with torch.no_grad():
         pol = seq_logp(valid_vocab(cfg, forward(cfg, W, A, scale, idx, True)), tgt)
         ref = seq_logp(valid_vocab(cfg, forward(cfg, W, A, scale, idx, False)), tgt)
-    want = {k: float(v) for k, v in dpo(pol, ref, beta).items()}
+    want = {k: float(v) for k, v in pair_loss(spec, pol, ref, tgt).items()}
     got = json.load(open(got_path))
     bad = []
     for k, v in want.items():
@@ -130,27 +158,28 @@ if mode == "eval":
         if not abs(got[k] - v) <= tol:
             bad.append(f"{k}: meshtrain {got[k]!r}, reference {v!r}")
     assert got["pairs"] == len(pol) // 2, (got["pairs"], len(pol))
-    # A reference equal to the adapted model makes every margin 0 and the loss log 2: the
-    # adapters must have moved the policy far enough for that to be told apart.
-    wrong = float(dpo(pol, pol, beta)["loss"])
+    # DPO: a reference equal to the adapted model makes every margin 0 and the loss log 2: the
+    # adapters must have moved the policy far enough for that to be told apart. SimPO: the
+    # loss without the length normalization (every length 1) must be told apart.
+    wrong = float(simpo(pol, torch.ones_like(pol), beta, gamma)["loss"] if is_simpo else dpo(pol, pol, beta)["loss"])
     if abs(wrong - want["loss"]) < 1e-3:
-        bad.append(f"the adapters barely moved the policy (loss {want['loss']} vs {wrong} with the adapted reference)")
+        bad.append(f"the check cannot tell the formula from the wrong one (loss {want['loss']} vs {wrong})")
     if abs(got["loss"] - wrong) < 1e-3:
-        bad.append(f"meshtrain's loss {got['loss']} is that of the adapted model as its own reference ({wrong})")
+        bad.append(f"meshtrain's loss {got['loss']} is the wrong formula's ({wrong})")
     print(f"{got_path}: {len(pol) // 2} pairs, reference {want}, meshtrain " +
           json.dumps({k: got[k] for k in want}))
     if bad:
         print("\n".join(bad))
         sys.exit(1)
 elif mode == "grad":
-    base, before, after, ds, beta, metrics = sys.argv[2:5] + [sys.argv[5], float(sys.argv[6]), sys.argv[7]]
+    base, before, after, ds, spec, metrics = sys.argv[2:8]
     cfg, W, A, scale = weights(base, before, grad=True)
     _, _, A1, _ = weights(base, after)
     idx, tgt = rows(ds)
     pol = seq_logp(valid_vocab(cfg, forward(cfg, W, A, scale, idx, True)), tgt)
     with torch.no_grad():
         ref = seq_logp(valid_vocab(cfg, forward(cfg, W, A, scale, idx, False)), tgt)
-    loss = dpo(pol, ref, beta)["loss"]
+    loss = pair_loss(spec, pol, ref, tgt)["loss"]
     loss.backward()
     logged = json.loads(open(metrics).readline())["loss"]
     bad = []

@@ -81,3 +81,68 @@ TEST(DpoPairs, PaddingAndTiesCountNothing) {
   EXPECT_EQ(c[3], 0.0f);
   EXPECT_TRUE(std::isnan(dpo_metrics(DpoSums{}).loss));
 }
+
+// SimPO (train.objective = simpo): length-normalized rewards, a target margin, no reference.
+namespace {
+double simpo_loss_of(const std::vector<double>& policy, const std::vector<double>& lengths, double beta, double gamma,
+                     int pairs) {
+  DpoSums s;
+  meshtrain::train::simpo_pairs(policy, lengths, beta, gamma, 1.0, pairs, s);
+  return s.loss;
+}
+}  // namespace
+
+TEST(SimpoPairs, LossRewardsAndMarginsFollowTheFormula) {
+  const double beta = 2.0, gamma = 0.5;
+  const std::vector<double> policy = {-10.0, -14.0, -7.5, -6.0}, lengths = {5, 4, 3, 2};
+  DpoSums s;
+  meshtrain::train::simpo_pairs(policy, lengths, beta, gamma, 0.5, 2, s);
+  const double c0 = beta * -10.0 / 5, r0 = beta * -14.0 / 4, c1 = beta * -7.5 / 3, r1 = beta * -6.0 / 2;
+  const double z0 = c0 - r0 - gamma, z1 = c1 - r1 - gamma;
+  EXPECT_NEAR(s.loss, std::log1p(std::exp(-z0)) + std::log1p(std::exp(-z1)), 1e-14);
+  EXPECT_DOUBLE_EQ(s.rewards_chosen, c0 + c1);
+  EXPECT_DOUBLE_EQ(s.rewards_rejected, r0 + r1);
+  EXPECT_EQ(s.correct, 2);  // c0 = -4 > r0 = -7; c1 = -5 > r1 = -6
+  const auto m = dpo_metrics(s);
+  EXPECT_NEAR(m.margins, (c0 - r0 + c1 - r1) / 2, 1e-15);  // the rewards' margin, gamma not subtracted
+  // A chosen reward above the rejected one by less than gamma still counts as right, and
+  // still has a loss above log 2.
+  DpoSums t;
+  meshtrain::train::simpo_pairs({-1.0, -1.2}, {1, 1}, 1.0, 0.5, 1.0, 1, t);
+  EXPECT_EQ(t.correct, 1);
+  EXPECT_GT(t.loss, std::log(2.0));
+}
+
+TEST(SimpoPairs, CoefficientsAreMinusTheLossDerivative) {
+  const double beta = 2.5, gamma = 0.8;
+  std::vector<double> policy = {-3.0, -2.5, -20.0, -30.0, -5.0, -5.0};
+  const std::vector<double> lengths = {3, 1, 10, 12, 0, 4};  // a response with no counted target counts as 1
+  DpoSums unused;
+  const std::vector<float> coef = meshtrain::train::simpo_pairs(policy, lengths, beta, gamma, 1.0, 3, unused);
+  for (std::size_t i = 0; i < policy.size(); ++i) {
+    const double h = 1e-5, x = policy[i];
+    policy[i] = x + h;
+    const double up = simpo_loss_of(policy, lengths, beta, gamma, 3);
+    policy[i] = x - h;
+    const double down = simpo_loss_of(policy, lengths, beta, gamma, 3);
+    policy[i] = x;
+    EXPECT_NEAR(coef[i], -(up - down) / (2 * h), 1e-6) << "sequence " << i;
+  }
+  EXPECT_GT(coef[0], 0);
+  EXPECT_LT(coef[1], 0);
+  // The dispatcher picks the formula the objective names.
+  meshtrain::train::PreferenceLoss l;
+  l.simpo = true;
+  l.beta = beta;
+  l.gamma = gamma;
+  DpoSums a, b;
+  EXPECT_EQ(meshtrain::train::preference_pairs(l, policy, std::vector<double>(6, 0.0), lengths, 1.0, 3, a), coef);
+  l.simpo = false;
+  EXPECT_EQ(meshtrain::train::preference_pairs(l, policy, std::vector<double>(6, 0.0), lengths, 1.0, 3, b),
+            dpo_pairs(policy, std::vector<double>(6, 0.0), beta, 1.0, 3, unused));
+}
+
+TEST(SimpoPairs, SequenceLengthsCountTheCountedTargets) {
+  const std::vector<std::int32_t> targets = {-1, 4, 5, -1, /**/ -1, -1, -1, -1, /**/ 0, 1, 2, 3};
+  EXPECT_EQ(meshtrain::train::sequence_lengths(targets.data(), 3, 4), (std::vector<double>{2, 0, 4}));
+}

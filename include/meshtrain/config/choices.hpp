@@ -20,7 +20,7 @@ enum class Backend { Auto, Mpi, Nccl };                                         
 enum class ReduceDtype { Fp32, Bf16 };                                             ///< parallel.reduce_dtype
 enum class LrScheduleKind { Cosine, Constant };                                    ///< train.lr_schedule
 enum class LogLevel { Debug, Info, Warn };                                         ///< output.log_level
-enum class Objective { Sft, Dpo };                                                 ///< train.objective
+enum class Objective { Sft, Dpo, Simpo };                                                 ///< train.objective
 enum class AttentionChoice { Cudnn, Kokkos };                                      ///< gpu.attention
 enum class BaseQuant { None, Nf4, Int8, Gguf };                                    ///< model.base_quant
 
@@ -58,7 +58,7 @@ struct ChoiceWords<LogLevel> {
 };
 template <>
 struct ChoiceWords<Objective> {
-  static constexpr std::array<const char*, 2> words{"sft", "dpo"};
+  static constexpr std::array<const char*, 3> words{"sft", "dpo", "simpo"};
 };
 template <>
 struct ChoiceWords<AttentionChoice> {

@@ -92,8 +92,10 @@ struct TrainConfig {
   int sample_tokens = 0;
   double sample_temperature = 0.8;    ///< 0 = greedy
   int sample_top_k = 40;              ///< 0 = all tokens
-  Objective objective = Objective::Sft;  ///< sft: cross-entropy on the targets; dpo: preference pairs (doc/finetuning.md)
+  Objective objective = Objective::Sft;  ///< sft: cross-entropy on the targets; dpo, simpo: preference pairs (doc/finetuning.md)
   double dpo_beta = 0.1;              ///< DPO's beta: the scale of the log-ratio rewards
+  double simpo_beta = 2.0;            ///< SimPO's beta: the scale of the length-normalized rewards
+  double simpo_gamma = 1.0;           ///< SimPO's gamma: the target reward margin
 };
 
 struct DataConfig {

@@ -19,9 +19,10 @@ struct StepFlops {
                          ///< (the adapters only under LoRA), attention backward with its recomputed scores
   double recompute = 0;  ///< activation checkpointing: each block's forward again inside backward
   double scores_again = 0;  ///< of `backward`: the attention scores it recomputes
-  /// train.objective = dpo: the LM head's first pass (per-row log-probabilities before the
-  /// scaled backward) and, under LoRA, the reference forward with the adapters off (without
-  /// LoRA the reference log-probabilities are computed once before training, not per step).
+  /// train.objective = dpo, simpo: the LM head's first pass (per-row log-probabilities before
+  /// the scaled backward) and, DPO under LoRA, the reference forward with the adapters off
+  /// (without LoRA the reference log-probabilities are computed once before training, not per
+  /// step; SimPO has no reference).
   double dpo_extra = 0;
   /// Of all the above: attention's share (scores and weighted sum forward, dP/dQ/dK/dV and
   /// the recomputed scores backward, again in `recompute` and DPO's reference forward). The
@@ -31,13 +32,15 @@ struct StepFlops {
 };
 
 /// `checkpointing`: train.activation_checkpointing. The base is frozen exactly when
-/// dims.lora_rank > 0 (LoRA fine-tuning freezes every base parameter).
+/// dims.lora_rank > 0 (LoRA fine-tuning freezes every base parameter). `dpo`: a preference
+/// objective (dpo or simpo); `reference_forward` false: one without a reference (simpo).
 StepFlops train_step_flops(const ModelDims& dims, int seq_len, bool checkpointing, double attention_fraction = 1.0,
-                           bool dpo = false);
+                           bool dpo = false, bool reference_forward = true);
 
 /// What train_step_flops counts, for the log: e.g. "forward + input gradients + LoRA adapter
 /// gradients (frozen base: no weight gradients) + recomputed forward (activation
 /// checkpointing) + attention scores recomputed in backward".
-std::string describe_step_flops(const ModelDims& dims, bool checkpointing, bool dpo = false);
+std::string describe_step_flops(const ModelDims& dims, bool checkpointing, bool dpo = false,
+                                bool reference_forward = true);
 
 }  // namespace meshtrain::model

@@ -29,7 +29,8 @@ struct PlanInput {
   BatchSpec batch{1, 1, 1, 0};
   bool bf16 = false;
   bool activation_checkpointing = false;
-  bool dpo = false;            ///< train.objective = dpo: the step's extra forward passes (model/step_flops.hpp)
+  bool dpo = false;            ///< train.objective = dpo or simpo: the step's extra forward passes (model/step_flops.hpp)
+  bool simpo = false;          ///< train.objective = simpo: no reference forward
   DType reduce_dtype = DType::F32;
   int prefetch = 1;
   double memory_budget = 0;    ///< bytes per rank

@@ -78,7 +78,12 @@ struct TrainSpec {
   AttentionChoice attention = AttentionChoice::Cudnn;  ///< gpu.attention
   Objective objective = Objective::Sft;     ///< train.objective
   double dpo_beta = 0.1;                    ///< train.dpo_beta
+  double simpo_beta = 2.0, simpo_gamma = 1.0;  ///< train.simpo_beta, train.simpo_gamma
   bool dpo() const { return objective == Objective::Dpo; }
+  bool simpo() const { return objective == Objective::Simpo; }
+  /// A preference objective (dpo, simpo): the data are pairs, each micro-batch whole pairs, and
+  /// the loss is a function of each pair's two sequence log-probabilities (train/dpo.hpp).
+  bool preference() const { return objective != Objective::Sft; }
   bool bf16() const { return precision == Precision::Bf16; }
 };
 

@@ -15,7 +15,18 @@
 /// sequence's cross-entropy gradient is scaled by +beta sigmoid(-z) / P (chosen) and
 /// -beta sigmoid(-z) / P (rejected). A pair's coefficient depends on that pair alone, so it is
 /// known on the rank that holds it, before its backward, on any mesh.
+///
+/// SimPO (train.objective = simpo; Meng, Xia and Chen 2024) needs no reference: with n the
+/// response's counted targets, the rewards are length-normalized log-probabilities,
+///
+///   rewards_chosen   = beta * logp_c / n_c,  rewards_rejected = beta * logp_r / n_r
+///   loss             = -log sigmoid(rewards_chosen - rewards_rejected - gamma)
+///
+/// (gamma: the target margin), so the coefficients are +-beta sigmoid(-z) / (n P), z the
+/// argument of the sigmoid; the margin logged is rewards_chosen - rewards_rejected, and a pair
+/// counts as right when the chosen reward is the larger, as TRL's CPOTrainer logs them.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,6 +39,7 @@ namespace meshtrain::train {
 /// pairs, and LoRA adapters, whose frozen base is the reference -- unless `stored_reference`
 /// (training: the initial weights' log-probabilities, train/reference_logps.hpp). UserError
 /// naming the command ("train", "eval") and the fix; nothing for train.objective = sft.
+/// simpo: an even micro-batch only (no reference).
 void check_dpo_setup(const plan::RunSetup& setup, const std::string& command, bool stored_reference = false);
 
 /// Sums over pairs (this rank's, then the world's): divided by `pairs` they are the metrics.
@@ -50,6 +62,28 @@ struct DpoMetrics {
 /// (pair_scale = 1 / pairs of the global batch).
 std::vector<float> dpo_pairs(const std::vector<double>& policy, const std::vector<double>& reference, double beta,
                              double pair_scale, int pairs, DpoSums& sums);
+
+/// SimPO's pairs, as dpo_pairs: `lengths` (policy.size()) the counted targets of each sequence
+/// (a response with none counts as one: its reward is then 0, not a division by 0).
+std::vector<float> simpo_pairs(const std::vector<double>& policy, const std::vector<double>& lengths, double beta,
+                               double gamma, double pair_scale, int pairs, DpoSums& sums);
+
+/// Which pair loss, with its settings (from train.objective and its keys).
+struct PreferenceLoss {
+  bool simpo = false;  ///< false: DPO
+  double beta = 0.1;   ///< train.dpo_beta or train.simpo_beta
+  double gamma = 0;    ///< train.simpo_gamma (SimPO only)
+};
+PreferenceLoss preference_loss(const plan::TrainSpec& train);
+
+/// dpo_pairs or simpo_pairs, as `loss` says (`reference` unused by SimPO, `lengths` by DPO).
+std::vector<float> preference_pairs(const PreferenceLoss& loss, const std::vector<double>& policy,
+                                    const std::vector<double>& reference, const std::vector<double>& lengths,
+                                    double pair_scale, int pairs, DpoSums& sums);
+
+/// Counted targets (>= 0) of each of the B sequences of T targets in `targets` (host): SimPO's
+/// response lengths.
+std::vector<double> sequence_lengths(const std::int32_t* targets, int B, int T);
 
 /// The means of world-summed `sums` (a NaN loss when no pair was counted).
 DpoMetrics dpo_metrics(const DpoSums& sums);

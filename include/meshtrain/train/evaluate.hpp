@@ -20,10 +20,10 @@ struct EvalWindows {
   long long micro_batches = 0;  ///< micro-batches per dp rank
   std::uint64_t windows = 0;    ///< windows evaluated over all ranks, padding excluded
   bool masked = false;          ///< loss-masked data (instruction/chat): the mean is over the counted targets
-  /// train.objective = dpo: the windows are preference pairs (micro_batch even), the loss is
-  /// DPO's with this beta, the mean over the evaluated pairs (train/dpo.hpp).
-  bool dpo = false;
-  double dpo_beta = 0.1;
+  /// train.objective = dpo or simpo: the windows are preference pairs (micro_batch even), the
+  /// loss is `pair_loss`'s, the mean over the evaluated pairs (train/dpo.hpp).
+  bool preference = false;
+  PreferenceLoss pair_loss;
   /// DPO without LoRA: the stored reference log-probability of each row of the split
   /// (train/reference_logps.hpp); null: the base with the adapters off.
   const std::vector<double>* reference_rows = nullptr;
@@ -32,7 +32,7 @@ struct EvalWindows {
 struct EvalResult {
   double loss = 0;    ///< mean cross-entropy per counted target, nats (DPO: its loss per pair); same on every rank
   double tokens = 0;  ///< targets counted, all ranks
-  DpoMetrics dpo;     ///< with EvalWindows::dpo: the pairs' means
+  DpoMetrics dpo;     ///< with EvalWindows::preference: the pairs' means
 };
 
 /// Runs the forward passes and reduces the loss over the world. A token id outside the

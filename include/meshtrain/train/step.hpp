@@ -37,8 +37,8 @@ struct StepSettings {
   bool activation_checkpointing = false;
   bool fused_optimizer = true;          ///< gpu.fused_optimizer: optim::FusedStep
   bool graphs = true;                   ///< gpu.graphs: replay steps from a CUDA graph where allowed
-  bool dpo = false;                     ///< train.objective = dpo (train/dpo.hpp)
-  double dpo_beta = 0.1;                ///< train.dpo_beta
+  bool preference = false;              ///< train.objective = dpo or simpo (train/dpo.hpp)
+  PreferenceLoss pair_loss;             ///< which, with its beta (and SimPO's gamma)
 };
 
 StepSettings step_settings(const plan::RunSetup& setup);
@@ -49,7 +49,7 @@ struct StepResult {
   double grad_norm = 0;  ///< true global norm before clipping
   double lr = 0;
   bool applied = false;  ///< false: non-finite loss or norm, optimizer state untouched
-  DpoMetrics dpo;        ///< train.objective = dpo: the means over the global batch's pairs (dpo.loss = loss)
+  DpoMetrics dpo;        ///< train.objective = dpo, simpo: the means over the global batch's pairs (dpo.loss = loss)
   /// Bytes this rank received in all-gathers of frozen segments during the step.
   std::uint64_t frozen_gather_bytes = 0;
   bool graph = false;    ///< replayed from a CUDA graph (the capture step included)

@@ -51,7 +51,7 @@ struct GraphConditions {
   int world = 1;                ///< ranks of the job
   bool fused_optimizer = true;  ///< gpu.fused_optimizer
   bool fused_loss = true;       ///< gpu.fused_loss
-  bool dpo = false;             ///< train.objective = dpo
+  bool dpo = false;             ///< train.objective = dpo or simpo
   bool documents = false;       ///< packed rows / data.document_mask
   bool loss_mask = false;       ///< instruction/chat data: targets outside the mask
   bool profiler = false;        ///< a Kokkos Tools library is loaded
