@@ -26,4 +26,15 @@ void divide_scalar(const double* x, double divisor, double* out) {
   Kokkos::parallel_for("Kernels::divide_scalar", RangeInt(0, 1), KOKKOS_LAMBDA(int) { out[0] = x[0] / divisor; });
 }
 
+void divide_by_scalar(const double* x, const double* divisor, double* out) {
+  Kokkos::parallel_for("Kernels::divide_by_scalar", RangeInt(0, 1),
+                       KOKKOS_LAMBDA(int) { out[0] = x[0] / divisor[0]; });
+}
+
+void fill_reciprocal(float* out, std::int64_t n, const double* divisor) {
+  Kokkos::parallel_for(
+      "Kernels::fill_reciprocal", Range64(0, n),
+      KOKKOS_LAMBDA(std::int64_t i) { out[i] = static_cast<float>(1.0 / divisor[0]); });
+}
+
 }  // namespace meshtrain::kernels

@@ -87,7 +87,7 @@ void backward_from_head(FsdpEngine<T>& eng, const model::Transformer<T>& model, 
 template <class T>
 double forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, model::ComputeContext ctx,
                         const std::int32_t* tokens, const std::int32_t* targets, BatchShape s, float grad_scale,
-                        bool checkpointing, double* loss_sum) {
+                        bool checkpointing, double* loss_sum, const float* row_scale) {
   ctx.progress = [&eng] { eng.progress(); };
   const int L = model.dims().n_layers;
   const std::size_t NC = static_cast<std::size_t>(s.N()) * model.dims().d_model;
@@ -97,7 +97,7 @@ double forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, 
   {
     TraceRange trace("meshtrain::head");
     loss = model.head_forward_backward(ctx, eng.wait_outer(), eng.grad_buffer(0), s, a.x[L].data(), targets,
-                                       grad_scale, dx.data(), nullptr, loss_sum);
+                                       grad_scale, dx.data(), row_scale, loss_sum);
   }
   eng.after_forward(0);
   backward_from_head(eng, model, ctx, tokens, s, a, dx);
@@ -242,7 +242,7 @@ std::vector<float> forward_logits_cached(FsdpEngine<T>& eng, const model::Transf
 #define MESHTRAIN_INSTANTIATE(T)                                                                                 \
   template double forward_backward<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext,       \
                                       const std::int32_t*, const std::int32_t*, BatchShape, float, bool,         \
-                                      double*);                                                                  \
+                                      double*, const float*);                                                    \
   template SequenceLogps dpo_forward_backward<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext, \
                                                  const std::int32_t*, const std::int32_t*, BatchShape, bool,      \
                                                  const std::vector<double>*, const SequenceCoefficients&);         \

@@ -72,14 +72,17 @@ struct StepRunner<T>::Pending {
 };
 
 template <class T>
-StepRunner<T>::StepRunner(Session<T>& session, const StepSettings& settings, bool documents)
-    : session_(session), st_(settings), documents_(documents),
+StepRunner<T>::StepRunner(Session<T>& session, const StepSettings& settings, bool documents, bool counted)
+    : session_(session), st_(settings), documents_(documents), counted_(counted || documents),
       batch_(session.setup().batch.grad_accum, session.setup().batch.micro_batch, session.setup().batch.seq_len,
              documents, /*token_index=*/!kDeviceIsHost, session.tp().vocab_start, session.tp().vocab),
       dev_(kStepScalars, MemCategory::Workspace), current_(1, MemCategory::Workspace),
       readback_("meshtrain::step_readback", static_cast<std::size_t>(kSlots) * kReadback) {
   global_tokens_ = session.setup().batch.step_tokens();
   dev_.zero();
+  if (counted_)
+    row_scale_ = Buffer<float>(static_cast<std::size_t>(session.setup().batch.micro_batch) * session.setup().batch.seq_len,
+                               MemCategory::Workspace);
   const plan::RunSetup& setup = session.setup();
   GraphConditions c;
   c.requested = settings.graphs;
@@ -93,8 +96,6 @@ StepRunner<T>::StepRunner(Session<T>& session, const StepSettings& settings, boo
   c.dpo = settings.preference;
   c.documents = documents;
   c.profiler = Kokkos::Profiling::profileLibraryLoaded();
-  // A loss mask is known per step (StepInput::counted_targets): such a step runs eagerly
-  // (launch()), and the trainer names the reason (train/trainer.cpp).
   decision_ = train::graph_decision(c);
 }
 
@@ -109,7 +110,12 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
   const plan::RunSetup& setup = session_.setup();
   const int B = setup.batch.micro_batch;
   const double global_tokens = in.counted_targets > 0 ? in.counted_targets : global_tokens_;
-  const float grad_scale = static_cast<float>(1.0 / global_tokens);
+  // The counted targets change every step: with counted_ they reach the kernels from the
+  // step's uploaded scalars (a per-row scale of 1 / counted, the same float as the by-value
+  // scale it replaces: 1 x scale), never by value, so a captured step stays valid.
+  const double* counted_dev = &batch_.scalars()->counted_targets;
+  const float grad_scale = counted_ ? 1.0f : static_cast<float>(1.0 / global_tokens);
+  if (counted_) kernels::fill_reciprocal(row_scale_.data(), static_cast<std::int64_t>(row_scale_.size()), counted_dev);
   parallel::FsdpEngine<T>& eng = session_.engine();
   double* loss_sum = dev_.data() + kLossSum;
   // DPO: every pair of the global batch weighs 1 / pairs, whichever rank and micro-step holds it.
@@ -139,7 +145,8 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
                                      st_.activation_checkpointing, reference, coefficients);
     } else {
       parallel::forward_backward(eng, session_.model(), session_.context(), batch_.in(a), batch_.tgt(a), shape,
-                                 grad_scale, st_.activation_checkpointing, loss_sum);
+                                 grad_scale, st_.activation_checkpointing, loss_sum,
+                                 counted_ ? row_scale_.data() : nullptr);
     }
   }
   {
@@ -158,7 +165,10 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
       // The world sum of tp-identical values: each tp group's first rank adds its own.
       if (session_.mesh().coord().tp != 0) kernels::set_scalar(loss_sum, 0.0);
       world.all_reduce(loss_sum, loss_sum, 1, DType::F64, ReduceOp::Sum);  // stream-ordered on NCCL
-      kernels::divide_scalar(loss_sum, global_tokens, dev_.data() + kLoss);
+      if (counted_)
+        kernels::divide_by_scalar(loss_sum, counted_dev, dev_.data() + kLoss);
+      else
+        kernels::divide_scalar(loss_sum, global_tokens, dev_.data() + kLoss);
     } else {
       r.dpo = dpo_metrics(global_dpo_sums(session_, dpo_local));  // DPO reads its log-probabilities anyway
       kernels::set_scalar(dev_.data() + kLoss, r.dpo.loss);
@@ -250,7 +260,10 @@ void StepRunner<T>::launch(const StepInput& in, int updates) {
   // queued (if any); the host's other work from here on does not wait for the device.
   MESHTRAIN_ASSERT((in.docs != nullptr) == documents_, "StepRunner made %s document starts, given a step %s them",
                    documents_ ? "with" : "without", in.docs ? "with" : "without");
+  MESHTRAIN_ASSERT(in.counted_targets == 0 || counted_, "step %d: counted targets given to a StepRunner made without",
+                   in.step + 1);
   batch_.begin();
+  batch_.host_scalars().counted_targets = in.counted_targets > 0 ? in.counted_targets : global_tokens_;
   for (int a = 0; a < accum; ++a) {
     (*in.fill)(a, batch_.host_in(a), batch_.host_tgt(a));
     if (documents_) (*in.docs)(a, batch_.host_doc(a));
@@ -272,7 +285,7 @@ void StepRunner<T>::launch(const StepInput& in, int updates) {
 
   // Eager, captured or replayed.
   MESHTRAIN_ASSERT(!in.poison || in.eager, "step %d: a poisoned step must be marked eager on every rank", in.step + 1);
-  const bool graphable = decision_.use && !in.eager && in.counted_targets == 0;
+  const bool graphable = decision_.use && !in.eager;
   if (graph_ && graphable) {
     TraceRange trace("meshtrain::step_graph_replay");
     graph_->launch();
@@ -341,7 +354,7 @@ StepResult StepRunner<T>::collect() {
 template <class T>
 StepResult train_step(Session<T>& session, const StepSettings& st, int step, int& updates, const BatchFiller& fill,
                       bool poison, double counted_targets, const DocFiller* docs, const ReferenceFiller* reference) {
-  StepRunner<T> runner(session, st, docs != nullptr);
+  StepRunner<T> runner(session, st, docs != nullptr, counted_targets > 0);
   StepInput in;
   in.step = step;
   in.fill = &fill;

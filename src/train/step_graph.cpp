@@ -24,9 +24,6 @@ GraphDecision graph_decision(const GraphConditions& c) {
   if (c.documents)
     return no("packed rows (document masks): the attention's variable-length batch, and with it the cuDNN graph, "
               "changes with each step's documents");
-  if (c.loss_mask)
-    return no("a loss mask (instruction/chat data): the gradient scale, 1 / the global batch's counted targets, "
-              "changes every step and reaches the kernels by value");
   if (c.profiler)
     return no("a Kokkos Tools library is loaded (KOKKOS_TOOLS_LIBS), which fences around every kernel; unset it for "
               "CUDA graphs");

@@ -375,16 +375,13 @@ template <class T>
 int Trainer<T>::train_loop(int first_step, const StopPolicy& stop) {
   const plan::TrainSpec& tc = spec_.train;
   const int lag = step_lag();
-  runner_ = std::make_unique<StepRunner<T>>(session_, settings_, sampler_->document_masked());
+  // A loss mask (or packed rows): the loss counts only some targets, a number each step
+  // uploads with its scalars (StepRunner's `counted`).
+  runner_ = std::make_unique<StepRunner<T>>(session_, settings_, sampler_->document_masked(), data_.train_mask != nullptr);
   attention_work_rows_ =
       kernels::attention_work_rows(session_.context().attention, spec_.train.bf16(), setup_.batch.seq_len);
   if (root_) {
-    const GraphDecision& g = runner_->graph_decision();
-    const bool masked = g.use && data_.train_mask;
-    log::info("gpu.graphs: %s", masked ? "not used: a loss mask (instruction/chat data) makes the gradient scale, 1 / "
-                                         "the global batch's counted targets, change every step; every step is "
-                                         "launched kernel by kernel"
-                                       : g.reason.c_str());
+    log::info("gpu.graphs: %s", runner_->graph_decision().reason.c_str());
   }
   int status = -1;
   for (int step = first_step; step < tc.steps && status < 0; ++step) {

@@ -10,6 +10,7 @@
 #include "kernel_test_utils.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/cross_entropy_online.hpp"
+#include "kernels/step_scalars.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;
@@ -188,6 +189,36 @@ TEST(KernelsCrossEntropyOnline, GradScaleAndDpoRowScale) {
   // The scales multiply the gradient (negative for a rejected response), not the loss.
   EXPECT_LT(rel_err(r.loss, ref.loss), 1e-12);
   expect_close("row-scaled dlogits", r.grad, ref.grad, 1e-11, 1e-9);
+}
+
+TEST(KernelsCrossEntropyOnline, CountedTargetsScaleFromTheDeviceEqualsTheScaleByValue) {
+  // Loss-masked training (train/step.cpp, StepRunner's `counted`): the gradient scale
+  // 1 / counted targets reaches the kernel as a per-row scale filled on the device from the
+  // step's uploaded count, grad_scale 1; the loss is divided by the same device count. Both
+  // must be bit for bit the by-value forms they replace (a replayed CUDA graph reads each
+  // step's count), for the compute dtypes the trainer uses.
+  const Case c = small_case();
+  const auto logits = make_logits(c, 14);
+  for (const double counted : {6.0, 7.0, 1000003.0}) {
+    Buffer<double> dc = to_device(std::vector<double>{counted});
+    Buffer<float> rs(static_cast<std::size_t>(c.n), MemCategory::Workspace);
+    k::fill_reciprocal(rs.data(), c.n, dc.data());
+    const std::vector<float> row_scale = to_host(rs);
+    for (const float v : row_scale) EXPECT_EQ(v, static_cast<float>(1.0 / counted));
+    const float by_value = static_cast<float>(1.0 / counted);
+    const auto a = run_fused<float>(c, logits, by_value);
+    const auto b = run_fused<float>(c, logits, 1.0f, row_scale);
+    EXPECT_EQ(a.grad, b.grad) << "fp32, counted " << counted;
+    const auto ab = run_fused<bf16>(c, logits, by_value);
+    const auto bb = run_fused<bf16>(c, logits, 1.0f, row_scale);
+    EXPECT_EQ(ab.grad, bb.grad) << "bf16, counted " << counted;
+    Buffer<double> sum = to_device(std::vector<double>{a.loss}), q1(1, MemCategory::Workspace),
+                   q2(1, MemCategory::Workspace);
+    k::divide_scalar(sum.data(), counted, q1.data());
+    k::divide_by_scalar(sum.data(), dc.data(), q2.data());
+    EXPECT_EQ(read_scalar(q1), read_scalar(q2));
+    EXPECT_EQ(read_scalar(q2), a.loss / counted);
+  }
 }
 
 TEST(KernelsCrossEntropyOnline, TpSlicesMergeToTheWholeVocabulary) {

@@ -60,9 +60,6 @@ TEST(StepGraph, EachConditionAloneRulesGraphsOut) {
   c.documents = true;
   expect_refused(c, "packed rows");
   c = eligible();
-  c.loss_mask = true;
-  expect_refused(c, "loss mask");
-  c = eligible();
   c.profiler = true;
   expect_refused(c, "Kokkos Tools");
 }

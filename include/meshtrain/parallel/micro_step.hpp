@@ -22,11 +22,13 @@ namespace meshtrain::parallel {
 /// Forward + backward of one micro-batch; returns this rank's sum of token losses, or, with
 /// `loss_sum` (a device double), adds it there and returns 0 (nothing is read back: the
 /// training step, train/step.hpp). tokens/targets: device (N) int32. grad_scale: 1 / (tokens
-/// in the global batch).
+/// in the global batch); or 1, with `row_scale` (device, (N)) holding the scale of each row
+/// (loss-masked data: 1 / the global batch's counted targets, filled on the device).
 template <class T>
 double forward_backward(FsdpEngine<T>& engine, const model::Transformer<T>& model, model::ComputeContext ctx,
                         const std::int32_t* tokens, const std::int32_t* targets, model::BatchShape shape,
-                        float grad_scale, bool activation_checkpointing, double* loss_sum = nullptr);
+                        float grad_scale, bool activation_checkpointing, double* loss_sum = nullptr,
+                        const float* row_scale = nullptr);
 
 /// Per-sequence sums of log p(target) over the counted targets of one micro-batch, (B) each:
 /// the trained model's (policy) and the reference's (DPO).

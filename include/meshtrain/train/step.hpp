@@ -101,8 +101,12 @@ struct StepInput {
 template <class T>
 class StepRunner {
  public:
-  /// `documents`: the run's batches are packed rows (every StepInput has `docs`).
-  StepRunner(Session<T>& session, const StepSettings& settings, bool documents);
+  /// `documents`: the run's batches are packed rows (every StepInput has `docs`). `counted`:
+  /// the loss counts only some targets (a loss mask, or packed rows): the gradient scale and
+  /// the loss's divisor, 1 / the global batch's counted targets (StepInput::counted_targets),
+  /// reach the kernels through the step's uploaded scalars, so a replayed CUDA graph reads each
+  /// step's own.
+  StepRunner(Session<T>& session, const StepSettings& settings, bool documents, bool counted = false);
   ~StepRunner();
 
   /// Queues `in.step`. `updates`: the applied updates of the steps collected so far (AdamW's
@@ -124,9 +128,11 @@ class StepRunner {
   Session<T>& session_;
   StepSettings st_;
   bool documents_;
+  bool counted_;                      // StepRunner(): the scale comes from the step's counted targets
   StepBatch batch_;
   double global_tokens_ = 0;          // text data: every target of the global batch counts
   Buffer<double> dev_;                // the step's device scalars (StepScalar in step.cpp)
+  Buffer<float> row_scale_;           // counted_: (micro_batch x seq_len) 1 / counted targets, filled on the device
   Buffer<kernels::AdamWScalars> current_;  // the AdamW scalars adamw_gate chose
   Kokkos::View<double*, PinnedMem> readback_;  // kSlots x kReadback
   StreamEvent start_[3], end_[3];

@@ -27,9 +27,11 @@ namespace meshtrain::train {
 
 /// The per-step scalars the device reads (train/step.hpp): AdamW's, for the two cases the
 /// host cannot tell apart when it queues the step (kernels::adamw_gate): [0] the previous step
-/// was skipped, [1] it was applied.
+/// was skipped, [1] it was applied. `counted_targets`: the global batch's counted targets
+/// (StepRunner with a loss mask or packed rows: its gradient scale and loss divisor).
 struct StepScalarsIn {
   kernels::AdamWScalars adam[2];
+  double counted_targets = 0;
 };
 
 class StepBatch {

@@ -53,7 +53,6 @@ struct GraphConditions {
   bool fused_loss = true;       ///< gpu.fused_loss
   bool dpo = false;             ///< train.objective = dpo or simpo
   bool documents = false;       ///< packed rows / data.document_mask
-  bool loss_mask = false;       ///< instruction/chat data: targets outside the mask
   bool profiler = false;        ///< a Kokkos Tools library is loaded
 };
 
