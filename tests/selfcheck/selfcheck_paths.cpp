@@ -783,13 +783,15 @@ std::string path_residual_rmsnorm() { return residual_norm_path(false); }
 /// Six optimizer steps of a tiny model (2 micro-steps each, the data of each step its own),
 /// launched and collected one by one; the losses, norms and every fp32 master parameter after
 /// the last step. With `graphs` the third step is captured and the later ones replayed.
+/// `masked`: a loss mask whose counted targets change every step (instruction data): the
+/// gradient scale and the loss's divisor reach the replayed graph through the step's scalars.
 struct StepRun {
   std::vector<double> loss, norm;
   std::vector<float> master;
   int replayed = 0;
 };
 template <class T>
-StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt) {
+StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt, bool masked = false) {
   meshtrain::Config c;
   c.model.family = meshtrain::choice_of<meshtrain::ModelFamily>(family);
   c.model.vocab_size = 256;
@@ -812,7 +814,7 @@ StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt) {
   const meshtrain::plan::RunSetup setup = meshtrain::app::resolve_run(c, rt.topology());
   meshtrain::train::Session<T> s(rt, setup);
   s.engine().init_parameters(5);
-  meshtrain::train::StepRunner<T> runner(s, meshtrain::train::step_settings(setup), false);
+  meshtrain::train::StepRunner<T> runner(s, meshtrain::train::step_settings(setup), false, masked);
   StepRun out;
   int updates = 0;
   for (int step = 0; step < c.train.steps; ++step) {
@@ -820,11 +822,17 @@ StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt) {
       for (int i = 0; i < c.train.micro_batch * c.train.seq_len; ++i) {
         in[i] = (i * 7 + micro * 31 + step * 13) % 256;
         tgt[i] = (i * 5 + micro * 3 + step * 11 + 1) % 256;
+        // masked: a prompt of 5 + 3 step + micro positions per sequence is not counted
+        if (masked && i % c.train.seq_len < 5 + 3 * step + micro) tgt[i] = -1;
       }
     };
     meshtrain::train::StepInput in;
     in.step = step;
     in.fill = &fill;
+    if (masked) {
+      for (int micro = 0; micro < c.train.grad_accum; ++micro)
+        in.counted_targets += c.train.micro_batch * (c.train.seq_len - (5 + 3 * step + micro));
+    }
     runner.launch(in, updates);
     const meshtrain::train::StepResult r = runner.collect();
     updates += r.applied ? 1 : 0;
@@ -839,13 +847,14 @@ StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt) {
   return out;
 }
 template <class T>
-std::string graph_path(const char* family, meshtrain::Runtime& rt) {
+std::string graph_path(const char* family, meshtrain::Runtime& rt, bool masked = false) {
 #if !defined(MESHTRAIN_WITH_CUDA)
   (void)family;
   (void)rt;
+  (void)masked;
   throw NotBuilt("a host build has no CUDA graphs");
 #else
-  const StepRun eager = run_steps<T>(family, false, rt), graph = run_steps<T>(family, true, rt);
+  const StepRun eager = run_steps<T>(family, false, rt, masked), graph = run_steps<T>(family, true, rt, masked);
   require(eager.replayed == 0, "the eager run used a graph");
   require(graph.replayed == 6 - meshtrain::train::kWarmupSteps,
           "expected " + std::to_string(6 - meshtrain::train::kWarmupSteps) + " steps from the graph, got " +
@@ -854,8 +863,8 @@ std::string graph_path(const char* family, meshtrain::Runtime& rt) {
   check_bitwise("gradient norms (eager vs graph)", eager.norm, graph.norm);
   check_bitwise("fp32 master parameters after 6 steps (eager vs graph)", eager.master, graph.master);
   char out[200];
-  std::snprintf(out, sizeof out, "%s: %d of 6 steps replayed; losses %.6f .. %.6f and %zu parameters bitwise the eager run's",
-                family, graph.replayed, graph.loss.front(), graph.loss.back(), graph.master.size());
+  std::snprintf(out, sizeof out, "%s%s: %d of 6 steps replayed; losses %.6f .. %.6f and %zu parameters bitwise the eager run's",
+                family, masked ? " with a loss mask" : "", graph.replayed, graph.loss.front(), graph.loss.back(), graph.master.size());
   return out;
 #endif
 }
@@ -1156,6 +1165,7 @@ int main(int argc, char** argv) {
       {"fused_norms.residual_rmsnorm", path_residual_rmsnorm},
       // Whole steps, eager against replayed from a CUDA graph (bf16, cuDNN attention where built).
       {"graphs.step", [&runtime] { return graph_path<bf16>("gpt2", runtime) + "; " + graph_path<bf16>("llama", runtime); }},
+      {"graphs.step_masked", [&runtime] { return graph_path<bf16>("llama", runtime, true); }},
       {"epilogues.bias", path_epilogue_bias},
       {"epilogues.bias_gelu", path_epilogue_bias_gelu},
       {"epilogues.dgelu_bgrad", path_epilogue_dgelu_bgrad},
