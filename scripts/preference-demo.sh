@@ -15,12 +15,21 @@
 #   5. "after": the same evaluation of the trained adapters.
 # Prints the held-out pairs' DPO accuracy, mean margin and rewards before and after, and the
 # time per part. Everything lands in runs/preference-demo (PREF_DEMO_DIR).
+# PREF_DEMO_OBJECTIVE=simpo runs the same steps with SimPO instead (train.objective=simpo, its
+# default beta 2 and gamma 1: no reference; "before" is then the base's own length-normalized
+# preference, not 0).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build_dir=${MESHTRAIN_BUILD_DIR:-build/cpu}
 work=${PREF_DEMO_DIR:-runs/preference-demo}
+objective=${PREF_DEMO_OBJECTIVE:-dpo}
+case $objective in
+  dpo) objective_keys=(--train.objective=dpo --train.dpo_beta=0.1); objective_text="DPO (beta 0.1)" ;;
+  simpo) objective_keys=(--train.objective=simpo); objective_text="SimPO (beta 2, gamma 1)" ;;
+  *) echo "preference-demo.sh: PREF_DEMO_OBJECTIVE must be dpo or simpo, not '$objective'" >&2; exit 2 ;;
+esac
 n_train=240   # the pool the 30 steps of 4 pairs (120 draws) sample from
 n_heldout=50
 
@@ -47,8 +56,8 @@ for split in train heldout; do
 done
 phase_done "data + prepare"
 
-dpo=(train inputs/finetune-demo.ini --checkpoint.init_from="$gguf" --data.dir="$work/train" --train.objective=dpo
-  --train.dpo_beta=0.1 --train.global_batch=8)
+dpo=(train inputs/finetune-demo.ini --checkpoint.init_from="$gguf" --data.dir="$work/train" "${objective_keys[@]}"
+  --train.global_batch=8)
 # heldout NAME RUN: DPO's metrics of RUN's final checkpoint over every held-out pair.
 heldout() {
   "$bin" eval "$2/config.ini" --data.dir="$work/heldout" --split train --batches 0 --json | tee "$work/$1.log"
@@ -60,17 +69,17 @@ mpirun -np 2 "${mpirun_flags[@]}" "$bin" "${dpo[@]}" --train.steps=1 --train.lr=
 heldout before "$work/before"
 phase_done "before (1 step at lr 0, eval)"
 
-echo "== 4. DPO with LoRA on 2 ranks: 30 steps of 4 pairs (global batch 8 rows)"
+echo "== 4. $objective_text with LoRA on 2 ranks: 30 steps of 4 pairs (global batch 8 rows)"
 mpirun -np 2 "${mpirun_flags[@]}" "$bin" "${dpo[@]}" --train.steps=30 --train.warmup_steps=2 --train.lr=5e-4 \
   --output.dir="$work/dpo"
-phase_done "DPO training"
+phase_done "$objective_text training"
 
 echo "== 5. after: the trained adapters on the same held-out pairs"
 heldout after "$work/dpo"
 phase_done "after (eval)"
 
 echo
-echo "== result: SmolLM2-135M-Instruct, DPO (beta 0.1) for ISO dates over wrong formats, $n_heldout held-out pairs"
+echo "== result: SmolLM2-135M-Instruct, $objective_text for ISO dates over wrong formats, $n_heldout held-out pairs"
 for k in rewards/accuracies rewards/margins rewards/chosen rewards/rejected logps/chosen logps/rejected loss; do
   printf '%-20s before %10.4f  ->  after %10.4f\n' "$k" "$(jq ".\"$k\"" "$work/before.json")" "$(jq ".\"$k\"" "$work/after.json")"
 done
