@@ -67,11 +67,7 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
   }
   ctx.poll();
 
-  kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
-                             static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
-  as.doc_start = s.doc_start;
-  as.doc_start_host = s.doc_start_host;
-  as.path = ctx.attention;
+  const kernels::AttentionShape as = attention_shape(dims_, tp_, s, ctx.attention);
   c.attn_out = Buffer<T>(n(N, Cl), MemCategory::Activations);
   if (kv) {
     // Generation: append this chunk's k|v to the cache, attend over every cached position.
@@ -216,11 +212,7 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, acc_t<
   linalg::gemm<T>(Op::N, Op::T, N, Cl, C, 1.0f, dx, C, p + o[G_PROJ_W], C, 0.0f, dy.data(), Cl);
   lora_bwd(GL_PROJ, p, g, c, N, c.attn_out.data(), Cl, dx, C, dy.data(), Cl);
   ctx.poll();
-  kernels::AttentionShape as{s.B, s.T, Hl, Hl, hd, 1, tp_.q_head_offset, tp_.q_head_offset,
-                             static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
-  as.doc_start = s.doc_start;
-  as.doc_start_host = s.doc_start_host;
-  as.path = ctx.attention;
+  const kernels::AttentionShape as = attention_shape(dims_, tp_, s, ctx.attention);
   Buffer<T> dqkv(n(N, W3), MemCategory::Workspace);
   {
     Buffer<T> work(kernels::attention_workspace_elems(as), MemCategory::Workspace);

@@ -16,26 +16,6 @@ namespace meshtrain::model {
 
 using linalg::Op;
 
-namespace {
-kernels::AttentionShape llama_attention_shape(const ModelDims& d, const TpDims& t, BatchShape s,
-                                              kernels::AttentionPath path) {
-  kernels::AttentionShape as;
-  as.B = s.B;
-  as.T = s.T;
-  as.Hq = t.heads;
-  as.Hkv = t.kv_heads;
-  as.hd = d.head_dim;
-  as.group = d.n_heads / d.n_kv_heads;
-  as.q_head_offset = t.q_head_offset;
-  as.kv_head_offset = t.kv_head_offset;
-  as.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
-  as.doc_start = s.doc_start;
-  as.doc_start_host = s.doc_start_host;
-  as.path = path;
-  return as;
-}
-}  // namespace
-
 template <class T>
 void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchShape s, const T* x_in, T* x_out,
                                    BlockCache<T>& c, const KvSlot* kv) const {
@@ -62,7 +42,7 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   kernels::rope_forward(c.qkv.data() + Ql, W, s.B, s.T, KVl, hd, rcos, rsin, s.doc_start);
   ctx.poll();
 
-  const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s, ctx.attention);
+  const kernels::AttentionShape as = attention_shape(dims_, tp_, s, ctx.attention);
   c.attn_out = Buffer<T>(n(N, Ql), MemCategory::Activations);
   if (kv) {
     // Generation: append this chunk's rotated k and v to the cache, attend over all of it.
@@ -157,7 +137,7 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, acc_t
   linalg::gemm<T>(Op::N, Op::N, N, Ql, C, 1.0f, dx, C, p + o[L_O_W], Ql, 0.0f, dy.data(), Ql);
   lora_bwd(LL_O, p, g, c, N, c.attn_out.data(), Ql, dx, C, dy.data(), Ql);
   ctx.poll();
-  const kernels::AttentionShape as = llama_attention_shape(dims_, tp_, s, ctx.attention);
+  const kernels::AttentionShape as = attention_shape(dims_, tp_, s, ctx.attention);
   Buffer<T> dqkv(n(N, W), MemCategory::Workspace);
   {
     Buffer<T> work(kernels::attention_workspace_elems(as), MemCategory::Workspace);

@@ -27,6 +27,7 @@
 #include "linalg/peak.hpp"
 #include "model/layout.hpp"
 #include "model/step_flops.hpp"
+#include "model/transformer.hpp"
 #include "parallel/device_mesh.hpp"
 
 namespace meshtrain::plan {
@@ -139,24 +140,28 @@ double time_gemms(const std::vector<GemmCall>& calls) {
   return best;
 }
 
+/// Seconds of `fn` (which queues kernels), the best of 3 after a warm-up call, each fenced.
+template <class Fn>
+double best_of_3(Fn&& fn) {
+  fn();
+  Kokkos::fence();
+  double best = 1e300;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t0 = now_seconds();
+    fn();
+    Kokkos::fence();
+    best = std::min(best, now_seconds() - t0);
+  }
+  return best;
+}
+
 /// Seconds of one micro-step's attention, forward and backward of every block, as the kernels
-/// run it on `path` (the fused cuDNN kernel where the build has it): one block's pair timed,
-/// best of 3 after a warm-up, times the blocks. Q/K/V are read in place from one qkv buffer
-/// by strides, as the blocks do; tp rank 0's heads.
+/// run it on `path` (the fused cuDNN kernel where the build has it): one block's pair timed
+/// (best_of_3), times the blocks. Q/K/V are read in place from one qkv buffer by strides, as
+/// the blocks do; tp rank 0's heads.
 template <class T>
 double time_attention(const model::ModelDims& d, int B, int seq, int tp, kernels::AttentionPath path) {
-  const model::TpDims t = model::tp_dims(d, tp, 0);
-  kernels::AttentionShape as;
-  as.B = B;
-  as.T = seq;
-  as.Hq = t.heads;
-  as.Hkv = d.family == model::Family::Gpt2 ? t.heads : t.kv_heads;
-  as.hd = d.head_dim;
-  as.group = d.family == model::Family::Gpt2 ? 1 : d.n_heads / d.n_kv_heads;
-  as.q_head_offset = t.q_head_offset;
-  as.kv_head_offset = d.family == model::Family::Gpt2 ? t.q_head_offset : t.kv_head_offset;
-  as.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
-  as.path = path;
+  const kernels::AttentionShape as = model::attention_shape(d, model::tp_dims(d, tp, 0), model::BatchShape{B, seq}, path);
   const std::int64_t N = static_cast<std::int64_t>(B) * seq, q_cols = std::int64_t{as.Hq} * as.hd,
                      kv_cols = std::int64_t{as.Hkv} * as.hd, W = q_cols + 2 * kv_cols;
   Buffer<T> qkv(static_cast<std::size_t>(N * W), MemCategory::Workspace),
@@ -171,21 +176,11 @@ double time_attention(const model::ModelDims& d, int B, int seq, int tp, kernels
   T* q = qkv.data();
   T* k = q + q_cols;
   T* v = k + kv_cols;
-  const auto pair = [&] {
+  return d.n_layers * best_of_3([&] {
     kernels::attention_forward(as, q, w, k, w, v, w, out.data(), oc, stats.data(), work.data());
     kernels::attention_backward(as, q, w, k, w, v, w, out.data(), stats.data(), dout.data(), oc, dqkv.data(),
                                 dqkv.data() + q_cols, dqkv.data() + q_cols + kv_cols, work.data());
-  };
-  pair();
-  Kokkos::fence();
-  double best = 1e300;
-  for (int rep = 0; rep < 3; ++rep) {
-    const double t0 = now_seconds();
-    pair();
-    Kokkos::fence();
-    best = std::min(best, now_seconds() - t0);
-  }
-  return best * d.n_layers;
+  });
 }
 
 /// Seconds per element of the fused AdamW update and of the MLP activation's forward plus
@@ -199,24 +194,13 @@ struct ElementRates {
 template <class T>
 ElementRates measure_element_rates(model::Family family, std::size_t n) {
   ElementRates r;
-  const auto best_of = [](auto&& fn) {
-    fn();
-    double best = 1e300;
-    for (int rep = 0; rep < 3; ++rep) {
-      const double t0 = now_seconds();
-      fn();
-      Kokkos::fence();
-      best = std::min(best, now_seconds() - t0);
-    }
-    return best;
-  };
   {
     Buffer<float> p(n, MemCategory::Workspace), g(n, MemCategory::Workspace), m(n, MemCategory::Workspace),
         v(n, MemCategory::Workspace);
     for (Buffer<float>* b : {&p, &g, &m, &v}) kernels::fill(b->data(), n, 0.01);
     kernels::AdamWParams ap;
     ap.weight_decay = 0.1f;
-    r.adamw = best_of([&] { kernels::adamw_step(p.data(), g.data(), m.data(), v.data(), n, ap); }) / n;
+    r.adamw = best_of_3([&] { kernels::adamw_step(p.data(), g.data(), m.data(), v.data(), n, ap); }) / n;
   }
   // Activation: n elements of the MLP hidden (rows x cols); SwiGLU reads gate and up.
   Buffer<T> a(2 * n, MemCategory::Workspace), b(2 * n, MemCategory::Workspace), c(2 * n, MemCategory::Workspace);
@@ -224,12 +208,12 @@ ElementRates measure_element_rates(model::Family family, std::size_t n) {
   kernels::fill(b.data(), 2 * n, 0.25);
   const int cols = 1024, rows = static_cast<int>(n / cols);
   if (family == model::Family::Gpt2) {
-    r.activation = best_of([&] {
+    r.activation = best_of_3([&] {
       kernels::gelu_forward(a.data(), c.data(), n);
       kernels::gelu_backward(a.data(), b.data(), c.data(), n);
     }) / n;
   } else {
-    r.activation = best_of([&] {
+    r.activation = best_of_3([&] {
       kernels::swiglu_forward(a.data(), a.data() + cols, 2 * cols, c.data(), cols, rows, cols);
       kernels::swiglu_backward(a.data(), a.data() + cols, 2 * cols, b.data(), cols, c.data(), c.data() + cols,
                                rows, cols);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/memory.hpp"
+#include "kernels/attention.hpp"
 #include "model/activations.hpp"
 #include "model/compute_context.hpp"
 #include "model/kernel_paths.hpp"
@@ -64,6 +65,13 @@ struct BatchShape {
   const std::int32_t* token_grad_index = nullptr;
   int N() const { return B * T; }
 };
+
+/// The training attention of one block of `dims` on tp rank `tp` for batch `s` (its document
+/// starts included), on `path`: this rank's query heads and the kv heads they read (GPT-2's
+/// kv heads are its query heads, group 1), scale 1/sqrt(head_dim). What the blocks and the
+/// cost model's attention timing (plan/measure.hpp) pass to kernels::attention_*.
+kernels::AttentionShape attention_shape(const ModelDims& dims, const TpDims& tp, BatchShape s,
+                                        kernels::AttentionPath path);
 
 template <class T>
 class Transformer {
