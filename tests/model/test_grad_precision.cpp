@@ -23,6 +23,7 @@
 
 #include "model/init.hpp"
 #include "model/transformer.hpp"
+#include "model_step.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;
@@ -96,16 +97,7 @@ struct Fixture {
     specs = build_param_specs(dims, 1);
     layouts = build_layouts(specs, num_units(dims), 1, 1);
     std::mt19937_64 gen(11);
-    std::normal_distribution<double> noise(0.0, 0.1);
-    for (const auto& L : layouts) {
-      std::vector<float> init(L.padded());
-      init_unit_range(specs, L, 1, 0, 0, L.padded(), 5, init.data());
-      std::vector<double> p(init.begin(), init.end());
-      for (const auto& s : L.slots)  // norms and biases away from 1 and 0
-        if (specs[s.spec].init != InitKind::Normal)
-          for (std::int64_t i = 0; i < s.numel; ++i) p[s.offset + i] += noise(gen);
-      params.push_back(bf16_exact(p));
-    }
+    for (const auto& p : test::perturbed_unit_params(specs, layouts, 5, gen)) params.push_back(bf16_exact(p));
     // Token frequencies skewed like text's (a few ids common, most rare).
     std::uniform_real_distribution<double> u(0.0, 1.0);
     const auto draw = [&] { return static_cast<std::int32_t>(c.vocab_size * std::pow(u(gen), 3.0)); };
@@ -138,25 +130,9 @@ struct Run {
   }
   /// Forward and backward of micro-step m, the gradients added into g.
   void micro(int m) {
-    ComputeContext ctx;
     auto tok = test::to_device(f.tokens[m]);
     auto tgt = test::to_device(f.targets[m]);
-    const int L = f.dims.n_layers;
-    const std::size_t NC = static_cast<std::size_t>(f.shape.N()) * f.dims.d_model;
-    std::vector<Buffer<T>> x;
-    std::vector<BlockCache<T>> cache(L);
-    x.emplace_back(NC, MemCategory::Activations);
-    model.embed_forward(ctx, p[0].data(), tok.data(), f.shape, x[0].data());
-    for (int i = 0; i < L; ++i) {
-      x.emplace_back(NC, MemCategory::Activations);
-      model.block_forward(ctx, i, p[1 + i].data(), f.shape, x[i].data(), x[i + 1].data(), cache[i], false);
-    }
-    Buffer<T> dx(NC, MemCategory::Activations);
-    model.head_forward_backward(ctx, p[0].data(), g[0].data(), f.shape, x[L].data(), tgt.data(), f.grad_scale(),
-                                dx.data());
-    for (int i = L - 1; i >= 0; --i)
-      model.block_backward(ctx, i, p[1 + i].data(), g[1 + i].data(), f.shape, x[i].data(), cache[i], dx.data());
-    model.embed_backward(ctx, g[0].data(), tok.data(), f.shape, dx.data());
+    test::unwound_micro_step(model, p, &g, f.shape, tok.data(), tgt.data(), f.grad_scale(), false);
   }
   /// Every unit's gradients, concatenated.
   std::vector<double> grads() const {

@@ -12,6 +12,7 @@
 
 #include "model/init.hpp"
 #include "model/transformer.hpp"
+#include "model_step.hpp"
 #include "test_support.hpp"
 
 using namespace meshtrain;
@@ -48,17 +49,7 @@ struct Fixture {
     specs = build_param_specs(dims, 1);
     layouts = build_layouts(specs, num_units(dims), 1, 1);
     std::mt19937_64 gen(7);
-    std::normal_distribution<double> noise(0.0, 0.1);
-    for (const auto& L : layouts) {
-      std::vector<float> init(L.padded());
-      init_unit_range(specs, L, 1, 0, 0, L.padded(), 99, init.data());
-      std::vector<double> p(init.begin(), init.end());
-      // Perturb norms/biases away from 1/0 so their gradients are generic.
-      for (const auto& s : L.slots)
-        if (specs[s.spec].init != InitKind::Normal)
-          for (std::int64_t i = 0; i < s.numel; ++i) p[s.offset + i] += noise(gen);
-      params.push_back(p);
-    }
+    params = test::perturbed_unit_params(specs, layouts, 99, gen);
     std::uniform_int_distribution<int> tok(0, 20);
     tokens.resize(shape.N());
     targets.resize(shape.N());
@@ -73,7 +64,6 @@ double run(const Fixture& f, const std::vector<std::vector<double>>& params, boo
            std::vector<std::vector<double>>* grads, KernelPaths paths = {}) {
   const TpDims tp = tp_dims(f.dims, 1, 0);
   Transformer<double> model(f.dims, tp, f.specs, f.layouts, paths);
-  ComputeContext ctx;
   std::vector<Buffer<double>> p, g;
   for (std::size_t u = 0; u < params.size(); ++u) {
     p.push_back(test::to_device(params[u]));
@@ -82,23 +72,9 @@ double run(const Fixture& f, const std::vector<std::vector<double>>& params, boo
   }
   auto tok = test::to_device(f.tokens);
   auto tgt = test::to_device(f.targets);
-  const int L = f.dims.n_layers;
-  const std::size_t NC = static_cast<std::size_t>(f.shape.N()) * f.dims.d_model;
-  std::vector<Buffer<double>> x;
-  std::vector<BlockCache<double>> cache(L);
-  x.emplace_back(NC, MemCategory::Activations);
-  model.embed_forward(ctx, p[0].data(), tok.data(), f.shape, x[0].data());
-  for (int i = 0; i < L; ++i) {
-    x.emplace_back(NC, MemCategory::Activations);
-    model.block_forward(ctx, i, p[1 + i].data(), f.shape, x[i].data(), x[i + 1].data(), cache[i], checkpoint);
-  }
-  if (!grads) return model.head_loss(ctx, p[0].data(), f.shape, x[L].data(), tgt.data());
-  Buffer<double> dx(NC, MemCategory::Activations);
-  const double loss = model.head_forward_backward(ctx, p[0].data(), g[0].data(), f.shape, x[L].data(), tgt.data(),
-                                                  1.0f, dx.data());
-  for (int i = L - 1; i >= 0; --i)
-    model.block_backward(ctx, i, p[1 + i].data(), g[1 + i].data(), f.shape, x[i].data(), cache[i], dx.data());
-  model.embed_backward(ctx, g[0].data(), tok.data(), f.shape, dx.data());
+  const double loss = test::unwound_micro_step(model, p, grads ? &g : nullptr, f.shape, tok.data(), tgt.data(), 1.0f,
+                                               checkpoint);
+  if (!grads) return loss;
   grads->clear();
   for (auto& b : g) grads->push_back(test::to_host(b));
   return loss;

@@ -208,15 +208,7 @@ TEST(CostModel, AttentionRateIsMeasuredThroughTheKernels) {
     EXPECT_GT(rate, 1e7) << "bf16 " << bf16;
     EXPECT_LT(rate, 4.0 * linalg::measure_gemm_flops(512, 0.2, bf16)) << "bf16 " << bf16;
   }
-  model::ModelSettings ls;  // a Llama with grouped-query heads (8 query, 4 kv), split over tp = 2
-  ls.family = ModelFamily::Llama;
-  ls.vocab_size = 1024;
-  ls.d_model = 256;
-  ls.n_layers = 1;
-  ls.n_heads = 8;
-  ls.n_kv_heads = 4;
-  ls.max_seq_len = 512;
-  const model::ModelDims g = model::resolve_dims(ls);
+  const model::ModelDims g = test::llama_dims(1024, 256, 1, 8, 4, 512);  // GQA (8 query, 4 kv heads), split over tp = 2
   EXPECT_GT(measure_attention_flops(g, 1, 128, 2, false, kernels::AttentionPath::Cudnn), 1e7);
   // A host build has no fused kernel: attention stays with the model's GEMMs.
   EXPECT_EQ(attention_is_fused(kernels::AttentionPath::Cudnn, true), !kernels::fused_attention_version().empty());

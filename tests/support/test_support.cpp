@@ -36,6 +36,18 @@ model::ModelDims gpt2_dims(int vocab_size, int d_model, int n_layers, int n_head
   return model::resolve_dims(c);
 }
 
+model::ModelDims llama_dims(int vocab_size, int d_model, int n_layers, int n_heads, int n_kv_heads, int max_seq_len) {
+  model::ModelSettings c;
+  c.family = ModelFamily::Llama;
+  c.vocab_size = vocab_size;
+  c.d_model = d_model;
+  c.n_layers = n_layers;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.max_seq_len = max_seq_len;
+  return model::resolve_dims(c);
+}
+
 std::vector<double> random_normal(std::size_t n, std::uint64_t seed, double stddev) {
   std::mt19937_64 gen(seed);
   std::normal_distribution<double> dist(0.0, stddev);

@@ -52,6 +52,8 @@ std::vector<T> to_host(const Buffer<T>& b) {
 Config tiny_model_config(const std::string& family, int seq_len = 32, int vocab_size = 256);
 
 model::ModelDims gpt2_dims(int vocab_size, int d_model, int n_layers, int n_heads, int max_seq_len);
+/// A Llama of these sizes (grouped-query heads: n_kv_heads of them), the other keys default.
+model::ModelDims llama_dims(int vocab_size, int d_model, int n_layers, int n_heads, int n_kv_heads, int max_seq_len);
 
 /// n normally distributed values (seeded).
 std::vector<double> random_normal(std::size_t n, std::uint64_t seed, double stddev = 1.0);
