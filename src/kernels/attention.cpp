@@ -281,6 +281,10 @@ std::string fused_attention_version() {
 #endif
 }
 
+bool attention_is_fused(AttentionPath path, bool bf16) {
+  return path == AttentionPath::Cudnn && bf16 && !fused_attention_version().empty();
+}
+
 AttentionTileCounts attention_tile_counts() { return g_tiles; }
 void reset_attention_tile_counts() { g_tiles = AttentionTileCounts{}; }
 

@@ -30,6 +30,13 @@ int sdpa_ragged_batch(int documents) {
   return b;
 }
 
+int sdpa_ragged_documents(const std::int32_t* doc_start_host, int B, int T) {
+  int documents = 0;
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(B) * T; ++i)
+    documents += doc_start_host[i] == i % T ? 1 : 0;
+  return documents;
+}
+
 std::array<std::int64_t, kRaggedOperands> sdpa_ragged_token_strides(const AttentionShape& s, int ldq, int ldk,
                                                                     int ldv, int ldo) {
   return {ldq, ldk, ldv, ldo, s.Hq};
@@ -114,6 +121,12 @@ SdpaRaggedCall sdpa_ragged(const AttentionShape& s, const std::int32_t* doc_star
   }
   R.documents = static_cast<int>(first.size());
   R.batch = sdpa_ragged_batch(R.documents);
+  if (s.ragged_batch > 0) {
+    MESHTRAIN_ASSERT(s.ragged_batch >= R.documents && sdpa_ragged_batch(s.ragged_batch) == s.ragged_batch,
+                     "attention: graph batch %d for %d packed documents (a power of two, at least the count)",
+                     s.ragged_batch, R.documents);
+    R.batch = s.ragged_batch;
+  }
   R.seq_len.resize(static_cast<std::size_t>(R.batch), 0);
   const std::int64_t N = static_cast<std::int64_t>(s.B) * s.T;
   const std::array<std::int64_t, kRaggedOperands> stride = sdpa_ragged_token_strides(s, ldq, ldk, ldv, ldo);

@@ -19,6 +19,7 @@ kernels::AttentionShape attention_shape(const ModelDims& d, const TpDims& t, Bat
   as.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   as.doc_start = s.doc_start;
   as.doc_start_host = s.doc_start_host;
+  as.ragged_batch = s.ragged_batch;
   as.path = path;
   return as;
 }

@@ -388,10 +388,6 @@ double measure_sync_cost(const Runtime& rt, Backend backend, const model::ModelD
   return extra[1];
 }
 
-bool attention_is_fused(kernels::AttentionPath path, bool bf16) {
-  return path == kernels::AttentionPath::Cudnn && bf16 && !kernels::fused_attention_version().empty();
-}
-
 double measure_attention_flops(const model::ModelDims& d, int micro_batch, int seq_len, int tp, bool bf16,
                                kernels::AttentionPath path) {
   const double flop = model::train_step_flops(d, seq_len, false).attention * micro_batch * seq_len / tp;
@@ -453,7 +449,7 @@ CostModelInputs measure_cost_inputs(const MeasureRequest& req, const Runtime& rt
       // model too large to time here reports 0 on all ranks alike.
       // Attention run as a fused kernel of its own (cuDNN) is a kernel class of its own: timed
       // as the build runs it, and the model's GEMM rate is then that of the other GEMMs.
-      const bool fused = attention_is_fused(req.attention, bf16);
+      const bool fused = kernels::attention_is_fused(req.attention, bf16);
       c.model_gemm_flops = slowest_rate(
           [&] { return measure_model_gemm_flops(*dims, batch.micro_batch, batch.seq_len, tp, bf16, 4e10, !fused); });
       if (c.model_gemm_flops > 0) {

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "core/trace.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/step_scalars.hpp"
 #include "parallel/grad_norm.hpp"
 #include "parallel/micro_step.hpp"
@@ -94,9 +96,11 @@ StepRunner<T>::StepRunner(Session<T>& session, const StepSettings& settings, boo
   c.fused_optimizer = settings.fused_optimizer;
   c.fused_loss = setup.spec.kernel_paths.fused_loss;
   c.dpo = settings.preference;
-  c.documents = documents;
   c.profiler = Kokkos::Profiling::profileLibraryLoaded();
   decision_ = train::graph_decision(c);
+  // Packed rows on cuDNN's variable-length attention: every micro-step of a step runs with
+  // the step's graph batch, graphs or not (so that gpu.graphs=false computes the same numbers).
+  keyed_steps_ = documents && kernels::attention_is_fused(session.context().attention, std::is_same_v<T, bf16>);
 }
 
 template <class T>
@@ -203,10 +207,21 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
 }
 
 template <class T>
-void StepRunner<T>::capture_and_launch(const StepInput& in, Pending& p) {
+int StepRunner<T>::step_key() {
+  if (!keyed_steps_) return 0;
+  // Every rank replays the same graph (it holds the step's collectives): the largest batch.
+  // One small host reduction per step, also without graphs, whose steps then compute what
+  // the replayed ones do.
+  const int key = session_.mesh().world().max(batch_.ragged_batch_needed(), "packed attention graph batch");
+  batch_.set_ragged_batch(key);
+  return key;
+}
+
+template <class T>
+void StepRunner<T>::capture_and_launch(const StepInput& in, Pending& p, int key) {
   parallel::FsdpEngine<T>& eng = session_.engine();
   const parallel::MeshDim& world = session_.mesh().world();
-  auto g = std::make_unique<StepGraph>();
+  auto g = std::make_unique<StepGraph>(graph_pool_);
   const std::vector<std::int64_t> before = eng.step_state();
   const CommStats counted = comm_stats();
   g->begin_capture();
@@ -223,13 +238,22 @@ void StepRunner<T>::capture_and_launch(const StepInput& in, Pending& p) {
     g->comm_operations = comm_stats().operations - counted.operations;
     g->comm_bytes = comm_stats().bytes - counted.bytes;
     g->frozen_gather_bytes = p.r.frozen_gather_bytes;
-    graph_ = std::move(g);
-    graph_->launch();
+    g->launch();
+    graphs_[key] = std::move(g);
+    schedule_.captured(key);
     p.r.graph = true;
     p.r.comm_timed = false;
-    if (world.rank() == 0)
-      log::info("gpu.graphs: step %d captured into a CUDA graph (%s of buffers kept for it); later steps replay it",
-                p.r.step + 1, format_bytes(static_cast<double>(graph_->pool_bytes())).c_str());
+    if (world.rank() == 0) {
+      const std::string kept = format_bytes(static_cast<double>(graph_pool_.bytes()));
+      if (keyed_steps_)
+        log::info("gpu.graphs: step %d captured into CUDA graph %d (of at most %d), for steps whose packed "
+                  "micro-batches hold at most %d documents (%s of buffers kept for the graphs); later such steps "
+                  "replay it",
+                  p.r.step + 1, schedule_.graphs(), schedule_.max_graphs(), key, kept.c_str());
+      else
+        log::info("gpu.graphs: step %d captured into a CUDA graph (%s of buffers kept for it); later steps replay it",
+                  p.r.step + 1, kept.c_str());
+    }
     return;
   }
   // Nothing captured ran: run the step eagerly (the host state is the steady one it found).
@@ -285,21 +309,27 @@ void StepRunner<T>::launch(const StepInput& in, int updates) {
 
   // Eager, captured or replayed.
   MESHTRAIN_ASSERT(!in.poison || in.eager, "step %d: a poisoned step must be marked eager on every rank", in.step + 1);
-  const bool graphable = decision_.use && !in.eager;
-  if (graph_ && graphable) {
+  const int key = step_key();
+  const GraphAction action = schedule_.next(key, decision_.use && !in.eager);
+  if (action == GraphAction::Replay) {
     TraceRange trace("meshtrain::step_graph_replay");
-    graph_->launch();
-    comm_stats().operations += graph_->comm_operations;
-    comm_stats().bytes += graph_->comm_bytes;
-    p.r.frozen_gather_bytes = graph_->frozen_gather_bytes;
+    StepGraph& g = *graphs_.at(key);
+    g.launch();
+    comm_stats().operations += g.comm_operations;
+    comm_stats().bytes += g.comm_bytes;
+    p.r.frozen_gather_bytes = g.frozen_gather_bytes;
     p.r.graph = true;
     p.r.comm_timed = false;
-  } else if (graphable && !graph_ && eager_steps_ >= kWarmupSteps) {
-    capture_and_launch(in, p);
-    if (!p.r.graph) ++eager_steps_;
+  } else if (action == GraphAction::Capture) {
+    capture_and_launch(in, p, key);
   } else {
+    if (schedule_.last_eager_was_full() && !told_full_ && session_.mesh().world().rank() == 0) {
+      told_full_ = true;
+      log::info("gpu.graphs: step %d and later steps whose packed micro-batches need a new graph batch (%d here) run "
+                "kernel by kernel: %d graphs are kept already, the most a run keeps",
+                in.step + 1, key, schedule_.max_graphs());
+    }
     run_body(in, p);
-    ++eager_steps_;
   }
 
   if (!p.ready) {

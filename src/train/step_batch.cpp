@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/sdpa_ragged.hpp"
 
 namespace meshtrain::train {
 namespace {
@@ -74,11 +75,20 @@ const StepScalarsIn* StepBatch::scalars() const {
   return reinterpret_cast<const StepScalarsIn*>(device_.data() + scalars_at_);
 }
 
+int StepBatch::ragged_batch_needed() {
+  int batch = 0;
+  if (!documents_) return batch;
+  for (int a = 0; a < micro_steps_; ++a)
+    batch = std::max(batch, kernels::sdpa_ragged_batch(kernels::sdpa_ragged_documents(host_doc(a), micro_batch_, seq_len_)));
+  return batch;
+}
+
 model::BatchShape StepBatch::shape(int micro) const {
   model::BatchShape s{micro_batch_, seq_len_};
   if (documents_) {
     s.doc_start = reinterpret_cast<const std::int32_t*>(device_.data() + at(kDoc, micro));
     s.doc_start_host = reinterpret_cast<const std::int32_t*>(host_[slot_].data() + at(kDoc, micro));
+    s.ragged_batch = ragged_batch_;
   }
   if (token_index_) s.token_grad_index = reinterpret_cast<const std::int32_t*>(device_.data() + at(kIndex, micro));
   return s;

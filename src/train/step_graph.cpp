@@ -1,5 +1,7 @@
 #include "train/step_graph.hpp"
 
+#include <algorithm>
+
 #include "core/views.hpp"
 
 #if defined(MESHTRAIN_WITH_CUDA)
@@ -21,21 +23,33 @@ GraphDecision graph_decision(const GraphConditions& c) {
   if (c.dpo)
     return no("train.objective=dpo/simpo reads each micro-step's sequence log-probabilities back to scale the head's "
               "gradient");
-  if (c.documents)
-    return no("packed rows (document masks): the attention's variable-length batch, and with it the cuDNN graph, "
-              "changes with each step's documents");
   if (c.profiler)
     return no("a Kokkos Tools library is loaded (KOKKOS_TOOLS_LIBS), which fences around every kernel; unset it for "
               "CUDA graphs");
   return {true, "one step captured into a CUDA graph after the first eager steps, then replayed"};
 }
 
-StepGraph::StepGraph() = default;
+GraphAction GraphSchedule::next(int key, bool graphable) {
+  full_ = false;
+  const bool seen = std::find(seen_.begin(), seen_.end(), key) != seen_.end();
+  if (graphable) {
+    if (std::find(graphs_.begin(), graphs_.end(), key) != graphs_.end()) return GraphAction::Replay;
+    if (eager_steps_ >= kWarmupSteps && seen) {
+      if (graphs() < max_graphs_) return GraphAction::Capture;
+      full_ = true;
+    }
+  }
+  ++eager_steps_;
+  if (!seen) seen_.push_back(key);
+  return GraphAction::Eager;
+}
+
+StepGraph::StepGraph(PrivatePool& pool) : pool_(pool) {}
 
 StepGraph::~StepGraph() {
 #if defined(MESHTRAIN_WITH_CUDA)
   if (exec_) {
-    ExecSpace().fence();  // no replay may still use the blocks the pool is about to share
+    ExecSpace().fence();  // no replay may still be running when its graph goes
     cuda_rt::graph_destroy(exec_);
   }
 #endif

@@ -294,3 +294,55 @@ TEST(SdpaRagged, DeviceIndexIsTheHostIndexBitForBit) {
     EXPECT_EQ(to_host(first)[static_cast<std::size_t>(batch)], call.ragged.documents);
   }
 }
+
+TEST(SdpaRagged, AFixedGraphBatchOnlyAddsEmptyEntries) {
+  // A step replayed from a CUDA graph fixes the graph batch of all its micro-steps
+  // (AttentionShape::ragged_batch, train/step_graph.hpp): larger than a micro-batch's own, the
+  // description gains empty entries only, and reads and writes the same values.
+  const Case c = kCases[1];
+  k::AttentionShape s = shape_of(c);
+  const std::vector<std::int32_t> docs = random_docs(c.B, c.T, 5);
+  s.doc_start = docs.data();
+  const int ld = (c.Hq + 2 * c.Hkv) * c.hd, ldo = c.Hq * c.hd;
+  const k::SdpaRaggedCall own = k::sdpa_ragged(s, docs.data(), ld, ld, ld, ldo);
+  ASSERT_TRUE(own.layout.supported) << own.layout.why_not;
+  EXPECT_EQ(k::sdpa_ragged_documents(docs.data(), c.B, c.T), own.ragged.documents);
+  s.ragged_batch = 4 * own.ragged.batch;
+  const k::SdpaRaggedCall fixed = k::sdpa_ragged(s, docs.data(), ld, ld, ld, ldo);
+  ASSERT_TRUE(fixed.layout.supported) << fixed.layout.why_not;
+  const k::SdpaRagged &A = own.ragged, &F = fixed.ragged;
+  EXPECT_EQ(F.documents, A.documents);
+  EXPECT_EQ(F.batch, s.ragged_batch);
+  EXPECT_EQ(fixed.layout.q.dim[0], s.ragged_batch);
+  EXPECT_EQ(fixed.layout.stats.dim[0], s.ragged_batch);
+  const std::int64_t N = static_cast<std::int64_t>(c.B) * c.T;
+  for (int e = 0; e < F.batch; ++e) {
+    EXPECT_EQ(F.seq_len[e], e < A.batch ? A.seq_len[e] : 0) << e;
+    for (int op = 0; op < k::kRaggedOperands; ++op) {
+      const auto o = static_cast<k::SdpaOperand>(op);
+      const std::int64_t stride = k::sdpa_ragged_token_strides(s, ld, ld, ld, ldo)[op];
+      EXPECT_EQ(F.offset(o)[e], e < A.documents ? A.offset(o)[e] : N * stride) << op << " " << e;
+    }
+  }
+  const std::size_t n = static_cast<std::size_t>(N);
+  const std::vector<double> qkv = random_vector(n * ld, 31), dout = random_vector(n * ldo, 32);
+  const auto run = [&](const k::SdpaRaggedCall& call) {
+    std::vector<double> out(n * ldo, 0.0), st(n * c.Hq, 0.0), grad(n * ld, 0.0);
+    const std::size_t k0 = static_cast<std::size_t>(c.Hq) * c.hd, v0 = k0 + static_cast<std::size_t>(c.Hkv) * c.hd;
+    test::sdpa_reference(call.layout, ragged_sequences(call.ragged), s.scale, qkv.data(), qkv.data() + k0,
+                         qkv.data() + v0, out.data(), st.data(), dout.data(), grad.data(), grad.data() + k0,
+                         grad.data() + v0);
+    out.insert(out.end(), st.begin(), st.end());
+    out.insert(out.end(), grad.begin(), grad.end());
+    return out;
+  };
+  EXPECT_EQ(run(own), run(fixed));  // bit for bit: the empty entries read and write nothing
+  // The device index for the fixed batch is its host image too.
+  Buffer<std::int32_t> d_docs = to_device(docs);
+  const std::vector<std::int64_t> host = F.index_block();
+  Buffer<std::int64_t> block = to_device(std::vector<std::int64_t>(host.size(), -7));
+  Buffer<std::int64_t> first = to_device(std::vector<std::int64_t>(static_cast<std::size_t>(F.batch) + 1, -7));
+  const auto strides = k::sdpa_ragged_token_strides(s, ld, ld, ld, ldo);
+  k::sdpa_ragged_index(d_docs.data(), c.B, c.T, strides.data(), F.batch, block.data(), first.data());
+  EXPECT_EQ(to_host(block), host);
+}

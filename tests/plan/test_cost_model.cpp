@@ -202,7 +202,7 @@ TEST(CostModel, AttentionRateIsMeasuredThroughTheKernels) {
   // the kernels ran (a finite, positive rate) for MHA and for GQA under tp = 2.
   auto d = small_gpt();
   d.n_layers = 1;
-  EXPECT_FALSE(attention_is_fused(kernels::AttentionPath::Kokkos, true));
+  EXPECT_FALSE(kernels::attention_is_fused(kernels::AttentionPath::Kokkos, true));
   for (const bool bf16 : {false, true}) {
     const double rate = measure_attention_flops(d, 2, 128, 1, bf16, kernels::AttentionPath::Kokkos);
     EXPECT_GT(rate, 1e7) << "bf16 " << bf16;
@@ -211,7 +211,7 @@ TEST(CostModel, AttentionRateIsMeasuredThroughTheKernels) {
   const model::ModelDims g = test::llama_dims(1024, 256, 1, 8, 4, 512);  // GQA (8 query, 4 kv heads), split over tp = 2
   EXPECT_GT(measure_attention_flops(g, 1, 128, 2, false, kernels::AttentionPath::Cudnn), 1e7);
   // A host build has no fused kernel: attention stays with the model's GEMMs.
-  EXPECT_EQ(attention_is_fused(kernels::AttentionPath::Cudnn, true), !kernels::fused_attention_version().empty());
+  EXPECT_EQ(kernels::attention_is_fused(kernels::AttentionPath::Cudnn, true), !kernels::fused_attention_version().empty());
 }
 
 TEST(CostModel, EachMeshGroupRunsOnTheLinksItCrosses) {

@@ -780,18 +780,41 @@ std::string path_residual_layernorm() { return residual_norm_path(true); }
 std::string path_residual_rmsnorm() { return residual_norm_path(false); }
 
 // ---- CUDA graphs (gpu.graphs) ----------------------------------------------------------
-/// Six optimizer steps of a tiny model (2 micro-steps each, the data of each step its own),
-/// launched and collected one by one; the losses, norms and every fp32 master parameter after
-/// the last step. With `graphs` the third step is captured and the later ones replayed.
-/// `masked`: a loss mask whose counted targets change every step (instruction data): the
-/// gradient scale and the loss's divisor reach the replayed graph through the step's scalars.
+/// What the steps of run_steps train on. Plain: every target counts. Masked: a loss mask whose
+/// counted targets change every step (instruction data): the gradient scale and the loss's
+/// divisor reach the replayed graph through the step's scalars. Packed: rows of several
+/// documents (a loss mask on each document's last token) whose count changes every step and
+/// crosses powers of two, so that cuDNN's variable-length attention needs graph batches 4 and 8
+/// (kernels/sdpa_ragged.hpp): one graph is captured per batch and replayed by the later steps
+/// with that batch, each with its own document boundaries.
+enum class StepData { Plain, Masked, Packed };
+
+/// Packed: documents per row of step `step`'s micro-step 0 (micro-step 1 has one fewer, so a
+/// step's graph batch is micro-step 0's); with 2 rows the graph batches are 4 4 8 4 8 4 8 8.
+constexpr int kPackedDocs[8] = {2, 2, 3, 2, 4, 2, 3, 4};
+
+/// Packed: where the document of token t of row `row` starts (rows of 64 tokens): n
+/// documents of about 64 / n tokens, the boundaries shifted by the step and the row.
+int packed_doc_start(int step, int micro, int row, int t) {
+  const int n = kPackedDocs[step] - micro, len = 64 / n, shift = (step + row) % 5;
+  int start = 0;
+  for (int k = 1; k < n; ++k)
+    if (t >= k * len + shift) start = k * len + shift;
+  return start;
+}
+
+/// Optimizer steps of a tiny model (2 micro-steps each, the data of each step its own; six,
+/// eight packed), launched and collected one by one; the losses, norms and every fp32 master
+/// parameter after the last step. With `graphs` the third step is captured and the later ones
+/// replayed (packed: the steps GraphSchedule captures and replays, train/step_graph.hpp).
 struct StepRun {
   std::vector<double> loss, norm;
   std::vector<float> master;
   int replayed = 0;
 };
 template <class T>
-StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt, bool masked = false) {
+StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt, StepData data = StepData::Plain) {
+  const bool masked = data == StepData::Masked, packed = data == StepData::Packed;
   meshtrain::Config c;
   c.model.family = meshtrain::choice_of<meshtrain::ModelFamily>(family);
   c.model.vocab_size = 256;
@@ -804,7 +827,7 @@ StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt, bool 
   c.train.seq_len = 64;
   c.train.micro_batch = 2;
   c.train.grad_accum = 2;
-  c.train.steps = 6;
+  c.train.steps = packed ? 8 : 6;
   c.train.warmup_steps = 2;
   c.train.grad_clip = 0.5;  // clipping active: the norm's coefficient reaches AdamW through the graph
   c.train.precision = std::is_same_v<T, bf16> ? meshtrain::Precision::Bf16 : meshtrain::Precision::Fp32;
@@ -814,25 +837,35 @@ StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt, bool 
   const meshtrain::plan::RunSetup setup = meshtrain::app::resolve_run(c, rt.topology());
   meshtrain::train::Session<T> s(rt, setup);
   s.engine().init_parameters(5);
-  meshtrain::train::StepRunner<T> runner(s, meshtrain::train::step_settings(setup), false, masked);
+  meshtrain::train::StepRunner<T> runner(s, meshtrain::train::step_settings(setup), packed, masked);
   StepRun out;
   int updates = 0;
+  const int seq = c.train.seq_len, B = c.train.micro_batch;
   for (int step = 0; step < c.train.steps; ++step) {
+    // Whether token i of micro-step `micro` has a target: masked, past a prompt of
+    // 5 + 3 step + micro positions per sequence; packed, not the last token of a document.
+    const auto counts = [&](int micro, int i) {
+      const int row = i / seq, t = i % seq;
+      if (masked) return t >= 5 + 3 * step + micro;
+      if (packed) return t + 1 == seq || packed_doc_start(step, micro, row, t + 1) == packed_doc_start(step, micro, row, t);
+      return true;
+    };
     const meshtrain::train::BatchFiller fill = [&](int micro, std::int32_t* in, std::int32_t* tgt) {
-      for (int i = 0; i < c.train.micro_batch * c.train.seq_len; ++i) {
+      for (int i = 0; i < B * seq; ++i) {
         in[i] = (i * 7 + micro * 31 + step * 13) % 256;
-        tgt[i] = (i * 5 + micro * 3 + step * 11 + 1) % 256;
-        // masked: a prompt of 5 + 3 step + micro positions per sequence is not counted
-        if (masked && i % c.train.seq_len < 5 + 3 * step + micro) tgt[i] = -1;
+        tgt[i] = counts(micro, i) ? (i * 5 + micro * 3 + step * 11 + 1) % 256 : -1;
       }
+    };
+    const meshtrain::train::DocFiller docs = [&](int micro, std::int32_t* start) {
+      for (int i = 0; i < B * seq; ++i) start[i] = packed_doc_start(step, micro, i / seq, i % seq);
     };
     meshtrain::train::StepInput in;
     in.step = step;
     in.fill = &fill;
-    if (masked) {
+    if (packed) in.docs = &docs;
+    if (masked || packed)
       for (int micro = 0; micro < c.train.grad_accum; ++micro)
-        in.counted_targets += c.train.micro_batch * (c.train.seq_len - (5 + 3 * step + micro));
-    }
+        for (int i = 0; i < B * seq; ++i) in.counted_targets += counts(micro, i) ? 1 : 0;
     runner.launch(in, updates);
     const meshtrain::train::StepResult r = runner.collect();
     updates += r.applied ? 1 : 0;
@@ -847,24 +880,29 @@ StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt, bool 
   return out;
 }
 template <class T>
-std::string graph_path(const char* family, meshtrain::Runtime& rt, bool masked = false) {
+std::string graph_path(const char* family, meshtrain::Runtime& rt, StepData data = StepData::Plain) {
 #if !defined(MESHTRAIN_WITH_CUDA)
   (void)family;
   (void)rt;
-  (void)masked;
+  (void)data;
   throw NotBuilt("a host build has no CUDA graphs");
 #else
-  const StepRun eager = run_steps<T>(family, false, rt, masked), graph = run_steps<T>(family, true, rt, masked);
+  const StepRun eager = run_steps<T>(family, false, rt, data), graph = run_steps<T>(family, true, rt, data);
+  // Plain and masked: steps 3-6 from the graph. Packed (graph batches 4 4 8 4 8 4 8 8):
+  // steps 1-2 warm up, step 3 runs batch 8 eagerly once, steps 4-5 capture 4 and 8, 6-8 replay.
+  const int steps = static_cast<int>(eager.loss.size());
+  const int expected = data == StepData::Packed ? 5 : steps - meshtrain::train::kWarmupSteps;
   require(eager.replayed == 0, "the eager run used a graph");
-  require(graph.replayed == 6 - meshtrain::train::kWarmupSteps,
-          "expected " + std::to_string(6 - meshtrain::train::kWarmupSteps) + " steps from the graph, got " +
-              std::to_string(graph.replayed) + " (see the gpu.graphs line above for the reason)");
+  require(graph.replayed == expected,
+          "expected " + std::to_string(expected) + " steps from the graphs, got " + std::to_string(graph.replayed) +
+              " (see the gpu.graphs lines above for the reason)");
   check_bitwise("losses (eager vs graph)", eager.loss, graph.loss);
   check_bitwise("gradient norms (eager vs graph)", eager.norm, graph.norm);
-  check_bitwise("fp32 master parameters after 6 steps (eager vs graph)", eager.master, graph.master);
-  char out[200];
-  std::snprintf(out, sizeof out, "%s%s: %d of 6 steps replayed; losses %.6f .. %.6f and %zu parameters bitwise the eager run's",
-                family, masked ? " with a loss mask" : "", graph.replayed, graph.loss.front(), graph.loss.back(), graph.master.size());
+  check_bitwise("fp32 master parameters after the last step (eager vs graph)", eager.master, graph.master);
+  const char* what = data == StepData::Masked ? " with a loss mask" : data == StepData::Packed ? " on packed rows" : "";
+  char out[220];
+  std::snprintf(out, sizeof out, "%s%s: %d of %d steps from graphs; losses %.6f .. %.6f and %zu parameters bitwise the eager run's",
+                family, what, graph.replayed, steps, graph.loss.front(), graph.loss.back(), graph.master.size());
   return out;
 #endif
 }
@@ -1165,7 +1203,8 @@ int main(int argc, char** argv) {
       {"fused_norms.residual_rmsnorm", path_residual_rmsnorm},
       // Whole steps, eager against replayed from a CUDA graph (bf16, cuDNN attention where built).
       {"graphs.step", [&runtime] { return graph_path<bf16>("gpt2", runtime) + "; " + graph_path<bf16>("llama", runtime); }},
-      {"graphs.step_masked", [&runtime] { return graph_path<bf16>("llama", runtime, true); }},
+      {"graphs.step_masked", [&runtime] { return graph_path<bf16>("llama", runtime, StepData::Masked); }},
+      {"graphs.step_packed", [&runtime] { return graph_path<bf16>("llama", runtime, StepData::Packed); }},
       {"epilogues.bias", path_epilogue_bias},
       {"epilogues.bias_gelu", path_epilogue_bias_gelu},
       {"epilogues.dgelu_bgrad", path_epilogue_dgelu_bgrad},

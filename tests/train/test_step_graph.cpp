@@ -1,8 +1,12 @@
 // gpu.graphs: which runs may replay their steps from a CUDA graph (train/step_graph.hpp,
-// graph_decision), every condition alone and the order in which the reasons are reported.
+// graph_decision), every condition alone and the order in which the reasons are reported;
+// and when a run captures and replays, per step key (GraphSchedule: packed rows keep one
+// graph per graph batch of cuDNN's variable-length attention).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "train/step_graph.hpp"
 
@@ -57,9 +61,6 @@ TEST(StepGraph, EachConditionAloneRulesGraphsOut) {
   c.dpo = true;
   expect_refused(c, "train.objective=dpo");
   c = eligible();
-  c.documents = true;
-  expect_refused(c, "packed rows");
-  c = eligible();
   c.profiler = true;
   expect_refused(c, "Kokkos Tools");
 }
@@ -80,7 +81,6 @@ TEST(StepGraph, TheFirstReasonIsReported) {
   c.cuda_build = false;
   c.fused_optimizer = false;
   c.dpo = true;
-  c.documents = true;
   c.profiler = true;
   expect_refused(c, "gpu.graphs=false");
   c.requested = true;
@@ -91,9 +91,50 @@ TEST(StepGraph, TheFirstReasonIsReported) {
   c.fused_optimizer = true;
   expect_refused(c, "dpo");
   c.dpo = false;
-  expect_refused(c, "packed rows");
-  c.documents = false;
   expect_refused(c, "Kokkos Tools");
   c.profiler = false;
   EXPECT_TRUE(graph_decision(c).use);
+}
+
+namespace {
+/// The actions of a schedule over steps with these keys, every step graphable unless listed
+/// in `eager`; a capture is taken as succeeding. E: eager, C: capture, R: replay.
+std::string actions(GraphSchedule& sched, const std::vector<int>& keys, const std::vector<int>& eager = {}) {
+  std::string out;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const bool graphable = std::find(eager.begin(), eager.end(), static_cast<int>(i)) == eager.end();
+    const GraphAction a = sched.next(keys[i], graphable);
+    if (a == GraphAction::Capture) sched.captured(keys[i]);
+    out += a == GraphAction::Eager ? 'E' : a == GraphAction::Capture ? 'C' : 'R';
+  }
+  return out;
+}
+}  // namespace
+
+TEST(StepGraph, OneKeyCapturesAfterTheWarmupSteps) {
+  ASSERT_EQ(kWarmupSteps, 2);
+  GraphSchedule sched;
+  EXPECT_EQ(actions(sched, std::vector<int>(6, 0)), "EECRRR");
+  EXPECT_EQ(sched.graphs(), 1);
+  // A step marked eager (an injected NaN) runs eagerly, also after the capture.
+  GraphSchedule poisoned;
+  EXPECT_EQ(actions(poisoned, std::vector<int>(6, 0), {1, 4}), "EECRER");
+}
+
+TEST(StepGraph, PackedBatchesKeepOneGraphPerGraphBatch) {
+  // A key is captured the second time it occurs (its first step builds its cuDNN graphs
+  // eagerly), once the run has had its warm-up steps; each key's later steps replay it.
+  GraphSchedule sched;
+  EXPECT_EQ(actions(sched, {64, 64, 128, 64, 128, 64, 256, 128, 256, 256}), "EEECCRERCR");
+  EXPECT_EQ(sched.graphs(), 3);
+  EXPECT_FALSE(sched.last_eager_was_full());
+}
+
+TEST(StepGraph, AFullScheduleRunsNewKeysEagerly) {
+  GraphSchedule sched(2);
+  EXPECT_EQ(actions(sched, {1, 1, 1, 2, 2, 4, 4}), "EECECEE");
+  EXPECT_TRUE(sched.last_eager_was_full());  // key 4 would have been captured
+  EXPECT_EQ(actions(sched, {1, 2}), "RR");   // the kept graphs still replay
+  EXPECT_FALSE(sched.last_eager_was_full());
+  EXPECT_EQ(sched.graphs(), 2);
 }

@@ -43,7 +43,7 @@ struct MemoryStats {
 
 class MemoryPool;
 
-/// \brief Blocks kept for one CUDA graph (train/step_graph.hpp). A graph replays the device
+/// \brief Blocks kept for a run's CUDA graphs (train/step_graph.hpp). A graph replays the device
 /// addresses its capture saw, so every block the captured step used must stay the graph's
 /// for as long as the graph exists: while a PrivatePool is open (MemoryPool::open_private),
 /// every block allocated or released belongs to it from then on -- a released one goes to

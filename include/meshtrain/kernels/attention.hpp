@@ -41,6 +41,11 @@ struct AttentionShape {
   /// reads them on the host to describe the documents to cuDNN as a variable-length batch
   /// (kernels/sdpa_ragged.hpp); without them packed rows take the Kokkos path.
   const std::int32_t* doc_start_host = nullptr;
+  /// The fused path's graph batch for these packed rows (kernels/sdpa_ragged.hpp): 0, the
+  /// document count's own (sdpa_ragged_batch), or a larger power of two fixed by the caller
+  /// so that every micro-step of a step -- and every step replayed from one CUDA graph --
+  /// describes the same cuDNN graph (train/step_graph.hpp). Ignored by the Kokkos path.
+  int ragged_batch = 0;
   AttentionPath path = AttentionPath::Kokkos;
 };
 
@@ -97,6 +102,12 @@ void attention_backward(const AttentionShape& s, const T* q, int ldq, const T* k
 /// The fused path this build can take for training attention: "cuDNN 9.x (frontend 1.y)" on
 /// CUDA builds with cuDNN, "" otherwise (every shape then takes the Kokkos path).
 std::string fused_attention_version();
+
+/// Whether training attention on `path` runs as a fused kernel of its own in this build (cuDNN
+/// SDPA: bf16, gpu.attention=cudnn, a build with cuDNN); the Kokkos path is GEMMs and softmax
+/// kernels (which the cost model times as the model's GEMMs, plan/measure.hpp). Shapes the
+/// fused kernel refuses still fall back to the Kokkos path.
+bool attention_is_fused(AttentionPath path, bool bf16);
 
 /// Incremental decoding. A key/value cache holds, per layer, k_cache and v_cache of shape
 /// (B, Hkv, T_cache, hd) (local kv heads, contiguous), positions [0, filled) valid.

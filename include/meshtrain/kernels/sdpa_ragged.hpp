@@ -20,7 +20,10 @@
 /// that wrote dK/dV = 0 over it would clobber that token's gradient). selfcheck_paths'
 /// attention.cudnn_ragged uses a document count that leaves unused entries. A (B, T) batch therefore needs at most log2(B*T) + 1 graphs per
 /// direction and layer shape, built once each; one graph per exact count would rebuild on
-/// most steps, and batch = B*T would launch B*T mostly empty sequences every call.
+/// most steps, and batch = B*T would launch B*T mostly empty sequences every call. A
+/// training step replayed from a CUDA graph fixes the batch for all its micro-steps
+/// (AttentionShape::ragged_batch: the largest micro-step's, agreed over the ranks), and one
+/// captured step serves every later step with that batch (train/step_graph.hpp).
 ///
 /// Ragged offsets count elements (the frontend's tests: prefix sum of seq_len times the
 /// token's element stride, H*D for packed THD): here token index * ld for q, k, v and out
@@ -73,6 +76,11 @@ std::int64_t sdpa_ragged_index_elems(int batch);
 /// Graph batch for `documents` documents: the next power of two (>= 1).
 int sdpa_ragged_batch(int documents);
 
+/// Documents of B packed rows of T tokens with host document starts `doc_start_host`
+/// ((B, T), the rule of AttentionShape::doc_start): the tokens that start one. Not checked
+/// (sdpa_ragged checks the starts when it describes them).
+int sdpa_ragged_documents(const std::int32_t* doc_start_host, int B, int T);
+
 struct SdpaRaggedCall {
   SdpaLayout layout;  ///< supported and ragged, or the reason it is not
   SdpaRagged ragged;
@@ -98,10 +106,12 @@ std::array<std::int64_t, kRaggedOperands> sdpa_ragged_token_strides(const Attent
                                                                     int ldv, int ldo);
 
 /// The description of packed shape s (s.doc_start set) whose document starts are
-/// doc_start_host ((B, T) host ints, the rule of AttentionShape::doc_start). Refused for the
-/// reasons sdpa_layout refuses a dense shape, or without a host copy of the starts. Malformed
-/// starts (first of a row not 0, a start that is neither the token nor its predecessor's)
-/// are a fatal error, as in the Kokkos path.
+/// doc_start_host ((B, T) host ints, the rule of AttentionShape::doc_start). The graph batch
+/// is s.ragged_batch when set (a power of two, at least the document count: a fatal error
+/// otherwise), else sdpa_ragged_batch of the count. Refused for the reasons sdpa_layout
+/// refuses a dense shape, or without a host copy of the starts. Malformed starts (first of
+/// a row not 0, a start that is neither the token nor its predecessor's) are a fatal error,
+/// as in the Kokkos path.
 SdpaRaggedCall sdpa_ragged(const AttentionShape& s, const std::int32_t* doc_start_host, int ldq, int ldk, int ldv,
                            int ldo);
 

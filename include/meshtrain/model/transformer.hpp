@@ -59,6 +59,9 @@ struct BatchShape {
   /// Host copy of doc_start (or null), for cuDNN's variable-length attention
   /// (kernels::AttentionShape::doc_start_host).
   const std::int32_t* doc_start_host = nullptr;
+  /// With packed rows: 0, or the fused attention's graph batch for this micro-step
+  /// (kernels::AttentionShape::ragged_batch), fixed by the step (train/step_batch.hpp).
+  int ragged_batch = 0;
   /// Null, or the device copy of kernels::token_grad_index of the tokens (this tp rank's
   /// vocabulary slice): the embedding gradient's grouping of positions by row, made on the
   /// host where the tokens come from (train/step_batch.hpp), so that GPUs read nothing back.

@@ -28,7 +28,7 @@ struct MeasureRequest {
   bool on_this_job = true;
   std::optional<model::ModelDims> model;  ///< the model whose own shapes are timed; none: square GEMMs only
   int tp = 1;                 ///< the tensor-parallel degree those shapes are split over
-  /// gpu.attention: where it names a fused kernel this build runs (attention_is_fused),
+  /// gpu.attention: where it names a fused kernel this build runs (kernels::attention_is_fused),
   /// attention is timed on its own (CostModelInputs::attention_flops).
   kernels::AttentionPath attention = kernels::AttentionPath::Kokkos;
 };
@@ -66,11 +66,6 @@ double measure_sync_cost(const Runtime& rt, Backend backend, const model::ModelD
 /// not credited; the rate of the other GEMMs, where attention is timed on its own.
 double measure_model_gemm_flops(const model::ModelDims& dims, int micro_batch, int seq_len, int tp, bool bf16,
                                 double max_flop = 4e10, bool with_attention = true);
-
-/// Whether training attention on `path` runs as a fused kernel of its own in this build (cuDNN
-/// SDPA: bf16, gpu.attention=cudnn, a build with cuDNN); the Kokkos path is GEMMs and softmax
-/// kernels, which measure_model_gemm_flops times as the model's GEMMs.
-bool attention_is_fused(kernels::AttentionPath path, bool bf16);
 
 /// Effective FLOP/s of one micro-step's attention, forward and backward of every block, as the
 /// kernels run it on `path` (kernels::attention_forward/backward, tp rank 0's heads), FLOPs as

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include "comm/interval_ledger.hpp"
@@ -123,7 +124,11 @@ class StepRunner {
  private:
   struct Pending;
   void run_body(const StepInput& in, Pending& p);
-  void capture_and_launch(const StepInput& in, Pending& p);
+  void capture_and_launch(const StepInput& in, Pending& p, int key);
+  /// The step's graph key (train/step_graph.hpp): with keyed_steps_, the fused attention's
+  /// graph batch of the largest micro-step over the ranks, which every micro-step then uses
+  /// (with or without graphs); else 0.
+  int step_key();
 
   Session<T>& session_;
   StepSettings st_;
@@ -139,8 +144,11 @@ class StepRunner {
   int next_slot_ = 0;
   std::deque<Pending> pending_;
   GraphDecision decision_;
-  std::unique_ptr<StepGraph> graph_;
-  int eager_steps_ = 0;
+  bool keyed_steps_ = false;          // packed rows on cuDNN's attention: step keys, one graph per key
+  GraphSchedule schedule_;
+  PrivatePool graph_pool_;            // every graph's buffers; declared before graphs_, which it outlives
+  std::map<int, std::unique_ptr<StepGraph>> graphs_;  // step key -> its captured step
+  bool told_full_ = false;            // the "no more graphs" line was logged
   bool last_applied_ = false;         // the last collected step's flag (host mirror of the gate's)
 };
 

@@ -60,8 +60,16 @@ class StepBatch {
   const std::int32_t* tgt(int micro) const;
   const StepScalarsIn* scalars() const;
   /// Micro-step `micro`'s shape: (micro_batch, seq_len), with the device and host (the
-  /// pinned slot's) document starts and the device token index when staged.
+  /// pinned slot's) document starts, the fused attention's graph batch (set_ragged_batch)
+  /// and the device token index when staged.
   model::BatchShape shape(int micro) const;
+
+  /// Packed rows: the fused attention's graph batch the slot's largest micro-step needs
+  /// (kernels::sdpa_ragged_batch of its document count); 0 without documents.
+  int ragged_batch_needed();
+  /// The graph batch every micro-step's shape carries from now on (model::BatchShape::
+  /// ragged_batch; 0: each call's own). A step replayed from a CUDA graph fixes it.
+  void set_ragged_batch(int batch) { ragged_batch_ = batch; }
 
  private:
   std::size_t at(int part, int micro) const;  // byte offset of a part of a micro-step in a slot
@@ -74,6 +82,7 @@ class StepBatch {
   Kokkos::View<std::uint8_t*, PinnedMem> host_[2];
   StreamEvent copied_[2];
   int slot_ = 1;                     // the slot begin() took last
+  int ragged_batch_ = 0;             // set_ragged_batch
   Buffer<std::uint8_t> device_;
 };
 
