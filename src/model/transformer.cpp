@@ -9,6 +9,7 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/norms.hpp"
+#include "kernels/preference.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/step_scalars.hpp"
 #include "linalg/gemm.hpp"
@@ -440,8 +441,8 @@ double Transformer<T>::head_loss(const ComputeContext& ctx, const OuterParams<T>
 }
 
 template <class T>
-std::vector<double> Transformer<T>::head_sequence_logp(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s,
-                                                       const T* x, const std::int32_t* targets) const {
+void Transformer<T>::head_sequence_logp(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s,
+                                        const T* x, const std::int32_t* targets, double* logp) const {
   // losses (N): -log p(target) of each row, 0 where the target is ignored; identical on
   // every tp rank (the statistics are summed over the vocab slices).
   Buffer<acc_t<T>> losses(static_cast<std::size_t>(s.N()), MemCategory::Workspace);
@@ -449,11 +450,16 @@ std::vector<double> Transformer<T>::head_sequence_logp(const ComputeContext& ctx
                       [&](std::int64_t r0, int nc, const acc_t<T>* row_max, const acc_t<T>* stats) {
                         kernels::cross_entropy_row_losses(nc, targets + r0, row_max, stats, losses.data() + r0);
                       });
-  std::vector<acc_t<T>> host(losses.size());
-  Kokkos::deep_copy(UView<acc_t<T>, HostMem>(host.data(), host.size()), losses.view());
-  std::vector<double> logp(static_cast<std::size_t>(s.B), 0.0);
-  for (int b = 0; b < s.B; ++b)
-    for (int t = 0; t < s.T; ++t) logp[b] -= static_cast<double>(host[static_cast<std::size_t>(b) * s.T + t]);
+  kernels::sequence_logps(losses.data(), s.B, s.T, logp);
+}
+
+template <class T>
+std::vector<double> Transformer<T>::head_sequence_logp(const ComputeContext& ctx, const OuterParams<T>& outer,
+                                                       BatchShape s, const T* x, const std::int32_t* targets) const {
+  Buffer<double> dev(static_cast<std::size_t>(s.B), MemCategory::Workspace);
+  head_sequence_logp(ctx, outer, s, x, targets, dev.data());
+  std::vector<double> logp(static_cast<std::size_t>(s.B));
+  Kokkos::deep_copy(UView<double, HostMem>(logp.data(), logp.size()), dev.view());
   return logp;
 }
 

@@ -105,10 +105,9 @@ double forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, 
 }
 
 template <class T>
-SequenceLogps dpo_forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, model::ComputeContext ctx,
-                                   const std::int32_t* tokens, const std::int32_t* targets, BatchShape s,
-                                   bool checkpointing, const std::vector<double>* reference,
-                                   const SequenceCoefficients& coefficients) {
+void dpo_forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model, model::ComputeContext ctx,
+                          const std::int32_t* tokens, const std::int32_t* targets, BatchShape s, bool checkpointing,
+                          const double* reference, const PairScales& scales) {
   ctx.progress = [&eng] { eng.progress(); };
   const int L = model.dims().n_layers;
   const std::size_t NC = static_cast<std::size_t>(s.N()) * model.dims().d_model;
@@ -124,7 +123,7 @@ SequenceLogps dpo_forward_backward(FsdpEngine<T>& eng, const model::Transformer<
                                            if (u == 0) {
                                              xr = Buffer<T>(NC, MemCategory::Activations);
                                              yr = Buffer<T>(NC, MemCategory::Activations);
-                                             Kokkos::deep_copy(xr.view(), x_policy.view());
+                                             Kokkos::deep_copy(ExecSpace(), xr.view(), x_policy.view());
                                              return;
                                            }
                                            BlockCache<T> unused;  // forward only
@@ -133,29 +132,24 @@ SequenceLogps dpo_forward_backward(FsdpEngine<T>& eng, const model::Transformer<
                                            std::swap(xr, yr);
                                          });
   const model::OuterParams<T> outer = eng.wait_outer();
-  SequenceLogps lp;
-  lp.reference = own_reference ? model.head_sequence_logp(ref_ctx, outer, s, xr.data(), targets) : *reference;
+  // (B) each: the policy's and the reference's log-probabilities.
+  Buffer<double> logps(static_cast<std::size_t>(own_reference ? 2 : 1) * s.B, MemCategory::Workspace);
+  if (own_reference) {
+    model.head_sequence_logp(ref_ctx, outer, s, xr.data(), targets, logps.data() + s.B);
+    reference = logps.data() + s.B;
+  }
   xr.reset();
   yr.reset();
-  MESHTRAIN_ASSERT(static_cast<int>(lp.reference.size()) == s.B, "%zu reference log-probabilities for %d sequences",
-                   lp.reference.size(), s.B);
   // The policy's log-probabilities need the whole sequence before any gradient can be
   // scaled, so the head runs twice: this forward, then the fused forward + backward below
   // with each row's coefficient (the LM-head GEMM of the forward is computed again; the
   // blocks are not).
-  lp.policy = model.head_sequence_logp(ctx, outer, s, a.x[L].data(), targets);
-  const std::vector<float> coef = coefficients(lp.policy, lp.reference);  // (B)
-  std::vector<float> host_scale(static_cast<std::size_t>(s.N()));
-  for (int b = 0; b < s.B; ++b)
-    std::fill_n(host_scale.begin() + static_cast<std::ptrdiff_t>(b) * s.T, s.T, coef[static_cast<std::size_t>(b)]);
-  Buffer<float> row_scale(host_scale.size(), MemCategory::Workspace);
-  Kokkos::deep_copy(row_scale.view(), UView<float, HostMem>(host_scale.data(), host_scale.size()));
+  model.head_sequence_logp(ctx, outer, s, a.x[L].data(), targets, logps.data());
+  const float* row_scale = scales(logps.data(), reference);  // (N)
   Buffer<T> dx(NC, MemCategory::Activations);
-  model.head_forward_backward(ctx, outer, eng.grad_buffer(0), s, a.x[L].data(), targets, 1.0f, dx.data(),
-                              row_scale.data());
+  model.head_forward_backward(ctx, outer, eng.grad_buffer(0), s, a.x[L].data(), targets, 1.0f, dx.data(), row_scale);
   eng.after_forward(0);
   backward_from_head(eng, model, ctx, tokens, s, a, dx);
-  return lp;
 }
 
 /// Embedding and every block, forward only. With `kv`, the tokens are the positions after
@@ -243,9 +237,9 @@ std::vector<float> forward_logits_cached(FsdpEngine<T>& eng, const model::Transf
   template double forward_backward<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext,       \
                                       const std::int32_t*, const std::int32_t*, BatchShape, float, bool,         \
                                       double*, const float*);                                                    \
-  template SequenceLogps dpo_forward_backward<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext, \
-                                                 const std::int32_t*, const std::int32_t*, BatchShape, bool,      \
-                                                 const std::vector<double>*, const SequenceCoefficients&);         \
+  template void dpo_forward_backward<T>(FsdpEngine<T>&, const model::Transformer<T>&, model::ComputeContext,      \
+                                        const std::int32_t*, const std::int32_t*, BatchShape, bool, const double*,  \
+                                        const PairScales&);                                                         \
   template SequenceLogps forward_sequence_logps<T>(FsdpEngine<T>&, const model::Transformer<T>&,                 \
                                                    model::ComputeContext, const std::int32_t*, const std::int32_t*, \
                                                    BatchShape, const std::vector<double>*);                       \

@@ -5,32 +5,42 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "kernels/preference.hpp"
 
 namespace meshtrain::train {
+
+namespace {
+/// The first `pairs` pairs of a micro-batch through kernels::pair_terms (the expression the
+/// training step's device kernel evaluates), their sums added in pair order.
+std::vector<float> pairs_of(const kernels::PairLoss& loss, const std::vector<double>& policy,
+                            const std::vector<double>* reference, const std::vector<double>* lengths,
+                            double pair_scale, int pairs, DpoSums& sums) {
+  std::vector<float> coef(policy.size(), 0.0f);
+  for (int j = 0; j < pairs; ++j) {
+    const std::size_t c = 2 * static_cast<std::size_t>(j), r = c + 1;
+    const kernels::PairTerms t =
+        kernels::pair_terms(loss, policy[c], policy[r], reference ? (*reference)[c] : 0.0,
+                            reference ? (*reference)[r] : 0.0, lengths ? (*lengths)[c] : 1.0,
+                            lengths ? (*lengths)[r] : 1.0, pair_scale);
+    sums.loss += t.loss;
+    sums.rewards_chosen += t.chosen;
+    sums.rewards_rejected += t.rejected;
+    sums.correct += t.correct;
+    sums.logps_chosen += policy[c];
+    sums.logps_rejected += policy[r];
+    sums.pairs += 1;
+    coef[c] = static_cast<float>(t.coef_c);
+    coef[r] = static_cast<float>(t.coef_r);
+  }
+  return coef;
+}
+}  // namespace
 
 std::vector<float> dpo_pairs(const std::vector<double>& policy, const std::vector<double>& reference, double beta,
                              double pair_scale, int pairs, DpoSums& sums) {
   MESHTRAIN_ASSERT(policy.size() == reference.size() && pairs >= 0 && 2 * static_cast<std::size_t>(pairs) <= policy.size(),
                    "DPO: %zu policy and %zu reference sequences for %d pairs", policy.size(), reference.size(), pairs);
-  std::vector<float> coef(policy.size(), 0.0f);
-  for (int j = 0; j < pairs; ++j) {
-    const std::size_t c = 2 * static_cast<std::size_t>(j), r = c + 1;
-    const double chosen = beta * (policy[c] - reference[c]);
-    const double rejected = beta * (policy[r] - reference[r]);
-    const double z = chosen - rejected;
-    // -log sigmoid(z) = log(1 + exp(-z)), without overflow for either sign of z.
-    sums.loss += std::log1p(std::exp(-std::abs(z))) + std::max(-z, 0.0);
-    sums.rewards_chosen += chosen;
-    sums.rewards_rejected += rejected;
-    sums.correct += z > 0 ? 1 : 0;
-    sums.logps_chosen += policy[c];
-    sums.logps_rejected += policy[r];
-    sums.pairs += 1;
-    const double sig_neg = 1.0 / (1.0 + std::exp(z));  // sigmoid(-z)
-    coef[c] = static_cast<float>(beta * sig_neg * pair_scale);
-    coef[r] = static_cast<float>(-beta * sig_neg * pair_scale);
-  }
-  return coef;
+  return pairs_of({false, beta, 0.0}, policy, &reference, nullptr, pair_scale, pairs, sums);
 }
 
 std::vector<float> simpo_pairs(const std::vector<double>& policy, const std::vector<double>& lengths, double beta,
@@ -38,25 +48,7 @@ std::vector<float> simpo_pairs(const std::vector<double>& policy, const std::vec
   MESHTRAIN_ASSERT(policy.size() == lengths.size() && pairs >= 0 && 2 * static_cast<std::size_t>(pairs) <= policy.size(),
                    "SimPO: %zu policy log-probabilities and %zu lengths for %d pairs", policy.size(), lengths.size(),
                    pairs);
-  std::vector<float> coef(policy.size(), 0.0f);
-  for (int j = 0; j < pairs; ++j) {
-    const std::size_t c = 2 * static_cast<std::size_t>(j), r = c + 1;
-    const double nc = std::max(1.0, lengths[c]), nr = std::max(1.0, lengths[r]);
-    const double chosen = beta * policy[c] / nc;
-    const double rejected = beta * policy[r] / nr;
-    const double z = chosen - rejected - gamma;
-    sums.loss += std::log1p(std::exp(-std::abs(z))) + std::max(-z, 0.0);  // -log sigmoid(z)
-    sums.rewards_chosen += chosen;
-    sums.rewards_rejected += rejected;
-    sums.correct += chosen > rejected ? 1 : 0;
-    sums.logps_chosen += policy[c];
-    sums.logps_rejected += policy[r];
-    sums.pairs += 1;
-    const double sig_neg = 1.0 / (1.0 + std::exp(z));  // sigmoid(-z)
-    coef[c] = static_cast<float>(beta * sig_neg * pair_scale / nc);
-    coef[r] = static_cast<float>(-beta * sig_neg * pair_scale / nr);
-  }
-  return coef;
+  return pairs_of({true, beta, gamma}, policy, nullptr, &lengths, pair_scale, pairs, sums);
 }
 
 PreferenceLoss preference_loss(const plan::TrainSpec& t) {
@@ -97,6 +89,18 @@ void check_dpo_setup(const plan::RunSetup& setup, const std::string& command, bo
                     "the frozen base with the adapters switched off (a training run without adapters stores its "
                     "initial weights' log-probabilities in its output.dir instead, which %s does not read)",
                     command.c_str(), command.c_str());
+}
+
+DpoSums pair_sums_of(const double* v) {
+  DpoSums s;
+  s.loss = v[kernels::kPairLoss];
+  s.rewards_chosen = v[kernels::kPairRewardsChosen];
+  s.rewards_rejected = v[kernels::kPairRewardsRejected];
+  s.correct = v[kernels::kPairCorrect];
+  s.logps_chosen = v[kernels::kPairLogpsChosen];
+  s.logps_rejected = v[kernels::kPairLogpsRejected];
+  s.pairs = v[kernels::kPairCount];
+  return s;
 }
 
 DpoMetrics dpo_metrics(const DpoSums& s) {

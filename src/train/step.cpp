@@ -27,9 +27,12 @@ enum StepScalar : int {
   kChosen,       // the AdamW candidate adamw_gate took (the previous step's applied flag)
   kPrevApplied,  // kept across steps: the last executed step's applied flag
   kNorm,         // a copy of the norm, so that the read-back is one contiguous copy
-  kStepScalars
+  kPairSums,     // [kPairSums, + kernels::kPairSums): DPO/SimPO's sums over pairs (kernels::PairSum),
+                 // this rank's, then the world's
+  kStepScalars = kPairSums + kernels::kPairSums
 };
-/// What one read-back copies, from kLoss on: loss, gate, clip, applied, chosen, prev, norm.
+/// What one read-back copies, from kLoss on: loss, gate, clip, applied, chosen, prev, norm and
+/// the pair sums.
 constexpr int kReadback = kStepScalars - kLoss;
 constexpr int kSlots = 3;  // a launched step's events and read-back: 1 pending + 1 launching + 1 earlier end
 }  // namespace
@@ -77,14 +80,24 @@ template <class T>
 StepRunner<T>::StepRunner(Session<T>& session, const StepSettings& settings, bool documents, bool counted)
     : session_(session), st_(settings), documents_(documents), counted_(counted || documents),
       batch_(session.setup().batch.grad_accum, session.setup().batch.micro_batch, session.setup().batch.seq_len,
-             documents, /*token_index=*/!kDeviceIsHost, session.tp().vocab_start, session.tp().vocab),
+             documents, /*token_index=*/!kDeviceIsHost, session.tp().vocab_start, session.tp().vocab,
+             /*reference=*/settings.preference && !settings.pair_loss.simpo),
       dev_(kStepScalars, MemCategory::Workspace), current_(1, MemCategory::Workspace),
       readback_("meshtrain::step_readback", static_cast<std::size_t>(kSlots) * kReadback) {
   global_tokens_ = session.setup().batch.step_tokens();
   dev_.zero();
-  if (counted_)
-    row_scale_ = Buffer<float>(static_cast<std::size_t>(session.setup().batch.micro_batch) * session.setup().batch.seq_len,
-                               MemCategory::Workspace);
+  const int B = session.setup().batch.micro_batch;
+  if (counted_ || settings.preference)
+    row_scale_ = Buffer<float>(static_cast<std::size_t>(B) * session.setup().batch.seq_len, MemCategory::Workspace);
+  if (settings.preference) {
+    pair_coef_ = Buffer<float>(static_cast<std::size_t>(B), MemCategory::Workspace);
+    // SimPO: each sequence's counted targets; its reference is zeros (none is computed).
+    if (settings.pair_loss.simpo) {
+      lengths_ = Buffer<double>(static_cast<std::size_t>(B), MemCategory::Workspace);
+      zero_reference_ = Buffer<double>(static_cast<std::size_t>(B), MemCategory::Workspace);
+      zero_reference_.zero();
+    }
+  }
   const plan::RunSetup& setup = session.setup();
   GraphConditions c;
   c.requested = settings.graphs;
@@ -95,7 +108,6 @@ StepRunner<T>::StepRunner(Session<T>& session, const StepSettings& settings, boo
   c.world = session.mesh().world().size();
   c.fused_optimizer = settings.fused_optimizer;
   c.fused_loss = setup.spec.kernel_paths.fused_loss;
-  c.dpo = settings.preference;
   c.profiler = Kokkos::Profiling::profileLibraryLoaded();
   decision_ = train::graph_decision(c);
   // Packed rows on cuDNN's variable-length attention: every micro-step of a step runs with
@@ -119,34 +131,39 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
   // scale it replaces: 1 x scale), never by value, so a captured step stays valid.
   const double* counted_dev = &batch_.scalars()->counted_targets;
   const float grad_scale = counted_ ? 1.0f : static_cast<float>(1.0 / global_tokens);
-  if (counted_) kernels::fill_reciprocal(row_scale_.data(), static_cast<std::int64_t>(row_scale_.size()), counted_dev);
+  if (counted_ && !st_.preference)
+    kernels::fill_reciprocal(row_scale_.data(), static_cast<std::int64_t>(row_scale_.size()), counted_dev);
   parallel::FsdpEngine<T>& eng = session_.engine();
   double* loss_sum = dev_.data() + kLossSum;
-  // DPO: every pair of the global batch weighs 1 / pairs, whichever rank and micro-step holds it.
+  // DPO and SimPO: every pair of the global batch weighs 1 / pairs, whichever rank and
+  // micro-step holds it; its terms are summed on the device (kPairSums), in pair order.
   const double global_pairs = setup.batch.global_batch / 2.0;
-  DpoSums dpo_local;
-  std::vector<double> lengths;  // SimPO: this micro-step's response lengths (counted targets)
-  const parallel::SequenceCoefficients coefficients = [&](const std::vector<double>& policy,
-                                                          const std::vector<double>& reference) {
-    return preference_pairs(st_.pair_loss, policy, reference, lengths, 1.0 / global_pairs, B / 2, dpo_local);
+  double* pair_sums = dev_.data() + kPairSums;
+  const double* lengths = nullptr;  // SimPO: the micro-step's response lengths (counted targets)
+  const parallel::PairScales scales = [&](const double* policy, const double* reference) -> const float* {
+    kernels::preference_pairs(st_.pair_loss, B, setup.batch.seq_len, policy, reference, lengths, 1.0 / global_pairs,
+                              pair_sums, pair_coef_.data(), row_scale_.data());
+    return row_scale_.data();
   };
-  // SimPO has no reference: the reference forward is skipped by giving it as zeros.
-  const std::vector<double> no_reference(static_cast<std::size_t>(B), 0.0);
   const std::uint64_t frozen_before = eng.frozen_gather_bytes();
   eng.begin_step();
   kernels::set_scalar(loss_sum, 0.0);
+  if (st_.preference) kernels::zero_sums(pair_sums, kernels::kPairSums);
   for (int a = 0; a < setup.batch.grad_accum; ++a) {
     TraceRange trace("meshtrain::micro_step", a);
     eng.begin_micro(a);
     const model::BatchShape shape = batch_.shape(a);
     if (st_.preference) {
-      const std::vector<double>* reference = in.reference ? (*in.reference)(a) : nullptr;
+      // The reference: the stored log-probabilities (staged), SimPO's zeros (no reference
+      // forward), or null: the base with the adapters off, computed here.
+      const double* reference = in.reference ? batch_.ref(a) : nullptr;
       if (st_.pair_loss.simpo) {
-        lengths = sequence_lengths(batch_.host_tgt(a), B, shape.T);  // the staged host copy of the targets
-        reference = &no_reference;
+        kernels::sequence_lengths(batch_.tgt(a), B, shape.T, lengths_.data());
+        lengths = lengths_.data();
+        reference = zero_reference_.data();
       }
       parallel::dpo_forward_backward(eng, session_.model(), session_.context(), batch_.in(a), batch_.tgt(a), shape,
-                                     st_.activation_checkpointing, reference, coefficients);
+                                     st_.activation_checkpointing, reference, scales);
     } else {
       parallel::forward_backward(eng, session_.model(), session_.context(), batch_.in(a), batch_.tgt(a), shape,
                                  grad_scale, st_.activation_checkpointing, loss_sum,
@@ -174,8 +191,9 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
       else
         kernels::divide_scalar(loss_sum, global_tokens, dev_.data() + kLoss);
     } else {
-      r.dpo = dpo_metrics(global_dpo_sums(session_, dpo_local));  // DPO reads its log-probabilities anyway
-      kernels::set_scalar(dev_.data() + kLoss, r.dpo.loss);
+      world_pair_sums();
+      // The loss: the pairs' mean, as dpo_metrics takes it (collect() forms the others).
+      kernels::divide_by_scalar(pair_sums + kernels::kPairLoss, pair_sums + kernels::kPairCount, dev_.data() + kLoss);
     }
     kernels::adamw_gate(dev_.data() + kLoss, fs.norm_clip(), batch_.scalars()->adam, dev_.data() + kPrevApplied,
                         current_.data(), dev_.data() + kGate, dev_.data() + kApplied, dev_.data() + kChosen);
@@ -192,7 +210,11 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
       Kokkos::deep_copy(local, Kokkos::subview(dev_.view(), static_cast<std::size_t>(kLossSum)));
       r.loss = session_.global_sum(local) / global_tokens;
     } else {
-      r.dpo = dpo_metrics(global_dpo_sums(session_, dpo_local));
+      world_pair_sums();
+      double sums[kernels::kPairSums];
+      Kokkos::deep_copy(UView<double, HostMem>(sums, kernels::kPairSums),
+                        UView<double>(pair_sums, kernels::kPairSums));
+      r.dpo = dpo_metrics(pair_sums_of(sums));
       r.loss = r.dpo.loss;
     }
     // Loss and norm come from world reductions: every rank takes the same branch.
@@ -204,6 +226,15 @@ void StepRunner<T>::run_body(const StepInput& in, Pending& p) {
     p.ready = true;
   }
   r.frozen_gather_bytes = eng.frozen_gather_bytes() - frozen_before;
+}
+
+template <class T>
+void StepRunner<T>::world_pair_sums() {
+  // The world sum of tp-identical values (every tp rank of a group computed the same pairs):
+  // each tp group's first rank adds its own.
+  double* sums = dev_.data() + kPairSums;
+  if (session_.mesh().coord().tp != 0) kernels::zero_sums(sums, kernels::kPairSums);
+  session_.mesh().world().comm().all_reduce(sums, sums, kernels::kPairSums, DType::F64, ReduceOp::Sum);
 }
 
 template <class T>
@@ -288,9 +319,18 @@ void StepRunner<T>::launch(const StepInput& in, int updates) {
                    in.step + 1);
   batch_.begin();
   batch_.host_scalars().counted_targets = in.counted_targets > 0 ? in.counted_targets : global_tokens_;
+  MESHTRAIN_ASSERT(!in.reference || batch_.host_ref(0) != nullptr,
+                   "step %d: stored reference log-probabilities given to a run that is not DPO", in.step + 1);
   for (int a = 0; a < accum; ++a) {
     (*in.fill)(a, batch_.host_in(a), batch_.host_tgt(a));
     if (documents_) (*in.docs)(a, batch_.host_doc(a));
+    if (in.reference) {
+      const std::vector<double>* ref = (*in.reference)(a);
+      MESHTRAIN_ASSERT(ref && static_cast<int>(ref->size()) == setup.batch.micro_batch,
+                       "step %d: %zu stored reference log-probabilities for a micro-batch of %d", in.step + 1,
+                       ref ? ref->size() : std::size_t{0}, setup.batch.micro_batch);
+      std::copy(ref->begin(), ref->end(), batch_.host_ref(a));
+    }
   }
   if (st_.fused_optimizer) {
     optim::FusedStep<T>& fs = session_.fused_step(st_.adam);
@@ -363,6 +403,7 @@ StepResult StepRunner<T>::collect() {
     r.loss = v[kLoss - kLoss];
     r.grad_norm = v[kNorm - kLoss];
     r.applied = v[kApplied - kLoss] != 0;
+    if (st_.preference) r.dpo = dpo_metrics(pair_sums_of(v + (kPairSums - kLoss)));
     // The device chose the AdamW scalars from its own flag of the previous step: it must be
     // the flag the host read back for that step.
     const bool chosen = v[kChosen - kLoss] != 0;

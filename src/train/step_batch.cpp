@@ -8,14 +8,14 @@
 
 namespace meshtrain::train {
 namespace {
-enum Part { kIn = 0, kTgt, kDoc, kIndex };
+enum Part { kIn = 0, kTgt, kDoc, kIndex, kRef, kParts };
 std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 }  // namespace
 
 StepBatch::StepBatch(int micro_steps, int micro_batch, int seq_len, bool documents, bool token_index,
-                     std::int64_t vocab_start, std::int64_t vocab_local)
+                     std::int64_t vocab_start, std::int64_t vocab_local, bool reference)
     : micro_steps_(micro_steps), micro_batch_(micro_batch), seq_len_(seq_len), documents_(documents),
-      token_index_(token_index), vocab_start_(vocab_start), vocab_local_(vocab_local) {
+      token_index_(token_index), reference_(reference), vocab_start_(vocab_start), vocab_local_(vocab_local) {
   tokens_ = static_cast<std::size_t>(micro_batch) * static_cast<std::size_t>(seq_len);
   const std::size_t ids = aligned(tokens_ * sizeof(std::int32_t));
   part_bytes_[kIn] = ids;
@@ -25,7 +25,9 @@ StepBatch::StepBatch(int micro_steps, int micro_batch, int seq_len, bool documen
       token_index ? aligned(static_cast<std::size_t>(kernels::token_grad_index_elems(static_cast<int>(tokens_))) *
                             sizeof(std::int32_t))
                   : 0;
-  micro_bytes_ = part_bytes_[kIn] + part_bytes_[kTgt] + part_bytes_[kDoc] + part_bytes_[kIndex];
+  part_bytes_[kRef] = reference ? aligned(static_cast<std::size_t>(micro_batch) * sizeof(double)) : 0;
+  micro_bytes_ = 0;
+  for (int p = 0; p < kParts; ++p) micro_bytes_ += part_bytes_[p];
   scalars_at_ = micro_bytes_ * static_cast<std::size_t>(micro_steps);
   slot_bytes_ = scalars_at_ + aligned(sizeof(StepScalarsIn));
   for (auto& h : host_) h = Kokkos::View<std::uint8_t*, PinnedMem>("meshtrain::step_batch", slot_bytes_);
@@ -52,6 +54,9 @@ std::int32_t* StepBatch::host_tgt(int micro) {
 std::int32_t* StepBatch::host_doc(int micro) {
   return documents_ ? reinterpret_cast<std::int32_t*>(host_[slot_].data() + at(kDoc, micro)) : nullptr;
 }
+double* StepBatch::host_ref(int micro) {
+  return reference_ ? reinterpret_cast<double*>(host_[slot_].data() + at(kRef, micro)) : nullptr;
+}
 StepScalarsIn& StepBatch::host_scalars() {
   return *reinterpret_cast<StepScalarsIn*>(host_[slot_].data() + scalars_at_);
 }
@@ -70,6 +75,9 @@ const std::int32_t* StepBatch::in(int micro) const {
 }
 const std::int32_t* StepBatch::tgt(int micro) const {
   return reinterpret_cast<const std::int32_t*>(device_.data() + at(kTgt, micro));
+}
+const double* StepBatch::ref(int micro) const {
+  return reference_ ? reinterpret_cast<const double*>(device_.data() + at(kRef, micro)) : nullptr;
 }
 const StepScalarsIn* StepBatch::scalars() const {
   return reinterpret_cast<const StepScalarsIn*>(device_.data() + scalars_at_);

@@ -20,9 +20,6 @@ GraphDecision graph_decision(const GraphConditions& c) {
     return no("gpu.fused_optimizer=false reads the gradient norm back before AdamW; set it to true for CUDA graphs");
   if (!c.fused_loss)
     return no("gpu.fused_loss=false reads the loss back after every LM-head chunk; set it to true for CUDA graphs");
-  if (c.dpo)
-    return no("train.objective=dpo/simpo reads each micro-step's sequence log-probabilities back to scale the head's "
-              "gradient");
   if (c.profiler)
     return no("a Kokkos Tools library is loaded (KOKKOS_TOOLS_LIBS), which fences around every kernel; unset it for "
               "CUDA graphs");

@@ -786,8 +786,11 @@ std::string path_residual_rmsnorm() { return residual_norm_path(false); }
 /// documents (a loss mask on each document's last token) whose count changes every step and
 /// crosses powers of two, so that cuDNN's variable-length attention needs graph batches 4 and 8
 /// (kernels/sdpa_ragged.hpp): one graph is captured per batch and replayed by the later steps
-/// with that batch, each with its own document boundaries.
-enum class StepData { Plain, Masked, Packed };
+/// with that batch, each with its own document boundaries. Dpo and Simpo: preference pairs
+/// (rows 2j chosen, 2j + 1 rejected) with a masked prompt, LoRA adapters of rank 4 (DPO's
+/// reference is the base with them off); the pairs' log-probabilities, loss, rewards and
+/// gradient coefficients stay on the device (kernels/preference.hpp).
+enum class StepData { Plain, Masked, Packed, Dpo, Simpo };
 
 /// Packed: documents per row of step `step`'s micro-step 0 (micro-step 1 has one fewer, so a
 /// step's graph batch is micro-step 0's); with 2 rows the graph batches are 4 4 8 4 8 4 8 8.
@@ -814,7 +817,8 @@ struct StepRun {
 };
 template <class T>
 StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt, StepData data = StepData::Plain) {
-  const bool masked = data == StepData::Masked, packed = data == StepData::Packed;
+  const bool packed = data == StepData::Packed, preference = data == StepData::Dpo || data == StepData::Simpo;
+  const bool masked = data == StepData::Masked || preference;
   meshtrain::Config c;
   c.model.family = meshtrain::choice_of<meshtrain::ModelFamily>(family);
   c.model.vocab_size = 256;
@@ -834,6 +838,10 @@ StepRun run_steps(const char* family, bool graphs, meshtrain::Runtime& rt, StepD
   c.parallel.strategy = meshtrain::StrategyChoice::NoShard;
   c.data.dir = "random";
   c.gpu.graphs = graphs;
+  if (preference) {
+    c.train.objective = data == StepData::Dpo ? meshtrain::Objective::Dpo : meshtrain::Objective::Simpo;
+    c.model.lora_rank = 4;
+  }
   const meshtrain::plan::RunSetup setup = meshtrain::app::resolve_run(c, rt.topology());
   meshtrain::train::Session<T> s(rt, setup);
   s.engine().init_parameters(5);
@@ -899,7 +907,11 @@ std::string graph_path(const char* family, meshtrain::Runtime& rt, StepData data
   check_bitwise("losses (eager vs graph)", eager.loss, graph.loss);
   check_bitwise("gradient norms (eager vs graph)", eager.norm, graph.norm);
   check_bitwise("fp32 master parameters after the last step (eager vs graph)", eager.master, graph.master);
-  const char* what = data == StepData::Masked ? " with a loss mask" : data == StepData::Packed ? " on packed rows" : "";
+  const char* what = data == StepData::Masked   ? " with a loss mask"
+                     : data == StepData::Packed ? " on packed rows"
+                     : data == StepData::Dpo    ? " with DPO (LoRA)"
+                     : data == StepData::Simpo  ? " with SimPO (LoRA)"
+                                                : "";
   char out[220];
   std::snprintf(out, sizeof out, "%s%s: %d of %d steps from graphs; losses %.6f .. %.6f and %zu parameters bitwise the eager run's",
                 family, what, graph.replayed, steps, graph.loss.front(), graph.loss.back(), graph.master.size());
@@ -1205,6 +1217,9 @@ int main(int argc, char** argv) {
       {"graphs.step", [&runtime] { return graph_path<bf16>("gpt2", runtime) + "; " + graph_path<bf16>("llama", runtime); }},
       {"graphs.step_masked", [&runtime] { return graph_path<bf16>("llama", runtime, StepData::Masked); }},
       {"graphs.step_packed", [&runtime] { return graph_path<bf16>("llama", runtime, StepData::Packed); }},
+      {"graphs.step_preference", [&runtime] {
+         return graph_path<bf16>("llama", runtime, StepData::Dpo) + "; " + graph_path<bf16>("gpt2", runtime, StepData::Simpo);
+       }},
       {"epilogues.bias", path_epilogue_bias},
       {"epilogues.bias_gelu", path_epilogue_bias_gelu},
       {"epilogues.dgelu_bgrad", path_epilogue_dgelu_bgrad},

@@ -58,9 +58,6 @@ TEST(StepGraph, EachConditionAloneRulesGraphsOut) {
   c.fused_loss = false;
   expect_refused(c, "gpu.fused_loss=false");
   c = eligible();
-  c.dpo = true;
-  expect_refused(c, "train.objective=dpo");
-  c = eligible();
   c.profiler = true;
   expect_refused(c, "Kokkos Tools");
 }
@@ -80,7 +77,6 @@ TEST(StepGraph, TheFirstReasonIsReported) {
   c.requested = false;
   c.cuda_build = false;
   c.fused_optimizer = false;
-  c.dpo = true;
   c.profiler = true;
   expect_refused(c, "gpu.graphs=false");
   c.requested = true;
@@ -89,8 +85,6 @@ TEST(StepGraph, TheFirstReasonIsReported) {
   c.nccl = true;
   expect_refused(c, "gpu.fused_optimizer");
   c.fused_optimizer = true;
-  expect_refused(c, "dpo");
-  c.dpo = false;
   expect_refused(c, "Kokkos Tools");
   c.profiler = false;
   EXPECT_TRUE(graph_decision(c).use);

@@ -30,6 +30,7 @@ int kokkos_visible_devices(std::string* why = nullptr);
 namespace math {
 template <class T> KOKKOS_INLINE_FUNCTION T exp(T x) { return MESHTRAIN_KOKKOS_MATH_NS::exp(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T log(T x) { return MESHTRAIN_KOKKOS_MATH_NS::log(x); }
+template <class T> KOKKOS_INLINE_FUNCTION T log1p(T x) { return MESHTRAIN_KOKKOS_MATH_NS::log1p(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T sqrt(T x) { return MESHTRAIN_KOKKOS_MATH_NS::sqrt(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T tanh(T x) { return MESHTRAIN_KOKKOS_MATH_NS::tanh(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T cos(T x) { return MESHTRAIN_KOKKOS_MATH_NS::cos(x); }

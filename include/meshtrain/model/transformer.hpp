@@ -139,6 +139,9 @@ class Transformer {
   /// >= 0), on the host, (B); the same on every tp rank. DPO's log-probability of a response.
   std::vector<double> head_sequence_logp(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s,
                                          const T* x, const std::int32_t* targets) const;
+  /// The same into `logp`, (B) device doubles, nothing read back (DPO's training step).
+  void head_sequence_logp(const ComputeContext& ctx, const OuterParams<T>& outer, BatchShape s, const T* x,
+                          const std::int32_t* targets, double* logp) const;
   /// Full-vocabulary logits gathered over tp, on the host: (B, valid_vocab) floats for the
   /// last position of each sequence (generation), or (N, valid_vocab) for every position
   /// (reference tests).

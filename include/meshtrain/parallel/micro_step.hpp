@@ -36,24 +36,24 @@ struct SequenceLogps {
   std::vector<double> policy, reference;
 };
 
-/// DPO's coefficient of each sequence's cross-entropy gradient, (B), from the sequences'
-/// log-probabilities (train/dpo.hpp).
-using SequenceCoefficients =
-    std::function<std::vector<float>(const std::vector<double>& policy, const std::vector<double>& reference)>;
+/// DPO's and SimPO's gradient scale of a micro-batch's rows: from the sequences'
+/// log-probabilities, policy and reference ((B) device doubles), the (N) device floats that
+/// scale each row's cross-entropy gradient (train/step.cpp queues kernels::preference_pairs).
+using PairScales = std::function<const float*(const double* policy, const double* reference)>;
 
-/// \brief One micro-batch of DPO: the policy's forward, keeping its activations as
+/// \brief One micro-batch of DPO or SimPO: the policy's forward, keeping its activations as
 /// forward_backward does; the reference's forward on the same gathered units, with the
-/// LoRA adapters switched off and nothing kept (or `reference` (B), the log-probabilities
-/// stored for a run without adapters); the policy's per-sequence log-probabilities; then
-/// the head's backward with each row's cross-entropy gradient scaled by its sequence's
-/// coefficient, and the blocks' backward. The LM-head logits are computed twice for the
-/// policy (once for its log-probabilities, once in the fused backward); no block is
-/// recomputed beyond what activation checkpointing does. Returns the log-probabilities.
+/// LoRA adapters switched off and nothing kept -- unless `reference` ((B) device doubles: the
+/// log-probabilities stored for a run without adapters, or SimPO's zeros) is given; the
+/// policy's per-sequence log-probabilities; then the head's backward with each row's
+/// cross-entropy gradient scaled by `scales`, and the blocks' backward. Everything stays on
+/// the device (nothing is read back, so the step can be replayed from a CUDA graph). The
+/// LM-head logits are computed twice for the policy (once for its log-probabilities, once in
+/// the fused backward); no block is recomputed beyond what activation checkpointing does.
 template <class T>
-SequenceLogps dpo_forward_backward(FsdpEngine<T>& engine, const model::Transformer<T>& model,
-                                   model::ComputeContext ctx, const std::int32_t* tokens, const std::int32_t* targets,
-                                   model::BatchShape shape, bool activation_checkpointing,
-                                   const std::vector<double>* reference, const SequenceCoefficients& coefficients);
+void dpo_forward_backward(FsdpEngine<T>& engine, const model::Transformer<T>& model, model::ComputeContext ctx,
+                          const std::int32_t* tokens, const std::int32_t* targets, model::BatchShape shape,
+                          bool activation_checkpointing, const double* reference, const PairScales& scales);
 
 /// Forward only (DPO evaluation): the policy's and the reference's per-sequence
 /// log-probabilities (the reference with the adapters off, or `reference` when given).

@@ -25,11 +25,15 @@
 /// (gamma: the target margin), so the coefficients are +-beta sigmoid(-z) / (n P), z the
 /// argument of the sigmoid; the margin logged is rewards_chosen - rewards_rejected, and a pair
 /// counts as right when the chosen reward is the larger, as TRL's CPOTrainer logs them.
+///
+/// One expression computes a pair on the host (here) and on the device (the training step,
+/// kernels/preference.hpp: kernels::pair_terms).
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kernels/preference.hpp"
 #include "plan/run_setup.hpp"
 
 namespace meshtrain::train {
@@ -68,12 +72,10 @@ std::vector<float> dpo_pairs(const std::vector<double>& policy, const std::vecto
 std::vector<float> simpo_pairs(const std::vector<double>& policy, const std::vector<double>& lengths, double beta,
                                double gamma, double pair_scale, int pairs, DpoSums& sums);
 
-/// Which pair loss, with its settings (from train.objective and its keys).
-struct PreferenceLoss {
-  bool simpo = false;  ///< false: DPO
-  double beta = 0.1;   ///< train.dpo_beta or train.simpo_beta
-  double gamma = 0;    ///< train.simpo_gamma (SimPO only)
-};
+/// Which pair loss, with its settings: simpo, beta (train.dpo_beta or train.simpo_beta) and
+/// gamma (train.simpo_gamma, SimPO only); the struct the device kernels take.
+using PreferenceLoss = kernels::PairLoss;
+/// From train.objective and its keys.
 PreferenceLoss preference_loss(const plan::TrainSpec& train);
 
 /// dpo_pairs or simpo_pairs, as `loss` says (`reference` unused by SimPO, `lengths` by DPO).
@@ -87,5 +89,9 @@ std::vector<double> sequence_lengths(const std::int32_t* targets, int B, int T);
 
 /// The means of world-summed `sums` (a NaN loss when no pair was counted).
 DpoMetrics dpo_metrics(const DpoSums& sums);
+
+/// The sums of kernels::preference_pairs (kernels::kPairSums doubles, in kernels::PairSum
+/// order) as DpoSums.
+DpoSums pair_sums_of(const double* sums);
 
 }  // namespace meshtrain::train

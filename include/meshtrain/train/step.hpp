@@ -125,6 +125,8 @@ class StepRunner {
   struct Pending;
   void run_body(const StepInput& in, Pending& p);
   void capture_and_launch(const StepInput& in, Pending& p, int key);
+  /// DPO/SimPO: the pair sums (kPairSums) summed over the world, on the device.
+  void world_pair_sums();
   /// The step's graph key (train/step_graph.hpp): with keyed_steps_, the fused attention's
   /// graph batch of the largest micro-step over the ranks, which every micro-step then uses
   /// (with or without graphs); else 0.
@@ -137,7 +139,11 @@ class StepRunner {
   StepBatch batch_;
   double global_tokens_ = 0;          // text data: every target of the global batch counts
   Buffer<double> dev_;                // the step's device scalars (StepScalar in step.cpp)
-  Buffer<float> row_scale_;           // counted_: (micro_batch x seq_len) 1 / counted targets, filled on the device
+  Buffer<float> row_scale_;           // (micro_batch x seq_len) per-row gradient scale, filled on the device:
+                                      // counted_: 1 / counted targets; DPO/SimPO: each sequence's coefficient
+  Buffer<float> pair_coef_;           // DPO/SimPO: (micro_batch) each sequence's coefficient
+  Buffer<double> lengths_;            // SimPO: (micro_batch) each sequence's counted targets
+  Buffer<double> zero_reference_;     // SimPO: (micro_batch) zeros, its reference (none is computed)
   Buffer<kernels::AdamWScalars> current_;  // the AdamW scalars adamw_gate chose
   Kokkos::View<double*, PinnedMem> readback_;  // kSlots x kReadback
   StreamEvent start_[3], end_[3];

@@ -1,8 +1,8 @@
 #pragma once
 /// \brief The inputs of one optimizer step staged for the device in one asynchronous copy:
-/// every micro-step's token ids and targets (and document starts for packed rows, and on GPUs
-/// the embedding gradient's token index, kernels::token_grad_index, sorted here where the
-/// tokens are), and the step's AdamW scalars. The host writes them into page-locked memory
+/// every micro-step's token ids and targets (and document starts for packed rows, DPO's stored
+/// reference log-probabilities, and on GPUs the embedding gradient's token index,
+/// kernels::token_grad_index, sorted here where the tokens are), and the step's AdamW scalars. The host writes them into page-locked memory
 /// (PinnedMem) and upload() copies that to device buffers allocated once, on the compute
 /// stream, without waiting: the step's kernels read the device copies at fixed addresses,
 /// which is what a CUDA graph replay needs (train/step.hpp).
@@ -38,9 +38,10 @@ class StepBatch {
  public:
   /// `documents`: packed rows (document starts staged too). `token_index`: stage each
   /// micro-step's kernels::token_grad_index for this tp rank's vocabulary slice
-  /// [vocab_start, vocab_start + vocab_local) (GPU builds).
+  /// [vocab_start, vocab_start + vocab_local) (GPU builds). `reference`: stage DPO's stored
+  /// reference log-probabilities, (micro_batch) doubles per micro-step.
   StepBatch(int micro_steps, int micro_batch, int seq_len, bool documents, bool token_index, std::int64_t vocab_start,
-            std::int64_t vocab_local);
+            std::int64_t vocab_local, bool reference = false);
 
   int micro_steps() const { return micro_steps_; }
   /// Starts the host side of the next upload: switches to the other pinned slot, waiting
@@ -50,6 +51,7 @@ class StepBatch {
   std::int32_t* host_in(int micro);
   std::int32_t* host_tgt(int micro);
   std::int32_t* host_doc(int micro);  ///< null without documents
+  double* host_ref(int micro);        ///< null without a stored reference
   StepScalarsIn& host_scalars();
   /// The slot is written: each micro-step's token index is made (GPU builds), then the slot
   /// is copied to the device on the compute stream (asynchronously).
@@ -58,6 +60,7 @@ class StepBatch {
   /// Device copies of the last upload.
   const std::int32_t* in(int micro) const;
   const std::int32_t* tgt(int micro) const;
+  const double* ref(int micro) const;  ///< null without a stored reference
   const StepScalarsIn* scalars() const;
   /// Micro-step `micro`'s shape: (micro_batch, seq_len), with the device and host (the
   /// pinned slot's) document starts, the fused attention's graph batch (set_ragged_batch)
@@ -74,10 +77,10 @@ class StepBatch {
  private:
   std::size_t at(int part, int micro) const;  // byte offset of a part of a micro-step in a slot
   int micro_steps_, micro_batch_, seq_len_;
-  bool documents_, token_index_;
+  bool documents_, token_index_, reference_;
   std::int64_t vocab_start_, vocab_local_;
   std::size_t tokens_ = 0;           // micro_batch * seq_len
-  std::size_t part_bytes_[4] = {};   // in, tgt, doc, token index (bytes, 256-aligned)
+  std::size_t part_bytes_[5] = {};   // in, tgt, doc, token index, reference (bytes, 256-aligned)
   std::size_t micro_bytes_ = 0, scalars_at_ = 0, slot_bytes_ = 0;
   Kokkos::View<std::uint8_t*, PinnedMem> host_[2];
   StreamEvent copied_[2];

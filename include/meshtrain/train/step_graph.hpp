@@ -64,7 +64,6 @@ struct GraphConditions {
   int world = 1;                ///< ranks of the job
   bool fused_optimizer = true;  ///< gpu.fused_optimizer
   bool fused_loss = true;       ///< gpu.fused_loss
-  bool dpo = false;             ///< train.objective = dpo or simpo
   bool profiler = false;        ///< a Kokkos Tools library is loaded
 };
 
