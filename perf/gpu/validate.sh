@@ -298,7 +298,7 @@ build_from_source() {
   fi
   local b=$work/build targets=(meshtrain selfcheck_paths test_cuda_link test_model_gradcheck test_memory_accounting test_memory_pool)
   local k
-  for k in elementwise gemm_epilogue gemm_mixed embedding norms rope attention sdpa_layout sdpa_ragged cross_entropy adamw; do targets+=("test_kernels_$k"); done
+  for k in elementwise gemm_epilogue gemm_mixed embedding norms rope attention sdpa_layout sdpa_ragged cross_entropy adamw preference; do targets+=("test_kernels_$k"); done
   say "building from source: cmake --preset $preset -B $b (Kokkos_ROOT=${Kokkos_ROOT:-})"
   if ! cmake --preset "$preset" -B "$b" > "$work/build-configure.log" 2>&1; then
     say "FATAL: configure failed; the end of its log:"; tail -15 "$work/build-configure.log" | sed 's/^/    /'; return 1
