@@ -98,7 +98,7 @@ struct StepInput {
 /// \brief Runs the steps of one session: launch() queues a step, collect() returns the
 /// oldest queued step's results, waiting for that step only. At most one step is queued and
 /// not collected when the next is launched. Owns the staged inputs, the device scalars and,
-/// with gpu.graphs, the CUDA graph.
+/// with gpu.graphs, the CUDA graphs (one per step key, train/step_graph.hpp).
 template <class T>
 class StepRunner {
  public:

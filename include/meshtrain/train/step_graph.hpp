@@ -4,8 +4,9 @@
 ///
 /// What makes a replay correct: the step reads everything that changes from step to step
 /// from device memory at addresses that do not change -- the staged inputs
-/// (train/step_batch.hpp: tokens, targets, the embedding gradient's token index, the AdamW
-/// scalars with the learning rate and the bias correction), the gate's flag of the previous
+/// (train/step_batch.hpp: tokens, targets, document starts, DPO's stored reference
+/// log-probabilities, the embedding gradient's token index, the AdamW scalars with the
+/// learning rate and the bias correction, the counted targets), the gate's flag of the previous
 /// step --, passes nothing by value that changes, reads nothing back, and every buffer it
 /// allocates comes from a private memory pool that keeps it for the graph
 /// (core/memory.hpp, PrivatePool). The host side of the step (the FSDP engine's state, which
