@@ -1,13 +1,16 @@
 // gpu.graphs: which runs may replay their steps from a CUDA graph (train/step_graph.hpp,
 // graph_decision), every condition alone and the order in which the reasons are reported;
 // and when a run captures and replays, per step key (GraphSchedule: packed rows keep one
-// graph per graph batch of cuDNN's variable-length attention).
+// graph per graph batch of cuDNN's variable-length attention); and what StepBatch stages for
+// them (the step's graph batch, DPO's stored reference).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "core/views.hpp"
+#include "train/step_batch.hpp"
 #include "train/step_graph.hpp"
 
 using namespace meshtrain::train;
@@ -131,4 +134,41 @@ TEST(StepGraph, AFullScheduleRunsNewKeysEagerly) {
   EXPECT_EQ(actions(sched, {1, 2}), "RR");   // the kept graphs still replay
   EXPECT_FALSE(sched.last_eager_was_full());
   EXPECT_EQ(sched.graphs(), 2);
+}
+
+TEST(StepBatch, StagesAStepsGraphBatchAndItsStoredReference) {
+  // Packed rows: the graph batch the step's largest micro-step needs (its document count
+  // rounded up to a power of two), which every micro-step's shape then carries; and DPO's
+  // stored reference log-probabilities, staged with the tokens.
+  const int B = 2, T = 8;
+  StepBatch batch(2, B, T, /*documents=*/true, /*token_index=*/false, 0, 256, /*reference=*/true);
+  batch.begin();
+  // micro-step 0: rows [0..7] and [0..2][3..7]: 3 documents; micro-step 1: 5 documents.
+  const std::vector<std::int32_t> docs0 = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 3, 3, 3, 3};
+  const std::vector<std::int32_t> docs1 = {0, 1, 1, 3, 3, 3, 3, 3, 0, 0, 0, 0, 4, 4, 4, 4};
+  std::copy(docs0.begin(), docs0.end(), batch.host_doc(0));
+  std::copy(docs1.begin(), docs1.end(), batch.host_doc(1));
+  for (int a = 0; a < 2; ++a) {
+    std::fill_n(batch.host_in(a), B * T, 1);
+    std::fill_n(batch.host_tgt(a), B * T, 2);
+    batch.host_ref(a)[0] = -1.5 - a;
+    batch.host_ref(a)[1] = -2.5 - a;
+  }
+  EXPECT_EQ(batch.ragged_batch_needed(), 8);  // 5 documents
+  EXPECT_EQ(batch.shape(0).ragged_batch, 0);  // each call's own until the step fixes it
+  batch.set_ragged_batch(8);
+  EXPECT_EQ(batch.shape(0).ragged_batch, 8);
+  EXPECT_EQ(batch.shape(1).ragged_batch, 8);
+  batch.upload();
+  meshtrain::ExecSpace().fence();
+  std::vector<double> ref(2);
+  Kokkos::deep_copy(meshtrain::UView<double, meshtrain::HostMem>(ref.data(), 2),
+                    meshtrain::UView<const double>(batch.ref(1), 2));
+  EXPECT_EQ(ref, (std::vector<double>{-2.5, -3.5}));
+  // Without documents nothing is needed, and without a reference nothing is staged.
+  StepBatch plain(1, B, T, false, false, 0, 256);
+  plain.begin();
+  EXPECT_EQ(plain.ragged_batch_needed(), 0);
+  EXPECT_EQ(plain.host_ref(0), nullptr);
+  EXPECT_EQ(plain.ref(0), nullptr);
 }
