@@ -110,6 +110,7 @@ StepRunner<T>::StepRunner(Session<T>& session, const StepSettings& settings, boo
   c.fused_loss = setup.spec.kernel_paths.fused_loss;
   c.profiler = Kokkos::Profiling::profileLibraryLoaded();
   decision_ = train::graph_decision(c);
+  graph_pool_ = std::make_unique<PrivatePool>();
   // Packed rows on cuDNN's variable-length attention: every micro-step of a step runs with
   // the step's graph batch, graphs or not (so that gpu.graphs=false computes the same numbers).
   keyed_steps_ = documents && kernels::attention_is_fused(session.context().attention, std::is_same_v<T, bf16>);
@@ -252,7 +253,7 @@ template <class T>
 void StepRunner<T>::capture_and_launch(const StepInput& in, Pending& p, int key) {
   parallel::FsdpEngine<T>& eng = session_.engine();
   const parallel::MeshDim& world = session_.mesh().world();
-  auto g = std::make_unique<StepGraph>(graph_pool_);
+  auto g = std::make_unique<StepGraph>(*graph_pool_);
   const std::vector<std::int64_t> before = eng.step_state();
   const CommStats counted = comm_stats();
   g->begin_capture();
@@ -275,7 +276,7 @@ void StepRunner<T>::capture_and_launch(const StepInput& in, Pending& p, int key)
     p.r.graph = true;
     p.r.comm_timed = false;
     if (world.rank() == 0) {
-      const std::string kept = format_bytes(static_cast<double>(graph_pool_.bytes()));
+      const std::string kept = format_bytes(static_cast<double>(graph_pool_->bytes()));
       if (keyed_steps_)
         log::info("gpu.graphs: step %d captured into CUDA graph %d (of at most %d), for steps whose packed "
                   "micro-batches hold at most %d documents (%s of buffers kept for the graphs); later such steps "
@@ -384,6 +385,22 @@ void StepRunner<T>::launch(const StepInput& in, int updates) {
   }
   end_[p.slot].record();
   pending_.push_back(std::move(p));
+}
+
+template <class T>
+void StepRunner<T>::release_graphs() {
+  if (graphs_.empty()) return;
+  MESHTRAIN_ASSERT(pending_.empty(), "StepRunner::release_graphs with %zu steps pending", pending_.size());
+  const std::string kept = format_bytes(static_cast<double>(graph_pool_->bytes()));
+  graphs_.clear();                                // each waits for the device first
+  graph_pool_ = std::make_unique<PrivatePool>();  // the old one's blocks go back to the shared pool
+  schedule_.forget_graphs();
+  if (!told_release_ && session_.mesh().world().rank() == 0) {
+    told_release_ = true;
+    log::info("gpu.graphs: the step graphs are released for the evaluation (%s of buffers back to the pool, which it "
+              "reuses); the next step captures again (so at every evaluation)",
+              kept.c_str());
+  }
 }
 
 template <class T>

@@ -590,6 +590,7 @@ void Trainer<T>::launch_step(int step) {
 
 template <class T>
 double Trainer<T>::evaluate() {
+  if (runner_) runner_->release_graphs();  // the evaluation reuses the steps' buffers instead of adding its own
   const plan::BatchSpec& batch = setup_.batch;
   // The evaluation set is eval_batches global batches of windows, split over the dp ranks
   // like training batches, so every mesh evaluates the same windows.

@@ -127,6 +127,20 @@ TEST(StepGraph, PackedBatchesKeepOneGraphPerGraphBatch) {
   EXPECT_FALSE(sched.last_eager_was_full());
 }
 
+TEST(StepGraph, ReleasedGraphsAreCapturedAgainAtOnce) {
+  // Before an evaluation the graphs are released (StepRunner::release_graphs): the next step
+  // of each key captures again, without another eager step.
+  GraphSchedule sched;
+  EXPECT_EQ(actions(sched, {0, 0, 0, 0}), "EECR");
+  sched.forget_graphs();
+  EXPECT_EQ(sched.graphs(), 0);
+  EXPECT_EQ(actions(sched, {0, 0}), "CR");
+  GraphSchedule packed;
+  EXPECT_EQ(actions(packed, {4, 4, 8, 4, 8}), "EEECC");
+  packed.forget_graphs();
+  EXPECT_EQ(actions(packed, {8, 8, 4}), "CRC");
+}
+
 TEST(StepGraph, AFullScheduleRunsNewKeysEagerly) {
   GraphSchedule sched(2);
   EXPECT_EQ(actions(sched, {1, 1, 1, 2, 2, 4, 4}), "EECECEE");

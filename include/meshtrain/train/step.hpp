@@ -120,6 +120,10 @@ class StepRunner {
   int pending() const;
   /// The run's CUDA graph decision (gpu.graphs), and whether a capture has been dropped since.
   const GraphDecision& graph_decision() const { return decision_; }
+  /// Destroys the captured graphs and returns their buffers to the shared pool (before an
+  /// evaluation, which then reuses them); the next step captures again. No step may be
+  /// pending. Nothing to do without graphs.
+  void release_graphs();
 
  private:
   struct Pending;
@@ -152,9 +156,10 @@ class StepRunner {
   GraphDecision decision_;
   bool keyed_steps_ = false;          // packed rows on cuDNN's attention: step keys, one graph per key
   GraphSchedule schedule_;
-  PrivatePool graph_pool_;            // every graph's buffers; declared before graphs_, which it outlives
+  std::unique_ptr<PrivatePool> graph_pool_;  // every graph's buffers; declared before graphs_, which it outlives
   std::map<int, std::unique_ptr<StepGraph>> graphs_;  // step key -> its captured step
   bool told_full_ = false;            // the "no more graphs" line was logged
+  bool told_release_ = false;         // the release_graphs line was logged
   bool last_applied_ = false;         // the last collected step's flag (host mirror of the gate's)
 };
 

@@ -24,6 +24,11 @@
 /// one private pool -- they replay one after another on one stream, so the blocks of one
 /// are free while another runs. Other runs have one key, 0.
 ///
+/// The graphs keep the whole step's transient buffers (activations included) while they exist,
+/// so the trainer releases them before an evaluation (StepRunner::release_graphs): the
+/// evaluation then reuses those blocks, as it would between eager steps, instead of adding its
+/// own to the device's peak, and the next step captures again.
+///
 /// Whether a run may use graphs at all is decided once, from its settings and build, by the
 /// pure function graph_decision (tested on the CPU, tests/train/test_step_graph.cpp); every
 /// rank decides the same. A step that must run eagerly (train.inject_nan_steps) runs eagerly;
@@ -94,6 +99,9 @@ class GraphSchedule {
   /// The capture of `key` succeeded on every rank (its later steps replay it); a failed one
   /// turns graphs off for the run (the runner's decision), so it is not recorded.
   void captured(int key) { graphs_.push_back(key); }
+  /// The graphs were released (StepRunner::release_graphs): a key's next step captures it
+  /// again, at once (its cuDNN plans exist already).
+  void forget_graphs() { graphs_.clear(); }
   int graphs() const { return static_cast<int>(graphs_.size()); }
   int max_graphs() const { return max_graphs_; }
   /// Whether the last Eager answer was for a key that would have been captured had fewer
