@@ -147,7 +147,11 @@ void dpo_forward_backward(FsdpEngine<T>& eng, const model::Transformer<T>& model
   model.head_sequence_logp(ctx, outer, s, a.x[L].data(), targets, logps.data());
   const float* row_scale = scales(logps.data(), reference);  // (N)
   Buffer<T> dx(NC, MemCategory::Activations);
-  model.head_forward_backward(ctx, outer, eng.grad_buffer(0), s, a.x[L].data(), targets, 1.0f, dx.data(), row_scale);
+  // The head's cross-entropy sum is not DPO's loss, but given a device scalar to add it to,
+  // the head reads nothing back (without one it returns the sum, a read inside the step).
+  Buffer<double> unused_loss(1, MemCategory::Workspace);
+  model.head_forward_backward(ctx, outer, eng.grad_buffer(0), s, a.x[L].data(), targets, 1.0f, dx.data(), row_scale,
+                              unused_loss.data());
   eng.after_forward(0);
   backward_from_head(eng, model, ctx, tokens, s, a, dx);
 }
