@@ -1227,7 +1227,10 @@ int main(int argc, char** argv) {
          return graph_path<bf16>("gpt2", runtime) + "; " + graph_path<bf16>("llama", runtime, StepData::Plain, 3);
        }},
       {"graphs.step_masked", [&runtime] { return graph_path<bf16>("llama", runtime, StepData::Masked); }},
-      {"graphs.step_packed", [&runtime] { return graph_path<bf16>("llama", runtime, StepData::Packed); }},
+      {"graphs.step_packed", [&runtime] {
+         return graph_path<bf16>("llama", runtime, StepData::Packed) + "; " +
+                graph_path<bf16>("gpt2", runtime, StepData::Packed);  // learned positions restart per document
+       }},
       {"graphs.step_preference", [&runtime] {
          return graph_path<bf16>("llama", runtime, StepData::Dpo) + "; " + graph_path<bf16>("gpt2", runtime, StepData::Simpo);
        }},
