@@ -25,20 +25,12 @@ Config tiny_model_config(const std::string& family, int seq_len, int vocab_size)
   return c;
 }
 
-model::ModelDims gpt2_dims(int vocab_size, int d_model, int n_layers, int n_heads, int max_seq_len) {
+namespace {
+/// ModelDims of a family from the settings the helpers below take (n_kv_heads -1: n_heads).
+model::ModelDims dims_of(ModelFamily family, int vocab_size, int d_model, int n_layers, int n_heads, int n_kv_heads,
+                         int max_seq_len) {
   model::ModelSettings c;
-  c.family = ModelFamily::Gpt2;
-  c.vocab_size = vocab_size;
-  c.d_model = d_model;
-  c.n_layers = n_layers;
-  c.n_heads = n_heads;
-  c.max_seq_len = max_seq_len;
-  return model::resolve_dims(c);
-}
-
-model::ModelDims llama_dims(int vocab_size, int d_model, int n_layers, int n_heads, int n_kv_heads, int max_seq_len) {
-  model::ModelSettings c;
-  c.family = ModelFamily::Llama;
+  c.family = family;
   c.vocab_size = vocab_size;
   c.d_model = d_model;
   c.n_layers = n_layers;
@@ -46,6 +38,15 @@ model::ModelDims llama_dims(int vocab_size, int d_model, int n_layers, int n_hea
   c.n_kv_heads = n_kv_heads;
   c.max_seq_len = max_seq_len;
   return model::resolve_dims(c);
+}
+}  // namespace
+
+model::ModelDims gpt2_dims(int vocab_size, int d_model, int n_layers, int n_heads, int max_seq_len) {
+  return dims_of(ModelFamily::Gpt2, vocab_size, d_model, n_layers, n_heads, -1, max_seq_len);
+}
+
+model::ModelDims llama_dims(int vocab_size, int d_model, int n_layers, int n_heads, int n_kv_heads, int max_seq_len) {
+  return dims_of(ModelFamily::Llama, vocab_size, d_model, n_layers, n_heads, n_kv_heads, max_seq_len);
 }
 
 std::vector<double> random_normal(std::size_t n, std::uint64_t seed, double stddev) {
