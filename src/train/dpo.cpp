@@ -22,13 +22,10 @@ std::vector<float> pairs_of(const kernels::PairLoss& loss, const std::vector<dou
         kernels::pair_terms(loss, policy[c], policy[r], reference ? (*reference)[c] : 0.0,
                             reference ? (*reference)[r] : 0.0, lengths ? (*lengths)[c] : 1.0,
                             lengths ? (*lengths)[r] : 1.0, pair_scale);
-    sums.loss += t.loss;
-    sums.rewards_chosen += t.chosen;
-    sums.rewards_rejected += t.rejected;
-    sums.correct += t.correct;
-    sums.logps_chosen += policy[c];
-    sums.logps_rejected += policy[r];
-    sums.pairs += 1;
+    double acc[kernels::kPairSums] = {sums.loss,         sums.rewards_chosen, sums.rewards_rejected, sums.correct,
+                                      sums.logps_chosen, sums.logps_rejected, sums.pairs};
+    kernels::add_pair(acc, t, policy[c], policy[r]);  // the device kernel's additions, in its order
+    sums = pair_sums_of(acc);
     coef[c] = static_cast<float>(t.coef_c);
     coef[r] = static_cast<float>(t.coef_r);
   }
