@@ -92,6 +92,9 @@ plan::RunSpec resolve_spec(const Config& c) {
   s.dims = resolve_model(c.model);
   s.kernel_paths.fused_loss = c.gpu.fused_loss;
   s.kernel_paths.fused_norms = c.gpu.fused_norms;
+  if (c.gpu.norm_form != NormFormChoice::Auto)  // else the build's default: kernels::default_norm_form()
+    s.kernel_paths.norm_form =
+        c.gpu.norm_form == NormFormChoice::Warps ? kernels::NormForm::Warps : kernels::NormForm::Rows;
   s.kernel_paths.epilogues = c.gpu.epilogues;
   const TrainConfig& t = c.train;
   s.batch = {t.micro_batch, t.seq_len, t.grad_accum, t.global_batch};

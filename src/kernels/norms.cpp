@@ -5,40 +5,47 @@
 namespace meshtrain::kernels {
 using namespace detail;
 
-template <class T>
-void layernorm_forward(const T* x, const T* w, const T* b, double eps, int N, int C, T* y,
-                       acc_t<T>* mean, acc_t<T>* rstd) {
+namespace {
+
+// One body per kernel for both forms (NormForm): RowOps<false> a team per row, RowOps<true>
+// a warp per row (kernel_common.hpp).
+
+template <bool Warps, class T>
+void layernorm_forward_kernel(const T* x, const T* w, const T* b, double eps, int N, int C, T* y, acc_t<T>* mean,
+                              acc_t<T>* rstd) {
   // x, y: (N, C); w, b: (C); mean, rstd: (N)
   using A = acc_t<T>;
+  using Ops = RowOps<Warps>;
   const A eps_a = static_cast<A>(eps);
   const A inv_c = A(1) / static_cast<A>(C);
   Kokkos::parallel_for(
-      "Kernels::layernorm_forward", row_policy(N), KOKKOS_LAMBDA(const Member& team) {
-        const std::int64_t r = team.league_rank();
-        const T* xr = x + r * C;
-        T* yr = y + r * C;
+      Warps ? "Kernels::layernorm_forward_warps" : "Kernels::layernorm_forward", Ops::policy(N),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int r = Ops::unit(team);
+        if (r >= N) return;
+        const T* xr = x + static_cast<std::int64_t>(r) * C;
+        T* yr = y + static_cast<std::int64_t>(r) * C;
         // Two passes (mean, then centred second moment): no cancellation for large means.
-        const A m = team_sum<A>(team, C, [&](int c) { return load(xr[c]); }) * inv_c;
-        const A var = team_sum<A>(team, C, [&](int c) {
+        const A m = Ops::template sum<A>(team, C, [&](int c) { return load(xr[c]); }) * inv_c;
+        const A var = Ops::template sum<A>(team, C, [&](int c) {
                         const A d = load(xr[c]) - m;
                         return d * d;
                       }) * inv_c;
         const A rs = A(1) / math::sqrt(var + eps_a);
-        team_for(team, C, [&](int c) {
-          yr[c] = store<T>((load(xr[c]) - m) * rs * load(w[c]) + load(b[c]));
-        });
-        team_single(team, [&]() {
+        Ops::loop(team, C, [&](int c) { yr[c] = store<T>((load(xr[c]) - m) * rs * load(w[c]) + load(b[c])); });
+        Ops::single(team, [&]() {
           mean[r] = m;
           rstd[r] = rs;
         });
       });
 }
 
-template <class T>
-void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mean,
-                        const acc_t<T>* rstd, int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db) {
+template <bool Warps, class T>
+void layernorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd, int N,
+                               int C, T* dx, acc_t<T>* dw, acc_t<T>* db) {
   // dy, x, dx: (N, C); w, dw, db: (C); mean, rstd: (N)
   using A = acc_t<T>;
+  using Ops = RowOps<Warps>;
   // Parameter gradients: column sums in row order (deterministic, no atomics); skipped for
   // frozen parameters (dw == db == nullptr).
   if (dw != nullptr && db != nullptr) column_sums<A, 2>(
@@ -55,20 +62,21 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mea
       });
   const A inv_c = A(1) / static_cast<A>(C);
   Kokkos::parallel_for(
-      "Kernels::layernorm_backward", row_policy(N), KOKKOS_LAMBDA(const Member& team) {
-        const std::int64_t r = team.league_rank();
-        const T* dyr = dy + r * C;
-        const T* xr = x + r * C;
-        T* dxr = dx + r * C;
+      Warps ? "Kernels::layernorm_backward_warps" : "Kernels::layernorm_backward", Ops::policy(N),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int r = Ops::unit(team);
+        if (r >= N) return;
+        const T* dyr = dy + static_cast<std::int64_t>(r) * C;
+        const T* xr = x + static_cast<std::int64_t>(r) * C;
+        T* dxr = dx + static_cast<std::int64_t>(r) * C;
         const A m = mean[r];
         const A rs = rstd[r];
         // dxhat = dy * w;  dx += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-        const A mean_dxhat =
-            team_sum<A>(team, C, [&](int c) { return load(dyr[c]) * load(w[c]); }) * inv_c;
-        const A mean_dxhat_xhat = team_sum<A>(team, C, [&](int c) {
+        const A mean_dxhat = Ops::template sum<A>(team, C, [&](int c) { return load(dyr[c]) * load(w[c]); }) * inv_c;
+        const A mean_dxhat_xhat = Ops::template sum<A>(team, C, [&](int c) {
                                     return load(dyr[c]) * load(w[c]) * ((load(xr[c]) - m) * rs);
                                   }) * inv_c;
-        team_for(team, C, [&](int c) {
+        Ops::loop(team, C, [&](int c) {
           const A xhat = (load(xr[c]) - m) * rs;
           const A dxhat = load(dyr[c]) * load(w[c]);
           dxr[c] = store<T>(load(dxr[c]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
@@ -76,31 +84,36 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mea
       });
 }
 
-template <class T>
-void rmsnorm_forward(const T* x, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd) {
+template <bool Warps, class T>
+void rmsnorm_forward_kernel(const T* x, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd) {
   // x, y: (N, C); w: (C); rstd: (N)
   using A = acc_t<T>;
+  using Ops = RowOps<Warps>;
   const A eps_a = static_cast<A>(eps);
   const A inv_c = A(1) / static_cast<A>(C);
   Kokkos::parallel_for(
-      "Kernels::rmsnorm_forward", row_policy(N), KOKKOS_LAMBDA(const Member& team) {
-        const std::int64_t r = team.league_rank();
-        const T* xr = x + r * C;
-        T* yr = y + r * C;
-        const A ms = team_sum<A>(team, C, [&](int c) {
+      Warps ? "Kernels::rmsnorm_forward_warps" : "Kernels::rmsnorm_forward", Ops::policy(N),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int r = Ops::unit(team);
+        if (r >= N) return;
+        const T* xr = x + static_cast<std::int64_t>(r) * C;
+        T* yr = y + static_cast<std::int64_t>(r) * C;
+        const A ms = Ops::template sum<A>(team, C, [&](int c) {
                        const A v = load(xr[c]);
                        return v * v;
                      }) * inv_c;
         const A rs = A(1) / math::sqrt(ms + eps_a);
-        team_for(team, C, [&](int c) { yr[c] = store<T>(load(xr[c]) * rs * load(w[c])); });
-        team_single(team, [&]() { rstd[r] = rs; });
+        Ops::loop(team, C, [&](int c) { yr[c] = store<T>(load(xr[c]) * rs * load(w[c])); });
+        Ops::single(team, [&]() { rstd[r] = rs; });
       });
 }
 
-template <class T>
-void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C,
-                      T* dx, acc_t<T>* dw) {
+template <bool Warps, class T>
+void rmsnorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
+                             acc_t<T>* dw) {
+  // dy, x, dx: (N, C); w, dw: (C); rstd: (N)
   using A = acc_t<T>;
+  using Ops = RowOps<Warps>;
   if (dw != nullptr) column_sums<A, 1>(  // dw == nullptr: a frozen weight
       "Kernels::rmsnorm_backward_params", N, C,
       KOKKOS_LAMBDA(int r, int c, A* v) {
@@ -110,17 +123,19 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd,
       KOKKOS_LAMBDA(int c, const A* s) { dw[c] += s[0]; });
   const A inv_c = A(1) / static_cast<A>(C);
   Kokkos::parallel_for(
-      "Kernels::rmsnorm_backward", row_policy(N), KOKKOS_LAMBDA(const Member& team) {
-        const std::int64_t r = team.league_rank();
-        const T* dyr = dy + r * C;
-        const T* xr = x + r * C;
-        T* dxr = dx + r * C;
+      Warps ? "Kernels::rmsnorm_backward_warps" : "Kernels::rmsnorm_backward", Ops::policy(N),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int r = Ops::unit(team);
+        if (r >= N) return;
+        const T* dyr = dy + static_cast<std::int64_t>(r) * C;
+        const T* xr = x + static_cast<std::int64_t>(r) * C;
+        T* dxr = dx + static_cast<std::int64_t>(r) * C;
         const A rs = rstd[r];
         // xhat = x * rstd; dxhat = dy * w;  dx += rstd * (dxhat - xhat * mean(dxhat * xhat))
-        const A mean_dxhat_xhat = team_sum<A>(team, C, [&](int c) {
+        const A mean_dxhat_xhat = Ops::template sum<A>(team, C, [&](int c) {
                                     return load(dyr[c]) * load(w[c]) * (load(xr[c]) * rs);
                                   }) * inv_c;
-        team_for(team, C, [&](int c) {
+        Ops::loop(team, C, [&](int c) {
           const A xhat = load(xr[c]) * rs;
           const A dxhat = load(dyr[c]) * load(w[c]);
           dxr[c] = store<T>(load(dxr[c]) + rs * (dxhat - xhat * mean_dxhat_xhat));
@@ -128,14 +143,45 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd,
       });
 }
 
-#define MESHTRAIN_INSTANTIATE_NORMS(T)                                                          \
-  template void layernorm_forward<T>(const T*, const T*, const T*, double, int, int, T*,       \
-                                     acc_t<T>*, acc_t<T>*);                                    \
-  template void layernorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*,           \
-                                      const acc_t<T>*, int, int, T*, acc_t<T>*, acc_t<T>*);    \
-  template void rmsnorm_forward<T>(const T*, const T*, double, int, int, T*, acc_t<T>*);       \
-  template void rmsnorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, int, int,   \
-                                    T*, acc_t<T>*);
+}  // namespace
+
+NormForm default_norm_form() { return kHostExec ? NormForm::Rows : NormForm::Warps; }
+
+template <class T>
+void layernorm_forward(const T* x, const T* w, const T* b, double eps, int N, int C, T* y, acc_t<T>* mean,
+                       acc_t<T>* rstd, NormForm form) {
+  if (form == NormForm::Warps) layernorm_forward_kernel<true>(x, w, b, eps, N, C, y, mean, rstd);
+  else layernorm_forward_kernel<false>(x, w, b, eps, N, C, y, mean, rstd);
+}
+
+template <class T>
+void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C,
+                        T* dx, acc_t<T>* dw, acc_t<T>* db, NormForm form) {
+  if (form == NormForm::Warps) layernorm_backward_kernel<true>(dy, x, w, mean, rstd, N, C, dx, dw, db);
+  else layernorm_backward_kernel<false>(dy, x, w, mean, rstd, N, C, dx, dw, db);
+}
+
+template <class T>
+void rmsnorm_forward(const T* x, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd, NormForm form) {
+  if (form == NormForm::Warps) rmsnorm_forward_kernel<true>(x, w, eps, N, C, y, rstd);
+  else rmsnorm_forward_kernel<false>(x, w, eps, N, C, y, rstd);
+}
+
+template <class T>
+void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C, T* dx, acc_t<T>* dw,
+                      NormForm form) {
+  if (form == NormForm::Warps) rmsnorm_backward_kernel<true>(dy, x, w, rstd, N, C, dx, dw);
+  else rmsnorm_backward_kernel<false>(dy, x, w, rstd, N, C, dx, dw);
+}
+
+#define MESHTRAIN_INSTANTIATE_NORMS(T)                                                                        \
+  template void layernorm_forward<T>(const T*, const T*, const T*, double, int, int, T*, acc_t<T>*, acc_t<T>*, \
+                                     NormForm);                                                               \
+  template void layernorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, const acc_t<T>*, int,    \
+                                      int, T*, acc_t<T>*, acc_t<T>*, NormForm);                                \
+  template void rmsnorm_forward<T>(const T*, const T*, double, int, int, T*, acc_t<T>*, NormForm);            \
+  template void rmsnorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, int, int, T*, acc_t<T>*,   \
+                                    NormForm);
 MESHTRAIN_INSTANTIATE_NORMS(float)
 MESHTRAIN_INSTANTIATE_NORMS(double)
 MESHTRAIN_INSTANTIATE_NORMS(bf16)

@@ -1,5 +1,7 @@
 #include "kernels/residual_norms.hpp"
 
+#include <string>
+
 #include "kernel_common.hpp"
 
 namespace meshtrain::kernels {
@@ -26,59 +28,109 @@ void sum_block_partials(const char* name, const acc_t<T>* P, int blocks, int C, 
       });
 }
 
-}  // namespace
+/// Adds the units' partials P (units, NS, C) per column in unit order, in two passes so that
+/// a GPU spreads them over many threads: chunks of kPartialChunk units per column, then the
+/// chunks in chunk order. out_k[c] += the sum of partial k, for each out_k that is not null.
+template <class T, int NS>
+void sum_unit_partials(const char* name, const acc_t<T>* P, int units, int C, acc_t<T>* o0, acc_t<T>* o1 = nullptr,
+                       acc_t<T>* o2 = nullptr) {
+  static_assert(NS >= 1 && NS <= 3, "at most three partial sums");
+  using A = acc_t<T>;
+  constexpr int kPartialChunk = 32;
+  const int chunks = (units + kPartialChunk - 1) / kPartialChunk;
+  // Q: (chunks, NS, C) the chunks' sums.
+  Buffer<A> chunk_sums(static_cast<std::size_t>(chunks) * NS * C, MemCategory::Workspace);
+  A* Q = chunk_sums.data();
+  Kokkos::parallel_for(
+      std::string(name) + "_chunks", Range64(0, static_cast<std::int64_t>(chunks) * C),
+      KOKKOS_LAMBDA(std::int64_t idx) {
+        const int ch = static_cast<int>(idx / C);
+        const int c = static_cast<int>(idx % C);
+        const int u1 = units < (ch + 1) * kPartialChunk ? units : (ch + 1) * kPartialChunk;
+        A s[NS];
+        for (int k = 0; k < NS; ++k) s[k] = A(0);
+        for (int u = ch * kPartialChunk; u < u1; ++u)
+          for (int k = 0; k < NS; ++k) s[k] += P[(static_cast<std::int64_t>(u) * NS + k) * C + c];
+        for (int k = 0; k < NS; ++k) Q[(static_cast<std::int64_t>(ch) * NS + k) * C + c] = s[k];
+      });
+  sum_block_partials<T, NS>(name, Q, chunks, C, o0, o1, o2);
+}
 
-template <class T>
-void residual_layernorm_forward(T* h, const T* residual, const T* bias, const T* w, const T* b, double eps, int N,
-                                int C, T* y, acc_t<T>* mean, acc_t<T>* rstd) {
+/// The backward's row blocks: kNormRowBlock rows per team (Rows), kWarpRowBlock per warp (Warps).
+template <bool Warps>
+constexpr int row_block() {
+  return Warps ? kWarpRowBlock : kNormRowBlock;
+}
+
+/// Adds the backward's block partials (blocks, NS, C) in that form's order.
+template <bool Warps, class T, int NS>
+void sum_partials(const char* name, const acc_t<T>* P, int blocks, int C, acc_t<T>* o0, acc_t<T>* o1 = nullptr,
+                  acc_t<T>* o2 = nullptr) {
+  if constexpr (Warps) {
+    sum_unit_partials<T, NS>(name, P, blocks, C, o0, o1, o2);
+  } else {
+    sum_block_partials<T, NS>(name, P, blocks, C, o0, o1, o2);
+  }
+}
+
+template <bool Warps, class T>
+void layernorm_forward_kernel(T* h, const T* residual, const T* bias, const T* w, const T* b, double eps, int N, int C,
+                              T* y, acc_t<T>* mean, acc_t<T>* rstd) {
   // h, residual, y: (N, C); bias, w, b: (C); mean, rstd: (N)
   using A = acc_t<T>;
+  using Ops = RowOps<Warps>;
   const A eps_a = static_cast<A>(eps);
   const A inv_c = A(1) / static_cast<A>(C);
   Kokkos::parallel_for(
-      "Kernels::residual_layernorm_forward", row_policy(N), KOKKOS_LAMBDA(const Member& team) {
-        const std::int64_t r = team.league_rank();
-        T* hr = h + r * C;
-        const T* xr = residual + r * C;
-        T* yr = y + r * C;
+      Warps ? "Kernels::residual_layernorm_forward_warps" : "Kernels::residual_layernorm_forward", Ops::policy(N),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int r = Ops::unit(team);
+        if (r >= N) return;
+        T* hr = h + static_cast<std::int64_t>(r) * C;
+        const T* xr = residual + static_cast<std::int64_t>(r) * C;
+        T* yr = y + static_cast<std::int64_t>(r) * C;
         // The residual add, rounded as add_bias then add_inplace round, fused into the mean.
-        const A m = team_sum<A>(team, C, [&](int c) {
+        const A m = Ops::template sum<A>(team, C, [&](int c) {
                       const T v = bias ? store<T>(load(hr[c]) + load(bias[c])) : hr[c];
                       const T s = store<T>(load(v) + load(xr[c]));
                       hr[c] = s;
                       return A(load(s));
                     }) * inv_c;
-        team.team_barrier();  // the row of h is written before any thread reads it back
-        const A var = team_sum<A>(team, C, [&](int c) {
+        Ops::sync(team);  // the row of h is written before any thread reads it back
+        const A var = Ops::template sum<A>(team, C, [&](int c) {
                         const A d = load(hr[c]) - m;
                         return d * d;
                       }) * inv_c;
         const A rs = A(1) / math::sqrt(var + eps_a);
-        team_for(team, C, [&](int c) { yr[c] = store<T>((load(hr[c]) - m) * rs * load(w[c]) + load(b[c])); });
-        team_single(team, [&]() {
+        Ops::loop(team, C, [&](int c) { yr[c] = store<T>((load(hr[c]) - m) * rs * load(w[c]) + load(b[c])); });
+        Ops::single(team, [&]() {
           mean[r] = m;
           rstd[r] = rs;
         });
       });
 }
 
-template <class T>
-void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd,
-                                 int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db, acc_t<T>* dbias) {
+template <bool Warps, class T>
+void layernorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd, int N,
+                               int C, T* dx, acc_t<T>* dw, acc_t<T>* db, acc_t<T>* dbias) {
   // dy, h, dx: (N, C); w, dw, db, dbias: (C); mean, rstd: (N)
   using A = acc_t<T>;
+  using Ops = RowOps<Warps>;
   constexpr int NS = 3;  // partials: dw, db, dbias
+  constexpr int RB = row_block<Warps>();
   const bool params = dw != nullptr || db != nullptr || dbias != nullptr;
-  const int blocks = (N + kNormRowBlock - 1) / kNormRowBlock;
-  // P: (blocks, NS, C) partial column sums, each block's written by its team alone.
+  const int blocks = (N + RB - 1) / RB;
+  // P: (blocks, NS, C) partial column sums, each block's written by its team (warp) alone.
   Buffer<A> partial(params ? static_cast<std::size_t>(blocks) * NS * C : 0, MemCategory::Workspace);
   A* P = partial.data();
   const A inv_c = A(1) / static_cast<A>(C);
   Kokkos::parallel_for(
-      "Kernels::residual_layernorm_backward", row_policy(blocks), KOKKOS_LAMBDA(const Member& team) {
-        const int blk = team.league_rank();
-        const int r0 = blk * kNormRowBlock;
-        const int r1 = N < r0 + kNormRowBlock ? N : r0 + kNormRowBlock;
+      Warps ? "Kernels::residual_layernorm_backward_warps" : "Kernels::residual_layernorm_backward",
+      Ops::policy(blocks), KOKKOS_LAMBDA(const Member& team) {
+        const int blk = Ops::unit(team);
+        if (blk >= blocks) return;
+        const int r0 = blk * RB;
+        const int r1 = N < r0 + RB ? N : r0 + RB;
         A* Pb = P + static_cast<std::int64_t>(blk) * NS * C;
         for (int r = r0; r < r1; ++r) {
           const std::int64_t off = static_cast<std::int64_t>(r) * C;
@@ -88,22 +140,23 @@ void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_
           const A m = mean[r];
           const A rs = rstd[r];
           // dxhat = dy * w;  dx += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-          const A mean_dxhat = team_sum<A>(team, C, [&](int c) { return load(dyr[c]) * load(w[c]); }) * inv_c;
-          const A mean_dxhat_xhat = team_sum<A>(team, C, [&](int c) {
+          const A mean_dxhat =
+              Ops::template sum<A>(team, C, [&](int c) { return load(dyr[c]) * load(w[c]); }) * inv_c;
+          const A mean_dxhat_xhat = Ops::template sum<A>(team, C, [&](int c) {
                                       return load(dyr[c]) * load(w[c]) * ((load(hr[c]) - m) * rs);
                                     }) * inv_c;
           const bool first = r == r0;
           // A plain `if` on the constant, not `if constexpr`: nvcc's extended lambdas cannot
           // first-capture variables inside a constexpr-if branch (the outer KOKKOS_LAMBDA
           // captures params, NS and P here); the dead branch costs nothing.
-          if (kHostExec) {
+          if (kHostExec && !Warps) {
             // Host: the dx loop alone (as the unfused kernel's), then each partial row in a
             // loop of its own over the row, still in cache. One loop writing dx and three
             // partial rows through pointers of one type does not vectorize (the compiler must
             // assume they alias, and the run-time alias checks of six pointers exceed its
             // limit) and measured slower than the unfused backward on CPU; loops with one
             // store each do vectorize (perf/bench_norms.sh, perf/README.md). Same values.
-            team_for(team, C, [&](int c) {
+            Ops::loop(team, C, [&](int c) {
               const A xhat = (load(hr[c]) - m) * rs;
               const A dxhat = load(dyr[c]) * load(w[c]);
               dxr[c] = store<T>(load(dxr[c]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
@@ -113,14 +166,14 @@ void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_
               A* const p1 = Pb + C;
               A* const p2 = Pb + 2 * C;
               if (first) {
-                team_for(team, NS * C, [&](int i) { Pb[i] = A(0); });
+                Ops::loop(team, NS * C, [&](int i) { Pb[i] = A(0); });
               }
-              team_for(team, C, [&](int c) { p0[c] += load(dyr[c]) * ((load(hr[c]) - m) * rs); });
-              team_for(team, C, [&](int c) { p1[c] += load(dyr[c]); });
-              team_for(team, C, [&](int c) { p2[c] += A(load(dxr[c])); });
+              Ops::loop(team, C, [&](int c) { p0[c] += load(dyr[c]) * ((load(hr[c]) - m) * rs); });
+              Ops::loop(team, C, [&](int c) { p1[c] += load(dyr[c]); });
+              Ops::loop(team, C, [&](int c) { p2[c] += A(load(dxr[c])); });
             }
           } else {
-            team_for(team, C, [&](int c) {
+            Ops::loop(team, C, [&](int c) {
               const A g = load(dyr[c]);
               const A xhat = (load(hr[c]) - m) * rs;
               const A dxhat = g * load(w[c]);
@@ -134,50 +187,60 @@ void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_
           }
         }
       });
-  if (params) sum_block_partials<T, NS>("Kernels::residual_layernorm_backward_params", P, blocks, C, dw, db, dbias);
+  if (params)
+    sum_partials<Warps, T, NS>(Warps ? "Kernels::residual_layernorm_backward_warps_params"
+                                     : "Kernels::residual_layernorm_backward_params",
+                               P, blocks, C, dw, db, dbias);
 }
 
-template <class T>
-void residual_rmsnorm_forward(T* h, const T* residual, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd) {
+template <bool Warps, class T>
+void rmsnorm_forward_kernel(T* h, const T* residual, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd) {
   // h, residual, y: (N, C); w: (C); rstd: (N)
   using A = acc_t<T>;
+  using Ops = RowOps<Warps>;
   const A eps_a = static_cast<A>(eps);
   const A inv_c = A(1) / static_cast<A>(C);
   Kokkos::parallel_for(
-      "Kernels::residual_rmsnorm_forward", row_policy(N), KOKKOS_LAMBDA(const Member& team) {
-        const std::int64_t r = team.league_rank();
-        T* hr = h + r * C;
-        const T* xr = residual + r * C;
-        T* yr = y + r * C;
+      Warps ? "Kernels::residual_rmsnorm_forward_warps" : "Kernels::residual_rmsnorm_forward", Ops::policy(N),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int r = Ops::unit(team);
+        if (r >= N) return;
+        T* hr = h + static_cast<std::int64_t>(r) * C;
+        const T* xr = residual + static_cast<std::int64_t>(r) * C;
+        T* yr = y + static_cast<std::int64_t>(r) * C;
         // The residual add, rounded as add_inplace rounds, fused into the mean square.
-        const A ms = team_sum<A>(team, C, [&](int c) {
+        const A ms = Ops::template sum<A>(team, C, [&](int c) {
                        const T s = store<T>(load(hr[c]) + load(xr[c]));
                        hr[c] = s;
                        const A v = load(s);
                        return v * v;
                      }) * inv_c;
-        team.team_barrier();  // the row of h is written before any thread reads it back
+        Ops::sync(team);  // the row of h is written before any thread reads it back
         const A rs = A(1) / math::sqrt(ms + eps_a);
-        team_for(team, C, [&](int c) { yr[c] = store<T>(load(hr[c]) * rs * load(w[c])); });
-        team_single(team, [&]() { rstd[r] = rs; });
+        Ops::loop(team, C, [&](int c) { yr[c] = store<T>(load(hr[c]) * rs * load(w[c])); });
+        Ops::single(team, [&]() { rstd[r] = rs; });
       });
 }
 
-template <class T>
-void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
-                               acc_t<T>* dw) {
+template <bool Warps, class T>
+void rmsnorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
+                             acc_t<T>* dw) {
   // dy, h, dx: (N, C); w, dw: (C); rstd: (N)
   using A = acc_t<T>;
+  using Ops = RowOps<Warps>;
+  constexpr int RB = row_block<Warps>();
   const bool params = dw != nullptr;
-  const int blocks = (N + kNormRowBlock - 1) / kNormRowBlock;
+  const int blocks = (N + RB - 1) / RB;
   Buffer<A> partial(params ? static_cast<std::size_t>(blocks) * C : 0, MemCategory::Workspace);
   A* P = partial.data();
   const A inv_c = A(1) / static_cast<A>(C);
   Kokkos::parallel_for(
-      "Kernels::residual_rmsnorm_backward", row_policy(blocks), KOKKOS_LAMBDA(const Member& team) {
-        const int blk = team.league_rank();
-        const int r0 = blk * kNormRowBlock;
-        const int r1 = N < r0 + kNormRowBlock ? N : r0 + kNormRowBlock;
+      Warps ? "Kernels::residual_rmsnorm_backward_warps" : "Kernels::residual_rmsnorm_backward", Ops::policy(blocks),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int blk = Ops::unit(team);
+        if (blk >= blocks) return;
+        const int r0 = blk * RB;
+        const int r1 = N < r0 + RB ? N : r0 + RB;
         A* Pb = P + static_cast<std::int64_t>(blk) * C;
         for (int r = r0; r < r1; ++r) {
           const std::int64_t off = static_cast<std::int64_t>(r) * C;
@@ -186,11 +249,11 @@ void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<
           T* dxr = dx + off;
           const A rs = rstd[r];
           // xhat = h * rstd; dxhat = dy * w;  dx += rstd * (dxhat - xhat * mean(dxhat * xhat))
-          const A mean_dxhat_xhat = team_sum<A>(team, C, [&](int c) {
+          const A mean_dxhat_xhat = Ops::template sum<A>(team, C, [&](int c) {
                                       return load(dyr[c]) * load(w[c]) * (load(hr[c]) * rs);
                                     }) * inv_c;
           const bool first = r == r0;
-          team_for(team, C, [&](int c) {
+          Ops::loop(team, C, [&](int c) {
             const A g = load(dyr[c]);
             const A xhat = load(hr[c]) * rs;
             dxr[c] = store<T>(load(dxr[c]) + rs * (g * load(w[c]) - xhat * mean_dxhat_xhat));
@@ -198,17 +261,50 @@ void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<
           });
         }
       });
-  if (params) sum_block_partials<T, 1>("Kernels::residual_rmsnorm_backward_params", P, blocks, C, dw);
+  if (params)
+    sum_partials<Warps, T, 1>(Warps ? "Kernels::residual_rmsnorm_backward_warps_params"
+                                    : "Kernels::residual_rmsnorm_backward_params",
+                              P, blocks, C, dw);
+}
+
+}  // namespace
+
+template <class T>
+void residual_layernorm_forward(T* h, const T* residual, const T* bias, const T* w, const T* b, double eps, int N,
+                                int C, T* y, acc_t<T>* mean, acc_t<T>* rstd, NormForm form) {
+  if (form == NormForm::Warps) layernorm_forward_kernel<true>(h, residual, bias, w, b, eps, N, C, y, mean, rstd);
+  else layernorm_forward_kernel<false>(h, residual, bias, w, b, eps, N, C, y, mean, rstd);
+}
+
+template <class T>
+void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd,
+                                 int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db, acc_t<T>* dbias, NormForm form) {
+  if (form == NormForm::Warps) layernorm_backward_kernel<true>(dy, h, w, mean, rstd, N, C, dx, dw, db, dbias);
+  else layernorm_backward_kernel<false>(dy, h, w, mean, rstd, N, C, dx, dw, db, dbias);
+}
+
+template <class T>
+void residual_rmsnorm_forward(T* h, const T* residual, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd,
+                              NormForm form) {
+  if (form == NormForm::Warps) rmsnorm_forward_kernel<true>(h, residual, w, eps, N, C, y, rstd);
+  else rmsnorm_forward_kernel<false>(h, residual, w, eps, N, C, y, rstd);
+}
+
+template <class T>
+void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
+                               acc_t<T>* dw, NormForm form) {
+  if (form == NormForm::Warps) rmsnorm_backward_kernel<true>(dy, h, w, rstd, N, C, dx, dw);
+  else rmsnorm_backward_kernel<false>(dy, h, w, rstd, N, C, dx, dw);
 }
 
 #define MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(T)                                                                 \
   template void residual_layernorm_forward<T>(T*, const T*, const T*, const T*, const T*, double, int, int, T*, \
-                                              acc_t<T>*, acc_t<T>*);                                           \
+                                              acc_t<T>*, acc_t<T>*, NormForm);                                 \
   template void residual_layernorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, const acc_t<T>*,  \
-                                               int, int, T*, acc_t<T>*, acc_t<T>*, acc_t<T>*);                 \
-  template void residual_rmsnorm_forward<T>(T*, const T*, const T*, double, int, int, T*, acc_t<T>*);           \
+                                               int, int, T*, acc_t<T>*, acc_t<T>*, acc_t<T>*, NormForm);       \
+  template void residual_rmsnorm_forward<T>(T*, const T*, const T*, double, int, int, T*, acc_t<T>*, NormForm); \
   template void residual_rmsnorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, int, int, T*,       \
-                                             acc_t<T>*);
+                                             acc_t<T>*, NormForm);
 MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(float)
 MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(double)
 MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(bf16)

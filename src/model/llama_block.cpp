@@ -26,7 +26,8 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
 
   c.norm1 = Buffer<T>(n(N, C), MemCategory::Activations);
   c.rstd1 = Buffer<acc_t<T>>(N, MemCategory::Activations);
-  kernels::rmsnorm_forward(x_in, p + o[L_NORM1_W], dims_.norm_eps, N, C, c.norm1.data(), c.rstd1.data());
+  kernels::rmsnorm_forward(x_in, p + o[L_NORM1_W], dims_.norm_eps, N, C, c.norm1.data(), c.rstd1.data(),
+                           paths_.norm_form);
   // qkv (N, W) = norm1 (N, C) @ [q;k;v]^T (C, W)   (the three weights are adjacent rows)
   c.qkv = Buffer<T>(n(N, W), MemCategory::Activations);
   linalg::gemm<T>(Op::N, Op::T, N, W, C, 1.0f, c.norm1.data(), C, p + o[L_Q_W], C, 0.0f, c.qkv.data(), W);
@@ -68,10 +69,11 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   if (paths_.fused_norms) {
     // x_mid += x_in and norm2 = post_attention_layernorm(x_mid) in one kernel.
     kernels::residual_rmsnorm_forward(c.x_mid.data(), x_in, p + o[L_NORM2_W], dims_.norm_eps, N, C, c.norm2.data(),
-                                      c.rstd2.data());
+                                      c.rstd2.data(), paths_.norm_form);
   } else {
     kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
-    kernels::rmsnorm_forward(c.x_mid.data(), p + o[L_NORM2_W], dims_.norm_eps, N, C, c.norm2.data(), c.rstd2.data());
+    kernels::rmsnorm_forward(c.x_mid.data(), p + o[L_NORM2_W], dims_.norm_eps, N, C, c.norm2.data(), c.rstd2.data(),
+                             paths_.norm_form);
   }
   ctx.poll();
   // gate|up (N, 2Fl) = norm2 @ [gate; up]^T
@@ -123,10 +125,10 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, acc_t
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
   if (paths_.fused_norms)
     kernels::residual_rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx,
-                                       base_grad(g, o[L_NORM2_W]));
+                                       base_grad(g, o[L_NORM2_W]), paths_.norm_form);
   else
     kernels::rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx,
-                              base_grad(g, o[L_NORM2_W]));
+                              base_grad(g, o[L_NORM2_W]), paths_.norm_form);
   ctx.poll();
 
   // ---- attention ------------------------------------------------------------------------
@@ -159,7 +161,8 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, acc_t
   lora_bwd(LL_K, p, g, c, N, c.norm1.data(), C, dqkv.data() + Ql, W, dnorm.data(), C);
   lora_bwd(LL_V, p, g, c, N, c.norm1.data(), C, dqkv.data() + Ql + KVl * hd, W, dnorm.data(), C);
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
-  kernels::rmsnorm_backward(dnorm.data(), x_in, p + o[L_NORM1_W], c.rstd1.data(), N, C, dx, base_grad(g, o[L_NORM1_W]));
+  kernels::rmsnorm_backward(dnorm.data(), x_in, p + o[L_NORM1_W], c.rstd1.data(), N, C, dx, base_grad(g, o[L_NORM1_W]),
+                            paths_.norm_form);
   ctx.poll();
 }
 

@@ -303,9 +303,10 @@ void Transformer<T>::final_norm(const OuterParams<T>& outer, BatchShape s, const
   if (dims_.family == Family::Gpt2) {
     hc.mean = Buffer<acc_t<T>>(N, MemCategory::Activations);
     kernels::layernorm_forward(x, outer.at(outer_off_[O_NORM_W]), outer.at(outer_off_[O_NORM_B]), dims_.norm_eps, N, C,
-                               hc.normed.data(), hc.mean.data(), hc.rstd.data());
+                               hc.normed.data(), hc.mean.data(), hc.rstd.data(), paths_.norm_form);
   } else {
-    kernels::rmsnorm_forward(x, outer.at(outer_off_[O_NORM_W]), dims_.norm_eps, N, C, hc.normed.data(), hc.rstd.data());
+    kernels::rmsnorm_forward(x, outer.at(outer_off_[O_NORM_W]), dims_.norm_eps, N, C, hc.normed.data(), hc.rstd.data(),
+                             paths_.norm_form);
   }
 }
 
@@ -399,10 +400,11 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const Ou
   kernels::fill(dx, static_cast<std::size_t>(N) * C, 0.0);
   if (dims_.family == Family::Gpt2) {
     kernels::layernorm_backward(dnormed.data(), x, outer.at(outer_off_[O_NORM_W]), hc.mean.data(), hc.rstd.data(), N, C,
-                                dx, base_grad(outer_grad, outer_off_[O_NORM_W]), base_grad(outer_grad, outer_off_[O_NORM_B]));
+                                dx, base_grad(outer_grad, outer_off_[O_NORM_W]), base_grad(outer_grad, outer_off_[O_NORM_B]),
+                                paths_.norm_form);
   } else {
     kernels::rmsnorm_backward(dnormed.data(), x, outer.at(outer_off_[O_NORM_W]), hc.rstd.data(), N, C, dx,
-                              base_grad(outer_grad, outer_off_[O_NORM_W]));
+                              base_grad(outer_grad, outer_off_[O_NORM_W]), paths_.norm_form);
   }
   return loss;
 }

@@ -1,5 +1,6 @@
 // LayerNorm and RMSNorm: forward against a host reference, backward against finite
-// differences (dx, dw, db all accumulate).
+// differences (dx, dw, db all accumulate). Both forms (kernels::NormForm): Rows, the host
+// form, and Warps, the GPU form, run here on the host against the same references.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,9 +58,7 @@ std::vector<double> norm_input(std::uint64_t seed) {
   return x;
 }
 
-}  // namespace
-
-TEST(KernelsNorms, LayerNormForwardBackward) {
+void check_layernorm(k::NormForm form) {
   auto x = norm_input(1);
   auto w = random_normal(kC, 2);
   auto b = random_normal(kC, 3);
@@ -71,7 +70,7 @@ TEST(KernelsNorms, LayerNormForwardBackward) {
     auto db = upload<double>(b);
     Buffer<double> y(x.size(), MemCategory::Workspace), m(kN, MemCategory::Workspace),
         r(kN, MemCategory::Workspace);
-    k::layernorm_forward(dx.data(), dw.data(), db.data(), kEps, kN, kC, y.data(), m.data(), r.data());
+    k::layernorm_forward(dx.data(), dw.data(), db.data(), kEps, kN, kC, y.data(), m.data(), r.data(), form);
     mean = to_host(m);
     rstd = to_host(r);
     return download(y);
@@ -90,7 +89,7 @@ TEST(KernelsNorms, LayerNormForwardBackward) {
   auto dm = to_device(mean), dr = to_device(rstd);
   auto gx = upload<double>(dx0), gw = upload<double>(dw0), gb = upload<double>(db0);
   k::layernorm_backward(ddy.data(), dx.data(), dw.data(), dm.data(), dr.data(), kN, kC, gx.data(),
-                        gw.data(), gb.data());
+                        gw.data(), gb.data(), form);
   auto delta = [](std::vector<double> a, const std::vector<double>& a0) {
     for (std::size_t i = 0; i < a.size(); ++i) a[i] -= a0[i];
     return a;
@@ -103,7 +102,7 @@ TEST(KernelsNorms, LayerNormForwardBackward) {
   fd_check("layernorm db", b, grad_b, loss, 40, 10);
 }
 
-TEST(KernelsNorms, RmsNormForwardBackward) {
+void check_rmsnorm(k::NormForm form) {
   auto x = norm_input(11);
   auto w = random_normal(kC, 12);
   const auto wy = random_normal(x.size(), 13);
@@ -112,7 +111,7 @@ TEST(KernelsNorms, RmsNormForwardBackward) {
     auto dx = upload<double>(x);
     auto dw = upload<double>(w);
     Buffer<double> y(x.size(), MemCategory::Workspace), r(kN, MemCategory::Workspace);
-    k::rmsnorm_forward(dx.data(), dw.data(), kEps, kN, kC, y.data(), r.data());
+    k::rmsnorm_forward(dx.data(), dw.data(), kEps, kN, kC, y.data(), r.data(), form);
     rstd = to_host(r);
     return download(y);
   };
@@ -127,7 +126,7 @@ TEST(KernelsNorms, RmsNormForwardBackward) {
   auto dx = upload<double>(x), dw = upload<double>(w);
   auto dr = to_device(rstd);
   auto gx = upload<double>(dx0), gw = upload<double>(dw0);
-  k::rmsnorm_backward(ddy.data(), dx.data(), dw.data(), dr.data(), kN, kC, gx.data(), gw.data());
+  k::rmsnorm_backward(ddy.data(), dx.data(), dw.data(), dr.data(), kN, kC, gx.data(), gw.data(), form);
   auto grad_x = download(gx), grad_w = download(gw);
   for (std::size_t i = 0; i < grad_x.size(); ++i) grad_x[i] -= dx0[i];
   for (std::size_t i = 0; i < grad_w.size(); ++i) grad_w[i] -= dw0[i];
@@ -135,6 +134,13 @@ TEST(KernelsNorms, RmsNormForwardBackward) {
   fd_check("rmsnorm dx", x, grad_x, loss, 60, 16);
   fd_check("rmsnorm dw", w, grad_w, loss, 40, 17);
 }
+
+}  // namespace
+
+TEST(KernelsNorms, LayerNormForwardBackward) { check_layernorm(k::NormForm::Rows); }
+TEST(KernelsNorms, RmsNormForwardBackward) { check_rmsnorm(k::NormForm::Rows); }
+TEST(KernelsNorms, WarpsFormLayerNormForwardBackward) { check_layernorm(k::NormForm::Warps); }
+TEST(KernelsNorms, WarpsFormRmsNormForwardBackward) { check_rmsnorm(k::NormForm::Warps); }
 
 TEST(KernelsNorms, Bf16MatchesFloat) {
   const int N = 9, C = 200;
@@ -174,25 +180,46 @@ TEST(KernelsNorms, Bf16MatchesFloat) {
   for (std::size_t i = 0; i < f.size(); ++i) expect_bf16_close(names[i], bb[i], f[i]);
 }
 
-TEST(KernelsNorms, Deterministic) {
+/// Forward and backward of both norms in `form`, fp32: y, then dx, dw, db (LayerNorm) and
+/// dx, dw (RMSNorm, accumulated onto the same buffers).
+std::vector<float> run_norms(k::NormForm form) {
   const int N = 1024, C = 300;
   const auto x = random_normal(static_cast<std::size_t>(N) * C, 30);
   const auto w = random_normal(C, 31), dy = random_normal(x.size(), 32);
   auto dx = upload<float>(x), dw = upload<float>(w), db = upload<float>(w), ddy = upload<float>(dy);
-  auto run = [&]() {
-    Buffer<float> y(x.size(), MemCategory::Workspace), m(N, MemCategory::Workspace), r(N, MemCategory::Workspace);
-    k::layernorm_forward(dx.data(), dw.data(), db.data(), kEps, N, C, y.data(), m.data(), r.data());
-    auto gx = upload<float>(std::vector<double>(x.size(), 0.0));
-    auto gw = upload<float>(std::vector<double>(C, 0.0)), gb = upload<float>(std::vector<double>(C, 0.0));
-    k::layernorm_backward(ddy.data(), dx.data(), dw.data(), m.data(), r.data(), N, C, gx.data(), gw.data(),
-                          gb.data());
-    k::rmsnorm_backward(ddy.data(), dx.data(), dw.data(), r.data(), N, C, gx.data(), gw.data());
-    std::vector<float> all = to_host(y);
-    for (const auto* buf : {&gx, &gw, &gb}) {
-      const auto h = to_host(*buf);
-      all.insert(all.end(), h.begin(), h.end());
-    }
-    return all;
-  };
-  EXPECT_TRUE(bitwise_equal(run(), run()));
+  Buffer<float> y(x.size(), MemCategory::Workspace), m(N, MemCategory::Workspace), r(N, MemCategory::Workspace),
+      ry(x.size(), MemCategory::Workspace);
+  k::layernorm_forward(dx.data(), dw.data(), db.data(), kEps, N, C, y.data(), m.data(), r.data(), form);
+  auto gx = upload<float>(std::vector<double>(x.size(), 0.0));
+  auto gw = upload<float>(std::vector<double>(C, 0.0)), gb = upload<float>(std::vector<double>(C, 0.0));
+  k::layernorm_backward(ddy.data(), dx.data(), dw.data(), m.data(), r.data(), N, C, gx.data(), gw.data(), gb.data(),
+                        form);
+  k::rmsnorm_forward(dx.data(), dw.data(), kEps, N, C, ry.data(), r.data(), form);
+  k::rmsnorm_backward(ddy.data(), dx.data(), dw.data(), r.data(), N, C, gx.data(), gw.data(), form);
+  std::vector<float> all = to_host(y);
+  for (const auto* buf : {&ry, &gx, &gw, &gb}) {
+    const auto h = to_host(*buf);
+    all.insert(all.end(), h.begin(), h.end());
+  }
+  return all;
+}
+
+TEST(KernelsNorms, Deterministic) {
+  for (k::NormForm form : {k::NormForm::Rows, k::NormForm::Warps})
+    EXPECT_TRUE(bitwise_equal(run_norms(form), run_norms(form))) << "form " << static_cast<int>(form);
+}
+
+TEST(KernelsNorms, WarpsFormMatchesTheRowsForm) {
+  // The same formulas with each row's sums in another order (index order against the Rows
+  // form's lane order on the host): fp32 rounding of O(1) values; the column sums of the
+  // parameter gradients are the same code in both forms.
+  const std::vector<float> wf = run_norms(k::NormForm::Warps), rf = run_norms(k::NormForm::Rows);
+  ASSERT_EQ(wf.size(), rf.size());
+  const std::size_t rows_part = wf.size() - 2 * 300;  // y, rmsnorm y, dx; then dw, db (300 each)
+  const std::vector<double> w_rows(wf.begin(), wf.begin() + rows_part), r_rows(rf.begin(), rf.begin() + rows_part);
+  const std::vector<double> w_cols(wf.begin() + rows_part, wf.end()), r_cols(rf.begin() + rows_part, rf.end());
+  expect_close("Warps vs Rows (y, rmsnorm y, dx)", w_rows, r_rows, 1e-5, 1.0);
+  // dw, db: 2048 terms of O(1) per column (typical sums ~30) built from row statistics that
+  // differ in their last bits: 1e-4 of the sums' scale.
+  expect_close("Warps vs Rows (dw, db)", w_cols, r_cols, 1e-4, 8.0);
 }

@@ -2,7 +2,8 @@
 // reference and bitwise against the unfused kernels (add_bias, add_inplace, the norm),
 // backward against finite differences of the whole fused operation (h and y both outputs,
 // as in a block where h continues as the residual stream), against the unfused backward
-// within fp32 rounding, and bitwise run to run.
+// within fp32 rounding, and bitwise run to run. Both forms (kernels::NormForm): Rows, the
+// host form, and Warps, the GPU form, run here on the host against the same references.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,15 +26,18 @@ constexpr double kEps = 1e-5;
 
 /// The operands of one fused call: sublayer output a, residual x, bias, norm weight/bias;
 /// the backward's incoming gradients wy (of y) and wh (of h: the residual stream's).
+/// a, x, wy, wh: (n, kC).
 struct Operands {
+  int n = kN;
   std::vector<double> a, x, bias, w, b, wy, wh;
 };
-Operands operands(std::uint64_t seed) {
+Operands operands(std::uint64_t seed, int n = kN) {
   Operands o;
-  o.a = random_normal(static_cast<std::size_t>(kN) * kC, seed);
+  o.n = n;
+  o.a = random_normal(static_cast<std::size_t>(n) * kC, seed);
   o.x = random_normal(o.a.size(), seed + 1);
   // A large common offset per row: a one-pass variance would lose digits.
-  for (int i = 0; i < kN; ++i)
+  for (int i = 0; i < n; ++i)
     for (int c = 0; c < kC; ++c) o.x[static_cast<std::size_t>(i) * kC + c] += 3.0 * (i % 3);
   o.bias = random_normal(kC, seed + 2);
   o.w = random_normal(kC, seed + 3);
@@ -47,7 +51,7 @@ Operands operands(std::uint64_t seed) {
 double reference_loss(const Operands& o, bool layernorm, bool with_bias) {
   double L = 0;
   std::vector<double> h(kC);
-  for (int i = 0; i < kN; ++i) {
+  for (int i = 0; i < o.n; ++i) {
     const std::size_t r = static_cast<std::size_t>(i) * kC;
     double m = 0, v = 0;
     for (int c = 0; c < kC; ++c) {
@@ -70,18 +74,21 @@ struct Out {
   std::vector<double> dx, dw, db, dbias;            // backward (dx = dL/dh = dL/da = dL/dx)
 };
 
-/// The fused kernels in type T. Parameter gradients start from `init` (they accumulate).
+/// The fused kernels in type T and form `form`. Parameter gradients start from `init` (they
+/// accumulate).
 template <class T>
-Out run_fused(const Operands& o, bool layernorm, bool with_bias, bool params, double init = 0.0) {
+Out run_fused(const Operands& o, bool layernorm, bool with_bias, bool params, double init = 0.0,
+              k::NormForm form = k::NormForm::Rows) {
   using A = acc_t<T>;
+  const int n = o.n;
   auto h = upload<T>(o.a), x = upload<T>(o.x), bias = upload<T>(o.bias), w = upload<T>(o.w), b = upload<T>(o.b);
   Buffer<T> y(o.a.size(), MemCategory::Workspace);
-  Buffer<A> mean(kN, MemCategory::Workspace), rstd(kN, MemCategory::Workspace);
+  Buffer<A> mean(n, MemCategory::Workspace), rstd(n, MemCategory::Workspace);
   if (layernorm)
-    k::residual_layernorm_forward(h.data(), x.data(), with_bias ? bias.data() : nullptr, w.data(), b.data(), kEps, kN,
-                                  kC, y.data(), mean.data(), rstd.data());
+    k::residual_layernorm_forward(h.data(), x.data(), with_bias ? bias.data() : nullptr, w.data(), b.data(), kEps, n,
+                                  kC, y.data(), mean.data(), rstd.data(), form);
   else
-    k::residual_rmsnorm_forward(h.data(), x.data(), w.data(), kEps, kN, kC, y.data(), rstd.data());
+    k::residual_rmsnorm_forward(h.data(), x.data(), w.data(), kEps, n, kC, y.data(), rstd.data(), form);
   Out r;
   r.h = download(h);
   r.y = download(y);
@@ -91,12 +98,12 @@ Out run_fused(const Operands& o, bool layernorm, bool with_bias, bool params, do
   const std::vector<double> init_c(kC, init);
   auto dw = upload<A>(init_c), db = upload<A>(init_c), dbias = upload<A>(init_c);  // parameter gradients: acc_t<T>
   if (layernorm)
-    k::residual_layernorm_backward(dy.data(), h.data(), w.data(), mean.data(), rstd.data(), kN, kC, dx.data(),
+    k::residual_layernorm_backward(dy.data(), h.data(), w.data(), mean.data(), rstd.data(), n, kC, dx.data(),
                                    params ? dw.data() : nullptr, params ? db.data() : nullptr,
-                                   params && with_bias ? dbias.data() : nullptr);
+                                   params && with_bias ? dbias.data() : nullptr, form);
   else
-    k::residual_rmsnorm_backward(dy.data(), h.data(), w.data(), rstd.data(), kN, kC, dx.data(),
-                                 params ? dw.data() : nullptr);
+    k::residual_rmsnorm_backward(dy.data(), h.data(), w.data(), rstd.data(), n, kC, dx.data(),
+                                 params ? dw.data() : nullptr, form);
   r.dx = download(dx);
   r.dw = download(dw);
   r.db = download(db);
@@ -109,13 +116,14 @@ Out run_fused(const Operands& o, bool layernorm, bool with_bias, bool params, do
 template <class T>
 Out run_unfused(const Operands& o, bool layernorm, bool with_bias) {
   using A = acc_t<T>;
+  const int n = o.n;
   auto h = upload<T>(o.a), x = upload<T>(o.x), bias = upload<T>(o.bias), w = upload<T>(o.w), b = upload<T>(o.b);
   Buffer<T> y(o.a.size(), MemCategory::Workspace);
-  Buffer<A> mean(kN, MemCategory::Workspace), rstd(kN, MemCategory::Workspace);
-  if (with_bias) k::add_bias(h.data(), bias.data(), kN, kC, kC);
+  Buffer<A> mean(n, MemCategory::Workspace), rstd(n, MemCategory::Workspace);
+  if (with_bias) k::add_bias(h.data(), bias.data(), n, kC, kC);
   k::add_inplace(h.data(), x.data(), o.a.size());
-  if (layernorm) k::layernorm_forward(h.data(), w.data(), b.data(), kEps, kN, kC, y.data(), mean.data(), rstd.data());
-  else k::rmsnorm_forward(h.data(), w.data(), kEps, kN, kC, y.data(), rstd.data());
+  if (layernorm) k::layernorm_forward(h.data(), w.data(), b.data(), kEps, n, kC, y.data(), mean.data(), rstd.data());
+  else k::rmsnorm_forward(h.data(), w.data(), kEps, n, kC, y.data(), rstd.data());
   Out r;
   r.h = download(h);
   r.y = download(y);
@@ -125,11 +133,11 @@ Out run_unfused(const Operands& o, bool layernorm, bool with_bias) {
   const std::vector<double> zero(kC, 0.0);
   auto dw = upload<A>(zero), db = upload<A>(zero), dbias = upload<A>(zero);
   if (layernorm) {
-    k::layernorm_backward(dy.data(), h.data(), w.data(), mean.data(), rstd.data(), kN, kC, dx.data(), dw.data(),
+    k::layernorm_backward(dy.data(), h.data(), w.data(), mean.data(), rstd.data(), n, kC, dx.data(), dw.data(),
                           db.data());
-    if (with_bias) k::bias_backward(dx.data(), dbias.data(), kN, kC, kC);
+    if (with_bias) k::bias_backward(dx.data(), dbias.data(), n, kC, kC);
   } else {
-    k::rmsnorm_backward(dy.data(), h.data(), w.data(), rstd.data(), kN, kC, dx.data(), dw.data());
+    k::rmsnorm_backward(dy.data(), h.data(), w.data(), rstd.data(), n, kC, dx.data(), dw.data());
   }
   r.dx = download(dx);
   r.dw = download(dw);
@@ -138,9 +146,9 @@ Out run_unfused(const Operands& o, bool layernorm, bool with_bias) {
   return r;
 }
 
-void check_against_finite_differences(bool layernorm, bool with_bias) {
+void check_against_finite_differences(bool layernorm, bool with_bias, k::NormForm form = k::NormForm::Rows) {
   Operands o = operands(layernorm ? 10 : 20);
-  const Out r = run_fused<double>(o, layernorm, with_bias, true, 0.5);
+  const Out r = run_fused<double>(o, layernorm, with_bias, true, 0.5, form);
   const auto loss = [&]() { return reference_loss(o, layernorm, with_bias); };
   // dL/da = dL/dx = dL/dh (the residual add passes it through): the kernel's dx.
   fd_check("da", o.a, r.dx, loss, 60, 1);
@@ -156,13 +164,12 @@ void check_against_finite_differences(bool layernorm, bool with_bias) {
   if (with_bias) fd_check("dbias", o.bias, dbias, loss, kC, 5);
 }
 
-}  // namespace
-
-TEST(KernelsResidualNorms, LayerNormForwardAgainstReference) {
-  const Operands o = operands(1);
-  const Out r = run_fused<double>(o, true, true, true);
+/// The LayerNorm forward of `form` on n rows against the double formula.
+void check_layernorm_forward(k::NormForm form, int n) {
+  const Operands o = operands(1, n);
+  const Out r = run_fused<double>(o, true, true, true, 0.0, form);
   std::vector<double> h(o.a.size());
-  for (int i = 0; i < kN; ++i)
+  for (int i = 0; i < n; ++i)
     for (int c = 0; c < kC; ++c) {
       const std::size_t j = static_cast<std::size_t>(i) * kC + c;
       h[j] = o.a[j] + o.bias[c] + o.x[j];
@@ -172,7 +179,7 @@ TEST(KernelsResidualNorms, LayerNormForwardAgainstReference) {
   // y from the reference loss's formula: compare through weights wy = e_j is too costly;
   // recompute it here.
   std::vector<double> y(h.size());
-  for (int i = 0; i < kN; ++i) {
+  for (int i = 0; i < n; ++i) {
     double m = 0, v = 0;
     for (int c = 0; c < kC; ++c) m += h[static_cast<std::size_t>(i) * kC + c];
     m /= kC;
@@ -187,6 +194,10 @@ TEST(KernelsResidualNorms, LayerNormForwardAgainstReference) {
   // y near 0 is a difference of O(1) terms, so its error is absolute.
   expect_close("y", r.y, y, 1e-12, 1.0);
 }
+
+}  // namespace
+
+TEST(KernelsResidualNorms, LayerNormForwardAgainstReference) { check_layernorm_forward(k::NormForm::Rows, kN); }
 
 TEST(KernelsResidualNorms, LayerNormBackwardFiniteDifferences) { check_against_finite_differences(true, true); }
 TEST(KernelsResidualNorms, LayerNormWithoutBiasFiniteDifferences) { check_against_finite_differences(true, false); }
@@ -237,6 +248,67 @@ TEST(KernelsResidualNorms, BackwardBitwiseReproducibleAndFrozenSkip) {
     EXPECT_TRUE(bitwise_equal(a.dbias, b.dbias));
     // Frozen parameters (null gradients, LoRA): dx unchanged, nothing else written.
     const Out frozen = run_fused<float>(o, layernorm, layernorm, false);
+    EXPECT_TRUE(bitwise_equal(frozen.dx, a.dx));
+    for (int c = 0; c < kC; ++c) EXPECT_EQ(frozen.dw[c], 0.0);
+  }
+}
+
+// ---- the Warps form (the GPU form) on the host --------------------------------------------
+
+TEST(KernelsResidualNorms, WarpsFormForwardAgainstReference) {
+  check_layernorm_forward(k::NormForm::Warps, kN);
+  // 600 rows: 75 backward units of kWarpRowBlock rows, three chunks of the partials' sum.
+  check_layernorm_forward(k::NormForm::Warps, 600);
+}
+
+TEST(KernelsResidualNorms, WarpsFormBackwardFiniteDifferences) {
+  check_against_finite_differences(true, true, k::NormForm::Warps);
+  check_against_finite_differences(true, false, k::NormForm::Warps);
+  check_against_finite_differences(false, false, k::NormForm::Warps);
+}
+
+TEST(KernelsResidualNorms, WarpsFormMatchesTheRowsForm) {
+  // 600 rows: 75 warp units (3 chunks of the partials' two-pass sum) against 10 row blocks.
+  for (int n : {kN, 600}) {
+    const Operands o = operands(5, n);
+    for (bool layernorm : {true, false}) {
+      const bool with_bias = layernorm;
+      // Parameter gradients start from 0.5: the Warps form accumulates onto them too.
+      const Out w = run_fused<float>(o, layernorm, with_bias, true, 0.5, k::NormForm::Warps);
+      const Out r = run_fused<float>(o, layernorm, with_bias, true, 0.5, k::NormForm::Rows);
+      // h: the same two roundings per element.
+      EXPECT_TRUE(bitwise_equal(w.h, r.h)) << "fp32 h, layernorm " << layernorm << ", rows " << n;
+      // Row statistics, y and dx: the same formulas with the row sums in another order (index
+      // order here, lane order in the Rows form's host loops): fp32 rounding of O(1) values.
+      expect_close("fp32 statistics", w.stats, r.stats, 1e-5, 1.0);
+      expect_close("fp32 y", w.y, r.y, 1e-5, 1.0);
+      expect_close("fp32 dx", w.dx, r.dx, 1e-5, 1.0);
+      // Column sums of up to 600 O(1) terms in another association (as in
+      // BackwardMatchesTheUnfusedPath): 1e-5 of the terms' scale per 150 rows.
+      const double tol = 1e-5 * n / kN;
+      expect_close("fp32 dw", w.dw, r.dw, tol, 1.0);
+      if (layernorm) expect_close("fp32 db", w.db, r.db, tol, 1.0);
+      if (with_bias) expect_close("fp32 dbias", w.dbias, r.dbias, tol, 1.0);
+      const Out wb = run_fused<bf16>(o, layernorm, with_bias, true, 0.5, k::NormForm::Warps);
+      const Out rb = run_fused<bf16>(o, layernorm, with_bias, true, 0.5, k::NormForm::Rows);
+      EXPECT_TRUE(bitwise_equal(wb.h, rb.h)) << "bf16 h";
+      expect_bf16_close("bf16 y", wb.y, rb.y);
+      expect_bf16_close("bf16 dx", wb.dx, rb.dx);
+      expect_close("bf16 dw (fp32 sums of bf16 terms)", wb.dw, rb.dw, tol, 1.0);
+    }
+  }
+}
+
+TEST(KernelsResidualNorms, WarpsFormBitwiseReproducibleAndFrozenSkip) {
+  const Operands o = operands(6, 600);
+  for (bool layernorm : {true, false}) {
+    const Out a = run_fused<float>(o, layernorm, layernorm, true, 0.0, k::NormForm::Warps);
+    const Out b = run_fused<float>(o, layernorm, layernorm, true, 0.0, k::NormForm::Warps);
+    EXPECT_TRUE(bitwise_equal(a.dx, b.dx));
+    EXPECT_TRUE(bitwise_equal(a.dw, b.dw));
+    EXPECT_TRUE(bitwise_equal(a.db, b.db));
+    EXPECT_TRUE(bitwise_equal(a.dbias, b.dbias));
+    const Out frozen = run_fused<float>(o, layernorm, layernorm, false, 0.0, k::NormForm::Warps);
     EXPECT_TRUE(bitwise_equal(frozen.dx, a.dx));
     for (int c = 0; c < kC; ++c) EXPECT_EQ(frozen.dw[c], 0.0);
   }

@@ -2,7 +2,8 @@
 // (explicit backward of embedding, blocks, final norm, LM head and cross-entropy) against
 // central finite differences of the loss, for both families, with and without activation
 // checkpointing, with a padded vocabulary; the fused kernel paths (gpu.fused_loss,
-// gpu.fused_norms, gpu.epilogues: the default) and the unfused ones they replace.
+// gpu.fused_norms, gpu.epilogues: the default) and the unfused ones they replace; the norm
+// kernels in either form (gpu.norm_form: the GPU's warp per row runs here too).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -118,6 +119,12 @@ void gradcheck(Family family, bool checkpoint, int lora_rank = 0, KernelPaths pa
               checkpoint ? " (activation checkpointing)" : "", lora_rank ? " (LoRA adapters)" : "", checked, worst);
 }
 
+/// `p` with the norm kernels in the Warps form (the GPU's; the host's default is Rows).
+KernelPaths warps(KernelPaths p) {
+  p.norm_form = kernels::NormForm::Warps;
+  return p;
+}
+
 }  // namespace
 
 TEST(ModelGradcheck, Gpt2) { gradcheck(Family::Gpt2, false); }
@@ -139,6 +146,16 @@ TEST(ModelGradcheck, LlamaUnfusedPaths) { gradcheck(Family::Llama, false, 0, Ker
 // then go through its GEMMs too.
 TEST(ModelGradcheck, Gpt2EpiloguesUnfusedNorms) { gradcheck(Family::Gpt2, true, 0, KernelPaths{true, false, true}); }
 
+// gpu.norm_form=warps: every norm kernel, fused (with activation checkpointing for Llama)
+// and unfused, in the GPU's form.
+TEST(ModelGradcheck, Gpt2WarpsNormForm) { gradcheck(Family::Gpt2, false, 0, warps(KernelPaths{})); }
+TEST(ModelGradcheck, LlamaWarpsNormFormActivationCheckpointing) {
+  gradcheck(Family::Llama, true, 0, warps(KernelPaths{}));
+}
+TEST(ModelGradcheck, Gpt2UnfusedWarpsNormForm) {
+  gradcheck(Family::Gpt2, false, 0, warps(KernelPaths{false, false, false}));
+}
+
 // Each fused path alone gives the unfused loss and gradients to double rounding (the
 // fused forms sum in another order: 1e-12 relative, floor 1e-9).
 TEST(ModelGradcheck, FusedPathsMatchUnfused) {
@@ -147,14 +164,16 @@ TEST(ModelGradcheck, FusedPathsMatchUnfused) {
     std::vector<std::vector<double>> ref, got;
     const double loss_ref = run(f, f.params, false, &ref, KernelPaths{false, false, false});
     for (const KernelPaths paths : {KernelPaths{true, false, false}, KernelPaths{false, true, false},
-                                    KernelPaths{false, false, true}, KernelPaths{true, true, true}}) {
+                                    KernelPaths{false, false, true}, KernelPaths{true, true, true},
+                                    warps(KernelPaths{false, false, false}), warps(KernelPaths{true, true, true})}) {
       const double loss = run(f, f.params, false, &got, paths);
       EXPECT_LT(std::fabs(loss - loss_ref), 1e-12 * std::fabs(loss_ref));
       for (std::size_t u = 0; u < ref.size(); ++u)
         for (std::size_t i = 0; i < ref[u].size(); ++i)
           ASSERT_LE(std::fabs(got[u][i] - ref[u][i]), 1e-12 * std::max(std::fabs(ref[u][i]), 1e-3))
               << "unit " << u << " element " << i << ", fused_loss " << paths.fused_loss << ", fused_norms "
-              << paths.fused_norms << ", epilogues " << paths.epilogues;
+              << paths.fused_norms << ", epilogues " << paths.epilogues << ", norm form "
+              << static_cast<int>(paths.norm_form);
       // The loss-only form (evaluation) agrees too.
       EXPECT_LT(std::fabs(run(f, f.params, false, nullptr, paths) - loss_ref), 1e-12 * std::fabs(loss_ref));
     }

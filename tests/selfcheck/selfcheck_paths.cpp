@@ -680,9 +680,11 @@ std::string path_fused_cross_entropy_tp() {
 }
 
 // ---- fused residual add + norm -------------------------------------------------------------
-/// GPT-2 124M's width, 1000 rows (15 full blocks of the backward's partials and a tail):
-/// fused vs unfused (add_bias, add_inplace, the norm; its backward, bias_backward) and vs a
-/// double reference of the whole operation, and the fused backward bitwise run to run.
+/// GPT-2 124M's width, 1000 rows (15 full blocks of the Rows form's backward partials and a
+/// tail; 125 units of the Warps form's, in 4 chunks): the build's form (kernels::NormForm:
+/// Warps on GPUs) vs the other form, vs unfused (add_bias, add_inplace, the norm; its
+/// backward, bias_backward) and vs a double reference of the whole operation, and the fused
+/// backward bitwise run to run.
 std::string residual_norm_path(bool layernorm) {
   const int N = 1000, C = 768;
   const double eps = 1e-5;
@@ -693,19 +695,20 @@ std::string residual_norm_path(bool layernorm) {
   struct Run {
     std::vector<float> h, y, dx, dw, db, dbias;
   };
-  auto run = [&](bool fused) {
+  auto run = [&](bool fused, k::NormForm form = k::default_norm_form()) {
     auto H = up(a), X = up(x), Bi = up(bias), W = up(w), Bn = up(b), DY = up(dy), DX = up(dres);
     Buffer<float> Y(NC, MemCategory::Workspace), M(N, MemCategory::Workspace), R(N, MemCategory::Workspace);
     const std::vector<float> zero(C, 0.0f);
     auto DW = up(zero), DB = up(zero), DBI = up(zero);
     if (fused) {
       if (layernorm) {
-        k::residual_layernorm_forward(H.data(), X.data(), Bi.data(), W.data(), Bn.data(), eps, N, C, Y.data(), M.data(), R.data());
+        k::residual_layernorm_forward(H.data(), X.data(), Bi.data(), W.data(), Bn.data(), eps, N, C, Y.data(), M.data(), R.data(),
+                                      form);
         k::residual_layernorm_backward(DY.data(), H.data(), W.data(), M.data(), R.data(), N, C, DX.data(), DW.data(), DB.data(),
-                                       DBI.data());
+                                       DBI.data(), form);
       } else {
-        k::residual_rmsnorm_forward(H.data(), X.data(), W.data(), eps, N, C, Y.data(), R.data());
-        k::residual_rmsnorm_backward(DY.data(), H.data(), W.data(), R.data(), N, C, DX.data(), DW.data());
+        k::residual_rmsnorm_forward(H.data(), X.data(), W.data(), eps, N, C, Y.data(), R.data(), form);
+        k::residual_rmsnorm_backward(DY.data(), H.data(), W.data(), R.data(), N, C, DX.data(), DW.data(), form);
       }
     } else {
       if (with_bias) k::add_bias(H.data(), Bi.data(), N, C, C);
@@ -721,7 +724,10 @@ std::string residual_norm_path(bool layernorm) {
     }
     return Run{down(H), down(Y), down(DX), down(DW), down(DB), down(DBI)};
   };
-  const Run f = run(true), f2 = run(true), u = run(false);
+  // The build's form (Warps on GPUs), again, the other form, and the unfused path.
+  const k::NormForm form = k::default_norm_form();
+  const k::NormForm other = form == k::NormForm::Warps ? k::NormForm::Rows : k::NormForm::Warps;
+  const Run f = run(true), f2 = run(true), fo = run(true, other), u = run(false);
   // Double reference: h, y, dx = dres + norm backward, dw, db, dbias.
   std::vector<double> h(NC), y(NC), dx(NC), dw(C, 0.0), db(C, 0.0), dbi(C, 0.0);
   for (int i = 0; i < N; ++i) {
@@ -768,12 +774,19 @@ std::string residual_norm_path(bool layernorm) {
     check_close("db vs double reference", f.db, db, 1e-4, 1.0);
     check_close("dbias vs double reference", f.dbias, dbi, 1e-4, 1.0);
   }
+  check_bitwise("h vs the other form", f.h, fo.h);
+  check_close("y vs the other form", f.y, fo.y, 1e-5, 1.0);
+  check_close("dx vs the other form", f.dx, fo.dx, 1e-5, 1.0);
+  check_close("dw vs the other form", f.dw, fo.dw, 1e-4, 1.0);
+  if (layernorm) check_close("dbias vs the other form", f.dbias, fo.dbias, 1e-4, 1.0);
   check_bitwise("dx run to run", f.dx, f2.dx);
   check_bitwise("dw run to run (block partials in block order)", f.dw, f2.dw);
   if (layernorm) check_bitwise("dbias run to run", f.dbias, f2.dbias);
   char out[220];
-  std::snprintf(out, sizeof out, "N %d, C %d: h bitwise = unfused; vs double h %.2g, y %.2g, dx %.2g, dw %.2g; bitwise run to run",
-                N, C, e_h, e_y, e_dx, e_dw);
+  std::snprintf(out, sizeof out,
+                "%s form, N %d, C %d: h bitwise = unfused = %s form; vs double h %.2g, y %.2g, dx %.2g, dw %.2g; bitwise run to run",
+                form == k::NormForm::Warps ? "Warps" : "Rows", N, C, other == k::NormForm::Warps ? "Warps" : "Rows", e_h, e_y,
+                e_dx, e_dw);
   return out;
 }
 std::string path_residual_layernorm() { return residual_norm_path(true); }

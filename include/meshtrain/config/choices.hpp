@@ -22,6 +22,7 @@ enum class LrScheduleKind { Cosine, Constant };                                 
 enum class LogLevel { Debug, Info, Warn };                                         ///< output.log_level
 enum class Objective { Sft, Dpo, Simpo };                                                 ///< train.objective
 enum class AttentionChoice { Cudnn, Kokkos };                                      ///< gpu.attention
+enum class NormFormChoice { Auto, Rows, Warps };                                   ///< gpu.norm_form
 enum class BaseQuant { None, Nf4, Int8, Gguf };                                    ///< model.base_quant
 
 /// The words of each choice, in the enum's order.
@@ -63,6 +64,10 @@ struct ChoiceWords<Objective> {
 template <>
 struct ChoiceWords<AttentionChoice> {
   static constexpr std::array<const char*, 2> words{"cudnn", "kokkos"};
+};
+template <>
+struct ChoiceWords<NormFormChoice> {
+  static constexpr std::array<const char*, 3> words{"auto", "rows", "warps"};
 };
 template <>
 struct ChoiceWords<BaseQuant> {

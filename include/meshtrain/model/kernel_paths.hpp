@@ -5,6 +5,8 @@
 /// misbehaves on a device. Both forms are portable Kokkos code, so on host builds the fused
 /// path is its own host twin.
 
+#include "kernels/norms.hpp"
+
 namespace meshtrain::model {
 
 struct KernelPaths {
@@ -19,6 +21,9 @@ struct KernelPaths {
   /// (linalg/gemm_epilogue.hpp: cuBLASLt epilogues on CUDA builds, the GEMM then one fused
   /// pass on host builds), instead of add_bias, gelu_forward, gelu_backward, bias_backward.
   bool epilogues = true;
+  /// gpu.norm_form: how every LayerNorm/RMSNorm kernel (fused or not) spreads rows -- a warp
+  /// per row on GPUs, a team (host thread) per row on host builds by default.
+  kernels::NormForm norm_form = kernels::default_norm_form();
 };
 
 }  // namespace meshtrain::model
