@@ -6,6 +6,8 @@
 // (its step (a)) and reads the lines into results.json's "paths".
 //
 // usage: selfcheck_paths [--json FILE] [--only PATH]
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -680,6 +682,60 @@ std::string path_fused_cross_entropy_tp() {
 }
 
 // ---- fused residual add + norm -------------------------------------------------------------
+/// On GPUs, each norm form's time (best of 10, fenced) at GPT-2 124M's micro-batch of
+/// 16 x 1024 rows in bf16: the fused forward and backward, and the unfused backward (the
+/// blocks' first norm). Printed beside the check, never compared against a limit; host
+/// builds say so instead.
+std::string norm_form_times(bool layernorm) {
+  if (meshtrain::kDeviceIsHost) return "";
+  const int N = 16384, C = 768;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  Buffer<bf16> h(NC, MemCategory::Workspace), x(NC, MemCategory::Workspace), y(NC, MemCategory::Workspace),
+      dy(NC, MemCategory::Workspace), dx(NC, MemCategory::Workspace), w(C, MemCategory::Workspace),
+      b(C, MemCategory::Workspace);
+  Buffer<float> mean(N, MemCategory::Workspace), rstd(N, MemCategory::Workspace), dw(C, MemCategory::Workspace),
+      db(C, MemCategory::Workspace), dbias(C, MemCategory::Workspace);
+  k::fill_uniform(h.data(), NC, -1.0, 1.0, 1);
+  k::fill_uniform(x.data(), NC, -1.0, 1.0, 2);
+  k::fill_uniform(dy.data(), NC, -1.0, 1.0, 3);
+  k::fill_uniform(w.data(), C, 0.5, 1.5, 4);
+  k::fill_uniform(b.data(), C, -0.1, 0.1, 5);
+  k::fill(dx.data(), NC, 0.0);
+  const auto best = [](const std::function<void()>& f) {
+    double t = 1e30;
+    for (int i = 0; i < 10; ++i) {
+      Kokkos::fence();
+      const auto t0 = std::chrono::steady_clock::now();
+      f();
+      Kokkos::fence();
+      t = std::min(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return t * 1e6;
+  };
+  std::string out = "; bf16 16384 x 768, us (fused fwd / fused bwd / unfused bwd):";
+  for (k::NormForm form : {k::NormForm::Warps, k::NormForm::Rows}) {
+    double f = 0, g = 0, u = 0;
+    if (layernorm) {
+      // The forward adds x into h again on each call; uniform values stay far from overflow.
+      f = best([&] { k::residual_layernorm_forward(h.data(), x.data(), b.data(), w.data(), b.data(), 1e-5, N, C, y.data(),
+                                                   mean.data(), rstd.data(), form); });
+      g = best([&] { k::residual_layernorm_backward(dy.data(), h.data(), w.data(), mean.data(), rstd.data(), N, C,
+                                                    dx.data(), dw.data(), db.data(), dbias.data(), form); });
+      u = best([&] { k::layernorm_backward(dy.data(), h.data(), w.data(), mean.data(), rstd.data(), N, C, dx.data(),
+                                           dw.data(), db.data(), form); });
+    } else {
+      f = best([&] { k::residual_rmsnorm_forward(h.data(), x.data(), w.data(), 1e-5, N, C, y.data(), rstd.data(), form); });
+      g = best([&] { k::residual_rmsnorm_backward(dy.data(), h.data(), w.data(), rstd.data(), N, C, dx.data(), dw.data(),
+                                                  form); });
+      u = best([&] { k::rmsnorm_backward(dy.data(), h.data(), w.data(), rstd.data(), N, C, dx.data(), dw.data(), form); });
+    }
+    char part[120];
+    std::snprintf(part, sizeof part, " %s %.0f / %.0f / %.0f", form == k::NormForm::Warps ? "warps" : "rows", f, g, u);
+    out += part;
+  }
+  return out;
+}
+
 /// GPT-2 124M's width, 1000 rows (15 full blocks of the Rows form's backward partials and a
 /// tail; 125 units of the Warps form's, in 4 chunks): the build's form (kernels::NormForm:
 /// Warps on GPUs) vs the other form, vs unfused (add_bias, add_inplace, the norm; its
@@ -787,7 +843,7 @@ std::string residual_norm_path(bool layernorm) {
                 "%s form, N %d, C %d: h bitwise = unfused = %s form; vs double h %.2g, y %.2g, dx %.2g, dw %.2g; bitwise run to run",
                 form == k::NormForm::Warps ? "Warps" : "Rows", N, C, other == k::NormForm::Warps ? "Warps" : "Rows", e_h, e_y,
                 e_dx, e_dw);
-  return out;
+  return out + norm_form_times(layernorm);
 }
 std::string path_residual_layernorm() { return residual_norm_path(true); }
 std::string path_residual_rmsnorm() { return residual_norm_path(false); }
