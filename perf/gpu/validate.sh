@@ -62,7 +62,9 @@
 #
 #   Environment: MESHTRAIN_PEER_PYTHON (the peer's python; python3, in a dry run
 #   /usr/bin/python3), MESHTRAIN_KOKKOS_TOOLS (a folder with (lib)kp_kernel_timer.so and
-#   kp_reader, when the package has no tools/).
+#   kp_reader, when the package has no tools/), MESHTRAIN_EXTRA_ARGS (config keys added to
+#   every meshtrain train/plan run, the sanitizer's and the profile's included: a fallback
+#   without repacking, e.g. MESHTRAIN_EXTRA_ARGS="--gpu.norm_form=rows" when a path FAILs).
 #
 # Results: $OUT (default runs/gpu-validate) gets validate.log, table.txt, results.json,
 # metrics.jsonl and train.log of the headline run (gpt2-124m-mb16), and details.tar.gz
@@ -156,6 +158,7 @@ fail=0
 main() {
   mkdir -p "$work/tests" "$work/train"
   say "meshtrain GPU validation: pack $pack, runs ${RUNS[*]}, $steps steps each$([[ $dry_run == 1 ]] && echo ', DRY RUN (CPU build)')"
+  [[ -n ${MESHTRAIN_EXTRA_ARGS:-} ]] && say "every meshtrain run also gets: $MESHTRAIN_EXTRA_ARGS (MESHTRAIN_EXTRA_ARGS)"
 
   # ---- 1. unpack and environment (or build from the sources) -----------------------------
   if [[ -f $pack && $from_source == 0 ]]; then
@@ -504,6 +507,7 @@ meshtrain_overrides() {
   done
   [[ $name == smollm2-* ]] && echo "--train.global_batch=$mb --train.warmup_steps=5 --train.eval_every=0"
   if [[ $dry_run == 1 ]]; then echo "--parallel.backend=auto"; else echo "--parallel.backend=nccl"; fi
+  if [[ -n ${MESHTRAIN_EXTRA_ARGS:-} ]]; then echo "$MESHTRAIN_EXTRA_ARGS"; fi
 }
 
 # nvidia-smi memory samples every 200 ms into $1 while a run lasts (pid in $sampler).
@@ -607,7 +611,8 @@ sanitizer_step() {
       echo "SKIP time budget spent" > "$work/sanitizer_status.txt"
     else
       local args=(train inputs/tiny-gpt2.ini --train.steps=2 --train.precision=bf16 --train.eval_every=0
-                  --checkpoint.save_final=false --output.dir="$work/sanitizer" --parallel.backend=nccl --train.peak_tflops=1)
+                  --checkpoint.save_final=false --output.dir="$work/sanitizer" --parallel.backend=nccl --train.peak_tflops=1
+                  ${MESHTRAIN_EXTRA_ARGS:-})
       say "compute-sanitizer --tool memcheck: meshtrain ${args[*]}"
       # The sanitizer starts the program itself: the library path goes to both (env), or the
       # packed loader is the program it starts (the loader runs meshtrain in its own process).
