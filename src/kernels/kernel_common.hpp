@@ -6,10 +6,10 @@
 ///   loop is a plain unit-stride loop the compiler vectorizes, and a row reduction keeps
 ///   kLanes independent partial sums (vectorizable, and a fixed summation order).
 /// - On GPUs a team of threads shares a row and reduces with Kokkos team reductions
-///   (a fixed tree for a fixed team size, hence deterministic); or, for rows short enough
-///   for one warp, each warp of a team owns a row by itself (`warp_*` below).
+///   (a fixed tree for a fixed team size, hence deterministic).
 ///
-/// The choice is made once, at compile time, from the default execution space.
+/// The choice is made once, at compile time, from the default execution space. The norm
+/// kernels choose at run time between that team form and a warp per row (`RowOps` below).
 
 #include <cstdint>
 #include <cstring>
@@ -212,59 +212,20 @@ KOKKOS_INLINE_FUNCTION void team_single(const Member& team, const F& f) {
   Kokkos::single(Kokkos::PerTeam(team), f);
 }
 
-/// \brief Warp rows: the GPU form of row kernels whose rows are short enough for one warp.
-/// A team is `warps` warps (team threads) of `lanes` vector lanes; each warp owns a unit of
-/// work (a row, or a block of rows) by itself and reduces across its lanes with shuffles,
-/// so no team barrier stands between a row's passes and thousands of units are in flight.
-/// Lane l of a warp handles elements l, l + lanes, ... in every loop over a row (Kokkos'
-/// ThreadVectorRange), so each lane reads back only what it wrote itself. On host spaces a
-/// team is one thread with one lane and the loops run in index order: the CPU suite runs
-/// this form's logic there against the same references as the GPU.
-struct WarpShape {
-  int warps = 1;  ///< units (warps) per team
-  int lanes = 1;  ///< vector lanes per warp
-};
-inline WarpShape warp_shape() {
-  if constexpr (kHostExec) {
-    return WarpShape{1, 1};
-  } else {
-    return WarpShape{4, 32};  // 128 threads per block; 32 lanes: a CUDA warp (a half HIP wavefront)
-  }
-}
-/// Teams for `units` units of work (the last team's spare warps return at once).
-inline TeamPolicy warp_policy(int units, WarpShape ws = warp_shape()) {
-  return TeamPolicy((units + ws.warps - 1) / ws.warps, ws.warps, ws.lanes);
-}
-/// The unit of work of this warp: < units, or past the end in the last team.
-KOKKOS_INLINE_FUNCTION int warp_unit(const Member& team) {
-  return team.league_rank() * team.team_size() + team.team_rank();
-}
-/// Loop over i < n, spread over the warp's lanes.
-template <class F>
-KOKKOS_INLINE_FUNCTION void warp_for(const Member& team, int n, const F& f) {
-  Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), f);
-}
-/// Sum over i < n of f(i) across the warp's lanes (a fixed shuffle tree: deterministic);
-/// every lane gets the result.
-template <class A, class F>
-KOKKOS_INLINE_FUNCTION A warp_sum(const Member& team, int n, const F& f) {
-  A s = A(0);
-  Kokkos::parallel_reduce(
-      Kokkos::ThreadVectorRange(team, n), [&](int i, A& acc) { acc += f(i); }, s);
-  return s;
-}
-/// Writes by one lane of the warp.
-template <class F>
-KOKKOS_INLINE_FUNCTION void warp_single(const Member& team, const F& f) {
-  Kokkos::single(Kokkos::PerThread(team), f);
-}
-
-/// \brief A row kernel's operations in either form, so that one kernel body serves both:
-/// RowOps<false> (Rows: a team per row, team_* above; on host a thread whose loops
-/// vectorize) and RowOps<true> (Warps: a warp per row, warp_* above; GPUs). `unit` is the
-/// team's row (or block of rows) in Rows, the warp's in Warps, and may be past the end in
-/// the last team of Warps; `sync` orders a row's stores before other threads of the team
-/// read them (a team barrier in Rows; nothing in Warps, where a lane reads back only its own).
+/// \brief A row kernel's operations in either form (kernels::NormForm), so that one kernel
+/// body serves both. `unit` is the team's (Rows) or the warp's (Warps) unit of work: a row,
+/// or a block of rows; in the last team of Warps it may be past the end. `sync` orders a
+/// row's stores before other threads of the team read them.
+///
+/// - RowOps<false>, Rows: a team per unit, the team_* functions above (on host a thread
+///   whose loops vectorize); `sync` is a team barrier.
+/// - RowOps<true>, Warps: teams of kWarps warps of kVectorLanes lanes, each warp owning a
+///   unit by itself and reducing across its lanes with shuffles (Kokkos' ThreadVectorRange:
+///   a fixed tree, deterministic), so no team barrier stands between a row's passes and
+///   thousands of units are in flight. Lane l handles elements l, l + kVectorLanes, ... in
+///   every loop over a row, so it reads back only what it stored itself: `sync` is nothing.
+///   On host spaces a warp is one thread with one lane and its loops run in index order:
+///   the CPU suite runs this form's logic there against the same references as the GPU.
 template <bool Warps>
 struct RowOps {
   static TeamPolicy policy(int units) { return row_policy(units); }
@@ -285,19 +246,26 @@ struct RowOps {
 };
 template <>
 struct RowOps<true> {
-  static TeamPolicy policy(int units) { return warp_policy(units); }
-  KOKKOS_INLINE_FUNCTION static int unit(const Member& team) { return warp_unit(team); }
+  static constexpr int kWarps = kHostExec ? 1 : 4;          // 128 threads per GPU block
+  static constexpr int kVectorLanes = kHostExec ? 1 : 32;  // a CUDA warp (half a HIP wavefront)
+  static TeamPolicy policy(int units) { return TeamPolicy((units + kWarps - 1) / kWarps, kWarps, kVectorLanes); }
+  KOKKOS_INLINE_FUNCTION static int unit(const Member& team) {
+    return team.league_rank() * team.team_size() + team.team_rank();
+  }
   template <class A, class F>
   KOKKOS_INLINE_FUNCTION static A sum(const Member& team, int n, const F& f) {
-    return warp_sum<A>(team, n, f);
+    A s = A(0);  // every lane gets the result
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, n), [&](int i, A& acc) { acc += f(i); }, s);
+    return s;
   }
   template <class F>
   KOKKOS_INLINE_FUNCTION static void loop(const Member& team, int n, const F& f) {
-    warp_for(team, n, f);
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), f);
   }
   template <class F>
   KOKKOS_INLINE_FUNCTION static void single(const Member& team, const F& f) {
-    warp_single(team, f);
+    Kokkos::single(Kokkos::PerThread(team), f);  // one lane of the warp
   }
   KOKKOS_INLINE_FUNCTION static void sync(const Member&) {}
 };
