@@ -5,7 +5,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -20,7 +23,10 @@ constexpr std::size_t kMaxPath = 4096;
 char g_paths[kMaxPaths][kMaxPath];
 int g_kinds[kMaxPaths];
 volatile std::sig_atomic_t g_count = 0;   // published entries
-volatile std::sig_atomic_t g_active = 0;  // a live, armed SignalCleanup
+// kArmed: a live SignalCleanup removes its paths on a signal; kCleaning: a handler is removing
+// them; kIdle: disarmed, or done. Lock-free atomics are async-signal-safe.
+enum State : int { kIdle = 0, kArmed = 1, kCleaning = 2 };
+std::atomic<int> g_state{kIdle};
 volatile std::sig_atomic_t g_live = 0;    // a SignalCleanup exists (one at a time)
 struct sigaction g_old_term {}, g_old_int {};
 
@@ -52,8 +58,15 @@ void remove_files_in(const char* dir) {
 }
 
 void clean_up_on_signal(int sig) {
-  if (g_active) {
-    g_active = 0;
+  // A process-directed signal may reach several threads at once (`timeout` sends it to the
+  // child and again to its process group): only the first handler removes the paths, and
+  // the others wait until it is done before ending the process, which would otherwise cut
+  // the removal short (a staged file left behind under load).
+  int expected = kArmed;
+  if (!g_state.compare_exchange_strong(expected, kCleaning)) {
+    const timespec pause{0, 1000000};  // 1 ms; nanosleep is async-signal-safe
+    while (g_state.load() == kCleaning) ::nanosleep(&pause, nullptr);
+  } else {
     const int n = g_count;
     for (int i = 0; i < n; ++i)
       if (g_kinds[i] == kFile) ::unlink(g_paths[i]);
@@ -64,6 +77,7 @@ void clean_up_on_signal(int sig) {
       }
     for (int i = 0; i < n; ++i)
       if (g_kinds[i] == kEmptyDirectory) ::rmdir(g_paths[i]);  // fails unless empty
+    g_state.store(kIdle);
   }
   ::sigaction(sig, sig == SIGTERM ? &g_old_term : &g_old_int, nullptr);
   ::raise(sig);
@@ -84,7 +98,7 @@ SignalCleanup::SignalCleanup() {
   MESHTRAIN_ASSERT(!g_live, "SignalCleanup: one at a time");
   g_live = 1;
   g_count = 0;
-  g_active = 1;
+  g_state.store(kArmed);
   struct sigaction sa {};
   sa.sa_handler = clean_up_on_signal;
   sigemptyset(&sa.sa_mask);
@@ -100,7 +114,7 @@ SignalCleanup::SignalCleanup() {
 }
 
 SignalCleanup::~SignalCleanup() {
-  g_active = 0;
+  g_state.store(kIdle);
   ::sigaction(SIGTERM, &old_term_, nullptr);
   ::sigaction(SIGINT, &old_int_, nullptr);
   g_count = 0;
@@ -110,6 +124,9 @@ SignalCleanup::~SignalCleanup() {
 void SignalCleanup::add_file(const std::string& path) { add(kFile, path); }
 void SignalCleanup::add_directory_of_files(const std::string& dir) { add(kDirectoryOfFiles, dir); }
 void SignalCleanup::add_empty_directory(const std::string& dir) { add(kEmptyDirectory, dir); }
-void SignalCleanup::disarm() { g_active = 0; }
+void SignalCleanup::disarm() {
+  int expected = kArmed;
+  g_state.compare_exchange_strong(expected, kIdle);  // a removal under way finishes first
+}
 
 }  // namespace meshtrain
