@@ -9,6 +9,9 @@
 /// C strings, each published (its count raised) only once it is complete, and it uses only
 /// async-signal-safe system calls: unlink, rmdir, and for a directory of files open +
 /// getdents64 + unlinkat. One SignalCleanup is live at a time (a command stages one output).
+/// A signal that reaches several threads at once (`timeout` sends it to the child and to its
+/// process group) runs the removal once: the first handler claims it, the others wait for it
+/// to finish before the process ends.
 /// Destroying it (or `disarm`) restores the previous handlers and removes nothing: normal
 /// exits clean up through their own destructors.
 
