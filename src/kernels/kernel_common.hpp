@@ -270,6 +270,78 @@ struct RowOps<true> {
   KOKKOS_INLINE_FUNCTION static void sync(const Member&) {}
 };
 
+/// \brief Packs: K consecutive elements of a row moved together. The Warps form moves
+/// rows in packs of kPackWidth<T> elements (16 bytes: 8 bf16, 4 float, 2 double) when the
+/// rows allow it (kernels::norm_rows_packable), so that a warp's 32 lanes read 512
+/// contiguous bytes with one 16-byte load each instead of 64 bytes with a 2-byte load each;
+/// every other form uses packs of one element (a plain load or store). A kernel body written
+/// over packs -- pack p holds elements [p K, p K + K), the row has C / K packs -- thus
+/// serves every form. In the Warps form lane l owns packs l, l + 32, ... in every loop over
+/// a row, so it still reads back only what it stored itself.
+template <class T>
+inline constexpr int kPackWidth = static_cast<int>(16 / sizeof(T));
+
+template <class T, int K>
+struct alignas(sizeof(T) * K < 16 ? sizeof(T) * K : 16) Pack {
+  T v[K];
+};
+
+/// One 16-byte unit of a pack's move: on GPUs, a pack's storage and the row are both read
+/// and written as these (one 128-bit load or store each, ld/st.global.v4). Copying through a
+/// temporary instead let nvcc split some stores into four word stores
+/// (perf/gpu/ptx_loads.sh counts them); host code copies with memcpy.
+struct alignas(16) Bytes16 {
+  std::uint32_t w[4];
+};
+
+/// Pack p of `row` (elements [p K, p K + K)). K > 1: the pack's address must be 16-byte
+/// aligned (norm_rows_packable checked it before the launch).
+template <int K, class T>
+KOKKOS_FORCEINLINE_FUNCTION Pack<T, K> load_pack(const T* row, int p) {
+  Pack<T, K> out;
+  const T* src = row + static_cast<std::int64_t>(p) * K;
+  if constexpr (K == 1) {
+    out.v[0] = *src;
+  } else {
+    static_assert(sizeof(T) * K % 16 == 0, "a pack is whole 16-byte units");
+    for (int q = 0; q < static_cast<int>(sizeof(T) * K / 16); ++q) {
+      if constexpr (kHostExec) {
+        std::memcpy(reinterpret_cast<char*>(out.v) + 16 * q, reinterpret_cast<const char*>(src) + 16 * q, 16);
+      } else {
+        reinterpret_cast<Bytes16*>(out.v)[q] = reinterpret_cast<const Bytes16*>(src)[q];  // the 16-byte load
+      }
+    }
+  }
+  return out;
+}
+
+/// Stores `in` as pack p of `row` (see load_pack).
+template <int K, class T>
+KOKKOS_FORCEINLINE_FUNCTION void store_pack(T* row, int p, const Pack<T, K>& in) {
+  T* dst = row + static_cast<std::int64_t>(p) * K;
+  if constexpr (K == 1) {
+    *dst = in.v[0];
+  } else {
+    static_assert(sizeof(T) * K % 16 == 0, "a pack is whole 16-byte units");
+    for (int q = 0; q < static_cast<int>(sizeof(T) * K / 16); ++q) {
+      if constexpr (kHostExec) {
+        std::memcpy(reinterpret_cast<char*>(dst) + 16 * q, reinterpret_cast<const char*>(in.v) + 16 * q, 16);
+      } else {
+        reinterpret_cast<Bytes16*>(dst)[q] = reinterpret_cast<const Bytes16*>(in.v)[q];  // the 16-byte store
+      }
+    }
+  }
+}
+
+/// f(0) + f(1) + ... + f(K - 1), in that order (K == 1: f(0) itself, so a one-element pack
+/// sums exactly as the element would).
+template <class A, int K, class F>
+KOKKOS_FORCEINLINE_FUNCTION A pack_sum(const F& f) {
+  A s = f(0);
+  for (int j = 1; j < K; ++j) s += f(j);
+  return s;
+}
+
 /// \brief Deterministic sums over rows for each column, NS sums at once:
 /// for c < cols: g(c, s) with s[k] = sum over r < rows (in row order) of the k-th value
 /// written by f(r, c, v). The result does not depend on the thread count.

@@ -7,32 +7,49 @@ using namespace detail;
 
 namespace {
 
-// One body per kernel for both forms (NormForm): RowOps<false> a team per row, RowOps<true>
-// a warp per row (kernel_common.hpp).
+// One body per kernel for every form (NormForm): RowOps<false> a team per row, RowOps<true>
+// a warp per row; K the pack width (kernel_common.hpp's packs: 16 bytes in the Warps form
+// where the rows allow it, else 1). Loops run over a row's C / K packs.
 
-template <bool Warps, class T>
+template <bool Warps, int K, class T>
 void layernorm_forward_kernel(const T* x, const T* w, const T* b, double eps, int N, int C, T* y, acc_t<T>* mean,
                               acc_t<T>* rstd) {
   // x, y: (N, C); w, b: (C); mean, rstd: (N)
   using A = acc_t<T>;
   using Ops = RowOps<Warps>;
+  using P = Pack<T, K>;
   const A eps_a = static_cast<A>(eps);
   const A inv_c = A(1) / static_cast<A>(C);
+  const int packs = C / K;
   Kokkos::parallel_for(
-      Warps ? "Kernels::layernorm_forward_warps" : "Kernels::layernorm_forward", Ops::policy(N),
-      KOKKOS_LAMBDA(const Member& team) {
+      Warps ? (K > 1 ? "Kernels::layernorm_forward_warps16" : "Kernels::layernorm_forward_warps")
+            : "Kernels::layernorm_forward",
+      Ops::policy(N), KOKKOS_LAMBDA(const Member& team) {
         const int r = Ops::unit(team);
         if (r >= N) return;
         const T* xr = x + static_cast<std::int64_t>(r) * C;
         T* yr = y + static_cast<std::int64_t>(r) * C;
         // Two passes (mean, then centred second moment): no cancellation for large means.
-        const A m = Ops::template sum<A>(team, C, [&](int c) { return load(xr[c]); }) * inv_c;
-        const A var = Ops::template sum<A>(team, C, [&](int c) {
-                        const A d = load(xr[c]) - m;
-                        return d * d;
+        const A m = Ops::template sum<A>(team, packs, [&](int p) {
+                      const P xv = load_pack<K>(xr, p);
+                      return pack_sum<A, K>([&](int j) { return load(xv.v[j]); });
+                    }) * inv_c;
+        const A var = Ops::template sum<A>(team, packs, [&](int p) {
+                        const P xv = load_pack<K>(xr, p);
+                        return pack_sum<A, K>([&](int j) {
+                          const A d = load(xv.v[j]) - m;
+                          return d * d;
+                        });
                       }) * inv_c;
         const A rs = A(1) / math::sqrt(var + eps_a);
-        Ops::loop(team, C, [&](int c) { yr[c] = store<T>((load(xr[c]) - m) * rs * load(w[c]) + load(b[c])); });
+        Ops::loop(team, packs, [&](int p) {
+          const P xv = load_pack<K>(xr, p);
+          const P wv = load_pack<K>(w, p);
+          const P bv = load_pack<K>(b, p);
+          P yv;
+          for (int j = 0; j < K; ++j) yv.v[j] = store<T>((load(xv.v[j]) - m) * rs * load(wv.v[j]) + load(bv.v[j]));
+          store_pack<K>(yr, p, yv);
+        });
         Ops::single(team, [&]() {
           mean[r] = m;
           rstd[r] = rs;
@@ -40,12 +57,13 @@ void layernorm_forward_kernel(const T* x, const T* w, const T* b, double eps, in
       });
 }
 
-template <bool Warps, class T>
+template <bool Warps, int K, class T>
 void layernorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd, int N,
                                int C, T* dx, acc_t<T>* dw, acc_t<T>* db) {
   // dy, x, dx: (N, C); w, dw, db: (C); mean, rstd: (N)
   using A = acc_t<T>;
   using Ops = RowOps<Warps>;
+  using P = Pack<T, K>;
   // Parameter gradients: column sums in row order (deterministic, no atomics); skipped for
   // frozen parameters (dw == db == nullptr).
   if (dw != nullptr && db != nullptr) column_sums<A, 2>(
@@ -61,9 +79,11 @@ void layernorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<
         db[c] += s[1];
       });
   const A inv_c = A(1) / static_cast<A>(C);
+  const int packs = C / K;
   Kokkos::parallel_for(
-      Warps ? "Kernels::layernorm_backward_warps" : "Kernels::layernorm_backward", Ops::policy(N),
-      KOKKOS_LAMBDA(const Member& team) {
+      Warps ? (K > 1 ? "Kernels::layernorm_backward_warps16" : "Kernels::layernorm_backward_warps")
+            : "Kernels::layernorm_backward",
+      Ops::policy(N), KOKKOS_LAMBDA(const Member& team) {
         const int r = Ops::unit(team);
         if (r >= N) return;
         const T* dyr = dy + static_cast<std::int64_t>(r) * C;
@@ -72,48 +92,77 @@ void layernorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<
         const A m = mean[r];
         const A rs = rstd[r];
         // dxhat = dy * w;  dx += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-        const A mean_dxhat = Ops::template sum<A>(team, C, [&](int c) { return load(dyr[c]) * load(w[c]); }) * inv_c;
-        const A mean_dxhat_xhat = Ops::template sum<A>(team, C, [&](int c) {
-                                    return load(dyr[c]) * load(w[c]) * ((load(xr[c]) - m) * rs);
+        const A mean_dxhat = Ops::template sum<A>(team, packs, [&](int p) {
+                               const P dyv = load_pack<K>(dyr, p);
+                               const P wv = load_pack<K>(w, p);
+                               return pack_sum<A, K>([&](int j) { return load(dyv.v[j]) * load(wv.v[j]); });
+                             }) * inv_c;
+        const A mean_dxhat_xhat = Ops::template sum<A>(team, packs, [&](int p) {
+                                    const P dyv = load_pack<K>(dyr, p);
+                                    const P wv = load_pack<K>(w, p);
+                                    const P xv = load_pack<K>(xr, p);
+                                    return pack_sum<A, K>([&](int j) {
+                                      return load(dyv.v[j]) * load(wv.v[j]) * ((load(xv.v[j]) - m) * rs);
+                                    });
                                   }) * inv_c;
-        Ops::loop(team, C, [&](int c) {
-          const A xhat = (load(xr[c]) - m) * rs;
-          const A dxhat = load(dyr[c]) * load(w[c]);
-          dxr[c] = store<T>(load(dxr[c]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+        Ops::loop(team, packs, [&](int p) {
+          const P dyv = load_pack<K>(dyr, p);
+          const P wv = load_pack<K>(w, p);
+          const P xv = load_pack<K>(xr, p);
+          P dxv = load_pack<K>(dxr, p);
+          for (int j = 0; j < K; ++j) {
+            const A xhat = (load(xv.v[j]) - m) * rs;
+            const A dxhat = load(dyv.v[j]) * load(wv.v[j]);
+            dxv.v[j] = store<T>(load(dxv.v[j]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+          }
+          store_pack<K>(dxr, p, dxv);
         });
       });
 }
 
-template <bool Warps, class T>
+template <bool Warps, int K, class T>
 void rmsnorm_forward_kernel(const T* x, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd) {
   // x, y: (N, C); w: (C); rstd: (N)
   using A = acc_t<T>;
   using Ops = RowOps<Warps>;
+  using P = Pack<T, K>;
   const A eps_a = static_cast<A>(eps);
   const A inv_c = A(1) / static_cast<A>(C);
+  const int packs = C / K;
   Kokkos::parallel_for(
-      Warps ? "Kernels::rmsnorm_forward_warps" : "Kernels::rmsnorm_forward", Ops::policy(N),
-      KOKKOS_LAMBDA(const Member& team) {
+      Warps ? (K > 1 ? "Kernels::rmsnorm_forward_warps16" : "Kernels::rmsnorm_forward_warps")
+            : "Kernels::rmsnorm_forward",
+      Ops::policy(N), KOKKOS_LAMBDA(const Member& team) {
         const int r = Ops::unit(team);
         if (r >= N) return;
         const T* xr = x + static_cast<std::int64_t>(r) * C;
         T* yr = y + static_cast<std::int64_t>(r) * C;
-        const A ms = Ops::template sum<A>(team, C, [&](int c) {
-                       const A v = load(xr[c]);
-                       return v * v;
+        const A ms = Ops::template sum<A>(team, packs, [&](int p) {
+                       const P xv = load_pack<K>(xr, p);
+                       return pack_sum<A, K>([&](int j) {
+                         const A v = load(xv.v[j]);
+                         return v * v;
+                       });
                      }) * inv_c;
         const A rs = A(1) / math::sqrt(ms + eps_a);
-        Ops::loop(team, C, [&](int c) { yr[c] = store<T>(load(xr[c]) * rs * load(w[c])); });
+        Ops::loop(team, packs, [&](int p) {
+          const P xv = load_pack<K>(xr, p);
+          const P wv = load_pack<K>(w, p);
+          P yv;
+          for (int j = 0; j < K; ++j) yv.v[j] = store<T>(load(xv.v[j]) * rs * load(wv.v[j]));
+          store_pack<K>(yr, p, yv);
+        });
         Ops::single(team, [&]() { rstd[r] = rs; });
       });
 }
 
-template <bool Warps, class T>
+template <bool Warps, int K, class T>
 void rmsnorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
                              acc_t<T>* dw) {
   // dy, x, dx: (N, C); w, dw: (C); rstd: (N)
   using A = acc_t<T>;
   using Ops = RowOps<Warps>;
+  using P = Pack<T, K>;
   if (dw != nullptr) column_sums<A, 1>(  // dw == nullptr: a frozen weight
       "Kernels::rmsnorm_backward_params", N, C,
       KOKKOS_LAMBDA(int r, int c, A* v) {
@@ -122,9 +171,11 @@ void rmsnorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<T>
       },
       KOKKOS_LAMBDA(int c, const A* s) { dw[c] += s[0]; });
   const A inv_c = A(1) / static_cast<A>(C);
+  const int packs = C / K;
   Kokkos::parallel_for(
-      Warps ? "Kernels::rmsnorm_backward_warps" : "Kernels::rmsnorm_backward", Ops::policy(N),
-      KOKKOS_LAMBDA(const Member& team) {
+      Warps ? (K > 1 ? "Kernels::rmsnorm_backward_warps16" : "Kernels::rmsnorm_backward_warps")
+            : "Kernels::rmsnorm_backward",
+      Ops::policy(N), KOKKOS_LAMBDA(const Member& team) {
         const int r = Ops::unit(team);
         if (r >= N) return;
         const T* dyr = dy + static_cast<std::int64_t>(r) * C;
@@ -132,13 +183,25 @@ void rmsnorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<T>
         T* dxr = dx + static_cast<std::int64_t>(r) * C;
         const A rs = rstd[r];
         // xhat = x * rstd; dxhat = dy * w;  dx += rstd * (dxhat - xhat * mean(dxhat * xhat))
-        const A mean_dxhat_xhat = Ops::template sum<A>(team, C, [&](int c) {
-                                    return load(dyr[c]) * load(w[c]) * (load(xr[c]) * rs);
+        const A mean_dxhat_xhat = Ops::template sum<A>(team, packs, [&](int p) {
+                                    const P dyv = load_pack<K>(dyr, p);
+                                    const P wv = load_pack<K>(w, p);
+                                    const P xv = load_pack<K>(xr, p);
+                                    return pack_sum<A, K>([&](int j) {
+                                      return load(dyv.v[j]) * load(wv.v[j]) * (load(xv.v[j]) * rs);
+                                    });
                                   }) * inv_c;
-        Ops::loop(team, C, [&](int c) {
-          const A xhat = load(xr[c]) * rs;
-          const A dxhat = load(dyr[c]) * load(w[c]);
-          dxr[c] = store<T>(load(dxr[c]) + rs * (dxhat - xhat * mean_dxhat_xhat));
+        Ops::loop(team, packs, [&](int p) {
+          const P dyv = load_pack<K>(dyr, p);
+          const P wv = load_pack<K>(w, p);
+          const P xv = load_pack<K>(xr, p);
+          P dxv = load_pack<K>(dxr, p);
+          for (int j = 0; j < K; ++j) {
+            const A xhat = load(xv.v[j]) * rs;
+            const A dxhat = load(dyv.v[j]) * load(wv.v[j]);
+            dxv.v[j] = store<T>(load(dxv.v[j]) + rs * (dxhat - xhat * mean_dxhat_xhat));
+          }
+          store_pack<K>(dxr, p, dxv);
         });
       });
 }
@@ -147,31 +210,46 @@ void rmsnorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<T>
 
 NormForm default_norm_form() { return kHostExec ? NormForm::Rows : NormForm::Warps; }
 
+bool norm_rows_packable(int C, std::size_t elem_bytes, std::initializer_list<const void*> bases) {
+  if (C <= 0 || (static_cast<std::size_t>(C) * elem_bytes) % kNormPackBytes != 0) return false;
+  for (const void* b : bases)
+    if (b != nullptr && reinterpret_cast<std::uintptr_t>(b) % kNormPackBytes != 0) return false;
+  return true;
+}
+
 template <class T>
 void layernorm_forward(const T* x, const T* w, const T* b, double eps, int N, int C, T* y, acc_t<T>* mean,
                        acc_t<T>* rstd, NormForm form) {
-  if (form == NormForm::Warps) layernorm_forward_kernel<true>(x, w, b, eps, N, C, y, mean, rstd);
-  else layernorm_forward_kernel<false>(x, w, b, eps, N, C, y, mean, rstd);
+  if (form == NormForm::Rows) layernorm_forward_kernel<false, 1>(x, w, b, eps, N, C, y, mean, rstd);
+  else if (norm_rows_packable(C, sizeof(T), {x, w, b, y}))
+    layernorm_forward_kernel<true, kPackWidth<T>>(x, w, b, eps, N, C, y, mean, rstd);
+  else layernorm_forward_kernel<true, 1>(x, w, b, eps, N, C, y, mean, rstd);
 }
 
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C,
                         T* dx, acc_t<T>* dw, acc_t<T>* db, NormForm form) {
-  if (form == NormForm::Warps) layernorm_backward_kernel<true>(dy, x, w, mean, rstd, N, C, dx, dw, db);
-  else layernorm_backward_kernel<false>(dy, x, w, mean, rstd, N, C, dx, dw, db);
+  if (form == NormForm::Rows) layernorm_backward_kernel<false, 1>(dy, x, w, mean, rstd, N, C, dx, dw, db);
+  else if (norm_rows_packable(C, sizeof(T), {dy, x, w, dx}))
+    layernorm_backward_kernel<true, kPackWidth<T>>(dy, x, w, mean, rstd, N, C, dx, dw, db);
+  else layernorm_backward_kernel<true, 1>(dy, x, w, mean, rstd, N, C, dx, dw, db);
 }
 
 template <class T>
 void rmsnorm_forward(const T* x, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd, NormForm form) {
-  if (form == NormForm::Warps) rmsnorm_forward_kernel<true>(x, w, eps, N, C, y, rstd);
-  else rmsnorm_forward_kernel<false>(x, w, eps, N, C, y, rstd);
+  if (form == NormForm::Rows) rmsnorm_forward_kernel<false, 1>(x, w, eps, N, C, y, rstd);
+  else if (norm_rows_packable(C, sizeof(T), {x, w, y}))
+    rmsnorm_forward_kernel<true, kPackWidth<T>>(x, w, eps, N, C, y, rstd);
+  else rmsnorm_forward_kernel<true, 1>(x, w, eps, N, C, y, rstd);
 }
 
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C, T* dx, acc_t<T>* dw,
                       NormForm form) {
-  if (form == NormForm::Warps) rmsnorm_backward_kernel<true>(dy, x, w, rstd, N, C, dx, dw);
-  else rmsnorm_backward_kernel<false>(dy, x, w, rstd, N, C, dx, dw);
+  if (form == NormForm::Rows) rmsnorm_backward_kernel<false, 1>(dy, x, w, rstd, N, C, dx, dw);
+  else if (norm_rows_packable(C, sizeof(T), {dy, x, w, dx}))
+    rmsnorm_backward_kernel<true, kPackWidth<T>>(dy, x, w, rstd, N, C, dx, dw);
+  else rmsnorm_backward_kernel<true, 1>(dy, x, w, rstd, N, C, dx, dw);
 }
 
 #define MESHTRAIN_INSTANTIATE_NORMS(T)                                                                        \

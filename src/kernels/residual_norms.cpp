@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/error.hpp"
 #include "kernel_common.hpp"
 
 namespace meshtrain::kernels {
@@ -62,6 +63,19 @@ constexpr int row_block() {
   return Warps ? kWarpRowBlock : kNormRowBlock;
 }
 
+/// Pack p of a block's partial row: `terms` at the block's first row, else the partial plus
+/// `terms` (one sum per column, in row order).
+template <int K, class A>
+KOKKOS_FORCEINLINE_FUNCTION void add_partial(A* partial_row, int p, bool first, const Pack<A, K>& terms) {
+  if (first) {
+    store_pack<K>(partial_row, p, terms);
+  } else {
+    Pack<A, K> acc = load_pack<K>(partial_row, p);
+    for (int j = 0; j < K; ++j) acc.v[j] += terms.v[j];
+    store_pack<K>(partial_row, p, acc);
+  }
+}
+
 /// Adds the backward's block partials (blocks, NS, C) in that form's order.
 template <bool Warps, class T, int NS>
 void sum_partials(const char* name, const acc_t<T>* P, int blocks, int C, acc_t<T>* o0, acc_t<T>* o1 = nullptr,
@@ -73,36 +87,57 @@ void sum_partials(const char* name, const acc_t<T>* P, int blocks, int C, acc_t<
   }
 }
 
-template <bool Warps, class T>
+// One body per kernel for every form, as in kernels/norms.cpp: K the pack width (16 bytes in
+// the Warps form where the rows allow it, else 1); loops run over a row's C / K packs.
+
+template <bool Warps, int K, class T>
 void layernorm_forward_kernel(T* h, const T* residual, const T* bias, const T* w, const T* b, double eps, int N, int C,
                               T* y, acc_t<T>* mean, acc_t<T>* rstd) {
   // h, residual, y: (N, C); bias, w, b: (C); mean, rstd: (N)
   using A = acc_t<T>;
   using Ops = RowOps<Warps>;
+  using P = Pack<T, K>;
   const A eps_a = static_cast<A>(eps);
   const A inv_c = A(1) / static_cast<A>(C);
+  const int packs = C / K;
   Kokkos::parallel_for(
-      Warps ? "Kernels::residual_layernorm_forward_warps" : "Kernels::residual_layernorm_forward", Ops::policy(N),
-      KOKKOS_LAMBDA(const Member& team) {
+      Warps ? (K > 1 ? "Kernels::residual_layernorm_forward_warps16" : "Kernels::residual_layernorm_forward_warps")
+            : "Kernels::residual_layernorm_forward",
+      Ops::policy(N), KOKKOS_LAMBDA(const Member& team) {
         const int r = Ops::unit(team);
         if (r >= N) return;
         T* hr = h + static_cast<std::int64_t>(r) * C;
         const T* xr = residual + static_cast<std::int64_t>(r) * C;
         T* yr = y + static_cast<std::int64_t>(r) * C;
         // The residual add, rounded as add_bias then add_inplace round, fused into the mean.
-        const A m = Ops::template sum<A>(team, C, [&](int c) {
-                      const T v = bias ? store<T>(load(hr[c]) + load(bias[c])) : hr[c];
-                      const T s = store<T>(load(v) + load(xr[c]));
-                      hr[c] = s;
-                      return A(load(s));
+        const A m = Ops::template sum<A>(team, packs, [&](int p) {
+                      P hv = load_pack<K>(hr, p);
+                      const P xv = load_pack<K>(xr, p);
+                      const P bv = bias ? load_pack<K>(bias, p) : P{};
+                      for (int j = 0; j < K; ++j) {
+                        const T v = bias ? store<T>(load(hv.v[j]) + load(bv.v[j])) : hv.v[j];
+                        hv.v[j] = store<T>(load(v) + load(xv.v[j]));
+                      }
+                      store_pack<K>(hr, p, hv);
+                      return pack_sum<A, K>([&](int j) { return A(load(hv.v[j])); });
                     }) * inv_c;
         Ops::sync(team);  // the row of h is written before any thread reads it back
-        const A var = Ops::template sum<A>(team, C, [&](int c) {
-                        const A d = load(hr[c]) - m;
-                        return d * d;
+        const A var = Ops::template sum<A>(team, packs, [&](int p) {
+                        const P hv = load_pack<K>(hr, p);
+                        return pack_sum<A, K>([&](int j) {
+                          const A d = load(hv.v[j]) - m;
+                          return d * d;
+                        });
                       }) * inv_c;
         const A rs = A(1) / math::sqrt(var + eps_a);
-        Ops::loop(team, C, [&](int c) { yr[c] = store<T>((load(hr[c]) - m) * rs * load(w[c]) + load(b[c])); });
+        Ops::loop(team, packs, [&](int p) {
+          const P hv = load_pack<K>(hr, p);
+          const P wv = load_pack<K>(w, p);
+          const P bv = load_pack<K>(b, p);
+          P yv;
+          for (int j = 0; j < K; ++j) yv.v[j] = store<T>((load(hv.v[j]) - m) * rs * load(wv.v[j]) + load(bv.v[j]));
+          store_pack<K>(yr, p, yv);
+        });
         Ops::single(team, [&]() {
           mean[r] = m;
           rstd[r] = rs;
@@ -110,28 +145,33 @@ void layernorm_forward_kernel(T* h, const T* residual, const T* bias, const T* w
       });
 }
 
-template <bool Warps, class T>
+template <bool Warps, int K, class T>
 void layernorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd, int N,
                                int C, T* dx, acc_t<T>* dw, acc_t<T>* db, acc_t<T>* dbias) {
   // dy, h, dx: (N, C); w, dw, db, dbias: (C); mean, rstd: (N)
   using A = acc_t<T>;
   using Ops = RowOps<Warps>;
+  using P = Pack<T, K>;
+  using PA = Pack<A, K>;
   constexpr int NS = 3;  // partials: dw, db, dbias
   constexpr int RB = row_block<Warps>();
   const bool params = dw != nullptr || db != nullptr || dbias != nullptr;
   const int blocks = (N + RB - 1) / RB;
-  // P: (blocks, NS, C) partial column sums, each block's written by its team (warp) alone.
+  // Pt: (blocks, NS, C) partial column sums, each block's written by its team (warp) alone.
   Buffer<A> partial(params ? static_cast<std::size_t>(blocks) * NS * C : 0, MemCategory::Workspace);
-  A* P = partial.data();
+  A* Pt = partial.data();
+  MESHTRAIN_ASSERT(K == 1 || norm_rows_packable(C, sizeof(A), {Pt}), "fused norm backward: partials not packable");
   const A inv_c = A(1) / static_cast<A>(C);
+  const int packs = C / K;
   Kokkos::parallel_for(
-      Warps ? "Kernels::residual_layernorm_backward_warps" : "Kernels::residual_layernorm_backward",
+      Warps ? (K > 1 ? "Kernels::residual_layernorm_backward_warps16" : "Kernels::residual_layernorm_backward_warps")
+            : "Kernels::residual_layernorm_backward",
       Ops::policy(blocks), KOKKOS_LAMBDA(const Member& team) {
         const int blk = Ops::unit(team);
         if (blk >= blocks) return;
         const int r0 = blk * RB;
         const int r1 = N < r0 + RB ? N : r0 + RB;
-        A* Pb = P + static_cast<std::int64_t>(blk) * NS * C;
+        A* Pb = Pt + static_cast<std::int64_t>(blk) * NS * C;
         for (int r = r0; r < r1; ++r) {
           const std::int64_t off = static_cast<std::int64_t>(r) * C;
           const T* dyr = dy + off;
@@ -140,22 +180,31 @@ void layernorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<
           const A m = mean[r];
           const A rs = rstd[r];
           // dxhat = dy * w;  dx += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-          const A mean_dxhat =
-              Ops::template sum<A>(team, C, [&](int c) { return load(dyr[c]) * load(w[c]); }) * inv_c;
-          const A mean_dxhat_xhat = Ops::template sum<A>(team, C, [&](int c) {
-                                      return load(dyr[c]) * load(w[c]) * ((load(hr[c]) - m) * rs);
+          const A mean_dxhat = Ops::template sum<A>(team, packs, [&](int p) {
+                                 const P dyv = load_pack<K>(dyr, p);
+                                 const P wv = load_pack<K>(w, p);
+                                 return pack_sum<A, K>([&](int j) { return load(dyv.v[j]) * load(wv.v[j]); });
+                               }) * inv_c;
+          const A mean_dxhat_xhat = Ops::template sum<A>(team, packs, [&](int p) {
+                                      const P dyv = load_pack<K>(dyr, p);
+                                      const P wv = load_pack<K>(w, p);
+                                      const P hv = load_pack<K>(hr, p);
+                                      return pack_sum<A, K>([&](int j) {
+                                        return load(dyv.v[j]) * load(wv.v[j]) * ((load(hv.v[j]) - m) * rs);
+                                      });
                                     }) * inv_c;
           const bool first = r == r0;
           // A plain `if` on the constant, not `if constexpr`: nvcc's extended lambdas cannot
           // first-capture variables inside a constexpr-if branch (the outer KOKKOS_LAMBDA
-          // captures params, NS and P here); the dead branch costs nothing.
+          // captures params, NS and Pt here); the dead branch costs nothing.
           if (kHostExec && !Warps) {
-            // Host: the dx loop alone (as the unfused kernel's), then each partial row in a
-            // loop of its own over the row, still in cache. One loop writing dx and three
-            // partial rows through pointers of one type does not vectorize (the compiler must
-            // assume they alias, and the run-time alias checks of six pointers exceed its
-            // limit) and measured slower than the unfused backward on CPU; loops with one
-            // store each do vectorize (perf/bench_norms.sh, perf/README.md). Same values.
+            // Host (K == 1 here: packs are elements): the dx loop alone (as the unfused
+            // kernel's), then each partial row in a loop of its own over the row, still in
+            // cache. One loop writing dx and three partial rows through pointers of one type
+            // does not vectorize (the compiler must assume they alias, and the run-time alias
+            // checks of six pointers exceed its limit) and measured slower than the unfused
+            // backward on CPU; loops with one store each do vectorize (perf/bench_norms.sh,
+            // perf/README.md). Same values.
             Ops::loop(team, C, [&](int c) {
               const A xhat = (load(hr[c]) - m) * rs;
               const A dxhat = load(dyr[c]) * load(w[c]);
@@ -173,15 +222,26 @@ void layernorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<
               Ops::loop(team, C, [&](int c) { p2[c] += A(load(dxr[c])); });
             }
           } else {
-            Ops::loop(team, C, [&](int c) {
-              const A g = load(dyr[c]);
-              const A xhat = (load(hr[c]) - m) * rs;
-              const A dxhat = g * load(w[c]);
-              const T out = store<T>(load(dxr[c]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
-              dxr[c] = out;
+            Ops::loop(team, packs, [&](int p) {
+              const P dyv = load_pack<K>(dyr, p);
+              const P hv = load_pack<K>(hr, p);
+              const P wv = load_pack<K>(w, p);
+              P dxv = load_pack<K>(dxr, p);
+              PA gx, g1, gdx;  // the row's terms of dw, db, dbias
+              for (int j = 0; j < K; ++j) {
+                const A g = load(dyv.v[j]);
+                const A xhat = (load(hv.v[j]) - m) * rs;
+                const A dxhat = g * load(wv.v[j]);
+                dxv.v[j] = store<T>(load(dxv.v[j]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+                gx.v[j] = g * xhat;
+                g1.v[j] = g;
+                gdx.v[j] = A(load(dxv.v[j]));
+              }
+              store_pack<K>(dxr, p, dxv);
               if (params) {
-                const A v[NS] = {g * xhat, g, A(load(out))};
-                for (int k = 0; k < NS; ++k) Pb[k * C + c] = first ? v[k] : Pb[k * C + c] + v[k];
+                add_partial<K>(Pb, p, first, gx);
+                add_partial<K>(Pb + C, p, first, g1);
+                add_partial<K>(Pb + 2 * C, p, first, gdx);
               }
             });
           }
@@ -190,58 +250,77 @@ void layernorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<
   if (params)
     sum_partials<Warps, T, NS>(Warps ? "Kernels::residual_layernorm_backward_warps_params"
                                      : "Kernels::residual_layernorm_backward_params",
-                               P, blocks, C, dw, db, dbias);
+                               Pt, blocks, C, dw, db, dbias);
 }
 
-template <bool Warps, class T>
+template <bool Warps, int K, class T>
 void rmsnorm_forward_kernel(T* h, const T* residual, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd) {
   // h, residual, y: (N, C); w: (C); rstd: (N)
   using A = acc_t<T>;
   using Ops = RowOps<Warps>;
+  using P = Pack<T, K>;
   const A eps_a = static_cast<A>(eps);
   const A inv_c = A(1) / static_cast<A>(C);
+  const int packs = C / K;
   Kokkos::parallel_for(
-      Warps ? "Kernels::residual_rmsnorm_forward_warps" : "Kernels::residual_rmsnorm_forward", Ops::policy(N),
-      KOKKOS_LAMBDA(const Member& team) {
+      Warps ? (K > 1 ? "Kernels::residual_rmsnorm_forward_warps16" : "Kernels::residual_rmsnorm_forward_warps")
+            : "Kernels::residual_rmsnorm_forward",
+      Ops::policy(N), KOKKOS_LAMBDA(const Member& team) {
         const int r = Ops::unit(team);
         if (r >= N) return;
         T* hr = h + static_cast<std::int64_t>(r) * C;
         const T* xr = residual + static_cast<std::int64_t>(r) * C;
         T* yr = y + static_cast<std::int64_t>(r) * C;
         // The residual add, rounded as add_inplace rounds, fused into the mean square.
-        const A ms = Ops::template sum<A>(team, C, [&](int c) {
-                       const T s = store<T>(load(hr[c]) + load(xr[c]));
-                       hr[c] = s;
-                       const A v = load(s);
-                       return v * v;
+        const A ms = Ops::template sum<A>(team, packs, [&](int p) {
+                       P hv = load_pack<K>(hr, p);
+                       const P xv = load_pack<K>(xr, p);
+                       for (int j = 0; j < K; ++j) hv.v[j] = store<T>(load(hv.v[j]) + load(xv.v[j]));
+                       store_pack<K>(hr, p, hv);
+                       return pack_sum<A, K>([&](int j) {
+                         const A v = load(hv.v[j]);
+                         return v * v;
+                       });
                      }) * inv_c;
         Ops::sync(team);  // the row of h is written before any thread reads it back
         const A rs = A(1) / math::sqrt(ms + eps_a);
-        Ops::loop(team, C, [&](int c) { yr[c] = store<T>(load(hr[c]) * rs * load(w[c])); });
+        Ops::loop(team, packs, [&](int p) {
+          const P hv = load_pack<K>(hr, p);
+          const P wv = load_pack<K>(w, p);
+          P yv;
+          for (int j = 0; j < K; ++j) yv.v[j] = store<T>(load(hv.v[j]) * rs * load(wv.v[j]));
+          store_pack<K>(yr, p, yv);
+        });
         Ops::single(team, [&]() { rstd[r] = rs; });
       });
 }
 
-template <bool Warps, class T>
+template <bool Warps, int K, class T>
 void rmsnorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
                              acc_t<T>* dw) {
   // dy, h, dx: (N, C); w, dw: (C); rstd: (N)
   using A = acc_t<T>;
   using Ops = RowOps<Warps>;
+  using P = Pack<T, K>;
+  using PA = Pack<A, K>;
   constexpr int RB = row_block<Warps>();
   const bool params = dw != nullptr;
   const int blocks = (N + RB - 1) / RB;
+  // Pt: (blocks, C) partial column sums of dw, each block's written by its team (warp) alone.
   Buffer<A> partial(params ? static_cast<std::size_t>(blocks) * C : 0, MemCategory::Workspace);
-  A* P = partial.data();
+  A* Pt = partial.data();
+  MESHTRAIN_ASSERT(K == 1 || norm_rows_packable(C, sizeof(A), {Pt}), "fused norm backward: partials not packable");
   const A inv_c = A(1) / static_cast<A>(C);
+  const int packs = C / K;
   Kokkos::parallel_for(
-      Warps ? "Kernels::residual_rmsnorm_backward_warps" : "Kernels::residual_rmsnorm_backward", Ops::policy(blocks),
-      KOKKOS_LAMBDA(const Member& team) {
+      Warps ? (K > 1 ? "Kernels::residual_rmsnorm_backward_warps16" : "Kernels::residual_rmsnorm_backward_warps")
+            : "Kernels::residual_rmsnorm_backward",
+      Ops::policy(blocks), KOKKOS_LAMBDA(const Member& team) {
         const int blk = Ops::unit(team);
         if (blk >= blocks) return;
         const int r0 = blk * RB;
         const int r1 = N < r0 + RB ? N : r0 + RB;
-        A* Pb = P + static_cast<std::int64_t>(blk) * C;
+        A* Pb = Pt + static_cast<std::int64_t>(blk) * C;
         for (int r = r0; r < r1; ++r) {
           const std::int64_t off = static_cast<std::int64_t>(r) * C;
           const T* dyr = dy + off;
@@ -249,22 +328,36 @@ void rmsnorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<T>
           T* dxr = dx + off;
           const A rs = rstd[r];
           // xhat = h * rstd; dxhat = dy * w;  dx += rstd * (dxhat - xhat * mean(dxhat * xhat))
-          const A mean_dxhat_xhat = Ops::template sum<A>(team, C, [&](int c) {
-                                      return load(dyr[c]) * load(w[c]) * (load(hr[c]) * rs);
+          const A mean_dxhat_xhat = Ops::template sum<A>(team, packs, [&](int p) {
+                                      const P dyv = load_pack<K>(dyr, p);
+                                      const P wv = load_pack<K>(w, p);
+                                      const P hv = load_pack<K>(hr, p);
+                                      return pack_sum<A, K>([&](int j) {
+                                        return load(dyv.v[j]) * load(wv.v[j]) * (load(hv.v[j]) * rs);
+                                      });
                                     }) * inv_c;
           const bool first = r == r0;
-          Ops::loop(team, C, [&](int c) {
-            const A g = load(dyr[c]);
-            const A xhat = load(hr[c]) * rs;
-            dxr[c] = store<T>(load(dxr[c]) + rs * (g * load(w[c]) - xhat * mean_dxhat_xhat));
-            if (params) Pb[c] = first ? g * xhat : Pb[c] + g * xhat;
+          Ops::loop(team, packs, [&](int p) {
+            const P dyv = load_pack<K>(dyr, p);
+            const P hv = load_pack<K>(hr, p);
+            const P wv = load_pack<K>(w, p);
+            P dxv = load_pack<K>(dxr, p);
+            PA gx;
+            for (int j = 0; j < K; ++j) {
+              const A g = load(dyv.v[j]);
+              const A xhat = load(hv.v[j]) * rs;
+              dxv.v[j] = store<T>(load(dxv.v[j]) + rs * (g * load(wv.v[j]) - xhat * mean_dxhat_xhat));
+              gx.v[j] = g * xhat;
+            }
+            store_pack<K>(dxr, p, dxv);
+            if (params) add_partial<K>(Pb, p, first, gx);
           });
         }
       });
   if (params)
     sum_partials<Warps, T, 1>(Warps ? "Kernels::residual_rmsnorm_backward_warps_params"
                                     : "Kernels::residual_rmsnorm_backward_params",
-                              P, blocks, C, dw);
+                              Pt, blocks, C, dw);
 }
 
 }  // namespace
@@ -272,29 +365,37 @@ void rmsnorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<T>
 template <class T>
 void residual_layernorm_forward(T* h, const T* residual, const T* bias, const T* w, const T* b, double eps, int N,
                                 int C, T* y, acc_t<T>* mean, acc_t<T>* rstd, NormForm form) {
-  if (form == NormForm::Warps) layernorm_forward_kernel<true>(h, residual, bias, w, b, eps, N, C, y, mean, rstd);
-  else layernorm_forward_kernel<false>(h, residual, bias, w, b, eps, N, C, y, mean, rstd);
+  if (form == NormForm::Rows) layernorm_forward_kernel<false, 1>(h, residual, bias, w, b, eps, N, C, y, mean, rstd);
+  else if (norm_rows_packable(C, sizeof(T), {h, residual, bias, w, b, y}))
+    layernorm_forward_kernel<true, kPackWidth<T>>(h, residual, bias, w, b, eps, N, C, y, mean, rstd);
+  else layernorm_forward_kernel<true, 1>(h, residual, bias, w, b, eps, N, C, y, mean, rstd);
 }
 
 template <class T>
 void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd,
                                  int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db, acc_t<T>* dbias, NormForm form) {
-  if (form == NormForm::Warps) layernorm_backward_kernel<true>(dy, h, w, mean, rstd, N, C, dx, dw, db, dbias);
-  else layernorm_backward_kernel<false>(dy, h, w, mean, rstd, N, C, dx, dw, db, dbias);
+  if (form == NormForm::Rows) layernorm_backward_kernel<false, 1>(dy, h, w, mean, rstd, N, C, dx, dw, db, dbias);
+  else if (norm_rows_packable(C, sizeof(T), {dy, h, w, dx}))
+    layernorm_backward_kernel<true, kPackWidth<T>>(dy, h, w, mean, rstd, N, C, dx, dw, db, dbias);
+  else layernorm_backward_kernel<true, 1>(dy, h, w, mean, rstd, N, C, dx, dw, db, dbias);
 }
 
 template <class T>
 void residual_rmsnorm_forward(T* h, const T* residual, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd,
                               NormForm form) {
-  if (form == NormForm::Warps) rmsnorm_forward_kernel<true>(h, residual, w, eps, N, C, y, rstd);
-  else rmsnorm_forward_kernel<false>(h, residual, w, eps, N, C, y, rstd);
+  if (form == NormForm::Rows) rmsnorm_forward_kernel<false, 1>(h, residual, w, eps, N, C, y, rstd);
+  else if (norm_rows_packable(C, sizeof(T), {h, residual, w, y}))
+    rmsnorm_forward_kernel<true, kPackWidth<T>>(h, residual, w, eps, N, C, y, rstd);
+  else rmsnorm_forward_kernel<true, 1>(h, residual, w, eps, N, C, y, rstd);
 }
 
 template <class T>
 void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
                                acc_t<T>* dw, NormForm form) {
-  if (form == NormForm::Warps) rmsnorm_backward_kernel<true>(dy, h, w, rstd, N, C, dx, dw);
-  else rmsnorm_backward_kernel<false>(dy, h, w, rstd, N, C, dx, dw);
+  if (form == NormForm::Rows) rmsnorm_backward_kernel<false, 1>(dy, h, w, rstd, N, C, dx, dw);
+  else if (norm_rows_packable(C, sizeof(T), {dy, h, w, dx}))
+    rmsnorm_backward_kernel<true, kPackWidth<T>>(dy, h, w, rstd, N, C, dx, dw);
+  else rmsnorm_backward_kernel<true, 1>(dy, h, w, rstd, N, C, dx, dw);
 }
 
 #define MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(T)                                                                 \

@@ -16,6 +16,7 @@
 
 #include "core/bf16.hpp"
 #include "core/memory.hpp"
+#include "launched_kernels.hpp"
 #include "test_support.hpp"
 
 namespace meshtrain::test {

@@ -1,9 +1,13 @@
 // LayerNorm and RMSNorm: forward against a host reference, backward against finite
 // differences (dx, dw, db all accumulate). Both forms (kernels::NormForm): Rows, the host
-// form, and Warps, the GPU form, run here on the host against the same references.
+// form, and Warps, the GPU form, run here on the host against the same references; the
+// Warps form both in 16-byte packs and element by element (kernels::norm_rows_packable).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "kernel_test_utils.hpp"
 #include "kernels/norms.hpp"
@@ -14,7 +18,9 @@ namespace k = meshtrain::kernels;
 
 namespace {
 
-constexpr int kN = 13, kC = 70;  // 70 columns: a full 64-column block plus a tail
+// 70 columns: a full 64-column block plus a tail; in double 35 packs of the Warps form's
+// 16 bytes (69 columns: rows of 552 bytes, which that form moves element by element).
+constexpr int kN = 13, kC = 70;
 constexpr double kEps = 1e-5;
 
 struct NormRef {
@@ -51,17 +57,17 @@ NormRef rmsnorm_ref(const std::vector<double>& x, const std::vector<double>& w, 
 }
 
 /// Inputs with a large common offset per row: a one-pass variance would lose digits.
-std::vector<double> norm_input(std::uint64_t seed) {
-  auto x = random_normal(static_cast<std::size_t>(kN) * kC, seed);
+std::vector<double> norm_input(std::uint64_t seed, int C) {
+  auto x = random_normal(static_cast<std::size_t>(kN) * C, seed);
   for (int i = 0; i < kN; ++i)
-    for (int c = 0; c < kC; ++c) x[static_cast<std::size_t>(i) * kC + c] += 3.0 * (i % 3);
+    for (int c = 0; c < C; ++c) x[static_cast<std::size_t>(i) * C + c] += 3.0 * (i % 3);
   return x;
 }
 
-void check_layernorm(k::NormForm form) {
-  auto x = norm_input(1);
-  auto w = random_normal(kC, 2);
-  auto b = random_normal(kC, 3);
+void check_layernorm(k::NormForm form, int C = kC) {
+  auto x = norm_input(1, C);
+  auto w = random_normal(C, 2);
+  auto b = random_normal(C, 3);
   const auto wy = random_normal(x.size(), 4);
   std::vector<double> mean, rstd;
   auto forward = [&]() {
@@ -70,25 +76,25 @@ void check_layernorm(k::NormForm form) {
     auto db = upload<double>(b);
     Buffer<double> y(x.size(), MemCategory::Workspace), m(kN, MemCategory::Workspace),
         r(kN, MemCategory::Workspace);
-    k::layernorm_forward(dx.data(), dw.data(), db.data(), kEps, kN, kC, y.data(), m.data(), r.data(), form);
+    k::layernorm_forward(dx.data(), dw.data(), db.data(), kEps, kN, C, y.data(), m.data(), r.data(), form);
     mean = to_host(m);
     rstd = to_host(r);
     return download(y);
   };
   const auto y = forward();
-  const auto ref = layernorm_ref(x, w, b, kN, kC);
+  const auto ref = layernorm_ref(x, w, b, kN, C);
   // 1e-12: the same two-pass formula in double; only summation order differs.
   expect_close("layernorm y", y, ref.y, 1e-12, 1e-6);
   expect_close("layernorm mean", mean, ref.mean, 1e-12, 1e-6);
   expect_close("layernorm rstd", rstd, ref.rstd, 1e-12, 1e-6);
 
   // Backward accumulates into nonzero dx, dw, db.
-  const auto dx0 = random_normal(x.size(), 5), dw0 = random_normal(kC, 6), db0 = random_normal(kC, 7);
+  const auto dx0 = random_normal(x.size(), 5), dw0 = random_normal(C, 6), db0 = random_normal(C, 7);
   auto ddy = upload<double>(wy);
   auto dx = upload<double>(x), dw = upload<double>(w);
   auto dm = to_device(mean), dr = to_device(rstd);
   auto gx = upload<double>(dx0), gw = upload<double>(dw0), gb = upload<double>(db0);
-  k::layernorm_backward(ddy.data(), dx.data(), dw.data(), dm.data(), dr.data(), kN, kC, gx.data(),
+  k::layernorm_backward(ddy.data(), dx.data(), dw.data(), dm.data(), dr.data(), kN, C, gx.data(),
                         gw.data(), gb.data(), form);
   auto delta = [](std::vector<double> a, const std::vector<double>& a0) {
     for (std::size_t i = 0; i < a.size(); ++i) a[i] -= a0[i];
@@ -102,31 +108,31 @@ void check_layernorm(k::NormForm form) {
   fd_check("layernorm db", b, grad_b, loss, 40, 10);
 }
 
-void check_rmsnorm(k::NormForm form) {
-  auto x = norm_input(11);
-  auto w = random_normal(kC, 12);
+void check_rmsnorm(k::NormForm form, int C = kC) {
+  auto x = norm_input(11, C);
+  auto w = random_normal(C, 12);
   const auto wy = random_normal(x.size(), 13);
   std::vector<double> rstd;
   auto forward = [&]() {
     auto dx = upload<double>(x);
     auto dw = upload<double>(w);
     Buffer<double> y(x.size(), MemCategory::Workspace), r(kN, MemCategory::Workspace);
-    k::rmsnorm_forward(dx.data(), dw.data(), kEps, kN, kC, y.data(), r.data(), form);
+    k::rmsnorm_forward(dx.data(), dw.data(), kEps, kN, C, y.data(), r.data(), form);
     rstd = to_host(r);
     return download(y);
   };
   const auto y = forward();
-  const auto ref = rmsnorm_ref(x, w, kN, kC);
+  const auto ref = rmsnorm_ref(x, w, kN, C);
   // 1e-12: the same formula in double; only summation order differs.
   expect_close("rmsnorm y", y, ref.y, 1e-12, 1e-6);
   expect_close("rmsnorm rstd", rstd, ref.rstd, 1e-12, 1e-6);
 
-  const auto dx0 = random_normal(x.size(), 14), dw0 = random_normal(kC, 15);
+  const auto dx0 = random_normal(x.size(), 14), dw0 = random_normal(C, 15);
   auto ddy = upload<double>(wy);
   auto dx = upload<double>(x), dw = upload<double>(w);
   auto dr = to_device(rstd);
   auto gx = upload<double>(dx0), gw = upload<double>(dw0);
-  k::rmsnorm_backward(ddy.data(), dx.data(), dw.data(), dr.data(), kN, kC, gx.data(), gw.data(), form);
+  k::rmsnorm_backward(ddy.data(), dx.data(), dw.data(), dr.data(), kN, C, gx.data(), gw.data(), form);
   auto grad_x = download(gx), grad_w = download(gw);
   for (std::size_t i = 0; i < grad_x.size(); ++i) grad_x[i] -= dx0[i];
   for (std::size_t i = 0; i < grad_w.size(); ++i) grad_w[i] -= dw0[i];
@@ -139,8 +145,32 @@ void check_rmsnorm(k::NormForm form) {
 
 TEST(KernelsNorms, LayerNormForwardBackward) { check_layernorm(k::NormForm::Rows); }
 TEST(KernelsNorms, RmsNormForwardBackward) { check_rmsnorm(k::NormForm::Rows); }
-TEST(KernelsNorms, WarpsFormLayerNormForwardBackward) { check_layernorm(k::NormForm::Warps); }
-TEST(KernelsNorms, WarpsFormRmsNormForwardBackward) { check_rmsnorm(k::NormForm::Warps); }
+TEST(KernelsNorms, WarpsFormLayerNormForwardBackward) {
+  ASSERT_TRUE(k::norm_rows_packable(kC, sizeof(double), {}));
+  check_layernorm(k::NormForm::Warps);  // packs of 2 doubles
+  ASSERT_FALSE(k::norm_rows_packable(kC - 1, sizeof(double), {}));
+  check_layernorm(k::NormForm::Warps, kC - 1);  // element by element
+}
+TEST(KernelsNorms, WarpsFormRmsNormForwardBackward) {
+  check_rmsnorm(k::NormForm::Warps);
+  check_rmsnorm(k::NormForm::Warps, kC - 1);
+}
+
+TEST(KernelsNorms, RowsPackableOnlyWhenEveryRowStartsOn16Bytes) {
+  alignas(16) static unsigned char bytes[64];
+  const void* aligned = bytes;
+  const void* odd = bytes + 2;
+  EXPECT_EQ(k::kNormPackBytes, 16u);
+  EXPECT_TRUE(k::norm_rows_packable(768, 2, {aligned, aligned}));  // GPT-2 bf16 rows: 1536 bytes
+  EXPECT_TRUE(k::norm_rows_packable(576, 2, {aligned}));           // SmolLM2 bf16 rows: 1152 bytes
+  EXPECT_TRUE(k::norm_rows_packable(8, 2, {aligned, nullptr}));    // null (no bias) is no tensor
+  EXPECT_FALSE(k::norm_rows_packable(768, 2, {aligned, odd}));     // one base off the boundary
+  EXPECT_FALSE(k::norm_rows_packable(70, 2, {aligned}));           // rows of 140 bytes: row 1 is off
+  EXPECT_FALSE(k::norm_rows_packable(70, 4, {aligned}));           // 280 bytes
+  EXPECT_TRUE(k::norm_rows_packable(70, 8, {aligned}));            // 560 bytes
+  EXPECT_FALSE(k::norm_rows_packable(0, 4, {aligned}));
+  EXPECT_FALSE(k::norm_rows_packable(-4, 4, {aligned}));
+}
 
 TEST(KernelsNorms, Bf16MatchesFloat) {
   const int N = 9, C = 200;
@@ -222,4 +252,84 @@ TEST(KernelsNorms, WarpsFormMatchesTheRowsForm) {
   // dw, db: 2048 terms of O(1) per column (typical sums ~30) built from row statistics that
   // differ in their last bits: 1e-4 of the sums' scale.
   expect_close("Warps vs Rows (dw, db)", w_cols, r_cols, 1e-4, 8.0);
+}
+
+namespace {
+
+/// Both norms' forward and backward in type T and `form` on N x C: y, rmsnorm y, dx, then
+/// dw, db (acc_t<T>), as doubles; with `off_boundary` every tensor starts one element past a
+/// 16-byte boundary, so the Warps form cannot move its rows in packs.
+template <class T>
+std::vector<double> run_typed(k::NormForm form, int N, int C, bool off_boundary) {
+  using A = acc_t<T>;
+  const int o = off_boundary ? 1 : 0;
+  const auto x = random_normal(static_cast<std::size_t>(N) * C, 40);
+  const auto w = random_normal(C, 41), b = random_normal(C, 42), dy = random_normal(x.size(), 43);
+  const auto shifted = [o](std::vector<double> v) {
+    v.insert(v.begin(), o, 0.0);
+    return v;
+  };
+  auto X = upload<T>(shifted(x)), W = upload<T>(shifted(w)), B = upload<T>(shifted(b)), DY = upload<T>(shifted(dy));
+  const std::vector<double> zeros(x.size(), 0.0);
+  auto Y = upload<T>(shifted(zeros)), RY = upload<T>(shifted(zeros)), GX = upload<T>(shifted(zeros));
+  Buffer<A> m(N, MemCategory::Workspace), r(N, MemCategory::Workspace);
+  auto GW = upload<A>(std::vector<double>(C, 0.0)), GB = upload<A>(std::vector<double>(C, 0.0));
+  k::layernorm_forward(X.data() + o, W.data() + o, B.data() + o, kEps, N, C, Y.data() + o, m.data(), r.data(), form);
+  k::layernorm_backward(DY.data() + o, X.data() + o, W.data() + o, m.data(), r.data(), N, C, GX.data() + o, GW.data(),
+                        GB.data(), form);
+  k::rmsnorm_forward(X.data() + o, W.data() + o, kEps, N, C, RY.data() + o, r.data(), form);
+  k::rmsnorm_backward(DY.data() + o, X.data() + o, W.data() + o, r.data(), N, C, GX.data() + o, GW.data(), form);
+  std::vector<double> all;
+  for (const auto* buf : {&Y, &RY, &GX}) {
+    const auto h = download(*buf);
+    all.insert(all.end(), h.begin() + o, h.end());
+  }
+  for (const auto* buf : {&GW, &GB}) {
+    const auto h = download(*buf);
+    all.insert(all.end(), h.begin(), h.end());
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST(KernelsNorms, WarpsFormInPacksAndElementwiseMatchesTheRowsForm) {
+  // 200 columns: bf16 rows of 400 bytes (25 packs of 8), fp32 rows of 800 (50 packs of 4).
+  const int N = 37, C = 200;
+  const auto check = [&](auto tag, const char* type) {
+    using T = decltype(tag);
+    const std::vector<double> rows = run_typed<T>(k::NormForm::Rows, N, C, false);
+    std::vector<double> packed, elementwise;
+    {
+      LaunchedKernels rec;
+      packed = run_typed<T>(k::NormForm::Warps, N, C, false);
+      for (const char* name : {"Kernels::layernorm_forward_warps16", "Kernels::layernorm_backward_warps16",
+                               "Kernels::rmsnorm_forward_warps16", "Kernels::rmsnorm_backward_warps16"})
+        EXPECT_EQ(rec.count(name), 1) << type << ": " << name;
+    }
+    {
+      LaunchedKernels rec;
+      elementwise = run_typed<T>(k::NormForm::Warps, N, C, true);
+      EXPECT_EQ(rec.count_ending("_warps16"), 0) << type << ": rows off the 16-byte boundary moved in packs";
+      EXPECT_EQ(rec.count("Kernels::layernorm_forward_warps"), 1) << type;
+    }
+    const std::size_t rows_part = rows.size() - 2 * static_cast<std::size_t>(C);
+    const std::vector<double> r_rows(rows.begin(), rows.begin() + rows_part);
+    const std::vector<double> r_cols(rows.begin() + rows_part, rows.end());
+    for (const auto* v : {&packed, &elementwise}) {
+      const std::string what = std::string(type) + (v == &packed ? " warps in packs" : " warps elementwise");
+      ASSERT_EQ(v->size(), rows.size()) << what;
+      const std::vector<double> w_rows(v->begin(), v->begin() + rows_part), w_cols(v->begin() + rows_part, v->end());
+      if constexpr (std::is_same_v<T, bf16>) {
+        // Outputs rounded to bf16 from row sums in another order: within one bf16 rounding.
+        expect_bf16_close(what + " vs Rows (y, rmsnorm y, dx)", w_rows, r_rows);
+        expect_bf16_close(what + " vs Rows (dw, db)", w_cols, r_cols);
+      } else {
+        expect_close(what + " vs Rows (y, rmsnorm y, dx)", w_rows, r_rows, 1e-5, 1.0);
+        expect_close(what + " vs Rows (dw, db)", w_cols, r_cols, 1e-4, 1.0);
+      }
+    }
+  };
+  check(float{}, "fp32");
+  check(bf16{}, "bf16");
 }

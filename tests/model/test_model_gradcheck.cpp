@@ -13,6 +13,7 @@
 
 #include "model/init.hpp"
 #include "model/transformer.hpp"
+#include "launched_kernels.hpp"
 #include "model_step.hpp"
 #include "test_support.hpp"
 
@@ -154,6 +155,22 @@ TEST(ModelGradcheck, LlamaWarpsNormFormActivationCheckpointing) {
 }
 TEST(ModelGradcheck, Gpt2UnfusedWarpsNormForm) {
   gradcheck(Family::Gpt2, false, 0, warps(KernelPaths{false, false, false}));
+}
+
+// Every norm call of a step passes tensors whose rows start on 16 bytes (activations from the
+// pool, norm parameters at kFlatAlign offsets), so the Warps form moves them in packs: none
+// falls back to element-by-element rows (which would be correct, and slower on a GPU).
+TEST(ModelGradcheck, WarpsNormFormMovesEveryModelRowInPacks) {
+  for (Family family : {Family::Gpt2, Family::Llama})
+    for (const KernelPaths paths : {warps(KernelPaths{}), warps(KernelPaths{false, false, false})}) {
+      Fixture f(family);
+      std::vector<std::vector<double>> grads;
+      test::LaunchedKernels rec;
+      run(f, f.params, true, &grads, paths);
+      const char* name = family == Family::Gpt2 ? "gpt2" : "llama";
+      EXPECT_GT(rec.count_ending("_warps16"), 0) << name;
+      EXPECT_EQ(rec.count_ending("_warps"), 0) << name << ": a norm call fell back to element-by-element rows";
+    }
 }
 
 // Each fused path alone gives the unfused loss and gradients to double rounding (the

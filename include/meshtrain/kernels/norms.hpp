@@ -2,6 +2,9 @@
 /// \brief LayerNorm (GPT-2) and RMSNorm (Llama) over the last dimension C.
 /// Saved statistics are in acc_t<T>: mean and rstd (LayerNorm), rstd (RMSNorm).
 
+#include <cstddef>
+#include <initializer_list>
+
 #include "core/bf16.hpp"
 
 namespace meshtrain::kernels {
@@ -15,13 +18,26 @@ namespace meshtrain::kernels {
 ///   shuffles (kernel_common.hpp's warp rows). A team per row reduces with team barriers
 ///   between a row's passes, and the fused backward's Rows form runs only a few hundred teams
 ///   that each walk 64 rows; warps keep thousands of rows in flight without barriers. The GPU
-///   form.
+///   form. It moves rows in 16-byte packs (8 bf16, 4 float or 2 double per load and store:
+///   a warp's lanes read 512 contiguous bytes per instruction) when every row of the tensors
+///   it reads and writes starts on a 16-byte boundary (norm_rows_packable), element by
+///   element otherwise; kernel names end in `_warps16` and `_warps`.
 ///
 /// The build's default (`default_norm_form()`) is Rows on host builds, Warps on GPUs. Either
 /// form runs on any build, so the CPU suite tests the GPU form on the host against the same
 /// references; the forms agree within fp32 rounding (another summation order).
 enum class NormForm { Rows, Warps };
 NormForm default_norm_form();
+
+/// The Warps form's pack: 16 bytes (one 128-bit load or store on GPUs).
+inline constexpr std::size_t kNormPackBytes = 16;
+
+/// True when rows of C elements of `elem_bytes` bytes can be moved in kNormPackBytes packs:
+/// C * elem_bytes is a multiple of kNormPackBytes and every base pointer that is not null is
+/// kNormPackBytes-aligned (so every row of every tensor starts on such a boundary). The
+/// Warps form checks it on the tensors of each call; packed or not, its values agree within
+/// rounding (the lanes' partial sums group elements differently).
+bool norm_rows_packable(int C, std::size_t elem_bytes, std::initializer_list<const void*> bases);
 
 /// y (N, C) = (x - mean) * rstd * w + b;  mean, rstd: (N) saved for backward.
 template <class T>
