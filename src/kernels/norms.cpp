@@ -1,6 +1,7 @@
 #include "kernels/norms.hpp"
 
 #include "kernel_common.hpp"
+#include "norm_rows.hpp"
 
 namespace meshtrain::kernels {
 using namespace detail;
@@ -34,22 +35,9 @@ void layernorm_forward_kernel(const T* x, const T* w, const T* b, double eps, in
                       const P xv = load_pack<K>(xr, p);
                       return pack_sum<A, K>([&](int j) { return load(xv.v[j]); });
                     }) * inv_c;
-        const A var = Ops::template sum<A>(team, packs, [&](int p) {
-                        const P xv = load_pack<K>(xr, p);
-                        return pack_sum<A, K>([&](int j) {
-                          const A d = load(xv.v[j]) - m;
-                          return d * d;
-                        });
-                      }) * inv_c;
+        const A var = row_variance<Ops, K>(team, packs, xr, m, inv_c);
         const A rs = A(1) / math::sqrt(var + eps_a);
-        Ops::loop(team, packs, [&](int p) {
-          const P xv = load_pack<K>(xr, p);
-          const P wv = load_pack<K>(w, p);
-          const P bv = load_pack<K>(b, p);
-          P yv;
-          for (int j = 0; j < K; ++j) yv.v[j] = store<T>((load(xv.v[j]) - m) * rs * load(wv.v[j]) + load(bv.v[j]));
-          store_pack<K>(yr, p, yv);
-        });
+        layernorm_output<Ops, K>(team, packs, xr, w, b, m, rs, yr);
         Ops::single(team, [&]() {
           mean[r] = m;
           rstd[r] = rs;
@@ -91,30 +79,14 @@ void layernorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<
         T* dxr = dx + static_cast<std::int64_t>(r) * C;
         const A m = mean[r];
         const A rs = rstd[r];
-        // dxhat = dy * w;  dx += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-        const A mean_dxhat = Ops::template sum<A>(team, packs, [&](int p) {
-                               const P dyv = load_pack<K>(dyr, p);
-                               const P wv = load_pack<K>(w, p);
-                               return pack_sum<A, K>([&](int j) { return load(dyv.v[j]) * load(wv.v[j]); });
-                             }) * inv_c;
-        const A mean_dxhat_xhat = Ops::template sum<A>(team, packs, [&](int p) {
-                                    const P dyv = load_pack<K>(dyr, p);
-                                    const P wv = load_pack<K>(w, p);
-                                    const P xv = load_pack<K>(xr, p);
-                                    return pack_sum<A, K>([&](int j) {
-                                      return load(dyv.v[j]) * load(wv.v[j]) * ((load(xv.v[j]) - m) * rs);
-                                    });
-                                  }) * inv_c;
+        const LayerNormBackwardMeans<A> means =
+            layernorm_backward_means<Ops, K>(team, packs, dyr, w, xr, m, rs, inv_c);
         Ops::loop(team, packs, [&](int p) {
-          const P dyv = load_pack<K>(dyr, p);
-          const P wv = load_pack<K>(w, p);
-          const P xv = load_pack<K>(xr, p);
+          const P dyv = load_pack<K>(dyr, p), wv = load_pack<K>(w, p), xv = load_pack<K>(xr, p);
           P dxv = load_pack<K>(dxr, p);
-          for (int j = 0; j < K; ++j) {
-            const A xhat = (load(xv.v[j]) - m) * rs;
-            const A dxhat = load(dyv.v[j]) * load(wv.v[j]);
-            dxv.v[j] = store<T>(load(dxv.v[j]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
-          }
+          for (int j = 0; j < K; ++j)
+            dxv.v[j] = store<T>(
+                layernorm_dx(load(dxv.v[j]), load(dyv.v[j]), load(wv.v[j]), load(xv.v[j]), m, rs, means));
           store_pack<K>(dxr, p, dxv);
         });
       });
@@ -145,13 +117,7 @@ void rmsnorm_forward_kernel(const T* x, const T* w, double eps, int N, int C, T*
                        });
                      }) * inv_c;
         const A rs = A(1) / math::sqrt(ms + eps_a);
-        Ops::loop(team, packs, [&](int p) {
-          const P xv = load_pack<K>(xr, p);
-          const P wv = load_pack<K>(w, p);
-          P yv;
-          for (int j = 0; j < K; ++j) yv.v[j] = store<T>(load(xv.v[j]) * rs * load(wv.v[j]));
-          store_pack<K>(yr, p, yv);
-        });
+        rmsnorm_output<Ops, K>(team, packs, xr, w, rs, yr);
         Ops::single(team, [&]() { rstd[r] = rs; });
       });
 }
@@ -182,25 +148,13 @@ void rmsnorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<T>
         const T* xr = x + static_cast<std::int64_t>(r) * C;
         T* dxr = dx + static_cast<std::int64_t>(r) * C;
         const A rs = rstd[r];
-        // xhat = x * rstd; dxhat = dy * w;  dx += rstd * (dxhat - xhat * mean(dxhat * xhat))
-        const A mean_dxhat_xhat = Ops::template sum<A>(team, packs, [&](int p) {
-                                    const P dyv = load_pack<K>(dyr, p);
-                                    const P wv = load_pack<K>(w, p);
-                                    const P xv = load_pack<K>(xr, p);
-                                    return pack_sum<A, K>([&](int j) {
-                                      return load(dyv.v[j]) * load(wv.v[j]) * (load(xv.v[j]) * rs);
-                                    });
-                                  }) * inv_c;
+        const A mean_dxhat_xhat = rmsnorm_backward_mean<Ops, K>(team, packs, dyr, w, xr, rs, inv_c);
         Ops::loop(team, packs, [&](int p) {
-          const P dyv = load_pack<K>(dyr, p);
-          const P wv = load_pack<K>(w, p);
-          const P xv = load_pack<K>(xr, p);
+          const P dyv = load_pack<K>(dyr, p), wv = load_pack<K>(w, p), xv = load_pack<K>(xr, p);
           P dxv = load_pack<K>(dxr, p);
-          for (int j = 0; j < K; ++j) {
-            const A xhat = load(xv.v[j]) * rs;
-            const A dxhat = load(dyv.v[j]) * load(wv.v[j]);
-            dxv.v[j] = store<T>(load(dxv.v[j]) + rs * (dxhat - xhat * mean_dxhat_xhat));
-          }
+          for (int j = 0; j < K; ++j)
+            dxv.v[j] = store<T>(
+                rmsnorm_dx(load(dxv.v[j]), load(dyv.v[j]), load(wv.v[j]), load(xv.v[j]), rs, mean_dxhat_xhat));
           store_pack<K>(dxr, p, dxv);
         });
       });

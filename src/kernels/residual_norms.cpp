@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "kernel_common.hpp"
+#include "norm_rows.hpp"
 
 namespace meshtrain::kernels {
 using namespace detail;
@@ -122,22 +123,9 @@ void layernorm_forward_kernel(T* h, const T* residual, const T* bias, const T* w
                       return pack_sum<A, K>([&](int j) { return A(load(hv.v[j])); });
                     }) * inv_c;
         Ops::sync(team);  // the row of h is written before any thread reads it back
-        const A var = Ops::template sum<A>(team, packs, [&](int p) {
-                        const P hv = load_pack<K>(hr, p);
-                        return pack_sum<A, K>([&](int j) {
-                          const A d = load(hv.v[j]) - m;
-                          return d * d;
-                        });
-                      }) * inv_c;
+        const A var = row_variance<Ops, K>(team, packs, hr, m, inv_c);
         const A rs = A(1) / math::sqrt(var + eps_a);
-        Ops::loop(team, packs, [&](int p) {
-          const P hv = load_pack<K>(hr, p);
-          const P wv = load_pack<K>(w, p);
-          const P bv = load_pack<K>(b, p);
-          P yv;
-          for (int j = 0; j < K; ++j) yv.v[j] = store<T>((load(hv.v[j]) - m) * rs * load(wv.v[j]) + load(bv.v[j]));
-          store_pack<K>(yr, p, yv);
-        });
+        layernorm_output<Ops, K>(team, packs, hr, w, b, m, rs, yr);
         Ops::single(team, [&]() {
           mean[r] = m;
           rstd[r] = rs;
@@ -179,20 +167,8 @@ void layernorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<
           T* dxr = dx + off;
           const A m = mean[r];
           const A rs = rstd[r];
-          // dxhat = dy * w;  dx += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-          const A mean_dxhat = Ops::template sum<A>(team, packs, [&](int p) {
-                                 const P dyv = load_pack<K>(dyr, p);
-                                 const P wv = load_pack<K>(w, p);
-                                 return pack_sum<A, K>([&](int j) { return load(dyv.v[j]) * load(wv.v[j]); });
-                               }) * inv_c;
-          const A mean_dxhat_xhat = Ops::template sum<A>(team, packs, [&](int p) {
-                                      const P dyv = load_pack<K>(dyr, p);
-                                      const P wv = load_pack<K>(w, p);
-                                      const P hv = load_pack<K>(hr, p);
-                                      return pack_sum<A, K>([&](int j) {
-                                        return load(dyv.v[j]) * load(wv.v[j]) * ((load(hv.v[j]) - m) * rs);
-                                      });
-                                    }) * inv_c;
+          const LayerNormBackwardMeans<A> means =
+              layernorm_backward_means<Ops, K>(team, packs, dyr, w, hr, m, rs, inv_c);
           const bool first = r == r0;
           // A plain `if` on the constant, not `if constexpr`: nvcc's extended lambdas cannot
           // first-capture variables inside a constexpr-if branch (the outer KOKKOS_LAMBDA
@@ -206,9 +182,7 @@ void layernorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<
             // backward on CPU; loops with one store each do vectorize (perf/bench_norms.sh,
             // perf/README.md). Same values.
             Ops::loop(team, C, [&](int c) {
-              const A xhat = (load(hr[c]) - m) * rs;
-              const A dxhat = load(dyr[c]) * load(w[c]);
-              dxr[c] = store<T>(load(dxr[c]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+              dxr[c] = store<T>(layernorm_dx(load(dxr[c]), load(dyr[c]), load(w[c]), load(hr[c]), m, rs, means));
             });
             if (params) {
               A* const p0 = Pb;
@@ -231,8 +205,7 @@ void layernorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<
               for (int j = 0; j < K; ++j) {
                 const A g = load(dyv.v[j]);
                 const A xhat = (load(hv.v[j]) - m) * rs;
-                const A dxhat = g * load(wv.v[j]);
-                dxv.v[j] = store<T>(load(dxv.v[j]) + rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+                dxv.v[j] = store<T>(layernorm_dx(load(dxv.v[j]), g, load(wv.v[j]), load(hv.v[j]), m, rs, means));
                 gx.v[j] = g * xhat;
                 g1.v[j] = g;
                 gdx.v[j] = A(load(dxv.v[j]));
@@ -284,13 +257,7 @@ void rmsnorm_forward_kernel(T* h, const T* residual, const T* w, double eps, int
                      }) * inv_c;
         Ops::sync(team);  // the row of h is written before any thread reads it back
         const A rs = A(1) / math::sqrt(ms + eps_a);
-        Ops::loop(team, packs, [&](int p) {
-          const P hv = load_pack<K>(hr, p);
-          const P wv = load_pack<K>(w, p);
-          P yv;
-          for (int j = 0; j < K; ++j) yv.v[j] = store<T>(load(hv.v[j]) * rs * load(wv.v[j]));
-          store_pack<K>(yr, p, yv);
-        });
+        rmsnorm_output<Ops, K>(team, packs, hr, w, rs, yr);
         Ops::single(team, [&]() { rstd[r] = rs; });
       });
 }
@@ -327,15 +294,7 @@ void rmsnorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<T>
           const T* hr = h + off;
           T* dxr = dx + off;
           const A rs = rstd[r];
-          // xhat = h * rstd; dxhat = dy * w;  dx += rstd * (dxhat - xhat * mean(dxhat * xhat))
-          const A mean_dxhat_xhat = Ops::template sum<A>(team, packs, [&](int p) {
-                                      const P dyv = load_pack<K>(dyr, p);
-                                      const P wv = load_pack<K>(w, p);
-                                      const P hv = load_pack<K>(hr, p);
-                                      return pack_sum<A, K>([&](int j) {
-                                        return load(dyv.v[j]) * load(wv.v[j]) * (load(hv.v[j]) * rs);
-                                      });
-                                    }) * inv_c;
+          const A mean_dxhat_xhat = rmsnorm_backward_mean<Ops, K>(team, packs, dyr, w, hr, rs, inv_c);
           const bool first = r == r0;
           Ops::loop(team, packs, [&](int p) {
             const P dyv = load_pack<K>(dyr, p);
@@ -345,9 +304,8 @@ void rmsnorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<T>
             PA gx;
             for (int j = 0; j < K; ++j) {
               const A g = load(dyv.v[j]);
-              const A xhat = load(hv.v[j]) * rs;
-              dxv.v[j] = store<T>(load(dxv.v[j]) + rs * (g * load(wv.v[j]) - xhat * mean_dxhat_xhat));
-              gx.v[j] = g * xhat;
+              dxv.v[j] = store<T>(rmsnorm_dx(load(dxv.v[j]), g, load(wv.v[j]), load(hv.v[j]), rs, mean_dxhat_xhat));
+              gx.v[j] = g * (load(hv.v[j]) * rs);
             }
             store_pack<K>(dxr, p, dxv);
             if (params) add_partial<K>(Pb, p, first, gx);

@@ -229,54 +229,56 @@ TEST(KernelsResidualNorms, LayerNormBackwardFiniteDifferences) { check_against_f
 TEST(KernelsResidualNorms, LayerNormWithoutBiasFiniteDifferences) { check_against_finite_differences(true, false); }
 TEST(KernelsResidualNorms, RmsNormBackwardFiniteDifferences) { check_against_finite_differences(false, false); }
 
-TEST(KernelsResidualNorms, ForwardBitwiseTheUnfusedPath) {
-  // The residual add rounds like add_bias then add_inplace, and the statistics read the
-  // stored h in the same order: on host the fused forward is the unfused one bit for bit,
-  // in either form (the Warps form: in packs at kPackedC columns, element by element at kC).
+namespace {
+
+/// Fused against unfused, fp32 and bf16, for both column counts (the Warps form in packs at
+/// kPackedC, element by element at kC), both forms and both norms (LayerNorm with GPT-2's
+/// bias): check(tag, layernorm, fp32 fused, fp32 unfused, bf16 fused, bf16 unfused).
+template <class Check>
+void fused_against_unfused(std::uint64_t seed, const Check& check) {
   for (int C : {kC, kPackedC}) {
-    const Operands o = operands(2, kN, C);
+    const Operands o = operands(seed, kN, C);
     for (k::NormForm form : kForms)
       for (bool layernorm : {true, false}) {
         const bool with_bias = layernorm;
         const std::string tag = std::string(layernorm ? "layernorm" : "rmsnorm") +
-                                (form == k::NormForm::Warps ? ", warps" : ", rows");
-        const Out f = run_fused<float>(o, layernorm, with_bias, true, 0.0, form),
-                  u = run_unfused<float>(o, layernorm, with_bias, form);
-        EXPECT_TRUE(bitwise_equal(f.h, u.h)) << "fp32 h, " << tag;  // elementwise: the same two roundings anywhere
-        expect_same_arithmetic("fp32 y, " + tag, f.y, u.y, false);
-        expect_same_arithmetic("fp32 statistics, " + tag, f.stats, u.stats, false);
-        const Out fb = run_fused<bf16>(o, layernorm, with_bias, true, 0.0, form),
-                  ub = run_unfused<bf16>(o, layernorm, with_bias, form);
-        EXPECT_TRUE(bitwise_equal(fb.h, ub.h)) << "bf16 h, " << tag;
-        expect_same_arithmetic("bf16 y, " + tag, fb.y, ub.y, true);
+                                (form == k::NormForm::Warps ? ", warps" : ", rows") + ", C " + std::to_string(C);
+        check(tag, layernorm, run_fused<float>(o, layernorm, with_bias, true, 0.0, form),
+              run_unfused<float>(o, layernorm, with_bias, form),
+              run_fused<bf16>(o, layernorm, with_bias, true, 0.0, form), run_unfused<bf16>(o, layernorm, with_bias, form));
       }
   }
 }
 
+}  // namespace
+
+TEST(KernelsResidualNorms, ForwardBitwiseTheUnfusedPath) {
+  // The residual add rounds like add_bias then add_inplace, and the statistics read the
+  // stored h in the same order: on host the fused forward is the unfused one bit for bit,
+  // in either form.
+  fused_against_unfused(2, [](const std::string& tag, bool, const Out& f, const Out& u, const Out& fb, const Out& ub) {
+    EXPECT_TRUE(bitwise_equal(f.h, u.h)) << "fp32 h, " << tag;  // elementwise: the same two roundings anywhere
+    expect_same_arithmetic("fp32 y, " + tag, f.y, u.y, false);
+    expect_same_arithmetic("fp32 statistics, " + tag, f.stats, u.stats, false);
+    EXPECT_TRUE(bitwise_equal(fb.h, ub.h)) << "bf16 h, " << tag;
+    expect_same_arithmetic("bf16 y, " + tag, fb.y, ub.y, true);
+  });
+}
+
 TEST(KernelsResidualNorms, BackwardMatchesTheUnfusedPath) {
-  for (int C : {kC, kPackedC}) {
-    const Operands o = operands(3, kN, C);
-    for (k::NormForm form : kForms)
-      for (bool layernorm : {true, false}) {
-        const bool with_bias = layernorm;
-        const std::string tag = std::string(layernorm ? "layernorm" : "rmsnorm") +
-                                (form == k::NormForm::Warps ? ", warps" : ", rows");
-        const Out f = run_fused<float>(o, layernorm, with_bias, true, 0.0, form),
-                  u = run_unfused<float>(o, layernorm, with_bias, form);
-        // dx: the same per-row formula and row sums: bitwise (on host).
-        expect_same_arithmetic("fp32 dx, " + tag, f.dx, u.dx, false);
-        // Parameter gradients: sums of 150 terms of O(1) in another association (block partials
-        // then blocks, against one row-order sum): up to ~150 roundings of 6e-8 each, and the sums
-        // cancel (a dbias of 0.014 from O(1) terms), so 1e-5 of the terms' scale (floor 1).
-        expect_close("fp32 dw", f.dw, u.dw, 1e-5, 1.0);
-        if (layernorm) expect_close("fp32 db", f.db, u.db, 1e-5, 1.0);
-        if (with_bias) expect_close("fp32 dbias", f.dbias, u.dbias, 1e-5, 1.0);
-        const Out fb = run_fused<bf16>(o, layernorm, with_bias, true, 0.0, form),
-                  ub = run_unfused<bf16>(o, layernorm, with_bias, form);
-        expect_same_arithmetic("bf16 dx, " + tag, fb.dx, ub.dx, true);
-        expect_bf16_close("bf16 dw, " + tag, fb.dw, ub.dw);
-      }
-  }
+  fused_against_unfused(3, [](const std::string& tag, bool layernorm, const Out& f, const Out& u, const Out& fb,
+                              const Out& ub) {
+    // dx: the same per-row formula and row sums: bitwise (on host).
+    expect_same_arithmetic("fp32 dx, " + tag, f.dx, u.dx, false);
+    // Parameter gradients: sums of 150 terms of O(1) in another association (block partials
+    // then blocks, against one row-order sum): up to ~150 roundings of 6e-8 each, and the sums
+    // cancel (a dbias of 0.014 from O(1) terms), so 1e-5 of the terms' scale (floor 1).
+    expect_close("fp32 dw, " + tag, f.dw, u.dw, 1e-5, 1.0);
+    if (layernorm) expect_close("fp32 db, " + tag, f.db, u.db, 1e-5, 1.0);
+    if (layernorm) expect_close("fp32 dbias, " + tag, f.dbias, u.dbias, 1e-5, 1.0);  // GPT-2: with the bias
+    expect_same_arithmetic("bf16 dx, " + tag, fb.dx, ub.dx, true);
+    expect_bf16_close("bf16 dw, " + tag, fb.dw, ub.dw);
+  });
 }
 
 TEST(KernelsResidualNorms, BackwardBitwiseReproducibleAndFrozenSkip) {
