@@ -54,16 +54,17 @@ done
 cd "$repo"
 [[ $build = /* ]] || build=$repo/$build
 [[ $out = /* ]] || out=$repo/$out
-[[ -x $build/bin/meshtrain ]] || { echo "pack.sh: $build/bin/meshtrain not found: build first (cmake --build $build)" >&2; exit 1; }
+[[ -x $build/bin/meshtrain ]] || { echo "pack.sh: $build/bin/meshtrain not found: build first (cmake --build $build --target gpu_validation)" >&2; exit 1; }
 
 # Executables: the program; the tests that exercise device code on one rank: NCCL and
 # cuBLAS against host references, every kernel against host references and finite
 # differences, the whole model's gradients against finite differences (double), and one
 # training step's memory accounting against the planner (FSDP engine, pool, NCCL); the
-# pool's steady state (no allocator calls after the first training step).
+# pool's steady state (no allocator calls after the first training step). The CMake target
+# gpu_validation (tests/CMakeLists.txt) builds exactly these: keep the two lists together.
 bins=("$build/bin/meshtrain")
 [[ -x $build/bin/selfcheck_paths ]] ||
-  { echo "pack.sh: $build/bin/selfcheck_paths not found: build it (cmake --build $build --target selfcheck_paths)" >&2; exit 1; }
+  { echo "pack.sh: $build/bin/selfcheck_paths not found: build it (cmake --build $build --target gpu_validation)" >&2; exit 1; }
 bins+=("$build/bin/selfcheck_paths")
 for t in "$build"/bin/test_cuda_link "$build"/bin/test_kernels_* "$build"/bin/test_model_gradcheck \
          "$build"/bin/test_memory_accounting "$build"/bin/test_memory_pool; do
