@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernel_common.hpp"
+#include "kernels/norms.hpp"  // norm_rows_packable
 
 namespace meshtrain::kernels::detail {
 
@@ -16,15 +17,67 @@ struct RowStats {
   A sum;
 };
 
+/// \brief The GPU form's share of one thread in a row's online statistics: the running max m
+/// and the sum s of exp(l - m) over the packs p = first, first + stride, ... of K columns
+/// (kernel_common.hpp's packs; K > 1 where the rows are ce_rows_packable), columns at or past
+/// nv skipped (the last pack may hold padding columns: read, not counted). Per pack its max
+/// first, then at most one rescale of s by exp(m_old - m_new), then the pack's exps. A thread
+/// without valid columns returns (-inf, 0). Called by online_row_stats on GPUs with the
+/// thread's rank and the team size; host tests call it lane by lane.
+template <int K, class A, class T>
+KOKKOS_INLINE_FUNCTION RowStats<A> strided_row_stats(const T* lr, int nv, int first, int stride) {
+  const A neg_inf = -math::infinity<A>();
+  const int packs = (nv + K - 1) / K;
+  A m = neg_inf, s = A(0);
+  for (int p = first; p < packs; p += stride) {
+    const Pack<T, K> v = load_pack<K>(lr, p);
+    const int n = nv - p * K < K ? nv - p * K : K;  // valid columns of this pack
+    A pm = neg_inf;
+    for (int j = 0; j < n; ++j) pm = A(load(v.v[j])) > pm ? A(load(v.v[j])) : pm;
+    if (pm > m) {
+      s = s * exp_acc(A(m - pm));  // exp(-inf) = 0 for the first pack
+      m = pm;
+    }
+    for (int j = 0; j < n; ++j) s += exp_acc(A(load(v.v[j]) - m));
+  }
+  return {m, s};
+}
+
+/// \brief The GPU form's share of one thread in a row's gradient: the packs p = first,
+/// first + stride, ... of the row lr (V_local columns, a whole number of packs of K) become
+/// exp(l - mx) * scale in the nv real columns and 0 in the padding ones.
+template <int K, class A, class T>
+KOKKOS_INLINE_FUNCTION void strided_row_gradient(T* lr, int V_local, int nv, A mx, A scale, int first, int stride) {
+  for (int p = first; p < V_local / K; p += stride) {
+    Pack<T, K> v = load_pack<K>(lr, p);
+    for (int j = 0; j < K; ++j) v.v[j] = store<T>(p * K + j < nv ? exp_acc(A(load(v.v[j]) - mx)) * scale : A(0));
+    store_pack<K>(lr, p, v);
+  }
+}
+
+/// Whether the rows of this logits matrix can be moved in 16-byte packs: every row starts on
+/// 16 bytes (kernels::norm_rows_packable of the leading dimension and the base) and the slice
+/// is a whole number of packs.
+template <class T>
+inline bool ce_rows_in_packs(const T* logits, int ld, int V_local) {
+  return V_local % kPackWidth<T> == 0 && norm_rows_packable(ld, sizeof(T), {logits});
+}
+/// Whether the GPU form moves them so: never on host builds, whose row loops go by blocks.
+template <class T>
+inline bool ce_rows_packable(const T* logits, int ld, int V_local) {
+  return !kHostExec && ce_rows_in_packs(logits, ld, V_local);
+}
+
 /// \brief One read of the row lr[0, nv): the running max m and the sum s of exp(l - m),
 /// rescaled by exp(m_old - m_new) whenever the max grows (online softmax), instead of a
 /// max pass followed by a sum pass. Every thread of the team gets the result.
 /// On host (a team is one thread) the row goes by blocks of kOnlineBlock columns that stay
 /// in L1: the block's max (vectorized), one rescale, then the block's sum of exp
-/// (vectorized): one pass over memory, one exp per element. On GPUs each thread keeps its
-/// own (m, s) over a strided subset of the columns, and the team merges the pairs (team
-/// max, then the sum of s_t * exp(m_t - M)): a fixed tree for a fixed team size.
-template <class A, class T>
+/// (vectorized): one pass over memory, one exp per element (K is not used there). On GPUs
+/// each thread keeps its own (m, s) over a strided subset of the row's packs of K columns
+/// (strided_row_stats), and the team merges the pairs (team max, then the sum of
+/// s_t * exp(m_t - M)): a fixed tree for a fixed team size.
+template <class A, int K = 1, class T>
 KOKKOS_INLINE_FUNCTION RowStats<A> online_row_stats(const Member& team, const T* lr, int nv) {
   const A neg_inf = -math::infinity<A>();
   if constexpr (kHostExec) {
@@ -42,16 +95,8 @@ KOKKOS_INLINE_FUNCTION RowStats<A> online_row_stats(const Member& team, const T*
     }
     return {m, s};
   } else {
-    const int nt = team.team_size();
-    A m = neg_inf, s = A(0);
-    for (int c = team.team_rank(); c < nv; c += nt) {
-      const A v = load(lr[c]);
-      if (v > m) {
-        s = s * exp_acc(A(m - v));
-        m = v;
-      }
-      s += exp_acc(A(v - m));
-    }
+    const RowStats<A> own = strided_row_stats<K, A>(lr, nv, team.team_rank(), team.team_size());
+    const A m = own.max, s = own.sum;
     A mx = m;
     team.team_reduce(Kokkos::Max<A>(mx));
     // A thread without columns (s = 0, m = -inf) adds nothing (and no exp(-inf + inf)).
@@ -80,14 +125,19 @@ KOKKOS_INLINE_FUNCTION A row_coefficient(A grad_scale, const float* row_scale, s
 /// \brief Overwrites the row lr (V_local columns, the first nv of them real vocabulary) by
 /// g * (softmax - onehot(t)) from its statistics (mx, sum over the whole vocabulary);
 /// target_logit = lr[t] read before the call (t is a column of this slice when has_target).
-template <class A, class T>
+/// K > 1 (GPUs, ce_rows_packable rows): each thread writes its strided packs.
+template <class A, int K = 1, class T>
 KOKKOS_INLINE_FUNCTION void write_row_gradient(const Member& team, T* lr, int V_local, int nv, std::int64_t t,
                                                bool has_target, A target_logit, A mx, A sum, A g) {
   const A scale = g / sum;
   team.team_barrier();  // every thread has read the target logit before it is overwritten
-  // Branch-free loops (vectorizable); the target's -g is applied afterwards.
-  team_for(team, nv, [&](int c) { lr[c] = store<T>(exp_acc(A(load(lr[c]) - mx)) * scale); });
-  team_for(team, V_local - nv, [&](int c) { lr[nv + c] = store<T>(A(0)); });
+  if (K > 1) {
+    strided_row_gradient<K>(lr, V_local, nv, mx, scale, team.team_rank(), team.team_size());
+  } else {
+    // Branch-free loops (vectorizable); the target's -g is applied afterwards.
+    team_for(team, nv, [&](int c) { lr[c] = store<T>(exp_acc(A(load(lr[c]) - mx)) * scale); });
+    team_for(team, V_local - nv, [&](int c) { lr[nv + c] = store<T>(A(0)); });
+  }
   team.team_barrier();
   team_single(team, [&]() {
     if (has_target) lr[t] = store<T>(exp_acc(A(target_logit - mx)) * scale - g);

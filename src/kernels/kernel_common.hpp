@@ -286,10 +286,11 @@ struct alignas(sizeof(T) * K < 16 ? sizeof(T) * K : 16) Pack {
   T v[K];
 };
 
-/// One 16-byte unit of a pack's move: on GPUs, a pack's storage and the row are both read
-/// and written as these (one 128-bit load or store each, ld/st.global.v4). Copying through a
-/// temporary instead let nvcc split some stores into four word stores
-/// (perf/gpu/ptx_loads.sh counts them); host code copies with memcpy.
+/// One 16-byte unit of a pack's move: in device code, a pack's storage and the row are both
+/// read and written as these (one 128-bit load or store each, ld/st.global.v4). Copying
+/// through a temporary instead let nvcc split some stores into four word stores
+/// (perf/gpu/ptx_loads.sh counts them). Host code (host builds, and the host side of a CUDA
+/// build, where tests call these row functions) copies with memcpy.
 struct alignas(16) Bytes16 {
   std::uint32_t w[4];
 };
@@ -305,11 +306,11 @@ KOKKOS_FORCEINLINE_FUNCTION Pack<T, K> load_pack(const T* row, int p) {
   } else {
     static_assert(sizeof(T) * K % 16 == 0, "a pack is whole 16-byte units");
     for (int q = 0; q < static_cast<int>(sizeof(T) * K / 16); ++q) {
-      if constexpr (kHostExec) {
-        std::memcpy(reinterpret_cast<char*>(out.v) + 16 * q, reinterpret_cast<const char*>(src) + 16 * q, 16);
-      } else {
-        reinterpret_cast<Bytes16*>(out.v)[q] = reinterpret_cast<const Bytes16*>(src)[q];  // the 16-byte load
-      }
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+      reinterpret_cast<Bytes16*>(out.v)[q] = reinterpret_cast<const Bytes16*>(src)[q];  // the 16-byte load
+#else
+      std::memcpy(reinterpret_cast<char*>(out.v) + 16 * q, reinterpret_cast<const char*>(src) + 16 * q, 16);
+#endif
     }
   }
   return out;
@@ -324,11 +325,11 @@ KOKKOS_FORCEINLINE_FUNCTION void store_pack(T* row, int p, const Pack<T, K>& in)
   } else {
     static_assert(sizeof(T) * K % 16 == 0, "a pack is whole 16-byte units");
     for (int q = 0; q < static_cast<int>(sizeof(T) * K / 16); ++q) {
-      if constexpr (kHostExec) {
-        std::memcpy(reinterpret_cast<char*>(dst) + 16 * q, reinterpret_cast<const char*>(in.v) + 16 * q, 16);
-      } else {
-        reinterpret_cast<Bytes16*>(dst)[q] = reinterpret_cast<const Bytes16*>(in.v)[q];  // the 16-byte store
-      }
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+      reinterpret_cast<Bytes16*>(dst)[q] = reinterpret_cast<const Bytes16*>(in.v)[q];  // the 16-byte store
+#else
+      std::memcpy(reinterpret_cast<char*>(dst) + 16 * q, reinterpret_cast<const char*>(in.v) + 16 * q, 16);
+#endif
     }
   }
 }

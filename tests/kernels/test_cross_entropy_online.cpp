@@ -4,13 +4,17 @@
 // all-reduces would), DPO row scales, rows long enough that the running max is rescaled.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <type_traits>
 
 #include "kernel_test_utils.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/cross_entropy_online.hpp"
 #include "kernels/step_scalars.hpp"
+#include "../../src/kernels/cross_entropy_rows.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;
@@ -278,4 +282,96 @@ TEST(KernelsCrossEntropyOnline, Deterministic) {
   const auto sb = run_online_sliced<float>(c, logits, {0, 700, c.v}, 1.0f);
   EXPECT_EQ(sa.loss, sb.loss);
   EXPECT_TRUE(bitwise_equal(sa.grad, sb.grad));
+}
+
+// ---- the GPU form's row functions, lane by lane on the host ---------------------------------
+// On GPUs each thread of a row's team keeps its own online statistics over its strided packs
+// of the row (cross_entropy_rows.hpp: strided_row_stats; 16-byte packs where the rows allow
+// it, ce_rows_packable) and writes its packs of the gradient (strided_row_gradient). Here the
+// same functions run for each lane of a team of `lanes` threads on the host, the lanes'
+// pairs merged as the kernel's team reductions merge them (max, then the rescaled sums), and
+// the results are compared with a double reference: each lane's own share, the merge, and
+// the gradient in the real and the padding columns.
+
+namespace {
+
+template <class T, int K>
+void check_strided_row(int lanes) {
+  using A = acc_t<T>;
+  // 1000 columns of which 997 are vocabulary: the last pack holds padding columns; logits
+  // that rise along the row, so each lane rescales its sum many times.
+  constexpr int kV = 1000, kValid = 997;
+  static_assert(kV % K == 0, "a whole number of packs");
+  std::vector<double> l = random_normal(kV, 90 + K, 2.0);
+  for (int c = 0; c < kV; ++c) l[c] += 0.01 * c + (c >= kValid ? 1e4 : 0.0);  // huge padding: must be skipped
+  // 16-byte aligned host storage, as the packs require.
+  struct alignas(16) Row {
+    T v[kV];
+  };
+  auto row = std::make_unique<Row>();
+  for (int c = 0; c < kV; ++c) row->v[c] = convert<T>({l[c]})[0];
+  std::vector<double> stored(kV);
+  for (int c = 0; c < kV; ++c) stored[c] = as_double(row->v[c]);
+  double ref_max = -INFINITY, ref_sum = 0;
+  for (int c = 0; c < kValid; ++c) ref_max = std::max(ref_max, stored[c]);
+  for (int c = 0; c < kValid; ++c) ref_sum += std::exp(stored[c] - ref_max);
+
+  A mx = -std::numeric_limits<A>::infinity();
+  std::vector<k::detail::RowStats<A>> own(lanes);
+  for (int lane = 0; lane < lanes; ++lane) {
+    own[lane] = k::detail::strided_row_stats<K, A>(row->v, kValid, lane, lanes);
+    // The lane's own share against its columns in double.
+    double m = -INFINITY, s = 0;
+    for (int p = lane; p * K < kValid; p += lanes)
+      for (int j = 0; j < K && p * K + j < kValid; ++j) m = std::max(m, stored[p * K + j]);
+    for (int p = lane; p * K < kValid; p += lanes)
+      for (int j = 0; j < K && p * K + j < kValid; ++j) s += std::exp(stored[p * K + j] - m);
+    EXPECT_EQ(static_cast<double>(own[lane].max), m) << "lane " << lane;
+    if (s == 0) EXPECT_EQ(static_cast<double>(own[lane].sum), 0.0) << "lane " << lane;
+    else EXPECT_NEAR(static_cast<double>(own[lane].sum) / s, 1.0, 1e-5) << "lane " << lane;
+    mx = std::max(mx, own[lane].max);
+  }
+  A sum = A(0);
+  for (int lane = 0; lane < lanes; ++lane)
+    sum += own[lane].sum > A(0) ? own[lane].sum * std::exp(own[lane].max - mx) : A(0);
+  EXPECT_EQ(static_cast<double>(mx), ref_max);
+  EXPECT_NEAR(static_cast<double>(sum) / ref_sum, 1.0, 1e-5);
+
+  const A scale = A(0.5) / sum;
+  for (int lane = 0; lane < lanes; ++lane)
+    k::detail::strided_row_gradient<K>(row->v, kV, kValid, mx, scale, lane, lanes);
+  std::vector<double> got(kV), want(kV, 0.0);
+  for (int c = 0; c < kV; ++c) got[c] = as_double(row->v[c]);
+  for (int c = 0; c < kValid; ++c) want[c] = 0.5 * std::exp(stored[c] - ref_max) / ref_sum;
+  if constexpr (std::is_same_v<T, bf16>) {
+    expect_bf16_close("gradient", got, want);
+  } else {
+    expect_close("gradient", got, want, 1e-5, 1e-30);
+  }
+  for (int c = kValid; c < kV; ++c) EXPECT_EQ(got[c], 0.0) << "padding column " << c;
+}
+
+}  // namespace
+
+TEST(KernelsCrossEntropyOnline, GpuRowFormLaneByLaneAgainstReference) {
+  for (int lanes : {1, 3, 32, 256}) {  // 256 lanes: most of them hold no pack of a 1000-column row
+    check_strided_row<float, 1>(lanes);
+    check_strided_row<float, 4>(lanes);
+    check_strided_row<bf16, 1>(lanes);
+    check_strided_row<bf16, 8>(lanes);
+    check_strided_row<double, 2>(lanes);
+  }
+}
+
+TEST(KernelsCrossEntropyOnline, PacksOnlyOnGpusAndWholeAlignedRows) {
+  alignas(16) static bf16 logits[64];
+  // 16-byte rows of whole packs only.
+  EXPECT_TRUE(k::detail::ce_rows_in_packs(logits, 50304, 50304));        // GPT-2's padded vocabulary
+  EXPECT_TRUE(k::detail::ce_rows_in_packs(logits, 50304, 25152));        // one of 2 tp slices
+  EXPECT_FALSE(k::detail::ce_rows_in_packs(logits, 50257, 50257));       // rows of 100514 bytes
+  EXPECT_FALSE(k::detail::ce_rows_in_packs(logits + 1, 50304, 50304));   // off the boundary
+  EXPECT_FALSE(k::detail::ce_rows_in_packs(logits, 50304, 25148));       // 25148 columns: 3143.5 packs
+  EXPECT_TRUE(k::detail::ce_rows_in_packs(reinterpret_cast<float*>(logits), 1000, 1000));
+  // Host builds keep their block loops.
+  EXPECT_EQ(k::detail::ce_rows_packable(logits, 50304, 50304), !kDeviceIsHost);
 }
