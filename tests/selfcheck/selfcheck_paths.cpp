@@ -39,6 +39,7 @@
 #include "train/step.hpp"
 
 #include "../kernels/gemm_epilogue_reference.hpp"
+#include "../../src/kernels/cross_entropy_rows.hpp"  // ce_rows_packable: which form ran
 
 namespace k = meshtrain::kernels;
 using meshtrain::bf16;
@@ -631,9 +632,10 @@ std::string path_fused_cross_entropy() {
   }
   // bf16 keeps 8 bits: the two roundings of one value differ by at most 2 ulp (2^-7).
   check_close("bf16 dlogits vs three-pass", f1, f3, 8e-3, 1e-9);
-  char out[200];
-  std::snprintf(out, sizeof out, "%d rows x %d (valid %lld, masked rows): loss %.2g, dlogits %.2g vs double; fp32 and bf16 = three-pass",
-                c.n, c.v, static_cast<long long>(c.valid), e_loss, e_g);
+  char out[240];
+  std::snprintf(out, sizeof out, "%d rows x %d (valid %lld, masked rows): loss %.2g, dlogits %.2g vs double; fp32 and bf16 = three-pass%s",
+                c.n, c.v, static_cast<long long>(c.valid), e_loss, e_g,
+                k::detail::ce_rows_packable(B1.data(), c.v, c.v) ? "; rows in 16-byte packs" : "");
   return out;
 }
 
