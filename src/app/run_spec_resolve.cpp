@@ -92,6 +92,7 @@ plan::RunSpec resolve_spec(const Config& c) {
   s.dims = resolve_model(c.model);
   s.kernel_paths.fused_loss = c.gpu.fused_loss;
   s.kernel_paths.fused_norms = c.gpu.fused_norms;
+  s.kernel_paths.row_packs = c.gpu.row_packs;
   if (c.gpu.norm_form != NormFormChoice::Auto)  // else the build's default: kernels::default_norm_form()
     s.kernel_paths.norm_form =
         c.gpu.norm_form == NormFormChoice::Warps ? kernels::NormForm::Warps : kernels::NormForm::Rows;

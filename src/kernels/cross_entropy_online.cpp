@@ -57,11 +57,11 @@ void fused_kernel(T* logits, int ld, int N, int V_local, int nv, const std::int3
 template <class T>
 void cross_entropy_online_stats(const T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
                                 std::int64_t valid_vocab, const std::int32_t* targets, acc_t<T>* local_max,
-                                acc_t<T>* row_max, acc_t<T>* stats) {
+                                acc_t<T>* row_max, acc_t<T>* stats, bool row_packs) {
   // logits: (N, V_local; ld) -> local_max, row_max: (N), stats: (2N)
   const int nv = valid_columns(V_local, vocab_start, valid_vocab);
   if constexpr (!kHostExec) {
-    if (ce_rows_packable(logits, ld, V_local)) {
+    if (row_packs && ce_rows_packable(logits, ld, V_local)) {
       online_stats_kernel<kPackWidth<T>>(logits, ld, N, nv, vocab_start, targets, local_max, row_max, stats);
       return;
     }
@@ -82,11 +82,11 @@ void cross_entropy_rescale_sums(int N, const S* local_max, const S* row_max, S* 
 template <class T>
 void cross_entropy_fused(T* logits, int ld, int N, int V_local, std::int64_t valid_vocab,
                          const std::int32_t* targets, float grad_scale, const float* row_scale,
-                         double* loss_out) {
+                         double* loss_out, bool row_packs) {
   // logits (N, V_local; ld) <- grad_scale * row_scale[r] * (softmax - onehot); *loss_out = sum of row losses.
   const int nv = valid_columns(V_local, 0, valid_vocab);
   if constexpr (!kHostExec) {
-    if (ce_rows_packable(logits, ld, V_local)) {
+    if (row_packs && ce_rows_packable(logits, ld, V_local)) {
       fused_kernel<kPackWidth<T>>(logits, ld, N, V_local, nv, targets, grad_scale, row_scale, loss_out);
       return;
     }
@@ -99,9 +99,9 @@ template void cross_entropy_rescale_sums<double>(int, const double*, const doubl
 
 #define MESHTRAIN_INSTANTIATE_CROSS_ENTROPY_ONLINE(T)                                                      \
   template void cross_entropy_online_stats<T>(const T*, int, int, int, std::int64_t, std::int64_t,       \
-                                              const std::int32_t*, acc_t<T>*, acc_t<T>*, acc_t<T>*);     \
+                                              const std::int32_t*, acc_t<T>*, acc_t<T>*, acc_t<T>*, bool); \
   template void cross_entropy_fused<T>(T*, int, int, int, std::int64_t, const std::int32_t*, float,      \
-                                       const float*, double*);
+                                       const float*, double*, bool);
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY_ONLINE(float)
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY_ONLINE(double)
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY_ONLINE(bf16)

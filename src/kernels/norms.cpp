@@ -173,47 +173,48 @@ bool norm_rows_packable(int C, std::size_t elem_bytes, std::initializer_list<con
 
 template <class T>
 void layernorm_forward(const T* x, const T* w, const T* b, double eps, int N, int C, T* y, acc_t<T>* mean,
-                       acc_t<T>* rstd, NormForm form) {
+                       acc_t<T>* rstd, NormForm form, bool row_packs) {
   if (form == NormForm::Rows) layernorm_forward_kernel<false, 1>(x, w, b, eps, N, C, y, mean, rstd);
-  else if (norm_rows_packable(C, sizeof(T), {x, w, b, y}))
+  else if (row_packs && norm_rows_packable(C, sizeof(T), {x, w, b, y}))
     layernorm_forward_kernel<true, kPackWidth<T>>(x, w, b, eps, N, C, y, mean, rstd);
   else layernorm_forward_kernel<true, 1>(x, w, b, eps, N, C, y, mean, rstd);
 }
 
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C,
-                        T* dx, acc_t<T>* dw, acc_t<T>* db, NormForm form) {
+                        T* dx, acc_t<T>* dw, acc_t<T>* db, NormForm form, bool row_packs) {
   if (form == NormForm::Rows) layernorm_backward_kernel<false, 1>(dy, x, w, mean, rstd, N, C, dx, dw, db);
-  else if (norm_rows_packable(C, sizeof(T), {dy, x, w, dx}))
+  else if (row_packs && norm_rows_packable(C, sizeof(T), {dy, x, w, dx}))
     layernorm_backward_kernel<true, kPackWidth<T>>(dy, x, w, mean, rstd, N, C, dx, dw, db);
   else layernorm_backward_kernel<true, 1>(dy, x, w, mean, rstd, N, C, dx, dw, db);
 }
 
 template <class T>
-void rmsnorm_forward(const T* x, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd, NormForm form) {
+void rmsnorm_forward(const T* x, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd, NormForm form,
+                     bool row_packs) {
   if (form == NormForm::Rows) rmsnorm_forward_kernel<false, 1>(x, w, eps, N, C, y, rstd);
-  else if (norm_rows_packable(C, sizeof(T), {x, w, y}))
+  else if (row_packs && norm_rows_packable(C, sizeof(T), {x, w, y}))
     rmsnorm_forward_kernel<true, kPackWidth<T>>(x, w, eps, N, C, y, rstd);
   else rmsnorm_forward_kernel<true, 1>(x, w, eps, N, C, y, rstd);
 }
 
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C, T* dx, acc_t<T>* dw,
-                      NormForm form) {
+                      NormForm form, bool row_packs) {
   if (form == NormForm::Rows) rmsnorm_backward_kernel<false, 1>(dy, x, w, rstd, N, C, dx, dw);
-  else if (norm_rows_packable(C, sizeof(T), {dy, x, w, dx}))
+  else if (row_packs && norm_rows_packable(C, sizeof(T), {dy, x, w, dx}))
     rmsnorm_backward_kernel<true, kPackWidth<T>>(dy, x, w, rstd, N, C, dx, dw);
   else rmsnorm_backward_kernel<true, 1>(dy, x, w, rstd, N, C, dx, dw);
 }
 
 #define MESHTRAIN_INSTANTIATE_NORMS(T)                                                                        \
   template void layernorm_forward<T>(const T*, const T*, const T*, double, int, int, T*, acc_t<T>*, acc_t<T>*, \
-                                     NormForm);                                                               \
+                                     NormForm, bool);                                                               \
   template void layernorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, const acc_t<T>*, int,    \
-                                      int, T*, acc_t<T>*, acc_t<T>*, NormForm);                                \
-  template void rmsnorm_forward<T>(const T*, const T*, double, int, int, T*, acc_t<T>*, NormForm);            \
+                                      int, T*, acc_t<T>*, acc_t<T>*, NormForm, bool);                                \
+  template void rmsnorm_forward<T>(const T*, const T*, double, int, int, T*, acc_t<T>*, NormForm, bool);            \
   template void rmsnorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, int, int, T*, acc_t<T>*,   \
-                                    NormForm);
+                                    NormForm, bool);
 MESHTRAIN_INSTANTIATE_NORMS(float)
 MESHTRAIN_INSTANTIATE_NORMS(double)
 MESHTRAIN_INSTANTIATE_NORMS(bf16)

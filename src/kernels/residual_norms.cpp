@@ -322,48 +322,48 @@ void rmsnorm_backward_kernel(const T* dy, const T* h, const T* w, const acc_t<T>
 
 template <class T>
 void residual_layernorm_forward(T* h, const T* residual, const T* bias, const T* w, const T* b, double eps, int N,
-                                int C, T* y, acc_t<T>* mean, acc_t<T>* rstd, NormForm form) {
+                                int C, T* y, acc_t<T>* mean, acc_t<T>* rstd, NormForm form, bool row_packs) {
   if (form == NormForm::Rows) layernorm_forward_kernel<false, 1>(h, residual, bias, w, b, eps, N, C, y, mean, rstd);
-  else if (norm_rows_packable(C, sizeof(T), {h, residual, bias, w, b, y}))
+  else if (row_packs && norm_rows_packable(C, sizeof(T), {h, residual, bias, w, b, y}))
     layernorm_forward_kernel<true, kPackWidth<T>>(h, residual, bias, w, b, eps, N, C, y, mean, rstd);
   else layernorm_forward_kernel<true, 1>(h, residual, bias, w, b, eps, N, C, y, mean, rstd);
 }
 
 template <class T>
 void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd,
-                                 int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db, acc_t<T>* dbias, NormForm form) {
+                                 int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db, acc_t<T>* dbias, NormForm form, bool row_packs) {
   if (form == NormForm::Rows) layernorm_backward_kernel<false, 1>(dy, h, w, mean, rstd, N, C, dx, dw, db, dbias);
-  else if (norm_rows_packable(C, sizeof(T), {dy, h, w, dx}))
+  else if (row_packs && norm_rows_packable(C, sizeof(T), {dy, h, w, dx}))
     layernorm_backward_kernel<true, kPackWidth<T>>(dy, h, w, mean, rstd, N, C, dx, dw, db, dbias);
   else layernorm_backward_kernel<true, 1>(dy, h, w, mean, rstd, N, C, dx, dw, db, dbias);
 }
 
 template <class T>
 void residual_rmsnorm_forward(T* h, const T* residual, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd,
-                              NormForm form) {
+                              NormForm form, bool row_packs) {
   if (form == NormForm::Rows) rmsnorm_forward_kernel<false, 1>(h, residual, w, eps, N, C, y, rstd);
-  else if (norm_rows_packable(C, sizeof(T), {h, residual, w, y}))
+  else if (row_packs && norm_rows_packable(C, sizeof(T), {h, residual, w, y}))
     rmsnorm_forward_kernel<true, kPackWidth<T>>(h, residual, w, eps, N, C, y, rstd);
   else rmsnorm_forward_kernel<true, 1>(h, residual, w, eps, N, C, y, rstd);
 }
 
 template <class T>
 void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
-                               acc_t<T>* dw, NormForm form) {
+                               acc_t<T>* dw, NormForm form, bool row_packs) {
   if (form == NormForm::Rows) rmsnorm_backward_kernel<false, 1>(dy, h, w, rstd, N, C, dx, dw);
-  else if (norm_rows_packable(C, sizeof(T), {dy, h, w, dx}))
+  else if (row_packs && norm_rows_packable(C, sizeof(T), {dy, h, w, dx}))
     rmsnorm_backward_kernel<true, kPackWidth<T>>(dy, h, w, rstd, N, C, dx, dw);
   else rmsnorm_backward_kernel<true, 1>(dy, h, w, rstd, N, C, dx, dw);
 }
 
 #define MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(T)                                                                 \
   template void residual_layernorm_forward<T>(T*, const T*, const T*, const T*, const T*, double, int, int, T*, \
-                                              acc_t<T>*, acc_t<T>*, NormForm);                                 \
+                                              acc_t<T>*, acc_t<T>*, NormForm, bool);                                 \
   template void residual_layernorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, const acc_t<T>*,  \
-                                               int, int, T*, acc_t<T>*, acc_t<T>*, acc_t<T>*, NormForm);       \
-  template void residual_rmsnorm_forward<T>(T*, const T*, const T*, double, int, int, T*, acc_t<T>*, NormForm); \
+                                               int, int, T*, acc_t<T>*, acc_t<T>*, acc_t<T>*, NormForm, bool);       \
+  template void residual_rmsnorm_forward<T>(T*, const T*, const T*, double, int, int, T*, acc_t<T>*, NormForm, bool); \
   template void residual_rmsnorm_backward<T>(const T*, const T*, const T*, const acc_t<T>*, int, int, T*,       \
-                                             acc_t<T>*, NormForm);
+                                             acc_t<T>*, NormForm, bool);
 MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(float)
 MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(double)
 MESHTRAIN_INSTANTIATE_RESIDUAL_NORMS(bf16)

@@ -54,7 +54,7 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
   c.mean1 = Buffer<acc_t<T>>(N, MemCategory::Activations);
   c.rstd1 = Buffer<acc_t<T>>(N, MemCategory::Activations);
   kernels::layernorm_forward(x_in, p + o[G_LN1_W], p + o[G_LN1_B], dims_.norm_eps, N, C, c.norm1.data(),
-                             c.mean1.data(), c.rstd1.data(), paths_.norm_form);
+                             c.mean1.data(), c.rstd1.data(), paths_.norm_form, paths_.row_packs);
   // qkv (N, 3Cl) = norm1 (N, C) @ c_attn (C, 3Cl) + bias
   c.qkv = Buffer<T>(n(N, W3), MemCategory::Activations);
   if (epi && !lora_runs(GL_ATTN)) {
@@ -101,12 +101,12 @@ void Transformer<T>::gpt2_forward(const ComputeContext& ctx, const T* p, BatchSh
     // x_mid += bias + x_in and norm2 = ln_2(x_mid) in one kernel.
     kernels::residual_layernorm_forward(c.x_mid.data(), x_in, p + o[G_PROJ_B], p + o[G_LN2_W], p + o[G_LN2_B],
                                         dims_.norm_eps, N, C, c.norm2.data(), c.mean2.data(), c.rstd2.data(),
-                                        paths_.norm_form);
+                                        paths_.norm_form, paths_.row_packs);
   } else {
     if (!proj_bias_in_gemm) kernels::add_bias(c.x_mid.data(), p + o[G_PROJ_B], N, C, C);
     kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
     kernels::layernorm_forward(c.x_mid.data(), p + o[G_LN2_W], p + o[G_LN2_B], dims_.norm_eps, N, C, c.norm2.data(),
-                               c.mean2.data(), c.rstd2.data(), paths_.norm_form);
+                               c.mean2.data(), c.rstd2.data(), paths_.norm_form, paths_.row_packs);
   }
   ctx.poll();
   // h (N, Fl) = norm2 @ c_fc (C, Fl) + bias; act = gelu(h)
@@ -191,10 +191,11 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, acc_t<
     // dx += ln_2's input gradient; d ln_2, and d c_proj bias = column sums of the new dx, in the same pass.
     kernels::residual_layernorm_backward(dnorm.data(), c.x_mid.data(), p + o[G_LN2_W], c.mean2.data(), c.rstd2.data(),
                                          N, C, dx, base_grad(g, o[G_LN2_W]), base_grad(g, o[G_LN2_B]),
-                                         base_grad(g, o[G_PROJ_B]), paths_.norm_form);
+                                         base_grad(g, o[G_PROJ_B]), paths_.norm_form, paths_.row_packs);
   } else {
     kernels::layernorm_backward(dnorm.data(), c.x_mid.data(), p + o[G_LN2_W], c.mean2.data(), c.rstd2.data(), N, C,
-                                dx, base_grad(g, o[G_LN2_W]), base_grad(g, o[G_LN2_B]), paths_.norm_form);
+                                dx, base_grad(g, o[G_LN2_W]), base_grad(g, o[G_LN2_B]), paths_.norm_form,
+                                paths_.row_packs);
     if (!epi) kernels::bias_backward(dx, base_grad(g, o[G_PROJ_B]), N, C, C);
   }
   ctx.poll();
@@ -239,7 +240,7 @@ void Transformer<T>::gpt2_backward(const ComputeContext& ctx, const T* p, acc_t<
   lora_bwd(GL_ATTN, p, g, c, N, c.norm1.data(), C, dqkv.data(), W3, dnorm.data(), C);
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
   kernels::layernorm_backward(dnorm.data(), x_in, p + o[G_LN1_W], c.mean1.data(), c.rstd1.data(), N, C, dx,
-                              base_grad(g, o[G_LN1_W]), base_grad(g, o[G_LN1_B]), paths_.norm_form);
+                              base_grad(g, o[G_LN1_W]), base_grad(g, o[G_LN1_B]), paths_.norm_form, paths_.row_packs);
   ctx.poll();
 }
 

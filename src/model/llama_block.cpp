@@ -27,7 +27,7 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   c.norm1 = Buffer<T>(n(N, C), MemCategory::Activations);
   c.rstd1 = Buffer<acc_t<T>>(N, MemCategory::Activations);
   kernels::rmsnorm_forward(x_in, p + o[L_NORM1_W], dims_.norm_eps, N, C, c.norm1.data(), c.rstd1.data(),
-                           paths_.norm_form);
+                           paths_.norm_form, paths_.row_packs);
   // qkv (N, W) = norm1 (N, C) @ [q;k;v]^T (C, W)   (the three weights are adjacent rows)
   c.qkv = Buffer<T>(n(N, W), MemCategory::Activations);
   linalg::gemm<T>(Op::N, Op::T, N, W, C, 1.0f, c.norm1.data(), C, p + o[L_Q_W], C, 0.0f, c.qkv.data(), W);
@@ -69,11 +69,11 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   if (paths_.fused_norms) {
     // x_mid += x_in and norm2 = post_attention_layernorm(x_mid) in one kernel.
     kernels::residual_rmsnorm_forward(c.x_mid.data(), x_in, p + o[L_NORM2_W], dims_.norm_eps, N, C, c.norm2.data(),
-                                      c.rstd2.data(), paths_.norm_form);
+                                      c.rstd2.data(), paths_.norm_form, paths_.row_packs);
   } else {
     kernels::add_inplace(c.x_mid.data(), x_in, n(N, C));
     kernels::rmsnorm_forward(c.x_mid.data(), p + o[L_NORM2_W], dims_.norm_eps, N, C, c.norm2.data(), c.rstd2.data(),
-                             paths_.norm_form);
+                             paths_.norm_form, paths_.row_packs);
   }
   ctx.poll();
   // gate|up (N, 2Fl) = norm2 @ [gate; up]^T
@@ -125,10 +125,10 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, acc_t
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
   if (paths_.fused_norms)
     kernels::residual_rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx,
-                                       base_grad(g, o[L_NORM2_W]), paths_.norm_form);
+                                       base_grad(g, o[L_NORM2_W]), paths_.norm_form, paths_.row_packs);
   else
     kernels::rmsnorm_backward(dnorm.data(), c.x_mid.data(), p + o[L_NORM2_W], c.rstd2.data(), N, C, dx,
-                              base_grad(g, o[L_NORM2_W]), paths_.norm_form);
+                              base_grad(g, o[L_NORM2_W]), paths_.norm_form, paths_.row_packs);
   ctx.poll();
 
   // ---- attention ------------------------------------------------------------------------
@@ -162,7 +162,7 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, acc_t
   lora_bwd(LL_V, p, g, c, N, c.norm1.data(), C, dqkv.data() + Ql + KVl * hd, W, dnorm.data(), C);
   ctx.tp_all_reduce(dnorm.data(), n(N, C));
   kernels::rmsnorm_backward(dnorm.data(), x_in, p + o[L_NORM1_W], c.rstd1.data(), N, C, dx, base_grad(g, o[L_NORM1_W]),
-                            paths_.norm_form);
+                            paths_.norm_form, paths_.row_packs);
   ctx.poll();
 }
 

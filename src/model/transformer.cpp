@@ -303,10 +303,10 @@ void Transformer<T>::final_norm(const OuterParams<T>& outer, BatchShape s, const
   if (dims_.family == Family::Gpt2) {
     hc.mean = Buffer<acc_t<T>>(N, MemCategory::Activations);
     kernels::layernorm_forward(x, outer.at(outer_off_[O_NORM_W]), outer.at(outer_off_[O_NORM_B]), dims_.norm_eps, N, C,
-                               hc.normed.data(), hc.mean.data(), hc.rstd.data(), paths_.norm_form);
+                               hc.normed.data(), hc.mean.data(), hc.rstd.data(), paths_.norm_form, paths_.row_packs);
   } else {
     kernels::rmsnorm_forward(x, outer.at(outer_off_[O_NORM_W]), dims_.norm_eps, N, C, hc.normed.data(), hc.rstd.data(),
-                             paths_.norm_form);
+                             paths_.norm_form, paths_.row_packs);
   }
 }
 
@@ -319,7 +319,7 @@ void Transformer<T>::ce_statistics(const ComputeContext& ctx, const T* logits, i
     // in the three-pass path's two reductions (the Communicator has no user-defined
     // reduction for a packed pair, and the rows of a chunk are few: two small all-reduces).
     kernels::cross_entropy_online_stats(logits, Vl, nc, Vl, tp_.vocab_start, dims_.valid_vocab, targets, local_max,
-                                        row_max, stats);
+                                        row_max, stats, paths_.row_packs);
     if (ctx.tp_size() > 1) {
       ctx.tp_all_reduce(row_max, nc, ReduceOp::Max);
       kernels::cross_entropy_rescale_sums(nc, local_max, row_max, stats);
@@ -367,7 +367,7 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const Ou
     if (paths_.fused_loss && ctx.tp_size() == 1) {
       // The whole vocabulary is here: statistics and dlogits in one launch.
       kernels::cross_entropy_fused(logits.data(), Vl, nc, Vl, dims_.valid_vocab, targets + r0, grad_scale, rs,
-                                   chunk_loss.data() + r0 / chunk);
+                                   chunk_loss.data() + r0 / chunk, paths_.row_packs);
     } else {
       ce_statistics(ctx, logits.data(), nc, targets + r0, row_max.data(), stats.data(), local_max.data());
       if (paths_.fused_loss)
@@ -401,10 +401,10 @@ double Transformer<T>::head_forward_backward(const ComputeContext& ctx, const Ou
   if (dims_.family == Family::Gpt2) {
     kernels::layernorm_backward(dnormed.data(), x, outer.at(outer_off_[O_NORM_W]), hc.mean.data(), hc.rstd.data(), N, C,
                                 dx, base_grad(outer_grad, outer_off_[O_NORM_W]), base_grad(outer_grad, outer_off_[O_NORM_B]),
-                                paths_.norm_form);
+                                paths_.norm_form, paths_.row_packs);
   } else {
     kernels::rmsnorm_backward(dnormed.data(), x, outer.at(outer_off_[O_NORM_W]), hc.rstd.data(), N, C, dx,
-                              base_grad(outer_grad, outer_off_[O_NORM_W]), paths_.norm_form);
+                              base_grad(outer_grad, outer_off_[O_NORM_W]), paths_.norm_form, paths_.row_packs);
   }
   return loss;
 }

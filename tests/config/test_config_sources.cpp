@@ -102,6 +102,19 @@ plan::RunSetup setup_of(const std::vector<std::string>& args, int grad_accum, in
   return s;
 }
 
+TEST(ConfigSources, GpuKernelPathKeysReachTheModelsKernelPaths) {
+  const model::KernelPaths d = setup_of({}, 1, 1).spec.kernel_paths;
+  EXPECT_TRUE(d.fused_loss && d.fused_norms && d.epilogues && d.row_packs);
+  EXPECT_EQ(d.norm_form, kernels::default_norm_form());
+  const model::KernelPaths p = setup_of({"--gpu.fused_loss=false", "--gpu.fused_norms=false", "--gpu.epilogues=false",
+                                         "--gpu.norm_form=warps", "--gpu.row_packs=false"},
+                                        1, 1)
+                                   .spec.kernel_paths;
+  EXPECT_FALSE(p.fused_loss || p.fused_norms || p.epilogues || p.row_packs);
+  EXPECT_EQ(p.norm_form, kernels::NormForm::Warps);
+  EXPECT_EQ(setup_of({"--gpu.norm_form=rows"}, 1, 1).spec.kernel_paths.norm_form, kernels::NormForm::Rows);
+}
+
 TEST(SettingWarnings, EachSettingThatDoesLessThanItSays) {
   EXPECT_TRUE(train::setting_warnings(setup_of({}, 1, 1)).empty());
   // global_batch and grad_accum together: the global batch wins, named with both values.

@@ -260,7 +260,7 @@ namespace {
 /// dw, db (acc_t<T>), as doubles; with `off_boundary` every tensor starts one element past a
 /// 16-byte boundary, so the Warps form cannot move its rows in packs.
 template <class T>
-std::vector<double> run_typed(k::NormForm form, int N, int C, bool off_boundary) {
+std::vector<double> run_typed(k::NormForm form, int N, int C, bool off_boundary, bool row_packs = true) {
   using A = acc_t<T>;
   const int o = off_boundary ? 1 : 0;
   const auto x = random_normal(static_cast<std::size_t>(N) * C, 40);
@@ -274,11 +274,13 @@ std::vector<double> run_typed(k::NormForm form, int N, int C, bool off_boundary)
   auto Y = upload<T>(shifted(zeros)), RY = upload<T>(shifted(zeros)), GX = upload<T>(shifted(zeros));
   Buffer<A> m(N, MemCategory::Workspace), r(N, MemCategory::Workspace);
   auto GW = upload<A>(std::vector<double>(C, 0.0)), GB = upload<A>(std::vector<double>(C, 0.0));
-  k::layernorm_forward(X.data() + o, W.data() + o, B.data() + o, kEps, N, C, Y.data() + o, m.data(), r.data(), form);
+  k::layernorm_forward(X.data() + o, W.data() + o, B.data() + o, kEps, N, C, Y.data() + o, m.data(), r.data(), form,
+                       row_packs);
   k::layernorm_backward(DY.data() + o, X.data() + o, W.data() + o, m.data(), r.data(), N, C, GX.data() + o, GW.data(),
-                        GB.data(), form);
-  k::rmsnorm_forward(X.data() + o, W.data() + o, kEps, N, C, RY.data() + o, r.data(), form);
-  k::rmsnorm_backward(DY.data() + o, X.data() + o, W.data() + o, r.data(), N, C, GX.data() + o, GW.data(), form);
+                        GB.data(), form, row_packs);
+  k::rmsnorm_forward(X.data() + o, W.data() + o, kEps, N, C, RY.data() + o, r.data(), form, row_packs);
+  k::rmsnorm_backward(DY.data() + o, X.data() + o, W.data() + o, r.data(), N, C, GX.data() + o, GW.data(), form,
+                      row_packs);
   std::vector<double> all;
   for (const auto* buf : {&Y, &RY, &GX}) {
     const auto h = download(*buf);
@@ -312,6 +314,15 @@ TEST(KernelsNorms, WarpsFormInPacksAndElementwiseMatchesTheRowsForm) {
       elementwise = run_typed<T>(k::NormForm::Warps, N, C, true);
       EXPECT_EQ(rec.count_ending("_warps16"), 0) << type << ": rows off the 16-byte boundary moved in packs";
       EXPECT_EQ(rec.count("Kernels::layernorm_forward_warps"), 1) << type;
+    }
+    {
+      // gpu.row_packs=false: the same aligned rows element by element, the same values as
+      // the rows off the boundary (the same kernel on the same numbers).
+      LaunchedKernels rec;
+      const std::vector<double> unpacked = run_typed<T>(k::NormForm::Warps, N, C, false, false);
+      EXPECT_EQ(rec.count_ending("_warps16"), 0) << type << ": gpu.row_packs=false moved rows in packs";
+      EXPECT_EQ(rec.count_ending("_warps"), 4) << type;
+      EXPECT_TRUE(bitwise_equal(unpacked, elementwise)) << type;
     }
     const std::size_t rows_part = rows.size() - 2 * static_cast<std::size_t>(C);
     const std::vector<double> r_rows(rows.begin(), rows.begin() + rows_part);

@@ -173,6 +173,21 @@ TEST(ModelGradcheck, WarpsNormFormMovesEveryModelRowInPacks) {
     }
 }
 
+// gpu.row_packs=false reaches every norm call: the same step element by element.
+TEST(ModelGradcheck, RowPacksOffKeepsEveryModelRowElementwise) {
+  for (Family family : {Family::Gpt2, Family::Llama}) {
+    KernelPaths paths = warps(KernelPaths{});
+    paths.row_packs = false;
+    Fixture f(family);
+    std::vector<std::vector<double>> grads;
+    test::LaunchedKernels rec;
+    run(f, f.params, true, &grads, paths);
+    const char* name = family == Family::Gpt2 ? "gpt2" : "llama";
+    EXPECT_EQ(rec.count_ending("_warps16"), 0) << name;
+    EXPECT_GT(rec.count_ending("_warps"), 0) << name;
+  }
+}
+
 // Each fused path alone gives the unfused loss and gradients to double rounding (the
 // fused forms sum in another order: 1e-12 relative, floor 1e-9).
 TEST(ModelGradcheck, FusedPathsMatchUnfused) {

@@ -122,6 +122,7 @@ struct GpuConfig {
   bool fused_loss = true;             ///< one-pass online-softmax cross-entropy, loss kept on the device
   bool fused_norms = true;            ///< residual add (+ bias) fused with the block's second norm
   NormFormChoice norm_form = NormFormChoice::Auto;  ///< norm kernels: a team or a warp per row (kernels::NormForm)
+  bool row_packs = true;  ///< row kernels move rows in 16-byte packs where the rows allow it
   bool graphs = true;                 ///< replay each step from a CUDA graph where the step allows it
   bool epilogues = true;              ///< bias / GELU / their gradients in the GEMMs (linalg/gemm_epilogue.hpp)
 };

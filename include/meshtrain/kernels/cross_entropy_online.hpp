@@ -16,6 +16,10 @@
 /// with id >= valid_vocab are padding (never read as logits). Kernels are portable Kokkos: on
 /// host builds they are their own host twin. The result equals the three-pass path up to the
 /// order of the fp32 sums (tests/kernels/test_cross_entropy_online.cpp states the tolerance).
+///
+/// On GPUs each thread of a row's team reads (and writes) its strided 16-byte packs of the
+/// row where the rows allow it (cross_entropy_rows.hpp: ce_rows_packable), unless
+/// `row_packs` (gpu.row_packs) is false; host builds go by blocks of the row either way.
 
 #include <cstdint>
 
@@ -29,7 +33,7 @@ namespace meshtrain::kernels {
 template <class T>
 void cross_entropy_online_stats(const T* logits, int ld, int N, int V_local, std::int64_t vocab_start,
                                 std::int64_t valid_vocab, const std::int32_t* targets, acc_t<T>* local_max,
-                                acc_t<T>* row_max, acc_t<T>* stats);
+                                acc_t<T>* row_max, acc_t<T>* stats, bool row_packs = true);
 
 /// After all_reduce(MAX) of row_max: stats[r] (sum) *= exp(local_max[r] - row_max[r]), so that
 /// all_reduce(SUM) of stats then gives the sum of exp(l - row_max) over the whole vocabulary.
@@ -42,6 +46,6 @@ void cross_entropy_rescale_sums(int N, const S* local_max, const S* row_max, S* 
 template <class T>
 void cross_entropy_fused(T* logits, int ld, int N, int V_local, std::int64_t valid_vocab,
                          const std::int32_t* targets, float grad_scale, const float* row_scale,
-                         double* loss_out);
+                         double* loss_out, bool row_packs = true);
 
 }  // namespace meshtrain::kernels

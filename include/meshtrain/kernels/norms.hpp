@@ -32,6 +32,10 @@ NormForm default_norm_form();
 /// The Warps form's pack: 16 bytes (one 128-bit load or store on GPUs).
 inline constexpr std::size_t kNormPackBytes = 16;
 
+/// Every norm function (these and kernels/residual_norms.hpp's) takes, after its form,
+/// `row_packs` (gpu.row_packs): false keeps the Warps form element by element even where the
+/// rows could be moved in packs.
+///
 /// True when rows of C elements of `elem_bytes` bytes can be moved in kNormPackBytes packs:
 /// C * elem_bytes is a multiple of kNormPackBytes and every base pointer that is not null is
 /// kNormPackBytes-aligned (so every row of every tensor starts on such a boundary). The
@@ -42,7 +46,7 @@ bool norm_rows_packable(int C, std::size_t elem_bytes, std::initializer_list<con
 /// y (N, C) = (x - mean) * rstd * w + b;  mean, rstd: (N) saved for backward.
 template <class T>
 void layernorm_forward(const T* x, const T* w, const T* b, double eps, int N, int C, T* y,
-                       acc_t<T>* mean, acc_t<T>* rstd, NormForm form = default_norm_form());
+                       acc_t<T>* mean, acc_t<T>* rstd, NormForm form = default_norm_form(), bool row_packs = true);
 
 /// dx (N, C) += dL/dx (ACCUMULATES: the residual stream's gradient is already in dx);
 /// dw, db (C) += parameter gradients, in acc_t<T> (fp32 for bf16: gradients accumulate
@@ -50,17 +54,17 @@ void layernorm_forward(const T* x, const T* w, const T* b, double eps, int N, in
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* mean,
                         const acc_t<T>* rstd, int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db,
-                        NormForm form = default_norm_form());
+                        NormForm form = default_norm_form(), bool row_packs = true);
 
 /// y (N, C) = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps): (N) saved.
 template <class T>
 void rmsnorm_forward(const T* x, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd,
-                     NormForm form = default_norm_form());
+                     NormForm form = default_norm_form(), bool row_packs = true);
 
 /// dx (N, C) += dL/dx (ACCUMULATES); dw (C, acc_t<T>) += (deterministic); dw nullptr:
 /// frozen, skipped.
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const acc_t<T>* rstd, int N, int C,
-                      T* dx, acc_t<T>* dw, NormForm form = default_norm_form());
+                      T* dx, acc_t<T>* dw, NormForm form = default_norm_form(), bool row_packs = true);
 
 }  // namespace meshtrain::kernels

@@ -36,7 +36,7 @@ inline constexpr int kWarpRowBlock = 8;
 /// mean, rstd: (N) saved for backward.
 template <class T>
 void residual_layernorm_forward(T* h, const T* residual, const T* bias, const T* w, const T* b, double eps, int N,
-                                int C, T* y, acc_t<T>* mean, acc_t<T>* rstd, NormForm form = default_norm_form());
+                                int C, T* y, acc_t<T>* mean, acc_t<T>* rstd, NormForm form = default_norm_form(), bool row_packs = true);
 
 /// dx (N, C) += dL/dh through the LayerNorm (ACCUMULATES); dw, db (C) += the LayerNorm's
 /// parameter gradients; dbias (C) += column sums of the resulting dx. Each null: skipped.
@@ -44,16 +44,16 @@ void residual_layernorm_forward(T* h, const T* residual, const T* bias, const T*
 template <class T>
 void residual_layernorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* mean, const acc_t<T>* rstd,
                                  int N, int C, T* dx, acc_t<T>* dw, acc_t<T>* db, acc_t<T>* dbias,
-                                 NormForm form = default_norm_form());
+                                 NormForm form = default_norm_form(), bool row_packs = true);
 
 /// h (N, C) <- h + residual; y (N, C) = h * rstd * w; rstd (N) saved.
 template <class T>
 void residual_rmsnorm_forward(T* h, const T* residual, const T* w, double eps, int N, int C, T* y, acc_t<T>* rstd,
-                              NormForm form = default_norm_form());
+                              NormForm form = default_norm_form(), bool row_packs = true);
 
 /// dx (N, C) += dL/dh through the RMSNorm (ACCUMULATES); dw (C, acc_t<T>) += (null: skipped).
 template <class T>
 void residual_rmsnorm_backward(const T* dy, const T* h, const T* w, const acc_t<T>* rstd, int N, int C, T* dx,
-                               acc_t<T>* dw, NormForm form = default_norm_form());
+                               acc_t<T>* dw, NormForm form = default_norm_form(), bool row_packs = true);
 
 }  // namespace meshtrain::kernels

@@ -24,6 +24,10 @@ struct KernelPaths {
   /// gpu.norm_form: how every LayerNorm/RMSNorm kernel (fused or not) spreads rows -- a warp
   /// per row on GPUs, a team (host thread) per row on host builds by default.
   kernels::NormForm norm_form = kernels::default_norm_form();
+  /// gpu.row_packs: the row kernels that can (the norms' Warps form; on GPUs the fused
+  /// cross-entropy) move rows in 16-byte packs where every row starts on 16 bytes; false:
+  /// element by element, the fallback should the packed kernels fail on a device.
+  bool row_packs = true;
 };
 
 }  // namespace meshtrain::model
