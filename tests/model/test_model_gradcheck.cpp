@@ -157,34 +157,40 @@ TEST(ModelGradcheck, Gpt2UnfusedWarpsNormForm) {
   gradcheck(Family::Gpt2, false, 0, warps(KernelPaths{false, false, false}));
 }
 
+namespace {
+
+/// Launches of the Warps form's norm kernels in one step of `family` with `paths`: in
+/// 16-byte packs (`_warps16`) and element by element (`_warps`).
+struct WarpsLaunches {
+  int packed = 0, elementwise = 0;
+};
+WarpsLaunches warps_launches(Family family, const KernelPaths& paths) {
+  Fixture f(family);
+  std::vector<std::vector<double>> grads;
+  test::LaunchedKernels rec;
+  run(f, f.params, true, &grads, paths);
+  return {rec.count_ending("_warps16"), rec.count_ending("_warps")};
+}
+
+}  // namespace
+
 // Every norm call of a step passes tensors whose rows start on 16 bytes (activations from the
 // pool, norm parameters at kFlatAlign offsets), so the Warps form moves them in packs: none
 // falls back to element-by-element rows (which would be correct, and slower on a GPU).
-TEST(ModelGradcheck, WarpsNormFormMovesEveryModelRowInPacks) {
-  for (Family family : {Family::Gpt2, Family::Llama})
-    for (const KernelPaths paths : {warps(KernelPaths{}), warps(KernelPaths{false, false, false})}) {
-      Fixture f(family);
-      std::vector<std::vector<double>> grads;
-      test::LaunchedKernels rec;
-      run(f, f.params, true, &grads, paths);
-      const char* name = family == Family::Gpt2 ? "gpt2" : "llama";
-      EXPECT_GT(rec.count_ending("_warps16"), 0) << name;
-      EXPECT_EQ(rec.count_ending("_warps"), 0) << name << ": a norm call fell back to element-by-element rows";
-    }
-}
-
 // gpu.row_packs=false reaches every norm call: the same step element by element.
-TEST(ModelGradcheck, RowPacksOffKeepsEveryModelRowElementwise) {
+TEST(ModelGradcheck, WarpsNormFormPacksEveryModelRowUnlessRowPacksAreOff) {
   for (Family family : {Family::Gpt2, Family::Llama}) {
-    KernelPaths paths = warps(KernelPaths{});
-    paths.row_packs = false;
-    Fixture f(family);
-    std::vector<std::vector<double>> grads;
-    test::LaunchedKernels rec;
-    run(f, f.params, true, &grads, paths);
     const char* name = family == Family::Gpt2 ? "gpt2" : "llama";
-    EXPECT_EQ(rec.count_ending("_warps16"), 0) << name;
-    EXPECT_GT(rec.count_ending("_warps"), 0) << name;
+    for (const KernelPaths paths : {warps(KernelPaths{}), warps(KernelPaths{false, false, false})}) {
+      const WarpsLaunches on = warps_launches(family, paths);
+      EXPECT_GT(on.packed, 0) << name;
+      EXPECT_EQ(on.elementwise, 0) << name << ": a norm call fell back to element-by-element rows";
+      KernelPaths off = paths;
+      off.row_packs = false;
+      const WarpsLaunches elementwise = warps_launches(family, off);
+      EXPECT_EQ(elementwise.packed, 0) << name << ": gpu.row_packs=false moved rows in packs";
+      EXPECT_EQ(elementwise.elementwise, on.packed) << name;
+    }
   }
 }
 
