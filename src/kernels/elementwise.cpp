@@ -2,6 +2,7 @@
 
 #include "gelu.hpp"
 #include "kernel_common.hpp"
+#include "swiglu_rows.hpp"
 
 namespace meshtrain::kernels {
 using namespace detail;
@@ -210,28 +211,56 @@ void gelu_backward_bias_grad(const T* pre, int ld_pre, T* d, int ld_d, acc_t<T>*
       KOKKOS_LAMBDA(int c, const A* s) { dbias[c] += s[0]; });
 }
 
+namespace {
+
+// The packed GPU form of SwiGLU (swiglu_rows.hpp): one thread per 16-byte pack. Separate
+// functions, not lambdas under `if constexpr` (nvcc: an extended lambda cannot first capture
+// a variable inside one).
+template <int K, class T>
+void swiglu_forward_packs(const T* gate, const T* up, int ld_in, T* out, int ld_out, int rows, int cols) {
+  const int ppr = cols / K;
+  Kokkos::parallel_for(
+      "Kernels::swiglu_forward_packs", Range64(0, static_cast<std::int64_t>(rows) * ppr),
+      KOKKOS_LAMBDA(std::int64_t i) { swiglu_forward_pack<K>(gate, up, ld_in, out, ld_out, ppr, i); });
+}
+
+template <int K, class T>
+void swiglu_backward_packs(const T* gate, const T* up, int ld_in, const T* dout, int ld_out, T* dgate, T* dup,
+                           int rows, int cols) {
+  const int ppr = cols / K;
+  Kokkos::parallel_for(
+      "Kernels::swiglu_backward_packs", Range64(0, static_cast<std::int64_t>(rows) * ppr),
+      KOKKOS_LAMBDA(std::int64_t i) { swiglu_backward_pack<K>(gate, up, ld_in, dout, ld_out, dgate, dup, ppr, i); });
+}
+
+}  // namespace
+
 template <class T>
-void swiglu_forward(const T* gate, const T* up, int ld_in, T* out, int ld_out, int rows, int cols) {
+void swiglu_forward(const T* gate, const T* up, int ld_in, T* out, int ld_out, int rows, int cols, bool row_packs) {
   // gate, up: (rows, cols; ld_in) -> out (rows, cols; ld_out) = silu(gate) * up
   using A = acc_t<T>;
+  if (row_packs && swiglu_rows_packable<T>(cols, ld_in, ld_out, {gate, up, out})) {
+    swiglu_forward_packs<kPackWidth<T>>(gate, up, ld_in, out, ld_out, rows, cols);
+    return;
+  }
   Kokkos::parallel_for(
       "Kernels::swiglu_forward", row_policy(rows), KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
         const T* g = gate + r * ld_in;
         const T* u = up + r * ld_in;
         T* o = out + r * ld_out;
-        team_for(team, cols, [&](int c) {
-          const A gv = load(g[c]);
-          const A sig = A(1) / (A(1) + exp_acc(-gv));
-          o[c] = store<T>(gv * sig * load(u[c]));
-        });
+        team_for(team, cols, [&](int c) { o[c] = store<T>(swiglu_value<A>(load(g[c]), load(u[c]))); });
       });
 }
 
 template <class T>
 void swiglu_backward(const T* gate, const T* up, int ld_in, const T* dout, int ld_out, T* dgate,
-                     T* dup, int rows, int cols) {
+                     T* dup, int rows, int cols, bool row_packs) {
   using A = acc_t<T>;
+  if (row_packs && swiglu_rows_packable<T>(cols, ld_in, ld_out, {gate, up, dout, dgate, dup})) {
+    swiglu_backward_packs<kPackWidth<T>>(gate, up, ld_in, dout, ld_out, dgate, dup, rows, cols);
+    return;
+  }
   Kokkos::parallel_for(
       "Kernels::swiglu_backward", row_policy(rows), KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
@@ -242,13 +271,9 @@ void swiglu_backward(const T* gate, const T* up, int ld_in, const T* dout, int l
         T* du = dup + r * ld_in;
         team_for(team, cols, [&](int c) {
           // All inputs are read before either output is written: dgate/dup may alias gate/up.
-          const A gv = load(g[c]);
-          const A uv = load(u[c]);
-          const A dv = load(d[c]);
-          const A sig = A(1) / (A(1) + exp_acc(-gv));
-          const A silu = gv * sig;
-          dg[c] = store<T>(dv * uv * sig * (A(1) + gv * (A(1) - sig)));
-          du[c] = store<T>(dv * silu);
+          const SwigluGrads<A> gr = swiglu_grads<A>(load(g[c]), load(u[c]), load(d[c]));
+          dg[c] = store<T>(gr.dgate);
+          du[c] = store<T>(gr.dup);
         });
       });
 }
@@ -298,8 +323,8 @@ double sum_squares(const T* x, std::size_t n) {
   template void gelu_backward<T>(const T*, const T*, T*, std::size_t);                           \
   template void bias_gelu_forward<T>(T*, int, const T*, T*, int, int, int);                      \
   template void gelu_backward_bias_grad<T>(const T*, int, T*, int, acc_t<T>*, int, int);         \
-  template void swiglu_forward<T>(const T*, const T*, int, T*, int, int, int);                   \
-  template void swiglu_backward<T>(const T*, const T*, int, const T*, int, T*, T*, int, int);    \
+  template void swiglu_forward<T>(const T*, const T*, int, T*, int, int, int, bool);             \
+  template void swiglu_backward<T>(const T*, const T*, int, const T*, int, T*, T*, int, int, bool); \
   template double sum_squares<T>(const T*, std::size_t);
 MESHTRAIN_INSTANTIATE_ELEMENTWISE(float)
 MESHTRAIN_INSTANTIATE_ELEMENTWISE(double)

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
@@ -332,6 +333,21 @@ KOKKOS_FORCEINLINE_FUNCTION void store_pack(T* row, int p, const Pack<T, K>& in)
 #endif
     }
   }
+}
+
+/// \brief Whether strided rows can be moved in 16-byte packs (kPackWidth elements of
+/// `elem_bytes`): `cols` a whole number of packs, every leading dimension in `lds` a whole
+/// number of 16-byte units, and every base in `bases` (nullptr: not used) on a 16-byte
+/// boundary, so that every pack of every row is. The elementwise row kernels' test before
+/// they launch their packed GPU form.
+inline bool rows_in_packs(int cols, std::size_t elem_bytes, std::initializer_list<int> lds,
+                          std::initializer_list<const void*> bases) {
+  if (cols <= 0 || (static_cast<std::size_t>(cols) * elem_bytes) % 16 != 0) return false;
+  for (const int ld : lds)
+    if (ld < 0 || (static_cast<std::size_t>(ld) * elem_bytes) % 16 != 0) return false;
+  for (const void* b : bases)
+    if (b != nullptr && reinterpret_cast<std::uintptr_t>(b) % 16 != 0) return false;
+  return true;
 }
 
 /// f(0) + f(1) + ... + f(K - 1), in that order (K == 1: f(0) itself, so a one-element pack

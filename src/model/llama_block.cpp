@@ -39,8 +39,8 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   const int pos0 = kv ? kv->pos0 : 0;
   const float* rcos = rope_cos_.data() + static_cast<std::int64_t>(pos0) * (hd / 2);
   const float* rsin = rope_sin_.data() + static_cast<std::int64_t>(pos0) * (hd / 2);
-  kernels::rope_forward(c.qkv.data(), W, s.B, s.T, Hl, hd, rcos, rsin, s.doc_start);
-  kernels::rope_forward(c.qkv.data() + Ql, W, s.B, s.T, KVl, hd, rcos, rsin, s.doc_start);
+  // q's Hl heads and k's KVl heads are adjacent in a qkv row: one launch rotates both.
+  kernels::rope_forward(c.qkv.data(), W, s.B, s.T, Hl + KVl, hd, rcos, rsin, s.doc_start, paths_.row_packs);
   ctx.poll();
 
   const kernels::AttentionShape as = attention_shape(dims_, tp_, s, ctx.attention);
@@ -83,7 +83,8 @@ void Transformer<T>::llama_forward(const ComputeContext& ctx, const T* p, BatchS
   lora_fwd(ctx, LL_GATE, p, c, N, c.norm2.data(), C, c.mlp_in.data(), 2 * Fl);
   lora_fwd(ctx, LL_UP, p, c, N, c.norm2.data(), C, c.mlp_in.data() + Fl, 2 * Fl);
   c.mlp_act = Buffer<T>(n(N, Fl), MemCategory::Activations);
-  kernels::swiglu_forward(c.mlp_in.data(), c.mlp_in.data() + Fl, 2 * Fl, c.mlp_act.data(), Fl, N, Fl);
+  kernels::swiglu_forward(c.mlp_in.data(), c.mlp_in.data() + Fl, 2 * Fl, c.mlp_act.data(), Fl, N, Fl,
+                          paths_.row_packs);
   ctx.poll();
   // x_out (N, C) = act (N, Fl) @ down^T (Fl, C) -> sum over tp, + x_mid
   linalg::gemm<T>(Op::N, Op::T, N, C, Fl, 1.0f, c.mlp_act.data(), Fl, p + o[L_DOWN_W], Fl, 0.0f, x_out, C);
@@ -111,7 +112,7 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, acc_t
   ctx.poll();
   Buffer<T> dgu(n(N, 2 * Fl), MemCategory::Workspace);
   kernels::swiglu_backward(c.mlp_in.data(), c.mlp_in.data() + Fl, 2 * Fl, dact.data(), Fl, dgu.data(),
-                           dgu.data() + Fl, N, Fl);
+                           dgu.data() + Fl, N, Fl, paths_.row_packs);
   dact.reset();
   // d [gate; up] (2Fl, C) += dgu^T (2Fl, N) @ norm2 (N, C)
   if (train_base_)
@@ -148,8 +149,8 @@ void Transformer<T>::llama_backward(const ComputeContext& ctx, const T* p, acc_t
                                 c.attn_out.data(), c.attn_stats.data(), dy.data(), Ql, dqkv.data(), dqkv.data() + Ql, dqkv.data() + kv_off, work.data());
   }
   dy.reset();
-  kernels::rope_backward(dqkv.data(), W, s.B, s.T, Hl, hd, rope_cos_.data(), rope_sin_.data(), s.doc_start);
-  kernels::rope_backward(dqkv.data() + Ql, W, s.B, s.T, KVl, hd, rope_cos_.data(), rope_sin_.data(), s.doc_start);
+  kernels::rope_backward(dqkv.data(), W, s.B, s.T, Hl + KVl, hd, rope_cos_.data(), rope_sin_.data(), s.doc_start,
+                         paths_.row_packs);
   ctx.poll();
   // d [q;k;v] (W, C) += dqkv^T (W, N) @ norm1 (N, C). With replicated kv heads the k/v
   // parts are partial over tp; the FSDP engine sums them over tp before reducing.

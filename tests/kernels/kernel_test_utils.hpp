@@ -150,6 +150,28 @@ inline void expect_close(const std::string& what, const std::vector<double>& act
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.size() << " elements out of tolerance";
 }
 
+/// \brief A host array whose first element starts on 64 bytes, as the packed row functions
+/// (16-byte loads) need when tests call them on the host.
+template <class T>
+class AlignedHost {
+ public:
+  explicit AlignedHost(std::size_t n) : store_(n + 64 / sizeof(T) + 1), n_(n) {
+    const auto addr = reinterpret_cast<std::uintptr_t>(store_.data());
+    first_ = ((64 - addr % 64) % 64) / sizeof(T);
+  }
+  explicit AlignedHost(const std::vector<T>& v) : AlignedHost(v.size()) {
+    std::copy(v.begin(), v.end(), data());
+  }
+  T* data() { return store_.data() + first_; }
+  const T* data() const { return store_.data() + first_; }
+  std::size_t size() const { return n_; }
+  std::vector<T> vec() const { return std::vector<T>(data(), data() + n_); }
+
+ private:
+  std::vector<T> store_;
+  std::size_t n_, first_ = 0;
+};
+
 /// Bitwise equality of two host arrays.
 template <class T>
 bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {

@@ -7,6 +7,7 @@
 
 #include "kernel_test_utils.hpp"
 #include "kernels/elementwise.hpp"
+#include "../../src/kernels/swiglu_rows.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;
@@ -191,6 +192,99 @@ TEST(KernelsElementwise, SwigluForwardBackward) {
       const std::size_t i = static_cast<std::size_t>(r) * ld_in + c;
       EXPECT_EQ(inplace[i], grad[i]);
     }
+}
+
+// ---- SwiGLU's packed GPU form, pack by pack on the host -------------------------------------
+// On GPUs one thread moves each 16-byte pack of a row (swiglu_rows.hpp: swiglu_forward_pack,
+// swiglu_backward_pack). Here those bodies run on the host for every pack of strided rows,
+// in reverse order (each touches only its own pack), and must give the bits of the row form's
+// arithmetic element by element, leave the columns between the rows alone, and agree with the
+// kernel this build runs (bit for bit on host builds, where that is the row form).
+
+namespace {
+
+template <class T, int K>
+void check_swiglu_packs() {
+  using A = acc_t<T>;
+  constexpr int rows = 5, cols = 48;                        // 6 bf16, 12 fp32, 24 fp64 packs
+  constexpr int ld_in = 2 * cols + 16, ld_out = cols + 8;   // gaps between the rows
+  constexpr int ppr = cols / K;
+  static_assert(cols % K == 0, "whole packs");
+  ASSERT_TRUE(k::detail::rows_in_packs(cols, sizeof(T), {ld_in, ld_out}, {}));
+  const std::string what = std::string(sizeof(T) == 2 ? "bf16" : sizeof(T) == 4 ? "fp32" : "fp64") +
+                           " K=" + std::to_string(K);
+  const std::vector<T> in0 = convert<T>(random_normal(static_cast<std::size_t>(rows) * ld_in, 700 + K, 2.0));
+  const std::vector<T> dout0 = convert<T>(random_normal(static_cast<std::size_t>(rows) * ld_out, 710 + K));
+  const std::vector<T> sentinel_out = convert<T>(random_normal(static_cast<std::size_t>(rows) * ld_out, 720 + K));
+  const std::vector<T> sentinel_in = convert<T>(random_normal(in0.size(), 730 + K));
+  auto at = [](int r, int c, int ld) { return static_cast<std::size_t>(r) * ld + c; };
+
+  // The row form's arithmetic, element by element, on the host.
+  std::vector<T> want_out = sentinel_out, want_dgu = sentinel_in;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const A g = load(in0[at(r, c, ld_in)]), u = load(in0[at(r, cols + c, ld_in)]);
+      want_out[at(r, c, ld_out)] = store<T>(k::detail::swiglu_value<A>(g, u));
+      const auto gr = k::detail::swiglu_grads<A>(g, u, load(dout0[at(r, c, ld_out)]));
+      want_dgu[at(r, c, ld_in)] = store<T>(gr.dgate);
+      want_dgu[at(r, cols + c, ld_in)] = store<T>(gr.dup);
+    }
+
+  // The packed bodies.
+  AlignedHost<T> in(in0), dout(dout0), out(sentinel_out), dgu(sentinel_in);
+  for (std::int64_t i = std::int64_t(rows) * ppr - 1; i >= 0; --i) {
+    k::detail::swiglu_forward_pack<K>(in.data(), in.data() + cols, ld_in, out.data(), ld_out, ppr, i);
+    k::detail::swiglu_backward_pack<K>(in.data(), in.data() + cols, ld_in, dout.data(), ld_out, dgu.data(),
+                                       dgu.data() + cols, ppr, i);
+  }
+  EXPECT_TRUE(bitwise_equal(out.vec(), want_out)) << what << " forward";
+  EXPECT_TRUE(bitwise_equal(dgu.vec(), want_dgu)) << what << " backward";
+  // In place: dgate over gate, dup over up (the gap columns keep the inputs).
+  std::vector<T> want_inplace = in0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < 2 * cols; ++c) want_inplace[at(r, c, ld_in)] = want_dgu[at(r, c, ld_in)];
+  for (std::int64_t i = std::int64_t(rows) * ppr - 1; i >= 0; --i)
+    k::detail::swiglu_backward_pack<K>(in.data(), in.data() + cols, ld_in, dout.data(), ld_out, in.data(),
+                                       in.data() + cols, ppr, i);
+  EXPECT_TRUE(bitwise_equal(in.vec(), want_inplace)) << what << " backward in place";
+
+  // The kernel this build runs, on the same operands.
+  auto d_in = to_device(in0), d_dout = to_device(dout0), d_out = to_device(sentinel_out),
+       d_dgu = to_device(sentinel_in);
+  k::swiglu_forward(d_in.data(), d_in.data() + cols, ld_in, d_out.data(), ld_out, rows, cols);
+  k::swiglu_backward(d_in.data(), d_in.data() + cols, ld_in, d_dout.data(), ld_out, d_dgu.data(),
+                     d_dgu.data() + cols, rows, cols);
+  if constexpr (kDeviceIsHost) {
+    EXPECT_TRUE(bitwise_equal(to_host(d_out), want_out)) << what << " kernel forward";
+    EXPECT_TRUE(bitwise_equal(to_host(d_dgu), want_dgu)) << what << " kernel backward";
+  } else {  // the device's exp may differ from the host's in the last bit (then bf16 by an ulp)
+    const double rtol = sizeof(T) == 2 ? 1e-2 : sizeof(T) == 4 ? 1e-5 : 1e-13;
+    expect_close(what + " kernel forward", to_double(to_host(d_out)), to_double(want_out), rtol, 1e-6);
+    expect_close(what + " kernel backward", to_double(to_host(d_dgu)), to_double(want_dgu), rtol, 1e-6);
+  }
+}
+
+}  // namespace
+
+TEST(KernelsElementwise, SwigluPackedFormPackByPackMatchesTheRowForm) {
+  check_swiglu_packs<bf16, 8>();
+  check_swiglu_packs<float, 4>();
+  check_swiglu_packs<double, 2>();
+  check_swiglu_packs<bf16, 1>();  // packs of one element: the row form's own loads
+}
+
+TEST(KernelsElementwise, SwigluPacksOnlyOnGpusAndWholeAlignedRows) {
+  alignas(16) static bf16 m[64];
+  // SmolLM2's MLP: gate|up rows of 2 x 1536, outputs of 1536 (and a tp slice of 768).
+  EXPECT_TRUE(k::detail::rows_in_packs(1536, sizeof(bf16), {3072, 1536}, {m, m + 8}));
+  EXPECT_TRUE(k::detail::rows_in_packs(768, sizeof(bf16), {1536, 768}, {m, m + 16}));
+  EXPECT_FALSE(k::detail::rows_in_packs(1532, sizeof(bf16), {3072, 1536}, {m}));    // 191.5 packs
+  EXPECT_FALSE(k::detail::rows_in_packs(1536, sizeof(bf16), {3070, 1536}, {m}));    // rows off 16 bytes
+  EXPECT_FALSE(k::detail::rows_in_packs(1536, sizeof(bf16), {3072, 1536}, {m + 4})); // base off 16 bytes
+  EXPECT_TRUE(k::detail::rows_in_packs(1536, sizeof(bf16), {3072, 1536}, {m, nullptr}));  // nullptr: unused
+  EXPECT_FALSE(k::detail::rows_in_packs(0, sizeof(bf16), {}, {m}));
+  // Host builds keep the row form, whose loops vectorize.
+  EXPECT_EQ(k::detail::swiglu_rows_packable<bf16>(1536, 3072, 1536, {m}), !kDeviceIsHost);
 }
 
 TEST(KernelsElementwise, Fp32GeluSwigluAgainstReference) {

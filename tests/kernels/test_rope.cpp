@@ -6,6 +6,7 @@
 
 #include "kernel_test_utils.hpp"
 #include "kernels/rope.hpp"
+#include "../../src/kernels/rope_rows.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::test;
@@ -105,4 +106,96 @@ TEST(KernelsRope, Bf16MatchesFloat) {
   expect_bf16_close("rope_backward(rope_forward(x))", b[1], f[1]);
   // R^T R = I: backward undoes forward (fp32: to rounding).
   expect_close("rope round trip", f[1], x, 1e-5, 1e-3);
+}
+
+// ---- the packed GPU form, pack by pack on the host -------------------------------------------
+// On GPUs one thread rotates a 16-byte pack of a head's first half with the matching pack of
+// its second half (rope_rows.hpp: rope_pack). Here that body runs on the host for every pack,
+// in reverse order, forward and backward, with plain and packed-document positions, and must
+// give the bits of the row form's rotation pair by pair, leave the columns past the heads
+// alone, and agree with the kernel this build runs (bit for bit on host builds).
+
+namespace {
+
+template <class T, int K>
+void check_rope_packs(bool documents) {
+  using A = acc_t<T>;
+  constexpr int B = 2, Tq = 7, H = 3, hd = 32, half = hd / 2, ld = H * hd + 8, rows = B * Tq;
+  constexpr int max_seq = 16;
+  static_assert(half % K == 0, "whole packs");
+  const std::string what = std::string(sizeof(T) == 2 ? "bf16" : sizeof(T) == 4 ? "fp32" : "fp64") + " K=" +
+                           std::to_string(K) + (documents ? " documents" : "");
+  auto tables = make_tables(10000.0, hd, max_seq);
+  const AlignedHost<float> cs(to_host(tables.cos)), sn(to_host(tables.sin));
+  ASSERT_TRUE(k::detail::rope_rows_in_packs(static_cast<const T*>(nullptr), ld, hd, cs.data(), sn.data()));
+  // Packed rows: documents start at positions 0, 3 and 5 of each sequence.
+  std::vector<std::int32_t> doc(rows, 0);
+  if (documents)
+    for (int r = 0; r < rows; ++r) {
+      const int t = r % Tq;
+      doc[r] = t >= 5 ? 5 : t >= 3 ? 3 : 0;
+    }
+  const std::int32_t* ds = documents ? doc.data() : nullptr;
+  const std::vector<T> x0 = convert<T>(random_normal(static_cast<std::size_t>(rows) * ld, 800 + K));
+
+  for (const bool forward : {true, false}) {
+    std::vector<T> want = x0;
+    for (int r = 0; r < rows; ++r) {
+      const int pos = r % Tq - doc[r];
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < half; ++i) {
+          const std::size_t p = static_cast<std::size_t>(r) * ld + h * hd + i;
+          const A c = static_cast<A>(cs.data()[pos * half + i]), s = static_cast<A>(sn.data()[pos * half + i]);
+          A y1, y2;
+          if (forward) k::detail::rope_rotate<true, A>(load(x0[p]), load(x0[p + half]), c, s, y1, y2);
+          else k::detail::rope_rotate<false, A>(load(x0[p]), load(x0[p + half]), c, s, y1, y2);
+          want[p] = store<T>(y1);
+          want[p + half] = store<T>(y2);
+        }
+    }
+    AlignedHost<T> x(x0);
+    for (std::int64_t i = std::int64_t(rows) * H * (half / K) - 1; i >= 0; --i) {
+      if (forward) k::detail::rope_pack<true, K>(x.data(), ld, Tq, H, half, cs.data(), sn.data(), ds, i);
+      else k::detail::rope_pack<false, K>(x.data(), ld, Tq, H, half, cs.data(), sn.data(), ds, i);
+    }
+    EXPECT_TRUE(bitwise_equal(x.vec(), want)) << what << (forward ? " forward" : " backward");
+
+    // The kernel this build runs.
+    auto dx = to_device(x0);
+    auto d_doc = to_device(doc);
+    const std::int32_t* dds = documents ? d_doc.data() : nullptr;
+    if (forward) k::rope_forward(dx.data(), ld, B, Tq, H, hd, tables.cos.data(), tables.sin.data(), dds);
+    else k::rope_backward(dx.data(), ld, B, Tq, H, hd, tables.cos.data(), tables.sin.data(), dds);
+    if constexpr (kDeviceIsHost) {
+      EXPECT_TRUE(bitwise_equal(to_host(dx), want)) << what << " kernel";
+    } else {  // fma contraction may differ between device and host code
+      const double rtol = sizeof(T) == 2 ? 1e-2 : sizeof(T) == 4 ? 1e-5 : 1e-13;
+      expect_close(what + " kernel", to_double(to_host(dx)), to_double(want), rtol, 1e-6);
+    }
+  }
+}
+
+}  // namespace
+
+TEST(KernelsRope, PackedFormPackByPackMatchesTheRowForm) {
+  for (const bool documents : {false, true}) {
+    check_rope_packs<bf16, 8>(documents);
+    check_rope_packs<float, 4>(documents);
+    check_rope_packs<double, 2>(documents);  // tables read element by element (2 floats)
+    check_rope_packs<bf16, 1>(documents);
+  }
+}
+
+TEST(KernelsRope, PacksOnlyOnGpusAndWholeAlignedRows) {
+  alignas(16) static bf16 x[64];
+  alignas(16) static float t[64];
+  // SmolLM2: head_dim 64, qkv rows of (9 + 2 x 3) x 64.
+  EXPECT_TRUE(k::detail::rope_rows_in_packs(x, 960, 64, t, t));
+  EXPECT_TRUE(k::detail::rope_rows_in_packs(x, 960, 64, t + 32, t + 32));   // tables from position pos0
+  EXPECT_FALSE(k::detail::rope_rows_in_packs(x, 960, 8, t, t));             // half of 4 bf16: half a pack
+  EXPECT_FALSE(k::detail::rope_rows_in_packs(x, 962, 64, t, t));            // rows off 16 bytes
+  EXPECT_FALSE(k::detail::rope_rows_in_packs(x + 1, 960, 64, t, t));        // x off 16 bytes
+  EXPECT_FALSE(k::detail::rope_rows_in_packs(x, 960, 64, t + 2, t));        // a table off 16 bytes
+  EXPECT_FALSE(k::detail::rope_rows_in_packs(reinterpret_cast<double*>(t), 960, 4, t, t));  // 2-float table rows
+  EXPECT_EQ(k::detail::rope_rows_packable(x, 960, 64, t, t), !kDeviceIsHost);
 }

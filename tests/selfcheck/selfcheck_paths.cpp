@@ -30,6 +30,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/norms.hpp"
 #include "kernels/residual_norms.hpp"
+#include "kernels/rope.hpp"
 #include "kernels/sdpa_ragged.hpp"
 #include "linalg/gemm_epilogue.hpp"
 #include "runtime/runtime.hpp"
@@ -40,6 +41,8 @@
 
 #include "../kernels/gemm_epilogue_reference.hpp"
 #include "../../src/kernels/cross_entropy_rows.hpp"  // ce_rows_packable: which form ran
+#include "../../src/kernels/rope_rows.hpp"            // rope_rows_packable
+#include "../../src/kernels/swiglu_rows.hpp"          // swiglu_rows_packable
 
 namespace k = meshtrain::kernels;
 using meshtrain::bf16;
@@ -769,6 +772,151 @@ std::vector<float> as_float(const std::vector<T>& v) {
   return out;
 }
 
+// ---- elementwise row kernels in 16-byte packs (gpu.row_packs) ----------------------------
+// SwiGLU and RoPE on Llama's shapes: the build's form (on GPUs one thread per 16-byte pack)
+// against the element-by-element form (row_packs false) and a double reference. Both forms
+// compute each element with the same functions (swiglu_rows.hpp, rope_rows.hpp): fp32 within
+// 1e-5 of double (relative, with a floor of 0.1: inputs are O(1), and a difference of
+// products near 0 keeps the products' absolute rounding), bf16 the two forms within one bf16 rounding of each other (the line
+// says when they are bitwise equal). On GPUs it also times the two forms in bf16.
+
+/// Best of 10 runs of f, microseconds (the device fenced around each).
+double best_us(const std::function<void()>& f) {
+  double t = 1e30;
+  for (int i = 0; i < 10; ++i) {
+    Kokkos::fence();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    Kokkos::fence();
+    t = std::min(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return t * 1e6;
+}
+
+/// bf16 results of the two forms: within one bf16 rounding (2^-8 relative, floor 1e-2);
+/// "bitwise" or "within 1 ulp" for the line.
+std::string same_up_to_rounding(const char* what, const std::vector<bf16>& a, const std::vector<bf16>& b) {
+  check_close(what, as_float(a), as_float(b), 1.0 / 256, 1e-2);
+  const bool bitwise = a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+  return bitwise ? "bitwise" : "within 1 ulp";
+}
+
+std::string path_row_packs_swiglu() {
+  const int rows = 64, F = 1536, ld_in = 2 * F, ld_out = F;  // SmolLM2's MLP width
+  const std::size_t n_in = static_cast<std::size_t>(rows) * ld_in, n_out = static_cast<std::size_t>(rows) * ld_out;
+  const auto gu = randn(n_in, 51, 2.0), dz = randn(n_out, 52);
+  std::vector<double> ref_out(n_out), ref_dgu(n_in);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < F; ++c) {
+      const double g = gu[static_cast<std::size_t>(r) * ld_in + c], u = gu[static_cast<std::size_t>(r) * ld_in + F + c];
+      const double d = dz[static_cast<std::size_t>(r) * ld_out + c];
+      const double sig = 1.0 / (1.0 + std::exp(-g));
+      ref_out[static_cast<std::size_t>(r) * ld_out + c] = g * sig * u;
+      ref_dgu[static_cast<std::size_t>(r) * ld_in + c] = d * u * sig * (1.0 + g * (1.0 - sig));
+      ref_dgu[static_cast<std::size_t>(r) * ld_in + F + c] = d * g * sig;
+    }
+  bool packed = false;
+  auto run = [&](auto tag, bool packs) {
+    using T = decltype(tag);
+    auto in = up(stored<T>(gu)), d = up(stored<T>(dz));
+    Buffer<T> out(n_out, MemCategory::Workspace), dgu(n_in, MemCategory::Workspace);
+    k::swiglu_forward(in.data(), in.data() + F, ld_in, out.data(), ld_out, rows, F, packs);
+    k::swiglu_backward(in.data(), in.data() + F, ld_in, d.data(), ld_out, dgu.data(), dgu.data() + F, rows, F, packs);
+    if (packs) packed = k::detail::swiglu_rows_packable<T>(F, ld_in, ld_out, {in.data(), out.data(), dgu.data(), d.data()});
+    return std::make_pair(down(out), down(dgu));
+  };
+  const auto f1 = run(float{}, true), f0 = run(float{}, false);
+  const double e_out = check_close("fp32 forward vs double", f1.first, ref_out, 1e-5, 0.1);
+  const double e_dgu = check_close("fp32 backward vs double", f1.second, ref_dgu, 1e-5, 0.1);
+  check_close("fp32 element form vs double", f0.second, ref_dgu, 1e-5, 0.1);
+  const auto b1 = run(bf16{}, true), b0 = run(bf16{}, false);
+  const std::string fwd = same_up_to_rounding("bf16 forward, packs vs elements", b1.first, b0.first);
+  const std::string bwd = same_up_to_rounding("bf16 backward, packs vs elements", b1.second, b0.second);
+  require(packed || meshtrain::kDeviceIsHost, "SmolLM2's MLP rows did not run in 16-byte packs");
+  char out[300];
+  std::snprintf(out, sizeof out, "%d x %d: fp32 %.2g / %.2g vs double; bf16 packs vs elements %s / %s%s", rows, F, e_out,
+                e_dgu, fwd.c_str(), bwd.c_str(), packed ? "; rows in 16-byte packs" : "; host build: the row form");
+  std::string line = out;
+  if (!meshtrain::kDeviceIsHost) {
+    const int N = 16384;
+    Buffer<bf16> a(static_cast<std::size_t>(N) * ld_in, MemCategory::Workspace),
+        o(static_cast<std::size_t>(N) * F, MemCategory::Workspace), g(static_cast<std::size_t>(N) * ld_in, MemCategory::Workspace);
+    k::fill_uniform(a.data(), a.size(), -2.0, 2.0, 53);
+    k::fill_uniform(o.data(), o.size(), -1.0, 1.0, 54);
+    std::snprintf(out, sizeof out, "; bf16 16384 x 1536, us (fwd / bwd): packs %.0f / %.0f, elements %.0f / %.0f",
+                  best_us([&] { k::swiglu_forward(a.data(), a.data() + F, ld_in, o.data(), F, N, F, true); }),
+                  best_us([&] { k::swiglu_backward(a.data(), a.data() + F, ld_in, o.data(), F, g.data(), g.data() + F, N, F, true); }),
+                  best_us([&] { k::swiglu_forward(a.data(), a.data() + F, ld_in, o.data(), F, N, F, false); }),
+                  best_us([&] { k::swiglu_backward(a.data(), a.data() + F, ld_in, o.data(), F, g.data(), g.data() + F, N, F, false); }));
+    line += out;
+  }
+  return line;
+}
+
+std::string path_row_packs_rope() {
+  // SmolLM2's qkv rows: 9 q heads and 3 k heads of 64 rotated in one call (then 3 v heads);
+  // packed documents restart positions at 0, 40 and 100 of each 128-token sequence.
+  const int B = 2, Tq = 128, H = 12, hd = 64, half = hd / 2, ld = 15 * hd, rows = B * Tq;
+  const std::size_t n = static_cast<std::size_t>(rows) * ld;
+  Buffer<float> cs(static_cast<std::size_t>(Tq) * half, MemCategory::Workspace), sn(static_cast<std::size_t>(Tq) * half, MemCategory::Workspace);
+  k::rope_tables(10000.0, hd, Tq, cs.data(), sn.data());
+  const auto hc = down(cs), hs = down(sn);
+  std::vector<std::int32_t> doc(rows);
+  for (int r = 0; r < rows; ++r) {
+    const int t = r % Tq;
+    doc[r] = t >= 100 ? 100 : t >= 40 ? 40 : 0;
+  }
+  auto ddoc = up(doc);
+  const auto x = randn(n, 55);
+  bool packed = false;
+  std::string verdicts;
+  double worst = 0;
+  for (const bool forward : {true, false}) {
+    std::vector<double> ref(x.begin(), x.end());
+    for (int r = 0; r < rows; ++r) {
+      const int pos = r % Tq - doc[r];
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < half; ++i) {
+          const std::size_t p = static_cast<std::size_t>(r) * ld + h * hd + i;
+          const double c = hc[pos * half + i], s = forward ? hs[pos * half + i] : -hs[pos * half + i];
+          ref[p] = x[p] * c - x[p + half] * s;
+          ref[p + half] = x[p + half] * c + x[p] * s;
+        }
+    }
+    auto run = [&](auto tag, bool packs) {
+      using T = decltype(tag);
+      auto b = up(stored<T>(x));
+      if (forward) k::rope_forward(b.data(), ld, B, Tq, H, hd, cs.data(), sn.data(), ddoc.data(), packs);
+      else k::rope_backward(b.data(), ld, B, Tq, H, hd, cs.data(), sn.data(), ddoc.data(), packs);
+      if (packs) packed = k::detail::rope_rows_packable(b.data(), ld, hd, cs.data(), sn.data());
+      return down(b);
+    };
+    worst = std::max(worst, check_close(forward ? "fp32 forward vs double" : "fp32 backward vs double",
+                                        run(float{}, true), ref, 1e-5, 0.1));
+    check_close("fp32 element form vs double", run(float{}, false), ref, 1e-5, 0.1);
+    verdicts += std::string(forward ? "" : " / ") +
+                same_up_to_rounding(forward ? "bf16 forward, packs vs elements" : "bf16 backward, packs vs elements",
+                                    run(bf16{}, true), run(bf16{}, false));
+  }
+  require(packed || meshtrain::kDeviceIsHost, "SmolLM2's qkv rows did not run in 16-byte packs");
+  char out[300];
+  std::snprintf(out, sizeof out, "%d rows x %d heads of %d, packed documents: fp32 %.2g vs double; bf16 packs vs elements %s%s",
+                rows, H, hd, worst, verdicts.c_str(), packed ? "; rows in 16-byte packs" : "; host build: the row form");
+  std::string line = out;
+  if (!meshtrain::kDeviceIsHost) {
+    const int Bt = 16, Tt = 1024;
+    Buffer<bf16> q(static_cast<std::size_t>(Bt) * Tt * ld, MemCategory::Workspace);
+    Buffer<float> ct(static_cast<std::size_t>(Tt) * half, MemCategory::Workspace), st(static_cast<std::size_t>(Tt) * half, MemCategory::Workspace);
+    k::rope_tables(10000.0, hd, Tt, ct.data(), st.data());
+    k::fill_uniform(q.data(), q.size(), -1.0, 1.0, 56);
+    std::snprintf(out, sizeof out, "; bf16 16 x 1024 rows x 12 heads, us: packs %.0f, elements %.0f",
+                  best_us([&] { k::rope_forward(q.data(), ld, Bt, Tt, H, hd, ct.data(), st.data(), nullptr, true); }),
+                  best_us([&] { k::rope_forward(q.data(), ld, Bt, Tt, H, hd, ct.data(), st.data(), nullptr, false); }));
+    line += out;
+  }
+  return line;
+}
+
 /// 1000 rows (15 full blocks of the Rows form's backward partials and a tail; 125 units of
 /// the Warps form's, in 4 chunks) of C columns in T (fp32, or bf16 as training runs them;
 /// the parameter gradients are fp32 either way): the build's form (kernels::NormForm: Warps
@@ -1356,6 +1504,8 @@ int main(int argc, char** argv) {
       {"fused_loss.tp_merge", path_fused_cross_entropy_tp},
       {"fused_norms.residual_layernorm", path_residual_layernorm},
       {"fused_norms.residual_rmsnorm", path_residual_rmsnorm},
+      {"row_packs.swiglu", path_row_packs_swiglu},
+      {"row_packs.rope", path_row_packs_rope},
       // Whole steps, eager against replayed from a CUDA graph (bf16, cuDNN attention where built).
       {"graphs.step", [&runtime] {
          return graph_path<bf16>("gpt2", runtime) + "; " + graph_path<bf16>("llama", runtime, StepData::Plain, 3);

@@ -71,12 +71,18 @@ void gelu_backward_bias_grad(const T* pre, int ld_pre, T* d, int ld_d, acc_t<T>*
 
 /// SwiGLU: out (rows, cols; ld_out) = silu(gate) * up, where gate and up are (rows, cols)
 /// with row stride ld_in (they are usually the two halves of one GEMM output).
+/// On GPUs one thread moves each 16-byte pack of a row (8 bf16) where every row of every
+/// operand starts on 16 bytes and holds whole packs, unless `row_packs` (gpu.row_packs) is
+/// false; elsewhere, and on host builds, a team per row goes element by element. The two
+/// forms compute every element alike (the same bits).
 template <class T>
-void swiglu_forward(const T* gate, const T* up, int ld_in, T* out, int ld_out, int rows, int cols);
-/// dgate, dup (rows, cols; ld_in) = gradients of the SwiGLU inputs (overwrite).
+void swiglu_forward(const T* gate, const T* up, int ld_in, T* out, int ld_out, int rows, int cols,
+                    bool row_packs = true);
+/// dgate, dup (rows, cols; ld_in) = gradients of the SwiGLU inputs (overwrite); they may be
+/// gate and up themselves. Forms as swiglu_forward.
 template <class T>
 void swiglu_backward(const T* gate, const T* up, int ld_in, const T* dout, int ld_out, T* dgate,
-                     T* dup, int rows, int cols);
+                     T* dup, int rows, int cols, bool row_packs = true);
 
 /// Sum of squares of x (n) in double (deterministic for a fixed thread count). NaN/Inf propagate.
 template <class T>
