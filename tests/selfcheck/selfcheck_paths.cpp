@@ -693,6 +693,19 @@ std::string path_fused_cross_entropy_tp() {
 /// blocks' first norm); the Warps form twice: in 16-byte packs (rows of 1536 bytes), and
 /// element by element (the same rows one element past the boundary). Printed beside the
 /// check, never compared against a limit; host builds print none.
+/// Best of 10 runs of f, microseconds (the device fenced around each).
+double best_us(const std::function<void()>& f) {
+  double t = 1e30;
+  for (int i = 0; i < 10; ++i) {
+    Kokkos::fence();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    Kokkos::fence();
+    t = std::min(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return t * 1e6;
+}
+
 std::string norm_form_times(bool layernorm) {
   if (meshtrain::kDeviceIsHost) return "";
   const int N = 16384, C = 768;
@@ -709,17 +722,6 @@ std::string norm_form_times(bool layernorm) {
   k::fill_uniform(w.data(), C + 1, 0.5, 1.5, 4);
   k::fill_uniform(b.data(), C + 1, -0.1, 0.1, 5);
   k::fill(dx.data(), NC + 1, 0.0);
-  const auto best = [](const std::function<void()>& f) {
-    double t = 1e30;
-    for (int i = 0; i < 10; ++i) {
-      Kokkos::fence();
-      const auto t0 = std::chrono::steady_clock::now();
-      f();
-      Kokkos::fence();
-      t = std::min(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return t * 1e6;
-  };
   std::string out = "; bf16 16384 x 768, us (fused fwd / fused bwd / unfused bwd):";
   struct Variant {
     const char* name;
@@ -733,22 +735,22 @@ std::string norm_form_times(bool layernorm) {
     double f = 0, g = 0, u = 0;
     if (layernorm) {
       // The forward adds x into h again on each call; uniform values stay far from overflow.
-      f = best([&] {
+      f = best_us([&] {
         k::residual_layernorm_forward(h.data() + o, x.data() + o, b.data() + o, w.data() + o, b.data() + o, 1e-5, N, C,
                                       y.data() + o, mean.data(), rstd.data(), form);
       });
-      g = best([&] {
+      g = best_us([&] {
         k::residual_layernorm_backward(dy.data() + o, h.data() + o, w.data() + o, mean.data(), rstd.data(), N, C,
                                        dx.data() + o, dw.data(), db.data(), dbias.data(), form);
       });
-      u = best([&] { k::layernorm_backward(dy.data() + o, h.data() + o, w.data() + o, mean.data(), rstd.data(), N, C,
+      u = best_us([&] { k::layernorm_backward(dy.data() + o, h.data() + o, w.data() + o, mean.data(), rstd.data(), N, C,
                                            dx.data() + o, dw.data(), db.data(), form); });
     } else {
-      f = best([&] { k::residual_rmsnorm_forward(h.data() + o, x.data() + o, w.data() + o, 1e-5, N, C, y.data() + o,
+      f = best_us([&] { k::residual_rmsnorm_forward(h.data() + o, x.data() + o, w.data() + o, 1e-5, N, C, y.data() + o,
                                                  rstd.data(), form); });
-      g = best([&] { k::residual_rmsnorm_backward(dy.data() + o, h.data() + o, w.data() + o, rstd.data(), N, C,
+      g = best_us([&] { k::residual_rmsnorm_backward(dy.data() + o, h.data() + o, w.data() + o, rstd.data(), N, C,
                                                   dx.data() + o, dw.data(), form); });
-      u = best([&] { k::rmsnorm_backward(dy.data() + o, h.data() + o, w.data() + o, rstd.data(), N, C, dx.data() + o,
+      u = best_us([&] { k::rmsnorm_backward(dy.data() + o, h.data() + o, w.data() + o, rstd.data(), N, C, dx.data() + o,
                                          dw.data(), form); });
     }
     char part[120];
@@ -779,19 +781,6 @@ std::vector<float> as_float(const std::vector<T>& v) {
 // 1e-5 of double (relative, with a floor of 0.1: inputs are O(1), and a difference of
 // products near 0 keeps the products' absolute rounding), bf16 the two forms within one bf16 rounding of each other (the line
 // says when they are bitwise equal). On GPUs it also times the two forms in bf16.
-
-/// Best of 10 runs of f, microseconds (the device fenced around each).
-double best_us(const std::function<void()>& f) {
-  double t = 1e30;
-  for (int i = 0; i < 10; ++i) {
-    Kokkos::fence();
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    Kokkos::fence();
-    t = std::min(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return t * 1e6;
-}
 
 /// bf16 results of the two forms: within one bf16 rounding (2^-8 relative, floor 1e-2);
 /// "bitwise" or "within 1 ulp" for the line.
