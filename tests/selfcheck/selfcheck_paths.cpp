@@ -687,12 +687,11 @@ std::string path_fused_cross_entropy_tp() {
   return out;
 }
 
-// ---- fused residual add + norm -------------------------------------------------------------
-/// On GPUs, each norm form's time (best of 10, fenced) at GPT-2 124M's micro-batch of
-/// 16 x 1024 rows in bf16: the fused forward and backward, and the unfused backward (the
-/// blocks' first norm); the Warps form twice: in 16-byte packs (rows of 1536 bytes), and
-/// element by element (the same rows one element past the boundary). Printed beside the
-/// check, never compared against a limit; host builds print none.
+// ---- kernel times against the device's memory limit ---------------------------------------
+// The row kernels are memory-bound: each time printed on a GPU comes with its bytes over the
+// time as a share of a device-to-device copy's rate, measured here (the practical limit of
+// the device's memory; the nominal peak is higher). Printed, never judged.
+
 /// Best of 10 runs of f, microseconds (the device fenced around each).
 double best_us(const std::function<void()>& f) {
   double t = 1e30;
@@ -706,6 +705,34 @@ double best_us(const std::function<void()>& f) {
   return t * 1e6;
 }
 
+/// GB/s of a device-to-device copy of 256 MiB, bytes read plus bytes written; measured once.
+double device_copy_gbps() {
+  static double gbps = 0;
+  if (gbps == 0) {
+    const std::size_t n = std::size_t{1} << 26;  // floats: 256 MiB, well past any L2
+    Buffer<float> a(n, MemCategory::Workspace), b(n, MemCategory::Workspace);
+    k::fill(a.data(), n, 1.0);
+    const double us = best_us([&] { Kokkos::deep_copy(b.view(), a.view()); });
+    gbps = 2.0 * static_cast<double>(n * sizeof(float)) / (us * 1e3);
+  }
+  return gbps;
+}
+
+/// "<us> us <pct>%": a kernel's time and its bytes moved per second as a share of the copy's.
+std::string us_and_share(double us, double bytes) {
+  char s[48];
+  std::snprintf(s, sizeof s, "%.0f us %.0f%%", us, 100.0 * bytes / (us * 1e3) / device_copy_gbps());
+  return s;
+}
+
+// ---- fused residual add + norm -------------------------------------------------------------
+/// On GPUs, each norm form's time (best of 10, fenced) at GPT-2 124M's micro-batch of
+/// 16 x 1024 rows in bf16: the fused forward and backward, and the unfused backward (the
+/// blocks' first norm); the Warps form twice: in 16-byte packs (rows of 1536 bytes), and
+/// element by element (the same rows one element past the boundary). Each with its share of
+/// the copy's rate (above), counting the N x C tensors it reads and writes once each: the
+/// forward reads h and x and writes h and y, a backward reads dy and h and writes dx.
+/// Printed beside the check, never compared against a limit; host builds print none.
 std::string norm_form_times(bool layernorm) {
   if (meshtrain::kDeviceIsHost) return "";
   const int N = 16384, C = 768;
@@ -722,7 +749,11 @@ std::string norm_form_times(bool layernorm) {
   k::fill_uniform(w.data(), C + 1, 0.5, 1.5, 4);
   k::fill_uniform(b.data(), C + 1, -0.1, 0.1, 5);
   k::fill(dx.data(), NC + 1, 0.0);
-  std::string out = "; bf16 16384 x 768, us (fused fwd / fused bwd / unfused bwd):";
+  const double nc_bytes = static_cast<double>(NC) * sizeof(bf16);
+  char copy[96];
+  std::snprintf(copy, sizeof copy, "; bf16 16384 x 768 (device copy %.0f GB/s), fused fwd / fused bwd / unfused bwd:",
+                device_copy_gbps());
+  std::string out = copy;
   struct Variant {
     const char* name;
     k::NormForm form;
@@ -753,11 +784,11 @@ std::string norm_form_times(bool layernorm) {
       u = best_us([&] { k::rmsnorm_backward(dy.data() + o, h.data() + o, w.data() + o, rstd.data(), N, C, dx.data() + o,
                                          dw.data(), form); });
     }
-    char part[120];
-    std::snprintf(part, sizeof part, " %s %.0f / %.0f / %.0f", v.name, f, g, u);
-    out += part;
+    out += std::string(v.offset == 0 && v.form == k::NormForm::Warps ? " " : ", ") + v.name + " " +  // warps16 first
+           us_and_share(f, 4 * nc_bytes) +
+           " / " + us_and_share(g, 3 * nc_bytes) + " / " + us_and_share(u, 3 * nc_bytes);
   }
-  return out;
+  return out + " of the copy's rate";
 }
 
 /// Storage values of T from floats (bf16: rounded to nearest even), and back.
@@ -839,12 +870,21 @@ std::string path_row_packs_swiglu() {
         o(static_cast<std::size_t>(N) * F, MemCategory::Workspace), g(static_cast<std::size_t>(N) * ld_in, MemCategory::Workspace);
     k::fill_uniform(a.data(), a.size(), -2.0, 2.0, 53);
     k::fill_uniform(o.data(), o.size(), -1.0, 1.0, 54);
-    std::snprintf(out, sizeof out, "; bf16 16384 x 1536, us (fwd / bwd): packs %.0f / %.0f, elements %.0f / %.0f",
-                  best_us([&] { k::swiglu_forward(a.data(), a.data() + F, ld_in, o.data(), F, N, F, true); }),
-                  best_us([&] { k::swiglu_backward(a.data(), a.data() + F, ld_in, o.data(), F, g.data(), g.data() + F, N, F, true); }),
-                  best_us([&] { k::swiglu_forward(a.data(), a.data() + F, ld_in, o.data(), F, N, F, false); }),
-                  best_us([&] { k::swiglu_backward(a.data(), a.data() + F, ld_in, o.data(), F, g.data(), g.data() + F, N, F, false); }));
-    line += out;
+    // Bytes: forward reads gate and up and writes out (3 N x F); backward reads gate, up and
+    // dout and writes dgate and dup (5 N x F).
+    const double nf_bytes = static_cast<double>(N) * F * sizeof(bf16);
+    line += "; bf16 16384 x 1536, fwd / bwd:";
+    for (const bool packs : {true, false})
+      line += std::string(packs ? " packs " : ", elements ") +
+              us_and_share(best_us([&] { k::swiglu_forward(a.data(), a.data() + F, ld_in, o.data(), F, N, F, packs); }),
+                           3 * nf_bytes) +
+              " / " +
+              us_and_share(best_us([&] {
+                             k::swiglu_backward(a.data(), a.data() + F, ld_in, o.data(), F, g.data(), g.data() + F, N, F,
+                                                packs);
+                           }),
+                           5 * nf_bytes);
+    line += " of the copy's rate";
   }
   return line;
 }
@@ -907,10 +947,15 @@ std::string path_row_packs_rope() {
     Buffer<float> ct(static_cast<std::size_t>(Tt) * half, MemCategory::Workspace), st(static_cast<std::size_t>(Tt) * half, MemCategory::Workspace);
     k::rope_tables(10000.0, hd, Tt, ct.data(), st.data());
     k::fill_uniform(q.data(), q.size(), -1.0, 1.0, 56);
-    std::snprintf(out, sizeof out, "; bf16 16 x 1024 rows x 12 heads, us: packs %.0f, elements %.0f",
-                  best_us([&] { k::rope_forward(q.data(), ld, Bt, Tt, H, hd, ct.data(), st.data(), nullptr, true); }),
-                  best_us([&] { k::rope_forward(q.data(), ld, Bt, Tt, H, hd, ct.data(), st.data(), nullptr, false); }));
-    line += out;
+    // Bytes: the 12 heads read and written in place (the tables, 256 KiB, stay in cache).
+    const double heads_bytes = 2.0 * Bt * Tt * H * hd * sizeof(bf16);
+    line += "; bf16 16 x 1024 rows x 12 heads:";
+    for (const bool packs : {true, false})
+      line += std::string(packs ? " packs " : ", elements ") +
+              us_and_share(
+                  best_us([&] { k::rope_forward(q.data(), ld, Bt, Tt, H, hd, ct.data(), st.data(), nullptr, packs); }),
+                  heads_bytes);
+    line += " of the copy's rate";
   }
   return line;
 }
