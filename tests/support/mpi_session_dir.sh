@@ -40,10 +40,18 @@ case $action in
     echo "mpi_session_dir: holding $top (until mpi_session_dir_release)"
     ;;
   release)
-    held=$(cat "$state" 2>/dev/null || true)
+    held=""
+    [[ -f $state ]] && held=$(<"$state")  # no state: the hold never ran, or held nothing
     if [[ -n $held ]]; then
-      rmdir "$held" 2>/dev/null || true
-      rmdir "$(dirname "$held")" 2>/dev/null || true  # Open MPI's again, if another run uses it
+      if [[ -d $held ]]; then
+        # Empty unless something wrote into our directory: that is worth a failure.
+        rmdir "$held" || { echo "mpi_session_dir: cannot remove $held" >&2; exit 1; }
+      else
+        echo "mpi_session_dir: $held was already gone (removed by someone else while tests ran)"
+      fi
+      # Meant to be allowed to fail: the top directory is Open MPI's, and another run on this
+      # host (another suite, a user's job) may still have its session directory in it.
+      rmdir "$(dirname "$held")" 2>/dev/null || true
       echo "mpi_session_dir: released $(dirname "$held")"
     fi
     rm -f "$state"
