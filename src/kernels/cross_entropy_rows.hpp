@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "kernel_common.hpp"
-#include "kernels/norms.hpp"  // norm_rows_packable
 
 namespace meshtrain::kernels::detail {
 
@@ -55,12 +54,11 @@ KOKKOS_INLINE_FUNCTION void strided_row_gradient(T* lr, int V_local, int nv, A m
   }
 }
 
-/// Whether the rows of this logits matrix can be moved in 16-byte packs: every row starts on
-/// 16 bytes (kernels::norm_rows_packable of the leading dimension and the base) and the slice
-/// is a whole number of packs.
+/// Whether the rows of this logits matrix can be moved in 16-byte packs: the slice a whole
+/// number of packs, and every row on 16 bytes (the leading dimension and the base).
 template <class T>
 inline bool ce_rows_in_packs(const T* logits, int ld, int V_local) {
-  return V_local % kPackWidth<T> == 0 && norm_rows_packable(ld, sizeof(T), {logits});
+  return rows_in_packs(V_local, sizeof(T), {ld}, {logits});
 }
 /// Whether the GPU form moves them so: never on host builds, whose row loops go by blocks.
 template <class T>

@@ -338,8 +338,8 @@ KOKKOS_FORCEINLINE_FUNCTION void store_pack(T* row, int p, const Pack<T, K>& in)
 /// \brief Whether strided rows can be moved in 16-byte packs (kPackWidth elements of
 /// `elem_bytes`): `cols` a whole number of packs, every leading dimension in `lds` a whole
 /// number of 16-byte units, and every base in `bases` (nullptr: not used) on a 16-byte
-/// boundary, so that every pack of every row is. The elementwise row kernels' test before
-/// they launch their packed GPU form.
+/// boundary, so that every pack of every row is. The one test of every row kernel's packed
+/// form: norms (kernels::norm_rows_packable), cross-entropy, SwiGLU, RoPE.
 inline bool rows_in_packs(int cols, std::size_t elem_bytes, std::initializer_list<int> lds,
                           std::initializer_list<const void*> bases) {
   if (cols <= 0 || (static_cast<std::size_t>(cols) * elem_bytes) % 16 != 0) return false;

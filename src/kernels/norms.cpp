@@ -165,10 +165,8 @@ void rmsnorm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t<T>
 NormForm default_norm_form() { return kHostExec ? NormForm::Rows : NormForm::Warps; }
 
 bool norm_rows_packable(int C, std::size_t elem_bytes, std::initializer_list<const void*> bases) {
-  if (C <= 0 || (static_cast<std::size_t>(C) * elem_bytes) % kNormPackBytes != 0) return false;
-  for (const void* b : bases)
-    if (b != nullptr && reinterpret_cast<std::uintptr_t>(b) % kNormPackBytes != 0) return false;
-  return true;
+  static_assert(kNormPackBytes == 16, "rows_in_packs checks 16-byte packs");
+  return rows_in_packs(C, elem_bytes, {}, bases);  // contiguous rows: the row is its own stride
 }
 
 template <class T>
