@@ -37,6 +37,8 @@
 # them); Open MPI's network transports (UCX, libfabric, InfiniBand, PSM), which a one-node,
 # one-rank run never loads (validate.sh pins pml=ob1, btl=self,vader).
 #
+# A CUDA build is packed only when every Kokkos kernel of meshtrain and the selfcheck takes
+# its functor as its parameter, as CUDA graphs need (perf/gpu/launch_check.sh).
 # A CPU build packs the same way (its tests and the dry run of validate.sh use that).
 set -euo pipefail
 
@@ -70,6 +72,14 @@ for t in "$build"/bin/test_cuda_link "$build"/bin/test_kernels_* "$build"/bin/te
          "$build"/bin/test_memory_accounting "$build"/bin/test_memory_pool; do
   [[ -x $t ]] && bins+=("$t")
 done
+
+# A CUDA build's step replays from a CUDA graph (gpu.graphs): every Kokkos kernel meshtrain
+# and the selfcheck launch must take its functor as its parameter (perf/gpu/launch_check.sh
+# says why). Checked here, on the unstripped executables; a host build has no such kernels.
+if grep -q '^MESHTRAIN_ENABLE_CUDA:BOOL=ON$' "$build/CMakeCache.txt"; then
+  perf/gpu/launch_check.sh "$build/bin/meshtrain" "$build/bin/selfcheck_paths" ||
+    { echo "pack.sh: not packed: the kernels above cannot be captured into a CUDA graph correctly" >&2; exit 1; }
+fi
 
 stage_root=$(mktemp -d)
 trap 'rm -rf "$stage_root"' EXIT

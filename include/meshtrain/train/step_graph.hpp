@@ -35,10 +35,13 @@
 /// a capture that CUDA refuses (cudaStreamEndCapture or instantiation fails on some rank)
 /// makes every rank fall back to eager steps for the rest of the run, with one logged reason.
 ///
-/// Unverified without a GPU (the selfcheck path graphs.step checks it on one): the calls the
-/// step makes under capture -- Kokkos kernels (their launches with a functor over 512 bytes
-/// would use Kokkos' constant-memory path, whose event synchronisation a capture refuses),
-/// cuBLAS/cuBLASLt (CUDA 12.2+ allocates its workspace stream-ordered under capture), cuDNN
+/// Kokkos kernels are captured as kernel nodes only when their functor is the kernel's
+/// parameter (under 512 bytes): a larger one goes through Kokkos' constant-memory staging,
+/// whose event wait a capture refuses and whose host buffer a replay would read anew.
+/// perf/gpu/launch_check.sh finds such kernels in a CUDA build's symbols, and pack.sh refuses
+/// to pack a build that has one.
+/// Unverified without a GPU (the selfcheck path graphs.step checks it on one): the other calls
+/// the step makes under capture -- cuBLAS/cuBLASLt (CUDA 12.2+ allocates its workspace stream-ordered under capture), cuDNN
 /// through the frontend's execute() (its graph_interface.h supports stream capture of
 /// execute(), with the host-copy sources kept alive per graph), NCCL (captures supported since
 /// 2.9, uniformly on every rank, which the agreement above provides).
