@@ -2,11 +2,14 @@
 """The one table of perf/gpu/validate.sh, from the files its run left in --work.
 
 Reads: BUILD_INFO.txt, nvidia-smi.csv, selfcheck.txt (the fused paths' PASS/FAIL lines),
+fallback.txt (the gpu.* keys the runs got for the paths that did not pass),
 tests/status.txt (+ each test's log), gemm_bf16.json, gemm_fp32.json, torch_gemm.txt,
 train/runs.txt and per run train/<run>/{train.log,metrics.jsonl,status.txt,gpu_memory.csv},
 --reference-dir/<run>.json (CPU fp32 loss curves), peers/torch_{eager,compile}.json
 (perf/peer/torch_gpu.py), sanitizer_status.txt, kernel_profile_status.txt, kernel_timer.txt.
-Writes the table (--table) and the same numbers as JSON (--json): "paths", "tests",
+Writes the table (--table) and the same numbers as JSON (--json): "paths", "fallback"
+(one {"key", "why"} per key the runs got: their numbers are of the build without those
+paths), "tests",
 "train" (the first run: tokens_per_s_median, mfu_median, vs_torch_eager/compile, ...),
 "runs" (every run), "peers" (torch_eager / torch_compile: the first run's tokens_per_s at
 the top, every run under "runs"), "sanitizer", "kernel_profile" and "ok" (every path and
@@ -320,6 +323,8 @@ def main():
             paths[m.group(2)] = m.group(1)
             path_detail[m.group(2)] = m.group(3).rstrip(")")
     res["paths"] = paths
+    res["fallback"] = [dict(zip(("key", "why"), line.split("\t", 1)))
+                       for line in read(os.path.join(w, "fallback.txt")).splitlines() if "\t" in line]
     sc_status = read(os.path.join(w, "selfcheck_status.txt")).strip()
     paths_ok = (bool(paths) and all(v == "PASS" or (res["dry_run"] and v == "SKIP") for v in paths.values())
                 and sc_status == "0")
@@ -377,6 +382,10 @@ def main():
              % (npass, len(paths), "" if paths else ": the self-check did not run (exit %s)" % (sc_status or "?")))
     for name, v in paths.items():
         L.append("         %s %s%s" % (v, name, "" if v == "PASS" else ": " + path_detail[name][:150]))
+    if res["fallback"]:
+        L.append("fallback every meshtrain run below ran without the paths that did not pass:")
+        for f in res["fallback"]:
+            L.append("         --%s (%s)" % (f["key"], f.get("why", "")[:120]))
     ntests = sum(t["tests"] or 0 for t in tests)
     nfail = sum(t["failed"] for t in tests)
     nskip = sum(t["skipped"] for t in tests)

@@ -10,7 +10,10 @@
 #      for a singleton MPI_Init (no mpirun, no orted), cuBLAS/NCCL/cuDNN/NVRTC found on the
 #      machine;
 #   2. (a) runs the self-check of the fused paths (selfcheck_paths: each against the path it
-#      replaces and a double reference, one PASS/FAIL line per path, results.json "paths"),
+#      replaces and a double reference, one PASS/FAIL line per path, results.json "paths");
+#      every meshtrain run after it turns off, by its gpu.* key, each path that did not pass
+#      (perf/gpu/fallback.py; fallback.txt, results.json "fallback"), so that one failing
+#      path does not cost the call its measurements (the verdict stays FAIL);
 #      then the kernel tests (every Kokkos kernel against a host reference in double, and
 #      backward kernels against finite differences) and the NCCL/cuBLAS test on the GPU;
 #   3. measures the cuBLAS bf16 GEMM peak with `meshtrain bench gemm` (the MFU denominator);
@@ -64,7 +67,9 @@
 #   /usr/bin/python3), MESHTRAIN_KOKKOS_TOOLS (a folder with (lib)kp_kernel_timer.so and
 #   kp_reader, when the package has no tools/), MESHTRAIN_EXTRA_ARGS (config keys added to
 #   every meshtrain train/plan run, the sanitizer's and the profile's included: a fallback
-#   without repacking, e.g. MESHTRAIN_EXTRA_ARGS="--gpu.norm_form=rows" when a path FAILs).
+#   without repacking, e.g. MESHTRAIN_EXTRA_ARGS="--gpu.norm_form=rows" when a path FAILs;
+#   a key it sets is not added again by the automatic fallbacks), MESHTRAIN_AUTO_FALLBACK=0
+#   (run every path as built even when the self-check failed it).
 #
 # Results: $OUT (default runs/gpu-validate) gets validate.log, table.txt, results.json,
 # metrics.jsonl and train.log of the headline run (gpt2-124m-mb16), and details.tar.gz
@@ -218,6 +223,7 @@ main() {
     echo 127 > "$work/selfcheck_status.txt"
     fail=1
   fi
+  select_fallbacks
 
   # ---- 3b. tests -------------------------------------------------------------------------
   local t name
@@ -324,6 +330,32 @@ build_from_source() {
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} OMP_PROC_BIND=false OPENBLAS_NUM_THREADS=1
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_ess_singleton_isolated=1
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+}
+
+# The gpu.* keys that turn off every fused path the self-check did not pass
+# (perf/gpu/fallback.py), for every meshtrain run after it: training, plan, the sanitizer's
+# and the profile's. Off with MESHTRAIN_AUTO_FALLBACK=0; a key that MESHTRAIN_EXTRA_ARGS
+# sets is left to it (a key given twice is an error). fallback.txt: "key=value<TAB>why".
+AUTO_ARGS=()
+select_fallbacks() {
+  AUTO_ARGS=()
+  : > "$work/fallback.txt"
+  if [[ ${MESHTRAIN_AUTO_FALLBACK:-1} == 0 ]]; then
+    say "fallbacks: none added (MESHTRAIN_AUTO_FALLBACK=0): every path runs as built"; return
+  fi
+  python3 "$repo/perf/gpu/fallback.py" "$work/selfcheck.txt" "$(cat "$work/selfcheck_status.txt")" \
+    > "$work/fallback.txt" 2> "$work/fallback.log" || say "WARNING: perf/gpu/fallback.py failed (status $?)"
+  sed 's/^/    /' "$work/fallback.log"
+  local key why
+  while IFS=$'\t' read -r key why; do
+    [[ -n $key ]] || continue
+    if [[ " ${MESHTRAIN_EXTRA_ARGS:-} " == *" --${key%%=*}="* ]]; then
+      say "fallback --$key ($why): not added, MESHTRAIN_EXTRA_ARGS sets ${key%%=*}"
+      continue
+    fi
+    AUTO_ARGS+=("--$key")
+    say "fallback: every meshtrain run below gets --$key ($why)"
+  done < "$work/fallback.txt"
 }
 
 # Library search path: the package, then cuBLAS/NCCL wherever the machine has them, then
@@ -507,6 +539,7 @@ meshtrain_overrides() {
   done
   [[ $name == smollm2-* ]] && echo "--train.global_batch=$mb --train.warmup_steps=5 --train.eval_every=0"
   if [[ $dry_run == 1 ]]; then echo "--parallel.backend=auto"; else echo "--parallel.backend=nccl"; fi
+  if [[ ${#AUTO_ARGS[@]} -gt 0 ]]; then printf '%s\n' "${AUTO_ARGS[@]}"; fi
   if [[ -n ${MESHTRAIN_EXTRA_ARGS:-} ]]; then echo "$MESHTRAIN_EXTRA_ARGS"; fi
 }
 
@@ -612,7 +645,7 @@ sanitizer_step() {
     else
       local args=(train inputs/tiny-gpt2.ini --train.steps=2 --train.precision=bf16 --train.eval_every=0
                   --checkpoint.save_final=false --output.dir="$work/sanitizer" --parallel.backend=nccl --train.peak_tflops=1
-                  ${MESHTRAIN_EXTRA_ARGS:-})
+                  "${AUTO_ARGS[@]}" ${MESHTRAIN_EXTRA_ARGS:-})
       say "compute-sanitizer --tool memcheck: meshtrain ${args[*]}"
       # The sanitizer starts the program itself: the library path goes to both (env), or the
       # packed loader is the program it starts (the loader runs meshtrain in its own process).

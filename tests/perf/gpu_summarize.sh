@@ -92,6 +92,7 @@ check([x["name"] for x in k["kernels"]] == ["Kernels::big", "Kernels::small"], "
 check(k["kernels"][0]["calls"] == 3 and k["kernels"][0]["pct_of_kernels"] == 90, "kernel row fields")
 check(k["regions"][0]["name"] == "Kernels::attention_forward", "regions")
 check(r["paths"] == {"fused.one": "PASS"}, "paths")
+check(r["fallback"] == [], "no fallback.txt: no keys")
 check(r["train"]["cuda_graph_steps"] == 4 and r["runs"]["r2"]["train"]["cuda_graph_steps"] == 0, "CUDA graph steps")
 check(r["train"]["graphs"].startswith("one step captured"), "the trainer's gpu.graphs line")
 check(r["runs"]["r2"]["train"]["graphs"] == "not in the log", "no gpu.graphs line")
@@ -136,6 +137,18 @@ python3 -c "
 import json, sys
 r = json.load(open('$w/results.json'))
 sys.exit(0 if r['runs']['r1']['train']['loss_check']['status'] == 'SKIP' and r['ok'] else 1)" || fail "no reference: SKIP"
+
+# The keys validate.sh gave the runs for the paths that did not pass (fallback.txt).
+printf 'gpu.fused_loss=false\tfused_loss.cross_entropy FAIL\n' > "$w/fallback.txt"
+python3 "$S" --work "$w" --table "$w/table.txt" --json "$w/results.json" --reference-dir "$ref" || fail "fallback pass"
+python3 -c "
+import json, sys
+r = json.load(open('$w/results.json'))
+sys.exit(0 if r['fallback'] == [{'key': 'gpu.fused_loss=false', 'why': 'fused_loss.cross_entropy FAIL'}] else 1)" ||
+  fail "results.json lists the fallback keys"
+grep -q "^fallback every meshtrain run below ran without the paths that did not pass" "$w/table.txt" &&
+  grep -q "^         --gpu.fused_loss=false (fused_loss.cross_entropy FAIL)" "$w/table.txt" ||
+  fail "the table names the fallback keys and why"
 
 # --make-reference: the losses of a metrics file; one without losses is refused.
 python3 "$S" --make-reference "$w/train/r1/metrics.jsonl" --how "fixture" > "$w/made.json" || fail "--make-reference"
