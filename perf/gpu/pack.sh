@@ -198,7 +198,8 @@ cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -1; }
 } > "$stage/BUILD_INFO.txt"
 
 mkdir -p "$out"
-tar -C "$stage_root" -cf - meshtrain-gpu | xz -T0 -6 > "$out/meshtrain-gpu.tar.xz.tmp"
+# MESHTRAIN_PACK_XZ_LEVEL: xz's preset (default 6; the suite's dry run packs with 0, fast).
+tar -C "$stage_root" -cf - meshtrain-gpu | xz -T0 -"${MESHTRAIN_PACK_XZ_LEVEL:-6}" > "$out/meshtrain-gpu.tar.xz.tmp"
 mv "$out/meshtrain-gpu.tar.xz.tmp" "$out/meshtrain-gpu.tar.xz"
 cp "$stage/BUILD_INFO.txt" "$out/MANIFEST.txt"
 size=$(stat -c %s "$out/meshtrain-gpu.tar.xz")
