@@ -153,8 +153,9 @@ elapsed() { echo $(( $(date +%s) - t_start )); }
 # 530 s budget minus what the later phases need (on an H200, expected: self-check ~0.5 min,
 # tests ~0.5-1 min (4 programs at once), GEMM ~0.5 min, compute-sanitizer ~0.5 min, three
 # training runs ~1.5 min, PyTorch eager ~1 min, torch.compile ~1 min per shape, kernel
-# profile ~0.5 min). The reserves: the tests start only with 380 s left, the sanitizer needs 330 s left after it,
-# each training run 230 s, eager 190 s, compile 35 s (the profile's).
+# profile ~0.5 min). The reserves: the tests start only with 380 s left, the sanitizer
+# needs 330 s left after it, each training run 230 s, eager 190 s, compile 35 s (the
+# profile's).
 budget=530
 [[ $dry_run == 1 ]] && budget=3600  # 2 shared cores here, not 16
 left() { echo $(( budget - $(elapsed) - $1 )); }

@@ -40,11 +40,12 @@
 /// whose event wait a capture refuses and whose host buffer a replay would read anew.
 /// perf/gpu/launch_check.sh finds such kernels in a CUDA build's symbols, and pack.sh refuses
 /// to pack a build that has one.
-/// Unverified without a GPU (the selfcheck path graphs.step checks it on one): the other calls
-/// the step makes under capture -- cuBLAS/cuBLASLt (CUDA 12.2+ allocates its workspace stream-ordered under capture), cuDNN
-/// through the frontend's execute() (its graph_interface.h supports stream capture of
-/// execute(), with the host-copy sources kept alive per graph), NCCL (captures supported since
-/// 2.9, uniformly on every rank, which the agreement above provides).
+/// Unverified without a GPU (the selfcheck path graphs.step checks it on one): the other
+/// calls the step makes under capture -- cuBLAS/cuBLASLt (CUDA 12.2+ allocates its workspace
+/// stream-ordered under capture), cuDNN through the frontend's execute() (its
+/// graph_interface.h supports stream capture of execute(), with the host-copy sources kept
+/// alive per graph), NCCL (captures supported since 2.9, uniformly on every rank, which the
+/// agreement above provides).
 
 #include <cstdint>
 #include <memory>
