@@ -135,7 +135,7 @@ def peer(w, key, runs):
     rc = read(os.path.join(w, "peers", "torch_%s.status" % mode)).strip()
     by = {r["name"]: r for r in j.get("runs", [])}
     out = {"torch": j.get("torch"), "device": j.get("device_name"), "exit": int(rc) if rc.lstrip("-").isdigit() else None,
-           "runs": {}}
+           "gqa": j.get("gqa"), "runs": {}}
     for n in runs:
         r = by.get(n)
         if r is None:
@@ -471,8 +471,9 @@ def main():
         p = res["peers"][key]
         notes = ["%s %s: %s" % (key, n, r["reason"][:80]) for n, r in p["runs"].items()
                  if r.get("status") != "PASS" and r.get("reason")]
-        L.append("         %s: torch %s on %s%s" % (key, p.get("torch") or "?", p.get("device") or "?",
-                                                   ("; " + "; ".join(notes[:1])) if notes else ""))
+        L.append("         %s: torch %s on %s%s%s" % (key, p.get("torch") or "?", p.get("device") or "?",
+                                                     ", GQA %s" % p["gqa"][:60] if p.get("gqa") else "",
+                                                     ("; " + "; ".join(notes[:1])) if notes else ""))
     L.append("sanitizer %s %s (compute-sanitizer --tool memcheck, 2 steps of inputs/tiny-gpt2.ini)"
              % (res["sanitizer"]["status"], res["sanitizer"]["detail"][:70]))
     kp = res["kernel_profile"]

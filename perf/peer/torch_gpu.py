@@ -11,6 +11,8 @@ and trains it for --steps steps on random tokens: bf16 autocast (fp32 master wei
 meshtrain's bf16 precision), fused causal attention (scaled_dot_product_attention with
 is_causal: flash attention on an H100/H200), fused AdamW (betas 0.9/0.95, decay 0.1 on the
 matrices), global-norm clipping 1.0. --mode compile wraps the model in torch.compile.
+Grouped-query attention goes to SDPA with enable_gqa where this torch takes it on the device
+(checked once against repeated heads; "gqa" in the JSON: native or repeat).
 GPT-2 reuses perf/peer/torch_gpt.py's model (the CPU peer) with SDPA attention; the Llama
 (RMSNorm, RoPE, grouped-query attention, SwiGLU, tied embeddings) is defined here.
 The vocabulary is padded as meshtrain pads it (model.vocab_pad_multiple): same LM-head GEMMs.
@@ -44,15 +46,42 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_gpt import GPT, flops_per_token_forward as gpt_flops_forward  # noqa: E402
 
 
+# How grouped-query attention reaches SDPA (gqa_mode): "native" passes the kv heads as they
+# are with enable_gqa=True (torch >= 2.5; its flash attention takes them so, as Hugging Face's
+# SDPA attention does where it can), "repeat" repeats them per query head first.
+GQA = "repeat"
+
+
 def causal_sdpa(q, k, v):
     """q: (B, H, T, hd), k, v: (B, Hkv, T, hd) -> (B, H, T, hd), causal."""
     if k.size(1) != q.size(1):  # grouped-query: each kv head serves H / Hkv query heads
+        if GQA == "native":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         rep = q.size(1) // k.size(1)
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
     if hasattr(F, "scaled_dot_product_attention"):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     return F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]  # torch 1.13
+
+
+def gqa_mode(device):
+    """"native" when SDPA's enable_gqa runs forward and backward on this device and gives the
+    repeated heads' result (bf16 on CUDA), else "repeat" (older torch, or a refusal): the peer
+    never loses a run to it."""
+    if not hasattr(F, "scaled_dot_product_attention"):
+        return "repeat"
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, h, 128, 64, generator=g).to(device, dtype).requires_grad_() for h in (4, 2, 2))
+    try:
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        a.float().sum().backward()
+        b = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True)
+    except (TypeError, RuntimeError):
+        return "repeat"
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    return "native" if torch.allclose(a.float(), b.float(), atol=tol, rtol=tol) else "repeat"
 
 
 class RMSNorm(nn.Module):
@@ -251,6 +280,15 @@ def train_one(name, s, a, device):
     return r
 
 
+def try_run(name, s, a, device):
+    """train_one, an exception (an OOM, a compile error) reported as a FAIL of this run."""
+    try:
+        return train_one(name, s, a, device)
+    except Exception as e:
+        return {"name": name, "shape": s, "mode": a.mode, "status": "FAIL", "error": type(e).__name__,
+                "reason": ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:300]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=("eager", "compile"), required=True)
@@ -271,7 +309,9 @@ def main():
         raise SystemExit("torch_gpu.py: --device cuda but torch %s sees no CUDA device" % torch.__version__)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-    out = {"impl": "pytorch", "torch": torch.__version__, "mode": a.mode, "device": str(device),
+    global GQA
+    GQA = gqa_mode(device)
+    out = {"impl": "pytorch", "torch": torch.__version__, "mode": a.mode, "device": str(device), "gqa": GQA,
            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "steps": a.steps, "warmup": a.warmup, "runs": []}
     for name, s in runs:
@@ -279,11 +319,16 @@ def main():
             r = {"name": name, "shape": s, "mode": a.mode, "status": "SKIP",
                  "reason": "time budget (--time-limit %g s) spent before it started" % a.deadline}
         else:
-            try:
-                r = train_one(name, s, a, device)
-            except Exception as e:  # an OOM or a compile error: report, go on with the next shape
-                r = {"name": name, "shape": s, "mode": a.mode, "status": "FAIL",
-                     "reason": ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:300]}
+            r = try_run(name, s, a, device)
+            gqa = s["family"] == "llama" and 0 < s["n_kv_heads"] < s["n_heads"]
+            if r["status"] == "FAIL" and "error" in r and gqa and GQA == "native":
+                # enable_gqa passed the check but not this run (a compile of it, say): the
+                # repeated heads instead, for the rest of the peer, said in the JSON.
+                GQA = "repeat"
+                out["gqa"] = "repeat (native failed in %s: %s)" % (name, r["reason"][:150])
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                r = try_run(name, s, a, device)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         out["runs"].append(r)

@@ -37,7 +37,7 @@ json.dump({"how": "fixture", "losses": [[s, (10 - 0.1 * s) * 1.005] for s in ran
 json.dump({"how": "fixture", "losses": [[s, (10 - 0.1 * s) * (1.05 if s == 3 else 1)] for s in range(1, 4)]}, open(d + "/r2.json", "w"))
 PY
 # eager: r1 at 500 tokens/s, then stopped at validate.sh's limit (124) before r2; compile: SKIP.
-echo '{"torch": "9.9", "device_name": "fixture", "runs": [{"name": "r1", "status": "PASS", "tokens_per_s": 500.0, "peak_mem_bytes": 2097152, "flops_per_token": 1e9}]}' > "$w/peers/torch_eager.json"
+echo '{"torch": "9.9", "device_name": "fixture", "gqa": "native", "runs": [{"name": "r1", "status": "PASS", "tokens_per_s": 500.0, "peak_mem_bytes": 2097152, "flops_per_token": 1e9}]}' > "$w/peers/torch_eager.json"
 echo 124 > "$w/peers/torch_eager.status"
 echo '{"torch": "9.9", "runs": [{"name": "r1", "status": "SKIP", "reason": "no torch.compile"}, {"name": "r2", "status": "SKIP", "reason": "no torch.compile"}]}' > "$w/peers/torch_compile.json"
 echo 0 > "$w/peers/torch_compile.status"
@@ -87,6 +87,7 @@ check(r["peers"]["torch_eager"]["runs"]["r2"]["status"] == "SKIP", "a run the st
 check(r["peers"]["torch_compile"]["status"] == "SKIP" and r["peers"]["torch_compile"]["tokens_per_s"] is None, "compile SKIP")
 check(r["train"]["vs_torch_compile"] is None, "no ratio without a compile number")
 check(r["sanitizer"]["status"] == "PASS", "sanitizer")
+check(r["peers"]["torch_eager"]["gqa"] == "native" and r["peers"]["torch_compile"]["gqa"] is None, "the peers' GQA")
 k = r["kernel_profile"]
 check([x["name"] for x in k["kernels"]] == ["Kernels::big", "Kernels::small"], "kernels sorted by time")
 check(k["kernels"][0]["calls"] == 3 and k["kernels"][0]["pct_of_kernels"] == 90, "kernel row fields")
@@ -116,6 +117,7 @@ grep -q "\`meshtrain plan\` of a run failed" "$w/table.txt" || fail "a failed pl
 sed -i 's/"full_shard"/"no_shard"/' "$w/train/r1/plan.json"
 grep -q "verdict  FAIL: a loss left the CPU fp32 reference's tolerance" "$w/table.txt" || fail "the table's verdict names the loss"
 grep -qE "^r1 .* 2\.00x " "$w/table.txt" || fail "the table's r1 row shows meshtrain/eager 2.00x"
+grep -q "torch_eager: torch 9.9 on fixture, GQA native" "$w/table.txt" || fail "the table names the peer's GQA"
 grep -q "^graphs   4 of 6 steps replayed from a CUDA graph (gpu.graphs: one step captured" "$w/table.txt" ||
   fail "the table says how many steps the CUDA graph replayed"
 

@@ -29,6 +29,9 @@ def check(cond, what):
     if not cond:
         sys.exit(what)
 check([r["name"] for r in e["runs"]] == ["g", "l"], "both runs, in order")
+# How GQA reaches SDPA: enable_gqa where this torch has it (>= 2.5, checked on the device).
+check(e["gqa"] == ("native" if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5) else "repeat"),
+      "gqa %s with torch %s" % (e["gqa"], torch.__version__))
 for r in e["runs"]:
     check(r["status"] == "PASS", "%s: %s" % (r["name"], r.get("reason")))
     check(len(r["losses"]) == 6 and all(math.isfinite(x) for x in r["losses"]), "6 finite losses")
