@@ -149,8 +149,10 @@ StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const Co
   }
   // Memory-bound kernels: the activations every micro-step's forward writes (stored or
   // recomputed) streamed by the kernels' passes over forward and backward (more with
-  // checkpointing: its forward again), plus the optimizer's pass over the state.
-  const double act_bytes = p.activation_traffic * p.batch.grad_accum;
+  // checkpointing: its forward again), plus the optimizer's pass over the state. A fused
+  // attention kernel (timed above) never writes its scores: they are not streamed then.
+  const double streamed = p.activation_traffic - (c.attention_flops > 0 ? p.attention_score_traffic : 0.0);
+  const double act_bytes = streamed * p.batch.grad_accum;
   // fp32 master elements this rank updates (a frozen LoRA base has none)
   const double state_elems = (p.memory.params - p.memory.frozen) / 4.0;
   r.optimizer_s = c.adamw_s_per_elem > 0 ? state_elems * c.adamw_s_per_elem : k.adamw_bytes_per_element * state_elems / c.copy_bytes;

@@ -194,8 +194,9 @@ void transient_memory(const PlanInput& in, parallel::Strategy s, const std::vect
 /// Activations of one micro-step (bytes): the residual stream at every block boundary, the
 /// saved activations (one block's with checkpointing), the largest backward scratch, the
 /// head's chunk and DPO's reference stream. Also, in `traffic`, the bytes its forward writes
-/// whether kept or recomputed (StrategyPlan::activation_traffic).
-double activation_memory(const PlanInput& in, const model::TpDims& slice, double& traffic) {
+/// whether kept or recomputed (StrategyPlan::activation_traffic), and in `score_traffic` the
+/// attention scores' part of them (StrategyPlan::attention_score_traffic).
+double activation_memory(const PlanInput& in, const model::TpDims& slice, double& traffic, double& score_traffic) {
   const double elem_bytes = in.bf16 ? 2.0 : 4.0;
   const int B = in.batch.micro_batch, seq = in.batch.seq_len;
   const double N = static_cast<double>(B) * seq, C = in.dims.d_model;
@@ -215,8 +216,9 @@ double activation_memory(const PlanInput& in, const model::TpDims& slice, double
   if (in.dpo && !in.simpo && in.dims.lora_rank > 0 && !in.activation_checkpointing)
     act += 2 * N * C + block_forward_scratch_elems(in.dims, slice, B, seq);
   // The checkpointed blocks write theirs again in the recomputation; the cost model adds that pass.
-  traffic = elem_bytes * ((layers + 2) * N * C + layers * (per_block + block_attention_score_elems(slice, B, seq)) +
-                          N * slice.vocab + 2 * N * C);  // head: every logit once
+  score_traffic = elem_bytes * layers * block_attention_score_elems(slice, B, seq);
+  traffic = elem_bytes * ((layers + 2) * N * C + layers * per_block + N * slice.vocab + 2 * N * C) +  // head: every logit once
+            score_traffic;
   return elem_bytes * act;
 }
 
@@ -373,7 +375,7 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
     m.comm_buffers += prefetched * block_wire;
     m.step_start = outer_start + prefetched * (elem_bytes * u.max_block + block_wire);
   }
-  m.activations = activation_memory(in, slice, p.activation_traffic);
+  m.activations = activation_memory(in, slice, p.activation_traffic, p.attention_score_traffic);
   if (outer_kept_quantized(in) && u.frozen > 0) {
     // The LM head of a kept-quantized outer unit dequantizes its weight a chunk at a time
     // into scratch (model::Transformer::head_weight_scratch: the whole head when it is at

@@ -95,6 +95,31 @@ TEST(CostModel, AFusedAttentionKernelIsTimedAtItsOwnRate) {
               attention_fwd, 1e-6);
 }
 
+TEST(CostModel, AFusedAttentionStreamsNoScores) {
+  // The Kokkos attention streams every block's (B, heads, T, T) scores through its strips and
+  // softmax: part of the activation traffic the memory-bound term counts. A fused attention
+  // kernel (cuDNN's flash attention, timed on its own) keeps them on chip: the term then
+  // leaves them out, and only then.
+  const auto d = small_gpt();  // 6 layers, 8 heads; micro-batch 4 x 256 tokens, fp32
+  for (const bool bf16 : {false, true}) {
+    auto in = input(d, 1);
+    in.bf16 = bf16;
+    const auto plan = plan_for(in, parallel::Strategy::NoShard);
+    const double scores = (bf16 ? 2.0 : 4.0) * 6 * 4 * 8 * 256.0 * 256.0;
+    EXPECT_DOUBLE_EQ(plan.attention_score_traffic, scores) << "bf16 " << bf16;
+    EXPECT_GT(plan.activation_traffic, 2 * scores) << "the scores are a part of the traffic, not all of it";
+    CostModelInputs c = fixed_costs();
+    c.model_gemm_flops = 5e10;
+    const StepPrediction unfused = predict_step(in, plan, c);
+    c.attention_flops = 5e10;  // the same rate: only the streamed bytes differ
+    const StepPrediction fused = predict_step(in, plan, c);
+    EXPECT_NEAR(fused.gemm_s, unfused.gemm_s, 1e-12);
+    const CostConstants k;
+    EXPECT_NEAR(unfused.elementwise_s - fused.elementwise_s, k.elementwise_passes * scores / 2.0 / c.copy_bytes, 1e-12)
+        << "bf16 " << bf16;
+  }
+}
+
 TEST(CostModel, ActualPackedRowsCountTheAttentionTheKernelsRun) {
   // Uniform documents: the same count as document_attention_fraction, for any block size.
   const int T = 256;

@@ -96,6 +96,11 @@ struct StrategyPlan {
   /// Bytes of activations one micro-step's forward writes (every block's, whether kept or
   /// recomputed): what the memory-bound kernels stream, independent of checkpointing.
   double activation_traffic = 0;
+  /// The part of activation_traffic that is attention scores (B x heads x T x T per block):
+  /// streamed by the Kokkos attention's score strips and softmax, never by a fused attention
+  /// kernel (cuDNN's flash attention keeps them on chip; its time is its own term), which
+  /// the cost model then leaves them out for.
+  double attention_score_traffic = 0;
   MemoryEstimate memory;
   CommVolume comm;
   bool valid = true;           ///< mesh/batch possible for this strategy
