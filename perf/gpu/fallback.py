@@ -37,6 +37,17 @@ SWITCHES = [
 ]
 
 
+def selfcheck_paths(text):
+    """selfcheck_paths' output -> {path: (verdict, detail)} in output order; a path reported
+    twice keeps its last line. One reader for this script and summarize.py."""
+    paths = {}
+    for line in text.splitlines():
+        m = re.match(r"(PASS|FAIL|SKIP) (\S+?)(?:: | \()(.*)", line)
+        if m:
+            paths[m.group(2)] = (m.group(1), m.group(3).rstrip(")"))
+    return paths
+
+
 def switch_of(path):
     for prefix, keys in SWITCHES:
         if path.startswith(prefix):
@@ -52,11 +63,7 @@ def main():
     except OSError:
         text = ""
     status = sys.argv[2].strip() or "?"
-    verdicts = {}
-    for line in text.splitlines():
-        m = re.match(r"(PASS|FAIL|SKIP) (\S+?)(?:: | \()", line)
-        if m:
-            verdicts[m.group(2)] = m.group(1)
+    verdicts = {path: v for path, (v, _) in selfcheck_paths(text).items()}
     off = {}  # key -> reasons
     for path, v in verdicts.items():
         if v != "FAIL":

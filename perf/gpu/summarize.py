@@ -40,6 +40,10 @@ import math
 import os
 import re
 import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fallback import selfcheck_paths  # noqa: E402  (the self-check's one reader)
 
 
 def read(path, default=""):
@@ -316,12 +320,9 @@ def main():
     # The fused paths: one "PASS name (...)", "SKIP name (why)" or "FAIL name: ..." line each
     # (selfcheck_paths). SKIP: the path is not in this build; a dry run (CPU build) may have
     # them, a device run may not (a CUDA build without cuDNN is not the build to measure).
-    paths, path_detail = {}, {}
-    for line in read(os.path.join(w, "selfcheck.txt")).splitlines():
-        m = re.match(r"(PASS|FAIL|SKIP) (\S+?)(?:: | \()(.*)", line)
-        if m:
-            paths[m.group(2)] = m.group(1)
-            path_detail[m.group(2)] = m.group(3).rstrip(")")
+    lines = selfcheck_paths(read(os.path.join(w, "selfcheck.txt")))
+    paths = {name: v for name, (v, _) in lines.items()}
+    path_detail = {name: detail for name, (_, detail) in lines.items()}
     res["paths"] = paths
     res["fallback"] = [dict(zip(("key", "why"), line.split("\t", 1)))
                        for line in read(os.path.join(w, "fallback.txt")).splitlines() if "\t" in line]
