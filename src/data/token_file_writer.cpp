@@ -32,7 +32,8 @@ TokenFileWriter::~TokenFileWriter() {
 void TokenFileWriter::write_bytes(const void* data, std::size_t n) {
   const int injected = fault::pass(fault::Point::PrepareWrite);  // tests: a full disk, a stall here
   if (injected != 0) throw file_io::write_error(path_, injected, n);
-  if (std::fwrite(data, 1, n, file_) != n) throw file_io::write_error(path_, errno, n);
+  // fwrite's pointer must not be null even for no bytes (an empty append passes an empty vector's data()).
+  if (n != 0 && std::fwrite(data, 1, n, file_) != n) throw file_io::write_error(path_, errno, n);
 }
 
 void TokenFileWriter::append(const std::int32_t* ids, std::size_t n) {
