@@ -21,6 +21,17 @@
 #include "train/step.hpp"
 #include "test_support.hpp"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_UNDER_ASAN 1
+#endif
+#endif
+#if defined(TEST_UNDER_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
 using namespace meshtrain;
 
 namespace {
@@ -52,6 +63,43 @@ TEST(MemoryPool, ReleasedBlocksAreReusedForTheSameSizeOnly) {
   }
   pool.trim();
   EXPECT_EQ(pool.stats().reserved, s0.reserved) << "trim returns every cached block";
+}
+
+TEST(MemoryPool, UnderAddressSanitizerACachedBlockAndEveryBlockTailArePoisoned) {
+  // The pool's blocks are live allocations to ASan until trim(): without its poisoning a
+  // Buffer used after release, or written past its end, would go unreported (core/memory.cpp).
+#if !defined(TEST_UNDER_ASAN)
+  EXPECT_FALSE(memory_pool_poisons()) << "only an AddressSanitizer host build poisons";
+  GTEST_SKIP() << "not an AddressSanitizer build (the cpu-asan preset runs this)";
+#else
+  ASSERT_TRUE(memory_pool_poisons());
+  MemoryPool& pool = MemoryPool::instance();
+  pool.trim();
+  constexpr std::size_t kBytes = 1001 * sizeof(float);  // a tail that starts mid-granule
+  char* a = nullptr;
+  {
+    Buffer<float> b(1001, MemCategory::Workspace);
+    a = reinterpret_cast<char*>(b.data());
+    EXPECT_EQ(__asan_region_is_poisoned(a, kBytes), nullptr) << "a block in use is addressable";
+    EXPECT_TRUE(__asan_address_is_poisoned(a + kBytes)) << "the first byte past its end is poisoned";
+    EXPECT_TRUE(__asan_address_is_poisoned(a + kBytes + 63)) << "and so is the rest of its tail";
+  }
+  EXPECT_EQ(__asan_region_is_poisoned(a, kBytes), a) << "a released block is poisoned from its first byte";
+  EXPECT_TRUE(__asan_address_is_poisoned(a + kBytes - 1)) << "to its last";
+  {
+    Buffer<float> again(1001, MemCategory::Activations);
+    ASSERT_EQ(reinterpret_cast<char*>(again.data()), a) << "the cached block is handed out again";
+    EXPECT_EQ(__asan_region_is_poisoned(a, kBytes), nullptr) << "handed out again: addressable";
+    EXPECT_TRUE(__asan_address_is_poisoned(a + kBytes)) << "its tail still poisoned";
+    // A private pool's free list (CUDA graphs' blocks) poisons alike.
+    PrivatePool priv;
+    pool.open_private(&priv);
+    { Buffer<float> in_scope(77, MemCategory::Workspace); a = reinterpret_cast<char*>(in_scope.data()); }
+    pool.open_private(nullptr);
+    EXPECT_EQ(__asan_region_is_poisoned(a, 77 * sizeof(float)), a) << "released into a private pool: poisoned";
+  }
+  pool.trim();
+#endif
 }
 
 TEST(MemoryPool, APrivatePoolKeepsEveryBlockItsScopeTouched) {

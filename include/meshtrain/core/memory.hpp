@@ -69,7 +69,10 @@ class PrivatePool {
 };
 
 /// \brief Process-wide allocator: tracks bytes per category; caches freed blocks by
-/// exact size (sizes recur every step) so steady-state steps do not allocate.
+/// exact size (sizes recur every step) so steady-state steps do not allocate. Under
+/// AddressSanitizer (host builds with MESHTRAIN_SANITIZE=address) a cached block is poisoned
+/// until it is handed out again and every block has a poisoned tail, so a use after release
+/// or an overrun is reported (memory_pool_poisons()).
 class MemoryPool {
  public:
   static MemoryPool& instance();
@@ -100,6 +103,10 @@ class MemoryPool {
 
 /// \brief Owning, move-only device buffer of `n` elements from the pool. Contents are
 /// uninitialised unless `zero()` is called.
+/// Whether the pool poisons cached blocks and block tails for AddressSanitizer (an ASan
+/// host build).
+bool memory_pool_poisons();
+
 template <class T>
 class Buffer {
  public:
