@@ -40,7 +40,7 @@ namespace {
 // block used after its release (the block waits in a cache, still allocated, for the next
 // Buffer of its size) and a write past a block's end into whatever the allocator put after
 // it. Under ASan the pool therefore poisons a block while it is cached, from its release
-// until it is handed out again, and gives every block a poisoned tail of kRedzoneBytes.
+// until it is handed out again, and gives every block a poisoned tail of at least kRedzoneBytes.
 // Nothing changes in other builds (kRedzoneBytes 0, no-op calls); the statistics count the
 // blocks' own bytes either way.
 #if defined(MESHTRAIN_POOL_POISONS)
@@ -52,6 +52,12 @@ constexpr std::size_t kRedzoneBytes = 0;
 void poison(void*, std::size_t) {}
 void unpoison(void*, std::size_t) {}
 #endif
+/// Bytes allocated for a block of `bytes`: with a tail, rounded so that the tail ends on one
+/// of ASan's 8-byte granules (a poisoned region that ends inside a granule leaves that
+/// granule addressable; one that starts inside it is fine).
+std::size_t allocated_bytes(std::size_t bytes) {
+  return kRedzoneBytes == 0 ? bytes : (bytes + 7) / 8 * 8 + kRedzoneBytes;
+}
 }  // namespace
 
 bool memory_pool_poisons() { return kRedzoneBytes > 0; }
@@ -122,10 +128,10 @@ void* MemoryPool::allocate(std::size_t bytes, MemCategory category) {
       std::optional<cuda_rt::RelaxedCaptureMode> relaxed;
       if (priv) relaxed.emplace();
 #endif
-      ptr = Kokkos::kokkos_malloc<DeviceMem>("meshtrain::pool", bytes + kRedzoneBytes);
+      ptr = Kokkos::kokkos_malloc<DeviceMem>("meshtrain::pool", allocated_bytes(bytes));
     }
     MESHTRAIN_ASSERT(ptr != nullptr, "device allocation of %zu bytes failed", bytes);
-    poison(static_cast<char*>(ptr) + bytes, kRedzoneBytes);
+    poison(static_cast<char*>(ptr) + bytes, allocated_bytes(bytes) - bytes);
     stats_.device_allocations++;
     stats_.reserved += bytes;
     if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
@@ -193,7 +199,7 @@ void MemoryPool::trim() {
   std::lock_guard<std::mutex> lock(p->mutex);
   for (auto& [bytes, blocks] : p->cached) {
     for (void* b : blocks) {
-      unpoison(b, bytes + kRedzoneBytes);
+      unpoison(b, allocated_bytes(bytes));
       Kokkos::kokkos_free<DeviceMem>(b);
       stats_.reserved -= bytes;
     }
