@@ -101,12 +101,12 @@ class MemoryPool {
   MemoryStats stats_;
 };
 
-/// \brief Owning, move-only device buffer of `n` elements from the pool. Contents are
-/// uninitialised unless `zero()` is called.
 /// Whether the pool poisons cached blocks and block tails for AddressSanitizer (an ASan
 /// host build).
 bool memory_pool_poisons();
 
+/// \brief Owning, move-only device buffer of `n` elements from the pool. Contents are
+/// uninitialised unless `zero()` is called.
 template <class T>
 class Buffer {
  public:
