@@ -151,9 +151,9 @@ void MemoryPool::release(void* ptr, std::size_t bytes, MemCategory category) {
   const int c = static_cast<int>(category);
   stats_.in_use[c] -= bytes;
   stats_.total_in_use -= bytes;
+  poison(ptr, bytes);  // cached from here on, in whichever free list (ASan builds)
   // A block of a private pool goes back to it, open or not; while one is open, a block
   // released into it becomes its own (the captured step may have used it).
-  poison(ptr, bytes);
   auto it = p->owner.find(ptr);
   PrivatePool* priv = it != p->owner.end() ? it->second : p->open;
   if (priv) {
