@@ -22,12 +22,18 @@ constexpr std::size_t kMaxPath = 4096;
 
 char g_paths[kMaxPaths][kMaxPath];
 int g_kinds[kMaxPaths];
-volatile std::sig_atomic_t g_count = 0;   // published entries
+// Published entries. The handler may run on another thread (a process-directed signal goes
+// to any thread that does not block it, e.g. an MPI progress thread), and the compiler may
+// move plain stores past a volatile one: the count is stored with release after the entry
+// is written and loaded with acquire, so a handler never reads a half-written path.
+std::atomic<int> g_count{0};
 // kArmed: a live SignalCleanup removes its paths on a signal; kCleaning: a handler is removing
 // them; kIdle: disarmed, or done. Lock-free atomics are async-signal-safe.
 enum State : int { kIdle = 0, kArmed = 1, kCleaning = 2 };
 std::atomic<int> g_state{kIdle};
-volatile std::sig_atomic_t g_live = 0;    // a SignalCleanup exists (one at a time)
+std::atomic<bool> g_live{false};  // a SignalCleanup exists (one at a time)
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+              "the handler's flags must be lock-free to be async-signal-safe");
 struct sigaction g_old_term {}, g_old_int {};
 
 // linux_dirent64 as getdents64(2) fills it.
@@ -67,7 +73,7 @@ void clean_up_on_signal(int sig) {
     const timespec pause{0, 1000000};  // 1 ms; nanosleep is async-signal-safe
     while (g_state.load() == kCleaning) ::nanosleep(&pause, nullptr);
   } else {
-    const int n = g_count;
+    const int n = g_count.load(std::memory_order_acquire);
     for (int i = 0; i < n; ++i)
       if (g_kinds[i] == kFile) ::unlink(g_paths[i]);
     for (int i = 0; i < n; ++i)
@@ -85,19 +91,19 @@ void clean_up_on_signal(int sig) {
 
 void add(int kind, const std::string& path) {
   MESHTRAIN_ASSERT(path.size() < kMaxPath, "SignalCleanup: path of %zu bytes", path.size());
-  if (g_count >= kMaxPaths) return;  // more than a command stages: those stay on a signal
-  const int i = g_count;
+  const int i = g_count.load(std::memory_order_relaxed);  // only this thread adds
+  if (i >= kMaxPaths) return;  // more than a command stages: those stay on a signal
   std::memcpy(g_paths[i], path.c_str(), path.size() + 1);
   g_kinds[i] = kind;
-  g_count = i + 1;  // published once the entry is complete
+  g_count.store(i + 1, std::memory_order_release);  // published once the entry is complete
 }
 
 }  // namespace
 
 SignalCleanup::SignalCleanup() {
-  MESHTRAIN_ASSERT(!g_live, "SignalCleanup: one at a time");
-  g_live = 1;
-  g_count = 0;
+  MESHTRAIN_ASSERT(!g_live.load(), "SignalCleanup: one at a time");
+  g_live.store(true);
+  g_count.store(0);
   g_state.store(kArmed);
   struct sigaction sa {};
   sa.sa_handler = clean_up_on_signal;
@@ -117,8 +123,8 @@ SignalCleanup::~SignalCleanup() {
   g_state.store(kIdle);
   ::sigaction(SIGTERM, &old_term_, nullptr);
   ::sigaction(SIGINT, &old_int_, nullptr);
-  g_count = 0;
-  g_live = 0;
+  g_count.store(0);
+  g_live.store(false);
 }
 
 void SignalCleanup::add_file(const std::string& path) { add(kFile, path); }

@@ -1,6 +1,7 @@
 #include "comm/collectives.hpp"
 #include "train/stop_policy.hpp"
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -15,9 +16,14 @@
 namespace meshtrain::train {
 namespace {
 
-volatile std::sig_atomic_t g_signal = 0;
+// A process-directed signal runs its handler on whichever thread does not block it, often
+// one of Open MPI's progress threads, while the main thread polls: a volatile sig_atomic_t
+// is only safe within one thread (ThreadSanitizer reported the race). A lock-free atomic
+// is safe across threads and async-signal-safe.
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the stop-signal flag must be lock-free");
 
-extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+extern "C" void on_stop_signal(int sig) { g_signal.store(sig, std::memory_order_relaxed); }
 
 /// Seconds since the epoch of the Slurm job's end, or 0 when unknown.
 double slurm_end_epoch() {
@@ -56,7 +62,7 @@ void install_stop_signal_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-int received_stop_signal() { return g_signal; }
+int received_stop_signal() { return g_signal.load(std::memory_order_relaxed); }
 
 const char* stop_reason_name(StopReason r) {
   switch (r) {
