@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -64,6 +65,10 @@ void remove_files_in(const char* dir) {
 }
 
 void clean_up_on_signal(int sig) {
+  // The handler returns before the process ends: `sig` is blocked while it runs, so the
+  // raise below only marks it pending. The interrupted code must not see the errno that
+  // unlink/rmdir left (ThreadSanitizer: "signal handler spoils errno").
+  const int saved_errno = errno;
   // A process-directed signal may reach several threads at once (`timeout` sends it to the
   // child and again to its process group): only the first handler removes the paths, and
   // the others wait until it is done before ending the process, which would otherwise cut
@@ -87,6 +92,7 @@ void clean_up_on_signal(int sig) {
   }
   ::sigaction(sig, sig == SIGTERM ? &g_old_term : &g_old_int, nullptr);
   ::raise(sig);
+  errno = saved_errno;
 }
 
 void add(int kind, const std::string& path) {
