@@ -341,7 +341,7 @@ build_from_source() {
   cp "$P/BUILD_INFO.txt" "$work/"
   say "built in $(elapsed) s"
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} OMP_PROC_BIND=false OPENBLAS_NUM_THREADS=1
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_ess_singleton_isolated=1
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # singletons: see setup_environment
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 }
 
@@ -452,7 +452,12 @@ EOF
   export OPAL_PKGLIBDIR=$P/openmpi/lib/openmpi3 OPAL_PKGDATADIR=$P/openmpi/share/openmpi
   export OPAL_SYSCONFDIR=$P/openmpi/etc
   export OMPI_MCA_mca_base_component_path=$P/openmpi/lib/openmpi3
-  export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+  # Every packed program starts through meshtrain's Runtime, which makes itself an isolated
+  # singleton (no daemon) with a session directory of its own (doc/running.md). Exporting
+  # OMPI_MCA_ess_singleton_isolated here would turn that off: the programs would share one
+  # job id's directory, and one that ends removes it while another makes its own inside
+  # (orte_session_dir failed in test_cuda_link, with two test programs at a time).
+  export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export PMIX_INSTALL_PREFIX=$P/pmix PMIX_MCA_mca_base_component_path=$P/pmix/lib/pmix
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} OMP_PROC_BIND=false OPENBLAS_NUM_THREADS=1

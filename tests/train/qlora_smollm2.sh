@@ -9,8 +9,8 @@
 # validation loss after one step at lr 0 (B = 0: the adapters add nothing) equals `eval` of
 # the GGUF with model.base_quant=nf4 exactly, on 1 rank and on tp=3. Kept short: 3 steps
 # of 2 x 32 tokens. (The NF4 codec on SmolLM2's real weights: tests/formats/nf4.sh.)
-# Then model.base_quant=gguf, the file's blocks kept as they are: bit for bit the runs of
-# base_quant=none on 1 rank, dp_shard=2 and tp=3, and step 0 is eval of that base.
+# Then model.base_quant=gguf, the file's blocks kept as they are: the runs of base_quant=none
+# on 1 rank, dp_shard=2 and tp=3 within float rounding, and step 0 is eval of that base.
 set -uo pipefail
 # shellcheck source=../support/smollm_reference.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf
@@ -79,13 +79,21 @@ PY
 
 # model.base_quant=gguf: the file's own blocks (Q4_1 matrices, the Q8_0 embedding) kept in the
 # shards and all-gathered as they are, dequantized unit by unit by kernels::dequantize_gguf,
-# train bit for bit as base_quant=none (the same file dequantized to fp32 at load, bitwise
-# gguf.quants.dequantize) on 1 rank, dp_shard=2 and tp=3: losses and gradient norms equal.
-# Step 0 is eval of the base kept in its blocks (and, the values being the same, of the GGUF's
-# own weights).
-same() {  # same A B LABEL: losses and gradient norms bit for bit
-  python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" --exact \
-    --keys loss grad_norm --label "$3" || fail "$3"
+# train as base_quant=none (the same file dequantized to fp32 at load, bitwise
+# gguf.quants.dequantize) on 1 rank, dp_shard=2 and tp=3. The weights are the same bits, but
+# SmolLM2's 49152 x 576 head, kept in its blocks, is dequantized in chunks (7 and 9 on one
+# rank), each its own GEMM, and the BLAS may sum a dot product in another order for another
+# GEMM width (doc/finetuning.md, the head's chunks): the runs agree within the LoRA
+# equivalence tolerances, not bit for bit. They were identical to the last digit on one
+# machine (OpenBLAS 0.3.21 on Intel Cooper Lake, OPENBLAS_CORETYPE=Haswell) and 6e-9 to
+# 4.4e-7 relative apart on another (AMD EPYC, Zen 4). Bit for bit, with one head chunk: the
+# tiny GGUF of tests/train/qlora.sh. Step 0 is eval of the base kept in its blocks (exactly:
+# the same chunks) and, within float rounding, of the GGUF's own weights.
+same() {  # same A B LABEL: losses and gradient norms within the LoRA equivalence tolerances
+  python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" --rtol 1e-5 \
+    --keys loss --label "$3" || fail "$3"
+  python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" --rtol 1e-4 \
+    --keys grad_norm --label "$3" || fail "$3"
 }
 STEPS=2 tune gguf_1 1 --model.base_quant=gguf && STEPS=2 tune gnone_1 1 && same gnone_1 gguf_1 "SmolLM2 gguf vs none, 1 rank"
 STEPS=2 tune gguf_dp2 2 --model.base_quant=gguf --parallel.dp_shard=2 && STEPS=2 tune gnone_dp2 2 --parallel.dp_shard=2 &&
@@ -103,7 +111,8 @@ val = [json.loads(l) for l in open("start_gguf/metrics.jsonl") if "val_loss" in 
 g, none = last("eval_gguf.log"), last("eval_none.log")
 print(f"gguf: validation loss after a step at lr 0 {val!r}; eval of the base in its blocks {g!r}; of the GGUF's own "
       f"weights {none!r}")
-assert val == g == none
+assert val == g, f"{val!r} != {g!r}"
+assert abs(g - none) <= 1e-6 * abs(none), f"{g!r} and {none!r} differ by more than float rounding"
 PY
 fi
 
