@@ -86,6 +86,12 @@ STEPS=1 LR=0 EVAL_EVERY=1 tune nf4e_lr0 1 --model.base_quant=nf4 --model.base_qu
   { cat eval_nf4e.log; exit 1; }
 "$MESHTRAIN_BIN" eval "$ini" "${shape[@]}" --data.dir=data --checkpoint nf4e_lr0/checkpoints --batches 4 --json \
   > eval_ckpt_e.log 2>&1 || { cat eval_ckpt_e.log; exit 1; }
+grep -q "model.base_quant_embeddings=false" eval_ckpt_e.log ||
+  { cat eval_ckpt_e.log; echo "eval did not take base_quant_embeddings from the checkpoint"; exit 1; }
+# eval of the QLoRA checkpoint: base_quant from /model (no model.base_quant given).
+"$MESHTRAIN_BIN" eval "$ini" "${shape[@]}" --data.dir=data --checkpoint nf4_lr0/checkpoints --batches 4 --json \
+  > eval_ckpt.log 2>&1 || { cat eval_ckpt.log; exit 1; }
+grep -q "model.base_quant=nf4" eval_ckpt.log || { cat eval_ckpt.log; echo "eval did not take base_quant from the checkpoint"; exit 1; }
 # The three bases told apart on the whole validation split (--batches 0): on 4 batches the
 # blocks' quantization moved this barely pretrained base's loss by as little as 5.4e-7 (a
 # signed sum that depends on the machine's BLAS; 2.7e-4 on all 38 windows).
@@ -95,12 +101,6 @@ for q in none nf4 nf4e; do
   "$MESHTRAIN_BIN" eval "$ini" "${shape[@]}" --data.dir=data --checkpoint base --batches 0 --json "${args[@]}" \
     > "eval_${q}_all.log" 2>&1 || { cat "eval_${q}_all.log"; exit 1; }
 done
-grep -q "model.base_quant_embeddings=false" eval_ckpt_e.log ||
-  { cat eval_ckpt_e.log; echo "eval did not take base_quant_embeddings from the checkpoint"; exit 1; }
-# eval of the QLoRA checkpoint: base_quant from /model (no model.base_quant given).
-"$MESHTRAIN_BIN" eval "$ini" "${shape[@]}" --data.dir=data --checkpoint nf4_lr0/checkpoints --batches 4 --json \
-  > eval_ckpt.log 2>&1 || { cat eval_ckpt.log; exit 1; }
-grep -q "model.base_quant=nf4" eval_ckpt.log || { cat eval_ckpt.log; echo "eval did not take base_quant from the checkpoint"; exit 1; }
 python3 - <<'PY'
 import json
 def last(path): return [json.loads(l) for l in open(path) if l.startswith("{")][-1]["loss"]
