@@ -1,11 +1,16 @@
 #include "runtime/runtime.hpp"
 
-#include <stdlib.h>  // mkdtemp
+#include <fcntl.h>     // open
+#include <stdlib.h>    // mkdtemp
+#include <sys/file.h>  // flock
+#include <sys/stat.h>  // lstat
+#include <unistd.h>    // close, getuid
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "core/check.hpp"
 #include "core/error.hpp"
@@ -28,6 +33,25 @@ bool started_by_launcher() {
 /// The communicator abort_all_ranks() aborts; set once MPI is initialised.
 MPI_Comm g_abort_world = MPI_COMM_NULL;
 
+/// The private session-directory bases are `<TMPDIR>/meshtrain-mpi-<short host>_XXXXXX`, each
+/// holding `owner.lock`, locked (flock) by the process it belongs to for as long as it lives.
+constexpr std::string_view kSessionDirPrefix = "meshtrain-mpi-";
+constexpr const char* kSessionOwnerFile = "/owner.lock";
+
+/// `meshtrain-mpi-<host>_`: this host's short name (as Open MPI names its own session
+/// directories; it keeps the paths below short) with every character but letters, digits
+/// and '-' replaced by '-', so the '_' ends it and no host's prefix begins another's.
+std::string session_dir_prefix() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
+  std::string name(kSessionDirPrefix);
+  for (const char* c = host; *c != '\0' && *c != '.'; ++c) {
+    const bool keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-';
+    name += keep ? *c : '-';
+  }
+  return name + "_";
+}
+
 /// The private Open MPI session-directory base of an isolated singleton; "" when none.
 std::string g_singleton_tmpdir;
 
@@ -38,6 +62,48 @@ void remove_singleton_tmpdir() {
   g_singleton_tmpdir.clear();
 }
 
+/// Removes the session directories that meshtrain singletons of this host killed before
+/// their exit handlers ran (SIGKILL, the OOM killer, a fatal signal) left in `base`. A
+/// directory is taken only when its name has this host's `prefix`, it is this user's own
+/// (not a symbolic link), it carries the owner file, and the owner's lock can be taken: the
+/// kernel releases a flock when its holder dies however it dies, and a lock is seen across
+/// PID namespaces that share the directory, where a process-id test would not be. Only this
+/// host's: on a shared file system another host's lock may not be seen here (Lustre's
+/// `localflock`). A directory without the owner file (one being made, or not meshtrain's)
+/// stays.
+void remove_abandoned_session_dirs(const std::string& base, const std::string& prefix) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(base, ec);
+  if (ec) return;
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (ec) return;
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string dir = it->path().string();
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid()) continue;
+    const int fd = ::open((dir + kSessionOwnerFile).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) std::filesystem::remove_all(dir, ec);  // its owner is gone
+    ::close(fd);
+  }
+}
+
+/// Marks `dir` as this process's own until it ends: the owner file is locked under a
+/// temporary name and then renamed into place, so no other process can find it unlocked.
+/// The descriptor stays open (and the lock held) until the process ends. Where the file
+/// system has no locks the directory simply carries no owner file: it is removed at exit as
+/// before, and never by another process.
+void hold_session_dir(const std::string& dir) {
+  const std::string tmp = dir + "/owner.lock.new";
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || ::rename(tmp.c_str(), (dir + kSessionOwnerFile).c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    ::close(fd);
+  }
+}
+
 /// A process started without a launcher (`meshtrain eval ...`) is an MPI singleton, and by
 /// default Open MPI first forks a runtime daemon (`orted`) for it: about 0.25 s of every
 /// `prepare`, `plan`, `eval` or `--version`, for MPI_Comm_spawn, which meshtrain never
@@ -45,15 +111,20 @@ void remove_singleton_tmpdir() {
 /// gets the same job id, hence the same session directory, and two at once delete each
 /// other's files there (the MPI-IO shared-file-pointer segment of an HDF5 open: a
 /// checkpoint save failing while another `meshtrain` exits). So each one gets a private
-/// session-directory base, removed at exit. Settings the user gave either variable win
-/// (nothing is changed then); other MPI implementations ignore both.
+/// session-directory base, removed at exit -- or, when the process was killed before, by the
+/// next singleton to start (remove_abandoned_session_dirs). Settings the user gave either
+/// variable win (nothing is changed then); other MPI implementations ignore both.
 void isolate_singleton() {
   if (started_by_launcher() || std::getenv("OMPI_MCA_ess_singleton_isolated") != nullptr ||
       std::getenv("OMPI_MCA_orte_tmpdir_base") != nullptr)
     return;
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/meshtrain-mpi-XXXXXX";
+  const std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  const std::string prefix = session_dir_prefix();
+  remove_abandoned_session_dirs(base, prefix);
+  std::string pattern = base + "/" + prefix + "XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) return;  // Open MPI's default then: a daemon-backed singleton
+  hold_session_dir(pattern);
   g_singleton_tmpdir = pattern;
   std::atexit(remove_singleton_tmpdir);  // exit() after an error as well as a normal return
   setenv("OMPI_MCA_orte_tmpdir_base", g_singleton_tmpdir.c_str(), 1);
