@@ -131,6 +131,7 @@ if [[ $isolate == 1 && -z ${MESHTRAIN_VALIDATE_ISOLATED:-} ]]; then
   done
   exec env MESHTRAIN_VALIDATE_ISOLATED=1 unshare -m --propagation private bash -c '
     set -e
+    entries=$(cat "$1") && rm -f "$1"  # the list (mktemp), read before anything is hidden
     while read -r kind what; do
       case $kind in
         lib) for p in $(ldconfig -p | awk -v n="$what" "\$1 == n {print \$NF}"); do
@@ -140,9 +141,9 @@ if [[ $isolate == 1 && -z ${MESHTRAIN_VALIDATE_ISOLATED:-} ]]; then
         file) mount --bind /dev/null "$what" ;;
         keep) ;;
       esac
-    done < "$1"
-    echo "[validate] isolated: $(grep -c "^lib" "$1") system libraries and Open MPI/PMIx plugins hidden;" \
-         "kept (the machine'"'"'s own tools load them): $(sed -n "s/^keep //p" "$1" | tr "\n" " ")"
+    done <<< "$entries"
+    echo "[validate] isolated: $(grep -c "^lib" <<< "$entries") system libraries and Open MPI/PMIx plugins hidden;" \
+         "kept (the machine'"'"'s own tools load them): $(sed -n "s/^keep //p" <<< "$entries" | tr "\n" " ")"
     shift
     exec bash "$@"' isolate "$list" "$repo/perf/gpu/validate.sh" "${args[@]}"
 fi

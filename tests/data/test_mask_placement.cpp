@@ -17,6 +17,7 @@
 #include "data/chat_template.hpp"
 #include "data/prepare.hpp"
 #include "data/sentencepiece_tokenizer.hpp"
+#include "data_test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace meshtrain;
@@ -33,10 +34,11 @@ std::string words(std::size_t n, std::size_t seed) {
   return s;
 }
 
+/// The corpus and the models trained on it, removed when the program ends.
 fs::path tmp_dir() {
+  static const test::TempDir dir("mask");
   static const fs::path d = [] {
-    const fs::path p = fs::temp_directory_path() / ("mt_mask_" + std::to_string(::getpid()));
-    fs::create_directories(p);
+    const fs::path p = dir.str();
     std::ofstream(p / "corpus.txt") << [] {
       std::string t;
       for (std::size_t i = 0; i < 300; ++i) t += words(12, i) + "\n";

@@ -44,9 +44,12 @@ if [[ $(id -u) == 0 ]] && unshare -m --propagation private true 2>/dev/null; the
 else
   echo "gpu_validate_dry_run: not root or no mount namespaces: without --isolate (the package's completeness is not checked)"
 fi
-OUT=$d/out MESHTRAIN_TEST_JOBS=2 timeout 900 bash "$src/perf/gpu/validate.sh" --dry-run "${iso[@]}" \
+mkdir -p "$d/tmp"
+TMPDIR=$d/tmp OUT=$d/out MESHTRAIN_TEST_JOBS=2 timeout 900 bash "$src/perf/gpu/validate.sh" --dry-run "${iso[@]}" \
   --pack "$d/fixture.tar.xz" --steps 4 --work "$d/work" > "$d/validate.out" 2>&1
 rc=$?
+left=$(find "$d/tmp" -mindepth 1 -maxdepth 1)
+[[ -z $left ]] || fail "validate.sh left temporary files behind: $(echo $left)"
 log=$d/out/validate.log
 [[ -f $log ]] || { tail -30 "$d/validate.out"; fail "no validate.log (exit $rc)"; }
 [[ $rc == 1 ]] || { tail -40 "$log"; fail "the verdict must be FAIL (exit 1) for the failed paths, got exit $rc"; }
