@@ -42,12 +42,11 @@ constexpr const char* kSessionOwnerFile = "/owner.lock";
 /// directories; it keeps the paths below short) with every character but letters, digits
 /// and '-' replaced by '-', so the '_' ends it and no host's prefix begins another's.
 std::string session_dir_prefix() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
+  const std::string host = host_name();
   std::string name(kSessionDirPrefix);
-  for (const char* c = host; *c != '\0' && *c != '.'; ++c) {
-    const bool keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-';
-    name += keep ? *c : '-';
+  for (const char c : host.substr(0, host.find('.'))) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+    name += keep ? c : '-';
   }
   return name + "_";
 }
