@@ -14,7 +14,7 @@ bin=$MESHTRAIN_BIN
 run() {  # run NAME CMD...: CMD's output in NAME.log; a failure prints it
   local name=$1
   shift
-  timeout 120 "$@" >"$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit status $?"; return 1; }
+  timeout 120 "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 
 "$py" - <<'PY' || { fail "building the SentencePiece GGUF"; exit 1; }

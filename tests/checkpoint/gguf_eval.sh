@@ -14,7 +14,7 @@ gguf=$smollm
 run() {
   local name=$1
   shift
-  timeout 300 "$@" >"$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit status $?"; return 1; }
+  timeout 300 "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 json_loss() { "$py" -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]["loss"])' "$1"; }
 json_windows() { "$py" -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]["windows"])' "$1"; }

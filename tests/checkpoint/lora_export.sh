@@ -22,7 +22,7 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 run() {
   local name=$1
   shift
-  timeout 300 "$@" >"$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit status $?"; return 1; }
+  timeout 300 "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 # json_loss LOG: the loss of `meshtrain eval --json`'s JSON line.
 json_loss() { "$py" -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]["loss"])' "$1"; }

@@ -20,7 +20,7 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 run() {
   local name=$1
   shift
-  timeout 300 "$@" >"$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit status $?"; return 1; }
+  timeout 300 "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 ini="$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini"
 shape=(--model.d_model=192 --model.n_heads=3 --model.n_kv_heads=3 --model.ffn_dim=384)

@@ -24,7 +24,7 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 run() {
   local name=$1
   shift
-  timeout 120 "$@" >"$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit status $?"; return 1; }
+  timeout 120 "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 # train FAMILY NAME NP ARGS...
 train() {

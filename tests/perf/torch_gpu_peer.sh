@@ -19,7 +19,7 @@ cd "$src"
 for mode in eager compile; do
   "$py" perf/peer/torch_gpu.py --device cpu --mode "$mode" --steps 6 --warmup 2 "${tiny[@]}" \
     --run g:inputs/gpt2-124m.ini --run l:inputs/smollm2-135m.ini:n_kv_heads=2 --json "$d/$mode.json" \
-    > "$d/$mode.out" 2> "$d/$mode.err" || { cat "$d/$mode.err" >&2; fail "$mode exited $?"; }
+    > "$d/$mode.out" 2> "$d/$mode.err" || { rc=$?; cat "$d/$mode.err" >&2; fail "$mode exited $rc"; }
 done
 "$py" - "$d/eager.json" "$d/compile.json" <<'PY' || fail "the peer's JSON"
 import json, math, sys

@@ -28,7 +28,7 @@ tune() {  # tune NAME NP ARGS...: a fine-tune of the GGUF's base into NAME/
   timeout 600 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train --checkpoint.init_from="$gguf" "${lora[@]}" "${batch[@]}" \
     --data.dir=data --train.steps="${STEPS-3}" --train.eval_every="${EVAL_EVERY-0}" --train.lr="${LR-2e-3}" \
     --train.warmup_steps=0 --train.seed=7 --parallel.strategy=full_shard --checkpoint.save_final=false \
-    --output.dir="$name" "$@" > "$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit status $?"; return 1; }
+    --output.dir="$name" "$@" > "$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 compare() {  # compare REF CANDIDATE LABEL: the LoRA equivalence tolerances of lora.sh
   python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" \
