@@ -58,6 +58,7 @@ for _ in $(seq 1 600); do  # until the holder has the lock
   flock -n "$TMPDIR/${prefix}held00/owner.lock" true || break
   sleep 0.1
 done
+flock -n "$TMPDIR/${prefix}held00/owner.lock" true && fail "the stand-in holder never took its lock"
 "$MESHTRAIN_BIN" --version >/dev/null 2>&1 || fail "meshtrain --version failed beside abandoned session directories"
 [[ -n $killed && ! -e $killed ]] || fail "the killed run's session directory $killed stayed after the next start"
 for kept in "${prefix}nolock" "${prefix}held00" "${prefix}link00" meshtrain-mpi-otherhost_abcdef other-dir; do
