@@ -7,6 +7,7 @@
 # Also: a run's config.ini with a tensor-parallel mesh (tp=2 on 2 ranks) evaluates on 1
 # and 3 ranks (the saved mesh does not fit, plain FSDP is used, with a message).
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -14,7 +15,7 @@ source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 # One fortunes file (~240 KB): ~190 validation windows keep every eval to a second.
 "$MESHTRAIN_BIN" prepare --input /usr/share/games/fortunes/computers --output data >/dev/null || { fail "prepare failed"; finish; }
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data --train.steps=2 --train.eval_every=0 \
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data --train.steps=2 --train.eval_every=0 \
   --parallel.tp=2 --output.dir=run >train.log 2>&1 || { cat train.log; fail "training failed"; finish; }
 grep -qx "tp = 2" run/config.ini || fail "run/config.ini does not hold the run's tp=2"
 
@@ -23,7 +24,7 @@ for np in 1 2 3; do
   mesh=()
   ((np == 2)) && mesh=(--parallel.tp=1)
   # shellcheck disable=SC2086
-  timeout 60 $MPIEXEC -n $np "$MESHTRAIN_BIN" eval run/config.ini --batches 0 --json --train.micro_batch=7 \
+  timeout $((60 * time_scale)) $MPIEXEC -n $np "$MESHTRAIN_BIN" eval run/config.ini --batches 0 --json --train.micro_batch=7 \
     --train.seq_len=64 "${mesh[@]}" >"eval_$np.log" 2>&1 || { cat "eval_$np.log"; fail "eval on $np rank(s) failed"; continue; }
   grep '^eval:' "eval_$np.log"
   grep '^{' "eval_$np.log" >"eval_$np.json"
@@ -49,7 +50,7 @@ PY
 tokens=$("$py" -c 'import json; print(json.load(open("data/meta.json"))["val_tokens"])')
 for batches in 2147483647 $(( (tokens - 1) / 64 / 7 + 1 )); do
   # shellcheck disable=SC2086
-  timeout 60 $MPIEXEC -n 2 "$MESHTRAIN_BIN" eval run/config.ini --batches "$batches" --json --train.micro_batch=7 \
+  timeout $((60 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" eval run/config.ini --batches "$batches" --json --train.micro_batch=7 \
     --train.seq_len=64 --train.global_batch=14 --parallel.tp=1 >"clamp_$batches.log" 2>&1 ||
     { cat "clamp_$batches.log"; fail "eval --batches $batches failed"; continue; }
   grep -q "warning: eval: --batches $batches is .* windows, more than the $(( (tokens - 1) / 64 )) the val split holds; evaluating every window of the split once" \

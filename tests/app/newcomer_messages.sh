@@ -10,11 +10,12 @@
 #  * the demo model's size is stated as `meshtrain plan inputs/demo.ini` counts it;
 #  * `plan` of a fine-tune plans the model checkpoint.init_from names (a GGUF), as train runs it.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 bin=$MESHTRAIN_BIN
-run() { timeout 120 "$bin" "$@" >out.log 2>err.log; rc=$?; }
+run() { timeout $((120 * time_scale)) "$bin" "$@" >out.log 2>err.log; rc=$?; }
 has() { grep -qF -- "$2" "$1" || { fail "$3: '$2' not in $1"; sed 's/^/  /' "$1" | tail -5; }; }
 
 echo "--- ';' comments in column 0"

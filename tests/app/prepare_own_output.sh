@@ -12,6 +12,7 @@
 #   3. another project's meta.json and config.ini are text like any other file.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC, TEST_TMP.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 # shellcheck source=../batch/batch_lib.sh
@@ -32,7 +33,7 @@ for i in 1 2 3 4 5 6 7 8; do printf '{"instruction": "Say hi %d.", "output": "hi
 "$MESHTRAIN_BIN" prepare --format alpaca --input inst.jsonl --output corpus/old_alpaca --seq_len 256 --chat_template alpaca --val_fraction 0 >p1.log 2>&1 ||
   { cat p1.log; fail "the earlier instruction dataset"; }
 # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-timeout 120 $MPIEXEC -n 1 "$MESHTRAIN_BIN" train "$tiny" --data.dir=random --output.dir=corpus/old_run --train.steps=2 \
+timeout $((120 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" train "$tiny" --data.dir=random --output.dir=corpus/old_run --train.steps=2 \
   --train.eval_every=0 --train.peak_tflops=1 >t.log 2>&1 || { cat t.log; fail "the earlier run"; }
 [[ -f corpus/old_run/checkpoints/latest ]] || fail "the earlier run has no checkpoints/latest"
 mkdir -p corpus/copied && cp corpus/old_dataset/meta.json corpus/copied/meta.json

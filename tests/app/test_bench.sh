@@ -6,6 +6,7 @@
 #
 # Environment (set by meshtrain_add_script_test): MESHTRAIN_BIN, MPIEXEC, TEST_TMP.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 
 bin=$MESHTRAIN_BIN
 mkdir -p "$TEST_TMP"
@@ -17,12 +18,12 @@ run() {  # LABEL COMMAND...: 120 s limit; sets $rc
   local label=$1
   shift
   echo "--- $label: $*"
-  timeout 120 "$@" >"$out" 2>"$err"
+  timeout $((120 * time_scale)) "$@" >"$out" 2>"$err"
   rc=$?
   sed 's/^/  stdout: /' "$out"
   sed 's/^/  stderr: /' "$err"
   echo "  exit status $rc"
-  [[ $rc -ne 124 ]] || fail "$label: hung (killed after 120 s)"
+  [[ $rc -ne 124 ]] || fail "$label: hung (killed after $((120 * time_scale)) s)"
 }
 
 # 1 KiB .. 256 KiB doubling = 9 sizes per collective.

@@ -11,6 +11,7 @@
 #
 # Environment (set by meshtrain_add_script_test): MESHTRAIN_BIN, MPIEXEC, TEST_TMP.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 
 bin=$MESHTRAIN_BIN
 mkdir -p "$TEST_TMP"
@@ -23,12 +24,12 @@ run() {
   local label=$1
   shift
   echo "--- $label: $*"
-  timeout 60 "$@" >"$out" 2>"$err"
+  timeout $((60 * time_scale)) "$@" >"$out" 2>"$err"
   rc=$?
   sed 's/^/  stdout: /' "$out"
   sed 's/^/  stderr: /' "$err"
   echo "  exit status $rc"
-  [[ $rc -ne 124 ]] || fail "$label: hung (killed after 60 s)"
+  [[ $rc -ne 124 ]] || fail "$label: hung (killed after $((60 * time_scale)) s)"
 }
 
 # A user error: non-zero exit, exactly one "error:" line naming the problem, and none of

@@ -5,8 +5,9 @@
 #
 # Environment (set by meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 doc="$MESHTRAIN_SOURCE_DIR/doc/configuration.md"
-help=$(timeout 60 "$MESHTRAIN_BIN" train --help) || { echo "FAIL: meshtrain train --help exited non-zero" >&2; exit 1; }
+help=$(timeout $((60 * time_scale)) "$MESHTRAIN_BIN" train --help) || { echo "FAIL: meshtrain train --help exited non-zero" >&2; exit 1; }
 missing=0
 while read -r entry; do
   grep -qF -- "$entry" "$doc" || { echo "FAIL: doc/configuration.md lacks '$entry'" >&2; missing=$((missing + 1)); }

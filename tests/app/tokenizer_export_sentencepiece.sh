@@ -7,6 +7,7 @@
 # package, encodes text like `meshtrain tokenize --tokenizer GGUF` and decodes it back; the
 # config names the GGUF's special pieces.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 # shellcheck source=../support/smollm_reference.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf sentencepiece
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
@@ -14,7 +15,7 @@ bin=$MESHTRAIN_BIN
 run() {  # run NAME CMD...: CMD's output in NAME.log; a failure prints it
   local name=$1
   shift
-  timeout 120 "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
+  timeout $((120 * time_scale)) "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 
 "$py" - <<'PY' || { fail "building the SentencePiece GGUF"; exit 1; }

@@ -10,6 +10,7 @@
 # merges) is exit 2 naming both; a checkpoint without a record falls back to bytes with a
 # notice that its tokenizer is unknown.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 # shellcheck source=../support/smollm_reference.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" tokenizers h5py
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
@@ -18,12 +19,12 @@ bin=$MESHTRAIN_BIN
 run() {  # run NAME CMD...: CMD's output in NAME.log; a failure prints it
   local name=$1
   shift
-  timeout 120 "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
+  timeout $((120 * time_scale)) "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 refused() {  # refused NAME PATTERN CMD...: exit status 2 and PATTERN in the message
   local name=$1 pattern=$2 rc
   shift 2
-  timeout 120 "$@" >"$name.log" 2>&1
+  timeout $((120 * time_scale)) "$@" >"$name.log" 2>&1
   rc=$?
   [[ $rc == 2 ]] && grep -q -- "$pattern" "$name.log" || { cat "$name.log"; fail "$name: exit $rc, expected 2 and '$pattern'"; }
 }

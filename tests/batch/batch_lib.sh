@@ -1,6 +1,8 @@
 # Helpers for the batch-job tests (sourced). Environment from meshtrain_add_script_test:
 # MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC (a command with flags), TEST_TMP,
 # REFERENCE_PYTHON (a python3 with numpy and h5py).
+# The waits' limits below are scaled by time_scale (tests/support/time_limits.sh).
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 
 py=${REFERENCE_PYTHON:-/usr/bin/python3}
 [[ -x $py ]] || py=/usr/bin/python3
@@ -54,10 +56,10 @@ last_step() {
 }
 
 # wait_for_step METRICS STEP SECONDS [PID]: waits until METRICS reaches STEP; fails
-# (returns 1) after SECONDS or when PID exits first.
+# (returns 1) after SECONDS (times time_scale) or when PID exits first.
 wait_for_step() {
   local metrics=$1 step=$2 limit=$3 pid=${4:-}
-  local end=$((SECONDS + limit))
+  local end=$((SECONDS + limit * time_scale))
   while ((SECONDS < end)); do
     (($(last_step "$metrics") >= step)) && return 0
     [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null && return 1
@@ -67,9 +69,9 @@ wait_for_step() {
 }
 
 # wait_pid PID SECONDS: waits for a background job; its exit status, or 124 after SECONDS
-# (then the job is killed).
+# (times time_scale; then the job is killed).
 wait_pid() {
-  local pid=$1 limit=$2 end=$((SECONDS + $2))
+  local pid=$1 end=$((SECONDS + $2 * time_scale))
   while kill -0 "$pid" 2>/dev/null && ((SECONDS < end)); do sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then
     kill -9 "$pid" 2>/dev/null

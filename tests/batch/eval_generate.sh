@@ -11,13 +11,14 @@
 #  * user errors: no checkpoint, a config describing another model, bad sampling options
 #    -> exit status 2 with one message.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 
 "$MESHTRAIN_BIN" prepare --input /usr/share/games/fortunes --output data >/dev/null || { fail "prepare failed"; finish; }
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data --train.steps=30 --train.eval_every=10 \
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data --train.steps=30 --train.eval_every=10 \
   --checkpoint.every=10 --train.sample_tokens=60 "--train.sample_prompt=Q: " --output.dir=run >train.log 2>&1 ||
   { cat train.log; fail "training failed"; finish; }
 cfg=run/config.ini
@@ -29,7 +30,7 @@ eval_json() {
   shift
   n=$((n + 1))
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" eval "$cfg" --json "$@" >"eval_$n.log" 2>&1 || { cat "eval_$n.log"; return 1; }
+  timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" eval "$cfg" --json "$@" >"eval_$n.log" 2>&1 || { cat "eval_$n.log"; return 1; }
   grep '^eval:' "eval_$n.log" >&2
   grep '^{' "eval_$n.log"
 }
@@ -77,7 +78,7 @@ gen() {
   local np=$1
   shift
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" generate "$cfg" "$@" 2>"gen_$np.err"
+  timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" generate "$cfg" "$@" 2>"gen_$np.err"
 }
 out=$(gen 2 "--prompt=Q: " --tokens 60 --temperature 0.8 --top_k 40 --seed 1234) || { cat gen_2.err; fail "generate failed"; }
 printf 'trainer sample:  %q\ngenerate (np 2): %q\n' "$expected" "$out"
@@ -91,7 +92,7 @@ expect_error() {
   local what=$1 pattern=$2
   shift 2
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "$@" >err.log 2>&1
+  timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" "$@" >err.log 2>&1
   local status=$?
   [[ $status -eq 2 ]] || fail "$what: exit status $status, expected 2"
   grep -q "$pattern" err.log || { cat err.log; fail "$what: no message matching '$pattern'"; }

@@ -12,6 +12,7 @@
 #     aborts cleanly -- exit status 3 and one error message naming the limit.
 # In both, every checkpoint written (one per step) holds only finite values (h5py).
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -22,7 +23,7 @@ common=(train "$tiny" --data.dir=data --checkpoint.every=1 --checkpoint.keep=100
 
 echo "--- 1. NaN gradients on rank 1 at steps 4 and 7, max_skipped_steps=5"
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${common[@]}" --train.steps=12 --train.inject_nan_steps=4,7 \
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${common[@]}" --train.steps=12 --train.inject_nan_steps=4,7 \
   --train.inject_nan_rank=1 --train.max_skipped_steps=5 --output.dir=skip >skip.log 2>&1
 status=$?
 [[ $status -eq 0 ]] || { tail -30 skip.log; fail "exit status $status, expected 0 (two skips are within the limit)"; }
@@ -84,7 +85,7 @@ done
 
 echo "--- 2. NaN gradients on all ranks at steps 3, 4, 5, max_skipped_steps=2"
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${common[@]}" --train.steps=12 --train.inject_nan_steps=3,4,5 \
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${common[@]}" --train.steps=12 --train.inject_nan_steps=3,4,5 \
   --train.inject_nan_rank=-1 --train.max_skipped_steps=2 --output.dir=abort >abort.log 2>&1
 status=$?
 echo "exit status $status"

@@ -8,6 +8,7 @@
 # summary.json with a per-rank summary) is complete.
 # Per-rank exit statuses come from a wrapper that records `meshtrain`'s status.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -36,7 +37,7 @@ chmod +x rank_status.sh
 
 echo "--- uninterrupted reference: $steps steps on 2 ranks"
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=ref >ref.log 2>&1 || { cat ref.log; fail "the reference run failed"; finish; }
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=ref >ref.log 2>&1 || { cat ref.log; fail "the reference run failed"; finish; }
 
 echo "--- the same run, SIGUSR1 to rank 1 only"
 # shellcheck disable=SC2086
@@ -77,7 +78,7 @@ done
 
 echo "--- resume with checkpoint.resume=auto"
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >resumed.log 2>&1 || { cat resumed.log; fail "the resumed run failed"; }
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >resumed.log 2>&1 || { cat resumed.log; fail "the resumed run failed"; }
 grep -q "resumed from run/checkpoints/$ckpt: step $stopped" resumed.log || fail "the resumed run did not start from $ckpt"
 "$py" "$compare" ref/metrics.jsonl run/metrics.jsonl --exact --keys loss grad_norm lr --label "preempted+resumed vs uninterrupted" ||
   fail "the resumed run is not bitwise the uninterrupted one"

@@ -9,12 +9,13 @@
 #     seconds, naming the collective and rank 1. Collectives at step boundaries (the stop
 #     decision, metric reductions) are watched too, so the stall is caught wherever it hits.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 
 T=5
-grace=10  # launcher teardown and process exit on a loaded 2-core machine
+grace=$((10 * time_scale))  # launcher teardown and process exit on a loaded 2-core machine
 args=(train "$tiny" --data.dir=random --train.steps=100000 --checkpoint.every=0 --checkpoint.save_final=false
       --parallel.collective_timeout="$T")
 

@@ -7,6 +7,7 @@
 # end. The model is widened (~38 MB checkpoints) so that a save lasts long enough to be
 # caught in flight; if the save wins the race, the script tries again.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -57,7 +58,7 @@ all_finite "run/checkpoints/$latest" || fail "$latest is unreadable or holds non
 step=$((10#$(basename "$saved" .h5 | cut -d_ -f2)))
 
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >resumed.log 2>&1 || { tail -30 resumed.log; fail "the resumed run failed"; }
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --output.dir=run >resumed.log 2>&1 || { tail -30 resumed.log; fail "the resumed run failed"; }
 grep -q "resumed from run/checkpoints/$latest: step $step" resumed.log || fail "the run did not resume from $latest"
 [[ $(last_step run/metrics.jsonl) == "$steps" ]] || fail "the resumed run did not reach step $steps"
 finish "signals during the save of step $step: checkpoint complete and loadable; resumed to step $steps"

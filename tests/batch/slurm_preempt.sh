@@ -15,6 +15,7 @@
 # sets it: on the standard CI machine the test must run), which turns that into a failure.
 # The daemons are stopped by their pid files on every exit path.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -49,7 +50,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "--- 1. uninterrupted reference: $steps steps on 2 ranks (mpirun)"
 # shellcheck disable=SC2086
-timeout 150 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${args[@]}" --output.dir=ref >ref.log 2>&1 ||
+timeout $((150 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${args[@]}" --output.dir=ref >ref.log 2>&1 ||
   { cat ref.log; fail "the reference run failed"; finish; }
 
 echo "--- 2. sbatch jobscripts/slurm-cpu.sbatch"
@@ -64,7 +65,7 @@ job_field() { scontrol show job "$job" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1
 
 if ! wait_for_step run/metrics.jsonl 5 120; then
   cat job.out 2>/dev/null
-  fail "the job did not reach step 5 within 120 s (state $(job_field JobState) $(job_field Reason))"
+  fail "the job did not reach step 5 within $((120 * time_scale)) s (state $(job_field JobState) $(job_field Reason))"
   finish
 fi
 at=$(last_step run/metrics.jsonl)
@@ -72,7 +73,7 @@ echo "--- 3. scancel --signal=USR1 --batch $job (at step $at)"
 scancel --signal=USR1 --batch "$job" || fail "scancel --signal=USR1 --batch failed"
 
 # Follow the job: RUNNING -> (requeued) PENDING -> RUNNING -> COMPLETED.
-requeued=0 state="" end=$((SECONDS + 150))
+requeued=0 state="" end=$((SECONDS + 150 * time_scale))
 while ((SECONDS < end)); do
   state=$(job_field JobState)
   [[ $state == PENDING && $(job_field Restarts) -ge 1 ]] && requeued=1

@@ -13,6 +13,7 @@
 #     lists the recovery, the job's exit code is 0:0 and it was never requeued.
 # Skipped (77) without root or Slurm, unless MESHTRAIN_REQUIRE_SLURM=1 (run-tests.sh as root).
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -47,7 +48,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "--- 1. uninterrupted reference: $steps steps on 2 ranks (mpirun)"
 # shellcheck disable=SC2086
-timeout 150 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${args[@]}" --output.dir=ref >ref.log 2>&1 ||
+timeout $((150 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${args[@]}" --output.dir=ref >ref.log 2>&1 ||
   { cat ref.log; fail "the reference run failed"; finish; }
 
 echo "--- 2. sbatch jobscripts/slurm-cpu.sbatch"
@@ -61,7 +62,7 @@ job_field() { scontrol show job "$job" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1
 
 if ! wait_for_step run/metrics.jsonl 12 120; then
   cat job.out 2>/dev/null
-  fail "the job did not reach step 12 within 120 s (state $(job_field JobState) $(job_field Reason))"
+  fail "the job did not reach step 12 within $((120 * time_scale)) s (state $(job_field JobState) $(job_field Reason))"
   finish
 fi
 pid=$(sed -n 's/.*pid \([0-9]*\).*/\1/p' run/.meshtrain.lock 2>/dev/null)
@@ -69,7 +70,7 @@ pid=$(sed -n 's/.*pid \([0-9]*\).*/\1/p' run/.meshtrain.lock 2>/dev/null)
 echo "--- 3. kill -9 of rank 0 (pid $pid) at step $(last_step run/metrics.jsonl)"
 kill -9 "$pid" || fail "cannot kill rank 0"
 
-state="" end=$((SECONDS + 240))
+state="" end=$((SECONDS + 240 * time_scale))
 while ((SECONDS < end)); do
   state=$(job_field JobState)
   [[ $state == COMPLETED || $state == FAILED || $state == CANCELLED || $state == TIMEOUT || -z $state ]] && break

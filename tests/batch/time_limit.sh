@@ -5,6 +5,7 @@
 # preemption. (The Slurm end time feeds the same deadline: slurm_preempt.sh checks that
 # meshtrain reads it.)
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -13,7 +14,7 @@ L=8 M=3
 args=(train "$tiny" --data.dir=random --checkpoint.every=0 --train.log_every=10 --train.time_limit_margin=$M)
 start=$SECONDS
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --train.steps=100000 --train.time_limit=$L --output.dir=run \
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --train.steps=100000 --train.time_limit=$L --output.dir=run \
   >limited.log 2>&1
 status=$?
 elapsed=$((SECONDS - start))
@@ -26,10 +27,10 @@ stopped=$(sed -n 's/.*stopping after step \([0-9]*\) (wall-clock limit ahead).*/
 ckpt=$(printf 'step_%08d.h5' "${stopped:-0}")
 [[ $(cat run/checkpoints/latest 2>/dev/null) == "$ckpt" ]] || fail "latest is not $ckpt"
 # The limit counts from the trainer's start; start-up (MPI, Kokkos, data) comes on top.
-((elapsed < L + 15)) || fail "stopped after $elapsed s, long after the $L s limit"
+((elapsed < L + 15 * time_scale)) || fail "stopped after $elapsed s, long after the $L s limit"
 
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --train.steps=$((stopped + 20)) --train.time_limit=0 \
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --train.steps=$((stopped + 20)) --train.time_limit=0 \
   --output.dir=run >resumed.log 2>&1 || { tail -20 resumed.log; fail "the resumed run failed"; }
 grep -q "resumed from run/checkpoints/$ckpt: step $stopped" resumed.log || fail "the run did not resume from $ckpt"
 finish "train.time_limit=$L s: saved step $stopped and exited 75 after $elapsed s; resumed"

@@ -17,6 +17,7 @@
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/checkpoint/fault_lib.sh"
@@ -28,7 +29,7 @@ run_np() {
   local np=$1 log=$2
   shift 2
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  timeout -k 5 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "${one[@]}" "$@" >"$log.log" 2>&1
+  timeout -k 5 $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "${one[@]}" "$@" >"$log.log" 2>&1
   status=$?
   echo "$log: exit status $status"
 }

@@ -9,6 +9,7 @@
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 py=${REFERENCE_PYTHON:-/usr/bin/python3}
@@ -17,7 +18,7 @@ ini="$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-mt() { timeout 120 $MPIEXEC -n "$1" "$MESHTRAIN_BIN" "${@:2}"; }
+mt() { timeout $((120 * time_scale)) $MPIEXEC -n "$1" "$MESHTRAIN_BIN" "${@:2}"; }
 
 mt 2 train "$ini" --train.steps=2 --train.eval_every=0 --data.dir=random --output.dir=run >run.log 2>&1 ||
   { cat run.log; echo "FAIL: training exited non-zero"; exit 1; }

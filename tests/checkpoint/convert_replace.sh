@@ -11,13 +11,14 @@
 #   - no staging directory is left beside --output, after a success or a failure.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC, TEST_TMP.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 # shellcheck source=../batch/batch_lib.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 export OMP_PROC_BIND=false OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
-timeout 120 "$MESHTRAIN_BIN" train "$tiny" --data.dir=random --output.dir=run --train.steps=2 --train.eval_every=0 \
+timeout $((120 * time_scale)) "$MESHTRAIN_BIN" train "$tiny" --data.dir=random --output.dir=run --train.steps=2 --train.eval_every=0 \
   --train.peak_tflops=1 --checkpoint.every=1 --checkpoint.keep=2 >train.log 2>&1 || { cat train.log; fail "train"; }
 ck1=run/checkpoints/step_00000001.h5 ck2=run/checkpoints/step_00000002.h5
 
@@ -26,7 +27,7 @@ convert() {
   local log=$1
   shift
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  timeout 120 $MPIEXEC -n 1 "$MESHTRAIN_BIN" convert "$@" >"$log" 2>&1
+  timeout $((120 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" convert "$@" >"$log" 2>&1
 }
 snapshot() { find "$@" -type d | sort; find "$@" -type f -print0 | sort -z | xargs -0 -r sha256sum; }
 # The steps in the safetensors metadata of every safetensors file of DIR, and DIR's files.

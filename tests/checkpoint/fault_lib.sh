@@ -3,6 +3,7 @@
 # tiny GPT-2 with MESHTRAIN_FAULT (doc/batch.md, "Fault injection"), and checks on their
 # checkpoint directories. Builds on tests/batch/batch_lib.sh (fail, finish, $py, $compare).
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 
 # ${STEPS:-8} steps, fp32 on dp_shard=2; a stalled rank is caught by the watchdog after 5 s. Runs that
 # checkpoint add $ckpt (every 2 steps, keep 3).
@@ -18,7 +19,7 @@ run() {
   local log=$1 spec=$2
   shift 2
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  MESHTRAIN_FAULT=$spec timeout -k 5 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${base[@]}" --train.steps="${STEPS:-8}" "$@" \
+  MESHTRAIN_FAULT=$spec timeout -k 5 $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "${base[@]}" --train.steps="${STEPS:-8}" "$@" \
     >"$log.log" 2>&1
   status=$?
   echo "$log: MESHTRAIN_FAULT='$spec' -> exit status $status"

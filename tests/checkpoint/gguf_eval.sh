@@ -7,6 +7,7 @@
 # shape comes from the GGUF metadata (no model keys given); a disagreeing key is an error.
 # The wall time of the 1-rank evaluation of 256 tokens is printed (not asserted).
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 # shellcheck source=../support/smollm_reference.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers
 export OPENBLAS_NUM_THREADS=1
@@ -14,7 +15,7 @@ gguf=$smollm
 run() {
   local name=$1
   shift
-  timeout 300 "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
+  timeout $((300 * time_scale)) "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 json_loss() { "$py" -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]["loss"])' "$1"; }
 json_windows() { "$py" -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]["windows"])' "$1"; }

@@ -7,6 +7,7 @@
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 py=${REFERENCE_PYTHON:-/usr/bin/python3}
@@ -19,7 +20,7 @@ train() {
   local family=$1 name=$2 np=$3
   shift 3
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
+  timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
     --train.steps=3 --train.eval_every=0 --data.dir=random --output.dir="$name" "$@" >"$name.log" 2>&1 ||
     { cat "$name.log"; fail "$name: training exited non-zero"; }
 }

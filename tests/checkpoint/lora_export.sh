@@ -13,6 +13,7 @@
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON. safetensors comes from scripts/install-deps.sh.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 export PYTHONPATH="${MESHTRAIN_DEPS:-/opt/meshtrain-deps}/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -22,7 +23,7 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 run() {
   local name=$1
   shift
-  timeout 300 "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
+  timeout $((300 * time_scale)) "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 # json_loss LOG: the loss of `meshtrain eval --json`'s JSON line.
 json_loss() { "$py" -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]["loss"])' "$1"; }

@@ -11,6 +11,7 @@
 #            straight 4-rank run within 1e-5 relative (reduction order differs by mesh).
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC, TEST_TMP.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 family=${RESUME_FAMILY:?}
 mode=${RESUME_MODE:?}
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
@@ -24,7 +25,7 @@ train() {
   local name=$1 np=$2
   shift 2
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  if ! timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
+  if ! timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
       --train.steps=20 --train.eval_every=0 --data.dir=random --output.dir="$name" "$@" >"$name.log" 2>&1; then
     cat "$name.log"
     fail "$name: training exited non-zero"

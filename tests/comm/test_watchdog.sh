@@ -6,6 +6,7 @@
 #
 # Environment (set by meshtrain_add_script_test): MPIEXEC, MESHTRAIN_BUILD_DIR, TEST_TMP.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 
 helper="$MESHTRAIN_BUILD_DIR/bin/watchdog_helper"
 timeout_s=3
@@ -21,14 +22,15 @@ run_case() {
   echo "--- scenario '$scenario' on $np ranks: rank $absent skips all_reduce #2 of the '$group' group"
   local start=$SECONDS
   # The helper's idle ranks sleep 60 s: an abort that only happens after that means the
-  # watchdog did not fire; 120 s means the job hung.
+  # watchdog did not fire (so the 45 s bound below is not scaled: it must stay under 60 s);
+  # 120 s (times time_scale) means the job hung.
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  timeout 120 $MPIEXEC -np "$np" "$helper" "$scenario" "$timeout_s" >"$out" 2>"$err"
+  timeout $((120 * time_scale)) $MPIEXEC -np "$np" "$helper" "$scenario" "$timeout_s" >"$out" 2>"$err"
   local rc=$? elapsed=$((SECONDS - start))
   sed 's/^/  stderr: /' "$err"
   echo "  exit status $rc after ${elapsed} s"
   [[ $rc -ne 0 ]] || fail "$scenario: the job exited with status 0"
-  [[ $rc -ne 124 ]] || fail "$scenario: the job hung (killed by timeout after 120 s)"
+  [[ $rc -ne 124 ]] || fail "$scenario: the job hung (killed by timeout after $((120 * time_scale)) s)"
   [[ $rc -eq 124 || $rc -eq 76 ]] || fail "$scenario: exit status $rc, expected 76 (peers lost, doc/batch.md)"
   (( elapsed < 45 )) || fail "$scenario: the abort took ${elapsed} s (collective_timeout=${timeout_s} s)"
   local expect="collective watchdog: all_reduce #2 on the '$group' group did not complete within parallel.collective_timeout=$timeout_s s: rank(s) $absent did not arrive"

@@ -3,12 +3,13 @@
 # warning line on rank 0 naming the new names, and give the same plan as the new names;
 # a key given under both names is one error and exit status 2.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 tiny=$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini
 # shellcheck disable=SC2086
-run() { local out=$1; shift; timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" "$@" >"$out.out" 2>"$out.err"; rc=$?; }
+run() { local out=$1; shift; timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" "$@" >"$out.out" 2>"$out.err"; rc=$?; }
 note="deprecated configuration keys: parallel.world_size is now plan.world_size, parallel.gpus_per_node is now plan.gpus_per_node"
 
 echo "--- old names: the same plan, one note"

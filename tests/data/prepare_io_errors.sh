@@ -14,6 +14,7 @@
 #     (convert): exit 74 "no space left on device"; a read-only mount: exit 2.
 # Every wait is bounded (`timeout`); a hang fails the test.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -35,7 +36,7 @@ PY
 prep() {
   local name=$1
   shift
-  timeout 60 "$MESHTRAIN_BIN" prepare "$@" >"$name.log" 2>&1
+  timeout $((60 * time_scale)) "$MESHTRAIN_BIN" prepare "$@" >"$name.log" 2>&1
   status=$?
 }
 # check NAME STATUS TEXT: exit status STATUS and exactly one error line, holding TEXT.
@@ -67,11 +68,11 @@ echo "--- 2. SIGTERM / SIGINT during prepare"
 # stopped SIGNAL DIR LOG: prepare held at its 4th write (stall), then SIGNAL; status in $status.
 stopped() {
   local sig=$1 dir=$2 log=$3 pid i
-  MESHTRAIN_FAULT=prepare.write:after=3:action=stall timeout 60 "$MESHTRAIN_BIN" prepare --input corpus.txt \
+  MESHTRAIN_FAULT=prepare.write:after=3:action=stall timeout $((60 * time_scale)) "$MESHTRAIN_BIN" prepare --input corpus.txt \
     --output "$dir" >"$log" 2>&1 &
   pid=$!
-  # Until the fault line is printed (bounded: 600 x 0.1 s); no timing is asserted.
-  for ((i = 0; i < 600; i++)); do
+  # Until the fault line is printed (bounded: 600 x 0.1 s, times time_scale); no timing is asserted.
+  for ((i = 0; i < 600 * time_scale; i++)); do
     grep -qs "fires: stall at prepare.write" "$log" && break
     sleep 0.1
   done
@@ -98,26 +99,26 @@ stopped TERM kept sig_kept.log
 
 echo "--- 2b. convert: an injected write error, SIGTERM / SIGINT while held at a write"
 # A 2-step checkpoint of the tiny GPT-2; its export is one safetensors file of ~0.5 MiB.
-timeout 120 "$MESHTRAIN_BIN" train "$tiny" --data.dir=kept --output.dir=run --train.steps=2 --train.eval_every=0 \
+timeout $((120 * time_scale)) "$MESHTRAIN_BIN" train "$tiny" --data.dir=kept --output.dir=run --train.steps=2 --train.eval_every=0 \
   >train.log 2>&1 || { cat train.log; fail "training failed"; finish; }
 # staged_left DIR: the hidden staging directories convert makes beside DIR/<output>.
 staged_left() { find "$1" -maxdepth 1 -name '.*.meshtrain-*' 2>/dev/null | tr '\n' ' '; }
 mkdir -p conv
-MESHTRAIN_FAULT=convert.write:after=2:action=enospc timeout 60 "$MESHTRAIN_BIN" convert --input run/checkpoints \
+MESHTRAIN_FAULT=convert.write:after=2:action=enospc timeout $((60 * time_scale)) "$MESHTRAIN_BIN" convert --input run/checkpoints \
   --output conv/inj/hf >convert_inj.log 2>&1
 status=$?
 check convert_inj 74 "cannot write .*conv/inj/.*: no space left on device"
 [[ ! -e conv/inj ]] || fail "convert_inj: left $(find conv/inj | tr '\n' ' ')"
-timeout 60 "$MESHTRAIN_BIN" convert --input run/checkpoints --output conv/kept >convert_kept.log 2>&1 ||
+timeout $((60 * time_scale)) "$MESHTRAIN_BIN" convert --input run/checkpoints --output conv/kept >convert_kept.log 2>&1 ||
   fail "the earlier export was not written"
 before=$(cd conv/kept && sha256sum ./* | sort)
 for sig in TERM INT; do
   for out in conv/new_$sig/hf conv/kept; do
     log=convert_sig_${sig}_$(basename "$(dirname "$out")").log
-    MESHTRAIN_FAULT=convert.write:after=1:action=stall timeout 60 "$MESHTRAIN_BIN" convert --input run/checkpoints \
+    MESHTRAIN_FAULT=convert.write:after=1:action=stall timeout $((60 * time_scale)) "$MESHTRAIN_BIN" convert --input run/checkpoints \
       --output "$out" >"$log" 2>&1 &
     pid=$!
-    for ((i = 0; i < 600; i++)); do
+    for ((i = 0; i < 600 * time_scale; i++)); do
       grep -qs "fires: stall at convert.write" "$log" && break
       sleep 0.1
     done
@@ -157,7 +158,7 @@ check full_chat 74 "cannot write small/chat/(train|val)\.(bin|mask)\.tmp: no spa
 # convert: the 2-step checkpoint of part 2b (~1.4 MiB) exports ~0.5 MiB of fp32 weights;
 # 1 MiB minus a 700 KiB ballast leaves too little.
 head -c 700K /dev/zero >small/ballast
-timeout 60 "$MESHTRAIN_BIN" convert --input run/checkpoints --output small/hf >convert_full.log 2>&1
+timeout $((60 * time_scale)) "$MESHTRAIN_BIN" convert --input run/checkpoints --output small/hf >convert_full.log 2>&1
 status=$?
 check convert_full 74 "cannot write .*small/.*: no space left on device"
 rm -f small/ballast
@@ -166,7 +167,7 @@ rm -f small/ballast
 mount -t tmpfs -o size=1m,ro meshtrain-prepare-ro ro || fail "cannot mount a read-only tmpfs"
 prep ro_prepare --input corpus.txt --output ro/data
 check ro_prepare 2 "ro/data"
-timeout 60 "$MESHTRAIN_BIN" convert --input run/checkpoints --output ro/hf >convert_ro.log 2>&1
+timeout $((60 * time_scale)) "$MESHTRAIN_BIN" convert --input run/checkpoints --output ro/hf >convert_ro.log 2>&1
 status=$?
 check convert_ro 2 "ro/hf"
 finish "prepare and convert: a full disk exits 74, a read-only one 2, signals leave nothing staged"

@@ -10,6 +10,7 @@
 # (whole pairs), padding and meta.json. Then `train` and `eval` on the dataset are refused
 # with one message (exit 2, nothing written).
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 # shellcheck source=../support/smollm_reference.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers jinja2
 
@@ -126,7 +127,7 @@ PY
 weights=(train "--checkpoint.init_from=$smollm" eval "--checkpoint=$smollm")
 for cmd in train eval; do
   [[ $cmd == train ]] && w=${weights[1]} || w=${weights[3]}
-  timeout 60 "$MESHTRAIN_BIN" "$cmd" "$MESHTRAIN_SOURCE_DIR/inputs/finetune-demo.ini" "$w" \
+  timeout $((60 * time_scale)) "$MESHTRAIN_BIN" "$cmd" "$MESHTRAIN_SOURCE_DIR/inputs/finetune-demo.ini" "$w" \
     --data.dir=pref --train.seq_len=96 --output.dir="refused_$cmd" --train.steps=1 >"refused_$cmd.log" 2>&1
   rc=$?
   ((rc == 2)) && grep -q "$cmd: data.dir=pref is a preference dataset" "refused_$cmd.log" ||

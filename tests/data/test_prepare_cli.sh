@@ -5,6 +5,7 @@
 #
 # Environment (set by meshtrain_add_script_test): MESHTRAIN_BIN, MPIEXEC, TEST_TMP.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 
 corpus=/usr/share/games/fortunes
 rm -rf "$TEST_TMP"
@@ -19,9 +20,9 @@ run() {
   out="$TEST_TMP/$name.out" err="$TEST_TMP/$name.err"
   if [[ $launch == mpi ]]; then
     # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-    timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" prepare "$@" >"$out" 2>"$err"
+    timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" prepare "$@" >"$out" 2>"$err"
   else
-    timeout 120 "$MESHTRAIN_BIN" prepare "$@" >"$out" 2>"$err"
+    timeout $((120 * time_scale)) "$MESHTRAIN_BIN" prepare "$@" >"$out" 2>"$err"
   fi
   rc=$?
 }

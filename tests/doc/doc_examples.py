@@ -29,7 +29,8 @@ import time
 
 FENCE = re.compile(r"^```(bash|sh|console)\s*$")
 MARKER = re.compile(r"^<!--\s*doc-test:\s*(.*?)\s*-->\s*$")
-BLOCK_TIMEOUT_S = 240
+# Scaled like every limit a test sets itself (tests/support/time_limits.sh).
+BLOCK_TIMEOUT_S = 240 * int(os.environ.get("MESHTRAIN_TEST_TIMEOUT_SCALE", "1"))
 
 # Small stand-ins for state a page takes for granted, run in the page's scratch directory.
 FIXTURES = {

@@ -32,6 +32,7 @@
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON. HOSTILE_CASES=REGEX runs only the matching case names.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 # shellcheck source=../batch/batch_lib.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -59,7 +60,7 @@ open(sys.argv[1], "w").write("\n".join(lines) + "\n")
 EOF
 "$MESHTRAIN_BIN" prepare --input "$TEST_TMP/text.txt" --output "$DATA" >"$TEST_TMP/logs/prepare.log" 2>&1 ||
   { cat "$TEST_TMP/logs/prepare.log"; echo "FAIL: prepare"; exit 1; }
-(cd "$work" && timeout 120 "$MESHTRAIN_BIN" train "$INI" --data.dir="$DATA" --output.dir="$RUN" --train.steps=2 \
+(cd "$work" && timeout $((120 * time_scale)) "$MESHTRAIN_BIN" train "$INI" --data.dir="$DATA" --output.dir="$RUN" --train.steps=2 \
   --train.eval_every=1 --checkpoint.every=1 >"$TEST_TMP/logs/run.log" 2>&1) ||
   { cat "$TEST_TMP/logs/run.log"; echo "FAIL: the good run"; exit 1; }
 CKPT=$RUN/checkpoints/step_00000002.h5
@@ -117,10 +118,10 @@ run_case() {
   cmd=(env "${envs[@]}" "${cmd[@]}")
   local rc started=$SECONDS
   if [[ -z $signal ]]; then
-    (cd "$work" && timeout 120 "${cmd[@]}") </dev/null >"$log" 2>&1
+    (cd "$work" && timeout $((120 * time_scale)) "${cmd[@]}") </dev/null >"$log" 2>&1
     rc=$?
   else
-    (cd "$work" && exec timeout 120 "${cmd[@]}") </dev/null >"$log" 2>&1 &
+    (cd "$work" && exec timeout $((120 * time_scale)) "${cmd[@]}") </dev/null >"$log" 2>&1 &
     local launcher=$!
     if ! wait_for_step "$NEW/metrics.jsonl" 1 60 "$launcher"; then
       fail "$name: the run logged no step to signal after"

@@ -12,11 +12,12 @@
 #    net.ipv4.tcp_retries2 retries (15 by default: ~15 minutes). Host 1, where mpirun runs,
 #    gets tcp_retries2=4 (~6 s); doc/running.md says the same for real clusters.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 source "$MESHTRAIN_SOURCE_DIR/tests/multihost/mh_lib.sh"
 cluster_up 2 || { fail "cannot build the cluster"; finish; }
 
 T=5
-grace=8       # abort and process exit on a loaded 2-core machine
+grace=$((8 * time_scale))  # abort and process exit on a loaded 2-core machine
 keepalive=(--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3)
 h1=${CLUSTER_HOSTS[0]} h2=${CLUSTER_HOSTS[1]}
 ip netns exec "$h1" sysctl -qw net.ipv4.tcp_retries2=4 || fail "cannot set tcp_retries2 in $h1"

@@ -6,6 +6,7 @@
 # parameters (the final checkpoints, read with h5py) within 1e-4.
 # Without EQUIV_BASELINE this run is a baseline: it trains into its own TEST_TMP and stops.
 set -euo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 family=${EQUIV_FAMILY:?}
 np=${EQUIV_NP:?}
 global_batch=${EQUIV_GLOBAL_BATCH:-8}
@@ -13,7 +14,7 @@ name=$(basename "$TEST_TMP")
 out="$TEST_TMP"
 rm -rf "$out" && mkdir -p "$out"
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
+timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$MESHTRAIN_SOURCE_DIR/inputs/tiny-$family.ini" \
   --train.steps=20 --train.global_batch="$global_batch" --train.eval_every=0 --data.dir=random \
   --checkpoint.save_final=true --output.dir="$out" $EQUIV_ARGS > "$out/log.txt" 2>&1 || { cat "$out/log.txt"; exit 1; }
 [[ -n ${EQUIV_BASELINE:-} ]] || exit 0

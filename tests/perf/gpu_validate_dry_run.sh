@@ -12,12 +12,13 @@
 # Environment (set by meshtrain_add_script_test): MESHTRAIN_SOURCE_DIR, MESHTRAIN_BUILD_DIR,
 # TEST_TMP.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 src=$MESHTRAIN_SOURCE_DIR
 d=${TEST_TMP:-/tmp/gpu_validate_dry_run}
 rm -rf "$d" && mkdir -p "$d"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-MESHTRAIN_PACK_XZ_LEVEL=0 timeout 300 bash "$src/perf/gpu/pack.sh" --build "$MESHTRAIN_BUILD_DIR" --out "$d/pack" \
+MESHTRAIN_PACK_XZ_LEVEL=0 timeout $((300 * time_scale)) bash "$src/perf/gpu/pack.sh" --build "$MESHTRAIN_BUILD_DIR" --out "$d/pack" \
   > "$d/pack.log" 2>&1 || { cat "$d/pack.log"; fail "pack.sh failed"; }
 tail -1 "$d/pack.log"
 
@@ -45,7 +46,7 @@ else
   echo "gpu_validate_dry_run: not root or no mount namespaces: without --isolate (the package's completeness is not checked)"
 fi
 mkdir -p "$d/tmp"
-TMPDIR=$d/tmp OUT=$d/out MESHTRAIN_TEST_JOBS=2 timeout 900 bash "$src/perf/gpu/validate.sh" --dry-run "${iso[@]}" \
+TMPDIR=$d/tmp OUT=$d/out MESHTRAIN_TEST_JOBS=2 timeout $((900 * time_scale)) bash "$src/perf/gpu/validate.sh" --dry-run "${iso[@]}" \
   --pack "$d/fixture.tar.xz" --steps 4 --work "$d/work" > "$d/validate.out" 2>&1
 rc=$?
 left=$(find "$d/tmp" -mindepth 1 -maxdepth 1)

@@ -17,6 +17,7 @@
 #     (grad_accum 4) losses;
 #  4. a train.seq_len other than the dataset's is one clear error.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -36,7 +37,7 @@ model=(--model.max_seq_len=96 --train.seq_len=95 --train.lr=3e-3 --train.warmup_
 
 # 1. Training: loss falls.
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 1 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data "${model[@]}" --train.steps=40 \
+timeout $((120 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data "${model[@]}" --train.steps=40 \
   --train.eval_every=20 --checkpoint.save_final=true --output.dir=run >train.log 2>&1 ||
   { cat train.log; fail "training failed"; finish; }
 "$py" - <<'PY' || fail "the masked loss does not fall"
@@ -70,7 +71,7 @@ for split in ("train", "val"):
 PY
 for d in data data_noise; do
   # shellcheck disable=SC2086
-  timeout 60 $MPIEXEC -n 1 "$MESHTRAIN_BIN" train "$tiny" --data.dir=$d "${model[@]}" --train.steps=6 \
+  timeout $((60 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" train "$tiny" --data.dir=$d "${model[@]}" --train.steps=6 \
     --train.eval_every=3 --output.dir=short_$d >short_$d.log 2>&1 || { cat short_$d.log; fail "short run on $d failed"; }
 done
 python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" short_data/metrics.jsonl short_data_noise/metrics.jsonl \
@@ -96,12 +97,12 @@ for name, mask in masks.items():
 PY
 for name in A P U; do
   # shellcheck disable=SC2086
-  timeout 60 $MPIEXEC -n 1 "$MESHTRAIN_BIN" eval run/config.ini --data.dir=data_$name --batches 0 --json \
+  timeout $((60 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" eval run/config.ini --data.dir=data_$name --batches 0 --json \
     >eval_$name.log 2>&1 || { cat eval_$name.log; fail "eval with mask $name failed"; }
   grep '^{' eval_$name.log >eval_$name.json
 done
 # shellcheck disable=SC2086
-timeout 60 $MPIEXEC -n 1 "$MESHTRAIN_BIN" eval run/config.ini --json >eval_default.log 2>&1 ||
+timeout $((60 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" eval run/config.ini --json >eval_default.log 2>&1 ||
   { cat eval_default.log; fail "eval with the run's settings failed"; }
 grep '^{' eval_default.log >eval_default.json
 "$py" - <<'PY' || fail "the masked means are not over the mask's tokens"
@@ -126,14 +127,14 @@ PY
 
 # 3. Independent of the mesh and grad_accum.
 # shellcheck disable=SC2086
-timeout 120 $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data "${model[@]}" --train.steps=6 \
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data "${model[@]}" --train.steps=6 \
   --train.eval_every=3 --output.dir=short_np2 >short_np2.log 2>&1 || { cat short_np2.log; fail "2-rank run failed"; }
 python3 "$MESHTRAIN_SOURCE_DIR/tests/parallel/compare_metrics.py" short_data/metrics.jsonl short_np2/metrics.jsonl \
   --keys loss --rtol 1e-5 --label "1 rank vs 2 ranks" || fail "the masked loss depends on the mesh"
 
 # 4. train.seq_len must be the dataset's.
 # shellcheck disable=SC2086
-timeout 60 $MPIEXEC -n 1 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data --output.dir=bad_seq >bad_seq.log 2>&1
+timeout $((60 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data --output.dir=bad_seq >bad_seq.log 2>&1
 rc=$?
 ((rc == 2)) || fail "a train.seq_len other than the dataset's exited with $rc, not 2"
 grep -q "train.seq_len is 32, but the dataset of .* holds one example per row of 96 tokens (prepared with --seq_len 95): set train.seq_len=95" bad_seq.log ||

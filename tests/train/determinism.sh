@@ -8,6 +8,7 @@
 # bitwise same loss, equal to the val_loss the run logged at that step (doc/batch.md promises
 # bitwise on the training mesh), and run b's checkpoint evaluates to the same loss.
 set -euo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 np=${DET_NP:?}
 py=${REFERENCE_PYTHON:-/usr/bin/python3}
 src=$MESHTRAIN_SOURCE_DIR
@@ -16,7 +17,7 @@ cd "$TEST_TMP"
 "$MESHTRAIN_BIN" prepare --input /usr/share/games/fortunes --output data > /dev/null
 for run in a b; do
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$src/inputs/tiny-gpt2.ini" --data.dir=data \
+  timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$src/inputs/tiny-gpt2.ini" --data.dir=data \
     --train.steps=15 --train.eval_every=5 --parallel.strategy=full_shard --checkpoint.save_final=true \
     --output.dir="$run" > "$run.log" 2>&1 || { cat "$run.log"; echo "FAIL: training run $run"; exit 1; }
 done
@@ -36,7 +37,7 @@ PY
 # eval_loss RUN N: the loss (repr of the JSON number) of `meshtrain eval` of RUN's final checkpoint.
 eval_loss() {
   # shellcheck disable=SC2086
-  timeout 60 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" eval "$1/config.ini" --json > "eval_$1_$2.log" 2>&1 ||
+  timeout $((60 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" eval "$1/config.ini" --json > "eval_$1_$2.log" 2>&1 ||
     { cat "eval_$1_$2.log" >&2; echo "FAIL: eval of run $1" >&2; return 1; }
   grep '^{' "eval_$1_$2.log" | "$py" -c 'import json, sys; print(repr(json.load(sys.stdin)["loss"]))'
 }

@@ -29,6 +29,7 @@
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON. safetensors comes from scripts/install-deps.sh.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 export PYTHONPATH="${MESHTRAIN_DEPS:-/opt/meshtrain-deps}/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -41,7 +42,7 @@ run() {
   local name=$1
   shift
   local rc=0
-  timeout 300 "$@" >"$name.log" 2>&1 || rc=$?
+  timeout $((300 * time_scale)) "$@" >"$name.log" 2>&1 || rc=$?
   ((rc == 0)) || { cat "$name.log"; fail "$name: exit status $rc"; return 1; }
 }
 ini=$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini

@@ -6,6 +6,7 @@
 #  * 1 rank, no_shard, bf16: AdamW also writes the bf16 compute copy the next forward reads;
 #  * 2 ranks, full_shard, fp32: sharded states, the norm summed over the world.
 set -euo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 py=${REFERENCE_PYTHON:-/usr/bin/python3}
 src=$MESHTRAIN_SOURCE_DIR
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
@@ -14,7 +15,7 @@ run() {  # NAME NP FUSED ARGS...
   local name=$1 np=$2 fused=$3
   shift 3
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$src/inputs/tiny-gpt2.ini" --train.steps=8 \
+  timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$src/inputs/tiny-gpt2.ini" --train.steps=8 \
     --train.eval_every=0 --train.grad_clip=0.3 --train.inject_nan_steps=3 --checkpoint.save_final=true \
     --gpu.fused_optimizer="$fused" --output.dir="$name" "$@" > "$name.log" 2>&1 ||
     { cat "$name.log"; echo "FAIL: training run $name"; exit 1; }

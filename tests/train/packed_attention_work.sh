@@ -5,6 +5,7 @@
 # here has the same length, so every packed row has the same documents and any rows the sampler
 # draws give the fraction Python computes from train.docs. Unpacked rows log no such field.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
@@ -26,7 +27,7 @@ model=(--model.max_seq_len=384 --train.seq_len=383 --train.micro_batch=2 --train
        --train.log_every=1 --checkpoint.save_final=false)
 for d in packed padded; do
   # shellcheck disable=SC2086
-  timeout 120 $MPIEXEC -n 1 "$MESHTRAIN_BIN" train "$tiny" --data.dir=$d "${model[@]}" --output.dir=run_$d \
+  timeout $((120 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" train "$tiny" --data.dir=$d "${model[@]}" --output.dir=run_$d \
     >train_$d.log 2>&1 || { cat train_$d.log; fail "training on $d rows failed"; finish; }
 done
 "$py" - <<'PY' || fail "attention_fraction is not the attention the host kernels run"

@@ -12,6 +12,7 @@
 # Then model.base_quant=gguf, the file's blocks kept as they are: the runs of base_quant=none
 # on 1 rank, dp_shard=2 and tp=3 within float rounding, and step 0 is eval of that base.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 # shellcheck source=../support/smollm_reference.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -25,7 +26,7 @@ batch=(--train.micro_batch=1 --train.seq_len=32 --train.global_batch=2)
 tune() {  # tune NAME NP ARGS...: a fine-tune of the GGUF's base into NAME/
   local name=$1 np=$2; shift 2
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  timeout 600 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train --checkpoint.init_from="$gguf" "${lora[@]}" "${batch[@]}" \
+  timeout $((600 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train --checkpoint.init_from="$gguf" "${lora[@]}" "${batch[@]}" \
     --data.dir=data --train.steps="${STEPS-3}" --train.eval_every="${EVAL_EVERY-0}" --train.lr="${LR-2e-3}" \
     --train.warmup_steps=0 --train.seed=7 --parallel.strategy=full_shard --checkpoint.save_final=false \
     --output.dir="$name" "$@" > "$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
@@ -59,7 +60,7 @@ for mesh in 1 tp3; do
   STEPS=1 LR=0 EVAL_EVERY=1 tune "start_$mesh" "$np" --model.base_quant=nf4 --train.min_lr=0 --train.eval_batches=4 \
     "${extra[@]}" || continue
   # shellcheck disable=SC2086
-  timeout 300 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" "${evalq[@]}" --model.base_quant=nf4 "${extra[@]}" > "eval_nf4_$mesh.log" 2>&1 ||
+  timeout $((300 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" "${evalq[@]}" --model.base_quant=nf4 "${extra[@]}" > "eval_nf4_$mesh.log" 2>&1 ||
     { cat "eval_nf4_$mesh.log"; fail "eval nf4 $mesh"; continue; }
 done
 "$MESHTRAIN_BIN" "${evalq[@]}" > eval_none.log 2>&1 || { cat eval_none.log; fail "eval of the unquantized base"; }
@@ -102,7 +103,7 @@ STEPS=2 tune gguf_tp3 3 --model.base_quant=gguf --parallel.tp=3 && STEPS=2 tune 
   same gnone_tp3 gguf_tp3 "SmolLM2 gguf vs none, tp=3"
 if STEPS=1 LR=0 EVAL_EVERY=1 tune start_gguf 1 --model.base_quant=gguf --train.min_lr=0 --train.eval_batches=4; then
   # shellcheck disable=SC2086
-  timeout 300 "$MESHTRAIN_BIN" "${evalq[@]}" --model.base_quant=gguf > eval_gguf.log 2>&1 ||
+  timeout $((300 * time_scale)) "$MESHTRAIN_BIN" "${evalq[@]}" --model.base_quant=gguf > eval_gguf.log 2>&1 ||
     { cat eval_gguf.log; fail "eval gguf"; }
   python3 - <<'PY' || fail "the gguf QLoRA model at step 0 is not eval of the base in its blocks"
 import json

@@ -20,6 +20,7 @@
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 # shellcheck source=../batch/batch_lib.sh
@@ -32,7 +33,7 @@ mt() {
   local log=$1 np=$2
   shift 2
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" "$@" >"$log" 2>&1
+  timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" "$@" >"$log" 2>&1
 }
 train() {
   local log=$1 np=$2

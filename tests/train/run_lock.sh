@@ -15,6 +15,7 @@
 #      after SIGCONT, A finishes with exit 0 and every one of its metric lines.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC, TEST_TMP.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 # shellcheck source=../batch/batch_lib.sh
@@ -28,7 +29,7 @@ train() {
   local log=$1 np=$2
   shift 2
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$tiny" "${common[@]}" "$@" >"$log" 2>&1
+  timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train "$tiny" "${common[@]}" "$@" >"$log" 2>&1
 }
 # Every directory, and every file with its sha256.
 snapshot() { find "$@" -type d | sort; find "$@" -type f -print0 | sort -z | xargs -0 -r sha256sum; }

@@ -9,6 +9,7 @@
 # made without it; and an abort after too many skipped steps (the step queued behind the
 # failing one is dropped: not counted, logged or saved).
 set -euo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 py=${REFERENCE_PYTHON:-/usr/bin/python3}
 src=$MESHTRAIN_SOURCE_DIR
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
@@ -18,7 +19,7 @@ run() {  # NAME NP LAG [expected status] ARGS...
   shift 4
   local rc=0
   # shellcheck disable=SC2086
-  MESHTRAIN_STEP_LAG=$lag timeout 120 $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train \
+  MESHTRAIN_STEP_LAG=$lag timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" train \
     "$src/inputs/tiny-gpt2.ini" --train.steps=10 --train.eval_every=4 --train.log_every=2 \
     --checkpoint.every=3 --checkpoint.keep=10 --output.dir="$name" "$@" > "$name.log" 2>&1 || rc=$?
   [ "$rc" = "$want" ] || { cat "$name.log"; echo "FAIL: run $name exited $rc, expected $want"; exit 1; }
