@@ -76,13 +76,16 @@ for n, s in configs:
     # of the shared machine's drift, and its spread over the reps is the noise to beat.
     by_rep = {r["rep"]: float(r["median_step_s"]) for r in b}
     paired = [float(r["median_step_s"]) / by_rep[r["rep"]] for r in c if r["rep"] in by_rep]
-    # The memory peaks are the same every rep (the pool's allocations are deterministic): the median.
-    mib = lambda rs, k: statistics.median(float(r[k]) for r in rs) / 2**20
+    # The memory peaks are the same every rep (the pool's allocations are deterministic): the
+    # median; "-" where the binary's summary.json lacks the field (perfutil.peak_cols).
+    def mib(rs, k):
+        v = [float(r[k]) for r in rs if r[k]]
+        return f"{statistics.median(v) / 2**20:.1f}" if v else "-"
     out.append(f"| {n} | {s} | {statistics.median(bt):.3f} ({min(bt):.3f}-{max(bt):.3f}) | {statistics.median(ct):.3f} "
                f"({min(ct):.3f}-{max(ct):.3f}) | {statistics.median(ct) / statistics.median(bt):.3f} | "
                f"{statistics.median(paired):.3f} ({min(paired):.3f}-{max(paired):.3f}) | {'yes' if same else '**no**'} | "
-               f"{mib(b, 'peak_mem_bytes'):.1f} -> {mib(c, 'peak_mem_bytes'):.1f}; {mib(b, 'peak_in_use_bytes'):.1f} -> "
-               f"{mib(c, 'peak_in_use_bytes'):.1f} |")
+               f"{mib(b, 'peak_mem_bytes')} -> {mib(c, 'peak_mem_bytes')}; {mib(b, 'peak_in_use_bytes')} -> "
+               f"{mib(c, 'peak_in_use_bytes')} |")
 open(sys.argv[2], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 sys.exit(0 if ok else 1)

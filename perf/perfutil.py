@@ -42,9 +42,13 @@ def run_row(metrics_path, warmup, prefix, load):
 def peak_cols(summary_path):
     """Two CSV columns from a run's summary.json: the largest per-rank peak (ranks[].
     peak_mem_bytes, the memory pool's reserved peak) and rank 0's peak of bytes in use
-    (peak_by_category.total_in_use, what plan's per-rank total predicts)."""
+    (peak_by_category.total_in_use, what plan's per-rank total predicts). A column the
+    binary's summary does not have (an older baseline's: peak_by_category came with issue 33)
+    is left empty, so a comparison against it still runs."""
     s = json.load(open(summary_path))
-    return f"{max(r['peak_mem_bytes'] for r in s['ranks']):.0f},{s['peak_by_category']['total_in_use']:.0f}"
+    reserved = [r["peak_mem_bytes"] for r in s.get("ranks", []) if "peak_mem_bytes" in r]
+    in_use = s.get("peak_by_category", {}).get("total_in_use")
+    return ",".join("" if v is None else f"{v:.0f}" for v in (max(reserved) if reserved else None, in_use))
 
 
 if __name__ == "__main__":

@@ -149,6 +149,7 @@ derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test 
     out.append(section("bench_ab_epilogues"))
     out.append(section("bench_ab_fp32_grads"))
     out.append(section("bench_ab_issue33_cpu"))
+    out.append(section("bench_ab_issue33_cpu_zen4"))
     out.append(section("bench_ab_row_packs_llama"))
     out.append(read("bench_ab_row_packs_llama", "results.md"))
     ab_allreduce = read("bench_ab_allreduce", "results.md")
