@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# perf/bench_ab.sh end to end on a tiny shape, this build's binary against itself (timings are
+# not checked): every runs.csv row complete, the memory peaks included; the results table with
+# both configurations and the final losses bitwise equal (one binary, deterministic runs). Then
+# against an "older" baseline whose summary.json has no peak_by_category (binaries before
+# issue 33): the comparison still runs and its in-use column says "-". And without BASELINE:
+# exit 2 with a message.
+# Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
+set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
+rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
+cd "$TEST_TMP" || exit 1
+source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+ab=$MESHTRAIN_SOURCE_DIR/perf/bench_ab.sh
+# A shape that runs in about a second (ARGS follow the benchmark's own config).
+tiny="--model.vocab_size=512 --model.d_model=64 --model.n_layers=1 --model.n_heads=2 --model.max_seq_len=32 --train.seq_len=32 --train.micro_batch=2"
+# bench_ab ARGS... (environment words): perf/bench_ab.sh into ./$name; status in $status.
+bench_ab() {
+  local name=$1
+  shift
+  env PERF_MAX_LOAD=1000 MESHTRAIN="$MESHTRAIN_BIN" STEPS=3 WARMUP=1 ARGS="$tiny" "$@" \
+    timeout $((300 * time_scale)) bash "$ab" "$PWD/$name" >"$name.log" 2>&1
+  status=$?
+}
+
+echo "--- 1. the binary against itself, 2 reps, 1 rank no_shard and 2 ranks full_shard"
+bench_ab same BASELINE="$MESHTRAIN_BIN" REPS=2
+[[ $status == 0 ]] || { cat same.log; fail "bench_ab.sh: exit status $status"; finish; }
+"$py" - same/runs.csv same/results.md <<'PY' || fail "same: the tables are incomplete (above)"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+bad = [r for r in rows if any(v in (None, "") for v in r.values())]
+assert len(rows) == 8 and not bad, f"{len(rows)} rows (want 8), incomplete: {bad}"
+for r in rows:
+    assert float(r["median_step_s"]) > 0 and float(r["peak_mem_bytes"]) > 0 and float(r["peak_in_use_bytes"]) > 0, r
+table = [l for l in open(sys.argv[2]) if l.startswith("| 1 |") or l.startswith("| 2 |")]
+assert len(table) == 2, table
+for l in table:
+    cells = [c.strip() for c in l.strip().strip("|").split("|")]
+    assert cells[6] == "yes", f"final losses not equal: {l}"
+    assert "-" not in cells[7].replace(" -> ", ""), f"a peak is missing: {l}"
+print("runs.csv: 8 complete rows; results.md: 2 rows, losses equal, peaks present")
+PY
+
+echo "--- 2. against a baseline whose summary.json predates peak_by_category"
+cat >old_meshtrain <<OLD
+#!/usr/bin/env bash
+# meshtrain, then (rank 0, once it has written it) its summary.json without peak_by_category.
+"$MESHTRAIN_BIN" "\$@" || exit \$?
+[[ \${OMPI_COMM_WORLD_RANK:-0} == 0 ]] || exit 0
+for a in "\$@"; do [[ \$a == --output.dir=* ]] && out=\${a#--output.dir=}; done
+"$py" -c 'import json, sys; s = json.load(open(sys.argv[1])); del s["peak_by_category"]; json.dump(s, open(sys.argv[1], "w"))' "\$out/summary.json"
+OLD
+chmod +x old_meshtrain
+bench_ab old BASELINE="$PWD/old_meshtrain" REPS=1 CONFIGS=2:full_shard
+[[ $status == 0 ]] || { cat old.log; fail "bench_ab.sh against the older baseline: exit status $status"; }
+grep -q '^baseline,2,full_shard,1,.*,[0-9]\+,$' old/runs.csv ||
+  { cat old/runs.csv; fail "old: the baseline's row should keep its reserved peak and leave the in-use column empty"; }
+grep -q '^| 2 | full_shard |.*| yes | [0-9.]* -> [0-9.]*; - -> [0-9.]* |$' old/results.md ||
+  { cat old/results.md; fail "old: the in-use peak the baseline lacks should read '-'"; }
+
+echo "--- 3. no BASELINE"
+env -u BASELINE MESHTRAIN="$MESHTRAIN_BIN" timeout $((60 * time_scale)) bash "$ab" "$PWD/none" >none.log 2>&1
+status=$?
+if [[ $status != 2 ]] || ! grep -q "set BASELINE" none.log; then
+  cat none.log
+  fail "no BASELINE: exit status $status, want 2 and a message"
+fi
+finish "perf/bench_ab.sh: complete tables, equal losses, an older baseline's missing column as '-'"
