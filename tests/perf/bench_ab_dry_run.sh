@@ -15,11 +15,12 @@ ab=$MESHTRAIN_SOURCE_DIR/perf/bench_ab.sh
 # A shape that runs in about a second (ARGS follow the benchmark's own config).
 tiny="--model.vocab_size=512 --model.d_model=64 --model.n_layers=1 --model.n_heads=2 --model.max_seq_len=32 --train.seq_len=32 --train.micro_batch=2"
 # bench_ab ARGS... (environment words): perf/bench_ab.sh into ./$name; status in $status.
+# Each call is ~4 s of tiny launches; its limit is there for a hang, inside the test's TIMEOUT.
 bench_ab() {
   local name=$1
   shift
   env PERF_MAX_LOAD=1000 MESHTRAIN="$MESHTRAIN_BIN" STEPS=3 WARMUP=1 ARGS="$tiny" "$@" \
-    timeout $((300 * time_scale)) bash "$ab" "$PWD/$name" >"$name.log" 2>&1
+    timeout $((40 * time_scale)) bash "$ab" "$PWD/$name" >"$name.log" 2>&1
   status=$?
 }
 
@@ -60,7 +61,7 @@ grep -q '^| 2 | full_shard |.*| yes | [0-9.]* -> [0-9.]*; - -> [0-9.]* |$' old/r
   { cat old/results.md; fail "old: the in-use peak the baseline lacks should read '-'"; }
 
 echo "--- 3. no BASELINE"
-env -u BASELINE MESHTRAIN="$MESHTRAIN_BIN" timeout $((60 * time_scale)) bash "$ab" "$PWD/none" >none.log 2>&1
+env -u BASELINE MESHTRAIN="$MESHTRAIN_BIN" timeout $((20 * time_scale)) bash "$ab" "$PWD/none" >none.log 2>&1
 status=$?
 if [[ $status != 2 ]] || ! grep -q "set BASELINE" none.log; then
   cat none.log
