@@ -13,7 +13,10 @@
 # and results.md with the ratios meshtrain/PyTorch and full_shard/no_shard.
 #
 # Environment: MESHTRAIN (binary), THREADS (1), STEPS (12), WARMUP (3), REPS (2),
-# PERF_NATIVE_BLAS (1: unset OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for every command), PERF_MAX_LOAD.
+# PERF_NATIVE_BLAS (1: unset OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for every command), PERF_MAX_LOAD,
+# PERF_IDLE_MAX; for trying the script out (tests/perf/bench_step_dry_run.sh), not for results:
+# MODEL_ARGS and PEER_ARGS (below), CEILING_SHAPES and CEILING_SECONDS (`bench gemm --sizes`,
+# `--seconds`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUT=${1:-$ROOT/perf/results/bench_step}
@@ -46,10 +49,13 @@ EOF
 
 # ---- ceilings ------------------------------------------------------------------------------
 wait_idle || true
-SHAPES=2048,1024,1024x1536x512,1024x512x512,1024x2048x512,1024x512x2048,1024x8192x512
+# The square sizes give the peak; the others are the model's own GEMM shapes (m x n x k).
+SHAPES=${CEILING_SHAPES:-2048,1024,1024x1536x512,1024x512x512,1024x2048x512,1024x512x2048,1024x8192x512}
+SECONDS_EACH=${CEILING_SECONDS:-1}
 for n in 1 2; do
-  mpirun_n $n "$MESHTRAIN" bench gemm --sizes $SHAPES --seconds 1 --json "$OUT/ceilings/gemm-$n.json"
-  mpirun_n $n "$MESHTRAIN" bench memory --sizes 64MiB --seconds 0.5 --json "$OUT/ceilings/memory-$n.json"
+  mpirun_n $n "$MESHTRAIN" bench gemm --sizes "$SHAPES" --seconds "$SECONDS_EACH" --json "$OUT/ceilings/gemm-$n.json"
+  mpirun_n $n "$MESHTRAIN" bench memory --sizes 64MiB --seconds "$(awk -v s="$SECONDS_EACH" 'BEGIN{print s/2}')" \
+    --json "$OUT/ceilings/memory-$n.json"
 done
 
 # ---- runs ----------------------------------------------------------------------------------

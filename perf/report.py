@@ -135,7 +135,9 @@ Rules the scripts follow: they wait for a 1-minute load average below 1.5 before
 `OPENBLAS_CORETYPE`/`OPENBLAS_L2_SIZE` are unset for every command alike (`PERF_NATIVE_BLAS=0`
 keeps the machine's setting); each run's number is the median step time after warm-up, each
 configuration's the median over its repeats. Bus-bandwidth factors and the cost model are
-derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test suite.
+derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test suite; the suite
+runs `bench_step.sh` and `bench_ab.sh` end to end on a tiny shape (`perf_bench_step_dry_run`,
+`perf_bench_ab_dry_run`) and checks their tables, not their times.
 """)
     if step:
         out.append("## meshtrain vs PyTorch on the benchmark model (issue 3 #5, issue 4 #4)\n")
