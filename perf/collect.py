@@ -18,7 +18,7 @@ import re
 import statistics
 import sys
 
-from perfutil import flops_per_token, model_of, read_jsonl
+from perfutil import flops_per_token, model_of, peer_mismatch, read_jsonl
 
 PLAN_MEM_COLS = ["params", "grads", "optim", "gathered", "grad_buf", "activ", "comm", "total"]
 
@@ -61,7 +61,7 @@ def main():
         ceilings[n] = {"sgemm_peak_per_rank": max(r["best_flops_min"] for r in g),
                        "copy_per_rank": mem["copy_bytes_per_s_min"], "copy_sum": mem["copy_bytes_per_s_sum"]}
 
-    step_rows, runs = [], []
+    step_rows, runs, mismatches = [], [], []
     for d in sorted(glob.glob(os.path.join(out_dir, "runs", "*"))):
         if not os.path.isdir(d):
             continue
@@ -94,9 +94,16 @@ def main():
         peer = os.path.join(out_dir, "peer", f"{cfg['mode']}-{cfg['ranks']}r.json")
         if cfg["tp"] == 1 and os.path.exists(peer):
             pr = json.load(open(peer))
+            e = peer_mismatch(f"peer/{os.path.basename(peer)} vs runs/{run['run']}", pr, flops_per_token(model),
+                              tokens_per_step)
+            if e:
+                mismatches.append(e)
             run["pytorch_tokens_per_s"] = pr["tokens_per_s"]
             run["meshtrain_over_pytorch"] = run["tokens_per_s"] / pr["tokens_per_s"]
         runs.append(run)
+    if mismatches:
+        sys.exit("collect: meshtrain and the PyTorch peer did different work, nothing written:\n  " +
+                 "\n  ".join(mismatches))
 
     # Scaling efficiency against the 1-rank run of the same mode: throughput(N) / (N x throughput(1)),
     # and per core (the machine has `cores` cores: more ranks than cores cannot scale further).

@@ -30,6 +30,22 @@ def flops_per_token(m):
     return 3.0 * (2.0 * matmul + 4.0 * L * T * C)
 
 
+def peer_mismatch(name, peer, flops_tok, tokens_per_step):
+    """Why the PyTorch peer's result `peer` (perf/peer/torch_gpt.py's JSON) did not do the work of
+    the meshtrain run it is compared with (`flops_tok` FLOP per token, `tokens_per_step` tokens
+    a step), or None. Another model or another batch on one side (MODEL_ARGS given without the
+    matching PEER_ARGS, say) would make a ratio of two different trainings; the summaries
+    refuse it instead of printing it."""
+    tokens = peer["ranks"] * peer.get("grad_accum", 1) * peer["micro_batch"] * peer["seq_len"]
+    if abs(peer["flops_per_token"] - flops_tok) > 1e-9 * flops_tok:
+        return (f"{name}: PyTorch trained {peer['flops_per_token']:.6g} FLOP per token, meshtrain {flops_tok:.6g} "
+                "(another model shape: PEER_ARGS must match MODEL_ARGS)")
+    if tokens != tokens_per_step:
+        return (f"{name}: PyTorch trained {tokens} tokens a step, meshtrain {tokens_per_step} "
+                "(another batch: PEER_ARGS must match MODEL_ARGS)")
+    return None
+
+
 def run_row(metrics_path, warmup, prefix, load):
     """One CSV row of an A/B script: PREFIX, the median step time after WARMUP steps, the
     last step's loss (repr: every bit, so equal losses compare equal) and the load."""

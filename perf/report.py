@@ -136,8 +136,11 @@ Rules the scripts follow: they wait for a 1-minute load average below 1.5 before
 keeps the machine's setting); each run's number is the median step time after warm-up, each
 configuration's the median over its repeats. Bus-bandwidth factors and the cost model are
 derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test suite; the suite
-runs `bench_step.sh` and `bench_ab.sh` end to end on a tiny shape (`perf_bench_step_dry_run`,
-`perf_bench_ab_dry_run`) and checks their tables, not their times.
+runs `bench_step.sh`, `sweep.sh` (at 1 and 2 ranks) and `bench_ab.sh` end to end on a tiny shape
+(`perf_bench_step_dry_run`, `perf_sweep_dry_run`, `perf_bench_ab_dry_run`) and checks their
+tables, not their times. `summarize_step.py` and `collect.py` refuse a PyTorch run that trained
+another model or batch than the meshtrain run it is compared with (`PEER_ARGS` must match
+`MODEL_ARGS`).
 """)
     if step:
         out.append("## meshtrain vs PyTorch on the benchmark model (issue 3 #5, issue 4 #4)\n")

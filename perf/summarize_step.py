@@ -11,7 +11,7 @@ import re
 import statistics
 import sys
 
-from perfutil import flops_per_token, model_of, read_jsonl
+from perfutil import flops_per_token, model_of, peer_mismatch, read_jsonl
 
 
 def meshtrain_run(d, warmup):
@@ -33,29 +33,7 @@ def load_of(d):
 def torch_run(d):
     r = json.load(open(os.path.join(d, "result.json")))
     return {"step_s": r["median_step_s"], "tokens_per_step": r["ranks"] * r.get("grad_accum", 1) * r["micro_batch"] * r["seq_len"],
-            "steps": r["steps"], "flops_per_token": r["flops_per_token"], **load_of(d)}
-
-
-def same_work(groups, flops_tok):
-    """The reasons, if any, why a PyTorch configuration did not do meshtrain's work: another
-    model (FLOPs per token) or another number of tokens a step than the meshtrain runs at the
-    same ranks. Such a ratio would compare two different trainings (MODEL_ARGS given without
-    the matching PEER_ARGS, say), so the summary refuses it instead of printing it."""
-    errors = []
-    for name, runs in groups.items():
-        if not name.startswith("pt-"):
-            continue
-        ranks = name.split("-")[1]
-        peer_flops = runs[0]["flops_per_token"]
-        if abs(peer_flops - flops_tok) > 1e-9 * flops_tok:
-            errors.append(f"{name}: PyTorch trained {peer_flops:.6g} FLOP per token, meshtrain {flops_tok:.6g} "
-                          "(another model shape: PEER_ARGS must match MODEL_ARGS)")
-        mt_tokens = {r["tokens_per_step"] for n, rs in groups.items() if n.startswith(f"mt-{ranks}-") for r in rs}
-        peer_tokens = {r["tokens_per_step"] for r in runs}
-        if mt_tokens and mt_tokens != peer_tokens:
-            errors.append(f"{name}: PyTorch {sorted(peer_tokens)} tokens a step, meshtrain at {ranks} "
-                          f"{sorted(mt_tokens)} (another batch: PEER_ARGS must match MODEL_ARGS)")
-    return errors
+            "steps": r["steps"], "result": r, **load_of(d)}
 
 
 def main():
@@ -88,7 +66,20 @@ def main():
 
     configs = sorted(glob.glob(os.path.join(a.out, "runs", "mt-*", "config.ini")))
     flops_tok = flops_per_token(model_of(configs[0]))
-    errors = same_work(groups, flops_tok)
+    # Each PyTorch run against the meshtrain runs at its ranks ("pt-2r-ddp" against "mt-2r-*"):
+    # the same model and batch.
+    errors = []
+    for name, runs in groups.items():
+        if not name.startswith("pt-"):
+            continue
+        mt_prefix = "mt-" + name.split("-")[1] + "-"
+        for mt_name, mt_runs in groups.items():
+            if mt_name.startswith(mt_prefix):
+                for r in runs:
+                    for m in mt_runs:
+                        e = peer_mismatch(f"{name} vs {mt_name}", r["result"], flops_tok, m["tokens_per_step"])
+                        if e and e not in errors:
+                            errors.append(e)
     if errors:
         sys.exit("summarize_step: the runs are not comparable, nothing written:\n  " + "\n  ".join(errors))
     res = {}

@@ -14,7 +14,10 @@
 #
 # Then perf/collect.py writes sweep.csv (every logged step of every run), summary.csv/.md and
 # perf/plot.py the PNGs. Environment: MESHTRAIN, THREADS (1), STEPS (6), WARMUP (2),
-# MICRO (2), STRONG_GLOBAL (8), PERF_NATIVE_BLAS (1), PERF_MAX_LOAD (1.5).
+# MICRO (2), STRONG_GLOBAL (8), PERF_NATIVE_BLAS (1), PERF_MAX_LOAD (1.5), PERF_IDLE_MAX; for
+# trying the script out (tests/perf/sweep_dry_run.sh), not for results: SWEEP_RANKS ("1 2 4"),
+# CEILING_SHAPES (1024,2048) and CEILING_SECONDS (0.7), COMM_MAX (64MiB) and COMM_TP_MAX (16MiB),
+# MODEL_ARGS and PEER_ARGS (below).
 #
 # Back of the envelope: 148 MFLOP per token (fwd+bwd); a strong-scaling step is 8 x 256 tokens
 # = 0.30 TFLOP, ~2.5 s on one core at ~120 GFLOP/s, ~1.3 s on two; 30 train runs of ~6 steps
@@ -46,7 +49,11 @@ CONFIG=$ROOT/inputs/bench-gpt2-23m.ini
 # PEER_ARGS="--n_layers 2".
 MODEL_ARGS=${MODEL_ARGS:-}
 PEER_ARGS=${PEER_ARGS:-}
-RANKS=(${SWEEP_RANKS:-1 2 4})
+RANKS=(${SWEEP_RANKS:-1 2 4})  # ascending
+CEILING_SHAPES=${CEILING_SHAPES:-1024,2048}  # bench gemm --sizes, --seconds
+CEILING_SECONDS=${CEILING_SECONDS:-0.7}
+COMM_MAX=${COMM_MAX:-64MiB}        # bench comm's largest message, world groups
+COMM_TP_MAX=${COMM_TP_MAX:-16MiB}  # and tp groups
 STRATEGIES=(full_shard shard_grad_op no_shard)
 rm -rf "$OUT/runs" "$OUT/plans" "$OUT/peer" "$OUT/comm" "$OUT/ceilings"
 mkdir -p "$OUT/runs" "$OUT/plans" "$OUT/peer" "$OUT/comm" "$OUT/ceilings"
@@ -58,25 +65,34 @@ elapsed() { echo $(( $(date +%s) - T0 ))s; }
 wait_quiet || true
 machine_json "$OUT/machine.json"
 echo "== sweep: load $(cut -d' ' -f1-3 /proc/loadavg), $THREADS thread(s) per rank, $BLAS_ENV_USED; OpenBLAS $(openblas_core | cut -d'|' -f1)"
-echo "   strong scaling: global batch $STRONG_GLOBAL x 256 tokens; weak scaling: $MICRO x 256 tokens per data-parallel rank"
+echo "   strong scaling: global batch $STRONG_GLOBAL sequences; weak scaling: $MICRO sequences per data-parallel rank"
 
 # ---- ceilings ------------------------------------------------------------------------------
 wait_idle || true
 for n in "${RANKS[@]}"; do
-  mpirun_n "$n" "$MESHTRAIN" bench gemm --sizes 1024,2048 --seconds 0.7 --json "$OUT/ceilings/gemm-$n.json" | tail -2
+  mpirun_n "$n" "$MESHTRAIN" bench gemm --sizes "$CEILING_SHAPES" --seconds "$CEILING_SECONDS" \
+    --json "$OUT/ceilings/gemm-$n.json" | tail -2
   mpirun_n "$n" "$MESHTRAIN" bench memory --sizes 64MiB --seconds 0.5 --json "$OUT/ceilings/memory-$n.json" | tail -1
 done
 echo "   ceilings done ($(elapsed))"
 
 # ---- communication benchmark -------------------------------------------------------------
 wait_idle || true
-mpirun_n 2 "$MESHTRAIN" bench comm --min_bytes 1KiB --max_bytes 64MiB --warmup 3 --iters 10 \
-  --csv "$OUT/comm/world-2.csv" --json "$OUT/comm/world-2.json" | tee "$OUT/comm/world-2.txt" | grep -E '^# (all_gather|memory|wrong)' || true
-mpirun_n 4 "$MESHTRAIN" bench comm --min_bytes 1KiB --max_bytes 64MiB --warmup 3 --iters 10 \
-  --csv "$OUT/comm/world-4.csv" --json "$OUT/comm/world-4.json" > "$OUT/comm/world-4.txt"
-mpirun_n 4 "$MESHTRAIN" bench comm --parallel.tp=2 --group tp --ops all_reduce --min_bytes 1KiB --max_bytes 16MiB \
-  --warmup 3 --iters 10 --csv "$OUT/comm/tp-4.csv" --json "$OUT/comm/tp-4.json" > "$OUT/comm/tp-4.txt"
-grep -h 'wrong results' "$OUT"/comm/*.txt
+# World groups at every rank count of the sweep above 1 (default 2 and 4), the tp groups of a
+# tp=2 mesh at the largest (default 4 ranks: two groups of 2).
+for n in "${RANKS[@]}"; do
+  (( n > 1 )) || continue
+  mpirun_n "$n" "$MESHTRAIN" bench comm --min_bytes 1KiB --max_bytes "$COMM_MAX" --warmup 3 --iters 10 \
+    --csv "$OUT/comm/world-$n.csv" --json "$OUT/comm/world-$n.json" > "$OUT/comm/world-$n.txt"
+  grep -E '^# (all_gather|memory)' "$OUT/comm/world-$n.txt" | sed "s/^/   world-$n /" || true
+done
+n_max=${RANKS[-1]}
+if (( n_max > 1 )); then
+  mpirun_n "$n_max" "$MESHTRAIN" bench comm --parallel.tp=2 --group tp --ops all_reduce --min_bytes 1KiB \
+    --max_bytes "$COMM_TP_MAX" --warmup 3 --iters 10 --csv "$OUT/comm/tp-$n_max.csv" --json "$OUT/comm/tp-$n_max.json" \
+    > "$OUT/comm/tp-$n_max.txt"
+  grep -h 'wrong results' "$OUT"/comm/*.txt
+fi
 echo "   comm benchmark done ($(elapsed))"
 
 # ---- meshtrain runs ------------------------------------------------------------------------

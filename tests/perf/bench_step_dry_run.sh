@@ -71,13 +71,13 @@ PY
 }
 echo "--- 2. the PyTorch side trained another model"
 summarize other_model 'r["flops_per_token"] *= 1.25'
-if [[ $status == 0 ]] || ! grep -q "pt-2r-ddp: PyTorch trained .* FLOP per token" other_model.log || [[ -e other_model/results.json ]]; then
+if [[ $status == 0 ]] || ! grep -q "pt-2r-ddp vs mt-2r-full_shard: PyTorch trained .* FLOP per token" other_model.log || [[ -e other_model/results.json ]]; then
   cat other_model.log
   fail "another model on the PyTorch side: status $status, want a refusal naming pt-2r-ddp and no results.json"
 fi
 echo "--- 3. the PyTorch side trained another batch"
 summarize other_batch 'r["micro_batch"] *= 2'
-if [[ $status == 0 ]] || ! grep -q "pt-2r-ddp: PyTorch \[256\] tokens a step, meshtrain at 2r \[128\]" other_batch.log || [[ -e other_batch/results.json ]]; then
+if [[ $status == 0 ]] || ! grep -q "pt-2r-ddp vs mt-2r-no_shard: PyTorch trained 256 tokens a step, meshtrain 128" other_batch.log || [[ -e other_batch/results.json ]]; then
   cat other_batch.log
   fail "another batch on the PyTorch side: status $status, want a refusal naming pt-2r-ddp and no results.json"
 fi
