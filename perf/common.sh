@@ -64,9 +64,11 @@ others_running() {
 }
 # wait_idle: between runs, wait (up to PERF_IDLE_MAX s) until nobody else is running, so a run
 # does not start in the middle of someone's compile. The 1-minute load average cannot tell:
-# it still holds our own previous run.
+# it still holds our own previous run. PERF_IDLE_MAX=0: never wait, and do not sample either
+# (a run's "others running before" is still recorded).
 PERF_IDLE_MAX=${PERF_IDLE_MAX:-600}
 wait_idle() {
+  (( PERF_IDLE_MAX > 0 )) || return 0
   local waited=0
   while awk -v o="$(others_running)" 'BEGIN{exit !(o >= 0.5)}'; do
     (( waited >= PERF_IDLE_MAX )) && { echo "perf: WARNING: other processes still running after ${waited}s" >&2; return 1; }
