@@ -4,7 +4,7 @@
 # every cost input given, nothing measured) at 8, 64 and 1024 GPUs, plus a fixed strategy and
 # mesh at 64. Compares the pick (strategy, mesh, checkpointing, micro-batch, step time) and
 # every candidate's predicted step time and memory; prints what differs. Exit status 1 when
-# anything does.
+# anything does, 2 when a plan fails.
 set -euo pipefail
 OLD=${1:?usage: perf/compare_plans.sh OLD NEW [OUT_DIR]}
 NEW=${2:?usage: perf/compare_plans.sh OLD NEW [OUT_DIR]}
@@ -22,7 +22,12 @@ for r in "${runs[@]}"; do
     bin=$OLD
     [[ $which == new ]] && bin=$NEW
     "$bin" plan "$ROOT/inputs/llama-8b-plan.ini" --plan.world_size="$n" --train.global_batch="$n" "${extra_args[@]}" \
-      --json "$OUT/$name-$which.json" >"$OUT/$name-$which.txt" 2>&1
+      --json "$OUT/$name-$which.json" >"$OUT/$name-$which.txt" 2>&1 || {
+      status=$?
+      echo "compare_plans: the ${which^^} binary's plan for $name failed (exit status $status; $OUT/$name-$which.txt):" >&2
+      tail -5 "$OUT/$name-$which.txt" >&2
+      exit 2
+    }
   done
   "$PY" - "$OUT/$name-old.json" "$OUT/$name-new.json" "$name" <<'PY' || failed=1
 import json, sys
@@ -48,8 +53,8 @@ ua, ub = a.get("best_unrestricted"), b.get("best_unrestricted")
 if (ua and key(ua)) != (ub and key(ub)):
     bad.append(f"best_unrestricted: {ua and key(ua)} vs {ub and key(ub)}")
 c = a.get("chosen")
-print(f"{name}: {'identical' if not bad else 'DIFFERS'}: {len(ca)} candidates; chosen "
-      f"{c and key(c)} at {c and c['step_s']:.6f} s" if c else f"{name}: chosen none")
+print(f"{name}: {'identical' if not bad else 'DIFFERS'}: {len(ca)} candidates; "
+      + (f"chosen {key(c)} at {c['step_s']:.6f} s" if c else "none chosen"))
 for m in bad:
     print("  " + m)
 sys.exit(1 if bad else 0)
