@@ -137,8 +137,9 @@ keeps the machine's setting); each run's number is the median step time after wa
 configuration's the median over its repeats. Bus-bandwidth factors and the cost model are
 derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test suite; the suite
 runs `bench_step.sh`, `sweep.sh` (at 1 and 2 ranks) and `bench_ab.sh` end to end on a tiny shape
-(`perf_bench_step_dry_run`, `perf_sweep_dry_run`, `perf_bench_ab_dry_run`), and
-`compare_plans.sh` (`perf_compare_plans_dry_run`), and checks their tables, not their times. `summarize_step.py` and `collect.py` refuse a PyTorch run that trained
+(`perf_bench_step_dry_run`, `perf_sweep_dry_run`, `perf_bench_ab_dry_run`), `bench_norms.sh`
+and `compare_plans.sh` (`perf_bench_norms_dry_run`, `perf_compare_plans_dry_run`), and checks
+their tables, not their times. `summarize_step.py` and `collect.py` refuse a PyTorch run that trained
 another model or batch than the meshtrain run it is compared with (`PEER_ARGS` must match
 `MODEL_ARGS`).
 """)
