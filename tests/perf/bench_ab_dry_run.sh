@@ -13,7 +13,8 @@ cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 ab=$MESHTRAIN_SOURCE_DIR/perf/bench_ab.sh
 # A shape that runs in about a second (ARGS follow the benchmark's own config).
-tiny="--model.vocab_size=512 --model.d_model=64 --model.n_layers=1 --model.n_heads=2 --model.max_seq_len=32 --train.seq_len=32 --train.micro_batch=2"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/tiny_shape.sh"
+tiny="$tiny_model --train.micro_batch=2"
 # bench_ab ARGS... (environment words): perf/bench_ab.sh into ./$name; status in $status.
 # Each call is ~4 s of tiny launches; its limit is there for a hang, inside the test's TIMEOUT.
 bench_ab() {

@@ -13,12 +13,10 @@ rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 perf=$MESHTRAIN_SOURCE_DIR/perf
-# The peer's 2-rank DDP rendezvous port: a free one, not the script's default (another test,
-# or a benchmark on the machine, may hold that).
-port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-# One model on both sides, a second or so a run.
-model="--model.vocab_size=512 --model.d_model=64 --model.n_layers=1 --model.n_heads=2 --model.max_seq_len=32 --train.seq_len=32 --train.micro_batch=2"
-peer="--vocab 512 --d_model 64 --n_layers 1 --n_heads 2 --seq_len 32 --micro_batch 2 --port $port"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/tiny_shape.sh"
+# 2 sequences a rank on both sides.
+model="$tiny_model --train.micro_batch=2"
+peer="$tiny_peer --micro_batch 2"
 
 echo "--- 1. bench_step.sh, 1 rep of each configuration"
 # PERF_MAX_LOAD / PERF_IDLE_MAX: never wait for a quiet machine (the suite runs beside us).

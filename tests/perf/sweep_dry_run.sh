@@ -12,18 +12,15 @@ rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 perf=$MESHTRAIN_SOURCE_DIR/perf
-# The peer's 2-rank DDP rendezvous port: a free one, not the script's default.
-port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-# One model on both sides (the sweep gives the batch: MICRO sequences a rank, STRONG_GLOBAL).
-model="--model.vocab_size=512 --model.d_model=64 --model.n_layers=1 --model.n_heads=2 --model.max_seq_len=32 --train.seq_len=32"
-peer="--vocab 512 --d_model 64 --n_layers 1 --n_heads 2 --seq_len 32 --port $port"
+# The sweep gives the batch on both sides: MICRO sequences a rank, STRONG_GLOBAL.
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/tiny_shape.sh"
 
 echo "--- 1. sweep.sh at 1 and 2 ranks"
 # PERF_MAX_LOAD / PERF_IDLE_MAX: never wait for a quiet machine (the suite runs beside us).
 # The limit is there for a hang, inside the test's TIMEOUT.
 env PERF_MAX_LOAD=1000 PERF_IDLE_MAX=0 MESHTRAIN="$MESHTRAIN_BIN" STEPS=3 WARMUP=1 MICRO=2 STRONG_GLOBAL=4 \
   SWEEP_RANKS="1 2" CEILING_SHAPES=128 CEILING_SECONDS=0.1 COMM_MAX=64KiB COMM_TP_MAX=16KiB \
-  MODEL_ARGS="$model" PEER_ARGS="$peer" \
+  MODEL_ARGS="$tiny_model" PEER_ARGS="$tiny_peer" \
   timeout $((200 * time_scale)) bash "$perf/sweep.sh" "$PWD/out" >sweep.log 2>&1
 status=$?
 if [[ $status != 0 ]]; then
