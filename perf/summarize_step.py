@@ -52,7 +52,9 @@ def main():
                    "gemm_shapes": {f'{r["m"]}x{r["n"]}x{r["k"]}': r["best_flops_min"] for r in g},
                    "copy": m["copy_bytes_per_s_min"]}
 
-    groups = {}
+    # A run that cannot be read stops the summary: leaving it out would change its
+    # configuration's median, or drop the configuration and read its ratio as nan.
+    groups, unreadable = {}, []
     for d in sorted(glob.glob(os.path.join(a.out, "runs", "*"))):
         if not os.path.isdir(d):
             continue
@@ -60,9 +62,12 @@ def main():
         try:
             r = torch_run(d) if name.startswith("pt-") else meshtrain_run(d, a.warmup)
         except (OSError, ValueError, KeyError, IndexError) as e:
-            print(f"skipping {d}: {e}")
+            unreadable.append(f"{d}: {type(e).__name__}: {e}")
             continue
         groups.setdefault(name, []).append(r)
+    if unreadable:
+        sys.exit("summarize_step: runs that cannot be read (rerun bench_step.sh, or remove them), nothing written:\n  "
+                 + "\n  ".join(unreadable))
 
     configs = sorted(glob.glob(os.path.join(a.out, "runs", "mt-*", "config.ini")))
     flops_tok = flops_per_token(model_of(configs[0]))

@@ -5,7 +5,8 @@
 # results.json with all five configurations and finite ratios, results.md with their rows. Then
 # summarize_step.py on copies of that run whose PyTorch side trained another model or another
 # batch (what MODEL_ARGS without the matching PEER_ARGS gives): it must refuse, by name, and
-# write no results, instead of printing a ratio of two different trainings.
+# write no results, instead of printing a ratio of two different trainings; the same for a run
+# whose metrics cannot be read (its configuration would be missing, its ratio nan).
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
@@ -79,7 +80,16 @@ if [[ $status == 0 ]] || ! grep -q "pt-2r-ddp vs mt-2r-no_shard: PyTorch trained
   cat other_batch.log
   fail "another batch on the PyTorch side: status $status, want a refusal naming pt-2r-ddp and no results.json"
 fi
-echo "--- 4. the unchanged copy summarizes"
+echo "--- 4. a run whose metrics cannot be read"
+summarize unreadable 'pass'
+rm -f unreadable/results.json && rm unreadable/runs/mt-2r-no_shard-1/metrics.jsonl
+"$py" "$perf/summarize_step.py" unreadable --warmup 1 >unreadable.log 2>&1
+status=$?
+if [[ $status == 0 ]] || ! grep -q "runs/mt-2r-no_shard-1: FileNotFoundError" unreadable.log || [[ -e unreadable/results.json ]]; then
+  cat unreadable.log
+  fail "an unreadable run: status $status, want a refusal naming it and no results.json"
+fi
+echo "--- 5. the unchanged copy summarizes"
 summarize same 'pass'
 [[ $status == 0 && -s same/results.json ]] || { cat same.log; fail "the unchanged run: status $status"; }
 finish "perf/bench_step.sh: complete results on a tiny shape; a PyTorch side of another model or batch is refused"
