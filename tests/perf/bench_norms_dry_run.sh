@@ -16,7 +16,7 @@ bench=$(dirname "$MESHTRAIN_BIN")/bench_kernels
 norms() {
   local section=$1 pairs=$2 reps=$3
   env PERF_MAX_LOAD=1000 MESHTRAIN="$MESHTRAIN_BIN" BENCH="$bench" BASELINE_BENCH="$bench" REPS="$reps" SECTION="$section" \
-    timeout $((60 * time_scale)) bash "$MESHTRAIN_SOURCE_DIR/perf/bench_norms.sh" "$PWD/$section" >"$section.log" 2>&1
+    timeout $((100 * time_scale)) bash "$MESHTRAIN_SOURCE_DIR/perf/bench_norms.sh" "$PWD/$section" >"$section.log" 2>&1
   local status=$?
   [[ $status == 0 ]] || { cat "$section.log"; fail "SECTION=$section: exit status $status"; return; }
   "$py" - "$section" "$pairs" "$reps" <<'PY' || { cat "$section.log"; fail "SECTION=$1: the tables are incomplete (above)"; }
