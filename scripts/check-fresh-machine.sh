@@ -8,8 +8,10 @@
 #   default:  scripts/install-deps.sh, the `cpu` configure, the build of `meshtrain`, and
 #             scripts/smoke-test.sh (prepare, train 4 steps on 2 ranks, resume, eval,
 #             generate, plan, one LoRA step of the SmolLM2 GGUF);
-#   --full:   scripts/run-tests.sh (the README's test command: install, build, the whole
-#             CTest suite), then scripts/run-demo.sh (the README's demo).
+#   --tests:  scripts/run-tests.sh (the README's test command: install, build, the whole
+#             CTest suite), with any arguments after `--` passed on to ctest (what .ci/run
+#             runs: the suite itself is the proof that nothing was installed by hand);
+#   --full:   --tests, then scripts/run-demo.sh (the README's demo).
 # Then it removes the root, on every exit path (its mounts live in a private mount
 # namespace, so they vanish with it; processes still running in the root are killed).
 #
@@ -21,22 +23,28 @@
 # (the CUDA toolkit every machine of this kind comes with; no Debian package provides it, and
 # without it the CUDA link check is simply not built).
 #
-# Usage: scripts/check-fresh-machine.sh [--full] [--no-cuda] [--keep] [--dir DIR]
+# Usage: scripts/check-fresh-machine.sh [--tests | --full] [--no-cuda] [--keep] [--dir DIR]
+#                                        [-- CTEST_ARGS...]
+#   --tests    the whole test suite instead of the smoke test
 #   --full     the whole test suite and the demo instead of the smoke test
+#   -- ARGS    (with --tests or --full) arguments for ctest, e.g. -L mpi or -R config
 #   --no-cuda  do not mount /usr/local/cuda into the root
 #   --keep     leave the root in place (for inspection; remove it with rm -rf --one-file-system)
 #   --dir DIR  where to make the root (default ${MESHTRAIN_FRESH_DIR:-/var/tmp}); it needs
-#              ~6 GB (smoke) to ~10 GB (--full)
+#              ~6 GB (smoke) to ~10 GB (--tests, --full)
 # Needs root (chroot, mounts). Logs: one file per step in the printed log directory, which
 # is kept. Exit 0 only when every step ran and passed; the last line says passed, or which
 # step failed with the last lines of its log.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-full=0 cuda=1 keep=0 base=${MESHTRAIN_FRESH_DIR:-/var/tmp}
+tests=0 full=0 cuda=1 keep=0 base=${MESHTRAIN_FRESH_DIR:-/var/tmp}
+ctest_args=()
 while (( $# )); do
   case $1 in
-    --full) full=1 ;;
+    --tests) tests=1 ;;
+    --full) tests=1 full=1 ;;
+    --) shift; ctest_args=("$@"); break ;;
     --no-cuda) cuda=0 ;;
     --keep) keep=1 ;;
     --dir) base=${2:?--dir needs a directory}; shift ;;
@@ -45,6 +53,7 @@ while (( $# )); do
   esac
   shift
 done
+(( tests || ${#ctest_args[@]} == 0 )) || { echo "check-fresh-machine: ctest arguments after '--' need --tests or --full" >&2; exit 2; }
 
 log() { printf '[fresh-machine] %s\n' "$*"; }
 [[ $(id -u) -eq 0 ]] || { echo "check-fresh-machine: needs root (it makes a chroot and mounts /proc, /dev, /sys)" >&2; exit 2; }
@@ -233,11 +242,13 @@ ENTER
 # in_root CMD: runs the bash command line CMD in the checkout inside the root.
 in_root() { unshare --mount --propagation private -- bash "$fresh/enter.sh" "$rootfs" "$fresh/env" "$cuda" "$1"; }
 
-if (( full )); then
-  run_step run-tests in_root "bash scripts/run-tests.sh"
-  run_step run-demo in_root "bash scripts/run-demo.sh"
-  grep -q -- '--- sample (' "$logs/run-demo.log" ||
-    { print_summary; report_failure run-demo "$logs/run-demo.log"; log "the demo printed no sample"; exit 1; }
+if (( tests )); then
+  run_step run-tests in_root "bash scripts/run-tests.sh${ctest_args[*]:+ $(printf '%q ' "${ctest_args[@]}")}"
+  if (( full )); then
+    run_step run-demo in_root "bash scripts/run-demo.sh"
+    grep -q -- '--- sample (' "$logs/run-demo.log" ||
+      { print_summary; report_failure run-demo "$logs/run-demo.log"; log "the demo printed no sample"; exit 1; }
+  fi
 else
   run_step install-deps in_root "bash scripts/install-deps.sh"
   run_step configure in_root "cmake --preset cpu -B build/cpu"
@@ -247,4 +258,7 @@ fi
 
 print_summary
 log "logs: $logs"
-log "passed: $( ((full)) && echo 'the README test command and the demo' || echo 'install, configure, build and smoke test') in a fresh Debian 12 root ($SECONDS s)"
+if (( full )); then what='the README test command and the demo'
+elif (( tests )); then what="the README test command${ctest_args[*]:+ (ctest ${ctest_args[*]})}"
+else what='install, configure, build and smoke test'; fi
+log "passed: $what in a fresh Debian 12 root ($SECONDS s)"
