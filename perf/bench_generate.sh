@@ -15,10 +15,12 @@
 # Environment: MESHTRAIN (binary), THREADS (1), TOKENS (32), REPS (2), PERF_MAX_LOAD.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OUT=${1:-$ROOT/perf/results/bench_generate}
+# Absolute paths: the runs happen in a scratch directory (a relative OUT_DIR or MESHTRAIN
+# would name a place inside it).
+OUT=$(realpath -m "${1:-$ROOT/perf/results/bench_generate}")
+MESHTRAIN=$(realpath "$MESHTRAIN")
 TOKENS=${TOKENS:-32}
 REPS=${REPS:-2}
-rm -rf "$OUT" && mkdir -p "$OUT"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
@@ -78,4 +80,7 @@ with open("results.md", "w") as f:
                 f"{r['speedup_per_token']:.1f}x | {r['cache']['first_token_s']:.3f} s / {r['nocache']['first_token_s']:.3f} s |\n")
 print(open("results.md").read())
 PYEOF
+# OUT_DIR is replaced only now, after every run and check passed: a failed run leaves the
+# previous results in place.
+rm -rf "$OUT" && mkdir -p "$OUT"
 cp machine.json results.json results.md gen-*.err "$OUT/"

@@ -124,7 +124,7 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/bench_ab.sh` | two meshtrain binaries side by side (`BASELINE=` before a change, `MESHTRAIN=` after; or one binary with `BASELINE_ENV=` settings for the baseline's runs), 1 rank no_shard and 2 ranks full_shard (`CONFIGS=`) on the benchmark model (`ARGS=` overrides for both, e.g. `--train.precision=bf16`), alternating order; step-time ratio, equal final losses and each run's per-rank memory peak from summary.json -> `results/bench_ab/` (not run by run-all.sh) |
 | `perf/bench_async_checkpoint.sh` | what `checkpoint.every=5` costs training on the benchmark model at 2 ranks: no checkpoint vs synchronous vs asynchronous saves (`checkpoint.async`), interleaved repetitions, summary.json's loop tokens/s; each async checkpoint compared bit for bit with the sync one -> `results/bench_async_checkpoint/` (not run by run-all.sh) |
 | `perf/bench_generate.sh` | `meshtrain generate` ms per token at 512 tokens of context with and without the KV cache, GPT-2 and Llama (GQA), greedy texts checked identical -> `results/bench_generate/` |
-| `perf/bench_eval.sh` | wall time of `meshtrain eval --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --text` (256 tokens, 1 rank, process start to exit), median of 5, optionally side by side with another binary (`BASELINE=`), losses checked identical -> `results/bench_eval/` |
+| `perf/bench_eval.sh` | wall time of `meshtrain eval --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --text` (256 tokens, 1 rank, process start to exit), median of 5, optionally side by side with another binary (`BASELINE=`), losses checked identical and within 1e-4 of the float64 reference -> `results/bench_eval/` |
 | `perf/bench_qlora_memory.sh` | QLoRA memory (issue 32 #2): `inputs/llama-1b.ini` (1.25 B parameters, random weights), LoRA rank 16 on every projection, bf16, full_shard on 2 ranks; the memory pool's per-rank peak and the frozen all-gather bytes per step with a bf16, nf4 (and int8) base against `meshtrain plan`'s prediction -> `results/bench_qlora_memory/` (about 15 minutes; not run by run-all.sh); `MODEL=smollm2`: the same on the SmolLM2 Q4_1 GGUF with a bf16, nf4 and `gguf` (the file's own blocks) base -> `results/bench_qlora_memory_smollm2/` (about 3 minutes) |
 | `perf/paper_check.sh` | no measurement: `meshtrain plan` for published torchtitan and Megatron-LM runs (H100/A100, FSDP, FSDP + TP, TP + DP) next to their reported tokens/s and MFU, a few seconds -> `results/paper_check/` (table.md; the comparison and its reading are in doc/perf.md; not run by run-all.sh) |
 | `perf/plot.py`, `perf/collect.py`, `perf/report.py` | plots, tables, this page |
@@ -137,9 +137,11 @@ keeps the machine's setting); each run's number is the median step time after wa
 configuration's the median over its repeats. Bus-bandwidth factors and the cost model are
 derived in [doc/perf.md](../doc/perf.md). Nothing here is timed inside the test suite; the suite
 runs `bench_step.sh`, `sweep.sh` (at 1 and 2 ranks) and `bench_ab.sh` end to end on a tiny shape
-(`perf_bench_step_dry_run`, `perf_sweep_dry_run`, `perf_bench_ab_dry_run`), `bench_norms.sh`
-and `compare_plans.sh` (`perf_bench_norms_dry_run`, `perf_compare_plans_dry_run`), and checks
-their tables, not their times. `summarize_step.py` and `collect.py` refuse a PyTorch run that trained
+(`perf_bench_step_dry_run`, `perf_sweep_dry_run`, `perf_bench_ab_dry_run`), `bench_norms.sh`,
+`compare_plans.sh`, `bench_eval.sh` and `bench_generate.sh` (`perf_bench_norms_dry_run`,
+`perf_compare_plans_dry_run`, `perf_bench_eval_dry_run`, `perf_bench_generate_dry_run`), and
+checks their tables, not their times. A script whose run fails leaves its previous results in
+place (`bench_eval.sh`, `bench_generate.sh`: `OUT_DIR` is replaced only after every check). `summarize_step.py` and `collect.py` refuse a PyTorch run that trained
 another model or batch than the meshtrain run it is compared with (`PEER_ARGS` must match
 `MODEL_ARGS`).
 """)
