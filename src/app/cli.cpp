@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/fault.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/memory.hpp"
 #include "kernels/attention.hpp"
 #include "linalg/gemm.hpp"
 
@@ -108,6 +109,9 @@ int run_cli(Runtime& rt, int argc, char** argv) {
     if (root) std::fprintf(stderr, "meshtrain %s: error: %s\n", cmd.c_str(), e.what());
     std::fflush(stderr);
     return e.exit_status();  // 2, or 74 for an I/O error (IoError)
+  } catch (const OutOfDeviceMemory& e) {
+    // One rank's allocation failed (the others wait in a collective): every rank ends here.
+    abort_job(strprintf("`meshtrain %s`: %s", cmd.c_str(), e.what()));
   } catch (const std::exception& e) {
     abort_job(strprintf("unexpected error in `meshtrain %s`: %s", cmd.c_str(), e.what()));
   }

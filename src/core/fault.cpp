@@ -20,7 +20,7 @@ int g_step = 0;  ///< the trainer's current step (set_step)
 
 namespace {
 
-enum class Action { Kill, Stall, Stop, Eio, Enospc };
+enum class Action { Kill, Stall, Stop, Eio, Enospc, Enomem };
 
 struct Spec {
   std::string text;
@@ -37,14 +37,20 @@ bool g_fired = false;
 struct PointName {
   Point point;
   const char* name;
-  bool io;  // eio/enospc allowed
+  bool io;     // eio/enospc allowed
+  bool alloc;  // enomem allowed
 };
 constexpr PointName kPoints[] = {
-    {Point::SaveDataset, "save.dataset", true},       {Point::SaveBeforeRename, "save.before_rename", true},
-    {Point::SaveAfterRename, "save.after_rename", true}, {Point::Collective, "collective", false},
-    {Point::RecordWrite, "record.write", true},       {Point::MetricsWrite, "metrics.write", true},
-    {Point::PrepareWrite, "prepare.write", true},     {Point::ConvertWrite, "convert.write", true},
-    {Point::SaveBackground, "save.background", true},
+    {Point::SaveDataset, "save.dataset", true, false},
+    {Point::SaveBeforeRename, "save.before_rename", true, false},
+    {Point::SaveAfterRename, "save.after_rename", true, false},
+    {Point::Collective, "collective", false, false},
+    {Point::RecordWrite, "record.write", true, false},
+    {Point::MetricsWrite, "metrics.write", true, false},
+    {Point::PrepareWrite, "prepare.write", true, false},
+    {Point::ConvertWrite, "convert.write", true, false},
+    {Point::SaveBackground, "save.background", true, false},
+    {Point::PoolAllocate, "pool.allocate", false, true},
 };
 
 const char* action_name(Action a) {
@@ -54,6 +60,7 @@ const char* action_name(Action a) {
     case Action::Stop: return "stop";
     case Action::Eio: return "eio";
     case Action::Enospc: return "enospc";
+    case Action::Enomem: return "enomem";
   }
   return "?";
 }
@@ -98,9 +105,9 @@ void configure(const std::string& spec) {
   Spec s;
   s.text = spec;
   Point point = Point::None;
-  bool io_point = false;
+  bool io_point = false, alloc_point = false;
   for (const PointName& n : kPoints)
-    if (parts[0] == n.name) point = n.point, io_point = n.io;
+    if (parts[0] == n.name) point = n.point, io_point = n.io, alloc_point = n.alloc;
   MESHTRAIN_REQUIRE(point != Point::None, "MESHTRAIN_FAULT=%s: unknown fault point '%s' (one of: %s)", spec.c_str(),
                     parts[0].c_str(), point_list().c_str());
   for (std::size_t i = 1; i < parts.size(); ++i) {
@@ -114,11 +121,11 @@ void configure(const std::string& spec) {
     } else if (key == "after") {
       s.after = parse_number(spec, key, value, 0);
     } else if (key == "action") {
-      const Action all[] = {Action::Kill, Action::Stall, Action::Stop, Action::Eio, Action::Enospc};
+      const Action all[] = {Action::Kill, Action::Stall, Action::Stop, Action::Eio, Action::Enospc, Action::Enomem};
       bool found = false;
       for (Action a : all)
         if (value == action_name(a)) s.action = a, found = true;
-      MESHTRAIN_REQUIRE(found, "MESHTRAIN_FAULT=%s: unknown action '%s' (kill, stall, stop, eio or enospc)", spec.c_str(),
+      MESHTRAIN_REQUIRE(found, "MESHTRAIN_FAULT=%s: unknown action '%s' (kill, stall, stop, eio, enospc or enomem)", spec.c_str(),
                         value.c_str());
     } else {
       throw UserError(strprintf("MESHTRAIN_FAULT=%s: unknown option '%s' (rank=R, step=S, after=K, action=A)",
@@ -128,6 +135,9 @@ void configure(const std::string& spec) {
   MESHTRAIN_REQUIRE(io_point || (s.action != Action::Eio && s.action != Action::Enospc),
                     "MESHTRAIN_FAULT=%s: action %s needs an I/O point; %s is not one", spec.c_str(),
                     action_name(s.action), parts[0].c_str());
+  MESHTRAIN_REQUIRE(alloc_point || s.action != Action::Enomem,
+                    "MESHTRAIN_FAULT=%s: action enomem needs an allocation point (pool.allocate); %s is not one",
+                    spec.c_str(), parts[0].c_str());
   g_spec = s;
   detail::g_armed = static_cast<int>(point);
 }
@@ -166,6 +176,7 @@ int detail::fire(Point p, int step) {
       return 0;
     case Action::Eio: return EIO;
     case Action::Enospc: return ENOSPC;
+    case Action::Enomem: return ENOMEM;
   }
   return 0;
 }

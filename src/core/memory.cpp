@@ -3,15 +3,19 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <exception>
 #include <iterator>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/format.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -110,6 +114,42 @@ void* take(std::map<std::size_t, std::vector<void*>>& free, std::size_t bytes) {
 }
 }  // namespace
 
+std::size_t MemoryPool::free_cached_locked() {
+  Impl* p = impl();
+  const std::size_t freed = p->cached_bytes;
+  for (auto& [bytes, blocks] : p->cached) {
+    for (void* b : blocks) {
+      unpoison(b, allocated_bytes(bytes));
+      Kokkos::kokkos_free<DeviceMem>(b);
+      stats_.reserved -= bytes;
+    }
+    blocks.clear();
+  }
+  p->cached.clear();
+  p->cached_bytes = 0;
+  return freed;
+}
+
+std::string MemoryPool::out_of_memory_message(std::size_t bytes, MemCategory category, const char* cause,
+                                              bool returned) const {
+  // The allocator's own words, first line only (Kokkos appends a traceback notice).
+  std::string why = cause != nullptr ? cause : "";
+  why = why.substr(0, why.find('\n'));
+  std::string use;
+  for (int c = 0; c < kNumMemCategories; ++c)
+    if (stats_.in_use[static_cast<std::size_t>(c)] > 0)
+      use += strprintf("%s%s %s", use.empty() ? "" : ", ", category_name(static_cast<MemCategory>(c)),
+                       format_bytes(static_cast<double>(stats_.in_use[static_cast<std::size_t>(c)])).c_str());
+  return strprintf(
+      "out of %s memory: a block of %s (%s) could not be allocated (%s); in use %s (%s), %s held by the pool "
+      "in all%s. To need less: a smaller train.micro_batch, train.activation_checkpointing=true, more sharding "
+      "(parallel.strategy=full_shard) or more ranks; `meshtrain plan` shows what each choice needs",
+      kDeviceIsHost ? "host" : "device", format_bytes(static_cast<double>(bytes)).c_str(), category_name(category),
+      why.empty() ? "no reason given" : why.c_str(), format_bytes(static_cast<double>(stats_.total_in_use)).c_str(),
+      use.empty() ? "nothing" : use.c_str(), format_bytes(static_cast<double>(stats_.reserved)).c_str(),
+      returned ? ", after its cache of blocks no longer in use was returned and the allocation tried again" : "");
+}
+
 void* MemoryPool::allocate(std::size_t bytes, MemCategory category) {
   Impl* p = impl();
   std::lock_guard<std::mutex> lock(p->mutex);
@@ -128,7 +168,25 @@ void* MemoryPool::allocate(std::size_t bytes, MemCategory category) {
       std::optional<cuda_rt::RelaxedCaptureMode> relaxed;
       if (priv) relaxed.emplace();
 #endif
-      ptr = Kokkos::kokkos_malloc<DeviceMem>("meshtrain::pool", allocated_bytes(bytes));
+      try {
+        if (fault::pass(fault::Point::PoolAllocate) == ENOMEM) throw std::bad_alloc();
+        ptr = Kokkos::kokkos_malloc<DeviceMem>("meshtrain::pool", allocated_bytes(bytes));
+      } catch (const std::exception& first) {
+        // Blocks are cached by exact size, so the cache can hold memory no later request
+        // will take (a start-up measurement's operands, an evaluation's batch). Before an
+        // out-of-memory error, as PyTorch's caching allocator does, give the shared cache
+        // back and try once more. A private pool's blocks belong to its CUDA graph and stay,
+        // and nothing is freed while one is open (a capture forbids cudaFree). Kokkos
+        // reports the failure as a std::bad_alloc, in some versions a std::runtime_error.
+        const std::size_t returned = priv == nullptr ? free_cached_locked() : 0;
+        if (returned == 0) throw OutOfDeviceMemory(out_of_memory_message(bytes, category, first.what(), false));
+        stats_.cache_flushes++;
+        try {
+          ptr = Kokkos::kokkos_malloc<DeviceMem>("meshtrain::pool", allocated_bytes(bytes));
+        } catch (const std::exception& again) {
+          throw OutOfDeviceMemory(out_of_memory_message(bytes, category, again.what(), true));
+        }
+      }
     }
     MESHTRAIN_ASSERT(ptr != nullptr, "device allocation of %zu bytes failed", bytes);
     poison(static_cast<char*>(ptr) + bytes, allocated_bytes(bytes) - bytes);
@@ -195,18 +253,8 @@ void MemoryPool::forget_private(PrivatePool* pool) {
 PrivatePool::~PrivatePool() { MemoryPool::instance().forget_private(this); }
 
 void MemoryPool::trim() {
-  Impl* p = impl();
-  std::lock_guard<std::mutex> lock(p->mutex);
-  for (auto& [bytes, blocks] : p->cached) {
-    for (void* b : blocks) {
-      unpoison(b, allocated_bytes(bytes));
-      Kokkos::kokkos_free<DeviceMem>(b);
-      stats_.reserved -= bytes;
-    }
-    blocks.clear();
-  }
-  p->cached.clear();
-  p->cached_bytes = 0;
+  std::lock_guard<std::mutex> lock(impl()->mutex);
+  free_cached_locked();
 }
 
 void MemoryPool::reset_peaks() {

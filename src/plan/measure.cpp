@@ -522,6 +522,10 @@ CostModelInputs measure_cost_inputs(const MeasureRequest& req, const Runtime& rt
     }
     c.sync_source = "measured here (blocking all-reduce between GEMMs, beyond its transfer): " + sizes;
   }
+  // The operands above (GEMMs of the model's shapes, copy buffers: hundreds of MiB) are back
+  // in the pool's cache, which keeps blocks by exact size: no step would take them, and they
+  // would stay reserved through the whole run (and in its peak_mem_bytes).
+  MemoryPool::instance().trim();
   return c;
 }
 

@@ -213,6 +213,10 @@ int Trainer<T>::run() {
   install_stop_signal_handlers();
   const StopPolicy stop(spec_.train.time_limit, spec_.train.time_limit_margin, now_seconds(), rt_.world());
   log::info("%s", stop.describe().c_str());
+  // What start-up left in the pool's cache (the GEMM peak's operands, the load's staging) is
+  // not what the steps allocate: returned, so that the run's reserved memory and its
+  // peak_mem_bytes are the training's own.
+  MemoryPool::instance().trim();
   MemoryPool::instance().reset_peaks();
   const double loop_t0 = now_seconds();
   const std::uint64_t loop_cursor0 = cursor_;

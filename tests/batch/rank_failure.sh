@@ -8,6 +8,9 @@
 #     survivor's collective watchdog ends the job with status 76 (peers lost) within T plus a few
 #     seconds, naming the collective and rank 1. Collectives at step boundaries (the stop
 #     decision, metric reductions) are watched too, so the stall is caught wherever it hits.
+#  3. Out of memory on rank 1 in step 1 (MESHTRAIN_FAULT=pool.allocate:action=enomem, the
+#     pool's cache empty: nothing to return): the job ends with status 3 and one message from
+#     rank 1 naming the request, the bytes in use by category and the settings that need less.
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
@@ -65,4 +68,15 @@ PY
   grep -Eq "aborting the job: collective watchdog: [a-z_]+ #[0-9]+ on the '[a-z_]+' group did not complete within parallel.collective_timeout=$T s: rank\(s\) 1[ ,;]" stalled.log ||
     fail "stalled: no watchdog message naming the collective and rank 1"
 fi
-finish "dead and stalled ranks end the job within collective_timeout + $grace s, with a message"
+
+echo "--- 3. an allocation refused on rank 1 in step 1"
+# shellcheck disable=SC2086  # MPIEXEC is a command with flags
+MESHTRAIN_FAULT=pool.allocate:rank=1:step=1:action=enomem timeout $((T + 60)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" \
+  "${args[@]}" --output.dir=oom >oom.log 2>&1
+status=$?
+grep "out of host memory" oom.log
+[[ $status -eq 3 ]] || { tail -20 oom.log; fail "oom: exit status $status, expected 3 (the job aborted)"; }
+grep -Eq "^\[meshtrain\] rank 1 \(.*\): aborting the job: \`meshtrain train\`: out of host memory: a block of [0-9.]+ [KMG]?i?B \([a-z_]+\) could not be allocated \(std::bad_alloc\); in use [0-9.]+ [KMG]?i?B \(params .*\).*smaller train.micro_batch.*\`meshtrain plan\` shows what each choice needs$" oom.log ||
+  fail "oom: no message from rank 1 naming the request, the memory in use and what needs less"
+[[ ! -e oom/metrics.jsonl ]] || [[ ! -s oom/metrics.jsonl ]] || fail "oom: a step was logged after the failed allocation"
+finish "dead, stalled and out-of-memory ranks end the job within collective_timeout + $grace s, with a message"

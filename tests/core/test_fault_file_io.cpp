@@ -82,6 +82,11 @@ TEST(Fault, BadSpecsAreUserErrorsNamingTheProblem) {
   EXPECT_NE(error_of("save.dataset:when=3").find("unknown option 'when=3'"), std::string::npos);
   EXPECT_NE(error_of("collective:action=eio").find("action eio needs an I/O point; collective is not one"),
             std::string::npos);
+  EXPECT_NE(error_of("pool.allocate:action=eio").find("action eio needs an I/O point; pool.allocate is not one"),
+            std::string::npos);
+  EXPECT_NE(error_of("save.dataset:action=enomem")
+                .find("action enomem needs an allocation point (pool.allocate); save.dataset is not one"),
+            std::string::npos);
   EXPECT_EQ(fault::armed_spec(), "") << "a bad spec arms nothing";
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 
 #include "app/run_spec_resolve.hpp"
 #include "config/config.hpp"
+#include "core/fault.hpp"
 #include "core/memory.hpp"
 #include "plan/run_setup.hpp"
 #include "train/session.hpp"
@@ -63,6 +65,55 @@ TEST(MemoryPool, ReleasedBlocksAreReusedForTheSameSizeOnly) {
   }
   pool.trim();
   EXPECT_EQ(pool.stats().reserved, s0.reserved) << "trim returns every cached block";
+}
+
+TEST(MemoryPool, AFailedAllocationReturnsTheCacheAndIsTriedOnceMore) {
+  // Blocks are cached by exact size, so cached memory may never be asked for again; an
+  // allocation that fails frees the shared cache and is tried once more before the failure
+  // is the caller's (core/memory.cpp). The failure: MESHTRAIN_FAULT's pool.allocate, fired once.
+  MemoryPool& pool = MemoryPool::instance();
+  pool.trim();
+  const MemoryStats s0 = pool.stats();
+  { Buffer<float> unused(4096, MemCategory::Workspace); }  // 16 KiB cached, of a size asked for no more
+  ASSERT_EQ(pool.stats().reserved, s0.reserved + 16384);
+  fault::configure("pool.allocate:action=enomem");
+  {
+    Buffer<float> b(1000, MemCategory::Workspace);
+    EXPECT_NE(b.data(), nullptr);
+    EXPECT_EQ(pool.stats().cache_flushes, s0.cache_flushes + 1) << "the failure was retried after freeing the cache";
+    EXPECT_EQ(pool.stats().reserved, s0.reserved + 4000) << "the cached 16 KiB block went back to the system";
+    EXPECT_EQ(pool.stats().total_in_use, s0.total_in_use + 4000);
+  }
+  // Nothing cached: nothing to free, the allocator's failure is the caller's, nothing counted.
+  pool.trim();
+  const MemoryStats s1 = pool.stats();
+  fault::configure("pool.allocate:action=enomem");
+  try {
+    Buffer<float> refused(10, MemCategory::Workspace);
+    ADD_FAILURE() << "the allocation did not fail";
+  } catch (const OutOfDeviceMemory& e) {
+    // One message with the request and the pool's state (the command line aborts with it).
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a block of 40 B (workspace) could not be allocated"), std::string::npos) << what;
+    EXPECT_NE(what.find("train.micro_batch"), std::string::npos) << what;
+  }
+  EXPECT_EQ(pool.stats().cache_flushes, s1.cache_flushes);
+  EXPECT_EQ(pool.stats().total_in_use, s1.total_in_use);
+  EXPECT_EQ(pool.stats().reserved, s1.reserved);
+  // A private pool open (a CUDA graph's capture, which forbids cudaFree): the shared cache
+  // stays and the failure propagates.
+  { Buffer<float> unused(4096, MemCategory::Workspace); }
+  {
+    PrivatePool priv;
+    pool.open_private(&priv);
+    fault::configure("pool.allocate:action=enomem");
+    EXPECT_THROW(Buffer<float>(10, MemCategory::Workspace), OutOfDeviceMemory);
+    pool.open_private(nullptr);
+  }
+  EXPECT_EQ(pool.stats().reserved, s1.reserved + 16384) << "the shared cache is kept while a private pool is open";
+  EXPECT_EQ(pool.stats().cache_flushes, s1.cache_flushes);
+  fault::configure("");
+  pool.trim();
 }
 
 TEST(MemoryPool, PoisonsExactlyInAnAddressSanitizerBuild) {

@@ -1,7 +1,8 @@
 #pragma once
 /// \brief Deterministic fault injection for tests: one environment variable,
 /// MESHTRAIN_FAULT, makes a chosen rank die (SIGKILL itself), stall (stop making progress
-/// while staying alive), stop (SIGSTOP itself, going on after SIGCONT), or see a chosen I/O call fail with EIO or ENOSPC, at a chosen
+/// while staying alive), stop (SIGSTOP itself, going on after SIGCONT), see a chosen I/O call
+/// fail with EIO or ENOSPC, or see a device allocation fail as out of memory, at a chosen
 /// point of the code. The points are compiled in always; a point that is not armed costs
 /// one compare of a global (`pass` below). doc/batch.md lists the points.
 ///
@@ -11,7 +12,8 @@
 ///   step=S   only while the trainer is at step S (the step being computed, saved or
 ///            logged, 1-based as in the log; default: any step, and before the first)
 ///   after=K  fire at the first pass after K passes that matched rank and step (default 0)
-///   action   kill (default), stall, stop, eio, enospc (the last two: I/O points only)
+///   action   kill (default), stall, stop, eio, enospc (these two: I/O points only),
+///            enomem (pool.allocate only)
 ///
 /// The fault fires once per process. It is read once, by `configure_from_environment`
 /// (called by the command line before any command runs); a spec that does not parse is a
@@ -33,6 +35,7 @@ enum class Point : int {
   PrepareWrite,      ///< prepare.write: each write of a token or loss-mask file by `prepare` (rank 0)
   ConvertWrite,      ///< convert.write: each tensor written into a safetensors file by `convert` (rank 0)
   SaveBackground,    ///< save.background: an asynchronous save's background thread, before each tensor piece it writes (every rank with pieces)
+  PoolAllocate,      ///< pool.allocate: each call of the memory pool's underlying allocator (cudaMalloc; every rank)
 };
 
 namespace detail {
@@ -42,8 +45,8 @@ extern int g_step;
 }  // namespace detail
 
 /// Passes point `p`. When MESHTRAIN_FAULT selects this pass, kill and stall happen here
-/// (the call does not return) and eio/enospc return that errno, which the caller treats as
-/// the result of its I/O call. Returns 0 otherwise.
+/// (the call does not return) and eio/enospc/enomem return that errno, which the caller
+/// treats as the result of its I/O call or allocation. Returns 0 otherwise.
 inline int pass(Point p) { return detail::g_armed == static_cast<int>(p) ? detail::fire(p, detail::g_step) : 0; }
 /// As pass, with `step` for `step=S` instead of the trainer's current step: a point passed
 /// on another thread (save.background), whose step is that of its save while the trainer

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,9 +40,23 @@ struct MemoryStats {
   std::size_t reserved = 0;       ///< in use + cached by the pool
   std::size_t peak_reserved = 0;
   std::uint64_t device_allocations = 0;  ///< calls to the underlying allocator
+  std::uint64_t cache_flushes = 0;       ///< failed allocations retried after freeing the cache
 };
 
 class MemoryPool;
+
+/// \brief The pool's allocator refused a block even after the shared cache was returned
+/// (MemoryPool::allocate): what() names the request, the bytes in use by category and what
+/// the pool holds, and the settings that lower a run's memory. A std::bad_alloc, so code
+/// that handles allocation failures still does; the command line aborts the job with it.
+class OutOfDeviceMemory : public std::bad_alloc {
+ public:
+  explicit OutOfDeviceMemory(std::string message) : message_(std::move(message)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
 
 /// \brief Blocks kept for a run's CUDA graphs (train/step_graph.hpp). A graph replays the device
 /// addresses its capture saw, so every block the captured step used must stay the graph's
@@ -77,10 +92,13 @@ class MemoryPool {
  public:
   static MemoryPool& instance();
 
+  /// A cached block of exactly `bytes`, else a new one; when the underlying allocator fails,
+  /// the shared cache is returned to it and the allocation tried once more (not while a
+  /// private pool is open) before OutOfDeviceMemory is thrown.
   void* allocate(std::size_t bytes, MemCategory category);
   void release(void* ptr, std::size_t bytes, MemCategory category);
-  /// Returns cached blocks to the system (end of run, tests). Blocks of a private pool are
-  /// not in the shared cache and stay.
+  /// Returns cached blocks to the system (end of run, after start-up measurements, tests).
+  /// Blocks of a private pool are not in the shared cache and stay.
   void trim();
   /// Opens `pool` (nullptr: closes the open one): allocations and releases go through it
   /// until it is closed (PrivatePool). One at a time.
@@ -95,6 +113,10 @@ class MemoryPool {
   ~MemoryPool();
   friend class PrivatePool;
   void forget_private(PrivatePool* pool);
+  /// trim() with the mutex held; the bytes freed.
+  std::size_t free_cached_locked();
+  /// OutOfDeviceMemory's message for a request of `bytes` that failed with `cause`.
+  std::string out_of_memory_message(std::size_t bytes, MemCategory category, const char* cause, bool returned) const;
   struct Impl;
   Impl* impl();
   Impl* impl_ = nullptr;
