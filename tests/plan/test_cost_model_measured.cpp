@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "comm/collectives.hpp"
+#include "core/memory.hpp"
 #include "plan/measure.hpp"
 #include "test_support.hpp"
 
@@ -60,7 +61,15 @@ TEST(CostModelMeasured, InputsCarryTheSyncCostOfEveryTpGroupOfANode) {
   req.batch = batch;
   req.backend = Backend::Mpi;
   req.model = d;
+  MemoryPool& pool = MemoryPool::instance();
+  pool.trim();
+  const MemoryStats before = pool.stats();
   const CostModelInputs c = measure_cost_inputs(req, rt);
+  // Its operands (GEMMs of the model's shapes, copy buffers) are not left in the pool's
+  // cache, where no step would take them and they would stay reserved through the run.
+  EXPECT_EQ(pool.stats().reserved, before.reserved);
+  EXPECT_EQ(pool.stats().total_in_use, before.total_in_use);
+  EXPECT_GT(pool.stats().device_allocations, before.device_allocations) << "it measured with pool buffers";
   const int local = rt.topology().min_ranks_per_node;  // a tp group fits the smallest node
   if (local < 2) {
     EXPECT_TRUE(c.sync_s.empty());
