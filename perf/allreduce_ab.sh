@@ -25,7 +25,9 @@ read -r -a MESHES <<<"${MESHES:-no_shard:1:2:2 hybrid_shard:2:2:1 no_shard:1:4:1
 
 source "$ROOT/tests/multihost/cluster.sh"
 if ! reason=$(cluster_check); then echo "perf: $reason" >&2; exit 2; fi
-rm -rf "$OUT" && mkdir -p "$OUT/runs"
+# Into a staging directory: OUT_DIR is replaced only when the run finished (perf/common.sh).
+FINAL_OUT=$OUT
+OUT=$(stage_results "$FINAL_OUT") && mkdir -p "$OUT/runs"
 cluster_up "$HOSTS"
 cluster_shape "$RATE" "$DELAY"
 export OMP_NUM_THREADS OPENBLAS_NUM_THREADS OMP_PROC_BIND
@@ -72,3 +74,4 @@ for key in dict.fromkeys((r["strategy"], r["mesh"]) for r in rows):
 open(sys.argv[2], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
+publish_results "$OUT" "$FINAL_OUT"

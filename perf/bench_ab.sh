@@ -30,7 +30,9 @@ read -r -a ARGS <<<"${ARGS:-}"
 export LOSS_RTOL=${LOSS_RTOL:-0}
 STEPS=${STEPS:-8}
 WARMUP=${WARMUP:-3}
-rm -rf "$OUT" && mkdir -p "$OUT/runs"
+# Into a staging directory: OUT_DIR is replaced only when the run finished (perf/common.sh).
+FINAL_OUT=$OUT
+OUT=$(stage_results "$FINAL_OUT") && mkdir -p "$OUT/runs"
 echo "binary,ranks,strategy,rep,median_step_s,final_loss,load1,peak_mem_bytes,peak_in_use_bytes" >"$OUT/runs.csv"
 for ((rep = 1; rep <= REPS; rep++)); do
   order=(baseline candidate)
@@ -90,3 +92,4 @@ open(sys.argv[2], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 sys.exit(0 if ok else 1)
 PY
+publish_results "$OUT" "$FINAL_OUT"

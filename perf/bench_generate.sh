@@ -81,6 +81,7 @@ with open("results.md", "w") as f:
 print(open("results.md").read())
 PYEOF
 # OUT_DIR is replaced only now, after every run and check passed: a failed run leaves the
-# previous results in place.
-rm -rf "$OUT" && mkdir -p "$OUT"
-cp machine.json results.json results.md gen-*.err "$OUT/"
+# previous results in place (and NOTE.md / SECTION.md always: perf/common.sh).
+stage=$(stage_results "$OUT")
+cp machine.json results.json results.md gen-*.err "$stage/"
+publish_results "$stage" "$OUT"

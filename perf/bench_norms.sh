@@ -22,7 +22,9 @@ BENCH=${BENCH:-$ROOT/build/cpu/bin/bench_kernels}
 REPS=${REPS:-8}
 [[ -x $BENCH ]] || { echo "perf/bench_norms.sh: $BENCH not found (cmake --build build/cpu --target bench_kernels)" >&2; exit 2; }
 [[ -z ${BASELINE_BENCH:-} || -x $BASELINE_BENCH ]] || { echo "perf/bench_norms.sh: BASELINE_BENCH $BASELINE_BENCH is not executable" >&2; exit 2; }
-rm -rf "$OUT" && mkdir -p "$OUT/runs"
+# Into a staging directory: OUT_DIR is replaced only when the run finished (perf/common.sh).
+FINAL_OUT=$OUT
+OUT=$(stage_results "$FINAL_OUT") && mkdir -p "$OUT/runs"
 echo "binary,rep,kernel,ms,load1" >"$OUT/runs.csv"
 for ((rep = 1; rep <= REPS; rep++)); do
   order=(candidate)
@@ -76,3 +78,4 @@ for b in binaries:
 open(out + "/results.md", "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 PY
+publish_results "$OUT" "$FINAL_OUT"

@@ -33,6 +33,25 @@ mpirun_n() {
   mpirun -np "$n" "${MPI_FLAGS[@]}" -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OMP_PROC_BIND "$@"
 }
 
+# A results directory (OUT_DIR) is replaced only by a run that finished: a script writes into
+# `OUT=$(stage_results "$FINAL_OUT")` (FINAL_OUT.partial, emptied) and ends with
+# `publish_results "$OUT" "$FINAL_OUT"`. A run that fails, is interrupted or fails a check of
+# its own leaves the previous results as they were (most are committed) and its partial ones
+# in FINAL_OUT.partial; the run directories' config.ini then names that staging path. The
+# hand-written files of a results directory, NOTE.md and SECTION.md (perf/report.py puts them
+# into perf/README.md), are kept across runs.
+stage_results() {
+  local stage="$1.partial"
+  rm -rf "$stage" && mkdir -p "$stage" && printf '%s\n' "$stage"
+}
+publish_results() {
+  local stage=$1 out=$2 f
+  for f in NOTE.md SECTION.md; do
+    if [[ -e $out/$f && ! -e $stage/$f ]]; then cp -p "$out/$f" "$stage/$f"; fi
+  done
+  rm -rf "$out" && mv "$stage" "$out"
+}
+
 load1() { cut -d' ' -f1 /proc/loadavg; }
 # wait_quiet: block until the 1-minute load average is below PERF_MAX_LOAD (other users'
 # compiles distort timings); gives up after PERF_WAIT_MAX seconds and says so.

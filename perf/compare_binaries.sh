@@ -41,7 +41,9 @@ cases=(
 )
 read -r -a WANT <<<"${CASES:-}"
 
-rm -rf "$OUT" && mkdir -p "$OUT"
+# Into a staging directory: OUT_DIR is replaced only when the run finished (perf/common.sh).
+FINAL_OUT=$OUT
+OUT=$(stage_results "$FINAL_OUT")
 failed=0
 for c in "${cases[@]}"; do
   IFS='|' read -r name n ini extra <<<"$c"
@@ -161,4 +163,6 @@ for m in bad:
 sys.exit(1 if bad else 0)
 PY
 done
+# A difference is this run's result: published too (the exit status says so).
+publish_results "$OUT" "$FINAL_OUT"
 exit $failed

@@ -10,7 +10,9 @@ OLD=${1:?usage: perf/compare_plans.sh OLD NEW [OUT_DIR]}
 NEW=${2:?usage: perf/compare_plans.sh OLD NEW [OUT_DIR]}
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUT=${3:-$ROOT/perf/results/compare_plans}
-rm -rf "$OUT" && mkdir -p "$OUT"
+# Into a staging directory: OUT_DIR is replaced only when the run finished (perf/common.sh).
+FINAL_OUT=$OUT
+OUT=$(stage_results "$FINAL_OUT")
 runs=("8|" "64|" "1024|"
       "64-fixed|--parallel.strategy=full_shard --parallel.dp_replicate=1 --parallel.dp_shard=64 --parallel.tp=1 --train.activation_checkpointing=true")
 failed=0
@@ -60,4 +62,6 @@ for m in bad:
 sys.exit(1 if bad else 0)
 PY
 done
+# A difference is this run's result: published too (the exit status says so).
+publish_results "$OUT" "$FINAL_OUT"
 exit $failed

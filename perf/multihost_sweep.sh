@@ -39,7 +39,9 @@ read -r -a MESHES <<<"${MESHES:-full_shard:1:$N:1 hybrid_shard:$HOSTS:$PER_HOST:
 
 source "$ROOT/tests/multihost/cluster.sh"
 if ! reason=$(cluster_check); then echo "perf: $reason" >&2; exit 2; fi
-rm -rf "$OUT" && mkdir -p "$OUT/comm" "$OUT/runs" "$OUT/plans"
+# Into a staging directory: OUT_DIR is replaced only when the run finished (perf/common.sh).
+FINAL_OUT=$OUT
+OUT=$(stage_results "$FINAL_OUT") && mkdir -p "$OUT/comm" "$OUT/runs" "$OUT/plans"
 cluster_up "$HOSTS"
 cluster_shape "$RATE" "$DELAY"
 export OMP_NUM_THREADS OPENBLAS_NUM_THREADS OMP_PROC_BIND
@@ -87,3 +89,4 @@ for ((rep = 1; rep <= REPEATS; rep++)); do
 done
 printf '%s\n' "${MESHES[@]}" >"$OUT/meshes.txt"
 "$PY" "$PERF_DIR/multihost_summary.py" "$OUT" "$WARMUP"
+publish_results "$OUT" "$FINAL_OUT"

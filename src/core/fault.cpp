@@ -125,8 +125,8 @@ void configure(const std::string& spec) {
       bool found = false;
       for (Action a : all)
         if (value == action_name(a)) s.action = a, found = true;
-      MESHTRAIN_REQUIRE(found, "MESHTRAIN_FAULT=%s: unknown action '%s' (kill, stall, stop, eio, enospc or enomem)", spec.c_str(),
-                        value.c_str());
+      MESHTRAIN_REQUIRE(found, "MESHTRAIN_FAULT=%s: unknown action '%s' (kill, stall, stop, eio, enospc or enomem)",
+                        spec.c_str(), value.c_str());
     } else {
       throw UserError(strprintf("MESHTRAIN_FAULT=%s: unknown option '%s' (rank=R, step=S, after=K, action=A)",
                                 spec.c_str(), parts[i].c_str()));

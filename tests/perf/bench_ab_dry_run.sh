@@ -4,7 +4,9 @@
 # both configurations and the final losses bitwise equal (one binary, deterministic runs). Then
 # against an "older" baseline whose summary.json has no peak_by_category (binaries before
 # issue 33): the comparison still runs and its in-use column says "-". And without BASELINE:
-# exit 2 with a message.
+# exit 2 with a message. The results directory (perf/common.sh's staging): its hand-written
+# NOTE.md survives a run, and a run that fails midway leaves the previous results as they
+# were, its partial ones in OUT_DIR.partial.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
@@ -26,8 +28,11 @@ bench_ab() {
 }
 
 echo "--- 1. the binary against itself, 2 reps, 1 rank no_shard and 2 ranks full_shard"
+mkdir -p same && echo "hand-written commentary" >same/NOTE.md && echo "old" >same/results.md
 bench_ab same BASELINE="$MESHTRAIN_BIN" REPS=2
 [[ $status == 0 ]] || { cat same.log; fail "bench_ab.sh: exit status $status"; finish; }
+[[ $(cat same/NOTE.md 2>/dev/null) == "hand-written commentary" ]] || fail "same: the run did not keep NOTE.md"
+[[ ! -e same.partial ]] || fail "same: the staging directory same.partial is left after a run that finished"
 "$py" - same/runs.csv same/results.md <<'PY' || fail "same: the tables are incomplete (above)"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -61,11 +66,26 @@ grep -q '^baseline,2,full_shard,1,.*,[0-9]\+,$' old/runs.csv ||
 grep -q '^| 2 | full_shard |.*| yes | [0-9.]* -> [0-9.]*; - -> [0-9.]* |$' old/results.md ||
   { cat old/results.md; fail "old: the in-use peak the baseline lacks should read '-'"; }
 
-echo "--- 3. no BASELINE"
+echo "--- 3. a run that fails midway (the baseline's second run) into the directory of 1."
+cp -r same same.before
+cat >failing_meshtrain <<FAILING
+#!/usr/bin/env bash
+# meshtrain, until its second run: that one fails.
+if [[ \${OMPI_COMM_WORLD_RANK:-0} == 0 ]] && [[ -e "$PWD/failing.ran" ]]; then echo "failing on purpose" >&2; exit 1; fi
+touch "$PWD/failing.ran"
+exec "$MESHTRAIN_BIN" "\$@"
+FAILING
+chmod +x failing_meshtrain
+bench_ab same BASELINE="$PWD/failing_meshtrain" REPS=2 CONFIGS=1:no_shard
+[[ $status == 1 ]] || { cat same.log; fail "failing: exit status $status, want 1"; }
+diff -r same.before same >/dev/null || fail "failing: the previous results in same/ changed"
+[[ -s same.partial/runs.csv ]] || fail "failing: no partial results in same.partial"
+
+echo "--- 4. no BASELINE"
 env -u BASELINE MESHTRAIN="$MESHTRAIN_BIN" timeout $((20 * time_scale)) bash "$ab" "$PWD/none" >none.log 2>&1
 status=$?
 if [[ $status != 2 ]] || ! grep -q "set BASELINE" none.log; then
   cat none.log
   fail "no BASELINE: exit status $status, want 2 and a message"
 fi
-finish "perf/bench_ab.sh: complete tables, equal losses, an older baseline's missing column as '-'"
+finish "perf/bench_ab.sh: complete tables, equal losses, an older baseline's missing column as '-', results replaced only by a run that finished"
