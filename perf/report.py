@@ -141,7 +141,10 @@ runs `bench_step.sh`, `sweep.sh` (at 1 and 2 ranks) and `bench_ab.sh` end to end
 `compare_plans.sh`, `bench_eval.sh` and `bench_generate.sh` (`perf_bench_norms_dry_run`,
 `perf_compare_plans_dry_run`, `perf_bench_eval_dry_run`, `perf_bench_generate_dry_run`), and
 checks their tables, not their times. A script whose run fails leaves its previous results in
-place (`bench_eval.sh`, `bench_generate.sh`: `OUT_DIR` is replaced only after every check). `summarize_step.py` and `collect.py` refuse a PyTorch run that trained
+place: the scripts that replace their `OUT_DIR` do so only after every run and check
+(`perf/common.sh`: `stage_results`, `publish_results`), the partial results of a failed run
+in `OUT_DIR.partial`, and a results directory's hand-written `NOTE.md` and `SECTION.md` (the
+notes and sections of this page) survive every run. `summarize_step.py` and `collect.py` refuse a PyTorch run that trained
 another model or batch than the meshtrain run it is compared with (`PEER_ARGS` must match
 `MODEL_ARGS`).
 """)
