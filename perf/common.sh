@@ -37,9 +37,11 @@ mpirun_n() {
 # `OUT=$(stage_results "$FINAL_OUT")` (FINAL_OUT.partial, emptied) and ends with
 # `publish_results "$OUT" "$FINAL_OUT"`. A run that fails, is interrupted or fails a check of
 # its own leaves the previous results as they were (most are committed) and its partial ones
-# in FINAL_OUT.partial; the run directories' config.ini then names that staging path. The
-# hand-written files of a results directory, NOTE.md and SECTION.md (perf/report.py puts them
-# into perf/README.md), are kept across runs.
+# in FINAL_OUT.partial. A run directory's config.ini names the directory it ran in (output.dir,
+# and a rerun of that file continues from the checkpoints there): publish_results rewrites the
+# staging path in every config.ini to the published one (logs and checkpoints' attributes keep
+# it; they record where the run happened). The hand-written files of a results directory,
+# NOTE.md and SECTION.md (perf/report.py puts them into perf/README.md), are kept across runs.
 stage_results() {
   local stage="$1.partial"
   rm -rf "$stage" && mkdir -p "$stage" && printf '%s\n' "$stage"
@@ -49,6 +51,11 @@ publish_results() {
   for f in NOTE.md SECTION.md; do
     if [[ -e $out/$f && ! -e $stage/$f ]]; then cp -p "$out/$f" "$stage/$f"; fi
   done
+  local ini text
+  while IFS= read -r -d '' ini; do
+    text=$(<"$ini")
+    if [[ $text == *"$stage"* ]]; then printf '%s\n' "${text//"$stage"/"$out"}" >"$ini"; fi
+  done < <(find "$stage" -name config.ini -type f -print0)
   rm -rf "$out" && mv "$stage" "$out"
 }
 
