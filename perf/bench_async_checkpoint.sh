@@ -16,17 +16,25 @@
 # repetition; results.md gives their median, min and max. The async run's checkpoints are
 # compared bit for bit with the sync run's of the same repetition
 # (tests/checkpoint/same_checkpoint.py), so the speed is that of a complete, equal save.
-# Environment: MESHTRAIN, THREADS (1), REPS (3), STEPS (22), EVERY (5), PERF_MAX_LOAD.
+# Environment: MESHTRAIN, THREADS (1), REPS (3), STEPS (22), EVERY (5), PERF_MAX_LOAD,
+# PERF_IDLE_MAX; for trying the script out (tests/perf/checkpoint_benches_dry_run.sh), not for
+# results: CONFIG (the .ini, default inputs/bench-gpt2-23m.ini) and MODEL_ARGS (overrides).
+# OUT_DIR is replaced only by a run that finished (perf/common.sh stage_results): a failed run
+# or a checkpoint that differs leaves the previous results and its own in OUT_DIR.partial.
 # Nothing here asserts a time: the tests check correctness only.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OUT=${1:-$ROOT/perf/results/bench_async_checkpoint}
+FINAL_OUT=${1:-$ROOT/perf/results/bench_async_checkpoint}
 REPS=${REPS:-3}
 STEPS=${STEPS:-22}
 EVERY=${EVERY:-5}
-CONFIG=$ROOT/inputs/bench-gpt2-23m.ini
+CONFIG=${CONFIG:-$ROOT/inputs/bench-gpt2-23m.ini}
+read -r -a MODEL_ARGS <<<"${MODEL_ARGS:-}"
 SAME=$ROOT/tests/checkpoint/same_checkpoint.py
-rm -rf "$OUT/runs" && mkdir -p "$OUT/runs"
+# A save at the last step is completed after the loop, outside metrics.jsonl: the async runs
+# need a save with a step after it, and the table a save.
+((STEPS > EVERY && EVERY > 0)) || { echo "perf: STEPS ($STEPS) must exceed EVERY ($EVERY) > 0" >&2; exit 2; }
+OUT=$(stage_results "$FINAL_OUT") && mkdir -p "$OUT/runs"
 WORK=$(mktemp -d /tmp/meshtrain-bench-async.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
@@ -45,7 +53,7 @@ for ((r = 1; r <= REPS; r++)); do
     wait_idle || true
     l0=$(load1)
     read -r -a extra <<<"${ARGS[$v]}"
-    mpirun_n 2 "$MESHTRAIN" train "$CONFIG" --train.steps="$STEPS" --parallel.strategy=full_shard \
+    mpirun_n 2 "$MESHTRAIN" train "$CONFIG" "${MODEL_ARGS[@]}" --train.steps="$STEPS" --parallel.strategy=full_shard \
       --parallel.dp_shard=2 --train.peak_tflops=0.1 --output.dir="$WORK/$tag" "${extra[@]}" \
       >"$OUT/runs/$tag.log" 2>&1 || { tail -n 20 "$OUT/runs/$tag.log" >&2; echo "perf: $tag failed" >&2; exit 1; }
     cp "$WORK/$tag/summary.json" "$OUT/runs/$tag.summary.json"
@@ -62,9 +70,11 @@ for ((r = 1; r <= REPS; r++)); do
   rm -rf "$WORK"/*-"$r"
 done
 
-"$PY" - "$OUT" "$REPS" "$STEPS" "$EVERY" "$THREADS" <<'EOF'
+"$PY" - "$OUT" "$REPS" "$STEPS" "$EVERY" "$THREADS" "$(basename "$CONFIG") ${MODEL_ARGS[*]}" <<'EOF'
 import glob, json, os, statistics, sys, time
 out, reps, steps, every, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+model = sys.argv[6].strip()
+model = "23M model" if model == "bench-gpt2-23m.ini" else model
 runs = {}
 for path in glob.glob(os.path.join(out, "runs", "*.summary.json")):
     tag = os.path.basename(path)[: -len(".summary.json")]
@@ -83,13 +93,13 @@ ratio = {v: [runs[f"{v}-{i}"]["loop_tokens_per_s"] / runs[f"none-{i}"]["loop_tok
 tok = {v: stats([runs[f"{v}-{i}"]["loop_tokens_per_s"] for i in range(1, reps + 1)]) for v in ("none", "sync", "async")}
 held = {v: stats([h for i in range(1, reps + 1) for h in runs[f"{v}-{i}"]["held_s"]]) for v in ("sync", "async")}
 whole = {v: stats([h for i in range(1, reps + 1) for h in runs[f"{v}-{i}"]["save_s"]]) for v in ("sync", "async")}
-res = {"measured": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "reps": reps, "steps": steps,
+res = {"measured": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "model": model, "reps": reps, "steps": steps,
        "every": every, "threads_per_rank": threads, "tokens_per_s": tok,
        "ratio_to_none": {v: stats(x) for v, x in ratio.items()}, "ratio_per_rep": ratio,
        "save_held_s": held, "save_s": whole, "runs": runs}
 json.dump(res, open(os.path.join(out, "results.json"), "w"), indent=1)
 f = lambda s, d=3: f"{s['median']:.{d}f} ({s['min']:.{d}f}-{s['max']:.{d}f})"
-lines = [f"Measured {res['measured']}: 23M model, 2 ranks x {threads} thread(s), {steps} steps, checkpoint.every={every} "
+lines = [f"Measured {res['measured']}: {model}, 2 ranks x {threads} thread(s), {steps} steps, checkpoint.every={every} "
          f"({runs['sync-1']['saves']} saves of {runs['sync-1']['save_mb'][0]:.0f} MB per run), {reps} repetitions interleaved; median (min-max).", "",
          "| variant | tokens/s over the loop | ratio to none | training held per save (s) | save start to commit (s) |",
          "|---|---|---|---|---|",
@@ -99,3 +109,4 @@ for v in ("sync", "async"):
 open(os.path.join(out, "results.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
+publish_results "$OUT" "$FINAL_OUT"

@@ -12,14 +12,21 @@
 # each with full_shard (every rank writes its shard) and hybrid_shard (dp_replicate=2:
 # replica 0 writes). The namespace cases need root; without it they are left out and the
 # table says so. Results: OUT_DIR/results.json and results.md (perf/report.py puts the
-# table into perf/README.md). Environment: MESHTRAIN, ITERS (5), PERF_MAX_LOAD (1.5).
+# table into perf/README.md). Environment: MESHTRAIN, ITERS (5), PERF_MAX_LOAD (1.5), CASES
+# (the cases above to run, default all); for trying the script out
+# (tests/perf/checkpoint_benches_dry_run.sh), not for results: MODEL_ARGS (default
+# "--model.d_model=256 --model.n_layers=4"). OUT_DIR is replaced only by a run that finished
+# with every case (perf/common.sh): a case that fails makes the run exit 1 and leaves the
+# previous results, its own in OUT_DIR.partial.
 # Nothing here asserts a time: the tests check correctness only.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OUT=${1:-$ROOT/perf/results/bench_save}
+FINAL_OUT=${1:-$ROOT/perf/results/bench_save}
 ITERS=${ITERS:-5}
-MODEL=("$ROOT/inputs/tiny-gpt2.ini" --model.d_model=256 --model.n_layers=4 --data.dir=random)
-rm -rf "$OUT/runs" && mkdir -p "$OUT/runs"
+read -r -a MODEL_ARGS <<<"${MODEL_ARGS:---model.d_model=256 --model.n_layers=4}"
+MODEL=("$ROOT/inputs/tiny-gpt2.ini" "${MODEL_ARGS[@]}" --data.dir=random)
+CASES=" ${CASES:-1host-shm 1host-tcp 2hosts 4hosts} "
+OUT=$(stage_results "$FINAL_OUT") && mkdir -p "$OUT/runs"
 WORK=$(mktemp -d /tmp/meshtrain-bench-save.XXXXXX)
 
 source "$ROOT/tests/multihost/cluster.sh"
@@ -31,7 +38,9 @@ trap 'exit 130' INT TERM  # (the EXIT trap then cleans up)
 STRATS=("full_shard --parallel.dp_replicate=1 --parallel.dp_shard=-1"
         "hybrid_shard --parallel.dp_replicate=2 --parallel.dp_shard=-1")
 
-# run_case NAME LAUNCH...: bench io for both strategies; LAUNCH is the launcher prefix.
+# run_case NAME LAUNCH...: bench io for both strategies; LAUNCH is the launcher prefix. A
+# strategy that fails is reported, the others still run, and the run ends with exit 1.
+failed=0
 run_case() {
   local name=$1 s strat
   shift
@@ -43,23 +52,28 @@ run_case() {
     l0=$(load1)
     "$@" "$MESHTRAIN" bench io "${MODEL[@]}" --parallel.strategy="$strat" "${mesh[@]}" \
       --output.dir="$WORK/$tag" --iters "$ITERS" --json "$OUT/runs/$tag.json" >"$OUT/runs/$tag.log" 2>&1 ||
-      { cat "$OUT/runs/$tag.log" >&2; echo "perf: $tag failed" >&2; continue; }
+      { cat "$OUT/runs/$tag.log" >&2; echo "perf: $tag failed" >&2; failed=1; continue; }
     echo "{\"case\": \"$name\", \"strategy\": \"$strat\", \"load_before\": $l0, \"load_after\": $(load1)}" \
       >"$OUT/runs/$tag.case.json"
     grep -E "^ (save|file_system|network)|^bound" "$OUT/runs/$tag.log" | sed "s/^/$tag: /"
   done
 }
 
-run_case 1host-shm mpirun_n 4 --mca btl vader,self
-run_case 1host-tcp mpirun_n 4 --mca btl tcp,self
+wanted() { [[ $CASES == *" $1 "* ]]; }
+wanted 1host-shm && run_case 1host-shm mpirun_n 4 --mca btl vader,self
+wanted 1host-tcp && run_case 1host-tcp mpirun_n 4 --mca btl tcp,self
 if ((have_cluster)); then
   export OMP_NUM_THREADS OPENBLAS_NUM_THREADS OMP_PROC_BIND
-  CLUSTER_NO_TRAP=1 cluster_up 2 >/dev/null
-  run_case 2hosts cluster_mpirun 2 --
-  cluster_down
-  CLUSTER_NO_TRAP=1 cluster_up 4 >/dev/null
-  run_case 4hosts cluster_mpirun 1 --
-  cluster_down
+  if wanted 2hosts; then
+    CLUSTER_NO_TRAP=1 cluster_up 2 >/dev/null
+    run_case 2hosts cluster_mpirun 2 --
+    cluster_down
+  fi
+  if wanted 4hosts; then
+    CLUSTER_NO_TRAP=1 cluster_up 4 >/dev/null
+    run_case 4hosts cluster_mpirun 1 --
+    cluster_down
+  fi
 fi
 
 "$PY" - "$OUT" "$ITERS" "$have_cluster" <<'EOF'
@@ -95,3 +109,8 @@ if not have_cluster:
 open(os.path.join(out, "results.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
+if ((failed)); then
+  echo "perf: a case failed (above); the previous results are kept, this run's are in $OUT" >&2
+  exit 1
+fi
+publish_results "$OUT" "$FINAL_OUT"
