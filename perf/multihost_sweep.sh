@@ -20,7 +20,11 @@
 # OUT_DIR/plans/NAME-rK.json/.txt, OUT_DIR/summary.csv/.md/.json, OUT_DIR/predicted.png.
 # Environment: MESHTRAIN, HOSTS (2), PER_HOST (2), RATE (1gbit), DELAY (0.2ms), STEPS (8),
 # WARMUP (2), REPEATS (3), CONFIG (inputs/tiny-gpt2.ini), MODEL_ARGS ("--model.d_model=256
-# --model.n_layers=4"), MESHES (see below), PERF_MAX_LOAD (1.5).
+# --model.n_layers=4"), MESHES (see below), PERF_MAX_LOAD (1.5); for trying the script out
+# (tests/perf/multihost_dry_run.sh), not for results: COMM_MAX_BYTES (16MiB; the bandwidths
+# given to the plans are the median over the sizes from 1 MiB up, so at least 1MiB).
+# A plan or run that fails is reported and the others still run; the run then ends with exit 1
+# and leaves the previous results as they were, its own in OUT_DIR.partial (perf/common.sh).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUT=${1:-$ROOT/perf/results/multihost_sweep}
@@ -31,12 +35,15 @@ DELAY=${DELAY:-0.2ms}
 STEPS=${STEPS:-8}
 REPEATS=${REPEATS:-3}
 WARMUP=${WARMUP:-2}
+COMM_MAX_BYTES=${COMM_MAX_BYTES:-16MiB}
 CONFIG=${CONFIG:-$ROOT/inputs/tiny-gpt2.ini}
 read -r -a MODEL_ARGS <<<"${MODEL_ARGS:---model.d_model=256 --model.n_layers=4}"
 N=$((HOSTS * PER_HOST))
 # strategy:dp_replicate:dp_shard:tp (tp stays inside a host)
 read -r -a MESHES <<<"${MESHES:-full_shard:1:$N:1 hybrid_shard:$HOSTS:$PER_HOST:1 shard_grad_op:1:$N:1 no_shard:1:$N:1 full_shard:1:$HOSTS:$PER_HOST no_shard:1:$HOSTS:$PER_HOST}"
 
+# The intra-host bandwidth the plans are given is measured between a host's ranks.
+((PER_HOST >= 2)) || { echo "perf: PER_HOST must be at least 2 (it is $PER_HOST)" >&2; exit 2; }
 source "$ROOT/tests/multihost/cluster.sh"
 if ! reason=$(cluster_check); then echo "perf: $reason" >&2; exit 2; fi
 # Into a staging directory: OUT_DIR is replaced only when the run finished (perf/common.sh).
@@ -53,7 +60,7 @@ wait_quiet || true
 for g in dp_shard dp_replicate; do
   cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" bench comm --ops all_gather,reduce_scatter,all_reduce \
     --group "$g" --parallel.dp_replicate="$HOSTS" --parallel.dp_shard="$PER_HOST" --parallel.tp=1 \
-    --min_bytes 4KiB --max_bytes 16MiB --warmup 2 --iters 5 --csv "$OUT/comm/$g.csv" >"$OUT/comm/$g.txt" 2>&1 ||
+    --min_bytes 4KiB --max_bytes "$COMM_MAX_BYTES" --warmup 2 --iters 5 --csv "$OUT/comm/$g.csv" >"$OUT/comm/$g.txt" 2>&1 ||
     { tail "$OUT/comm/$g.txt" >&2; exit 1; }
 done
 # All-reduce bus bandwidth per group, the median over 1-16 MiB (the sizes FSDP moves per unit
@@ -71,6 +78,7 @@ EOF
 echo "measured all_reduce bus bandwidth intra,inter (GB/s, median over 1-16 MiB): ${bw:-unavailable}" | tee -a "$OUT/setup.txt"
 
 # ---- runs and plans ---------------------------------------------------------------------------
+failed=0
 for ((rep = 1; rep <= REPEATS; rep++)); do
   for m in "${MESHES[@]}"; do
     IFS=: read -r strat rep_n shard tp <<<"$m"
@@ -79,14 +87,18 @@ for ((rep = 1; rep <= REPEATS; rep++)); do
     wait_quiet || true
     cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" plan "$CONFIG" "${MODEL_ARGS[@]}" "${mesh[@]}" \
       ${bw:+--plan.bus_gbps="$bw"} --json "$OUT/plans/$name-r$rep.json" >"$OUT/plans/$name-r$rep.txt" 2>&1 ||
-      echo "perf: plan $name failed" >&2
+      { echo "perf: plan $name failed" >&2; failed=1; }
     echo "$(load1)" >"$OUT/runs/$name-r$rep.load"
     cluster_mpirun "$PER_HOST" -- "$MESHTRAIN" train "$CONFIG" "${MODEL_ARGS[@]}" "${mesh[@]}" --data.dir=random \
       --train.steps="$STEPS" --train.eval_every=0 --checkpoint.save_final=false --output.dir="$OUT/runs/$name-r$rep" \
-      >"$OUT/runs/$name-r$rep.log" 2>&1 || { tail "$OUT/runs/$name-r$rep.log" >&2; echo "perf: run $name failed" >&2; }
+      >"$OUT/runs/$name-r$rep.log" 2>&1 || { tail "$OUT/runs/$name-r$rep.log" >&2; echo "perf: run $name failed" >&2; failed=1; }
     echo "perf: repeat $rep $name done (load $(load1))"
   done
 done
 printf '%s\n' "${MESHES[@]}" >"$OUT/meshes.txt"
 "$PY" "$PERF_DIR/multihost_summary.py" "$OUT" "$WARMUP"
+if ((failed)); then
+  echo "perf: a plan or run failed (above); the previous results are kept, this run's are in $OUT" >&2
+  exit 1
+fi
 publish_results "$OUT" "$FINAL_OUT"
