@@ -28,7 +28,11 @@
 # for the bases none (bf16), nf4 (re-quantized) and gguf (kept in the file's Q4_1 / Q8_0
 # blocks) -> OUT_DIR default perf/results/bench_qlora_memory_smollm2 (about 3 minutes).
 #
-# Environment: MESHTRAIN (binary), MODEL (llama-1b | smollm2), STEPS (1), QUANTS ("none nf4
+# MODEL=tiny, for trying the script out (tests/perf/qlora_memory_dry_run.sh), not for
+# results: inputs/tiny-llama.ini at d_model 128 (0.2 M parameters, random weights), bases
+# none, nf4 and int8, OUT_DIR required (a few seconds).
+#
+# Environment: MESHTRAIN (binary), MODEL (llama-1b | smollm2 | tiny), STEPS (1), QUANTS ("none nf4
 # int8"; smollm2: "none nf4 gguf"), SEQ (64), REUSE (1: keep the runs already in OUT_DIR and
 # train only the missing bases; the plans are always rerun).
 set -euo pipefail
@@ -52,7 +56,12 @@ case $MODEL in
     [[ -f $gguf ]] || { echo "bench_qlora_memory: $gguf is missing (scripts/install-deps.sh)" >&2; exit 2; }
     args=(--checkpoint.init_from="$gguf" "${common[@]}")
     described="SmolLM2-135M-Instruct.Q4_1.gguf (134.5 M parameters: Q4_1 matrices, a Q8_0 embedding)" ;;
-  *) echo "bench_qlora_memory: MODEL must be llama-1b or smollm2, not $MODEL" >&2; exit 2 ;;
+  tiny)
+    OUT=${1:?bench_qlora_memory: MODEL=tiny needs an OUT_DIR (it is not a result)}
+    QUANTS=${QUANTS:-none nf4 int8}
+    args=("$ROOT/inputs/tiny-llama.ini" --model.d_model=128 --model.ffn_dim=256 "${common[@]}")
+    described="inputs/tiny-llama.ini at d_model 128 (random weights; a dry run, not a result)" ;;
+  *) echo "bench_qlora_memory: MODEL must be llama-1b, smollm2 or tiny, not $MODEL" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 
@@ -65,7 +74,7 @@ if [[ $MODEL == llama-1b ]]; then
    floor: nf4 stores 4.13 bits a weight against bf16's 16 (25.8%), int8 8.5 (53.1%): the all-gather ratio is that
    (1-D norm weights stay bf16); the peak ratio is higher because the gathered units are dequantized into bf16.
 EOF
-else
+elif [[ $MODEL == smollm2 ]]; then
   cat <<EOF
    expected (issue 32, model.base_quant=gguf): meshtrain plan within 5% of the pool's peak and the all-gather bytes.
    floor: the file's Q4_1 is 5 bits a weight and its Q8_0 embedding 8.5 against bf16's 16 (gguf about 34% of
@@ -95,9 +104,10 @@ done
 "$PY" - "$OUT" "$MODEL" $QUANTS <<'PYEOF'
 import json, re, sys
 out, model, quants = sys.argv[1], sys.argv[2], sys.argv[3:]
-res = {"model": "inputs/llama-1b.ini" if model == "llama-1b" else "SmolLM2-135M-Instruct.Q4_1.gguf",
-       "parameters": 1247086592 if model == "llama-1b" else 134515008, "ranks": 2, "strategy": "full_shard",
-       "runs": {}}
+names = {"llama-1b": "inputs/llama-1b.ini", "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
+         "tiny": "inputs/tiny-llama.ini (d_model 128)"}
+params = {"llama-1b": 1247086592, "smollm2": 134515008, "tiny": None}
+res = {"model": names[model], "parameters": params[model], "ranks": 2, "strategy": "full_shard", "runs": {}}
 for q in quants:
     plan = open(f"{out}/plan_{q}.txt").read()
     m = re.search(r"^\s+full_shard\s+frozen\s+(\d+) B .*frozen_gather\s+(\d+) B .*total\s+(\d+) B", plan, re.M)
