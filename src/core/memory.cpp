@@ -130,6 +130,14 @@ std::size_t MemoryPool::free_cached_locked() {
   return freed;
 }
 
+OutOfDeviceMemory::OutOfDeviceMemory(std::string facts, const std::string& ways_out)
+    : facts_(std::move(facts)),
+      message_(facts_ + ". To need less: " +
+               (ways_out.empty() ? "a smaller train.micro_batch, train.activation_checkpointing=true, more sharding "
+                                   "(parallel.strategy=full_shard) or more ranks"
+                                 : ways_out) +
+               "; `meshtrain plan` shows what each choice needs") {}
+
 std::string MemoryPool::out_of_memory_message(std::size_t bytes, MemCategory category, const char* cause,
                                               bool returned) const {
   // The allocator's own words, first line only (Kokkos appends a traceback notice).
@@ -142,8 +150,7 @@ std::string MemoryPool::out_of_memory_message(std::size_t bytes, MemCategory cat
                        format_bytes(static_cast<double>(stats_.in_use[static_cast<std::size_t>(c)])).c_str());
   return strprintf(
       "out of %s memory: a block of %s (%s) could not be allocated (%s); in use %s (%s), %s held by the pool "
-      "in all%s. To need less: a smaller train.micro_batch, train.activation_checkpointing=true, more sharding "
-      "(parallel.strategy=full_shard) or more ranks; `meshtrain plan` shows what each choice needs",
+      "in all%s",
       kDeviceIsHost ? "host" : "device", format_bytes(static_cast<double>(bytes)).c_str(), category_name(category),
       why.empty() ? "no reason given" : why.c_str(), format_bytes(static_cast<double>(stats_.total_in_use)).c_str(),
       use.empty() ? "nothing" : use.c_str(), format_bytes(static_cast<double>(stats_.reserved)).c_str(),

@@ -21,6 +21,7 @@
 #include "core/file_io.hpp"
 #include "formats/json.hpp"
 #include "core/log.hpp"
+#include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "data/dataset.hpp"
 #include "data/sampler.hpp"
@@ -32,6 +33,7 @@
 #include "train/checkpoint_meta.hpp"
 #include "train/evaluate.hpp"
 #include "train/generate.hpp"
+#include "train/memory_ways_out.hpp"
 #include "train/metrics.hpp"
 #include "train/peers_lost_record.hpp"
 #include "train/preflight.hpp"
@@ -997,12 +999,17 @@ void Trainer<T>::write_summary() {
 }  // namespace
 
 int run_training(const Runtime& rt, const plan::RunSetup& setup) {
-  if (setup.spec.train.bf16()) {
-    Trainer<bf16> t(rt, setup);
+  try {
+    if (setup.spec.train.bf16()) {
+      Trainer<bf16> t(rt, setup);
+      return t.run();
+    }
+    Trainer<float> t(rt, setup);
     return t.run();
+  } catch (const OutOfDeviceMemory& e) {
+    // The pool named every way to need less; this run knows which it has taken already.
+    throw OutOfDeviceMemory(e.facts(), memory_ways_out(setup));
   }
-  Trainer<float> t(rt, setup);
-  return t.run();
 }
 
 }  // namespace meshtrain::train

@@ -76,7 +76,7 @@ MESHTRAIN_FAULT=pool.allocate:rank=1:step=1:action=enomem timeout $((T + 60)) $M
 status=$?
 grep "out of host memory" oom.log
 [[ $status -eq 3 ]] || { tail -20 oom.log; fail "oom: exit status $status, expected 3 (the job aborted)"; }
-grep -Eq "^\[meshtrain\] rank 1 \(.*\): aborting the job: \`meshtrain train\`: out of host memory: a block of [0-9.]+ [KMG]?i?B \([a-z_]+\) could not be allocated \(std::bad_alloc\); in use [0-9.]+ [KMG]?i?B \(params .*\).*smaller train.micro_batch.*\`meshtrain plan\` shows what each choice needs$" oom.log ||
-  fail "oom: no message from rank 1 naming the request, the memory in use and what needs less"
+grep -Eq "^\[meshtrain\] rank 1 \(.*\): aborting the job: \`meshtrain train\`: out of host memory: a block of [0-9.]+ [KMG]?i?B \([a-z_]+\) could not be allocated \(std::bad_alloc\); in use [0-9.]+ [KMG]?i?B \(params .*\).*\. To need less: a smaller train.micro_batch \(this run: 2\), train.activation_checkpointing=true,? .*more ranks; \`meshtrain plan\` shows what each choice needs$" oom.log ||
+  fail "oom: no message from rank 1 naming the request, the memory in use and what this run can change to need less"
 [[ ! -e oom/metrics.jsonl ]] || [[ ! -s oom/metrics.jsonl ]] || fail "oom: a step was logged after the failed allocation"
 finish "dead, stalled and out-of-memory ranks end the job within collective_timeout + $grace s, with a message"

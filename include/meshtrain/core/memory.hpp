@@ -47,15 +47,20 @@ class MemoryPool;
 
 /// \brief The pool's allocator refused a block even after the shared cache was returned
 /// (MemoryPool::allocate): what() names the request, the bytes in use by category and what
-/// the pool holds, and the settings that lower a run's memory. A std::bad_alloc, so code
-/// that handles allocation failures still does; the command line aborts the job with it.
+/// the pool holds (facts()), then the settings that lower a run's memory (ways_out). The pool
+/// does not know the run's settings, so it lists them all; the trainer, which does, throws
+/// it again with only those its run can still change (train::memory_ways_out). A
+/// std::bad_alloc, so code that handles allocation failures still does; the command line
+/// aborts the job with it.
 class OutOfDeviceMemory : public std::bad_alloc {
  public:
-  explicit OutOfDeviceMemory(std::string message) : message_(std::move(message)) {}
+  /// `ways_out` empty: every setting that lowers a run's memory.
+  explicit OutOfDeviceMemory(std::string facts, const std::string& ways_out = {});
   const char* what() const noexcept override { return message_.c_str(); }
+  const std::string& facts() const noexcept { return facts_; }
 
  private:
-  std::string message_;
+  std::string facts_, message_;
 };
 
 /// \brief Blocks kept for a run's CUDA graphs (train/step_graph.hpp). A graph replays the device
@@ -115,7 +120,7 @@ class MemoryPool {
   void forget_private(PrivatePool* pool);
   /// trim() with the mutex held; the bytes freed.
   std::size_t free_cached_locked();
-  /// OutOfDeviceMemory's message for a request of `bytes` that failed with `cause`.
+  /// OutOfDeviceMemory's facts for a request of `bytes` that failed with `cause`.
   std::string out_of_memory_message(std::size_t bytes, MemCategory category, const char* cause, bool returned) const;
   struct Impl;
   Impl* impl();
