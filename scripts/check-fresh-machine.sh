@@ -19,7 +19,8 @@
 # registries: the Debian sources apt reads, apt's Acquire settings, pip's configuration and
 # PIP_* variables, proxy variables, the local CA certificates (/usr/local/share/ca-certificates),
 # resolv.conf, the host name; OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE where this machine sets them
-# (this processor's OpenBLAS workaround); and, unless --no-cuda, /usr/local/cuda read-only
+# (this processor's OpenBLAS workaround); MESHTRAIN_JOBS and MESHTRAIN_TEST_JOBS where set
+# (scripts/run-tests.sh's build and test parallelism); and, unless --no-cuda, /usr/local/cuda read-only
 # (the CUDA toolkit every machine of this kind comes with; no Debian package provides it, and
 # without it the CUDA link check is simply not built).
 #
@@ -71,6 +72,9 @@ summary=()   # "step  seconds  status" lines for the table at the end
 cleanup() {
   local rc=$? pid link
   trap - EXIT INT TERM
+  # A step still running (the check was interrupted): its processes outside the root too
+  # (mmdebstrap, the copy), children first.
+  [[ -n $step_pid ]] && kill_tree "$step_pid"
   for pid in /proc/[0-9]*; do
     link=$(readlink "$pid/root" 2>/dev/null) || continue
     [[ $link == "$rootfs" || $link == "$rootfs"/* ]] && kill -9 "${pid#/proc/}" 2>/dev/null || true
@@ -84,6 +88,13 @@ cleanup() {
   fi
   exit "$rc"
 }
+# kill_tree PID: SIGKILL to PID and every process below it.
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill -9 "$1" 2>/dev/null || true
+}
+step_pid=""
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -105,12 +116,19 @@ report_failure() {
 }
 
 # run_step NAME CMD...: runs CMD with its output in $logs/NAME.log (and shown on stdout with
-# a prefix), times it, and ends the check on failure.
+# a prefix), times it, and ends the check on failure. CMD runs in the background and the
+# script waits for it: bash runs a trap only between commands, so a SIGTERM or SIGINT
+# during a foreground step would wait for the step (the whole suite) to end before the
+# cleanup; `wait` returns at once. (The step's SIGINT and SIGQUIT are reset to their
+# defaults: bash ignores both in a background command, and the tests send them.)
 run_step() {
   local name=$1 t0=$SECONDS rc=0
   shift
   log "step '$name': $*"
-  "$@" > >(tee "$logs/$name.log" | sed -u "s/^/  $name | /") 2>&1 || rc=$?
+  ( trap - INT QUIT; "$@" ) > >(tee "$logs/$name.log" | sed -u "s/^/  $name | /") 2>&1 </dev/null &
+  step_pid=$!
+  wait "$step_pid" || rc=$?
+  step_pid=""
   wait  # the tee
   summary+=("$(printf '  %-22s %6d s  %s' "$name" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo "FAILED (exit $rc)")")")
   if (( rc != 0 )); then
@@ -204,7 +222,7 @@ while IFS='=' read -r k _; do
   # A local find-links folder holds wheels put on this machine by hand: not registry access.
   [[ $k == PIP_FIND_LINKS && ${!k} != *://* ]] && continue
   case $k in
-    PIP_*|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY|OPENBLAS_CORETYPE|OPENBLAS_L2_SIZE|CI)
+    PIP_*|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY|OPENBLAS_CORETYPE|OPENBLAS_L2_SIZE|CI|MESHTRAIN_JOBS|MESHTRAIN_TEST_JOBS)
       env_args+=("$k=${!k}") ;;
   esac
 done < <(env)
