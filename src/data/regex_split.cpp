@@ -11,7 +11,9 @@ namespace meshtrain::data {
 Regex::Regex(const std::string& pattern, bool literal) : pattern_(pattern) {
   int err = 0;
   PCRE2_SIZE err_off = 0;
-  const std::uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2_LITERAL admits no PCRE2_UCP (pcre2_compile refuses the pair): a literal has no
+  // character classes for UCP to change.
+  const std::uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err,
                                    &err_off, nullptr);
   if (!code) {

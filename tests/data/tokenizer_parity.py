@@ -13,9 +13,10 @@ The tokenizers under test are built here:
   llama3-style.json   the same vocabulary with Llama 3's Split regex + ByteLevel(use_regex=false)
                       and ignore_merges
   gpt2-trained.json   a GPT-2-style byte-level BPE trained here on the first files
-  llama2-metaspace.json / llama2-legacy.json
-                      a BPE with byte fallback trained here, in the Metaspace form and the
-                      legacy Prepend/Replace normalizer form of Llama 2 / Mistral files
+  llama2-metaspace.json / llama2-metaspace-split.json / llama2-legacy.json
+                      a BPE with byte fallback trained here, in the Metaspace forms (unsplit,
+                      and split at every U+2581 with a prefix always) and the legacy
+                      Prepend/Replace normalizer form of Llama 2 / Mistral files
   sp-bpe.model / sp-unigram.model
                       SentencePiece models trained here (identity normalisation, byte fallback)
   sp-bpe.gguf         sp-bpe.model written as a GGUF "llama" vocabulary (tokens, scores, types)
@@ -87,12 +88,18 @@ def build(work, gguf_path, train_files):
     for b in range(256):
         vocab.setdefault(f"<0x{b:02X}>", len(vocab))
     merges2 = [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in data["model"]["merges"]]
-    for form in ("metaspace", "legacy"):
+    for form in ("metaspace", "metaspace-split", "legacy"):
         tk = Tokenizer(models.BPE(vocab=vocab, merges=merges2, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
         tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<unk>", "<s>", "</s>")])
         if form == "metaspace":
             tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
             tk.decoder = decoders.Sequence([decoders.Metaspace(replacement="\u2581", prepend_scheme="first"),
+                                            decoders.ByteFallback(), decoders.Fuse()])
+        elif form == "metaspace-split":
+            # The older files' form (split at every U+2581, a prefix before every text): the
+            # split is a literal pattern, which once failed to compile.
+            tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+            tk.decoder = decoders.Sequence([decoders.Metaspace(replacement="\u2581", prepend_scheme="always"),
                                             decoders.ByteFallback(), decoders.Fuse()])
         else:
             tk.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
