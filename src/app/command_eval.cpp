@@ -158,6 +158,13 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
       session, *sampler, train::EvalWindows{micro_batches, windows, masked, tc.preference(), train::preference_loss(tc)}, token_batch);
   const double tokens = r.tokens, loss = r.loss;
   const double seconds = now_seconds() - t0;
+  // A loss mask that is 0 on every window read (every target a prompt's or padding) leaves no
+  // token to average: 0 / 0 would be printed as the loss. r.tokens is a global sum, so every
+  // rank refuses alike.
+  MESHTRAIN_REQUIRE(tc.preference() || tokens > 0,
+                    "no target of the %lld window(s) read is trained on (the loss mask is 0 on all of them): there "
+                    "is no loss to report; check the dataset's mask (re-run `meshtrain prepare`)%s",
+                    static_cast<long long>(windows), o.batches > 0 ? ", or read more of it (--batches 0: the whole split)" : "");
   if (root) {
     const std::string where = o.text.empty() ? "the " + o.split + " split (" + source + ")" : source;
     if (tc.preference()) {

@@ -124,6 +124,16 @@ Keys gpt2_keys(const HfConfig& c) {
   MESHTRAIN_REQUIRE(act == "gelu_new" || act == "gelu_pytorch_tanh",
                     "%s: activation_function is '%s'; meshtrain's GPT-2 uses the tanh GELU (gelu_new)", c.path.c_str(),
                     act.c_str());
+  // Two attention variants of transformers' GPT2Attention that meshtrain does not compute:
+  // loaded anyway, the model would give other logits than the one trained.
+  MESHTRAIN_REQUIRE(c.boolean_or("scale_attn_weights", true),
+                    "%s: scale_attn_weights is false (attention scores not divided by sqrt(head_dim)); meshtrain's "
+                    "GPT-2 always divides them",
+                    c.path.c_str());
+  MESHTRAIN_REQUIRE(!c.boolean_or("scale_attn_by_inverse_layer_idx", false),
+                    "%s: scale_attn_by_inverse_layer_idx is true (attention scores also divided by the layer's "
+                    "number); meshtrain's GPT-2 does not do that",
+                    c.path.c_str());
   const std::string inner = c.get("n_inner") ? c.count("n_inner") : std::to_string(4 * std::atoll(d.c_str()));
   return {{"model.family", "gpt2"},
           {"model.vocab_size", c.count_or("vocab_size", "50257", kMaxVocab)},

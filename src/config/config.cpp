@@ -301,6 +301,8 @@ std::string prepare_ini_text(std::istream& in, const std::string& where, std::ve
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    // A UTF-8 byte-order mark, as some Windows editors write: not part of the first line.
+    if (line_no == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
     const std::size_t first = line.find_first_not_of(" \t");
     if (first != std::string::npos && (line[first] == ';' || line[first] == '#')) line.clear();
     const std::size_t eq = line.find('=');

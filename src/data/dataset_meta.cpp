@@ -120,7 +120,17 @@ DatasetMeta meta_from_json(const std::string& text, const std::string& path) {
   if (root.contains("bos_id")) m.bos_id = id_member(root, "bos_id", path);
   if (root.contains("eos_id")) m.eos_id = id_member(root, "eos_id", path);
   if (root.contains("pad_id")) m.pad_id = id_member(root, "pad_id", path);
-  if (const auto v = root.find("add_bos"); v != root.end()) m.add_bos = v->is_boolean() && v->get<bool>();
+  if (const auto v = root.find("add_bos"); v != root.end()) {
+    MESHTRAIN_REQUIRE(v->is_boolean(), "%s: \"add_bos\" must be true or false, got %s; re-run `meshtrain prepare`",
+                      path.c_str(), v->dump().c_str());
+    m.add_bos = v->get<bool>();
+  }
+  // A special token outside the vocabulary matches no token: a document mask on an eot_id
+  // past the vocabulary would silently mask nothing.
+  for (const auto& [key, id] : {std::pair<const char*, std::int32_t>{"eot_id", m.eot_id}, {"bos_id", m.bos_id},
+                                {"eos_id", m.eos_id}, {"pad_id", m.pad_id}})
+    MESHTRAIN_REQUIRE(id < m.vocab_size, "%s: %s = %d is outside the vocabulary (vocab_size %lld); re-run `meshtrain prepare`",
+                      path.c_str(), key, id, static_cast<long long>(m.vocab_size));
   m.train_tokens = unsigned_member(root, "train_tokens", path);
   m.val_tokens = unsigned_member(root, "val_tokens", path);
   m.val_fraction = number(root, "val_fraction", path).get<double>();
@@ -138,6 +148,11 @@ DatasetMeta meta_from_json(const std::string& text, const std::string& path) {
                       static_cast<unsigned long long>(r));
     m.row_tokens = static_cast<std::uint32_t>(r);
     m.data_format = string_member(root, "data_format", path);
+    MESHTRAIN_REQUIRE(m.data_format == "text" || m.data_format == "alpaca" || m.data_format == "chat" ||
+                          m.data_format == "preference",
+                      "%s: \"data_format\" is '%s'; a dataset of rows is text (packed), alpaca, chat or preference "
+                      "(re-run `meshtrain prepare`)",
+                      path.c_str(), m.data_format.c_str());
     m.chat_template = string_member(root, "chat_template", path);
     m.train_examples = unsigned_member(root, "train_examples", path);
     m.val_examples = unsigned_member(root, "val_examples", path);
@@ -159,7 +174,10 @@ DatasetMeta meta_from_json(const std::string& text, const std::string& path) {
                         static_cast<unsigned long long>(m.train_examples), static_cast<unsigned long long>(m.val_rows),
                         static_cast<unsigned long long>(m.val_examples), root.contains("packed") ? ", packed" : "");
     }
-    if (root.contains("packed") && root["packed"].is_boolean() && root["packed"].get<bool>()) {
+    if (root.contains("packed"))
+      MESHTRAIN_REQUIRE(root["packed"].is_boolean(), "%s: \"packed\" must be true or false, got %s; re-run `meshtrain prepare`",
+                        path.c_str(), root["packed"].dump().c_str());
+    if (root.contains("packed") && root["packed"].get<bool>()) {
       m.packed = true;
       m.train_rows = unsigned_member(root, "train_rows", path);
       m.val_rows = unsigned_member(root, "val_rows", path);

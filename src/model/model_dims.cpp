@@ -80,6 +80,10 @@ ModelDims resolve_dims(const ModelSettings& c) {
       const auto it = std::find(valid.begin(), valid.end(), t);
       MESHTRAIN_REQUIRE(it != valid.end(), "model.lora_targets: '%s' is not a %s projection; choose from %s", t.c_str(),
                         family_name(d.family), join(valid, ", ").c_str());
+      // Twice the same projection would build two adapters on it whose tensors share one
+      // name in the checkpoint (the first save then fails, the run's work lost).
+      MESHTRAIN_REQUIRE(std::find(d.lora_targets.begin(), d.lora_targets.end(), t) == d.lora_targets.end(),
+                        "model.lora_targets names '%s' twice; give each projection once", t.c_str());
       d.lora_targets.push_back(t);
       d.lora_target_ids.push_back(static_cast<int>(it - valid.begin()));
     }

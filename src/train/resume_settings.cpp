@@ -81,6 +81,10 @@ RunSettings run_settings(const plan::RunSetup& s, const data::Dataset& data) {
   };
   // The cosine schedule decays to min_lr; a constant one never uses it.
   if (t.lr_schedule == LrScheduleKind::Cosine) out.insert(out.begin() + 5, {"train.min_lr", real_text(t.min_lr)});
+  // A token stream's document mask decides what attends to what and where positions
+  // restart (rows of a prepared dataset carry their own document starts).
+  if (data.train && data.meta.row_tokens == 0)
+    out.push_back({"data.document_mask", s.spec.data.document_mask ? "true" : "false"});
   // DPO's beta scales its loss; sft never reads it.
   if (t.dpo()) out.push_back({"train.dpo_beta", real_text(t.dpo_beta)});
   if (t.simpo()) {

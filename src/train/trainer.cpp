@@ -155,6 +155,7 @@ class Trainer {
   std::vector<std::int32_t> step_in_, step_tgt_, step_doc_;
   ///< this rank's windows of one step: (grad_accum, B, T) each
   double last_counted_ = 0;  ///< targets the last step's loss counted (global batch)
+  bool warned_no_targets_ = false;  ///< a step without a counted target was reported (once a run)
   /// Packed rows: the fraction of the whole rows' attention the last step's kernels ran (MFU);
   /// attention_work_rows_: the query rows they process as one block (kernels::attention_work_rows).
   double last_attention_fraction_ = 1.0;
@@ -565,6 +566,17 @@ void Trainer<T>::launch_step(int step) {
     watched_all_reduce_in_place("counted targets", "world", mesh.world().mpi(), sums, docs ? 3 : 1, ReduceOp::Sum);
     in.counted_targets = sums[0];
     if (docs && sums[2] > 0) attention_fraction = sums[1] / sums[2];
+    // A global batch whose loss mask is 0 on every row (all prompt, or a damaged mask) has no
+    // loss: the step logs 0 and only the weight decay moves the weights. Said once a run,
+    // with the key to watch.
+    if (data_.train_mask && sums[0] == 0 && !warned_no_targets_) {
+      warned_no_targets_ = true;
+      if (root_)
+        log::warn("step %d: no target of its %d rows is trained on (the loss mask is 0 on all of them): its loss is "
+                  "0 and only the weight decay moves the weights; if `counted_tokens` stays 0 in metrics.jsonl, "
+                  "check the dataset's mask (re-run `meshtrain prepare`)",
+                  step + 1, batch.global_batch);
+    }
   }
   // DPO without LoRA: each window's row, looked up in the stored reference.
   const ReferenceFiller reference = [&](int micro_step) -> const std::vector<double>* {

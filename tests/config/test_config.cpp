@@ -106,6 +106,20 @@ TEST_F(ConfigTest, IniFileSetsKeysOfEverySection) {
   EXPECT_NO_THROW(validate_config(c));
 }
 
+TEST_F(ConfigTest, AByteOrderMarkAndCrlfLineEndsAreNotPartOfTheFile) {
+  // As an editor on Windows saves it: a UTF-8 BOM first, CRLF line ends. The BOM on a
+  // section line, then on a key line.
+  const std::string a = write("bom_section.ini", "\xEF\xBB\xBF[train]\r\nlr = 0.002\r\n[model]\r\nd_model = 96\r\n");
+  const Config ca = parse_config("train", {a}).config;
+  EXPECT_DOUBLE_EQ(ca.train.lr, 0.002);
+  EXPECT_EQ(ca.model.d_model, 96);
+  const std::string b = write("bom_key.ini", "\xEF\xBB\xBFtrain.seed = 9\n");
+  EXPECT_EQ(parse_config("train", {b}).config.train.seed, 9u);
+  // Only at the start of the file: elsewhere it is text like any other, and refused.
+  const std::string c = write("bom_later.ini", "[train]\n\xEF\xBB\xBFlr = 0.002\n");
+  EXPECT_CONTAINS(error_of("train", {c}), "bom_later.ini");
+}
+
 TEST_F(ConfigTest, CommandLineOverridesTheFileWhereverItStands) {
   const std::string ini = write("run.ini", "[model]\nd_model = 256\nn_layers = 4\n[train]\nlr = 0.001\n");
   for (const Args& args : {Args{ini, "--model.d_model=512", "--train.steps=7"},

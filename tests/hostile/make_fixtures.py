@@ -126,6 +126,8 @@ dataset("d_meta_count", lambda d: meta_edit(d, train_tokens=12345))
 dataset("d_meta_json", lambda d: open(f"{d}/meta.json", "w").write('{"format": "meshtrain-dataset", '))
 dataset("d_meta_key", lambda d: meta_edit(d, tokenizer=7))
 dataset("d_meta_negative", lambda d: meta_edit(d, train_tokens=-5))
+dataset("d_meta_eot_vocab", lambda d: meta_edit(d, eot_id=300))  # the vocabulary is 257 ids
+dataset("d_meta_add_bos", lambda d: meta_edit(d, add_bos="yes"))
 dataset("d_no_val", lambda d: os.remove(f"{d}/val.bin"))
 dataset("d_no_meta", lambda d: os.remove(f"{d}/meta.json"))
 

@@ -9,9 +9,11 @@ usage: make_tokenizer_fixtures.py DATA_DIR HF_EXPORT_DIR OUT_DIR
 Writes under OUT_DIR/tok: text.txt and chat.jsonl (inputs for prepare); SentencePiece
 models (sp_noeos.model: no end-of-text, no BOS, no pad; sp_nobos/: no BOS piece but
 tokenizer_config.json asks for one); tokenizer.json files (noeos.json, vocab_float.json,
-added_huge.json); GGUF files (gemma_eos_huge.gguf, gpt2_noeos.gguf, layers_huge.gguf,
+added_huge.json); tokenizer directories whose tokenizer_config.json is of the wrong form
+(cfg_bos_number/, cfg_add_bos_text/, cfg_array/, cfg_not_json/); GGUF files (gemma_eos_huge.gguf, gpt2_noeos.gguf, layers_huge.gguf,
 ffn_huge.gguf); hf_layers_huge/ and hf_embd_huge/ (the export with a config.json whose
-n_layer / n_embd exceed 2^32); ids_huge.txt (a token id of 2^32 + 1 for tokenize
+n_layer / n_embd exceed 2^32), hf_attn_unscaled/ and hf_attn_layer_scaled/ (GPT-2 attention
+variants meshtrain does not compute); ids_huge.txt (a token id of 2^32 + 1 for tokenize
 --decode); d_eot_huge/ (a dataset whose meta.json eot_id exceeds 2^32).
 """
 import json
@@ -83,6 +85,13 @@ tokenizer_json("vocab_float.json", dict(byte_vocab, **{"!": 1.5}))
 tokenizer_json("added_huge.json", byte_vocab,
                added=[{"id": 2**40, "content": "<|endoftext|>", "special": True, "single_word": False,
                        "lstrip": False, "rstrip": False, "normalized": False}])
+# tokenizer_config.json beside a tokenizer.json with a value of the wrong type (the readers
+# passed it over and used another token) or not a JSON object.
+for name, cfg in (("cfg_bos_number", '{"bos_token": 5}'), ("cfg_add_bos_text", '{"add_bos_token": "yes"}'),
+                  ("cfg_array", '[]'), ("cfg_not_json", '{"bos_token": ')):
+    os.makedirs(path(name), exist_ok=True)
+    tokenizer_json(os.path.join(name, "tokenizer.json"), byte_vocab)
+    open(path(name, "tokenizer_config.json"), "w").write(cfg)
 
 # ---- GGUF ---------------------------------------------------------------------------------
 
@@ -150,6 +159,8 @@ def hf_variant(name, **over):
 
 hf_variant("hf_layers_huge", n_layer=BIG)
 hf_variant("hf_embd_huge", n_embd=2**32 + 64)
+hf_variant("hf_attn_unscaled", scale_attn_weights=False)
+hf_variant("hf_attn_layer_scaled", scale_attn_by_inverse_layer_idx=True)
 open(path("ids_huge.txt"), "w").write("104 105 4294967297\n")
 shutil.copytree(data_dir, path("d_eot_huge"))
 m = json.load(open(path("d_eot_huge", "meta.json")))

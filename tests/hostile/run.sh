@@ -76,6 +76,34 @@ PREF=$TEST_TMP/pref
 "$MESHTRAIN_BIN" prepare --format preference --input "$F/p_good.jsonl" --output "$PREF" --chat_template chatml \
   --seq_len 96 >"$TEST_TMP/logs/prepare_pref.log" 2>&1 ||
   { cat "$TEST_TMP/logs/prepare_pref.log"; echo "FAIL: prepare --format preference"; exit 1; }
+# Datasets of rows whose meta.json or loss mask is damaged: from the preference dataset
+# (data_format) and a chat dataset (packed; every mask byte 0: no target is trained on).
+CHAT=$TEST_TMP/chat
+"$MESHTRAIN_BIN" prepare --format chat --input "$F/j_good_chat.jsonl" --output "$CHAT" --chat_template chatml \
+  --seq_len 64 >"$TEST_TMP/logs/prepare_chat.log" 2>&1 ||
+  { cat "$TEST_TMP/logs/prepare_chat.log"; echo "FAIL: prepare --format chat"; exit 1; }
+"$py" - "$PREF" "$CHAT" "$F" <<'EOF' || { echo "FAIL: the row-dataset fixtures"; exit 1; }
+import json, os, shutil, sys
+pref, chat, out = sys.argv[1:4]
+def variant(src, name, edit_meta=None, edit_dir=None):
+    d = os.path.join(out, name)
+    shutil.copytree(src, d)
+    if edit_meta:
+        m = json.load(open(os.path.join(d, "meta.json")))
+        edit_meta(m)
+        json.dump(m, open(os.path.join(d, "meta.json"), "w"), indent=2)
+    if edit_dir:
+        edit_dir(d)
+variant(pref, "r_format_bogus", lambda m: m.update(data_format="bogus"))
+variant(chat, "r_packed_text", lambda m: m.update(packed="yes"))
+def zero_masks(d):  # every mask byte after the 64-byte header
+    for split in ("train", "val"):
+        f = os.path.join(d, split + ".mask")
+        b = bytearray(open(f, "rb").read())
+        b[64:] = bytes(len(b) - 64)
+        open(f, "wb").write(bytes(b))
+variant(chat, "r_mask_zero", edit_dir=zero_masks)
+EOF
 cp -a "$RUN" "$TEST_TMP/run.pristine"
 TRAIN="train $INI --data.dir=$DATA --output.dir=$RUN --train.steps=3 --train.eval_every=0"
 EVAL="eval $INI --data.dir=$DATA --output.dir=$RUN"
