@@ -9,10 +9,7 @@
 # were, its partial ones in OUT_DIR.partial.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 ab=$MESHTRAIN_SOURCE_DIR/perf/bench_ab.sh
 # A shape that runs in about a second (ARGS follow the benchmark's own config).
 source "$MESHTRAIN_SOURCE_DIR/tests/perf/tiny_shape.sh"

@@ -7,10 +7,7 @@
 # reference, and leave the previous results as they were.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 bench=$MESHTRAIN_SOURCE_DIR/perf/bench_eval.sh
 # run NAME BASELINE: bench_eval.sh into ./out (relative), its output in NAME.log, status in $status.
 run() {

@@ -6,10 +6,7 @@
 # exit 1, naming its log.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 bench=$(dirname "$MESHTRAIN_BIN")/bench_kernels
 [[ -x $bench ]] || { fail "$bench is not built"; finish; }
 # norms SECTION PAIRS REPS: bench_norms.sh with SECTION into ./SECTION; PAIRS: its rows per binary.

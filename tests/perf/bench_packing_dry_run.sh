@@ -9,10 +9,7 @@
 # 4. another EXAMPLES prepares the data again (it was reused whatever the count before).
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 # bench NAME BIN [ENV...]: bench_packing.sh into ./bp; output in NAME.log, status in $status.
 bench() {
   local name=$1 bin=$2
@@ -22,8 +19,7 @@ bench() {
   status=$?
 }
 # shellcheck disable=SC2016  # the wrapper expands its own arguments
-printf '#!/usr/bin/env bash\n[[ $1 == train ]] && { echo "failing on purpose" >&2; exit 1; }\nexec "%s" "$@"\n' \
-  "$MESHTRAIN_BIN" >train_fails && chmod +x train_fails
+failing_binary train_fails '$1 == train'
 
 echo "--- 1. both data sets"
 bench run "$MESHTRAIN_BIN"

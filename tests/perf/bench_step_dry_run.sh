@@ -9,10 +9,7 @@
 # whose metrics cannot be read (its configuration would be missing, its ratio nan).
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 perf=$MESHTRAIN_SOURCE_DIR/perf
 source "$MESHTRAIN_SOURCE_DIR/tests/perf/tiny_shape.sh"
 # 2 sequences a rank on both sides.

@@ -13,10 +13,7 @@
 #    previous results kept (the failed case was dropped from the table before, exit 0).
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 source "$MESHTRAIN_SOURCE_DIR/tests/multihost/cluster.sh"
 perf=$MESHTRAIN_SOURCE_DIR/perf
 # async BIN NAME: bench_async_checkpoint.sh into ./async; output in NAME.log, status in $status.
@@ -39,10 +36,7 @@ save() {
   printf 'exec "%s" "$@"\n' "$MESHTRAIN_BIN"
 } >async_other_seed && chmod +x async_other_seed
 # shellcheck disable=SC2016
-{
-  printf '#!/usr/bin/env bash\n[[ " $* " == *" --parallel.strategy=hybrid_shard "* ]] && { echo "failing on purpose" >&2; exit 1; }\n'
-  printf 'exec "%s" "$@"\n' "$MESHTRAIN_BIN"
-} >hybrid_fails && chmod +x hybrid_fails
+failing_binary hybrid_fails '" $* " == *" --parallel.strategy=hybrid_shard "*'
 
 echo "--- 1. bench_async_checkpoint.sh"
 mkdir -p async && echo "hand-written section" >async/SECTION.md

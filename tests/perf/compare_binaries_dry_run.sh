@@ -8,10 +8,7 @@
 # 3. a "new" binary that fails: exit 1, the previous results kept as they were.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 cmp=$MESHTRAIN_SOURCE_DIR/perf/compare_binaries.sh
 # run NAME NEW: compare_binaries.sh MESHTRAIN_BIN NEW into ./out; output in NAME.log, status in $status.
 run() {
@@ -21,7 +18,7 @@ run() {
 }
 # shellcheck disable=SC2016  # the wrappers expand their own arguments
 printf '#!/usr/bin/env bash\nexec "%s" "$@" --train.lr=3e-3\n' "$MESHTRAIN_BIN" >other_lr && chmod +x other_lr
-printf '#!/usr/bin/env bash\necho "failing on purpose" >&2\nexit 1\n' >failing && chmod +x failing
+failing_binary failing
 
 echo "--- 1. the binary against itself"
 mkdir -p out && echo "hand-written commentary" >out/NOTE.md

@@ -5,10 +5,7 @@
 # against a binary whose plan fails (exit 2, naming which binary and case, with its output).
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 cmp=$MESHTRAIN_SOURCE_DIR/perf/compare_plans.sh
 # compare NAME OLD NEW: compare_plans.sh into ./NAME.out, its output in NAME.log, status in $status.
 compare() {

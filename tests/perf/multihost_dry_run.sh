@@ -11,10 +11,7 @@
 #    with equal final losses (a sum of two is exact in any order), NOTE.md kept.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 source "$MESHTRAIN_SOURCE_DIR/tests/multihost/cluster.sh"
 if ! reason=$(cluster_check); then
   # As root after install-deps.sh (run-tests.sh sets MESHTRAIN_REQUIRE_MULTIHOST=1) it must

@@ -6,10 +6,7 @@
 # previous results kept. Skipped (77) where `perf record` cannot run.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 source "$MESHTRAIN_SOURCE_DIR/tests/perf/tiny_shape.sh"
 if ! perf record -q -o probe.data -- true >probe.log 2>&1; then
   echo "SKIP: perf record cannot run here: $(head -c 300 probe.log)"
@@ -22,7 +19,7 @@ profile() {
     >"$1.log" 2>&1
   status=$?
 }
-printf '#!/usr/bin/env bash\necho "failing on purpose" >&2\nexit 1\n' >failing && chmod +x failing
+failing_binary failing
 
 echo "--- 1. profile.sh, relative OUT_DIR"
 profile ok "$MESHTRAIN_BIN"

@@ -6,10 +6,7 @@
 # keeping the runs; then a training that fails: exit 1 naming the base.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 # qlora NAME BIN [ENV...]: bench_qlora_memory.sh MODEL=tiny into ./out; output in NAME.log, status in $status.
 qlora() {
   local name=$1 bin=$2
@@ -19,10 +16,7 @@ qlora() {
   status=$?
 }
 # shellcheck disable=SC2016  # the wrapper expands its own arguments
-{
-  printf '#!/usr/bin/env bash\n[[ $1 == train && " $* " == *" --model.base_quant=int8 "* ]] && { echo "failing on purpose" >&2; exit 1; }\n'
-  printf 'exec "%s" "$@"\n' "$MESHTRAIN_BIN"
-} >int8_fails && chmod +x int8_fails
+failing_binary int8_fails '$1 == train && " $* " == *" --model.base_quant=int8 "*'
 
 echo "--- 1. MODEL=tiny"
 qlora tiny "$MESHTRAIN_BIN"

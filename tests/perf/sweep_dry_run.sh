@@ -7,10 +7,7 @@
 # copy whose PyTorch peer trained another batch: it must refuse, by name, and write nothing.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, TEST_TMP.
 set -uo pipefail
-source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
-rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
-cd "$TEST_TMP" || exit 1
-source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
+source "$MESHTRAIN_SOURCE_DIR/tests/perf/dry_run_lib.sh"
 perf=$MESHTRAIN_SOURCE_DIR/perf
 # The sweep gives the batch on both sides: MICRO sequences a rank, STRONG_GLOBAL.
 source "$MESHTRAIN_SOURCE_DIR/tests/perf/tiny_shape.sh"
