@@ -64,6 +64,20 @@ log "job ${PBS_JOBID:-?} (continuation $resubmits): $ranks ranks, $OMP_NUM_THREA
 # A continuation must find the checkpoints: a fixed output.dir and checkpoint.resume=auto,
 # unless MESHTRAIN_ARGS sets them.
 given() { local a; for a in "${@:2}"; do [[ $a == "--$1="* || $a == "--$1" ]] && return 0; done; return 1; }
+# A continuation follows a save (status 75) and continues that run whatever MESHTRAIN_ARGS
+# says: a checkpoint.resume=PATH there would go back to that step at every continuation,
+# and none would start over (meshtrain refuses that over the run's own checkpoints).
+if (( resubmits > 0 )) && given checkpoint.resume "${overrides[@]}"; then
+  kept=()
+  for ((i = 0; i < ${#overrides[@]}; i++)); do
+    case ${overrides[i]} in
+      --checkpoint.resume=*) log "a continuation: checkpoint.resume=auto replaces ${overrides[i]#--}" ;;
+      --checkpoint.resume) log "a continuation: checkpoint.resume=auto replaces checkpoint.resume=${overrides[i + 1]:-}"; ((i++)) ;;
+      *) kept+=("${overrides[i]}") ;;
+    esac
+  done
+  overrides=("${kept[@]}")
+fi
 run_args=()
 given output.dir "${overrides[@]}" || run_args+=(--output.dir="$run_dir")
 given checkpoint.resume "${overrides[@]}" || run_args+=(--checkpoint.resume=auto)

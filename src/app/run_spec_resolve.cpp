@@ -162,6 +162,7 @@ plan::RunSpec resolve_spec(const Config& c) {
   cs.every = c.checkpoint.every;
   cs.keep = c.checkpoint.keep;
   cs.resume = resume_spec(c.checkpoint.resume);
+  cs.overwrite = c.checkpoint.overwrite;
   cs.init_from = c.checkpoint.init_from;
   if (s.dims.base_quant == BaseQuant::Gguf) s.dims.base_formats = gguf_base_formats(c, s.dims);
   cs.save_final = c.checkpoint.save_final;
@@ -212,6 +213,9 @@ plan::RunSetup with_effective_config(const Config& config, plan::RunSetup setup)
   // its newest checkpoint. train::write_run_record adds a comment naming what was given
   // and where this run started.
   record.checkpoint.resume = "auto";
+  // A rerun continues the run; one given checkpoint.resume=none later must not inherit a
+  // deletion of the run's checkpoints from this file.
+  record.checkpoint.overwrite = false;
   std::string ini = config_to_ini(record);
   const int ranks = setup.mesh_shape.world();
   const auto chosen = [&](const char* key, const std::string& asked, const std::string& value) {

@@ -271,7 +271,8 @@ void validate(const std::string& path, const std::vector<model::ParamSpec>& spec
       diff.push_back(strprintf("LoRA: %s in the checkpoint, %s in this run", stored.str().c_str(), run.str().c_str()));
     MESHTRAIN_REQUIRE(diff.empty(),
                       "checkpoint %s was written for a different model (%s); run with the checkpoint's model "
-                      "settings, or set checkpoint.resume=none to start fresh",
+                      "settings, or start afresh: checkpoint.resume=none with another output.dir (or with "
+                      "checkpoint.overwrite=true, which deletes these checkpoints)",
                       path.c_str(), join(diff, "; ").c_str());
   }
   if (req.lora_of && req.lora_optional) {

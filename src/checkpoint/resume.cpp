@@ -41,7 +41,8 @@ std::string newest_in(const std::string& dir, const std::string& what) {
     const std::string path = dir + "/" + name;
     MESHTRAIN_REQUIRE(fs::is_regular_file(path, ec),
                       "%s: %s points to %s which does not exist; delete %s to fall back to the newest step_*.h5, set "
-                      "checkpoint.resume=PATH to pick one, or checkpoint.resume=none to start fresh",
+                      "checkpoint.resume=PATH to pick one, or checkpoint.resume=none with checkpoint.overwrite=true to start "
+                      "over",
                       what.c_str(), latest.c_str(), path.c_str(), latest.c_str());
     return path;
   }
@@ -66,6 +67,18 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::sort(found.begin(), found.end());
   std::vector<std::string> out;
   for (auto& [step, path] : found) out.push_back(std::move(path));
+  return out;
+}
+
+std::vector<std::string> list_checkpoint_other_files(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "latest" || files::step_of(name, true)) out.push_back(dir + "/" + name);
+  }
+  std::sort(out.begin(), out.end());
   return out;
 }
 

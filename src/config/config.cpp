@@ -113,6 +113,7 @@ void visit_config(C& c, V&& v) {
   v("checkpoint.every", k.every, "steps between checkpoints (0 = only at the end)");
   v("checkpoint.keep", k.keep, "complete checkpoints kept (the newest is never deleted)");
   v("checkpoint.resume", k.resume, "auto (newest complete checkpoint in checkpoint.dir) | none | PATH");
+  v("checkpoint.overwrite", k.overwrite, "let a run that does not continue the checkpoints in checkpoint.dir (resume=none, or a resume from a checkpoint outside it) delete them at its start; without it such a run is refused (the config.ini a run writes holds false)");
   v("checkpoint.init_from", k.init_from, "initial weights: a safetensors file/dir or an .h5 checkpoint (fine-tuning)");
   v("checkpoint.save_final", k.save_final, "save a checkpoint after the last step");
   v("checkpoint.async", k.async, "write each save in the background while training goes on (a host copy of the rank's state; doc/checkpoints.md)");

@@ -38,7 +38,7 @@ ReferenceLogps read_reference_logps(const std::string& path, const std::string& 
   MESHTRAIN_REQUIRE(std::filesystem::exists(path),
                     "%s is missing: a DPO run without LoRA adapters measures its rewards against the log-probabilities "
                     "of its initial weights, computed before step 1 and stored there; a resume cannot recompute them. "
-                    "Restore the file, or start the run again (checkpoint.resume=none)",
+                    "Restore the file, or start the run again (checkpoint.resume=none with checkpoint.overwrite=true)",
                     path.c_str());
   const std::string text = file_io::read_text_file(path, "the DPO reference log-probabilities");
   ReferenceLogps r;
@@ -58,7 +58,7 @@ ReferenceLogps read_reference_logps(const std::string& path, const std::string& 
   }
   MESHTRAIN_REQUIRE(checksum(r) == stored_crc,
                     "%s is damaged: its values' CRC-32C is %08x, it records %08x; start the run again "
-                    "(checkpoint.resume=none) to recompute it",
+                    "(checkpoint.resume=none with checkpoint.overwrite=true) to recompute it",
                     path.c_str(), checksum(r), stored_crc);
   for (const auto* v : {&r.train, &r.val})
     for (double x : *v)

@@ -31,6 +31,7 @@
 #include "parallel/micro_step.hpp"
 #include "plan/cost_model.hpp"
 #include "train/checkpoint_meta.hpp"
+#include "train/earlier_run.hpp"
 #include "train/evaluate.hpp"
 #include "train/generate.hpp"
 #include "train/memory_ways_out.hpp"
@@ -129,6 +130,9 @@ class Trainer {
       while (!held.empty()) held.pop_back();
     }
   } locks_;
+  /// Rank 0: another run's checkpoints in checkpoint.dir that this run does not continue;
+  /// checkpoint.overwrite deletes them once the inputs are valid (earlier_run.hpp).
+  EarlierCheckpoints earlier_;
   Session<T> session_;
   /// checkpoint.async: the save in flight. Declared after the session: destroyed first, it
   /// waits for its background write, which reads staging buffers of its own only.
@@ -294,6 +298,9 @@ void Trainer<T>::probe_and_lock_outputs() {
     // tolerates a checkpoint that changes under it) and written only the probe file above
     // (a name of its own, .meshtrain-write-probe-PID, removed at once).
     lock_directories(out_dir, spec_.checkpoint.dir);
+    // Under the lock, so that no run adds a checkpoint after the look. Refused in
+    // begin_writing: the inputs (a checkpoint to resume, init_from) are named first.
+    earlier_ = earlier_checkpoints(spec_.checkpoint);
   });
   if (!eval_sampler_ && spec_.train.eval_every > 0)
     log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", setup_.batch.seq_len);
@@ -328,7 +335,11 @@ void Trainer<T>::begin_writing(int first_step) {
   // Inputs are valid: from here on the run writes.
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
+    // The last refusal: another run's checkpoints where this run would write its own.
+    const std::string refusal = earlier_run_refusal(spec_.checkpoint, earlier_);
+    MESHTRAIN_REQUIRE(refusal.empty(), "%s", refusal.c_str());
     for (auto& lock : locks_.held) lock->keep_directories();
+    if (!earlier_.empty()) log::warn("%s", remove_earlier_checkpoints(spec_.checkpoint, earlier_).c_str());
     write_run_record(setup_, topo, out_dir, {resumed_from_, resumed_step_});
     if (write_reference_) write_reference_logps(reference_logps_path(out_dir), reference_);
   });
@@ -826,7 +837,8 @@ int Trainer<T>::restore_or_init() {
               static_cast<unsigned long long>(st.tokens_seen), io.seconds, io.gbps());
     if (!cc.init_from.empty())
       log::warn("checkpoint.init_from=%s is not used: the run resumes from its own checkpoint %s (set "
-                "checkpoint.resume=none to start from the initial weights instead)",
+                "checkpoint.resume=none with another output.dir, or with checkpoint.overwrite=true, to start from the "
+                "initial weights instead)",
                 cc.init_from.c_str(), path.c_str());
     if (st.seed != spec_.train.seed)  // only a checkpoint without the record gets here
       log::warn("the checkpoint was written with train.seed=%llu, this run uses %llu: the data order changes",

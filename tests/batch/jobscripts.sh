@@ -9,7 +9,9 @@
 #    same command again resumes and finishes;
 #  * pbs.sh outside PBS (PBS_* variables, a node file, and stand-ins for qsub/qstat that
 #    record their arguments): SIGTERM -> 75 -> it submits its continuation with a
-#    dependency on this job and the same run directory.
+#    dependency on this job and the same run directory; the continuation
+#    (MESHTRAIN_RESUBMITS=1) resumes from the newest checkpoint although MESHTRAIN_ARGS
+#    gives checkpoint.resume=none (which started the first job afresh).
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
@@ -80,12 +82,16 @@ printf '#!/bin/sh\necho "$@" >>%s/qsub.args\necho 43.pbs-server\n' "$TEST_TMP" >
 printf '#!/bin/sh\necho "    Resource_List.select = 1:ncpus=2:mpiprocs=2"\necho "    Resource_List.walltime = 00:10:00"\n' >stubs/qstat
 chmod +x stubs/qsub stubs/qstat
 printf 'localhost\nlocalhost\n' >pbs/nodefile
-(cd "$MESHTRAIN_SOURCE_DIR" && exec env PATH="$TEST_TMP/stubs:$PATH" PBS_O_WORKDIR="$MESHTRAIN_SOURCE_DIR" \
-   PBS_JOBID=42.pbs-server PBS_JOBNAME=meshtrain-test PBS_NODEFILE="$TEST_TMP/pbs/nodefile" \
-   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
-   OMPI_MCA_hwloc_base_binding_policy=none MESHTRAIN="$MESHTRAIN_BIN" MESHTRAIN_CONFIG="$tiny" \
-   MESHTRAIN_ARGS="--data.dir=random --train.steps=100" MESHTRAIN_RUN_DIR="$TEST_TMP/pbs/run" \
-   "$js/pbs.sh") >pbs.log 2>&1 &
+pbs_env=(env PATH="$TEST_TMP/stubs:$PATH" PBS_O_WORKDIR="$MESHTRAIN_SOURCE_DIR"
+  PBS_JOBID=42.pbs-server PBS_JOBNAME=meshtrain-test PBS_NODEFILE="$TEST_TMP/pbs/nodefile"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  OMPI_MCA_hwloc_base_binding_policy=none MESHTRAIN="$MESHTRAIN_BIN" MESHTRAIN_CONFIG="$tiny"
+  MESHTRAIN_RUN_DIR="$TEST_TMP/pbs/run")
+# checkpoint.resume=none in MESHTRAIN_ARGS: the first job starts afresh, its continuation
+# must still continue it (below).
+(cd "$MESHTRAIN_SOURCE_DIR" &&
+  exec "${pbs_env[@]}" MESHTRAIN_ARGS="--data.dir=random --train.steps=100 --checkpoint.resume=none" "$js/pbs.sh") \
+  >pbs.log 2>&1 &
 launcher=$!
 stop_after_step5 pbs.log pbs/run/metrics.jsonl
 grep "^\[pbs" pbs.log
@@ -99,4 +105,19 @@ args=$(cat qsub.args 2>/dev/null)
 [[ $args == *"MESHTRAIN_RUN_DIR=$TEST_TMP/pbs/run"*"MESHTRAIN_RESUBMITS=1"* ]] ||
   fail "pbs: the continuation does not reuse the run directory"
 [[ $args == *"$MESHTRAIN_SOURCE_DIR/jobscripts/pbs.sh" ]] || fail "pbs: the continuation is not this script"
-finish "jobscripts: headers, Slurm directives, workstation stop/resume, PBS continuation"
+
+echo "--- pbs.sh: the continuation continues the run, whatever checkpoint.resume MESHTRAIN_ARGS gives"
+saved=$(sed -n 's/^step_0*\([0-9]*\)\.h5$/\1/p' pbs/run/checkpoints/latest)
+[[ $saved =~ ^[0-9]+$ ]] || fail "pbs: latest names no checkpoint"
+(cd "$MESHTRAIN_SOURCE_DIR" &&
+  exec "${pbs_env[@]}" MESHTRAIN_RESUBMITS=1 \
+    MESHTRAIN_ARGS="--data.dir=random --train.steps=$((saved + 2)) --checkpoint.resume none" "$js/pbs.sh") >pbs2.log 2>&1
+status=$?
+grep "^\[pbs\|resumed from" pbs2.log
+[[ $status -eq 0 ]] || { tail -20 pbs2.log; fail "pbs: the continuation exited $status"; }
+grep -q "a continuation: checkpoint.resume=auto replaces checkpoint.resume=none" pbs2.log ||
+  fail "pbs: the continuation does not say that it replaced checkpoint.resume"
+grep -q "resumed from $TEST_TMP/pbs/run/checkpoints/step_0*$saved.h5: step $saved" pbs2.log ||
+  fail "pbs: the continuation did not resume from step $saved"
+[[ $(last_step pbs/run/metrics.jsonl) == $((saved + 2)) ]] || fail "pbs: the continuation did not reach step $((saved + 2))"
+finish "jobscripts: headers, Slurm directives, workstation stop/resume, PBS continuation (and its resume)"

@@ -7,11 +7,14 @@
 # down, as if the node had died with it.
 #  1. usage errors: one `error:` line, exit 2, nothing written;
 #  2. a bad configuration: meshtrain's exit 2 is passed on after one launch (no recovery);
-#  3. a lost host: the relaunch gets a host file without hC and 2 ranks (the mesh and the
+#  3. a lost host (checkpoint.resume=none given: a fresh start): the relaunch gets a host
+#     file without hC and 2 ranks, checkpoint.resume=auto replacing none (the mesh and the
 #     gradient accumulation chosen again: dp 3 x accum 2 -> dp 2 x accum 3), resumes from the
 #     step-10 checkpoint and finishes; recoveries.jsonl and summary.json hold the recovery;
 #  4. the restart bound: with MESHTRAIN_SUPERVISE_MAX_RESTARTS=0 the same loss ends with 76;
-#     the next start (a requeue, every host back) runs on all 3 hosts from the checkpoint;
+#     the next start (a requeue, SLURM_RESTART_COUNT=1, every host back) runs on all 3 hosts
+#     from the checkpoint, checkpoint.resume=auto replacing the arguments' none; a first
+#     launch passes checkpoint.resume as given (none over bound's checkpoints: meshtrain's 2);
 #  5. ranks killed but every host answering: the run restarts on all 3 hosts;
 #  6. a memory budget that 3 ranks meet and 2 do not: the relaunch is refused by meshtrain
 #     (exit 2, "no strategy fits the memory budget"), and the supervisor passes 2 on.
@@ -76,7 +79,8 @@ st=$?
 
 echo "--- 3. a lost host"
 reset
-STUB_KILL=host sup -- "${args[@]}" --output.dir=run >run.log 2>&1
+# checkpoint.resume=none: the first launch starts afresh, the relaunch continues the run.
+STUB_KILL=host sup -- "${args[@]}" --checkpoint.resume=none --output.dir=run >run.log 2>&1
 st=$?
 cat stub.log
 grep "^\[meshtrain-supervise" run.log | cut -c1-240
@@ -88,6 +92,8 @@ grep -q "batch: 12 sequences x 32 tokens per step = micro_batch 2 x dp 3 x grad_
 grep -q "batch: 12 sequences x 32 tokens per step = micro_batch 2 x dp 2 x grad_accum 3" run.log ||
   fail "the relaunch is not dp 2 x grad_accum 3 (global batch kept)"
 grep -q "resumed from run/checkpoints/step_00000010.h5: step 10" run.log || fail "the relaunch did not resume at step 10"
+grep -q "launch 2 continues the run: checkpoint.resume=auto replaces checkpoint.resume=none" run.log ||
+  fail "the relaunch does not say that checkpoint.resume=auto replaced none"
 grep -q "recovery 1 of at most 3: lost \[hC\] (hC does not answer)" run.log || fail "no recovery line for hC"
 "$py" - run <<'PY' || fail "lost host: the records are wrong"
 import json, sys
@@ -116,13 +122,24 @@ st=$?
 [[ $(cat launches) == 1 ]] || fail "bound: $(cat launches) launches, expected 1"
 grep -q "but 0 recoveries were made already (--max-restarts 0): giving up" bound.log || fail "bound: no giving-up line"
 
-echo "--- 4b. the next start (a requeue) with every host back uses them all"
+echo "--- 4b. the next start (a requeue) with every host back uses them all, and continues the run"
 rm -f launches stub.log down
-sup -- "${args[@]}" --output.dir=bound >requeue.log 2>&1
+SLURM_RESTART_COUNT=1 sup -- "${args[@]}" --checkpoint.resume=none --output.dir=bound >requeue.log 2>&1
 st=$?
 [[ $st == 0 ]] || { tail -n 20 requeue.log; fail "requeue: exit status $st, expected 0"; }
 [[ $(cat stub.log) == "launch 1: np 3 hosts hA,hB,hC" ]] || fail "requeue: launches '$(cat stub.log)', expected one on all 3 hosts"
 grep -q "resumed from bound/checkpoints/step_00000010.h5: step 10" requeue.log || fail "requeue: did not resume at step 10"
+grep -qF "launch 1 continues the run: checkpoint.resume=auto replaces checkpoint.resume=none (a requeued job: SLURM_RESTART_COUNT=1)" \
+  requeue.log || fail "requeue: no line saying that checkpoint.resume=auto replaced none"
+
+echo "--- 4c. a first launch (no requeue) runs checkpoint.resume as given"
+rm -f launches stub.log down
+sup -- "${args[@]}" --checkpoint.resume=none --output.dir=bound >given.log 2>&1
+st=$?
+[[ $st == 2 ]] || { tail -n 20 given.log; fail "given: exit status $st, expected 2 (meshtrain refuses a new run over bound's checkpoints)"; }
+[[ $(cat launches) == 1 ]] || fail "given: $(cat launches) launches, expected 1"
+grep -q "bound/checkpoints holds [0-9]* checkpoints of another run" given.log ||
+  { tail -n 20 given.log; fail "given: checkpoint.resume=none did not reach meshtrain"; }
 
 echo "--- 5. ranks killed, every host answers"
 reset

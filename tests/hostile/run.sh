@@ -276,7 +276,7 @@ for f in "$TEST_TMP/failures.0.quick" "$TEST_TMP/failures.0.slow"; do failures=$
 if [[ -z $only ]]; then
   before_self=$failures
   run_case self_check_detects_writes 1 2 "error" \
-    "train $INI --data.dir=$DATA --output.dir=$RUN --train.steps=1 --checkpoint.resume=none --train.eval_every=0" \
+    "train $INI --data.dir=$DATA --output.dir=$RUN --train.steps=1 --checkpoint.resume=none --checkpoint.overwrite=true --train.eval_every=0" \
     2>"$TEST_TMP/logs/self_check.err" >/dev/null
   if ((failures == before_self + 1)) && grep -q "changed the earlier run" "$TEST_TMP/logs/self_check.err" &&
     grep -q "exit status 0, expected 2" "$TEST_TMP/logs/self_check.err"; then

@@ -16,7 +16,12 @@
 #      comment naming the checkpoint; rerunning it continues the run (no old step again);
 #   6. rerunning a 2-rank run's config.ini on 1 rank (and a 1-rank one on 2) warns about
 #      nothing meshtrain wrote itself (grad_accum, the resolved mesh), while a grad_accum
-#      the user gave next to global_batch still warns.
+#      the user gave next to global_batch still warns;
+#   7. a run that would write its checkpoints among another run's (resume=none, or a resume
+#      from a checkpoint outside checkpoint.dir) is refused (exit 2, the checkpoints named,
+#      nothing touched; a resume of an older step inside the directory is not), and
+#      checkpoint.overwrite=true deletes them first, naming them, with overwrite = false in
+#      the config.ini that reruns the new run.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON.
 set -uo pipefail
@@ -160,5 +165,45 @@ train u.log 2 --data.dir=data --output.dir=run_user --train.steps=2 --train.grad
 grep -q "train.global_batch=8 wins over train.grad_accum=3" u.log || { cat u.log; fail "no warning for the user's grad_accum"; }
 mt v.log 1 train run_user/config.ini --train.steps=4 || { cat v.log; fail "rerun of run_user"; }
 grep -q "train.global_batch=8 wins over train.grad_accum=3" v.log || { cat v.log; fail "rerun: the user's grad_accum no longer warns"; }
+
+echo "--- 7. a run that does not continue checkpoint.dir's checkpoints: refused, or checkpoint.overwrite"
+# The earlier run's checkpoints, as the messages name them.
+mapfile -t held < <(cd run/checkpoints && ls step_*.h5)
+((${#held[@]} >= 2)) || fail "run/checkpoints holds ${#held[@]} checkpoints; the section needs two or more"
+span="${#held[@]} checkpoints of another run (${held[0]} to ${held[-1]})"
+before=$(snapshot run)
+train n.log 2 --data.dir=data --output.dir=run --train.steps=2 --checkpoint.resume=none
+rc=$?
+((rc == 2)) || { cat n.log; fail "resume=none over a run's checkpoints: exit status $rc, expected 2"; }
+grep -qF "checkpoint.dir=run/checkpoints holds $span, and checkpoint.resume=none starts a new run there" n.log &&
+  grep -qF "set checkpoint.overwrite=true to delete them first" n.log || { cat n.log; fail "resume=none: the refusal"; }
+[[ $(snapshot run) == "$before" ]] || fail "the refused resume=none changed the earlier run"
+# From a checkpoint outside checkpoint.dir: refused too, after that checkpoint's own checks.
+mapfile -t held_p < <(cd run_p/checkpoints && ls step_*.h5)
+before_p=$(snapshot run_p)
+train o.log 1 --data.dir=data --output.dir=run_p --train.steps=10 --checkpoint.resume=run/checkpoints/${held[0]}
+rc=$?
+((rc == 2)) || { cat o.log; fail "a resume from outside over a run's checkpoints: exit status $rc, expected 2"; }
+grep -qF "checkpoint.dir=run_p/checkpoints holds ${#held_p[@]} checkpoints of another run" o.log &&
+  grep -qF "checkpoint.resume=run/checkpoints/${held[0]} continues a checkpoint from outside it" o.log ||
+  { cat o.log; fail "a resume from outside: the refusal"; }
+[[ $(snapshot run_p) == "$before_p" ]] || fail "the refused resume from outside changed the earlier run"
+# A resume from inside checkpoint.dir (an older step) is the run's own: not refused.
+train r.log 1 --data.dir=data --output.dir=run_p --train.steps=14 --checkpoint.resume=run_p/checkpoints/${held_p[0]} ||
+  { cat r.log; fail "a resume of an older step inside checkpoint.dir"; }
+grep -qF "resumed from run_p/checkpoints/${held_p[0]}" r.log || { cat r.log; fail "the older step was not resumed"; }
+# checkpoint.overwrite=true deletes the earlier run's checkpoints (named in a warning) and
+# starts over; its config.ini holds overwrite = false, so that a rerun continues this run.
+train q.log 2 --data.dir=data --output.dir=run --train.steps=2 --checkpoint.resume=none --checkpoint.overwrite=true ||
+  { cat q.log; fail "resume=none with checkpoint.overwrite=true"; }
+grep -qF "warning: checkpoint.overwrite: deleted ${#held[@]} checkpoints of another run from run/checkpoints (${held[0]} to ${held[-1]}) and latest" q.log ||
+  { cat q.log; fail "checkpoint.overwrite: no warning naming what it deleted"; }
+[[ $(cd run/checkpoints && echo *) == "latest step_00000002.h5" ]] ||
+  fail "run/checkpoints after checkpoint.overwrite: $(cd run/checkpoints && echo *), expected only this run's"
+(($(wc -l <run/metrics.jsonl) == 2)) || { cat run/metrics.jsonl; fail "metrics.jsonl after checkpoint.overwrite: not 2 steps"; }
+grep -qx "overwrite = false" run/config.ini || { cat run/config.ini; fail "config.ini does not hold overwrite = false"; }
+mt s.log 1 train run/config.ini --train.steps=4 || { cat s.log; fail "rerun after checkpoint.overwrite"; }
+grep -q "resumed from run/checkpoints/step_00000002.h5: step 2" s.log || { cat s.log; fail "the rerun did not continue the new run"; }
+! grep -q "warning" s.log || { grep "warning" s.log; fail "the rerun warns"; }
 
 finish

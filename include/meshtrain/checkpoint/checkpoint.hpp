@@ -234,4 +234,8 @@ std::string newest_checkpoint(const std::string& dir);
 /// directory does not exist.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
+/// What else a run's saves leave in `dir`: `latest` and the .tmp files of saves that did
+/// not finish; empty when the directory does not exist.
+std::vector<std::string> list_checkpoint_other_files(const std::string& dir);
+
 }  // namespace meshtrain::checkpoint

@@ -108,6 +108,7 @@ struct CheckpointConfig {
   int every = 0;                      ///< steps between saves (0 = only at the end)
   int keep = 3;
   std::string resume = "auto";        ///< auto | none | PATH
+  bool overwrite = false;             ///< a start over another run's checkpoints deletes them (train/earlier_run.hpp)
   std::string init_from;              ///< safetensors file or dir (or .h5 checkpoint) with initial weights
   bool save_final = true;
   bool async = false;                 ///< write saves in the background (checkpoint/async_save.hpp)

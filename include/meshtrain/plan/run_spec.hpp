@@ -122,6 +122,7 @@ struct CheckpointSpec {
   bool dir_given = false;                   ///< checkpoint.dir was set (messages name it)
   int every = 0, keep = 3;
   checkpoint::ResumeSpec resume;
+  bool overwrite = false;                   ///< checkpoint.overwrite (train/earlier_run.hpp)
   std::string init_from;
   bool save_final = true;
   bool async = false;                       ///< checkpoint.async

@@ -1,0 +1,145 @@
+// A run that would write its checkpoints among another run's (train/earlier_run): which
+// starts are refused, what checkpoint.overwrite deletes, and the messages.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.hpp"
+#include "train/earlier_run.hpp"
+
+using namespace meshtrain;
+namespace fs = std::filesystem;
+using checkpoint::ResumeSpec;
+
+namespace {
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (part) << "' not in: " << (text)
+
+/// A checkpoint directory with step 2 and 4, `latest` and an unfinished save's .tmp, and a
+/// checkpoint outside it; removed by the destructor.
+struct Dirs {
+  fs::path root, ckpt, outside;
+  Dirs() {
+    char tmpl[] = "/tmp/meshtrain-earlier-run.XXXXXX";
+    EXPECT_NE(mkdtemp(tmpl), nullptr);
+    root = tmpl;
+    ckpt = root / "run" / "checkpoints";
+    fs::create_directories(ckpt);
+    for (const char* name : {"step_00000002.h5", "step_00000004.h5", "step_00000006.h5.tmp"})
+      std::ofstream(ckpt / name) << "x";
+    std::ofstream(ckpt / "latest") << "step_00000004.h5\n";
+    std::ofstream(ckpt / ".meshtrain.lock") << "";  // not the run's checkpoints: kept
+    outside = root / "other" / "step_00000008.h5";
+    fs::create_directories(outside.parent_path());
+    std::ofstream(outside) << "x";
+  }
+  ~Dirs() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+  plan::CheckpointSpec spec(ResumeSpec::Kind kind, const std::string& path = "") const {
+    plan::CheckpointSpec cc;
+    cc.dir = ckpt.string();
+    cc.resume.kind = kind;
+    cc.resume.path = path;
+    return cc;
+  }
+};
+
+TEST(EarlierRun, WhichStartsMixTwoRuns) {
+  Dirs d;
+  // auto continues the directory's checkpoints.
+  EXPECT_TRUE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Auto)).empty());
+  // none: the two complete checkpoints, oldest first; latest and the .tmp beside them.
+  const train::EarlierCheckpoints none = train::earlier_checkpoints(d.spec(ResumeSpec::Kind::None));
+  ASSERT_EQ(none.complete.size(), 2u);
+  EXPECT_EQ(fs::path(none.complete[0]).filename(), "step_00000002.h5");
+  EXPECT_EQ(fs::path(none.complete[1]).filename(), "step_00000004.h5");
+  ASSERT_EQ(none.others.size(), 2u);
+  EXPECT_EQ(fs::path(none.others[0]).filename(), "latest");
+  EXPECT_EQ(fs::path(none.others[1]).filename(), "step_00000006.h5.tmp");
+  // A checkpoint outside the directory (file or directory): the same.
+  EXPECT_EQ(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, d.outside.string())).complete.size(), 2u);
+  EXPECT_EQ(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, d.outside.parent_path().string())).complete.size(),
+            2u);
+  // An older step inside the directory, or the directory itself (also spelled otherwise): a rewind.
+  EXPECT_TRUE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, (d.ckpt / "step_00000002.h5").string())).empty());
+  EXPECT_TRUE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, (d.ckpt / ".." / "checkpoints/").string())).empty());
+  // A PATH that does not exist is the resume's own error, later.
+  EXPECT_TRUE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, (d.root / "nowhere.h5").string())).empty());
+  // latest and a .tmp without a complete checkpoint: nothing to keep.
+  fs::remove(d.ckpt / "step_00000002.h5");
+  fs::remove(d.ckpt / "step_00000004.h5");
+  EXPECT_TRUE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::None)).empty());
+  // A directory that does not exist yet.
+  fs::remove_all(d.ckpt);
+  EXPECT_TRUE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::None)).empty());
+}
+
+TEST(EarlierRun, TheRefusalNamesTheCheckpointsAndTheWaysOn) {
+  Dirs d;
+  plan::CheckpointSpec cc = d.spec(ResumeSpec::Kind::None);
+  const train::EarlierCheckpoints e = train::earlier_checkpoints(cc);
+  const std::string r = train::earlier_run_refusal(cc, e);
+  EXPECT_CONTAINS(r, "checkpoint.dir=" + d.ckpt.string() +
+                         " holds 2 checkpoints of another run (step_00000002.h5 to step_00000004.h5), and "
+                         "checkpoint.resume=none starts a new run there");
+  EXPECT_CONTAINS(r, "checkpoint.resume=auto, give this one another output.dir (or checkpoint.dir), or set "
+                     "checkpoint.overwrite=true to delete them first");
+  // checkpoint.dir given: another checkpoint.dir is the way.
+  cc.dir_given = true;
+  EXPECT_CONTAINS(train::earlier_run_refusal(cc, e), "give this one another checkpoint.dir, or");
+  // A resume from outside is named as such.
+  const plan::CheckpointSpec path = d.spec(ResumeSpec::Kind::Path, d.outside.string());
+  EXPECT_CONTAINS(train::earlier_run_refusal(path, train::earlier_checkpoints(path)),
+                  "checkpoint.resume=" + d.outside.string() + " continues a checkpoint from outside it");
+  // Nothing to refuse, or overwrite asked for.
+  EXPECT_EQ(train::earlier_run_refusal(cc, {}), "");
+  cc.overwrite = true;
+  EXPECT_EQ(train::earlier_run_refusal(cc, e), "");
+  // ... but not of the weights the run starts from.
+  cc.init_from = (d.ckpt / "step_00000004.h5").string();
+  EXPECT_CONTAINS(train::earlier_run_refusal(cc, e),
+                  "checkpoint.init_from=" + cc.init_from + " is among the checkpoints in checkpoint.dir=");
+  cc.init_from = d.ckpt.string();
+  EXPECT_CONTAINS(train::earlier_run_refusal(cc, e), "that checkpoint.overwrite would delete");
+  cc.init_from = d.outside.string();
+  EXPECT_EQ(train::earlier_run_refusal(cc, e), "");
+}
+
+TEST(EarlierRun, OverwriteDeletesTheRunsFilesOnly) {
+  Dirs d;
+  plan::CheckpointSpec cc = d.spec(ResumeSpec::Kind::None);
+  cc.overwrite = true;
+  const std::string said = train::remove_earlier_checkpoints(cc, train::earlier_checkpoints(cc));
+  EXPECT_EQ(said, "checkpoint.overwrite: deleted 2 checkpoints of another run from " + d.ckpt.string() +
+                      " (step_00000002.h5 to step_00000004.h5) and latest, step_00000006.h5.tmp");
+  // The lock file (not a checkpoint) and the checkpoint outside stay.
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(d.ckpt)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{".meshtrain.lock"});
+  EXPECT_TRUE(fs::exists(d.outside));
+  EXPECT_EQ(train::remove_earlier_checkpoints(cc, {}), "");
+}
+
+TEST(EarlierRun, AFileThatCannotBeDeletedIsNamed) {
+  Dirs d;
+  plan::CheckpointSpec cc = d.spec(ResumeSpec::Kind::None);
+  cc.overwrite = true;
+  train::EarlierCheckpoints e = train::earlier_checkpoints(cc);
+  // A non-empty directory where a checkpoint file was listed: remove() fails on it.
+  fs::remove(e.complete[0]);
+  fs::create_directories(fs::path(e.complete[0]) / "inside");
+  try {
+    train::remove_earlier_checkpoints(cc, e);
+    FAIL() << "no error";
+  } catch (const UserError& err) {
+    EXPECT_CONTAINS(err.what(), "checkpoint.overwrite: cannot delete " + e.complete[0]);
+  }
+}
+
+}  // namespace
