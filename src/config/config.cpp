@@ -770,7 +770,12 @@ std::uint64_t parse_bytes(const std::string& key, const std::string& text) {
                               key.c_str(), text.c_str(), unit.c_str()));
   MESHTRAIN_REQUIRE(value >= 0 && std::isfinite(value), "%s = '%s' must be a non-negative size",
                     key.c_str(), text.c_str());
-  return static_cast<std::uint64_t>(value * mult);
+  // A double at or past 2^64 has no uint64 value (the conversion is undefined; x86 gives 0,
+  // which read as "no size" or "must be positive").
+  const double bytes = value * mult;
+  MESHTRAIN_REQUIRE(bytes < 18446744073709551616.0, "%s = '%s' is larger than the largest size (16 EiB)", key.c_str(),
+                    text.c_str());
+  return static_cast<std::uint64_t>(bytes);
 }
 
 std::vector<long> parse_int_list(const std::string& key, const std::string& text) {

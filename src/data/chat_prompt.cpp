@@ -2,13 +2,12 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
 #include "formats/gguf_file.hpp"
 #include "core/error.hpp"
-#include "core/file_io.hpp"
+#include "data/tokenizer_config.hpp"
 
 namespace meshtrain::data {
 
@@ -43,32 +42,12 @@ ChatPrompt chat_generation_prompt(const ChatFormat& format, const std::string& u
   return p;
 }
 
-namespace {
-
-std::string config_chat_template(const fs::path& config) {
-  if (!fs::exists(config)) return "";
-  const auto j = nlohmann::json::parse(file_io::read_text_file(config.string(), ""), nullptr, false);
-  MESHTRAIN_REQUIRE(!j.is_discarded(), "%s is not valid JSON", config.string().c_str());
-  if (!j.is_object() || !j.contains("chat_template")) return "";
-  const auto& t = j["chat_template"];
-  if (t.is_string()) return t.get<std::string>();
-  // A list of named templates ([{"name": "default", "template": ...}, ...]): the default one.
-  if (t.is_array())
-    for (const auto& e : t)
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
-        return e["template"].get<std::string>();
-  return "";
-}
-
-}  // namespace
-
 std::string chat_template_text(const std::string& spec) {
   std::error_code ec;
   if (spec == "byte" || !fs::exists(spec, ec)) return "";
-  if (fs::is_directory(spec, ec)) return config_chat_template(fs::path(spec) / "tokenizer_config.json");
-  if (formats::looks_like_gguf(spec))
+  if (!fs::is_directory(spec, ec) && formats::looks_like_gguf(spec))
     return formats::GgufFile(spec).metadata_string("tokenizer.chat_template", "");
-  return config_chat_template(fs::path(spec).parent_path() / "tokenizer_config.json");
+  return read_tokenizer_config(tokenizer_config_of(spec)).chat_template;
 }
 
 }  // namespace meshtrain::data

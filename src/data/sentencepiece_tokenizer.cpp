@@ -7,7 +7,6 @@
 #include <cstring>
 #include <initializer_list>
 #include <utility>
-#include <nlohmann/json.hpp>
 
 #include "formats/gguf_file.hpp"
 #include "core/checked_int.hpp"
@@ -121,15 +120,6 @@ std::int32_t first_piece(const sentencepiece::SentencePieceProcessor& sp, std::i
   return -1;
 }
 
-/// A token named in tokenizer_config.json: a string or {"content": ...}; "" when absent.
-std::string config_token(const nlohmann::json& cfg, const char* key) {
-  if (!cfg.is_object() || !cfg.contains(key)) return "";
-  const nlohmann::json& v = cfg[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return "";
-}
-
 // --- protobuf wire format ------------------------------------------------------------
 void varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -166,7 +156,7 @@ std::int32_t special_id(const formats::GgufFile& gguf, const char* key, std::int
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_path, const std::string& config_json,
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_path, const TokenizerConfig& cfg,
                                                         const std::string& name) {
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto st = sp->Load(model_path);
@@ -174,18 +164,14 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model
   // The model's own ids (its trainer's bos/eos/pad pieces), unless tokenizer_config.json
   // names another piece of the vocabulary (a name that is no piece is passed over, as the
   // tokenizer.json reader does).
-  const nlohmann::json cfg =
-      config_json.empty() ? nlohmann::json() : nlohmann::json::parse(config_json, nullptr, false);
   SpecialIds ids{sp->bos_id(), sp->eos_id(), sp->pad_id()};
-  for (auto [key, id] : {std::pair<const char*, std::int32_t*>{"bos_token", &ids.bos}, {"eos_token", &ids.eos},
-                         {"pad_token", &ids.pad}})
-    if (const std::int32_t named = piece_id(*sp, config_token(cfg, key)); named >= 0) *id = named;
+  for (auto [token, id] : {std::pair<const std::string*, std::int32_t*>{&cfg.bos_token, &ids.bos},
+                           {&cfg.eos_token, &ids.eos}, {&cfg.pad_token, &ids.pad}})
+    if (const std::int32_t named = piece_id(*sp, *token); named >= 0) *id = named;
   // SentencePiece's Llama convention: a BOS before each sequence unless the config says
   // otherwise. A config asking for one the model lacks is kept as asked: prepare refuses it
   // by name rather than writing an id of -1.
-  bool add_bos = ids.bos >= 0;
-  if (cfg.is_object() && cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
-    add_bos = cfg["add_bos_token"].get<bool>();
+  const bool add_bos = cfg.add_bos_token.value_or(ids.bos >= 0);
   return std::make_unique<SentencePieceTokenizer>(std::move(sp), name, ids, add_bos);
 }
 

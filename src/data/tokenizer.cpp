@@ -5,13 +5,11 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "formats/gguf_file.hpp"
 #include "core/error.hpp"
-#include "core/file_io.hpp"
 #include "data/bpe_tokenizer.hpp"
 #include "data/sentencepiece_tokenizer.hpp"
+#include "data/tokenizer_config.hpp"
 #include "tokenizer_hash.hpp"
 
 namespace meshtrain::data {
@@ -106,35 +104,6 @@ std::unique_ptr<Tokenizer> from_gguf(const std::string& path) {
                             path.c_str(), model.c_str()));
 }
 
-/// The text of the tokenizer_config.json at `file` ("" when there is none). Its readers
-/// (tokenizer_json.cpp, sentencepiece_tokenizer.cpp) pass over what they cannot use, so a
-/// file that is no JSON object, or a special token or add_bos_token of the wrong type, is
-/// refused here by name: passed over, another BOS, EOS or padding would be used unsaid.
-std::string tokenizer_config_text(const fs::path& file) {
-  std::error_code ec;
-  if (!fs::exists(file, ec)) return "";
-  const std::string where = file.string();
-  const std::string text = file_io::read_text_file(where, "");
-  const nlohmann::json cfg = nlohmann::json::parse(text, nullptr, false);
-  MESHTRAIN_REQUIRE(!cfg.is_discarded(), "%s is not valid JSON", where.c_str());
-  MESHTRAIN_REQUIRE(cfg.is_object(), "%s must hold a JSON object, not %s", where.c_str(), cfg.type_name());
-  const auto shown = [](const nlohmann::json& v) {
-    std::string d = v.dump();
-    return d.size() > 60 ? d.substr(0, 57) + "..." : d;
-  };
-  for (const char* key : {"bos_token", "eos_token", "pad_token"}) {
-    if (!cfg.contains(key) || cfg[key].is_null()) continue;
-    const nlohmann::json& v = cfg[key];
-    MESHTRAIN_REQUIRE(v.is_string() || (v.is_object() && v.contains("content") && v["content"].is_string()),
-                      "%s: \"%s\" must be a token's text or {\"content\": text}, got %s", where.c_str(), key,
-                      shown(v).c_str());
-  }
-  if (cfg.contains("add_bos_token") && !cfg["add_bos_token"].is_null())
-    MESHTRAIN_REQUIRE(cfg["add_bos_token"].is_boolean(), "%s: \"add_bos_token\" must be true or false, got %s",
-                      where.c_str(), shown(cfg["add_bos_token"]).c_str());
-  return text;
-}
-
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
@@ -145,7 +114,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
                               spec.c_str(), tokenizer_spec_help().c_str()));
   if (fs::is_directory(spec, ec)) {
     const fs::path dir(spec);
-    const std::string config = tokenizer_config_text(dir / "tokenizer_config.json");
+    const TokenizerConfig config = read_tokenizer_config(tokenizer_config_of(spec));
     if (fs::exists(dir / "tokenizer.json")) {
       BpeConfig c = bpe_config_from_tokenizer_json((dir / "tokenizer.json").string(), config);
       c.name = spec;
@@ -158,14 +127,12 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   if (formats::looks_like_gguf(spec)) return from_gguf(spec);
   const std::string ext = fs::path(spec).extension().string();
   if (ext == ".json") {
-    const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
-    BpeConfig c = bpe_config_from_tokenizer_json(spec, tokenizer_config_text(cfg));
+    BpeConfig c = bpe_config_from_tokenizer_json(spec, read_tokenizer_config(tokenizer_config_of(spec)));
     c.name = spec;
     return make_bpe_tokenizer(std::move(c));
   }
   if (ext == ".model") {
-    const fs::path cfg = fs::path(spec).parent_path() / "tokenizer_config.json";
-    return make_sentencepiece_tokenizer(spec, tokenizer_config_text(cfg), spec);
+    return make_sentencepiece_tokenizer(spec, read_tokenizer_config(tokenizer_config_of(spec)), spec);
   }
   throw UserError(strprintf("cannot tell what kind of tokenizer %s is; give %s", spec.c_str(),
                             tokenizer_spec_help().c_str()));

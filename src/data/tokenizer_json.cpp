@@ -150,18 +150,9 @@ void add_decoder(const json& d, std::vector<DecoderStep>& out, const std::string
   out.push_back(std::move(s));
 }
 
-/// A token named in tokenizer_config.json: a string or {"content": ...}.
-std::string config_token(const json& cfg, const char* key) {
-  if (!cfg.is_object() || !cfg.contains(key)) return "";
-  const json& v = cfg[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return "";
-}
-
 }  // namespace
 
-BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const std::string& config_json) {
+BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const TokenizerConfig& cfg) {
   const std::string text = file_io::read_text_file(path, "the tokenizer file");
   json j;
   try {
@@ -215,7 +206,6 @@ BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const std::str
 
     // Special ids: tokenizer_config.json names them; the post-processor's template says
     // whether a BOS leads each sequence.
-    const json cfg = config_json.empty() ? json() : json::parse(config_json, nullptr, false);
     auto find = [&](const std::string& t) -> std::int32_t {
       if (t.empty()) return -1;
       for (const auto& a : c.added)
@@ -224,9 +214,9 @@ BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const std::str
         if (c.vocab[i] == t) return static_cast<std::int32_t>(i);
       return -1;
     };
-    c.bos_id = find(config_token(cfg, "bos_token"));
-    c.eos_id = find(config_token(cfg, "eos_token"));
-    c.pad_id = find(config_token(cfg, "pad_token"));
+    c.bos_id = find(cfg.bos_token);
+    c.eos_id = find(cfg.eos_token);
+    c.pad_id = find(cfg.pad_token);
     // The post-processor's template says whether a BOS leads each sequence, and which token
     // it is (the id a tokenizer_config.json without bos_token does not name).
     const json post = j.value("post_processor", json());
@@ -244,8 +234,7 @@ BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const std::str
     if (c.eot_id < 0) c.eot_id = c.eos_id;
     // A tokenizer without end-of-text or BOS is still a tokenizer (tokenize, generate): prepare
     // refuses it by name where its format needs the missing token.
-    if (cfg.is_object() && cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
-      c.add_bos = cfg["add_bos_token"].get<bool>();
+    if (cfg.add_bos_token) c.add_bos = *cfg.add_bos_token;
     return c;
   } catch (const json::exception& e) {
     throw UserError(strprintf("tokenizer %s is not a tokenizer.json of the expected form: %s", path.c_str(), e.what()));

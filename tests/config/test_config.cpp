@@ -367,6 +367,18 @@ TEST(ParseBytes, UnitsAndErrors) {
       EXPECT_CONTAINS(e.what(), "parallel.memory_limit");
     }
   }
+  // Past 2^64 bytes there is no value (the conversion gave 0, read as "no size").
+  EXPECT_EQ(parse_bytes("k", "15TiB"), 15ull << 40);
+  EXPECT_EQ(parse_bytes("k", "18446744073709549568"), 18446744073709549568ull);  // the largest double below 2^64
+  for (const char* huge : {"16777216TiB", "1e30GiB", "18446744073709551616", "99999999999999999999999GiB"}) {
+    SCOPED_TRACE(huge);
+    try {
+      parse_bytes("--max_shard_size", huge);
+      ADD_FAILURE() << "accepted";
+    } catch (const UserError& e) {
+      EXPECT_CONTAINS(e.what(), "is larger than the largest size (16 EiB)");
+    }
+  }
 }
 
 TEST(ParseIntList, ListsAndErrors) {

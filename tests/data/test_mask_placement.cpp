@@ -154,7 +154,7 @@ void expect_same_split(const Tokenizer& tok, const std::string& text) {
 }  // namespace
 
 TEST(MaskPlacement, SentencePieceSplitIsTheSlowPathsOnSmallInputs) {
-  const auto tok = make_sentencepiece_tokenizer(sp_model("sp"), "", "sp");
+  const auto tok = make_sentencepiece_tokenizer(sp_model("sp"), {}, "sp");
   for (std::size_t seed = 0; seed < 6; ++seed) {
     expect_same_split(*tok, words(3 + seed * 5, seed));
     expect_same_split(*tok, " " + words(4, seed) + "\n\n  " + words(2, seed + 1) + "  ");
@@ -182,7 +182,7 @@ TEST(MaskPlacement, ContextDependentBpeSplitIsTheSlowPathsOnSmallInputs) {
 TEST(MaskPlacement, ByteFallbackCharactersOfAReplyAreTrainedWhole) {
   // Each of these characters is two to four <0xHH> pieces; prefixes of them decode to U+FFFD,
   // so the old growing-prefix placement refused the example.
-  const auto tok = make_sentencepiece_tokenizer(sp_model("sp"), "", "sp");
+  const auto tok = make_sentencepiece_tokenizer(sp_model("sp"), {}, "sp");
   const std::vector<ChatSegment> segs = {{"User: w\xC3\xB6rld?\nAssistant:", false},
                                          {" \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80 ok\n", true}};
   const MaskedTokens m = tokenize_with_mask(*tok, segs);
@@ -202,7 +202,7 @@ TEST(MaskPlacement, LongExampleIsPlacedInOnePass) {
   // must be the whole example, every reply token trained and every prompt token not.
   const std::vector<ChatSegment> segs = {{"User: " + words(12000, 1) + "\nAssistant:", false},
                                          {" " + words(12000, 2) + "\n", true}};
-  for (const auto& tok : {make_sentencepiece_tokenizer(sp_model("sp"), "", "sp"), llama2_style_bpe()}) {
+  for (const auto& tok : {make_sentencepiece_tokenizer(sp_model("sp"), {}, "sp"), llama2_style_bpe()}) {
     const MaskedTokens m = tokenize_with_mask(*tok, segs);
     std::size_t trained = 0;
     for (const std::uint8_t b : m.mask) trained += b;
@@ -214,7 +214,7 @@ TEST(MaskPlacement, LongExampleIsPlacedInOnePass) {
 
 TEST(SpecialIds, SentencePieceWithoutEosHasNoEndOfTextAndPrepareSaysWhoNeedsIt) {
   const std::string model = sp_model("sp_noeos", "--bos_id=-1 --eos_id=-1");
-  const auto tok = make_sentencepiece_tokenizer(model, "", model);
+  const auto tok = make_sentencepiece_tokenizer(model, {}, model);
   EXPECT_EQ(tok->eot_id(), -1);
   EXPECT_EQ(tok->bos_id(), -1);
   EXPECT_FALSE(tok->add_bos());
@@ -236,7 +236,10 @@ TEST(SpecialIds, SentencePieceWithoutEosHasNoEndOfTextAndPrepareSaysWhoNeedsIt) 
 TEST(SpecialIds, TokenizerConfigNamesPiecesAndAddBosWithoutBosIsRefused) {
   const std::string model = sp_model("sp_nobos", "--bos_id=-1");
   // The config names the eos by its piece; add_bos_token asks for a BOS the model lacks.
-  const auto tok = make_sentencepiece_tokenizer(model, R"({"add_bos_token": true, "eos_token": "</s>"})", model);
+  TokenizerConfig config;
+  config.add_bos_token = true;
+  config.eos_token = "</s>";
+  const auto tok = make_sentencepiece_tokenizer(model, config, model);
   EXPECT_EQ(tok->bos_id(), -1);
   EXPECT_TRUE(tok->add_bos());
   EXPECT_EQ(tok->eos_id(), tok->token_id("</s>"));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "data/tokenizer.hpp"
+#include "data/tokenizer_config.hpp"
 
 namespace meshtrain::formats {
 class GgufFile;
@@ -80,10 +81,11 @@ struct BpeConfig {
 /// vocabulary, an added token's id is outside it, or a pattern does not compile.
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(BpeConfig config);
 
-/// The config of a Hugging Face tokenizer.json (model BPE); `config_json` is the directory's
-/// tokenizer_config.json text or "" (it supplies add_bos_token, bos/eos/pad tokens).
-/// UserError naming `path` and the unsupported component for anything it does not implement.
-BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const std::string& config_json);
+/// The config of a Hugging Face tokenizer.json (model BPE); `cfg` is the directory's
+/// tokenizer_config.json (read_tokenizer_config; empty when there is none): it supplies
+/// add_bos_token and the bos/eos/pad tokens. UserError naming `path` and the unsupported
+/// component for anything it does not implement.
+BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const TokenizerConfig& cfg = {});
 
 /// The config of a GGUF file whose tokenizer.ggml.model is "gpt2" (byte-level BPE), the
 /// pre-tokenizer regexes chosen by tokenizer.ggml.pre as llama.cpp does.

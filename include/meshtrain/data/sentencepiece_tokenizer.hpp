@@ -7,6 +7,7 @@
 #include <string>
 
 #include "data/tokenizer.hpp"
+#include "data/tokenizer_config.hpp"
 
 namespace meshtrain::formats {
 class GgufFile;
@@ -14,9 +15,10 @@ class GgufFile;
 
 namespace meshtrain::data {
 
-/// A tokenizer.model file; `config_json` is the tokenizer_config.json text beside it or ""
-/// (add_bos_token). `name` is the spec it was made from. UserError when the file does not load.
-std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_path, const std::string& config_json,
+/// A tokenizer.model file; `cfg` is the tokenizer_config.json beside it (read_tokenizer_config;
+/// empty when there is none): add_bos_token and bos/eos/pad tokens that name pieces of the
+/// vocabulary. `name` is the spec it was made from. UserError when the file does not load.
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_path, const TokenizerConfig& cfg,
                                                         const std::string& name);
 
 /// The SentencePiece model described by a GGUF file with tokenizer.ggml.model = "llama"
