@@ -67,12 +67,15 @@ given() { local a; for a in "${@:2}"; do [[ $a == "--$1="* || $a == "--$1" ]] &&
 # A continuation follows a save (status 75) and continues that run whatever MESHTRAIN_ARGS
 # says: a checkpoint.resume=PATH there would go back to that step at every continuation,
 # and none would start over (meshtrain refuses that over the run's own checkpoints).
+# checkpoint.overwrite goes too: it concerns a start over another run only.
 if (( resubmits > 0 )) && given checkpoint.resume "${overrides[@]}"; then
   kept=()
   for ((i = 0; i < ${#overrides[@]}; i++)); do
     case ${overrides[i]} in
       --checkpoint.resume=*) log "a continuation: checkpoint.resume=auto replaces ${overrides[i]#--}" ;;
       --checkpoint.resume) log "a continuation: checkpoint.resume=auto replaces checkpoint.resume=${overrides[i + 1]:-}"; ((i++)) ;;
+      --checkpoint.overwrite=*) ;;
+      --checkpoint.overwrite) ((i++)) ;;
       *) kept+=("${overrides[i]}") ;;
     esac
   done

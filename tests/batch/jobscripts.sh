@@ -111,12 +111,14 @@ saved=$(sed -n 's/^step_0*\([0-9]*\)\.h5$/\1/p' pbs/run/checkpoints/latest)
 [[ $saved =~ ^[0-9]+$ ]] || fail "pbs: latest names no checkpoint"
 (cd "$MESHTRAIN_SOURCE_DIR" &&
   exec "${pbs_env[@]}" MESHTRAIN_RESUBMITS=1 \
-    MESHTRAIN_ARGS="--data.dir=random --train.steps=$((saved + 2)) --checkpoint.resume none" "$js/pbs.sh") >pbs2.log 2>&1
+    MESHTRAIN_ARGS="--data.dir=random --train.steps=$((saved + 2)) --checkpoint.resume none --checkpoint.overwrite=true" \
+    "$js/pbs.sh") >pbs2.log 2>&1
 status=$?
 grep "^\[pbs\|resumed from" pbs2.log
 [[ $status -eq 0 ]] || { tail -20 pbs2.log; fail "pbs: the continuation exited $status"; }
 grep -q "a continuation: checkpoint.resume=auto replaces checkpoint.resume=none" pbs2.log ||
   fail "pbs: the continuation does not say that it replaced checkpoint.resume"
+! grep -q "checkpoint.overwrite=true has no effect" pbs2.log || fail "pbs: the continuation kept checkpoint.overwrite"
 grep -q "resumed from $TEST_TMP/pbs/run/checkpoints/step_0*$saved.h5: step $saved" pbs2.log ||
   fail "pbs: the continuation did not resume from step $saved"
 [[ $(last_step pbs/run/metrics.jsonl) == $((saved + 2)) ]] || fail "pbs: the continuation did not reach step $((saved + 2))"

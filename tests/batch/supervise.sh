@@ -79,8 +79,9 @@ st=$?
 
 echo "--- 3. a lost host"
 reset
-# checkpoint.resume=none: the first launch starts afresh, the relaunch continues the run.
-STUB_KILL=host sup -- "${args[@]}" --checkpoint.resume=none --output.dir=run >run.log 2>&1
+# checkpoint.resume=none: the first launch starts afresh, the relaunch continues the run (and
+# drops checkpoint.overwrite, which would only warn that it does nothing with auto).
+STUB_KILL=host sup -- "${args[@]}" --checkpoint.resume=none --checkpoint.overwrite=true --output.dir=run >run.log 2>&1
 st=$?
 cat stub.log
 grep "^\[meshtrain-supervise" run.log | cut -c1-240
@@ -94,6 +95,7 @@ grep -q "batch: 12 sequences x 32 tokens per step = micro_batch 2 x dp 2 x grad_
 grep -q "resumed from run/checkpoints/step_00000010.h5: step 10" run.log || fail "the relaunch did not resume at step 10"
 grep -q "launch 2 continues the run: checkpoint.resume=auto replaces checkpoint.resume=none" run.log ||
   fail "the relaunch does not say that checkpoint.resume=auto replaced none"
+! grep -q "checkpoint.overwrite=true has no effect" run.log || fail "the relaunch kept checkpoint.overwrite"
 grep -q "recovery 1 of at most 3: lost \[hC\] (hC does not answer)" run.log || fail "no recovery line for hC"
 "$py" - run <<'PY' || fail "lost host: the records are wrong"
 import json, sys
