@@ -31,6 +31,7 @@
 #include "data/sampler.hpp"
 #include "train/dpo.hpp"
 #include "train/evaluate.hpp"
+#include "train/memory_ways_out.hpp"
 
 namespace meshtrain::app {
 namespace {
@@ -259,7 +260,12 @@ int command_eval(Runtime& rt, const Args& args) {
   take_lora_from_checkpoint(rt.world(), cfg, source);
   take_seq_len_from_checkpoint(rt.world(), cfg, source);
   const plan::RunSetup setup = resolve_run(cfg, rt);
-  return setup.spec.train.bf16() ? run_eval<bf16>(rt, setup, o, source) : run_eval<float>(rt, setup, o, source);
+  try {
+    return setup.spec.train.bf16() ? run_eval<bf16>(rt, setup, o, source) : run_eval<float>(rt, setup, o, source);
+  } catch (const OutOfDeviceMemory& e) {
+    // The pool named the training settings; an evaluation has no backward to checkpoint.
+    throw OutOfDeviceMemory(e.facts(), train::eval_memory_ways_out(setup));
+  }
 }
 
 }  // namespace meshtrain::app

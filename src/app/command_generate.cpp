@@ -16,11 +16,13 @@
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "core/log.hpp"
+#include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "data/chat_prompt.hpp"
 #include "data/dataset.hpp"
 #include "data/tokenizer.hpp"
 #include "train/generate.hpp"
+#include "train/memory_ways_out.hpp"
 
 namespace meshtrain::app {
 namespace {
@@ -253,7 +255,13 @@ int command_generate(Runtime& rt, const Args& args) {
   adopt_checkpoint_model_on_all(rt.world(), cfg, source, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
   const plan::RunSetup setup = resolve_run(cfg, rt);
-  return setup.spec.train.bf16() ? run_generate<bf16>(rt, setup, o, source) : run_generate<float>(rt, setup, o, source);
+  try {
+    return setup.spec.train.bf16() ? run_generate<bf16>(rt, setup, o, source)
+                                   : run_generate<float>(rt, setup, o, source);
+  } catch (const OutOfDeviceMemory& e) {
+    // The pool named the training settings; generation holds one sequence and its KV cache.
+    throw OutOfDeviceMemory(e.facts(), train::generate_memory_ways_out(setup, o.tokens));
+  }
 }
 
 }  // namespace meshtrain::app

@@ -10,7 +10,9 @@
 #     decision, metric reductions) are watched too, so the stall is caught wherever it hits.
 #  3. Out of memory on rank 1 in step 1 (MESHTRAIN_FAULT=pool.allocate:action=enomem, the
 #     pool's cache empty: nothing to return): the job ends with status 3 and one message from
-#     rank 1 naming the request, the bytes in use by category and the settings that need less.
+#     rank 1 naming the request, the bytes in use by category and the settings that need less;
+#  4. the same refusal in `eval` and `generate` (1 rank) names their own ways to need less (no
+#     activation checkpointing; generate's --tokens), not training's.
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
@@ -79,4 +81,22 @@ grep "out of host memory" oom.log
 grep -Eq "^\[meshtrain\] rank 1 \(.*\): aborting the job: \`meshtrain train\`: out of host memory: a block of [0-9.]+ [KMG]?i?B \([a-z_]+\) could not be allocated \(std::bad_alloc\); in use [0-9.]+ [KMG]?i?B \(params .*\).*\. To need less: a smaller train.micro_batch \(this run: 2\), train.activation_checkpointing=true,? .*more ranks; \`meshtrain plan\` shows what each choice needs$" oom.log ||
   fail "oom: no message from rank 1 naming the request, the memory in use and what this run can change to need less"
 [[ ! -e oom/metrics.jsonl ]] || [[ ! -s oom/metrics.jsonl ]] || fail "oom: a step was logged after the failed allocation"
+
+echo "--- 4. eval and generate out of memory: their own ways to need less"
+# A checkpoint to load: 2 steps on 1 rank.
+timeout $((120 * time_scale)) "$MESHTRAIN_BIN" train "$tiny" --data.dir=random --train.steps=2 --output.dir=small \
+  >small.log 2>&1 || { tail -20 small.log; fail "the run for eval/generate"; }
+for cmd in eval generate; do
+  extra=(--data.dir=random)
+  [[ $cmd == generate ]] && extra=(--prompt hi --tokens 7)
+  MESHTRAIN_FAULT=pool.allocate:action=enomem timeout $((60 * time_scale)) "$MESHTRAIN_BIN" $cmd "$tiny" \
+    --checkpoint small/checkpoints "${extra[@]}" >"oom_$cmd.log" 2>&1
+  status=$?
+  [[ $status -eq 3 ]] || { tail -20 "oom_$cmd.log"; fail "oom $cmd: exit status $status, expected 3"; }
+  grep "To need less" "oom_$cmd.log"
+  if [[ $cmd == eval ]]; then want="To need less: a smaller train.micro_batch (this run: 2) or more ranks;"
+  else want="To need less: fewer --tokens (this run: 7; the KV cache holds the prompt and them) or more ranks;"; fi
+  grep -qF "aborting the job: \`meshtrain $cmd\`: out of host memory" "oom_$cmd.log" && grep -qF "$want" "oom_$cmd.log" ||
+    fail "oom $cmd: the message does not end with: $want"
+done
 finish "dead, stalled and out-of-memory ranks end the job within collective_timeout + $grace s, with a message"

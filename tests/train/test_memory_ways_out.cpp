@@ -46,6 +46,21 @@ TEST(MemoryWaysOut, ALoraRunIsToldOfAFourBitBase) {
   EXPECT_EQ(train::memory_ways_out(s), "a shorter train.seq_len (this run: 1024) or more ranks");
 }
 
+TEST(MemoryWaysOut, EvalAndGenerateAreToldTheirOwnWays) {
+  // No backward: never activation checkpointing; at micro-batch 1 the window.
+  plan::RunSetup s = setup_of(8, false, Strategy::NoShard, 2);
+  EXPECT_EQ(train::eval_memory_ways_out(s),
+            "a smaller train.micro_batch (this run: 8), more sharding: parallel.strategy=full_shard (this run: "
+            "no_shard) or more ranks");
+  s = setup_of(1, false, Strategy::FullShard, 2);
+  s.spec.dims.lora_rank = 4;
+  EXPECT_EQ(train::eval_memory_ways_out(s),
+            "a shorter train.seq_len (this run: 1024), a 4-bit frozen base: model.base_quant=nf4 or more ranks");
+  // One sequence: the KV cache.
+  EXPECT_EQ(train::generate_memory_ways_out(setup_of(8, false, Strategy::FullShard, 1), 200),
+            "fewer --tokens (this run: 200; the KV cache holds the prompt and them) or more ranks");
+}
+
 TEST(MemoryWaysOut, TheMessageKeepsThePoolsFactsAndEndsWithPlan) {
   const OutOfDeviceMemory generic("out of device memory: a block of 1 KiB (workspace) could not be allocated");
   EXPECT_EQ(std::string(generic.what()),
