@@ -30,6 +30,15 @@ void check_roles(const std::vector<ChatMessage>& messages) {
   MESHTRAIN_REQUIRE(assistant, "a conversation has no assistant message: there is nothing to train on");
 }
 
+/// A template with a family's markers that renders otherwise than meshtrain renders that
+/// family: refused by name (trained on one form, the model would be prompted with another by
+/// Hugging Face's apply_chat_template), with the way to take meshtrain's form anyway.
+[[noreturn]] void refuse_variant(const std::string& source, const char* variant, const char* name) {
+  throw UserError(strprintf("%s: the model's chat template is %s, which meshtrain does not render; meshtrain renders "
+                            "the %s form: give --chat_template %s to train (or chat) in that form anyway",
+                            source.c_str(), variant, name, name));
+}
+
 }  // namespace
 
 std::vector<std::string> known_chat_templates() { return {"alpaca", "chatml", "llama2", "llama3"}; }
@@ -43,7 +52,12 @@ ChatFormat chat_format_by_name(const std::string& name) {
 }
 
 ChatFormat recognise_chat_template(const std::string& jinja, const std::string& source) {
-  if (jinja.find("<|im_start|>") != std::string::npos && jinja.find("<|im_end|>") != std::string::npos) {
+  const auto has = [&](const char* marker) { return jinja.find(marker) != std::string::npos; };
+  if (has("<|im_start|>") && has("<|im_end|>")) {
+    // Qwen3 (and other reasoning models) wrap the final assistant turn in <think>...</think>.
+    if (has("<think>"))
+      refuse_variant(source, "ChatML with reasoning blocks (<think>...</think> around assistant turns, as Qwen3's)",
+                     "chatml");
     ChatFormat f{ChatTemplateKind::ChatML, ""};
     // A default system turn written literally in the template: '<|im_start|>system\n...<|im_end|>'.
     const std::string open = "<|im_start|>system\n";
@@ -55,9 +69,22 @@ ChatFormat recognise_chat_template(const std::string& jinja, const std::string& 
     }
     return f;
   }
-  if (jinja.find("<|start_header_id|>") != std::string::npos) return {ChatTemplateKind::Llama3, ""};
-  if (jinja.find("[INST]") != std::string::npos) return {ChatTemplateKind::Llama2, ""};
-  if (jinja.find("### Instruction:") != std::string::npos) return {ChatTemplateKind::Alpaca, ""};
+  if (has("<|start_header_id|>")) {
+    // Llama 3.1 and later open every conversation with a system turn holding a date (today's,
+    // in transformers, for 3.2): meshtrain renders Llama 3.0's form, which has none.
+    if (has("Cutting Knowledge Date"))
+      refuse_variant(source, "Llama 3.1's or later (a system turn with 'Cutting Knowledge Date' and 'Today Date')",
+                     "llama3");
+    return {ChatTemplateKind::Llama3, ""};
+  }
+  if (has("[INST]")) {
+    // Llama 2 puts the system message in <<SYS>> tags and spaces around each reply; Mistral's
+    // [INST] templates do neither.
+    if (!has("<<SYS>>"))
+      refuse_variant(source, "an [INST] template without Llama 2's <<SYS>> block (Mistral's form)", "llama2");
+    return {ChatTemplateKind::Llama2, ""};
+  }
+  if (has("### Instruction:")) return {ChatTemplateKind::Alpaca, ""};
   throw UserError(strprintf("%s: %s; choose one of the known formats (%s) with --chat_template NAME",
                             source.c_str(),
                             jinja.empty() ? "the model has no chat template" : "the model's chat template is not one meshtrain knows",

@@ -65,7 +65,11 @@ TEST(ChatTemplate, Llama3) {
 }
 
 TEST(ChatTemplate, Llama2) {
-  const ChatFormat f = recognise_chat_template("{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}", "llama2");
+  // Meta's Llama 2 chat template (its system block and the user/assistant parts).
+  const ChatFormat f = recognise_chat_template(
+      "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+      "'\\n<</SYS>>\\n\\n' + message['content'] %}{% endif %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}",
+      "llama2");
   EXPECT_EQ(f.kind, ChatTemplateKind::Llama2);
   const auto s = render_chat(f, {{"system", "Sys"}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Q"},
                                  {"assistant", "A"}});
@@ -94,6 +98,31 @@ TEST(ChatTemplate, UnknownTemplatesAndBadConversations) {
     EXPECT_NE(m.find("--chat_template NAME"), std::string::npos) << m;
   }
   EXPECT_THROW(chat_format_by_name("vicuna"), UserError);
+  // A family's markers, but another form than meshtrain renders for that family: refused by
+  // name, with the flag that takes meshtrain's form.
+  const auto refusal = [](const std::string& jinja) {
+    try {
+      recognise_chat_template(jinja, "tok");
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // Qwen3: ChatML with reasoning blocks.
+  std::string m = refusal("{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content + '\\n</think>\\n\\n' + "
+                          "content }}{{ '<|im_end|>' }}");
+  EXPECT_NE(m.find("tok: the model's chat template is ChatML with reasoning blocks"), std::string::npos) << m;
+  EXPECT_NE(m.find("give --chat_template chatml to train (or chat) in that form anyway"), std::string::npos) << m;
+  // Llama 3.1 and later: a dated system turn.
+  m = refusal("{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}{{- 'Cutting Knowledge Date: December 2023\\n' }}"
+              "{{- 'Today Date: ' + date_string + '\\n\\n' }}");
+  EXPECT_NE(m.find("Llama 3.1's or later"), std::string::npos) << m;
+  EXPECT_NE(m.find("--chat_template llama3"), std::string::npos) << m;
+  // Mistral's [INST] without Llama 2's <<SYS>>.
+  m = refusal("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+              "message['content'] + ' [/INST]' }}{% else %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}");
+  EXPECT_NE(m.find("an [INST] template without Llama 2's <<SYS>> block"), std::string::npos) << m;
+  EXPECT_NE(m.find("--chat_template llama2"), std::string::npos) << m;
   EXPECT_EQ(chat_format_by_name("llama3").kind, ChatTemplateKind::Llama3);
   const ChatFormat f = chat_format_by_name("chatml");
   EXPECT_THROW(render_chat(f, {{"user", "no reply"}}), UserError);
