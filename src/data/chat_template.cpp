@@ -39,6 +39,39 @@ void check_roles(const std::vector<ChatMessage>& messages) {
                             source.c_str(), variant, name, name));
 }
 
+/// The default system turn a ChatML template writes literally when a conversation has none:
+/// the text of the first '<|im_start|>system' + newline + TEXT + '<|im_end|>' whose TEXT is
+/// plain (no Jinja expression, quote or concatenation) and that is not under an
+/// `{% if tools %}`. Templates that branch (Qwen2.5: a tools branch and a system-message
+/// branch come first) hold other system turns before it. The newline is a real one (SmolLM2's GGUF) or Jinja's escape \n (a
+/// tokenizer_config.json that writes "\\n"), decoded in TEXT too. "" when there is none.
+std::string default_system_turn(const std::string& jinja) {
+  const std::string open = "<|im_start|>system";
+  for (std::size_t b = jinja.find(open); b != std::string::npos; b = jinja.find(open, b + 1)) {
+    std::size_t start = b + open.size();
+    if (jinja.compare(start, 1, "\n") == 0) start += 1;
+    else if (jinja.compare(start, 2, "\\n") == 0) start += 2;
+    else continue;
+    const std::size_t e = jinja.find("<|im_end|>", start);
+    if (e == std::string::npos) return "";
+    const std::string raw = jinja.substr(start, e - start);
+    if (raw.find_first_of("{}'\"+") != std::string::npos) continue;
+    // A literal system turn under `{% if tools %}` is a tool-use prompt, not the default.
+    const std::size_t tag = jinja.rfind("{%", b);
+    if (tag != std::string::npos && jinja.substr(tag, jinja.find("%}", tag) - tag).find("tools") != std::string::npos)
+      continue;
+    std::string text;
+    bool plain = true;
+    for (std::size_t i = 0; i < raw.size() && plain; ++i) {
+      if (raw[i] != '\\') text += raw[i];
+      else if (i + 1 < raw.size() && raw[i + 1] == 'n') text += '\n', ++i;
+      else plain = false;  // another escape: not a text this reader decodes
+    }
+    if (plain) return text;
+  }
+  return "";
+}
+
 }  // namespace
 
 std::vector<std::string> known_chat_templates() { return {"alpaca", "chatml", "llama2", "llama3"}; }
@@ -58,16 +91,7 @@ ChatFormat recognise_chat_template(const std::string& jinja, const std::string& 
     if (has("<think>"))
       refuse_variant(source, "ChatML with reasoning blocks (<think>...</think> around assistant turns, as Qwen3's)",
                      "chatml");
-    ChatFormat f{ChatTemplateKind::ChatML, ""};
-    // A default system turn written literally in the template: '<|im_start|>system\n...<|im_end|>'.
-    const std::string open = "<|im_start|>system\n";
-    const std::size_t b = jinja.find(open);
-    if (b != std::string::npos) {
-      const std::size_t e = jinja.find("<|im_end|>", b + open.size());
-      const std::string text = jinja.substr(b + open.size(), e - b - open.size());
-      if (e != std::string::npos && text.find_first_of("{}'\"+") == std::string::npos) f.default_system = text;
-    }
-    return f;
+    return {ChatTemplateKind::ChatML, default_system_turn(jinja)};
   }
   if (has("<|start_header_id|>")) {
     // Llama 3.1 and later open every conversation with a system turn holding a date (today's,

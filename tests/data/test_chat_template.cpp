@@ -52,6 +52,27 @@ TEST(ChatTemplate, SmolLM2IsChatMLWithItsDefaultSystem) {
                     "<|im_start|>assistant\nYo<|im_end|>\n");
 }
 
+TEST(ChatTemplate, Qwen25DefaultSystemAfterItsBranches) {
+  // Qwen2.5's template as tokenizer_config.json holds it once decoded: Jinja's \n escapes, a
+  // tools branch and a system-message branch before the default system turn.
+  const std::string qwen =
+      "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n"
+      "        {{- messages[0]['content'] }}\n    {%- else %}\n        {{- 'You are Qwen.' }}\n    {%- endif %}\n"
+      "    {{- '<|im_end|>\\n' }}\n{%- if tools %}{{- '<|im_start|>system\\nTool prompt<|im_end|>\\n' }}{%- endif %}\n"
+      "{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n"
+      "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n"
+      "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+      "    {%- endif %}\n{%- endif %}";
+  const ChatFormat f = recognise_chat_template(qwen, "qwen2.5");
+  EXPECT_EQ(f.kind, ChatTemplateKind::ChatML);
+  EXPECT_EQ(f.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  // A template whose only system turns are expressions has no default.
+  EXPECT_EQ(recognise_chat_template("{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}",
+                                    "x")
+                .default_system,
+            "");
+}
+
 TEST(ChatTemplate, Llama3) {
   const ChatFormat f = recognise_chat_template(
       "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
