@@ -127,11 +127,24 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
   parallel::FsdpEngine<T>& eng = session.engine();
   eng.init_parameters(setup.spec.train.seed);
 
-  // A private directory: rank 0 names it, every rank uses it.
+  // A private directory: rank 0 names it, every rank uses it. Rank 0 removes it -- and the
+  // directories it created for it (checkpoint.dir, output.dir) when they are left empty --
+  // however the benchmark ends.
   std::string dir = setup.spec.checkpoint.dir + "/.bench-io-" + std::to_string(::getpid());
   dir = broadcast_string(world, dir);
+  struct Cleanup {
+    std::string dir;
+    std::vector<std::string> created;  ///< deepest first: file_io::missing_directories
+    ~Cleanup() {
+      std::error_code ec;
+      if (!dir.empty()) fs::remove_all(dir, ec);
+      for (const std::string& d : created) fs::remove(d, ec);  // only an empty one
+    }
+  } cleanup;
   agree_on_errors(world, [&] {
     if (!root) return;
+    cleanup.created = file_io::missing_directories(dir);
+    cleanup.dir = dir;
     std::error_code ec;
     fs::create_directories(dir, ec);
     MESHTRAIN_REQUIRE(!ec, "cannot create %s (under checkpoint.dir): %s", dir.c_str(), ec.message().c_str());
@@ -162,8 +175,6 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
   const std::optional<Ceiling> net = network_ceiling(world, rt.topology(), mine);
 
   if (root) {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
     std::printf("#%-12s %14s %10s %10s\n", "what", "bytes", "seconds", "GB/s");
     std::printf(" %-12s %14llu %10.3f %10.3f   (best of %d; data phase %.3f s; checksums %.4f s)\n", "save",
                 static_cast<unsigned long long>(best->bytes), best->seconds, best->gbps(), o.iters, best->data_seconds,

@@ -91,6 +91,12 @@ assert j["file_system_bytes"] >= j["save_bytes"] and j["bound"] == "file_system"
 PY
 [[ $(ls -A "$io_dir/checkpoints") == latest && $(cat "$io_dir/checkpoints/latest") == keep ]] ||
   fail "io: the checkpoint directory changed: $(ls -A "$io_dir/checkpoints" | tr '\n' ' ')"
+# Into an output.dir that does not exist: nothing is left behind (it created output.dir and
+# checkpoint.dir for its private directory).
+run "io fresh" $MPIEXEC -np 1 "$bin" bench io "$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini" \
+  --output.dir="$TEST_TMP/io_fresh/run" --iters 1
+[[ $rc -eq 0 ]] || fail "io fresh: exit status $rc"
+[[ ! -e $TEST_TMP/io_fresh/run ]] || fail "io fresh: left $(find "$TEST_TMP/io_fresh" | tr '\n' ' ')"
 
 run "bad group" $MPIEXEC -np 2 "$bin" bench comm --group nope --max_bytes 4KiB
 [[ $rc -eq 2 ]] || fail "bad group: exit status $rc, expected 2 (user error)"
