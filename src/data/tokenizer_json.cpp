@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "data/bpe_tokenizer.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::data {
 namespace {
@@ -158,7 +159,7 @@ BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const Tokenize
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    throw UserError(strprintf("tokenizer %s is not valid JSON: %s", path.c_str(), e.what()));
+    throw UserError(strprintf("tokenizer %s is not valid JSON: %s", path.c_str(), formats::json_error_text(e).c_str()));
   }
   try {
     BpeConfig c;
@@ -237,7 +238,8 @@ BpeConfig bpe_config_from_tokenizer_json(const std::string& path, const Tokenize
     if (cfg.add_bos_token) c.add_bos = *cfg.add_bos_token;
     return c;
   } catch (const json::exception& e) {
-    throw UserError(strprintf("tokenizer %s is not a tokenizer.json of the expected form: %s", path.c_str(), e.what()));
+    throw UserError(strprintf("tokenizer %s is not a tokenizer.json of the expected form: %s", path.c_str(),
+                              formats::json_error_text(e).c_str()));
   }
 }
 

@@ -147,6 +147,28 @@ TEST(TokenizerMatch, RefusesAnotherTokenizer) {
   }
 }
 
+TEST(BpeTokenizer, AMalformedTokenizerJsonIsNamedInPlainWords) {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::temp_directory_path() / ("meshtrain_tok_bad_" + std::to_string(::getpid()) + ".json");
+  const auto message = [&](const std::string& text) {
+    std::ofstream(file) << text;
+    try {
+      bpe_config_from_tokenizer_json(file.string());
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // The JSON library's own words, without its "[json.exception.NAME.ID] " prefix.
+  std::string m = message(R"({"model": {"type": "BPE", "vocab": {}}})");
+  EXPECT_NE(m.find("is not a tokenizer.json of the expected form: key 'merges' not found"), std::string::npos) << m;
+  EXPECT_EQ(m.find("[json.exception"), std::string::npos) << m;
+  m = message(R"({"model": )");
+  EXPECT_NE(m.find("is not valid JSON: "), std::string::npos) << m;
+  EXPECT_EQ(m.find("[json.exception"), std::string::npos) << m;
+  fs::remove(file);
+}
+
 TEST(TokenizerMatch, DatasetAgainstAModelDirectory) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("meshtrain_tok_test_" + std::to_string(::getpid()));
