@@ -358,27 +358,23 @@ TEST(ParseBytes, UnitsAndErrors) {
   EXPECT_EQ(parse_bytes("k", "80GB"), 80000000000ull);
   EXPECT_EQ(parse_bytes("k", "512MB"), 512000000ull);
   EXPECT_EQ(parse_bytes("k", "1.5e9"), 1500000000ull);
-  for (const char* bad : {"", "lots", "8XB", "-1GiB", "inf", "8 GiB extra"}) {
-    SCOPED_TRACE(bad);
+  // refused(KEY, TEXT, PART): parse_bytes refuses TEXT with a message holding PART.
+  const auto refused = [](const char* key, const char* text, const char* part) {
+    SCOPED_TRACE(text);
     try {
-      parse_bytes("parallel.memory_limit", bad);
+      parse_bytes(key, text);
       ADD_FAILURE() << "accepted";
     } catch (const UserError& e) {
-      EXPECT_CONTAINS(e.what(), "parallel.memory_limit");
+      EXPECT_CONTAINS(e.what(), part);
     }
-  }
+  };
+  for (const char* bad : {"", "lots", "8XB", "-1GiB", "inf", "8 GiB extra"})
+    refused("parallel.memory_limit", bad, "parallel.memory_limit");
   // Past 2^64 bytes there is no value (the conversion gave 0, read as "no size").
   EXPECT_EQ(parse_bytes("k", "15TiB"), 15ull << 40);
   EXPECT_EQ(parse_bytes("k", "18446744073709549568"), 18446744073709549568ull);  // the largest double below 2^64
-  for (const char* huge : {"16777216TiB", "1e30GiB", "18446744073709551616", "99999999999999999999999GiB"}) {
-    SCOPED_TRACE(huge);
-    try {
-      parse_bytes("--max_shard_size", huge);
-      ADD_FAILURE() << "accepted";
-    } catch (const UserError& e) {
-      EXPECT_CONTAINS(e.what(), "is larger than the largest size (16 EiB)");
-    }
-  }
+  for (const char* huge : {"16777216TiB", "1e30GiB", "18446744073709551616", "99999999999999999999999GiB"})
+    refused("--max_shard_size", huge, "is larger than the largest size (16 EiB)");
 }
 
 TEST(ParseIntList, ListsAndErrors) {
