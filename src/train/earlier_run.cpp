@@ -41,20 +41,30 @@ EarlierCheckpoints earlier_checkpoints(const plan::CheckpointSpec& cc) {
   return e;
 }
 
-std::string earlier_run_refusal(const plan::CheckpointSpec& cc, const EarlierCheckpoints& earlier) {
+std::string earlier_run_refusal(const plan::CheckpointSpec& cc, const EarlierCheckpoints& earlier,
+                                const std::string& lora_base) {
   if (earlier.empty()) return "";
   if (cc.overwrite) {
     // The weights this run starts from must outlive the deletion: a LoRA run's checkpoints
     // name their base by that path, and the run's record names where it started.
-    if (cc.init_from.empty()) return "";
-    const fs::path from = canonical_path(cc.init_from);
-    bool deleted = from == canonical_path(cc.dir);
-    for (const std::string& path : earlier.complete) deleted = deleted || from == canonical_path(path);
-    if (!deleted) return "";
-    return strprintf("checkpoint.init_from=%s is among the checkpoints in checkpoint.dir=%s that checkpoint.overwrite "
-                     "would delete (a LoRA run's checkpoints name their base by that path); copy it out of the "
-                     "directory first, or give this run another output.dir",
-                     cc.init_from.c_str(), cc.dir.c_str());
+    const auto deleted = [&](const std::string& path) {
+      if (path.empty()) return false;
+      const fs::path p = canonical_path(path);
+      bool found = p == canonical_path(cc.dir);
+      for (const std::string& c : earlier.complete) found = found || p == canonical_path(c);
+      return found;
+    };
+    if (deleted(cc.init_from))
+      return strprintf("checkpoint.init_from=%s is among the checkpoints in checkpoint.dir=%s that checkpoint.overwrite "
+                       "would delete (a LoRA run's checkpoints name their base by that path); copy it out of the "
+                       "directory first, or give this run another output.dir",
+                       cc.init_from.c_str(), cc.dir.c_str());
+    if (deleted(lora_base))
+      return strprintf("the LoRA base %s of checkpoint.resume=%s is among the checkpoints in checkpoint.dir=%s that "
+                       "checkpoint.overwrite would delete (this run's checkpoints name their base by that path); copy "
+                       "it out of the directory first, or give this run another output.dir",
+                       lora_base.c_str(), cc.resume.path.c_str(), cc.dir.c_str());
+    return "";
   }
   const std::size_t n = earlier.complete.size();
   const std::string which =

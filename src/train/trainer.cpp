@@ -336,7 +336,9 @@ void Trainer<T>::begin_writing(int first_step) {
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
     // The last refusal: another run's checkpoints where this run would write its own.
-    const std::string refusal = earlier_run_refusal(spec_.checkpoint, earlier_);
+    // base_.path: the LoRA base a resumed checkpoint names (init_from's is checked as such).
+    const std::string refusal =
+        earlier_run_refusal(spec_.checkpoint, earlier_, spec_.dims.lora_rank > 0 ? base_.path : std::string());
     MESHTRAIN_REQUIRE(refusal.empty(), "%s", refusal.c_str());
     for (auto& lock : locks_.held) lock->keep_directories();
     if (!earlier_.empty()) log::warn("%s", remove_earlier_checkpoints(spec_.checkpoint, earlier_).c_str());

@@ -8,7 +8,8 @@
 #    base checkpoint's and equals the eval with the right keys);
 #  * resume with other LoRA settings is exit 2 naming both values; init_from of a LoRA
 #    checkpoint without the same settings is exit 2 (adapters are never dropped), with
-#    them it loads;
+#    them it loads; a resume of the LoRA run into its base's directory with
+#    checkpoint.overwrite=true is exit 2 (the base its checkpoints name would be deleted);
 #  * convert exports the adapters as a PEFT adapter (not a model directory: eval refuses it)
 #    or merged into the base (--merge_lora: evaluates to the checkpoint's loss); a
 #    checkpoint whose settings were removed is refused by its adapters-only contents
@@ -84,6 +85,15 @@ expect_error "init_from a LoRA checkpoint without LoRA" "holds LoRA adapters onl
 run train "$tiny" "${common[@]}" --train.steps=2 --output.dir=from_lora2 --checkpoint.init_from=lora/checkpoints \
   --model.lora_rank=4 --model.lora_targets=c_attn
 [[ $rc -eq 0 ]] || { cat err.log; fail "init_from a LoRA checkpoint with its settings failed"; }
+# The LoRA run continued from outside base/checkpoints into that directory with
+# checkpoint.overwrite=true: the base its checkpoints name would be deleted. Refused, with
+# base/checkpoints untouched.
+before=$(ls -l --time-style=+%s.%N base/checkpoints)
+run train "$tiny" "${common[@]}" --train.steps=8 --train.lr=2e-2 --train.min_lr=2e-2 --model.lora_rank=4 \
+  --output.dir=base --checkpoint.resume=lora/checkpoints --checkpoint.overwrite=true
+expect_error "overwrite the base of the resumed LoRA checkpoint" "the LoRA base " "/base/checkpoints/step_" \
+  "of checkpoint.resume=lora/checkpoints is among the checkpoints in checkpoint.dir=base/checkpoints"
+[[ $(ls -l --time-style=+%s.%N base/checkpoints) == "$before" ]] || fail "the refused overwrite changed base/checkpoints"
 
 echo "--- exports and older checkpoints"
 run convert --input lora/checkpoints --output lora_peft

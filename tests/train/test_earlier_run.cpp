@@ -109,6 +109,17 @@ TEST(EarlierRun, TheRefusalNamesTheCheckpointsAndTheWaysOn) {
   EXPECT_CONTAINS(train::earlier_run_refusal(cc, e), "that checkpoint.overwrite would delete");
   cc.init_from = d.outside.string();
   EXPECT_EQ(train::earlier_run_refusal(cc, e), "");
+  // ... nor of the LoRA base a checkpoint resumed from outside names.
+  plan::CheckpointSpec lora = d.spec(ResumeSpec::Kind::Path, d.outside.string());
+  lora.overwrite = true;
+  const train::EarlierCheckpoints le = train::earlier_checkpoints(lora);
+  const std::string base = (d.ckpt / "step_00000002.h5").string();
+  EXPECT_CONTAINS(train::earlier_run_refusal(lora, le, base),
+                  "the LoRA base " + base + " of checkpoint.resume=" + d.outside.string() +
+                      " is among the checkpoints in checkpoint.dir=" + d.ckpt.string() +
+                      " that checkpoint.overwrite would delete");
+  EXPECT_EQ(train::earlier_run_refusal(lora, le, d.outside.string()), "");
+  EXPECT_EQ(train::earlier_run_refusal(lora, le, ""), "");
 }
 
 TEST(EarlierRun, OverwriteDeletesTheRunsFilesOnly) {

@@ -32,9 +32,11 @@ EarlierCheckpoints earlier_checkpoints(const plan::CheckpointSpec& cc);
 
 /// The refusal of a start over `earlier` (one UserError text naming the directory, the
 /// checkpoints and the three ways on); "" when `earlier` is empty or checkpoint.overwrite
-/// is set -- unless checkpoint.init_from names one of the files (or the directory) it would
-/// delete.
-std::string earlier_run_refusal(const plan::CheckpointSpec& cc, const EarlierCheckpoints& earlier);
+/// is set -- unless checkpoint.init_from, or `lora_base` (the frozen base a resumed LoRA
+/// checkpoint names, BaseRef::path; "" for none), is one of the files (or the directory) it
+/// would delete.
+std::string earlier_run_refusal(const plan::CheckpointSpec& cc, const EarlierCheckpoints& earlier,
+                                const std::string& lora_base = "");
 
 /// checkpoint.overwrite: deletes `earlier`'s files (complete checkpoints first, then
 /// `latest` and the temporaries) and returns a one-line account for the log. A file that
