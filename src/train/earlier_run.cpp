@@ -33,7 +33,11 @@ EarlierCheckpoints earlier_checkpoints(const plan::CheckpointSpec& cc) {
     std::error_code ec;
     if (!fs::exists(resume.path, ec)) return {};
     const fs::path from = fs::is_directory(resume.path, ec) ? fs::path(resume.path) : fs::path(resume.path).parent_path();
-    if (canonical_path(from.empty() ? fs::path(".") : from) == canonical_path(cc.dir)) return {};  // a rewind
+    if (canonical_path(from.empty() ? fs::path(".") : from) == canonical_path(cc.dir)) {
+      EarlierCheckpoints rewind;
+      rewind.rewind = true;
+      return rewind;
+    }
   }
   EarlierCheckpoints e;
   e.complete = checkpoint::list_checkpoints(cc.dir);

@@ -342,6 +342,10 @@ void Trainer<T>::begin_writing(int first_step) {
     MESHTRAIN_REQUIRE(refusal.empty(), "%s", refusal.c_str());
     for (auto& lock : locks_.held) lock->keep_directories();
     if (!earlier_.empty()) log::warn("%s", remove_earlier_checkpoints(spec_.checkpoint, earlier_).c_str());
+    if (earlier_.rewind && spec_.checkpoint.overwrite)
+      log::warn("checkpoint.overwrite=true has no effect: checkpoint.resume=%s is this directory's own checkpoint, "
+                "whose run continues from that step (the later steps' files are replaced as it passes them)",
+                spec_.checkpoint.resume.path.c_str());
     write_run_record(setup_, topo, out_dir, {resumed_from_, resumed_step_});
     if (write_reference_) write_reference_logps(reference_logps_path(out_dir), reference_);
   });

@@ -19,7 +19,8 @@
 #      the user gave next to global_batch still warns;
 #   7. a run that would write its checkpoints among another run's (resume=none, or a resume
 #      from a checkpoint outside checkpoint.dir) is refused (exit 2, the checkpoints named,
-#      nothing touched; a resume of an older step inside the directory is not), and
+#      nothing touched; a resume of an older step inside the directory is not, and
+#      checkpoint.overwrite beside it only warns that it does nothing), and
 #      checkpoint.overwrite=true deletes them first, naming them, with overwrite = false in
 #      the config.ini that reruns the new run.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
@@ -188,10 +189,14 @@ grep -qF "checkpoint.dir=run_p/checkpoints holds ${#held_p[@]} checkpoints of an
   grep -qF "checkpoint.resume=run/checkpoints/${held[0]} continues a checkpoint from outside it" o.log ||
   { cat o.log; fail "a resume from outside: the refusal"; }
 [[ $(snapshot run_p) == "$before_p" ]] || fail "the refused resume from outside changed the earlier run"
-# A resume from inside checkpoint.dir (an older step) is the run's own: not refused.
-train r.log 1 --data.dir=data --output.dir=run_p --train.steps=14 --checkpoint.resume=run_p/checkpoints/${held_p[0]} ||
-  { cat r.log; fail "a resume of an older step inside checkpoint.dir"; }
+# A resume from inside checkpoint.dir (an older step) is the run's own: not refused, and
+# checkpoint.overwrite=true beside it does nothing but say so.
+train r.log 1 --data.dir=data --output.dir=run_p --train.steps=14 --checkpoint.resume=run_p/checkpoints/${held_p[0]} \
+  --checkpoint.overwrite=true || { cat r.log; fail "a resume of an older step inside checkpoint.dir"; }
 grep -qF "resumed from run_p/checkpoints/${held_p[0]}" r.log || { cat r.log; fail "the older step was not resumed"; }
+grep -qF "warning: checkpoint.overwrite=true has no effect: checkpoint.resume=run_p/checkpoints/${held_p[0]} is this directory's own checkpoint" r.log ||
+  { cat r.log; fail "overwrite beside a rewind: no warning that it does nothing"; }
+! grep -q "deleted" r.log || { cat r.log; fail "overwrite beside a rewind deleted checkpoints"; }
 # checkpoint.overwrite=true deletes the earlier run's checkpoints (named in a warning) and
 # starts over; its config.ini holds overwrite = false, so that a rerun continues this run.
 train q.log 2 --data.dir=data --output.dir=run --train.steps=2 --checkpoint.resume=none --checkpoint.overwrite=true ||

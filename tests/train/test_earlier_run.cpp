@@ -67,8 +67,13 @@ TEST(EarlierRun, WhichStartsMixTwoRuns) {
   EXPECT_EQ(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, d.outside.parent_path().string())).complete.size(),
             2u);
   // An older step inside the directory, or the directory itself (also spelled otherwise): a rewind.
-  EXPECT_TRUE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, (d.ckpt / "step_00000002.h5").string())).empty());
-  EXPECT_TRUE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, (d.ckpt / ".." / "checkpoints/").string())).empty());
+  for (const fs::path& p : {d.ckpt / "step_00000002.h5", d.ckpt / ".." / "checkpoints/"}) {
+    const train::EarlierCheckpoints rewind = train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, p.string()));
+    EXPECT_TRUE(rewind.empty()) << p;
+    EXPECT_TRUE(rewind.rewind) << p;
+  }
+  EXPECT_FALSE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, d.outside.string())).rewind);
+  EXPECT_FALSE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::None)).rewind);
   // A PATH that does not exist is the resume's own error, later.
   EXPECT_TRUE(train::earlier_checkpoints(d.spec(ResumeSpec::Kind::Path, (d.root / "nowhere.h5").string())).empty());
   // latest and a .tmp without a complete checkpoint: nothing to keep.

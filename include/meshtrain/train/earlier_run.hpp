@@ -21,6 +21,7 @@ namespace meshtrain::train {
 struct EarlierCheckpoints {
   std::vector<std::string> complete;  ///< step_*.h5, oldest first
   std::vector<std::string> others;    ///< `latest` and the .tmp files of unfinished saves
+  bool rewind = false;                ///< checkpoint.resume=PATH is inside cc.dir: the run's own older step
   bool empty() const { return complete.empty(); }
 };
 
