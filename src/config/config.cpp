@@ -328,6 +328,18 @@ std::string prepare_ini_text(std::istream& in, const std::string& where, std::ve
       }
     }
     while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) line.pop_back();
+    // A '#' inside a bare value (dir = run#2) is part of it (a comment needs a blank before
+    // it), but Boost would cut the value there: it goes the quoted values' way.
+    const std::size_t bare_eq = line.find('=');
+    if (first != std::string::npos && line[first] != '[' && bare_eq != std::string::npos &&
+        line.find('#', bare_eq) != std::string::npos) {
+      std::string key = line.substr(first, bare_eq - first);
+      while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+      const std::size_t at = line.find_first_not_of(" \t", bare_eq + 1);
+      quoted.push_back(line.substr(at));
+      out += key + " = " + quoted_placeholder(quoted.size() - 1) + "\n";
+      continue;
+    }
     out += line + "\n";
   }
   return out;

@@ -531,11 +531,19 @@ TEST_F(ConfigTest, QuotedValuesInAHandWrittenIni) {
                                  "[data]\n"
                                  "dir = \"  spaced  \"   # another\n"
                                  "[output]\n"
-                                 "dir = plain # bare values keep their comments\n");
+                                 "dir = plain # bare values keep their comments\n"
+                                 "[checkpoint]\n"
+                                 "dir = run#2/ck#pts ; a '#' without a blank before it is part of the value\n"
+                                 "init_from = a#b\n");
   const Config c = parse_config("train", {path}).config;
   EXPECT_EQ(c.train.sample_prompt, "Hello # world ; \"friend\"\n");
   EXPECT_EQ(c.data.dir, "  spaced  ");
   EXPECT_EQ(c.output.dir, "plain");
+  EXPECT_EQ(c.checkpoint.dir, "run#2/ck#pts");
+  EXPECT_EQ(c.checkpoint.init_from, "a#b");
+  // ... in a number too: the whole value is checked, not a prefix of it.
+  const std::string hash_number = write("hash_number.ini", "[train]\nsteps = 3#c\n");
+  EXPECT_CONTAINS(error_of("train", {hash_number}), "config key 'train.steps' (in " + hash_number + ") expects an integer");
   // Broken quoting is an error naming the key, the file and the line.
   const std::string open_quote = write("open.ini", "[train]\nsteps = 3\nsample_prompt = \"no end\n");
   const std::string e1 = error_of("train", {open_quote});
