@@ -215,6 +215,15 @@ int Trainer<T>::run() {
   for (int c = 0; c < kNumMemCategories; ++c)
     load_memory_.peak_in_use[static_cast<std::size_t>(c)] -= before_load.in_use[static_cast<std::size_t>(c)];
   load_memory_.peak_total_in_use -= before_load.total_in_use;
+  if (!resumed_from_.empty() && first_step >= spec_.train.steps) {
+    // A finished run rerun (its config.ini, a requeued job) or train.steps below the
+    // checkpoint's step: nothing to train, and its records (summary.json, metrics.jsonl,
+    // config.ini) stay those of the run that got there.
+    log::info("nothing left to train: %s is at step %d, train.steps=%d; nothing was written (raise train.steps to "
+              "continue the run)",
+              resumed_from_.c_str(), first_step, spec_.train.steps);
+    return 0;
+  }
   prepare_reference(first_step);
   begin_writing(first_step);
   install_stop_signal_handlers();
@@ -849,8 +858,6 @@ int Trainer<T>::restore_or_init() {
     if (st.seed != spec_.train.seed)  // only a checkpoint without the record gets here
       log::warn("the checkpoint was written with train.seed=%llu, this run uses %llu: the data order changes",
                 static_cast<unsigned long long>(st.seed), static_cast<unsigned long long>(spec_.train.seed));
-    if (st.step >= spec_.train.steps)
-      log::warn("the checkpoint is at step %d, train.steps=%d: nothing left to train", st.step, spec_.train.steps);
     ckpt_load_s_ = io.seconds;
     ckpt_load_gbps_ = io.gbps();
     total_io_ += io.seconds;

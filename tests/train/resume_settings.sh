@@ -14,6 +14,8 @@
 #   4. the suggested way on works: init_from the checkpoint, resume=none, another output.dir;
 #   5. the run's config.ini: checkpoint.resume=PATH given once is written as auto with a
 #      comment naming the checkpoint; rerunning it continues the run (no old step again);
+#      rerunning the finished run (or with train.steps below its step) trains nothing and
+#      writes nothing;
 #   6. rerunning a 2-rank run's config.ini on 1 rank (and a 1-rank one on 2) warns about
 #      nothing meshtrain wrote itself (grad_accum, the resolved mesh), while a grad_accum
 #      the user gave next to global_batch still warns;
@@ -136,6 +138,15 @@ grep -q "resumed from run_p/checkpoints/step_00000010.h5: step 10" g.log || { ca
 (($(wc -l <run_p/metrics.jsonl) == 6)) || { cat run_p/metrics.jsonl; fail "metrics.jsonl of run_p: not the 6 steps 7..12"; }
 grep -qF "# This run resumed from run_p/checkpoints/step_00000010.h5 (step 10)." run_p/config.ini ||
   { cat run_p/config.ini; fail "the rerun's config.ini does not name its checkpoint"; }
+# The finished run rerun (its config.ini, as a requeued job does), and train.steps below the
+# checkpoint's step: nothing to train, and its records (summary.json above all) untouched.
+before_p=$(snapshot run_p)
+for steps in 12 8; do
+  mt k$steps.log 1 train run_p/config.ini --train.steps=$steps || { cat k$steps.log; fail "rerun of a finished run, steps=$steps"; }
+  grep -qF "nothing left to train: run_p/checkpoints/step_00000012.h5 is at step 12, train.steps=$steps; nothing was written" \
+    k$steps.log || { cat k$steps.log; fail "rerun of a finished run, steps=$steps: no line saying nothing is left"; }
+done
+[[ $(snapshot run_p) == "$before_p" ]] || fail "a rerun with nothing left to train changed the run's files"
 train h.log 1 --data.dir=data --output.dir=run_none --train.steps=2 --checkpoint.resume=none || { cat h.log; fail "resume=none"; }
 grep -qx "resume = auto" run_none/config.ini && grep -qF "given as checkpoint.resume=none" run_none/config.ini ||
   { cat run_none/config.ini; fail "resume=none: config.ini"; }
