@@ -139,8 +139,19 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
       micro_batches = static_cast<long long>(o.batches) * setup.batch.grad_accum;
       windows = static_cast<std::uint64_t>(micro_batches) * per_micro;
     } else if (o.batches < 0 && o.text.empty()) {
-      micro_batches = static_cast<long long>(tc.eval_batches) * setup.batch.grad_accum;
-      windows = static_cast<std::uint64_t>(micro_batches) * per_micro;
+      // The trainer's val_loss windows: train.eval_batches global batches, at most the split
+      // once (train::eval_batches_windows), with the warning the run logged.
+      bool clamped = false;
+      const train::EvalWindows w =
+          train::eval_batches_windows(tc.eval_batches, setup.batch.grad_accum, static_cast<std::uint64_t>(per_micro),
+                                      data_source.is_random() ? 0 : sampler->windows_per_pass(), &clamped);
+      if (clamped && root)
+        log::warn("eval: train.eval_batches=%d is %.0f windows, more than the %llu the %s split holds; evaluating every "
+                  "window of the split once",
+                  tc.eval_batches, static_cast<double>(tc.eval_batches) * setup.batch.grad_accum * per_micro,
+                  static_cast<unsigned long long>(w.windows), o.split.c_str());
+      micro_batches = w.micro_batches;
+      windows = w.windows;
     } else {
       MESHTRAIN_REQUIRE(!o.text.empty() || !data_source.is_random(), "--batches 0 (the whole split) needs a prepared dataset; "
                         "data.dir=random never ends: give --batches N");

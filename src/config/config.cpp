@@ -88,7 +88,8 @@ void visit_config(C& c, V&& v) {
   v("train.activation_checkpointing", t.activation_checkpointing, "recompute each block's activations in backward instead of storing them");
   v("train.seed", t.seed, "seed of initialisation, data order and sampling");
   v("train.eval_every", t.eval_every, "steps between validation evaluations (0 = at the end only)");
-  v("train.eval_batches", t.eval_batches, "global batches (train.global_batch sequences of the validation split) per evaluation");
+  v("train.eval_batches", t.eval_batches,
+    "global batches (train.global_batch sequences of the validation split) per evaluation; at most the split once");
   v("train.log_every", t.log_every, "steps between progress lines and metrics.jsonl records");
   v("train.time_limit", t.time_limit, "wall-clock seconds for this run; saves and exits before it (0 = none; the Slurm end time is used when present)");
   v("train.time_limit_margin", t.time_limit_margin, "seconds before the time limit at which the save starts");

@@ -7,6 +7,23 @@
 
 namespace meshtrain::train {
 
+EvalWindows eval_batches_windows(int eval_batches, int grad_accum, std::uint64_t per_micro, std::uint64_t split_windows,
+                                 bool* clamped) {
+  EvalWindows w;
+  w.micro_batches = static_cast<long long>(eval_batches) * grad_accum;
+  // In double: eval_batches x grad_accum x per_micro may pass 2^64 (each is checked alone).
+  const bool past = split_windows > 0 && static_cast<double>(w.micro_batches) * static_cast<double>(per_micro) >
+                                             static_cast<double>(split_windows);
+  if (past) {
+    w.windows = split_windows;
+    w.micro_batches = static_cast<long long>((split_windows + per_micro - 1) / per_micro);
+  } else {
+    w.windows = static_cast<std::uint64_t>(w.micro_batches) * per_micro;
+  }
+  if (clamped) *clamped = past;
+  return w;
+}
+
 template <class T>
 EvalResult evaluate(Session<T>& session, const data::EvalSampler& sampler, const EvalWindows& w,
                     TokenBatch& token_batch) {

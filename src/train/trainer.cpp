@@ -106,6 +106,7 @@ class Trainer {
   void write_summary();
   // Checkpoints: resume / init_from at start, saves every checkpoint.every steps and at the end.
   int restore_or_init();
+  EvalWindows eval_windows(bool* clamped = nullptr) const;
   void require_same_run_settings(const std::string& path);
   bool checkpoint_due(int step, bool last) const;
   /// Saves at `step`; with checkpoint.async the save is started, and waited for when `wait`
@@ -313,6 +314,17 @@ void Trainer<T>::probe_and_lock_outputs() {
   });
   if (!eval_sampler_ && spec_.train.eval_every > 0)
     log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", setup_.batch.seq_len);
+  if (eval_sampler_) {  // the last step evaluates whatever train.eval_every says
+    bool clamped = false;
+    const EvalWindows w = eval_windows(&clamped);
+    if (clamped)
+      log::warn("train.eval_batches=%d is %.0f windows, more than the %llu the validation split holds: each evaluation "
+                "reads every window of the split once",
+                spec_.train.eval_batches,
+                static_cast<double>(spec_.train.eval_batches) * setup_.batch.grad_accum * setup_.batch.micro_batch *
+                    setup_.mesh_shape.dp(),
+                static_cast<unsigned long long>(w.windows));
+  }
 }
 
 /// What the run is: model, mesh, strategy, batch, data, effective configuration.
@@ -632,15 +644,23 @@ void Trainer<T>::launch_step(int step) {
   queued_.push_back(q);
 }
 
+/// train.eval_batches global batches of validation windows, or the whole split once when it
+/// holds fewer (eval_batches_windows).
+template <class T>
+EvalWindows Trainer<T>::eval_windows(bool* clamped) const {
+  const plan::BatchSpec& batch = setup_.batch;
+  const std::uint64_t per_micro = static_cast<std::uint64_t>(batch.micro_batch) * setup_.mesh_shape.dp();
+  const std::uint64_t split = spec_.data.is_random() ? 0 : eval_sampler_->windows_per_pass();
+  return eval_batches_windows(spec_.train.eval_batches, batch.grad_accum, per_micro, split, clamped);
+}
+
 template <class T>
 double Trainer<T>::evaluate() {
   if (runner_) runner_->release_graphs();  // the evaluation reuses the steps' buffers instead of adding its own
   const plan::BatchSpec& batch = setup_.batch;
-  // The evaluation set is eval_batches global batches of windows, split over the dp ranks
-  // like training batches, so every mesh evaluates the same windows.
-  EvalWindows w;
-  w.micro_batches = static_cast<long long>(spec_.train.eval_batches) * batch.grad_accum;
-  w.windows = static_cast<std::uint64_t>(w.micro_batches) * batch.micro_batch * session_.mesh().shape().dp();
+  // The evaluation set is eval_batches global batches of windows (at most the split once),
+  // split over the dp ranks like training batches, so every mesh evaluates the same windows.
+  EvalWindows w = eval_windows();
   w.masked = data_.val_mask != nullptr;
   w.preference = spec_.train.preference();
   w.pair_loss = preference_loss(spec_.train);

@@ -5,7 +5,9 @@
 # (1e-6 relative: the same windows, summed in another order). micro_batch 7 divides
 # neither the window count nor 7 x ranks, so the last micro-batch is always partial.
 # Also: a run's config.ini with a tensor-parallel mesh (tp=2 on 2 ranks) evaluates on 1
-# and 3 ranks (the saved mesh does not fit, plain FSDP is used, with a message).
+# and 3 ranks (the saved mesh does not fit, plain FSDP is used, with a message). --batches
+# and train.eval_batches (the run's val_loss, eval without --batches) past the split read
+# the whole split once, with a warning.
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
@@ -63,4 +65,32 @@ print(f"  --batches clamp: {got['windows']:.0f} windows, loss {got['loss']!r} (-
 raise SystemExit(0 if got["windows"] == want["windows"] and abs(got["loss"] - want["loss"]) <= 1e-6 * abs(want["loss"]) else 1)
 PY
 done
-finish "eval --batches 0: the same windows and loss on 1, 2 and 3 ranks; --batches past the split is clamped to it"
+# train.eval_batches past the split: the run's val_loss and eval without --batches (its
+# windows) read the whole split once too, each with a warning, instead of wrapping around.
+# shellcheck disable=SC2086
+timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data --train.steps=2 --train.eval_every=0 \
+  --train.eval_batches=1000 --train.micro_batch=7 --train.seq_len=64 --train.global_batch=14 --output.dir=run_clamp \
+  >train_clamp.log 2>&1 || { cat train_clamp.log; fail "training with train.eval_batches past the split failed"; finish; }
+grep -q "warning: train.eval_batches=1000 is 14000 windows, more than the $(( (tokens - 1) / 64 )) the validation split holds: each evaluation reads every window of the split once" \
+  train_clamp.log || { cat train_clamp.log; fail "train: no warning that train.eval_batches is past the split"; }
+for how in default whole; do
+  args=()
+  [[ $how == whole ]] && args=(--batches 0)
+  # shellcheck disable=SC2086
+  timeout $((60 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" eval run_clamp/config.ini --json "${args[@]}" >"eval_clamp_$how.log" 2>&1 ||
+    { cat "eval_clamp_$how.log"; fail "eval of run_clamp ($how) failed"; }
+done
+grep -q "warning: eval: train.eval_batches=1000 is 14000 windows, more than the $(( (tokens - 1) / 64 )) the val split holds; evaluating every window of the split once" \
+  eval_clamp_default.log || { cat eval_clamp_default.log; fail "eval: no warning that train.eval_batches is past the split"; }
+"$py" - <<'PY' || fail "train.eval_batches past the split: not the whole split once in the run and in eval"
+import json
+tokens = json.load(open("data/meta.json"))["val_tokens"]
+run = json.load(open("run_clamp/summary.json"))["final_val_loss"]
+got = {how: json.loads([l for l in open(f"eval_clamp_{how}.log") if l.startswith("{")][0]) for how in ("default", "whole")}
+print(f"  eval_batches past the split: run val_loss {run!r}; eval {got['default']['windows']:.0f} windows, "
+      f"loss {got['default']['loss']!r}; --batches 0 {got['whole']['windows']:.0f} windows, loss {got['whole']['loss']!r}")
+ok = all(g["windows"] == (tokens - 1) // 64 for g in got.values())
+ok &= all(abs(g["loss"] - run) <= 1e-6 * abs(run) for g in got.values())
+raise SystemExit(0 if ok else 1)
+PY
+finish "eval --batches 0: the same windows and loss on 1, 2 and 3 ranks; --batches and train.eval_batches past the split are clamped to it"

@@ -29,6 +29,14 @@ struct EvalWindows {
   const std::vector<double>* reference_rows = nullptr;
 };
 
+/// train.eval_batches global batches of `per_micro` windows (micro_batch x dp) each, as the
+/// trainer's val_loss and `meshtrain eval` without --batches read them -- or, when that is
+/// more windows than the split holds (`split_windows`; 0 = no end, random data), every
+/// window of the split once: the windows past the split would wrap around to shifted copies
+/// of the first ones and count their tokens twice. `clamped` says which.
+EvalWindows eval_batches_windows(int eval_batches, int grad_accum, std::uint64_t per_micro, std::uint64_t split_windows,
+                                 bool* clamped = nullptr);
+
 struct EvalResult {
   double loss = 0;    ///< mean cross-entropy per counted target, nats (DPO: its loss per pair); same on every rank
   double tokens = 0;  ///< targets counted, all ranks
