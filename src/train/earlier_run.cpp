@@ -6,6 +6,8 @@
 #include "checkpoint/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
+#include "core/file_io.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::train {
 
@@ -84,6 +86,62 @@ std::string earlier_run_refusal(const plan::CheckpointSpec& cc, const EarlierChe
       "first",
       cc.dir.c_str(), n, n == 1 ? "" : "s", which.c_str(), start.c_str(),
       cc.dir_given ? "checkpoint.dir" : "output.dir (or checkpoint.dir)");
+}
+
+EarlierRecord earlier_record(const std::string& out_dir, const plan::CheckpointSpec& cc) {
+  std::error_code ec;
+  const fs::path run_json = fs::path(out_dir) / "run.json";
+  if (!fs::is_regular_file(run_json, ec)) return {};
+  std::string dir;
+  try {
+    const formats::Json run = formats::parse_json(file_io::read_text_file(run_json.string(), "run.json", 1 << 20));
+    if (!run.is_object() || !run.contains("checkpoint_dir") || !run["checkpoint_dir"].is_string()) return {};
+    dir = run["checkpoint_dir"].get<std::string>();
+  } catch (const std::exception&) {
+    return {};  // a record meshtrain cannot read (damaged, edited) names no other run
+  }
+  if (dir.empty() || canonical_path(dir) == canonical_path(cc.dir)) return {};  // earlier_checkpoints' case
+  EarlierRecord r;
+  r.checkpoint_dir = dir;
+  r.complete = checkpoint::list_checkpoints(dir);
+  return r;
+}
+
+bool replaces_record(const plan::CheckpointSpec& cc, const EarlierRecord& record, const std::string& resumed_from) {
+  if (record.empty()) return false;
+  if (resumed_from.empty()) return true;
+  const fs::path from = canonical_path(fs::path(resumed_from).parent_path());
+  return from != canonical_path(record.checkpoint_dir) && from != canonical_path(cc.dir);
+}
+
+std::string earlier_record_refusal(const std::string& out_dir, const plan::CheckpointSpec& cc,
+                                   const EarlierRecord& record, const std::string& resumed_from) {
+  if (cc.overwrite || !replaces_record(cc, record, resumed_from)) return "";
+  const std::size_t n = record.complete.size();
+  const std::string which =
+      n == 1 ? file_name(record.complete.front())
+             : strprintf("%s to %s", file_name(record.complete.front()).c_str(), file_name(record.complete.back()).c_str());
+  return strprintf(
+      "output.dir=%s holds the record (config.ini, metrics.jsonl, summary.json) of another run, whose %zu checkpoint%s "
+      "(%s) %s in %s, and this run does not continue it but writes its checkpoints to checkpoint.dir=%s: its record "
+      "would replace that run's. Give this run another output.dir, continue that run (checkpoint.dir=%s, or "
+      "checkpoint.resume=<one of its checkpoints> to save the rest to %s), or set checkpoint.overwrite=true to replace "
+      "the record (its checkpoints are kept)",
+      out_dir.c_str(), n, n == 1 ? "" : "s", which.c_str(), n == 1 ? "is" : "are", record.checkpoint_dir.c_str(),
+      cc.dir.c_str(), record.checkpoint_dir.c_str(), cc.dir.c_str());
+}
+
+std::string overwrite_unused(const plan::CheckpointSpec& cc, const EarlierCheckpoints& earlier, bool replaces) {
+  if (!cc.overwrite || !earlier.empty() || replaces) return "";
+  if (cc.resume.kind == ResumeSpec::Kind::Auto)
+    return "checkpoint.overwrite=true has no effect with checkpoint.resume=auto: the run continues the checkpoints in "
+           "checkpoint.dir (it deletes another run's only when it does not continue them: checkpoint.resume=none or a "
+           "checkpoint outside the directory)";
+  if (earlier.rewind)
+    return strprintf("checkpoint.overwrite=true has no effect: checkpoint.resume=%s is this directory's own checkpoint, "
+                     "whose run continues from that step (the later steps' files are replaced as it passes them)",
+                     cc.resume.path.c_str());
+  return "";
 }
 
 std::string remove_earlier_checkpoints(const plan::CheckpointSpec& cc, const EarlierCheckpoints& earlier) {

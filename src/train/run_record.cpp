@@ -97,6 +97,11 @@ void write_run_record(const plan::RunSetup& s, const Topology& topo, const std::
   run["global_batch"] = s.batch.global_batch;
   run["parameters"] = s.spec.dims.num_params();
   run["memory_budget_bytes"] = s.memory_budget;
+  // Absolute: a later run into this output.dir finds which checkpoints the record describes
+  // (train/earlier_run.hpp), whatever its working directory.
+  const fs::path checkpoint_dir = fs::absolute(s.spec.checkpoint.dir, ec);
+  const fs::path canonical = fs::weakly_canonical(checkpoint_dir, ec);
+  run["checkpoint_dir"] = (ec ? checkpoint_dir : canonical).lexically_normal().string();
   run["versions"] = library_versions();
   file_io::replace_file(dir + "/run.json", formats::json_text(run) + "\n", fault::Point::RecordWrite);
 }

@@ -29,10 +29,8 @@ std::vector<std::string> setting_warnings(const plan::RunSetup& s) {
   if (s.spec.dims.lora_rank == 0 && s.spec.given.lora_options_on_command_line)
       out.push_back("model.lora_alpha / model.lora_targets have no effect with model.lora_rank=0 (full training); set "
                     "model.lora_rank > 0 for LoRA");
-  if (s.spec.checkpoint.overwrite && s.spec.checkpoint.resume.kind == checkpoint::ResumeSpec::Kind::Auto)
-    out.push_back("checkpoint.overwrite=true has no effect with checkpoint.resume=auto: the run continues the "
-                  "checkpoints in checkpoint.dir (it deletes another run's only when it does not continue them: "
-                  "checkpoint.resume=none or a checkpoint outside the directory)");
+  // checkpoint.overwrite with nothing to replace: train/earlier_run.hpp (overwrite_unused),
+  // once the run has looked at its directories.
   return out;
 }
 

@@ -134,6 +134,8 @@ class Trainer {
   /// Rank 0: another run's checkpoints in checkpoint.dir that this run does not continue;
   /// checkpoint.overwrite deletes them once the inputs are valid (earlier_run.hpp).
   EarlierCheckpoints earlier_;
+  /// output.dir's record of a run whose checkpoints are elsewhere (earlier_run.hpp).
+  EarlierRecord earlier_record_;
   Session<T> session_;
   /// checkpoint.async: the save in flight. Declared after the session: destroyed first, it
   /// waits for its background write, which reads staging buffers of its own only.
@@ -311,6 +313,7 @@ void Trainer<T>::probe_and_lock_outputs() {
     // Under the lock, so that no run adds a checkpoint after the look. Refused in
     // begin_writing: the inputs (a checkpoint to resume, init_from) are named first.
     earlier_ = earlier_checkpoints(spec_.checkpoint);
+    earlier_record_ = earlier_record(out_dir, spec_.checkpoint);
   });
   if (!eval_sampler_ && spec_.train.eval_every > 0)
     log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", setup_.batch.seq_len);
@@ -361,12 +364,17 @@ void Trainer<T>::begin_writing(int first_step) {
     const std::string refusal =
         earlier_run_refusal(spec_.checkpoint, earlier_, spec_.dims.lora_rank > 0 ? base_.path : std::string());
     MESHTRAIN_REQUIRE(refusal.empty(), "%s", refusal.c_str());
+    const std::string record_refusal = earlier_record_refusal(out_dir, spec_.checkpoint, earlier_record_, resumed_from_);
+    MESHTRAIN_REQUIRE(record_refusal.empty(), "%s", record_refusal.c_str());
     for (auto& lock : locks_.held) lock->keep_directories();
     if (!earlier_.empty()) log::warn("%s", remove_earlier_checkpoints(spec_.checkpoint, earlier_).c_str());
-    if (earlier_.rewind && spec_.checkpoint.overwrite)
-      log::warn("checkpoint.overwrite=true has no effect: checkpoint.resume=%s is this directory's own checkpoint, "
-                "whose run continues from that step (the later steps' files are replaced as it passes them)",
-                spec_.checkpoint.resume.path.c_str());
+    const bool replaces = replaces_record(spec_.checkpoint, earlier_record_, resumed_from_);
+    if (replaces)
+      log::warn("checkpoint.overwrite: this run's record replaces, in output.dir=%s, that of the run whose checkpoints "
+                "are in %s (they are kept)",
+                out_dir.c_str(), earlier_record_.checkpoint_dir.c_str());
+    const std::string unused = overwrite_unused(spec_.checkpoint, earlier_, replaces);
+    if (!unused.empty()) log::warn("%s", unused.c_str());
     write_run_record(setup_, topo, out_dir, {resumed_from_, resumed_step_});
     if (write_reference_) write_reference_logps(reference_logps_path(out_dir), reference_);
   });

@@ -24,7 +24,9 @@
 #      nothing touched; a resume of an older step inside the directory is not, and
 #      checkpoint.overwrite beside it only warns that it does nothing), and
 #      checkpoint.overwrite=true deletes them first, naming them, with overwrite = false in
-#      the config.ini that reruns the new run.
+#      the config.ini that reruns the new run; so is a run into an output.dir that holds the
+#      record of a run whose checkpoints are in another directory (unless it continues them),
+#      and checkpoint.overwrite=true replaces that record, keeping those checkpoints.
 # Environment (meshtrain_add_script_test): MESHTRAIN_BIN, MESHTRAIN_SOURCE_DIR, MPIEXEC,
 # TEST_TMP, REFERENCE_PYTHON.
 set -uo pipefail
@@ -221,5 +223,24 @@ grep -qx "overwrite = false" run/config.ini || { cat run/config.ini; fail "confi
 mt s.log 1 train run/config.ini --train.steps=4 || { cat s.log; fail "rerun after checkpoint.overwrite"; }
 grep -q "resumed from run/checkpoints/step_00000002.h5: step 2" s.log || { cat s.log; fail "the rerun did not continue the new run"; }
 ! grep -q "warning" s.log || { grep "warning" s.log; fail "the rerun warns"; }
+# output.dir holding the record of a run whose checkpoints are elsewhere: a new run into it
+# with another checkpoint.dir is refused with nothing touched, one that continues that run's
+# checkpoints is not, and checkpoint.overwrite=true replaces the record, keeping them.
+before=$(snapshot run)
+train x.log 1 --data.dir=data --output.dir=run --checkpoint.dir=ck_x --train.steps=2
+rc=$?
+((rc == 2)) || { cat x.log; fail "a new run over output.dir's record of another run: exit status $rc, expected 2"; }
+grep -qF "output.dir=run holds the record (config.ini, metrics.jsonl, summary.json) of another run, whose 2 checkpoints (step_00000002.h5 to step_00000004.h5) are in $PWD/run/checkpoints, and this run does not continue it" x.log ||
+  { cat x.log; fail "a new run over output.dir's record of another run: the refusal"; }
+[[ $(snapshot run) == "$before" && ! -e ck_x ]] || fail "the refused run changed output.dir or left checkpoint.dir"
+train y.log 1 --data.dir=data --output.dir=run --checkpoint.dir=ck_x --train.steps=6 --checkpoint.resume=run/checkpoints ||
+  { cat y.log; fail "continuing output.dir's run with its checkpoints saved to another checkpoint.dir"; }
+grep -q "resumed from run/checkpoints/step_00000004.h5: step 4" y.log || { cat y.log; fail "the continued run did not resume"; }
+[[ $(cd ck_x && echo *) == "latest step_00000006.h5" ]] || fail "ck_x after the continued run: $(cd ck_x && echo *)"
+train z.log 1 --data.dir=data --output.dir=run --checkpoint.dir=ck_z --train.steps=2 --checkpoint.overwrite=true ||
+  { cat z.log; fail "checkpoint.overwrite over output.dir's record of another run"; }
+grep -qF "warning: checkpoint.overwrite: this run's record replaces, in output.dir=run, that of the run whose checkpoints are in $PWD/ck_x (they are kept)" z.log ||
+  { cat z.log; fail "checkpoint.overwrite over output.dir's record: no warning"; }
+[[ -f ck_x/step_00000006.h5 ]] || fail "checkpoint.overwrite deleted the checkpoints of the run whose record it replaced"
 
 finish

@@ -159,3 +159,71 @@ TEST(EarlierRun, AFileThatCannotBeDeletedIsNamed) {
 }
 
 }  // namespace
+
+TEST(EarlierRun, OutputDirRecordOfARunWhoseCheckpointsAreElsewhere) {
+  Dirs d;
+  // root/run holds the record of the run whose checkpoints are root/run/checkpoints; this
+  // run writes its own to root/new.
+  const fs::path out = d.root / "run";
+  std::ofstream(out / "run.json") << "{\"world_size\":1,\"checkpoint_dir\":\"" << d.ckpt.string() << "\"}\n";
+  plan::CheckpointSpec cc = d.spec(ResumeSpec::Kind::Auto);
+  cc.dir = (d.root / "new").string();
+  const train::EarlierRecord r = train::earlier_record(out.string(), cc);
+  EXPECT_EQ(r.checkpoint_dir, d.ckpt.string());
+  ASSERT_EQ(r.complete.size(), 2u);
+  // A fresh start, or a resume from elsewhere, replaces the record: refused.
+  EXPECT_TRUE(train::replaces_record(cc, r, ""));
+  EXPECT_TRUE(train::replaces_record(cc, r, d.outside.string()));
+  const std::string refusal = train::earlier_record_refusal(out.string(), cc, r, "");
+  EXPECT_CONTAINS(refusal, "output.dir=" + out.string() + " holds the record (config.ini, metrics.jsonl, summary.json) of "
+                           "another run, whose 2 checkpoints (step_00000002.h5 to step_00000004.h5) are in " +
+                               d.ckpt.string() + ", and this run does not continue it but writes its checkpoints to "
+                               "checkpoint.dir=" + cc.dir);
+  EXPECT_CONTAINS(refusal, "or set checkpoint.overwrite=true to replace the record (its checkpoints are kept)");
+  // A resume of one of that run's checkpoints continues it; one from this run's own
+  // directory (a copy of the run's directories) continues the record's run too.
+  EXPECT_FALSE(train::replaces_record(cc, r, (d.ckpt / "step_00000002.h5").string()));
+  EXPECT_EQ(train::earlier_record_refusal(out.string(), cc, r, (d.ckpt / "step_00000002.h5").string()), "");
+  EXPECT_FALSE(train::replaces_record(cc, r, (d.root / "new" / "step_00000004.h5").string()));
+  // checkpoint.overwrite replaces it (the caller warns).
+  cc.overwrite = true;
+  EXPECT_EQ(train::earlier_record_refusal(out.string(), cc, r, ""), "");
+  EXPECT_EQ(train::overwrite_unused(cc, {}, true), "");
+  cc.overwrite = false;
+  // The same directory (spelled otherwise) is earlier_checkpoints' case, not a record's.
+  cc.dir = (out / "." / "checkpoints").string();
+  EXPECT_TRUE(train::earlier_record(out.string(), cc).empty());
+  cc.dir = (d.root / "new").string();
+  // That run's checkpoints gone (moved, deleted): nothing described by the record is lost.
+  fs::rename(d.ckpt, d.root / "moved");
+  EXPECT_TRUE(train::earlier_record(out.string(), cc).empty());
+  EXPECT_FALSE(train::replaces_record(cc, train::earlier_record(out.string(), cc), ""));
+  fs::rename(d.root / "moved", d.ckpt);
+  // A record without checkpoint_dir (written before it), damaged or not an object: no check.
+  for (const char* text : {"{\"world_size\":1}\n", "{\"checkpoint_dir\":", "[1]", "{\"checkpoint_dir\":7}"}) {
+    std::ofstream(out / "run.json", std::ios::trunc) << text;
+    EXPECT_TRUE(train::earlier_record(out.string(), cc).empty()) << text;
+  }
+  fs::remove(out / "run.json");
+  EXPECT_TRUE(train::earlier_record(out.string(), cc).empty());
+}
+
+TEST(EarlierRun, OverwriteWithNothingToReplaceWarns) {
+  Dirs d;
+  plan::CheckpointSpec cc = d.spec(ResumeSpec::Kind::Auto);
+  EXPECT_EQ(train::overwrite_unused(cc, {}, false), "");  // not set
+  cc.overwrite = true;
+  EXPECT_CONTAINS(train::overwrite_unused(cc, {}, false), "checkpoint.overwrite=true has no effect with checkpoint.resume=auto");
+  const std::string older = (d.ckpt / "step_00000002.h5").string();
+  plan::CheckpointSpec rewind = d.spec(ResumeSpec::Kind::Path, older);
+  rewind.overwrite = true;
+  EXPECT_CONTAINS(train::overwrite_unused(rewind, train::earlier_checkpoints(rewind), false),
+                  "checkpoint.overwrite=true has no effect: checkpoint.resume=" + older +
+                      " is this directory's own checkpoint");
+  // Something to delete or replace, or a new run into an empty directory: no warning.
+  plan::CheckpointSpec none = d.spec(ResumeSpec::Kind::None);
+  none.overwrite = true;
+  EXPECT_EQ(train::overwrite_unused(none, train::earlier_checkpoints(none), false), "");
+  EXPECT_EQ(train::overwrite_unused(none, {}, false), "");
+  EXPECT_EQ(train::overwrite_unused(cc, {}, true), "");
+}

@@ -39,6 +39,41 @@ EarlierCheckpoints earlier_checkpoints(const plan::CheckpointSpec& cc);
 std::string earlier_run_refusal(const plan::CheckpointSpec& cc, const EarlierCheckpoints& earlier,
                                 const std::string& lora_base = "");
 
+/// \brief output.dir's record (run.json, config.ini, metrics.jsonl, summary.json) of a run
+/// whose checkpoints are in another directory than this run's checkpoint.dir.
+///
+/// The record is what describes those checkpoints (its config.ini reruns them); a run that
+/// writes its own record over it without continuing that run would leave them described by
+/// nothing, and `train output.dir/config.ini` would continue the wrong run. run.json names
+/// the directory (`checkpoint_dir`, absolute); a record written before it is not checked.
+struct EarlierRecord {
+  std::string checkpoint_dir;        ///< the other run's checkpoint.dir, absolute
+  std::vector<std::string> complete;  ///< its step_*.h5, oldest first
+  bool empty() const { return complete.empty(); }
+};
+
+/// The record in `out_dir` of a run whose checkpoints lie in another directory than
+/// cc.dir, when that directory still holds checkpoints. Reads only.
+EarlierRecord earlier_record(const std::string& out_dir, const plan::CheckpointSpec& cc);
+
+/// Whether this run's record would replace `record`'s: not when `resumed_from` (the
+/// checkpoint this run resumed, "" for none) lies in the record's directory (that run,
+/// continued with its checkpoints now saved to cc.dir) or in cc.dir (a run continued there,
+/// such as a copy of the run's directories: the record is that run's own).
+bool replaces_record(const plan::CheckpointSpec& cc, const EarlierRecord& record, const std::string& resumed_from);
+
+/// The refusal of a start that replaces `record` (one UserError text naming output.dir, the
+/// other run's checkpoints and the ways on); "" when it does not or checkpoint.overwrite is set.
+std::string earlier_record_refusal(const std::string& out_dir, const plan::CheckpointSpec& cc,
+                                   const EarlierRecord& record, const std::string& resumed_from);
+
+/// The warning for checkpoint.overwrite=true that has nothing to replace, "" otherwise:
+/// with checkpoint.resume=auto (the run continues checkpoint.dir's checkpoints, or there are
+/// none) or a resume of the directory's own older step (a rewind), when `earlier` is empty
+/// and no other run's record is replaced (`replaces`, replaces_record). resume=none or a
+/// PATH outside into an empty directory says nothing: that is overwrite's normal use.
+std::string overwrite_unused(const plan::CheckpointSpec& cc, const EarlierCheckpoints& earlier, bool replaces);
+
 /// checkpoint.overwrite: deletes `earlier`'s files (complete checkpoints first, then
 /// `latest` and the temporaries) and returns a one-line account for the log. A file that
 /// cannot be deleted is a UserError naming it (the run has not written anything yet).
