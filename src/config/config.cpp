@@ -63,7 +63,9 @@ void visit_config(C& c, V&& v) {
   auto& pl = c.plan;
   v("plan.world_size", pl.world_size, "plan: number of ranks of the target job (0 = this job)");
   v("plan.gpus_per_node", pl.gpus_per_node, "plan: ranks per node of the target cluster (0 = this job's)");
-  v("plan.device_memory", pl.device_memory, "plan: memory per device of the target (e.g. 80GiB); also the budget of strategy=auto when set");
+  v("plan.device_memory", pl.device_memory,
+    "plan: memory per device of the target (e.g. 80GiB); a run takes it as its budget after "
+    "parallel.memory_limit and up to this machine's memory");
   v("plan.gemm_tflops", pl.gemm_tflops, "plan: GEMM peak per device of the target in TFLOP/s (0 = measured here)");
   v("plan.bus_gbps", pl.bus_gbps, "plan: bus bandwidth of the target in GB/s, 'intra,inter' (empty = measured here)");
   v("plan.mem_gbps", pl.mem_gbps, "plan: memory bandwidth per device of the target in GB/s (0 = measured here)");

@@ -14,24 +14,48 @@
 
 namespace meshtrain::plan {
 
-double memory_budget_per_rank(const RunSpec& spec, const Topology& topo, bool other) {
-  if (spec.plan_target.device_memory) return static_cast<double>(spec.plan_target.device_memory->bytes);
-  if (spec.parallel.memory_limit) return static_cast<double>(spec.parallel.memory_limit->bytes);
+namespace {
+
+/// A rank's memory on this machine: the device's (GPU), else node RAM / ranks per node.
+double this_machine_per_rank(const RunSpec& spec, const Topology& topo, bool other) {
   const double device = static_cast<double>(device_memory_bytes());
   if (device > 0) return device;
   const int per_node = other && spec.plan_target.gpus_per_node > 0 ? spec.plan_target.gpus_per_node : topo.local_size;
   return static_cast<double>(host_total_memory_bytes()) / std::max(1, per_node);
 }
 
-namespace {
+struct Budget {
+  double bytes = 0;
+  std::string source;  ///< where the number comes from, in words for messages
+};
 
-/// Where memory_budget_per_rank's number comes from, in words for messages.
-std::string budget_source(const RunSpec& spec) {
-  if (spec.plan_target.device_memory) return "plan.device_memory=" + spec.plan_target.device_memory->text;
-  if (spec.parallel.memory_limit) return "parallel.memory_limit=" + spec.parallel.memory_limit->text;
-  if (device_memory_bytes() > 0) return "the device's memory";
-  return "node memory / ranks per node; parallel.memory_limit sets it";
+/// The cluster `plan` is asked about: plan.device_memory is its devices' memory. This job:
+/// its own limit (parallel.memory_limit) first, and plan.device_memory -- the target's, as
+/// in a config written for planning -- never above what this machine has, so that a run
+/// is not planned into memory it does not have.
+Budget budget_of(const RunSpec& spec, const Topology& topo, bool other) {
+  const auto& target = spec.plan_target.device_memory;
+  const auto& limit = spec.parallel.memory_limit;
+  if (other && target) return {static_cast<double>(target->bytes), "plan.device_memory=" + target->text};
+  if (limit) return {static_cast<double>(limit->bytes), "parallel.memory_limit=" + limit->text};
+  const double here = this_machine_per_rank(spec, topo, other);
+  const std::string here_source = device_memory_bytes() > 0 ? "the device's memory"
+                                                             : "node memory / ranks per node; parallel.memory_limit sets it";
+  if (target) {
+    if (here > 0 && static_cast<double>(target->bytes) > here)
+      return {here, here_source + " (plan.device_memory=" + target->text + " is more than this machine has per rank)"};
+    return {static_cast<double>(target->bytes), "plan.device_memory=" + target->text};
+  }
+  return {here, here_source};
 }
+
+}  // namespace
+
+double memory_budget_per_rank(const RunSpec& spec, const Topology& topo, bool other) {
+  return budget_of(spec, topo, other).bytes;
+}
+
+namespace {
 
 /// A packed dataset's mean tokens per example (from its meta.json), for the cost model's
 /// attention term; 0 for random data, a dataset that is not packed, or none yet (plan runs
@@ -77,7 +101,9 @@ JobShape this_job(const RunSpec& spec, const Topology& topo) {
   JobShape j;
   j.world = topo.world_size;
   j.ranks_per_node = topo.uniform() ? topo.local_size : 0;
-  j.memory_budget = memory_budget_per_rank(spec, topo, false);
+  const Budget b = budget_of(spec, topo, false);
+  j.memory_budget = b.bytes;
+  j.memory_source = b.source;
   return j;
 }
 
@@ -86,12 +112,19 @@ JobShape planned_job(const RunSpec& spec, const Topology& topo) {
   if (!target.other_cluster()) {
     JobShape j = this_job(spec, topo);
     if (target.gpus_per_node > 0) j.ranks_per_node = target.gpus_per_node;
+    // `plan` on this job's ranks for devices of plan.device_memory: the target's, as given.
+    if (target.device_memory) {
+      j.memory_budget = static_cast<double>(target.device_memory->bytes);
+      j.memory_source = "plan.device_memory=" + target.device_memory->text;
+    }
     return j;
   }
   JobShape j;
   j.world = target.world_size;
   j.ranks_per_node = target.gpus_per_node > 0 ? target.gpus_per_node : target.world_size;
-  j.memory_budget = memory_budget_per_rank(spec, topo, true);
+  const Budget b = budget_of(spec, topo, true);
+  j.memory_budget = b.bytes;
+  j.memory_source = b.source;
   j.other_cluster = true;
   return j;
 }
@@ -160,7 +193,8 @@ namespace {
 
 /// The error of a forced strategy that needs more than the whole budget: the numbers and
 /// what would fit.
-std::string over_budget_refusal(const RunSpec& spec, const PlanInput& in, const StrategyPlan& chosen, double budget) {
+std::string over_budget_refusal(const RunSpec& spec, const PlanInput& in, const StrategyPlan& chosen, double budget,
+                                const std::string& budget_source) {
   const std::string alternatives = fit_alternatives(in, chosen.strategy);
   return strprintf(
       "parallel.strategy=%s on mesh %s needs %s per rank (parameters %s, gradients %s, optimizer %s, "
@@ -169,7 +203,7 @@ std::string over_budget_refusal(const RunSpec& spec, const PlanInput& in, const 
       format_bytes(chosen.memory.params).c_str(), format_bytes(chosen.memory.grads).c_str(),
       format_bytes(chosen.memory.optimizer).c_str(), format_bytes(chosen.memory.activations).c_str(),
       format_bytes(chosen.memory.gathered + chosen.memory.grad_buffers + chosen.memory.comm_buffers).c_str(),
-      format_bytes(budget).c_str(), budget_source(spec).c_str(),
+      format_bytes(budget).c_str(), budget_source.c_str(),
       alternatives.empty() ? "nothing fits this job: use more ranks, bf16, a smaller train.micro_batch or "
                              "train.seq_len, or a smaller model"
                            : "what would fit: ",
@@ -190,8 +224,8 @@ std::string no_fit_reason(const std::vector<StrategyPlan>& each, const PlanInput
 
 /// The candidate the resolution takes, or the refusal: by the `auto` rule over `ranking`
 /// (a mesh search, or auto on a fixed mesh), or the forced strategy on the configured mesh.
-std::optional<StrategyPlan> choose(const RunSpec& spec, const PlanInput& in, const MeshSearch* ranking,
-                                   Resolution& res) {
+std::optional<StrategyPlan> choose(const RunSpec& spec, const JobShape& job, const PlanInput& in,
+                                   const MeshSearch* ranking, Resolution& res) {
   if (res.searched) {
     if (ranking->chosen < 0) {
       res.refusal = strprintf("the planner found no mesh for this job: %s", ranking->reason.c_str());
@@ -234,7 +268,7 @@ std::optional<StrategyPlan> choose(const RunSpec& spec, const PlanInput& in, con
   // Allocating more than the whole budget would end in std::bad_alloc (or an out-of-memory
   // kill) on some rank part-way through start-up; refuse it now, with the numbers.
   if (in.memory_budget > 0 && chosen.memory.total() > in.memory_budget) {
-    res.refusal = over_budget_refusal(spec, in, chosen, in.memory_budget);
+    res.refusal = over_budget_refusal(spec, in, chosen, in.memory_budget, job.memory_source);
     return std::nullopt;
   }
   return chosen;
@@ -288,7 +322,7 @@ Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInpu
     ranking = &res.ranking;
   }
   // 2. The pick (or why nothing runs).
-  const std::optional<StrategyPlan> chosen = choose(spec, res.input, ranking, res);
+  const std::optional<StrategyPlan> chosen = choose(spec, job, res.input, ranking, res);
   if (!chosen) return res;
   // 3. The resolved block, each value once.
   r.strategy = chosen->strategy;

@@ -6,7 +6,9 @@
 #     says so and names a config to use (issue 16);
 #   * plan --parallel.tp=3 on 4 ranks and train --model.no_such_key=1 exit non-zero with
 #     one message naming the problem, no stack dump and no hang;
-#   * meshtrain --version names the libraries.
+#   * meshtrain --version names the libraries;
+#   * plan.device_memory is plan's budget, while train takes parallel.memory_limit before
+#     it and never more than the machine has.
 # Every command runs under `timeout`, so a hang is a failure, not a stuck CI job.
 #
 # Environment (set by meshtrain_add_script_test): MESHTRAIN_BIN, MPIEXEC, TEST_TMP.
@@ -115,6 +117,21 @@ run "plan with LoRA" "$bin" plan "$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini" -
   --model.lora_targets=q,v
 [[ $rc -eq 0 ]] || fail "plan LoRA: exit status $rc"
 grep -qF "LoRA: rank 4, alpha 8, targets q,v: 1792 trainable parameters" "$out" || fail "plan LoRA: no LoRA line with 1792 trainable parameters"
+
+# plan.device_memory is the target's memory for `plan`; a run on this machine takes
+# parallel.memory_limit before it and never plans into more memory than the machine has.
+tiny=$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini
+run "plan for devices of 1000 TiB" "$bin" plan "$tiny" --plan.device_memory=1000TiB
+grep -qF "memory budget: 1000.00 TiB per rank" "$out" || fail "plan: plan.device_memory is not the plan's budget"
+run "train with a limit and plan.device_memory" "$bin" train "$tiny" --data.dir=random --train.steps=1 --output.dir="$TEST_TMP/mem1" \
+  --parallel.memory_limit=40MiB --plan.device_memory=80GiB
+[[ $rc -eq 0 ]] || fail "train with parallel.memory_limit and plan.device_memory: exit status $rc"
+grep -qF "MiB per rank of 34.00 MiB usable" "$out" || fail "train: parallel.memory_limit=40MiB is not the budget beside plan.device_memory"
+run "train with plan.device_memory above this machine" "$bin" train "$tiny" --data.dir=random --train.steps=1 \
+  --output.dir="$TEST_TMP/mem2" --plan.device_memory=1000TiB
+[[ $rc -eq 0 ]] || fail "train with plan.device_memory=1000TiB: exit status $rc"
+grep -q "strategy .* GiB usable" "$out" && ! grep -qF "TiB usable" "$out" ||
+  fail "train: plan.device_memory=1000TiB was taken beyond this machine's memory"
 
 if (( failures )); then
   echo "$failures check(s) failed" >&2

@@ -24,6 +24,7 @@ struct JobShape {
   int world = 1;
   int ranks_per_node = 0;     ///< 0: nodes of different sizes
   double memory_budget = 0;   ///< bytes per rank (memory_budget_per_rank)
+  std::string memory_source;  ///< where memory_budget comes from, in words for messages
   bool other_cluster = false; ///< planned from plan.world_size, not this job's ranks
 };
 
@@ -33,8 +34,11 @@ JobShape this_job(const RunSpec& spec, const Topology& topo);
 /// otherwise this job (this_job).
 JobShape planned_job(const RunSpec& spec, const Topology& topo);
 
-/// Per-rank memory budget: plan.device_memory / parallel.memory_limit when set, otherwise
-/// the device's memory (GPU) or node RAM / ranks per node (CPU).
+/// Per-rank memory budget. The cluster `plan` is asked about (planned_job, also on this
+/// job's ranks): plan.device_memory, else parallel.memory_limit, else this machine's. This
+/// job (train, eval, generate): parallel.memory_limit, else
+/// plan.device_memory capped at this machine's, else this machine's -- the device's memory
+/// (GPU) or node RAM / ranks per node (CPU).
 double memory_budget_per_rank(const RunSpec& spec, const Topology& topo, bool planning_other_cluster);
 
 /// The planner's input for this spec on `job`.
