@@ -63,10 +63,7 @@ std::shared_ptr<const data::TokenSource> text_tokens(const EvalOptions& o, std::
   // until memory runs out); its ids take 4 bytes each, at most one per byte.
   const std::string text = file_io::read_text_file(o.text, "--text");
   require_host_memory(5.0 * static_cast<double>(text.size()), "--text " + o.text + " (its bytes and token ids)");
-  std::vector<std::int32_t> ids;
-  if (tok->add_bos() && tok->bos_id() >= 0) ids.push_back(tok->bos_id());
-  const std::vector<std::int32_t> body = tok->encode(text);
-  ids.insert(ids.end(), body.begin(), body.end());
+  std::vector<std::int32_t> ids = tok->encode_sequence(text);
   return std::make_shared<data::MemoryTokens>(std::move(ids), vocab,
                                               o.text + " (" + tok->kind() + " tokenizer " + tok->name() + ")");
 }

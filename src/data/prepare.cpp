@@ -33,10 +33,8 @@ constexpr const char* kValSplitRule =
 // the text, then the end-of-text id.
 std::vector<std::int32_t> piece_ids(const Tokenizer& tok, const std::string& path, const std::string& text) {
   std::vector<std::int32_t> ids;
-  if (tok.add_bos()) ids.push_back(tok.bos_id());
   try {
-    const std::vector<std::int32_t> body = tok.encode(text);
-    ids.insert(ids.end(), body.begin(), body.end());
+    ids = tok.encode_sequence(text);
   } catch (const UserError& e) {
     throw UserError(strprintf("%s: %s", path.c_str(), e.what()));
   }

@@ -16,6 +16,14 @@ namespace meshtrain::data {
 
 namespace fs = std::filesystem;
 
+std::vector<std::int32_t> Tokenizer::encode_sequence(const std::string& text) const {
+  std::vector<std::int32_t> ids;
+  if (add_bos() && bos_id() >= 0) ids.push_back(bos_id());
+  const std::vector<std::int32_t> body = encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
 std::vector<std::int32_t> ByteTokenizer::encode(const std::string& text) const {
   std::vector<std::int32_t> ids(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);

@@ -102,7 +102,9 @@ std::string sample_text(Session<T>& s, const data::Tokenizer& tok, const std::st
   o.seed = seed;
   o.stop_token = tok.eot_id() < s.setup().spec.dims.valid_vocab ? tok.eot_id() : -1;
   o.kv_cache = kv_cache;
-  const std::vector<std::int32_t> ids = generate_ids(s, tok.encode(prompt), o, stats);
+  // BOS first when the model expects one, as every training document began: an empty
+  // prompt then starts from BOS, not from the end-of-text id.
+  const std::vector<std::int32_t> ids = generate_ids(s, tok.encode_sequence(prompt), o, stats);
   return tok.decode(ids);
 }
 

@@ -280,3 +280,25 @@ TEST(CheckedInt, RangesAndTexts) {
   EXPECT_THROW(parse_checked_int("", "c.json", "n_layer"), UserError);
   EXPECT_THROW(parse_checked_int("12abc", "c.json", "n_layer"), UserError);
 }
+
+TEST(SpecialIds, EncodeSequenceStartsWithBosWhenTheModelExpectsOne) {
+  // A prompt (generate, train.sample_prompt) and an evaluated text (eval --text) start as
+  // prepare's documents do: BOS first for a Llama-style SentencePiece model, not otherwise.
+  const std::string model = sp_model("sp");
+  TokenizerConfig bos_config;
+  bos_config.add_bos_token = true;
+  const auto bos = make_sentencepiece_tokenizer(model, bos_config, model);
+  ASSERT_TRUE(bos->add_bos());
+  ASSERT_GE(bos->bos_id(), 0);
+  std::vector<std::int32_t> want = {bos->bos_id()};
+  const std::vector<std::int32_t> body = bos->encode("hello world");
+  want.insert(want.end(), body.begin(), body.end());
+  EXPECT_EQ(bos->encode_sequence("hello world"), want);
+  EXPECT_EQ(bos->encode_sequence(""), std::vector<std::int32_t>{bos->bos_id()});  // an empty prompt starts at BOS
+  TokenizerConfig no_bos_config;
+  no_bos_config.add_bos_token = false;
+  const auto plain = make_sentencepiece_tokenizer(model, no_bos_config, model);
+  ASSERT_FALSE(plain->add_bos());
+  EXPECT_EQ(plain->encode_sequence("hello world"), plain->encode("hello world"));
+  EXPECT_TRUE(ByteTokenizer().encode_sequence("").empty());
+}

@@ -43,6 +43,10 @@ class Tokenizer {
   /// matched before anything else, as Hugging Face tokenizers do. No BOS/EOS are added:
   /// document boundaries are the caller's. UserError for text that is not UTF-8 (BPE).
   virtual std::vector<std::int32_t> encode(const std::string& text) const = 0;
+  /// The ids a sequence starts as: BOS first when the model expects one (add_bos), then
+  /// encode(text) -- how `prepare` writes a document, so that a prompt, a sample prompt or
+  /// an evaluated text gives the model the context training gave it.
+  std::vector<std::int32_t> encode_sequence(const std::string& text) const;
   /// decode(encode(t)) == t for the byte and byte-level BPE tokenizers, and for
   /// SentencePiece models without normalisation. Ids outside the vocabulary decode to U+FFFD.
   virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
