@@ -152,6 +152,53 @@ TEST(Prepare, IgnoresItsOwnOutputInsideAnInput) {
   EXPECT_EQ(second.train_tokens, first.train_tokens);
 }
 
+// Another tool's train.bin/val.bin/meta.json in --output (nanoGPT's prepare.py writes the
+// first two): refused before anything is written, every one named; an earlier meshtrain
+// dataset there is replaced as before (IsDeterministicAndOverwrites).
+TEST(PrepareErrors, AnotherToolsDatasetFilesInTheOutputAreRefused) {
+  TempDir dir("prepare");
+  test::write_file(dir / "in/a.txt", kDocA);
+  const std::string nanogpt(4096, '\x11');  // raw uint16 ids, no header
+  test::write_file(dir / "owt/train.bin", nanogpt);
+  test::write_file(dir / "owt/val.bin", nanogpt);
+  test::write_file(dir / "owt/meta.json", "{\"vocab_size\": 50257}\n");
+  test::write_file(dir / "owt/notes.txt", "mine\n");
+  PrepareOptions o;
+  o.inputs = {dir / "in"};
+  o.output = dir / "owt";
+  std::string msg = user_error([&] { prepare(o); });
+  EXPECT_TRUE(contains(msg, "the output directory " + o.output + " holds files that meshtrain did not write")) << msg;
+  EXPECT_TRUE(contains(msg, dir / "owt/train.bin" + " (it does not start with 'MTTOKENS')")) << msg;
+  EXPECT_TRUE(contains(msg, dir / "owt/val.bin" + " (it does not start with 'MTTOKENS')")) << msg;
+  EXPECT_TRUE(contains(msg, dir / "owt/meta.json" + " (no \"format\": \"meshtrain-dataset\")")) << msg;
+  EXPECT_TRUE(contains(msg, "choose a new or empty --output, or move them away")) << msg;
+  EXPECT_FALSE(contains(msg, "notes.txt")) << msg;
+  for (const std::string& f : {"train.bin", "val.bin"}) EXPECT_EQ(test::read_file(dir / ("owt/" + f)), nanogpt);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir / "owt"), fs::directory_iterator()), 4);  // no temporaries
+  // With val.bin alone foreign: still refused, that file named.
+  fs::remove(dir / "owt/train.bin");
+  fs::remove(dir / "owt/meta.json");
+  msg = user_error([&] { prepare(o); });
+  EXPECT_TRUE(contains(msg, "owt/val.bin (it does not start with 'MTTOKENS')")) << msg;
+  EXPECT_FALSE(contains(msg, "train.bin")) << msg;
+  // A meshtrain dataset with a foreign file under one of a row dataset's names beside it.
+  fs::remove(dir / "owt/val.bin");
+  prepare(o);
+  test::write_file(dir / "owt/train.docs", "not a document-boundary file");
+  msg = user_error([&] { prepare(o); });
+  EXPECT_TRUE(contains(msg, "owt/train.docs (it does not start with 'MTLDOCS1')")) << msg;
+  EXPECT_FALSE(contains(msg, "train.bin")) << msg;
+  // meshtrain's own files, of every format, are replaced.
+  fs::remove(dir / "owt/train.docs");
+  o.pack = PackMode::On;
+  o.seq_len = 16;
+  EXPECT_NO_THROW(prepare(o));
+  o.pack = PackMode::Auto;
+  o.seq_len = 0;
+  EXPECT_NO_THROW(prepare(o));
+  EXPECT_NO_THROW(Dataset::open(o.output));
+}
+
 TEST(Prepare, ZeroValFractionGivesEmptyVal) {
   TempDir dir("prepare");
   make_corpus(dir);

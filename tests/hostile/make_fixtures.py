@@ -272,6 +272,13 @@ for name in ("fifo.txt", "fifo.ini", "fifo.json", "fifo.gguf", "fifo.safetensors
 os.makedirs(path("o_metrics_fifo"), exist_ok=True)
 os.mkfifo(path("o_metrics_fifo", "metrics.jsonl"))
 os.makedirs(path("o_metrics_dir", "metrics.jsonl"), exist_ok=True)
+# prepare's --output holding another tool's dataset (nanoGPT's train.bin/val.bin: raw
+# uint16 ids, no header; a meta.json that is not meshtrain's): never touched.
+os.makedirs(path("p_nanogpt"), exist_ok=True)
+for name in ("train.bin", "val.bin"):
+    np.arange(1000, dtype="<u2").tofile(path("p_nanogpt", name))
+os.makedirs(path("p_foreign_meta"), exist_ok=True)
+open(path("p_foreign_meta", "meta.json"), "w").write('{"vocab_size": 50257, "itos": {}}\n')
 # A text file larger than the 1 GiB bound on files read whole (sparse: no disk space).
 with open(path("big.txt"), "wb") as f:
     f.truncate((1 << 30) + 1)
