@@ -60,27 +60,41 @@ constexpr const char* kEosSources =
     "<|endoftext|>, or an end-of-sequence token: eos_token in tokenizer_config.json, the SentencePiece model's eos "
     "piece, tokenizer.ggml.eos_token_id of a GGUF file";
 
-// Drops files inside `output` (a dataset directory under an input, from an earlier run).
-std::vector<std::string> outside_of(const std::vector<std::string>& files, const std::string& output) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path out = fs::canonical(output, ec);
-  if (ec || !fs::is_directory(out)) return files;  // nothing can be inside it
-  std::vector<std::string> kept;
-  for (const std::string& f : files) {
-    const fs::path c = fs::canonical(f, ec);
-    const auto rel = c.lexically_relative(out);
-    if (ec || rel.empty() || *rel.begin() == "..") kept.push_back(f);
-  }
-  return kept;
-}
-
 std::string list_some(const std::vector<std::string>& items, std::size_t max) {
   std::string s;
   for (std::size_t i = 0; i < items.size() && i < max; ++i) s += "\n    " + items[i];
   if (items.size() > max) s += strprintf("\n    ... and %zu more", items.size() - max);
   return s;
 }
+
+// The input files, less the files of the dataset being replaced: an earlier run's train.bin,
+// meta.json, ... directly in `output` (found when it lies inside an input and is not yet, or
+// no longer, a complete dataset that collect_input_files skips whole). Any other input file
+// inside `output` is an error: the dataset would sit beside it, and a later prepare of the
+// inputs skips a dataset's directory whole, that file with it -- so prepare neither drops it
+// now nor makes it drop out later; the dataset gets a directory of its own.
+std::vector<std::string> outside_of(const std::vector<std::string>& files, const std::string& output) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path out = fs::canonical(output, ec);
+  if (ec || !fs::is_directory(out)) return files;  // nothing can be inside it
+  std::vector<std::string> kept, inside;
+  for (const std::string& f : files) {
+    const fs::path c = fs::canonical(f, ec);
+    const auto rel = c.lexically_relative(out);
+    if (ec || rel.empty() || *rel.begin() == "..")
+      kept.push_back(f);
+    else if (c.parent_path() != out || !is_dataset_file_name(c.filename().string()))
+      inside.push_back(f);
+  }
+  MESHTRAIN_REQUIRE(inside.empty(),
+                    "%zu input file(s) lie inside the output directory %s, where the dataset would sit beside them "
+                    "(and a later prepare skips a dataset's directory whole, text and all):%s\n"
+                    "  give --output a directory of its own, outside the inputs, or move the files out of it",
+                    inside.size(), output.c_str(), list_some(inside, 10).c_str());
+  return kept;
+}
+
 
 }  // namespace
 
@@ -290,10 +304,13 @@ PrepareSummary prepare(const PrepareOptions& o) {
   if (!examples)
     require_special_token(*tok, tok->eot_id(), "end-of-text token",
                           "prepare --format text ends every document with it");
-  const std::vector<std::string> files = outside_of(collect_input_files(o.inputs), o.output);
+  const std::vector<std::string> found = collect_input_files(o.inputs);
+  const std::vector<std::string> files = outside_of(found, o.output);
   MESHTRAIN_REQUIRE(!files.empty(),
-                    "no input files found in %s (directories are searched recursively; *.dat files are ignored)",
-                    join(o.inputs, ", ").c_str());
+                    "no input files found in %s (directories are searched recursively; *.dat files are ignored%s)",
+                    join(o.inputs, ", ").c_str(),
+                    found.empty() ? "" : strprintf("; the %zu found are files of the dataset in --output %s, which "
+                                                   "prepare replaces", found.size(), o.output.c_str()).c_str());
 
   PrepareSummary s;
   s.tokenizer = tok->name();

@@ -35,7 +35,7 @@ bool is_dataset_meta(const fs::path& file) {
 /// The names of the files meshtrain writes into its datasets, runs and checkpoints.
 bool is_meshtrain_file_name(const fs::path& p) {
   static const std::set<std::string> names = {"meta.json", "train.bin", "val.bin", "train.mask", "val.mask",
-                                              "config.ini", "metrics.jsonl", "run.json", "mesh.txt", "latest"};
+                                              "train.docs", "val.docs", "config.ini", "metrics.jsonl", "run.json", "mesh.txt", "latest"};
   std::string n = p.filename().string();
   if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) n.resize(n.size() - 4);  // a staged file
   return names.count(n) > 0 || (n.rfind("step_", 0) == 0 && n.find(".h5") != std::string::npos);

@@ -152,6 +152,57 @@ TEST(Prepare, IgnoresItsOwnOutputInsideAnInput) {
   EXPECT_EQ(second.train_tokens, first.train_tokens);
 }
 
+// The output directory inside an input, holding the user's own text: not one file of it is
+// dropped silently -- prepare refuses, naming them, and writes nothing (doc/data.md).
+TEST(PrepareErrors, InputFilesInsideTheOutputAreRefused) {
+  TempDir dir("prepare");
+  test::write_file(dir / "data/a.txt", kDocA);
+  for (const char* n : {"b.txt", "c.txt", "d.txt"}) test::write_file(dir / (std::string("data/wiki/") + n), kDocB);
+  PrepareOptions o;
+  o.inputs = {dir / "data"};
+  o.output = dir / "data/wiki";
+  std::string msg = user_error([&] { prepare(o); });
+  EXPECT_TRUE(contains(msg, "3 input file(s) lie inside the output directory " + o.output)) << msg;
+  EXPECT_TRUE(contains(msg, dir / "data/wiki/b.txt") && contains(msg, dir / "data/wiki/d.txt")) << msg;
+  EXPECT_TRUE(contains(msg, "give --output a directory of its own")) << msg;
+  EXPECT_FALSE(contains(msg, "data/a.txt")) << msg;
+  // A file named as the input, in the output directory (nanoGPT's layout): the same error,
+  // not "no input files found" for a file that exists.
+  o.inputs = {dir / "data/wiki/b.txt"};
+  msg = user_error([&] { prepare(o); });
+  EXPECT_TRUE(contains(msg, "1 input file(s) lie inside the output directory")) << msg;
+  EXPECT_TRUE(contains(msg, dir / "data/wiki/b.txt")) << msg;
+  // Also in a subdirectory of the output, and when the output is the input itself.
+  o.inputs = {dir / "data"};
+  o.output = dir / "data";
+  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "4 input file(s) lie inside the output directory"));
+  test::write_file(dir / "out/texts/e.txt", kDocA);
+  o.inputs = {dir / "out/texts"};
+  o.output = dir / "out";
+  EXPECT_TRUE(contains(user_error([&] { prepare(o); }), "1 input file(s) lie inside the output directory"));
+  // Nothing was written: no dataset file, no temporary.
+  for (const auto& e : fs::recursive_directory_iterator(dir.str()))
+    EXPECT_FALSE(e.path().extension() == ".bin" || e.path().extension() == ".tmp" ||
+                 e.path().filename() == "meta.json") << e.path();
+}
+
+// The files of the dataset being replaced are left out silently: an interrupted run's
+// staged meta.json.tmp (text) directly in the output directory is no document.
+TEST(Prepare, LeavesOutTheReplacedDatasetsFilesInsideTheOutput) {
+  TempDir dir("prepare");
+  test::write_file(dir / "data/a.txt", kDocA);
+  test::write_file(dir / "data/ds/meta.json.tmp", "{\"format\": \"meshtrain-dataset\"}\n");
+  PrepareOptions o;
+  o.output = dir / "data/ds";
+  o.inputs = {o.output};  // nothing else: the message says why none is used
+  const std::string msg = user_error([&] { prepare(o); });
+  EXPECT_TRUE(contains(msg, "the 1 found are files of the dataset in --output " + o.output)) << msg;
+  o.inputs = {dir / "data"};
+  const PrepareSummary s = prepare(o);
+  EXPECT_EQ(s.files, std::vector<std::string>{dir / "data/a.txt"});
+  EXPECT_NO_THROW(Dataset::open(o.output));
+}
+
 // Another tool's train.bin/val.bin/meta.json in --output (nanoGPT's prepare.py writes the
 // first two): refused before anything is written, every one named; an earlier meshtrain
 // dataset there is replaced as before (IsDeterministicAndOverwrites).

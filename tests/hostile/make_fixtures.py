@@ -272,8 +272,12 @@ for name in ("fifo.txt", "fifo.ini", "fifo.json", "fifo.gguf", "fifo.safetensors
 os.makedirs(path("o_metrics_fifo"), exist_ok=True)
 os.mkfifo(path("o_metrics_fifo", "metrics.jsonl"))
 os.makedirs(path("o_metrics_dir", "metrics.jsonl"), exist_ok=True)
-# prepare's --output holding another tool's dataset (nanoGPT's train.bin/val.bin: raw
-# uint16 ids, no header; a meta.json that is not meshtrain's): never touched.
+# prepare's --output: a directory of the user's text inside the input (data/wiki), and one
+# holding another tool's dataset (nanoGPT's train.bin/val.bin: raw uint16 ids, no header;
+# a meta.json that is not meshtrain's). Neither may be touched.
+for name, text in (("a.txt", "alpha\n"), ("wiki/b.txt", "beta\n"), ("wiki/c.txt", "gamma\n"), ("wiki/d.txt", "delta\n")):
+    os.makedirs(os.path.dirname(path("p_data", name)), exist_ok=True)
+    open(path("p_data", name), "w").write(text)
 os.makedirs(path("p_nanogpt"), exist_ok=True)
 for name in ("train.bin", "val.bin"):
     np.arange(1000, dtype="<u2").tofile(path("p_nanogpt", name))
