@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "build_config.hpp"
 #include "core/error.hpp"
@@ -73,19 +75,46 @@ std::string list_some(const std::vector<std::string>& items, std::size_t max) {
 // inside `output` is an error: the dataset would sit beside it, and a later prepare of the
 // inputs skips a dataset's directory whole, that file with it -- so prepare neither drops it
 // now nor makes it drop out later; the dataset gets a directory of its own.
-std::vector<std::string> outside_of(const std::vector<std::string>& files, const std::string& output) {
+std::vector<std::string> outside_of(const std::vector<std::string>& files, const std::string& output,
+                                    const std::vector<std::string>& inputs) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path out = fs::canonical(output, ec);
   if (ec || !fs::is_directory(out)) return files;  // nothing can be inside it
+  const auto within = [](const fs::path& p, const fs::path& dir) {
+    const auto rel = p.lexically_relative(dir);
+    return !rel.empty() && *rel.begin() != "..";
+  };
+  const auto replaced = [&](const fs::path& c) {  // a file of the dataset in `output`
+    return c.parent_path() == out && is_dataset_file_name(c.filename().string());
+  };
   std::vector<std::string> kept, inside;
+  std::set<std::string> inside_canonical;
   for (const std::string& f : files) {
     const fs::path c = fs::canonical(f, ec);
-    const auto rel = c.lexically_relative(out);
-    if (ec || rel.empty() || *rel.begin() == "..")
+    if (ec || !within(c, out)) {
       kept.push_back(f);
-    else if (c.parent_path() != out || !is_dataset_file_name(c.filename().string()))
+    } else if (!replaced(c)) {
       inside.push_back(f);
+      inside_canonical.insert(c.string());
+    }
+  }
+  // An earlier dataset in `output` is skipped whole by collect_input_files, with only a
+  // notice, and so is text beside it: under an input directory, `output` is looked into here.
+  const bool under_input = std::any_of(inputs.begin(), inputs.end(), [&](const std::string& in) {
+    std::error_code e;
+    const fs::path c = fs::canonical(in, e);
+    return !e && fs::is_directory(c) && (c == out || within(out, c));
+  });
+  if (under_input) {
+    for (fs::recursive_directory_iterator it(out, fs::directory_options::skip_permission_denied, ec), end;
+         !ec && it != end; it.increment(ec)) {
+      const fs::path c = fs::canonical(it->path(), ec);
+      if (ec || !fs::is_regular_file(c) || c.extension() == ".dat" || replaced(c)) continue;
+      if (inside_canonical.insert(c.string()).second)
+        inside.push_back((fs::path(output) / it->path().lexically_relative(out)).string());
+    }
+    std::sort(inside.begin(), inside.end());
   }
   MESHTRAIN_REQUIRE(inside.empty(),
                     "%zu input file(s) lie inside the output directory %s, where the dataset would sit beside them "
@@ -305,7 +334,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
     require_special_token(*tok, tok->eot_id(), "end-of-text token",
                           "prepare --format text ends every document with it");
   const std::vector<std::string> found = collect_input_files(o.inputs);
-  const std::vector<std::string> files = outside_of(found, o.output);
+  const std::vector<std::string> files = outside_of(found, o.output, o.inputs);
   MESHTRAIN_REQUIRE(!files.empty(),
                     "no input files found in %s (directories are searched recursively; *.dat files are ignored%s)",
                     join(o.inputs, ", ").c_str(),

@@ -184,6 +184,26 @@ TEST(PrepareErrors, InputFilesInsideTheOutputAreRefused) {
   for (const auto& e : fs::recursive_directory_iterator(dir.str()))
     EXPECT_FALSE(e.path().extension() == ".bin" || e.path().extension() == ".tmp" ||
                  e.path().filename() == "meta.json") << e.path();
+  // The text beside an earlier dataset already there (a prepare that left it out): that
+  // dataset is skipped whole when the inputs are read, its neighbours with it -- yet they
+  // are refused as well, not dropped with a notice.
+  o.inputs = {dir / "data/a.txt"};
+  o.output = dir / "data/wiki";
+  PrepareOptions old = o;
+  old.output = dir / "old";
+  prepare(old);
+  for (const char* f : {"train.bin", "val.bin", "meta.json"})
+    fs::copy_file(dir / (std::string("old/") + f), dir / (std::string("data/wiki/") + f));
+  o.inputs = {dir / "data"};
+  msg = user_error([&] { prepare(o); });
+  EXPECT_TRUE(contains(msg, "3 input file(s) lie inside the output directory " + o.output)) << msg;
+  EXPECT_TRUE(contains(msg, dir / "data/wiki/b.txt")) << msg;
+  EXPECT_FALSE(contains(msg, "meta.json") || contains(msg, "train.bin")) << msg;
+  fs::remove_all(dir / "old");
+  for (const char* f : {"train.bin", "val.bin", "meta.json"}) fs::remove(dir / (std::string("data/wiki/") + f));
+  for (const auto& e : fs::recursive_directory_iterator(dir.str()))
+    EXPECT_FALSE(e.path().extension() == ".bin" || e.path().extension() == ".tmp" ||
+                 e.path().filename() == "meta.json") << e.path();
 }
 
 // The files of the dataset being replaced are left out silently: an interrupted run's
