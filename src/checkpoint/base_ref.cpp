@@ -19,6 +19,9 @@ constexpr const char* kPath = "base_weights";
 constexpr const char* kBytes = "base_weights_bytes";
 constexpr const char* kMtime = "base_weights_mtime_ns";
 constexpr const char* kSeed = "base_weights_seed";
+// A random base is a function of the seed and model.init_std: without the std a merge or an
+// eval under another init_std would rebuild another base.
+constexpr const char* kInitStd = "base_weights_init_std";
 
 /// Modification time in ns since the Unix epoch (stat: std::filesystem's clock has its own
 /// epoch in C++17); 0 when it cannot be read.
@@ -48,12 +51,6 @@ BaseRef describe_base(const std::string& path) {
   return ref;
 }
 
-BaseRef random_base(std::uint64_t seed) {
-  BaseRef ref;
-  ref.seed = seed;
-  return ref;
-}
-
 void check_base(const BaseRef& ref, const std::string& checkpoint) {
   if (ref.path.empty()) return;  // random base: a pure function of the seed
   std::error_code ec;
@@ -76,6 +73,7 @@ void write_base_ref(hid_t file, const BaseRef& ref) {
   h5::write_attr(file, kBytes, static_cast<std::uint64_t>(ref.bytes));
   h5::write_attr(file, kMtime, static_cast<std::int64_t>(ref.mtime_ns));
   h5::write_attr(file, kSeed, static_cast<std::uint64_t>(ref.seed));
+  h5::write_attr(file, kInitStd, ref.init_std);
 }
 
 std::optional<BaseRef> read_base_ref(hid_t file) {
@@ -87,6 +85,7 @@ std::optional<BaseRef> read_base_ref(hid_t file) {
   ref.bytes = h5::read_uint_attr(file, kBytes).value_or(0);
   ref.mtime_ns = h5::read_int_attr(file, kMtime).value_or(0);
   ref.seed = h5::read_uint_attr(file, kSeed).value_or(0);
+  ref.init_std = h5::read_double_attr(file, kInitStd).value_or(0);
   return ref;
 }
 
@@ -94,6 +93,7 @@ void broadcast(const MpiComm& comm, BaseRef& ref) {
   ref.bytes = broadcast_value(comm, ref.bytes);
   ref.mtime_ns = broadcast_value(comm, ref.mtime_ns);
   ref.seed = broadcast_value(comm, ref.seed);
+  ref.init_std = broadcast_value(comm, ref.init_std);
   ref.path = broadcast_string(comm, ref.path);
 }
 

@@ -17,14 +17,12 @@ namespace meshtrain::checkpoint {
 /// path, total bytes, newest mtime. Not collective (file-system lookups).
 BaseRef describe_base(const std::string& path);
 
-/// A random base: initialised from `seed` (no file to refer to).
-BaseRef random_base(std::uint64_t seed);
-
 /// UserError naming the base path when it no longer exists or differs from `ref` (size or
 /// modification time); `checkpoint` is the file that refers to it. Not collective.
 void check_base(const BaseRef& ref, const std::string& checkpoint);
 
-/// Root attributes base_weights, base_weights_bytes, base_weights_mtime_ns, base_weights_seed.
+/// Root attributes base_weights, base_weights_bytes, base_weights_mtime_ns, base_weights_seed,
+/// base_weights_init_std.
 void write_base_ref(hid_t file, const BaseRef& ref);
 /// The reference of an open checkpoint; nullopt when it has none (it holds every parameter).
 std::optional<BaseRef> read_base_ref(hid_t file);

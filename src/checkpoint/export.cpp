@@ -302,6 +302,10 @@ ExportSource read_export_source(const std::string& h5_path, const ExportOptions&
                     h5_path.c_str());
   src.peft = lora && !opt.merge_lora;
   src.kind = !lora ? "model" : src.peft ? "peft_adapter" : "merged_lora";
+  // A random base is rebuilt from its seed with the init_std it was drawn with (/model does
+  // not record init_std; the reference does since it was added).
+  if (src.base_ref && src.base_ref->path.empty() && src.base_ref->init_std > 0)
+    src.dims.init_std = src.base_ref->init_std;
   src.specs = model::build_param_specs(src.dims, 1);
   // An adapters-only checkpoint holds the trainable parameters; the rest is its base.
   std::vector<model::ParamSpec> stored;

@@ -508,6 +508,13 @@ std::uint64_t read_base(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh
                         const BaseRef& ref, const std::string& checkpoint) {
   const MpiComm& comm = mesh.world().mpi();
   if (ref.path.empty()) {
+    // The initialisation from the recorded seed is the base only under the same init_std.
+    MESHTRAIN_REQUIRE(ref.init_std == 0 || ref.init_std == dims.init_std,
+                      "checkpoint %s holds LoRA adapters only; its base is the random initialisation from "
+                      "train.seed=%llu with model.init_std=%g, and this run has model.init_std=%g, which would "
+                      "rebuild another base: set model.init_std=%g",
+                      checkpoint.c_str(), static_cast<unsigned long long>(ref.seed), ref.init_std, dims.init_std,
+                      ref.init_std);
     require_values_base(eng);
     eng.init_parameters(ref.seed);
     return 0;

@@ -857,6 +857,7 @@ int Trainer<T>::restore_or_init() {
   checkpoint::IoStats io;
   base_ = checkpoint::BaseRef{};
   base_.seed = spec_.train.seed;  // without init_from the base is the initialisation from train.seed
+  base_.init_std = spec_.dims.init_std;
   if (!path.empty()) {
     const checkpoint::TrainState st = checkpoint::load(eng, session_.mesh(), checkpoint_meta(setup_), path, &io);
     // After the load's validation, so that a checkpoint of another model (or LoRA setting)

@@ -13,7 +13,8 @@
 #  * convert exports the adapters as a PEFT adapter (not a model directory: eval refuses it)
 #    or merged into the base (--merge_lora: evaluates to the checkpoint's loss); a
 #    checkpoint whose settings were removed is refused by its adapters-only contents
-#    (exit 2 instead of silently ignoring its adapters).
+#    (exit 2 instead of silently ignoring its adapters); a random base drawn with another
+#    model.init_std is rebuilt with it by the merge, and an eval under another is exit 2.
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
@@ -115,6 +116,24 @@ merged_loss=$(eval_loss)
 echo "  val loss: merged export $merged_loss, checkpoint $keyed_loss"
 "$py" -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) <= 1e-5 else 1)" "$merged_loss" "$keyed_loss" ||
   fail "eval of the merged LoRA export ($merged_loss) != eval of the checkpoint ($keyed_loss)"
+# A random base drawn with another model.init_std: the merge rebuilds that base (the merged
+# export evaluates to the checkpoint's loss), and an eval under the default init_std is
+# refused instead of scoring another base.
+run train "$tiny" "${common[@]}" --train.steps=4 --train.lr=1e-2 --model.init_std=0.05 --model.lora_rank=4 --output.dir=lora_std
+[[ $rc -eq 0 ]] || { cat err.log; fail "LoRA run with model.init_std=0.05 failed"; }
+run eval lora_std/config.ini --checkpoint lora_std/checkpoints --json
+std_loss=$(eval_loss)
+run convert --input lora_std/checkpoints --output lora_std_merged --merge_lora
+[[ $rc -eq 0 ]] || { cat err.log; fail "convert --merge_lora of the init_std=0.05 LoRA checkpoint failed"; }
+run eval "$tiny" --data.dir=data --checkpoint lora_std_merged --json
+std_merged_loss=$(eval_loss)
+echo "  val loss, model.init_std=0.05: merged export $std_merged_loss, checkpoint $std_loss"
+"$py" -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) <= 1e-5 else 1)" "$std_merged_loss" "$std_loss" ||
+  fail "init_std=0.05: eval of the merged LoRA export ($std_merged_loss) != eval of the checkpoint ($std_loss)"
+grep -qF '"initializer_range":0.05,' lora_std_merged/config.json || fail "the merged export's initializer_range is not 0.05"
+run eval "$tiny" --data.dir=data --checkpoint lora_std/checkpoints
+expect_error "eval of a random-base LoRA checkpoint under another init_std" "with model.init_std=0.05, and this run has model.init_std=0.02" \
+  "set model.init_std=0.05"
 cp "$(ls lora/checkpoints/step_*.h5 | tail -1)" old.h5
 "$py" -c 'import h5py; m = h5py.File("old.h5", "r+")["model"]; [m.attrs.__delitem__(k) for k in ("lora_rank", "lora_alpha", "lora_targets")]'
 run eval "$tiny" --data.dir=data --checkpoint old.h5

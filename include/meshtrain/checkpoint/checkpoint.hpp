@@ -36,6 +36,7 @@ struct BaseRef {
   std::uint64_t bytes = 0;     ///< total size of its weight files when written
   std::int64_t mtime_ns = 0;   ///< newest modification time of those files
   std::uint64_t seed = 0;      ///< path "": the base is the initialisation from this train.seed
+  double init_std = 0;         ///< path "": ... with this model.init_std (0: not recorded, older files)
 };
 
 /// The tokenizer a checkpoint's model was trained with (attributes of /model; see
