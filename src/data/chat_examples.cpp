@@ -44,9 +44,11 @@ std::vector<ChatMessage> chat_messages(const json& root) {
 json parse_record(const std::string& line) {
   json root;
   try {
-    root = json::parse(line);
-  } catch (const json::exception& e) {
-    throw UserError("not valid JSON: " + formats::json_error_text(e));
+    // Strict (formats::parse_json): a key given twice ({"output": "a", "output": "b"}) would
+    // otherwise train silently on the last value.
+    root = json(formats::parse_json(line));
+  } catch (const std::runtime_error& e) {
+    throw UserError(std::string("not valid JSON: ") + e.what());
   }
   MESHTRAIN_REQUIRE(root.is_object(), "a record must be a JSON object, not %s", root.type_name());
   return root;

@@ -449,6 +449,8 @@ good_chat = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role":
 open(path("j_good_chat.jsonl"), "w").write(good_chat + "\n")
 open(path("j_bad_json.jsonl"), "w").write(good_chat + '\n{"messages": [{"role": "user", "content": "hi"}\n')
 open(path("j_no_output.jsonl"), "w").write(json.dumps({"instruction": "say hi", "input": ""}) + "\n")
+# A key given twice: json.loads (and nlohmann) keep the last value silently.
+open(path("j_twice.jsonl"), "w").write('{"instruction": "say hi", "input": "", "output": "hi", "output": "bye"}\n')
 open(path("j_bad_role.jsonl"), "w").write(
     json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "bot", "content": "hello"}]}) + "\n")
 open(path("j_content_number.jsonl"), "w").write(
