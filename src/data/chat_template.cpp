@@ -2,16 +2,41 @@
 // family's Jinja template (SmolLM2 / Qwen ChatML, Meta Llama 3 and Llama 2, Stanford Alpaca).
 #include "data/chat_template.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "core/error.hpp"
+#include "core/utf8.hpp"
 
 namespace meshtrain::data {
 namespace {
 
+/// Python's str.isspace(), which Jinja's `| trim` and `.strip()` use: ASCII blanks and the
+/// separators U+001C..U+001F, and Unicode's other white space (U+00A0, U+3000 ideographic
+/// space in CJK text, U+2028 ...).
+bool python_space(std::uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+         cp == 0x3000;
+}
+
+/// `s` without leading and trailing white space, as Python's str.strip() (the Llama
+/// templates strip each message's content).
 std::string strip(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  const std::size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+  std::size_t b = 0, e = s.size();
+  while (b < e) {
+    const std::size_t len = std::min(utf8::char_len(static_cast<unsigned char>(s[b])), e - b);
+    if (!python_space(utf8::decode_at(s, b, len))) break;
+    b += len;
+  }
+  while (e > b) {
+    std::size_t start = e - 1;  // back to the first byte of the last character
+    while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    const std::size_t len = std::min(utf8::char_len(static_cast<unsigned char>(s[start])), e - start);
+    if (start + len != e || !python_space(utf8::decode_at(s, start, len))) break;
+    e = start;
+  }
+  return s.substr(b, e - b);
 }
 
 std::string names() {

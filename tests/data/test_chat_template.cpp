@@ -149,3 +149,18 @@ TEST(ChatTemplate, UnknownTemplatesAndBadConversations) {
   EXPECT_THROW(render_chat(f, {{"user", "no reply"}}), UserError);
   EXPECT_THROW(render_chat(f, {{"robot", "x"}, {"assistant", "y"}}), UserError);
 }
+
+TEST(ChatTemplate, LlamaStripsUnicodeWhiteSpaceAsJinjaDoes) {
+  // Jinja's `| trim` and `.strip()` are Python's str.strip(): Unicode white space too
+  // (U+3000 in CJK text, U+00A0, U+2028), not U+200B (zero width space) nor other text.
+  const ChatFormat llama3 = chat_format_by_name("llama3");
+  const auto s = render_chat(llama3, {{"user", "\u3000\u3000\u8cea\u554f\u3067\u3059\u3000"},
+                                      {"assistant", "\xc2\xa0\u7b54\u3048 x\xc2\xa0\u2028\x1c"}});
+  EXPECT_EQ(all(s), "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n\u8cea\u554f\u3067\u3059<|eot_id|>"
+                    "<|start_header_id|>assistant<|end_header_id|>\n\n\u7b54\u3048 x<|eot_id|>");
+  const auto kept = render_chat(llama3, {{"user", "\u200bHi\u200b"}, {"assistant", "\xc3\xa9 \t"}});
+  EXPECT_EQ(all(kept), "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n\u200bHi\u200b<|eot_id|>"
+                       "<|start_header_id|>assistant<|end_header_id|>\n\n\xc3\xa9<|eot_id|>");
+  const auto blank = render_chat(chat_format_by_name("llama2"), {{"user", "\u3000Q\u2029"}, {"assistant", "\u3000"}});
+  EXPECT_EQ(all(blank), "<s>[INST] Q [/INST]  </s>");
+}
