@@ -140,7 +140,7 @@ std::vector<ChatSegment> render_example(const std::string& line, ExampleFormat f
     const std::string instruction = string_field(root, "instruction", "the record", true);
     const std::string input = string_field(root, "input", "the record", false);
     const std::string output = string_field(root, "output", "the record", true);
-    if (chat_format.kind == ChatTemplateKind::Alpaca) return render_alpaca(instruction, input, output);
+    if (chat_format.kind == ChatTemplateKind::Alpaca) return render_alpaca(instruction, input, output, system);
     if (!system.empty()) messages.push_back({"system", system});
     messages.push_back({"user", input.empty() ? instruction : instruction + "\n\n" + input});
     messages.push_back({"assistant", output});

@@ -39,6 +39,13 @@ std::string strip(const std::string& s) {
   return s.substr(b, e - b);
 }
 
+// Stanford Alpaca's preambles, without and with an input block.
+constexpr const char* kAlpacaPreamble =
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request.";
+constexpr const char* kAlpacaInputPreamble =
+    "Below is an instruction that describes a task, paired with an input that provides further context. Write a "
+    "response that appropriately completes the request.";
+
 std::string names() {
   std::string out;
   for (const auto& n : known_chat_templates()) out += (out.empty() ? "" : ", ") + n;
@@ -193,13 +200,26 @@ std::vector<ChatSegment> render_chat(const ChatFormat& f, const std::vector<Chat
       break;
     }
     case ChatTemplateKind::Alpaca: {
-      // Alpaca has no roles: user turns are instructions, assistant turns responses.
-      for (const auto& m : messages)
-        if (m.role == "user") plain("### Instruction:\n" + m.content + "\n\n### Response:\n");
-        else if (m.role == "assistant") {
+      // Alpaca has no roles: the preamble (a leading system message takes its place), then
+      // user turns as instructions and assistant turns as responses; the blank line between
+      // a response and the next instruction belongs to the next prompt, so that a response
+      // is followed directly by what ends it (the end of text), as in render_alpaca.
+      std::size_t first = 0;
+      std::string pending = kAlpacaPreamble;
+      if (messages.front().role == "system") pending = messages[first++].content;
+      pending += "\n\n";
+      for (std::size_t i = first; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "user") {
+          plain(pending + "### Instruction:\n" + m.content + "\n\n### Response:\n");
+          pending.clear();
+        } else if (m.role == "assistant") {
           train(m.content);
-          plain("\n\n");
-        } else plain(m.content + "\n\n");
+          pending = "\n\n";
+        } else {
+          pending += m.content + "\n\n";
+        }
+      }
       break;
     }
   }
@@ -207,14 +227,11 @@ std::vector<ChatSegment> render_chat(const ChatFormat& f, const std::vector<Chat
 }
 
 std::vector<ChatSegment> render_alpaca(const std::string& instruction, const std::string& input,
-                                       const std::string& output) {
-  std::string prompt =
-      input.empty()
-          ? "Below is an instruction that describes a task. Write a response that appropriately completes the "
-            "request.\n\n### Instruction:\n" + instruction + "\n\n### Response:\n"
-          : "Below is an instruction that describes a task, paired with an input that provides further context. "
-            "Write a response that appropriately completes the request.\n\n### Instruction:\n" + instruction +
-                "\n\n### Input:\n" + input + "\n\n### Response:\n";
+                                       const std::string& output, const std::string& system) {
+  const std::string preamble = !system.empty() ? system : input.empty() ? kAlpacaPreamble : kAlpacaInputPreamble;
+  std::string prompt = preamble + "\n\n### Instruction:\n" + instruction;
+  if (!input.empty()) prompt += "\n\n### Input:\n" + input;
+  prompt += "\n\n### Response:\n";
   return {{prompt, false}, {output, true}};
 }
 

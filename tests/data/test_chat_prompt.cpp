@@ -43,8 +43,16 @@ TEST(ChatPrompt, Llama2) {
 
 TEST(ChatPrompt, AlpacaHasNoEndOfTurnMarker) {
   const ChatPrompt p = chat_generation_prompt(chat_format_by_name("alpaca"), "Add 2 and 3.");
-  EXPECT_EQ(p.text, "### Instruction:\nAdd 2 and 3.\n\n### Response:\n");
+  // The prompt that prepare --format alpaca --chat_template alpaca trained on (render_alpaca).
+  const std::vector<ChatSegment> trained = render_alpaca("Add 2 and 3.", "", "5");
+  EXPECT_EQ(p.text, trained[0].text);
+  EXPECT_EQ(p.text, "Below is an instruction that describes a task. Write a response that appropriately completes the "
+                    "request.\n\n### Instruction:\nAdd 2 and 3.\n\n### Response:\n");
   EXPECT_EQ(p.end_of_turn, "");
+  // --system takes the preamble's place, in training (--format alpaca --system) as here.
+  const ChatPrompt s = chat_generation_prompt(chat_format_by_name("alpaca"), "Add 2 and 3.", "Answer in French.");
+  EXPECT_EQ(s.text, render_alpaca("Add 2 and 3.", "", "5", "Answer in French.")[0].text);
+  EXPECT_EQ(s.text, "Answer in French.\n\n### Instruction:\nAdd 2 and 3.\n\n### Response:\n");
 }
 
 TEST(ChatPrompt, TemplateTextBesideATokenizer) {

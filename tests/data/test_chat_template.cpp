@@ -106,6 +106,25 @@ TEST(ChatTemplate, AlpacaRecord) {
                     "\n\n### Input:\n2 3\n\n### Response:\n5");
   EXPECT_EQ(trainable(s), "5|");
   EXPECT_EQ(all(render_alpaca("Say hi.", "", "hi")).find("### Input:"), std::string::npos);
+  // A system message replaces the preamble.
+  EXPECT_EQ(all(render_alpaca("Add.", "2 3", "5", "Be brief.")),
+            "Be brief.\n\n### Instruction:\nAdd.\n\n### Input:\n2 3\n\n### Response:\n5");
+}
+
+TEST(ChatTemplate, AlpacaConversation) {
+  // One instruction and response: render_alpaca's text; the response is followed by nothing
+  // untrained (the end of text comes next), the blank line between turns opens the next prompt.
+  const ChatFormat f = chat_format_by_name("alpaca");
+  EXPECT_EQ(all(render_chat(f, {{"user", "Say hi."}, {"assistant", "hi"}})), all(render_alpaca("Say hi.", "", "hi")));
+  const auto s = render_chat(f, kChat);
+  EXPECT_EQ(all(s), "Below is an instruction that describes a task. Write a response that appropriately completes the "
+                    "request.\n\n### Instruction:\nHi\n\n### Response:\nHello!\n\n### Instruction:\n2+2?\n\n"
+                    "### Response:\n4");
+  EXPECT_EQ(trainable(s), "Hello!|4|");
+  EXPECT_FALSE(s.back().text.empty());
+  EXPECT_TRUE(s.back().trainable);
+  const auto sys = render_chat(f, {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Yo"}});
+  EXPECT_EQ(all(sys), all(render_alpaca("Hi", "", "Yo", "Be brief.")));
 }
 
 TEST(ChatTemplate, UnknownTemplatesAndBadConversations) {

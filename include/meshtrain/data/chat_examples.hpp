@@ -21,7 +21,7 @@ enum class ExampleFormat { Alpaca, Chat };
 /// user message (instruction, then a blank line and the input when there is one) and an
 /// assistant message, rendered with the chat template, except with the Alpaca template,
 /// which renders the classic Alpaca prompt (render_alpaca). `system` (when not empty) is the
-/// system message of conversations that have none. UserError saying what is wrong with the
+/// system message of conversations that have none (with the Alpaca template: the preamble). UserError saying what is wrong with the
 /// line (not JSON, a missing or non-string field, an unknown role, no assistant message);
 /// the caller adds the file and line number.
 std::vector<ChatSegment> render_example(const std::string& jsonl_line, ExampleFormat format,

@@ -52,9 +52,12 @@ struct ChatSegment {
 /// conversation without an assistant message, or (Llama 2) roles out of user/assistant order.
 std::vector<ChatSegment> render_chat(const ChatFormat& format, const std::vector<ChatMessage>& messages);
 
-/// \brief An Alpaca record ({"instruction", "input", "output"}) in the Alpaca prompt format
-/// (the "input" block only when `input` is not empty); the output is trainable.
+/// \brief An Alpaca record ({"instruction", "input", "output"}) in the Alpaca prompt format:
+/// Stanford Alpaca's preamble (`system` in its place when not empty), the instruction, the
+/// "input" block only when `input` is not empty, "### Response:"; the output is trainable.
+/// render_chat's Alpaca form of a conversation of one user and one assistant message is the
+/// same text, so `generate --chat --chat_template alpaca` prompts as training rendered.
 std::vector<ChatSegment> render_alpaca(const std::string& instruction, const std::string& input,
-                                       const std::string& output);
+                                       const std::string& output, const std::string& system = "");
 
 }  // namespace meshtrain::data
