@@ -4,6 +4,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <utility>
@@ -24,15 +25,39 @@ struct SpecialIds {
   std::int32_t bos = -1, eos = -1, pad = -1;
 };
 
+/// \brief SentencePiece with the special pieces matched in the text first, as Hugging Face's
+/// Llama tokenizers and llama.cpp do: SentencePiece's own Encode never produces a control
+/// piece ("<s>" in the text becomes "▁ < s >"), so a chat template's "<s>", "</s>" or
+/// "<|im_end|>" would be trained on as plain text. The text between two special pieces is
+/// encoded by SentencePiece alone, each such segment with its own dummy prefix '▁' (when the
+/// model adds one): the behaviour of transformers' LlamaTokenizer with legacy=True, of the
+/// tokenizer.json of Llama 2 (normalizer Prepend('▁') applied per segment between added
+/// tokens), of Meta's reference chat code (each turn encoded alone) and of llama.cpp (a space
+/// prefix after every special token). Decoding is the inverse: each run of ordinary ids is
+/// decoded by SentencePiece (which drops that run's leading '▁'), a special piece decodes to
+/// its text.
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp, std::string name,
-                         SpecialIds ids, bool add_bos)
+                         SpecialIds ids, bool add_bos, const std::vector<std::int32_t>& split_ids)
       : sp_(std::move(sp)), name_(std::move(name)), ids_(ids), add_bos_(add_bos) {
     Digest d;
     d.add_field("sentencepiece");
     d.add_field(sp_->serialized_model_proto());
     hash_ = d.hex();
+    split_.assign(static_cast<std::size_t>(sp_->GetPieceSize()), 0);
+    for (const std::int32_t id : split_ids) {
+      if (id < 0 || id >= sp_->GetPieceSize() || split_[id]) continue;
+      const std::string piece = sp_->IdToPiece(id);
+      if (piece.empty()) continue;
+      split_[id] = 1;
+      specials_.push_back({piece, id});
+    }
+    // Longest first, so that the first match at a position is the longest there.
+    std::stable_sort(specials_.begin(), specials_.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    for (std::size_t k = 0; k < specials_.size(); ++k)
+      by_first_byte_[static_cast<unsigned char>(specials_[k].first[0])].push_back(k);
   }
   std::string name() const override { return name_; }
   std::string kind() const override { return "sentencepiece"; }
@@ -48,32 +73,57 @@ class SentencePieceTokenizer final : public Tokenizer {
     return id >= 0 && sp_->IdToPiece(id) == token ? id : -1;
   }
   std::vector<std::int32_t> encode(const std::string& text) const override {
-    std::vector<int> ids;
-    const auto st = sp_->Encode(text, &ids);
-    MESHTRAIN_REQUIRE(st.ok(), "SentencePiece %s cannot encode the text: %s", name_.c_str(), st.ToString().c_str());
-    return {ids.begin(), ids.end()};
+    std::vector<std::int32_t> out;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      std::size_t at = 0;
+      const std::pair<std::string, std::int32_t>* hit = find_special(text, pos, at);
+      const std::size_t seg_end = hit ? at : text.size();
+      if (seg_end > pos) encode_segment(text.substr(pos, seg_end - pos), out);
+      if (!hit) break;
+      out.push_back(hit->second);
+      pos = at + hit->first.size();
+    }
+    return out;
   }
   bool decode_with_ends(const std::vector<std::int32_t>& ids, std::string& text,
                         std::vector<std::size_t>& ends) const override {
-    // One decode that reports each piece's byte span in the text it produced (the leading
-    // bytes of a byte-fallback character get an empty span at its start). Ids outside the
-    // vocabulary decode to U+FFFD outside the library: the default handles those.
-    std::vector<int> in(ids.begin(), ids.end());
-    for (const int id : in)
+    // Per run of ordinary ids, one decode that reports each piece's byte span in the text it
+    // produced (the leading bytes of a byte-fallback character get an empty span at its
+    // start); a special piece spans its own text. Ids outside the vocabulary decode to
+    // U+FFFD outside the library: the default handles those.
+    for (const std::int32_t id : ids)
       if (id < 0 || id >= sp_->GetPieceSize()) return Tokenizer::decode_with_ends(ids, text, ends);
-    const sentencepiece::ImmutableSentencePieceText spt = sp_->DecodeIdsAsImmutableProto(in);
-    if (spt.pieces_size() != ids.size()) return Tokenizer::decode_with_ends(ids, text, ends);
-    text = spt.text();
+    text.clear();
     ends.assign(ids.size(), 0);
-    std::size_t prev = 0;
-    for (std::size_t k = 0; k < ids.size(); ++k) {
-      const auto piece = spt.pieces(static_cast<int>(k));
-      // Spans that do not tile the text are not what this relies on: take the slow, sure way.
-      if (piece.begin() != prev || piece.end() < piece.begin() || piece.end() > text.size())
-        return Tokenizer::decode_with_ends(ids, text, ends);
-      ends[k] = prev = piece.end();
+    for (std::size_t k = 0; k < ids.size();) {
+      if (split_[ids[k]]) {
+        text += sp_->IdToPiece(ids[k]);
+        ends[k++] = text.size();
+        continue;
+      }
+      std::size_t e = k;
+      while (e < ids.size() && !split_[ids[e]]) ++e;
+      const std::vector<int> in(ids.begin() + static_cast<std::ptrdiff_t>(k),
+                                ids.begin() + static_cast<std::ptrdiff_t>(e));
+      const sentencepiece::ImmutableSentencePieceText spt = sp_->DecodeIdsAsImmutableProto(in);
+      if (static_cast<std::size_t>(spt.pieces_size()) != in.size()) return Tokenizer::decode_with_ends(ids, text, ends);
+      const std::size_t base = text.size();
+      const std::string run = spt.text();
+      std::size_t prev = 0;
+      for (std::size_t j = 0; j < in.size(); ++j) {
+        const auto piece = spt.pieces(static_cast<int>(j));
+        // Spans that do not tile the text are not what this relies on: take the slow, sure way.
+        if (piece.begin() != prev || piece.end() < piece.begin() || piece.end() > run.size())
+          return Tokenizer::decode_with_ends(ids, text, ends);
+        prev = piece.end();
+        ends[k + j] = base + prev;
+      }
+      if (prev != run.size()) return Tokenizer::decode_with_ends(ids, text, ends);
+      text += run;
+      k = e;
     }
-    return prev == text.size() || Tokenizer::decode_with_ends(ids, text, ends);
+    return true;
   }
   std::string decode(const std::vector<std::int32_t>& ids) const override {
     std::string out;
@@ -90,6 +140,11 @@ class SentencePieceTokenizer final : public Tokenizer {
       if (id < 0 || id >= sp_->GetPieceSize()) {
         flush();
         out += "\xEF\xBF\xBD";
+      } else if (split_[id]) {
+        // A special piece is its text, as in Hugging Face's decode(skip_special_tokens=False)
+        // and the BPE tokenizers' added tokens; the run after it starts afresh (its '▁').
+        flush();
+        out += sp_->IdToPiece(id);
       } else {
         run.push_back(id);
       }
@@ -99,12 +154,48 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
 
  private:
+  /// The leftmost special piece at or after `pos` (the longest of those starting there), its
+  /// position in `at`; nullptr when none.
+  const std::pair<std::string, std::int32_t>* find_special(const std::string& text, std::size_t pos,
+                                                            std::size_t& at) const {
+    if (specials_.empty()) return nullptr;
+    for (std::size_t i = pos; i < text.size(); ++i)
+      for (const std::size_t k : by_first_byte_[static_cast<unsigned char>(text[i])])
+        if (text.compare(i, specials_[k].first.size(), specials_[k].first) == 0) {
+          at = i;
+          return &specials_[k];
+        }
+    return nullptr;
+  }
+  void encode_segment(const std::string& text, std::vector<std::int32_t>& out) const {
+    std::vector<int> ids;
+    const auto st = sp_->Encode(text, &ids);
+    MESHTRAIN_REQUIRE(st.ok(), "SentencePiece %s cannot encode the text: %s", name_.c_str(), st.ToString().c_str());
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string name_;
   SpecialIds ids_;
   bool add_bos_;
   std::string hash_;
+  std::vector<char> split_;  ///< per id: a special piece, matched in the text and decoded as its text
+  std::vector<std::pair<std::string, std::int32_t>> specials_;  ///< longest first
+  std::vector<std::size_t> by_first_byte_[256];                 ///< indices into specials_
 };
+
+/// The pieces matched in the text before SentencePiece runs: the control pieces (<s>, </s>,
+/// a chat model's <|im_end|> ...) and the special ids the tokenizer names (a
+/// tokenizer_config.json's eos_token may be a user-defined piece), never <unk> (an unknown
+/// character also encodes to it, and it decodes to " ⁇ ").
+std::vector<std::int32_t> control_pieces(const sentencepiece::SentencePieceProcessor& sp, const SpecialIds& ids) {
+  std::vector<std::int32_t> out;
+  for (int i = 0; i < sp.GetPieceSize(); ++i)
+    if (sp.IsControl(i)) out.push_back(i);
+  for (const std::int32_t id : {ids.bos, ids.eos, ids.pad})
+    if (id >= 0 && id < sp.GetPieceSize() && !sp.IsUnknown(id) && !sp.IsByte(id)) out.push_back(id);
+  return out;
+}
 
 /// The id of the piece spelled `token`, or -1.
 std::int32_t piece_id(const sentencepiece::SentencePieceProcessor& sp, const std::string& token) {
@@ -172,7 +263,8 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model
   // otherwise. A config asking for one the model lacks is kept as asked: prepare refuses it
   // by name rather than writing an id of -1.
   const bool add_bos = cfg.add_bos_token.value_or(ids.bos >= 0);
-  return std::make_unique<SentencePieceTokenizer>(std::move(sp), name, ids, add_bos);
+  const std::vector<std::int32_t> split = control_pieces(*sp, ids);
+  return std::make_unique<SentencePieceTokenizer>(std::move(sp), name, ids, add_bos, split);
 }
 
 std::string sentencepiece_model_proto_from_gguf(const formats::GgufFile& gguf) {
@@ -235,8 +327,16 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer_from_gguf(const formats:
                 ? special("tokenizer.ggml.eos_token_id", -1)
                 : first_piece(*sp, {"</s>", "<eos>", "<|endoftext|>", "<|end_of_text|>"});
   ids.pad = special("tokenizer.ggml.padding_token_id", -1);
+  // Control (3) and user-defined (4) tokens are matched in the text first, as llama.cpp's
+  // special-token cache does (and the BPE GGUF reader).
+  std::vector<std::int32_t> split = control_pieces(*sp, ids);
+  if (gguf.has_metadata("tokenizer.ggml.token_type")) {
+    const auto types = gguf.metadata_int_array("tokenizer.ggml.token_type");
+    for (std::size_t i = 0; i < types.size(); ++i)
+      if (types[i] == 4) split.push_back(static_cast<std::int32_t>(i));
+  }
   return std::make_unique<SentencePieceTokenizer>(
-      std::move(sp), name, ids, gguf.metadata_bool("tokenizer.ggml.add_bos_token", ids.bos >= 0));
+      std::move(sp), name, ids, gguf.metadata_bool("tokenizer.ggml.add_bos_token", ids.bos >= 0), split);
 }
 
 }  // namespace meshtrain::data

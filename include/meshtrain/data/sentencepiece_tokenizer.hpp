@@ -1,7 +1,11 @@
 #pragma once
 /// \file
 /// \brief SentencePiece tokenizers (Llama 2, Mistral, T5 ...) run by Google's own library
-/// (Debian libsentencepiece-dev), so ids are the reference's by construction.
+/// (Debian libsentencepiece-dev), so ids are the reference's by construction. Special pieces
+/// written in the text (control pieces such as "<s>", "</s>", "<|im_end|>"; the named
+/// bos/eos/pad; a GGUF's user-defined tokens) are matched first and are their ids, each text
+/// between them encoded alone with its own dummy prefix: Hugging Face's Llama tokenizer with
+/// legacy=True, Llama 2's tokenizer.json and llama.cpp (doc/data.md, "Tokenizers").
 
 #include <memory>
 #include <string>
