@@ -18,6 +18,7 @@
 #include "core/log.hpp"
 #include "core/memory.hpp"
 #include "core/timer.hpp"
+#include "data/chat_examples.hpp"
 #include "data/chat_prompt.hpp"
 #include "data/dataset.hpp"
 #include "data/tokenizer.hpp"
@@ -107,6 +108,9 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
       format = o.chat_template == "auto"
                    ? data::recognise_chat_template(data::chat_template_text(name), "the " + name + " tokenizer")
                    : data::chat_format_by_name(o.chat_template);
+    // The prompt is encoded as prepare encodes training data (the template's markers as
+    // their special ids); a reply could not end at a marker the vocabulary lacks.
+    if (o.chat) data::require_end_of_turn_token(*tok, format, data::chat_template_name(format.kind));
     MESHTRAIN_REQUIRE(tok->vocab_size() <= setup.spec.dims.valid_vocab,
                       "the %s tokenizer has %lld ids, more than model.vocab_size=%lld", name.c_str(),
                       static_cast<long long>(tok->vocab_size()), static_cast<long long>(setup.spec.dims.valid_vocab));
@@ -134,7 +138,11 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
     so.stop_token = tok->eot_id() < setup.spec.dims.valid_vocab ? tok->eot_id() : -1;
     so.kv_cache = !o.no_kv_cache;
     if (!chat.end_of_turn.empty()) so.stop_sequence = tok->encode(chat.end_of_turn);
-    return tok->decode(train::generate_ids(session, std::move(ids), so, stats));
+    std::string reply = tok->decode(train::generate_ids(session, std::move(ids), so, stats));
+    // Llama 2's space before the reply is the model's to generate, not the reply's text.
+    if (!chat.reply_lead.empty() && reply.compare(0, chat.reply_lead.size(), chat.reply_lead) == 0)
+      reply.erase(0, chat.reply_lead.size());
+    return reply;
   };
 
   if (!o.prompt_file.empty()) {

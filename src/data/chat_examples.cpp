@@ -151,6 +151,19 @@ std::vector<ChatSegment> render_example(const std::string& line, ExampleFormat f
   return render_chat(chat_format, messages);
 }
 
+void require_end_of_turn_token(const Tokenizer& tok, const ChatFormat& format, const std::string& template_name) {
+  const std::string marker = end_of_turn_marker(format);
+  if (marker.empty() || tok.kind() == "byte") return;
+  const std::vector<std::int32_t> ids = tok.encode(marker);
+  if (ids.size() == 1) return;
+  throw UserError(strprintf(
+      "the %s chat template ends each assistant turn with '%s', which the tokenizer %s encodes as %zu ids, not one "
+      "token: a model trained on that would learn the marker as plain text and never emit an end-of-turn token. "
+      "Choose a --chat_template whose end-of-turn marker is a token of this vocabulary, or a tokenizer that has "
+      "'%s' as a (special) token",
+      template_name.c_str(), marker.c_str(), tok.name().c_str(), ids.size(), marker.c_str()));
+}
+
 MaskedTokens tokenize_with_mask(const Tokenizer& tok, const std::vector<ChatSegment>& segments) {
   std::string text;
   std::vector<std::uint8_t> byte_trainable;  // one flag per byte of `text`

@@ -33,6 +33,12 @@ ChatPrompt chat_generation_prompt(const ChatFormat& format, const std::string& u
     const std::size_t at = s.text.find(reply);
     MESHTRAIN_ASSERT(at != std::string::npos, "chat template rendered the reply without its content");
     p.text += s.text.substr(0, at);  // e.g. Llama 2 writes nothing before; kept for any that do
+    // Llama 2's template writes the space before a reply with the reply (as Hugging Face's
+    // template has no generation prompt for it): the prompt ends at "[/INST]", as HF's does.
+    if (format.kind == ChatTemplateKind::Llama2 && !p.text.empty() && p.text.back() == ' ') {
+      p.text.pop_back();
+      p.reply_lead = " ";
+    }
     std::string end = s.text.substr(at + reply.size());
     // " </s>" -> "</s>": the marker is matched as a token, the space belongs to the reply.
     const std::size_t b = end.find_first_not_of(" \n");

@@ -108,6 +108,26 @@ std::string default_system_turn(const std::string& jinja) {
 
 std::vector<std::string> known_chat_templates() { return {"alpaca", "chatml", "llama2", "llama3"}; }
 
+std::string chat_template_name(ChatTemplateKind k) {
+  switch (k) {
+    case ChatTemplateKind::ChatML: return "chatml";
+    case ChatTemplateKind::Llama3: return "llama3";
+    case ChatTemplateKind::Llama2: return "llama2";
+    case ChatTemplateKind::Alpaca: return "alpaca";
+  }
+  return "";
+}
+
+std::string end_of_turn_marker(const ChatFormat& f) {
+  switch (f.kind) {
+    case ChatTemplateKind::ChatML: return "<|im_end|>";
+    case ChatTemplateKind::Llama3: return "<|eot_id|>";
+    case ChatTemplateKind::Llama2: return "</s>";
+    case ChatTemplateKind::Alpaca: return "";
+  }
+  return "";
+}
+
 ChatFormat chat_format_by_name(const std::string& name) {
   if (name == "chatml") return {ChatTemplateKind::ChatML, ""};
   if (name == "llama3") return {ChatTemplateKind::Llama3, ""};

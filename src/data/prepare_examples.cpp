@@ -43,15 +43,7 @@ void for_each_jsonl_record(const std::vector<std::string>& files, PrepareSummary
   }
 }
 
-std::string template_name(ChatTemplateKind k) {
-  switch (k) {
-    case ChatTemplateKind::ChatML: return "chatml";
-    case ChatTemplateKind::Llama3: return "llama3";
-    case ChatTemplateKind::Llama2: return "llama2";
-    case ChatTemplateKind::Alpaca: return "alpaca";
-  }
-  return "";
-}
+std::string template_name(ChatTemplateKind k) { return chat_template_name(k); }
 
 ChatFormat resolve_chat_format(const std::string& name, const Tokenizer& tok) {
   if (name != "auto") return chat_format_by_name(name);
@@ -84,6 +76,8 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   s.format = o.format;
   s.row_tokens = R;
   s.chat_template = template_name(chat.kind);
+  // Before anything is staged: a marker the model cannot emit as one token is refused.
+  require_end_of_turn_token(tok, chat, s.chat_template);
 
   if (o.pack == PackMode::On) require_packable_rows(R, o.seq_len);
   // The default packs when that saves rows; it keeps the examples until all are known (as

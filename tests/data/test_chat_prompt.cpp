@@ -37,8 +37,11 @@ TEST(ChatPrompt, Llama3) {
 
 TEST(ChatPrompt, Llama2) {
   const ChatPrompt p = chat_generation_prompt(chat_format_by_name("llama2"), "Hi");
-  EXPECT_EQ(p.text, "<s>[INST] Hi [/INST] ");
+  // Hugging Face's Llama 2 template has no generation prompt: the space before a reply is
+  // written with the reply (' ' + content), so the prompt ends at "[/INST]".
+  EXPECT_EQ(p.text, "<s>[INST] Hi [/INST]");
   EXPECT_EQ(p.end_of_turn, "</s>");
+  EXPECT_EQ(p.reply_lead, " ");
 }
 
 TEST(ChatPrompt, AlpacaHasNoEndOfTurnMarker) {

@@ -2,9 +2,11 @@
 // special ids a SentencePiece model brings (issue 28). The SentencePiece models are trained
 // here, in process, on a generated corpus, so the test needs no files.
 #include <gtest/gtest.h>
+#include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,6 +16,7 @@
 #include "core/error.hpp"
 #include "data/bpe_tokenizer.hpp"
 #include "data/chat_examples.hpp"
+#include "data/chat_prompt.hpp"
 #include "data/chat_template.hpp"
 #include "data/prepare.hpp"
 #include "data/sentencepiece_tokenizer.hpp"
@@ -302,3 +305,173 @@ TEST(SpecialIds, EncodeSequenceStartsWithBosWhenTheModelExpectsOne) {
   EXPECT_EQ(plain->encode_sequence("hello world"), plain->encode("hello world"));
   EXPECT_TRUE(ByteTokenizer().encode_sequence("").empty());
 }
+
+// ---- Special pieces of SentencePiece models in chat text ------------------------------------
+// The reference is what transformers' LlamaTokenizer does with legacy=True (and Llama 2's
+// tokenizer.json, Meta's reference chat code, llama.cpp): the text is split at the special
+// pieces, each is its id, and each text between them is SentencePiece's own Encode of it,
+// with its own dummy prefix. Before, the whole text went to SentencePiece's Encode, which
+// spells "<s>" and "</s>" out in ordinary pieces ("▁<", "s", ">").
+
+namespace {
+
+/// SentencePiece's own encoding of `text` (the library, not meshtrain's tokenizer).
+std::vector<std::int32_t> sp_encode(const std::string& model, const std::string& text) {
+  sentencepiece::SentencePieceProcessor sp;
+  EXPECT_TRUE(sp.Load(model).ok());
+  std::vector<int> ids;
+  EXPECT_TRUE(sp.Encode(text, &ids).ok());
+  return {ids.begin(), ids.end()};
+}
+
+std::vector<std::int32_t> cat(std::initializer_list<std::vector<std::int32_t>> parts) {
+  std::vector<std::int32_t> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+}  // namespace
+
+TEST(SentencePieceSpecials, ControlPiecesInTheTextAreTheirIdsAndEachSegmentKeepsItsDummyPrefix) {
+  const std::string model = sp_model("sp");
+  const auto tok = make_sentencepiece_tokenizer(model, {}, "sp");
+  ASSERT_EQ(tok->bos_id(), 1);
+  ASSERT_EQ(tok->eos_id(), 2);
+  EXPECT_EQ(tok->encode("<s>"), std::vector<std::int32_t>{1});
+  EXPECT_EQ(tok->encode("</s>"), std::vector<std::int32_t>{2});
+  const std::string text = "<s>[INST] the mesh [/INST] a rank </s><s>[INST] loss [/INST]";
+  const std::vector<std::int32_t> want =
+      cat({{1}, sp_encode(model, "[INST] the mesh [/INST] a rank "), {2, 1}, sp_encode(model, "[INST] loss [/INST]")});
+  EXPECT_EQ(tok->encode(text), want);
+  // "▁[" (with the dummy prefix) after <s>, as Hugging Face's Llama 2 tokenizer writes [INST]
+  // there (its 518): the segment after a special piece is encoded as a text of its own.
+  EXPECT_EQ(tok->encode("<s>[INST]"), cat({{1}, sp_encode(model, "[INST]")}));
+  // Decoding writes the special pieces as their text: the round trip holds, and the loss
+  // mask can be placed on them.
+  EXPECT_EQ(tok->decode(tok->encode(text)), text);
+  expect_same_split(*tok, text);
+  expect_same_split(*tok, "the</s>  rank<s>\n");
+  // Text without special pieces is encoded as before.
+  EXPECT_EQ(tok->encode("the mesh < s > </ s>"), sp_encode(model, "the mesh < s > </ s>"));
+}
+
+TEST(SentencePieceSpecials, Llama2ChatTrainsEosAtTheEndOfEachReply) {
+  const std::string model = sp_model("sp");
+  const auto tok = make_sentencepiece_tokenizer(model, {}, "sp");
+  const std::vector<ChatMessage> msgs = {{"system", "be brief"}, {"user", "the mesh?"}, {"assistant", "a rank."},
+                                         {"user", "loss?"},      {"assistant", "the sum"}};
+  const MaskedTokens m = tokenize_with_mask(*tok, render_chat(chat_format_by_name("llama2"), msgs));
+  const std::vector<std::int32_t> want =
+      cat({{1}, sp_encode(model, "[INST] <<SYS>>\nbe brief\n<</SYS>>\n\nthe mesh? [/INST] a rank. "), {2, 1},
+           sp_encode(model, "[INST] loss? [/INST] the sum "), {2}});
+  EXPECT_EQ(m.ids, want);
+  ASSERT_EQ(m.mask.size(), m.ids.size());
+  std::size_t bos = 0, eos = 0;
+  for (std::size_t k = 0; k < m.ids.size(); ++k) {
+    if (m.ids[k] == 1) {
+      ++bos;
+      EXPECT_EQ(m.mask[k], 0) << "BOS at " << k;
+    }
+    if (m.ids[k] == 2) {
+      ++eos;
+      EXPECT_EQ(m.mask[k], 1) << "EOS at " << k << " is not trained";
+    }
+  }
+  EXPECT_EQ(bos, 2u);  // one per [INST], none added in front of the first
+  EXPECT_EQ(eos, 2u);  // one per reply
+  // The trained tokens are the replies and their ends: " a rank. </s>" and " the sum </s>".
+  std::vector<std::string> runs;
+  std::vector<std::int32_t> run;
+  for (std::size_t k = 0; k <= m.ids.size(); ++k) {
+    if (k < m.ids.size() && m.mask[k]) {
+      run.push_back(m.ids[k]);
+    } else if (!run.empty()) {
+      runs.push_back(tok->decode(run));
+      run.clear();
+    }
+  }
+  EXPECT_EQ(runs, (std::vector<std::string>{"a rank. </s>", "the sum </s>"}));
+}
+
+TEST(SentencePieceSpecials, ChatPromptEncodesLikeTrainingData) {
+  // generate --chat encodes chat_generation_prompt's text with the same encode: Llama 2's
+  // prompt is BOS, the [INST] block as text, and its end-of-turn marker is the EOS id.
+  const std::string model = sp_model("sp");
+  const auto tok = make_sentencepiece_tokenizer(model, {}, "sp");
+  const ChatPrompt p = chat_generation_prompt(chat_format_by_name("llama2"), "the mesh?");
+  EXPECT_EQ(tok->encode(p.text), cat({{1}, sp_encode(model, "[INST] the mesh? [/INST]")}));
+  EXPECT_EQ(tok->encode(p.end_of_turn), std::vector<std::int32_t>{2});
+  // The prompt's ids are where the training ids of the same conversation leave off for the
+  // reply (no lone '▁' after [/INST]: the space is the reply's first piece's, as trained).
+  const MaskedTokens train = tokenize_with_mask(
+      *tok, render_chat(chat_format_by_name("llama2"), {{"user", "the mesh?"}, {"assistant", "a rank."}}));
+  const std::vector<std::int32_t> prompt = tok->encode(p.text);
+  ASSERT_LT(prompt.size(), train.ids.size());
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), train.ids.begin()));
+  EXPECT_EQ(train.mask[prompt.size() - 1], 0);
+  EXPECT_EQ(train.mask[prompt.size()], 1);
+}
+
+TEST(ChatMarkers, EndOfTurnMarkerOfEachTemplateIsTheOneRenderedAfterAReply) {
+  for (const std::string& name : known_chat_templates()) {
+    const ChatFormat f = chat_format_by_name(name);
+    EXPECT_EQ(end_of_turn_marker(f), chat_generation_prompt(f, "hi").end_of_turn) << name;
+  }
+}
+
+TEST(ChatMarkers, AnEndOfTurnMarkerThatIsNotOneTokenIsRefusedByName) {
+  const auto sp = make_sentencepiece_tokenizer(sp_model("sp"), {}, "sp.model");
+  EXPECT_NO_THROW(require_end_of_turn_token(*sp, chat_format_by_name("llama2"), "llama2"));
+  EXPECT_NO_THROW(require_end_of_turn_token(*sp, chat_format_by_name("alpaca"), "alpaca"));
+  for (const char* name : {"chatml", "llama3"}) {
+    const std::string marker = name == std::string("chatml") ? "<|im_end|>" : "<|eot_id|>";
+    try {
+      require_end_of_turn_token(*sp, chat_format_by_name(name), name);
+      ADD_FAILURE() << name << " accepted with a vocabulary that lacks " << marker;
+    } catch (const UserError& e) {
+      const std::string what = e.what();
+      const std::string n = std::to_string(sp->encode(marker).size());
+      EXPECT_GT(sp->encode(marker).size(), 1u);
+      for (const std::string& part :
+           {"the " + std::string(name) + " chat template ends each assistant turn with '" + marker + "'",
+            "the tokenizer sp.model encodes as " + n + " ids, not one token", std::string("--chat_template"),
+            "a tokenizer that has '" + marker + "'"})
+        EXPECT_NE(what.find(part), std::string::npos) << "missing: " << part << "\nin: " << what;
+    }
+  }
+  // A BPE vocabulary with the marker as an added token, and without it.
+  const auto bpe = llama2_style_bpe();
+  EXPECT_NO_THROW(require_end_of_turn_token(*bpe, chat_format_by_name("llama2"), "llama2"));
+  EXPECT_THROW(require_end_of_turn_token(*bpe, chat_format_by_name("chatml"), "chatml"), UserError);
+  // The byte tokenizer has no vocabulary: its markers are bytes in prepare and generate alike.
+  const ByteTokenizer bytes;
+  EXPECT_NO_THROW(require_end_of_turn_token(bytes, chat_format_by_name("chatml"), "chatml"));
+}
+
+TEST(ChatMarkers, PrepareRefusesTheTemplateBeforeWritingAnything) {
+  PrepareOptions o;
+  const fs::path in = tmp_dir() / "chat_refused.jsonl";
+  std::ofstream(in) << R"({"messages": [{"role": "user", "content": "the mesh"}, )"
+                    << R"({"role": "assistant", "content": "a rank"}]})" << "\n";
+  o.inputs = {in.string()};
+  o.output = (tmp_dir() / "ds_refused").string();
+  o.tokenizer = sp_model("sp");
+  o.format = "chat";
+  o.chat_template = "llama3";
+  o.seq_len = 64;
+  o.val_fraction = 0;
+  try {
+    prepare(o);
+    ADD_FAILURE() << "prepare trained <|eot_id|> as plain text";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("the llama3 chat template ends each assistant turn with '<|eot_id|>'"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(o.output));
+  // llama2's </s> is the model's EOS: prepared, with the EOS trained.
+  o.chat_template = "llama2";
+  prepare(o);
+  EXPECT_TRUE(fs::exists(fs::path(o.output) / "meta.json"));
+}
+

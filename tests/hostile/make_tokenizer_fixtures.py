@@ -8,7 +8,8 @@ usage: make_tokenizer_fixtures.py DATA_DIR HF_EXPORT_DIR OUT_DIR
 
 Writes under OUT_DIR/tok: text.txt and chat.jsonl (inputs for prepare); SentencePiece
 models (sp_noeos.model: no end-of-text, no BOS, no pad; sp_nobos/: no BOS piece but
-tokenizer_config.json asks for one); tokenizer.json files (noeos.json, vocab_float.json,
+tokenizer_config.json asks for one; sp_plain.model: Llama 2's <unk> <s> </s>, no other chat
+marker); tokenizer.json files (noeos.json, vocab_float.json,
 added_huge.json); tokenizer directories whose tokenizer_config.json is of the wrong form
 (cfg_bos_number/, cfg_add_bos_text/, cfg_array/, cfg_not_json/); GGUF files (gemma_eos_huge.gguf, gpt2_noeos.gguf, layers_huge.gguf,
 ffn_huge.gguf); hf_layers_huge/ and hf_embd_huge/ (the export with a config.json whose
@@ -53,6 +54,7 @@ def sp_train(prefix, **kw):
 
 
 sp_train(path("sp_noeos"), bos_id=-1, eos_id=-1)
+sp_train(path("sp_plain"))  # <unk> <s> </s>: no chat marker but Llama 2's
 os.makedirs(path("sp_nobos"), exist_ok=True)
 sp_train(path("sp_nobos", "tokenizer"), bos_id=-1)
 json.dump({"add_bos_token": True}, open(path("sp_nobos", "tokenizer_config.json"), "w"))

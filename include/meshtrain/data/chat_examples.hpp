@@ -47,6 +47,16 @@ struct PreferenceSegments {
 PreferenceSegments render_preference(const std::string& jsonl_line, const ChatFormat& chat_format,
                                      const std::string& system);
 
+/// \brief UserError unless the end-of-turn marker of `format` (end_of_turn_marker) is ONE token
+/// of `tok`: encoded as several ids it would be trained on as plain text, and a model
+/// fine-tuned on that never emits its real end-of-turn token (Llama 2's "</s>" as "▁ < / s >"
+/// instead of EOS). The message names the template (`template_name`), the marker, how many
+/// ids it encodes to, and the ways on (another --chat_template, or a tokenizer that has the
+/// marker as a token). Nothing to check for Alpaca (its responses end with end-of-text) nor
+/// for the byte tokenizer, which has no vocabulary to hold a marker: every marker is bytes to
+/// it, in prepare and in generate --chat alike (a model trained from scratch learns them).
+void require_end_of_turn_token(const Tokenizer& tok, const ChatFormat& format, const std::string& template_name);
+
 /// Token ids of an example and one loss-mask byte per id.
 struct MaskedTokens {
   std::vector<std::int32_t> ids;

@@ -13,6 +13,12 @@ namespace meshtrain::data {
 struct ChatPrompt {
   std::string text;         ///< the rendered conversation up to the assistant's reply
   std::string end_of_turn;  ///< what the template writes after a reply ("<|im_end|>"); "" for none (Alpaca)
+  /// Text the template writes with the reply, before its content, which the model generates
+  /// as part of its first token: Llama 2's " " (its template writes ' ' + content; with a
+  /// SentencePiece or Metaspace tokenizer the space is the '▁' of the reply's first piece, so
+  /// a prompt ending with it would be a lone '▁' the model never saw in training). Not in
+  /// `text`; generate --chat drops it from the front of the decoded reply. "" for the others.
+  std::string reply_lead;
 };
 
 /// `user_message` (and `system` unless empty) rendered with `format` for the model to reply.

@@ -25,6 +25,14 @@ struct ChatFormat {
   std::string default_system;
 };
 
+/// The name of a format as known_chat_templates() spells it ("chatml" ...).
+std::string chat_template_name(ChatTemplateKind kind);
+
+/// The end-of-turn marker `format` writes after each assistant reply, the one the model
+/// learns to emit to stop: "<|im_end|>" (ChatML), "<|eot_id|>" (Llama 3), "</s>" (Llama 2);
+/// "" for Alpaca, whose responses end with the tokenizer's end-of-text id (added by prepare).
+std::string end_of_turn_marker(const ChatFormat& format);
+
 /// The format named `name` (one of known_chat_templates()); UserError listing them otherwise.
 ChatFormat chat_format_by_name(const std::string& name);
 
