@@ -66,8 +66,10 @@ for spec in sp sp.gguf; do
 done
 
 "$py" - <<'PY' || fail "rows or masks differ from the independent jinja2 + tokenizers rendering"
-import json, sys
+import json, os, sys
 import numpy as np, jinja2, sentencepiece as spm
+sys.path.insert(0, os.environ["MESHTRAIN_SOURCE_DIR"] + "/tests/support")
+from dataset_rows import rows
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
 sp = spm.SentencePieceProcessor(model_file="sp/tokenizer.model")
 n = sp.get_piece_size()
@@ -119,11 +121,6 @@ def expected(messages, R):
     ids, mask = list(enc.ids)[:R], mask[:R]
     return ids + [2] * (R - len(ids)), mask + [0] * (R - len(ids))
 
-def rows(d, R):
-    t = np.fromfile(f"{d}/train.bin", dtype="<u2", offset=64)
-    m = np.fromfile(f"{d}/train.mask", dtype=np.uint8, offset=64)
-    assert len(m) == len(t) and len(t) % R == 0
-    return t.reshape(-1, R).tolist(), m.reshape(-1, R).tolist()
 
 ok = True
 chats = [json.loads(l)["messages"] for l in open("chat.jsonl")]
@@ -131,7 +128,7 @@ for d in ("ds_sp_sp", "ds_sp_gguf"):
     meta = json.load(open(f"{d}/meta.json"))
     if meta["chat_template"] != "llama2":
         ok = False; print(f"{d}: chat_template {meta['chat_template']}, want llama2 (from the tokenizer's template)")
-    got_t, got_m = rows(d, 201)
+    got_t, got_m = rows(d, "train", 201)
     for i, msgs in enumerate(chats):
         ids, mask = expected(msgs, 201)
         if got_t[i] != ids or got_m[i] != mask:

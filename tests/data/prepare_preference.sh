@@ -41,8 +41,10 @@ grep -q "pairs:   5 = train 4 + val 1, each a chosen and a rejected row of 97 to
   --val_fraction 0 --system "Be brief." >pref_sys.log 2>&1 || { cat pref_sys.log; fail "prepare --system failed"; }
 
 "$py" - "$smollm" <<'PY' || fail "rows or masks differ from the independent jinja2 + tokenizers rendering"
-import json, sys
+import json, os, sys
 import numpy as np, gguf, jinja2
+sys.path.insert(0, os.environ["MESHTRAIN_SOURCE_DIR"] + "/tests/support")
+from dataset_rows import rows
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 r = gguf.GGUFReader(sys.argv[1])
 toks = r.fields["tokenizer.ggml.tokens"].contents()
@@ -75,11 +77,6 @@ def expected(messages):
     n = len(enc.ids)
     return list(enc.ids) + [pad] * (R - n), mask + [0] * (R - n)
 
-def rows(d, split):
-    t = np.fromfile(f"{d}/{split}.bin", dtype="<u2", offset=64)
-    m = np.fromfile(f"{d}/{split}.mask", dtype=np.uint8, offset=64)
-    assert len(m) == len(t) and len(t) % R == 0
-    return t.reshape(-1, R).tolist(), m.reshape(-1, R).tolist()
 
 ok = True
 def check(name, val_fraction, system):
@@ -94,7 +91,7 @@ def check(name, val_fraction, system):
     for k, v in want_meta.items():
         if meta.get(k) != v:
             print(f"{name}/meta.json: {k} = {meta.get(k)!r}, want {v!r}"); ok = False
-    got = {s: rows(name, s) for s in ("train", "val")}
+    got = {s: rows(name, s, R) for s in ("train", "val")}
     at = {"train": 0, "val": 0}
     for i, rec in enumerate(records):
         split = "val" if int((i + 1) * val_fraction) > int(i * val_fraction) else "train"

@@ -36,6 +36,18 @@ expect_error() {
 }
 run() { "$bin" "$@" >out.log 2>err.log; rc=$?; }
 eval_loss() { "$py" -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["loss"])' out.log; }
+# merged_equals_checkpoint LABEL CHECKPOINTS EXPORT LOSS: convert --merge_lora CHECKPOINTS into
+# EXPORT, whose eval must give the checkpoint's LOSS (1e-5 nats).
+merged_equals_checkpoint() {
+  local label=$1 checkpoints=$2 export=$3 want=$4 got
+  run convert --input "$checkpoints" --output "$export" --merge_lora
+  [[ $rc -eq 0 ]] || { cat err.log; fail "$label: convert --merge_lora failed"; return; }
+  run eval "$tiny" --data.dir=data --checkpoint "$export" --json
+  got=$(eval_loss)
+  echo "  val loss, $label: merged export $got, checkpoint $want"
+  "$py" -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) <= 1e-5 else 1)" "$got" "$want" ||
+    fail "$label: eval of the merged export ($got) != eval of the checkpoint ($want)"
+}
 
 echo "--- lora_targets=auto on both families"
 run train "$tiny" "${common[@]}" --train.steps=2 --output.dir=base
@@ -109,13 +121,7 @@ assert len(adapters) == 4 and len(names) == 5, names  # A and B of c_attn in 2 b
 PY
 run eval "$tiny" --data.dir=data --checkpoint lora_peft
 expect_error "eval of a PEFT adapter directory" "no model.safetensors"
-run convert --input lora/checkpoints --output lora_merged --merge_lora
-[[ $rc -eq 0 ]] || { cat err.log; fail "convert --merge_lora of the LoRA checkpoint failed"; }
-run eval "$tiny" --data.dir=data --checkpoint lora_merged --json
-merged_loss=$(eval_loss)
-echo "  val loss: merged export $merged_loss, checkpoint $keyed_loss"
-"$py" -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) <= 1e-5 else 1)" "$merged_loss" "$keyed_loss" ||
-  fail "eval of the merged LoRA export ($merged_loss) != eval of the checkpoint ($keyed_loss)"
+merged_equals_checkpoint "LoRA" lora/checkpoints lora_merged "$keyed_loss"
 # A random base drawn with another model.init_std: the merge rebuilds that base (the merged
 # export evaluates to the checkpoint's loss), and an eval under the default init_std is
 # refused instead of scoring another base.
@@ -123,13 +129,7 @@ run train "$tiny" "${common[@]}" --train.steps=4 --train.lr=1e-2 --model.init_st
 [[ $rc -eq 0 ]] || { cat err.log; fail "LoRA run with model.init_std=0.05 failed"; }
 run eval lora_std/config.ini --checkpoint lora_std/checkpoints --json
 std_loss=$(eval_loss)
-run convert --input lora_std/checkpoints --output lora_std_merged --merge_lora
-[[ $rc -eq 0 ]] || { cat err.log; fail "convert --merge_lora of the init_std=0.05 LoRA checkpoint failed"; }
-run eval "$tiny" --data.dir=data --checkpoint lora_std_merged --json
-std_merged_loss=$(eval_loss)
-echo "  val loss, model.init_std=0.05: merged export $std_merged_loss, checkpoint $std_loss"
-"$py" -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) <= 1e-5 else 1)" "$std_merged_loss" "$std_loss" ||
-  fail "init_std=0.05: eval of the merged LoRA export ($std_merged_loss) != eval of the checkpoint ($std_loss)"
+merged_equals_checkpoint "LoRA, model.init_std=0.05" lora_std/checkpoints lora_std_merged "$std_loss"
 grep -qF '"initializer_range":0.05,' lora_std_merged/config.json || fail "the merged export's initializer_range is not 0.05"
 run eval "$tiny" --data.dir=data --checkpoint lora_std/checkpoints
 expect_error "eval of a random-base LoRA checkpoint under another init_std" "with model.init_std=0.05, and this run has model.init_std=0.02" \
