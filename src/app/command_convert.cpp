@@ -96,6 +96,7 @@ int command_convert(Runtime& rt, const Args& args) {
                 what.c_str(), s.tensors, format_bytes(static_cast<double>(s.tensor_bytes)).c_str(), parsed.output.c_str(),
                 join(s.files, ", ").c_str(), dt, dt > 0 ? s.tensor_bytes / dt / 1e9 : 0.0);
     if (!s.tokenizer_note.empty()) std::printf("convert: %s\n", s.tokenizer_note.c_str());
+    if (!s.chat_note.empty()) std::printf("convert: %s\n", s.chat_note.c_str());
     std::fflush(stdout);
     return 0;
   });

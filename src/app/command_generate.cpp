@@ -81,6 +81,25 @@ std::vector<FilePrompt> read_prompt_file(const std::string& path) {
   return prompts;
 }
 
+/// --chat's format: a name given, else (auto) the format the model was trained in when its
+/// checkpoint records one (the tokenizer's own template may be another: a GGUF's ChatML for a
+/// model tuned on Alpaca data), else the tokenizer's template, recognised.
+data::ChatFormat chat_format_of(const std::string& option, const checkpoint::TokenizerRef& model_tok,
+                                const std::string& tokenizer) {
+  if (option != "auto") return data::chat_format_by_name(option);
+  const std::string source = "the " + tokenizer + " tokenizer";
+  if (model_tok.chat_format.empty()) return data::recognise_chat_template(data::chat_template_text(tokenizer), source);
+  const data::ChatFormat trained = data::chat_format_by_name(model_tok.chat_format);
+  // The same format as the tokenizer's: its template's default system message comes along,
+  // as `prepare --chat_template auto` rendered it.
+  try {
+    const data::ChatFormat own = data::recognise_chat_template(data::chat_template_text(tokenizer), source);
+    if (own.kind == trained.kind) return own;
+  } catch (const UserError&) {
+  }
+  return trained;
+}
+
 template <class T>
 int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateOptions& o,
                  const WeightsSource& source) {
@@ -104,10 +123,7 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
     }
     tok = open_model_tokenizer(model_tok, model_name, o.tokenizer == "auto" ? "" : o.tokenizer, fallback, tok_error);
     const std::string name = tok->name();
-    if (o.chat)
-      format = o.chat_template == "auto"
-                   ? data::recognise_chat_template(data::chat_template_text(name), "the " + name + " tokenizer")
-                   : data::chat_format_by_name(o.chat_template);
+    if (o.chat) format = chat_format_of(o.chat_template, model_tok, name);
     // The prompt is encoded as prepare encodes training data (the template's markers as
     // their special ids); a reply could not end at a marker the vocabulary lacks.
     if (o.chat) data::require_end_of_turn_token(*tok, format, data::chat_template_name(format.kind));
@@ -226,8 +242,9 @@ int command_generate(Runtime& rt, const Args& args) {
        "--prompt is a user message: render it with the model's chat template, print the reply up to the "
        "end-of-turn marker")
       ("chat_template", po::value<std::string>(&o.chat_template)->default_value(o.chat_template),
-       "with --chat: auto (the template that comes with --tokenizer: a GGUF's tokenizer.chat_template or "
-       "tokenizer_config.json's chat_template) or one of alpaca, chatml, llama2, llama3")
+       "with --chat: auto (the format the checkpoint was trained in when it records one, else the template that "
+       "comes with --tokenizer: a GGUF's tokenizer.chat_template or tokenizer_config.json's chat_template) or one of "
+       "alpaca, chatml, llama2, llama3")
       ("system", po::value<std::string>(&o.system)->default_value(o.system),
        "with --chat: a system message before the user's")
       ("prompt_file", po::value<std::string>(&o.prompt_file),

@@ -1,6 +1,7 @@
 // HDF5 checkpoint -> Hugging Face model directory (safetensors + config.json), serial.
 // A LoRA checkpoint becomes a PEFT adapter (adapter_model.safetensors + adapter_config.json)
 // or, with merge_lora, a full model whose projections hold W + (alpha/r) B A.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -37,8 +38,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
+/// The special-token ids as config.json and generation_config.json write them: a key per id
+/// the tokenizer has. Without them transformers falls back to LlamaConfig's bos 1 / eos 2 (or
+/// GPT2Config's 50256), and generate() stops on whatever token has that id.
+void put_token_ids(formats::Json& j, const HfTokenIds& ids) {
+  if (ids.bos >= 0) j["bos_token_id"] = ids.bos;
+  if (ids.eos >= 0) j["eos_token_id"] = ids.eos;
+  if (ids.pad >= 0) j["pad_token_id"] = ids.pad;
+}
+
 /// config.json in the family's Hugging Face format (GPT2Config / LlamaConfig keys).
-std::string hf_config(const model::ModelDims& d, const std::string& torch_dtype) {
+/// `source_context`: the context length the pretrained source declared (0: none).
+std::string hf_config(const model::ModelDims& d, const std::string& torch_dtype, std::int64_t source_context,
+                      const std::optional<HfTokenIds>& ids) {
   formats::Json j;
   if (d.family == model::Family::Gpt2) {
     j["architectures"] = {"GPT2LMHeadModel"};
@@ -65,7 +77,9 @@ std::string hf_config(const model::ModelDims& d, const std::string& torch_dtype)
     j["num_attention_heads"] = d.n_heads;
     j["num_key_value_heads"] = d.n_kv_heads;
     j["head_dim"] = d.head_dim;
-    j["max_position_embeddings"] = d.max_seq_len;
+    // RoPE has no position table: the model runs as far as its source did, however short
+    // the windows it was fine-tuned on (GPT-2's n_positions is its wpe table's rows).
+    j["max_position_embeddings"] = std::max<std::int64_t>(d.max_seq_len, source_context);
     j["rms_norm_eps"] = d.norm_eps;
     j["rope_theta"] = d.rope_theta;
     j["hidden_act"] = "silu";
@@ -75,6 +89,18 @@ std::string hf_config(const model::ModelDims& d, const std::string& torch_dtype)
   j["initializer_range"] = d.init_std;
   j["tie_word_embeddings"] = d.tied;
   j["torch_dtype"] = torch_dtype;
+  if (ids) put_token_ids(j, *ids);
+  return formats::json_text(j) + "\n";
+}
+
+/// generation_config.json, as transformers saves beside a model: the ids generate() starts,
+/// pads and stops with. A model trained in a chat format whose turns end with their own token
+/// (<|im_end|>, <|eot_id|>) stops on it too, as the instruct models' own files say.
+std::string hf_generation_config(const HfTokenIds& ids) {
+  formats::Json j;
+  put_token_ids(j, ids);
+  if (ids.end_of_turn >= 0 && ids.end_of_turn != ids.eos)
+    j["eos_token_id"] = ids.eos >= 0 ? formats::Json::array({ids.eos, ids.end_of_turn}) : formats::Json(ids.end_of_turn);
   return formats::json_text(j) + "\n";
 }
 
@@ -277,7 +303,9 @@ struct ExportSource {
   bool peft = false;                    ///< adapters only, as a PEFT adapter
   std::string kind;                     ///< model | peft_adapter | merged_lora
   std::vector<std::pair<std::string, std::string>> tokenizer_files;  ///< name, text
-  std::string tokenizer_note;
+  std::string tokenizer_note, chat_note;
+  std::optional<HfTokenIds> token_ids;  ///< when the checkpoint records a tokenizer with HF files
+  std::int64_t source_context = 0;      ///< the pretrained source's context length (0: unknown)
 };
 
 ExportSource read_export_source(const std::string& h5_path, const ExportOptions& opt) {
@@ -314,7 +342,11 @@ ExportSource read_export_source(const std::string& h5_path, const ExportOptions&
   format::validate(h5_path, stored, {false, nullptr});
   // The model's tokenizer goes with it (HF readers load it from the same directory); read
   // before anything is written, so a tokenizer that moved fails fast.
-  src.tokenizer_files = hf_tokenizer_files(stored_tokenizer(h5_path), "checkpoint " + h5_path, &src.tokenizer_note);
+  const TokenizerRef tok = stored_tokenizer(h5_path);
+  HfTokenIds ids;
+  src.tokenizer_files = hf_tokenizer_files(tok, "checkpoint " + h5_path, &src.tokenizer_note, &ids, &src.chat_note);
+  if (tok.known()) src.token_ids = ids;
+  src.source_context = tok.source_context;
   return src;
 }
 
@@ -461,7 +493,8 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
     names.push_back(name);
   };
   if (src.peft) write_text("adapter_config.json", peft_config(src.dims, src.base_model));
-  else write_text("config.json", hf_config(src.dims, bf ? "bfloat16" : "float32"));
+  else write_text("config.json", hf_config(src.dims, bf ? "bfloat16" : "float32", src.source_context, src.token_ids));
+  if (!src.peft && src.token_ids) write_text("generation_config.json", hf_generation_config(*src.token_ids));
   if (src.peft && src.dims.base_quant != BaseQuant::None) write_text("README.md", qlora_readme(src.dims, src.base_model));
   if (shards.entries.size() > 1)
     write_text("model.safetensors.index.json",
@@ -482,6 +515,7 @@ ExportSummary export_safetensors(const std::string& h5_path, const std::string& 
   summary.kind = src.kind;
   summary.base_model = src.base_model;
   summary.tokenizer_note = src.tokenizer_note;
+  summary.chat_note = src.chat_note;
   return summary;
 }
 

@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "core/format.hpp"
+#include "formats/gguf_file.hpp"
 #include "formats/json.hpp"
 
 namespace meshtrain::checkpoint {
@@ -159,6 +160,24 @@ Keys source_model_keys(const std::string& path) {
   if (type == "gpt2") return gpt2_keys(c);
   throw UserError(strprintf("%s: model_type '%s' is not a model meshtrain runs; it runs llama and gpt2 models",
                             cfg.c_str(), type.c_str()));
+}
+
+std::int64_t source_context_length(const std::string& path) {
+  std::error_code ec;
+  if (ends_with(path, ".gguf") && fs::is_regular_file(path, ec)) {
+    const formats::GgufFile f(path);
+    // GGUF keys are prefixed by the architecture (llama.context_length); gguf_model_keys
+    // refuses the others, so a non-llama file says nothing here.
+    return f.metadata_string("general.architecture", "") == "llama" ? f.metadata_int("llama.context_length", 0) : 0;
+  }
+  // A .safetensors file inside a Hugging Face directory: that directory's config.json.
+  const fs::path dir = ends_with(path, ".safetensors") ? fs::path(path).parent_path() : fs::path(path);
+  const std::string cfg = (dir / "config.json").string();
+  if (!fs::is_directory(dir, ec) || !fs::is_regular_file(cfg, ec)) return 0;
+  const HfConfig c = read_hf_config(cfg);
+  const std::string type = c.string_or("model_type", "");
+  const char* key = type == "llama" ? "max_position_embeddings" : type == "gpt2" ? "n_positions" : nullptr;
+  return key && c.get(key) ? std::atoll(c.count(key).c_str()) : 0;
 }
 
 Keys checkpoint_model_keys(const std::string& path) {

@@ -5,9 +5,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "format.hpp"
 #include "h5.hpp"
+#include "checkpoint/source_model.hpp"
 #include "checkpoint/weights_path.hpp"
 #include "comm/agree.hpp"
 #include "comm/collectives.hpp"
@@ -15,6 +17,8 @@
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "data/bpe_tokenizer.hpp"
+#include "data/chat_prompt.hpp"
+#include "data/chat_template.hpp"
 #include "data/sentencepiece_tokenizer.hpp"
 #include "formats/gguf_file.hpp"
 #include "formats/json.hpp"
@@ -152,6 +156,49 @@ std::string sentencepiece_config_of(const data::Tokenizer& tok, const formats::G
   return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
 }
 
+/// Makes tokenizer_config.json's chat_template (in `files`) the one of `trained`, the format
+/// the model was trained in, unless the tokenizer's own template already is that format:
+/// Hugging Face's apply_chat_template (and vLLM, TGI) must prompt the model as it learnt.
+void set_chat_template(std::vector<std::pair<std::string, std::string>>& files, data::ChatTemplateKind trained,
+                       const std::string& spec, std::string* note) {
+  const std::string own_text = data::chat_template_text(spec);
+  std::string own;  // the format of the tokenizer's template; "" when none or one meshtrain does not render
+  try {
+    own = data::chat_template_name(data::recognise_chat_template(own_text, spec).kind);
+  } catch (const UserError&) {
+  }
+  const std::string name = data::chat_template_name(trained);
+  std::string say;
+  if (own != name) {
+    formats::Json cfg = formats::Json::object();
+    auto it = files.begin();
+    while (it != files.end() && it->first != "tokenizer_config.json") ++it;
+    if (it == files.end()) {
+      it = files.emplace(files.end(), "tokenizer_config.json", "");
+    } else {
+      try {
+        cfg = formats::parse_json(it->second);
+      } catch (const std::runtime_error& e) {
+        throw UserError(strprintf("%s: tokenizer_config.json is not valid JSON: %s", spec.c_str(), e.what()));
+      }
+      MESHTRAIN_REQUIRE(cfg.is_object(), "%s: tokenizer_config.json is not a JSON object", spec.c_str());
+    }
+    cfg["chat_template"] = data::chat_template_jinja(trained);
+    it->second = cfg.dump(2, ' ', false, formats::Json::error_handler_t::replace) + "\n";
+    say = strprintf("tokenizer_config.json's chat_template is the %s format the model was trained in, not the "
+                    "tokenizer's own (%s)",
+                    name.c_str(), own.empty() ? (own_text.empty() ? "none" : "a template meshtrain does not render")
+                                              : own.c_str());
+  }
+  if (trained == data::ChatTemplateKind::Alpaca)
+    say += std::string(say.empty() ? "" : "; ") +
+           "the alpaca chat_template renders Stanford's prompt as `prepare` and `generate --chat` do; records of "
+           "`prepare --format alpaca` with an \"input\" were trained with Stanford's input preamble and an "
+           "'### Input:' block, which a conversation has no field for: prompt a model trained on those in that form "
+           "yourself";
+  if (note) *note = say;
+}
+
 }  // namespace
 
 std::string TokenizerRef::str() const {
@@ -166,6 +213,9 @@ void write_tokenizer_attrs(hid_t group, const TokenizerRef& ref) {
   h5::write_attr(group, "tokenizer_kind", ref.kind);
   h5::write_attr(group, "tokenizer_vocab_size", static_cast<std::int64_t>(ref.vocab_size));
   h5::write_attr(group, "tokenizer_hash", ref.hash);
+  // Only when known: a checkpoint without them reads as before (text-trained, no source).
+  if (!ref.chat_format.empty()) h5::write_attr(group, "chat_format", ref.chat_format);
+  if (ref.source_context > 0) h5::write_attr(group, "source_context_length", ref.source_context);
 }
 
 TokenizerRef read_tokenizer_attrs(hid_t file) {
@@ -173,6 +223,8 @@ TokenizerRef read_tokenizer_attrs(hid_t file) {
   TokenizerRef out;
   h5::Handle g = h5::group(H5Gopen2(file, format::kModelGroup, H5P_DEFAULT));
   if (!g.valid()) return out;
+  out.chat_format = h5::read_string_attr(g.get(), "chat_format").value_or("");
+  out.source_context = h5::read_int_attr(g.get(), "source_context_length").value_or(0);
   const auto spec = h5::read_string_attr(g.get(), "tokenizer");
   if (!spec) return out;  // written before tokenizers were recorded
   out.recorded = true;
@@ -201,6 +253,7 @@ TokenizerRef tokenizer_ref_of(const data::DatasetMeta& meta) {
   r.kind = meta.tokenizer_kind;
   r.vocab_size = meta.vocab_size;
   r.hash = meta.tokenizer_hash;
+  r.chat_format = meta.chat_template;  // "" for a text dataset
   return r;
 }
 
@@ -210,7 +263,9 @@ TokenizerRef stored_tokenizer(const std::string& path) {
   return read_tokenizer_attrs(f.get());
 }
 
-TokenizerRef source_tokenizer(const std::string& path) {
+namespace {
+
+TokenizerRef source_tokenizer_only(const std::string& path) {
   std::error_code ec;
   if (path.empty()) return {};
   const fs::path src(path);
@@ -240,6 +295,16 @@ TokenizerRef source_tokenizer(const std::string& path) {
   return {};
 }
 
+}  // namespace
+
+TokenizerRef source_tokenizer(const std::string& path) {
+  TokenizerRef r = source_tokenizer_only(path);
+  // A checkpoint carries its source's (read with its tokenizer record); a Hugging Face
+  // directory or GGUF says its own.
+  if (r.source_context == 0) r.source_context = source_context_length(path);
+  return r;
+}
+
 TokenizerRef source_tokenizer(const MpiComm& world, const std::string& path) {
   TokenizerRef r;
   agree_on_errors(world, [&] {
@@ -250,6 +315,8 @@ TokenizerRef source_tokenizer(const MpiComm& world, const std::string& path) {
   r.kind = broadcast_string(world, r.kind);
   r.vocab_size = broadcast_value(world, r.vocab_size);
   r.hash = broadcast_string(world, r.hash);
+  r.chat_format = broadcast_string(world, r.chat_format);
+  r.source_context = broadcast_value(world, r.source_context);
   return r;
 }
 
@@ -259,7 +326,12 @@ TokenizerRef run_tokenizer(const data::DatasetMeta& meta, const std::string& dat
   if (init_from.known() && data.known())
     data::check_tokenizer_match({data.kind, data.vocab_size, data.hash},
                                 {init_from.kind, init_from.vocab_size, init_from.hash}, dataset_name, init_from_name);
-  return init_from.known() ? init_from : data;
+  TokenizerRef out = init_from.known() ? init_from : data;
+  // The data's chat format is what this run teaches; text data keeps the one the weights
+  // were tuned in (a chat model further trained on text still answers in its format).
+  out.chat_format = !data.chat_format.empty() ? data.chat_format : init_from.chat_format;
+  out.source_context = init_from.source_context;
+  return out;
 }
 
 void require_same_tokenizer(const TokenizerRef& given, const std::string& given_name, const TokenizerRef& model,
@@ -313,7 +385,8 @@ std::unique_ptr<data::Tokenizer> tokenizer_of_checkpoint(const std::string& spec
 }
 
 std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const TokenizerRef& ref, const std::string& model_name,
-                                                                    std::string* note) {
+                                                                    std::string* note, HfTokenIds* ids,
+                                                                    std::string* chat_note) {
   std::vector<std::pair<std::string, std::string>> out;
   auto say = [&](const std::string& s) {
     if (note) *note = s;
@@ -324,6 +397,9 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
   }
   if (ref.kind == "byte") {
     say("the byte tokenizer has no Hugging Face form: the export has no tokenizer files");
+    // Its ids still go into config.json: without them LlamaConfig's eos 2 is byte 0x02.
+    const std::unique_ptr<data::Tokenizer> bytes = data::make_tokenizer("byte");
+    if (ids) *ids = HfTokenIds{bytes->bos_id(), bytes->eos_id(), bytes->pad_id(), -1};
     return out;
   }
   // Still the tokenizer the model was trained with (same vocabulary and hash), or an error.
@@ -352,6 +428,20 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
     copy(spec, spec.extension() == ".model" ? "tokenizer.model" : "tokenizer.json");
     copy(spec.parent_path() / "tokenizer_config.json", "tokenizer_config.json");
   }
+  HfTokenIds hf;
+  hf.bos = tok->bos_id();
+  hf.eos = tok->eos_id();
+  hf.pad = tok->pad_id();
+  if (!ref.chat_format.empty()) {
+    const data::ChatFormat trained = data::chat_format_by_name(ref.chat_format);
+    // Alpaca has no marker: prepare ends each response with the end-of-text id, trained on.
+    const std::vector<std::int32_t> end = trained.kind == data::ChatTemplateKind::Alpaca
+                                              ? std::vector<std::int32_t>{tok->eot_id()}
+                                              : tok->encode(data::chat_generation_prompt(trained, "x").end_of_turn);
+    if (end.size() == 1 && end[0] >= 0) hf.end_of_turn = end[0];
+    set_chat_template(out, trained.kind, ref.spec, chat_note);
+  }
+  if (ids) *ids = hf;
   return out;
 }
 

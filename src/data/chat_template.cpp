@@ -108,8 +108,8 @@ std::string default_system_turn(const std::string& jinja) {
 
 std::vector<std::string> known_chat_templates() { return {"alpaca", "chatml", "llama2", "llama3"}; }
 
-std::string chat_template_name(ChatTemplateKind k) {
-  switch (k) {
+std::string chat_template_name(ChatTemplateKind kind) {
+  switch (kind) {
     case ChatTemplateKind::ChatML: return "chatml";
     case ChatTemplateKind::Llama3: return "llama3";
     case ChatTemplateKind::Llama2: return "llama2";
@@ -124,6 +124,68 @@ std::string end_of_turn_marker(const ChatFormat& f) {
     case ChatTemplateKind::Llama3: return "<|eot_id|>";
     case ChatTemplateKind::Llama2: return "</s>";
     case ChatTemplateKind::Alpaca: return "";
+  }
+  return "";
+}
+
+std::string chat_template_jinja(ChatTemplateKind kind) {
+  // Each mirrors its case of render_chat below, literal markers included (render_chat writes
+  // "<|begin_of_text|>" and "<s>" as text too); '{%-' and '{{-' keep the template's own line
+  // breaks out of the output. test_data_chat_template (JinjaRendersAsTraining) pins
+  // render_chat to jinja2's renderings of these (a change to render_chat must change them).
+  switch (kind) {
+    case ChatTemplateKind::ChatML:
+      return "{%- for message in messages %}\n"
+             "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n"
+             "{%- endfor %}\n"
+             "{%- if add_generation_prompt %}\n"
+             "{{- '<|im_start|>assistant\\n' }}\n"
+             "{%- endif %}\n";
+    case ChatTemplateKind::Llama3:
+      return "{{- '<|begin_of_text|>' }}\n"
+             "{%- for message in messages %}\n"
+             "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + "
+             "'<|eot_id|>' }}\n"
+             "{%- endfor %}\n"
+             "{%- if add_generation_prompt %}\n"
+             "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+             "{%- endif %}\n";
+    case ChatTemplateKind::Llama2:
+      return "{%- if messages[0]['role'] == 'system' %}\n"
+             "{%- set system = '<<SYS>>\\n' + messages[0]['content'] + '\\n<</SYS>>\\n\\n' %}\n"
+             "{%- set turns = messages[1:] %}\n"
+             "{%- else %}\n"
+             "{%- set system = '' %}\n"
+             "{%- set turns = messages %}\n"
+             "{%- endif %}\n"
+             "{%- for message in turns %}\n"
+             "{%- if loop.index0 % 2 == 0 %}\n"
+             "{{- '<s>[INST] ' + ((system if loop.first else '') + message['content']) | trim + ' [/INST]' }}\n"
+             "{%- else %}\n"
+             "{{- ' ' + message['content'] | trim + ' </s>' }}\n"
+             "{%- endif %}\n"
+             "{%- endfor %}\n";  // the reply's leading space is its own (chat_prompt.hpp, reply_lead)
+    case ChatTemplateKind::Alpaca:
+      // A leading system message in the preamble's place; the blank line after a response
+      // only when more follows (the last response ends at the end of text).
+      return "{%- if messages[0]['role'] == 'system' %}\n"
+             "{%- set preamble = messages[0]['content'] %}\n"
+             "{%- set turns = messages[1:] %}\n"
+             "{%- else %}\n"
+             "{%- set preamble = '" + std::string(kAlpacaPreamble) + "' %}\n"
+             "{%- set turns = messages %}\n"
+             "{%- endif %}\n"
+             "{{- preamble + '\\n\\n' }}\n"
+             "{%- for message in turns %}\n"
+             "{%- if message['role'] == 'user' %}\n"
+             "{{- '### Instruction:\\n' + message['content'] + '\\n\\n### Response:\\n' }}\n"
+             "{%- elif message['role'] == 'assistant' %}\n"
+             "{{- message['content'] }}\n"
+             "{%- if not loop.last %}{{- '\\n\\n' }}{%- endif %}\n"
+             "{%- else %}\n"
+             "{{- message['content'] + '\\n\\n' }}\n"
+             "{%- endif %}\n"
+             "{%- endfor %}\n";
   }
   return "";
 }

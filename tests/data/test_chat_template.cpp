@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "data/chat_prompt.hpp"
 #include "data/chat_template.hpp"
 
 using namespace meshtrain;
@@ -182,4 +183,55 @@ TEST(ChatTemplate, LlamaStripsUnicodeWhiteSpaceAsJinjaDoes) {
                        "<|start_header_id|>assistant<|end_header_id|>\n\n\xc3\xa9<|eot_id|>");
   const auto blank = render_chat(chat_format_by_name("llama2"), {{"user", "\u3000Q\u2029"}, {"assistant", "\u3000"}});
   EXPECT_EQ(all(blank), "<s>[INST] Q [/INST]  </s>");
+}
+
+// chat_template_jinja (what `convert` writes as tokenizer_config.json's chat_template for a
+// model trained in that format) must render what render_chat renders. The expected texts are
+// the jinja2 3.1 renderings of chat_template_jinja(kind) (messages=..., add_generation_prompt);
+// when render_chat changes, these fail and the Jinja text must change with it.
+TEST(ChatTemplate, JinjaRendersAsTraining) {
+  struct Case {
+    ChatTemplateKind kind;
+    const char *chat, *system_chat, *prompt_with_system, *prompt;
+  };
+  const std::vector<Case> cases = {
+      {ChatTemplateKind::ChatML,
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+       "<|im_start|>assistant\n4<|im_end|>\n",
+       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi \n<|im_end|>\n<|im_start|>assistant\n Yo "
+       "<|im_end|>\n",
+       "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n",
+       "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"},
+      {ChatTemplateKind::Llama3,
+       "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_"
+       "header_id|>\n\nHello!<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_id|>"
+       "assistant<|end_header_id|>\n\n4<|eot_id|>",
+       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|"
+       "end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nYo<|eot_id|>",
+       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user<|end_header_"
+       "id|>\n\nQ<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+       "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nQ<|eot_id|><|start_header_id|>assistant<|end_"
+       "header_id|>\n\n"},
+      {ChatTemplateKind::Llama2, "<s>[INST] Hi [/INST] Hello! </s><s>[INST] 2+2? [/INST] 4 </s>",
+       "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi [/INST] Yo </s>", "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nQ [/INST]",
+       "<s>[INST] Q [/INST]"},
+      {ChatTemplateKind::Alpaca,
+       "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
+       "### Instruction:\nHi\n\n### Response:\nHello!\n\n### Instruction:\n2+2?\n\n### Response:\n4",
+       "Be brief.\n\n### Instruction:\n Hi \n\n\n### Response:\n Yo ", "S\n\n### Instruction:\nQ\n\n### Response:\n",
+       "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
+       "### Instruction:\nQ\n\n### Response:\n"},
+  };
+  const std::vector<ChatMessage> with_system = {{"system", "Be brief."}, {"user", " Hi \n"}, {"assistant", " Yo "}};
+  for (const Case& c : cases) {
+    const ChatFormat f{c.kind, ""};
+    const std::string name = chat_template_name(c.kind);
+    EXPECT_EQ(chat_format_by_name(name).kind, c.kind);
+    EXPECT_EQ(all(render_chat(f, kChat)), c.chat) << name;
+    EXPECT_EQ(all(render_chat(f, with_system)), c.system_chat) << name;
+    EXPECT_EQ(chat_generation_prompt(f, "Q", "S").text, c.prompt_with_system) << name;
+    EXPECT_EQ(chat_generation_prompt(f, "Q").text, c.prompt) << name;
+    // Its own markers, so that `generate --chat` and prepare's auto recognise it again.
+    EXPECT_EQ(recognise_chat_template(chat_template_jinja(c.kind), name).kind, c.kind) << name;
+  }
 }

@@ -47,6 +47,16 @@ struct TokenizerRef {
   std::string kind;          ///< "byte", "bpe", "sentencepiece"
   std::int64_t vocab_size = 0;
   std::string hash;          ///< data::Tokenizer::hash(); "" for byte
+  /// What a Hugging Face export needs to prompt and stop the model as it was trained (also
+  /// attributes of /model; absent in older checkpoints, read as ""/0):
+  /// the chat format of its instruction/chat data (meta.json's chat_template: "chatml",
+  /// "alpaca"...; "" when it was trained on text only), carried along an init_from/resume
+  /// chain until data in another format replaces it...
+  std::string chat_format;
+  /// ...and the context length its pretrained source declares (config.json's
+  /// max_position_embeddings / n_positions, GGUF llama.context_length; 0 when unknown): a
+  /// fine-tune on shorter windows keeps the source's RoPE range.
+  std::int64_t source_context = 0;
   bool known() const { return !spec.empty(); }
   /// "the bpe tokenizer /m/SmolLM2.gguf (49152 ids, hash 0123...)"; "no known tokenizer" when unknown.
   std::string str() const;

@@ -23,6 +23,9 @@ struct ExportSummary {
   std::string kind;                                ///< model | peft_adapter | merged_lora
   std::string base_model;                          ///< peft_adapter: the base model it refers to ("" unknown)
   std::string tokenizer_note;                      ///< why no tokenizer files were written ("" when they were)
+  /// The chat template written is the training data's format, not the tokenizer's own
+  /// (which one replaced which); "" when the tokenizer's template was kept.
+  std::string chat_note;
 };
 
 /// \brief Converts HDF5 checkpoint `h5_path` into a Hugging Face model directory:

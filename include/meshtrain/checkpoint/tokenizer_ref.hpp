@@ -70,14 +70,27 @@ void check_dataset_tokenizer(const data::DatasetMeta& meta, const std::string& d
 /// UserError when the checkpoint records no tokenizer or it cannot be read.
 std::unique_ptr<data::Tokenizer> tokenizer_of_checkpoint(const std::string& spec);
 
+/// The token ids a Hugging Face config.json and generation_config.json name (-1: none):
+/// the tokenizer's BOS, EOS and padding, and the single token ending an assistant turn in
+/// the chat format the model was trained in (<|im_end|>, <|eot_id|>; Alpaca's: the end-of-text
+/// token prepare appends to each response; -1 when the tokenizer spells it with several tokens).
+struct HfTokenIds {
+  std::int64_t bos = -1, eos = -1, pad = -1, end_of_turn = -1;
+};
+
 /// The Hugging Face tokenizer files of `ref` for a model export: copies of tokenizer.json,
 /// tokenizer_config.json, special_tokens_map.json, tokenizer.model where the source is such
 /// a file or directory; for a GGUF byte-level BPE tokenizer a tokenizer.json and
 /// tokenizer_config.json written from its metadata, for a GGUF SentencePiece tokenizer a
 /// tokenizer.model and a LlamaTokenizer tokenizer_config.json. Empty (with `note` saying
-/// why) for the byte tokenizer and an unknown one. UserError when the
-/// recorded tokenizer is gone or changed.
+/// why) for the byte tokenizer and an unknown one. When `ref` records a chat format other
+/// than the one the tokenizer's own template is (or it has none), tokenizer_config.json's
+/// chat_template is that format's Jinja (data::chat_template_jinja) and `chat_note` says
+/// which replaced which. `ids` (optional) receives the ids config.json should name (also for
+/// the byte tokenizer, which has no files).
+/// UserError when the recorded tokenizer is gone or changed.
 std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const TokenizerRef& ref, const std::string& model_name,
-                                                                    std::string* note);
+                                                                    std::string* note, HfTokenIds* ids = nullptr,
+                                                                    std::string* chat_note = nullptr);
 
 }  // namespace meshtrain::checkpoint

@@ -43,6 +43,15 @@ ChatFormat chat_format_by_name(const std::string& name);
 /// text is none of them (or empty).
 ChatFormat recognise_chat_template(const std::string& jinja, const std::string& source);
 
+/// "alpaca", "chatml", "llama2", "llama3": the name chat_format_by_name takes.
+std::string chat_template_name(ChatTemplateKind kind);
+
+/// \brief The Hugging Face chat_template (Jinja) of `kind` that renders a conversation as
+/// render_chat does (without a default system message) and, with add_generation_prompt,
+/// ends where chat_generation_prompt's prompt ends: what `convert` writes into
+/// tokenizer_config.json for a model trained in that format.
+std::string chat_template_jinja(ChatTemplateKind kind);
+
 struct ChatMessage {
   std::string role;     ///< "system", "user" or "assistant"
   std::string content;

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# `convert` writes what the model was trained as, not what the run's settings or the
+# tokenizer's files say:
+#   1. config.json's max_position_embeddings is the pretrained source's context length when it
+#      is longer than model.max_seq_len (a Hugging Face base's max_position_embeddings, carried
+#      through a second fine-tune from the first's checkpoint; the SmolLM2 GGUF's
+#      llama.context_length), and config.json / generation_config.json name the tokenizer's
+#      bos/eos ids (transformers' LlamaConfig falls back to 1 and 2 without them);
+#   2. a model fine-tuned on `prepare --chat_template alpaca` data with the SmolLM2 GGUF (whose
+#      own template is ChatML) exports the alpaca chat_template (jinja2 renders it as the
+#      training rows hold it), convert says so, and `generate --chat` takes that format too.
+set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
+# shellcheck source=../support/smollm_reference.sh
+source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers jinja2
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
+gguf=$smollm
+bin=$MESHTRAIN_BIN
+run() {  # run NAME CMD...: CMD's output in NAME.log; a failure prints it
+  local name=$1
+  shift
+  timeout $((180 * time_scale)) "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
+}
+json() {  # json FILE KEY: the value of KEY in FILE (JSON), "absent" when it has none
+  "$py" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(json.dumps(d[sys.argv[2]]) if sys.argv[2] in d else "absent")' "$1" "$2"
+}
+
+# 1a. A Hugging Face base whose config.json says 4096 positions and bos = eos = 0.
+printf 'The quick brown fox jumps over the lazy dog. %.0s' {1..200} >text.txt
+run prepare_text "$bin" prepare --input text.txt --output text || exit 1
+tiny=("$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini" --data.dir=text --train.steps=2 --train.eval_every=0)
+run l1 "$bin" train "${tiny[@]}" --output.dir=l1 || exit 1
+run convert_l1 "$bin" convert --input l1/checkpoints --output l1hf || exit 1
+[[ $(json l1hf/config.json max_position_embeddings) == 64 ]] ||
+  fail "a model from scratch: max_position_embeddings $(json l1hf/config.json max_position_embeddings), want model.max_seq_len 64"
+cp -r l1hf basehf
+"$py" - <<'PY' || fail "editing basehf/config.json"
+import json
+c = json.load(open("basehf/config.json"))
+c.update(max_position_embeddings=4096, bos_token_id=0, eos_token_id=0)
+json.dump(c, open("basehf/config.json", "w"))
+PY
+run l2 "$bin" train "${tiny[@]}" --output.dir=l2 --checkpoint.init_from=basehf || exit 1
+run convert_l2 "$bin" convert --input l2/checkpoints --output l2hf || exit 1
+[[ $(json l2hf/config.json max_position_embeddings) == 4096 ]] ||
+  fail "fine-tuned from a 4096-position base: max_position_embeddings $(json l2hf/config.json max_position_embeddings)"
+# The byte tokenizer's end of text (256), not the base's edited 0 nor LlamaConfig's default 2.
+[[ $(json l2hf/config.json eos_token_id) == 256 && $(json l2hf/generation_config.json eos_token_id) == 256 ]] ||
+  fail "the byte tokenizer's eos: config.json $(json l2hf/config.json eos_token_id), generation_config.json $(json l2hf/generation_config.json eos_token_id 2>&1)"
+# ...and from that fine-tune's checkpoint again: the source's length is carried.
+run l3 "$bin" train "${tiny[@]}" --output.dir=l3 --checkpoint.init_from=l2/checkpoints || exit 1
+run convert_l3 "$bin" convert --input l3/checkpoints --output l3hf || exit 1
+[[ $(json l3hf/config.json max_position_embeddings) == 4096 ]] ||
+  fail "a fine-tune of the fine-tune: max_position_embeddings $(json l3hf/config.json max_position_embeddings)"
+
+# 1b + 2. LoRA on the SmolLM2 GGUF with Alpaca-format data, merged.
+for i in 1 2 3 4; do
+  printf '{"messages": [{"role": "user", "content": "Write the number %d in words."}, {"role": "assistant", "content": "Number %d."}]}\n' "$i" "$i"
+done >train.jsonl
+run prepare "$bin" prepare --format chat --chat_template alpaca --input train.jsonl --output data --tokenizer "$gguf" \
+  --seq_len 48 --pack=false --val_fraction 0 || exit 1
+run train "$bin" train "$MESHTRAIN_SOURCE_DIR/inputs/finetune-demo.ini" --checkpoint.init_from="$gguf" \
+  --data.dir=data --output.dir=run --train.steps=1 --train.seq_len=48 --train.micro_batch=2 --train.global_batch=2 \
+  --train.activation_checkpointing=false --model.lora_rank=4 --model.lora_targets=q,v --train.eval_every=0 || exit 1
+run convert "$bin" convert --input run/checkpoints --output hf --merge_lora --dtype bf16 || exit 1
+grep -q "chat_template is the alpaca format the model was trained in, not the tokenizer's own (chatml)" convert.log ||
+  fail "convert does not say it replaced the tokenizer's ChatML template: $(cat convert.log)"
+"$py" - "$gguf" <<'PY' || fail "the export's config.json, generation_config.json or chat_template"
+import json, sys
+import gguf, jinja2, numpy as np
+from tokenizers import Tokenizer
+r = gguf.GGUFReader(sys.argv[1])
+meta = lambda k: int(r.fields[k].contents())
+ok = True
+def want(what, got, expected):
+    global ok
+    if got != expected:
+        print(f"{what}: {got!r}, want {expected!r}"); ok = False
+c = json.load(open("hf/config.json"))
+want("config.json max_position_embeddings", c.get("max_position_embeddings"), meta("llama.context_length"))
+want("config.json bos_token_id", c.get("bos_token_id"), meta("tokenizer.ggml.bos_token_id"))
+want("config.json eos_token_id", c.get("eos_token_id"), meta("tokenizer.ggml.eos_token_id"))
+want("config.json pad_token_id", c.get("pad_token_id"), meta("tokenizer.ggml.padding_token_id"))
+tk = Tokenizer.from_file("hf/tokenizer.json")
+eot = tk.token_to_id("<|endoftext|>")
+g = json.load(open("hf/generation_config.json"))
+for k in ("bos_token_id", "pad_token_id"):
+    want("generation_config.json " + k, g.get(k), c.get(k))
+# Alpaca's responses end with the end-of-text token (prepare appends it, trained on): a stop id.
+want("generation_config.json eos_token_id", g.get("eos_token_id"), [c.get("eos_token_id"), eot])
+# The exported template renders a conversation as the training rows hold it.
+t = json.load(open("hf/tokenizer_config.json"))["chat_template"]
+env = jinja2.Environment()
+messages = [{"role": "user", "content": "Write the number 1 in words."}, {"role": "assistant", "content": "Number 1."}]
+text = env.from_string(t).render(messages=messages, add_generation_prompt=False)
+want("the chat_template's rendering", text, "### Instruction:\nWrite the number 1 in words.\n\n### Response:\nNumber 1.\n\n")
+prompt = env.from_string(t).render(messages=messages[:1], add_generation_prompt=True)
+want("the chat_template's prompt", prompt, "### Instruction:\nWrite the number 1 in words.\n\n### Response:\n")
+row = np.fromfile("data/train.bin", dtype="<u2", offset=64)[:49].tolist()
+pad = meta("tokenizer.ggml.padding_token_id")
+ids = [i for i in row if i != pad]
+want("train.bin's first row", tk.decode(ids, skip_special_tokens=False), text + "<|endoftext|>")
+sys.exit(0 if ok else 1)
+PY
+
+# generate --chat: auto is the recorded alpaca format, not the GGUF's ChatML.
+chat=(generate --checkpoint run/checkpoints --chat --prompt "Write the number 3 in words." --tokens 6 --temperature 0)
+run chat_auto "$bin" "${chat[@]}"
+run chat_alpaca "$bin" "${chat[@]}" --chat_template alpaca
+run chat_chatml "$bin" "${chat[@]}" --chat_template chatml
+grep -v '^generate: ' chat_auto.log >auto.txt
+grep -v '^generate: ' chat_alpaca.log >alpaca.txt
+grep -v '^generate: ' chat_chatml.log >chatml.txt
+cmp -s auto.txt alpaca.txt && ! cmp -s auto.txt chatml.txt ||
+  fail "generate --chat: auto '$(cat auto.txt)', alpaca '$(cat alpaca.txt)', chatml '$(cat chatml.txt)'"
+exit $((failures > 0))
