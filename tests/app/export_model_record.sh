@@ -12,7 +12,7 @@
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 # shellcheck source=../support/smollm_reference.sh
-source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers jinja2
+source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers jinja2 h5py
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
 gguf=$smollm
 bin=$MESHTRAIN_BIN
@@ -47,6 +47,11 @@ run convert_l2 "$bin" convert --input l2/checkpoints --output l2hf || exit 1
 # The byte tokenizer's end of text (256), not the base's edited 0 nor LlamaConfig's default 2.
 [[ $(json l2hf/config.json eos_token_id) == 256 && $(json l2hf/generation_config.json eos_token_id) == 256 ]] ||
   fail "the byte tokenizer's eos: config.json $(json l2hf/config.json eos_token_id), generation_config.json $(json l2hf/generation_config.json eos_token_id 2>&1)"
+# A resume keeps it (the run's settings still name basehf; the checkpoint's record is read).
+run l2_resume "$bin" train "${tiny[@]:0:2}" --train.eval_every=0 --train.steps=3 --output.dir=l2 \
+  --checkpoint.init_from=basehf || exit 1
+"$py" -c 'import h5py, sys; a = h5py.File(sys.argv[1])["model"].attrs; sys.exit(int(a["source_context_length"]) != 4096)' \
+  l2/checkpoints/step_00000003.h5 || fail "the resumed run's checkpoint does not record source_context_length 4096"
 # ...and from that fine-tune's checkpoint again: the source's length is carried.
 run l3 "$bin" train "${tiny[@]}" --output.dir=l3 --checkpoint.init_from=l2/checkpoints || exit 1
 run convert_l3 "$bin" convert --input l3/checkpoints --output l3hf || exit 1
