@@ -98,9 +98,11 @@ t = json.load(open("hf/tokenizer_config.json"))["chat_template"]
 env = jinja2.Environment()
 messages = [{"role": "user", "content": "Write the number 1 in words."}, {"role": "assistant", "content": "Number 1."}]
 text = env.from_string(t).render(messages=messages, add_generation_prompt=False)
-want("the chat_template's rendering", text, "### Instruction:\nWrite the number 1 in words.\n\n### Response:\nNumber 1.\n\n")
+preamble = ("Below is an instruction that describes a task. Write a response that appropriately completes the "
+            "request.\n\n")
+want("the chat_template's rendering", text, preamble + "### Instruction:\nWrite the number 1 in words.\n\n### Response:\nNumber 1.")
 prompt = env.from_string(t).render(messages=messages[:1], add_generation_prompt=True)
-want("the chat_template's prompt", prompt, "### Instruction:\nWrite the number 1 in words.\n\n### Response:\n")
+want("the chat_template's prompt", prompt, preamble + "### Instruction:\nWrite the number 1 in words.\n\n### Response:\n")
 row = np.fromfile("data/train.bin", dtype="<u2", offset=64)[:49].tolist()
 pad = meta("tokenizer.ggml.padding_token_id")
 ids = [i for i in row if i != pad]
