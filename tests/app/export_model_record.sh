@@ -16,11 +16,9 @@ source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
 gguf=$smollm
 bin=$MESHTRAIN_BIN
-run() {  # run NAME CMD...: CMD's output in NAME.log; a failure prints it
-  local name=$1
-  shift
-  timeout $((180 * time_scale)) "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
-}
+run_limit=180
+# shellcheck source=../support/run_logged.sh
+source "$MESHTRAIN_SOURCE_DIR/tests/support/run_logged.sh"
 json() {  # json FILE KEY: the value of KEY in FILE (JSON), "absent" when it has none
   "$py" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(json.dumps(d[sys.argv[2]]) if sys.argv[2] in d else "absent")' "$1" "$2"
 }

@@ -12,11 +12,8 @@ source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf sentencepiece
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
 bin=$MESHTRAIN_BIN
-run() {  # run NAME CMD...: CMD's output in NAME.log; a failure prints it
-  local name=$1
-  shift
-  timeout $((120 * time_scale)) "$@" >"$name.log" 2>&1 || { local rc=$?; cat "$name.log"; fail "$name: exit status $rc"; return 1; }
-}
+# shellcheck source=../support/run_logged.sh
+source "$MESHTRAIN_SOURCE_DIR/tests/support/run_logged.sh"
 
 "$py" - <<'PY' || { fail "building the SentencePiece GGUF"; exit 1; }
 import random, gguf, sentencepiece as spm
