@@ -121,6 +121,7 @@ grep -qF "LoRA: rank 4, alpha 8, targets q,v: 1792 trainable parameters" "$out" 
 # plan.device_memory is the target's memory for `plan`; a run on this machine takes
 # parallel.memory_limit before it and never plans into more memory than the machine has.
 tiny=$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini
+rm -rf "$TEST_TMP/mem1" "$TEST_TMP/mem2"  # new runs (an earlier run's checkpoint would be resumed)
 run "plan for devices of 1000 TiB" "$bin" plan "$tiny" --plan.device_memory=1000TiB
 grep -qF "memory budget: 1000.00 TiB per rank" "$out" || fail "plan: plan.device_memory is not the plan's budget"
 run "train with a limit and plan.device_memory" "$bin" train "$tiny" --data.dir=random --train.steps=1 --output.dir="$TEST_TMP/mem1" \
