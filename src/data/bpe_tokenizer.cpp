@@ -3,6 +3,7 @@
 #include "data/bpe_tokenizer.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <queue>
 #include <unordered_map>
@@ -62,60 +63,62 @@ struct Piece {
   bool at_start;
 };
 
-/// Pieces of `p` given the [b, e) matches of a pattern, per HF SplitDelimiterBehavior.
-void split_piece(const Piece& p, const std::vector<std::pair<std::size_t, std::size_t>>& matches, SplitBehavior how,
-                 std::vector<Piece>& out) {
-  // Segments: (begin, end, is_match) covering the piece.
-  struct Seg {
-    std::size_t b, e;
-    bool m;
-  };
-  std::vector<Seg> segs;
-  std::size_t pos = 0;
-  for (const auto& [b, e] : matches) {
-    if (b > pos) segs.push_back({pos, b, false});
-    segs.push_back({b, e, true});
-    pos = e;
+/// \brief The pieces a split pattern makes of a text, per HF SplitDelimiterBehavior, from its
+/// [b, e) matches given in order; each [begin, end) piece is handed to `emit` as soon as it is
+/// complete (Merged* and Contiguous hold one back), so a long text's pieces are never listed.
+class PieceSplitter {
+ public:
+  PieceSplitter(SplitBehavior how, std::function<void(std::size_t, std::size_t)> emit)
+      : how_(how), emit_(std::move(emit)) {}
+  void match(std::size_t b, std::size_t e) {
+    if (b > pos_) segment(pos_, b, false);
+    segment(b, e, true);
+    pos_ = e;
   }
-  if (pos < p.text.size()) segs.push_back({pos, p.text.size(), false});
-  std::vector<std::pair<std::size_t, std::size_t>> ranges;
-  switch (how) {
-    case SplitBehavior::Isolated:
-      for (const auto& s : segs) ranges.emplace_back(s.b, s.e);
-      break;
-    case SplitBehavior::Removed:
-      for (const auto& s : segs)
-        if (!s.m) ranges.emplace_back(s.b, s.e);
-      break;
-    case SplitBehavior::MergedWithPrevious:
-      for (const auto& s : segs) {
-        if (s.m && !ranges.empty()) ranges.back().second = s.e;
-        else ranges.emplace_back(s.b, s.e);
-      }
-      break;
-    case SplitBehavior::MergedWithNext: {
-      bool pending = false;
-      for (const auto& s : segs) {
-        if (pending) {
-          ranges.back().second = s.e;
-          pending = s.m;
-        } else {
-          ranges.emplace_back(s.b, s.e);
-          pending = s.m;
-        }
-      }
-      break;
+  /// After the last match: the rest of a text of `size` bytes, and the piece held back.
+  void finish(std::size_t size) {
+    if (pos_ < size) segment(pos_, size, false);
+    if (has_) out(cur_b_, cur_e_);
+    has_ = false;
+  }
+
+ private:
+  void out(std::size_t b, std::size_t e) {
+    if (e > b) emit_(b, e);
+  }
+  void start(std::size_t b, std::size_t e) {  // a new piece; the one held back is complete
+    if (has_) out(cur_b_, cur_e_);
+    cur_b_ = b;
+    cur_e_ = e;
+    has_ = true;
+  }
+  void segment(std::size_t b, std::size_t e, bool m) {
+    switch (how_) {
+      case SplitBehavior::Isolated: out(b, e); break;
+      case SplitBehavior::Removed:
+        if (!m) out(b, e);
+        break;
+      case SplitBehavior::MergedWithPrevious:
+        if (m && has_) cur_e_ = e;
+        else start(b, e);
+        break;
+      case SplitBehavior::MergedWithNext:
+        if (pending_) cur_e_ = e;
+        else start(b, e);
+        pending_ = m;
+        break;
+      case SplitBehavior::Contiguous:
+        if (m && prev_match_ && has_) cur_e_ = e;
+        else start(b, e);
+        prev_match_ = m;
+        break;
     }
-    case SplitBehavior::Contiguous:
-      for (std::size_t k = 0; k < segs.size(); ++k) {
-        if (segs[k].m && k > 0 && segs[k - 1].m) ranges.back().second = segs[k].e;
-        else ranges.emplace_back(segs[k].b, segs[k].e);
-      }
-      break;
   }
-  for (const auto& [b, e] : ranges)
-    if (e > b) out.push_back({p.text.substr(b, e - b), p.at_start && b == 0});
-}
+  SplitBehavior how_;
+  std::function<void(std::size_t, std::size_t)> emit_;
+  std::size_t pos_ = 0, cur_b_ = 0, cur_e_ = 0;
+  bool has_ = false, pending_ = false, prev_match_ = false;
+};
 
 class BpeTokenizer final : public Tokenizer {
  public:
@@ -180,19 +183,24 @@ class BpeTokenizer final : public Tokenizer {
   std::string hash() const override { return hash_; }
   std::int32_t token_id(const std::string& token) const override { return id_of(token); }
 
-  std::vector<std::int32_t> encode(const std::string& text) const override {
-    std::vector<std::int32_t> ids;
+  /// Depth first: each piece a pre-tokenizer step makes goes through the later steps and the
+  /// BPE model before the next piece is cut, and ids go to `sink` 64 Ki at a time. Every
+  /// step after the first works on one piece alone and the BPE model on one final piece
+  /// alone, so the order of the work does not change a single id (what Hugging Face's
+  /// breadth-first pipeline gives, tested on the corpora of tokenizer_parity).
+  void encode_into(const std::string& text, const IdSink& sink) const override {
+    IdBuffer out{sink, {}};
     std::size_t pos = 0;
     while (pos < text.size()) {
       std::size_t mb = 0, me = 0;
       const AddedToken* hit = find_added(text, pos, mb, me);
       const std::size_t seg_end = hit ? mb : text.size();
-      if (seg_end > pos) encode_segment(text.substr(pos, seg_end - pos), pos == 0, ids);
+      if (seg_end > pos) encode_segment(text.substr(pos, seg_end - pos), pos == 0, out);
       if (!hit) break;
-      ids.push_back(hit->id);
+      out.ids.push_back(hit->id);
       pos = me;
     }
-    return ids;
+    out.flush();
   }
 
   std::string decode(const std::vector<std::int32_t>& ids) const override {
@@ -280,7 +288,20 @@ class BpeTokenizer final : public Tokenizer {
     return nullptr;
   }
 
-  void encode_segment(std::string s, bool at_start, std::vector<std::int32_t>& ids) const {
+  /// Ids on their way to a sink, handed over when 64 Ki have gathered.
+  struct IdBuffer {
+    const IdSink& sink;
+    std::vector<std::int32_t> ids;
+    void maybe_flush() {
+      if (ids.size() >= (std::size_t{1} << 16)) flush();
+    }
+    void flush() {
+      if (!ids.empty()) sink(ids.data(), ids.size());
+      ids.clear();
+    }
+  };
+
+  void encode_segment(std::string s, bool at_start, IdBuffer& out) const {
     for (const auto& n : c_.normalizer) {
       if (n.kind == NormalizerStep::Kind::Prepend) {
         if (!s.empty()) s = n.a + s;
@@ -288,37 +309,45 @@ class BpeTokenizer final : public Tokenizer {
         s = replace_all(s, n.a, n.b);
       }
     }
-    std::vector<Piece> pieces{{std::move(s), at_start}};
-    for (std::size_t k = 0; k < c_.pre_tokenizer.size(); ++k) {
-      const PreTokenizerStep& st = c_.pre_tokenizer[k];
-      std::vector<Piece> next;
-      for (Piece& p : pieces) {
-        if (st.kind == PreTokenizerStep::Kind::ByteLevel) {
-          if (st.add_prefix_space && p.text.compare(0, 1, " ") != 0) p.text = " " + p.text;
-        } else if (st.kind == PreTokenizerStep::Kind::Metaspace) {
-          p.text = replace_all(p.text, " ", st.replacement);
-          const bool starts = p.text.compare(0, st.replacement.size(), st.replacement) == 0;
-          if (!starts && (st.prepend == PreTokenizerStep::Prepend::Always ||
-                          (st.prepend == PreTokenizerStep::Prepend::First && p.at_start)))
-            p.text = st.replacement + p.text;
-        }
-        const SplitBehavior how = st.kind == PreTokenizerStep::Kind::Metaspace ? SplitBehavior::MergedWithNext
-                                  : st.kind == PreTokenizerStep::Kind::ByteLevel ? SplitBehavior::Isolated
-                                                                                 : st.behavior;
-        std::vector<Piece> split;
-        if (regexes_[k]) split_piece(p, regexes_[k]->find_all(p.text), how, split);
-        else split.push_back(std::move(p));
-        if (st.kind == PreTokenizerStep::Kind::ByteLevel)
-          for (Piece& q : split) {
-            std::string mapped;
-            for (const char ch : q.text) mapped += byte_map().byte_to_char[static_cast<unsigned char>(ch)];
-            q.text = std::move(mapped);
-          }
-        for (Piece& q : split) next.push_back(std::move(q));
-      }
-      pieces = std::move(next);
+    pre_tokenize(0, Piece{std::move(s), at_start}, out);
+  }
+
+  /// Pre-tokenizer step `k` on `p`, each piece it makes on through the steps after it; past the
+  /// last step, the BPE model.
+  void pre_tokenize(std::size_t k, Piece p, IdBuffer& out) const {
+    if (k == c_.pre_tokenizer.size()) {
+      bpe_piece(p.text, out.ids);
+      out.maybe_flush();
+      return;
     }
-    for (const Piece& p : pieces) bpe_piece(p.text, ids);
+    const PreTokenizerStep& st = c_.pre_tokenizer[k];
+    if (st.kind == PreTokenizerStep::Kind::ByteLevel) {
+      if (st.add_prefix_space && p.text.compare(0, 1, " ") != 0) p.text = " " + p.text;
+    } else if (st.kind == PreTokenizerStep::Kind::Metaspace) {
+      p.text = replace_all(p.text, " ", st.replacement);
+      const bool starts = p.text.compare(0, st.replacement.size(), st.replacement) == 0;
+      if (!starts && (st.prepend == PreTokenizerStep::Prepend::Always ||
+                      (st.prepend == PreTokenizerStep::Prepend::First && p.at_start)))
+        p.text = st.replacement + p.text;
+    }
+    const auto next = [&](Piece q) {
+      if (st.kind == PreTokenizerStep::Kind::ByteLevel) {
+        std::string mapped;
+        for (const char ch : q.text) mapped += byte_map().byte_to_char[static_cast<unsigned char>(ch)];
+        q.text = std::move(mapped);
+      }
+      pre_tokenize(k + 1, std::move(q), out);
+    };
+    if (!regexes_[k]) {
+      next(std::move(p));
+      return;
+    }
+    const SplitBehavior how = st.kind == PreTokenizerStep::Kind::Metaspace ? SplitBehavior::MergedWithNext
+                              : st.kind == PreTokenizerStep::Kind::ByteLevel ? SplitBehavior::Isolated
+                                                                             : st.behavior;
+    PieceSplitter split(how, [&](std::size_t b, std::size_t e) { next(Piece{p.text.substr(b, e - b), p.at_start && b == 0}); });
+    regexes_[k]->for_each_match(p.text, [&](std::size_t b, std::size_t e) { split.match(b, e); });
+    split.finish(p.text.size());
   }
 
   /// The BPE model on one piece: characters (or byte-fallback bytes) to ids, then the

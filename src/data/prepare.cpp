@@ -44,14 +44,28 @@ std::vector<std::int32_t> piece_ids(const Tokenizer& tok, const std::string& pat
   return ids;
 }
 
-// Tokenizes one piece of a document into `out`.
+// Tokenizes one piece of a document into `out` as the tokenizer hands its ids over, a stretch
+// at a time: a large document never has all its ids (or its tokenizer's working memory) in
+// memory at once. The same ids as piece_ids.
 void append_piece(const Tokenizer& tok, const std::string& path, const std::string& text, TokenFileWriter& out,
                   std::vector<std::uint64_t>* counts) {
   if (text.empty()) return;
-  const std::vector<std::int32_t> ids = piece_ids(tok, path, text);
-  out.append(ids.data(), ids.size());
-  if (counts)
-    for (const std::int32_t id : ids) ++(*counts)[static_cast<std::size_t>(id)];
+  const auto take = [&](const std::int32_t* ids, std::size_t n) {
+    out.append(ids, n);
+    if (counts)
+      for (std::size_t i = 0; i < n; ++i) ++(*counts)[static_cast<std::size_t>(ids[i])];
+  };
+  if (tok.add_bos() && tok.bos_id() >= 0) {
+    const std::int32_t bos = tok.bos_id();
+    take(&bos, 1);
+  }
+  try {
+    tok.encode_into(text, take);
+  } catch (const UserError& e) {
+    throw UserError(strprintf("%s: %s", path.c_str(), e.what()));
+  }
+  const std::int32_t eot = tok.eot_id();
+  take(&eot, 1);
 }
 
 // Where a tokenizer's special ids come from, for the messages below.

@@ -29,8 +29,13 @@ Regex::Regex(const std::string& pattern, bool literal) : pattern_(pattern) {
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(const std::string& text) const {
-  auto* code = static_cast<pcre2_code*>(code_);
   std::vector<std::pair<std::size_t, std::size_t>> out;
+  for_each_match(text, [&](std::size_t b, std::size_t e) { out.emplace_back(b, e); });
+  return out;
+}
+
+void Regex::for_each_match(const std::string& text, const std::function<void(std::size_t, std::size_t)>& each) const {
+  auto* code = static_cast<pcre2_code*>(code_);
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
   std::size_t pos = 0;
   std::uint32_t options = 0;
@@ -52,7 +57,12 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(const std::stri
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const std::size_t b = ov[0], e = ov[1];
     if (e > b) {
-      out.emplace_back(b, e);
+      try {
+        each(b, e);
+      } catch (...) {
+        pcre2_match_data_free(md);
+        throw;
+      }
       pos = e;
     } else {  // empty match: step over one character
       if (b >= text.size()) break;
@@ -60,7 +70,6 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(const std::stri
     }
   }
   pcre2_match_data_free(md);
-  return out;
 }
 
 }  // namespace meshtrain::data

@@ -1,5 +1,5 @@
 // SentencePiece through libsentencepiece; GGUF "llama" vocabularies become a serialized
-// ModelProto (protobuf wire format written here: the Debian package ships no .pb.h).
+// ModelProto (protobuf wire format written and read here: the Debian package ships no .pb.h).
 #include "data/sentencepiece_tokenizer.hpp"
 
 #include <sentencepiece_processor.h>
@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
+#include <string_view>
 #include <utility>
 
 #include "formats/gguf_file.hpp"
@@ -16,6 +18,120 @@
 
 namespace meshtrain::data {
 namespace {
+
+// --- protobuf wire format ------------------------------------------------------------
+void varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7F) | 0x80);
+    v >>= 7;
+  }
+  out += static_cast<char>(v);
+}
+void tag(std::string& out, int field, int wire) { varint(out, (static_cast<std::uint64_t>(field) << 3) | wire); }
+void field_varint(std::string& out, int field, std::int64_t v) {
+  tag(out, field, 0);
+  varint(out, static_cast<std::uint64_t>(v));  // negative int32 -> 10-byte two's complement, as protobuf does
+}
+void field_bytes(std::string& out, int field, const std::string& v) {
+  tag(out, field, 2);
+  varint(out, v.size());
+  out += v;
+}
+void field_float(std::string& out, int field, float v) {
+  tag(out, field, 5);
+  char b[4];
+  std::memcpy(b, &v, 4);
+  out.append(b, 4);
+}
+
+
+/// A protobuf message's fields read off the wire: next() gives each field's number and wire
+/// type in order; a varint's value or a length-delimited field's bytes follow. False at the
+/// end or on a malformed message (`bad`).
+class WireReader {
+ public:
+  explicit WireReader(std::string_view bytes) : s_(bytes) {}
+  bool next(int& field, int& wire) {
+    if (pos_ >= s_.size() || bad) return false;
+    const std::uint64_t key = varint();
+    field = static_cast<int>(key >> 3);
+    wire = static_cast<int>(key & 7);
+    return !bad;
+  }
+  std::uint64_t varint() {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= s_.size()) break;
+      const auto b = static_cast<unsigned char>(s_[pos_++]);
+      v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    bad = true;
+    return 0;
+  }
+  std::string_view bytes() {
+    const std::uint64_t n = varint();
+    if (bad || n > s_.size() - pos_) {
+      bad = true;
+      return {};
+    }
+    const std::string_view v = s_.substr(pos_, n);
+    pos_ += n;
+    return v;
+  }
+  void skip(int wire) {
+    const std::size_t width = wire == 1 ? 8 : wire == 5 ? 4 : 0;
+    if (wire == 0) varint();
+    else if (wire == 2) bytes();
+    else if (width && width <= s_.size() - pos_) pos_ += width;
+    else bad = true;
+  }
+  bool bad = false;
+
+ private:
+  std::string_view s_;
+  std::size_t pos_ = 0;
+};
+
+/// What the stretch planning (plan_cuts) reads of a model: TrainerSpec's model_type (3) and
+/// treat_whitespace_as_suffix (24), NormalizerSpec's name (1), add_dummy_prefix (3),
+/// remove_extra_whitespaces (4), escape_whitespaces (5) and normalization_rule_tsv (6), with
+/// the proto's defaults; a field given twice counts as protobuf merges it (the last value).
+struct SpShape {
+  bool read = false;
+  std::uint64_t model_type = 1;  // UNIGRAM
+  bool whitespace_as_suffix = false;
+  std::string normalizer;
+  bool add_dummy_prefix = true, remove_extra_whitespaces = true, escape_whitespaces = true, user_rules = false;
+};
+
+SpShape sp_shape(std::string_view proto) {
+  SpShape shape;
+  WireReader model(proto);
+  int field = 0, wire = 0;
+  while (model.next(field, wire)) {
+    if ((field == 2 || field == 3) && wire == 2) {
+      WireReader spec(model.bytes());
+      int f = 0, w = 0;
+      while (spec.next(f, w)) {
+        if (field == 2 && f == 3 && w == 0) shape.model_type = spec.varint();
+        else if (field == 2 && f == 24 && w == 0) shape.whitespace_as_suffix = spec.varint() != 0;
+        else if (field == 3 && f == 1 && w == 2) shape.normalizer = std::string(spec.bytes());
+        else if (field == 3 && f == 3 && w == 0) shape.add_dummy_prefix = spec.varint() != 0;
+        else if (field == 3 && f == 4 && w == 0) shape.remove_extra_whitespaces = spec.varint() != 0;
+        else if (field == 3 && f == 5 && w == 0) shape.escape_whitespaces = spec.varint() != 0;
+        else if (field == 3 && f == 6 && w == 2) shape.user_rules = shape.user_rules || !spec.bytes().empty();
+        else spec.skip(w);
+      }
+      if (spec.bad) return {};
+    } else {
+      model.skip(wire);
+    }
+  }
+  if (model.bad) return {};
+  shape.read = true;
+  return shape;
+}
 
 /// The special ids of a SentencePiece tokenizer, -1 where it has none. Kept apart from the
 /// processor's own bos_id()/eos_id(): those look the pieces up by the trainer's piece names
@@ -58,6 +174,7 @@ class SentencePieceTokenizer final : public Tokenizer {
                      [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
     for (std::size_t k = 0; k < specials_.size(); ++k)
       by_first_byte_[static_cast<unsigned char>(specials_[k].first[0])].push_back(k);
+    plan_cuts();
   }
   std::string name() const override { return name_; }
   std::string kind() const override { return "sentencepiece"; }
@@ -72,19 +189,17 @@ class SentencePieceTokenizer final : public Tokenizer {
     const int id = sp_->PieceToId(token);
     return id >= 0 && sp_->IdToPiece(id) == token ? id : -1;
   }
-  std::vector<std::int32_t> encode(const std::string& text) const override {
-    std::vector<std::int32_t> out;
+  void encode_into(const std::string& text, const IdSink& sink) const override {
     std::size_t pos = 0;
     while (pos < text.size()) {
       std::size_t at = 0;
       const std::pair<std::string, std::int32_t>* hit = find_special(text, pos, at);
       const std::size_t seg_end = hit ? at : text.size();
-      if (seg_end > pos) encode_segment(text.substr(pos, seg_end - pos), out);
+      if (seg_end > pos) encode_segment(std::string_view(text).substr(pos, seg_end - pos), sink);
       if (!hit) break;
-      out.push_back(hit->second);
+      sink(&hit->second, 1);
       pos = at + hit->first.size();
     }
-    return out;
   }
   bool decode_with_ends(const std::vector<std::int32_t>& ids, std::string& text,
                         std::vector<std::size_t>& ends) const override {
@@ -167,14 +282,91 @@ class SentencePieceTokenizer final : public Tokenizer {
         }
     return nullptr;
   }
-  void encode_segment(const std::string& text, std::vector<std::int32_t>& out) const {
+  /// One segment (text between special pieces), a stretch of about kStretch bytes at a time
+  /// where the model allows it (plan_cuts), else whole.
+  void encode_segment(std::string_view segment, const IdSink& sink) const {
     std::vector<int> ids;
-    const auto st = sp_->Encode(text, &ids);
-    MESHTRAIN_REQUIRE(st.ok(), "SentencePiece %s cannot encode the text: %s", name_.c_str(), st.ToString().c_str());
-    out.insert(out.end(), ids.begin(), ids.end());
+    std::size_t pos = 0;
+    while (pos < segment.size()) {
+      const std::size_t end = cuts_ ? next_cut(segment, pos + kStretch) : segment.size();
+      const sentencepiece::SentencePieceProcessor& sp = pos == 0 ? *sp_ : *continuation_;
+      const auto st = sp.Encode(segment.substr(pos, end - pos), &ids);
+      MESHTRAIN_REQUIRE(st.ok(), "SentencePiece %s cannot encode the text: %s", name_.c_str(), st.ToString().c_str());
+      static_assert(sizeof(int) == sizeof(std::int32_t), "SentencePiece ids are int");
+      if (!ids.empty()) sink(reinterpret_cast<const std::int32_t*>(ids.data()), ids.size());
+      pos = end;
+    }
   }
 
+  /// The first place at or after `from` where a stretch may end: a single space between two
+  /// ASCII letters or digits ("a b"), the space starting the next stretch; the end of the
+  /// segment when there is none.
+  static std::size_t next_cut(std::string_view text, std::size_t from) {
+    const auto alnum = [](char c) {
+      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    };
+    for (std::size_t c = std::max<std::size_t>(from, 1); c + 1 < text.size(); ++c)
+      if (text[c] == ' ' && alnum(text[c - 1]) && alnum(text[c + 1])) return c;
+    return text.size();
+  }
+
+  /// Whether a segment may be encoded in stretches with ids equal to encoding it whole, and
+  /// with which processor the stretches after the first go. SentencePiece's BPE merges two
+  /// adjacent symbols only into a piece of the vocabulary, by score, whatever lies around
+  /// them; so at a place no vocabulary piece can span, the merges on either side never meet
+  /// and the ids there are those of each side alone. At "a b" (cut before the space), the text
+  /// normalises to "a▁b" and a piece spanning it would hold a "▁" after a character that is
+  /// not "▁": models with no such piece (Llama 2, Mistral, Gemma; any model trained with the
+  /// default split_by_whitespace) qualify. The stretch after a cut starts with the space:
+  ///  * remove_extra_whitespaces (and a dummy prefix): the leading space is dropped and the
+  ///    dummy '▁' added back, as the whole text has it: the model's own processor;
+  ///  * whitespace kept and a dummy prefix (Llama 2): the space becomes the '▁' and no prefix
+  ///    may be added: the same model with add_dummy_prefix off;
+  ///  * neither: the space becomes the '▁': the model's own processor.
+  /// Not cut: unigram models (their Viterbi scores sum in float over the whole segment, so a
+  /// tie late in a long text may fall otherwise than in a stretch), remove_extra_whitespaces
+  /// without a dummy prefix (the stretch would lose its space), whitespace as a suffix,
+  /// unescaped spaces, and user-defined normalisation rules (which may span the cut). Those
+  /// segments are encoded whole, as before (memory about 80 times the text).
+  void plan_cuts() {
+    continuation_ = sp_.get();
+    cuts_ = false;
+    const SpShape shape = sp_shape(sp_->serialized_model_proto());
+    if (!shape.read || shape.model_type != 2 || shape.whitespace_as_suffix || !shape.escape_whitespaces ||
+        shape.user_rules || (shape.remove_extra_whitespaces && !shape.add_dummy_prefix))
+      return;
+    static const char* const kBuiltIn[] = {"identity", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf"};
+    if (std::none_of(std::begin(kBuiltIn), std::end(kBuiltIn), [&](const char* n) { return shape.normalizer == n; }))
+      return;
+    static const std::string kSpace = "\xE2\x96\x81";
+    for (int id = 0; id < sp_->GetPieceSize(); ++id) {
+      if (sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsUnused(id) || sp_->IsByte(id)) continue;
+      const std::string piece = sp_->IdToPiece(id);
+      for (std::size_t at = piece.find(kSpace, 1); at != std::string::npos; at = piece.find(kSpace, at + 1))
+        if (at < kSpace.size() || piece.compare(at - kSpace.size(), kSpace.size(), kSpace) != 0) return;
+    }
+    if (shape.add_dummy_prefix && !shape.remove_extra_whitespaces) {
+      // A later normalizer_spec in the serialized proto merges into the first: only
+      // add_dummy_prefix changes.
+      std::string proto = sp_->serialized_model_proto(), normalizer;
+      field_varint(normalizer, 3, 0);
+      field_bytes(proto, 3, normalizer);
+      auto continuation = std::make_unique<sentencepiece::SentencePieceProcessor>();
+      if (!continuation->LoadFromSerializedProto(proto).ok()) return;
+      owned_continuation_ = std::move(continuation);
+      continuation_ = owned_continuation_.get();
+    }
+    cuts_ = true;
+  }
+
+  /// Bytes of text per SentencePiece call where a segment is cut (plan_cuts): its lattice
+  /// and alignment take some 80 bytes per byte of text.
+  static constexpr std::size_t kStretch = std::size_t{1} << 14;
+
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> owned_continuation_;
+  const sentencepiece::SentencePieceProcessor* continuation_ = nullptr;  ///< encodes stretches after a cut
+  bool cuts_ = false;                                                     ///< plan_cuts: segments may be cut
   std::string name_;
   SpecialIds ids_;
   bool add_bos_;
@@ -209,31 +401,6 @@ std::int32_t first_piece(const sentencepiece::SentencePieceProcessor& sp, std::i
   for (const char* n : names)
     if (const std::int32_t id = piece_id(sp, n); id >= 0) return id;
   return -1;
-}
-
-// --- protobuf wire format ------------------------------------------------------------
-void varint(std::string& out, std::uint64_t v) {
-  while (v >= 0x80) {
-    out += static_cast<char>((v & 0x7F) | 0x80);
-    v >>= 7;
-  }
-  out += static_cast<char>(v);
-}
-void tag(std::string& out, int field, int wire) { varint(out, (static_cast<std::uint64_t>(field) << 3) | wire); }
-void field_varint(std::string& out, int field, std::int64_t v) {
-  tag(out, field, 0);
-  varint(out, static_cast<std::uint64_t>(v));  // negative int32 -> 10-byte two's complement, as protobuf does
-}
-void field_bytes(std::string& out, int field, const std::string& v) {
-  tag(out, field, 2);
-  varint(out, v.size());
-  out += v;
-}
-void field_float(std::string& out, int field, float v) {
-  tag(out, field, 5);
-  char b[4];
-  std::memcpy(b, &v, 4);
-  out.append(b, 4);
 }
 
 /// GGUF metadata `key` (a special token id), `fallback` when absent; range-checked against

@@ -1,6 +1,7 @@
 // The byte tokenizer, and make_tokenizer: which file kind a spec names and who reads it.
 #include "data/tokenizer.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,18 +17,28 @@ namespace meshtrain::data {
 
 namespace fs = std::filesystem;
 
-std::vector<std::int32_t> Tokenizer::encode_sequence(const std::string& text) const {
+std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
   std::vector<std::int32_t> ids;
-  if (add_bos() && bos_id() >= 0) ids.push_back(bos_id());
-  const std::vector<std::int32_t> body = encode(text);
-  ids.insert(ids.end(), body.begin(), body.end());
+  encode_into(text, [&](const std::int32_t* p, std::size_t n) { ids.insert(ids.end(), p, p + n); });
   return ids;
 }
 
-std::vector<std::int32_t> ByteTokenizer::encode(const std::string& text) const {
-  std::vector<std::int32_t> ids(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+std::vector<std::int32_t> Tokenizer::encode_sequence(const std::string& text) const {
+  std::vector<std::int32_t> ids;
+  if (add_bos() && bos_id() >= 0) ids.push_back(bos_id());
+  encode_into(text, [&](const std::int32_t* p, std::size_t n) { ids.insert(ids.end(), p, p + n); });
   return ids;
+}
+
+void ByteTokenizer::encode_into(const std::string& text, const IdSink& sink) const {
+  constexpr std::size_t kPart = std::size_t{1} << 16;
+  std::vector<std::int32_t> ids;
+  for (std::size_t at = 0; at < text.size(); at += kPart) {
+    const std::size_t n = std::min(kPart, text.size() - at);
+    ids.resize(n);
+    for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<unsigned char>(text[at + i]);
+    sink(ids.data(), n);
+  }
 }
 
 std::string ByteTokenizer::decode(const std::vector<std::int32_t>& ids) const {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,10 +40,18 @@ class Tokenizer {
   virtual std::string hash() const { return ""; }
   /// Id of the token spelled `token` (a special token such as "<|im_end|>"); -1 if absent.
   virtual std::int32_t token_id(const std::string& token) const { return -1; }
+  /// Receives a tokenization a part at a time: `n` ids at `ids`, valid during the call.
+  using IdSink = std::function<void(const std::int32_t* ids, std::size_t n)>;
   /// Ids of `text`. Added/special tokens written in the text (e.g. "<|im_start|>") are
   /// matched before anything else, as Hugging Face tokenizers do. No BOS/EOS are added:
   /// document boundaries are the caller's. UserError for text that is not UTF-8 (BPE).
-  virtual std::vector<std::int32_t> encode(const std::string& text) const = 0;
+  std::vector<std::int32_t> encode(const std::string& text) const;
+  /// encode(text), handed to `sink` in parts, in order: the parts joined are encode(text),
+  /// id for id. The tokenizers work through a long text a stretch at a time, so that the
+  /// memory a text takes beyond itself is bounded (tokenizing a 1 GiB document as one string
+  /// held some 10 to 80 times its size in pre-tokens, lattices and id vectors); how each
+  /// keeps the result exact is its own comment's.
+  virtual void encode_into(const std::string& text, const IdSink& sink) const = 0;
   /// The ids a sequence starts as: BOS first when the model expects one (add_bos), then
   /// encode(text) -- how `prepare` writes a document, so that a prompt, a sample prompt or
   /// an evaluated text gives the model the context training gave it.
@@ -70,7 +79,8 @@ class ByteTokenizer final : public Tokenizer {
   std::string kind() const override { return "byte"; }
   std::int64_t vocab_size() const override { return 257; }
   std::int32_t eot_id() const override { return kEot; }
-  std::vector<std::int32_t> encode(const std::string& text) const override;
+  /// One id per byte, handed over 64 KiB at a time.
+  void encode_into(const std::string& text, const IdSink& sink) const override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
 };
 
