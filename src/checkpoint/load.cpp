@@ -607,7 +607,7 @@ TrainState load(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, 
 
 template <class T>
 BaseRef load_weights(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const model::ModelDims& dims,
-                     const std::string& path, std::uint64_t seed, IoStats* stats) {
+                     const std::string& path, std::uint64_t seed, IoStats* stats, bool* adapters_loaded) {
   const MpiComm& comm = mesh.world().mpi();
   barrier(comm);
   const double t0 = now_seconds();
@@ -635,11 +635,20 @@ BaseRef load_weights(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& m
     }
     h5::Handle fapl = h5::mpio_fapl(comm.get());
     h5::Handle file = h5::file(H5_CHECK(H5Fopen(resolved.c_str(), H5F_ACC_RDONLY, fapl.get())));
+    if (adapters_loaded)
+      *adapters_loaded = std::any_of(eng.specs().begin(), eng.specs().end(), [&](const model::ParamSpec& p) {
+        return p.is_lora && h5::link_exists(file.get(), format::dataset_path(format::kModelGroup, p.name));
+      });
     bytes += read_checkpoint_state(eng, mesh, file.get(), resolved, 1, seed, /*frozen=*/!ref);
   } else {
     // Every rank maps the files and validates them alike (the same bytes give the same
     // verdict); rank 0 alone runs the whole-file checks (a tied head equal to the embedding).
     const std::unique_ptr<ImportedWeights> w = open_imported(comm, kind, resolved, eng.specs(), dims);
+    if (adapters_loaded) {
+      *adapters_loaded = false;
+      for (std::size_t i = 0; i < eng.specs().size(); ++i)
+        if (eng.specs()[i].is_lora && w->has(static_cast<int>(i))) *adapters_loaded = true;
+    }
     NonFinite bad;
     const auto read = imported_reader(*w);
     bytes = eng.options().base_quant == BaseQuant::Gguf && kind == WeightsKind::Gguf
@@ -666,8 +675,8 @@ template TrainState load<float>(parallel::FsdpEngine<float>&, const parallel::De
 template TrainState load<bf16>(parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const CheckpointMeta&,
                                const std::string&, IoStats*);
 template BaseRef load_weights<float>(parallel::FsdpEngine<float>&, const parallel::DeviceMesh&, const model::ModelDims&,
-                                     const std::string&, std::uint64_t, IoStats*);
+                                     const std::string&, std::uint64_t, IoStats*, bool*);
 template BaseRef load_weights<bf16>(parallel::FsdpEngine<bf16>&, const parallel::DeviceMesh&, const model::ModelDims&,
-                                    const std::string&, std::uint64_t, IoStats*);
+                                    const std::string&, std::uint64_t, IoStats*, bool*);
 
 }  // namespace meshtrain::checkpoint

@@ -103,7 +103,7 @@ void visit_config(C& c, V&& v) {
   v("train.sample_tokens", t.sample_tokens, "tokens sampled at the end of training (0 = no sample)");
   v("train.sample_temperature", t.sample_temperature, "softmax temperature of that sample (0 = greedy)");
   v("train.sample_top_k", t.sample_top_k, "sample among the k most likely tokens (0 = all)");
-  v("train.objective", t.objective, "sft (cross-entropy on the targets) | dpo (direct preference optimization on a `prepare --format preference` dataset; reference: the base with the LoRA adapters off) | simpo (reference-free: length-normalized log-probabilities, a target margin)");
+  v("train.objective", t.objective, "sft (cross-entropy on the targets) | dpo (direct preference optimization on a `prepare --format preference` dataset; reference: the initial policy -- with fresh LoRA adapters the base with them off, otherwise its log-probabilities stored before step 1) | simpo (reference-free: length-normalized log-probabilities, a target margin)");
   v("train.dpo_beta", t.dpo_beta, "DPO: beta, the scale of the rewards beta * (log p_policy - log p_reference) of a response (> 0)");
   v("train.simpo_beta", t.simpo_beta, "SimPO: beta, the scale of the rewards beta * log p_policy / response tokens (> 0)");
   v("train.simpo_gamma", t.simpo_gamma, "SimPO: gamma, the target margin of the chosen response's reward over the rejected one's (>= 0)");

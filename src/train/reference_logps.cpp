@@ -36,8 +36,9 @@ void write_reference_logps(const std::string& path, const ReferenceLogps& r) {
 ReferenceLogps read_reference_logps(const std::string& path, const std::string& dataset, std::uint64_t train_rows,
                                     std::uint64_t val_rows) {
   MESHTRAIN_REQUIRE(std::filesystem::exists(path),
-                    "%s is missing: a DPO run without LoRA adapters measures its rewards against the log-probabilities "
-                    "of its initial weights, computed before step 1 and stored there; a resume cannot recompute them. "
+                    "%s is missing: a DPO run without LoRA adapters, or one that continues the LoRA adapters of its "
+                    "checkpoint.init_from, measures its rewards against the log-probabilities of its initial policy, "
+                    "computed before step 1 and stored there; a resume cannot recompute them. "
                     "Restore the file, or start the run again (checkpoint.resume=none with checkpoint.overwrite=true)",
                     path.c_str());
   const std::string text = file_io::read_text_file(path, "the DPO reference log-probabilities");

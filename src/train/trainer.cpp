@@ -97,8 +97,9 @@ class Trainer {
   /// else made here), then its metrics line. Returns the exit status, or -1 to go on.
   int finish_step(bool boundary, const StopPolicy& stop, std::optional<StopReason> why = std::nullopt);
   double evaluate();
-  /// DPO without LoRA: the initial weights' log-probability of every train and val row,
-  /// computed (a fresh run, written by begin_writing) or read back (a resume).
+  /// train.objective=dpo: decides what the reference is (kDpoReferenceSetting) and, when it
+  /// is stored, the initial policy's log-probability of every train and val row, computed
+  /// (a fresh run, written by begin_writing) or read back (a resume).
   void prepare_reference(int first_step);
   std::vector<double> row_logps(const std::shared_ptr<const data::TokenSource>& rows,
                                 const std::shared_ptr<const data::MaskFile>& mask);
@@ -187,8 +188,14 @@ class Trainer {
   double total_compute_ = 0, total_exposed_ = 0, total_busy_ = 0, total_io_ = 0;
   double last_loss_ = NAN, last_val_ = NAN;
   DpoMetrics last_dpo_, last_val_dpo_;
-  /// train.objective=dpo with model.lora_rank=0: the reference is the stored initial weights'.
+  /// train.objective=dpo whose reference is the initial policy's stored log-probabilities
+  /// (kDpoReferenceStored: full fine-tuning, or LoRA adapters continued from init_from)
+  /// rather than the base with the adapters off.
   bool stored_reference_ = false;
+  /// A fresh run's checkpoint.init_from held LoRA adapters, which the run continues.
+  bool init_adapters_loaded_ = false;
+  /// A resume: the settings its checkpoint recorded (empty when it predates the record).
+  RunSettings resumed_settings_;
   bool write_reference_ = false;  ///< computed by this (fresh) run: begin_writing writes it
   ReferenceLogps reference_;
   std::vector<std::vector<double>> step_ref_;  ///< per micro-step of a step: its sequences' reference values  ///< train.objective=dpo: the last step's and evaluation's pair means
@@ -395,13 +402,15 @@ void Trainer<T>::begin_writing(int first_step) {
   }
   if (root_) {
     const int seq_len = setup_.batch.seq_len;
+    // A stored DPO reference (or SimPO's none) runs no reference forward in the step.
+    const bool reference_forward = !spec_.train.simpo() && !stored_reference_;
     const double per_token =
         model::train_step_flops(spec_.dims, seq_len, setup_.activation_checkpointing, 1.0, spec_.train.preference(),
-                                !spec_.train.simpo())
+                                reference_forward)
             .total();
     log::info("mfu counts the FLOPs each step performs: %s; %.4g %sFLOP per token at seq_len %d",
               model::describe_step_flops(spec_.dims, setup_.activation_checkpointing, spec_.train.preference(),
-                                         !spec_.train.simpo())
+                                         reference_forward)
                   .c_str(),
               per_token >= 1e9 ? per_token / 1e9 : per_token / 1e6, per_token >= 1e9 ? "G" : "M", seq_len);
   }
@@ -624,7 +633,7 @@ void Trainer<T>::launch_step(int step) {
                   step + 1, batch.global_batch);
     }
   }
-  // DPO without LoRA: each window's row, looked up in the stored reference.
+  // A stored DPO reference: each window's row, looked up in it.
   const ReferenceFiller reference = [&](int micro_step) -> const std::vector<double>* {
     return &step_ref_[static_cast<std::size_t>(micro_step)];
   };
@@ -788,12 +797,39 @@ void Trainer<T>::log_step(int step, double loss, double gnorm, double lr, const 
   session_.mesh().world().agree_on_error([&] { metrics_->write(formats::json_text(j)); });
 }
 
-// ---- DPO's stored reference (no LoRA) ---------------------------------------------------------
+// ---- DPO's reference ------------------------------------------------------------------------
 
 template <class T>
 void Trainer<T>::prepare_reference(int first_step) {
-  stored_reference_ = spec_.train.dpo() && spec_.dims.lora_rank == 0;
-  if (!stored_reference_) return;
+  if (!spec_.train.dpo()) return;
+  // The reference is the initial policy (doc/finetuning.md: step 1 is log 2). Only LoRA has
+  // a frozen model to run beside the policy, the base with the adapters off, and that is
+  // the initial policy only when the adapters start at B = 0. Adapters continued from
+  // checkpoint.init_from (a LoRA SFT checkpoint) make the initial policy the base with
+  // them, so the reference is stored before step 1 as for full fine-tuning. A resume keeps
+  // what its run chose (recorded in its checkpoints); a checkpoint written before the
+  // record had the base with the adapters off.
+  const bool lora = spec_.dims.lora_rank > 0;
+  if (!lora) {
+    stored_reference_ = true;
+  } else if (first_step == 0) {
+    stored_reference_ = init_adapters_loaded_;
+  } else {
+    const auto recorded = std::find_if(resumed_settings_.begin(), resumed_settings_.end(),
+                                       [](const auto& kv) { return kv.first == kDpoReferenceSetting; });
+    stored_reference_ = recorded != resumed_settings_.end() && recorded->second == kDpoReferenceStored;
+  }
+  run_settings_.push_back({kDpoReferenceSetting, stored_reference_ ? kDpoReferenceStored : kDpoReferenceAdaptersOff});
+  if (!stored_reference_) {
+    log::info("DPO reference: the base with the adapters off (the adapters started at zero, so it is the initial "
+              "policy), computed alongside every step");
+    return;
+  }
+  if (lora && first_step == 0)
+    log::info("DPO reference: checkpoint.init_from=%s brought LoRA adapters, which this run continues: the "
+              "reference is the initial policy, the base with those adapters (not the base without them)",
+              spec_.checkpoint.init_from.c_str());
+  const char* initial = lora ? "the initial adapters'" : "the initial weights'";
   const auto identity = std::find_if(run_settings_.begin(), run_settings_.end(),
                                      [](const auto& kv) { return kv.first == "data.dir"; });
   MESHTRAIN_ASSERT(identity != run_settings_.end(), "the run settings name no dataset");
@@ -802,9 +838,8 @@ void Trainer<T>::prepare_reference(int first_step) {
   if (first_step > 0) {
     // A resume's weights are no longer the initial ones: the run's own values, checked.
     agree_on_errors(rt_.world(), [&] { reference_ = read_reference_logps(path, identity->second, train_rows, val_rows); });
-    log::info("DPO reference: the initial weights' log-probabilities of %llu train and %llu validation rows, read "
-              "from %s", static_cast<unsigned long long>(train_rows), static_cast<unsigned long long>(val_rows),
-              path.c_str());
+    log::info("DPO reference: %s log-probabilities of %llu train and %llu validation rows, read from %s", initial,
+              static_cast<unsigned long long>(train_rows), static_cast<unsigned long long>(val_rows), path.c_str());
     return;
   }
   const double t0 = now_seconds();
@@ -812,8 +847,8 @@ void Trainer<T>::prepare_reference(int first_step) {
   reference_.train = row_logps(data_.train, data_.train_mask);
   if (eval_sampler_) reference_.val = row_logps(data_.val, data_.val_mask);
   write_reference_ = true;
-  log::info("DPO reference: the initial weights' log-probabilities of %llu train and %llu validation rows in %.2f s "
-            "(stored as %s)", static_cast<unsigned long long>(train_rows), static_cast<unsigned long long>(val_rows),
+  log::info("DPO reference: %s log-probabilities of %llu train and %llu validation rows in %.2f s (stored as %s)",
+            initial, static_cast<unsigned long long>(train_rows), static_cast<unsigned long long>(val_rows),
             now_seconds() - t0, path.c_str());
 }
 
@@ -827,7 +862,8 @@ std::vector<double> Trainer<T>::row_logps(const std::shared_ptr<const data::Toke
   data::EvalSampler sampler(rows, setup_.batch.seq_len, mask);
   const std::uint64_t n = sampler.windows_per_pass();
   std::vector<double> out(n, 0.0);
-  // The policy alone: a reference is given (unused), so no second pass runs.
+  // The policy alone (with LoRA: the adapters on): a reference is given (unused), so no
+  // second pass runs.
   const std::vector<double> unused(static_cast<std::size_t>(B), 0.0);
   for (std::uint64_t b = 0; b * static_cast<std::uint64_t>(B) * dp < n; ++b) {
     const std::uint64_t w0 = data::rank_first_window(0, static_cast<int>(b), B, dp, mesh.dp_rank());
@@ -896,7 +932,8 @@ int Trainer<T>::restore_or_init() {
   if (cc.init_from.empty()) {
     eng.init_parameters(spec_.train.seed);
   } else {
-    base_ = checkpoint::load_weights(eng, session_.mesh(), spec_.dims, cc.init_from, spec_.train.seed, &io);
+    base_ = checkpoint::load_weights(eng, session_.mesh(), spec_.dims, cc.init_from, spec_.train.seed, &io,
+                                     &init_adapters_loaded_);
     log::info("initial weights from %s (load %.2f s, %.2f GB/s)", io.path.c_str(), io.seconds, io.gbps());
     ckpt_load_s_ = io.seconds;
     ckpt_load_gbps_ = io.gbps();
@@ -922,6 +959,7 @@ void Trainer<T>::require_same_run_settings(const std::string& path) {
     return;
   }
   const RunSettings recorded = parse_settings_record(stored.text);
+  resumed_settings_ = recorded;
   agree_on_errors(rt_.world(), [&] {
     const std::vector<std::string> conflicts = resume_conflicts(recorded, run_settings_);
     MESHTRAIN_REQUIRE(conflicts.empty(),

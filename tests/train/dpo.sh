@@ -16,7 +16,10 @@
 #     back from the weights before and after and compared with PyTorch's autograd of the
 #     same DPO loss, on 1 rank (grad_accum 2) and on the 2 x 2 mesh (full_shard, activation
 #     checkpointing). Its data is one pair, so every window
-#     of the step is that pair whatever the sampler draws;
+#     of the step is that pair whatever the sampler draws. The step continues the checkpoint's
+#     adapters, so its reference is that adapted model, stored before step 1 (loss log 2; the
+#     gradient at a nonzero margin is SimPO's, below; tests/train/dpo_lora_continued.sh covers
+#     the stored LoRA reference further);
 #   * without LoRA the reference is the initial weights' log-probabilities, stored in
 #     output.dir/reference_logps.json before step 1 (step 1: log 2), read back on resume
 #     (bitwise the uninterrupted run), and a damaged or missing file is one error; `eval`

@@ -11,6 +11,7 @@ dataset's loss mask, and the DPO formula of TRL's sigmoid loss.
   dpo_reference.py grad BASE PEFT_BEFORE PEFT_AFTER DATASET BETA METRICS_JSONL
       the one-pair dataset: the gradient read back from one AdamW step (lr 1, eps 1, no decay,
       no clip: delta = -g / (|g| + 1)) equals autograd's, and the step's logged loss the formula's.
+      The step continues PEFT_BEFORE's adapters, so DPO's reference is base + PEFT_BEFORE.
 
   BETA "simpo:BETA:GAMMA" instead: SimPO's loss (train.objective=simpo; Meng et al. 2024, as
   TRL's CPOTrainer with loss_type="simpo"): rewards beta * logp / (counted targets of the
@@ -178,7 +179,10 @@ elif mode == "grad":
     idx, tgt = rows(ds)
     pol = seq_logp(valid_vocab(cfg, forward(cfg, W, A, scale, idx, True)), tgt)
     with torch.no_grad():
-        ref = seq_logp(valid_vocab(cfg, forward(cfg, W, A, scale, idx, False)), tgt)
+        # The step starts from PEFT_BEFORE's adapters (checkpoint.init_from of a LoRA checkpoint
+        # continues them), so DPO's reference is that initial policy, adapters on: its margins
+        # are 0 and its loss log 2 (doc/finetuning.md, "The reference"). SimPO has none.
+        ref = seq_logp(valid_vocab(cfg, forward(cfg, W, A, scale, idx, True)), tgt)
     loss = pair_loss(spec, pol, ref, tgt)["loss"]
     loss.backward()
     logged = json.loads(open(metrics).readline())["loss"]

@@ -231,10 +231,13 @@ TrainState load(parallel::FsdpEngine<T>& engine, const parallel::DeviceMesh& mes
 /// does not hold (LoRA adapters of a base model) get their initial values from `seed`
 /// (model/init); nothing else is initialised, so the engine needs no init_parameters
 /// first. Returns the reference a LoRA run's checkpoints record for the frozen weights.
-/// Collective.
+/// `adapters_loaded` (when given): whether `path` held LoRA adapters of this model, which
+/// the run then continues, rather than the adapters being initialised (B = 0, so that the
+/// initial policy equals the base). Collective.
 template <class T>
 BaseRef load_weights(parallel::FsdpEngine<T>& eng, const parallel::DeviceMesh& mesh, const model::ModelDims& dims,
-                     const std::string& path, std::uint64_t seed, IoStats* stats = nullptr);
+                     const std::string& path, std::uint64_t seed, IoStats* stats = nullptr,
+                     bool* adapters_loaded = nullptr);
 
 /// The newest complete checkpoint of directory `dir`: the file `latest` names, or without
 /// `latest` the highest step_*.h5; "" when there is none. UserError when `latest` is

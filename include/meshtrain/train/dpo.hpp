@@ -4,7 +4,8 @@
 /// A micro-batch of a preference dataset holds whole pairs: sequence 2j is pair j's chosen
 /// response, 2j + 1 its rejected one (data::Sampler::set_pairs). With logp = the sum of
 /// log p(token) over a response's counted targets, for the policy (the trained model) and the
-/// reference (the base with the adapters off, or the stored initial weights' values):
+/// reference (the base with the adapters off, or the initial policy's stored values; see
+/// kDpoReferenceSetting):
 ///
 ///   rewards_chosen   = beta * (logp_c - ref_c),  rewards_rejected = beta * (logp_r - ref_r)
 ///   margin z         = rewards_chosen - rewards_rejected
@@ -37,6 +38,20 @@
 #include "plan/run_setup.hpp"
 
 namespace meshtrain::train {
+
+/// What a DPO run's reference is, recorded in its checkpoints' run settings
+/// (resume_settings.hpp) under kDpoReferenceSetting, so that a resume keeps it and `eval`
+/// can tell whether it can compute it:
+///   * kDpoReferenceStored: the initial policy's log-probabilities of every train and
+///     validation row, computed before step 1 and stored in output.dir/reference_logps.json
+///     (train/reference_logps.hpp). Full fine-tuning, and LoRA whose checkpoint.init_from
+///     brought adapters (a LoRA checkpoint whose adapters the run continues): there the
+///     initial policy is the base *with* those adapters.
+///   * kDpoReferenceAdaptersOff: the frozen base with the adapters switched off, computed
+///     alongside every step. LoRA with fresh adapters (B = 0): the initial policy itself.
+inline constexpr const char* kDpoReferenceSetting = "train.dpo_reference";
+inline constexpr const char* kDpoReferenceStored = "stored";
+inline constexpr const char* kDpoReferenceAdaptersOff = "adapters_off";
 
 /// What train.objective = dpo needs of a resolved run beyond its dataset
 /// (data::check_dataset_rows): an even micro-batch, so that every micro-batch holds whole

@@ -1,6 +1,7 @@
 #pragma once
-/// \brief DPO without LoRA adapters (train.objective = dpo, model.lora_rank = 0): the reference
-/// model is the run's initial weights, which training overwrites, so their per-row
+/// \brief DPO without LoRA adapters (train.objective = dpo, model.lora_rank = 0), or with LoRA
+/// adapters continued from checkpoint.init_from (train/dpo.hpp, kDpoReferenceStored): the
+/// reference model is the run's initial policy, which training overwrites, so its per-row
 /// log-probabilities are computed once, in a pass before step 1, and stored beside the run
 /// as `<output.dir>/reference_logps.json`; a resume reads them back instead of recomputing
 /// them from weights it no longer has.
