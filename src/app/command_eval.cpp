@@ -32,6 +32,7 @@
 #include "train/dpo.hpp"
 #include "train/evaluate.hpp"
 #include "train/memory_ways_out.hpp"
+#include "train/resume_settings.hpp"
 
 namespace meshtrain::app {
 namespace {
@@ -68,6 +69,35 @@ std::shared_ptr<const data::TokenSource> text_tokens(const EvalOptions& o, std::
                                               o.text + " (" + tok->kind() + " tokenizer " + tok->name() + ")");
 }
 
+/// eval --train.objective=dpo has one reference it can compute, the base with the adapters
+/// off. `stored` is what checkpoint `path` records of its run (train::kDpoReferenceSetting):
+/// a DPO run that measured against its initial policy's stored log-probabilities (it
+/// continued the LoRA adapters of its checkpoint.init_from) is refused, since the base
+/// without adapters is not its reference; the adapters of a run that was not DPO are
+/// evaluated against the base with a warning saying so, since a DPO run continuing them
+/// would measure against them instead. UserError on every rank alike.
+void check_dpo_eval_reference(const checkpoint::StoredRunSettings& stored, const std::string& path, bool root) {
+  const train::RunSettings run = train::parse_settings_record(stored.text);
+  const auto recorded = [&](const std::string& key) {
+    const auto it = std::find_if(run.begin(), run.end(), [&](const auto& kv) { return kv.first == key; });
+    return it == run.end() ? std::string() : it->second;
+  };
+  MESHTRAIN_REQUIRE(recorded(train::kDpoReferenceSetting) != train::kDpoReferenceStored,
+                    "eval: checkpoint %s comes from a DPO run that continued the LoRA adapters of its "
+                    "checkpoint.init_from, so its reference is its initial adapters' log-probabilities, stored in "
+                    "that run's output.dir (reference_logps.json), which eval does not read; the base without "
+                    "adapters that eval computes is not that reference. The run's own validation (train.eval_every "
+                    "with a validation split) reports against the stored reference; train.objective=simpo evaluates "
+                    "without a reference",
+                    path.c_str());
+  const std::string objective = recorded("train.objective");
+  if (root && !objective.empty() && objective != "dpo")
+    log::warn("eval: the DPO reference is the base with the adapters off, so the rewards measure what the adapters "
+              "of %s (a train.objective=%s run) changed from the base; a DPO run that continues these adapters "
+              "(checkpoint.init_from) measures against them instead, and starts at loss log 2 with rewards 0",
+              path.c_str(), objective.c_str());
+}
+
 template <class T>
 int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& o, const WeightsSource& weights_source) {
   const plan::TrainSpec& tc = setup.spec.train;
@@ -86,6 +116,10 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
   std::string source;
   long long micro_batches = 0;
   std::uint64_t windows = 0;  // windows evaluated over all ranks (padding excluded)
+  // What a meshtrain checkpoint records of its run: whose reference a DPO evaluation matches.
+  const checkpoint::StoredRunSettings stored = tc.dpo() && !weights_source.pretrained
+                                                   ? checkpoint::stored_run_settings(world, weights_source.path)
+                                                   : checkpoint::StoredRunSettings{};
   agree_on_errors(world, [&] {
     MESHTRAIN_REQUIRE(!tc.preference() || o.text.empty(),
                       "eval: train.objective=%s evaluates preference pairs of data.dir, not --text; give "
@@ -106,6 +140,7 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
       mask = o.split == "val" ? ds.val_mask : ds.train_mask;
       data::check_dataset_rows(ds, setup.batch.seq_len, "eval", tc.objective);
       train::check_dpo_setup(setup, "eval");
+      if (tc.dpo()) check_dpo_eval_reference(stored, weights_source.path, root);
       docs = data::document_mask_for(ds, o.split == "val", data_source.document_mask);
     }
     MESHTRAIN_REQUIRE(o.text.empty() || data::has_window(*src, setup.batch.seq_len),
