@@ -54,7 +54,8 @@ PrepareArgs parse_prepare_args(const Args& args) {
        "alpaca/chat/preference: auto (the tokenizer's own template: a GGUF's or tokenizer_config.json's) | chatml | llama3 | "
        "llama2 | alpaca")
       ("system", po::value<std::string>(&o.system),
-       "alpaca/chat/preference: system message for examples that have none (default: the template's own, if any)")
+       "alpaca/chat/preference: system message for examples that have none (default: the template's own, if any; "
+       "with the alpaca template: the preamble); recorded in meta.json (chat_system) for generate --chat and exports")
       ("pack", po::value<std::string>(&pack)->implicit_value("true"),
        "pack several examples (alpaca/chat) or documents (text, with --seq_len) into each row (first fit "
        "in a shuffled order, or first-fit decreasing where that needs fewer rows) and write train.docs/val.docs; training then masks attention, positions and loss per example "

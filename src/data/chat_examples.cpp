@@ -132,6 +132,11 @@ PreferenceSegments render_preference(const std::string& line, const ChatFormat& 
   return out;
 }
 
+std::string default_system_message(const ChatFormat& chat_format, const std::string& system) {
+  // render_chat writes the format's default system turn only when no system message is given.
+  return !system.empty() ? system : chat_format.default_system;
+}
+
 std::vector<ChatSegment> render_example(const std::string& line, ExampleFormat format, const ChatFormat& chat_format,
                                         const std::string& system) {
   const json root = parse_record(line);

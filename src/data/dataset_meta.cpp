@@ -78,6 +78,7 @@ std::string meta_to_json(const DatasetMeta& m) {
     j["seq_len"] = m.row_tokens - 1;
     j["row_tokens"] = m.row_tokens;
     j["chat_template"] = m.chat_template;
+    if (m.chat_system) j["chat_system"] = *m.chat_system;
     j["train_examples"] = m.train_examples;
     j["val_examples"] = m.val_examples;
     j["truncated_examples"] = m.truncated_examples;
@@ -154,6 +155,8 @@ DatasetMeta meta_from_json(const std::string& text, const std::string& path) {
                       "(re-run `meshtrain prepare`)",
                       path.c_str(), m.data_format.c_str());
     m.chat_template = string_member(root, "chat_template", path);
+    // Written since prepare records its system message; older datasets lack it.
+    if (root.contains("chat_system")) m.chat_system = string_member(root, "chat_system", path);
     m.train_examples = unsigned_member(root, "train_examples", path);
     m.val_examples = unsigned_member(root, "val_examples", path);
     m.truncated_examples = unsigned_member(root, "truncated_examples", path);

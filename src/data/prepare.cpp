@@ -164,6 +164,7 @@ DatasetMeta meta_of_summary(const PrepareSummary& s, double val_fraction, const 
     meta.data_format = s.format;
     meta.row_tokens = s.row_tokens;
     meta.chat_template = s.chat_template;
+    if (!s.chat_template.empty()) meta.chat_system = s.chat_system;
     meta.train_examples = s.train_examples;
     meta.val_examples = s.val_examples;
     meta.truncated_examples = s.truncated_examples;

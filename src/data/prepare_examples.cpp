@@ -19,6 +19,7 @@
 #include "data/loss_mask.hpp"
 #include "data/text_files.hpp"
 #include "data/token_file.hpp"
+#include "formats/json.hpp"
 #include "packing.hpp"
 #include "prepare_internal.hpp"
 #include "staged_output.hpp"
@@ -76,6 +77,7 @@ PrepareSummary prepare_examples(const PrepareOptions& o, const Tokenizer& tok, c
   s.format = o.format;
   s.row_tokens = R;
   s.chat_template = template_name(chat.kind);
+  s.chat_system = default_system_message(chat, o.system);
   // Before anything is staged: a marker the model cannot emit as one token is refused.
   require_end_of_turn_token(tok, chat, s.chat_template);
 
@@ -200,8 +202,13 @@ std::string format_examples_summary(const PrepareSummary& s) {
                       ? strprintf("  input:   %zu text file(s), %llu bytes; --format text --pack: documents (longer "
                                   "ones cut into pieces of a row) packed into rows, every token trained on\n",
                                   s.files.size(), static_cast<ull>(s.bytes))
-                      : strprintf("  input:   %zu JSONL file(s), %llu bytes; --format %s, chat template %s\n",
-                                  s.files.size(), static_cast<ull>(s.bytes), s.format.c_str(), s.chat_template.c_str());
+                      : strprintf("  input:   %zu JSONL file(s), %llu bytes; --format %s, chat template %s%s\n",
+                                  s.files.size(), static_cast<ull>(s.bytes), s.format.c_str(), s.chat_template.c_str(),
+                                  s.chat_system.empty()
+                                      ? ""
+                                      : (", system message " + formats::json_text(formats::Json(s.chat_system)) +
+                                         " for records without one")
+                                            .c_str());
   if (s.format == "preference") {
     r += strprintf("  pairs:   %llu = train %llu + val %llu, each a chosen and a rejected row of %u tokens (seq_len %u), "
                    "side by side (rows 2i and 2i + 1); %llu rows\n",

@@ -73,6 +73,7 @@ PrepareSummary prepare_preference(const PrepareOptions& o, const Tokenizer& tok,
   s.format = o.format;
   s.row_tokens = R;
   s.chat_template = template_name(chat.kind);
+  s.chat_system = default_system_message(chat, o.system);
   // Before anything is staged: a marker the model cannot emit as one token is refused.
   require_end_of_turn_token(tok, chat, s.chat_template);
 

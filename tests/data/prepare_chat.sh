@@ -5,7 +5,8 @@
 # (built from the GGUF's vocabulary and merges), and the expected mask derived from the
 # assistant contents' character spans (content + <|im_end|>) through the tokenizer's offsets.
 # Covers multi-turn chats, a system message, non-ASCII text, --system, a truncated example, the
-# Alpaca record's "input", the val split rule, padding and meta.json.
+# Alpaca record's "input", the val split rule, padding and meta.json (chat_system: the system
+# message of records without one).
 set -uo pipefail
 # shellcheck source=../support/smollm_reference.sh
 source "$MESHTRAIN_SOURCE_DIR/tests/support/smollm_reference.sh" gguf tokenizers jinja2
@@ -129,7 +130,14 @@ for l in open("alpaca.jsonl"):
     user = rec["instruction"] + ("\n\n" + rec["input"] if rec.get("input") else "")
     alp.append([{"role": "system", "content": "Be brief."}, {"role": "user", "content": user},
                 {"role": "assistant", "content": rec["output"]}])
-check("alpaca", alp, 81, 0.0, {"data_format": "alpaca", "row_tokens": 81, "train_examples": 4, "val_examples": 0})
+check("alpaca", alp, 81, 0.0, {"data_format": "alpaca", "row_tokens": 81, "train_examples": 4, "val_examples": 0,
+                               "chat_system": "Be brief."})
+# meta.json records the system message of records without one: without --system, the default
+# system turn of SmolLM2's template, which renders a conversation as that message in front does.
+recorded = json.load(open("chat/meta.json")).get("chat_system")
+with_recorded = [{"role": "system", "content": recorded or ""}] + chats[0]
+if not recorded or jt.render(messages=with_recorded) != jt.render(messages=chats[0]):
+    ok = False; print(f"chat/meta.json: chat_system {recorded!r} is not the default system turn of the template")
 print("rows and masks equal the jinja2 + tokenizers reference" if ok else "MISMATCH")
 sys.exit(0 if ok else 1)
 PY
@@ -145,7 +153,9 @@ r = gguf.GGUFReader(sys.argv[1])
 toks = r.fields["tokenizer.ggml.tokens"].contents()
 t = np.fromfile("alp2/train.bin", dtype="<u2", offset=64).reshape(-1, 81)
 m = np.fromfile("alp2/train.mask", dtype=np.uint8, offset=64).reshape(-1, 81)
-ok = json.load(open("alp2/meta.json"))["chat_template"] == "alpaca"
+meta = json.load(open("alp2/meta.json"))
+# No --system: no system message (Stanford's preamble), recorded as "".
+ok = meta["chat_template"] == "alpaca" and meta.get("chat_system") == ""
 for row, mask, out in zip(t, m, ["5", "die Katze", "Hi there!", "i-t"]):
     sel = [int(i) for i, k in zip(row, mask) if k]
     text = "".join(toks[i] for i in sel[:-1]).replace("Ġ", " ")

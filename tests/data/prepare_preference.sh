@@ -91,6 +91,13 @@ def check(name, val_fraction, system):
     for k, v in want_meta.items():
         if meta.get(k) != v:
             print(f"{name}/meta.json: {k} = {meta.get(k)!r}, want {v!r}"); ok = False
+    # The system message of prompts without one: --system, else the template's default turn
+    # (a prompt with it in front renders as one without).
+    recorded = meta.get("chat_system")
+    user = [{"role": "user", "content": "x"}]
+    if system and recorded != system or not system and (
+            not recorded or jt.render(messages=[{"role": "system", "content": recorded}] + user) != jt.render(messages=user)):
+        ok = False; print(f"{name}/meta.json: chat_system = {recorded!r}")
     got = {s: rows(name, s, R) for s in ("train", "val")}
     at = {"train": 0, "val": 0}
     for i, rec in enumerate(records):

@@ -430,6 +430,30 @@ TEST(Dataset, MetaJsonRoundTrip) {
   EXPECT_EQ(r.train_entropy_bits, m.train_entropy_bits);
 }
 
+// meta.json's chat_system: the system message prepare rendered records without one with; ""
+// (none) is recorded, absent (a dataset prepared before it was recorded) reads as unknown.
+TEST(Dataset, MetaJsonChatSystem) {
+  DatasetMeta m;
+  m.tokenizer = "byte";
+  m.vocab_size = 257;
+  m.eot_id = 256;
+  m.val_split = "rule";
+  m.meshtrain_version = "0.1.0";
+  m.data_format = "chat";
+  m.row_tokens = 33;
+  m.chat_template = "chatml";
+  for (const std::string system : {"", "Answer in one word.\n\"Quoted\" \xe6\x97\xa5"}) {
+    m.chat_system = system;
+    const std::string text = meta_to_json(m);
+    EXPECT_TRUE(contains(text, "\"chat_system\"")) << text;
+    EXPECT_EQ(meta_from_json(text, "meta.json").chat_system, std::optional<std::string>(system));
+  }
+  m.chat_system.reset();
+  const std::string older = meta_to_json(m);
+  EXPECT_FALSE(contains(older, "chat_system")) << older;
+  EXPECT_FALSE(meta_from_json(older, "meta.json").chat_system.has_value());
+}
+
 TEST(Dataset, RandomAndLoad) {
   const Dataset d = Dataset::load(DataSource::random(), 512, 9);
   EXPECT_EQ(d.train->vocab_size(), 512);

@@ -27,6 +27,12 @@ enum class ExampleFormat { Alpaca, Chat };
 std::vector<ChatSegment> render_example(const std::string& jsonl_line, ExampleFormat format,
                                         const ChatFormat& chat_format, const std::string& system);
 
+/// The system message render_example and render_preference give a conversation that has
+/// none: `system` when not empty, else the default system turn of `chat_format` (the one its
+/// template writes, as SmolLM2's); "" when neither (no system turn). prepare records it in
+/// meta.json (chat_system) for `generate --chat` and exports to prompt with.
+std::string default_system_message(const ChatFormat& chat_format, const std::string& system);
+
 /// \brief A preference record rendered twice: the conversation ending with the chosen
 /// response and the same conversation ending with the rejected one. Only the final
 /// response (its content and end-of-turn marker) is trainable in each; assistant turns of

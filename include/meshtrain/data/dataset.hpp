@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ struct DatasetMeta {
   std::string data_format = "text";  ///< "text", "alpaca", "chat" or "preference" (pairs of rows)
   std::uint32_t row_tokens = 0;      ///< 0: a token stream; else every example is one row of seq_len + 1 tokens
   std::string chat_template;         ///< the template the examples were rendered with ("chatml", ...)
+  /// The system message the examples without one were rendered with (prepare's --system, else
+  /// the default system turn of the tokenizer's template, as SmolLM2's; "" for none), which
+  /// `generate --chat` and an export's chat_template then default to. Absent (nullopt) in
+  /// text datasets and in datasets prepared before it was recorded.
+  std::optional<std::string> chat_system;
   std::uint64_t train_examples = 0, val_examples = 0;  ///< examples (preference: pairs) in train.bin / val.bin
   std::uint64_t truncated_examples = 0;  ///< examples longer than a row, cut to it
   std::uint64_t dropped_examples = 0;    ///< examples with no trainable token left in their row

@@ -60,6 +60,7 @@ struct PrepareSummary {
   std::string format = "text";
   std::uint32_t row_tokens = 0;           ///< seq_len + 1
   std::string chat_template;              ///< the template's name
+  std::string chat_system;                ///< the system message of examples without one ("" for none)
   std::uint64_t train_examples = 0, val_examples = 0, truncated_examples = 0, dropped_examples = 0;
   std::uint64_t trainable_tokens = 0;     ///< mask = 1 tokens in train.mask
   double fill_fraction = 0;               ///< example tokens / row tokens over both splits
