@@ -22,6 +22,7 @@
 #include "data/chat_prompt.hpp"
 #include "data/dataset.hpp"
 #include "data/tokenizer.hpp"
+#include "formats/json.hpp"
 #include "train/generate.hpp"
 #include "train/memory_ways_out.hpp"
 
@@ -42,6 +43,7 @@ struct GenerateOptions {
   bool chat = false;
   std::string chat_template = "auto";
   std::string system;
+  bool system_given = false;  // --system on the command line, "" included (no system message)
   std::string prompt_file;
 };
 
@@ -100,6 +102,37 @@ data::ChatFormat chat_format_of(const std::string& option, const checkpoint::Tok
   return trained;
 }
 
+/// The system message --chat prompts with and, for the log, where it comes from.
+struct ChatSystem {
+  std::string text;  // "" for none
+  std::string origin;
+};
+
+/// --system when given (even ""); else the one the checkpoint's data was prepared with (the
+/// model learnt to answer after it: its template's default was replaced by it, or was it);
+/// else the default system turn of the tokenizer's template in `format`, if any. `format`'s
+/// default is cleared: the message is given to the prompt explicitly, which renders alike.
+ChatSystem chat_system_of(const GenerateOptions& o, const checkpoint::TokenizerRef& model_tok, data::ChatFormat& format,
+                          const std::string& tokenizer) {
+  ChatSystem s;
+  if (o.system_given) {
+    s = {o.system, "--system"};
+  } else if (model_tok.chat_system) {
+    s = {*model_tok.chat_system, model_tok.chat_system->empty()
+                                     ? "recorded in the checkpoint: its data was prepared without one"
+                                     : "recorded in the checkpoint: the one its data was prepared with"};
+  } else if (!format.default_system.empty()) {
+    s = {format.default_system, "the default of the " + tokenizer + " tokenizer's chat template"};
+  } else {
+    s = {"", model_tok.chat_format.empty()
+                 ? "the chat template has no default"
+                 : "not recorded: the checkpoint was written before meshtrain recorded its data's system "
+                   "message; give --system if the data had one"};
+  }
+  format.default_system.clear();
+  return s;
+}
+
 template <class T>
 int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateOptions& o,
                  const WeightsSource& source) {
@@ -109,6 +142,7 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
   const bool root = rt.topology().world_rank == 0;
   std::unique_ptr<data::Tokenizer> tok;
   data::ChatFormat format;  // --chat: the template prompts are rendered with
+  ChatSystem system;        // --chat: the system message before every prompt
   std::vector<FilePrompt> prompts;
   std::string model_name, tok_error;
   const checkpoint::TokenizerRef model_tok = model_tokenizer_ref(world, source, &model_name, &tok_error);
@@ -123,7 +157,10 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
     }
     tok = open_model_tokenizer(model_tok, model_name, o.tokenizer == "auto" ? "" : o.tokenizer, fallback, tok_error);
     const std::string name = tok->name();
-    if (o.chat) format = chat_format_of(o.chat_template, model_tok, name);
+    if (o.chat) {
+      format = chat_format_of(o.chat_template, model_tok, name);
+      system = chat_system_of(o, model_tok, format, name);
+    }
     // The prompt is encoded as prepare encodes training data (the template's markers as
     // their special ids); a reply could not end at a marker the vocabulary lacks.
     if (o.chat) data::require_end_of_turn_token(*tok, format, data::chat_template_name(format.kind));
@@ -133,6 +170,12 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
     if (!o.prompt_file.empty()) prompts = read_prompt_file(o.prompt_file);
   });
   const LoadedWeights weights = load_checkpoint_weights(session, setup, source);
+  // A reply depends on the system message as much as on the prompt: say which one, and why.
+  if (o.chat && root)
+    std::fprintf(stderr, "generate: chat format %s, system message %s (%s)\n",
+                 data::chat_template_name(format.kind).c_str(),
+                 system.text.empty() ? "none" : formats::json_text(formats::Json(system.text)).c_str(),
+                 system.origin.c_str());
 
   // One prompt's reply (--chat) or continuation; every prompt starts from the same seed, so
   // a prompt's result does not depend on the prompts before it in --prompt_file.
@@ -142,7 +185,7 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
                                 stats);
     // The rendered conversation (with BOS when the model expects one); the reply ends at
     // the template's end-of-turn marker or the tokenizer's end of text.
-    const data::ChatPrompt chat = data::chat_generation_prompt(format, prompt, o.system);
+    const data::ChatPrompt chat = data::chat_generation_prompt(format, prompt, system.text);
     std::vector<std::int32_t> ids = tok->encode(chat.text);
     if (tok->add_bos() && tok->bos_id() >= 0 && (ids.empty() || ids[0] != tok->bos_id()))
       ids.insert(ids.begin(), tok->bos_id());
@@ -246,7 +289,9 @@ int command_generate(Runtime& rt, const Args& args) {
        "comes with --tokenizer: a GGUF's tokenizer.chat_template or tokenizer_config.json's chat_template) or one of "
        "alpaca, chatml, llama2, llama3")
       ("system", po::value<std::string>(&o.system)->default_value(o.system),
-       "with --chat: a system message before the user's")
+       "with --chat: a system message before the user's (\"\" for none); default: the one the checkpoint's data "
+       "was prepared with (prepare --system, or its template's default) when it records one, else the default of "
+       "the chat template, if any")
       ("prompt_file", po::value<std::string>(&o.prompt_file),
        "batch mode: one prompt per line (plain text, or a JSON object with a \"prompt\" string whose other keys are "
        "copied to the result; blank lines skipped); prints one JSON line per prompt, {\"prompt\", ..., \"output\", "
@@ -266,7 +311,8 @@ int command_generate(Runtime& rt, const Args& args) {
   MESHTRAIN_REQUIRE(std::isfinite(o.temperature) && o.temperature >= 0,
                     "--temperature must be >= 0 and finite (0 = greedy), not %g", o.temperature);
   MESHTRAIN_REQUIRE(o.top_k >= 0, "--top_k must be >= 0 (0 = the whole vocabulary), not %d", o.top_k);
-  MESHTRAIN_REQUIRE(o.chat || (o.chat_template == "auto" && o.system.empty()),
+  o.system_given = ca.own.count("system") > 0 && !ca.own["system"].defaulted();
+  MESHTRAIN_REQUIRE(o.chat || (o.chat_template == "auto" && !o.system_given),
                     "--chat_template and --system only apply to chat: add --chat");
   MESHTRAIN_REQUIRE(o.prompt_file.empty() || o.prompt.empty(),
                     "--prompt and --prompt_file are two sources of prompts: give one (put the prompt in the file)");

@@ -157,19 +157,27 @@ std::string sentencepiece_config_of(const data::Tokenizer& tok, const formats::G
 }
 
 /// Makes tokenizer_config.json's chat_template (in `files`) the one of `trained`, the format
-/// the model was trained in, unless the tokenizer's own template already is that format:
-/// Hugging Face's apply_chat_template (and vLLM, TGI) must prompt the model as it learnt.
+/// the model was trained in, with `system` (the data's recorded system message, when known) as
+/// the system message of conversations that have none, unless the tokenizer's own template
+/// already is that format with that default: Hugging Face's apply_chat_template (and vLLM,
+/// TGI) must prompt the model as it learnt.
 void set_chat_template(std::vector<std::pair<std::string, std::string>>& files, data::ChatTemplateKind trained,
-                       const std::string& spec, std::string* note) {
+                       const std::optional<std::string>& system, const std::string& spec, std::string* note) {
   const std::string own_text = data::chat_template_text(spec);
   std::string own;  // the format of the tokenizer's template; "" when none or one meshtrain does not render
+  std::string own_system;  // the system message the tokenizer's template writes when there is none
   try {
-    own = data::chat_template_name(data::recognise_chat_template(own_text, spec).kind);
+    const data::ChatFormat recognised = data::recognise_chat_template(own_text, spec);
+    own = data::chat_template_name(recognised.kind);
+    own_system = recognised.default_system;
   } catch (const UserError&) {
   }
   const std::string name = data::chat_template_name(trained);
+  // Without a record (an older checkpoint) the tokenizer's template of the same format is
+  // kept, its default system message included, as before.
+  const bool other_system = system && *system != own_system;
   std::string say;
-  if (own != name) {
+  if (own != name || other_system) {
     formats::Json cfg = formats::Json::object();
     auto it = files.begin();
     while (it != files.end() && it->first != "tokenizer_config.json") ++it;
@@ -183,13 +191,22 @@ void set_chat_template(std::vector<std::pair<std::string, std::string>>& files, 
       }
       MESHTRAIN_REQUIRE(cfg.is_object(), "%s: tokenizer_config.json is not a JSON object", spec.c_str());
     }
-    cfg["chat_template"] = data::chat_template_jinja(trained);
+    cfg["chat_template"] = data::chat_template_jinja(trained, system.value_or(""));
     it->second = cfg.dump(2, ' ', false, formats::Json::error_handler_t::replace) + "\n";
+    const std::string replaced = own.empty() ? (own_text.empty() ? "none" : "a template meshtrain does not render")
+                                 : own == name ? own + " with another default system message"
+                                               : own;
     say = strprintf("tokenizer_config.json's chat_template is the %s format the model was trained in, not the "
                     "tokenizer's own (%s)",
-                    name.c_str(), own.empty() ? (own_text.empty() ? "none" : "a template meshtrain does not render")
-                                              : own.c_str());
+                    name.c_str(), replaced.c_str());
   }
+  // Which system message a conversation without one gets: the one the training data was
+  // rendered with.
+  if (system)
+    say += std::string(say.empty() ? "" : "; ") +
+           (system->empty() ? std::string("conversations without a system message get none, as in training")
+                            : "conversations without a system message get the one the data was prepared with, " +
+                                  formats::json_text(formats::Json(*system)));
   if (trained == data::ChatTemplateKind::Alpaca)
     say += std::string(say.empty() ? "" : "; ") +
            "the alpaca chat_template renders Stanford's prompt as `prepare` and `generate --chat` do; records of "
@@ -215,6 +232,8 @@ void write_tokenizer_attrs(hid_t group, const TokenizerRef& ref) {
   h5::write_attr(group, "tokenizer_hash", ref.hash);
   // Only when known: a checkpoint without them reads as before (text-trained, no source).
   if (!ref.chat_format.empty()) h5::write_attr(group, "chat_format", ref.chat_format);
+  // Written even when "" (trained without a system turn): absent means not recorded.
+  if (!ref.chat_format.empty() && ref.chat_system) h5::write_attr(group, "chat_system", *ref.chat_system);
   if (ref.source_context > 0) h5::write_attr(group, "source_context_length", ref.source_context);
 }
 
@@ -224,6 +243,7 @@ TokenizerRef read_tokenizer_attrs(hid_t file) {
   h5::Handle g = h5::group(H5Gopen2(file, format::kModelGroup, H5P_DEFAULT));
   if (!g.valid()) return out;
   out.chat_format = h5::read_string_attr(g.get(), "chat_format").value_or("");
+  out.chat_system = h5::read_string_attr(g.get(), "chat_system");
   out.source_context = h5::read_int_attr(g.get(), "source_context_length").value_or(0);
   const auto spec = h5::read_string_attr(g.get(), "tokenizer");
   if (!spec) return out;  // written before tokenizers were recorded
@@ -254,6 +274,7 @@ TokenizerRef tokenizer_ref_of(const data::DatasetMeta& meta) {
   r.vocab_size = meta.vocab_size;
   r.hash = meta.tokenizer_hash;
   r.chat_format = meta.chat_template;  // "" for a text dataset
+  r.chat_system = meta.chat_system;    // nullopt for a text dataset and one prepared before the record
   return r;
 }
 
@@ -316,6 +337,9 @@ TokenizerRef source_tokenizer(const MpiComm& world, const std::string& path) {
   r.vocab_size = broadcast_value(world, r.vocab_size);
   r.hash = broadcast_string(world, r.hash);
   r.chat_format = broadcast_string(world, r.chat_format);
+  const bool has_chat_system = broadcast_value(world, r.chat_system.has_value());
+  const std::string chat_system = broadcast_string(world, r.chat_system.value_or(""));
+  r.chat_system = has_chat_system ? std::optional<std::string>(chat_system) : std::nullopt;
   r.source_context = broadcast_value(world, r.source_context);
   return r;
 }
@@ -328,8 +352,12 @@ TokenizerRef run_tokenizer(const data::DatasetMeta& meta, const std::string& dat
                                 {init_from.kind, init_from.vocab_size, init_from.hash}, dataset_name, init_from_name);
   TokenizerRef out = init_from.known() ? init_from : data;
   // The data's chat format is what this run teaches; text data keeps the one the weights
-  // were tuned in (a chat model further trained on text still answers in its format).
-  out.chat_format = !data.chat_format.empty() ? data.chat_format : init_from.chat_format;
+  // were tuned in (a chat model further trained on text still answers in its format). The
+  // system message goes with the format it was rendered in (chat data that does not record
+  // one leaves it unknown, not the weights' earlier one).
+  const TokenizerRef& chat = !data.chat_format.empty() ? data : init_from;
+  out.chat_format = chat.chat_format;
+  out.chat_system = chat.chat_system;
   out.source_context = init_from.source_context;
   return out;
 }
@@ -439,7 +467,7 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
                                               ? std::vector<std::int32_t>{tok->eot_id()}
                                               : tok->encode(data::chat_generation_prompt(trained, "x").end_of_turn);
     if (end.size() == 1 && end[0] >= 0) hf.end_of_turn = end[0];
-    set_chat_template(out, trained.kind, ref.spec, chat_note);
+    set_chat_template(out, trained.kind, ref.chat_system, ref.spec, chat_note);
   }
   if (ids) *ids = hf;
   return out;

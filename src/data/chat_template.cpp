@@ -104,6 +104,37 @@ std::string default_system_turn(const std::string& jinja) {
   return "";
 }
 
+/// `s` as a Jinja string literal in single quotes. jinja2 reads a literal's backslash escapes
+/// as Python's (unicode-escape, after turning its raw line breaks into the environment's
+/// newline), so the quote, the backslash and line breaks are escaped and every other
+/// character, UTF-8 included, is written as it is.
+std::string jinja_string_literal(const std::string& s) {
+  std::string out = "'";
+  for (const char c : s) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\'': out += "\\'"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      default: out += c;
+    }
+  }
+  return out + "'";
+}
+
+/// The prelude of chat_template_jinja's template with a default system message: a
+/// conversation that does not start with a system message is rendered with `system` in front.
+/// ChatML's writes the system turn itself, literally, the form default_system_turn reads back
+/// (when the text is plain: no quote, brace, '+' or backslash).
+std::string default_system_prelude(ChatTemplateKind kind, const std::string& system) {
+  if (system.empty()) return "";
+  const std::string none = "{%- if not messages or messages[0]['role'] != 'system' %}\n";
+  if (kind == ChatTemplateKind::ChatML)
+    return none + "{{- " + jinja_string_literal("<|im_start|>system\n" + system + "<|im_end|>\n") + " }}\n{%- endif %}\n";
+  return none + "{%- set messages = [{'role': 'system', 'content': " + jinja_string_literal(system) +
+         "}] + messages %}\n{%- endif %}\n";
+}
+
 }  // namespace
 
 std::vector<std::string> known_chat_templates() { return {"alpaca", "chatml", "llama2", "llama3"}; }
@@ -128,7 +159,10 @@ std::string end_of_turn_marker(const ChatFormat& f) {
   return "";
 }
 
-std::string chat_template_jinja(ChatTemplateKind kind) {
+namespace {
+
+/// chat_template_jinja's template without a default system message.
+std::string conversation_jinja(ChatTemplateKind kind) {
   // Each mirrors its case of render_chat below, literal markers included (render_chat writes
   // "<|begin_of_text|>" and "<s>" as text too); '{%-' and '{{-' keep the template's own line
   // breaks out of the output. test_data_chat_template (JinjaRendersAsTraining) pins
@@ -188,6 +222,12 @@ std::string chat_template_jinja(ChatTemplateKind kind) {
              "{%- endfor %}\n";
   }
   return "";
+}
+
+}  // namespace
+
+std::string chat_template_jinja(ChatTemplateKind kind, const std::string& default_system) {
+  return default_system_prelude(kind, default_system) + conversation_jinja(kind);
 }
 
 ChatFormat chat_format_by_name(const std::string& name) {

@@ -6,6 +6,7 @@
 
 #include "core/crc32c.hpp"
 #include "core/format.hpp"
+#include "formats/json.hpp"
 
 namespace meshtrain::train {
 namespace {
@@ -85,6 +86,13 @@ RunSettings run_settings(const plan::RunSetup& s, const data::Dataset& data) {
   // restart (rows of a prepared dataset carry their own document starts).
   if (data.train && data.meta.row_tokens == 0)
     out.push_back({"data.document_mask", s.spec.data.document_mask ? "true" : "false"});
+  // The system message the dataset's conversations without one were rendered with: what the
+  // checkpoints record for `generate --chat` and exports. Another one changes train.bin's
+  // tokens (data.dir refuses that) unless every record brings its own system message; then the
+  // trajectory is the same and only the record changes, so a resume may change it (logged).
+  // JSON-quoted: the record is one `key = value` line per key.
+  if (data.meta.chat_system)
+    out.push_back({"data.chat_system", formats::json_text(formats::Json(*data.meta.chat_system))});
   // DPO's beta scales its loss; sft never reads it.
   if (t.dpo()) out.push_back({"train.dpo_beta", real_text(t.dpo_beta)});
   if (t.simpo()) {
@@ -114,7 +122,7 @@ RunSettings parse_settings_record(const std::string& text) {
   return out;
 }
 
-bool may_change_at_resume(const std::string& key) { return key == "train.steps"; }
+bool may_change_at_resume(const std::string& key) { return key == "train.steps" || key == "data.chat_system"; }
 
 namespace {
 

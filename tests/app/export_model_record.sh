@@ -6,9 +6,17 @@
 #      through a second fine-tune from the first's checkpoint; the SmolLM2 GGUF's
 #      llama.context_length), and config.json / generation_config.json name the tokenizer's
 #      bos/eos ids (transformers' LlamaConfig falls back to 1 and 2 without them);
-#   2. a model fine-tuned on `prepare --chat_template alpaca` data with the SmolLM2 GGUF (whose
-#      own template is ChatML) exports the alpaca chat_template (jinja2 renders it as the
-#      training rows hold it), convert says so, and `generate --chat` takes that format too.
+#   2. a model fine-tuned on `prepare --chat_template alpaca --system TEXT` data with the SmolLM2
+#      GGUF (whose own template is ChatML) exports the alpaca chat_template with TEXT as its
+#      default preamble (jinja2 renders it as the training rows hold it), convert says so, and
+#      `generate --chat` takes that format and that system message too;
+#   3. the system message prepare used is recorded (meta.json, then the checkpoint's chat_system)
+#      and is the default of `generate --chat` and of the exported ChatML template (a tiny Llama
+#      with SmolLM2's vocabulary): with --system TEXT (quotes, backslash, newline, braces,
+#      non-ASCII) jinja2 renders the export as the training rows hold it and generate's prompt
+#      is jinja2's; with --chat_template chatml and no --system, no system turn (not SmolLM2's
+#      default); a resume onto a dataset with another recorded system message but the same
+#      tokens logs the change and records the new one.
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 # shellcheck source=../support/smollm_reference.sh
@@ -60,15 +68,18 @@ run convert_l3 "$bin" convert --input l3/checkpoints --output l3hf || exit 1
 for i in 1 2 3 4; do
   printf '{"messages": [{"role": "user", "content": "Write the number %d in words."}, {"role": "assistant", "content": "Number %d."}]}\n' "$i" "$i"
 done >train.jsonl
-run prepare "$bin" prepare --format chat --chat_template alpaca --input train.jsonl --output data --tokenizer "$gguf" \
-  --seq_len 48 --pack=false --val_fraction 0 || exit 1
+preamble='Answer with the number in words.'
+run prepare "$bin" prepare --format chat --chat_template alpaca --system "$preamble" --input train.jsonl --output data \
+  --tokenizer "$gguf" --seq_len 48 --pack=false --val_fraction 0 || exit 1
 run train "$bin" train "$MESHTRAIN_SOURCE_DIR/inputs/finetune-demo.ini" --checkpoint.init_from="$gguf" \
   --data.dir=data --output.dir=run --train.steps=1 --train.seq_len=48 --train.micro_batch=2 --train.global_batch=2 \
   --train.activation_checkpointing=false --model.lora_rank=4 --model.lora_targets=q,v --train.eval_every=0 || exit 1
 run convert "$bin" convert --input run/checkpoints --output hf --merge_lora --dtype bf16 || exit 1
 grep -q "chat_template is the alpaca format the model was trained in, not the tokenizer's own (chatml)" convert.log ||
   fail "convert does not say it replaced the tokenizer's ChatML template: $(cat convert.log)"
-"$py" - "$gguf" <<'PY' || fail "the export's config.json, generation_config.json or chat_template"
+grep -qF "conversations without a system message get the one the data was prepared with, \"$preamble\"" convert.log ||
+  fail "convert does not name the recorded system message: $(cat convert.log)"
+"$py" - "$gguf" "$preamble" <<'PY' || fail "the export's config.json, generation_config.json or chat_template"
 import json, sys
 import gguf, jinja2, numpy as np
 from tokenizers import Tokenizer
@@ -96,8 +107,7 @@ t = json.load(open("hf/tokenizer_config.json"))["chat_template"]
 env = jinja2.Environment()
 messages = [{"role": "user", "content": "Write the number 1 in words."}, {"role": "assistant", "content": "Number 1."}]
 text = env.from_string(t).render(messages=messages, add_generation_prompt=False)
-preamble = ("Below is an instruction that describes a task. Write a response that appropriately completes the "
-            "request.\n\n")
+preamble = sys.argv[2] + "\n\n"  # prepare --system: in place of Stanford's preamble
 want("the chat_template's rendering", text, preamble + "### Instruction:\nWrite the number 1 in words.\n\n### Response:\nNumber 1.")
 prompt = env.from_string(t).render(messages=messages[:1], add_generation_prompt=True)
 want("the chat_template's prompt", prompt, preamble + "### Instruction:\nWrite the number 1 in words.\n\n### Response:\n")
@@ -108,7 +118,8 @@ want("train.bin's first row", tk.decode(ids, skip_special_tokens=False), text + 
 sys.exit(0 if ok else 1)
 PY
 
-# generate --chat: auto is the recorded alpaca format, not the GGUF's ChatML.
+# generate --chat: auto is the recorded alpaca format, not the GGUF's ChatML, with the recorded
+# system message.
 chat=(generate --checkpoint run/checkpoints --chat --prompt "Write the number 3 in words." --tokens 6 --temperature 0)
 run chat_auto "$bin" "${chat[@]}"
 run chat_alpaca "$bin" "${chat[@]}" --chat_template alpaca
@@ -118,4 +129,85 @@ grep -v '^generate: ' chat_alpaca.log >alpaca.txt
 grep -v '^generate: ' chat_chatml.log >chatml.txt
 cmp -s auto.txt alpaca.txt && ! cmp -s auto.txt chatml.txt ||
   fail "generate --chat: auto '$(cat auto.txt)', alpaca '$(cat alpaca.txt)', chatml '$(cat chatml.txt)'"
+grep -qF "generate: chat format alpaca, system message \"$preamble\" (recorded in the checkpoint" chat_auto.log ||
+  fail "generate --chat does not say it prompts with the recorded system message: $(grep '^generate: ' chat_auto.log)"
+
+# 3. ChatML: a tiny Llama with SmolLM2's vocabulary, one step on each dataset.
+tiny49k=("$MESHTRAIN_SOURCE_DIR/inputs/tiny-llama.ini" --model.vocab_size=49152 --model.max_seq_len=64 --train.seq_len=63
+         --train.micro_batch=1 --train.global_batch=1 --train.eval_every=0 --train.sample_tokens=0)
+for i in 1 2 3; do
+  printf '{"messages": [{"role": "user", "content": "Say %d."}, {"role": "assistant", "content": "%d"}]}\n' "$i" "$i"
+done >nosys.jsonl
+# Every record brings its own system message: --system changes the record, not the tokens.
+sed 's/^{"messages": \[/{"messages": [{"role": "system", "content": "Own."}, /' nosys.jsonl >ownsys.jsonl
+system=$'Answer in one word; don\'t "explain" {{ it }} %} \\ \u65e5\u672c.\nNo more.'
+prep=(prepare --format chat --tokenizer "$gguf" --seq_len 63 --pack=false --val_fraction 0 --chat_template chatml)
+run prep_sys "$bin" "${prep[@]}" --input nosys.jsonl --output d_sys --system "$system" || exit 1
+run prep_none "$bin" "${prep[@]}" --input ownsys.jsonl --output d_none || exit 1
+run prep_other "$bin" "${prep[@]}" --input ownsys.jsonl --output d_other --system "Other." || exit 1
+run r_sys "$bin" train "${tiny49k[@]}" --data.dir=d_sys --output.dir=r_sys --train.steps=1 || exit 1
+run convert_sys "$bin" convert --input r_sys/checkpoints --output hf_sys || exit 1
+grep -q "chatml with another default system message" convert_sys.log ||
+  fail "convert does not say it replaced SmolLM2's default system message: $(cat convert_sys.log)"
+q=(--chat --prompt "Say 4." --tokens 1 --temperature 0)
+run gen_sys "$bin" generate r_sys/config.ini "${q[@]}" || exit 1
+run gen_given "$bin" generate r_sys/config.ini "${q[@]}" --system "" || exit 1
+grep -q 'system message none (--system)' gen_given.log || fail "generate --system '': $(grep '^generate: ' gen_given.log)"
+run r_none "$bin" train "${tiny49k[@]}" --data.dir=d_none --output.dir=r_none --train.steps=1 || exit 1
+run gen_none "$bin" generate r_none/config.ini "${q[@]}" || exit 1
+grep -q 'system message none (recorded in the checkpoint' gen_none.log ||
+  fail "generate --chat after data without a system turn: $(grep '^generate: ' gen_none.log)"
+# The same tokens with another recorded system message: a resume logs it and records the new one.
+cmp -s d_none/train.bin d_other/train.bin || fail "--system changed the rows of records that have a system message"
+run r_none_resume "$bin" train "${tiny49k[@]}" --data.dir=d_other --output.dir=r_none --train.steps=2 || exit 1
+grep -qF 'resuming with a changed setting: data.chat_system: "" in the checkpoint, "Other." in this run' \
+  r_none_resume.log || fail "the resume does not log the changed system message: $(cat r_none_resume.log)"
+"$py" - "$system" <<'PY' || fail "the recorded system message, the exported ChatML template or generate's prompt"
+import json, re, sys
+import h5py, jinja2, jinja2.sandbox, numpy as np
+from tokenizers import Tokenizer
+system = sys.argv[1]
+ok = True
+def want(what, got, expected):
+    global ok
+    if got != expected:
+        print(f"{what}: {got!r}, want {expected!r}"); ok = False
+want("d_sys/meta.json chat_system", json.load(open("d_sys/meta.json")).get("chat_system"), system)
+want("d_none/meta.json chat_system", json.load(open("d_none/meta.json")).get("chat_system"), "")
+attr = lambda f: h5py.File(f)["model"].attrs["chat_system"].decode()
+want("r_sys's checkpoint chat_system", attr("r_sys/checkpoints/step_00000001.h5"), system)
+want("r_none's checkpoint chat_system", attr("r_none/checkpoints/step_00000001.h5"), "")
+want("r_none's resumed checkpoint chat_system", attr("r_none/checkpoints/step_00000002.h5"), "Other.")
+tk = Tokenizer.from_file("hf_sys/tokenizer.json")
+template = json.load(open("hf_sys/tokenizer_config.json"))["chat_template"]
+# jinja2 as it comes, and as transformers' apply_chat_template sets it up.
+envs = {"jinja2": jinja2.Environment(),
+        "HF's sandbox": jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)}
+meta = json.load(open("d_sys/meta.json"))
+rows = np.fromfile("d_sys/train.bin", dtype="<u2", offset=64).reshape(-1, meta["row_tokens"])
+pad = int(rows[0, -1])  # SmolLM2's padding id is <|im_end|>'s: only the trailing ones are padding
+unpadded = lambda row: [int(x) for x in np.trim_zeros(row.astype(np.int64) - pad, "b") + pad]
+records = [json.loads(l)["messages"] for l in open("nosys.jsonl")]
+for name, env in envs.items():
+    t = env.from_string(template)
+    for i, (messages, row) in enumerate(zip(records, rows)):
+        text = t.render(messages=messages, add_generation_prompt=False)
+        want(f"{name}: training row {i}", tk.decode(unpadded(row), skip_special_tokens=False), text)
+    own = [{"role": "system", "content": "Own."}] + records[0]
+    want(f"{name}: a conversation with its own system message",
+         t.render(messages=own, add_generation_prompt=False).startswith("<|im_start|>system\nOwn.<|im_end|>\n"), True)
+    prompt = t.render(messages=[{"role": "user", "content": "Say 4."}], add_generation_prompt=True)
+    want(f"{name}: the prompt", prompt,
+         f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nSay 4.<|im_end|>\n<|im_start|>assistant\n")
+def context(log):
+    return int(re.search(r"generate: (\d+)-token context", open(log).read()).group(1))
+n = lambda text: len(tk.encode(text, add_special_tokens=False).ids)
+bare = "<|im_start|>user\nSay 4.<|im_end|>\n<|im_start|>assistant\n"
+want("generate --chat's context (the recorded system message)", context("gen_sys.log"), n(prompt))
+want("generate --chat --system (empty)'s context", context("gen_given.log"), n(bare))
+want("generate --chat's context after data without a system turn", context("gen_none.log"), n(bare))
+want("generate's log names the recorded message",
+     "system message " + json.dumps(system, ensure_ascii=False) + " (recorded in the checkpoint" in open("gen_sys.log").read(), True)
+sys.exit(0 if ok else 1)
+PY
 exit $((failures > 0))

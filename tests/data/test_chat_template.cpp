@@ -235,3 +235,61 @@ TEST(ChatTemplate, JinjaRendersAsTraining) {
     EXPECT_EQ(recognise_chat_template(chat_template_jinja(c.kind), name).kind, c.kind) << name;
   }
 }
+
+// chat_template_jinja with a default system message (what `convert` writes for a model whose
+// data recorded one: meta.json's chat_system, prepare --system): a conversation without a
+// system message renders as render_chat renders it with that message in front (what prepare
+// trained on and generate --chat prompts with), one with its own keeps its own. The expected
+// texts are the jinja2 3.1 renderings of chat_template_jinja(kind, system) (messages=kChat;
+// the prompt: one user message "Q", add_generation_prompt); `system` holds what a Jinja string
+// literal must escape (quotes, a backslash, a line break) and what it must not touch
+// (Jinja's own delimiters, UTF-8). tests/app/export_model_record.sh renders exported ChatML
+// and Alpaca templates with jinja2 at test time.
+TEST(ChatTemplate, JinjaDefaultSystemRendersAsTraining) {
+  const std::string system = "Don't \"explain\" {{ it }} %} \\ \xe6\x97\xa5.\nNo more.";
+  struct Case {
+    ChatTemplateKind kind;
+    std::string chat, prompt;
+  };
+  const std::vector<Case> cases = {
+      {ChatTemplateKind::ChatML,
+       "<|im_start|>system\n" + system +
+           "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n"
+           "2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n",
+       "<|im_start|>system\n" + system + "<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"},
+      {ChatTemplateKind::Llama3,
+       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n" + system +
+           "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_"
+           "header_id|>\n\nHello!<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_"
+           "id|>assistant<|end_header_id|>\n\n4<|eot_id|>",
+       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n" + system +
+           "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nQ<|eot_id|><|start_header_id|>assistant<|end_"
+           "header_id|>\n\n"},
+      {ChatTemplateKind::Llama2,
+       "<s>[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] 2+2? [/INST] 4 </s>",
+       "<s>[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\nQ [/INST]"},
+      {ChatTemplateKind::Alpaca,
+       system + "\n\n### Instruction:\nHi\n\n### Response:\nHello!\n\n### Instruction:\n2+2?\n\n### Response:\n4",
+       system + "\n\n### Instruction:\nQ\n\n### Response:\n"},
+  };
+  std::vector<ChatMessage> with_system = kChat;
+  with_system.insert(with_system.begin(), {"system", system});
+  for (const Case& c : cases) {
+    const ChatFormat f{c.kind, ""};
+    const std::string name = chat_template_name(c.kind);
+    EXPECT_EQ(all(render_chat(f, with_system)), c.chat) << name;
+    EXPECT_EQ(chat_generation_prompt(f, "Q", system).text, c.prompt) << name;
+    // No default: the template JinjaRendersAsTraining pins.
+    EXPECT_EQ(chat_template_jinja(c.kind, ""), chat_template_jinja(c.kind)) << name;
+    EXPECT_NE(chat_template_jinja(c.kind, system), chat_template_jinja(c.kind)) << name;
+    EXPECT_EQ(recognise_chat_template(chat_template_jinja(c.kind, system), name).kind, c.kind) << name;
+  }
+  // ChatML's default is a literal system turn, as in SmolLM2's template, so the exported
+  // template's default is read back (generate --chat on the export, prepare with it) as a
+  // SmolLM2 default is...
+  EXPECT_EQ(recognise_chat_template(chat_template_jinja(ChatTemplateKind::ChatML, "Be brief.\nReally."), "export")
+                .default_system,
+            "Be brief.\nReally.");
+  // ...and a format with that default renders as the conversation with it in front.
+  EXPECT_EQ(all(render_chat({ChatTemplateKind::ChatML, system}, kChat)), cases[0].chat);
+}

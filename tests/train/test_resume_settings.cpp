@@ -1,7 +1,7 @@
 // The resume-settings record (train/resume_settings): the "key = value" text stored in every
 // checkpoint reads back as written, and a resume is compared key by key -- a change of a
-// key that shapes the trajectory is a conflict naming both values, train.steps is only a
-// change, and a key one side lacks (a record of another meshtrain version) is not compared.
+// key that shapes the trajectory is a conflict naming both values, train.steps and
+// data.chat_system are only a change, and a key one side lacks (a record of another meshtrain version) is not compared.
 // The end-to-end refusals (train with another seq_len, ...) are tests/train/resume_settings.sh.
 #include <gtest/gtest.h>
 
@@ -37,8 +37,10 @@ TEST(ResumeSettings, RecordRoundTrips) {
   EXPECT_TRUE(train::parse_settings_record("").empty());
 }
 
-TEST(ResumeSettings, OnlyStepsMayChange) {
+TEST(ResumeSettings, OnlyStepsAndTheRecordedSystemMessageMayChange) {
   EXPECT_TRUE(train::may_change_at_resume("train.steps"));
+  // Another system message with the same tokens (every record has its own) trains alike.
+  EXPECT_TRUE(train::may_change_at_resume("data.chat_system"));
   for (const char* k : {"train.seq_len", "train.seed", "data.dir", "train.lr", "train.precision", "model.init_std"})
     EXPECT_FALSE(train::may_change_at_resume(k)) << k;
 }

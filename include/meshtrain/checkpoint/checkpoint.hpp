@@ -10,6 +10,7 @@
 /// then apply retention. A crash at any point leaves `latest` naming a complete file.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct TokenizerRef {
   /// "alpaca"...; "" when it was trained on text only), carried along an init_from/resume
   /// chain until data in another format replaces it...
   std::string chat_format;
+  /// ...the system message that data rendered its conversations without one with (meta.json's
+  /// chat_system; "" for none), which `generate --chat` and the export's chat_template use when
+  /// a conversation has none; absent (nullopt) when the data did not record it (older
+  /// datasets and checkpoints), and carried along with chat_format...
+  std::optional<std::string> chat_system;
   /// ...and the context length its pretrained source declares (config.json's
   /// max_position_embeddings / n_positions, GGUF llama.context_length; 0 when unknown): a
   /// fine-tune on shorter windows keeps the source's RoPE range.

@@ -47,10 +47,13 @@ ChatFormat recognise_chat_template(const std::string& jinja, const std::string& 
 std::string chat_template_name(ChatTemplateKind kind);
 
 /// \brief The Hugging Face chat_template (Jinja) of `kind` that renders a conversation as
-/// render_chat does (without a default system message) and, with add_generation_prompt,
-/// ends where chat_generation_prompt's prompt ends: what `convert` writes into
-/// tokenizer_config.json for a model trained in that format.
-std::string chat_template_jinja(ChatTemplateKind kind);
+/// render_chat does and, with add_generation_prompt, ends where chat_generation_prompt's
+/// prompt ends: what `convert` writes into tokenizer_config.json for a model trained in that
+/// format. `default_system` (when not empty) is the system message of a conversation that
+/// has none, rendered as render_chat renders that conversation with it in front (ChatML
+/// writes it as a literal system turn, the form recognise_chat_template reads back as a
+/// default, as in SmolLM2's template).
+std::string chat_template_jinja(ChatTemplateKind kind, const std::string& default_system = "");
 
 struct ChatMessage {
   std::string role;     ///< "system", "user" or "assistant"

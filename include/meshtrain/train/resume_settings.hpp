@@ -18,8 +18,8 @@ namespace meshtrain::train {
 /// (key, value) pairs, values as text; keys are config keys ("train.seq_len").
 using RunSettings = std::vector<std::pair<std::string, std::string>>;
 
-/// The recorded settings of this run: every key a resume must keep, plus train.steps
-/// (which may change; recorded for the notice). `data` is the run's dataset: it is
+/// The recorded settings of this run: every key a resume must keep, plus train.steps and
+/// (a dataset that records one) data.chat_system, which may change (recorded for the notice). `data` is the run's dataset: it is
 /// recorded by what it holds (train.bin's length and a CRC-32C of tokens sampled across
 /// it), not by its path, so a dataset moved elsewhere is the same dataset.
 RunSettings run_settings(const plan::RunSetup& s, const data::Dataset& data);
@@ -28,7 +28,7 @@ RunSettings run_settings(const plan::RunSetup& s, const data::Dataset& data);
 std::string settings_record(const RunSettings& s);
 RunSettings parse_settings_record(const std::string& text);
 
-/// True for the keys of the record a resume may change (train.steps).
+/// True for the keys of the record a resume may change (train.steps, data.chat_system).
 bool may_change_at_resume(const std::string& key);
 
 /// "train.seq_len: 32 in the checkpoint, 16 in this run" for every key that may not
