@@ -125,6 +125,7 @@ MESHTRAIN=build/cpu/bin/meshtrain bash perf/run-all.sh
 | `perf/bench_async_checkpoint.sh` | what `checkpoint.every=5` costs training on the benchmark model at 2 ranks: no checkpoint vs synchronous vs asynchronous saves (`checkpoint.async`), interleaved repetitions, summary.json's loop tokens/s; each async checkpoint compared bit for bit with the sync one -> `results/bench_async_checkpoint/` (not run by run-all.sh) |
 | `perf/bench_generate.sh` | `meshtrain generate` ms per token at 512 tokens of context with and without the KV cache, GPT-2 and Llama (GQA), greedy texts checked identical -> `results/bench_generate/` |
 | `perf/bench_eval.sh` | wall time of `meshtrain eval --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --text` (256 tokens, 1 rank, process start to exit), median of 5, optionally side by side with another binary (`BASELINE=`), losses checked identical and within 1e-4 of the float64 reference -> `results/bench_eval/` |
+| `perf/bench_prepare.sh` | `meshtrain prepare` of one SIZE_MB (16) MB document with the byte tokenizer, SmolLM2's BPE, and a SentencePiece BPE and unigram model trained in Llama 2's form: seconds and peak memory (max RSS), beside the reference library encoding the same text whole (Hugging Face `tokenizers`, `sentencepiece`) and an older binary (`BASELINE=`), REPS runs interleaved, token counts checked equal -> `results/bench_prepare/` (not run by run-all.sh) |
 | `perf/bench_qlora_memory.sh` | QLoRA memory (issue 32 #2): `inputs/llama-1b.ini` (1.25 B parameters, random weights), LoRA rank 16 on every projection, bf16, full_shard on 2 ranks; the memory pool's per-rank peak and the frozen all-gather bytes per step with a bf16, nf4 (and int8) base against `meshtrain plan`'s prediction -> `results/bench_qlora_memory/` (about 15 minutes; not run by run-all.sh); `MODEL=smollm2`: the same on the SmolLM2 Q4_1 GGUF with a bf16, nf4 and `gguf` (the file's own blocks) base -> `results/bench_qlora_memory_smollm2/` (about 3 minutes) |
 | `perf/paper_check.sh` | no measurement: `meshtrain plan` for published torchtitan and Megatron-LM runs (H100/A100, FSDP, FSDP + TP, TP + DP) next to their reported tokens/s and MFU, a few seconds -> `results/paper_check/` (table.md; the comparison and its reading are in doc/perf.md; not run by run-all.sh) |
 | `perf/plot.py`, `perf/collect.py`, `perf/report.py` | plots, tables, this page |
@@ -178,6 +179,11 @@ another model or batch than the meshtrain run it is compared with (`PEER_ARGS` m
         out.append("## Evaluating a pretrained GGUF model (issue 18 #5)\n")
         out.append(ev)
         out.append(read("bench_eval", "NOTE.md") or "")
+    prep = read("bench_prepare", "results.md")
+    if prep:
+        out.append("## `prepare` on one large document: memory and time against the tokenizers' own libraries\n")
+        out.append(read("bench_prepare", "NOTE.md") or "")
+        out.append(prep)
     qlora = read("bench_qlora_memory", "results.md")
     if qlora:
         out.append("## QLoRA memory on a 1B-parameter Llama (issue 32 #2)\n")

@@ -4,7 +4,7 @@
 # ~4 min, bench_eval ~1 min on a 2-core machine). Each script waits for a quiet machine first.
 # MESHTRAIN=path/to/meshtrain selects the binary (default build/cpu). Not rerun here: the A/B
 # comparisons against a baseline binary (bench_ab*, bench_norms, compare_binaries), the long
-# or root-only studies (bench_packing, bench_async_checkpoint, bench_qlora_memory,
+# or root-only studies (bench_packing, bench_prepare, bench_async_checkpoint, bench_qlora_memory,
 # multihost_sweep, allreduce_ab, paper_check) and the GPU's (perf/gpu/): each has its own
 # script, named with its rerun command in its section of perf/README.md.
 set -euo pipefail

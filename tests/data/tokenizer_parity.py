@@ -25,7 +25,7 @@ The tokenizers under test are built here:
   sp-bpe-noprefix.model
                       a SentencePiece BPE without a dummy prefix
 Files over 16 KiB are tokenized by meshtrain's SentencePiece BPE models in stretches cut
-between words (sentencepiece_tokenizer.cpp, plan_cuts): the fortunes files cut some 170
+between words (sentencepiece_tokenizer.cpp, plan_cuts): the corpus is cut about 140
 times, so equal ids here are equal ids across those cuts.
   sp-bpe.gguf         sp-bpe.model written as a GGUF "llama" vocabulary (tokens, scores, types)
 """
