@@ -6,11 +6,17 @@
 #include "app/source_model_config.hpp"
 #include "config/config.hpp"
 #include "plan/run_setup.hpp"
+#include "train/stop_policy.hpp"
 #include "train/trainer.hpp"
 
 namespace meshtrain::app {
 
 int command_train(Runtime& rt, const Args& args) {
+  // Before anything that takes time (resolving a resume, the dataset checks, the checkpoint
+  // load, the GEMM measurement): a preemption signal during start-up must set the stop flag
+  // (status 75, the job is requeued), not kill the rank by the default action. Only `train`
+  // installs them: eval and generate have nothing to save and end on the signal as usual.
+  train::install_stop_signal_handlers();
   ParsedArgs parsed = parse_config("train", args);
   if (answer_help(rt, parsed)) return 0;
   Config& cfg = parsed.config;

@@ -51,6 +51,7 @@ constexpr PointName kPoints[] = {
     {Point::ConvertWrite, "convert.write", true, false},
     {Point::SaveBackground, "save.background", true, false},
     {Point::PoolAllocate, "pool.allocate", false, true},
+    {Point::TrainStartup, "train.startup", false, false},
 };
 
 const char* action_name(Action a) {

@@ -109,4 +109,9 @@ StopReason StopPolicy::check(double step_seconds) const {
   return any == 2 ? StopReason::Signal : any == 1 ? StopReason::TimeLimit : StopReason::None;
 }
 
+bool StopPolicy::any_rank_signalled() const {
+  const int local = g_signal != 0 ? 1 : 0;
+  return watched_all_reduce_value("all_reduce", "world", world_, local, ReduceOp::Max) != 0;
+}
+
 }  // namespace meshtrain::train

@@ -221,6 +221,7 @@ int Trainer<T>::run() {
   MemoryPool::instance().reset_peaks();
   const MemoryStats before_load = MemoryPool::instance().stats();
   const int first_step = restore_or_init();
+  fault::pass(fault::Point::TrainStartup);  // a rank held at a known place of the start-up (tests)
   load_memory_ = MemoryPool::instance().stats();
   for (int c = 0; c < kNumMemCategories; ++c)
     load_memory_.peak_in_use[static_cast<std::size_t>(c)] -= before_load.in_use[static_cast<std::size_t>(c)];
@@ -236,9 +237,23 @@ int Trainer<T>::run() {
   }
   prepare_reference(first_step);
   begin_writing(first_step);
-  install_stop_signal_handlers();
   const StopPolicy stop(spec_.train.time_limit, spec_.train.time_limit_margin, now_seconds(), rt_.world());
   log::info("%s", stop.describe().c_str());
+  // A SIGUSR1/SIGTERM that came during the start-up (the handlers are installed before it:
+  // command_train) is agreed on here as at a step boundary, whichever rank got it: no step
+  // is trained, and there is nothing new to save (the state is that of the checkpoint just
+  // resumed, or the initial weights: no checkpoint yet). Exit 75 all the same, so that the
+  // job is requeued and the next start resumes (or starts) the run.
+  if (stop.any_rank_signalled()) {
+    if (root_)
+      log::warn("stopping before step %d (SIGUSR1/SIGTERM received during start-up): no step trained, nothing new to "
+                "save (%s); exiting with status %d so the job can be requeued and resumed",
+                first_step + 1,
+                resumed_from_.empty() ? "no checkpoint yet: the requeued job starts the run"
+                                      : strprintf("the run resumes from %s again", resumed_from_.c_str()).c_str(),
+                kExitPreempted);
+    return kExitPreempted;
+  }
   // What start-up left in the pool's cache (the GEMM peak's operands, the load's staging) is
   // not what the steps allocate: returned, so that the run's reserved memory and its
   // peak_mem_bytes are the training's own.

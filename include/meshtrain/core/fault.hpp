@@ -36,6 +36,7 @@ enum class Point : int {
   ConvertWrite,      ///< convert.write: each tensor written into a safetensors file by `convert` (rank 0)
   SaveBackground,    ///< save.background: an asynchronous save's background thread, before each tensor piece it writes (every rank with pieces)
   PoolAllocate,      ///< pool.allocate: each call of the memory pool's underlying allocator (cudaMalloc; every rank)
+  TrainStartup,      ///< train.startup: `train`'s start-up, the checkpoint resumed (or the weights initialised), before the run writes (every rank)
 };
 
 namespace detail {

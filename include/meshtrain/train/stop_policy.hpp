@@ -13,7 +13,10 @@
 namespace meshtrain::train {
 
 /// Installs SIGUSR1 and SIGTERM handlers that only set a flag (async-signal-safe); a second
-/// signal while the save runs sets it again and changes nothing.
+/// signal while the save runs sets it again and changes nothing. `train` installs them
+/// first thing (command_train), before its start-up reads the dataset, loads a checkpoint
+/// or measures anything: a signal then (a requeued job's start-up is its slowest part) must
+/// end in status 75 like one during training, not kill the rank by the default action.
 void install_stop_signal_handlers();
 /// The last signal received by this process (0 = none).
 int received_stop_signal();
@@ -31,6 +34,10 @@ class StopPolicy {
   /// Collective over `world`: the same answer on every rank. `step_seconds` = the last
   /// step's duration (the deadline check leaves room for one more step and the save).
   StopReason check(double step_seconds) const;
+  /// Collective over `world`, the same all-reduce as check() but of the signal flags alone:
+  /// whether any rank received SIGUSR1/SIGTERM, by now (the start-up's signals, before the
+  /// first step; the deadline is left to check(), which knows a step's duration).
+  bool any_rank_signalled() const;
 
   /// Seconds of wall-clock budget left (infinity without a deadline).
   double seconds_left() const;
