@@ -7,8 +7,13 @@
 #include <cstring>
 #include <filesystem>
 
+#include <random>
+
+#include "comm/agree.hpp"
+#include "comm/collectives.hpp"
 #include "core/error.hpp"
 #include "core/file_io.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::train {
 
@@ -39,6 +44,78 @@ void require_appendable_file(const std::string& key, const std::string& path) {
                     "%s: %s is %s, not a regular file: the run appends its records to it; remove it or choose "
                     "another %s",
                     key.c_str(), path.c_str(), kind.c_str(), key.c_str());
+}
+
+namespace {
+
+/// 128 random bits as hex: a name and content no earlier file or look-up can have had.
+std::string random_token() {
+  std::random_device rd;
+  std::string t;
+  for (int i = 0; i < 4; ++i) t += strprintf("%08x", static_cast<unsigned>(rd()));
+  return t;
+}
+
+/// The file's content, or "" with `why` set (the errno text, or what was found instead).
+std::string read_probe(const std::string& path, std::string* why) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *why = std::strerror(errno);
+    return "";
+  }
+  std::string text(256, '\0');
+  const ssize_t n = ::read(fd, text.data(), text.size());
+  const int err = errno;
+  ::close(fd);
+  if (n < 0) {
+    *why = std::strerror(err);
+    return "";
+  }
+  text.resize(static_cast<std::size_t>(n));
+  return text;
+}
+
+}  // namespace
+
+void require_same_directory_on_every_rank(const MpiComm& world, const std::vector<std::string>& host_of_rank,
+                                          const std::string& key, const std::string& dir) {
+  if (world.size() == 1) return;  // one rank sees what it sees
+  const bool root = world.rank() == 0;
+  std::string token;
+  agree_on_errors(world, [&] {
+    if (!root) return;
+    token = random_token();
+    file_io::write_file(dir + "/.meshtrain-shared-probe-" + token, token);  // synced: visible to every node
+  });
+  token = broadcast_string(world, token);
+  const std::string probe = dir + "/.meshtrain-shared-probe-" + token;
+  std::string why;
+  const std::string seen = read_probe(probe, &why);
+  const bool same = seen == token;
+  if (!same && why.empty()) why = "it holds another token";
+  // Every rank has read the file once this sum is known: rank 0 removes it, also when the
+  // check fails below.
+  const int not_seen = all_reduce_value(world, same ? 0 : 1, ReduceOp::Sum);
+  if (root) ::unlink(probe.c_str());
+  agree_on_errors(world, [&] {
+    const int r = world.rank();
+    const auto host = [&](int rank) {
+      return rank < static_cast<int>(host_of_rank.size()) ? host_of_rank[static_cast<std::size_t>(rank)] : "?";
+    };
+    std::error_code ec;
+    MESHTRAIN_REQUIRE(
+        same,
+        "%s=%s is not the same directory on every rank: rank %d (host %s%s) does not see the "
+        "file rank 0 (host %s) has just written there (%s)%s. Every rank writes its part of each checkpoint and its "
+        "run reports there: give a directory on a file system shared by all nodes (not a node-local /tmp or "
+        "/scratch), and an absolute path (a relative path is resolved against each rank's working directory)",
+        key.c_str(), dir.c_str(), r, host(r).c_str(),
+        std::filesystem::path(dir).is_relative()
+            ? (", where it resolves to " + std::filesystem::absolute(dir, ec).string()).c_str()
+            : "",
+        host(0).c_str(),
+        why.c_str(), not_seen > 1 ? strprintf("; %d of %d ranks do not", not_seen, world.size()).c_str() : "");
+  });
 }
 
 }  // namespace meshtrain::train

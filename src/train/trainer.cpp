@@ -42,6 +42,7 @@
 #include "train/resume_settings.hpp"
 #include "train/run_lock.hpp"
 #include "train/run_record.hpp"
+#include "train/same_run.hpp"
 #include "train/session.hpp"
 #include "train/setting_warnings.hpp"
 #include "train/step.hpp"
@@ -85,6 +86,8 @@ class Trainer {
   // The phases of run(), in order.
   void load_inputs();
   void probe_and_lock_outputs();
+  /// Every rank runs the same settings on the same data (same_run.hpp).
+  void require_same_run();
   void log_start();
   void begin_writing(int first_step);
   int train_loop(int first_step, const StopPolicy& stop);
@@ -216,6 +219,7 @@ int Trainer<T>::run() {
   // a failed resume never rewrites the earlier run's records.
   load_inputs();
   probe_and_lock_outputs();
+  require_same_run();
   log_start();
   // The load's own peaks above what was in use before it (summary.json: load_peak_by_category).
   MemoryPool::instance().reset_peaks();
@@ -318,14 +322,14 @@ void Trainer<T>::load_inputs() {
 template <class T>
 void Trainer<T>::probe_and_lock_outputs() {
   const std::string& out_dir = spec_.output.dir;
+  const char* ckpt_key = spec_.checkpoint.dir_given ? "checkpoint.dir" : "checkpoint.dir (<output.dir>/checkpoints)";
   agree_on_errors(rt_.world(), [&] {
     if (!root_) return;
     // The probes first (they create nothing): a directory that cannot be created or
     // written is named as such, not as a lock failure.
     require_writable_dir("output.dir", out_dir);
     require_appendable_file("output.dir", out_dir + "/metrics.jsonl");
-    require_writable_dir(spec_.checkpoint.dir_given ? "checkpoint.dir" : "checkpoint.dir (<output.dir>/checkpoints)",
-                         spec_.checkpoint.dir);
+    require_writable_dir(ckpt_key, spec_.checkpoint.dir);
     // One run per directory (run_lock.hpp), taken before a checkpoint is loaded: a second
     // run into a live run's directories is refused here, having read there only the newest
     // checkpoint's root attributes (the choices a resume keeps: app::resumed_choices, which
@@ -337,6 +341,15 @@ void Trainer<T>::probe_and_lock_outputs() {
     earlier_ = earlier_checkpoints(spec_.checkpoint);
     earlier_record_ = earlier_record(out_dir, spec_.checkpoint);
   });
+  // Rank 0 alone probed and created them, but every rank writes there (its part of each
+  // checkpoint; peers_lost.json): a directory that is not the same one on every rank is
+  // refused now, not found by the first save hanging until parallel.collective_timeout.
+  // (Decided on the paths' text, the same on every rank: one directory under two names is
+  // probed twice.)
+  const std::vector<std::string>& hosts = rt_.topology().host_of_rank;
+  require_same_directory_on_every_rank(rt_.world(), hosts, "output.dir", out_dir);
+  if (std::filesystem::path(spec_.checkpoint.dir).lexically_normal() != std::filesystem::path(out_dir).lexically_normal())
+    require_same_directory_on_every_rank(rt_.world(), hosts, ckpt_key, spec_.checkpoint.dir);
   if (!eval_sampler_ && spec_.train.eval_every > 0)
     log::warn("the dataset has no validation windows of %d tokens; evaluation is skipped", setup_.batch.seq_len);
   if (eval_sampler_) {  // the last step evaluates whatever train.eval_every says
@@ -350,6 +363,18 @@ void Trainer<T>::probe_and_lock_outputs() {
                     setup_.mesh_shape.dp(),
                 static_cast<unsigned long long>(w.windows));
   }
+}
+
+/// After the directories' check (probe_and_lock_outputs): ranks that see different
+/// checkpoint directories may also have resolved different choices, and the directory is
+/// the cause to name.
+template <class T>
+void Trainer<T>::require_same_run() {
+  const auto identity = std::find_if(run_settings_.begin(), run_settings_.end(),
+                                     [](const auto& kv) { return kv.first == "data.dir"; });
+  MESHTRAIN_ASSERT(identity != run_settings_.end(), "the run settings name no dataset");
+  require_same_run_on_every_rank(rt_.world(), rt_.topology().host_of_rank,
+                                 compared_settings(setup_.config_ini, identity->second));
 }
 
 /// What the run is: model, mesh, strategy, batch, data, effective configuration.
