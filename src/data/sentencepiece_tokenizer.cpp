@@ -340,7 +340,9 @@ class SentencePieceTokenizer final : public Tokenizer {
       return;
     static const std::string kSpace = "\xE2\x96\x81";
     for (int id = 0; id < sp_->GetPieceSize(); ++id) {
-      if (sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsUnused(id) || sp_->IsByte(id)) continue;
+      // Unused pieces count: SentencePiece's BPE merges into them too and splits them back
+      // only at the end, by which time the merge has taken both sides' symbols.
+      if (sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsByte(id)) continue;
       const std::string piece = sp_->IdToPiece(id);
       for (std::size_t at = piece.find(kSpace, 1); at != std::string::npos; at = piece.find(kSpace, at + 1))
         if (at < kSpace.size() || piece.compare(at - kSpace.size(), kSpace.size(), kSpace) != 0) return;
