@@ -21,7 +21,9 @@ SearchSpace search_space(const RunSpec& spec) {
     s.strategies = {parallel::forced_strategy(spec.parallel.strategy)};
   // Checkpointing only ever costs time (a second forward), so the search turns it on only
   // where a candidate would not fit without it; `true` forces it.
-  if (spec.train.activation_checkpointing || !searches_mesh(spec)) s.activation_checkpointing = {spec.train.activation_checkpointing};
+  // A forward pass (eval, generate) keeps nothing to recompute.
+  if (spec.use != ModelUse::Train) s.activation_checkpointing = {false};
+  else if (spec.train.activation_checkpointing || !searches_mesh(spec)) s.activation_checkpointing = {spec.train.activation_checkpointing};
   else s.activation_checkpointing = {false, true};
   if (spec.batch.micro_batch > 0) {
     s.micro_batches = {spec.batch.micro_batch};
@@ -98,14 +100,15 @@ void rank(MeshSearch& out, const PlanInput& in) {
     out.reason = "no mesh is possible for this job: the global batch must split into micro-batches over the "
                  "data-parallel ranks, and tensor parallelism must divide the heads and the node";
   } else if (out.chosen < 0) {
-    out.reason = strprintf("nothing fits in %s per rank: the smallest candidate needs %s; add ranks, use bf16, or "
-                           "train.activation_checkpointing=true",
+    out.reason = strprintf("nothing fits in %s per rank: the smallest candidate needs %s; %s",
                            format_bytes(usable).c_str(),
                            format_bytes(std::min_element(out.candidates.begin(), out.candidates.end(),
                                                          [](const Candidate& a, const Candidate& b) {
                                                            return a.plan.memory.total() < b.plan.memory.total();
                                                          })->plan.memory.total())
-                               .c_str());
+                               .c_str(),
+                           in.forward_only() ? forward_memory_settings(in).c_str()
+                                             : "add ranks, use bf16, or train.activation_checkpointing=true");
   } else {
     const Candidate& w = out.candidates[out.chosen];
     out.reason = strprintf("fastest predicted step that fits: %.3f s, %s of %s usable per rank", w.pred.step_seconds_overlap,

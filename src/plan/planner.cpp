@@ -35,14 +35,34 @@ double block_attention_score_elems(const model::TpDims& slice, int B, int seq) {
   return static_cast<double>(B) * slice.heads * seq * seq;
 }
 
+/// The attention's two score strips (elements; kernels::attention_workspace_elems), `rows`
+/// query rows tall (0: this build's kernels::attention_block_rows).
+double attention_strips_elems(int B, int seq, int rows) {
+  return 2.0 * B * (rows > 0 ? rows : kernels::attention_block_rows(seq)) * static_cast<double>(seq);
+}
+
 /// Largest backward scratch of a block (elements): dqkv + the attention's two score strips
 /// + dy, or the MLP's; + dnorm.
 double block_backward_scratch_elems(const model::ModelDims& d, const model::TpDims& slice, int B, int seq, int rows) {
   const double N = static_cast<double>(B) * seq, C = d.d_model, hd = d.head_dim;
   const double W = d.family == model::Family::Gpt2 ? 3.0 * slice.heads * hd : (slice.heads + 2.0 * slice.kv_heads) * hd;
   const double mlp = d.family == model::Family::Gpt2 ? slice.ffn : 2.0 * slice.ffn;
-  const double strips = 2.0 * B * (rows > 0 ? rows : kernels::attention_block_rows(seq)) * static_cast<double>(seq);
+  const double strips = attention_strips_elems(B, seq, rows);
   return std::max(N * W + strips + N * slice.heads * hd, N * mlp + N * slice.ffn) + N * C;
+}
+
+/// The LM head's logits chunk (elements): kHeadChunkElements at most, whole rows, at most
+/// the N rows of the micro-batch (model::Transformer::head_chunk_rows).
+double head_chunk_elems(const model::TpDims& slice, double N) {
+  const double rows = std::min(N, std::max(1.0, static_cast<double>(model::kHeadChunkElements) / slice.vocab));
+  return rows * slice.vocab;
+}
+
+/// generate's KV cache (elements, model::KvCache): keys and values of every layer, B
+/// sequences x `positions` x this tp rank's kv heads (GPT-2: its heads) x head_dim.
+double kv_cache_elems(const model::ModelDims& d, const model::TpDims& slice, int B, int positions) {
+  const double kv_heads = d.family == model::Family::Gpt2 ? slice.heads : slice.kv_heads;
+  return 2.0 * d.n_layers * B * static_cast<double>(positions) * kv_heads * d.head_dim;
 }
 
 /// Largest forward scratch of a block run without keeping its activations (elements): qkv and
@@ -149,6 +169,9 @@ void transient_memory(const PlanInput& in, parallel::Strategy s, const std::vect
   if (s == parallel::Strategy::NoShard) m.gathered = (in.bf16 || frozen) ? elem_bytes * u.all_padded - (kept ? outer_t : 0.0) : 0.0;
   else if (s == parallel::Strategy::ShardGradOp) m.gathered = elem_bytes * u.all_padded - outer_t + outer_gathered;  // kept from forward to backward
   else m.gathered = outer_gathered + elem_bytes * alive_blocks * u.max_block;
+  // A forward-only engine (eval, generate) gathers as a training forward does, but has no
+  // gradient, reduction or staging buffer at all.
+  if (in.forward_only()) return;
   // Gradient and communication buffers: which exist, in which dtype, and how long they
   // live is the engine's reduction recipe (parallel/reduction_plan.hpp), the same one
   // FsdpEngine interprets. All of them cover trainable segments only.
@@ -205,8 +228,7 @@ double activation_memory(const PlanInput& in, const model::TpDims& slice, double
   double act = (layers + 2) * N * C;  // residual stream at every block boundary + dx
   act += in.activation_checkpointing ? per_block : layers * per_block;
   act += block_backward_scratch_elems(in.dims, slice, B, seq, in.attention_rows);
-  const double chunk = std::min(N, std::max(1.0, static_cast<double>(model::kHeadChunkElements) / slice.vocab));
-  act += chunk * slice.vocab + 2 * N * C;  // head: logits chunk, normed, dnormed
+  act += head_chunk_elems(slice, N) + 2 * N * C;  // head: logits chunk, normed, dnormed
   // DPO with its reference computed in the step (LoRA: adapters off) runs the reference's
   // residual stream, two (N, C) buffers, and each reference block's forward scratch beside
   // the policy's forward (parallel/micro_step.cpp). Without checkpointing that is on top of
@@ -219,6 +241,27 @@ double activation_memory(const PlanInput& in, const model::TpDims& slice, double
   score_traffic = elem_bytes * layers * block_attention_score_elems(slice, B, seq);
   traffic = elem_bytes * ((layers + 2) * N * C + layers * per_block + N * slice.vocab + 2 * N * C) +  // head: every logit once
             score_traffic;
+  return elem_bytes * act;
+}
+
+/// Activations of a forward pass alone (eval, generate; bytes): nothing is kept for a
+/// backward, so one block's worth is alive at a time (parallel/micro_step.cpp:
+/// forward_to_last) -- the residual stream in and out of the block, and the block's own
+/// activations (BlockCache, dropped on return) with the attention's scratch; after the last
+/// block, the head's normed rows and logits chunk. Plus generate's KV cache, which lives
+/// through every step.
+double forward_activation_memory(const PlanInput& in, const model::TpDims& slice) {
+  const double elem_bytes = in.bf16 ? 2.0 : 4.0;
+  const int B = in.batch.micro_batch, seq = in.batch.seq_len;
+  const double N = static_cast<double>(B) * seq, C = in.dims.d_model;
+  // Against a KV cache the attention writes every head's scores of the fed tokens against
+  // the cached and fed positions at once (the prompt: seq x seq), not strips.
+  const double attention = in.kv_cache_positions > 0 ? block_attention_score_elems(slice, B, seq)
+                                                      : attention_strips_elems(B, seq, in.attention_rows);
+  const double block = block_activation_elems(in.dims, slice, B, seq, elem_bytes) + attention;
+  const double head = N * C + head_chunk_elems(slice, N);
+  double act = 2 * N * C + std::max(block, head);
+  if (in.kv_cache_positions > 0) act += kv_cache_elems(in.dims, slice, B, in.kv_cache_positions);
   return elem_bytes * act;
 }
 
@@ -330,7 +373,8 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
   StrategyPlan p;
   p.strategy = s;
   p.mesh_shape = shape;
-  p.activation_checkpointing = in.activation_checkpointing;
+  // A forward pass keeps nothing to recompute: checkpointing means nothing to eval or generate.
+  p.activation_checkpointing = in.activation_checkpointing && !in.forward_only();
   // 1. The units as the engine lays them out for this tp and shard count (UserError when
   // tp does not split the model).
   const parallel::StrategyTraits tr = parallel::traits(s);
@@ -352,9 +396,11 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
   for (const model::UnitLayout& L : layouts) frozen.push_back(frozen_bytes(in, specs, L, shape.tp, tr.shard_params));
   m.frozen = 0;
   for (const FrozenBytes& f : frozen) m.frozen += f.persistent;
+  // A forward-only engine allocates the fp32 master and the frozen base, nothing else
+  // persistent (parallel::FsdpOptions::forward_only).
   m.params = 4.0 * u.state + m.frozen;
-  m.grads = 4.0 * u.state;
-  m.optimizer = 8.0 * u.state;
+  m.grads = in.forward_only() ? 0.0 : 4.0 * u.state;
+  m.optimizer = in.forward_only() ? 0.0 : 8.0 * u.state;
   // 4. Transient copies and buffers of a step, and the activations of a micro-step.
   transient_memory(in, s, layouts, frozen, u, p.batch.grad_accum, m);
   if (tr.shard_params && in.dims.base_quant != BaseQuant::None) {
@@ -376,6 +422,7 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
     m.step_start = outer_start + prefetched * (elem_bytes * u.max_block + block_wire);
   }
   m.activations = activation_memory(in, slice, p.activation_traffic, p.attention_score_traffic);
+  if (in.forward_only()) m.activations = forward_activation_memory(in, slice);
   if (outer_kept_quantized(in) && u.frozen > 0) {
     // The LM head of a kept-quantized outer unit dequantizes its weight a chunk at a time
     // into scratch (model::Transformer::head_weight_scratch: the whole head when it is at
@@ -431,7 +478,8 @@ std::string fit_alternatives(const PlanInput& in, parallel::Strategy forced) {
     if (p.valid && p.fits && p.strategy != forced)
       out.push_back(strprintf("parallel.strategy=%s on mesh %s (%s per rank)", parallel::strategy_name(p.strategy),
                               p.mesh_shape.str().c_str(), format_bytes(p.memory.total()).c_str()));
-  if (!in.activation_checkpointing) {
+  // Checkpointing lowers what a backward keeps; eval and generate have none.
+  if (!in.activation_checkpointing && !in.forward_only()) {
     PlanInput ac = in;
     ac.activation_checkpointing = true;
     try {
@@ -457,6 +505,23 @@ std::string fit_alternatives(const PlanInput& in, parallel::Strategy forced) {
     }
   }
   return join(out, ", or ");
+}
+
+std::string forward_memory_settings(const PlanInput& in) {
+  std::vector<std::string> ways;
+  ways.emplace_back("add ranks (parallel.strategy=full_shard or parallel.tp splits the parameters over them)");
+  if (in.use == ModelUse::Generate) {
+    // One sequence: what grows with the text is its forward and KV cache.
+    ways.emplace_back("use fewer --tokens or a shorter prompt");
+  } else {
+    ways.emplace_back("use a smaller train.micro_batch or train.seq_len");
+  }
+  // A LoRA model's frozen base in the compute dtype: QLoRA holds it in 4 bits.
+  if (in.dims.lora_rank > 0 && in.dims.base_quant == BaseQuant::None) ways.emplace_back("model.base_quant=nf4");
+  if (!in.bf16) ways.emplace_back("train.precision=bf16");
+  std::string text;
+  for (std::size_t i = 0; i < ways.size(); ++i) text += (i == 0 ? "" : i + 1 == ways.size() ? ", or " : ", ") + ways[i];
+  return text;
 }
 
 }  // namespace meshtrain::plan

@@ -94,6 +94,8 @@ PlanInput plan_input(const RunSpec& spec, const JobShape& job) {
   in.document_tokens = packed_document_tokens(spec.data);
   in.dpo = spec.train.preference();
   in.simpo = spec.train.simpo();
+  in.use = spec.use;
+  in.kv_cache_positions = spec.kv_cache_positions;
   return in;
 }
 
@@ -196,6 +198,18 @@ namespace {
 std::string over_budget_refusal(const RunSpec& spec, const PlanInput& in, const StrategyPlan& chosen, double budget,
                                 const std::string& budget_source) {
   const std::string alternatives = fit_alternatives(in, chosen.strategy);
+  if (in.forward_only()) {
+    // A forward pass holds no gradients or optimizer state: they are not named.
+    return strprintf(
+        "parallel.strategy=%s on mesh %s needs %s per rank for a forward pass (parameters %s, activations %s%s, "
+        "gathered buffers %s), more than the %s available per rank (%s); %s%s",
+        choice_name(spec.parallel.strategy), chosen.mesh_shape.str().c_str(), format_bytes(chosen.memory.total()).c_str(),
+        format_bytes(chosen.memory.params).c_str(), format_bytes(chosen.memory.activations).c_str(),
+        in.kv_cache_positions > 0 ? " with the KV cache" : "",
+        format_bytes(chosen.memory.gathered + chosen.memory.comm_buffers).c_str(), format_bytes(budget).c_str(),
+        budget_source.c_str(), alternatives.empty() ? "" : ("what would fit: " + alternatives + "; or ").c_str(),
+        forward_memory_settings(in).c_str());
+  }
   return strprintf(
       "parallel.strategy=%s on mesh %s needs %s per rank (parameters %s, gradients %s, optimizer %s, "
       "activations %s, gathered/communication buffers %s), more than the %s available per rank (%s); %s%s",
@@ -216,6 +230,11 @@ std::string no_fit_reason(const std::vector<StrategyPlan>& each, const PlanInput
   for (const auto& p : each)
     if (p.valid && (!least || p.memory.total() < least->memory.total())) least = &p;
   if (least == nullptr) return "no strategy can run this configuration: " + each.back().note;
+  if (in.forward_only())
+    return strprintf("no strategy fits the memory budget (the smallest, %s, needs %s per rank of %s usable for a "
+                     "forward pass): %s",
+                     parallel::strategy_name(least->strategy), format_bytes(least->memory.total()).c_str(),
+                     format_bytes(in.memory_budget * (1 - in.headroom)).c_str(), forward_memory_settings(in).c_str());
   return strprintf("no strategy fits the memory budget (the smallest, %s, needs %s per rank of %s usable): "
                    "add ranks, use train.activation_checkpointing=true, a smaller train.micro_batch, or bf16",
                    parallel::strategy_name(least->strategy), format_bytes(least->memory.total()).c_str(),
@@ -329,6 +348,7 @@ Resolution resolve(const RunSpec& spec, const JobShape& job, const CostModelInpu
   r.mesh_shape = chosen->mesh_shape;
   r.batch = chosen->batch;
   r.activation_checkpointing = chosen->activation_checkpointing;
+  r.memory_planned = chosen->memory.total();
   model::tp_dims(spec.dims, r.mesh_shape.tp, 0);  // the TP slice (heads, vocabulary) splits on the resolved mesh
   return res;
 }

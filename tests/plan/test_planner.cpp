@@ -4,6 +4,7 @@
 // runs is the cost model's rule: test_mesh_search, test_predictor).
 #include <gtest/gtest.h>
 
+#include "model/transformer.hpp"
 #include "plan/planner.hpp"
 #include "test_support.hpp"
 
@@ -149,6 +150,67 @@ TEST(Planner, FitAlternativesOfAForcedStrategy) {
       << fit_alternatives(no_ac, Strategy::NoShard);
   // ~65B on 8 GPUs: nothing to suggest.
   EXPECT_EQ(fit_alternatives(input(gpt(8192, 80), 8, 80), Strategy::FullShard), "");
+}
+
+// eval and generate (a forward pass, ModelUse::Evaluate / Generate): the parameters as the
+// training plan holds them, no gradients, moments or reduction buffers, and one block's
+// forward at a time -- the residual stream in and out, then the larger of the block's own
+// activations with its attention strips, and the head's normed rows with a logits chunk --
+// plus generate's KV cache. Values by hand for gpt(768, 12), fp32, one rank.
+TEST(Planner, ForwardOnlyCountsAForwardPass) {
+  PlanInput in = input(gpt(768, 12), 1, 6);
+  in.bf16 = false;
+  in.activation_checkpointing = false;
+  in.batch.micro_batch = 16;
+  in.attention_rows = 128;
+  const MeshShape m = mesh_shape_for_strategy(in, Strategy::NoShard);
+  const StrategyPlan train = plan_strategy(in, Strategy::NoShard, m);
+  in.use = ModelUse::Evaluate;
+  const StrategyPlan eval = plan_strategy(in, Strategy::NoShard, m);
+  EXPECT_DOUBLE_EQ(eval.memory.params, train.memory.params);
+  EXPECT_DOUBLE_EQ(eval.memory.gathered, train.memory.gathered);
+  EXPECT_EQ(eval.memory.grads, 0.0);
+  EXPECT_EQ(eval.memory.optimizer, 0.0);
+  EXPECT_EQ(eval.memory.grad_buffers + eval.memory.comm_buffers, 0.0);
+  const double N = 16 * 1024.0, C = 768, V = static_cast<double>(model::tp_dims(in.dims, 1, 0).vocab);
+  // GPT-2 block: norm1, x_mid, norm2 3C; qkv 3C; softmax statistics 12 heads x 2 fp32; attention
+  // output C; MLP input and activation 2 x 4C. Strips: 2 x B x 128 rows x seq.
+  const double block = N * (3 * C + 3 * C + 12 * 2 + C + 8 * C) + 2.0 * 16 * 128 * 1024;
+  const double chunk_rows = std::min(N, std::max(1.0, static_cast<double>(model::kHeadChunkElements) / V));
+  const double head = N * C + chunk_rows * V;
+  EXPECT_DOUBLE_EQ(eval.memory.activations, 4.0 * (2 * N * C + std::max(block, head)));
+  EXPECT_LT(eval.memory.total(), train.memory.total() / 4);
+  EXPECT_FALSE(eval.activation_checkpointing);
+  // The training step at this batch needs more than the 6 GiB; the forward pass does not.
+  EXPECT_FALSE(train.fits);
+  EXPECT_TRUE(eval.fits) << eval.note;
+  // generate: one sequence of 300 positions with its KV cache -- keys and values of 12 layers
+  // x 12 heads x 64 -- on top of the same pass without a cache.
+  in.use = ModelUse::Generate;
+  in.batch.micro_batch = 1;
+  in.batch.seq_len = 300;
+  const double no_cache = plan_strategy(in, Strategy::NoShard, m).memory.activations;
+  in.kv_cache_positions = 300;
+  const double cached = plan_strategy(in, Strategy::NoShard, m).memory.activations;
+  EXPECT_DOUBLE_EQ(cached - no_cache, 4.0 * 2 * 12 * 300 * 12 * 64);
+}
+
+// A forward pass's refusal names what changes its memory, never checkpointing: there is
+// no backward to checkpoint.
+TEST(Planner, ForwardOnlyRefusalsNameForwardSettings) {
+  PlanInput in = input(gpt(768, 12), 1, 0.25);
+  in.activation_checkpointing = false;
+  in.use = ModelUse::Evaluate;
+  ASSERT_FALSE(plan_strategy(in, Strategy::NoShard, mesh_shape_for_strategy(in, Strategy::NoShard)).fits);
+  EXPECT_EQ(fit_alternatives(in, Strategy::NoShard).find("activation_checkpointing"), std::string::npos)
+      << fit_alternatives(in, Strategy::NoShard);
+  const std::string eval = forward_memory_settings(in);
+  EXPECT_NE(eval.find("train.micro_batch"), std::string::npos) << eval;
+  EXPECT_EQ(eval.find("activation_checkpointing"), std::string::npos) << eval;
+  in.use = ModelUse::Generate;
+  const std::string generate = forward_memory_settings(in);
+  EXPECT_NE(generate.find("--tokens"), std::string::npos) << generate;
+  EXPECT_EQ(generate.find("train.micro_batch"), std::string::npos) << generate;
 }
 
 // The candidate meshes: every factorisation of the world with tp inside a node (dividing it

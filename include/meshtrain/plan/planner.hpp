@@ -41,6 +41,13 @@ struct PlanInput {
   /// Packed rows (prepare --pack): the mean tokens of a document (example); 0 = one document
   /// fills each row. The cost model counts the attention the kernels then compute.
   double document_tokens = 0;
+  /// eval, generate: forward passes of `batch` only -- the parameters as held on the mesh,
+  /// one block's forward transients, the head's logits chunk and generate's KV cache; no
+  /// gradients, optimizer state, gradient buffers or saved activations.
+  ModelUse use = ModelUse::Train;
+  /// generate: positions of its KV cache per sequence (0: none), batch.micro_batch sequences.
+  int kv_cache_positions = 0;
+  bool forward_only() const { return use != ModelUse::Train; }
 };
 
 /// Per-rank bytes by component.
@@ -120,6 +127,11 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
 /// other strategies that fit on this job with their mesh and per-rank memory, and `forced`
 /// (or another strategy) with activation checkpointing. "" when nothing fits.
 std::string fit_alternatives(const PlanInput& in, parallel::Strategy forced);
+
+/// For eval and generate (in.forward_only()): the settings that lower a forward pass's
+/// memory, as the tail of a refusal ("add ranks ..., or bf16"). Never activation
+/// checkpointing or optimizer settings, which a forward pass has nothing of.
+std::string forward_memory_settings(const PlanInput& in);
 
 /// Every mesh a strategy can run on for this job: dp_replicate x dp_shard x tp = world with
 /// tp dividing the node (tensor parallelism stays inside a node) and the model's heads, and

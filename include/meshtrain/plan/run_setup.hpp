@@ -55,6 +55,7 @@ struct RunSetup {
   bool activation_checkpointing = false;
   std::string strategy_reason; ///< why this strategy (and mesh, when searched)
   double memory_budget = 0;    ///< bytes per rank the planner used
+  double memory_planned = 0;   ///< bytes per rank the chosen plan needs (MemoryEstimate::total)
   int ranks_per_node = 0;      ///< the job's ranks per node (0: nodes of different sizes), recorded in checkpoints
   /// The effective configuration as INI text (every key; the resolved mesh, micro-batch and
   /// checkpointing in it): logged at start and stored in each checkpoint. record_ini is the

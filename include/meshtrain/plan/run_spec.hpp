@@ -141,6 +141,12 @@ struct KeysGiven {
   bool lora_options_on_command_line = false;  ///< model.lora_alpha or model.lora_targets on the command line
 };
 
+/// \brief What a command runs the model for, which decides what the planner counts (set by
+/// the command, not a key): a training step (train, plan, bench_io), or forward passes only
+/// -- eval's micro-batches, generate's one sequence per prompt (train::SessionUse::Inference)
+/// -- which hold no gradients, no optimizer state and no activations saved for backward.
+enum class ModelUse { Train, Evaluate, Generate };
+
 struct RunSpec {
   model::ModelDims dims;                    ///< model.*, defaults applied and checked
   model::KernelPaths kernel_paths;          ///< gpu.fused_loss, gpu.fused_norms, gpu.epilogues: the model's fused kernels
@@ -152,6 +158,11 @@ struct RunSpec {
   data::DataSource data;                    ///< data.dir
   OutputSpec output;
   KeysGiven given;
+  ModelUse use = ModelUse::Train;
+  /// generate: the positions its KV cache holds per sequence (the prompt and the new
+  /// tokens, at most model.max_seq_len; `batch` is then one sequence of that many); 0 = no
+  /// KV cache (--no_kv_cache).
+  int kv_cache_positions = 0;
 };
 
 }  // namespace meshtrain::plan
