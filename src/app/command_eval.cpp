@@ -197,11 +197,13 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
   const LoadedWeights weights = load_checkpoint_weights(session, setup, weights_source);
 
   train::TokenBatch token_batch(setup.batch.micro_batch, setup.batch.seq_len, sampler->document_masked());
+  MemoryPool::instance().reset_peaks();  // the evaluation's peak, not the load's staging
   const double t0 = now_seconds();
   const train::EvalResult r = train::evaluate(
       session, *sampler, train::EvalWindows{micro_batches, windows, masked, tc.preference(), train::preference_loss(tc)}, token_batch);
   const double tokens = r.tokens, loss = r.loss;
   const double seconds = now_seconds() - t0;
+  log_forward_memory("eval", setup);
   // A loss mask that is 0 on every window read (every target a prompt's or padding) leaves no
   // token to average: 0 / 0 would be printed as the loss. r.tokens is a global sum, so every
   // rank refuses alike.
@@ -302,7 +304,8 @@ int command_eval(Runtime& rt, const Args& args) {
   adopt_checkpoint_model_on_all(rt.world(), cfg, source, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
   take_seq_len_from_checkpoint(rt.world(), cfg, source);
-  const plan::RunSetup setup = resolve_run(cfg, rt);
+  // Planned for what an evaluation allocates: forward passes, no training state.
+  const plan::RunSetup setup = resolve_eval_run(cfg, rt);
   try {
     return setup.spec.train.bf16() ? run_eval<bf16>(rt, setup, o, source) : run_eval<float>(rt, setup, o, source);
   } catch (const OutOfDeviceMemory& e) {

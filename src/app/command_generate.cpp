@@ -133,6 +133,26 @@ ChatSystem chat_system_of(const GenerateOptions& o, const checkpoint::TokenizerR
   return s;
 }
 
+/// Tokens a --chat prompt can add around the user's message: the template's markers and a
+/// default system message (SmolLM2's is 14 tokens, Llama 3's markup under 30).
+constexpr int kChatMarkupTokens = 256;
+
+/// The most positions one prompt's generation can hold, for the memory plan, before any
+/// tokenizer is loaded: every tokenizer here (bytes, byte-level BPE, SentencePiece with
+/// byte fallback) makes at most one token of a byte, plus a BOS and SentencePiece's
+/// leading space; --chat adds its markup and --system. Then --tokens, within the model's
+/// window. A --prompt_file that cannot be read counts as empty: its reading reports that.
+int planned_positions(const GenerateOptions& o, int max_seq_len) {
+  std::size_t prompt_bytes = o.prompt.size();
+  if (!o.prompt_file.empty()) {
+    std::ifstream in(o.prompt_file, std::ios::binary);
+    for (std::string line; std::getline(in, line);) prompt_bytes = std::max(prompt_bytes, line.size());
+  }
+  double tokens = static_cast<double>(prompt_bytes) + 2 + static_cast<double>(o.tokens);
+  if (o.chat) tokens += kChatMarkupTokens + static_cast<double>(o.system.size());
+  return static_cast<int>(std::min<double>(tokens, max_seq_len));
+}
+
 template <class T>
 int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateOptions& o,
                  const WeightsSource& source) {
@@ -176,6 +196,7 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
                  data::chat_template_name(format.kind).c_str(),
                  system.text.empty() ? "none" : formats::json_text(formats::Json(system.text)).c_str(),
                  system.origin.c_str());
+  MemoryPool::instance().reset_peaks();  // generation's peak, not the load's staging
 
   // One prompt's reply (--chat) or continuation; every prompt starts from the same seed, so
   // a prompt's result does not depend on the prompts before it in --prompt_file.
@@ -225,6 +246,7 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
       std::fflush(stdout);
     }
     const double seconds = now_seconds() - t0;
+    log_forward_memory("generate", setup);
     if (root)
       std::fprintf(stderr, "generate: %s%s (loaded in %.2f s): %zu prompts from %s, %lld tokens at temperature %g, "
                    "top-k %d, seed %llu (%.2f s, %.2f s/prompt)\n",
@@ -238,6 +260,7 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
   train::GenerateStats stats;
   const std::string text = generate_one(o.prompt, &stats);
   const double seconds = now_seconds() - t0;
+  log_forward_memory("generate", setup);
   if (root) {
     // The text alone goes to stdout (pipe-friendly); what produced it goes to stderr.
     // The real count: sampling stops early when the model emits end-of-text.
@@ -325,7 +348,10 @@ int command_generate(Runtime& rt, const Args& args) {
   cfg.loaded_weights = source.path;  // where model.base_quant=gguf finds its base
   adopt_checkpoint_model_on_all(rt.world(), cfg, source, o.checkpoint);
   take_lora_from_checkpoint(rt.world(), cfg, source);
-  const plan::RunSetup setup = resolve_run(cfg, rt);
+  // Planned for what generation allocates: one sequence's forward and its KV cache, no
+  // training state, whatever train.micro_batch and train.seq_len say.
+  const plan::RunSetup setup =
+      resolve_generate_run(cfg, rt, planned_positions(o, cfg.model.max_seq_len), !o.no_kv_cache && o.tokens > 0);
   try {
     return setup.spec.train.bf16() ? run_generate<bf16>(rt, setup, o, source)
                                    : run_generate<float>(rt, setup, o, source);

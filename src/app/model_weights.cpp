@@ -15,7 +15,9 @@
 #include "comm/mpi_communicator.hpp"
 #include "core/check.hpp"
 #include "core/error.hpp"
+#include "core/format.hpp"
 #include "core/log.hpp"
+#include "core/memory.hpp"
 
 namespace meshtrain::app {
 
@@ -159,6 +161,13 @@ std::unique_ptr<data::Tokenizer> open_model_tokenizer(const checkpoint::Tokenize
                              "without tokenizer files",
             fallback == "byte" ? "the byte tokenizer" : fallback.c_str());
   return checkpoint::open_tokenizer(fallback);
+}
+
+void log_forward_memory(const char* command, const plan::RunSetup& setup) {
+  const MemoryStats& m = MemoryPool::instance().stats();
+  log::debug("%s: memory peak %s in use (%s reserved by the pool) after the load; planned %s per rank", command,
+             format_bytes(static_cast<double>(m.peak_total_in_use)).c_str(),
+             format_bytes(static_cast<double>(m.peak_reserved)).c_str(), format_bytes(setup.memory_planned).c_str());
 }
 
 void fit_mesh_to_job(Config& cfg, int world_size) {

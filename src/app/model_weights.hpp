@@ -85,4 +85,9 @@ template <class T>
 LoadedWeights load_checkpoint_weights(train::Session<T>& session, const plan::RunSetup& setup,
                                       const WeightsSource& source);
 
+/// eval, generate: this rank's memory peak since the pool's peaks were reset after the load
+/// beside the plan's forward-pass figure (RunSetup::memory_planned), at log level debug
+/// (output.log_level=debug): how the plan compares with the run.
+void log_forward_memory(const char* command, const plan::RunSetup& setup);
+
 }  // namespace meshtrain::app

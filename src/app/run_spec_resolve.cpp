@@ -1,5 +1,6 @@
 #include "app/run_spec_resolve.hpp"
 
+#include <algorithm>
 #include <sstream>
 #include <tuple>
 
@@ -250,6 +251,22 @@ plan::RunSetup resolve_run(const Config& config, const Topology& topo, const pla
 
 plan::RunSetup resolve_run(const Config& config, const Runtime& rt) {
   return with_effective_config(config, plan::resolve_run(resolve_spec(config), rt));
+}
+
+plan::RunSetup resolve_eval_run(const Config& config, const Runtime& rt) {
+  plan::RunSpec spec = resolve_spec(config);
+  spec.use = plan::ModelUse::Evaluate;
+  return with_effective_config(config, plan::resolve_run(spec, rt));
+}
+
+plan::RunSetup resolve_generate_run(const Config& config, const Runtime& rt, int positions, bool kv_cache) {
+  plan::RunSpec spec = resolve_spec(config);
+  spec.use = plan::ModelUse::Generate;
+  // Every rank runs the same one sequence; the training batch keys mean nothing here (a
+  // train.seq_len longer than the model's window must not stop a generation).
+  spec.batch = plan::BatchSpec{1, std::max(1, positions), 1, 0};
+  spec.kv_cache_positions = kv_cache ? spec.batch.seq_len : 0;
+  return with_effective_config(config, plan::resolve_run(spec, rt));
 }
 
 std::optional<checkpoint::StoredChoices> resumed_choices(const plan::RunSpec& spec, const Runtime& rt) {

@@ -40,6 +40,15 @@ plan::RunSetup resolve_run(const Config& config, const Topology& topo, const pla
 /// The same for this live job (collective when the planner measures the cost model's inputs).
 plan::RunSetup resolve_run(const Config& config, const Runtime& rt);
 
+/// resolve_run as `eval` runs it: train.micro_batch windows of train.seq_len, planned for
+/// forward passes only (plan::ModelUse::Evaluate). Collective.
+plan::RunSetup resolve_eval_run(const Config& config, const Runtime& rt);
+/// resolve_run as `generate` runs it: one sequence of at most `positions` tokens (the
+/// prompt and the new ones, at most model.max_seq_len) in place of train.micro_batch and
+/// train.seq_len, which generate does not use, with a KV cache of as many positions when
+/// `kv_cache`; planned for forward passes only (plan::ModelUse::Generate). Collective.
+plan::RunSetup resolve_generate_run(const Config& config, const Runtime& rt, int positions, bool kv_cache);
+
 /// What the checkpoint this run would resume from (checkpoint.resume = auto or PATH)
 /// recorded of its resolved shape, for the resolution to keep (plan::keeps); nullopt for a
 /// fresh start, a checkpoint written before the record, or one that cannot be found or

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `meshtrain eval` and `meshtrain generate` are planned for a forward pass, not a training
+# step (hunt s21, finding 1): the tiny GPT-2 after one training step, on one rank.
+#  * eval at micro-batch 8 x 64 under parallel.memory_limit=5MiB runs: a training step of
+#    that batch plans ~8 MiB (gradients, moments, saved activations), the forward ~3 MiB;
+#  * under 2MiB eval is refused (exit 2) with what changes a forward pass's memory -- the
+#    micro-batch -- and never activation checkpointing or gradients;
+#  * generate under 1MiB (a training step at the config's 2 x 32 plans ~3 MiB) runs, and a
+#    train.seq_len longer than model.max_seq_len, which generate does not use, does not stop it;
+#  * under 256KiB generate is refused naming --tokens, not checkpointing;
+#  * the memory each run used after the load (the pool's peak) is at most what it planned.
+set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
+rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
+cd "$TEST_TMP" || exit 1
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+tiny=$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini
+
+# run LABEL ARGS...: `meshtrain ARGS` on one rank; sets $rc; output in out.txt / err.txt.
+run() {
+  local label=$1
+  shift
+  echo "--- $label: $*"
+  # shellcheck disable=SC2086  # MPIEXEC is a command with flags
+  timeout $((60 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" "$@" >out.txt 2>err.txt
+  rc=$?
+  sed 's/^/  stdout: /' out.txt
+  sed 's/^/  stderr: /' err.txt
+  echo "  exit status $rc"
+}
+
+# peak_within_plan COMMAND: the debug line "COMMAND: memory peak X in use ...; planned Y per
+# rank" (log lines go to stdout) says the pool's peak after the load is at most the plan.
+peak_within_plan() {
+  local line
+  line=$(grep -h "$1: memory peak" out.txt err.txt) || { fail "$1: no memory line at log level debug"; return; }
+  echo "$line" | awk '
+    function bytes(v, u) { return v * (u == "GiB" ? 2^30 : u == "MiB" ? 2^20 : u == "KiB" ? 2^10 : 1) }
+    { for (i = 1; i <= NF; i++) { if ($i == "peak") peak = bytes($(i + 1), $(i + 2)); if ($i == "planned") plan = bytes($(i + 1), $(i + 2)) } }
+    END { exit !(peak > 0 && plan >= peak) }' || fail "$1: the measured peak is above the plan: $line"
+}
+
+run "train one step" train "$tiny" --data.dir=random --train.steps=1 --train.eval_every=0 --output.dir=run
+[[ $rc -eq 0 ]] || { fail "training failed"; exit 1; }
+
+eval_args=(eval run/config.ini --data.dir=random --batches 1 --train.micro_batch=8 --train.seq_len=64
+  --train.global_batch=8 --output.log_level=debug)
+run "eval in 5MiB" "${eval_args[@]}" --parallel.memory_limit=5MiB
+[[ $rc -eq 0 ]] || fail "eval under parallel.memory_limit=5MiB: exit status $rc (planned as a training step?)"
+peak_within_plan eval
+run "eval in 2MiB" "${eval_args[@]}" --parallel.memory_limit=2MiB
+[[ $rc -eq 2 ]] || fail "eval under parallel.memory_limit=2MiB: exit status $rc, not 2"
+grep "error:" err.txt | grep -qF "train.micro_batch" || fail "eval refusal: does not name train.micro_batch"
+grep "error:" err.txt | grep -Eq "activation_checkpointing|gradients|optimizer" &&
+  fail "eval refusal: names checkpointing, gradients or the optimizer, which a forward pass has none of"
+
+gen_args=(generate run/config.ini --prompt "Hello" --tokens 8 --temperature 0 --output.log_level=debug)
+run "generate in 1MiB" "${gen_args[@]}" --parallel.memory_limit=1MiB --train.seq_len=1000
+[[ $rc -eq 0 ]] || fail "generate under parallel.memory_limit=1MiB with train.seq_len=1000: exit status $rc"
+peak_within_plan generate
+run "generate in 256KiB" "${gen_args[@]}" --parallel.memory_limit=256KiB
+[[ $rc -eq 2 ]] || fail "generate under parallel.memory_limit=256KiB: exit status $rc, not 2"
+grep "error:" err.txt | grep -qF -- "--tokens" || fail "generate refusal: does not name --tokens"
+grep "error:" err.txt | grep -Eq "activation_checkpointing|train.micro_batch" &&
+  fail "generate refusal: names checkpointing or train.micro_batch, which generate does not use"
+
+if ((failures)); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "forward_memory_plan: all checks passed"
