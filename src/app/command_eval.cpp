@@ -197,7 +197,10 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
   const LoadedWeights weights = load_checkpoint_weights(session, setup, weights_source);
 
   train::TokenBatch token_batch(setup.batch.micro_batch, setup.batch.seq_len, sampler->document_masked());
-  MemoryPool::instance().reset_peaks();  // the evaluation's peak, not the load's staging
+  // The load's staging left in the pool's cache is returned (as the trainer does before its
+  // first step): the memory the evaluation holds, and its peak, are its own.
+  MemoryPool::instance().trim();
+  MemoryPool::instance().reset_peaks();
   const double t0 = now_seconds();
   const train::EvalResult r = train::evaluate(
       session, *sampler, train::EvalWindows{micro_batches, windows, masked, tc.preference(), train::preference_loss(tc)}, token_batch);

@@ -196,7 +196,10 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
                  data::chat_template_name(format.kind).c_str(),
                  system.text.empty() ? "none" : formats::json_text(formats::Json(system.text)).c_str(),
                  system.origin.c_str());
-  MemoryPool::instance().reset_peaks();  // generation's peak, not the load's staging
+  // The load's staging left in the pool's cache is returned (as the trainer does before its
+  // first step): the memory generation holds, and its peak, are its own.
+  MemoryPool::instance().trim();
+  MemoryPool::instance().reset_peaks();
 
   // One prompt's reply (--chat) or continuation; every prompt starts from the same seed, so
   // a prompt's result does not depend on the prompts before it in --prompt_file.

@@ -262,7 +262,11 @@ double forward_activation_memory(const PlanInput& in, const model::TpDims& slice
   const double head = N * C + head_chunk_elems(slice, N);
   double act = 2 * N * C + std::max(block, head);
   if (in.kv_cache_positions > 0) act += kv_cache_elems(in.dims, slice, B, in.kv_cache_positions);
-  return elem_bytes * act;
+  // Llama's RoPE tables (model::Transformer: cos and sin, fp32, max_seq_len x head_dim / 2)
+  // live beside them: small, but without them a short eval's peak (SmolLM2, one window of
+  // 64) was 0.1 MiB above the plan. (The training plan's larger transients cover them.)
+  const double rope = in.dims.family == model::Family::Gpt2 ? 0.0 : 2.0 * in.dims.max_seq_len * (in.dims.head_dim / 2);
+  return elem_bytes * act + 4.0 * rope;
 }
 
 /// Communication of one optimizer step of `s` on `shape` with `grad_accum` micro-steps
