@@ -6,6 +6,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -141,10 +142,13 @@ constexpr int kChatMarkupTokens = 256;
 /// tokenizer is loaded: every tokenizer here (bytes, byte-level BPE, SentencePiece with
 /// byte fallback) makes at most one token of a byte, plus a BOS and SentencePiece's
 /// leading space; --chat adds its markup and --system. Then --tokens, within the model's
-/// window. A --prompt_file that cannot be read counts as empty: its reading reports that.
+/// window. A --prompt_file that cannot be read counts as empty: its reading reports that --
+/// and one that is not a regular file is not opened here (a named pipe would block until a
+/// writer comes; read_prompt_file refuses it by name).
 int planned_positions(const GenerateOptions& o, int max_seq_len) {
   std::size_t prompt_bytes = o.prompt.size();
-  if (!o.prompt_file.empty()) {
+  std::error_code ec;
+  if (!o.prompt_file.empty() && std::filesystem::is_regular_file(o.prompt_file, ec)) {
     std::ifstream in(o.prompt_file, std::ios::binary);
     for (std::string line; std::getline(in, line);) prompt_bytes = std::max(prompt_bytes, line.size());
   }

@@ -62,7 +62,10 @@ void append_piece(const Tokenizer& tok, const std::string& path, const std::stri
   try {
     tok.encode_into(text, take);
   } catch (const UserError& e) {
-    throw UserError(strprintf("%s: %s", path.c_str(), e.what()));
+    // A failed write of the dataset (take) keeps its message and status (74 for a full disk);
+    // a tokenizer's refusal of the text is named by its file.
+    if (e.exit_status() == kExitIoError) throw;
+    throw UserError(strprintf("%s: %s", path.c_str(), e.what()), e.exit_status());
   }
   const std::int32_t eot = tok.eot_id();
   take(&eot, 1);
