@@ -5,7 +5,7 @@
 # 16) built from /usr/share/common-licenses and the fortunes corpus, repeated; tokenizers:
 #   byte          meshtrain's byte tokenizer (no peer)
 #   smollm2-bpe   the SmolLM2 GGUF's byte-level BPE; peer: Hugging Face `tokenizers` with its
-#                 vocabulary, merges and pre-tokenizer (as tests/data/tokenizer_parity.py)
+#                 vocabulary, merges and pre-tokenizer (built by tests/data/tokenizer_parity.py)
 #   sp-bpe        a SentencePiece BPE trained here in Llama 2's form (identity normalisation,
 #                 whitespace kept, dummy prefix, byte fallback); peer: `sentencepiece`
 #   sp-unigram    the same as a unigram model (meshtrain encodes its segments whole: the
@@ -50,9 +50,9 @@ out=$(stage_results "$FINAL_OUT")
 mkdir -p "$out/text" "$out/tok" "$out/runs"
 
 # ---- the document and the tokenizers ------------------------------------------------------
-"$py" - "$out" "$size_mb" "$gguf" <<'PY'
+"$py" - "$out" "$size_mb" "$gguf" "$ROOT" <<'PY'
 import glob, json, os, sys
-out, size_mb, gguf_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, size_mb, gguf_path, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 doc = os.path.join(out, "text", "doc.txt")
 want = size_mb * 1000 * 1000
 if not (os.path.exists(doc) and os.path.getsize(doc) == want):
@@ -72,18 +72,14 @@ if not (os.path.exists(doc) and os.path.getsize(doc) == want):
     open(doc, "wb").write(body)
 tok = os.path.join(out, "tok")
 if not os.path.exists(os.path.join(tok, "smollm2.json")):
-    import gguf
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    r = gguf.GGUFReader(gguf_path)
-    toks = r.fields["tokenizer.ggml.tokens"].contents()
-    merges = [tuple(m.split(" ", 1)) for m in r.fields["tokenizer.ggml.merges"].contents()]
-    types = r.fields["tokenizer.ggml.token_type"].contents()
-    tk = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(toks)}, merges=merges))
-    tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
-    tk.decoder = decoders.ByteLevel()
-    tk.add_special_tokens([AddedToken(toks[i], special=True, normalized=False) for i, t in enumerate(types) if t in (3, 4)])
-    tk.save(os.path.join(tok, "smollm2.json"))
+    # The reference tokenizer_parity checks meshtrain against: the GGUF's vocabulary and
+    # merges with SmolLM2's Digits + ByteLevel pre-tokenizer.
+    sys.path.insert(0, os.path.join(root, "tests", "data"))
+    from tokenizer_parity import gguf_vocab, hf_from_vocab
+    from tokenizers import pre_tokenizers
+    hf_from_vocab(*gguf_vocab(gguf_path), pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])).save(os.path.join(tok, "smollm2.json"))
 import sentencepiece as spm
 licenses = [p for p in sorted(glob.glob("/usr/share/common-licenses/*")) if os.path.isfile(p)]
 for mtype in ("bpe", "unigram"):
