@@ -10,7 +10,8 @@
 #                 whitespace kept, dummy prefix, byte fallback); peer: `sentencepiece`
 #   sp-unigram    the same as a unigram model (meshtrain encodes its segments whole: the
 #                 memory of the library's lattice); peer: `sentencepiece`
-# Each meshtrain run is `prepare --val_fraction 0` under /usr/bin/time; a peer run loads the
+# Each meshtrain run is `prepare --val_fraction 0`, timed by `measured` (wall seconds and the
+# child's max RSS from getrusage); a peer run loads the
 # tokenizer, then encodes the text whole (its seconds: the encode alone; its memory: the
 # process's peak, the text included, as meshtrain's). REPS runs of each (default 3),
 # interleaved; medians, and the ratio peer s / meshtrain s with its spread over the REPS x REPS
@@ -44,7 +45,6 @@ done
 [[ -z $baseline || -x $baseline ]] || { echo "bench_prepare: BASELINE=$baseline is not an executable" >&2; exit 2; }
 [[ -z $baseline ]] || baseline=$(realpath "$baseline")
 [[ -f $gguf ]] || { echo "bench_prepare: $gguf is missing (scripts/install-deps.sh)" >&2; exit 2; }
-[[ -x /usr/bin/time ]] || { echo "bench_prepare: /usr/bin/time is missing (Debian package time)" >&2; exit 2; }
 export RAYON_NUM_THREADS=$THREADS  # Hugging Face tokenizers' thread pool
 out=$(stage_results "$FINAL_OUT")
 mkdir -p "$out/text" "$out/tok" "$out/runs"
@@ -105,11 +105,26 @@ spec_of() {
   esac
 }
 
-# run_meshtrain NAME BIN TOKENIZER REP: prepare under /usr/bin/time -> runs/NAME-TOKENIZER-REP.{log,time}
+# measured FILE CMD...: runs CMD (its stdin this function's), writes "SECONDS MAX_RSS_KB" to FILE
+# and returns CMD's status. Python's getrusage of its waited-for child: no /usr/bin/time needed
+# (not installed by scripts/install-deps.sh).
+measured() {
+  local file=$1
+  shift
+  "$py" -c '
+import resource, subprocess, sys, time
+t0 = time.perf_counter()
+rc = subprocess.call(sys.argv[2:])
+s = time.perf_counter() - t0
+open(sys.argv[1], "w").write(f"{s:.3f} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\n")
+sys.exit(rc)' "$file" "$@"
+}
+
+# run_meshtrain NAME BIN TOKENIZER REP: prepare, measured -> runs/NAME-TOKENIZER-REP.{log,time}
 run_meshtrain() {
   local name=$1 b=$2 t=$3 rep=$4 d="$out/runs/$1-$3-$4"
   rm -rf "$d"
-  /usr/bin/time -f "%e %M" -o "$d.time" "$b" prepare --input "$out/text/doc.txt" --output "$d" \
+  measured "$d.time" "$b" prepare --input "$out/text/doc.txt" --output "$d" \
     --tokenizer "$(spec_of "$t")" --val_fraction 0 >"$d.log" 2>&1 ||
     { cat "$d.log" >&2; echo "bench_prepare: $name prepare with $t (run $rep) failed" >&2; exit 1; }
   grep -o "tokens: *[0-9]*" "$d.log" | head -1 | grep -o "[0-9]*$" >"$d.tokens"
@@ -119,7 +134,7 @@ run_meshtrain() {
 # run_peer TOKENIZER REP: the reference implementation -> runs/peer-TOKENIZER-REP.{time,s,tokens}
 run_peer() {
   local t=$1 rep=$2 p="$out/runs/peer-$1-$2"
-  /usr/bin/time -f "%e %M" -o "$p.time" "$py" - "$t" "$out" "$p" <<'PY' ||
+  measured "$p.time" "$py" - "$t" "$out" "$p" <<'PY' ||
 import sys, time
 t, out, p = sys.argv[1:4]
 text = open(f"{out}/text/doc.txt", encoding="utf-8").read()
