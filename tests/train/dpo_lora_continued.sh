@@ -102,10 +102,10 @@ ev=(eval "$ini" --data.dir=prefs --train.objective=dpo --train.seq_len=80 --mode
 rc=$?
 ((rc == 2)) && grep -q "comes from a DPO run that continued the LoRA adapters of its checkpoint.init_from" eval_full.log ||
   { cat eval_full.log; fail "eval --train.objective=dpo of the continued run's checkpoint: exit $rc"; }
-run eval_sft "$bin" "${ev[@]}" --checkpoint sft/checkpoints || true
+run eval_sft "$bin" "${ev[@]}" --checkpoint sft/checkpoints  # run counts a failure
 grep -q "the rewards measure what the adapters of .* (a train.objective=sft run) changed from the base" eval_sft.log ||
   fail "eval --train.objective=dpo of the SFT checkpoint does not say what its reference is"
-run eval_fresh "$bin" "${ev[@]}" --checkpoint fresh/checkpoints || true
+run eval_fresh "$bin" "${ev[@]}" --checkpoint fresh/checkpoints
 ! grep -q "changed from the base" eval_fresh.log || fail "eval of a DPO run's own checkpoint warns about its reference"
 
 ((failures == 0)) && echo "PASS: DPO continuing LoRA adapters measures against them (stored, resumed bitwise, 1 and 2 ranks); eval refuses what it cannot compute"
