@@ -206,7 +206,7 @@ int run_eval(const Runtime& rt, const plan::RunSetup& setup, const EvalOptions& 
       session, *sampler, train::EvalWindows{micro_batches, windows, masked, tc.preference(), train::preference_loss(tc)}, token_batch);
   const double tokens = r.tokens, loss = r.loss;
   const double seconds = now_seconds() - t0;
-  log_forward_memory("eval", setup);
+  log_forward_plan("eval", setup);
   // A loss mask that is 0 on every window read (every target a prompt's or padding) leaves no
   // token to average: 0 / 0 would be printed as the loss. r.tokens is a global sum, so every
   // rank refuses alike.

@@ -253,7 +253,7 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
       std::fflush(stdout);
     }
     const double seconds = now_seconds() - t0;
-    log_forward_memory("generate", setup);
+    log_forward_plan("generate", setup);
     if (root)
       std::fprintf(stderr, "generate: %s%s (loaded in %.2f s): %zu prompts from %s, %lld tokens at temperature %g, "
                    "top-k %d, seed %llu (%.2f s, %.2f s/prompt)\n",
@@ -267,7 +267,7 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
   train::GenerateStats stats;
   const std::string text = generate_one(o.prompt, &stats);
   const double seconds = now_seconds() - t0;
-  log_forward_memory("generate", setup);
+  log_forward_plan("generate", setup);
   if (root) {
     // The text alone goes to stdout (pipe-friendly); what produced it goes to stderr.
     // The real count: sampling stops early when the model emits end-of-text.

@@ -163,7 +163,9 @@ std::unique_ptr<data::Tokenizer> open_model_tokenizer(const checkpoint::Tokenize
   return checkpoint::open_tokenizer(fallback);
 }
 
-void log_forward_memory(const char* command, const plan::RunSetup& setup) {
+void log_forward_plan(const char* command, const plan::RunSetup& setup) {
+  log::debug("%s: mesh %s, strategy %s (%s)", command, setup.mesh_shape.str().c_str(),
+             parallel::strategy_name(setup.strategy), setup.strategy_reason.c_str());
   const MemoryStats& m = MemoryPool::instance().stats();
   log::debug("%s: memory peak %s in use (%s reserved by the pool) after the load; planned %s per rank", command,
              format_bytes(static_cast<double>(m.peak_total_in_use)).c_str(),

@@ -85,9 +85,10 @@ template <class T>
 LoadedWeights load_checkpoint_weights(train::Session<T>& session, const plan::RunSetup& setup,
                                       const WeightsSource& source);
 
-/// eval, generate: this rank's memory peak since the pool's peaks were reset after the load
-/// beside the plan's forward-pass figure (RunSetup::memory_planned), at log level debug
-/// (output.log_level=debug): how the plan compares with the run.
-void log_forward_memory(const char* command, const plan::RunSetup& setup);
+/// eval, generate, at log level debug (output.log_level=debug): the mesh and strategy the
+/// plan chose and why (ranked by one forward pass: plan::predict_step), and this rank's
+/// memory peak since the pool's peaks were reset after the load beside the plan's
+/// forward-pass figure (RunSetup::memory_planned): how the plan compares with the run.
+void log_forward_plan(const char* command, const plan::RunSetup& setup);
 
 }  // namespace meshtrain::app

@@ -121,11 +121,75 @@ void add_document_attention_work(const std::int32_t* doc_start, int B, int T, in
   }
 }
 
+namespace {
+
+/// eval and generate (in.forward_only()): one forward pass of PlanInput::forward_tokens per
+/// rank -- its GEMMs, its share of the memory-bound kernels, the gathers of a sharded
+/// strategy (they hide behind the forward's compute, all but the pipeline fill) and tensor
+/// parallelism's forward all-reduces. No backward, reduction, replication or optimizer: so a
+/// strategy that gathers for every forward (generate: for every token) ranks behind one
+/// that holds the parameters when both fit.
+StepPrediction predict_forward(const PlanInput& in, const StrategyPlan& p, const CostModelInputs& c) {
+  StepPrediction r;
+  const model::ModelDims& d = in.dims;
+  const CostConstants& k = c.constants;
+  const int tp = p.mesh_shape.tp;
+  const double tokens_per_rank = in.forward_tokens();
+  const double gemm_rate = c.model_gemm_flops > 0 ? c.model_gemm_flops : c.gemm_flops;
+  // A token attends to up to seq_len positions (generate: the new token against the whole
+  // KV cache, counted as the last token of a window of that length).
+  const int seq_len = in.batch.seq_len;
+  const double fa =
+      document_attention_fraction(seq_len, in.document_tokens, in.attention_rows > 0 ? in.attention_rows : seq_len);
+  const double forward = model::train_step_flops(d, seq_len, false, fa).forward;
+  const double attention = fa * (d.flops_per_token_forward(seq_len) - d.flops_per_token_forward(0));
+  if (c.attention_flops > 0) {
+    r.attention_s = attention * tokens_per_rank / tp / c.attention_flops;
+    r.gemm_s = (forward - attention) * tokens_per_rank / tp / gemm_rate + r.attention_s;
+  } else {
+    r.gemm_s = forward * tokens_per_rank / tp / gemm_rate;
+  }
+  // The memory-bound kernels' passes over the activations this forward writes (the plan's
+  // traffic is the whole batch's: scaled to the tokens of this pass), and the MLP
+  // activation's forward -- about half of its measured forward + backward, the share
+  // checkpointing's recomputation is charged too.
+  const double batch_tokens = static_cast<double>(in.batch.micro_batch) * seq_len;
+  const double streamed = (p.activation_traffic - (c.attention_flops > 0 ? p.attention_score_traffic : 0.0)) *
+                          (batch_tokens > 0 ? tokens_per_rank / batch_tokens : 0.0);
+  const double hidden = tokens_per_rank * d.n_layers * (static_cast<double>(d.ffn_dim) / tp);
+  r.activation_s = hidden * c.activation_s_per_elem * k.checkpoint_activation_rework;
+  r.elementwise_s = r.activation_s + k.forward_elementwise_passes * streamed / 2.0 / c.copy_bytes;
+  r.compute_s = r.gemm_s + r.elementwise_s;
+
+  const int rpn = std::max(1, in.ranks_per_node);
+  const GroupLink tp_link = group_link(tp, 1, rpn, c);
+  const GroupLink shard_link = group_link(p.mesh_shape.dp_shard, tp, rpn, c);
+  r.shard_crosses_nodes = shard_link.crosses_nodes;
+  r.shard_bus_bytes = shard_link.bus_bytes;
+  const CommVolume& v = p.comm;  // a forward pass's (planner: step_communication)
+  r.fsdp_comm_s = collective_seconds(shard_link, v.gather_collectives, v.fsdp_gather, Collective::AllGather, c);
+  r.tp_comm_s = collective_seconds(tp_link, v.tp_collectives, v.tp, Collective::AllReduce, c) +
+                (tp > 1 ? v.tp_collectives * c.sync_seconds(tp) : 0.0);
+  const double fill_g = v.fill_gather > 0 ? collective_seconds(shard_link, 2, v.fill_gather, Collective::AllGather, c) : 0.0;
+  r.exposed_fsdp_s = in.prefetch > 0 ? std::min(r.fsdp_comm_s, fill_g + std::max(0.0, r.fsdp_comm_s - fill_g - r.compute_s))
+                                     : r.fsdp_comm_s;
+  r.exposed_fsdp_s += (1.0 - std::clamp(c.overlap, 0.0, 1.0)) * (r.fsdp_comm_s - r.exposed_fsdp_s);
+  r.step_seconds_no_overlap = r.compute_s + r.fsdp_comm_s + r.tp_comm_s;
+  r.step_seconds_overlap = r.compute_s + r.tp_comm_s + r.exposed_fsdp_s;
+  // eval's data-parallel ranks read different windows; generate's all run the same sequence.
+  const double ranks_reading = in.use == ModelUse::Generate ? 1.0 : static_cast<double>(p.mesh_shape.dp());
+  r.tokens_per_s = r.step_seconds_overlap > 0 ? tokens_per_rank * ranks_reading / r.step_seconds_overlap : 0;
+  return r;
+}
+
+}  // namespace
+
 StepPrediction predict_step(const PlanInput& in, const StrategyPlan& p, const CostModelInputs& c) {
   StepPrediction r;
   const model::ModelDims& d = in.dims;
   const CostConstants& k = c.constants;
   if (!p.valid) return r;
+  if (in.forward_only()) return predict_forward(in, p, c);
   const int dp = p.mesh_shape.dp(), tp = p.mesh_shape.tp;
   const double global = p.batch.global_batch;  // windows per step: BatchSpec::resolved for this dp
   const double tokens = global * in.batch.seq_len;

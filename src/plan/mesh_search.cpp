@@ -111,7 +111,13 @@ void rank(MeshSearch& out, const PlanInput& in) {
                                              : "add ranks, use bf16, or train.activation_checkpointing=true");
   } else {
     const Candidate& w = out.candidates[out.chosen];
-    out.reason = strprintf("fastest predicted step that fits: %.3f s, %s of %s usable per rank", w.pred.step_seconds_overlap,
+    // eval and generate are ranked by one forward pass (cost_model.hpp: predict_step).
+    const char* what = in.use == ModelUse::Generate ? "forward pass per generated token"
+                       : in.use == ModelUse::Evaluate ? "forward pass of the eval batch"
+                                                       : "step";
+    // A generated token's forward takes microseconds: three significant digits, not three decimals.
+    const std::string seconds = strprintf(in.forward_only() ? "%.3g s" : "%.3f s", w.pred.step_seconds_overlap);
+    out.reason = strprintf("fastest predicted %s that fits: %s, %s of %s usable per rank", what, seconds.c_str(),
                            format_bytes(w.plan.memory.total()).c_str(), format_bytes(usable).c_str());
     int ahead_not_fitting = 0;  // faster, or as fast and moving fewer bytes, but too large
     for (int i = 0; i < fastest; ++i) ahead_not_fitting += !out.candidates[i].plan.fits;

@@ -270,7 +270,10 @@ double forward_activation_memory(const PlanInput& in, const model::TpDims& slice
 }
 
 /// Communication of one optimizer step of `s` on `shape` with `grad_accum` micro-steps
-/// (bytes per rank on the wire and collective counts).
+/// (bytes per rank on the wire and collective counts). For eval and generate
+/// (in.forward_only()) of one forward pass (PlanInput::forward_tokens): its gathers
+/// once each (nothing re-gathers, nothing is reduced or replicated) and tensor parallelism's
+/// forward all-reduces.
 CommVolume step_communication(const PlanInput& in, parallel::Strategy s, const MeshShape& shape,
                               const std::vector<model::UnitLayout>& layouts, const std::vector<FrozenBytes>& frozen,
                               const UnitTotals& u, int grad_accum) {
@@ -278,7 +281,8 @@ CommVolume step_communication(const PlanInput& in, parallel::Strategy s, const M
   const double elem_bytes = in.bf16 ? 2.0 : 4.0;
   const double wire_bytes = in.reduce_dtype == DType::BF16 ? 2.0 : 4.0;
   CommVolume c;
-  const int A = grad_accum, dp = shape.dp();
+  const bool fwd = in.forward_only();
+  const int A = fwd ? 1 : grad_accum, dp = shape.dp();
   const double S = shape.dp_shard;
   double gathered_bytes = 0, reduced_bytes = 0, frozen_bytes = 0;
   for (std::size_t i = 0; i < layouts.size(); ++i) {
@@ -293,40 +297,43 @@ CommVolume step_communication(const PlanInput& in, parallel::Strategy s, const M
   if (tr.shard_params && S > 1) {
     // Per micro-step the outer unit is gathered once and every block once (forward), or
     // twice when it is resharded after forward (forward and backward).
-    c.fsdp_gather = A * (S - 1) / S * (outer_bytes + (tr.reshard_after_forward ? 2.0 : 1.0) * block_bytes);
-    c.fsdp_gather_backward = tr.reshard_after_forward ? A * (S - 1) / S * block_bytes : 0.0;
+    const bool regather = tr.reshard_after_forward && !fwd;  // a forward pass gathers each block once
+    c.fsdp_gather = A * (S - 1) / S * (outer_bytes + (regather ? 2.0 : 1.0) * block_bytes);
+    c.fsdp_gather_backward = regather ? A * (S - 1) / S * block_bytes : 0.0;
     const double frozen_blocks = frozen_bytes - frozen[0].wire;
-    c.frozen_gather = A * (S - 1) / S * (frozen[0].wire + (tr.reshard_after_forward ? 2.0 : 1.0) * frozen_blocks);
-    c.fsdp_reduce = (tr.reduce_every_micro ? A : 1) * (S - 1) / S * reduced_bytes;
+    c.frozen_gather = A * (S - 1) / S * (frozen[0].wire + (regather ? 2.0 : 1.0) * frozen_blocks);
+    c.fsdp_reduce = fwd ? 0.0 : (tr.reduce_every_micro ? A : 1) * (S - 1) / S * reduced_bytes;
     // One all-gather per non-empty segment (frozen, trainable) of a unit.
     const auto segments = [](const model::UnitLayout& L) {
       return (L.frozen_shard_numel > 0 ? 1 : 0) + (L.shard_numel > 0 ? 1 : 0);
     };
     const int block_segments = in.dims.n_layers > 0 ? segments(layouts[1]) : 0;
-    c.gather_collectives = A * (segments(layouts[0]) + (tr.reshard_after_forward ? 2 : 1) * in.dims.n_layers * block_segments);
-    c.reduce_collectives = (tr.reduce_every_micro ? A : 1) * u.reduced_units;
+    c.gather_collectives = A * (segments(layouts[0]) + (regather ? 2 : 1) * in.dims.n_layers * block_segments);
+    c.reduce_collectives = fwd ? 0 : (tr.reduce_every_micro ? A : 1) * u.reduced_units;
     c.fill_gather = A * (S - 1) / S * (outer_bytes + (layouts.size() > 1 ? frozen[1].wire : 0.0) +
                                        elem_bytes * u.max_block_trainable);
-    c.fill_reduce = (S - 1) / S * wire_bytes * u.outer_trainable;
-  } else if (!tr.shard_params && dp > 1) {
+    c.fill_reduce = fwd ? 0.0 : (S - 1) / S * wire_bytes * u.outer_trainable;
+  } else if (!tr.shard_params && dp > 1 && !fwd) {  // replicated parameters: a forward pass communicates nothing
     c.fsdp_reduce = 2.0 * (dp - 1) / dp * reduced_bytes;
     c.reduce_collectives = u.reduced_units;
     c.reduce_is_all_reduce = true;
     c.fill_reduce = 2.0 * (dp - 1) / dp * wire_bytes * u.outer_trainable;
   }
   c.fsdp_collectives = c.gather_collectives + c.reduce_collectives;
-  if (tr.shard_params && shape.dp_replicate > 1) {
+  if (tr.shard_params && shape.dp_replicate > 1 && !fwd) {
     const double Rr = shape.dp_replicate;
     c.replicate = 2.0 * (Rr - 1) / Rr * 4.0 * u.state;
     c.replicate_collectives = u.reduced_units;
   }
   if (shape.tp > 1) {
     // Per block: forward 2 (attention out, MLP out), backward 2 (norm input grads), plus the
-    // recomputation's 2 with activation checkpointing; embedding 1 and head 1.
-    const double N = static_cast<double>(in.batch.micro_batch) * in.batch.seq_len, C = in.dims.d_model;
+    // recomputation's 2 with activation checkpointing; embedding 1 and head 1. A forward
+    // pass: the forward's 2 per block, over its own tokens.
+    const double N = fwd ? in.forward_tokens() : static_cast<double>(in.batch.micro_batch) * in.batch.seq_len;
+    const double C = in.dims.d_model;
     const double layers = in.dims.n_layers;
     const double per = 2.0 * (shape.tp - 1) / shape.tp * N * C * elem_bytes;
-    const double per_block_ars = in.activation_checkpointing ? 6 : 4;
+    const double per_block_ars = fwd ? 2 : in.activation_checkpointing ? 6 : 4;
     c.tp = A * per * (per_block_ars * layers + 2);
     c.tp_collectives = static_cast<int>(A * (per_block_ars * layers + 2));
   }

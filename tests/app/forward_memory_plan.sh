@@ -8,7 +8,10 @@
 #  * generate under 1MiB (a training step at the config's 2 x 32 plans ~3 MiB) runs, and a
 #    train.seq_len longer than model.max_seq_len, which generate does not use, does not stop it;
 #  * under 256KiB generate is refused naming --tokens, not checkpointing;
-#  * the memory each run used after the load (the pool's peak) is at most what it planned.
+#  * the memory each run used after the load (the pool's peak) is at most what it planned;
+#  * on 2 ranks with parallel.strategy=auto, generate and eval are ranked by a forward pass
+#    (plan::predict_step): with the parameters fitting on each rank the pick is no_shard,
+#    which communicates nothing, not a strategy that gathers the model for every token.
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
@@ -17,13 +20,14 @@ failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 tiny=$MESHTRAIN_SOURCE_DIR/inputs/tiny-gpt2.ini
 
-# run LABEL ARGS...: `meshtrain ARGS` on one rank; sets $rc; output in out.txt / err.txt.
+# run LABEL ARGS...: `meshtrain ARGS` on one rank (RANKS=n: n ranks); sets $rc; output in
+# out.txt / err.txt.
 run() {
   local label=$1
   shift
   echo "--- $label: $*"
   # shellcheck disable=SC2086  # MPIEXEC is a command with flags
-  timeout $((60 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" "$@" >out.txt 2>err.txt
+  timeout $((60 * time_scale)) $MPIEXEC -n "${RANKS:-1}" "$MESHTRAIN_BIN" "$@" >out.txt 2>err.txt
   rc=$?
   sed 's/^/  stdout: /' out.txt
   sed 's/^/  stderr: /' err.txt
@@ -64,6 +68,22 @@ run "generate in 256KiB" "${gen_args[@]}" --parallel.memory_limit=256KiB
 grep "error:" err.txt | grep -qF -- "--tokens" || fail "generate refusal: does not name --tokens"
 grep "error:" err.txt | grep -Eq "activation_checkpointing|train.micro_batch" &&
   fail "generate refusal: names checkpointing or train.micro_batch, which generate does not use"
+
+# chosen_strategy COMMAND STRATEGY WHAT: the debug line "COMMAND: mesh M, strategy S (why)"
+# names STRATEGY, ranked by WHAT.
+chosen_strategy() {
+  local line
+  line=$(grep -h "$1: mesh .*, strategy" out.txt err.txt | head -n 1) || { fail "$1: no strategy line at log level debug"; return; }
+  [[ $line == *"strategy $2 ("* ]] || fail "$1 on 2 ranks: not $2: $line"
+  [[ $line == *"fastest predicted $3 that fits"* ]] || fail "$1 on 2 ranks: not ranked by a $3: $line"
+}
+RANKS=2 run "generate on 2 ranks, auto" "${gen_args[@]}" --parallel.strategy=auto --parallel.tp=1
+[[ $rc -eq 0 ]] || fail "generate on 2 ranks: exit status $rc"
+chosen_strategy generate no_shard "forward pass per generated token"
+RANKS=2 run "eval on 2 ranks, auto" eval run/config.ini --data.dir=random --batches 1 --train.micro_batch=4 \
+  --train.seq_len=64 --train.global_batch=8 --output.log_level=debug --parallel.strategy=auto --parallel.tp=1
+[[ $rc -eq 0 ]] || fail "eval on 2 ranks: exit status $rc"
+chosen_strategy eval no_shard "forward pass of the eval batch"
 
 if ((failures)); then
   echo "$failures check(s) failed" >&2

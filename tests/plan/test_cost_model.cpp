@@ -372,3 +372,81 @@ TEST(CostModel, EveryTensorParallelAllReducePaysItsGroupsMeasuredSyncCost) {
   EXPECT_EQ(predict_step(in, p1, c).tp_comm_s, 0.0);
   EXPECT_EQ(c.sync_seconds(8), 0.0);  // a group size not measured
 }
+
+TEST(CostModel, AForwardPassHasNoBackwardReductionOrOptimizer) {
+  // eval and generate are ranked by one forward pass (PlanInput::use): its GEMMs, its gathers
+  // once each, no gradient reduction, replication or optimizer.
+  const auto d = small_gpt();
+  auto train_in = input(d, 4);
+  auto in = train_in;
+  in.use = ModelUse::Evaluate;
+  const CostModelInputs c = fixed_costs();
+  const double tokens = 4.0 * 256;  // the eval batch per rank: micro_batch x seq_len
+  ASSERT_EQ(in.forward_tokens(), tokens);
+  const double forward_flops = model::train_step_flops(d, 256, false).forward;
+  for (auto s : {parallel::Strategy::FullShard, parallel::Strategy::ShardGradOp, parallel::Strategy::NoShard}) {
+    const auto plan = plan_for(in, s);
+    ASSERT_TRUE(plan.valid);
+    const StepPrediction p = predict_step(in, plan, c);
+    EXPECT_DOUBLE_EQ(p.gemm_s, forward_flops * tokens / c.gemm_flops) << parallel::strategy_name(s);
+    EXPECT_EQ(p.optimizer_s, 0.0);
+    EXPECT_EQ(p.replicate_comm_s, 0.0);
+    EXPECT_EQ(plan.comm.fsdp_reduce, 0.0);
+    EXPECT_EQ(plan.comm.reduce_collectives, 0);
+    EXPECT_LT(p.step_seconds_overlap, predict_step(train_in, plan_for(train_in, s), c).step_seconds_overlap / 2);
+  }
+  // Replicated parameters: a forward pass communicates nothing.
+  const auto ns = plan_for(in, parallel::Strategy::NoShard);
+  EXPECT_EQ(ns.comm.total(), 0.0);
+  EXPECT_EQ(predict_step(in, ns, c).fsdp_comm_s, 0.0);
+  // Sharded: every unit gathered once (full_shard does not re-gather for a backward), the
+  // volume shard_grad_op's training step gathers for its one forward.
+  const auto fs = plan_for(in, parallel::Strategy::FullShard);
+  const auto sg_train = plan_for(train_in, parallel::Strategy::ShardGradOp);
+  const int accum = sg_train.batch.grad_accum;
+  EXPECT_DOUBLE_EQ(fs.comm.fsdp_gather, sg_train.comm.fsdp_gather / accum);
+  EXPECT_EQ(fs.comm.gather_collectives, sg_train.comm.gather_collectives / accum);
+  EXPECT_EQ(fs.comm.fsdp_gather_backward, 0.0);
+  EXPECT_GT(predict_step(in, fs, c).fsdp_comm_s, 0.0);
+}
+
+TEST(CostModel, AGeneratedTokenIsOneForwardPositionThatStillGathersEveryUnit) {
+  const auto d = small_gpt();
+  auto in = input(d, 2);
+  in.use = ModelUse::Generate;
+  in.batch = BatchSpec{1, 512, 1, 0};  // one sequence of 512 positions
+  in.kv_cache_positions = 512;
+  const CostModelInputs c = fixed_costs();
+  ASSERT_EQ(in.forward_tokens(), 1.0);  // against the KV cache: the new position only
+  const auto fs = plan_for(in, parallel::Strategy::FullShard);
+  const auto ns = plan_for(in, parallel::Strategy::NoShard);
+  const StepPrediction f = predict_step(in, fs, c), n = predict_step(in, ns, c);
+  EXPECT_DOUBLE_EQ(n.gemm_s, model::train_step_flops(d, 512, false).forward / c.gemm_flops);
+  // A token's forward is far shorter than the gathers of the whole model it waits for:
+  // sharding costs them every token, holding the parameters nothing.
+  EXPECT_EQ(n.step_seconds_overlap, n.compute_s);
+  EXPECT_GT(f.fsdp_comm_s, 10 * f.compute_s);
+  EXPECT_GT(f.step_seconds_overlap, 10 * n.step_seconds_overlap);
+  // Both ranks run the same sequence: one token per step, not one per rank.
+  EXPECT_DOUBLE_EQ(n.tokens_per_s, 1.0 / n.step_seconds_overlap);
+  // Without the cache each token runs the whole sequence again.
+  in.kv_cache_positions = 0;
+  EXPECT_EQ(in.forward_tokens(), 512.0);
+  EXPECT_GT(predict_step(in, plan_for(in, parallel::Strategy::NoShard), c).gemm_s, 500 * n.gemm_s);
+}
+
+TEST(CostModel, TensorParallelForwardRunsTwoAllReducesPerBlock) {
+  const auto d = small_gpt();
+  auto in = input(d, 2);
+  in.mesh_request = {1, 1, 2};
+  in.use = ModelUse::Evaluate;
+  const auto plan = plan_for(in, parallel::Strategy::NoShard);
+  ASSERT_TRUE(plan.valid) << plan.note;
+  ASSERT_EQ(plan.mesh_shape.tp, 2);
+  // attention out and MLP out per block, the embedding and the head
+  EXPECT_EQ(plan.comm.tp_collectives, 2 * d.n_layers + 2);
+  auto train_in = in;
+  train_in.use = ModelUse::Train;
+  const auto train_plan = plan_for(train_in, parallel::Strategy::NoShard);
+  EXPECT_EQ(train_plan.comm.tp_collectives, train_plan.batch.grad_accum * (4 * d.n_layers + 2));
+}

@@ -142,3 +142,47 @@ TEST(MeshSearch, FixedMeshAutoTakesTheFastestThatFitsAndBreaksTiesByBytes) {
   }
   EXPECT_NE(ms.reason.find("fastest predicted step that fits"), std::string::npos) << ms.reason;
 }
+
+TEST(MeshSearch, GenerateIsRankedByATokensForwardAndHoldsTheParametersWhereTheyFit) {
+  // SmolLM2-135M's shape generating one sequence on 8 ranks of a node: a token's forward is
+  // microseconds, every gather of the model costs it again. Where the whole model fits on
+  // each rank, the pick is no_shard without tensor parallelism: no communication at all.
+  model::ModelSettings m;
+  m.family = ModelFamily::Llama;
+  m.vocab_size = 49152;
+  m.d_model = 576;
+  m.n_layers = 30;
+  m.n_heads = 9;
+  m.n_kv_heads = 3;
+  m.ffn_dim = 1536;
+  m.max_seq_len = 2048;
+  RunSpec cfg;
+  cfg.dims = model::resolve_dims(m);
+  cfg.parallel.mesh_request = {-1, -1, -1};
+  cfg.use = ModelUse::Generate;
+  cfg.batch = BatchSpec{1, 1024, 1, 0};
+  cfg.kv_cache_positions = 1024;
+  cfg.train.precision = Precision::Bf16;
+  plan::PlanInput in;
+  in.dims = cfg.dims;
+  in.world = 8;
+  in.ranks_per_node = 8;
+  in.mesh_request = cfg.parallel.mesh_request;
+  in.batch = cfg.batch;
+  in.bf16 = true;
+  in.use = ModelUse::Generate;
+  in.kv_cache_positions = 1024;
+  in.memory_budget = 80.0 * 1073741824.0;
+  const MeshSearch ms = search_meshes(in, search_space(cfg), h100ish());
+  ASSERT_GE(ms.chosen, 0) << ms.reason;
+  const Candidate& w = ms.candidates[ms.chosen];
+  EXPECT_EQ(w.plan.strategy, parallel::Strategy::NoShard) << ms.reason;
+  EXPECT_EQ(w.plan.mesh_shape.tp, 1) << ms.reason;
+  EXPECT_EQ(w.plan.comm.total(), 0.0);
+  EXPECT_NE(ms.reason.find("fastest predicted forward pass per generated token that fits"), std::string::npos)
+      << ms.reason;
+  // A sharded candidate pays the gathers of all 30 blocks for the token.
+  for (const Candidate& c : ms.candidates)
+    if (c.plan.strategy == parallel::Strategy::FullShard && c.plan.mesh_shape.dp_shard > 1)
+      EXPECT_GT(c.pred.step_seconds_overlap, 2 * w.pred.step_seconds_overlap);
+}

@@ -30,6 +30,9 @@ struct CostConstants {
   /// Extra passes of those kernels with activation checkpointing (the recomputed forward).
   /// Counted, as above.
   double checkpoint_elementwise_passes = 2.0;
+  /// The same kernels' passes in a forward pass alone (eval, generate): the recomputed
+  /// forward's count, the same kernels.
+  double forward_elementwise_passes = 2.0;
   /// The MLP activation's recomputed forward as a fraction of its measured forward +
   /// backward (checkpointing): the forward is about half of the pair. Estimated.
   double checkpoint_activation_rework = 0.5;
@@ -160,7 +163,9 @@ void add_document_attention_work(const std::int32_t* doc_start, int B, int T, in
                                  double& full);
 
 /// The step of `plan` (one strategy on one mesh, from plan_strategy(in, ...)) for the job
-/// `in` describes, on the machine `c` describes.
+/// `in` describes, on the machine `c` describes. For eval and generate (in.forward_only())
+/// the "step" is one forward pass of PlanInput::forward_tokens (generate: one new token),
+/// which ranks their strategies.
 StepPrediction predict_step(const PlanInput& in, const StrategyPlan& plan, const CostModelInputs& c);
 
 }  // namespace meshtrain::plan

@@ -48,6 +48,14 @@ struct PlanInput {
   /// generate: positions of its KV cache per sequence (0: none), batch.micro_batch sequences.
   int kv_cache_positions = 0;
   bool forward_only() const { return use != ModelUse::Train; }
+  /// The tokens per rank of the forward pass the cost model times for eval and generate (the
+  /// "step" they are ranked by): eval's micro-batch of windows; for generate one token of
+  /// each sequence -- a position against the KV cache, or without one the whole sequence
+  /// again (what each new token costs).
+  double forward_tokens() const {
+    const double sequences = batch.micro_batch;
+    return use == ModelUse::Generate && kv_cache_positions > 0 ? sequences : sequences * batch.seq_len;
+  }
 };
 
 /// Per-rank bytes by component.
