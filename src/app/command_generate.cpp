@@ -2,7 +2,7 @@
 // same forward; the token is drawn from identical logits with an identically seeded
 // generator (train/generate.hpp), so the text depends on the weights and the options, not
 // on the ranks. The trainer's end-of-run sample (train.sample_tokens) is the same call with
-// temperature 0.8, top-k 40 and seed train.seed.
+// train.sample_temperature, sample_top_k, sample_top_p, sample_min_p and seed train.seed.
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
@@ -36,8 +36,7 @@ struct GenerateOptions {
   std::string checkpoint;
   std::string prompt;
   int tokens = 100;
-  double temperature = 0.8;
-  int top_k = 40;
+  train::SamplingSettings sampling;  // --temperature, --top_k, --top_p, --min_p
   std::uint64_t seed = 1;
   std::string tokenizer = "auto";
   bool no_kv_cache = false;
@@ -209,8 +208,7 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
   // a prompt's result does not depend on the prompts before it in --prompt_file.
   auto generate_one = [&](const std::string& prompt, train::GenerateStats* stats) {
     if (!o.chat)
-      return train::sample_text(session, *tok, prompt, o.tokens, o.temperature, o.top_k, o.seed, !o.no_kv_cache,
-                                stats);
+      return train::sample_text(session, *tok, prompt, o.tokens, o.sampling, o.seed, !o.no_kv_cache, stats);
     // The rendered conversation (with BOS when the model expects one); the reply ends at
     // the template's end-of-turn marker or the tokenizer's end of text.
     const data::ChatPrompt chat = data::chat_generation_prompt(format, prompt, system.text);
@@ -219,8 +217,7 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
       ids.insert(ids.begin(), tok->bos_id());
     train::SamplingOptions so;
     so.max_new_tokens = o.tokens;
-    so.temperature = o.temperature;
-    so.top_k = o.top_k;
+    so.sampling = o.sampling;
     so.seed = o.seed;
     so.stop_token = tok->eot_id() < setup.spec.dims.valid_vocab ? tok->eot_id() : -1;
     so.kv_cache = !o.no_kv_cache;
@@ -255,11 +252,12 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
     const double seconds = now_seconds() - t0;
     log_forward_plan("generate", setup);
     if (root)
-      std::fprintf(stderr, "generate: %s%s (loaded in %.2f s): %zu prompts from %s, %lld tokens at temperature %g, "
-                   "top-k %d, seed %llu (%.2f s, %.2f s/prompt)\n",
+      std::fprintf(stderr, "generate: %s%s (loaded in %.2f s): %zu prompts from %s, %lld tokens at %s, seed %llu "
+                   "(%.2f s, %.2f s/prompt)\n",
                    weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
-                   weights.load_seconds, prompts.size(), o.prompt_file.c_str(), total_tokens, o.temperature, o.top_k,
-                   static_cast<unsigned long long>(o.seed), seconds, seconds / prompts.size());
+                   weights.load_seconds, prompts.size(), o.prompt_file.c_str(), total_tokens,
+                   train::sampling_settings_text(o.sampling).c_str(), static_cast<unsigned long long>(o.seed), seconds,
+                   seconds / prompts.size());
     return 0;
   }
 
@@ -275,11 +273,10 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
     std::string count = strprintf("%d token%s", generated, generated == 1 ? "" : "s");
     if (generated < o.tokens)
       count += strprintf(" (of --tokens %d: stopped at %s)", o.tokens, o.chat ? "the end of the turn" : "end-of-text");
-    std::fprintf(stderr, "generate: %s%s (loaded in %.2f s), %s at temperature %g, top-k %d, seed %llu "
-                 "(%.2f s)\n",
+    std::fprintf(stderr, "generate: %s%s (loaded in %.2f s), %s at %s, seed %llu (%.2f s)\n",
                  weights.path.c_str(), weights.step >= 0 ? strprintf(" (step %d)", weights.step).c_str() : "",
-                 weights.load_seconds, count.c_str(), o.temperature, o.top_k, static_cast<unsigned long long>(o.seed),
-                 seconds);
+                 weights.load_seconds, count.c_str(), train::sampling_settings_text(o.sampling).c_str(),
+                 static_cast<unsigned long long>(o.seed), seconds);
     // Per-token cost after the first (which includes the prompt's forward): what the KV
     // cache changes; perf/bench_generate.sh compares it with and without.
     std::fprintf(stderr, "generate: %d-token context, first token %.3f s, then %.2f ms/token over %d tokens (%s)\n",
@@ -303,9 +300,16 @@ int command_generate(Runtime& rt, const Args& args) {
       ("checkpoint", po::value<std::string>(&o.checkpoint), kCheckpointOptionHelp)
       ("prompt", po::value<std::string>(&o.prompt)->default_value(o.prompt), "text to continue (may be empty)")
       ("tokens", po::value<int>(&o.tokens)->default_value(o.tokens), "tokens to generate (fewer if end-of-text)")
-      ("temperature", po::value<double>(&o.temperature)->default_value(o.temperature, "0.8"),
-       "softmax temperature; 0 = greedy (always the most likely token)")
-      ("top_k", po::value<int>(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens; 0 = all")
+      ("temperature", po::value<double>(&o.sampling.temperature)->default_value(o.sampling.temperature, "0.8"),
+       "softmax temperature; 0 = greedy (always the most likely token; --top_k, --top_p, --min_p then do nothing)")
+      ("top_k", po::value<int>(&o.sampling.top_k)->default_value(o.sampling.top_k),
+       "sample among the k most likely tokens; 0 = all")
+      ("top_p", po::value<double>(&o.sampling.top_p)->default_value(o.sampling.top_p, "1"),
+       "nucleus sampling, after --top_k: among the most likely tokens that hold at least this probability "
+       "(Hugging Face's top_p); in (0, 1], 1 = off")
+      ("min_p", po::value<double>(&o.sampling.min_p)->default_value(o.sampling.min_p, "0"),
+       "after --top_p: drop the tokens less likely than min_p times the most likely one (Hugging Face's min_p); "
+       "in [0, 1], 0 = off")
       ("seed", po::value<std::uint64_t>(&o.seed)->default_value(o.seed), "random seed of the sampler")
       ("tokenizer", po::value<std::string>(&o.tokenizer)->default_value(o.tokenizer),
        ("auto (the model's: recorded in the checkpoint, or a GGUF / Hugging Face --checkpoint's; for a checkpoint "
@@ -330,7 +334,7 @@ int command_generate(Runtime& rt, const Args& args) {
        "recompute the whole context for every token instead of caching keys and values (slower; for comparison)");
   const std::string usage =
       "usage: meshtrain generate [CONFIG.ini] [--checkpoint PATH] [--prompt TEXT] [--tokens N] [--temperature T] "
-      "[--top_k K] [--seed S] [--prompt_file FILE] [--chat [--chat_template NAME] [--system TEXT]] [--no_kv_cache] [--section.key=value ...]\n\n"
+      "[--top_k K] [--top_p P] [--min_p P] [--seed S] [--prompt_file FILE] [--chat [--chat_template NAME] [--system TEXT]] [--no_kv_cache] [--section.key=value ...]\n\n"
       "Continues --prompt with text sampled from a checkpoint, on this job's mesh. Prints the prompt and the\n"
       "continuation on stdout. The model (shape, LoRA settings, tokenizer) comes from the checkpoint.\n"
       "--prompt_file FILE generates for every line of FILE\n"
@@ -338,9 +342,15 @@ int command_generate(Runtime& rt, const Args& args) {
   CommandArgs ca = parse_command_args("generate", usage, own, args);
   if (answer_help(rt, ca.config)) return 0;
   MESHTRAIN_REQUIRE(o.tokens >= 0, "--tokens must be >= 0, not %d", o.tokens);
-  MESHTRAIN_REQUIRE(std::isfinite(o.temperature) && o.temperature >= 0,
-                    "--temperature must be >= 0 and finite (0 = greedy), not %g", o.temperature);
-  MESHTRAIN_REQUIRE(o.top_k >= 0, "--top_k must be >= 0 (0 = the whole vocabulary), not %d", o.top_k);
+  const train::SamplingSettings& sampling = o.sampling;
+  MESHTRAIN_REQUIRE(std::isfinite(sampling.temperature) && sampling.temperature >= 0,
+                    "--temperature must be >= 0 and finite (0 = greedy), not %g", sampling.temperature);
+  MESHTRAIN_REQUIRE(sampling.top_k >= 0, "--top_k must be >= 0 (0 = the whole vocabulary), not %d", sampling.top_k);
+  // Written so that NaN fails too.
+  MESHTRAIN_REQUIRE(sampling.top_p > 0 && sampling.top_p <= 1, "--top_p must be in (0, 1] (1 = off), not %g",
+                    sampling.top_p);
+  MESHTRAIN_REQUIRE(sampling.min_p >= 0 && sampling.min_p <= 1, "--min_p must be in [0, 1] (0 = off), not %g",
+                    sampling.min_p);
   o.system_given = ca.own.count("system") > 0 && !ca.own["system"].defaulted();
   MESHTRAIN_REQUIRE(o.chat || (o.chat_template == "auto" && !o.system_given),
                     "--chat_template and --system only apply to chat: add --chat");

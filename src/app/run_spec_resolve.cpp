@@ -129,6 +129,8 @@ plan::RunSpec resolve_spec(const Config& c) {
   ts.sample_tokens = t.sample_tokens;
   ts.sample_temperature = t.sample_temperature;
   ts.sample_top_k = t.sample_top_k;
+  ts.sample_top_p = t.sample_top_p;
+  ts.sample_min_p = t.sample_min_p;
   ts.fused_optimizer = c.gpu.fused_optimizer;
   ts.graphs = c.gpu.graphs;
   ts.attention = c.gpu.attention;

@@ -103,6 +103,8 @@ void visit_config(C& c, V&& v) {
   v("train.sample_tokens", t.sample_tokens, "tokens sampled at the end of training (0 = no sample)");
   v("train.sample_temperature", t.sample_temperature, "softmax temperature of that sample (0 = greedy)");
   v("train.sample_top_k", t.sample_top_k, "sample among the k most likely tokens (0 = all)");
+  v("train.sample_top_p", t.sample_top_p, "then among the most likely tokens that hold at least this probability (nucleus, as generate --top_p; 1 = off)");
+  v("train.sample_min_p", t.sample_min_p, "then drop the tokens less likely than this times the most likely one (as generate --min_p; 0 = off)");
   v("train.objective", t.objective, "sft (cross-entropy on the targets) | dpo (direct preference optimization on a `prepare --format preference` dataset; reference: the initial policy -- with fresh LoRA adapters the base with them off, otherwise its log-probabilities stored before step 1) | simpo (reference-free: length-normalized log-probabilities, a target margin)");
   v("train.dpo_beta", t.dpo_beta, "DPO: beta, the scale of the rewards beta * (log p_policy - log p_reference) of a response (> 0)");
   v("train.simpo_beta", t.simpo_beta, "SimPO: beta, the scale of the rewards beta * log p_policy / response tokens (> 0)");
@@ -684,6 +686,10 @@ void validate_config(const Config& c) {
   at_most("train.sample_tokens", c.train.sample_tokens, 1 << 24);
   non_negative("train.sample_temperature", c.train.sample_temperature);
   non_negative("train.sample_top_k", c.train.sample_top_k);
+  MESHTRAIN_REQUIRE(c.train.sample_top_p > 0 && c.train.sample_top_p <= 1,
+                    "train.sample_top_p must be in (0, 1] (1 = off), got %g", c.train.sample_top_p);
+  MESHTRAIN_REQUIRE(c.train.sample_min_p >= 0 && c.train.sample_min_p <= 1,
+                    "train.sample_min_p must be in [0, 1] (0 = off), got %g", c.train.sample_min_p);
   non_negative("train.peak_tflops", c.train.peak_tflops);
   MESHTRAIN_REQUIRE(std::isfinite(c.train.dpo_beta) && c.train.dpo_beta > 0,
                     "train.dpo_beta must be a positive number, got %g", c.train.dpo_beta);

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <random>
 
 #include "core/check.hpp"
@@ -13,21 +12,14 @@
 namespace meshtrain::train {
 namespace {
 
-/// The next token from full-vocabulary logits: argmax (temperature 0) or a draw among the
-/// top_k most likely at the given temperature.
-std::int32_t pick_token(const std::vector<float>& logits, const SamplingOptions& o, std::mt19937_64& gen) {
-  if (o.temperature <= 0)
+/// The next token from full-vocabulary logits: argmax (temperature 0; the lower id of equal
+/// logits) or a draw among the candidates of train/sampling_filter.hpp by their weights.
+std::int32_t pick_token(const std::vector<float>& logits, const SamplingSettings& s, std::mt19937_64& gen) {
+  if (s.temperature <= 0)
     return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  std::vector<int> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  const int k = o.top_k > 0 ? std::min<int>(o.top_k, static_cast<int>(order.size())) : static_cast<int>(order.size());
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  std::vector<double> p(k);
-  const double mx = logits[order[0]];
-  for (int i = 0; i < k; ++i) p[i] = std::exp((logits[order[i]] - mx) / o.temperature);
-  std::discrete_distribution<int> pick(p.begin(), p.end());
-  return order[pick(gen)];
+  const SamplingCandidates c = sampling_candidates(logits, s);
+  std::discrete_distribution<int> pick(c.weights.begin(), c.weights.end());
+  return c.ids[pick(gen)];
 }
 
 /// Host token ids -> device (n) int32.
@@ -73,7 +65,7 @@ std::vector<std::int32_t> generate_ids(Session<T>& s, std::vector<std::int32_t> 
       logits = parallel::forward_logits(s.engine(), s.model(), s.context(), dev.data(), model::BatchShape{1, ctx},
                                         true);
     }
-    std::int32_t next = pick_token(logits, o, gen);
+    std::int32_t next = pick_token(logits, o.sampling, gen);
     // Every rank computed the same logits; rank 0's choice is authoritative anyway.
     next = broadcast_value(s.mesh().world().mpi(), next);
     (n == 0 ? st.first_seconds : st.rest_seconds) += now_seconds() - t0;
@@ -94,11 +86,10 @@ std::vector<std::int32_t> generate_ids(Session<T>& s, std::vector<std::int32_t> 
 
 template <class T>
 std::string sample_text(Session<T>& s, const data::Tokenizer& tok, const std::string& prompt, int n_tokens,
-                        double temperature, int top_k, std::uint64_t seed, bool kv_cache, GenerateStats* stats) {
+                        const SamplingSettings& sampling, std::uint64_t seed, bool kv_cache, GenerateStats* stats) {
   SamplingOptions o;
   o.max_new_tokens = n_tokens;
-  o.temperature = temperature;
-  o.top_k = top_k;
+  o.sampling = sampling;
   o.seed = seed;
   o.stop_token = tok.eot_id() < s.setup().spec.dims.valid_vocab ? tok.eot_id() : -1;
   o.kv_cache = kv_cache;
@@ -112,9 +103,9 @@ template std::vector<std::int32_t> generate_ids<float>(Session<float>&, std::vec
                                                        const SamplingOptions&, GenerateStats*);
 template std::vector<std::int32_t> generate_ids<bf16>(Session<bf16>&, std::vector<std::int32_t>,
                                                       const SamplingOptions&, GenerateStats*);
-template std::string sample_text<float>(Session<float>&, const data::Tokenizer&, const std::string&, int, double, int,
-                                        std::uint64_t, bool, GenerateStats*);
-template std::string sample_text<bf16>(Session<bf16>&, const data::Tokenizer&, const std::string&, int, double, int,
-                                       std::uint64_t, bool, GenerateStats*);
+template std::string sample_text<float>(Session<float>&, const data::Tokenizer&, const std::string&, int,
+                                        const SamplingSettings&, std::uint64_t, bool, GenerateStats*);
+template std::string sample_text<bf16>(Session<bf16>&, const data::Tokenizer&, const std::string&, int,
+                                       const SamplingSettings&, std::uint64_t, bool, GenerateStats*);
 
 }  // namespace meshtrain::train

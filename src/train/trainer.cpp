@@ -600,11 +600,15 @@ void Trainer<T>::print_sample() {
   auto tok = checkpoint::open_tokenizer(tokenizer_.known()                ? tokenizer_.spec
                                         : data_.meta.tokenizer == "random" ? "byte"
                                                                            : data_.meta.tokenizer);
-  const std::string text =
-      sample_text(session_, *tok, tc.sample_prompt, tc.sample_tokens, tc.sample_temperature, tc.sample_top_k, tc.seed);
+  SamplingSettings sampling;
+  sampling.temperature = tc.sample_temperature;
+  sampling.top_k = tc.sample_top_k;
+  sampling.top_p = tc.sample_top_p;
+  sampling.min_p = tc.sample_min_p;
+  const std::string text = sample_text(session_, *tok, tc.sample_prompt, tc.sample_tokens, sampling, tc.seed);
   if (root_)
-    std::printf("\n--- sample (%d tokens, temperature %g, top-k %d) ---\n%s%s\n---\n", tc.sample_tokens,
-                tc.sample_temperature, tc.sample_top_k, tc.sample_prompt.c_str(), text.c_str());
+    std::printf("\n--- sample (%d tokens, %s) ---\n%s%s\n---\n", tc.sample_tokens,
+                sampling_settings_text(sampling).c_str(), tc.sample_prompt.c_str(), text.c_str());
 }
 
 template <class T>

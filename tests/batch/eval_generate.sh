@@ -6,8 +6,9 @@
 #    order) on 1 rank; the same for the step-10 checkpoint picked with --checkpoint and for
 #    the safetensors export of the final one; the perplexity is exp(loss); --batches 0
 #    covers the whole validation split;
-#  * generate with the trainer's sampling settings (temperature 0.8, top-k 40, seed
-#    train.seed) reproduces the trainer's end-of-run sample exactly; 1 rank generates too;
+#  * generate with the trainer's sampling settings (temperature 0.8, top-k 40, top-p 0.9,
+#    min-p 0.02, seed train.seed) reproduces the trainer's end-of-run sample exactly; 1 rank
+#    generates too;
 #  * user errors: no checkpoint, a config describing another model, bad sampling options
 #    -> exit status 2 with one message.
 set -uo pipefail
@@ -19,7 +20,8 @@ source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 "$MESHTRAIN_BIN" prepare --input /usr/share/games/fortunes --output data >/dev/null || { fail "prepare failed"; finish; }
 # shellcheck disable=SC2086
 timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" train "$tiny" --data.dir=data --train.steps=30 --train.eval_every=10 \
-  --checkpoint.every=10 --train.sample_tokens=60 "--train.sample_prompt=Q: " --output.dir=run >train.log 2>&1 ||
+  --checkpoint.every=10 --train.sample_tokens=60 "--train.sample_prompt=Q: " --train.sample_top_p=0.9 \
+  --train.sample_min_p=0.02 --output.dir=run >train.log 2>&1 ||
   { cat train.log; fail "training failed"; finish; }
 cfg=run/config.ini
 
@@ -72,7 +74,8 @@ EOF
   fail "eval --batches 0 did not cover the whole validation split"
 
 echo "--- generate"
-expected=$(sed -n '/^--- sample (60 tokens, temperature 0.8, top-k 40) ---$/,/^---$/p' train.log | sed '1d;$d')
+expected=$(sed -n '/^--- sample (60 tokens, temperature 0.8, top-k 40, top-p 0.9, min-p 0.02) ---$/,/^---$/p' train.log |
+  sed '1d;$d')
 [[ -n $expected ]] || fail "the training run printed no sample"
 gen() {
   local np=$1
@@ -80,7 +83,8 @@ gen() {
   # shellcheck disable=SC2086
   timeout $((120 * time_scale)) $MPIEXEC -n "$np" "$MESHTRAIN_BIN" generate "$cfg" "$@" 2>"gen_$np.err"
 }
-out=$(gen 2 "--prompt=Q: " --tokens 60 --temperature 0.8 --top_k 40 --seed 1234) || { cat gen_2.err; fail "generate failed"; }
+out=$(gen 2 "--prompt=Q: " --tokens 60 --temperature 0.8 --top_k 40 --top_p 0.9 --min_p 0.02 --seed 1234) ||
+  { cat gen_2.err; fail "generate failed"; }
 printf 'trainer sample:  %q\ngenerate (np 2): %q\n' "$expected" "$out"
 [[ $out == "$expected" ]] || fail "generate on 2 ranks differs from the trainer's sample with the same settings"
 out1=$(gen 1 "--prompt=Q: " --tokens 40 --temperature 0 --checkpoint run/checkpoints) || { cat gen_1.err; fail "generate on 1 rank failed"; }
@@ -103,9 +107,10 @@ expect_error "no checkpoint" "no checkpoint found in empty/checkpoints: pass --c
   eval "$cfg" --output.dir=empty
 expect_error "another model" "d_model" eval "$cfg" --model.d_model=32
 expect_error "bad temperature" "\-\-temperature must be >= 0" generate "$cfg" --temperature=-1
-expect_error "unknown option" "unknown config key\|unrecognised\|unrecognized\|--top_p" generate "$cfg" --top_p=3
+expect_error "bad top-p" "\-\-top_p must be in (0, 1]" generate "$cfg" --top_p=3
+expect_error "unknown option" "unknown config key\|unrecognised\|unrecognized\|--typical_p" generate "$cfg" --typical_p=0.5
 help=$("$MESHTRAIN_BIN" eval --help) && [[ $help == *--checkpoint*--batches*--model.d_model* ]] ||
   fail "eval --help does not list its options and the configuration keys"
-help=$("$MESHTRAIN_BIN" generate --help) && [[ $help == *--prompt*--temperature*--top_k*--model.d_model* ]] ||
+help=$("$MESHTRAIN_BIN" generate --help) && [[ $help == *--prompt*--temperature*--top_k*--top_p*--min_p*--model.d_model* ]] ||
   fail "generate --help does not list its options and the configuration keys"
 finish "eval reproduces the logged validation loss; generate reproduces the trainer's sample; errors are clean"

@@ -104,7 +104,7 @@ void check_family(const char* family, int n_kv) {
     check_logits(s, what);
 
     train::SamplingOptions o;
-    o.temperature = 0;  // greedy
+    o.sampling.temperature = 0;  // greedy
     o.max_new_tokens = 40;
     o.kv_cache = true;
     train::GenerateStats with_stats;
@@ -140,7 +140,7 @@ TEST(GenerateKvCache, StopSequenceEndsAndIsDropped) {
   train::Session<float> s(test::runtime(), setup);
   s.engine().init_parameters(5);
   train::SamplingOptions o;
-  o.temperature = 0;
+  o.sampling.temperature = 0;
   o.max_new_tokens = 30;
   const std::vector<std::int32_t> free_run = train::generate_ids(s, prompt_ids(8), o);
   ASSERT_EQ(free_run.size(), 30u);

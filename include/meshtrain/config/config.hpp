@@ -92,6 +92,8 @@ struct TrainConfig {
   int sample_tokens = 0;
   double sample_temperature = 0.8;    ///< 0 = greedy
   int sample_top_k = 40;              ///< 0 = all tokens
+  double sample_top_p = 1.0;          ///< nucleus after top-k; 1 = off
+  double sample_min_p = 0.0;          ///< min-p after top-p; 0 = off
   Objective objective = Objective::Sft;  ///< sft: cross-entropy on the targets; dpo, simpo: preference pairs (doc/finetuning.md)
   double dpo_beta = 0.1;              ///< DPO's beta: the scale of the log-ratio rewards
   double simpo_beta = 2.0;            ///< SimPO's beta: the scale of the length-normalized rewards

@@ -73,6 +73,8 @@ struct TrainSpec {
   int sample_tokens = 0;
   double sample_temperature = 0.8;
   int sample_top_k = 40;
+  double sample_top_p = 1.0;
+  double sample_min_p = 0.0;
   bool fused_optimizer = true;              ///< gpu.fused_optimizer
   bool graphs = true;                       ///< gpu.graphs (train/step_graph.hpp)
   AttentionChoice attention = AttentionChoice::Cudnn;  ///< gpu.attention

@@ -15,14 +15,15 @@
 #include <vector>
 
 #include "data/tokenizer.hpp"
+#include "train/sampling_filter.hpp"
 #include "train/session.hpp"
 
 namespace meshtrain::train {
 
 struct SamplingOptions {
   int max_new_tokens = 100;
-  double temperature = 0.8;  ///< 0 = greedy
-  int top_k = 40;            ///< 0 = whole vocabulary
+  /// Temperature, top-k, top-p, min-p (train/sampling_filter.hpp); temperature 0 = greedy.
+  SamplingSettings sampling;
   std::uint64_t seed = 1;
   std::int32_t stop_token = -1;
   bool kv_cache = true;      ///< false: recompute the whole context per token (for comparison)
@@ -49,7 +50,7 @@ std::vector<std::int32_t> generate_ids(Session<T>& session, std::vector<std::int
 /// tokens produced, fewer than `n_tokens` when the model emitted end-of-text.
 template <class T>
 std::string sample_text(Session<T>& session, const data::Tokenizer& tokenizer, const std::string& prompt,
-                        int n_tokens, double temperature, int top_k, std::uint64_t seed, bool kv_cache = true,
+                        int n_tokens, const SamplingSettings& sampling, std::uint64_t seed, bool kv_cache = true,
                         GenerateStats* stats = nullptr);
 
 }  // namespace meshtrain::train
