@@ -1,6 +1,7 @@
 #include "train/preflight.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,6 +45,29 @@ void require_appendable_file(const std::string& key, const std::string& path) {
                     "%s: %s is %s, not a regular file: the run appends its records to it; remove it or choose "
                     "another %s",
                     key.c_str(), path.c_str(), kind.c_str(), key.c_str());
+}
+
+void require_writable_file(const std::string& option, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    MESHTRAIN_REQUIRE(!S_ISDIR(st.st_mode), "%s %s is a directory: give the path of a file to write", option.c_str(),
+                      path.c_str());
+    // O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of blocking; no O_TRUNC.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
+    MESHTRAIN_REQUIRE(fd >= 0, "cannot write %s %s: %s", option.c_str(), path.c_str(), std::strerror(errno));
+    ::close(fd);
+    return;
+  }
+  const std::string dir = file_io::parent_dir(path);
+  MESHTRAIN_REQUIRE(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
+                    "cannot write %s %s: its directory %s does not exist", option.c_str(), path.c_str(), dir.c_str());
+  // access(W_OK) would say yes to root on a read-only mount: create a file.
+  const std::string probe = dir + "/.meshtrain-write-probe-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  MESHTRAIN_REQUIRE(fd >= 0, "cannot write %s %s: cannot create a file in %s (%s)", option.c_str(), path.c_str(),
+                    dir.c_str(), std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 namespace {

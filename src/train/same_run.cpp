@@ -29,7 +29,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-RunSettings compared_settings(const std::string& config_ini, const std::string& dataset_identity) {
+RunSettings config_settings(const std::string& config_ini) {
   RunSettings out;
   std::string section;
   std::size_t start = 0;
@@ -49,12 +49,21 @@ RunSettings compared_settings(const std::string& config_ini, const std::string& 
     if (key == "output.log_level" || key == "output.log_all_ranks") continue;  // what a rank prints
     out.emplace_back(key, trim(line.substr(eq + 1)));
   }
+  return out;
+}
+
+RunSettings compared_settings(const std::string& config_ini, const std::string& dataset_identity) {
+  RunSettings out = config_settings(config_ini);
   out.emplace_back("data.dir contents", dataset_identity);
   return out;
 }
 
-void require_same_run_on_every_rank(const MpiComm& world, const std::vector<std::string>& host_of_rank,
-                                    const RunSettings& mine) {
+namespace {
+
+/// The comparison behind both checks: `subject` ("settings and data") is what must be the
+/// same, `advice` the sentence that ends the message (where such a difference comes from).
+void require_same_on_every_rank(const MpiComm& world, const std::vector<std::string>& host_of_rank,
+                                const RunSettings& mine, const char* subject, const char* advice) {
   const std::string record = settings_record(mine);
   const std::uint32_t crc = crc32c::value(record.data(), record.size());
   const bool differs = broadcast_value(world, crc, 0) != crc;
@@ -84,13 +93,28 @@ void require_same_run_on_every_rank(const MpiComm& world, const std::vector<std:
                        world.rank(), host(world.rank()).c_str(), root_value.c_str(), host(0).c_str());
       break;
     }
-    throw UserError(strprintf(
-        "the ranks were not started with the same settings and data: %s (rank%s %s differ%s from rank 0). Every "
-        "rank must run the same command line with the same configuration and the same dataset: check the "
-        "launch line (an MPMD `:` part with other arguments), per-node copies of the configuration file, and "
-        "node-local copies of data.dir",
-        what.c_str(), ranks.size() > 1 ? "s" : "", rank_list(ranks).c_str(), ranks.size() > 1 ? "" : "s"));
+    throw UserError(strprintf("the ranks were not started with the same %s: %s (rank%s %s differ%s from rank 0). %s",
+                              subject, what.c_str(), ranks.size() > 1 ? "s" : "", rank_list(ranks).c_str(),
+                              ranks.size() > 1 ? "" : "s", advice));
   });
+}
+
+}  // namespace
+
+void require_same_run_on_every_rank(const MpiComm& world, const std::vector<std::string>& host_of_rank,
+                                    const RunSettings& mine) {
+  require_same_on_every_rank(world, host_of_rank, mine, "settings and data",
+                             "Every rank must run the same command line with the same configuration and the same "
+                             "dataset: check the launch line (an MPMD `:` part with other arguments), per-node copies "
+                             "of the configuration file, and node-local copies of data.dir");
+}
+
+void require_same_settings_on_every_rank(const MpiComm& world, const std::vector<std::string>& host_of_rank,
+                                         const RunSettings& mine) {
+  require_same_on_every_rank(world, host_of_rank, mine, "settings",
+                             "Every rank must run the same command line with the same configuration: check the "
+                             "launch line (an MPMD `:` part with other arguments) and per-node copies of the "
+                             "configuration file");
 }
 
 }  // namespace meshtrain::train

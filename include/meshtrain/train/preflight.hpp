@@ -21,6 +21,13 @@ void require_writable_dir(const std::string& key, const std::string& dir);
 /// a directory fail it after the first step. Names `key` and what the path is.
 void require_appendable_file(const std::string& key, const std::string& path);
 
+/// \brief UserError unless `path`, a file of results written at the end of a long command
+/// (`bench --json`), can be written then (file_io::write_file): not a directory; when it
+/// exists, it opens for writing (its content untouched); when it does not, its directory
+/// exists and a file can be created there (a probe file, removed at once). Names `option`
+/// ("--json") and the path; nothing is written.
+void require_writable_file(const std::string& option, const std::string& path);
+
 /// \brief Collective over `world`: UserError (status 2) on every rank unless every rank sees
 /// at `dir` the directory rank 0 sees. Rank 0 creates a file with a random token in `dir`
 /// (which must exist: created by the run's lock) and syncs it; every rank then reads it

@@ -15,6 +15,10 @@
 
 namespace meshtrain::train {
 
+/// Every `section.key = value` of `config_ini` (the effective configuration as config.ini
+/// is written), its comments and output.log_level / output.log_all_ranks left out (below).
+RunSettings config_settings(const std::string& config_ini);
+
 /// What is compared across the ranks: every `section.key = value` of `config_ini` (the
 /// effective configuration as config.ini is written; its comments, which only explain
 /// resolved values, and output.log_level / output.log_all_ranks, which change only what a
@@ -28,5 +32,10 @@ RunSettings compared_settings(const std::string& config_ini, const std::string& 
 /// (`host_of_rank`). One 4-byte broadcast and one all-reduce when they agree.
 void require_same_run_on_every_rank(const MpiComm& world, const std::vector<std::string>& host_of_rank,
                                     const RunSettings& mine);
+
+/// As require_same_run_on_every_rank, for a command that reads no dataset (`bench`): the
+/// message says "the same settings" and names the launch line and the configuration file.
+void require_same_settings_on_every_rank(const MpiComm& world, const std::vector<std::string>& host_of_rank,
+                                         const RunSettings& mine);
 
 }  // namespace meshtrain::train
