@@ -7,9 +7,14 @@
 //                 memory-copy bandwidth, the ceiling of a shared-memory transport.
 //   bench gemm    GEMM throughput at given sizes (square N or MxNxK, op variants), fp32/bf16.
 //   bench memory  STREAM-like copy bandwidth (read + write bytes counted) at given sizes.
+// Before anything is measured: an option another benchmark reads is refused, the result
+// files must be writable, and every rank must have been started with rank 0's arguments.
 #include <boost/program_options.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -31,6 +36,8 @@
 #include "linalg/peak.hpp"
 #include "parallel/device_mesh.hpp"
 #include "runtime/mesh.hpp"
+#include "train/preflight.hpp"
+#include "train/same_run.hpp"
 
 namespace meshtrain::app {
 namespace {
@@ -51,9 +58,68 @@ struct BenchArgs {
   std::string transpose = "nn";      ///< gemm: nn | nt | tn (op(A), op(B))
   double seconds = 0.5;              ///< gemm/memory: time per size
   std::string csv, json;
-  Config config;                     ///< --parallel.* keys (mesh, backend)
+  Config config;                     ///< --parallel.* keys (mesh, backend, collective_timeout)
   OwnOptions own;                    ///< --help
+
+  /// What every rank must run alike (all but the files rank 0 alone writes), for
+  /// train::require_same_settings_on_every_rank.
+  train::RunSettings settings() const;
 };
+
+/// The longest --seconds per size: a typo (1e9) or inf would never end.
+constexpr double kMaxSeconds = 3600;
+
+/// Which benchmarks read each of the own options (--csv, --json and --help: all of them).
+const std::map<std::string, std::vector<std::string>>& option_modes() {
+  static const std::map<std::string, std::vector<std::string>> modes = {
+      {"ops", {"comm"}},    {"min_bytes", {"comm"}},         {"max_bytes", {"comm"}}, {"group", {"comm"}},
+      {"warmup", {"comm"}}, {"iters", {"comm"}},             {"in_step", {"comm"}},   {"dtype", {"comm", "gemm"}},
+      {"sizes", {"gemm", "memory"}}, {"transpose", {"gemm"}}, {"seconds", {"gemm", "memory"}}};
+  return modes;
+}
+
+/// The configuration keys each benchmark reads: comm its mesh and backend; all of them the
+/// collective watchdog's timeout (their results are reduced over the ranks).
+std::vector<std::string> config_keys_of(const std::string& what) {
+  if (what == "comm")
+    return {"parallel.tp", "parallel.dp_shard", "parallel.dp_replicate", "parallel.backend",
+            "parallel.collective_timeout"};
+  return {"parallel.collective_timeout"};
+}
+
+/// "`bench comm`" or "`bench comm` and `bench gemm`".
+std::string mode_list(const std::vector<std::string>& modes) {
+  std::string s;
+  for (std::size_t i = 0; i < modes.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == modes.size() ? " and " : ", ") + ("`bench " + modes[i] + "`");
+  return s;
+}
+
+/// "--a, --b and --c".
+std::string option_list(const std::vector<std::string>& keys) {
+  std::string s;
+  for (std::size_t i = 0; i < keys.size(); ++i) s += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + ("--" + keys[i]);
+  return s;
+}
+
+train::RunSettings BenchArgs::settings() const {
+  std::string ops_text;
+  for (const std::string& op : ops) ops_text += (ops_text.empty() ? "" : ",") + op;
+  train::RunSettings out = {{"benchmark", what},
+                            {"--ops", ops_text},
+                            {"--min_bytes", min_bytes},
+                            {"--max_bytes", max_bytes},
+                            {"--group", group},
+                            {"--dtype", dtype},
+                            {"--warmup", std::to_string(warmup)},
+                            {"--iters", std::to_string(iters)},
+                            {"--in_step", in_step ? "true" : "false"},
+                            {"--sizes", sizes},
+                            {"--transpose", transpose},
+                            {"--seconds", strprintf("%.17g", seconds)}};
+  for (auto& kv : train::config_settings(config_to_ini(config))) out.push_back(kv);
+  return out;
+}
 
 const char* kUsage =
     "usage: meshtrain bench comm   [--ops all_gather,reduce_scatter,all_reduce,broadcast|all] [--min_bytes 1KiB]\n"
@@ -114,7 +180,7 @@ BenchArgs parse_bench_args(const Args& args) {
       ("min_bytes", po::value<std::string>(&a.min_bytes)->default_value(a.min_bytes), "comm: smallest message (full buffer)")
       ("max_bytes", po::value<std::string>(&a.max_bytes)->default_value(a.max_bytes), "comm: largest message; sizes double")
       ("group", po::value<std::string>(&a.group)->default_value(a.group), "comm: world | tp | dp_shard | dp_replicate | dp")
-      ("dtype", po::value<std::string>(&a.dtype)->default_value(a.dtype), "fp32 | bf16")
+      ("dtype", po::value<std::string>(&a.dtype)->default_value(a.dtype), "comm, gemm: fp32 | bf16")
       ("warmup", po::value<int>(&a.warmup)->default_value(a.warmup), "comm: untimed operations per size")
       ("iters", po::value<int>(&a.iters)->default_value(a.iters), "comm: timed operations per size")
       ("in_step", po::bool_switch(&a.in_step), "comm: every operation starts after a barrier over all ranks, so the "
@@ -122,23 +188,49 @@ BenchArgs parse_bench_args(const Args& args) {
                                                "tensor-parallel all-reduces line them up in training)")
       ("sizes", po::value<std::string>(&a.sizes)->default_value(a.sizes), "gemm: N or MxNxK list; memory: byte sizes")
       ("transpose", po::value<std::string>(&a.transpose)->default_value(a.transpose), "gemm: nn | nt | tn")
-      ("seconds", po::value<double>(&a.seconds)->default_value(a.seconds), "gemm/memory: seconds per size")
+      ("seconds", po::value<double>(&a.seconds)->default_value(a.seconds), "gemm/memory: seconds per size (at most 3600)")
       ("csv", po::value<std::string>(&a.csv), "also write the results as CSV (rank 0)")
       ("json", po::value<std::string>(&a.json), "also write the results as JSON (rank 0)");
-  const auto checks = [&](const po::variables_map&) {
+  const auto checks = [&](const po::variables_map& vm) {
+    // An option of another benchmark is refused, not ignored: `bench gemm --iters 1000`
+    // would otherwise run as if the user had not asked (as generate refuses --system
+    // without --chat).
+    for (const auto& [name, modes] : option_modes())
+      if (vm.count(name) && !vm[name].defaulted() && std::find(modes.begin(), modes.end(), a.what) == modes.end())
+        throw UserError(strprintf("--%s is an option of %s, not of `bench %s` (see `meshtrain bench --help`)",
+                                  name.c_str(), mode_list(modes).c_str(), a.what.c_str()));
     a.ops = split_list(ops == "all" ? "all_gather,reduce_scatter,all_reduce,broadcast" : ops);
+    MESHTRAIN_REQUIRE(a.what != "comm" || !a.ops.empty(),
+                      "--ops lists no collective: give some of all_gather, reduce_scatter, all_reduce and "
+                      "broadcast, comma-separated, or all");
     for (const std::string& op : a.ops) parse_collective(op);
+    MESHTRAIN_REQUIRE(a.what == "comm" || !split_list(a.sizes).empty(),
+                      "--sizes lists no size: give one or more, comma-separated (see `meshtrain bench --help`)");
     MESHTRAIN_REQUIRE(a.dtype == "fp32" || a.dtype == "bf16", "--dtype must be fp32 or bf16, got '%s'", a.dtype.c_str());
     MESHTRAIN_REQUIRE(a.warmup >= 0 && a.iters >= 1, "--warmup must be >= 0 and --iters >= 1");
-    MESHTRAIN_REQUIRE(a.seconds > 0, "--seconds must be positive");
+    MESHTRAIN_REQUIRE(std::isfinite(a.seconds) && a.seconds > 0 && a.seconds <= kMaxSeconds,
+                      "--seconds must be a positive number of seconds per size, at most %g, got %g", kMaxSeconds,
+                      a.seconds);
     MESHTRAIN_REQUIRE(a.transpose == "nn" || a.transpose == "nt" || a.transpose == "tn",
                       "--transpose must be nn, nt or tn, got '%s'", a.transpose.c_str());
     a.config = parse_config("bench", config_args).config;
     validate_config(a.config);
+    // The configuration keys given (each "--section.key=value" or "--section.key value"),
+    // after parse_config has named an unknown one: a key this benchmark does not read is
+    // refused like an option of another benchmark.
+    const std::vector<std::string> readable = config_keys_of(a.what);
+    for (const std::string& arg : config_args) {
+      if (arg.rfind("--", 0) != 0) continue;  // the value of "--section.key value"
+      const std::string key = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+      MESHTRAIN_REQUIRE(std::find(readable.begin(), readable.end(), key) != readable.end(),
+                        "--%s is not read by `bench %s`: its configuration keys are %s", key.c_str(), a.what.c_str(),
+                        option_list(readable).c_str());
+    }
   };
   a.own = parse_own_options("bench", kUsage, desc, own_args, checks, nullptr,
-                            "\nmesh keys: --parallel.tp, --parallel.dp_shard, --parallel.dp_replicate, "
-                            "--parallel.backend (auto | mpi | nccl)\n");
+                            "\nconfiguration keys: bench comm: --parallel.tp, --parallel.dp_shard, "
+                            "--parallel.dp_replicate, --parallel.backend (auto | mpi | nccl); every benchmark: "
+                            "--parallel.collective_timeout (seconds; the collective watchdog, as in `train`)\n");
   return a;
 }
 
@@ -203,10 +295,15 @@ int bench_comm(Runtime& rt, const BenchArgs& a) {
   const int instances = world.size() / n;  // groups of this kind running at once
   const DType dt = a.dtype == "bf16" ? DType::BF16 : DType::F32;
   const std::size_t esize = dtype_size(dt);
-  const std::uint64_t lo = std::max<std::uint64_t>(parse_bytes("--min_bytes", a.min_bytes), esize * n);
+  // The smallest message is one element per rank of the group, whatever --min_bytes says.
+  const std::uint64_t smallest = esize * static_cast<std::uint64_t>(n);
+  const std::uint64_t lo = std::max<std::uint64_t>(parse_bytes("--min_bytes", a.min_bytes), smallest);
   const std::uint64_t hi = parse_bytes("--max_bytes", a.max_bytes);
-  MESHTRAIN_REQUIRE(hi >= lo, "--max_bytes (%s) must be at least --min_bytes (%s)", a.max_bytes.c_str(),
-                    a.min_bytes.c_str());
+  MESHTRAIN_REQUIRE(hi >= lo || lo == smallest, "--max_bytes (%s) must be at least --min_bytes (%s)",
+                    a.max_bytes.c_str(), a.min_bytes.c_str());
+  MESHTRAIN_REQUIRE(hi >= lo, "--max_bytes (%s) must be at least %llu B, the smallest message (one %s element per rank "
+                    "of the %d-rank group)", a.max_bytes.c_str(), static_cast<unsigned long long>(smallest),
+                    a.dtype.c_str(), n);
   // The largest message: a send and a receive buffer of up to --max_bytes each on the device,
   // and on the host the values sent and the result checked (comm/bench.cpp).
   const double max_message = static_cast<double>(hi);
@@ -346,24 +443,27 @@ struct GemmShape {
 };
 
 GemmShape parse_gemm_shape(const std::string& s) {
-  GemmShape g;
-  int parts[3] = {0, 0, 0};
-  int count = 0;
-  std::stringstream ss(s);
-  std::string item;
-  try {
-    while (std::getline(ss, item, 'x')) {
-      MESHTRAIN_REQUIRE(count < 3, "--sizes entry '%s' must be N or MxNxK", s.c_str());
-      parts[count++] = std::stoi(item);
-    }
-  } catch (const std::logic_error&) {
-    throw UserError(strprintf("--sizes entry '%s' must be N or MxNxK (positive integers)", s.c_str()));
+  // Fields split at every 'x', empty ones kept: "64x" and "64abc" are not "64".
+  std::vector<std::string> fields(1);
+  for (const char c : s) {
+    if (c == 'x')
+      fields.emplace_back();
+    else
+      fields.back() += c;
   }
-  MESHTRAIN_REQUIRE(count == 1 || count == 3, "--sizes entry '%s' must be N or MxNxK", s.c_str());
+  MESHTRAIN_REQUIRE(fields.size() == 1 || fields.size() == 3, "--sizes entry '%s' must be N or MxNxK", s.c_str());
+  int parts[3] = {0, 0, 0};
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const std::string& f = fields[i];
+    const bool digits = !f.empty() && f.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || f.size() > 10 || std::stoll(f) <= 0 || std::stoll(f) > std::numeric_limits<int>::max())
+      throw UserError(strprintf("--sizes entry '%s' must be N or MxNxK (positive integers)", s.c_str()));
+    parts[i] = static_cast<int>(std::stoll(f));
+  }
+  GemmShape g;
   g.m = parts[0];
-  g.n = count == 3 ? parts[1] : parts[0];
-  g.k = count == 3 ? parts[2] : parts[0];
-  MESHTRAIN_REQUIRE(g.m > 0 && g.n > 0 && g.k > 0, "--sizes entry '%s' must be positive", s.c_str());
+  g.n = fields.size() == 3 ? parts[1] : parts[0];
+  g.k = fields.size() == 3 ? parts[2] : parts[0];
   return g;
 }
 
@@ -428,7 +528,8 @@ int bench_memory(Runtime& rt, const BenchArgs& a) {
   std::string csv = "bytes,ranks,threads_per_rank,copy_min,copy_avg,copy_max,copy_sum\n";
   formats::Json results = formats::Json::array();
   for (const std::string& item : split_list(a.sizes)) {
-    const std::uint64_t bytes = parse_bytes("--sizes", item);
+    // What is copied: whole fp32 elements (4097 B copies 4096, and reports 4096).
+    const std::uint64_t bytes = parse_bytes("--sizes", item) / sizeof(float) * sizeof(float);
     MESHTRAIN_REQUIRE(bytes >= 4096, "--sizes entry '%s' is below 4 KiB", item.c_str());
     const Spread s = spread(world, linalg::measure_copy_bandwidth(static_cast<double>(bytes), a.seconds));
     if (root) {
@@ -450,8 +551,21 @@ int bench_memory(Runtime& rt, const BenchArgs& a) {
 
 int command_bench(Runtime& rt, const Args& args) {
   if (!args.empty() && args[0] == "io") return command_bench_io(rt, Args(args.begin() + 1, args.end()));
-  const BenchArgs a = parse_bench_args(args);
+  // A part of an MPMD line whose arguments do not parse must not leave the others waiting
+  // in the comparison below: every rank ends with the error of the lowest failing rank.
+  BenchArgs a;
+  agree_on_errors(rt.world(), [&] { a = parse_bench_args(args); });
   if (answer_help(rt, a.own)) return 0;
+  configure_run_logging(rt, a.config);  // parallel.collective_timeout: a rank that stops is not waited for forever
+  // Ranks started with other arguments (an MPMD launch line) would post collectives of other
+  // sizes or counts: a hang, MPI_ERR_TRUNCATE, or data checked against another dtype.
+  train::require_same_settings_on_every_rank(rt.world(), rt.topology().host_of_rank, a.settings());
+  // The result files are written at the end: a path that cannot be written is found now.
+  agree_on_errors(rt.world(), [&] {
+    if (rt.world().rank() != 0) return;
+    if (!a.csv.empty()) train::require_writable_file("--csv", a.csv);
+    if (!a.json.empty()) train::require_writable_file("--json", a.json);
+  });
   if (a.what == "comm") return bench_comm(rt, a);
   if (a.what == "gemm") return bench_gemm(rt, a);
   return bench_memory(rt, a);

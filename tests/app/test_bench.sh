@@ -2,7 +2,9 @@
 # `meshtrain bench` as a smoke test (issue 8): the collective benchmark checks its data, so at
 # 2 and 4 ranks, on the world and on the tp groups of a 2 x 2 mesh, in fp32 and bf16, every
 # result must be right (zero wrong elements, exit status 0), and the CSV/JSON files must hold
-# one row per (collective, size). Nothing here is timed: performance is measured by perf/.
+# one row per (collective, size). `bench memory` reports the bytes it copied (whole fp32
+# elements), and a result file that cannot be written is refused before anything is measured.
+# Nothing here is timed: performance is measured by perf/.
 #
 # Environment (set by meshtrain_add_script_test): MESHTRAIN_BIN, MPIEXEC, TEST_TMP.
 set -uo pipefail
@@ -63,9 +65,22 @@ run "gemm" $MPIEXEC -np 2 "$bin" bench gemm --sizes 64,32x48x16 --transpose nt -
 [[ $(wc -l <"$TEST_TMP/gemm.csv") -eq 3 ]] || fail "gemm: CSV must have a header and 2 rows"
 grep -q "32 x 48 x 16" "$out" || fail "gemm: the MxNxK row is missing"
 
-run "memory" $MPIEXEC -np 2 "$bin" bench memory --sizes 1MiB --seconds 0.01 --json "$TEST_TMP/memory.json"
+run "memory" $MPIEXEC -np 2 "$bin" bench memory --sizes 1MiB,4097 --seconds 0.01 --json "$TEST_TMP/memory.json"
 [[ $rc -eq 0 ]] || fail "memory: exit status $rc"
 grep -q '"copy_bytes_per_s_min"' "$TEST_TMP/memory.json" || fail "memory: JSON lacks copy_bytes_per_s_min"
+# 4097 B copies 1024 fp32 elements: the row says what was copied.
+[[ $(jq -c '[.results[].bytes]' "$TEST_TMP/memory.json") == "[1048576,4096]" ]] ||
+  fail "memory: the sizes reported are $(jq -c '[.results[].bytes]' "$TEST_TMP/memory.json"), not [1048576,4096]"
+
+# A result file that cannot be written is refused before anything is measured: no result
+# row, and the other file (good) is not written either.
+mkdir -p "$TEST_TMP/a_dir"
+rm -f "$TEST_TMP/early.csv"
+run "json dir" $MPIEXEC -np 2 "$bin" bench comm --max_bytes 4KiB --iters 1 --csv "$TEST_TMP/early.csv" --json "$TEST_TMP/a_dir"
+[[ $rc -eq 2 ]] || fail "json dir: exit status $rc, expected 2"
+grep -qF -- "--json $TEST_TMP/a_dir is a directory" "$err" || fail "json dir: the message does not say so"
+grep -Eq '^ +[0-9]' "$out" && fail "json dir: results were measured before the refusal"
+[[ -e $TEST_TMP/early.csv ]] && fail "json dir: the CSV was written"
 
 # bench io: the save path on the job's mesh; the saves go to a private directory that is
 # removed afterwards, and the run's own checkpoint directory keeps what it held.
