@@ -8,9 +8,14 @@
 //                moving the checkpoint between nodes would cost, as a collective-buffering
 //                write or a gather to one writer does.
 // A save writes each rank's own pieces (independent MPI-IO), so it should run near the
-// file-system ceiling; the report says how near. Saves go to a private temporary directory
-// under checkpoint.dir (removed afterwards), never next to the run's checkpoints.
+// file-system ceiling; the report says how near. The save timed is the one the config's run
+// makes: synchronous, or with checkpoint.async the asynchronous one (what training waits
+// for, and the whole save to its commit). Saves go to a private temporary directory under
+// checkpoint.dir, never next to the run's checkpoints, removed afterwards -- also on
+// SIGTERM/SIGINT/SIGHUP/SIGPIPE, and (what no handler sees: SIGKILL, the watchdog's exit)
+// by the next bench io on the same host.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,8 +28,13 @@
 
 #include "command_options.hpp"
 #include "app/run_spec_resolve.hpp"
+#include "app/source_model_config.hpp"
+#include "checkpoint/async_save.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "core/signal_cleanup.hpp"
 #include "train/checkpoint_meta.hpp"
+#include "train/preflight.hpp"
+#include "train/same_run.hpp"
 #include "comm/agree.hpp"
 #include "comm/collectives.hpp"
 #include "core/check.hpp"
@@ -119,6 +129,46 @@ std::optional<Ceiling> network_ceiling(const MpiComm& world, const Topology& top
   return Ceiling{all_reduce_value(world, mine, ReduceOp::Sum), all_reduce_value(world, mine_s, ReduceOp::Max)};
 }
 
+/// The private directory of a bench io: "CHECKPOINT_DIR/.bench-io-HOST-PID" of rank 0,
+/// which creates and removes it (older versions named it ".bench-io-PID").
+constexpr char kPrivatePrefix[] = ".bench-io-";
+
+/// Rank 0, before it creates its own: the private directories that earlier bench io runs
+/// left in `ckpt_dir` when something no handler sees ended them (SIGKILL, the OOM killer,
+/// the collective watchdog's exit, a lost node). One whose process is gone from this host
+/// is removed, with a line saying so; one of a process still running here (a bench io at
+/// this moment) is left alone; one of another host, or of an older version (no host in
+/// its name), is left with a warning naming it, since only its own host can tell.
+void remove_stale_private_dirs(const std::string& ckpt_dir, const std::string& this_host) {
+  std::error_code ec;
+  for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(kPrivatePrefix, 0) != 0 || !it->is_directory(ec)) continue;
+    const std::string rest = name.substr(sizeof kPrivatePrefix - 1);
+    const std::size_t dash = rest.rfind('-');
+    const std::string host = dash == std::string::npos ? "" : rest.substr(0, dash);
+    const std::string pid_text = dash == std::string::npos ? rest : rest.substr(dash + 1);
+    const bool numeric = !pid_text.empty() && pid_text.size() < 10 &&
+                         pid_text.find_first_not_of("0123456789") == std::string::npos;
+    const std::string path = it->path().string();
+    if (!numeric || host.empty() || host != this_host) {
+      log::warn("%s was left by a bench io on %s, interrupted or still running there: remove it when no bench io "
+                "runs", path.c_str(), host.empty() ? "an unknown host (an older meshtrain)" : ("host " + host).c_str());
+      continue;
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // a bench io running now (or not ours to probe)
+    std::error_code rm;
+    fs::remove_all(path, rm);
+    if (rm)
+      log::warn("cannot remove %s, left by an interrupted bench io (process %d is gone): %s", path.c_str(),
+                static_cast<int>(pid), rm.message().c_str());
+    else
+      log::info("removed %s, left by an interrupted bench io (process %d on this host is gone)", path.c_str(),
+                static_cast<int>(pid));
+  }
+}
+
 template <class T>
 int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions& o) {
   const bool root = rt.topology().world_rank == 0;
@@ -129,9 +179,12 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
 
   // A private directory: rank 0 names it, every rank uses it. Rank 0 removes it -- and the
   // directories it created for it (checkpoint.dir, output.dir) when they are left empty --
-  // however the benchmark ends.
-  std::string dir = setup.spec.checkpoint.dir + "/.bench-io-" + std::to_string(::getpid());
+  // however the benchmark ends: its destructor on a return or an error, `on_signal` on a
+  // signal that ends the process, the next bench io's sweep after anything else.
+  const std::string& host = rt.topology().host_of_rank.at(0);
+  std::string dir = setup.spec.checkpoint.dir + "/" + kPrivatePrefix + host + "-" + std::to_string(::getpid());
   dir = broadcast_string(world, dir);
+  std::optional<SignalCleanup> on_signal;
   struct Cleanup {
     std::string dir;
     std::vector<std::string> created;  ///< deepest first: file_io::missing_directories
@@ -145,6 +198,12 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
     if (!root) return;
     cleanup.created = file_io::missing_directories(dir);
     cleanup.dir = dir;
+    // Registered before the directory exists: a signal from here on leaves nothing. It holds
+    // files only (the saves, `latest`, ceiling.bin), what add_directory_of_files removes.
+    on_signal.emplace();
+    on_signal->add_directory_of_files(dir);
+    for (const std::string& d : cleanup.created) on_signal->add_empty_directory(d);
+    remove_stale_private_dirs(setup.spec.checkpoint.dir, host);
     std::error_code ec;
     fs::create_directories(dir, ec);
     MESHTRAIN_REQUIRE(!ec, "cannot create %s (under checkpoint.dir): %s", dir.c_str(), ec.message().c_str());
@@ -152,18 +211,35 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
 
   std::uint64_t params = 0;
   for (const model::ParamSpec& p : eng.specs()) params += static_cast<std::uint64_t>(p.numel());
-  if (root)
+  const bool async = setup.spec.checkpoint.async;
+  if (root) {
     std::printf("# meshtrain bench io: checkpoint save of a %s model, %llu parameters (weights + 2 AdamW moments, "
                 "fp32), on mesh %s, %d rank(s) on %d node(s), in %s\n",
                 choice_name(setup.spec.dims.family), static_cast<unsigned long long>(params), setup.mesh_shape.str().c_str(),
                 world.size(), rt.topology().num_nodes, dir.c_str());
+    std::printf("# save path: %s\n",
+                async ? "asynchronous (checkpoint.async=true): each save is started and waited for at once; 'held' is "
+                        "what training waits for, the save's seconds run from its start to its commit"
+                      : "synchronous (checkpoint.async=false): training waits for the whole save");
+  }
+  // As the run saves (checkpoint_meta), keeping one checkpoint: the directory never holds
+  // more than one save and the ceiling's file, and each later save replaces the one before
+  // as a run's saves do once it keeps checkpoint.keep of them.
+  checkpoint::CheckpointMeta meta = train::checkpoint_meta(setup);
+  meta.keep = 1;
   std::vector<checkpoint::IoStats> saves;
   for (int i = 0; i < o.iters; ++i) {
     checkpoint::TrainState st;
     st.step = i + 1;
     st.seed = setup.spec.train.seed;
     st.rank_first_windows = train::next_step_windows(0, setup);
-    saves.push_back(checkpoint::save(eng, session.mesh(), train::checkpoint_meta(setup), st, dir));
+    if (async) {
+      checkpoint::AsyncSave save;
+      save.start(eng, session.mesh(), meta, st, dir);
+      saves.push_back(save.wait(world));
+    } else {
+      saves.push_back(checkpoint::save(eng, session.mesh(), meta, st, dir));
+    }
     if (root) std::printf("save %d: %s\n", i + 1, checkpoint::describe_save(saves.back()).c_str());
     std::fflush(stdout);
   }
@@ -176,9 +252,12 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
 
   if (root) {
     std::printf("#%-12s %14s %10s %10s\n", "what", "bytes", "seconds", "GB/s");
-    std::printf(" %-12s %14llu %10.3f %10.3f   (best of %d; data phase %.3f s; checksums %.4f s)\n", "save",
-                static_cast<unsigned long long>(best->bytes), best->seconds, best->gbps(), o.iters, best->data_seconds,
-                best->checksum_seconds);
+    std::printf(" %-12s %14llu %10.3f %10.3f   (best of %d, %s; data phase %.3f s; checksums %.4f s)\n", "save",
+                static_cast<unsigned long long>(best->bytes), best->seconds, best->gbps(), o.iters,
+                async ? "asynchronous, start to commit" : "synchronous", best->data_seconds, best->checksum_seconds);
+    if (async)
+      std::printf(" %-12s %14s %10.3f %10s   (of that save: what training waits for -- staging, layout, commit)\n",
+                  "save_held", "-", best->held_seconds, "-");
     std::printf(" %-12s %14llu %10.3f %10.3f   (each rank its owned bytes, pwrite + fsync)\n", "file_system",
                 static_cast<unsigned long long>(fsc.bytes), fsc.seconds, fsc.gbps());
     if (net)
@@ -206,6 +285,7 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
         j["bytes"] = s.bytes;
         j["writer_ranks"] = s.writer_ranks;
         j["writer_nodes"] = s.writer_nodes;
+        if (async) j["held_seconds"] = s.held_seconds;
         saves_json.push_back(j);
       }
       formats::Json j;
@@ -213,9 +293,11 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
       j["ranks"] = world.size();
       j["nodes"] = rt.topology().num_nodes;
       j["mesh"] = setup.mesh_shape.str();
+      j["save_path"] = async ? "async" : "sync";
       j["save_bytes"] = best->bytes;
       j["save_seconds"] = best->seconds;
       j["save_gbps"] = best->gbps();
+      if (async) j["save_held_seconds"] = best->held_seconds;
       j["file_system_bytes"] = fsc.bytes;
       j["file_system_seconds"] = fsc.seconds;
       j["file_system_gbps"] = fsc.gbps();
@@ -226,13 +308,7 @@ int run_bench_io(const Runtime& rt, const plan::RunSetup& setup, const IoOptions
         j["network_seconds"] = net->seconds;
         j["network_gbps"] = net->gbps();
       }
-      std::FILE* f = std::fopen(o.json.c_str(), "w");
-      if (f) {
-        std::fputs((formats::json_pretty(j) + "\n").c_str(), f);
-        std::fclose(f);
-      } else {
-        log::warn("cannot write %s: %s", o.json.c_str(), std::strerror(errno));
-      }
+      file_io::write_file(o.json, formats::json_pretty(j) + "\n");
     }
     std::fflush(stdout);
   }
@@ -250,15 +326,35 @@ int command_bench_io(Runtime& rt, const Args& args) {
       ("json", po::value<std::string>(&o.json), "also write the results as JSON (rank 0)");
   const std::string usage =
       "usage: meshtrain bench io [CONFIG.ini] [--iters 3] [--json PATH] [--section.key=value ...]\n\n"
-      "Times the checkpoint save of the config's model on this job's mesh (weights and AdamW moments, fp32),\n"
-      "into a temporary directory under checkpoint.dir that is removed afterwards, next to the file system's\n"
-      "ceiling (each rank writes and fsyncs its own bytes) and the network's (each rank sends them to the next\n"
-      "node), and says which bounds the save. No training step runs.\n";
-  CommandArgs ca = parse_command_args("bench io", usage, own, args);
+      "Times the checkpoint save of the config's model (checkpoint.init_from's with one) on this job's mesh\n"
+      "(weights and AdamW moments, fp32) as the run saves it (checkpoint.async: the asynchronous save), into a\n"
+      "temporary directory under checkpoint.dir that is removed afterwards, next to the file system's ceiling\n"
+      "(each rank writes and fsyncs its own bytes) and the network's (each rank sends them to the next node),\n"
+      "and says which bounds the save. No training step runs. A run interrupted by a signal removes its directory;\n"
+      "one killed outright (SIGKILL) leaves it, and the next bench io on that host removes it.\n";
+  // A part of an MPMD line whose arguments do not parse must not leave the others waiting
+  // in the comparison below: every rank ends with the error of the lowest failing rank.
+  CommandArgs ca;
+  agree_on_errors(rt.world(), [&] {
+    ca = parse_command_args("bench io", usage, own, args);
+    if (ca.config.help) return;
+    MESHTRAIN_REQUIRE(o.iters >= 1, "--iters must be at least 1, got %d", o.iters);
+    // The model `train` would build: a fine-tune's pretrained weights bring their shape.
+    Config& cfg = ca.config.config;
+    if (!cfg.checkpoint.init_from.empty()) adopt_source_model(cfg, cfg.checkpoint.init_from, "checkpoint.init_from");
+  });
   if (answer_help(rt, ca.config)) return 0;
-  MESHTRAIN_REQUIRE(o.iters >= 1, "--iters must be at least 1, got %d", o.iters);
-  const Config& cfg = ca.config.config;
+  Config& cfg = ca.config.config;
   configure_run_logging(rt, cfg);
+  // Ranks started with other settings (an MPMD launch line) would save other models or
+  // counts: a hang in the save's collectives until the watchdog, or a wrong result.
+  train::RunSettings settings = train::config_settings(config_to_ini(cfg));
+  settings.emplace_back("--iters", std::to_string(o.iters));
+  train::require_same_settings_on_every_rank(rt.world(), rt.topology().host_of_rank, settings);
+  // The JSON is written at the end: a path that cannot be written is found before any save.
+  agree_on_errors(rt.world(), [&] {
+    if (rt.world().rank() == 0 && !o.json.empty()) train::require_writable_file("--json", o.json);
+  });
   const plan::RunSetup setup = resolve_run(cfg, rt);  // as train resolves it (collective: auto may measure)
   return setup.spec.train.bf16() ? run_bench_io<bf16>(rt, setup, o) : run_bench_io<float>(rt, setup, o);
 }

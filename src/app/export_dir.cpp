@@ -51,7 +51,7 @@ bool exchange_paths(const std::string& a, const std::string& b) {
 }
 
 /// Removes the staging directory (and the parents made for it) unless released -- on an
-/// error through the destructor, on SIGTERM/SIGINT (a cancelled job) through `on_signal`.
+/// error through the destructor, on SIGTERM/SIGINT/SIGHUP/SIGPIPE (a cancelled job) through `on_signal`.
 struct Staging {
   std::string dir;
   std::vector<std::string> made_parents;  // deepest first

@@ -35,7 +35,11 @@ std::atomic<int> g_state{kIdle};
 std::atomic<bool> g_live{false};  // a SignalCleanup exists (one at a time)
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
               "the handler's flags must be lock-free to be async-signal-safe");
-struct sigaction g_old_term {}, g_old_int {};
+// The signals that end a command it should clean up after (signal_cleanup.hpp), and the
+// actions they had before, restored before the signal is raised again.
+constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE};
+constexpr int kNumSignals = sizeof kSignals / sizeof kSignals[0];
+struct sigaction g_old[kNumSignals];
 
 // linux_dirent64 as getdents64(2) fills it.
 struct Dirent64 {
@@ -90,7 +94,8 @@ void clean_up_on_signal(int sig) {
       if (g_kinds[i] == kEmptyDirectory) ::rmdir(g_paths[i]);  // fails unless empty
     g_state.store(kIdle);
   }
-  ::sigaction(sig, sig == SIGTERM ? &g_old_term : &g_old_int, nullptr);
+  for (int i = 0; i < kNumSignals; ++i)
+    if (kSignals[i] == sig) ::sigaction(sig, &g_old[i], nullptr);
   ::raise(sig);
   errno = saved_errno;
 }
@@ -114,21 +119,20 @@ SignalCleanup::SignalCleanup() {
   struct sigaction sa {};
   sa.sa_handler = clean_up_on_signal;
   sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGTERM, &sa, &old_term_);
-  ::sigaction(SIGINT, &sa, &old_int_);
-  // A signal the process ignores stays ignored (a background job of a non-interactive
-  // shell has SIGINT ignored): removing the output and then not ending would leave the
-  // command running without its files.
-  if (old_term_.sa_handler == SIG_IGN) ::sigaction(SIGTERM, &old_term_, nullptr);
-  if (old_int_.sa_handler == SIG_IGN) ::sigaction(SIGINT, &old_int_, nullptr);
-  g_old_term = old_term_;
-  g_old_int = old_int_;
+  static_assert(sizeof old_ / sizeof old_[0] == kNumSignals, "one saved action per signal");
+  for (int i = 0; i < kNumSignals; ++i) {
+    ::sigaction(kSignals[i], &sa, &old_[i]);
+    // A signal the process ignores stays ignored (a background job of a non-interactive
+    // shell has SIGINT ignored, nohup SIGHUP): removing the output and then not ending
+    // would leave the command running without its files.
+    if (old_[i].sa_handler == SIG_IGN) ::sigaction(kSignals[i], &old_[i], nullptr);
+    g_old[i] = old_[i];
+  }
 }
 
 SignalCleanup::~SignalCleanup() {
   g_state.store(kIdle);
-  ::sigaction(SIGTERM, &old_term_, nullptr);
-  ::sigaction(SIGINT, &old_int_, nullptr);
+  for (int i = 0; i < kNumSignals; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
   g_count.store(0);
   g_live.store(false);
 }

@@ -1,9 +1,10 @@
 #pragma once
 // All-or-nothing output files: each is written to NAME.tmp and renamed into place by
 // commit(); until then the destructor removes the temporaries (and the directory when it
-// created it and left it empty), and so does a SIGTERM or SIGINT (the scheduler's cancel,
-// Ctrl-C), which then ends the process as the signal would have. It writes only the files of
-// a meshtrain dataset, and replaces only such files that meshtrain wrote. Private to src/data.
+// created it and left it empty), and so does a SIGTERM, SIGINT, SIGHUP or SIGPIPE (the
+// scheduler's cancel, Ctrl-C: core/signal_cleanup.hpp), which then ends the process as the
+// signal would have. It writes only the files of a meshtrain dataset, and replaces only such
+// files that meshtrain wrote. Private to src/data.
 
 #include <string>
 #include <vector>
@@ -40,7 +41,7 @@ class StagedOutput {
   std::vector<std::string> created_;  ///< directories this object created, deepest first
   bool committed_ = false;
   std::vector<std::string> names_;
-  SignalCleanup on_signal_;  ///< a SIGTERM/SIGINT before commit() removes the same files and directories
+  SignalCleanup on_signal_;  ///< a SIGTERM/SIGINT/SIGHUP/SIGPIPE before commit() removes the same files and directories
 };
 
 }  // namespace meshtrain::data

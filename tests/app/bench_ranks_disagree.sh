@@ -3,8 +3,9 @@
 # `-n 1 A : -n 1 B`) is refused at start with one message naming the setting (exit 2 on
 # every rank; doc/perf.md). Without the check, bench comm with another --max_bytes per rank
 # hung forever (its collective timeout was never applied), bench gemm with other --sizes
-# died of a raw MPI_ERR_TRUNCATE, and another --dtype reported a correct collective as
-# "wrong results". An argument that only one part cannot parse is that part's
+# died of a raw MPI_ERR_TRUNCATE, another --dtype reported a correct collective as "wrong
+# results", and bench io with other --iters hung until parallel.collective_timeout and left
+# its private directory behind. An argument that only one part cannot parse is that part's
 # error on every rank (rank 0 waited for the others forever). The same launch with both
 # parts alike still runs.
 set -uo pipefail
@@ -64,6 +65,17 @@ grep -qF "error: --dtype must be fp32 or bf16, got 'fp64'" parse.log || { cat pa
 echo "--- bench gemm, other --sizes on rank 1 (MPI_ERR_TRUNCATE)"
 mpmd gemm.log bench gemm --sizes 32 --seconds 0.01 -- bench gemm --sizes 32,64 --seconds 0.01
 refused gemm.log --sizes 32,64 32
+
+echo "--- bench io, other --iters on rank 1 (hung until the watchdog, directory left)"
+io=(bench io "$tiny" --output.dir="$TEST_TMP/io" --parallel.collective_timeout=10)
+mpmd io.log "${io[@]}" --iters 1 -- "${io[@]}" --iters 2
+refused io.log --iters 2 1
+[[ -e io ]] && fail "the refused bench io left $(find io | tr '\n' ' ')"
+
+echo "--- bench io, another checkpoint.async on rank 1"
+mpmd io_async.log "${io[@]}" --iters 1 -- "${io[@]}" --iters 1 --checkpoint.async=true
+refused io_async.log checkpoint.async true false
+[[ -e io ]] && fail "the refused bench io left $(find io | tr '\n' ' ')"
 
 echo "--- both parts alike"
 mpmd alike.log "${comm[@]}" --max_bytes 4KiB -- "${comm[@]}" --max_bytes 4KiB

@@ -1,9 +1,11 @@
 #pragma once
-/// \brief Removal of a command's partial output when the scheduler cancels it (SIGTERM) or
-/// the user presses Ctrl-C (SIGINT): while a `SignalCleanup` is live, either signal first
-/// removes the paths registered with it, then ends the process as the signal would have
-/// (the previous action is restored and the signal raised again, so the exit status is
-/// 128 + signal). A signal the process ignores when it is created stays ignored. `prepare`'s staged files and `convert`'s staging directory use it.
+/// \brief Removal of a command's partial output when the scheduler cancels it (SIGTERM),
+/// the user presses Ctrl-C (SIGINT), the terminal goes away (SIGHUP) or the reader of its
+/// output does (SIGPIPE, `| head`): while a `SignalCleanup` is live, each of these signals
+/// first removes the paths registered with it, then ends the process as the signal would
+/// have (the previous action is restored and the signal raised again, so the exit status is
+/// 128 + signal). A signal the process ignores when it is created stays ignored. `prepare`'s
+/// staged files, `convert`'s staging directory and `bench io`'s private directory use it.
 ///
 /// The handler may run at any instruction, so what it removes is kept in fixed arrays of
 /// C strings, each published (its count raised) only once it is complete, and it uses only
@@ -40,7 +42,7 @@ class SignalCleanup {
   void disarm();
 
  private:
-  struct sigaction old_term_ {}, old_int_ {};
+  struct sigaction old_[4] {};  ///< SIGTERM, SIGINT, SIGHUP, SIGPIPE (signal_cleanup.cpp's kSignals)
 };
 
 }  // namespace meshtrain
