@@ -93,7 +93,7 @@ void visit_config(C& c, V&& v) {
   v("train.eval_batches", t.eval_batches,
     "global batches (train.global_batch sequences of the validation split) per evaluation; at most the split once");
   v("train.log_every", t.log_every, "steps between progress lines and metrics.jsonl records");
-  v("train.time_limit", t.time_limit, "wall-clock seconds for this run; saves and exits before it (0 = none; the Slurm end time is used when present)");
+  v("train.time_limit", t.time_limit, "wall-clock seconds for this run, counted from the process's start (start-up included); saves and exits before it (0 = none; the Slurm end time is used when present)");
   v("train.time_limit_margin", t.time_limit_margin, "seconds before the time limit at which the save starts");
   v("train.max_skipped_steps", t.max_skipped_steps, "steps with a non-finite loss or gradient norm that are skipped before the job aborts");
   v("train.inject_nan_steps", t.inject_nan_steps, "debug: comma list of steps whose gradients are poisoned with NaN");

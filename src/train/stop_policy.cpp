@@ -1,6 +1,7 @@
 #include "comm/collectives.hpp"
 #include "train/stop_policy.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -73,20 +74,30 @@ const char* stop_reason_name(StopReason r) {
   return "?";
 }
 
-StopPolicy::StopPolicy(double time_limit, double margin, double start, const MpiComm& world) : world_(world) {
+StopPolicy::StopPolicy(double time_limit, double margin, double process_start, const MpiComm& world) : world_(world) {
   margin_ = margin;
-  // Deadline on the steady clock: configured limit, or the Slurm end time (rank 0 asks).
-  double deadline = time_limit > 0 ? start + time_limit : 0;
-  double from_slurm = 0;
-  if (world.rank() == 0) {
-    const double end = slurm_end_epoch();
-    if (end > 0) from_slurm = start + (end - static_cast<double>(std::time(nullptr)));
-  }
-  from_slurm = broadcast_value(world, from_slurm);
+  // Rank 0 asks for the Slurm end time first (squeue may take a while).
+  const double slurm_end = world.rank() == 0 ? slurm_end_epoch() : 0;
+  // Only durations cross ranks: each host's steady clock counts from its own boot, so one
+  // rank's now_seconds() means nothing on another. Leaving an all-reduce, the ranks are at
+  // one moment (to the collective's latency): each takes its `now` there; the run's age is
+  // that of the rank that started first, and the Slurm end is rank 0's seconds left from it.
+  watched_all_reduce_value("all_reduce", "world", world_, 0, ReduceOp::Max);
+  const double now = now_seconds();
+  constexpr double kNone = std::numeric_limits<double>::lowest();
+  double agreed[2] = {now - process_start,
+                      slurm_end > 0 ? slurm_end - static_cast<double>(std::time(nullptr)) : kNone};
+  watched_all_reduce_in_place("all_reduce", "world", world_, agreed, 2, ReduceOp::Max);
+  startup_seconds_ = agreed[0];
+  // train.time_limit counts from the first rank's start: the start-up is inside it.
+  double deadline = time_limit > 0 ? now - startup_seconds_ + time_limit : 0;
   source_ = time_limit > 0 ? strprintf("train.time_limit=%gs", time_limit) : "none";
-  if (from_slurm > 0 && (deadline == 0 || from_slurm < deadline)) {
-    deadline = from_slurm;
-    source_ = "the Slurm job's end time";
+  if (agreed[1] != kNone) {
+    const double from_slurm = now + agreed[1];
+    if (deadline == 0 || from_slurm < deadline) {
+      deadline = from_slurm;
+      source_ = "the Slurm job's end time";
+    }
   }
   deadline_ = deadline;
 }
@@ -97,9 +108,9 @@ double StopPolicy::seconds_left() const {
 
 std::string StopPolicy::describe() const {
   if (deadline_ <= 0) return "no wall-clock limit; SIGUSR1/SIGTERM save and exit with status 75";
-  return strprintf("wall-clock limit from %s: %.0f s left; the run saves %g s (+ one step) before it; SIGUSR1/SIGTERM "
-                   "save and exit with status 75",
-                   source_.c_str(), seconds_left(), margin_);
+  return strprintf("wall-clock limit from %s: %.0f s left (the start-up took %.0f s since the first rank's process "
+                   "started); the run saves %g s (+ one step) before it; SIGUSR1/SIGTERM save and exit with status 75",
+                   source_.c_str(), std::max(seconds_left(), 0.0), startup_seconds_, margin_);
 }
 
 StopReason StopPolicy::check(double step_seconds) const {

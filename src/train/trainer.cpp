@@ -22,6 +22,7 @@
 #include "formats/json.hpp"
 #include "core/log.hpp"
 #include "core/memory.hpp"
+#include "core/process_start.hpp"
 #include "core/timer.hpp"
 #include "data/dataset.hpp"
 #include "data/sampler.hpp"
@@ -241,8 +242,18 @@ int Trainer<T>::run() {
   }
   prepare_reference(first_step);
   begin_writing(first_step);
-  const StopPolicy stop(spec_.train.time_limit, spec_.train.time_limit_margin, now_seconds(), rt_.world());
+  // train.time_limit counts from the process's start (main's first statement, before MPI_Init),
+  // like a scheduler's limit: the start-up above -- a large checkpoint's load, the checks,
+  // the measurements -- is inside it.
+  const StopPolicy stop(spec_.train.time_limit, spec_.train.time_limit_margin, process_start_seconds(), rt_.world());
   log::info("%s", stop.describe().c_str());
+  // The deadline is decided at step boundaries, the first after step 1: a start-up that left
+  // less than the margin still trains that step, so that each requeued job makes progress.
+  if (root_ && stop.seconds_left() < spec_.train.time_limit_margin && first_step + 1 < spec_.train.steps)
+    log::warn("the start-up took %.0f s, and %.0f s of the wall-clock limit are left, less than "
+              "train.time_limit_margin=%g s: the run trains step %d, saves it and exits with status %d",
+              stop.startup_seconds(), std::max(stop.seconds_left(), 0.0), spec_.train.time_limit_margin,
+              first_step + 1, kExitPreempted);
   // A SIGUSR1/SIGTERM that came during the start-up (the handlers are installed before it:
   // command_train) is agreed on here as at a step boundary, whichever rank got it: no step
   // is trained, and there is nothing new to save (the state is that of the checkpoint just

@@ -26,10 +26,12 @@ const char* stop_reason_name(StopReason r);
 
 class StopPolicy {
  public:
-  /// `start` = now_seconds() at the start of the run. Reads the Slurm end time (env
-  /// SLURM_JOB_END_TIME, or `squeue -h -j $SLURM_JOB_ID -o %e`) on rank 0 and shares it.
+  /// Collective over `world`. `process_start` = process_start_seconds() (core/process_start.hpp):
+  /// `time_limit` counts from the start of the rank whose process started first, so the
+  /// start-up is inside it. Reads the Slurm end time (env SLURM_JOB_END_TIME, or
+  /// `squeue -h -j $SLURM_JOB_ID -o %e`) on rank 0 and shares it as seconds left.
   /// `time_limit` and `margin` in seconds (train.time_limit, train.time_limit_margin; 0 = no limit).
-  StopPolicy(double time_limit, double margin, double start, const MpiComm& world);
+  StopPolicy(double time_limit, double margin, double process_start, const MpiComm& world);
 
   /// Collective over `world`: the same answer on every rank. `step_seconds` = the last
   /// step's duration (the deadline check leaves room for one more step and the save).
@@ -42,11 +44,15 @@ class StopPolicy {
   /// Seconds of wall-clock budget left (infinity without a deadline).
   double seconds_left() const;
   std::string describe() const;
+  /// Seconds from the first rank's process start to this policy's construction: what the
+  /// start-up took of train.time_limit.
+  double startup_seconds() const { return startup_seconds_; }
 
  private:
   MpiComm world_;
-  double deadline_ = 0;  ///< now_seconds() scale; 0 = none
+  double deadline_ = 0;  ///< this rank's now_seconds() scale; 0 = none
   double margin_ = 60;
+  double startup_seconds_ = 0;
   std::string source_;
 };
 
