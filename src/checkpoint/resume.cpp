@@ -1,7 +1,6 @@
 // Finding checkpoints: names, listing, the `latest` pointer, checkpoint.resume.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include "files.hpp"
 #include "comm/collectives.hpp"
@@ -9,11 +8,45 @@
 #include "core/check.hpp"
 #include "core/error.hpp"
 #include "core/file_io.hpp"
+#include "core/format.hpp"
 
 namespace meshtrain::checkpoint {
 namespace fs = std::filesystem;
 
 namespace {
+
+/// The one name `latest` holds, exactly as the commit writes it: the name and a newline (the
+/// newline may be missing). Anything else -- nothing, several lines, bytes after the name,
+/// a path -- is a UserError naming the file and what is wrong: the directory was damaged or
+/// edited, and guessing which line counts could resume the wrong checkpoint.
+std::string read_latest_name(const std::string& latest, const std::string& what) {
+  // Far longer than any name the commit writes (step_2147483647.h5 and a newline).
+  constexpr std::uint64_t kMaxBytes = 4096;
+  const std::uint64_t bytes = file_io::require_regular_file(latest, what + ":");  // a FIFO would block the open
+  const auto damaged = [&](const std::string& why) {
+    return UserError(strprintf("%s: %s is empty or damaged (%s; it should hold one file name like step_00000100.h5 and "
+                               "a newline); delete it to fall back to the newest step_*.h5, or set "
+                               "checkpoint.resume=PATH to pick one",
+                               what.c_str(), latest.c_str(), why.c_str()));
+  };
+  if (bytes > kMaxBytes) throw damaged(strprintf("it is %llu bytes long", static_cast<unsigned long long>(bytes)));
+  std::string text = file_io::read_text_file(latest, what + ": " + latest, kMaxBytes);
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (text.empty()) throw damaged("it is empty");
+  if (const std::size_t nl = text.find('\n'); nl != std::string::npos) {
+    const auto lines = 1 + std::count(text.begin(), text.end(), '\n');
+    throw damaged(strprintf("it holds %lld lines, the first '%s'", static_cast<long long>(lines),
+                            text.substr(0, std::min<std::size_t>(nl, 64)).c_str()));
+  }
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f || c == ' ')
+      throw damaged(strprintf("byte %zu is %s, which no checkpoint name holds", i + 1,
+                              c == ' ' ? "a space" : c == '\r' ? "a carriage return" : strprintf("0x%02x", c).c_str()));
+  }
+  if (text.find('/') != std::string::npos) throw damaged("it holds a path, '" + text.substr(0, 64) + "'");
+  return text;
+}
 
 /// The newest complete checkpoint of `dir` ("" when there is none): the file `latest`
 /// names, or without `latest` the highest step_*.h5. `what` prefixes messages.
@@ -21,15 +54,7 @@ std::string newest_in(const std::string& dir, const std::string& what) {
   std::error_code ec;
   const std::string latest = dir + "/latest";
   if (fs::exists(latest, ec)) {
-    file_io::require_regular_file(latest, what + ":");  // a FIFO would block the open
-    std::ifstream in(latest);
-    std::string name;
-    std::getline(in, name);
-    while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
-    MESHTRAIN_REQUIRE(!name.empty() && name.find('/') == std::string::npos,
-                      "%s: %s is empty or damaged (it should hold a file name like step_00000100.h5); delete it to "
-                      "fall back to the newest step_*.h5",
-                      what.c_str(), latest.c_str());
+    const std::string name = read_latest_name(latest, what);
     // Only a committed checkpoint may be named: never the .tmp of a save in flight or one
     // that died, nor any other file.
     MESHTRAIN_REQUIRE(files::step_of(name).has_value(),

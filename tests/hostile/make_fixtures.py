@@ -258,6 +258,15 @@ for name, text in [("k_latest_empty", ""), ("k_latest_dangling", "step_00000099.
     os.makedirs(path(name), exist_ok=True)
     open(path(name, "latest"), "w").write(text)
 os.makedirs(path("k_none"), exist_ok=True)
+# ... and whose `latest` holds more than one name: a second line, bytes after the newline, NULs
+# after the name (a torn write). Each beside a good checkpoint its first line names, so that
+# reading the first line alone would resume it.
+for name, text in [("k_latest_lines", b"step_00000002.h5\nstep_00000001.h5\n"),
+                   ("k_latest_trailing", b"step_00000002.h5\n\x00\x01garbage"),
+                   ("k_latest_nul", b"step_00000002.h5\x00\x00\x00\x00")]:
+    os.makedirs(path(name), exist_ok=True)
+    shutil.copy(good_ckpt, path(name, "step_00000002.h5"))
+    open(path(name, "latest"), "wb").write(text)
 
 # Named pipes (FIFOs) where meshtrain reads a file by name: opening one for reading waits for
 # a writer that never comes, so each must be refused before it is opened (file_io.hpp).
