@@ -128,10 +128,17 @@ herr_t write_piece(hid_t ds, hid_t dxpl, const Piece* piece, const float* data) 
   return H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, piece ? data : &dummy);
 }
 
-/// Keeps the newest `keep` complete checkpoints (never `newest`) and removes temporaries
-/// of saves that did not finish. Best effort: a file that cannot be removed is reported.
+/// Keeps the newest `keep` complete checkpoints up to `newest`, the one just committed (never
+/// deleted), and removes temporaries of saves that did not finish. Best effort: a file that
+/// cannot be removed is reported.
 void apply_retention(const std::string& dir, int keep, const std::string& newest) {
-  std::vector<std::string> all = list_checkpoints(dir);
+  // A run's saves go up in step, so a file of a higher step is not of this run's line: a save
+  // renamed in before a crash took `latest` (the resumed run trains that step again and
+  // replaces it). Counted, it would take the place of one of the run's own checkpoints.
+  const int newest_step = files::step_of(fs::path(newest).filename().string()).value();
+  std::vector<std::string> all;
+  for (std::string& path : list_checkpoints(dir))
+    if (files::step_of(fs::path(path).filename().string()).value() <= newest_step) all.push_back(std::move(path));
   const std::size_t n = all.size();
   for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < n; ++i) {
     if (all[i] == newest) continue;

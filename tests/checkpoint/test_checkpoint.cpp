@@ -130,6 +130,33 @@ TEST(Checkpoint, LatestRetentionAndTemporaries) {
   EXPECT_EQ(checkpoint::list_checkpoints(dir)[0], dir + "/step_00000006.h5");
 }
 
+// checkpoint.keep counts the checkpoints up to the one just saved: a complete file of a
+// higher step (a save renamed in before a crash took `latest`; the resumed run trains that
+// step again) neither takes the place of one of the run's own nor is deleted.
+TEST(Checkpoint, RetentionKeepsTheRunsOwnBelowAHigherStep) {
+  const MpiComm& w = world();
+  auto job = make_job(w, tiny_config("gpt2"), meshes_of(w.size())[0].shape, Strategy::FullShard);
+  const std::string dir = fresh_dir(w, "retention_higher");
+  job->setup.spec.checkpoint.keep = 2;
+  fill_known(*job->engine);
+  for (int step : {10, 20}) checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(step), dir);
+  // The crash between step 20's rename and its `latest`: latest still names step 10.
+  if (w.rank() == 0) std::ofstream(dir + "/latest") << "step_00000010.h5\n";
+  MPI_Barrier(w.get());
+  for (int step : {12, 14, 16}) checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(step), dir);
+  const std::vector<std::string> want = {dir + "/step_00000014.h5", dir + "/step_00000016.h5", dir + "/step_00000020.h5"};
+  EXPECT_EQ(checkpoint::list_checkpoints(dir), want);
+  EXPECT_EQ(checkpoint::resolve_resume(w, dir, app::resume_spec("auto")), dir + "/step_00000016.h5");
+  // keep = 1: the newest alone, of the run's own.
+  job->setup.spec.checkpoint.keep = 1;
+  checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(18), dir);
+  const std::vector<std::string> one = {dir + "/step_00000018.h5", dir + "/step_00000020.h5"};
+  EXPECT_EQ(checkpoint::list_checkpoints(dir), one);
+  // Past it, the run's own save of that step replaces the file and counts like any other.
+  checkpoint::save(*job->engine, *job->mesh, train::checkpoint_meta(job->setup), sample_state(20), dir);
+  EXPECT_EQ(checkpoint::list_checkpoints(dir), std::vector<std::string>{dir + "/step_00000020.h5"});
+}
+
 TEST(Checkpoint, ResumeWithoutLatestScansAndBadLatestIsAnError) {
   const MpiComm& w = world();
   auto job = make_job(w, tiny_config("gpt2"), meshes_of(w.size())[0].shape, Strategy::FullShard);
