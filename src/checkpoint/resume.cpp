@@ -95,6 +95,13 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return out;
 }
 
+std::vector<std::string> list_checkpoints_after(const std::string& dir, int step) {
+  std::vector<std::string> out;
+  for (std::string& path : list_checkpoints(dir))
+    if (*files::step_of(fs::path(path).filename().string()) > step) out.push_back(std::move(path));
+  return out;
+}
+
 std::vector<std::string> list_checkpoint_other_files(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;

@@ -139,9 +139,48 @@ std::string overwrite_unused(const plan::CheckpointSpec& cc, const EarlierCheckp
            "checkpoint outside the directory)";
   if (earlier.rewind)
     return strprintf("checkpoint.overwrite=true has no effect: checkpoint.resume=%s is this directory's own checkpoint, "
-                     "whose run continues from that step (the later steps' files are replaced as it passes them)",
+                     "whose run continues from that step (a rewind: the later steps' checkpoints are deleted all the same, "
+                     "and the run trains them again)",
                      cc.resume.path.c_str());
   return "";
+}
+
+std::string remove_abandoned_steps(const plan::CheckpointSpec& cc, const std::string& resumed_from, int resumed_step,
+                                   const std::string& lora_base) {
+  const std::vector<std::string> later = checkpoint::list_checkpoints_after(cc.dir, resumed_step);
+  if (later.empty()) return "";
+  if (!lora_base.empty())
+    for (const std::string& path : later)
+      MESHTRAIN_REQUIRE(canonical_path(path) != canonical_path(lora_base),
+                        "the LoRA base %s of checkpoint.resume=%s is a later step of checkpoint.dir=%s, which the "
+                        "rewind to step %d would delete (this run's checkpoints name their base by that path); copy it "
+                        "out of the directory first, or resume into another output.dir",
+                        lora_base.c_str(), resumed_from.c_str(), cc.dir.c_str(), resumed_step);
+  // `latest` first: a deletion stopped half way leaves it naming this run's checkpoint.
+  const std::string name = file_name(resumed_from);
+  const bool named = name == checkpoint::checkpoint_file_name(resumed_step);
+  const std::string latest = (fs::path(cc.dir) / "latest").string();
+  std::error_code ec;
+  if (named) {
+    file_io::replace_file(latest, name + "\n");
+  } else {
+    fs::remove(latest, ec);
+    MESHTRAIN_REQUIRE(!ec, "the rewind to %s: cannot delete %s: %s", resumed_from.c_str(), latest.c_str(),
+                      ec.message().c_str());
+  }
+  for (const std::string& path : later) {
+    fs::remove(path, ec);
+    MESHTRAIN_REQUIRE(!ec, "the rewind to %s: cannot delete %s: %s", resumed_from.c_str(), path.c_str(),
+                      ec.message().c_str());
+  }
+  const std::size_t n = later.size();
+  const std::string now_latest = named ? "latest names " + name : "latest was removed (it names step_*.h5 files only)";
+  const std::string count = n == 1 ? "the later checkpoint" : strprintf("the %zu later checkpoints", n);
+  return strprintf("checkpoint.resume=%s rewinds the run to step %d: deleted %s of checkpoint.dir=%s (%s%s%s), "
+                   "which the run trains again; %s",
+                   resumed_from.c_str(), resumed_step, count.c_str(), cc.dir.c_str(),
+                   file_name(later.front()).c_str(), n == 1 ? "" : " to ", n == 1 ? "" : file_name(later.back()).c_str(),
+                   now_latest.c_str());
 }
 
 std::string remove_earlier_checkpoints(const plan::CheckpointSpec& cc, const EarlierCheckpoints& earlier) {

@@ -426,6 +426,12 @@ void Trainer<T>::begin_writing(int first_step) {
     MESHTRAIN_REQUIRE(record_refusal.empty(), "%s", record_refusal.c_str());
     for (auto& lock : locks_.held) lock->keep_directories();
     if (!earlier_.empty()) log::warn("%s", remove_earlier_checkpoints(spec_.checkpoint, earlier_).c_str());
+    // A rewind replaces the steps after it: their files go now, as their metrics.jsonl lines do.
+    if (earlier_.rewind) {
+      const std::string rewound = remove_abandoned_steps(spec_.checkpoint, resumed_from_, resumed_step_,
+                                                         spec_.dims.lora_rank > 0 ? base_.path : std::string());
+      if (!rewound.empty()) log::warn("%s", rewound.c_str());
+    }
     const bool replaces = replaces_record(spec_.checkpoint, earlier_record_, resumed_from_);
     if (replaces)
       log::warn("checkpoint.overwrite: this run's record replaces, in output.dir=%s, that of the run whose checkpoints "

@@ -21,8 +21,9 @@
 #      the user gave next to global_batch still warns;
 #   7. a run that would write its checkpoints among another run's (resume=none, or a resume
 #      from a checkpoint outside checkpoint.dir) is refused (exit 2, the checkpoints named,
-#      nothing touched; a resume of an older step inside the directory is not, and
-#      checkpoint.overwrite beside it only warns that it does nothing), and
+#      nothing touched; a resume of an older step inside the directory is not -- it deletes
+#      the later steps' checkpoints -- and checkpoint.overwrite beside it only warns that it
+#      does nothing), and
 #      checkpoint.overwrite=true deletes them first, naming them, with overwrite = false in
 #      the config.ini that reruns the new run; so is a run into an output.dir that holds the
 #      record of a run whose checkpoints are in another directory (unless it continues them),
@@ -209,7 +210,11 @@ train r.log 1 --data.dir=data --output.dir=run_p --train.steps=14 --checkpoint.r
 grep -qF "resumed from run_p/checkpoints/${held_p[0]}" r.log || { cat r.log; fail "the older step was not resumed"; }
 grep -qF "warning: checkpoint.overwrite=true has no effect: checkpoint.resume=run_p/checkpoints/${held_p[0]} is this directory's own checkpoint" r.log ||
   { cat r.log; fail "overwrite beside a rewind: no warning that it does nothing"; }
-! grep -q "deleted" r.log || { cat r.log; fail "overwrite beside a rewind deleted checkpoints"; }
+! grep -q "checkpoint.overwrite: deleted" r.log || { cat r.log; fail "overwrite beside a rewind deleted checkpoints"; }
+# The rewind itself deletes the later steps (checkpoint_rewind tests it further).
+rewound=${held_p[0]#step_}
+grep -qF "rewinds the run to step $((10#${rewound%.h5})): deleted the $((${#held_p[@]} - 1)) later checkpoints" r.log ||
+  { cat r.log; fail "the rewind does not name the later checkpoints it deleted"; }
 # checkpoint.overwrite=true deletes the earlier run's checkpoints (named in a warning) and
 # starts over; its config.ini holds overwrite = false, so that a rerun continues this run.
 train q.log 2 --data.dir=data --output.dir=run --train.steps=2 --checkpoint.resume=none --checkpoint.overwrite=true ||

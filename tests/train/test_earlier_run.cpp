@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <string>
 
@@ -206,6 +208,45 @@ TEST(EarlierRun, OutputDirRecordOfARunWhoseCheckpointsAreElsewhere) {
   }
   fs::remove(out / "run.json");
   EXPECT_TRUE(train::earlier_record(out.string(), cc).empty());
+}
+
+// A rewind: the later steps' checkpoints go, `latest` first made to name the step rewound
+// to; the earlier steps, the temporaries and the lock stay (retention removes temporaries).
+TEST(EarlierRun, ARewindDeletesTheLaterSteps) {
+  Dirs d;
+  std::ofstream(d.ckpt / "step_00000008.h5") << "x";
+  const std::string older = (d.ckpt / "step_00000002.h5").string();
+  const plan::CheckpointSpec cc = d.spec(ResumeSpec::Kind::Path, older);
+  ASSERT_TRUE(train::earlier_checkpoints(cc).rewind);
+  // The LoRA base among them: refused before anything is deleted.
+  try {
+    train::remove_abandoned_steps(cc, older, 2, (d.ckpt / "step_00000008.h5").string());
+    FAIL() << "no error";
+  } catch (const UserError& err) {
+    EXPECT_CONTAINS(err.what(), "is a later step of checkpoint.dir=" + d.ckpt.string() + ", which the rewind to step 2 would delete");
+  }
+  EXPECT_TRUE(fs::exists(d.ckpt / "step_00000008.h5"));
+  EXPECT_EQ(train::remove_abandoned_steps(cc, older, 2),
+            "checkpoint.resume=" + older + " rewinds the run to step 2: deleted the 2 later checkpoints of checkpoint.dir=" +
+                d.ckpt.string() + " (step_00000004.h5 to step_00000008.h5), which the run trains again; latest names "
+                "step_00000002.h5");
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(d.ckpt)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{".meshtrain.lock", "latest", "step_00000002.h5", "step_00000006.h5.tmp"}));
+  std::ifstream latest(d.ckpt / "latest");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(latest), {}), "step_00000002.h5\n");
+  // Nothing after the step: nothing to say, nothing touched.
+  EXPECT_EQ(train::remove_abandoned_steps(cc, older, 2), "");
+  // A resumed file whose name is not a step's: `latest` cannot name it and goes.
+  std::ofstream(d.ckpt / "step_00000004.h5") << "x";
+  const std::string kept = (d.ckpt / "best.h5").string();
+  std::ofstream(kept) << "x";
+  EXPECT_CONTAINS(train::remove_abandoned_steps(d.spec(ResumeSpec::Kind::Path, kept), kept, 3),
+                  "deleted the later checkpoint of checkpoint.dir=" + d.ckpt.string() +
+                      " (step_00000004.h5), which the run trains again; latest was removed");
+  EXPECT_FALSE(fs::exists(d.ckpt / "latest"));
+  EXPECT_TRUE(fs::exists(d.ckpt / "step_00000002.h5"));
 }
 
 TEST(EarlierRun, OverwriteWithNothingToReplaceWarns) {

@@ -254,6 +254,10 @@ std::string newest_checkpoint(const std::string& dir);
 /// directory does not exist.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
+/// The complete checkpoints of `dir` of a step above `step`, oldest first (in a run's own
+/// directory: the steps a resume of step `step` trains again).
+std::vector<std::string> list_checkpoints_after(const std::string& dir, int step);
+
 /// What else a run's saves leave in `dir`: `latest` and the .tmp files of saves that did
 /// not finish; empty when the directory does not exist.
 std::vector<std::string> list_checkpoint_other_files(const std::string& dir);

@@ -74,6 +74,19 @@ std::string earlier_record_refusal(const std::string& out_dir, const plan::Check
 /// PATH outside into an empty directory says nothing: that is overwrite's normal use.
 std::string overwrite_unused(const plan::CheckpointSpec& cc, const EarlierCheckpoints& earlier, bool replaces);
 
+/// A rewind (checkpoint.resume=PATH, a checkpoint of cc.dir, of step `resumed_step`): the
+/// directory's checkpoints of later steps are the abandoned continuation, whose
+/// metrics.jsonl lines the resume dropped too. `latest` is first made to name the resumed
+/// checkpoint (removed when that file's name is not a step_*.h5 one), then they are deleted:
+/// checkpoint.keep then counts this run's checkpoints alone (a higher abandoned step would
+/// have outlived them), and a resume -- auto, a requeued job -- continues this run, never the
+/// abandoned one. Returns a one-line account for the log ("" when no step is after it). A
+/// file that cannot be deleted is a UserError naming it (the run has written nothing yet),
+/// and so is `lora_base` (the frozen base the resumed LoRA checkpoint names, "" for none)
+/// among the files, before anything is deleted.
+std::string remove_abandoned_steps(const plan::CheckpointSpec& cc, const std::string& resumed_from, int resumed_step,
+                                   const std::string& lora_base = "");
+
 /// checkpoint.overwrite: deletes `earlier`'s files (complete checkpoints first, then
 /// `latest` and the temporaries) and returns a one-line account for the log. A file that
 /// cannot be deleted is a UserError naming it (the run has not written anything yet).
