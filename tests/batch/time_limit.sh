@@ -20,7 +20,7 @@ source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
 # L counts the start-up too (several seconds for 2 ranks on a busy machine): long enough that
 # the stop comes mid-run, after many steps.
 L=$((20 * time_scale)) M=3
-args=(train "$tiny" --data.dir=random --checkpoint.every=0 --train.log_every=10 --train.time_limit_margin=$M)
+args=(train "$tiny" --data.dir=random --checkpoint.every=0 --train.log_every=10 --train.time_limit_margin="$M")
 start=$SECONDS
 # shellcheck disable=SC2086
 timeout $((120 * time_scale)) $MPIEXEC -n 2 "$MESHTRAIN_BIN" "${args[@]}" --train.steps=100000 --train.time_limit=$L --output.dir=run \
