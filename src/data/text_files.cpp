@@ -1,7 +1,10 @@
 #include "data/text_files.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -64,9 +67,20 @@ std::string meshtrain_output(const fs::path& dir) {
   return "";
 }
 
+/// A regular file found, and what says it is the same file as another: its device and inode
+/// (a hard link or a bind mount gives one file two canonical paths), or, where stat fails,
+/// its canonical path.
+struct FoundFile {
+  std::string path;       ///< as found
+  std::string canonical;  ///< symlinks resolved
+  bool have_id = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
 struct Collector {
-  std::set<std::string> dirs_seen;                          // canonical paths
-  std::vector<std::pair<std::string, std::string>> files;   // (path as found, canonical)
+  std::set<std::string> dirs_seen;  // canonical paths
+  std::vector<FoundFile> files;
 };
 
 void visit(const fs::path& p, bool named_by_user, Collector& c) {
@@ -111,7 +125,14 @@ void visit(const fs::path& p, bool named_by_user, Collector& c) {
     std::sort(entries.begin(), entries.end());
     for (const fs::path& e : entries) visit(e, false, c);
   } else if (fs::is_regular_file(st) && p.extension() != ".dat") {
-    c.files.emplace_back(p.string(), canonical.string());
+    FoundFile f{p.string(), canonical.string()};
+    struct stat sb {};
+    if (::stat(p.c_str(), &sb) == 0) {
+      f.have_id = true;
+      f.dev = sb.st_dev;
+      f.ino = sb.st_ino;
+    }
+    c.files.push_back(std::move(f));
   } else if (named_by_user) {
     // A FIFO or a device named as an input (/dev/zero, a pipe): never read, an error. Inside
     // a directory such entries are skipped like the other files that are not text.
@@ -124,11 +145,31 @@ void visit(const fs::path& p, bool named_by_user, Collector& c) {
 std::vector<std::string> collect_input_files(const std::vector<std::string>& inputs) {
   Collector c;
   for (const std::string& in : inputs) visit(fs::path(in), true, c);
-  std::sort(c.files.begin(), c.files.end());
-  std::set<std::string> files_seen;
+  std::sort(c.files.begin(), c.files.end(), [](const FoundFile& a, const FoundFile& b) { return a.path < b.path; });
+  // The first path (in sorted order) of each file is kept. Another name for a file already
+  // kept would tokenize it twice: the dataset would hold its text twice, silently.
+  std::map<std::pair<dev_t, ino_t>, const FoundFile*> by_id;
+  std::map<std::string, const FoundFile*> by_canonical;
   std::vector<std::string> out;
-  for (const auto& [path, canonical] : c.files)
-    if (files_seen.insert(canonical).second) out.push_back(path);
+  for (std::size_t k = 0; k < c.files.size(); ++k) {
+    const FoundFile& f = c.files[k];
+    if (k > 0 && f.path == c.files[k - 1].path) continue;  // one path found twice (a file inside a directory also named)
+    const FoundFile* first = nullptr;
+    if (const auto it = by_canonical.find(f.canonical); it != by_canonical.end()) first = it->second;
+    else if (const auto id = by_id.find({f.dev, f.ino}); f.have_id && id != by_id.end()) first = id->second;
+    if (!first) {
+      by_canonical.emplace(f.canonical, &f);
+      if (f.have_id) by_id.emplace(std::make_pair(f.dev, f.ino), &f);
+      out.push_back(f.path);
+      continue;
+    }
+    by_canonical.emplace(f.canonical, first);
+    // A second canonical path of one file is named (`ls -l` shows a symlink, not a hard link);
+    // symlinks (the fortunes package's 43 `*.u8 -> *`) pass silently.
+    if (f.canonical != first->canonical)
+      log::info("prepare: skipping %s: the same file as %s (the same device and inode: a hard link or a bind mount)",
+                f.path.c_str(), first->path.c_str());
+  }
   return out;
 }
 

@@ -37,6 +37,7 @@ void make_corpus(const TempDir& dir) {
   test::write_file(dir / "corpus/empty.txt", "");
   fs::create_directory_symlink("..", dir / "corpus/sub/loop");   // a symlink loop
   fs::create_symlink("a.txt", dir / "corpus/z_link_to_a.txt");   // a second name for a.txt
+  fs::create_hard_link(dir / "corpus/a.txt", dir / "corpus/sub/hard_link_to_a.txt");  // a third, not a symlink
 }
 
 // The pieces of `ids` between end-of-text ids, decoded.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `meshtrain prepare` from the command line: the fortunes corpus (Debian package
-# `fortunes`) becomes a dataset; bad inputs end every rank with exit status 2 and exactly
-# one error message, on 1 and 2 ranks, and leave no output behind.
+# `fortunes`) becomes a dataset; a hard-linked file is read once; bad inputs end every rank
+# with exit status 2 and exactly one error message, on 1 and 2 ranks, and leave no output
+# behind.
 #
 # Environment (set by meshtrain_add_script_test): MESHTRAIN_BIN, MPIEXEC, TEST_TMP.
 set -uo pipefail
@@ -53,6 +54,16 @@ else
   # A dependency of the project (scripts/install-deps.sh): missing, this test fails.
   fail "$corpus is not installed: run scripts/install-deps.sh (Debian package fortunes)"
 fi
+
+# A file with two hard links is one document (read once), and the second name is logged as skipped.
+mkdir -p "$TEST_TMP/hard_links/sub"
+printf 'one document\nwith two names\n' >"$TEST_TMP/hard_links/a.txt"
+ln "$TEST_TMP/hard_links/a.txt" "$TEST_TMP/hard_links/sub/b.txt"
+run "" hard_links --input "$TEST_TMP/hard_links/sub/b.txt" "$TEST_TMP/hard_links" --output "$TEST_TMP/out_hard_links"
+[[ $rc -eq 0 ]] || { fail "hard_links: exit status $rc"; cat "$err" >&2; }
+grep -q 'input: *1 file(s), 28 bytes' "$out" || fail "hard_links: a hard-linked file is not read once: $(grep 'input:' "$out")"
+grep -qF "skipping $TEST_TMP/hard_links/sub/b.txt: the same file as $TEST_TMP/hard_links/a.txt" "$out" ||
+  fail "hard_links: the second name is not logged as skipped: $(cat "$out")"
 
 run "" help --help
 [[ $rc -eq 0 ]] && grep -q -- '--val_fraction' "$out" || fail "--help: status $rc or no option list"

@@ -9,9 +9,11 @@
 namespace meshtrain::data {
 
 /// \brief Expands `inputs` (files and directories, recursed) into regular files sorted
-/// by path. Symlinks are followed, but each file and directory is visited once (by
-/// canonical path), so links to files already listed and symlink loops add nothing.
-/// `*.dat` files (fortune indexes and other binary tables) are left out.
+/// by path. Symlinks are followed, but each directory is visited once (by canonical path) and
+/// each file listed once (by device and inode, else canonical path), so symlink loops,
+/// symlinks and hard links to files already listed add nothing (a hard link or a bind mount is
+/// logged as skipped, naming the file kept). `*.dat` files (fortune indexes and other binary
+/// tables) are left out.
 /// UserError when an input does not exist or a directory cannot be read.
 std::vector<std::string> collect_input_files(const std::vector<std::string>& inputs);
 
