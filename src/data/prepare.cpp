@@ -31,30 +31,12 @@ constexpr const char* kValSplitRule =
     "per document: the text from the line start nearest to (1 - val_fraction) of its bytes goes to "
     "val, the text before it to train; each non-empty piece ends with eot";
 
-// The ids of one piece of a document: BOS first when the tokenizer's model expects one, then
-// the text, then the end-of-text id.
-std::vector<std::int32_t> piece_ids(const Tokenizer& tok, const std::string& path, const std::string& text) {
-  std::vector<std::int32_t> ids;
-  try {
-    ids = tok.encode_sequence(text);
-  } catch (const UserError& e) {
-    throw UserError(strprintf("%s: %s", path.c_str(), e.what()));
-  }
-  ids.push_back(tok.eot_id());
-  return ids;
-}
-
-// Tokenizes one piece of a document into `out` as the tokenizer hands its ids over, a stretch
-// at a time: a large document never has all its ids (or its tokenizer's working memory) in
-// memory at once. The same ids as piece_ids.
-void append_piece(const Tokenizer& tok, const std::string& path, const std::string& text, TokenFileWriter& out,
-                  std::vector<std::uint64_t>* counts) {
-  if (text.empty()) return;
-  const auto take = [&](const std::int32_t* ids, std::size_t n) {
-    out.append(ids, n);
-    if (counts)
-      for (std::size_t i = 0; i < n; ++i) ++(*counts)[static_cast<std::size_t>(ids[i])];
-  };
+// The ids of one piece of a document, handed to `take` as the tokenizer gives them over, a
+// stretch at a time: BOS first when the tokenizer's model expects one, then the text, then
+// the end-of-text id. A failure of `take` (a full disk writing the dataset: status 74) keeps
+// its message and status; a tokenizer's refusal of the text is named by its file.
+void for_each_piece_id(const Tokenizer& tok, const std::string& path, const std::string& text,
+                       const Tokenizer::IdSink& take) {
   if (tok.add_bos() && tok.bos_id() >= 0) {
     const std::int32_t bos = tok.bos_id();
     take(&bos, 1);
@@ -62,13 +44,30 @@ void append_piece(const Tokenizer& tok, const std::string& path, const std::stri
   try {
     tok.encode_into(text, take);
   } catch (const UserError& e) {
-    // A failed write of the dataset (take) keeps its message and status (74 for a full disk);
-    // a tokenizer's refusal of the text is named by its file.
     if (e.exit_status() == kExitIoError) throw;
     throw UserError(strprintf("%s: %s", path.c_str(), e.what()), e.exit_status());
   }
   const std::int32_t eot = tok.eot_id();
   take(&eot, 1);
+}
+
+// The ids of one piece of a document, together (for --pack, which cuts them into rows).
+std::vector<std::int32_t> piece_ids(const Tokenizer& tok, const std::string& path, const std::string& text) {
+  std::vector<std::int32_t> ids;
+  for_each_piece_id(tok, path, text, [&](const std::int32_t* p, std::size_t n) { ids.insert(ids.end(), p, p + n); });
+  return ids;
+}
+
+// Tokenizes one piece of a document straight into `out`: a large document never has all its
+// ids (or its tokenizer's working memory) in memory at once. The same ids as piece_ids.
+void append_piece(const Tokenizer& tok, const std::string& path, const std::string& text, TokenFileWriter& out,
+                  std::vector<std::uint64_t>* counts) {
+  if (text.empty()) return;
+  for_each_piece_id(tok, path, text, [&](const std::int32_t* ids, std::size_t n) {
+    out.append(ids, n);
+    if (counts)
+      for (std::size_t i = 0; i < n; ++i) ++(*counts)[static_cast<std::size_t>(ids[i])];
+  });
 }
 
 // Where a tokenizer's special ids come from, for the messages below.
