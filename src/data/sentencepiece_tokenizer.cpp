@@ -93,14 +93,15 @@ class WireReader {
   std::size_t pos_ = 0;
 };
 
-/// What the stretch planning (plan_cuts) reads of a model: TrainerSpec's model_type (3) and
-/// treat_whitespace_as_suffix (24), NormalizerSpec's name (1), add_dummy_prefix (3),
-/// remove_extra_whitespaces (4), escape_whitespaces (5) and normalization_rule_tsv (6), with
-/// the proto's defaults; a field given twice counts as protobuf merges it (the last value).
+/// What the stretch planning (plan_cuts) reads of a model: TrainerSpec's model_type (3),
+/// split_by_whitespace (22) and treat_whitespace_as_suffix (24), NormalizerSpec's name (1),
+/// add_dummy_prefix (3), remove_extra_whitespaces (4), escape_whitespaces (5) and
+/// normalization_rule_tsv (6), with the proto's defaults; a field given twice counts as
+/// protobuf merges it (the last value).
 struct SpShape {
   bool read = false;
   std::uint64_t model_type = 1;  // UNIGRAM
-  bool whitespace_as_suffix = false;
+  bool split_by_whitespace = true, whitespace_as_suffix = false;
   std::string normalizer;
   bool add_dummy_prefix = true, remove_extra_whitespaces = true, escape_whitespaces = true, user_rules = false;
 };
@@ -115,6 +116,7 @@ SpShape sp_shape(std::string_view proto) {
       int f = 0, w = 0;
       while (spec.next(f, w)) {
         if (field == 2 && f == 3 && w == 0) shape.model_type = spec.varint();
+        else if (field == 2 && f == 22 && w == 0) shape.split_by_whitespace = spec.varint() != 0;
         else if (field == 2 && f == 24 && w == 0) shape.whitespace_as_suffix = spec.varint() != 0;
         else if (field == 3 && f == 1 && w == 2) shape.normalizer = std::string(spec.bytes());
         else if (field == 3 && f == 3 && w == 0) shape.add_dummy_prefix = spec.varint() != 0;
@@ -302,48 +304,80 @@ class SentencePieceTokenizer final : public Tokenizer {
   /// ASCII letters or digits ("a b"), the space starting the next stretch; the end of the
   /// segment when there is none.
   static std::size_t next_cut(std::string_view text, std::size_t from) {
-    const auto alnum = [](char c) {
-      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    };
     for (std::size_t c = std::max<std::size_t>(from, 1); c + 1 < text.size(); ++c)
-      if (text[c] == ' ' && alnum(text[c - 1]) && alnum(text[c + 1])) return c;
+      if (is_cut(text, c)) return c;
     return text.size();
   }
+  /// Whether `text[c]` is the space of "a b" (two ASCII letters or digits around it).
+  static bool is_cut(std::string_view text, std::size_t c) {
+    const auto alnum = [](char ch) {
+      return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+    };
+    return c > 0 && c + 1 < text.size() && text[c] == ' ' && alnum(text[c - 1]) && alnum(text[c + 1]);
+  }
 
-  /// Whether a segment may be encoded in stretches with ids equal to encoding it whole, and
-  /// with which processor the stretches after the first go. SentencePiece's BPE merges two
-  /// adjacent symbols only into a piece of the vocabulary, by score, whatever lies around
-  /// them; so at a place no vocabulary piece can span, the merges on either side never meet
-  /// and the ids there are those of each side alone. At "a b" (cut before the space), the text
-  /// normalises to "a▁b" and a piece spanning it would hold a "▁" after a character that is
-  /// not "▁": models with no such piece (Llama 2, Mistral, Gemma; any model trained with the
-  /// default split_by_whitespace) qualify. The stretch after a cut starts with the space:
+  /// Whether a segment may be encoded in stretches, and with which processor the stretches
+  /// after the first go. A stretch ends before the space of "a b" (next_cut), which the text
+  /// normalises to "a▁b": a piece spanning that place would hold a "▁" after a character that
+  /// is not "▁". Models with no such piece (any model trained with the default
+  /// split_by_whitespace: Llama 2, Mistral, Gemma, T5) qualify, and then:
+  ///  * BPE: SentencePiece merges two adjacent symbols only into a piece of the vocabulary,
+  ///    by score, whatever lies around them; so the merges on either side of the place never
+  ///    meet, and the ids are those of encoding the segment whole.
+  ///  * Unigram: every segmentation passes through the place, so the best one is the best up
+  ///    to it followed by the best from it -- in exact arithmetic. The library's Viterbi
+  ///    (unigram_model.cc: Model::EncodeOptimized, the default, as Lattice::Viterbi) keeps at
+  ///    each position the best path's score as a float sum from the segment's start and
+  ///    replaces it only by a strictly greater one. Where two segmentations score alike --
+  ///    exactly ("www" as "ww" "w" or "w" "ww": the same pieces) or within the rounding of
+  ///    that sum -- the rounding of the total so far decides, and a stretch starts its sums
+  ///    afresh at the cut. So the ids up to the first cut are the whole segment's, and after
+  ///    it each stretch's ids are those sentencepiece gives that stretch alone. They differ
+  ///    from one encode of the whole segment at such ties alone, never to a worse score
+  ///    beyond a stretch's own rounding (tokenizer_parity.py checks both): in its corpus
+  ///    (1000-piece models, 58 files, 1.7 million tokens, 155 cuts) a tie falls otherwise at
+  ///    13 places in 6 files, the stretches' choice scoring the same or up to 0.08 better.
+  ///    Not exactly one whole encode's ids, then, but no worse: its rounding grows with the
+  ///    segment (past some 2 million tokens its sum passes 2^24 and rounds by a nat or more,
+  ///    and near-ties are no longer rare: perf/results/bench_prepare counts the tokens it
+  ///    adds on 16 MB), while the stretches' sums stay within some 16 KiB of text.
+  /// The stretch after a cut starts with the space:
   ///  * remove_extra_whitespaces (and a dummy prefix): the leading space is dropped and the
   ///    dummy '▁' added back, as the whole text has it: the model's own processor;
   ///  * whitespace kept and a dummy prefix (Llama 2): the space becomes the '▁' and no prefix
   ///    may be added: the same model with add_dummy_prefix off;
   ///  * neither: the space becomes the '▁': the model's own processor.
-  /// Not cut: unigram models (their Viterbi scores sum in float over the whole segment, so a
-  /// tie late in a long text may fall otherwise than in a stretch), remove_extra_whitespaces
-  /// without a dummy prefix (the stretch would lose its space), whitespace as a suffix,
-  /// unescaped spaces, and user-defined normalisation rules (which may span the cut). Those
-  /// segments are encoded whole, as before (memory about 80 times the text).
+  /// Not cut, encoded a segment at a time as before (memory about 80 times the text for BPE,
+  /// 130 for unigram): other model types (word, char), models trained with
+  /// split_by_whitespace=false (built to hold pieces across words), whitespace as a suffix,
+  /// unescaped spaces, remove_extra_whitespaces without a dummy prefix (the stretch would
+  /// lose its space), user-defined normalisation rules (which may span the cut), a piece
+  /// spanning the cut (the scan below, user-defined pieces included), a piece holding "a b"
+  /// itself (a user-defined symbol, which the normaliser matches in the raw text and leaves
+  /// unnormalised: a cut inside it changes the normalised text), and a model without "▁" as
+  /// a piece (an unknown 'a' and '▁' would merge into one <unk>).
   void plan_cuts() {
     continuation_ = sp_.get();
     cuts_ = false;
     const SpShape shape = sp_shape(sp_->serialized_model_proto());
-    if (!shape.read || shape.model_type != 2 || shape.whitespace_as_suffix || !shape.escape_whitespaces ||
-        shape.user_rules || (shape.remove_extra_whitespaces && !shape.add_dummy_prefix))
+    const bool unigram = shape.model_type == 1, bpe = shape.model_type == 2;
+    if (!shape.read || !(unigram || bpe) || !shape.split_by_whitespace || shape.whitespace_as_suffix ||
+        !shape.escape_whitespaces || shape.user_rules || (shape.remove_extra_whitespaces && !shape.add_dummy_prefix))
       return;
     static const char* const kBuiltIn[] = {"identity", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf"};
     if (std::none_of(std::begin(kBuiltIn), std::end(kBuiltIn), [&](const char* n) { return shape.normalizer == n; }))
       return;
     static const std::string kSpace = "\xE2\x96\x81";
+    const int space = sp_->PieceToId(kSpace);
+    if (sp_->IdToPiece(space) != kSpace || sp_->IsUnknown(space) || sp_->IsControl(space) || sp_->IsUnused(space))
+      return;
     for (int id = 0; id < sp_->GetPieceSize(); ++id) {
       // Unused pieces count: SentencePiece's BPE merges into them too and splits them back
       // only at the end, by which time the merge has taken both sides' symbols.
       if (sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsByte(id)) continue;
       const std::string piece = sp_->IdToPiece(id);
+      for (std::size_t at = piece.find(' '); at != std::string::npos; at = piece.find(' ', at + 1))
+        if (is_cut(piece, at)) return;
       for (std::size_t at = piece.find(kSpace, 1); at != std::string::npos; at = piece.find(kSpace, at + 1))
         if (at < kSpace.size() || piece.compare(at - kSpace.size(), kSpace.size(), kSpace) != 0) return;
     }

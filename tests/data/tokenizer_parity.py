@@ -24,13 +24,28 @@ The tokenizers under test are built here:
                       the reference's decoding, not with the input
   sp-bpe-noprefix.model
                       a SentencePiece BPE without a dummy prefix
-Files over 16 KiB are tokenized by meshtrain's SentencePiece BPE models in stretches cut
-between words (sentencepiece_tokenizer.cpp, plan_cuts): the corpus is cut about 140
-times, so equal ids here are equal ids across those cuts.
+  sp-unigram-nfkc.model
+                      a SentencePiece unigram model with the trainer's default normalisation
+                      (T5's form): decoding compared as sp-bpe-nfkc's
+  sp-unigram-nosplit.model
+                      a unigram model trained with split_by_whitespace=false: pieces span
+                      words, so meshtrain encodes it whole, as the reference
   sp-bpe.gguf         sp-bpe.model written as a GGUF "llama" vocabulary (tokens, scores, types)
+Besides the corpus, every tokenizer encodes mixed.txt, written here: some 120 KB of words with
+leading spaces, runs of spaces and newlines, tabs, digits, non-ASCII letters, CJK and an emoji.
+Files over 16 KiB are tokenized by meshtrain's SentencePiece BPE and unigram models in
+stretches cut between words (sentencepiece_tokenizer.cpp, plan_cuts): the corpus is cut about
+155 times, so equal ids here are equal ids across those cuts. For BPE they are the ids of one
+encode of the whole text; for unigram, those sentencepiece gives each stretch, which differ
+from one encode of the whole text where float ties in its Viterbi fall otherwise (plan_cuts
+says why): the reference (Stretched) encodes the stretches, and each file whose ids differ
+from one whole encode must score no worse than it (beyond the stretches' own rounding), so a
+misplaced cut, which forces a piece boundary inside a word, fails both checks.
 """
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -128,16 +143,21 @@ def build(work, gguf_path, train_files):
                                        remove_extra_whitespaces=False, character_coverage=1.0,
                                        minloglevel=2, num_threads=1)
         sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
-        out.append((f"sp-{mtype}", prefix + ".model", sp))
+        out.append((f"sp-{mtype}", prefix + ".model", Stretched(sp, True) if mtype == "unigram" else sp))
     sp_bpe = out[-2][2]
-    for name, options in (("sp-bpe-nfkc", {}),
-                          ("sp-bpe-noprefix", {"normalization_rule_name": "identity", "remove_extra_whitespaces": False,
-                                               "add_dummy_prefix": False})):
+    # (name, model type, cut by meshtrain, trainer options)
+    for name, mtype, cut, options in (
+            ("sp-bpe-nfkc", "bpe", True, {}),
+            ("sp-bpe-noprefix", "bpe", True, {"normalization_rule_name": "identity", "remove_extra_whitespaces": False,
+                                              "add_dummy_prefix": False}),
+            ("sp-unigram-nfkc", "unigram", True, {}),
+            ("sp-unigram-nosplit", "unigram", False, {"split_by_whitespace": False})):
         prefix = os.path.join(work, name)
-        spm.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, model_type="bpe", vocab_size=1000,
+        spm.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, model_type=mtype, vocab_size=1000,
                                        byte_fallback=True, character_coverage=1.0, minloglevel=2, num_threads=1,
                                        **options)
-        out.append((name, prefix + ".model", spm.SentencePieceProcessor(model_file=prefix + ".model")))
+        sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+        out.append((name, prefix + ".model", Stretched(sp, False) if mtype == "unigram" and cut else sp))
     # The SentencePiece BPE model above as a GGUF "llama" vocabulary.
     sp = sp_bpe
     w = gguf.GGUFWriter(os.path.join(work, "sp-bpe.gguf"), arch="llama")
@@ -159,21 +179,121 @@ def build(work, gguf_path, train_files):
 
 
 # Tokenizers whose decoding gives the normalised text, not the input.
-NORMALISING = {"sp-bpe-nfkc"}
+NORMALISING = {"sp-bpe-nfkc", "sp-unigram-nfkc", "sp-unigram-nosplit"}
+
+STRETCH = 1 << 14  # sentencepiece_tokenizer.cpp's kStretch
+
+
+def stretches(text):
+    """The text as meshtrain's SentencePiece tokenizer encodes it (sentencepiece_tokenizer.cpp,
+    next_cut): a stretch ends at the first space between two ASCII letters or digits ("a b") at
+    least STRETCH bytes past its start, the space starting the next stretch."""
+    b = text.encode("utf-8")
+    alnum = lambda x: x < 0x80 and chr(x).isalnum()
+    out, pos = [], 0
+    while pos < len(b):
+        end = len(b)
+        for c in range(max(pos + STRETCH, 1), len(b) - 1):
+            if b[c] == 0x20 and alnum(b[c - 1]) and alnum(b[c + 1]):
+                end = c
+                break
+        out.append(b[pos:end].decode("utf-8"))
+        pos = end
+    return out
+
+
+class Stretched:
+    """A SentencePiece unigram model as meshtrain encodes it: stretch by stretch (stretches()),
+    those after the first with the model's dummy prefix off where it keeps whitespace (the
+    space starting the stretch is its '▁'), as sentencepiece_tokenizer.cpp's plan_cuts. Its
+    ids differ from one encode of the whole text only where two segmentations tie within the
+    rounding of the library's float Viterbi sums (plan_cuts says why): `whole` is that encode,
+    and `score` the double-precision score of a segmentation, to check the stretches' ids lose
+    nothing against it."""
+
+    def __init__(self, sp, keeps_whitespace):
+        self.sp = sp
+        # A later normalizer_spec (field 3) merges into the first: add_dummy_prefix (3) = 0.
+        self.rest = spm.SentencePieceProcessor(model_proto=sp.serialized_model_proto() + b"\x1a\x02\x18\x00") \
+            if keeps_whitespace else sp
+        normal = [sp.get_score(i) for i in range(sp.get_piece_size())
+                  if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i))]
+        # A byte piece stands for an unknown character: its lattice score is unk_score
+        # (unigram_model.cc's kUnkPenalty below the lowest), once per character (its first byte).
+        unk_score = min(normal) - 10.0
+        self.scores = [(0.0 if 0x80 <= int(sp.id_to_piece(i)[3:5], 16) < 0xC0 else unk_score) if sp.is_byte(i)
+                       else sp.get_score(i) for i in range(sp.get_piece_size())]
+
+    def encode(self, text):
+        ids = []
+        for k, part in enumerate(stretches(text)):
+            ids += (self.sp if k == 0 else self.rest).encode(part)
+        return ids
+
+    def whole(self, text):
+        return self.sp.encode(text)
+
+    def score(self, ids):
+        return math.fsum(self.scores[i] for i in ids)
+
+    def decode(self, ids):
+        return self.sp.decode(ids)
 
 
 def reference_ids(ref, text):
-    if isinstance(ref, spm.SentencePieceProcessor):
+    if isinstance(ref, (spm.SentencePieceProcessor, Stretched)):
         return ref.encode(text)
     return ref.encode(text, add_special_tokens=False).ids
+
+
+def mixed_text(path):
+    """A text of about 120 KB cut 8 times by the SentencePiece tokenizers: leading spaces,
+    runs of spaces and newlines, tabs, digits, non-ASCII letters, CJK and an emoji between
+    English words. -> its path."""
+    rng = random.Random(18)
+    words = ("the of and to in is that for software license copy work may you any code this program free "
+             "naïve café Grüße déjà señor Ωmega Привет 日本語 東京 🙂 —").split()
+    parts = ["   \n  "]
+    while sum(len(p) for p in parts) < 120_000:
+        r = rng.random()
+        if r < 0.08:
+            parts.append(rng.choice(["\n", "\n\n", "\n\n\n  ", "\n    ", "\t", "  ", "     ", " \n "]))
+        elif r < 0.16:
+            parts.append(str(rng.randrange(10 ** rng.randrange(1, 9))) + rng.choice([" ", ".", ", ", "-", "%"]))
+        else:
+            parts.append(rng.choice(words) + " ")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(parts))
+    return path
+
+
+def stretched_against_whole(ref, files, texts, wants):
+    """The stretches' ids (`wants`, equal to meshtrain's) against one encode of each whole text:
+    equal, or a segmentation scoring no worse than the whole encode's beyond the rounding of the
+    library's float sums within a stretch (some 0.01 per stretch). -> lines to print, a failure's
+    starting with FAIL."""
+    out, differ, gain = [], 0, 0.0
+    for f, text, want in zip(files, texts, wants):
+        whole = ref.whole(text)
+        if whole == want:
+            continue
+        differ += 1
+        delta = ref.score(want) - ref.score(whole)
+        gain += delta
+        if delta < -0.01 * len(stretches(text)):
+            out.append(f"FAIL {f}: the stretches' ids score {delta:+.4f} against one encode of the whole text")
+    cuts = sum(len(stretches(t)) - 1 for t in texts)
+    return [f"{cuts} cuts; the ids equal one encode of the whole text but in {differ} files, where float ties in "
+            f"its Viterbi fell otherwise (the stretches' ids score {gain:+.4f} more in all)"] + out[:5]
 
 
 def main():
     meshtrain, work, gguf_path = sys.argv[1:4]
     files = sys.argv[4:]
     os.makedirs(work, exist_ok=True)
-    texts = [open(f, encoding="utf-8").read() for f in files]
     train_files = [f for f in files if "common-licenses" in f][:8] or files[:8]
+    files.append(mixed_text(os.path.join(work, "mixed.txt")))
+    texts = [open(f, encoding="utf-8").read() for f in files]
     failures = 0
     t0 = time.time()
     built = build(work, gguf_path, train_files)
@@ -212,21 +332,25 @@ def main():
                                   capture_output=True).stdout.decode("utf-8", "replace")
             text = texts[files.index(f)]
             ids = wants[files.index(f)]
-            want = ref.decode(ids) if isinstance(ref, spm.SentencePieceProcessor) else \
+            want = ref.decode(ids) if isinstance(ref, (spm.SentencePieceProcessor, Stretched)) else \
                 ref.decode(ids, skip_special_tokens=False)
             if mine == want and want != text and (name in NORMALISING or (text.startswith(" ") and want == text[1:])):
                 excused.append(f)
             else:
                 roundtrip_ok = False
                 print(f"    {f}: decoded text differs from the input and from the reference's decoding")
-        status = "ok" if not bad and roundtrip_ok else "FAIL"
+        # A unigram model's ids (equal to the reference's: no bad) against one encode of each whole text.
+        against_whole = []
+        if isinstance(ref, Stretched) and not bad:
+            against_whole = stretched_against_whole(ref, files, texts, wants)
+        status = "ok" if not bad and roundtrip_ok and not any(l.startswith("FAIL") for l in against_whole) else "FAIL"
         print(f"{status} {name}: {len(files)} files, {ntok} tokens; ids {'equal' if not bad else 'DIFFER'}; "
               f"decode {'returns the input' if roundtrip_ok else 'DIFFERS'}"
               + ((f" except {len(excused)} files whose normalised text the reference's decoding gives too (and "
                   "meshtrain's alike)" if name in NORMALISING else
                   f" except {len(excused)} files starting with a space, whose first space the reference's decoding "
                   "drops too (and meshtrain's alike)") if excused else "") + f" [{time.time() - t0:.1f} s]")
-        for b in bad[:5]:
+        for b in bad[:5] + against_whole:
             print("   ", b)
         failures += status != "ok"
     print(f"{failures} tokenizer(s) failed")
