@@ -8,8 +8,12 @@
 #                 vocabulary, merges and pre-tokenizer (built by tests/data/tokenizer_parity.py)
 #   sp-bpe        a SentencePiece BPE trained here in Llama 2's form (identity normalisation,
 #                 whitespace kept, dummy prefix, byte fallback); peer: `sentencepiece`
-#   sp-unigram    the same as a unigram model (meshtrain encodes its segments whole: the
-#                 memory of the library's lattice); peer: `sentencepiece`
+#   sp-unigram    the same as a unigram model, cut into stretches as the BPE (plan_cuts in
+#                 src/data/sentencepiece_tokenizer.cpp); peer: `sentencepiece`, whose one
+#                 encode of the whole text breaks float ties in its Viterbi otherwise: its
+#                 count is checked on the text encoded in meshtrain's stretches
+#                 (tests/data/tokenizer_parity.py's Stretched, after the timed encode), and the
+#                 whole encode's count is shown beside it
 # Each meshtrain run is `prepare --val_fraction 0`, timed by `measured` (wall seconds and the
 # child's max RSS from getrusage); a peer run loads the
 # tokenizer, then encodes the text whole (its seconds: the encode alone; its memory: the
@@ -134,7 +138,7 @@ run_meshtrain() {
 # run_peer TOKENIZER REP: the reference implementation -> runs/peer-TOKENIZER-REP.{time,s,tokens}
 run_peer() {
   local t=$1 rep=$2 p="$out/runs/peer-$1-$2"
-  measured "$p.time" "$py" - "$t" "$out" "$p" <<'PY' ||
+  PYTHONPATH="$ROOT/tests/data:$PYTHONPATH" measured "$p.time" "$py" - "$t" "$out" "$p" <<'PY' ||
 import sys, time
 t, out, p = sys.argv[1:4]
 text = open(f"{out}/text/doc.txt", encoding="utf-8").read()
@@ -151,6 +155,9 @@ else:
 s = time.perf_counter() - t0
 open(p + ".s", "w").write(f"{s}\n")
 open(p + ".tokens", "w").write(f"{n}\n")
+if t == "sp-unigram":  # untimed, after the peak of the whole encode
+    from tokenizer_parity import Stretched
+    open(p + ".cut_tokens", "w").write(f"{len(Stretched(sp, True).encode(text))}\n")
 PY
     { echo "bench_prepare: the $t reference (run $rep) failed" >&2; exit 1; }
 }
@@ -199,7 +206,10 @@ for t in tokenizers:
         c["peer"] = side("peer", t)
         c["peer"]["name"] = "Hugging Face tokenizers" if t == "smollm2-bpe" else "sentencepiece"
         c["peer_s_over_meshtrain_s"], c["peer_spread"] = ratio(c["meshtrain"], c["peer"])
-        c["tokens_agree"] = c["meshtrain"]["tokens"] - extra == c["peer"]["tokens"]
+        cut = f"{runs}/peer-{t}-1.cut_tokens"
+        if os.path.exists(cut):  # a unigram model: the count of meshtrain's stretches
+            c["peer"]["tokens_in_stretches"] = int(read(cut)[0])
+        c["tokens_agree"] = c["meshtrain"]["tokens"] - extra == c["peer"].get("tokens_in_stretches", c["peer"]["tokens"])
     cases.append(c)
 res = {"size_bytes": size, "reps": reps, "cases": cases}
 json.dump(res, open(os.path.join(out, "results.json"), "w"), indent=1)
@@ -220,6 +230,8 @@ for c in cases:
     if "peer" in c:
         p = c["peer"]
         mark = "" if c["tokens_agree"] else " (TOKEN COUNTS DIFFER)"
+        if "tokens_in_stretches" in p:
+            mark += f" (whole: {p['tokens'] - p['tokens_in_stretches']:+d} tokens)"
         row += f" {p['name']}{mark} | {p['median_s']:.2f} | {p['median_peak_mib']:.0f} | {c['peer_s_over_meshtrain_s']:.2f} ({c['peer_spread'][0]:.2f}..{c['peer_spread'][1]:.2f}) |"
     else:
         row += " (none) | | | |"
