@@ -339,8 +339,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   ///    13 places in 6 files, the stretches' choice scoring the same or up to 0.08 better.
   ///    Not exactly one whole encode's ids, then, but no worse: its rounding grows with the
   ///    segment (past some 2 million tokens its sum passes 2^24 and rounds by a nat or more,
-  ///    and near-ties are no longer rare: perf/results/bench_prepare counts the tokens it
-  ///    adds on 16 MB), while the stretches' sums stay within some 16 KiB of text.
+  ///    and near-ties fall by it: on 16 MB, 1.3% more tokens scoring 0.36% worse,
+  ///    perf/results/bench_prepare), while the stretches' sums stay within 16 KiB of text.
   /// The stretch after a cut starts with the space:
   ///  * remove_extra_whitespaces (and a dummy prefix): the leading space is dropped and the
   ///    dummy '▁' added back, as the whole text has it: the model's own processor;
