@@ -50,7 +50,9 @@ class Tokenizer {
   /// id for id. The tokenizers work through a long text a stretch at a time, so that the
   /// memory a text takes beyond itself is bounded (tokenizing a 1 GiB document as one string
   /// held some 10 to 80 times its size in pre-tokens, lattices and id vectors); how each
-  /// keeps the result exact is its own comment's.
+  /// keeps the result exact is its own comment's (a SentencePiece unigram model's ids are
+  /// the library's for each stretch, which may break a float tie otherwise than one call on
+  /// the whole text: sentencepiece_tokenizer.cpp, plan_cuts).
   virtual void encode_into(const std::string& text, const IdSink& sink) const = 0;
   /// The ids a sequence starts as: BOS first when the model expects one (add_bos), then
   /// encode(text) -- how `prepare` writes a document, so that a prompt, a sample prompt or
