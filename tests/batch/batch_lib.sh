@@ -32,6 +32,21 @@ mpirun_bg() {
   launcher=$!
 }
 
+# mpmd LOG PART0 -- PART1: one MPMD launch, rank 0 running `mpirun` options and arguments
+# PART0, rank 1 PART1 (e.g. "$MESHTRAIN_BIN" train ... each), output in LOG; a hang ends
+# after 90 s (status 124). Sets $status.
+mpmd() {
+  local log=$1 part0=() part1=()
+  shift
+  while [[ $1 != -- ]]; do part0+=("$1"); shift; done
+  shift
+  part1=("$@")
+  # shellcheck disable=SC2086  # MPIEXEC is a command with flags
+  timeout -k 5 $((90 * time_scale)) $MPIEXEC -n 1 "${part0[@]}" : -n 1 "${part1[@]}" >"$log" 2>&1
+  status=$?
+  echo "$log: exit status $status"
+}
+
 # rank_pid RANK: the pid of this test's meshtrain process of that world rank (Open MPI
 # sets OMPI_COMM_WORLD_RANK, Slurm's srun SLURM_PROCID); empty if none.
 rank_pid() {

@@ -29,19 +29,6 @@ ln -s ../data2 wd1/data
 # A bounded collective_timeout: without the checks, cases 1 and 2 end (76) instead of hanging.
 args=(train "$tiny" --train.steps=4 --checkpoint.every=2 --train.eval_every=0 --parallel.collective_timeout=10)
 
-# mpmd LOG PART0 -- PART1: rank 0 runs `mpirun` options and arguments PART0, rank 1 PART1.
-mpmd() {
-  local log=$1 part0=() part1=()
-  shift
-  while [[ $1 != -- ]]; do part0+=("$1"); shift; done
-  shift
-  part1=("$@")
-  # shellcheck disable=SC2086
-  timeout -k 5 $((90 * time_scale)) $MPIEXEC -n 1 "${part0[@]}" : -n 1 "${part1[@]}" >"$log" 2>&1
-  status=$?
-  echo "$log: exit status $status"
-}
-
 # refused LOG PATTERN: exit 2, exactly one error line, matching PATTERN (grep -E), no step.
 refused() {
   local log=$1 pattern=$2
