@@ -21,14 +21,20 @@ jobs=${MESHTRAIN_JOBS:-$(nproc)}
 test_jobs=${MESHTRAIN_TEST_JOBS:-$(nproc)}
 
 log() { printf '[run-tests] %s\n' "$*"; }
+# Seconds per phase, printed at the end: where a CI run's time went (the 40-minute budget).
+phase_start=$SECONDS phases=()
+phase_done() { phases+=("$1 $((SECONDS - phase_start)) s"); phase_start=$SECONDS; }
 
 log "dependencies"
 bash scripts/install-deps.sh
+phase_done dependencies
 
 log "configure ($build_dir)"
 cmake --preset cpu -B "$build_dir"
+phase_done configure
 log "build (-j$jobs)"
 cmake --build "$build_dir" -j"$jobs"
+phase_done build
 
 # ---- services the tests need that a fresh machine does not run -------------------
 # The Slurm test (tests/batch/slurm_preempt.sh, label `slurm`) starts and stops its own
@@ -52,5 +58,7 @@ log "test (ctest -j$test_jobs)"
 # OMP/BLAS thread counts are set per test by tests/CMakeLists.txt (MESHTRAIN_TEST_ENV).
 status=0
 ctest --test-dir "$build_dir" -j"$test_jobs" --output-on-failure "$@" || status=$?
+phase_done tests
+log "timings: $(IFS=,; echo "${phases[*]}" | sed 's/,/, /g')"
 if (( status == 0 )); then log "all tests passed"; else log "tests FAILED (ctest exit status $status)"; fi
 exit "$status"
