@@ -320,7 +320,7 @@ int command_generate(Runtime& rt, const Args& args) {
        "end-of-turn marker")
       ("chat_template", po::value<std::string>(&o.chat_template)->default_value(o.chat_template),
        "with --chat: auto (the format the checkpoint was trained in when it records one, else the template that "
-       "comes with --tokenizer: a GGUF's tokenizer.chat_template or tokenizer_config.json's chat_template) or one of "
+       "comes with --tokenizer: a GGUF's tokenizer.chat_template, a chat_template.jinja or tokenizer_config.json's chat_template) or one of "
        "alpaca, chatml, llama2, llama3")
       ("system", po::value<std::string>(&o.system)->default_value(o.system),
        "with --chat: a system message before the user's (\"\" for none); default: the one the checkpoint's data "

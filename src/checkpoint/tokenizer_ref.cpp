@@ -20,6 +20,7 @@
 #include "data/chat_prompt.hpp"
 #include "data/chat_template.hpp"
 #include "data/sentencepiece_tokenizer.hpp"
+#include "data/tokenizer_config.hpp"
 #include "formats/gguf_file.hpp"
 #include "formats/json.hpp"
 #include "tokenizer_attrs.hpp"
@@ -156,6 +157,38 @@ std::string sentencepiece_config_of(const data::Tokenizer& tok, const formats::G
   return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
 }
 
+/// The tokenizer_config.json entry of `files` (added, empty, when there is none), parsed.
+/// `spec` names the tokenizer in messages.
+std::pair<std::string, std::string>& config_entry(std::vector<std::pair<std::string, std::string>>& files,
+                                                  formats::Json& cfg, const std::string& spec) {
+  cfg = formats::Json::object();
+  auto it = files.begin();
+  while (it != files.end() && it->first != "tokenizer_config.json") ++it;
+  if (it == files.end()) return files.emplace_back("tokenizer_config.json", "");
+  try {
+    cfg = formats::parse_json(it->second);
+  } catch (const std::runtime_error& e) {
+    throw UserError(strprintf("%s: tokenizer_config.json is not valid JSON: %s", spec.c_str(), e.what()));
+  }
+  MESHTRAIN_REQUIRE(cfg.is_object(), "%s: tokenizer_config.json is not a JSON object", spec.c_str());
+  return *it;
+}
+
+/// A Hugging Face directory's chat_template.jinja (transformers 4.47+, which reads it before
+/// the config's "chat_template") goes into the exported tokenizer_config.json's
+/// "chat_template": the export has one template, the one the tokenizer's own directory
+/// renders with, and every transformers version reads it (older ones ignore the file).
+void inline_chat_template_file(std::vector<std::pair<std::string, std::string>>& files, const fs::path& dir,
+                               const std::string& spec) {
+  std::error_code ec;
+  const fs::path file = dir / data::kChatTemplateFile;
+  if (!fs::exists(file, ec) && !fs::is_symlink(file, ec)) return;
+  formats::Json cfg;
+  auto& entry = config_entry(files, cfg, spec);
+  cfg["chat_template"] = file_io::read_text_file(file.string(), "");
+  entry.second = cfg.dump(2, ' ', false, formats::Json::error_handler_t::replace) + "\n";
+}
+
 /// Makes tokenizer_config.json's chat_template (in `files`) the one of `trained`, the format
 /// the model was trained in, with `system` (the data's recorded system message, when known) as
 /// the system message of conversations that have none, unless the tokenizer's own template
@@ -178,21 +211,10 @@ void set_chat_template(std::vector<std::pair<std::string, std::string>>& files, 
   const bool other_system = system && *system != own_system;
   std::string say;
   if (own != name || other_system) {
-    formats::Json cfg = formats::Json::object();
-    auto it = files.begin();
-    while (it != files.end() && it->first != "tokenizer_config.json") ++it;
-    if (it == files.end()) {
-      it = files.emplace(files.end(), "tokenizer_config.json", "");
-    } else {
-      try {
-        cfg = formats::parse_json(it->second);
-      } catch (const std::runtime_error& e) {
-        throw UserError(strprintf("%s: tokenizer_config.json is not valid JSON: %s", spec.c_str(), e.what()));
-      }
-      MESHTRAIN_REQUIRE(cfg.is_object(), "%s: tokenizer_config.json is not a JSON object", spec.c_str());
-    }
+    formats::Json cfg;
+    auto& entry = config_entry(files, cfg, spec);
     cfg["chat_template"] = data::chat_template_jinja(trained, system.value_or(""));
-    it->second = cfg.dump(2, ' ', false, formats::Json::error_handler_t::replace) + "\n";
+    entry.second = cfg.dump(2, ' ', false, formats::Json::error_handler_t::replace) + "\n";
     const std::string replaced = own.empty() ? (own_text.empty() ? "none" : "a template meshtrain does not render")
                                  : own == name ? own + " with another default system message"
                                                : own;
@@ -440,6 +462,7 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
   if (fs::is_directory(spec, ec)) {
     for (const char* n : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"})
       copy(spec / n, n);
+    inline_chat_template_file(out, spec, ref.spec);
   } else if (formats::looks_like_gguf(ref.spec)) {
     const formats::GgufFile g(ref.spec);
     if (g.metadata_string("tokenizer.ggml.model", "") == "llama") {
@@ -455,6 +478,7 @@ std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const Tokeni
     // A tokenizer.json or tokenizer.model file, with the tokenizer_config.json beside it.
     copy(spec, spec.extension() == ".model" ? "tokenizer.model" : "tokenizer.json");
     copy(spec.parent_path() / "tokenizer_config.json", "tokenizer_config.json");
+    inline_chat_template_file(out, spec.parent_path(), ref.spec);
   }
   HfTokenIds hf;
   hf.bos = tok->bos_id();

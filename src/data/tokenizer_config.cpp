@@ -21,9 +21,8 @@ std::string shown(const json& v) {
 
 bool absent(const json& cfg, const char* key) { return !cfg.contains(key) || cfg[key].is_null(); }
 
-}  // namespace
-
-TokenizerConfig read_tokenizer_config(const fs::path& file) {
+/// tokenizer_config.json's own keys (read_tokenizer_config's contract, the template inline).
+TokenizerConfig read_config_file(const fs::path& file) {
   TokenizerConfig out;
   std::error_code ec;
   if (!fs::exists(file, ec)) return out;
@@ -66,6 +65,21 @@ TokenizerConfig read_tokenizer_config(const fs::path& file) {
         if (e["name"] == "default") out.chat_template = e["template"].get<std::string>();
     }
   }
+  return out;
+}
+
+}  // namespace
+
+TokenizerConfig read_tokenizer_config(const fs::path& file) {
+  TokenizerConfig out = read_config_file(file);
+  // transformers 4.47 and later save the chat template beside the config, in
+  // chat_template.jinja, and read that file in preference to the config's "chat_template"
+  // (tokenization_utils_base's CHAT_TEMPLATE_FILE): the template used is the one Hugging Face
+  // renders with, also where an older copy is left in the config or none is there at all.
+  const fs::path sidecar = file.parent_path() / kChatTemplateFile;
+  std::error_code ec;
+  if (fs::exists(sidecar, ec) || fs::is_symlink(sidecar, ec))
+    out.chat_template = file_io::read_text_file(sidecar.string(), "");
   return out;
 }
 

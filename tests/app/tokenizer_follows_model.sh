@@ -8,7 +8,9 @@
 # `convert` (tokenizer.json that the HF `tokenizers` package loads and that encodes like
 # meshtrain). A --tokenizer that is not the model's (bytes; the same vocabulary with other
 # merges) is exit 2 naming both; a checkpoint without a record falls back to bytes with a
-# notice that its tokenizer is unknown.
+# notice that its tokenizer is unknown. A Hugging Face directory whose chat template is in
+# chat_template.jinja: prepare renders with it, and the export carries it in
+# tokenizer_config.json.
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 # shellcheck source=../support/smollm_reference.sh
@@ -113,6 +115,35 @@ json.dump(j, open("other/tokenizer.json", "w"))
 PY
 refused eval_other "is the bpe tokenizer .*other (49152 ids, hash .*), but checkpoint .* was trained with the bpe tokenizer $gguf (49152 ids, hash" \
   "$bin" eval --checkpoint run/checkpoints --text text.txt --train.seq_len=48 --tokenizer other
+
+# A Hugging Face directory with its chat template in chat_template.jinja, none in the config
+# (transformers 4.47 and later write it there, and read it before the config's): prepare's
+# auto template is the file's (the rows equal those of the GGUF's template), and the model
+# fine-tuned on them exports that template inline in tokenizer_config.json, the only place
+# every transformers version reads, without the file.
+"$py" - <<'PY' || fail "writing side/"
+import json, os, shutil
+os.makedirs("side", exist_ok=True)
+shutil.copy("export/tokenizer.json", "side/tokenizer.json")
+cfg = json.load(open("export/tokenizer_config.json"))
+open("side/chat_template.jinja", "w", encoding="utf-8").write(cfg.pop("chat_template"))
+json.dump(cfg, open("side/tokenizer_config.json", "w"))
+PY
+run prepare_side "$bin" prepare --format alpaca --input train.jsonl --output data_side --tokenizer side --seq_len 48 || exit 1
+cmp -s data/train.bin data_side/train.bin && cmp -s data/train.mask data_side/train.mask ||
+  fail "prepare with chat_template.jinja: other rows than with the GGUF's template"
+run train_side "$bin" train "$MESHTRAIN_SOURCE_DIR/inputs/finetune-demo.ini" --checkpoint.init_from="$gguf" \
+  --data.dir=data_side --output.dir=run_side --train.steps=1 --train.seq_len=48 --train.micro_batch=2 \
+  --train.global_batch=2 --train.activation_checkpointing=false --model.lora_rank=4 --model.lora_targets=q,v || exit 1
+run convert_side "$bin" convert --input run_side/checkpoints --output export_side || exit 1
+"$py" - <<'PY' || fail "the export of a model trained with chat_template.jinja"
+import json, os
+want = open("side/chat_template.jinja", encoding="utf-8").read()
+got = json.load(open("export_side/tokenizer_config.json")).get("chat_template")
+assert got == want, f"the exported chat_template is {got!r:.80}, not the directory's chat_template.jinja"
+assert not os.path.exists("export_side/chat_template.jinja")
+print("chat_template.jinja: prepare rendered with it; the export carries it inline")
+PY
 
 # Fine-tuning further from the run's checkpoint directory (as the weights loader reads it:
 # its newest checkpoint) brings the recorded tokenizer, so a byte-tokenized dataset is

@@ -69,6 +69,13 @@ TEST(ChatPrompt, TemplateTextBesideATokenizer) {
                                                       {"name": "default", "template": "b"}]})";
   EXPECT_EQ(chat_template_text(dir.string()), "b");
   EXPECT_EQ(chat_template_text("byte"), "");
+  // transformers 4.47+ writes the template to chat_template.jinja, and reads it before the
+  // config's: a ChatML file beside a config still holding a Llama 3 template is ChatML.
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "<|start_header_id|>"})";
+  std::ofstream(dir / "chat_template.jinja") << "{{ '<|im_start|>' }}\n";
+  EXPECT_EQ(chat_template_text(dir.string()), "{{ '<|im_start|>' }}\n");
+  fs::remove(dir / "tokenizer_config.json");  // the file alone (transformers 4.47+ without a template in the config)
+  EXPECT_EQ(chat_template_text(dir.string()), "{{ '<|im_start|>' }}\n");
   fs::remove_all(dir);
   // The real model scripts/install-deps.sh installs (MESHTRAIN_DEPS, default /opt/meshtrain-deps).
   const char* deps = std::getenv("MESHTRAIN_DEPS");

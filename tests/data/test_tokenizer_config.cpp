@@ -88,6 +88,23 @@ TEST(TokenizerConfig, OtherShapesAreRefusedByName) {
   EXPECT_LT(msg.size(), f.size() + 160);
 }
 
+TEST(TokenizerConfig, ChatTemplateJinjaBesideTheConfigWins) {
+  // transformers 4.47 and later: chat_template.jinja is read before the config's "chat_template".
+  ConfigDir d;
+  const fs::path f = d.with(R"({"eos_token": "</s>", "chat_template": "inline"})");
+  EXPECT_EQ(read_tokenizer_config(f).chat_template, "inline");
+  std::ofstream(d.dir / "chat_template.jinja") << "{% for m in messages %}{{ m.content }}{% endfor %}\n";
+  TokenizerConfig c = read_tokenizer_config(f);
+  EXPECT_EQ(c.chat_template, "{% for m in messages %}{{ m.content }}{% endfor %}\n");
+  EXPECT_EQ(c.eos_token, "</s>");  // the config's other keys still count
+  fs::remove(f);                   // the template file without a config
+  EXPECT_EQ(read_tokenizer_config(f).chat_template, "{% for m in messages %}{{ m.content }}{% endfor %}\n");
+  // One that cannot be read is refused by name, not passed over for the config's.
+  fs::remove(d.dir / "chat_template.jinja");
+  fs::create_directory(d.dir / "chat_template.jinja");
+  EXPECT_CONTAINS(error_of(d.with(R"({"chat_template": "inline"})")), (d.dir / "chat_template.jinja").string());
+}
+
 TEST(TokenizerConfig, TheFileOfATokenizerSpec) {
   ConfigDir d;
   EXPECT_EQ(tokenizer_config_of(d.dir.string()), d.dir / "tokenizer_config.json");

@@ -1,9 +1,10 @@
 #pragma once
 /// \file
 /// \brief Chat templates for instruction and chat data: a model's template (the Jinja text in
-/// a GGUF's tokenizer.chat_template or tokenizer_config.json's chat_template) is recognised
-/// as one of the known formats, and a conversation is rendered into text segments that say
-/// which text the loss is computed on (the assistant's replies and their end-of-turn token).
+/// a GGUF's tokenizer.chat_template, a chat_template.jinja or tokenizer_config.json's
+/// chat_template) is recognised as one of the known formats, and a conversation is rendered
+/// into text segments that say which text the loss is computed on (the assistant's replies
+/// and their end-of-turn token).
 ///
 /// Used by `prepare --format chat|alpaca` (chat_examples.hpp) and `generate --chat`
 /// (chat_prompt.hpp).
