@@ -294,6 +294,9 @@ int run_generate(const Runtime& rt, const plan::RunSetup& setup, const GenerateO
 }  // namespace
 
 int command_generate(Runtime& rt, const Args& args) {
+  // stdout is the text (or --prompt_file's JSON lines) alone: the notes of the load (an
+  // unknown tokenizer, a mesh that does not fit) go to stderr with the rest of the report.
+  log::send_info_to_stderr();
   GenerateOptions o;
   po::options_description own("Options of generate");
   own.add_options()
@@ -336,7 +339,8 @@ int command_generate(Runtime& rt, const Args& args) {
       "usage: meshtrain generate [CONFIG.ini] [--checkpoint PATH] [--prompt TEXT] [--tokens N] [--temperature T] "
       "[--top_k K] [--top_p P] [--min_p P] [--seed S] [--prompt_file FILE] [--chat [--chat_template NAME] [--system TEXT]] [--no_kv_cache] [--section.key=value ...]\n\n"
       "Continues --prompt with text sampled from a checkpoint, on this job's mesh. Prints the prompt and the\n"
-      "continuation on stdout. The model (shape, LoRA settings, tokenizer) comes from the checkpoint.\n"
+      "continuation on stdout, alone (notes and timings go to stderr). The model (shape, LoRA settings,\n"
+      "tokenizer) comes from the checkpoint.\n"
       "--prompt_file FILE generates for every line of FILE\n"
       "and prints one JSON line per prompt instead (the continuation or --chat reply in \"output\").\n";
   CommandArgs ca = parse_command_args("generate", usage, own, args);

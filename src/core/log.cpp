@@ -8,6 +8,7 @@ namespace {
 int g_rank = 0;
 bool g_all_ranks = false;
 Level g_level = Level::Info;
+bool g_info_to_stderr = false;
 std::mutex g_mutex;
 }  // namespace
 
@@ -19,12 +20,14 @@ void configure(int rank, bool all_ranks, Level level) {
 
 int rank() { return g_rank; }
 
+void send_info_to_stderr() { g_info_to_stderr = true; }
+
 void write(Level level, const std::string& line) {
   if (level < g_level) return;
   // Warnings and errors from any rank are worth seeing; info only from rank 0 by default.
   if (!g_all_ranks && g_rank != 0 && level < Level::Warn) return;
   std::lock_guard<std::mutex> lock(g_mutex);
-  FILE* out = level >= Level::Warn ? stderr : stdout;
+  FILE* out = level >= Level::Warn || g_info_to_stderr ? stderr : stdout;
   const char* tag = level == Level::Warn ? "warning: " : level == Level::Error ? "error: " : "";
   if (g_all_ranks || level >= Level::Warn)
     std::fprintf(out, "[rank %d] %s%s\n", g_rank, tag, line.c_str());

@@ -35,7 +35,8 @@ run() {
 }
 
 # peak_within_plan COMMAND: the debug line "COMMAND: memory peak X in use ...; planned Y per
-# rank" (log lines go to stdout) says the pool's peak after the load is at most the plan.
+# rank" (on stdout for eval, on stderr for generate, whose stdout is the text) says the pool's
+# peak after the load is at most the plan.
 peak_within_plan() {
   local line
   line=$(grep -h "$1: memory peak" out.txt err.txt) || { fail "$1: no memory line at log level debug"; return; }

@@ -5,6 +5,8 @@
 #  * every prompt's JSON result equals what `generate --prompt` prints for it alone (plain
 #    continuation and --chat), on 1 rank and on 2 ranks: plain-text lines, a JSON line with
 #    escapes whose other keys come back unchanged, blank lines skipped, results in order;
+#  * stdout is the text, or the JSON lines, alone: without --tokenizer the checkpoint's
+#    tokenizer is unknown (random tokens) and the notice of the byte fallback goes to stderr;
 #  * user errors (exit 2, one message, nothing on stdout): a missing file, a '{' line that
 #    is not a JSON object with a "prompt" string, a file without prompts, --prompt with
 #    --prompt_file.
@@ -71,6 +73,33 @@ PY
 check 1 "continuation, 1 rank"
 check 1 "--chat, 1 rank" --chat
 check 2 "--chat, 2 ranks" --chat
+
+echo "--- the load's notes go to stderr: stdout is the text, or the JSON lines, alone"
+# No --tokenizer: the checkpoint was trained on random tokens, so generate falls back to
+# bytes with a notice. --tokens 0: the text is the prompt alone, known exactly.
+unknown_tokenizer() {  # unknown_tokenizer WHAT ARGS...: generate on 1 rank; stdout in notes.out
+  local what=$1
+  shift
+  # shellcheck disable=SC2086
+  timeout $((120 * time_scale)) $MPIEXEC -n 1 "$MESHTRAIN_BIN" generate run/config.ini --tokens 0 "$@" \
+    >notes.out 2>notes.err || { cat notes.err; fail "$what: generate failed"; return 1; }
+  grep -q "the tokenizer of checkpoint .* is unknown (it was trained on random tokens): using the byte tokenizer" \
+    notes.err || { cat notes.err; fail "$what: no notice of the byte fallback on stderr"; }
+}
+if unknown_tokenizer "--prompt" --prompt 'The date'; then
+  cmp -s notes.out <(printf 'The date\n') ||
+    { cat notes.out; fail "--prompt: stdout is not the text alone"; }
+fi
+if unknown_tokenizer "--prompt_file" --prompt_file prompts.txt; then
+  "$py" - <<'PY' || { cat notes.out; fail "--prompt_file: stdout is not the 3 JSON lines alone"; }
+import json
+lines = open("notes.out", encoding="utf-8").read().splitlines()
+assert len(lines) == 3, lines
+for line in lines:
+    rec = json.loads(line)
+    assert rec["output"] == "" and rec["tokens"] == 0, rec
+PY
+fi
 
 echo "--- user errors (exit status 2, one message, nothing on stdout)"
 expect_error() {

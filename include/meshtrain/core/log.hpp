@@ -1,7 +1,7 @@
 #pragma once
 /// \brief Logging: rank 0 by default, every rank on request (`output.log_all_ranks`).
-/// Lines go to stderr for warnings/errors and stdout for info, prefixed by the rank
-/// when all ranks log.
+/// Lines go to stderr for warnings/errors and stdout for info (and debug), prefixed by the
+/// rank when all ranks log; a command whose stdout is its result sends info to stderr too.
 
 #include <string>
 
@@ -14,6 +14,11 @@ enum class Level { Debug = 0, Info = 1, Warn = 2, Error = 3 };
 /// Configures the logger (called once the config is known; defaults: rank 0, Info).
 void configure(int rank, bool all_ranks, Level level);
 int rank();
+/// Info and debug lines to stderr as well (default: stdout, the log of train and the other
+/// commands). For a command whose stdout is its result -- generate's text or JSON lines --,
+/// called before it loads anything: a note printed while loading would be read as the text.
+/// Kept by configure().
+void send_info_to_stderr();
 
 void write(Level level, const std::string& line);
 /// Prints on every rank regardless of configuration (used for per-rank summaries).
