@@ -17,7 +17,12 @@
 #     launch passes checkpoint.resume as given (none over bound's checkpoints: meshtrain's 2);
 #  5. ranks killed but every host answering: the run restarts on all 3 hosts;
 #  6. a memory budget that 3 ranks meet and 2 do not: the relaunch is refused by meshtrain
-#     (exit 2, "no strategy fits the memory budget"), and the supervisor passes 2 on.
+#     (exit 2, "no strategy fits the memory budget"), and the supervisor passes 2 on;
+#  7. the newest checkpoint's step (the recovery's log line and record) reads `latest` as
+#     meshtrain does: exactly one checkpoint name that exists (a newline allowed), else the
+#     step is unknown (null) -- two lines, a space, a CR, a .tmp, a path, another spelling, a
+#     missing file, empty, a NUL byte, a FIFO (not read: no hang) --; no `latest`: the
+#     highest step_*.h5.
 set -uo pipefail
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
@@ -161,4 +166,60 @@ st=$?
 grep -q "error: parallel.strategy=auto: no strategy fits the memory budget" nofit.log ||
   fail "nofit: no error saying that the mesh does not fit"
 grep -q "launch 2 ended with status 2" nofit.log || fail "nofit: the relaunch's status 2 was not passed on"
-finish "meshtrain-supervise: usage errors, pass-through, recovery on fewer hosts, the restart bound, a rank failure, a mesh that no longer fits"
+
+echo "--- 7. the newest checkpoint's step: \`latest\` read as strictly as meshtrain reads it"
+# A stand-in launcher that runs nothing: launch 1 loses hC (exit 137, hC then down), launch 2
+# is refused (exit 2, as meshtrain refuses a damaged `latest`).
+cat >fake-launcher <<EOF2
+#!/bin/bash
+n=\$(( \$(cat "$TEST_TMP/launches" 2>/dev/null || echo 0) + 1 ))
+echo "\$n" >"$TEST_TMP/launches"
+[[ \$n == 1 ]] && { echo hC >"$TEST_TMP/down"; exit 137; }
+exit 2
+EOF2
+chmod +x fake-launcher
+# latest_case NAME STEP CONTENT: checkpoints of steps 5 and 10 (and two files that are not
+# checkpoints), `latest` holding CONTENT (a printf format; FIFO: a named pipe; NONE: no
+# `latest`); the step the supervisor reports is STEP (null: unknown).
+latest_case() {
+  local name=$1 want=$2 content=$3 d=latest_$1 st before=$failures
+  reset
+  mkdir -p "$d/checkpoints"
+  touch "$d"/checkpoints/{step_00000005.h5,step_00000010.h5,step_00000020.h5.tmp,step_30.h5}
+  # shellcheck disable=SC2059  # the content is a format: \n, \r, \0
+  case $content in
+    NONE) ;;
+    FIFO) mkfifo "$d/checkpoints/latest" ;;
+    *) printf "$content" >"$d/checkpoints/latest" ;;
+  esac
+  MESHTRAIN_MPIRUN=$TEST_TMP/fake-launcher timeout $((60 * time_scale)) "$supervise" --hostfile hosts \
+    --probe "$TEST_TMP/probe" -- "${args[@]}" --output.dir="$d" >"$d.log" 2>&1
+  st=$?
+  [[ $st == 2 && $(cat launches) == 2 ]] ||
+    { cat "$d.log"; fail "latest $name: exit status $st after $(cat launches) launch(es), expected 2 after 2"; return; }
+  grep -q "newest complete checkpoint step ${want/null/unknown};" "$d.log" ||
+    { cat "$d.log"; fail "latest $name: the recovery line does not say step ${want/null/unknown}"; }
+  "$py" - "$d/recoveries.jsonl" "$want" <<'PY' || fail "latest $name: recoveries.jsonl's resume_step is not $want"
+import json, sys
+rec = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rec) == 1 and rec[0]["resume_step"] == json.loads(sys.argv[2]), rec
+PY
+  if [[ $want == null ]]; then
+    grep -q "warning: .*/latest is not one checkpoint file name that exists" "$d.log" || fail "latest $name: no warning"
+  fi
+  ((failures == before)) && echo "latest $name: step $want"
+}
+latest_case good 10 'step_00000010.h5\n'
+latest_case no_newline 10 'step_00000010.h5'
+latest_case none 10 NONE
+latest_case two_lines null 'step_00000010.h5\nstep_00000005.h5\n'
+latest_case space null 'step_00000010.h5 \n'
+latest_case crlf null 'step_00000010.h5\r\n'
+latest_case tmp null 'step_00000020.h5.tmp\n'
+latest_case path null 'checkpoints/step_00000010.h5\n'
+latest_case other_spelling null 'step_30.h5\n'
+latest_case missing null 'step_00000040.h5\n'
+latest_case empty null ''
+latest_case nul null 'step_00000010.h5\0\n'
+latest_case fifo null FIFO
+finish "meshtrain-supervise: usage errors, pass-through, recovery on fewer hosts, the restart bound, a rank failure, a mesh that no longer fits, \`latest\` read as meshtrain reads it"
