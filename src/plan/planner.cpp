@@ -133,6 +133,22 @@ FrozenBytes frozen_bytes(const PlanInput& in, const std::vector<model::ParamSpec
   return f;
 }
 
+/// Whether a quantized LoRA base (model.base_quant) splits over `tp`: every tensor-parallel
+/// slice of a frozen matrix covers whole quantization blocks (GGUF: the file's blocks), as
+/// the engine's maps need (parallel::build_quant_map, build_gguf_map; tp rank 0's, as
+/// frozen_bytes builds). True without a quantized base.
+bool base_splits_over(const PlanInput& in, int tp) {
+  if (in.dims.base_quant == BaseQuant::None) return true;
+  const auto specs = model::build_param_specs(in.dims, tp);
+  try {
+    for (const model::UnitLayout& L : model::build_layouts(specs, model::num_units(in.dims), tp, 1))
+      frozen_bytes(in, specs, L, tp, true);
+  } catch (const UserError&) {
+    return false;
+  }
+  return true;
+}
+
 UnitTotals unit_totals(const std::vector<model::UnitLayout>& layouts, bool sharded) {
   UnitTotals u;
   for (const auto& L : layouts) {
@@ -363,6 +379,11 @@ std::vector<MeshShape> candidate_mesh_shapes(const PlanInput& in, parallel::Stra
     } catch (const UserError&) {
       continue;
     }
+    // Nor is a tp the search is free to pick that cuts a quantized base's blocks: without
+    // this, `train` with the mesh left at -1 and `plan` on 2 ranks refused tiny-llama's nf4
+    // QLoRA (o_proj 64 x 64 splits into 32-weight slices at tp=2), which runs at tp=1. A
+    // fixed tp stays, so plan_strategy's error names the tensor that does not split.
+    if (in.mesh_request.tp == -1 && !base_splits_over(in, tp)) continue;
     const int dp = world / tp;
     for (int r = 1; r <= dp; ++r) {
       if (dp % r != 0) continue;

@@ -4,6 +4,8 @@
 // runs is the cost model's rule: test_mesh_search, test_predictor).
 #include <gtest/gtest.h>
 
+#include "config/choices.hpp"
+#include "core/error.hpp"
 #include "model/transformer.hpp"
 #include "plan/planner.hpp"
 #include "test_support.hpp"
@@ -235,4 +237,48 @@ TEST(Planner, CandidateMeshesKeepTpInsideANodeAndHonourFixedKeys) {
   for (const MeshShape& m : candidate_mesh_shapes(in, Strategy::ShardGradOp)) EXPECT_EQ(m.tp, 4);
   in.mesh_request = {2, -1, -1};
   for (const MeshShape& m : candidate_mesh_shapes(in, Strategy::HybridShard)) EXPECT_EQ(m.dp_replicate, 2);
+}
+
+// A quantized LoRA base splits over tp only where each slice covers whole 64-weight blocks:
+// tiny-llama's shape (d_model 64, o_proj 64 x 64) with nf4 on 2 ranks has no tp=2 candidate
+// when tp is free (it had, and `plan` and `train` with the mesh at -1 stopped on its error
+// though tp=1 runs), keeps tp=2 without the quantized base, and a fixed tp=2 still names the
+// tensor that does not split.
+TEST(Planner, CandidateMeshesSkipATpThatCutsQuantizationBlocks) {
+  PlanInput in;
+  in.dims = test::llama_dims(264, 64, 2, 4, 2, 64);
+  in.dims.ffn_dim = 128;
+  in.dims.lora_rank = 8;
+  in.dims.lora_targets = {"q", "k", "v", "o", "gate", "up", "down"};
+  in.dims.lora_target_ids = {0, 1, 2, 3, 4, 5, 6};
+  in.world = 2;
+  in.ranks_per_node = 2;
+  in.batch.micro_batch = 2;
+  in.batch.seq_len = 32;
+  in.bf16 = true;
+  in.mesh_request = {-1, -1, -1};
+  const auto tps = [&](Strategy s) {
+    std::vector<int> out;
+    for (const MeshShape& m : candidate_mesh_shapes(in, s)) out.push_back(m.tp);
+    return out;
+  };
+  EXPECT_EQ(tps(Strategy::FullShard), (std::vector<int>{1, 2}));
+  for (BaseQuant q : {BaseQuant::Nf4, BaseQuant::Int8}) {
+    in.dims.base_quant = q;
+    for (Strategy s : {Strategy::NoShard, Strategy::ShardGradOp, Strategy::FullShard}) {
+      EXPECT_FALSE(tps(s).empty()) << choice_name(q) << " " << strategy_name(s);
+      for (const MeshShape& m : candidate_mesh_shapes(in, s)) {
+        EXPECT_EQ(m.tp, 1) << choice_name(q) << " " << strategy_name(s);
+        EXPECT_NO_THROW(plan_strategy(in, s, m));
+      }
+    }
+  }
+  in.mesh_request = {-1, -1, 2};
+  ASSERT_EQ(tps(Strategy::FullShard), std::vector<int>{2});
+  try {
+    plan_strategy(in, Strategy::FullShard, candidate_mesh_shapes(in, Strategy::FullShard)[0]);
+    ADD_FAILURE() << "a fixed tp=2 that cuts the nf4 blocks was planned";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("o_proj.weight"), std::string::npos) << e.what();
+  }
 }

@@ -142,7 +142,8 @@ std::string fit_alternatives(const PlanInput& in, parallel::Strategy forced);
 std::string forward_memory_settings(const PlanInput& in);
 
 /// Every mesh a strategy can run on for this job: dp_replicate x dp_shard x tp = world with
-/// tp dividing the node (tensor parallelism stays inside a node) and the model's heads, and
+/// tp dividing the node (tensor parallelism stays inside a node) and the model's heads (and,
+/// when tp is left at -1, a quantized LoRA base's blocks: every slice covers whole blocks), and
 /// the dimensions fixed in `in.mesh_request` (not -1) kept. One mesh per distinct behaviour:
 /// no_shard and full_shard put all data parallelism in dp_shard (replicas of no_shard are
 /// all the same; full_shard with dp_replicate > 1 is hybrid_shard), hybrid_shard needs
