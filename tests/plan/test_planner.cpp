@@ -215,6 +215,36 @@ TEST(Planner, ForwardOnlyRefusalsNameForwardSettings) {
   EXPECT_EQ(generate.find("train.micro_batch"), std::string::npos) << generate;
 }
 
+// bf16 is named as a way to lower a forward pass's memory only where it does: the forward-only
+// engine keeps the fp32 master beside a bf16 copy, so SmolLM2-135M's generate (weights
+// dominate) plans more in bf16 -- it was suggested anyway -- while its eval of 32 x 1024
+// tokens (activations dominate) plans less.
+TEST(Planner, ForwardRefusalNamesBf16OnlyWhereItLowersThePlan) {
+  PlanInput in;
+  in.dims = test::llama_dims(49152, 576, 30, 9, 3, 2048);
+  in.dims.ffn_dim = 1536;
+  in.world = 1;
+  in.ranks_per_node = 1;
+  in.bf16 = false;
+  in.mesh_request = {1, 1, 1};
+  in.memory_budget = 64.0 * 1048576;
+  in.use = ModelUse::Generate;
+  in.batch = {1, 48, 1, 0};
+  in.kv_cache_positions = 48;
+  const auto total = [&](bool bf16) {
+    PlanInput x = in;
+    x.bf16 = bf16;
+    return plan_strategy(x, Strategy::NoShard, MeshShape{1, 1, 1}).memory.total();
+  };
+  ASSERT_GT(total(true), 1.4 * total(false));  // 776 MiB against 525 measured
+  EXPECT_EQ(forward_memory_settings(in).find("bf16"), std::string::npos) << forward_memory_settings(in);
+  in.use = ModelUse::Evaluate;
+  in.kv_cache_positions = 0;
+  in.batch = {32, 1024, 1, 0};
+  ASSERT_LT(total(true), total(false));
+  EXPECT_NE(forward_memory_settings(in).find("train.precision=bf16"), std::string::npos) << forward_memory_settings(in);
+}
+
 // The candidate meshes: every factorisation of the world with tp inside a node (dividing it
 // and the heads), fixed keys kept, one mesh per distinct behaviour of a strategy.
 TEST(Planner, CandidateMeshesKeepTpInsideANodeAndHonourFixedKeys) {

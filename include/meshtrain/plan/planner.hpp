@@ -137,8 +137,9 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
 std::string fit_alternatives(const PlanInput& in, parallel::Strategy forced);
 
 /// For eval and generate (in.forward_only()): the settings that lower a forward pass's
-/// memory, as the tail of a refusal ("add ranks ..., or bf16"). Never activation
-/// checkpointing or optimizer settings, which a forward pass has nothing of.
+/// memory, as the tail of a refusal ("add ranks ..., or bf16"; bf16 only where some
+/// strategy's plan goes down with it). Never activation checkpointing or optimizer
+/// settings, which a forward pass has nothing of.
 std::string forward_memory_settings(const PlanInput& in);
 
 /// Every mesh a strategy can run on for this job: dp_replicate x dp_shard x tp = world with
