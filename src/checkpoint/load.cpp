@@ -207,9 +207,9 @@ std::uint64_t fill_frozen_unit(parallel::FsdpEngine<T>& eng, int u, Read& read, 
   if (sums && coord && coord->replicate == 0 && (sharded || coord->shard == 0))
     for (const Piece& p : unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), b, b + n, b, true))
       if (eng.specs()[p.spec].frozen && sums->touched(p.spec, 0)) sums->add(0, p, host.data() + p.offset);
-  Buffer<float> dev(host.size(), MemCategory::Workspace);
-  stage_to_device(host, dev);
-  eng.set_frozen(u, dev.data());
+  // From the host: set_frozen stages it in chunks, so no fp32 copy of the shard is in the
+  // pool (SmolLM2's embedding alone is 108 MiB, beyond what `plan` counts on one rank).
+  eng.set_frozen(u, host.data());
   return bytes;
 }
 

@@ -219,9 +219,7 @@ void FsdpEngine<T>::init_parameters(std::uint64_t seed) {
     std::vector<float> fhost(static_cast<std::size_t>(fz.numel));
     model::init_unit_range(specs_, layouts_[u], tp_size(), tp_rank(), fz.begin, fz.begin + fz.numel, seed,
                            fhost.data());
-    Buffer<float> dev(fhost.size(), MemCategory::Workspace);
-    Kokkos::deep_copy(dev.view(), UView<float, HostMem>(fhost.data(), fhost.size()));
-    set_frozen(u, dev.data());
+    set_frozen(u, fhost.data());
   }
   params_updated();
 }
@@ -247,8 +245,21 @@ void FsdpEngine<T>::set_frozen(int u, const float* values) {
   if (n == 0) return;
   MESHTRAIN_ASSERT(unit_quant(u) != BaseQuant::Gguf,
                    "set_frozen(%d) of a unit kept in its GGUF blocks: it is set from the file (set_frozen_gguf)", u);
-  if (unit_quant(u) != BaseQuant::None) set_frozen_quantized(u, values);
-  else convert(values, frozen_storage(u), n);
+  if (unit_quant(u) != BaseQuant::None) {
+    set_frozen_quantized(u, values);
+    return;
+  }
+  // Chunk by chunk through one small staging buffer, rounded by the cast kernel as a whole
+  // shard would be (element by element: the same values). The host-to-device copy fences
+  // the device, so a chunk's cast has read the buffer before the next chunk overwrites it.
+  const std::size_t chunk = std::min(n, static_cast<std::size_t>(kFrozenStagingElements));
+  Buffer<float> stage(chunk, MemCategory::Workspace);
+  T* storage = frozen_storage(u);
+  for (std::size_t at = 0; at < n; at += chunk) {
+    const std::size_t c = std::min(chunk, n - at);
+    Kokkos::deep_copy(stage.view(0, c), UView<float, HostMem>(const_cast<float*>(values) + at, c));
+    convert(stage.data(), storage + at, c);
+  }
 }
 
 template <class T>
@@ -257,21 +268,21 @@ void FsdpEngine<T>::set_frozen_quantized(int u, const float* values) {
   const QuantMap& map = fz.map;
   const BaseQuant quant = unit_quant(u);
   const std::int64_t n = fz.numel;
-  // The shard on the host (one unit's shard at a time: no fp32 copy of the model persists).
-  std::vector<float> host(static_cast<std::size_t>(n));
-  Kokkos::deep_copy(UView<float, HostMem>(host.data(), host.size()), UView<float>(const_cast<float*>(values), host.size()));
+  // The shard is on the host (one unit's shard at a time: no fp32 copy of the model persists),
+  // where it is encoded: no fp32 copy of it is ever on the device.
+  const float* host = values;
   // NF4 group maxima: each rank's partial maxima, then the maximum over the world (the ranks
   // of other tp slices and shards hold the rest of a group; replicas hold the same values).
   std::vector<float> group_max(static_cast<std::size_t>(map.groups), 0.0f);
   if (quant == BaseQuant::Nf4 && map.groups > 0) {
-    partial_group_max(map, host.data(), fz.begin, n, group_max);
+    partial_group_max(map, host, fz.begin, n, group_max);
     Kokkos::deep_copy(fz.group_max.view(), UView<float, HostMem>(group_max.data(), group_max.size()));
     mesh_.world().comm().all_reduce(fz.group_max.data(), fz.group_max.data(), group_max.size(), DType::F32,
                                     ReduceOp::Max);
     Kokkos::deep_copy(UView<float, HostMem>(group_max.data(), group_max.size()), fz.group_max.view());
   }
   std::vector<std::uint8_t> payload(static_cast<std::size_t>(payload_bytes(quant, n)));
-  encode_shard(quant, map, host.data(), fz.begin, n, group_max, payload.data());
+  encode_shard(quant, map, host, fz.begin, n, group_max, payload.data());
   // The 1-D parameters of the whole segment: each element comes from the one shard that
   // holds it (the others add zeros), so the sum over dp_shard is exact.
   std::vector<float> dense(static_cast<std::size_t>(map.dense_numel()), 0.0f);

@@ -13,7 +13,8 @@
 # tp=3 the run of base_quant=none on 1 rank within the LoRA equivalence tolerances, and step
 # 0 is eval of that base. One unquantized run serves as the reference of every comparison
 # (meshes agree within those tolerances: the nf4 runs above and tests/train/lora.sh), so the
-# test trains 10 times, not 13.
+# test trains 10 times, not 13. The loads of the 1-rank runs hold at most 1 MiB of scratch
+# (summary.json's load_peak_by_category): no fp32 copy of the 108 MiB embedding.
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 # shellcheck source=../support/smollm_reference.sh
@@ -122,6 +123,23 @@ assert val == g, f"{val!r} != {g!r}"
 assert abs(g - none) <= 1e-6 * abs(none), f"{g!r} and {none!r} differ by more than float rounding"
 PY
 fi
+
+# The load holds no fp32 copy of a unit's shard in the memory pool: SmolLM2's 49152 x 576
+# embedding staged whole (108 MiB of scratch) took the load of a 1-rank run above `plan`'s
+# per-rank total (LoRA in bf16, no_shard: 406.7 MiB against 336.5; nf4, full_shard: 211.8
+# against 173.3). A base in T is staged 1 MiB at a time (parallel::kFrozenStagingElements), a
+# quantized one encoded on the host, a gguf one copied as the file's blocks.
+runs=()
+for r in lora_1 nf4_1 gguf_1; do [[ -s $r/summary.json ]] && runs+=("$r"); done
+python3 - "${runs[@]}" <<'PY' || fail "the load's scratch exceeds the staging buffer"
+import json, sys
+staging = 4 << 18
+for run in sys.argv[1:]:
+    load = json.load(open(f"{run}/summary.json"))["load_peak_by_category"]
+    print(f"{run}: the load held at most {load['total_in_use'] / 2**20:.2f} MiB above the state before it, "
+          f"{load['workspace'] / 2**20:.2f} MiB of scratch (at most {staging / 2**20:.0f} MiB)")
+    assert load["workspace"] <= staging, (run, load)
+PY
 
 if ((failures)); then
   echo "$failures failure(s)"

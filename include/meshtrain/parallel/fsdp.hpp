@@ -68,6 +68,12 @@ struct FsdpOptions {
   model::BaseFormats base_formats;
 };
 
+/// Elements of fp32 frozen values FsdpEngine::set_frozen puts on the device at a time: a
+/// Workspace buffer of 1 MiB, the load's only scratch beside the persistent state (SmolLM2's
+/// fp32 embedding, staged whole, was 108 MiB above `plan` on one rank). Small enough that
+/// the tests' tiny models stage in chunks too; large enough that a copy is not latency-bound.
+inline constexpr std::int64_t kFrozenStagingElements = std::int64_t{1} << 18;
+
 /// fp32 state of one unit's trainable segment held by this rank: elements
 /// [begin, begin + numel) of the unit buffer (begin >= the layout's trainable_begin()).
 struct UnitState {
@@ -162,11 +168,14 @@ class FsdpEngine {
   /// rank's frozen values (its shard, or the whole segment without sharding).
   std::int64_t frozen_begin(int u) const { return frozen_[u].begin; }
   std::int64_t frozen_numel(int u) const { return frozen_[u].numel; }
-  /// Replaces this rank's frozen values of unit u with `values` (device, frozen_numel(u)
+  /// Replaces this rank's frozen values of unit u with `values` (host, frozen_numel(u)
   /// fp32 elements), rounded to T -- or quantized with a quantized base, which makes it
   /// collective over the world (the NF4 group maxima span ranks; the 1-D parameters are
   /// summed over dp_shard): every rank calls it for the same units in the same order. Not
-  /// for a unit kept in GGUF blocks (unit_quant(u) == Gguf: set_frozen_gguf).
+  /// for a unit kept in GGUF blocks (unit_quant(u) == Gguf: set_frozen_gguf). No fp32 copy
+  /// of the shard reaches the device (a Llama-8B embedding's on one rank is 2.1 GB, which
+  /// `plan` does not count): a base in T is staged kFrozenStagingElements at a time and
+  /// rounded by the cast kernel, a quantized base is encoded on the host.
   void set_frozen(int u, const float* values);
   /// unit_quant(u) == Gguf: which of the file's blocks unit u's shards hold.
   const GgufMap& gguf_map(int u) const { return frozen_[u].gguf; }
