@@ -121,6 +121,7 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
   std::uint64_t bytes = 0;
   for (int u = 0; u < eng.num_units(); ++u) {
     parallel::UnitState& st = eng.state(u);
+    eng.master_for_write(u);  // a compute-only engine's exists from here to master_written(u)
     const model::UnitLayout& L = eng.layouts()[u];
     const std::vector<Piece> pieces =
         unit_pieces(eng.specs(), L, eng.tp_size(), eng.tp_rank(), st.begin, st.begin + st.numel, st.begin, false);
@@ -160,6 +161,7 @@ std::uint64_t fill_state(parallel::FsdpEngine<T>& eng, int arrays, Read&& read, 
       if constexpr (kDeviceIsHost) zero_unwritten(dst[k], st.numel, written[k]);
       else stage_to_device(host[k], state_array(st, k));
     }
+    eng.master_written(u);
   }
   return bytes;
 }

@@ -103,7 +103,9 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
   const MeshCoord& coord = mesh_.coord();
   const int shards = traits_.shard_params ? shape.dp_shard : 1;
   layouts_ = model::build_layouts(specs_, n_units, shape.tp, shards);
+  compute_only_ = opt_.forward_only && !std::is_same_v<T, float>;
   state_.resize(n_units);
+  held_.resize(n_units);
   frozen_.resize(n_units);
   step_buffers_.resize(n_units);
   owned_begin_.resize(n_units);
@@ -150,9 +152,11 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
                                             MemCategory::Params);
           fz.payload.zero();
         }
-      } else if (fz.numel > 0) {
+      } else if (fz.numel > 0 || compute_only_) {
+        // A compute-only engine's trainable values live here too (its only copy: never stale).
         step_buffers_[u].gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
         step_buffers_[u].gathered.zero();
+        step_buffers_[u].stale = !compute_only_;
       }
     }
     MESHTRAIN_ASSERT(!kept_quantized(u) || L.trainable_padded() == 0,
@@ -187,6 +191,13 @@ FsdpEngine<T>::FsdpEngine(std::vector<model::ParamSpec> specs, int n_units, cons
         fz.dense.zero();
       }
     }
+    if (compute_only_) {
+      if (traits_.shard_params) {
+        held_[u] = Buffer<T>(st.numel, MemCategory::Params);
+        held_[u].zero();
+      }
+      continue;  // the master exists only while a load writes it (master_for_write)
+    }
     st.master = Buffer<float>(st.numel, MemCategory::Params);
     st.master.zero();
     if (opt_.forward_only) continue;
@@ -213,7 +224,8 @@ void FsdpEngine<T>::init_parameters(std::uint64_t seed) {
     UnitState& st = state_[u];
     std::vector<float> host(st.numel);
     model::init_unit_range(specs_, layouts_[u], tp_size(), tp_rank(), st.begin, st.begin + st.numel, seed, host.data());
-    Kokkos::deep_copy(st.master.view(), UView<float, HostMem>(host.data(), host.size()));
+    Kokkos::deep_copy(master_for_write(u).view(), UView<float, HostMem>(host.data(), host.size()));
+    master_written(u);
     const Frozen& fz = frozen_[u];
     if (fz.numel == 0) continue;
     std::vector<float> fhost(static_cast<std::size_t>(fz.numel));
@@ -222,6 +234,28 @@ void FsdpEngine<T>::init_parameters(std::uint64_t seed) {
     set_frozen(u, fhost.data());
   }
   params_updated();
+}
+
+template <class T>
+Buffer<float>& FsdpEngine<T>::master_for_write(int u) {
+  UnitState& st = state_[u];
+  if (compute_only_ && st.master.empty()) {
+    st.master = Buffer<float>(st.numel, MemCategory::Params);
+    st.master.zero();
+  }
+  return st.master;
+}
+
+template <class T>
+void FsdpEngine<T>::master_written(int u) {
+  if (!compute_only_) return;
+  UnitState& st = state_[u];
+  // The same cast a training engine's gather or no_shard refresh makes from the master.
+  if (st.numel > 0) {
+    T* held = traits_.shard_params ? held_[u].data() : step_buffers_[u].gathered.data() + layouts_[u].trainable_begin();
+    convert(st.master.data(), held, static_cast<std::size_t>(st.numel));
+  }
+  st.master.reset();
 }
 
 template <class T>
@@ -452,7 +486,9 @@ void FsdpEngine<T>::gather(int u, bool prefetch) {
   if (sn > 0) {
     T* seg = r.gathered.data() + L.trainable_begin();
     T* mine = seg + static_cast<std::size_t>(mesh_.coord().shard) * sn;
-    convert(state_[u].master.data(), mine, sn);  // fp32 master shard -> T, in its slot
+    // fp32 master shard -> T (a compute-only engine's T shard as held), in its slot
+    if (compute_only_) convert(held_[u].data(), mine, sn);
+    else convert(state_[u].master.data(), mine, sn);
     r.gather_work = mesh_.dp_shard().comm().all_gather_async(mine, seg, sn, DTypeOf<T>::value);
   }
   r.in_flight = true;
@@ -520,7 +556,8 @@ const T* FsdpEngine<T>::wait_params(int u) {
     if constexpr (std::is_same_v<T, float>) {
       if (L.frozen_padded() == 0) return st.master.data();  // replicated fp32 master is the compute copy
     }
-    if (r.stale || r.gathered.empty()) {
+    // A compute-only engine's copy is its only one, written by master_written.
+    if (!compute_only_ && (r.stale || r.gathered.empty())) {
       if (r.gathered.empty()) r.gathered = Buffer<T>(L.padded(), MemCategory::GatheredParams);
       convert(st.master.data(), r.gathered.data() + L.trainable_begin(), st.numel);
       r.stale = false;
@@ -722,6 +759,7 @@ template <class T>
 std::size_t FsdpEngine<T>::persistent_bytes() const {
   std::size_t b = 0;
   for (const UnitState& st : state_) b += st.master.bytes() + st.grad.bytes() + st.exp_avg.bytes() + st.exp_avg_sq.bytes();
+  for (const Buffer<T>& h : held_) b += h.bytes();
   for (const Frozen& fz : frozen_)
     b += fz.values.bytes() + fz.payload.bytes() + fz.runs.bytes() + fz.group_max.bytes() + fz.dense.bytes() +
          fz.gguf_runs.bytes();

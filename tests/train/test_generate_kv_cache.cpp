@@ -194,3 +194,48 @@ TEST(GenerateKvCache, ForwardOnlySessionSameResultsWithoutTrainingState) {
         << m.name;
   }
 }
+
+// In bf16 the inference session is compute-only (FsdpEngine::compute_only): it keeps the
+// trainable values in bf16 alone -- no fp32 master beside them, half of fp32's parameter
+// bytes -- and the forward reads what a training session's gather casts from its master, so
+// loss and logits are the same bit for bit, sharded (full_shard) and not (no_shard).
+TEST(GenerateKvCache, Bf16ForwardOnlySessionHoldsNoFp32Master) {
+  for (const MeshCase& m : meshes()) {
+    for (const StrategyChoice strategy : {StrategyChoice::FullShard, StrategyChoice::NoShard}) {
+      Config c = tiny("llama", 2, m.tp, 16);
+      c.train.precision = Precision::Bf16;
+      c.parallel.strategy = strategy;
+      const std::string what = std::string(m.name) + (strategy == StrategyChoice::NoShard ? " no_shard" : " full_shard");
+      const plan::RunSetup setup = app::resolve_run(c, test::runtime().topology());
+      train::Session<bf16> trained(test::runtime(), setup);
+      train::Session<bf16> inference(test::runtime(), setup, train::SessionUse::Inference);
+      trained.engine().init_parameters(5);
+      inference.engine().init_parameters(5);
+      ASSERT_TRUE(inference.engine().compute_only()) << what;
+      std::size_t master_bytes = 0;
+      for (int u = 0; u < inference.engine().num_units(); ++u) {
+        EXPECT_TRUE(inference.engine().state(u).master.empty()) << what << " unit " << u;
+        master_bytes += trained.engine().state(u).master.bytes();
+      }
+      ASSERT_GT(master_bytes, 0u) << what;
+      // Sharded: the bf16 shard held (half the master); no_shard: the persistent compute copy
+      // (not persistent state) holds everything.
+      EXPECT_EQ(inference.engine().persistent_bytes(), strategy == StrategyChoice::NoShard ? 0 : master_bytes / 2)
+          << what;
+
+      const std::vector<std::int32_t> ids = prompt_ids(17);
+      Buffer<std::int32_t> in = device_ids(ids, 0, 16), tgt = device_ids(ids, 1, 16);
+      const model::BatchShape shape{1, 16};
+      const double a = parallel::forward_loss(trained.engine(), trained.model(), trained.context(), in.data(),
+                                              tgt.data(), shape);
+      const double b = parallel::forward_loss(inference.engine(), inference.model(), inference.context(), in.data(),
+                                              tgt.data(), shape);
+      EXPECT_EQ(a, b) << what;
+      EXPECT_TRUE(std::isfinite(a) && a > 0) << what;
+      EXPECT_EQ(parallel::forward_logits(trained.engine(), trained.model(), trained.context(), in.data(), shape, false),
+                parallel::forward_logits(inference.engine(), inference.model(), inference.context(), in.data(), shape,
+                                         false))
+          << what;
+    }
+  }
+}

@@ -55,10 +55,12 @@ struct FsdpOptions {
   int prefetch = 1;               ///< block units gathered ahead of the one computing
   DType reduce_dtype = DType::F32;
   int grad_accum = 1;             ///< micro-steps per optimizer step
-  /// Forward passes only (eval, generate): the engine holds the parameters (fp32 master
-  /// shards, frozen values) and nothing for training: UnitState::grad, exp_avg and
-  /// exp_avg_sq stay empty and grad_buffer() must not be called. Loaded models pay
-  /// neither the memory nor the first-touch time of state they never use.
+  /// Forward passes only (eval, generate): the engine holds the parameters and nothing for
+  /// training: UnitState::grad, exp_avg and exp_avg_sq stay empty and grad_buffer() must
+  /// not be called. Loaded models pay neither the memory nor the first-touch time of state
+  /// they never use. With T narrower than fp32 (bf16) the engine is compute-only
+  /// (FsdpEngine::compute_only): nothing ever updates the weights, so the trainable values
+  /// are held in T alone and the fp32 master exists only while a load writes it.
   bool forward_only = false;
   /// How the frozen segment is stored (model.base_quant): None keeps it in T.
   BaseQuant base_quant = BaseQuant::None;
@@ -79,7 +81,7 @@ inline constexpr std::int64_t kFrozenStagingElements = std::int64_t{1} << 18;
 struct UnitState {
   std::int64_t begin = 0;
   std::int64_t numel = 0;
-  Buffer<float> master;
+  Buffer<float> master;      ///< empty on a compute-only engine outside master_for_write/master_written
   Buffer<float> grad;        ///< reduced gradient (valid after finish_step); empty when forward_only
   Buffer<float> exp_avg;     ///< empty when forward_only
   Buffer<float> exp_avg_sq;  ///< empty when forward_only
@@ -102,6 +104,20 @@ class FsdpEngine {
 
   /// Mesh-independent initial values (model::init_unit_range) into the master state.
   void init_parameters(std::uint64_t seed);
+
+  /// A forward-only engine computing in bf16 (eval, generate with train.precision=bf16):
+  /// its trainable values live in T alone -- sharded strategies: this rank's shard;
+  /// no_shard: the persistent compute copy -- and hold what a training engine's gather
+  /// would cast from the master, so the forward reads the same values. No fp32 master of
+  /// the whole model exists: bf16 inference needs half of fp32's parameter memory.
+  bool compute_only() const { return compute_only_; }
+  /// The fp32 master of unit u, to be written (checkpoint loads, init_parameters). A
+  /// compute-only engine allocates it (zeroed) here and frees it in master_written(u), so
+  /// a load holds one unit's fp32 master at a time.
+  Buffer<float>& master_for_write(int u);
+  /// Unit u's master has been written: a compute-only engine casts it into the T values
+  /// the forward reads and frees it; other engines leave it (params_updated refreshes).
+  void master_written(int u);
 
   // ---- step protocol -------------------------------------------------------------------
   void begin_step();
@@ -195,7 +211,7 @@ class FsdpEngine {
   /// the wire, measured (`meshtrain plan` predicts it per step).
   std::uint64_t frozen_gather_bytes() const { return frozen_gather_bytes_; }
 
-  /// Bytes of persistent state (master + grads + moments + frozen values) on this rank.
+  /// Bytes of persistent state (master or compute-only bf16 shard + grads + moments + frozen values) on this rank.
   std::size_t persistent_bytes() const;
 
  private:
@@ -246,6 +262,11 @@ class FsdpEngine {
   /// Dequantizes the gathered payload `all` (every shard's) into gathered's frozen region.
   void dequantize_frozen(int u, const std::uint8_t* all, std::int64_t stride, std::int64_t shard_numel, T* gathered);
   std::vector<UnitState> state_;
+  /// Compute-only engines: true, and under a sharded strategy held_[u] is this rank's
+  /// shard of unit u's trainable segment in T (state_[u]'s range; no_shard keeps it inside
+  /// the persistent gathered copy instead).
+  bool compute_only_ = false;
+  std::vector<Buffer<T>> held_;
   std::vector<Frozen> frozen_;
   bool has_frozen_ = false;
   std::uint64_t frozen_gather_bytes_ = 0;
