@@ -84,6 +84,7 @@ struct UnitTotals {
   double all_padded = 0, all_trainable = 0;
   double outer = 0, outer_trainable = 0;  ///< the outer unit (embeddings, final norm, head)
   double max_block = 0, max_block_trainable = 0;
+  double max_state = 0;                   ///< the most trainable elements this rank holds of one unit
   int reduced_units = 0;                  ///< units with a trainable segment
 };
 
@@ -153,6 +154,7 @@ UnitTotals unit_totals(const std::vector<model::UnitLayout>& layouts, bool shard
   UnitTotals u;
   for (const auto& L : layouts) {
     u.state += sharded ? L.shard_numel : L.trainable_padded();
+    u.max_state = std::max(u.max_state, static_cast<double>(sharded ? L.shard_numel : L.trainable_padded()));
     u.frozen += sharded ? L.frozen_shard_numel : L.frozen_padded();
     u.all_padded += L.padded();
     u.all_trainable += L.trainable_padded();
@@ -428,13 +430,19 @@ StrategyPlan plan_strategy(const PlanInput& in, parallel::Strategy s, const Mesh
   for (const model::UnitLayout& L : layouts) frozen.push_back(frozen_bytes(in, specs, L, shape.tp, tr.shard_params));
   m.frozen = 0;
   for (const FrozenBytes& f : frozen) m.frozen += f.persistent;
-  // A forward-only engine allocates the fp32 master and the frozen base, nothing else
-  // persistent (parallel::FsdpOptions::forward_only).
-  m.params = 4.0 * u.state + m.frozen;
+  // A forward-only engine allocates the parameters and the frozen base, nothing else
+  // persistent (parallel::FsdpOptions::forward_only): in fp32 the master; in bf16 no master
+  // (FsdpEngine::compute_only) but the bf16 values alone -- sharded: this rank's shard;
+  // no_shard: inside the persistent compute copy, counted in `gathered`.
+  const bool compute_only = in.forward_only() && in.bf16;
+  m.params = (compute_only ? (tr.shard_params ? 2.0 : 0.0) : 4.0) * u.state + m.frozen;
   m.grads = in.forward_only() ? 0.0 : 4.0 * u.state;
   m.optimizer = in.forward_only() ? 0.0 : 8.0 * u.state;
   // 4. Transient copies and buffers of a step, and the activations of a micro-step.
   transient_memory(in, s, layouts, frozen, u, p.batch.grad_accum, m);
+  // A compute-only engine's load writes one unit's fp32 master at a time beside the bf16
+  // values (no_shard: its compute copy exists from the start).
+  if (compute_only) m.load = 4.0 * u.max_state + (tr.shard_params ? 0.0 : m.gathered);
   if (tr.shard_params && in.dims.base_quant != BaseQuant::None) {
     // The quantized frozen payload of a block's gather lives until the unit is waited for
     // and dequantized (FsdpEngine::wait_params): the prefetched blocks' payloads are in
@@ -550,11 +558,11 @@ std::string forward_memory_settings(const PlanInput& in) {
   }
   // A LoRA model's frozen base in the compute dtype: QLoRA holds it in 4 bits.
   if (in.dims.lora_rank > 0 && in.dims.base_quant == BaseQuant::None) ways.emplace_back("model.base_quant=nf4");
-  // bf16 halves the activations and the gathered copies, but a forward-only engine keeps the
-  // fp32 master beside the bf16 copy of what it holds: where the weights dominate (generate,
-  // or any no_shard forward of a model larger than its batch) bf16 needs more, not less --
-  // SmolLM2-135M's generate plans 776 MiB in bf16 against 525 MiB in fp32 (both measured
-  // within 2%). Named only where the least any strategy plans goes down with it.
+  // bf16 halves the activations, the gathered copies and -- the forward-only engine being
+  // compute-only in bf16 (FsdpEngine::compute_only: no fp32 master) -- the parameters, but
+  // its load holds one unit's fp32 master beside the bf16 values: where one unit outweighs
+  // the rest of the model (a large vocabulary over few, narrow layers) bf16 needs more.
+  // Named only where the least any strategy plans goes down with it.
   if (!in.bf16) {
     const auto least = [](const PlanInput& x) {
       double best = 0;

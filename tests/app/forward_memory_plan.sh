@@ -9,6 +9,9 @@
 #    train.seq_len longer than model.max_seq_len, which generate does not use, does not stop it;
 #  * under 256KiB generate is refused naming --tokens, not checkpointing;
 #  * the memory each run used after the load (the pool's peak) is at most what it planned;
+#  * generate in bf16 holds the bf16 weights alone (the forward-only engine keeps no fp32
+#    master: FsdpEngine::compute_only): it plans and peaks below fp32's (no_shard: it planned
+#    751 KiB against fp32's 556 and peaked at 726 against 506 while the master was kept);
 #  * on 2 ranks with parallel.strategy=auto, generate and eval are ranked by a forward pass
 #    (plan::predict_step): with the parameters fitting on each rank the pick is no_shard,
 #    which communicates nothing, not a strategy that gathers the model for every token.
@@ -64,6 +67,23 @@ gen_args=(generate run/config.ini --prompt "Hello" --tokens 8 --temperature 0 --
 run "generate in 1MiB" "${gen_args[@]}" --parallel.memory_limit=1MiB --train.seq_len=1000
 [[ $rc -eq 0 ]] || fail "generate under parallel.memory_limit=1MiB with train.seq_len=1000: exit status $rc"
 peak_within_plan generate
+# planned_and_peak COMMAND: "PLANNED PEAK" in bytes from the debug memory line.
+planned_and_peak() {
+  grep -h "$1: memory peak" out.txt err.txt | awk '
+    function bytes(v, u) { return v * (u == "GiB" ? 2^30 : u == "MiB" ? 2^20 : u == "KiB" ? 2^10 : 1) }
+    { for (i = 1; i <= NF; i++) { if ($i == "peak") peak = bytes($(i + 1), $(i + 2)); if ($i == "planned") plan = bytes($(i + 1), $(i + 2)) } }
+    END { printf "%d %d\n", plan, peak }'
+}
+run "generate fp32, no_shard" "${gen_args[@]}" --train.precision=fp32 --parallel.strategy=no_shard
+[[ $rc -eq 0 ]] || fail "generate in fp32: exit status $rc"
+read -r fp32_plan fp32_peak < <(planned_and_peak generate)
+run "generate bf16, no_shard" "${gen_args[@]}" --train.precision=bf16 --parallel.strategy=no_shard
+[[ $rc -eq 0 ]] || fail "generate in bf16: exit status $rc"
+peak_within_plan generate
+read -r bf16_plan bf16_peak < <(planned_and_peak generate)
+echo "generate no_shard: fp32 plans $fp32_plan B, peaks at $fp32_peak B; bf16 plans $bf16_plan B, peaks at $bf16_peak B"
+((bf16_plan > 0 && bf16_plan < fp32_plan)) || fail "generate: bf16 plans $bf16_plan B, not below fp32's $fp32_plan B"
+((bf16_peak > 0 && bf16_peak < fp32_peak)) || fail "generate: bf16 peaks at $bf16_peak B, not below fp32's $fp32_peak B"
 run "generate in 256KiB" "${gen_args[@]}" --parallel.memory_limit=256KiB
 [[ $rc -eq 2 ]] || fail "generate under parallel.memory_limit=256KiB: exit status $rc, not 2"
 grep "error:" err.txt | grep -qF -- "--tokens" || fail "generate refusal: does not name --tokens"

@@ -78,10 +78,14 @@ struct MemoryEstimate {
   /// head's weight chunk dequantized into scratch (model::kHeadWeightChunkElements at most,
   /// the whole head when it is smaller).
   double head = 0;
+  /// A compute-only engine's load (eval or generate in bf16, parallel::FsdpEngine::
+  /// compute_only): beside its bf16 values (no_shard: the persistent compute copy, in
+  /// `gathered`) the fp32 master of the one unit being written.
+  double load = 0;
   double persistent() const { return params + grads + optimizer; }
   double steady() const { return gathered + grad_buffers + activations + comm_buffers; }
-  /// The step's peak is the largest of its start, its steady state and the head.
-  double total() const { return persistent() + std::max({steady(), step_start, head}); }
+  /// The run's peak is the largest of its load, the step's start, its steady state and the head.
+  double total() const { return persistent() + std::max({steady(), step_start, head, load}); }
 };
 
 /// Per-step communication volume of one rank (bytes moved per rank on the wire, i.e. the
