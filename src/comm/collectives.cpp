@@ -146,6 +146,18 @@ void sleeping_barrier(const MpiComm& comm) {
   }
 }
 
+bool sleeping_barrier_within(const MpiComm& comm, double seconds) {
+  MPI_Request request;
+  MPI_CHECK(MPI_Ibarrier(comm.get(), &request));
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (int done = 0;;) {
+    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return true;
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 std::uint64_t exclusive_prefix_sum(const MpiComm& comm, std::uint64_t mine) {
   std::uint64_t below = 0;
   MPI_CHECK(MPI_Exscan(&mine, &below, 1, MPI_UINT64_T, MPI_SUM, comm.get()));

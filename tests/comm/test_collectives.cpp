@@ -75,3 +75,18 @@ TEST(Collectives, ExclusivePrefixSum) {
   sleeping_barrier(world);
   watched_barrier("barrier", "world", world);
 }
+
+// sleeping_barrier_within: true when every rank enters it; false on the ranks that entered
+// it while one rank stayed away (rank 0 here, held back by a world barrier until they have
+// given up: no timing decides the outcome), and the absent rank's later call completes it.
+TEST(Collectives, SleepingBarrierWithinSaysWhetherEveryRankCame) {
+  const MpiComm& world = test::world();
+  const MpiComm all = MpiComm::duplicate(world.get());
+  EXPECT_TRUE(sleeping_barrier_within(all, 60.0));
+  if (world.size() == 1) return;
+  const MpiComm spent = MpiComm::duplicate(world.get());
+  if (world.rank() != 0) EXPECT_FALSE(sleeping_barrier_within(spent, 0.05));
+  barrier(world);
+  if (world.rank() == 0) EXPECT_TRUE(sleeping_barrier_within(spent, 60.0));
+  barrier(world);  // the other ranks progress their pending barrier meanwhile
+}

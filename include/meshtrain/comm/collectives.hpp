@@ -82,6 +82,12 @@ void watched_barrier(const char* what, const std::string& group, const MpiComm& 
 /// A barrier in which waiting ranks sleep (1 ms polls) instead of spinning: Open MPI
 /// busy-polls a blocking collective, which would take the cores others are measuring.
 void sleeping_barrier(const MpiComm& comm);
+/// \brief A sleeping barrier that gives up: true when every rank of `comm` entered it within
+/// `seconds` of this rank (at once when they already wait in it), false past that. On false
+/// the barrier stays posted (MPI cannot cancel a collective) and `comm` is spent: a later
+/// collective on it would pair with the other ranks' calls out of order. So use it only on a
+/// communicator of its own (Runtime::error_agreement) and, on false, end the job.
+bool sleeping_barrier_within(const MpiComm& comm, double seconds);
 
 /// The sum of `mine` over the ranks below this one (0 on rank 0).
 std::uint64_t exclusive_prefix_sum(const MpiComm& comm, std::uint64_t mine);
