@@ -47,5 +47,6 @@ void abort_job(const std::string& message, int code) {
   abort_now(code);
 }
 
+void abort_job_silently(int code) { abort_now(code); }
 
 }  // namespace meshtrain

@@ -168,6 +168,7 @@ Runtime::Runtime(int& argc, char**& argv, MPI_Comm world) {
   MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level_));
   g_abort_world = world;
   world_ = MpiComm::duplicate(world);
+  error_agreement_ = MpiComm::duplicate(world);
   topology_ = Topology::discover(world_);
   std::string why;
   const int devices = kokkos_visible_devices(&why);
@@ -211,6 +212,7 @@ Runtime::~Runtime() {
     Kokkos::finalize();
   }
   world_ = MpiComm();
+  error_agreement_ = MpiComm();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();

@@ -19,7 +19,9 @@ inline constexpr int kExitIoError = 74;
 
 /// \brief A problem in the user's input. Throw it only where every rank reaches the
 /// same decision (or after `agree_on_error`); `main` prints it once on rank 0 and every
-/// rank exits with `exit_status()` (2) without a stack dump.
+/// rank exits with `exit_status()` (2) without a stack dump. One raised by some ranks only
+/// (ranks started differently) ends the job from such a rank 30 s later (app/cli.cpp): a
+/// safety net against a hang, not a way to report one rank's error.
 class UserError : public std::runtime_error {
  public:
   explicit UserError(const std::string& what, int exit_status = kExitUserError)
@@ -60,6 +62,9 @@ void set_abort_context(AbortAllRanks abort_all, int world_rank);
 
 /// \brief Aborts the whole job with `code` after printing `message` (watchdog, NaN limit).
 [[noreturn]] void abort_job(const std::string& message, int code = kExitAbort);
+/// \brief Aborts the whole job with `code` as abort_job does, printing nothing: for a caller
+/// that has printed why in the form the user expects (a UserError's one error line).
+[[noreturn]] void abort_job_silently(int code);
 
 /// The world rank registered by main (0 before registration).
 int world_rank();

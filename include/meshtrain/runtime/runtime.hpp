@@ -20,6 +20,12 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   const MpiComm& world() const { return world_; }
+  /// \brief Another duplicate of the world, for one collective only: the barrier of the
+  /// command line's user-error exit (app/cli.cpp), by which the ranks that raised a UserError
+  /// learn whether every rank did. Nothing else posts on it, so that barrier pairs only with
+  /// the same barrier of another rank, never with a collective a rank still busy with the
+  /// command has posted (as it could on `world()`).
+  const MpiComm& error_agreement() const { return error_agreement_; }
   const Topology& topology() const { return topology_; }
   /// Device this rank uses (-1 on host-only builds).
   int device_id() const { return device_id_; }
@@ -27,6 +33,7 @@ class Runtime {
 
  private:
   MpiComm world_;
+  MpiComm error_agreement_;
   Topology topology_;
   int device_id_ = -1;
   int thread_level_ = 0;
