@@ -9,6 +9,7 @@
 
 #include "app/commands.hpp"
 #include "build_config.hpp"
+#include "comm/collectives.hpp"
 #include "core/error.hpp"
 #include "core/fault.hpp"
 #include "core/kokkos_compat.hpp"
@@ -24,6 +25,14 @@ constexpr bool H5_HAVE_PARALLEL_FLAG = true;
 #else
 constexpr bool H5_HAVE_PARALLEL_FLAG = false;
 #endif
+
+/// How long a rank that raised a UserError waits for the others to raise it too. Ranks that
+/// reach the same decision at the same point of the command arrive apart by no more than the
+/// skew of the work since their last collective (reading a file, a node slower than another):
+/// seconds at most. A rank that has not arrived by then is not coming -- it is waiting in a
+/// collective for this one (it parsed other arguments, found another file) -- and the job is
+/// ended instead of hanging until parallel.collective_timeout, if that is armed at all yet.
+constexpr double kUserErrorSkewSeconds = 30.0;
 
 struct Command {
   std::function<int(Runtime&, const Args&)> run;
@@ -105,7 +114,19 @@ int run_cli(Runtime& rt, int argc, char** argv) {
     Args args(argv + 2, argv + argc);
     return it->second.run(rt, args);
   } catch (const UserError& e) {
-    // Every rank reached the same decision (UserError contract): one message, clean exit.
+    // The UserError contract: every rank reaches the same decision, so rank 0 prints the one
+    // message and every rank exits cleanly. A rank started differently from the others (its
+    // own arguments in an MPMD line, a file or an environment variable of its node) breaks
+    // it: the others go on into a collective that this rank never joins and wait for it.
+    // The barrier says which: past the grace the job is ended from here, this rank's error
+    // in its one line, with the error's status.
+    if (rt.topology().world_size > 1 && !sleeping_barrier_within(rt.error_agreement(), kUserErrorSkewSeconds)) {
+      std::fprintf(stderr,
+                   "meshtrain %s: error: rank %d (host %s): %s -- the other ranks did not stop with it within %.0f s "
+                   "(their arguments, files or environment likely differ from this rank's); ending the job\n",
+                   cmd.c_str(), rt.topology().world_rank, host_name().c_str(), e.what(), kUserErrorSkewSeconds);
+      abort_job_silently(e.exit_status());
+    }
     if (root) std::fprintf(stderr, "meshtrain %s: error: %s\n", cmd.c_str(), e.what());
     std::fflush(stderr);
     return e.exit_status();  // 2, or 74 for an I/O error (IoError)

@@ -13,6 +13,12 @@
 #  3. train.lr given to rank 1 only: the message names the key and both values;
 #  4. the same relative data.dir holding another corpus on rank 1 (a stale node-local copy):
 #     the same configuration, different data;
+# and a user error that only rank 1 raises, before any comparison can run: rank 1 gives up
+# waiting for the others to raise it too (30 s) and ends the job with status 2, its error
+# naming it (rank 0 waited in its next collective for ever; rank 1 had exited cleanly):
+#  5. a key given twice on rank 1 only (a parse error only it sees);
+#  6. a relative config file path that only rank 0's working directory holds (a per-node
+#     copy of the configuration missing on one node);
 # and the same 2-rank run with every rank alike still trains.
 set -uo pipefail
 source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
@@ -77,6 +83,26 @@ mpmd data.log -wdir wd0 "$MESHTRAIN_BIN" "${args[@]}" --data.dir=data --output.d
   -wdir wd1 "$MESHTRAIN_BIN" "${args[@]}" --data.dir=data --output.dir="$TEST_TMP/stale"
 refused data.log "data.dir contents is 'train.bin of [0-9]+ tokens .*' on rank 1 .* but 'train.bin of [0-9]+ tokens .*' on rank 0"
 
+# only_rank1 LOG PATTERN: refused (exit 2, one error line, no step), the error rank 1's,
+# naming it and PATTERN, ended by rank 1 since the others did not raise it.
+only_rank1() {
+  refused "$1" "rank 1 \(host [^)]*\): $2.* -- the other ranks did not stop with it within 30 s .*; ending the job"
+}
+
+echo "--- 5. a key given twice on rank 1 only"
+mpmd twice.log "$MESHTRAIN_BIN" "${args[@]}" --data.dir=random --output.dir="$TEST_TMP/twice" -- \
+  "$MESHTRAIN_BIN" "${args[@]}" --data.dir=random --output.dir="$TEST_TMP/twice" --train.steps=3
+only_rank1 twice.log "config key 'train.steps' is given twice"
+[[ -e twice ]] && fail "the refused run left output.dir twice"
+
+echo "--- 6. the config file missing on rank 1 only"
+cp "$tiny" wd0/tiny.ini
+mpmd nocfg.log -wdir wd0 "$MESHTRAIN_BIN" train tiny.ini "${args[@]:2}" --data.dir=random \
+  --output.dir="$TEST_TMP/nocfg" -- -wdir wd1 "$MESHTRAIN_BIN" train tiny.ini "${args[@]:2}" --data.dir=random \
+  --output.dir="$TEST_TMP/nocfg"
+only_rank1 nocfg.log "cannot open config file 'tiny.ini'"
+[[ -e nocfg ]] && fail "the refused run left output.dir nocfg"
+
 echo "--- the same run with every rank alike"
 mpmd alike.log -wdir wd0 "$MESHTRAIN_BIN" "${args[@]}" --data.dir=data --output.dir="$TEST_TMP/alike" -- \
   -wdir wd0 "$MESHTRAIN_BIN" "${args[@]}" --data.dir=data --output.dir="$TEST_TMP/alike"
@@ -84,4 +110,4 @@ mpmd alike.log -wdir wd0 "$MESHTRAIN_BIN" "${args[@]}" --data.dir=data --output.
 [[ $(last_step alike/metrics.jsonl) == 4 ]] || fail "the run with every rank alike did not reach step 4"
 ls alike/.meshtrain-shared-probe-* alike/checkpoints/.meshtrain-shared-probe-* 2>/dev/null &&
   fail "a probe file was left behind"
-finish "ranks that see other directories, settings or data: refused at start-up with one message"
+finish "ranks that see other directories, settings or data, or an error only one raises: refused at start-up with one message"
