@@ -24,6 +24,7 @@
 #     missing file, empty, a NUL byte, a FIFO (not read: no hang) --; no `latest`: the
 #     highest step_*.h5.
 set -uo pipefail
+source "$MESHTRAIN_SOURCE_DIR/tests/support/time_limits.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 cd "$TEST_TMP" || exit 1
 source "$MESHTRAIN_SOURCE_DIR/tests/batch/batch_lib.sh"
