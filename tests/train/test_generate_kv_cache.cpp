@@ -128,6 +128,25 @@ void check_family(const char* family, int n_kv) {
 
 }  // namespace
 
+/// The loss and logits of one 16-token window: a training session's and an inference
+/// session's of the same weights are the same bit for bit.
+template <class T>
+void expect_same_forward(train::Session<T>& trained, train::Session<T>& inference, const std::string& what) {
+  const std::vector<std::int32_t> ids = prompt_ids(17);
+  Buffer<std::int32_t> in = device_ids(ids, 0, 16), tgt = device_ids(ids, 1, 16);
+  const model::BatchShape shape{1, 16};
+  const double a = parallel::forward_loss(trained.engine(), trained.model(), trained.context(), in.data(), tgt.data(),
+                                          shape);
+  const double b = parallel::forward_loss(inference.engine(), inference.model(), inference.context(), in.data(),
+                                          tgt.data(), shape);
+  EXPECT_EQ(a, b) << what;
+  EXPECT_TRUE(std::isfinite(a) && a > 0) << what;
+  EXPECT_EQ(parallel::forward_logits(trained.engine(), trained.model(), trained.context(), in.data(), shape, false),
+            parallel::forward_logits(inference.engine(), inference.model(), inference.context(), in.data(), shape,
+                                     false))
+      << what;
+}
+
 TEST(GenerateKvCache, Gpt2SameGreedyTokens) { check_family("gpt2", -1); }
 TEST(GenerateKvCache, LlamaGqaSameGreedyTokens) { check_family("llama", 2); }  // 2 kv heads: split over tp=2
 TEST(GenerateKvCache, LlamaReplicatedKvSameGreedyTokens) { check_family("llama", 1); }  // 1 kv head: replicated over tp
@@ -179,19 +198,7 @@ TEST(GenerateKvCache, ForwardOnlySessionSameResultsWithoutTrainingState) {
     EXPECT_EQ(inference.engine().persistent_bytes(), master_bytes) << m.name;
     EXPECT_EQ(trained.engine().persistent_bytes(), 4 * master_bytes) << m.name;
 
-    const std::vector<std::int32_t> ids = prompt_ids(17);
-    Buffer<std::int32_t> in = device_ids(ids, 0, 16), tgt = device_ids(ids, 1, 16);
-    const model::BatchShape shape{1, 16};
-    const double a = parallel::forward_loss(trained.engine(), trained.model(), trained.context(), in.data(),
-                                            tgt.data(), shape);
-    const double b = parallel::forward_loss(inference.engine(), inference.model(), inference.context(), in.data(),
-                                            tgt.data(), shape);
-    EXPECT_EQ(a, b) << m.name;
-    EXPECT_TRUE(std::isfinite(a) && a > 0) << m.name;
-    EXPECT_EQ(parallel::forward_logits(trained.engine(), trained.model(), trained.context(), in.data(), shape, false),
-              parallel::forward_logits(inference.engine(), inference.model(), inference.context(), in.data(), shape,
-                                       false))
-        << m.name;
+    expect_same_forward(trained, inference, m.name);
   }
 }
 
@@ -223,19 +230,7 @@ TEST(GenerateKvCache, Bf16ForwardOnlySessionHoldsNoFp32Master) {
       EXPECT_EQ(inference.engine().persistent_bytes(), strategy == StrategyChoice::NoShard ? 0 : master_bytes / 2)
           << what;
 
-      const std::vector<std::int32_t> ids = prompt_ids(17);
-      Buffer<std::int32_t> in = device_ids(ids, 0, 16), tgt = device_ids(ids, 1, 16);
-      const model::BatchShape shape{1, 16};
-      const double a = parallel::forward_loss(trained.engine(), trained.model(), trained.context(), in.data(),
-                                              tgt.data(), shape);
-      const double b = parallel::forward_loss(inference.engine(), inference.model(), inference.context(), in.data(),
-                                              tgt.data(), shape);
-      EXPECT_EQ(a, b) << what;
-      EXPECT_TRUE(std::isfinite(a) && a > 0) << what;
-      EXPECT_EQ(parallel::forward_logits(trained.engine(), trained.model(), trained.context(), in.data(), shape, false),
-                parallel::forward_logits(inference.engine(), inference.model(), inference.context(), in.data(), shape,
-                                         false))
-          << what;
+      expect_same_forward(trained, inference, what);
     }
   }
 }
